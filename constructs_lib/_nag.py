@@ -1,0 +1,66 @@
+"""cdk-nag 3 acknowledgements: one finding at a time, each with its reason.
+
+cdk-nag 3 runs as a CDK policy-validation plugin (``Validations.of(app).add_plugins(AwsSolutionsChecks())``);
+an unacknowledged finding fails ``app.synth()``. A finding is acknowledged on the construct it was raised on.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, CfnElement, Stack, Validations
+from constructs import IConstruct
+
+
+def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
+    """Acknowledge exactly one AwsSolutions finding on ``scope`` with a specific reason.
+
+    ``finding`` is the rule with its evidence as cdk-nag prints it, e.g. ``IAM5[Resource::*]`` or
+    ``IAM5[Resource::<Bucket.Arn>/checkpoints/*]`` (build the latter with :func:`arn_evidence`).
+    """
+    if len(reason) < 20:
+        raise ValueError(f"acknowledge: give {finding} a specific reason (at least 20 characters)")
+    Validations.of(scope).acknowledge(
+        Acknowledgment(id=f"AwsSolutions::AwsSolutions-{finding}", reason=reason)
+    )
+
+
+def logical_id(element: IConstruct) -> str:
+    """The CloudFormation logical ID of ``element`` (a CfnElement, or an L2 whose default child is one)."""
+    cfn = element if isinstance(element, CfnElement) else element.node.default_child
+    if not isinstance(cfn, CfnElement):
+        raise TypeError(f"{element.node.path} has no CloudFormation element")
+    stack = Stack.of(cfn)
+    return str(stack.resolve(stack.get_logical_id(cfn)))
+
+
+def arn_evidence(element: IConstruct, suffix: str = "") -> str:
+    """cdk-nag's rendering of ``Fn::GetAtt [<element>, Arn]`` followed by ``suffix``: ``<LogicalId.Arn>suffix``."""
+    return f"<{logical_id(element)}.Arn>{suffix}"
+
+
+def rendered(scope: IConstruct, value: str) -> str:
+    """``value`` (a string that may hold tokens) as cdk-nag prints it in a finding: ``Ref`` becomes
+    ``<Name>``, ``Fn::GetAtt`` becomes ``<Name.Attr>``, ``Fn::Join`` is joined."""
+    return _render(Stack.of(scope).resolve(value))
+
+
+def _render(node: object) -> str:
+    if isinstance(node, str):
+        return node
+    if isinstance(node, dict) and len(node) == 1:
+        ((fn, arg),) = node.items()
+        if fn == "Ref":
+            return f"<{arg}>"
+        if fn == "Fn::GetAtt":
+            return f"<{arg[0]}.{arg[1]}>"
+        if fn == "Fn::Join":
+            return str(arg[0]).join(_render(part) for part in arg[1])
+    raise ValueError(f"cannot render {node!r} as cdk-nag evidence")
+
+
+def policy_scope(grantee: IConstruct) -> IConstruct:
+    """Where a grant's statements land: a role's ``DefaultPolicy`` when it has one, else the grantee itself.
+
+    Acknowledging there, not on the whole role, keeps a finding about one grant from covering the role's
+    other policies.
+    """
+    return grantee.node.try_find_child("DefaultPolicy") or grantee

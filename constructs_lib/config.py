@@ -1,0 +1,87 @@
+"""App settings from ``cdk.json`` context, validated before any resource is built.
+
+Every key is optional; an invalid value raises ``ValueError`` naming the context key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_cdk import RemovalPolicy
+from constructs import Node
+
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$")
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+
+CONTEXT_KEYS = ("stackName", "region", "removalPolicy", "useKms", "kmsKeyArn", "vpcId")
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    stack_name: str = "BlackwellTraining"
+    region: str | None = None
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+    use_kms: bool = False
+    kms_key_arn: str | None = None
+    vpc_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_context(cls, node: Node) -> StackSettings:
+        def get(key: str) -> Any:
+            value = node.try_get_context(key)
+            return None if value in (None, "") else value
+
+        stack_name = get("stackName") or cls.stack_name
+        if not isinstance(stack_name, str) or not _STACK_NAME.match(stack_name):
+            raise ValueError(f"context stackName: must match {_STACK_NAME.pattern}; got {stack_name!r}")
+        region = get("region")
+        if region is not None and (not isinstance(region, str) or not _REGION.match(region)):
+            raise ValueError(f"context region: must be an AWS region name such as us-west-2; got {region!r}")
+        removal = str(get("removalPolicy") or "retain").lower()
+        if removal not in ("retain", "destroy"):
+            raise ValueError(
+                f"context removalPolicy: must be retain or destroy; got {get('removalPolicy')!r}"
+            )
+        use_kms = _bool("useKms", get("useKms"), False)
+        kms_key_arn = get("kmsKeyArn")
+        if kms_key_arn is not None and (
+            not isinstance(kms_key_arn, str) or not _KMS_KEY_ARN.match(kms_key_arn)
+        ):
+            raise ValueError(
+                f"context kmsKeyArn: must be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<uuid>); "
+                f"got {kms_key_arn!r}"
+            )
+        vpc_id = get("vpcId")
+        if vpc_id is not None and (not isinstance(vpc_id, str) or not _VPC_ID.match(vpc_id)):
+            raise ValueError(f"context vpcId: must look like vpc-0123456789abcdef0; got {vpc_id!r}")
+        return cls(
+            stack_name=stack_name,
+            region=region,
+            removal_policy=RemovalPolicy.DESTROY if removal == "destroy" else RemovalPolicy.RETAIN,
+            use_kms=use_kms or kms_key_arn is not None,
+            kms_key_arn=kms_key_arn,
+            vpc_id=vpc_id,
+        )
+
+    def stack_kwargs(self) -> dict[str, Any]:
+        return {
+            "removal_policy": self.removal_policy,
+            "use_kms": self.use_kms,
+            "kms_key_arn": self.kms_key_arn,
+            "vpc_id": self.vpc_id,
+        }
+
+
+def _bool(key: str, value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"context {key}: must be true or false; got {value!r}")

@@ -1,0 +1,100 @@
+"""``BlackwellTrainingStack``: the deployable app's one stack, composing the constructs."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from constructs_lib.checkpoint_bucket import CheckpointBucket
+from constructs_lib.execution_role import SageMakerExecutionRole
+from constructs_lib.image_repository import TrainingImageRepository
+
+
+class BlackwellTrainingStack(Stack):
+    """Storage, identity, image build and the training workflow for one account and region.
+
+    Settings (all keyword-only; ``app.py`` reads them from ``cdk.json`` context):
+
+    :param removal_policy: for the bucket and repository: ``RETAIN`` (default) or ``DESTROY`` (which also empties
+        them on stack deletion: meant for throw-away test accounts).
+    :param kms_key_arn: a customer managed key for the bucket and repository. Default: a key is created only when
+        ``use_kms`` is true; otherwise S3-managed / ECR-managed encryption.
+    :param use_kms: create a customer managed key (with rotation) for bucket and repository. Default False.
+    :param vpc_id: run training jobs in this VPC (looked up at synth time; needs account and region). Default none.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        kms_key_arn: str | None = None,
+        use_kms: bool = False,
+        vpc_id: str | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        if kms_key_arn and not use_kms:
+            use_kms = True
+        destroy = removal_policy == RemovalPolicy.DESTROY
+
+        key: kms.IKey | None = None
+        if kms_key_arn:
+            key = kms.Key.from_key_arn(self, "DataKey", kms_key_arn)
+        elif use_kms:
+            key = kms.Key(
+                self,
+                "DataKey",
+                description="Encrypts checkpoints, job output and training images",
+                enable_key_rotation=True,
+                removal_policy=RemovalPolicy.RETAIN,
+            )
+        self.encryption_key = key
+
+        self.vpc: ec2.IVpc | None = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id) if vpc_id else None
+
+        self.checkpoints = CheckpointBucket(
+            self,
+            "Checkpoints",
+            encryption=s3.BucketEncryption.KMS if key else s3.BucketEncryption.S3_MANAGED,
+            encryption_key=key,
+            removal_policy=removal_policy,
+            auto_delete_objects=destroy,
+        )
+        self.images = TrainingImageRepository(
+            self,
+            "Images",
+            encryption_key=key,
+            removal_policy=removal_policy,
+            empty_on_delete=destroy,
+        )
+        self.execution_role = SageMakerExecutionRole(
+            self,
+            "ExecutionRole",
+            checkpoint_bucket=self.checkpoints,
+            image_repository=self.images,
+            vpc=self.vpc,
+        )
+
+        CfnOutput(
+            self,
+            "CheckpointBucketName",
+            value=self.checkpoints.bucket.bucket_name,
+            description="S3 bucket for checkpoints (checkpoints/), job output (output/) and data (data/)",
+        )
+        CfnOutput(
+            self,
+            "ImageRepositoryUri",
+            value=self.images.repository_uri,
+            description="ECR repository of the training images",
+        )
+        CfnOutput(
+            self,
+            "ExecutionRoleArn",
+            value=self.execution_role.role_arn,
+            description="IAM role the SageMaker training jobs run as",
+        )

@@ -1,0 +1,464 @@
+"""The one contract between the infrastructure (``constructs_lib``) and the trainer (``training.trainer``).
+
+Everything that crosses from a Step Functions execution to the trainer's log lines is named here, once:
+
+* the hyperparameters SageMaker passes to ``train.sh`` (names, types, ranges, allowed values, defaults);
+* the precisions and which GPUs can run them;
+* the GPU training instance types and their GPUs;
+* the metric lines the trainer prints and the regexes SageMaker's ``MetricDefinitions`` use to read them;
+* the fixed paths inside the training container.
+
+Pure Python (standard library only, no torch): the CDK app imports it at synth time and the trainer at run time.
+Nothing here imports ``constructs_lib``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# --------------------------------------------------------------------------------------------------------------
+# Precisions and hardware
+# --------------------------------------------------------------------------------------------------------------
+
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
+"""Every precision the trainer accepts. fp8/mxfp8/nvfp4 run through NVIDIA Transformer Engine."""
+
+TE_PRECISIONS: frozenset[str] = frozenset({"fp8", "mxfp8", "nvfp4"})
+"""Precisions that need Transformer Engine (low-precision GEMMs)."""
+
+BLACKWELL_ONLY_PRECISIONS: frozenset[str] = frozenset({"mxfp8", "nvfp4"})
+"""Precisions whose TE recipes need a data-centre Blackwell GPU (SM 10.x)."""
+
+FP8_RECIPES: tuple[str, ...] = ("delayed", "current")
+"""For ``precision=fp8``: TE ``DelayedScaling`` (delayed) or ``Float8CurrentScaling`` (current)."""
+
+QUANTIZED_INIT_PRECISIONS: frozenset[str] = frozenset({"fp8", "mxfp8"})
+"""Precisions whose quantized primary weights work with FSDP2 in TE 2.11 (Float8Tensor and MXFP8Tensor only)."""
+
+
+def precision_supported_on(precision: str, sm: tuple[int, int]) -> bool:
+    """Whether a GPU of compute capability ``sm`` (major, minor) can run ``precision``.
+
+    bf16 needs Ampere (8.0); fp8 recipes need SM 8.9+ (Ada, Hopper, Blackwell); MXFP8 and NVFP4 need a
+    data-centre Blackwell GPU (SM 10.x; TE 2.11 refuses MXFP8 on SM 12.0).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    if precision in ("fp32", "fp16"):
+        return True
+    if precision == "bf16":
+        return sm >= (8, 0)
+    if precision == "fp8":
+        return sm >= (8, 9)
+    return sm[0] == 10
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A SageMaker GPU training instance type."""
+
+    gpu: str
+    gpus: int
+    sm: tuple[int, int]
+    gpu_memory_gb: int
+
+    def supports(self, precision: str) -> bool:
+        return precision_supported_on(precision, self.sm)
+
+
+GPU_INSTANCE_TYPES: Mapping[str, GpuInstance] = {
+    "ml.p6-b200.48xlarge": GpuInstance("B200", 8, (10, 0), 180),
+    "ml.p6-b300.48xlarge": GpuInstance("B300", 8, (10, 3), 268),
+    "ml.p6e-gb200.36xlarge": GpuInstance("GB200", 4, (10, 0), 186),
+    "ml.p5.48xlarge": GpuInstance("H100", 8, (9, 0), 80),
+    "ml.p5e.48xlarge": GpuInstance("H200", 8, (9, 0), 141),
+    "ml.p5en.48xlarge": GpuInstance("H200", 8, (9, 0), 141),
+    "ml.p5.4xlarge": GpuInstance("H100", 1, (9, 0), 80),
+    "ml.p4d.24xlarge": GpuInstance("A100", 8, (8, 0), 40),
+    "ml.p4de.24xlarge": GpuInstance("A100", 8, (8, 0), 80),
+}
+"""GPU training instance types the workflow may launch (botocore's enum, November 2026), with their GPUs."""
+
+DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
+
+
+def instance_types_supporting(precision: str) -> tuple[str, ...]:
+    """The instance types whose GPUs can run ``precision``, in the order of ``GPU_INSTANCE_TYPES``."""
+    return tuple(name for name, gpu in GPU_INSTANCE_TYPES.items() if gpu.supports(precision))
+
+
+# Peak dense tensor throughput per GPU (TFLOP/s), used for MFU. Sources: NVIDIA datasheets (dense, no sparsity).
+PEAK_TFLOPS: Mapping[str, Mapping[str, float]] = {
+    "B200": {"fp32": 80.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0, "nvfp4": 9000.0},
+    "H100": {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0, "fp8": 1979.0},
+    "H200": {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0, "fp8": 1979.0},
+    "A100": {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0},
+}
+
+# --------------------------------------------------------------------------------------------------------------
+# Paths and channels inside the training container
+# --------------------------------------------------------------------------------------------------------------
+
+CONTAINER_CODE_DIR = "/opt/ml/code"
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+MODEL_DIR = "/opt/ml/model"
+TRAIN_CHANNEL = "train"
+ENTRY_POINT = "train.sh"
+
+# --------------------------------------------------------------------------------------------------------------
+# Model presets (the seed article's range, Llama-style shapes)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    ffn_hidden_size: int
+    vocab_size: int = 32_000
+
+    def parameter_count(self) -> int:
+        """Parameters of the decoder-only LM (untied embedding and head, RMSNorm, SwiGLU MLP, no biases)."""
+        per_block = (
+            4 * self.hidden_size**2 + 3 * self.hidden_size * self.ffn_hidden_size + 2 * self.hidden_size
+        )
+        return self.num_layers * per_block + 2 * self.vocab_size * self.hidden_size + self.hidden_size
+
+
+MODEL_PRESETS: Mapping[str, ModelShape] = {
+    "1b": ModelShape(num_layers=16, hidden_size=2048, num_heads=16, ffn_hidden_size=5632),
+    "8b": ModelShape(num_layers=32, hidden_size=4096, num_heads=32, ffn_hidden_size=14336),
+    "14b": ModelShape(num_layers=40, hidden_size=5120, num_heads=40, ffn_hidden_size=17920),
+    "32b": ModelShape(num_layers=64, hidden_size=6144, num_heads=48, ffn_hidden_size=20480),
+    "64b": ModelShape(num_layers=80, hidden_size=8192, num_heads=64, ffn_hidden_size=22016),
+}
+MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
+
+# --------------------------------------------------------------------------------------------------------------
+# Hyperparameters: what SageMaker passes to train.sh (as strings), and what the trainer accepts
+# --------------------------------------------------------------------------------------------------------------
+
+
+class ContractError(ValueError):
+    """A setting is invalid. ``field`` names it; the message says what is allowed."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    """One trainer setting. ``kind`` is int, float, bool, choice or str; ``default`` None means 'unset'."""
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def cli_flags(self) -> tuple[str, str]:
+        """Both spellings ``train.sh`` and the trainer accept: ``--num_layers`` and ``--num-layers``."""
+        return f"--{self.name}", f"--{self.name.replace('_', '-')}"
+
+    def allowed(self) -> str:
+        """Human description of the allowed values, used in every error message."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind in ("int", "float"):
+            lo = "-inf" if self.minimum is None else _fmt(self.minimum)
+            hi = "inf" if self.maximum is None else _fmt(self.maximum)
+            return f"{'an integer' if self.kind == 'int' else 'a number'} in [{lo}, {hi}]"
+        return "a string"
+
+    def parse(self, raw: Any) -> Any:
+        """Parse a raw value (a string from SageMaker, or a JSON value) into its type, or raise ContractError."""
+        if raw is None:
+            return None
+        text = raw if isinstance(raw, str) else None
+        try:
+            if self.kind == "bool":
+                if isinstance(raw, bool):
+                    return raw
+                lowered = str(raw).strip().lower()
+                if lowered in ("true", "1", "yes"):
+                    return True
+                if lowered in ("false", "0", "no"):
+                    return False
+                raise ValueError
+            if self.kind == "choice":
+                value = str(raw).strip().lower()
+                if value not in self.choices:
+                    raise ValueError
+                return value
+            if self.kind == "str":
+                return str(raw)
+            if self.kind == "int":
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = int(text.strip()) if text is not None else int(raw)
+                if text is None and value != raw:
+                    raise ValueError
+            else:
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = float(text.strip()) if text is not None else float(raw)
+                if not math.isfinite(value):
+                    raise ValueError
+        except (TypeError, ValueError):
+            raise ContractError(self.name, f"must be {self.allowed()}; got {raw!r}") from None
+        if (self.minimum is not None and value < self.minimum) or (
+            self.maximum is not None and value > self.maximum
+        ):
+            raise ContractError(self.name, f"must be {self.allowed()}; got {raw!r}")
+        return value
+
+
+def _fmt(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else repr(number)
+
+
+HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
+    Hyperparameter("precision", "choice", "bf16", "Numeric format of the GEMMs.", choices=PRECISIONS),
+    Hyperparameter(
+        "fp8_recipe", "choice", "delayed", "Scaling recipe when precision=fp8.", choices=FP8_RECIPES
+    ),
+    Hyperparameter(
+        "quantized_model_init",
+        "bool",
+        False,
+        "Keep primary weights quantized (TE quantized_model_init); fp8 and mxfp8 only.",
+    ),
+    Hyperparameter(
+        "model_preset", "choice", "1b", "Model size preset, or custom.", choices=MODEL_PRESET_NAMES
+    ),
+    Hyperparameter("num_layers", "int", None, "Transformer blocks (overrides the preset).", 1, 512),
+    Hyperparameter("hidden_size", "int", None, "Model width (overrides the preset).", 8, 65536),
+    Hyperparameter("num_heads", "int", None, "Attention heads (overrides the preset).", 1, 512),
+    Hyperparameter("ffn_hidden_size", "int", None, "MLP width (overrides the preset).", 8, 262144),
+    Hyperparameter("vocab_size", "int", None, "Vocabulary size (overrides the preset).", 2, 1_048_576),
+    Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
+    Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
+    Hyperparameter("activation_checkpointing", "bool", False, "Recompute each block's activations."),
+    Hyperparameter("max_steps", "int", 1000, "Optimizer steps to train for.", 1, 100_000_000),
+    Hyperparameter("learning_rate", "float", 3e-4, "Peak learning rate (AdamW).", 0.0, 10.0),
+    Hyperparameter("lr_warmup_steps", "int", 100, "Linear learning-rate warm-up steps.", 0, 100_000_000),
+    Hyperparameter("weight_decay", "float", 0.1, "AdamW weight decay.", 0.0, 10.0),
+    Hyperparameter("grad_clip", "float", 1.0, "Gradient-norm clip (0 disables).", 0.0, 1e6),
+    Hyperparameter("seed", "int", 1234, "Random seed (model init, synthetic data).", 0, 2**31 - 1),
+    Hyperparameter(
+        "dataset",
+        "choice",
+        "synthetic",
+        "synthetic tokens, or token files in the train channel.",
+        choices=("synthetic", "channel"),
+    ),
+    Hyperparameter(
+        "token_dtype",
+        "choice",
+        "uint16",
+        "dtype of .bin token files in the train channel.",
+        choices=("uint16", "uint32"),
+    ),
+    Hyperparameter("log_interval", "int", 10, "Print a metrics line every N steps.", 1, 1_000_000),
+    Hyperparameter(
+        "throughput_warmup_steps", "int", 3, "Steps left out of throughput figures.", 0, 1_000_000
+    ),
+    Hyperparameter(
+        "checkpoint_interval",
+        "int",
+        500,
+        "Save a checkpoint every N steps (0: only on exit).",
+        0,
+        100_000_000,
+    ),
+    Hyperparameter("keep_checkpoints", "int", 3, "Complete checkpoints to keep.", 1, 1000),
+    Hyperparameter(
+        "checkpoint_dir", "str", CHECKPOINT_LOCAL_PATH, "Where checkpoints are written and resumed."
+    ),
+    Hyperparameter("model_dir", "str", MODEL_DIR, "Where the final model is saved."),
+)
+HYPERPARAMETERS_BY_NAME: Mapping[str, Hyperparameter] = {hp.name: hp for hp in HYPERPARAMETERS}
+
+MODEL_DIM_NAMES: tuple[str, ...] = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
+
+SEQ_LENGTH_MULTIPLE: Mapping[str, int] = {
+    "fp32": 8,
+    "fp16": 8,
+    "bf16": 8,
+    "fp8": 16,
+    "mxfp8": 32,
+    "nvfp4": 32,
+}
+"""``seq_length`` and model dims must be multiples of this for the precision's kernels (FP8 GEMMs need
+16-aligned dims; MXFP8 and NVFP4 scale blocks of 32 and 16 values, so 32 covers both)."""
+
+
+def normalize_name(name: str) -> str:
+    """``num-layers`` / ``--num-layers`` / ``NUM_LAYERS`` -> ``num_layers``."""
+    return name.lstrip("-").replace("-", "_").lower()
+
+
+def parse_hyperparameters(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse and cross-check raw settings (names in either spelling); return every setting with defaults filled.
+
+    Raises ContractError naming the first bad field. Model dims come from ``model_preset`` unless set explicitly;
+    with ``model_preset=custom`` all five dims must be given.
+    """
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = normalize_name(key)
+        spec = HYPERPARAMETERS_BY_NAME.get(name)
+        if spec is None:
+            raise ContractError(name, f"unknown setting; allowed: {', '.join(HYPERPARAMETERS_BY_NAME)}")
+        values[name] = spec.parse(value)
+    for spec in HYPERPARAMETERS:
+        if values.get(spec.name) is None:
+            values[spec.name] = spec.default
+
+    preset = values["model_preset"]
+    for dim in MODEL_DIM_NAMES:
+        if values[dim] is None:
+            if preset == "custom":
+                raise ContractError(dim, "must be set when model_preset=custom")
+            values[dim] = getattr(MODEL_PRESETS[preset], dim)
+    check_consistency(values)
+    return values
+
+
+def check_consistency(values: Mapping[str, Any]) -> None:
+    """Cross-field rules that no single field can express."""
+    precision = values["precision"]
+    if values["hidden_size"] % values["num_heads"]:
+        raise ContractError(
+            "num_heads", f"must divide hidden_size ({values['hidden_size']}); got {values['num_heads']}"
+        )
+    head_dim = values["hidden_size"] // values["num_heads"]
+    if head_dim % 8:
+        raise ContractError("num_heads", f"hidden_size / num_heads must be a multiple of 8; got {head_dim}")
+    multiple = SEQ_LENGTH_MULTIPLE[precision]
+    for field in ("seq_length", "hidden_size", "ffn_hidden_size"):
+        if values[field] % multiple:
+            raise ContractError(
+                field, f"must be a multiple of {multiple} for precision={precision}; got {values[field]}"
+            )
+    if values["quantized_model_init"] and precision not in QUANTIZED_INIT_PRECISIONS:
+        raise ContractError(
+            "quantized_model_init",
+            f"works only with precision {' or '.join(sorted(QUANTIZED_INIT_PRECISIONS))}; got precision={precision}",
+        )
+    if values["throughput_warmup_steps"] >= values["max_steps"]:
+        raise ContractError(
+            "throughput_warmup_steps",
+            f"must be less than max_steps ({values['max_steps']}); got {values['throughput_warmup_steps']}",
+        )
+
+
+def to_sagemaker_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
+    """Render settings as SageMaker ``HyperParameters`` (string to string), with the contract's names."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        name = normalize_name(key)
+        if name not in HYPERPARAMETERS_BY_NAME:
+            raise ContractError(name, f"unknown setting; allowed: {', '.join(HYPERPARAMETERS_BY_NAME)}")
+        out[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Metric lines (printed by rank 0) and the regexes SageMaker reads them with
+# --------------------------------------------------------------------------------------------------------------
+
+STEP_METRICS: tuple[str, ...] = (
+    "loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_sec",
+    "tflops_per_gpu",
+    "mfu",
+    "peak_mem_gb",
+    "step_time",
+)
+"""Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps."""
+
+SUMMARY_METRICS: tuple[str, ...] = (
+    "steps",
+    "final_loss",
+    "tokens_per_sec",
+    "tflops_per_gpu",
+    "mfu",
+    "peak_mem_gb",
+    "train_seconds",
+)
+"""Fields of the final ``summary ...`` line."""
+
+_NUMBER = r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
+
+
+def format_step_line(step: int, metrics: Mapping[str, float]) -> str:
+    """``step=10 loss=2.3456 lr=... step_time=0.5321``; fields in STEP_METRICS order, absent ones left out."""
+    return " ".join(
+        [f"step={step}", *(f"{k}={_fmt_metric(metrics[k])}" for k in STEP_METRICS if k in metrics)]
+    )
+
+
+def format_summary_line(metrics: Mapping[str, float]) -> str:
+    return " ".join(["summary", *(f"{k}={_fmt_metric(metrics[k])}" for k in SUMMARY_METRICS if k in metrics)])
+
+
+def format_config_line(settings: Mapping[str, Any]) -> str:
+    """``config key=value ...`` with every setting that took effect, sorted by key."""
+    return " ".join(["config", *(f"{k}={_fmt_config(settings[k])}" for k in sorted(settings))])
+
+
+def _fmt_metric(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.6g}"
+
+
+def _fmt_config(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).replace(" ", "_")
+
+
+@dataclass(frozen=True)
+class MetricDefinition:
+    name: str
+    regex: str
+
+    def as_sagemaker(self) -> dict[str, str]:
+        return {"Name": self.name, "Regex": self.regex}
+
+
+def metric_definitions() -> tuple[MetricDefinition, ...]:
+    """SageMaker ``MetricDefinitions`` matching the trainer's lines: ``train:<field>`` for each step-line field,
+    ``final:<field>`` for each summary field (at most 40 in all, regexes at most 500 chars)."""
+    defs = [MetricDefinition(f"train:{k}", rf"\bstep=[0-9]+ .*?\b{k}={_NUMBER}") for k in STEP_METRICS]
+    defs += [
+        MetricDefinition(f"final:{k}", rf"\bsummary .*?\b{k}={_NUMBER}")
+        for k in SUMMARY_METRICS
+        if k != "steps"
+    ]
+    return tuple(defs)
+
+
+def parse_metric_line(line: str) -> dict[str, float]:
+    """Extract every metric SageMaker would see in ``line`` (by running the same regexes), keyed by metric name."""
+    found: dict[str, float] = {}
+    for definition in metric_definitions():
+        match = re.search(definition.regex, line)
+        if match:
+            found[definition.name] = float(match.group(1))
+    return found
