@@ -1,0 +1,117 @@
+"""Command line -> validated, frozen ``TrainConfig``.
+
+The options are generated from ``training.contract.HYPERPARAMETERS`` (both ``--num_layers`` and ``--num-layers``
+spellings, values as strings such as ``True``/``true``), so the trainer accepts exactly what the CDK side sends.
+Every error names the setting and exits non-zero before any process group is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from training import contract
+
+# Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.
+_EXTRA_BOOLS = {
+    "deterministic": "Use deterministic algorithms (bit-exact reruns and resumes; slower on GPU).",
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every setting that took effect: the contract's hyperparameters plus the trainer-only switches."""
+
+    precision: str
+    fp8_recipe: str
+    quantized_model_init: bool
+    model_preset: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_length: int
+    batch_size: int
+    activation_checkpointing: bool
+    max_steps: int
+    learning_rate: float
+    lr_warmup_steps: int
+    weight_decay: float
+    grad_clip: float
+    seed: int
+    dataset: str
+    token_dtype: str
+    log_interval: int
+    throughput_warmup_steps: int
+    checkpoint_interval: int
+    keep_checkpoints: int
+    checkpoint_dir: str
+    model_dir: str
+    deterministic: bool = False
+
+    @property
+    def shape(self) -> contract.ModelShape:
+        return contract.ModelShape(
+            num_layers=self.num_layers,
+            hidden_size=self.hidden_size,
+            num_heads=self.num_heads,
+            ffn_hidden_size=self.ffn_hidden_size,
+            vocab_size=self.vocab_size,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.trainer",
+        description="FSDP2 decoder-only LM trainer. Every option accepts --snake_case and --kebab-case.",
+    )
+    for spec in contract.HYPERPARAMETERS:
+        default = "preset" if spec.default is None else spec.default
+        parser.add_argument(
+            *spec.cli_flags,
+            dest=spec.name,
+            default=None,
+            metavar="VALUE",
+            help=f"{spec.help} Allowed: {spec.allowed()}. Default: {default}.",
+        )
+    for name, text in _EXTRA_BOOLS.items():
+        flags = (f"--{name}", f"--{name.replace('_', '-')}")
+        parser.add_argument(*dict.fromkeys(flags), dest=name, default=None, metavar="VALUE", help=text)
+    parser.add_argument(
+        "--check-only",
+        "--check_only",
+        dest="check_only",
+        action="store_true",
+        help="Validate the settings and the hardware for the precision, print the config line, and exit.",
+    )
+    return parser
+
+
+def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
+    """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError."""
+    extras = {}
+    for name in _EXTRA_BOOLS:
+        value = raw.pop(name, None)
+        extras[name] = bool(contract.Hyperparameter(name, "bool", False, "").parse(value) or False)
+    values = contract.parse_hyperparameters(raw)
+    return TrainConfig(**values, **extras)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
+    """Parse the command line; on a bad setting print ``error: <field>: <why>`` and exit with status 2."""
+    parser = build_parser()
+    namespace = vars(parser.parse_args(argv))
+    check_only = namespace.pop("check_only")
+    raw = {key: value for key, value in namespace.items() if value is not None}
+    try:
+        return config_from_mapping(raw), check_only
+    except contract.ContractError as err:
+        print(f"error: invalid setting {err}", file=sys.stderr)
+        raise SystemExit(2) from None

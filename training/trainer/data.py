@@ -1,0 +1,147 @@
+"""Batches of (tokens, targets): synthetic by default, or pre-tokenized files from the train channel.
+
+Both sources are indexed by a position (the number of batches this rank has consumed), so a batch is a pure
+function of (seed, rank, world size, position). The position is saved in checkpoints; resuming restores it and
+continues with exactly the batches an uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from training import contract
+
+
+class SyntheticTokens:
+    """Deterministic tokens with a learnable pattern: the vocabulary is laid out in one fixed random cycle;
+    each sequence starts at a random point and walks the cycle, so every next token is a function of the
+    previous one (a bigram rule) and the loss falls towards 0."""
+
+    def __init__(
+        self, vocab_size: int, seq_length: int, batch_size: int, seed: int, rank: int, world_size: int
+    ):
+        self.seq_length, self.batch_size = seq_length, batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
+        self.position = 0
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        sample = (self.position * self.world_size + self.rank) * self.batch_size
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + sample)
+        starts = torch.randint(len(self.cycle), (self.batch_size, 1), generator=generator)
+        seq = self.cycle[(starts + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+        self.position += 1
+        return seq[:, :-1], seq[:, 1:]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = int(state["position"])
+
+
+class TokenFiles:
+    """Pre-tokenized ``.bin`` (raw ``token_dtype``) and ``.npy`` files under ``directory``, memory-mapped.
+
+    Each file is cut into non-overlapping windows of ``seq_length + 1`` tokens (windows never cross files).
+    Windows are visited in a seeded permutation per epoch; global sample ``i`` goes to rank ``i % world_size``.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        token_dtype: str,
+        vocab_size: int,
+        seq_length: int,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        world_size: int,
+    ):
+        paths = sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+        if not paths:
+            raise contract.ContractError("dataset", f"no .bin or .npy token files under {directory}")
+        self.arrays = [_open_tokens(p, token_dtype) for p in paths]
+        self.window = seq_length + 1
+        counts = np.array([len(a) // self.window for a in self.arrays], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)])
+        if self.starts[-1] < world_size * batch_size:
+            raise contract.ContractError(
+                "seq_length",
+                f"the token files under {directory} hold {self.starts[-1]} windows of {self.window} tokens; "
+                f"need at least batch_size * world_size = {world_size * batch_size}",
+            )
+        self.vocab_size, self.batch_size, self.seed = vocab_size, batch_size, seed
+        self.rank, self.world_size = rank, world_size
+        self.position = 0
+        self._epoch, self._order = -1, np.empty(0, dtype=np.int64)
+
+    def _window(self, sample: int) -> np.ndarray:
+        total = int(self.starts[-1])
+        epoch, offset = divmod(sample, total)
+        if epoch != self._epoch:
+            self._epoch, self._order = epoch, np.random.default_rng((self.seed, epoch)).permutation(total)
+        index = int(self._order[offset])
+        file = int(np.searchsorted(self.starts, index, side="right")) - 1
+        begin = (index - int(self.starts[file])) * self.window
+        return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        first = (self.position * self.world_size + self.rank) * self.batch_size
+        rows = [self._window(first + j) for j in range(self.batch_size)]
+        seq = torch.from_numpy(np.stack(rows))
+        if int(seq.max()) >= self.vocab_size:
+            raise contract.ContractError(
+                "vocab_size",
+                f"token id {int(seq.max())} in the train channel is >= vocab_size {self.vocab_size}",
+            )
+        self.position += 1
+        return seq[:, :-1], seq[:, 1:]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = int(state["position"])
+
+
+def _open_tokens(path: Path, token_dtype: str) -> np.ndarray:
+    if path.suffix == ".npy":
+        array = np.load(path, mmap_mode="r")
+        if array.ndim != 1 or array.dtype.kind not in "iu":
+            raise contract.ContractError(
+                "dataset", f"{path} must hold a 1-D integer array; got {array.dtype}"
+            )
+        return array
+    return np.memmap(path, dtype=np.dtype(token_dtype), mode="r")
+
+
+def channel_dir() -> str:
+    """The train channel's local folder (``SM_CHANNEL_TRAIN``, set by the SageMaker toolkit)."""
+    env = f"SM_CHANNEL_{contract.TRAIN_CHANNEL.upper()}"
+    directory = os.environ.get(env)
+    if not directory:
+        raise contract.ContractError(
+            "dataset", f"dataset=channel needs the '{contract.TRAIN_CHANNEL}' channel ({env})"
+        )
+    return directory
+
+
+def make_dataset(cfg, rank: int, world_size: int) -> SyntheticTokens | TokenFiles:
+    """The data source ``cfg.dataset`` names, for this rank."""
+    if cfg.dataset == "synthetic":
+        return SyntheticTokens(cfg.vocab_size, cfg.seq_length, cfg.batch_size, cfg.seed, rank, world_size)
+    return TokenFiles(
+        channel_dir(),
+        cfg.token_dtype,
+        cfg.vocab_size,
+        cfg.seq_length,
+        cfg.batch_size,
+        cfg.seed,
+        rank,
+        world_size,
+    )

@@ -1,0 +1,119 @@
+"""Throughput, FLOPs, MFU and memory, measured over logging intervals with the warm-up steps left out.
+
+FLOPs per token (training = forward + backward = 3x forward), the PaLM/Megatron convention:
+
+    flops_per_token = 6 * N + 12 * L * H * S
+
+N: parameters taking part in matmuls (all but the input embedding, a lookup; the LM head counts);
+L layers, H hidden size, S sequence length: the second term is attention's QK^T and AV matmuls (2 * 2 * S * H
+multiply-adds per token per layer, x3 for training), counted in full although the causal mask skips about half.
+
+MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (contract.PEAK_TFLOPS);
+0 on a CPU or an unknown GPU.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+import torch
+
+from training import contract
+
+
+def flops_per_token(shape: contract.ModelShape, seq_length: int) -> float:
+    matmul_params = shape.parameter_count() - shape.vocab_size * shape.hidden_size
+    return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
+
+
+def gpu_name(device: torch.device) -> str | None:
+    """The contract.PEAK_TFLOPS key of this GPU (e.g. "B200"), or None on CPU / an unlisted GPU."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device).upper()
+    return next((key for key in contract.PEAK_TFLOPS if key in name), None)
+
+
+def peak_tflops(device: torch.device, precision: str) -> float | None:
+    name = gpu_name(device)
+    return contract.PEAK_TFLOPS.get(name, {}).get(precision) if name else None
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak GPU memory allocated by torch, or on CPU the process's peak resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1e9 if sys.platform == "darwin" else rss * 1024 / 1e9
+
+
+class Throughput:
+    """Accumulates step timings. ``tokens_per_step`` is per GPU (batch_size * seq_length)."""
+
+    def __init__(
+        self,
+        shape: contract.ModelShape,
+        seq_length: int,
+        tokens_per_step: int,
+        warmup_steps: int,
+        device: torch.device,
+        precision: str,
+    ):
+        self.tokens_per_step, self.warmup_steps, self.device = tokens_per_step, warmup_steps, device
+        self.flops_per_token = flops_per_token(shape, seq_length)
+        self.peak = peak_tflops(device, precision)
+        self.interval_start = 0.0
+        self.steps_done = self.interval_steps = self.measured_steps = 0
+        self.measured_seconds = 0.0
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def start(self) -> None:
+        """Call once before the first step."""
+        self.interval_start = self._now()
+
+    def step_done(self) -> None:
+        """Count a finished step. The first ``warmup_steps`` of this process (allocations, autotuning, also
+        after a resume) are left out: timing restarts when the last of them ends."""
+        self.steps_done += 1
+        if self.steps_done == self.warmup_steps:
+            self.reset_interval()
+        elif self.steps_done > self.warmup_steps:
+            self.interval_steps += 1
+
+    def interval(self) -> dict[str, float]:
+        """Close the interval at a logging step: its step time and, past the warm-up, its throughput."""
+        now = self._now()
+        elapsed = now - self.interval_start
+        self.interval_start = now
+        steps, self.interval_steps = self.interval_steps, 0
+        if steps == 0:  # still warming up: time everything, report no throughput
+            return {}
+        self.measured_steps += steps
+        self.measured_seconds += elapsed
+        return {"step_time": elapsed / steps, **self._rates(steps * self.tokens_per_step, elapsed)}
+
+    def reset_interval(self) -> None:
+        """Restart timing (e.g. after a checkpoint save, which is not training time)."""
+        self.interval_start = self._now()
+        self.interval_steps = 0
+
+    def summary(self) -> dict[str, float]:
+        """Throughput over every measured (post-warm-up) step."""
+        if self.measured_steps == 0:
+            return {"tokens_per_sec": 0.0, "tflops_per_gpu": 0.0, "mfu": 0.0}
+        return self._rates(self.measured_steps * self.tokens_per_step, self.measured_seconds)
+
+    def _rates(self, tokens: int, seconds: float) -> dict[str, float]:
+        tokens_per_sec = tokens / seconds
+        tflops = tokens_per_sec * self.flops_per_token / 1e12
+        return {
+            "tokens_per_sec": tokens_per_sec,
+            "tflops_per_gpu": tflops,
+            "mfu": tflops / self.peak if self.peak else 0.0,
+        }

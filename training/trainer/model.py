@@ -1,0 +1,173 @@
+"""Decoder-only language model: embedding, N blocks, final RMSNorm, LM head, next-token cross-entropy.
+
+Two interchangeable blocks with the same parameter count (``contract.ModelShape.parameter_count``):
+
+* ``TorchBlock``: pre-norm RMSNorm, fused QKV, SDPA causal attention, SwiGLU MLP, no biases (fp32/fp16/bf16).
+* ``te_block``: ``transformer_engine.pytorch.TransformerLayer`` with the same structure (fp8/mxfp8/nvfp4),
+  imported lazily. kwargs checked against TE tag v2.11 ``transformer_engine/pytorch/transformer.py``.
+
+No positional embedding (NoPE): causal attention alone lets a decoder infer positions, and both blocks stay
+parameter-for-parameter identical to the contract's count.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from training.contract import ModelShape
+
+INIT_STD = 0.02
+NORM_EPS = 1e-5
+
+
+class TorchBlock(nn.Module):
+    """Pre-norm transformer block in plain PyTorch."""
+
+    def __init__(self, shape: ModelShape):
+        super().__init__()
+        h, f = shape.hidden_size, shape.ffn_hidden_size
+        self.num_heads = shape.num_heads
+        self.attention_norm = nn.RMSNorm(h, eps=NORM_EPS)
+        self.qkv = nn.Linear(h, 3 * h, bias=False)
+        self.out_proj = nn.Linear(h, h, bias=False)
+        self.ffn_norm = nn.RMSNorm(h, eps=NORM_EPS)
+        self.gate_up = nn.Linear(h, 2 * f, bias=False)
+        self.down = nn.Linear(f, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = (
+            self.qkv(self.attention_norm(x)).view(b, s, 3, self.num_heads, h // self.num_heads).unbind(2)
+        )
+        attn = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.out_proj(attn.transpose(1, 2).reshape(b, s, h))
+        gate, up = self.gate_up(self.ffn_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) -> nn.Module:
+    """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, SwiGLU)."""
+    te = importlib.import_module("transformer_engine.pytorch")
+    return te.TransformerLayer(
+        hidden_size=shape.hidden_size,
+        ffn_hidden_size=shape.ffn_hidden_size,
+        num_attention_heads=shape.num_heads,
+        layernorm_epsilon=NORM_EPS,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        init_method=lambda w: nn.init.normal_(w, std=INIT_STD),
+        output_layer_init_method=lambda w: nn.init.normal_(w, std=INIT_STD / math.sqrt(2 * shape.num_layers)),
+        layer_number=layer_number,
+        self_attn_mask_type="causal",
+        params_dtype=params_dtype,
+        fuse_qkv_params=True,
+        bias=False,
+        activation="swiglu",
+        normalization="RMSNorm",
+        attn_input_format="bshd",
+        device="cuda",
+    )
+
+
+class Transformer(nn.Module):
+    """The LM. ``forward(tokens, targets)`` returns the mean next-token cross-entropy (fp32)."""
+
+    def __init__(self, shape: ModelShape, blocks: list[nn.Module], activation_checkpointing: bool = False):
+        super().__init__()
+        self.shape = shape
+        self.embed = nn.Embedding(shape.vocab_size, shape.hidden_size)
+        self.layers = nn.ModuleList(blocks)
+        self.norm = nn.RMSNorm(shape.hidden_size, eps=NORM_EPS)
+        self.head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
+        self.activation_checkpointing = activation_checkpointing
+        self.checkpoint_fn: Callable = _torch_checkpoint
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = self.checkpoint_fn(layer, x) if self.activation_checkpointing and self.training else layer(x)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def _torch_checkpoint(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return checkpoint(layer, x, use_reentrant=False)
+
+
+def _te_checkpoint(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    # te.distributed.checkpoint keeps FP8 scaling state consistent between the forward and the recompute.
+    te = importlib.import_module("transformer_engine.pytorch")
+    return te.distributed.checkpoint(layer, x, use_reentrant=False)
+
+
+def build_model(
+    shape: ModelShape,
+    *,
+    use_te: bool,
+    activation_checkpointing: bool,
+    device: torch.device,
+    te_params_dtype: torch.dtype,
+) -> Transformer:
+    """Build the model, uninitialized: call ``init_weights`` after sharding.
+
+    The plain-PyTorch model is built on the meta device (no memory until FSDP2 has sharded it and ``to_empty``
+    materializes each rank's shard). TE layers cannot be built on meta and then ``to_empty``-ed without losing
+    TE's own initialization, so the TE model is built on ``device`` (TE initializes its layers there).
+    """
+    if use_te:
+        blocks = [te_block(shape, i + 1, te_params_dtype) for i in range(shape.num_layers)]
+        with torch.device(device):
+            model = Transformer(shape, blocks, activation_checkpointing)
+        model.checkpoint_fn = _te_checkpoint
+        return model
+    with torch.device("meta"):
+        return Transformer(
+            shape, [TorchBlock(shape) for _ in range(shape.num_layers)], activation_checkpointing
+        )
+
+
+def _init_value(name: str, param: torch.Tensor, num_layers: int, generator: torch.Generator) -> torch.Tensor:
+    """The full initial value of one parameter: ones for norms, N(0, 0.02) for weights, output projections of
+    each block scaled by 1/sqrt(2 * num_layers) (GPT-2 style)."""
+    if name.endswith("norm.weight"):
+        return torch.ones(param.shape, device=param.device, dtype=param.dtype)
+    std = (
+        INIT_STD / math.sqrt(2 * num_layers)
+        if name.endswith(("out_proj.weight", "down.weight"))
+        else INIT_STD
+    )
+    full = torch.empty(param.shape, device=param.device, dtype=torch.float32)
+    return full.normal_(0.0, std, generator=generator).to(param.dtype)
+
+
+@torch.no_grad()
+def init_weights(model: Transformer, seed: int) -> None:
+    """Initialize the (materialized, possibly sharded) parameters: each parameter's FULL value is
+    drawn from a generator seeded by (seed, parameter index), then this rank keeps its shard. The result does
+    not depend on the world size. TE layers (already initialized by TE) are skipped."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    for index, (name, param) in enumerate(model.named_parameters()):
+        if name.startswith("layers.") and not isinstance(_owner(model, name), TorchBlock):
+            continue
+        generator = torch.Generator(device=param.device).manual_seed(seed * 1_000_003 + index)
+        if isinstance(param, DTensor):
+            full = _init_value(
+                name, param.to_local().new_empty(param.shape), model.shape.num_layers, generator
+            )
+            param.copy_(distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None))
+        else:
+            param.copy_(_init_value(name, param, model.shape.num_layers, generator))
+
+
+def _owner(model: Transformer, param_name: str) -> nn.Module:
+    return model.layers[int(param_name.split(".")[1])]

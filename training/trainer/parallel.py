@@ -1,0 +1,80 @@
+"""Process group, device mesh, and FSDP2 sharding (``fully_shard`` per block, then at the root).
+
+NCCL on GPUs, gloo on CPU. Works under ``torchrun`` (reads RANK/WORLD_SIZE/LOCAL_RANK) and, for the benchmark,
+as a single process (world size 1 on a free local port).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from training.trainer.model import Transformer
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    mesh: DeviceMesh
+    cpu_group: dist.ProcessGroup
+    """A gloo group for small host-side agreements (the stop flag) that must not sync the GPU stream."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed() -> DistEnv:
+    """Start the default process group (NCCL if a GPU is visible, else gloo) and a 1-D mesh over all ranks."""
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    world = dist.get_world_size()
+    mesh = init_device_mesh(device.type, (world,))
+    cpu_group = dist.new_group(backend="gloo") if device.type == "cuda" else dist.group.WORLD
+    return DistEnv(dist.get_rank(), world, local_rank, device, mesh, cpu_group)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def mixed_precision(dtype: torch.dtype) -> MixedPrecisionPolicy:
+    """Compute in ``dtype``, keep fp32 primary weights, reduce gradients in fp32."""
+    if dtype == torch.float32:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def shard_model(
+    model: Transformer, mesh: DeviceMesh, policy: MixedPrecisionPolicy, device: torch.device
+) -> None:
+    """``fully_shard`` each block (its own all-gather/reduce-scatter unit), then the root (embedding, norm, head).
+
+    The last block keeps its parameters gathered after forward (backward needs them right away). Meta-device
+    parameters are then materialized on ``device`` (uninitialized: see ``model.init_weights``).
+    """
+    for index, block in enumerate(model.layers):
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=index < len(model.layers) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    if any(p.is_meta for p in model.parameters()):
+        model.to_empty(device=device)
