@@ -7,7 +7,7 @@ network interfaces only in the given VPC, and use only the given KMS keys.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Aws, Duration, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -73,7 +73,7 @@ class SageMakerExecutionRole(Construct):
             max_session_duration=Duration.hours(hours),
             assumed_by=iam.ServicePrincipal(
                 SAGEMAKER_SERVICE,
-                conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}},
+                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
             ),
         )
 

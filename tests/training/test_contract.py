@@ -1,0 +1,140 @@
+"""training/contract.py: the names, types and regexes both wings rely on."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from training import contract as c
+
+
+def test_both_spellings_and_sagemaker_strings_parse():
+    values = c.parse_hyperparameters(
+        {"num-layers": "4", "--batch_size": "2", "activation_checkpointing": "True", "learning_rate": "1e-3"}
+    )
+    assert values["num_layers"] == 4 and values["batch_size"] == 2
+    assert values["activation_checkpointing"] is True and values["learning_rate"] == pytest.approx(1e-3)
+    # JSON values (from a Step Functions input) parse too.
+    assert c.parse_hyperparameters({"num_layers": 3, "activation_checkpointing": False})["num_layers"] == 3
+
+
+def test_defaults_and_presets_fill_the_dims():
+    values = c.parse_hyperparameters({})
+    assert values["precision"] == "bf16" and values["model_preset"] == "1b"
+    preset = c.MODEL_PRESETS["1b"]
+    assert (values["num_layers"], values["hidden_size"], values["num_heads"]) == (
+        preset.num_layers,
+        preset.hidden_size,
+        preset.num_heads,
+    )
+    assert c.parse_hyperparameters({"model_preset": "8b", "num_layers": "2"})["hidden_size"] == 4096
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "fragment"),
+    [
+        ({"precision": "int4"}, "precision", "one of fp32, fp16, bf16, fp8, mxfp8, nvfp4"),
+        ({"batch_size": "0"}, "batch_size", "an integer in [1, 4096]"),
+        ({"batch_size": "2.5"}, "batch_size", "an integer"),
+        ({"num_layers": True}, "num_layers", "an integer"),
+        ({"activation_checkpointing": "maybe"}, "activation_checkpointing", "true or false"),
+        ({"learning_rate": "nan"}, "learning_rate", "a number"),
+        ({"colour": "red"}, "colour", "unknown setting"),
+        ({"model_preset": "custom", "num_layers": "2"}, "hidden_size", "must be set when model_preset=custom"),
+        ({"precision": "mxfp8", "seq_length": "4112"}, "seq_length", "multiple of 32 for precision=mxfp8"),
+        ({"num_heads": "7"}, "num_heads", "must divide hidden_size"),
+        ({"quantized_model_init": "true"}, "quantized_model_init", "fp8 or mxfp8"),
+        ({"max_steps": "3", "throughput_warmup_steps": "3"}, "throughput_warmup_steps", "less than max_steps"),
+    ],
+)
+def test_errors_name_the_field_and_the_allowed_values(raw, field, fragment):
+    with pytest.raises(c.ContractError) as info:
+        c.parse_hyperparameters(raw)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert fragment in str(info.value)
+
+
+def test_precision_hardware_matrix():
+    hopper, blackwell, rtx_blackwell, ampere = (9, 0), (10, 0), (12, 0), (8, 0)
+    assert all(c.precision_supported_on(p, blackwell) for p in c.PRECISIONS)
+    assert c.precision_supported_on("fp8", hopper) and not c.precision_supported_on("mxfp8", hopper)
+    assert not c.precision_supported_on("nvfp4", hopper)
+    assert not c.precision_supported_on("mxfp8", rtx_blackwell)
+    assert not c.precision_supported_on("fp8", ampere) and c.precision_supported_on("bf16", ampere)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        c.precision_supported_on("int8", blackwell)
+
+
+def test_instance_types_by_precision():
+    assert c.DEFAULT_INSTANCE_TYPE in c.GPU_INSTANCE_TYPES
+    blackwell = c.instance_types_supporting("mxfp8")
+    assert set(blackwell) == {"ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge", "ml.p6e-gb200.36xlarge"}
+    assert "ml.p5.48xlarge" in c.instance_types_supporting("fp8")
+    assert "ml.p4d.24xlarge" not in c.instance_types_supporting("fp8")
+    assert set(c.instance_types_supporting("bf16")) == set(c.GPU_INSTANCE_TYPES)
+
+
+def test_parameter_counts_match_the_preset_names():
+    billions = {name: shape.parameter_count() / 1e9 for name, shape in c.MODEL_PRESETS.items()}
+    for name, count in billions.items():
+        nominal = float(name.rstrip("b"))
+        assert 0.7 * nominal <= count <= 1.3 * nominal, (name, count)
+
+
+def test_sagemaker_hyperparameters_are_strings_with_contract_names():
+    rendered = c.to_sagemaker_hyperparameters({"num-layers": 4, "activation_checkpointing": True, "precision": "fp8"})
+    assert rendered == {"num_layers": "4", "activation_checkpointing": "true", "precision": "fp8"}
+    assert c.parse_hyperparameters(rendered)["num_layers"] == 4
+    with pytest.raises(c.ContractError, match="unknown setting"):
+        c.to_sagemaker_hyperparameters({"colour": "red"})
+
+
+def test_metric_definitions_fit_sagemaker_limits():
+    definitions = c.metric_definitions()
+    assert len(definitions) <= 40
+    assert len({d.name for d in definitions}) == len(definitions)
+    for definition in definitions:
+        assert len(definition.regex) <= 500
+        assert re.compile(definition.regex).groups == 1
+        assert definition.as_sagemaker() == {"Name": definition.name, "Regex": definition.regex}
+
+
+def test_metric_lines_round_trip_through_the_regexes():
+    step = c.format_step_line(
+        120,
+        {
+            "loss": 2.345678,
+            "lr": 3e-4,
+            "grad_norm": 0.75,
+            "tokens_per_sec": 51234.5,
+            "tflops_per_gpu": 812.3,
+            "mfu": 0.361,
+            "peak_mem_gb": 22.8,
+            "step_time": 2.56,
+        },
+    )
+    parsed = c.parse_metric_line(step)
+    assert parsed == {
+        "train:loss": 2.34568,
+        "train:lr": 3e-4,
+        "train:grad_norm": 0.75,
+        "train:tokens_per_sec": 51234.5,
+        "train:tflops_per_gpu": 812.3,
+        "train:mfu": 0.361,
+        "train:peak_mem_gb": 22.8,
+        "train:step_time": 2.56,
+    }
+    summary = c.format_summary_line({"steps": 1000, "final_loss": 1.5, "tokens_per_sec": 6000.0, "train_seconds": 3600})
+    assert c.parse_metric_line(summary) == {
+        "final:final_loss": 1.5,
+        "final:tokens_per_sec": 6000.0,
+        "final:train_seconds": 3600.0,
+    }
+
+
+def test_config_line_never_matches_a_metric():
+    line = c.format_config_line(c.parse_hyperparameters({"max_steps": "50"}))
+    assert line.startswith("config ") and "max_steps=50" in line
+    assert c.parse_metric_line(line) == {}
