@@ -41,11 +41,19 @@ def test_defaults_and_presets_fill_the_dims():
         ({"activation_checkpointing": "maybe"}, "activation_checkpointing", "true or false"),
         ({"learning_rate": "nan"}, "learning_rate", "a number"),
         ({"colour": "red"}, "colour", "unknown setting"),
-        ({"model_preset": "custom", "num_layers": "2"}, "hidden_size", "must be set when model_preset=custom"),
+        (
+            {"model_preset": "custom", "num_layers": "2"},
+            "hidden_size",
+            "must be set when model_preset=custom",
+        ),
         ({"precision": "mxfp8", "seq_length": "4112"}, "seq_length", "multiple of 32 for precision=mxfp8"),
         ({"num_heads": "7"}, "num_heads", "must divide hidden_size"),
         ({"quantized_model_init": "true"}, "quantized_model_init", "fp8 or mxfp8"),
-        ({"max_steps": "3", "throughput_warmup_steps": "3"}, "throughput_warmup_steps", "less than max_steps"),
+        (
+            {"max_steps": "3", "throughput_warmup_steps": "3"},
+            "throughput_warmup_steps",
+            "less than max_steps",
+        ),
     ],
 )
 def test_errors_name_the_field_and_the_allowed_values(raw, field, fragment):
@@ -84,7 +92,9 @@ def test_parameter_counts_match_the_preset_names():
 
 
 def test_sagemaker_hyperparameters_are_strings_with_contract_names():
-    rendered = c.to_sagemaker_hyperparameters({"num-layers": 4, "activation_checkpointing": True, "precision": "fp8"})
+    rendered = c.to_sagemaker_hyperparameters(
+        {"num-layers": 4, "activation_checkpointing": True, "precision": "fp8"}
+    )
     assert rendered == {"num_layers": "4", "activation_checkpointing": "true", "precision": "fp8"}
     assert c.parse_hyperparameters(rendered)["num_layers"] == 4
     with pytest.raises(c.ContractError, match="unknown setting"):
@@ -126,7 +136,9 @@ def test_metric_lines_round_trip_through_the_regexes():
         "train:peak_mem_gb": 22.8,
         "train:step_time": 2.56,
     }
-    summary = c.format_summary_line({"steps": 1000, "final_loss": 1.5, "tokens_per_sec": 6000.0, "train_seconds": 3600})
+    summary = c.format_summary_line(
+        {"steps": 1000, "final_loss": 1.5, "tokens_per_sec": 6000.0, "train_seconds": 3600}
+    )
     assert c.parse_metric_line(summary) == {
         "final:final_loss": 1.5,
         "final:tokens_per_sec": 6000.0,

@@ -1,0 +1,73 @@
+"""Helpers for the trainer tests: tiny-model settings, running the trainer under torchrun, parsing its lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+TINY = {
+    "model_preset": "custom",
+    "num_layers": "2",
+    "hidden_size": "64",
+    "num_heads": "4",
+    "ffn_hidden_size": "128",
+    "vocab_size": "256",
+    "seq_length": "32",
+    "batch_size": "4",
+    "precision": "fp32",
+    "learning_rate": "0.003",
+    "lr_warmup_steps": "3",
+    "log_interval": "1",
+    "throughput_warmup_steps": "1",
+    "deterministic": "true",
+}
+
+
+def cli_args(settings: dict[str, str]) -> list[str]:
+    return [part for key, value in settings.items() for part in (f"--{key}", str(value))]
+
+
+def env() -> dict[str, str]:
+    """Environment for child processes: the venv first on PATH, the repository importable, one thread each."""
+    out = dict(os.environ)
+    out["PATH"] = f"{VENV_BIN}{os.pathsep}{out.get('PATH', '')}"
+    out["PYTHONPATH"] = str(ROOT)
+    out["OMP_NUM_THREADS"] = "1"
+    return out
+
+
+def torchrun_cmd(settings: dict[str, str], nproc: int = 2) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+        "-m", "training.trainer", *cli_args(settings),
+    ]  # fmt: skip
+
+
+def run_trainer(settings: dict[str, str], nproc: int = 2, timeout: float = 180) -> str:
+    """Run the trainer to completion under torchrun; return stdout+stderr (asserting exit status 0)."""
+    proc = subprocess.run(
+        torchrun_cmd(settings, nproc), env=env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    return output
+
+
+def step_lines(output: str) -> dict[int, str]:
+    """``step=N ...`` lines by step number."""
+    return {int(line.split()[0][5:]): line for line in output.splitlines() if line.startswith("step=")}
+
+
+def fields(line: str) -> dict[str, str]:
+    """``key=value`` pairs of a config/step/summary line."""
+    return dict(part.split("=", 1) for part in line.split() if "=" in part)
+
+
+def losses(output: str) -> dict[int, str]:
+    """The printed loss of every step (as printed: comparing strings compares every printed digit)."""
+    return {step: fields(line)["loss"] for step, line in step_lines(output).items()}

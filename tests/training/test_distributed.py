@@ -1,0 +1,151 @@
+"""End-to-end trainer runs: 2 processes under real torchrun on gloo, a tiny model, CPU."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from training import contract
+from training.trainer.checkpoint import complete_checkpoints
+
+from .runner import ROOT, TINY, env, fields, losses, run_trainer, step_lines, torchrun_cmd
+
+pytestmark = pytest.mark.slow
+STEPS = 12
+
+
+def settings(tmp: Path, name: str, **extra: str) -> dict[str, str]:
+    return {
+        **TINY,
+        "max_steps": str(STEPS),
+        "checkpoint_interval": "6",
+        "checkpoint_dir": str(tmp / f"ckpt_{name}"),
+        "model_dir": str(tmp / f"model_{name}"),
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, str]:
+    """One uninterrupted 12-step run, checkpoints at steps 6 and 12."""
+    tmp = tmp_path_factory.mktemp("reference")
+    return tmp, run_trainer(settings(tmp, "ref"))
+
+
+def load_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(model_dir / "model.pt", weights_only=False)["state_dict"]
+
+
+def test_loss_falls_on_synthetic_data(reference):
+    _, output = reference
+    by_step = {step: float(loss) for step, loss in losses(output).items()}
+    assert sorted(by_step) == list(range(1, STEPS + 1))
+    assert by_step[STEPS] < by_step[1] - 1.0
+
+
+def test_activation_checkpointing_gives_the_same_losses(reference, tmp_path):
+    _, output = reference
+    with_ac = run_trainer(settings(tmp_path, "ac", activation_checkpointing="true"))
+    assert "activation_checkpointing=true" in with_ac
+    assert losses(with_ac) == losses(output)
+    for name, tensor in load_weights(tmp_path / "model_ac").items():
+        torch.testing.assert_close(
+            tensor, load_weights(reference[0] / "model_ref")[name], rtol=1e-6, atol=1e-6
+        )
+
+
+def resume_from_step_6(reference, tmp_path: Path, name: str) -> tuple[str, Path]:
+    ref_dir, _ = reference
+    ckpt = tmp_path / f"ckpt_{name}"
+    ckpt.mkdir(exist_ok=True)
+    shutil.copytree(ref_dir / "ckpt_ref" / "step_00000006", ckpt / "step_00000006")
+    return run_trainer(settings(tmp_path, name)), ckpt
+
+
+def test_resume_continues_bit_for_bit(reference, tmp_path):
+    ref_dir, ref_output = reference
+    output, _ = resume_from_step_6(reference, tmp_path, "resume")
+    assert "at step 6" in output
+    assert sorted(step_lines(output)) == list(range(7, STEPS + 1))
+    for step in range(7, STEPS + 1):
+        # loss, lr and grad_norm as printed; throughput fields differ by nature
+        keys = ("loss", "lr", "grad_norm")
+        assert [fields(step_lines(output)[step])[k] for k in keys] == [
+            fields(step_lines(ref_output)[step])[k] for k in keys
+        ]
+    resumed, uninterrupted = load_weights(tmp_path / "model_resume"), load_weights(ref_dir / "model_ref")
+    assert resumed.keys() == uninterrupted.keys()
+    for name, tensor in resumed.items():
+        assert torch.equal(tensor, uninterrupted[name]), name
+
+
+def test_incomplete_checkpoints_are_ignored_and_kept(reference, tmp_path):
+    ckpt = tmp_path / "ckpt_trunc"
+    ckpt.mkdir()
+    newest = reference[0] / "ckpt_ref" / "step_00000012"
+    # a newer checkpoint whose shard was truncated, and one still being written (.tmp)
+    shutil.copytree(newest, ckpt / "step_00000009")
+    shard = next((ckpt / "step_00000009").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    shutil.copytree(newest, ckpt / "step_00000010.tmp")
+    output, _ = resume_from_step_6(reference, tmp_path, "trunc")
+    assert "at step 6" in output
+    assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
+    assert (ckpt / "step_00000009").is_dir() and (ckpt / "step_00000010.tmp").is_dir()
+    assert [step for step, _ in complete_checkpoints(ckpt)] == [6, 12]
+
+
+def test_metric_definitions_read_real_trainer_output(reference):
+    _, output = reference
+    last = step_lines(output)[STEPS]
+    summary = next(line for line in output.splitlines() if line.startswith("summary "))
+    parsed = contract.parse_metric_line(last)
+    printed = fields(last)
+    assert {f"train:{k}" for k in contract.STEP_METRICS} == set(parsed)
+    for key in contract.STEP_METRICS:
+        assert parsed[f"train:{key}"] == float(printed[key])
+    parsed_summary = contract.parse_metric_line(summary)
+    assert {f"final:{k}" for k in contract.SUMMARY_METRICS if k != "steps"} == set(parsed_summary)
+    for key, value in fields(summary).items():
+        if key != "steps":
+            assert parsed_summary[f"final:{key}"] == float(value)
+    assert float(fields(summary)["final_loss"]) == float(printed["loss"])
+    config = next(line for line in output.splitlines() if line.startswith("config "))
+    assert contract.parse_metric_line(config) == {}
+
+
+def run_until_sigterm(cfg: dict[str, str], after_step_seen: int) -> str:
+    """Start the trainer, send SIGTERM to torchrun once ``after_step_seen`` steps were logged; return output."""
+    proc = subprocess.Popen(
+        torchrun_cmd(cfg), env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("step=") and len(step_lines("".join(seen))) >= after_step_seen:
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return "".join(seen) + rest
+
+
+def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path):
+    cfg = settings(tmp_path, "term", max_steps="100000", checkpoint_interval="0")
+    first = run_until_sigterm(cfg, after_step_seen=3)
+    assert "stopping at step" in first, first
+    stopped_at = max(step_lines(first))
+    assert [step for step, _ in complete_checkpoints(cfg["checkpoint_dir"])] == [stopped_at]
+    assert not Path(cfg["model_dir"], "model.pt").exists()  # stopped early: no final model
+
+    second = run_until_sigterm(cfg, after_step_seen=2)
+    assert f"at step {stopped_at}" in second
+    assert min(step_lines(second)) == stopped_at + 1
+    assert max(step for step, _ in complete_checkpoints(cfg["checkpoint_dir"])) == max(step_lines(second))
