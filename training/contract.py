@@ -185,17 +185,9 @@ class Hyperparameter:
         """Parse a raw value (a string from SageMaker, or a JSON value) into its type, or raise ContractError."""
         if raw is None:
             return None
-        text = raw if isinstance(raw, str) else None
         try:
             if self.kind == "bool":
-                if isinstance(raw, bool):
-                    return raw
-                lowered = str(raw).strip().lower()
-                if lowered in ("true", "1", "yes"):
-                    return True
-                if lowered in ("false", "0", "no"):
-                    return False
-                raise ValueError
+                return _parse_bool(raw)
             if self.kind == "choice":
                 value = str(raw).strip().lower()
                 if value not in self.choices:
@@ -203,25 +195,40 @@ class Hyperparameter:
                 return value
             if self.kind == "str":
                 return str(raw)
-            if self.kind == "int":
-                if isinstance(raw, bool):
-                    raise ValueError
-                value = int(text.strip()) if text is not None else int(raw)
-                if text is None and value != raw:
-                    raise ValueError
-            else:
-                if isinstance(raw, bool):
-                    raise ValueError
-                value = float(text.strip()) if text is not None else float(raw)
-                if not math.isfinite(value):
-                    raise ValueError
+            number = _parse_number(raw, integer=self.kind == "int")
         except (TypeError, ValueError):
             raise ContractError(self.name, f"must be {self.allowed()}; got {raw!r}") from None
-        if (self.minimum is not None and value < self.minimum) or (
-            self.maximum is not None and value > self.maximum
+        if (self.minimum is not None and number < self.minimum) or (
+            self.maximum is not None and number > self.maximum
         ):
             raise ContractError(self.name, f"must be {self.allowed()}; got {raw!r}")
+        return number
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    lowered = str(raw).strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(raw)
+
+
+def _parse_number(raw: Any, *, integer: bool) -> float:
+    """An int (``integer``) or a finite float from a string or a JSON number; bools and 2.5-as-int are refused."""
+    if isinstance(raw, bool):
+        raise ValueError(raw)
+    if integer:
+        value = int(raw.strip()) if isinstance(raw, str) else int(raw)
+        if not isinstance(raw, str) and value != raw:
+            raise ValueError(raw)
         return value
+    number = float(raw.strip()) if isinstance(raw, str) else float(raw)
+    if not math.isfinite(number):
+        raise ValueError(raw)
+    return number
 
 
 def _fmt(number: float) -> str:
