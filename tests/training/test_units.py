@@ -1,0 +1,144 @@
+"""Model, data, checkpoint-folder and metrics units (single process, no torchrun)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from training import contract
+from training.trainer import checkpoint, data, loop, metrics, model
+
+SHAPE = contract.ModelShape(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256)
+
+
+def tiny_model() -> model.Transformer:
+    net = model.build_model(
+        SHAPE,
+        use_te=False,
+        activation_checkpointing=False,
+        device=torch.device("cpu"),
+        te_params_dtype=torch.float32,
+    )
+    net.to_empty(device="cpu")
+    model.init_weights(net, seed=1)
+    return net
+
+
+def test_torch_model_matches_the_contract_parameter_count():
+    assert sum(p.numel() for p in tiny_model().parameters()) == SHAPE.parameter_count()
+
+
+def test_init_is_seeded_and_loss_starts_near_log_vocab():
+    a, b = tiny_model(), tiny_model()
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+    tokens, targets = data.SyntheticTokens(256, 32, 4, seed=0, rank=0, world_size=1).next_batch()
+    assert abs(a(tokens, targets).item() - np.log(256)) < 0.5
+
+
+def test_attention_is_causal():
+    net = tiny_model()
+    block = net.layers[0]
+    x = torch.randn(1, 8, 64)
+    y = x.clone()
+    y[:, 5:] = torch.randn(1, 3, 64)
+    torch.testing.assert_close(block(x)[:, :5], block(y)[:, :5])
+
+
+def test_synthetic_data_is_learnable_deterministic_and_resumable():
+    ds = data.SyntheticTokens(256, 16, 3, seed=7, rank=1, world_size=2)
+    first = [ds.next_batch() for _ in range(3)]
+    tokens, targets = first[0]
+    assert torch.equal(tokens[:, 1:], targets[:, :-1])
+    successor = {int(a): int(b) for a, b in zip(tokens.flatten(), targets.flatten(), strict=True)}
+    for a, b in zip(first[1][0].flatten(), first[1][1].flatten(), strict=True):
+        assert successor.get(int(a), int(b)) == int(b)  # one fixed next token per token
+    other_rank = data.SyntheticTokens(256, 16, 3, seed=7, rank=0, world_size=2).next_batch()[0]
+    assert not torch.equal(other_rank, tokens)
+    resumed = data.SyntheticTokens(256, 16, 3, seed=7, rank=1, world_size=2)
+    resumed.load_state_dict({"position": 2})
+    assert torch.equal(resumed.next_batch()[0], first[2][0])
+
+
+def write_token_files(directory) -> np.ndarray:
+    tokens = np.arange(1000, dtype=np.uint32) % 300
+    tokens[:600].tofile(directory / "a.bin")
+    np.save(directory / "b.npy", (tokens[600:].astype(np.int64) + 50) % 300)  # no continuity across files
+    return tokens
+
+
+def test_token_files_are_sharded_across_ranks_and_resumable(tmp_path):
+    write_token_files(tmp_path)
+    ranks = [data.TokenFiles(str(tmp_path), "uint32", 300, 9, 2, 5, r, 2) for r in range(2)]
+    windows = [tuple(row.tolist()) for _ in range(2) for ds in ranks for row in ds.next_batch()[0]]
+    assert len(set(windows)) == len(windows) == 8  # 2 steps x 2 ranks x batch 2, all different windows
+    for window in windows:
+        assert all((b - a) % 300 == 1 for a, b in zip(window, window[1:], strict=False))  # never across files
+    resumed = data.TokenFiles(str(tmp_path), "uint32", 300, 9, 2, 5, 1, 2)
+    resumed.load_state_dict(ranks[1].state_dict())  # position 2
+    assert torch.equal(resumed.next_batch()[0], ranks[1].next_batch()[0])
+
+
+def test_token_files_errors_name_the_setting(tmp_path):
+    with pytest.raises(contract.ContractError) as err:
+        data.TokenFiles(str(tmp_path), "uint16", 300, 9, 2, 5, 0, 2)
+    assert err.value.field == "dataset"
+    write_token_files(tmp_path)
+    with pytest.raises(contract.ContractError) as err:
+        data.TokenFiles(str(tmp_path), "uint32", 100, 9, 2, 5, 0, 2).next_batch()
+    assert err.value.field == "vocab_size"
+
+
+def test_channel_dir_comes_from_sm_channel_train(monkeypatch):
+    monkeypatch.delenv("SM_CHANNEL_TRAIN", raising=False)
+    with pytest.raises(contract.ContractError, match="SM_CHANNEL_TRAIN"):
+        data.channel_dir()
+    monkeypatch.setenv("SM_CHANNEL_TRAIN", "/data/train")
+    assert data.channel_dir() == "/data/train"
+
+
+def fake_checkpoint(root, name: str, complete: bool = True):
+    path = root / name
+    path.mkdir(parents=True)
+    (path / "shard").write_bytes(b"x" * 10)
+    if complete:
+        (path / checkpoint.MARKER).write_text(json.dumps({"world_size": 1, "files": {"shard": 10}}))
+    return path
+
+
+def test_only_complete_checkpoints_count(tmp_path):
+    fake_checkpoint(tmp_path, "step_00000002")
+    fake_checkpoint(tmp_path, "step_00000004.tmp")
+    fake_checkpoint(tmp_path, "step_00000006", complete=False)
+    truncated = fake_checkpoint(tmp_path, "step_00000008")
+    (truncated / "shard").write_bytes(b"x")
+    fake_checkpoint(tmp_path, "notes")
+    assert [step for step, _ in checkpoint.complete_checkpoints(tmp_path)] == [2]
+    assert checkpoint.complete_checkpoints(tmp_path / "missing") == []
+
+
+def test_flops_formula():
+    n = SHAPE.parameter_count() - 256 * 64
+    assert metrics.flops_per_token(SHAPE, 32) == 6 * n + 12 * 2 * 64 * 32
+
+
+def test_throughput_leaves_out_warmup_and_is_zero_mfu_on_cpu():
+    meter = metrics.Throughput(SHAPE, 32, 128, warmup_steps=2, device=torch.device("cpu"), precision="fp32")
+    meter.start()
+    meter.step_done()
+    assert meter.interval() == {}
+    for _ in range(3):
+        meter.step_done()
+    rates = meter.interval()
+    assert meter.measured_steps == 2 and rates["mfu"] == 0.0 and rates["tokens_per_sec"] > 0
+    assert rates["tflops_per_gpu"] == pytest.approx(rates["tokens_per_sec"] * meter.flops_per_token / 1e12)
+    assert metrics.peak_memory_gb(torch.device("cpu")) > 0
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    factors = [loop.lr_factor(s, 4, 20) for s in range(25)]
+    assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(a >= b for a, b in zip(factors[3:], factors[4:], strict=False))
+    assert factors[20] == pytest.approx(loop.MIN_LR_RATIO) and factors[24] == pytest.approx(loop.MIN_LR_RATIO)
