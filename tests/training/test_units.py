@@ -62,21 +62,20 @@ def test_synthetic_data_is_learnable_deterministic_and_resumable():
     assert torch.equal(resumed.next_batch()[0], first[2][0])
 
 
-def write_token_files(directory) -> np.ndarray:
-    tokens = np.arange(1000, dtype=np.uint32) % 300
-    tokens[:600].tofile(directory / "a.bin")
-    np.save(directory / "b.npy", (tokens[600:].astype(np.int64) + 50) % 300)  # no continuity across files
-    return tokens
+def write_token_files(directory) -> None:
+    """Two files of distinct, consecutive token ids, with a jump between the files (ids < 2000)."""
+    np.arange(600, dtype=np.uint32).tofile(directory / "a.bin")
+    np.save(directory / "b.npy", np.arange(1000, 1400, dtype=np.int64))
 
 
 def test_token_files_are_sharded_across_ranks_and_resumable(tmp_path):
     write_token_files(tmp_path)
-    ranks = [data.TokenFiles(str(tmp_path), "uint32", 300, 9, 2, 5, r, 2) for r in range(2)]
+    ranks = [data.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, r, 2) for r in range(2)]
     windows = [tuple(row.tolist()) for _ in range(2) for ds in ranks for row in ds.next_batch()[0]]
     assert len(set(windows)) == len(windows) == 8  # 2 steps x 2 ranks x batch 2, all different windows
     for window in windows:
-        assert all((b - a) % 300 == 1 for a, b in zip(window, window[1:], strict=False))  # never across files
-    resumed = data.TokenFiles(str(tmp_path), "uint32", 300, 9, 2, 5, 1, 2)
+        assert all(b - a == 1 for a, b in zip(window, window[1:], strict=False))  # never across files
+    resumed = data.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, 1, 2)
     resumed.load_state_dict(ranks[1].state_dict())  # position 2
     assert torch.equal(resumed.next_batch()[0], ranks[1].next_batch()[0])
 
@@ -87,7 +86,7 @@ def test_token_files_errors_name_the_setting(tmp_path):
     assert err.value.field == "dataset"
     write_token_files(tmp_path)
     with pytest.raises(contract.ContractError) as err:
-        data.TokenFiles(str(tmp_path), "uint32", 100, 9, 2, 5, 0, 2).next_batch()
+        data.TokenFiles(str(tmp_path), "uint32", 500, 9, 2, 5, 0, 2).next_batch()
     assert err.value.field == "vocab_size"
 
 
