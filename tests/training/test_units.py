@@ -86,7 +86,7 @@ def test_token_files_errors_name_the_setting(tmp_path):
     assert err.value.field == "dataset"
     write_token_files(tmp_path)
     with pytest.raises(contract.ContractError) as err:
-        data.TokenFiles(str(tmp_path), "uint32", 500, 9, 2, 5, 0, 2).next_batch()
+        data.TokenFiles(str(tmp_path), "uint32", 10, 9, 2, 5, 0, 2).next_batch()
     assert err.value.field == "vocab_size"
 
 
