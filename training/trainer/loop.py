@@ -54,10 +54,13 @@ def _value(tensor: torch.Tensor) -> float:
     return float((tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).item())
 
 
-def run(cfg: TrainConfig, env: parallel.DistEnv, emit: Callable[[str], None] = print) -> dict[str, Any]:
+def run(
+    cfg: TrainConfig, env: parallel.DistEnv, emit: Callable[[str], None] = print, final_save: bool = True
+) -> dict[str, Any]:
     """Train to ``cfg.max_steps`` (or until SIGTERM); rank 0 emits the config, step and summary lines.
 
-    Returns the summary metrics (on every rank)."""
+    ``final_save=False`` (the benchmark) skips the end-of-run checkpoint and model file. Returns the summary
+    metrics (on every rank)."""
     set_determinism(cfg)
     plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
     net = build(cfg, env, plan)
@@ -152,7 +155,7 @@ def run(cfg: TrainConfig, env: parallel.DistEnv, emit: Callable[[str], None] = p
             say(f"stopping at step {step}: SIGTERM received, checkpoint saved")
             break
 
-    if not stopped:
+    if not stopped and final_save:
         if last_saved != step:
             save()
         saved = checkpoint.save_model(net, cfg.model_dir, step, cfg.as_dict(), env.rank)

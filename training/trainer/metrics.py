@@ -96,7 +96,7 @@ class Throughput:
             return {}
         self.measured_steps += steps
         self.measured_seconds += elapsed
-        return {"step_time": elapsed / steps, **self._rates(steps * self.tokens_per_step, elapsed)}
+        return {"step_time": elapsed / steps, **self.rates(steps * self.tokens_per_step, elapsed)}
 
     def reset_interval(self) -> None:
         """Restart timing (e.g. after a checkpoint save, which is not training time)."""
@@ -107,9 +107,9 @@ class Throughput:
         """Throughput over every measured (post-warm-up) step."""
         if self.measured_steps == 0:
             return {"tokens_per_sec": 0.0, "tflops_per_gpu": 0.0, "mfu": 0.0}
-        return self._rates(self.measured_steps * self.tokens_per_step, self.measured_seconds)
+        return self.rates(self.measured_steps * self.tokens_per_step, self.measured_seconds)
 
-    def _rates(self, tokens: int, seconds: float) -> dict[str, float]:
+    def rates(self, tokens: int, seconds: float) -> dict[str, float]:
         tokens_per_sec = tokens / seconds
         tflops = tokens_per_sec * self.flops_per_token / 1e12
         return {

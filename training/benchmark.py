@@ -1,0 +1,203 @@
+"""Throughput benchmark: our trainer next to a bare FSDP2 loop on the same model, over a grid.
+
+    python -m training.benchmark                      # CPU: a tiny model, fp32, a few steps (under a minute)
+    python -m training.benchmark --preset 1b          # GPU default: the 1B preset at seq 8192
+    torchrun --nproc-per-node 8 -m training.benchmark --preset 1b --seq-length 4096 --batch-sizes 1,4,16
+
+Grid: batch size x activation checkpointing x precision (GPU: bf16 and fp16, plus fp8/mxfp8/nvfp4 when
+Transformer Engine is installed and the GPU supports them; CPU: fp32). For each cell it prints tokens/s per GPU,
+TFLOP/s per GPU, MFU and peak memory for the trainer (``training.trainer.loop.run``: logging, stop-flag
+agreement, LR schedule) and for a bare loop (forward, backward, clip, AdamW step; nothing else), and the
+trainer's overhead. It prints numbers and asserts nothing about speed. A cell that runs out of GPU memory
+prints ``OOM`` and the grid goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+
+from training import contract
+from training.trainer import config, data, loop, metrics, parallel, precision
+
+TINY = {"model_preset": "custom", "num_layers": 2, "hidden_size": 128, "num_heads": 4, "ffn_hidden_size": 256,
+        "vocab_size": 512}  # fmt: skip
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    gpu = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--preset",
+        choices=tuple(contract.MODEL_PRESETS),
+        default="1b" if gpu else None,
+        help="Model preset (default: 1b on a GPU, a tiny custom model on CPU).",
+    )
+    parser.add_argument("--seq-length", type=int, default=8192 if gpu else 64)
+    parser.add_argument("--batch-sizes", default="1,2" if gpu else "1,4", help="Comma-separated.")
+    parser.add_argument(
+        "--precisions", default=None, help="Comma-separated (default: what this machine runs)."
+    )
+    parser.add_argument(
+        "--steps", type=int, default=10 if gpu else 8, help="Steps per cell, warm-up included."
+    )
+    parser.add_argument("--warmup", type=int, default=3, help="Warm-up steps left out of the figures.")
+    return parser.parse_args(argv)  # fmt: skip
+
+
+def default_precisions(device: torch.device) -> list[str]:
+    if device.type != "cuda":
+        return ["fp32"]
+    capability = torch.cuda.get_device_capability(device)
+    runnable = ["bf16", "fp16"]
+    if precision.te_available():
+        runnable += [p for p in ("fp8", "mxfp8", "nvfp4") if contract.precision_supported_on(p, capability)]
+    return runnable
+
+
+def make_config(
+    args: argparse.Namespace, prec: str, batch: int, ac: bool, workdir: str
+) -> config.TrainConfig:
+    shape = {"model_preset": args.preset} if args.preset else TINY
+    return config.config_from_mapping(
+        {
+            **shape,
+            "precision": prec,
+            "seq_length": args.seq_length,
+            "batch_size": batch,
+            "activation_checkpointing": ac,
+            "max_steps": args.steps,
+            "throughput_warmup_steps": args.warmup,
+            "log_interval": args.steps,
+            "lr_warmup_steps": 1,
+            "checkpoint_interval": 0,
+            "checkpoint_dir": f"{workdir}/checkpoints",
+            "model_dir": f"{workdir}/model",
+        }
+    )
+
+
+def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float]:
+    """The minimal FSDP2 training loop on the trainer's model: the baseline the trainer is compared with."""
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    net = loop.build(cfg, env, plan)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    scaler = plan.grad_scaler()
+    dataset = data.SyntheticTokens(
+        cfg.vocab_size, cfg.seq_length, cfg.batch_size, cfg.seed, env.rank, env.world_size
+    )
+    start = 0.0
+    for step in range(cfg.max_steps):
+        if step == cfg.throughput_warmup_steps:
+            _sync(env.device)
+            start = time.perf_counter()
+        tokens, targets = (t.to(env.device, non_blocking=True) for t in dataset.next_batch())
+        with plan.autocast():
+            loss = net(tokens, targets)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    _sync(env.device)
+    seconds = time.perf_counter() - start
+    tokens = (cfg.max_steps - cfg.throughput_warmup_steps) * cfg.batch_size * cfg.seq_length
+    meter = metrics.Throughput(cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision)
+    return {**meter.rates(tokens, seconds), "peak_mem_gb": metrics.peak_memory_gb(env.device)}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(fn, env: parallel.DistEnv) -> dict[str, float] | None:
+    """Run one measurement with fresh peak-memory statistics; None if it ran out of GPU memory."""
+    gc.collect()
+    if env.device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(env.device)
+    try:
+        return fn()
+    except torch.OutOfMemoryError:
+        return None
+    finally:
+        gc.collect()
+        if env.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def row(cells: list[str]) -> str:
+    widths = (9, 6, 4, 8, 13, 12, 7, 11, 9)
+    return " ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    env = parallel.init_distributed()
+    say = print if env.is_main else (lambda *_: None)
+    precisions = args.precisions.split(",") if args.precisions else default_precisions(env.device)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    gpu = metrics.gpu_name(env.device) or (
+        torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else "cpu"
+    )
+    shape = make_config(args, precisions[0], 1, False, "/unused").shape
+    say(
+        f"benchmark: {args.preset or 'tiny custom'} model ({shape.parameter_count() / 1e6:.1f}M parameters), "
+        f"seq {args.seq_length}, {args.steps} steps ({args.warmup} warm-up), world size {env.world_size}, {gpu}"
+    )
+    say(
+        "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS"
+    )
+    say(
+        row(
+            [
+                "precision",
+                "batch",
+                "ac",
+                "loop",
+                "tokens/s/GPU",
+                "TFLOP/s/GPU",
+                "MFU",
+                "peak mem GB",
+                "overhead",
+            ]
+        )
+    )
+    for prec in precisions:
+        for batch in batch_sizes:
+            for ac in (False, True):
+                with tempfile.TemporaryDirectory() as workdir:
+                    cfg = make_config(args, prec, batch, ac, workdir)
+                    ours = measure(
+                        lambda cfg=cfg: loop.run(cfg, env, emit=lambda _: None, final_save=False), env
+                    )
+                    bare = measure(lambda cfg=cfg: bare_loop(cfg, env), env)
+                for name, result in (("trainer", ours), ("bare", bare)):
+                    head = [prec, str(batch), "on" if ac else "off", name]
+                    if result is None:
+                        say(row([*head, "OOM", "", "", "", ""]))
+                        continue
+                    overhead = ""
+                    if name == "trainer" and bare:
+                        overhead = f"{100 * (1 - result['tokens_per_sec'] / bare['tokens_per_sec']):+.1f}%"
+                    say(row([*head, f"{result['tokens_per_sec']:.0f}", f"{result['tflops_per_gpu']:.3f}",
+                             f"{result['mfu']:.3f}", f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
