@@ -131,7 +131,7 @@ def measure(fn, env: parallel.DistEnv) -> dict[str, float] | None:
         torch.cuda.reset_peak_memory_stats(env.device)
     try:
         return fn()
-    except torch.OutOfMemoryError:
+    except torch.cuda.OutOfMemoryError:
         return None
     finally:
         gc.collect()

@@ -141,3 +141,16 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor():
     assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
     assert all(a >= b for a, b in zip(factors[3:], factors[4:], strict=False))
     assert factors[20] == pytest.approx(loop.MIN_LR_RATIO) and factors[24] == pytest.approx(loop.MIN_LR_RATIO)
+
+
+def test_save_model_never_overwrites(tmp_path):
+    net = tiny_model()
+    first = checkpoint.save_model(net, str(tmp_path), step=5, config={"num_layers": 2}, rank=0)
+    assert first == tmp_path / "model.pt"
+    before = first.read_bytes()
+    second = checkpoint.save_model(net, str(tmp_path), step=9, config={"num_layers": 2}, rank=0)
+    assert second == tmp_path / "model_step_00000009.pt"
+    assert first.read_bytes() == before
+    saved = torch.load(second, weights_only=False)
+    assert saved["step"] == 9 and saved["state_dict"].keys() == net.state_dict().keys()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "model_step_00000009.pt"]

@@ -1,0 +1,130 @@
+"""training/Dockerfile: base image, TE pin, layer order, layout, build-time self-check (parsed, not built)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+from training import contract
+
+TRAINING = Path(__file__).resolve().parents[2] / "training"
+DOCKERFILE = TRAINING / "Dockerfile"
+DLC_TAG = "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
+
+
+@pytest.fixture(scope="module")
+def parser() -> DockerfileParser:
+    return DockerfileParser(str(DOCKERFILE), cache_content=True)
+
+
+@pytest.fixture(scope="module")
+def instructions(parser) -> list[tuple[str, str]]:
+    return [(i["instruction"], i["value"]) for i in parser.structure if i["instruction"] != "COMMENT"]
+
+
+def _index(instructions, instruction: str, pattern: str) -> int:
+    found = [
+        n for n, (kind, value) in enumerate(instructions) if kind == instruction and re.search(pattern, value)
+    ]
+    assert found, f"no {instruction} matching {pattern!r}"
+    return found[0]
+
+
+def test_base_image_is_the_pytorch_dlc_with_registry_region_and_tag_as_args(parser, instructions):
+    assert parser.baseimage == f"763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:{DLC_TAG}"
+    from_index = _index(instructions, "FROM", ".")
+    declared = {value.split("=")[0] for kind, value in instructions[:from_index] if kind == "ARG"}
+    assert {"BASE_ACCOUNT", "BASE_REGION", "BASE_TAG"} <= declared
+    other = DockerfileParser(
+        str(DOCKERFILE),
+        build_args={"BASE_ACCOUNT": "626614931356", "BASE_REGION": "af-south-1", "BASE_TAG": "x"},
+    )
+    assert other.baseimage == "626614931356.dkr.ecr.af-south-1.amazonaws.com/pytorch-training:x"
+    china = DockerfileParser(
+        str(DOCKERFILE),
+        build_args={
+            "BASE_ACCOUNT": "727897471807",
+            "BASE_REGION": "cn-north-1",
+            "BASE_DOMAIN": "amazonaws.com.cn",
+        },
+    )
+    assert china.baseimage.startswith("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch-training:")
+
+
+def test_transformer_engine_is_pinned_and_built_against_the_dlc_torch(parser, instructions):
+    te = instructions[_index(instructions, "RUN", r"transformer_engine")][1]
+    assert '"transformer_engine[pytorch]==2.11.0"' in te
+    assert "--no-build-isolation" in te
+    assert parser.envs["NVTE_FRAMEWORK"] == "pytorch"
+    assert "MAX_JOBS" in te
+
+
+def test_cuda12_runtime_for_flash_attn_is_pinned_and_on_the_library_path(parser, instructions):
+    run = instructions[_index(instructions, "RUN", r"nvidia-cuda-runtime-cu12")][1]
+    assert re.search(r"nvidia-cuda-runtime-cu12==12\.\d+\.\d+", run), "pin an exact version"
+    assert parser.envs["LD_LIBRARY_PATH"].startswith(
+        "/usr/local/lib/python3.12/site-packages/nvidia/cuda_runtime/lib:"
+    )
+
+
+def test_slow_layers_come_before_the_trainer_code(instructions):
+    te = _index(instructions, "RUN", r"transformer_engine")
+    cudart = _index(instructions, "RUN", r"nvidia-cuda-runtime-cu12")
+    requirements = _index(instructions, "COPY", r"requirements\.tx\[t\]")
+    trainer = _index(instructions, "COPY", r"^\. /opt/ml/code/training/$")
+    entry = _index(instructions, "COPY", r"train\.sh /opt/ml/code/train\.sh")
+    assert te < cudart < requirements < trainer < entry
+    # Nothing before the trainer COPY copies the trainer itself (which would void the TE layer cache).
+    for kind, value in instructions[:trainer]:
+        if kind in ("COPY", "ADD"):
+            assert "trainer" not in value and not value.startswith(". ")
+
+
+def test_layout_and_sagemaker_settings_match_the_contract(parser, instructions):
+    assert parser.envs["SAGEMAKER_PROGRAM"] == contract.ENTRY_POINT
+    assert parser.envs["SAGEMAKER_SUBMIT_DIRECTORY"] == contract.CONTAINER_CODE_DIR
+    assert parser.envs["PYTHONPATH"] == contract.CONTAINER_CODE_DIR
+    entry = instructions[_index(instructions, "COPY", r"train\.sh")][1]
+    assert "--chmod=0755" in entry and entry.endswith(f"{contract.CONTAINER_CODE_DIR}/{contract.ENTRY_POINT}")
+    assert (TRAINING / "train.sh").is_file()
+
+
+def test_build_time_self_checks_run_after_the_code_is_in(instructions):
+    trainer = _index(instructions, "COPY", r"^\. /opt/ml/code/training/$")
+    check = _index(instructions, "RUN", r"python -m training\.trainer\.selfcheck")
+    help_run = _index(instructions, "RUN", r"^/opt/ml/code/train\.sh --help$")
+    assert trainer < check and trainer < help_run
+    command = instructions[check][1]
+    assert "--expected-te-version 2.11.0" in command
+    # The flag is the one the trainer's selfcheck accepts.
+    selfcheck = TRAINING / "trainer" / "selfcheck.py"
+    assert selfcheck.is_file(), "training/trainer/selfcheck.py is referenced by the Dockerfile"
+    assert '"--expected-te-version"' in selfcheck.read_text()
+
+
+def test_requirements_copy_tolerates_a_missing_requirements_file(instructions):
+    copy = instructions[_index(instructions, "COPY", r"requirements\.tx\[t\]")][1]
+    sources = copy.split()[:-1]
+    assert any((TRAINING / source).is_file() for source in sources if "[" not in source), (
+        "a COPY with only a non-matching wildcard fails; keep one file that always exists"
+    )
+    install = instructions[_index(instructions, "RUN", r"requirements\.txt")][1]
+    assert "if [ -f /tmp/requirements/requirements.txt ]" in install
+
+
+def test_dockerignore_keeps_caches_out():
+    ignored = (TRAINING / ".dockerignore").read_text().split()
+    assert "**/__pycache__" in ignored and "**/*.py[cod]" in ignored
+
+
+def test_the_build_passes_every_arg_the_dockerfile_declares_before_from(instructions):
+    from constructs_lib.image_build import buildspec
+
+    from_index = _index(instructions, "FROM", ".")
+    declared = {value.split("=")[0] for kind, value in instructions[:from_index] if kind == "ARG"}
+    build = next(c for c in buildspec()["phases"]["build"]["commands"] if "buildx build" in c)
+    passed = set(re.findall(r"--build-arg (\w+)=", build))
+    assert passed == declared
