@@ -10,14 +10,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aws_cdk import RemovalPolicy
+from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$")
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+_ACCOUNT = re.compile(r"^\d{12}$")
+_COMPUTE_TYPES = {
+    "small": codebuild.ComputeType.SMALL,
+    "medium": codebuild.ComputeType.MEDIUM,
+    "large": codebuild.ComputeType.LARGE,
+    "x_large": codebuild.ComputeType.X_LARGE,
+    "2x_large": codebuild.ComputeType.X2_LARGE,
+}
 
-CONTEXT_KEYS = ("stackName", "region", "removalPolicy", "useKms", "kmsKeyArn", "vpcId")
+CONTEXT_KEYS = (
+    "stackName",
+    "region",
+    "removalPolicy",
+    "useKms",
+    "kmsKeyArn",
+    "vpcId",
+    "buildComputeType",
+    "buildTimeoutMinutes",
+    "baseImageAccount",
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +47,9 @@ class StackSettings:
     use_kms: bool = False
     kms_key_arn: str | None = None
     vpc_id: str | None = None
+    build_compute_type: codebuild.ComputeType | None = None
+    build_timeout_minutes: int | None = None
+    base_image_account: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -59,6 +81,29 @@ class StackSettings:
         vpc_id = get("vpcId")
         if vpc_id is not None and (not isinstance(vpc_id, str) or not _VPC_ID.match(vpc_id)):
             raise ValueError(f"context vpcId: must look like vpc-0123456789abcdef0; got {vpc_id!r}")
+        compute = get("buildComputeType")
+        if compute is not None and str(compute).lower() not in _COMPUTE_TYPES:
+            raise ValueError(
+                f"context buildComputeType: must be one of {', '.join(_COMPUTE_TYPES)}; got {compute!r}"
+            )
+        build_timeout = get("buildTimeoutMinutes")
+        if build_timeout is not None:
+            try:
+                build_timeout = int(str(build_timeout))
+            except ValueError:
+                build_timeout = -1
+            if not 5 <= build_timeout <= 2160:
+                raise ValueError(
+                    f"context buildTimeoutMinutes: must be an integer in [5, 2160]; got {get('buildTimeoutMinutes')!r}"
+                )
+        base_account = get("baseImageAccount")
+        if base_account is not None:
+            base_account = str(base_account)
+            if not _ACCOUNT.match(base_account):
+                raise ValueError(
+                    f"context baseImageAccount: must be the 12-digit account of the region's AWS Deep Learning "
+                    f"Containers registry; got {get('baseImageAccount')!r}"
+                )
         return cls(
             stack_name=stack_name,
             region=region,
@@ -66,6 +111,9 @@ class StackSettings:
             use_kms=use_kms or kms_key_arn is not None,
             kms_key_arn=kms_key_arn,
             vpc_id=vpc_id,
+            build_compute_type=_COMPUTE_TYPES[str(compute).lower()] if compute is not None else None,
+            build_timeout_minutes=build_timeout,
+            base_image_account=base_account,
         )
 
     def stack_kwargs(self) -> dict[str, Any]:
@@ -74,6 +122,9 @@ class StackSettings:
             "use_kms": self.use_kms,
             "kms_key_arn": self.kms_key_arn,
             "vpc_id": self.vpc_id,
+            "build_compute_type": self.build_compute_type,
+            "build_timeout_minutes": self.build_timeout_minutes,
+            "base_image_account": self.base_image_account,
         }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
@@ -10,6 +11,7 @@ from constructs import Construct
 
 from constructs_lib.checkpoint_bucket import CheckpointBucket
 from constructs_lib.execution_role import SageMakerExecutionRole
+from constructs_lib.image_build import TrainingImageBuild
 from constructs_lib.image_repository import TrainingImageRepository
 
 
@@ -24,6 +26,10 @@ class BlackwellTrainingStack(Stack):
         ``use_kms`` is true; otherwise S3-managed / ECR-managed encryption.
     :param use_kms: create a customer managed key (with rotation) for bucket and repository. Default False.
     :param vpc_id: run training jobs in this VPC (looked up at synth time; needs account and region). Default none.
+    :param build_compute_type: CodeBuild compute type of the image build. Default ``LARGE``.
+    :param build_timeout_minutes: CodeBuild timeout of the image build (5 to 2160). Default 120.
+    :param base_image_account: account of the region's AWS Deep Learning Containers registry. Default: CDK's
+        regional fact (required in regions where CDK has none, e.g. af-south-1, ca-west-1).
     """
 
     def __init__(
@@ -35,6 +41,9 @@ class BlackwellTrainingStack(Stack):
         kms_key_arn: str | None = None,
         use_kms: bool = False,
         vpc_id: str | None = None,
+        build_compute_type: codebuild.ComputeType | None = None,
+        build_timeout_minutes: int | None = None,
+        base_image_account: str | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -72,6 +81,15 @@ class BlackwellTrainingStack(Stack):
             removal_policy=removal_policy,
             empty_on_delete=destroy,
         )
+        self.image_build = TrainingImageBuild(
+            self,
+            "ImageBuild",
+            image_repository=self.images,
+            compute_type=build_compute_type,
+            build_timeout_minutes=build_timeout_minutes,
+            base_image_account=base_image_account,
+            encryption_key=key,
+        )
         self.execution_role = SageMakerExecutionRole(
             self,
             "ExecutionRole",
@@ -91,6 +109,18 @@ class BlackwellTrainingStack(Stack):
             "ImageRepositoryUri",
             value=self.images.repository_uri,
             description="ECR repository of the training images",
+        )
+        CfnOutput(
+            self,
+            "ImageUri",
+            value=self.image_build.image_uri,
+            description="Training image built from training/ at deploy time (tag: content hash of training/)",
+        )
+        CfnOutput(
+            self,
+            "ImageBuildProjectName",
+            value=self.image_build.project.project_name,
+            description="CodeBuild project that builds the training image (aws codebuild start-build to rebuild)",
         )
         CfnOutput(
             self,

@@ -1,0 +1,509 @@
+"""``TrainingImageBuild``: builds the training image in the account with CodeBuild, during ``cdk deploy``.
+
+No local Docker anywhere. The ``training/`` folder (Dockerfile, ``train.sh``, the trainer package) is uploaded as
+an S3 asset; a privileged CodeBuild project builds it with BuildKit on top of the AWS PyTorch DLC and pushes it to
+our ECR repository, tagged with the asset hash (the content hash of ``training/``). A custom resource starts the
+build and waits for it, so the deployment finishes only once the image exists, and downstream resources that use
+``image_uri`` are created after it.
+
+* An unchanged ``training/`` means an unchanged tag: no resource update, no build.
+* A build whose tag already exists in the repository skips the docker build (``aws ecr describe-images``).
+* Layers are cached in the repository itself (BuildKit registry cache, tag ``CACHE_TAG``, mutable by exemption),
+  so a trainer-only change rebuilds only the last layers; the first build compiles Transformer Engine.
+* A failed build fails the deployment with the build id and the CloudWatch log deep link.
+
+CloudFormation waits at most one hour for a custom resource (``ServiceTimeout`` 1..3600 s), so the deploy-time wait
+is capped at 60 minutes even though the build itself may run longer (``build_timeout_minutes``). When the wait runs
+out, the build goes on; the next deployment joins the running build, or finds the finished image and skips it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import ArnFormat, Aws, CustomResource, Duration, RemovalPolicy, Stack, Token
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import custom_resources as cr
+from aws_cdk.region_info import Fact, FactName
+from constructs import Construct
+
+from constructs_lib._nag import acknowledge, arn_evidence, policy_scope, rendered
+from constructs_lib.image_repository import TrainingImageRepository
+
+TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
+HANDLERS_DIR = Path(__file__).resolve().parent / "handlers"
+
+DLC_REPOSITORY = "pytorch-training"
+DEFAULT_BASE_IMAGE_TAG = "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
+DEFAULT_BUILDKIT_IMAGE = "moby/buildkit:buildx-stable-1"
+DEFAULT_BUILD_TIMEOUT_MINUTES = 120
+DEFAULT_WAIT_TIMEOUT_MINUTES = 60
+MAX_WAIT_TIMEOUT_MINUTES = 60
+"""CloudFormation's limit for one custom resource operation (ServiceTimeout at most 3600 s)."""
+BUILD_TIMEOUT_RANGE = (5, 2160)
+QUERY_INTERVAL = Duration.seconds(30)
+SKIP_MARKER = '"${CODEBUILD_SRC_DIR:-.}/.image-exists"'
+"""File the pre_build phase creates when the tag is already in the repository (the build phase then skips)."""
+
+SOURCE_EXCLUDES = [
+    "**/__pycache__",
+    "**/*.pyc",
+    "**/*.pyo",
+    "**/.pytest_cache",
+    "**/.mypy_cache",
+    "**/.ruff_cache",
+    "**/*.egg-info",
+    "**/.ipynb_checkpoints",
+    "**/.DS_Store",
+    ".image-exists",
+]
+"""Left out of the source asset, so local caches neither enter the image nor change its tag."""
+
+
+class TrainingImageBuild(Construct):
+    """Build the training image from ``training/`` in CodeBuild at deploy time, and wait for it.
+
+    All props are keyword-only.
+
+    :param image_repository: the repository the image (and the BuildKit layer cache) is pushed to.
+    :param source_directory: the build context, holding the ``Dockerfile``. Default: the repository's
+        ``training/`` folder.
+    :param base_image_account: account of the AWS Deep Learning Containers registry to pull the PyTorch DLC from.
+        Default: CDK's regional fact ``DLC_REPOSITORY_ACCOUNT`` for the stack's region. That fact is incomplete
+        (none for af-south-1, ca-west-1, mx-central-1, ap-southeast-5, ...): in such a region this prop is
+        required. In an environment-agnostic stack (region unknown at synth) the fact becomes a CloudFormation
+        mapping over the regions CDK knows, and deploying to another region fails unless this prop is set.
+    :param base_image_tag: tag of the ``pytorch-training`` DLC. Default ``2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker``.
+    :param compute_type: CodeBuild compute type. Default ``LARGE`` (8 vCPU, 15 GB, 128 GB disk); Transformer
+        Engine compiles from source, more cores shorten the first build.
+    :param build_timeout_minutes: CodeBuild build timeout, 5 to 2160. Default 120.
+    :param wait_timeout_minutes: how long the deployment waits for the build, 5 to 60 (CloudFormation's limit for
+        a custom resource). Default 60. The build itself goes on after that.
+    :param log_retention: retention of the build logs and of the deploy-time handlers' logs. Default three months.
+    :param log_group: an existing log group for the build logs. Default: one is created (``log_retention``,
+        encrypted with the key). ``log_retention`` still applies to the handlers' log group.
+    :param encryption_key: customer managed KMS key for build artifacts, logs and the handlers' environment.
+        Default: a key is created with rotation. A key of this app gets a key-policy statement that lets
+        CloudWatch Logs use it for this account's log groups; an imported key's policy must already allow that.
+    :param buildkit_image: image of the BuildKit daemon (``docker-container`` driver). Default
+        ``moby/buildkit:buildx-stable-1`` from Docker Hub; point it at a mirror in your ECR to avoid Docker Hub's
+        anonymous pull limits.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        image_repository: TrainingImageRepository,
+        source_directory: str | Path | None = None,
+        base_image_account: str | None = None,
+        base_image_tag: str | None = None,
+        compute_type: codebuild.ComputeType | None = None,
+        build_timeout_minutes: int | None = None,
+        wait_timeout_minutes: int | None = None,
+        log_retention: logs.RetentionDays | None = None,
+        log_group: logs.ILogGroup | None = None,
+        encryption_key: kms.IKey | None = None,
+        buildkit_image: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        source = Path(source_directory) if source_directory is not None else TRAINING_DIR
+        if not (source / "Dockerfile").is_file():
+            raise ValueError(
+                f"TrainingImageBuild: source_directory must hold a Dockerfile; got {str(source)!r}"
+            )
+        build_minutes = _in_range(
+            "build_timeout_minutes",
+            build_timeout_minutes,
+            DEFAULT_BUILD_TIMEOUT_MINUTES,
+            *BUILD_TIMEOUT_RANGE,
+        )
+        wait_minutes = _in_range(
+            "wait_timeout_minutes",
+            wait_timeout_minutes,
+            DEFAULT_WAIT_TIMEOUT_MINUTES,
+            5,
+            MAX_WAIT_TIMEOUT_MINUTES,
+        )
+        base_tag = base_image_tag or DEFAULT_BASE_IMAGE_TAG
+        if not _valid_tag(base_tag):
+            raise ValueError(f"TrainingImageBuild: base_image_tag is not a valid image tag; got {base_tag!r}")
+        if base_image_account is not None and not (
+            isinstance(base_image_account, str)
+            and len(base_image_account) == 12
+            and base_image_account.isdigit()
+        ):
+            raise ValueError(
+                f"TrainingImageBuild: base_image_account must be a 12-digit AWS account id; got {base_image_account!r}"
+            )
+        self.base_image_account = _dlc_account(stack, base_image_account)
+        self.base_image_tag = base_tag
+        self.image_repository = image_repository
+        retention = log_retention or logs.RetentionDays.THREE_MONTHS
+
+        # ---- key and logs ----------------------------------------------------------------------------------
+        if encryption_key is None:
+            encryption_key = kms.Key(
+                self,
+                "Key",
+                description="Encrypts the training-image build's artifacts and logs",
+                enable_key_rotation=True,
+                removal_policy=RemovalPolicy.RETAIN,
+            )
+        # Let CloudWatch Logs use the key for this account's log groups (a no-op on an imported key, whose own
+        # policy must allow it).
+        encryption_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchLogsInThisAccount",
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.{Aws.URL_SUFFIX}")],
+                actions=[
+                    "kms:Encrypt",
+                    "kms:Decrypt",
+                    "kms:ReEncryptFrom",
+                    "kms:ReEncryptTo",
+                    "kms:GenerateDataKey",
+                    "kms:GenerateDataKeyWithoutPlaintext",
+                    "kms:DescribeKey",
+                ],
+                resources=["*"],
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                            service="logs",
+                            resource="log-group",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    }
+                },
+            )
+        )
+        self.encryption_key: kms.IKey = encryption_key
+        self.log_group: logs.ILogGroup = log_group or logs.LogGroup(
+            self,
+            "BuildLogs",
+            retention=retention,
+            encryption_key=encryption_key,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        handler_logs = logs.LogGroup(
+            self,
+            "DeployLogs",
+            retention=retention,
+            encryption_key=encryption_key,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+
+        # ---- source and project ------------------------------------------------------------------------------
+        self.source_asset = s3_assets.Asset(self, "Source", path=str(source), exclude=SOURCE_EXCLUDES)
+        self.image_tag: str = self.source_asset.asset_hash
+        repository = image_repository.repository
+        environment = {
+            "BASE_IMAGE_ACCOUNT": self.base_image_account,
+            "BASE_IMAGE_REGION": stack.region,
+            "BASE_IMAGE_DOMAIN": Aws.URL_SUFFIX,
+            "BASE_IMAGE_TAG": base_tag,
+            "REPOSITORY_URI": repository.repository_uri,
+            "REPOSITORY_NAME": repository.repository_name,
+            "IMAGE_TAG": self.image_tag,
+            "CACHE_TAG": image_repository.cache_tag,
+            "BUILDKIT_IMAGE": buildkit_image or DEFAULT_BUILDKIT_IMAGE,
+        }
+        self.project = codebuild.Project(
+            self,
+            "Project",
+            description="Builds the training image from training/ (AWS PyTorch DLC + Transformer Engine 2.11)",
+            source=codebuild.Source.s3(bucket=self.source_asset.bucket, path=self.source_asset.s3_object_key),
+            build_spec=codebuild.BuildSpec.from_object(buildspec()),
+            environment=codebuild.BuildEnvironment(
+                build_image=codebuild.LinuxBuildImage.STANDARD_7_0,
+                compute_type=compute_type or codebuild.ComputeType.LARGE,
+                privileged=True,
+            ),
+            environment_variables={
+                name: codebuild.BuildEnvironmentVariable(value=value) for name, value in environment.items()
+            },
+            encryption_key=encryption_key,
+            timeout=Duration.minutes(build_minutes),
+            logging=codebuild.LoggingOptions(
+                cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)
+            ),
+            grant_report_group_permissions=False,
+        )
+        role = self.project.role
+        assert role is not None  # a Project always creates its role when none is given
+        image_repository.grant_pull_push(role)
+        repository.grant(role, "ecr:DescribeImages")
+        dlc_repository_arn = stack.format_arn(
+            service="ecr",
+            account=self.base_image_account,
+            resource="repository",
+            resource_name=DLC_REPOSITORY,
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="PullTheDeepLearningContainer",
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                resources=[dlc_repository_arn],
+            )
+        )
+        self._acknowledge_project(role)
+
+        # ---- deploy-time build: Provider with onEvent / isComplete -----------------------------------------
+        handler_role = self._lambda_role("HandlerRole", handler_logs)
+        handler_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="StartAndWatchTheImageBuild",
+                actions=[
+                    "codebuild:StartBuild",
+                    "codebuild:BatchGetBuilds",
+                    "codebuild:ListBuildsForProject",
+                ],
+                resources=[self.project.project_arn],
+            )
+        )
+        code = lambda_.Code.from_asset(str(HANDLERS_DIR), exclude=["__pycache__", "*.pyc"])
+
+        def handler_function(
+            construct_id: str, handler: str, description: str, **env: str
+        ) -> lambda_.Function:
+            return lambda_.Function(
+                self,
+                construct_id,
+                runtime=lambda_.Runtime.PYTHON_3_14,
+                code=code,
+                handler=handler,
+                description=description,
+                environment=env or None,
+                timeout=Duration.minutes(1),
+                memory_size=256,
+                role=handler_role,
+                log_group=handler_logs,
+                environment_encryption=encryption_key,
+            )
+
+        self.on_event_function = handler_function(
+            "OnEvent", "image_build.on_event", "Starts the training-image build when training/ changed"
+        )
+        self.is_complete_function = handler_function(
+            "IsComplete",
+            "image_build.is_complete",
+            "Waits for the training-image build",
+            WAIT_TIMEOUT_SECONDS=str(wait_minutes * 60),
+        )
+        on_event_role = self._lambda_role("ProviderOnEventRole", handler_logs)
+        waiter_role = self._lambda_role("ProviderWaiterRole", handler_logs)
+        self.provider = cr.Provider(
+            self,
+            "Provider",
+            on_event_handler=self.on_event_function,
+            is_complete_handler=self.is_complete_function,
+            query_interval=QUERY_INTERVAL,
+            total_timeout=Duration.minutes(wait_minutes),
+            framework_on_event_role=on_event_role,
+            framework_complete_and_timeout_role=waiter_role,
+            log_group=handler_logs,
+            provider_function_env_encryption=encryption_key,
+        )
+        self._acknowledge_provider(on_event_role, waiter_role)
+
+        self.resource = CustomResource(
+            self,
+            "Image",
+            service_token=self.provider.service_token,
+            resource_type="Custom::TrainingImage",
+            properties={
+                "ProjectName": self.project.project_name,
+                "ImageTag": self.image_tag,
+                "ImageUri": image_repository.image_uri(self.image_tag),
+            },
+        )
+        self.image_uri: str = self.resource.get_att_string("ImageUri")
+        """``<repository URI>:<content tag>``; resolving it makes a consumer wait for the build."""
+
+    # ----------------------------------------------------------------------------------------------------------
+    def grant_start_build(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Start and watch builds of the image project (e.g. to rebuild by hand or from a pipeline)."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["codebuild:StartBuild", "codebuild:BatchGetBuilds", "codebuild:StopBuild"],
+            resource_arns=[self.project.project_arn],
+        )
+
+    def _lambda_role(self, construct_id: str, log_group: logs.ILogGroup) -> iam.Role:
+        role = iam.Role(
+            self,
+            construct_id,
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Deploy-time training-image build (logs to its own log group only)",
+        )
+        log_group.grant_write(role)
+        return role
+
+    def _acknowledge_project(self, role: iam.IRole) -> None:
+        stack = Stack.of(self)
+        where = policy_scope(role)
+        for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*"):
+            acknowledge(
+                where,
+                f"IAM5[Action::{action}]",
+                "CDK's S3 source grant for CodeBuild: read access limited to the one source-asset object "
+                "(training/ as a zip) and its bucket.",
+            )
+        for action in ("kms:ReEncrypt*", "kms:GenerateDataKey*"):
+            acknowledge(
+                where,
+                f"IAM5[Action::{action}]",
+                "KMS grant from CDK for the build's own customer managed key (artifacts, logs, and the "
+                "repository's key when it has one); limited to those key ARNs.",
+            )
+        default_log_group = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"/aws/codebuild/{self.project.project_name}",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        acknowledge(
+            where,
+            f"IAM5[Resource::{rendered(self, default_log_group)}:*]",
+            "CDK always grants the streams of the project's default log group /aws/codebuild/<project> "
+            "(named per build at run time); the build logs go to the construct's own log group.",
+        )
+
+    def _acknowledge_provider(self, on_event_role: iam.Role, waiter_role: iam.Role) -> None:
+        for role, functions in (
+            (on_event_role, (self.on_event_function, self.is_complete_function)),
+            (waiter_role, (self.on_event_function, self.is_complete_function)),
+        ):
+            for function in functions:
+                acknowledge(
+                    policy_scope(role),
+                    f"IAM5[Resource::{arn_evidence(function, ':*')}]",
+                    "The CDK Provider framework invokes the handler function by ARN including its versions "
+                    "and aliases (<function ARN>:*); no other function.",
+                )
+        framework = self.provider.node
+        waiter = framework.try_find_child("waiter-state-machine")
+        if waiter is not None:
+            for name in ("framework-isComplete", "framework-onTimeout"):
+                acknowledge(
+                    policy_scope(waiter.node.find_child("Role")),
+                    f"IAM5[Resource::{arn_evidence(framework.find_child(name), ':*')}]",
+                    "The Provider's waiter state machine invokes its own isComplete/onTimeout framework "
+                    "functions, including versions and aliases; no other function.",
+                )
+            acknowledge(
+                waiter,
+                "SF1",
+                "The Provider's waiter only polls isComplete every 30 s; each poll and its outcome is logged by "
+                "the handler functions into their own log group with retention.",
+            )
+            acknowledge(
+                waiter,
+                "SF2",
+                "The CDK Provider's waiter state machine offers no X-Ray tracing option; it runs one "
+                "Lambda poll loop during deployment, traced in the handlers' logs.",
+            )
+
+
+def buildspec() -> dict:
+    """The build's buildspec (everything variable comes from the project's environment variables).
+
+    pre_build logs in to the DLC registry and to our registry, then looks the tag up in our repository and
+    marks the build to skip when it is there. build runs BuildKit (``docker-container`` driver, needed for the
+    registry cache) with the cache in our repository and pushes the image. post_build checks that the tag is in
+    the repository.
+    """
+    base_registry = '"$BASE_IMAGE_ACCOUNT.dkr.ecr.$BASE_IMAGE_REGION.$BASE_IMAGE_DOMAIN"'
+    cache_ref = "type=registry,ref=$REPOSITORY_URI:$CACHE_TAG"
+    describe = (
+        'aws ecr describe-images --region "$BASE_IMAGE_REGION" --repository-name "$REPOSITORY_NAME" '
+        '--image-ids imageTag="$IMAGE_TAG"'
+    )
+    skip = f"if [ -f {SKIP_MARKER} ]; then echo 'Image exists: nothing to build'; else "
+    build = (
+        "docker buildx build --builder trainer --progress plain --platform linux/amd64 "
+        "--provenance false --sbom false "
+        '--build-arg BASE_ACCOUNT="$BASE_IMAGE_ACCOUNT" --build-arg BASE_REGION="$BASE_IMAGE_REGION" '
+        '--build-arg BASE_DOMAIN="$BASE_IMAGE_DOMAIN" --build-arg BASE_TAG="$BASE_IMAGE_TAG" '
+        f'--cache-from "{cache_ref}" '
+        f'--cache-to "{cache_ref},mode=max,image-manifest=true,oci-mediatypes=true" '
+        '--tag "$REPOSITORY_URI:$IMAGE_TAG" --push .'
+    )
+    return {
+        "version": "0.2",
+        "phases": {
+            "pre_build": {
+                "on-failure": "ABORT",
+                "commands": [
+                    "docker buildx version",
+                    'aws ecr get-login-password --region "$BASE_IMAGE_REGION" '
+                    f"| docker login --username AWS --password-stdin {base_registry}",
+                    'aws ecr get-login-password --region "$BASE_IMAGE_REGION" '
+                    '| docker login --username AWS --password-stdin "${REPOSITORY_URI%%/*}"',
+                    f"if {describe} > /dev/null 2>&1; then "
+                    'echo "$REPOSITORY_URI:$IMAGE_TAG already exists: not building it again"; '
+                    f"touch {SKIP_MARKER}; "
+                    'else echo "Building $REPOSITORY_URI:$IMAGE_TAG"; fi',
+                ],
+            },
+            "build": {
+                "on-failure": "ABORT",
+                "commands": [
+                    skip + "docker buildx create --name trainer --driver docker-container "
+                    '--driver-opt image="$BUILDKIT_IMAGE" --bootstrap; fi',
+                    skip + build + "; fi",
+                ],
+            },
+            "post_build": {
+                "on-failure": "ABORT",
+                "commands": [
+                    f"{describe} --query 'imageDetails[0].imageDigest' --output text",
+                    'echo "Image: $REPOSITORY_URI:$IMAGE_TAG"',
+                ],
+            },
+        },
+    }
+
+
+def _dlc_account(stack: Stack, given: str | None) -> str:
+    if given is not None:
+        return given
+    region = stack.region
+    if Token.is_unresolved(region):
+        return stack.regional_fact(FactName.DLC_REPOSITORY_ACCOUNT)
+    account = Fact.find(region, FactName.DLC_REPOSITORY_ACCOUNT)
+    if account is None:
+        raise ValueError(
+            f"TrainingImageBuild: base_image_account is required in region {region}: CDK knows no AWS Deep "
+            "Learning Containers account there (see the DLC 'available images' list for the region's account)"
+        )
+    return account
+
+
+def _valid_tag(tag: object) -> bool:
+    return (
+        isinstance(tag, str)
+        and 0 < len(tag) <= 128
+        and all(c.isalnum() or c in "._-" for c in tag)
+        and tag[0] not in ".-"
+    )
+
+
+def _in_range(name: str, value: int | None, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"TrainingImageBuild: {name} must be an integer in [{low}, {high}]; got {value!r}")
+    return value
