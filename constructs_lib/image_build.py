@@ -87,7 +87,7 @@ class TrainingImageBuild(Construct):
     :param log_retention: retention of the build logs and of the deploy-time handlers' logs. Default three months.
     :param log_group: an existing log group for the build logs. Default: one is created (``log_retention``,
         encrypted with the key). ``log_retention`` still applies to the handlers' log group.
-    :param encryption_key: customer managed KMS key for build artifacts, logs and the handlers' environment.
+    :param encryption_key: customer managed KMS key for the build's artifacts and for every log group here.
         Default: a key is created with rotation. A key of this app gets a key-policy statement that lets
         CloudWatch Logs use it for this account's log groups; an imported key's policy must already allow that.
     :param buildkit_image: image of the BuildKit daemon (``docker-container`` driver). Default
@@ -290,7 +290,6 @@ class TrainingImageBuild(Construct):
                 memory_size=256,
                 role=handler_role,
                 log_group=handler_logs,
-                environment_encryption=encryption_key,
             )
 
         self.on_event_function = handler_function(
@@ -314,7 +313,6 @@ class TrainingImageBuild(Construct):
             framework_on_event_role=on_event_role,
             framework_complete_and_timeout_role=waiter_role,
             log_group=handler_logs,
-            provider_function_env_encryption=encryption_key,
         )
         self._acknowledge_provider(on_event_role, waiter_role)
 
