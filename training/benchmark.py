@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--precisions", default=None, help="Comma-separated (default: what this machine runs)."
     )
     parser.add_argument(
-        "--steps", type=int, default=10 if gpu else 8, help="Steps per cell, warm-up included."
+        "--steps", type=int, default=10 if gpu else 30, help="Steps per cell, warm-up included."
     )
     parser.add_argument("--warmup", type=int, default=3, help="Warm-up steps left out of the figures.")
     return parser.parse_args(argv)  # fmt: skip
