@@ -79,6 +79,8 @@ class TrainingImageBuild(Construct):
         required. In an environment-agnostic stack (region unknown at synth) the fact becomes a CloudFormation
         mapping over the regions CDK knows, and deploying to another region fails unless this prop is set.
     :param base_image_tag: tag of the ``pytorch-training`` DLC. Default ``2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker``.
+    :param build_image: the CodeBuild image that runs Docker. Default ``LinuxBuildImage.STANDARD_7_0`` (Ubuntu
+        22.04 with Docker and buildx); any standard x86_64 Linux image with Docker and buildx works.
     :param compute_type: CodeBuild compute type. Default ``LARGE`` (8 vCPU, 15 GB, 128 GB disk); Transformer
         Engine compiles from source, more cores shorten the first build.
     :param build_timeout_minutes: CodeBuild build timeout, 5 to 2160. Default 120.
@@ -104,6 +106,7 @@ class TrainingImageBuild(Construct):
         source_directory: str | Path | None = None,
         base_image_account: str | None = None,
         base_image_tag: str | None = None,
+        build_image: codebuild.IBuildImage | None = None,
         compute_type: codebuild.ComputeType | None = None,
         build_timeout_minutes: int | None = None,
         wait_timeout_minutes: int | None = None,
@@ -223,7 +226,7 @@ class TrainingImageBuild(Construct):
             source=codebuild.Source.s3(bucket=self.source_asset.bucket, path=self.source_asset.s3_object_key),
             build_spec=codebuild.BuildSpec.from_object(buildspec()),
             environment=codebuild.BuildEnvironment(
-                build_image=codebuild.LinuxBuildImage.STANDARD_7_0,
+                build_image=build_image or codebuild.LinuxBuildImage.STANDARD_7_0,
                 compute_type=compute_type or codebuild.ComputeType.LARGE,
                 privileged=True,
             ),

@@ -400,6 +400,7 @@ def test_props_reach_the_template():
             image_repository=repo,
             base_image_account="626614931356",
             base_image_tag="2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker-v1.2",
+            build_image=codebuild.LinuxBuildImage.STANDARD_8_0,
             compute_type=codebuild.ComputeType.X2_LARGE,
             build_timeout_minutes=300,
             wait_timeout_minutes=45,
@@ -411,6 +412,7 @@ def test_props_reach_the_template():
     props = _project(template)
     env = _env(template)
     assert props["Environment"]["ComputeType"] == "BUILD_GENERAL1_2XLARGE"
+    assert props["Environment"]["Image"] == "aws/codebuild/standard:8.0"
     assert props["TimeoutInMinutes"] == 300
     assert env["BASE_IMAGE_ACCOUNT"] == "626614931356" and env["BASE_IMAGE_REGION"] == "af-south-1"
     assert env["BASE_IMAGE_TAG"].endswith("-v1.2")
