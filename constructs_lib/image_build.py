@@ -265,6 +265,7 @@ class TrainingImageBuild(Construct):
 
         # ---- deploy-time build: Provider with onEvent / isComplete -----------------------------------------
         handler_role = self._lambda_role("HandlerRole", handler_logs)
+        repository.grant(handler_role, "ecr:DescribeImages")
         handler_role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="StartAndWatchTheImageBuild",
@@ -326,6 +327,7 @@ class TrainingImageBuild(Construct):
             resource_type="Custom::TrainingImage",
             properties={
                 "ProjectName": self.project.project_name,
+                "RepositoryName": repository.repository_name,
                 "ImageTag": self.image_tag,
                 "ImageUri": image_repository.image_uri(self.image_tag),
             },

@@ -3,13 +3,15 @@
 Used by ``constructs_lib.image_build.TrainingImageBuild`` through the CDK ``Provider`` framework:
 
 * ``on_event`` starts a CodeBuild build on Create, and on Update when the image tag (the content hash of
-  ``training/``) changed. An unchanged tag starts nothing. Delete does nothing: images are retained.
+  ``training/``) changed. An unchanged tag starts nothing, and neither does a tag already in the repository
+  (so a rollback to an earlier ``training/`` never builds, and cannot fail on a build). Delete does nothing:
+  images are retained.
   When a build of the same tag is already running (a previous deployment gave up waiting), it waits for that
   build instead of starting a second one.
 * ``is_complete`` polls ``BatchGetBuilds``; a failed, stopped or timed-out build raises an error naming the build
   and its CloudWatch log deep link, which fails the deployment with that message.
 
-Resource properties: ``ProjectName``, ``ImageTag``, ``ImageUri``. Environment of the isComplete function:
+Resource properties: ``ProjectName``, ``RepositoryName``, ``ImageTag``, ``ImageUri``. Environment of the isComplete function:
 ``WAIT_TIMEOUT_SECONDS`` (give up with a clear message shortly before the Provider's own total timeout).
 
 Standard library and boto3 only; the Lambda runtime imports this file as the top-level module ``image_build``.
@@ -41,7 +43,18 @@ def _codebuild(client: Any = None) -> Any:
     return client if client is not None else boto3.client("codebuild")
 
 
-def on_event(event: dict[str, Any], context: Any = None, client: Any = None) -> dict[str, Any]:
+def image_exists(ecr: Any, repository: str, tag: str) -> bool:
+    """Whether ``repository`` holds an image tagged ``tag``."""
+    try:
+        ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": tag}])
+    except ecr.exceptions.ImageNotFoundException:
+        return False
+    return True
+
+
+def on_event(
+    event: dict[str, Any], context: Any = None, client: Any = None, ecr_client: Any = None
+) -> dict[str, Any]:
     """Provider onEvent: start (or join) the build when the image tag is new."""
     request = event["RequestType"]
     props = event["ResourceProperties"]
@@ -56,6 +69,10 @@ def on_event(event: dict[str, Any], context: Any = None, client: Any = None) -> 
     if request not in ("Create", "Update"):
         raise ImageBuildError(f"unknown RequestType {request!r}")
 
+    ecr = ecr_client if ecr_client is not None else boto3.client("ecr")
+    if image_exists(ecr, props["RepositoryName"], tag):
+        print(f"{uri} already exists: no build")
+        return result
     codebuild = _codebuild(client)
     build_id = running_build_for(codebuild, project, tag)
     if build_id:

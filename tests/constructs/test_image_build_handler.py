@@ -19,6 +19,7 @@ from constructs_lib.handlers import image_build as handler
 
 REGION = "us-west-2"
 PROJECT = "TrainingImageBuild"
+REPOSITORY = "training"
 TAG = "a" * 64
 URI = f"123456789012.dkr.ecr.{REGION}.amazonaws.com/training:{TAG}"
 LOG_LINK = "https://console.aws.amazon.com/cloudwatch/home?region=us-west-2#logEvent:group=g;stream=s"
@@ -46,6 +47,7 @@ def codebuild(monkeypatch):
                 }
             ),
         )["Role"]["Arn"]
+        boto3.client("ecr").create_repository(repositoryName=REPOSITORY)
         client = boto3.client("codebuild")
         client.create_project(
             name=PROJECT,
@@ -80,7 +82,12 @@ def build_state(monkeypatch):
 
 
 def _event(request: str, tag: str = TAG, old_tag: str | None = None, **extra) -> dict:
-    props = {"ProjectName": PROJECT, "ImageTag": tag, "ImageUri": URI.replace(TAG, tag)}
+    props = {
+        "ProjectName": PROJECT,
+        "RepositoryName": REPOSITORY,
+        "ImageTag": tag,
+        "ImageUri": URI.replace(TAG, tag),
+    }
     event = {"RequestType": request, "ResourceProperties": props, **extra}
     if old_tag is not None:
         event["OldResourceProperties"] = {**props, "ImageTag": old_tag}
@@ -111,6 +118,26 @@ def test_update_with_the_same_tag_starts_nothing(codebuild):
     assert handler.is_complete({**_event("Update", old_tag=TAG), **result}, client=codebuild) == {
         "IsComplete": True
     }
+
+
+def _push(tag: str) -> None:
+    manifest = json.dumps(
+        {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json"}
+    )
+    boto3.client("ecr").put_image(repositoryName=REPOSITORY, imageManifest=manifest, imageTag=tag)
+
+
+def test_a_tag_already_in_the_repository_is_not_built_again(codebuild):
+    _push(TAG)
+    created = handler.on_event(_event("Create"), client=codebuild)
+    # A rollback to an earlier training/ is an Update back to an existing tag: no build, nothing to fail.
+    rolled_back = handler.on_event(_event("Update", old_tag="b" * 64), client=codebuild)
+    for result in (created, rolled_back):
+        assert "BuildId" not in result["Data"] and result["PhysicalResourceId"] == URI
+        assert handler.is_complete({**_event("Create"), **result}, client=codebuild) == {"IsComplete": True}
+    assert codebuild.list_builds_for_project(projectName=PROJECT)["ids"] == []
+    # Another tag still builds.
+    assert "BuildId" in handler.on_event(_event("Create", tag="c" * 64), client=codebuild)["Data"]
 
 
 def test_delete_does_nothing(codebuild):
