@@ -6,6 +6,7 @@ Every key is optional; an invalid value raises ``ValueError`` naming the context
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,11 +14,20 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
+from training.contract import (
+    DEFAULT_INSTANCE_TYPE,
+    GPU_INSTANCE_TYPES,
+    HYPERPARAMETERS_BY_NAME,
+    PRECISIONS,
+    instance_types_supporting,
+)
+
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$")
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
+_EVENT_BUS_NAME = re.compile(r"^[A-Za-z0-9._\-/]{1,256}$")
 _COMPUTE_TYPES = {
     "small": codebuild.ComputeType.SMALL,
     "medium": codebuild.ComputeType.MEDIUM,
@@ -25,6 +35,20 @@ _COMPUTE_TYPES = {
     "x_large": codebuild.ComputeType.X_LARGE,
     "2x_large": codebuild.ComputeType.X2_LARGE,
 }
+
+WORKFLOW_CONTEXT_KEYS = (
+    "maxInstanceCount",
+    "maxCapacityRetries",
+    "capacityRetryWaitMinutes",
+    "workflowTimeoutHours",
+    "defaultInstanceType",
+    "defaultPrecision",
+    "notifications",
+    "workflowTrigger",
+    "eventBusName",
+    "triggerSource",
+    "triggerDetailType",
+)
 
 CONTEXT_KEYS = (
     "stackName",
@@ -36,6 +60,7 @@ CONTEXT_KEYS = (
     "buildComputeType",
     "buildTimeoutMinutes",
     "baseImageAccount",
+    *WORKFLOW_CONTEXT_KEYS,
 )
 
 
@@ -50,6 +75,7 @@ class StackSettings:
     build_compute_type: codebuild.ComputeType | None = None
     build_timeout_minutes: int | None = None
     base_image_account: str | None = None
+    workflow: WorkflowSettings = field(default_factory=lambda: WorkflowSettings())
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -114,6 +140,7 @@ class StackSettings:
             build_compute_type=_COMPUTE_TYPES[str(compute).lower()] if compute is not None else None,
             build_timeout_minutes=build_timeout,
             base_image_account=base_account,
+            workflow=WorkflowSettings.from_context(get),
         )
 
     def stack_kwargs(self) -> dict[str, Any]:
@@ -125,7 +152,92 @@ class StackSettings:
             "build_compute_type": self.build_compute_type,
             "build_timeout_minutes": self.build_timeout_minutes,
             "base_image_account": self.base_image_account,
+            "workflow": self.workflow,
         }
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """Settings of the training workflow (``TrainingWorkflow``) from context; see README "Training workflow"."""
+
+    max_instance_count: int = 4
+    max_capacity_retries: int = 3
+    capacity_retry_wait_minutes: int = 10
+    timeout_hours: int = 168
+    default_instance_type: str = DEFAULT_INSTANCE_TYPE
+    default_precision: str = HYPERPARAMETERS_BY_NAME["precision"].default
+    notifications: bool = False
+    trigger: bool = False
+    event_bus_name: str | None = None
+    trigger_source: str = "blackwell-training"
+    trigger_detail_type: str = "Start training job"
+
+    @classmethod
+    def from_context(cls, get: Callable[[str], Any]) -> WorkflowSettings:
+        instance_type = get("defaultInstanceType") or cls.default_instance_type
+        if instance_type not in GPU_INSTANCE_TYPES:
+            raise ValueError(
+                f"context defaultInstanceType: must be one of {', '.join(GPU_INSTANCE_TYPES)}; got {instance_type!r}"
+            )
+        precision = get("defaultPrecision") or cls.default_precision
+        if precision not in PRECISIONS:
+            raise ValueError(
+                f"context defaultPrecision: must be one of {', '.join(PRECISIONS)}; got {precision!r}"
+            )
+        if not GPU_INSTANCE_TYPES[instance_type].supports(precision):
+            raise ValueError(
+                f"context defaultPrecision: {precision} cannot run on defaultInstanceType {instance_type}; "
+                f"it needs one of {', '.join(instance_types_supporting(precision))}"
+            )
+        bus = get("eventBusName")
+        if bus is not None and (not isinstance(bus, str) or not _EVENT_BUS_NAME.match(bus)):
+            raise ValueError(f"context eventBusName: must match {_EVENT_BUS_NAME.pattern}; got {bus!r}")
+        texts = {}
+        for key, default in (
+            ("triggerSource", cls.trigger_source),
+            ("triggerDetailType", cls.trigger_detail_type),
+        ):
+            value = get(key) or default
+            if not isinstance(value, str) or not 1 <= len(value) <= 256:
+                raise ValueError(f"context {key}: must be a string of 1 to 256 characters; got {value!r}")
+            texts[key] = value
+        return cls(
+            max_instance_count=_int(
+                "maxInstanceCount", get("maxInstanceCount"), cls.max_instance_count, 1, 64
+            ),
+            max_capacity_retries=_int(
+                "maxCapacityRetries", get("maxCapacityRetries"), cls.max_capacity_retries, 0, 20
+            ),
+            capacity_retry_wait_minutes=_int(
+                "capacityRetryWaitMinutes",
+                get("capacityRetryWaitMinutes"),
+                cls.capacity_retry_wait_minutes,
+                1,
+                1440,
+            ),
+            timeout_hours=_int(
+                "workflowTimeoutHours", get("workflowTimeoutHours"), cls.timeout_hours, 1, 8760
+            ),
+            default_instance_type=instance_type,
+            default_precision=precision,
+            notifications=_bool("notifications", get("notifications"), False),
+            trigger=_bool("workflowTrigger", get("workflowTrigger"), False),
+            event_bus_name=bus,
+            trigger_source=texts["triggerSource"],
+            trigger_detail_type=texts["triggerDetailType"],
+        )
+
+
+def _int(key: str, value: Any, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    try:
+        number = int(str(value)) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise ValueError(f"context {key}: must be an integer in [{low}, {high}]; got {value!r}")
+    return number
 
 
 def _bool(key: str, value: Any, default: bool) -> bool:

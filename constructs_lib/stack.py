@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from constructs_lib.checkpoint_bucket import CheckpointBucket
+from constructs_lib.config import WorkflowSettings
 from constructs_lib.execution_role import SageMakerExecutionRole
 from constructs_lib.image_build import TrainingImageBuild
 from constructs_lib.image_repository import TrainingImageRepository
+from constructs_lib.training_workflow import TrainingWorkflow, WorkflowDefaults
 
 
 class BlackwellTrainingStack(Stack):
@@ -30,6 +33,8 @@ class BlackwellTrainingStack(Stack):
     :param build_timeout_minutes: CodeBuild timeout of the image build (5 to 2160). Default 120.
     :param base_image_account: account of the region's AWS Deep Learning Containers registry. Default: CDK's
         regional fact (required in regions where CDK has none, e.g. af-south-1, ca-west-1).
+    :param workflow: settings of the training workflow (limits, defaults, notifications, EventBridge trigger).
+        Default: ``WorkflowSettings()``.
     """
 
     def __init__(
@@ -44,6 +49,7 @@ class BlackwellTrainingStack(Stack):
         build_compute_type: codebuild.ComputeType | None = None,
         build_timeout_minutes: int | None = None,
         base_image_account: str | None = None,
+        workflow: WorkflowSettings | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -97,6 +103,31 @@ class BlackwellTrainingStack(Stack):
             image_repository=self.images,
             vpc=self.vpc,
         )
+        wf = workflow or WorkflowSettings()
+        self.workflow = TrainingWorkflow(
+            self,
+            "Workflow",
+            image_uri=self.image_build.image_uri,
+            execution_role=self.execution_role,
+            checkpoint_bucket=self.checkpoints,
+            defaults=WorkflowDefaults(instance_type=wf.default_instance_type, precision=wf.default_precision),
+            max_instance_count=wf.max_instance_count,
+            max_capacity_retries=wf.max_capacity_retries,
+            capacity_retry_wait=Duration.minutes(wf.capacity_retry_wait_minutes),
+            state_machine_timeout=Duration.hours(wf.timeout_hours),
+            vpc=self.vpc,
+            notifications=wf.notifications,
+            event_pattern=(
+                events.EventPattern(source=[wf.trigger_source], detail_type=[wf.trigger_detail_type])
+                if wf.trigger
+                else None
+            ),
+            event_bus=(
+                events.EventBus.from_event_bus_name(self, "TriggerBus", wf.event_bus_name)
+                if wf.trigger and wf.event_bus_name
+                else None
+            ),
+        )
 
         CfnOutput(
             self,
@@ -128,3 +159,16 @@ class BlackwellTrainingStack(Stack):
             value=self.execution_role.role_arn,
             description="IAM role the SageMaker training jobs run as",
         )
+        CfnOutput(
+            self,
+            "StateMachineArn",
+            value=self.workflow.state_machine_arn,
+            description="Training workflow: aws stepfunctions start-execution --state-machine-arn <this> --input '{}'",
+        )
+        if self.workflow.notification_topic is not None:
+            CfnOutput(
+                self,
+                "NotificationTopicArn",
+                value=self.workflow.notification_topic.topic_arn,
+                description="SNS topic told when a training workflow execution ends (subscribe to it)",
+            )
