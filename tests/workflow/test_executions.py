@@ -1,0 +1,416 @@
+"""Executions of the real synthesized workflow in moto (ASL engine + a test-only SageMaker .sync adapter).
+
+One synthesis and one moto state machine per module; each test uses its own job-name prefix, so outcomes and
+recorded ``CreateTrainingJob`` requests never mix.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_events as events
+from moto.events.models import EventPattern
+
+from constructs_lib._nag import logical_id
+from constructs_lib.workflow_validation import check_value
+from tests.cdk_helpers import synth_with_nag
+from tests.workflow.harness import (
+    ACCOUNT,
+    OUTCOMES,
+    REGION,
+    Outcome,
+    capacity_error,
+    definition_of,
+    moto_workflow,
+)
+from tests.workflow.stacks import build_workflow
+from training.contract import CHECKPOINT_LOCAL_PATH, DEFAULT_INSTANCE_TYPE, metric_definitions
+
+MAX_CAPACITY_RETRIES = 2
+PLAN_ARN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"
+TRIGGER_PATTERN = {"source": ["blackwell-training"], "detail-type": ["Start training job"]}
+
+
+@pytest.fixture(scope="module")
+def synthesized():
+    holder = {}
+
+    def build(app: cdk.App) -> None:
+        holder["workflow"] = build_workflow(
+            app,
+            max_capacity_retries=MAX_CAPACITY_RETRIES,
+            capacity_retry_wait=cdk.Duration.seconds(1),
+            notifications=True,
+            event_pattern=events.EventPattern(
+                source=TRIGGER_PATTERN["source"], detail_type=TRIGGER_PATTERN["detail-type"]
+            ),
+        )
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    return holder["workflow"], result.templates["Test.template.json"]
+
+
+@pytest.fixture(scope="module")
+def workflow(synthesized):
+    _, template = synthesized
+    with moto_workflow(definition_of(template)) as wf:
+        yield wf
+
+
+@pytest.fixture(scope="module")
+def fields(synthesized):
+    return {f.name: f for f in synthesized[0].fields}
+
+
+def _prefix() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+def _run(workflow, execution_input: dict, name: str | None = None) -> dict:
+    result = workflow.run(execution_input, name)
+    if result.get("output"):
+        result["summary"] = json.loads(result["output"])
+    return result
+
+
+# ---- happy paths, one per capacity mode ---------------------------------------------------------------------
+
+
+def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
+    prefix = _prefix()
+    name = f"exec-{prefix}"
+    result = _run(workflow, {"job_name_prefix": prefix}, name)
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    bucket = "fake-" + logical_id(synthesized[0].bucket).lower()
+
+    assert request["TrainingJobName"].startswith(f"{prefix}-") and len(request["TrainingJobName"]) <= 63
+    assert request["RoleArn"].startswith(f"arn:aws:iam::{ACCOUNT}:role/fake-executionrole")
+    spec = request["AlgorithmSpecification"]
+    assert (
+        spec["TrainingImage"].endswith(":v1") and ".dkr.ecr.us-west-2.amazonaws.com/" in spec["TrainingImage"]
+    )
+    assert spec["TrainingInputMode"] == "File"
+    assert spec["EnableSageMakerMetricsTimeSeries"] is True
+    assert spec["MetricDefinitions"] == [m.as_sagemaker() for m in metric_definitions()]
+    assert request["HyperParameters"] == {
+        "precision": "bf16",
+        "num_layers": "16",
+        "batch_size": "1",
+        "seq_length": "8192",
+        "activation_checkpointing": "false",
+        "checkpoint_dir": CHECKPOINT_LOCAL_PATH,
+    }
+    assert request["ResourceConfig"] == {
+        "InstanceType": DEFAULT_INSTANCE_TYPE,
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 512,
+    }
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400}
+    assert request["EnableManagedSpotTraining"] is False
+    assert request["EnableInterContainerTrafficEncryption"] is False
+    assert request["CheckpointConfig"] == {
+        "S3Uri": f"s3://{bucket}/checkpoints/{name}/",
+        "LocalPath": CHECKPOINT_LOCAL_PATH,
+    }
+    assert request["OutputDataConfig"] == {"S3OutputPath": f"s3://{bucket}/output/"}
+    assert request["RetryStrategy"] == {"MaximumRetryAttempts": 2}
+    assert {t["Key"]: t["Value"] for t in request["Tags"]} == {
+        "training-workflow": "Test/Workflow",
+        "training-workflow-execution": name,
+    }
+    assert "VpcConfig" not in request and "InputDataConfig" not in request
+
+    summary = result["summary"]
+    assert summary == {
+        "job_name": request["TrainingJobName"],
+        "status": "Completed",
+        "training_seconds": 3600,
+        "billable_seconds": 3600,
+        "model_artifacts": f"s3://{bucket}/output/{request['TrainingJobName']}/output/model.tar.gz",
+        "checkpoint_uri": f"s3://{bucket}/checkpoints/{name}/",
+        "final_metrics": summary["final_metrics"],
+        "image_uri": spec["TrainingImage"],
+        "instance_type": DEFAULT_INSTANCE_TYPE,
+        "instance_count": 1,
+        "launches": 1,
+    }
+    assert [m["MetricName"] for m in summary["final_metrics"]] == ["train:progress"]  # moto's canned metric
+
+
+def test_training_plan_request(workflow):
+    prefix = _prefix()
+    result = _run(
+        workflow,
+        {"job_name_prefix": prefix, "training_plan_arn": PLAN_ARN, "instance_count": 2, "precision": "mxfp8"},
+    )
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["ResourceConfig"] == {
+        "InstanceType": DEFAULT_INSTANCE_TYPE,
+        "InstanceCount": 2,
+        "VolumeSizeInGB": 512,
+        "TrainingPlanArn": PLAN_ARN,
+    }
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxPendingTimeInSeconds": 172800}
+    assert request["EnableManagedSpotTraining"] is False
+    assert request["EnableInterContainerTrafficEncryption"] is True
+    assert request["HyperParameters"]["precision"] == "mxfp8"
+
+
+def test_managed_spot_request_defaults_max_wait_to_the_runtime(workflow):
+    prefix = _prefix()
+    result = _run(workflow, {"job_name_prefix": prefix, "use_spot": True, "max_runtime_seconds": 7200})
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["EnableManagedSpotTraining"] is True
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 7200}
+    assert "TrainingPlanArn" not in request["ResourceConfig"]
+
+
+def test_managed_spot_request_with_max_wait(workflow):
+    prefix = _prefix()
+    result = _run(
+        workflow,
+        {"job_name_prefix": prefix, "use_spot": True, "max_runtime_seconds": 3600, "max_wait_seconds": 10800},
+    )
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 10800}
+
+
+def test_every_field_reaches_the_request_as_strings(workflow):
+    prefix = _prefix()
+    result = _run(
+        workflow,
+        {
+            "job_name_prefix": prefix,
+            "precision": "fp8",
+            "num_layers": 32,
+            "batch_size": 4,
+            "seq_length": 4096,
+            "activation_checkpointing": True,
+            "instance_type": "ml.p5.48xlarge",
+            "hyperparameters": {"max_steps": "50", "fp8_recipe": "current", "num_layers": "999"},
+        },
+    )
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["HyperParameters"] == {
+        "max_steps": "50",
+        "fp8_recipe": "current",
+        "precision": "fp8",
+        "num_layers": "32",  # validated fields win over the extras map
+        "batch_size": "4",
+        "seq_length": "4096",
+        "activation_checkpointing": "true",
+        "checkpoint_dir": CHECKPOINT_LOCAL_PATH,
+    }
+    assert request["ResourceConfig"]["InstanceType"] == "ml.p5.48xlarge"
+
+
+@pytest.mark.parametrize(
+    "edge",
+    [
+        {"num_layers": 1, "batch_size": 4096, "seq_length": 1_048_576},
+        {"num_layers": 512, "seq_length": 8},
+        {"max_runtime_seconds": 1},
+        {"instance_count": 4},
+        {"training_plan_arn": f"arn:aws-us-gov:sagemaker:{REGION}:000000000000:training-plan/x"},
+        {"use_spot": True, "max_runtime_seconds": 600, "max_wait_seconds": 600},
+        {"precision": "fp16", "instance_type": "ml.p4d.24xlarge"},
+        {"hyperparameters": {}},
+    ],
+    ids=lambda e: ",".join(e),
+)
+def test_boundary_values_are_accepted(workflow, edge):
+    prefix = _prefix()
+    result = _run(workflow, {"job_name_prefix": prefix, **edge})
+    assert result["status"] == "SUCCEEDED", result.get("cause")
+    assert len(OUTCOMES.requests[prefix]) == 1
+
+
+def test_job_name_prefix_of_26_characters_gives_a_63_character_name(workflow):
+    prefix = "A" + _prefix()[:12] + "-" * 2 + "b" * 11
+    assert len(prefix) == 26
+    result = _run(workflow, {"job_name_prefix": prefix})
+    assert result["status"] == "SUCCEEDED", result
+    assert len(result["summary"]["job_name"]) == 63
+
+
+# ---- invalid input: InvalidInput, cause names the field, no SageMaker call ----------------------------------
+
+INVALID = [
+    ("precision", {"precision": "fp4"}),
+    ("precision", {"precision": 8}),
+    ("precision", {"precision": None}),
+    ("num_layers", {"num_layers": 0}),
+    ("num_layers", {"num_layers": 513}),
+    ("num_layers", {"num_layers": 2.5}),
+    ("num_layers", {"num_layers": "16"}),
+    ("batch_size", {"batch_size": 4097}),
+    ("batch_size", {"batch_size": True}),
+    ("seq_length", {"seq_length": 4}),
+    ("seq_length", {"seq_length": 1e20}),
+    ("activation_checkpointing", {"activation_checkpointing": "true"}),
+    ("instance_type", {"instance_type": "ml.p3.2xlarge"}),
+    ("instance_type", {"instance_type": ["ml.p5.48xlarge"]}),
+    ("instance_count", {"instance_count": 0}),
+    ("instance_count", {"instance_count": 5}),
+    ("training_plan_arn", {"training_plan_arn": 12}),
+    ("training_plan_arn", {"training_plan_arn": "arn:aws:sagemaker:eu-west-1:012345678901:training-plan/x"}),
+    ("training_plan_arn", {"training_plan_arn": "arn:aws:sagemaker:us-west-2:12345678901:training-plan/x"}),
+    ("training_plan_arn", {"training_plan_arn": "arn:aws:sagemaker:us-west-2:0123456789012:training-plan/x"}),
+    ("training_plan_arn", {"training_plan_arn": "arn:aws:sagemaker:us-west-2:01234567890a:training-plan/x"}),
+    ("training_plan_arn", {"training_plan_arn": "arn:aws:sagemaker:us-west-2:012345678901:training-job/x"}),
+    ("training_plan_arn", {"training_plan_arn": "arn:aws::sagemaker:us-west-2:012345678901:training-plan/x"}),
+    ("training_plan_arn", {"training_plan_arn": "arn:awsX:sagemaker:us-west-2:012345678901:training-plan/x"}),
+    ("training_plan_arn", {"training_plan_arn": "arn:aws:ec2:us-west-2:012345678901:training-plan/x"}),
+    ("training_plan_arn", {"training_plan_arn": "xarn:aws:sagemaker:us-west-2:012345678901:training-plan/x"}),
+    ("use_spot", {"use_spot": 1}),
+    ("use_spot", {"use_spot": True, "training_plan_arn": PLAN_ARN}),
+    ("max_runtime_seconds", {"max_runtime_seconds": 0}),
+    ("max_runtime_seconds", {"max_runtime_seconds": 7 * 86400 + 1}),
+    ("max_wait_seconds", {"max_wait_seconds": 7200}),
+    ("max_wait_seconds", {"use_spot": True, "max_runtime_seconds": 7200, "max_wait_seconds": 3600}),
+    ("max_wait_seconds", {"use_spot": True, "max_wait_seconds": "7200"}),
+    ("hyperparameters", {"hyperparameters": ["max_steps=5"]}),
+    ("hyperparameters", {"hyperparameters": "max_steps=5"}),
+    ("hyperparameters", {"hyperparameters": None}),
+    ("job_name_prefix", {"job_name_prefix": ""}),
+    ("job_name_prefix", {"job_name_prefix": "-lead"}),
+    ("job_name_prefix", {"job_name_prefix": "under_score"}),
+    ("job_name_prefix", {"job_name_prefix": "dot.ted"}),
+    ("job_name_prefix", {"job_name_prefix": "sp ace"}),
+    ("job_name_prefix", {"job_name_prefix": 42}),
+    ("precision", {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"}),
+    ("precision", {"precision": "nvfp4", "instance_type": "ml.p4de.24xlarge"}),
+    ("precision", {"precision": "fp8", "instance_type": "ml.p4d.24xlarge"}),
+    ("input", {"precison": "bf16"}),
+    ("input", {"extra": None}),
+]
+
+
+@pytest.mark.parametrize("field, bad", INVALID, ids=[f"{f}:{json.dumps(b)[:60]}" for f, b in INVALID])
+def test_invalid_input_fails_before_any_sagemaker_call(workflow, field, bad):
+    before = len(workflow.sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"])
+    result = _run(workflow, bad)
+    assert result["status"] == "FAILED"
+    assert result["error"] == "InvalidInput", result.get("cause")
+    assert result["cause"].startswith(f"{field}: "), result["cause"]
+    after = len(workflow.sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"])
+    assert after == before
+
+
+def test_python_mirror_rejects_the_same_single_field_values(fields):
+    """The synth-time check of the defaults and the states agree on single-field cases."""
+    cross_field = [{"max_wait_seconds": 7200}]  # valid alone; invalid only because use_spot is false
+    for field, bad in INVALID:
+        if field in fields and len(bad) == 1 and bad not in cross_field:
+            assert check_value(fields[field], bad[field], region=REGION) is not None, (field, bad)
+
+
+def test_invalid_cause_says_what_is_allowed_and_what_was_given(workflow):
+    result = _run(workflow, {"num_layers": 2.5})
+    assert result["cause"] == "num_layers: must be an integer in [1, 512]; got 2.5"
+    result = _run(workflow, {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"})
+    assert "needs one of ml.p6-b200.48xlarge, ml.p6-b300.48xlarge, ml.p6e-gb200.36xlarge" in result["cause"]
+    assert result["cause"].endswith("got instance_type ml.p5.48xlarge")
+
+
+# ---- failures and capacity retries ----------------------------------------------------------------------------
+
+
+def test_failed_job_surfaces_name_and_reason(workflow):
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome("Failed", "AlgorithmError: ExecuteUserScriptError: exit code 1"))
+    result = _run(workflow, {"job_name_prefix": prefix})
+    assert result["status"] == "FAILED"
+    assert result["error"] == "TrainingJobFailed"
+    (job,) = workflow.jobs(prefix)
+    assert (
+        result["cause"]
+        == f"Training job {job} ended Failed: AlgorithmError: ExecuteUserScriptError: exit code 1"
+    )
+    assert len(OUTCOMES.requests[prefix]) == 1  # not retried
+
+
+def test_stopped_job_without_reason_is_reported(workflow):
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome("Stopped"))
+    result = _run(workflow, {"job_name_prefix": prefix})
+    assert result["error"] == "TrainingJobFailed"
+    assert result["cause"].endswith("ended Stopped: (SageMaker gave no FailureReason)")
+
+
+def test_capacity_error_relaunches_with_a_new_name_and_the_same_checkpoints(workflow):
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, capacity_error(1), capacity_error(2), Outcome())
+    result = _run(workflow, {"job_name_prefix": prefix, "use_spot": True})
+    assert result["status"] == "SUCCEEDED", result
+    requests = OUTCOMES.requests[prefix]
+    assert len(requests) == 3
+    assert len({r["TrainingJobName"] for r in requests}) == 3
+    assert len({r["CheckpointConfig"]["S3Uri"] for r in requests}) == 1
+    assert all(r["EnableManagedSpotTraining"] for r in requests)
+    assert result["summary"]["launches"] == 3
+    assert result["summary"]["job_name"] == requests[-1]["TrainingJobName"]
+    assert sorted(workflow.jobs(prefix)) == sorted(r["TrainingJobName"] for r in requests)
+
+
+def test_capacity_error_gives_up_after_the_bound(workflow):
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, capacity_error())
+    result = _run(workflow, {"job_name_prefix": prefix})
+    assert result["status"] == "FAILED"
+    assert result["error"] == "CapacityError"
+    launches = MAX_CAPACITY_RETRIES + 1
+    assert len(OUTCOMES.requests[prefix]) == launches
+    last = OUTCOMES.requests[prefix][-1]["TrainingJobName"]
+    assert result["cause"].startswith(
+        f"Gave up after {launches} launches without capacity; last job {last}: "
+    )
+    assert "CapacityError" in result["cause"]
+
+
+# ---- EventBridge trigger ----------------------------------------------------------------------------------------
+
+
+def test_eventbridge_trigger_delivers_detail_as_input(workflow, synthesized):
+    """moto's EventBridge delivers to no Step Functions target, ignores InputPath, and has no TestEventPattern:
+    match the rule's pattern with the matcher moto's PutEvents uses, check the target's InputPath, then start an
+    execution with the event's detail as EventBridge would."""
+    _, template = synthesized
+    (rule,) = [
+        r
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Events::Rule"
+        and r["Properties"]["EventPattern"].get("source") == ["blackwell-training"]
+    ]
+    (target,) = rule["Properties"]["Targets"]
+    assert target["InputPath"] == "$.detail"
+    prefix = _prefix()
+    event = {
+        "id": str(uuid.uuid4()),
+        "account": ACCOUNT,
+        "source": "blackwell-training",
+        "detail-type": "Start training job",
+        "time": "2026-11-22T00:00:00Z",
+        "region": REGION,
+        "resources": [],
+        "detail": {"job_name_prefix": prefix, "precision": "mxfp8", "use_spot": True},
+    }
+    pattern = EventPattern.load(json.dumps(rule["Properties"]["EventPattern"]))
+    assert pattern.matches_event(event)
+    assert not pattern.matches_event({**event, "source": "someone-else"})
+    assert not pattern.matches_event({**event, "detail-type": "Other"})
+
+    result = _run(workflow, event["detail"])
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["HyperParameters"]["precision"] == "mxfp8"
+    assert request["EnableManagedSpotTraining"] is True
