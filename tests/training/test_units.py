@@ -19,7 +19,6 @@ def tiny_model() -> model.Transformer:
         SHAPE,
         use_te=False,
         activation_checkpointing=False,
-        device=torch.device("cpu"),
         te_params_dtype=torch.float32,
     )
     net.to_empty(device="cpu")

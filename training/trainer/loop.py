@@ -41,7 +41,6 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             cfg.shape,
             use_te=plan.recipe is not None,
             activation_checkpointing=cfg.activation_checkpointing,
-            device=env.device,
             te_params_dtype=torch.bfloat16 if plan.quantized_init else torch.float32,
         )
     policy = parallel.mixed_precision(plan.dtype)

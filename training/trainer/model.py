@@ -74,7 +74,11 @@ def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) ->
         activation="swiglu",
         normalization="RMSNorm",
         attn_input_format="bshd",
-        device="cuda",
+        # Built on meta like the rest of the model; after fully_shard, TE's reset_parameters() materializes
+        # and initializes each rank's shard (DTensor-aware, quantizing when quantized_model_init is on).
+        # Checked: transformer_engine/pytorch/module/base.py reset_parameters and
+        # tests/pytorch/distributed/run_fsdp2_model.py at tag v2.11.
+        device="meta",
     )
 
 
@@ -114,25 +118,23 @@ def build_model(
     *,
     use_te: bool,
     activation_checkpointing: bool,
-    device: torch.device,
     te_params_dtype: torch.dtype,
 ) -> Transformer:
-    """Build the model, uninitialized: call ``init_weights`` after sharding.
+    """Build the model on the meta device (no memory until FSDP2 has sharded it; then
+    ``parallel.shard_model`` materializes each rank's shard and ``init_weights`` fills it).
 
-    The plain-PyTorch model is built on the meta device (no memory until FSDP2 has sharded it and ``to_empty``
-    materializes each rank's shard). TE layers cannot be built on meta and then ``to_empty``-ed without losing
-    TE's own initialization, so the TE model is built on ``device`` (TE initializes its layers there).
+    TE blocks are initialized by TE itself during materialization; the rest by ``init_weights``.
     """
+    blocks: list[nn.Module]
     if use_te:
         blocks = [te_block(shape, i + 1, te_params_dtype) for i in range(shape.num_layers)]
-        with torch.device(device):
-            model = Transformer(shape, blocks, activation_checkpointing)
-        model.checkpoint_fn = _te_checkpoint
-        return model
+    else:
+        blocks = [TorchBlock(shape) for _ in range(shape.num_layers)]
     with torch.device("meta"):
-        return Transformer(
-            shape, [TorchBlock(shape) for _ in range(shape.num_layers)], activation_checkpointing
-        )
+        model = Transformer(shape, blocks, activation_checkpointing)
+    if use_te:
+        model.checkpoint_fn = _te_checkpoint
+    return model
 
 
 def _init_value(name: str, param: torch.Tensor, num_layers: int, generator: torch.Generator) -> torch.Tensor:

@@ -68,13 +68,30 @@ def mixed_precision(dtype: torch.dtype) -> MixedPrecisionPolicy:
 def shard_model(
     model: Transformer, mesh: DeviceMesh, policy: MixedPrecisionPolicy, device: torch.device
 ) -> None:
-    """``fully_shard`` each block (its own all-gather/reduce-scatter unit), then the root (embedding, norm, head).
+    """``fully_shard`` each block (its own all-gather/reduce-scatter unit), then the root (embedding, norm, head),
+    and materialize each rank's shard of the meta-device model on ``device``.
 
-    The last block keeps its parameters gathered after forward (backward needs them right away). Meta-device
-    parameters are then materialized on ``device`` (uninitialized: see ``model.init_weights``).
+    The last block keeps its parameters gathered after forward (backward needs them right away). Transformer
+    Engine modules materialize and initialize their own shards (``reset_parameters`` is DTensor-aware and
+    quantizes primary weights under ``quantized_model_init``); everything else is materialized uninitialized
+    (see ``model.init_weights``). Attributes TE keeps on its parameters are carried across ``fully_shard``,
+    which replaces every parameter by a DTensor.
     """
+    te_attrs = {name: dict(vars(p)) for name, p in model.named_parameters() if _is_te_param(model, name)}
     for index, block in enumerate(model.layers):
         fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=index < len(model.layers) - 1)
     fully_shard(model, mesh=mesh, mp_policy=policy)
-    if any(p.is_meta for p in model.parameters()):
-        model.to_empty(device=device)
+    for name, param in model.named_parameters():
+        for key, value in te_attrs.get(name, {}).items():
+            setattr(param, key, value)
+    te_modules = [m for m in model.modules() if hasattr(m, "param_init_meta")]
+    for module in te_modules:
+        module.reset_parameters()
+    for module in model.modules():
+        if module not in te_modules and any(p.is_meta for p in module.parameters(recurse=False)):
+            module.to_empty(device=device, recurse=False)
+
+
+def _is_te_param(model: Transformer, name: str) -> bool:
+    owner = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+    return hasattr(owner, "param_init_meta")
