@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from training import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -71,3 +75,39 @@ def fields(line: str) -> dict[str, str]:
 def losses(output: str) -> dict[int, str]:
     """The printed loss of every step (as printed: comparing strings compares every printed digit)."""
     return {step: fields(line)["loss"] for step, line in step_lines(output).items()}
+
+
+def container_code_dir(code: Path) -> None:
+    """Lay out /opt/ml/code like the image: train.sh and entrypoint.sh next to a copy of the training/ package."""
+    code.mkdir(parents=True)
+    for script in (contract.ENTRY_POINT, "entrypoint.sh"):
+        shutil.copy2(ROOT / "training" / script, code / script)
+    shutil.copytree(
+        ROOT / "training",
+        code / "training",
+        ignore=shutil.ignore_patterns("__pycache__", "Dockerfile", "*.sh"),
+    )
+
+
+def toolkit_job(tmp_path: Path, hyperparameters: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """A SageMaker-shaped /opt/ml under ``tmp_path`` for one host with ``hyperparameters`` (JSON strings, as
+    Step Functions sends them); returns the toolkit's ``train`` command and its environment (2 CPU workers)."""
+    base = tmp_path / "opt_ml"
+    config_dir = base / "input" / "config"
+    config_dir.mkdir(parents=True)
+    (config_dir / "hyperparameters.json").write_text(json.dumps(hyperparameters))
+    (config_dir / "resourceconfig.json").write_text(
+        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"})
+    )
+    (config_dir / "inputdataconfig.json").write_text("{}")
+    container_code_dir(base / "code")
+    child_env = env()
+    child_env.pop("PYTHONPATH")  # train.sh must find its package by itself
+    child_env.update(
+        SAGEMAKER_BASE_DIR=str(base),
+        SAGEMAKER_PROGRAM=contract.ENTRY_POINT,
+        SAGEMAKER_SUBMIT_DIRECTORY=str(base / "code"),
+        SM_STUDIO_LOCAL_MODE="true",  # skips the toolkit's DNS wait for algo-1
+        NPROC_PER_NODE="2",
+    )
+    return [str(VENV_BIN / "train")], child_env

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def test_slow_layers_come_before_the_trainer_code(instructions):
     cudart = _index(instructions, "RUN", r"nvidia-cuda-runtime-cu12")
     requirements = _index(instructions, "COPY", r"requirements\.tx\[t\]")
     trainer = _index(instructions, "COPY", r"^\. /opt/ml/code/training/$")
-    entry = _index(instructions, "COPY", r"train\.sh /opt/ml/code/train\.sh")
+    entry = _index(instructions, "COPY", r"train\.sh entrypoint\.sh /opt/ml/code/$")
     assert te < cudart < requirements < trainer < entry
     # Nothing before the trainer COPY copies the trainer itself (which would void the TE layer cache).
     for kind, value in instructions[:trainer]:
@@ -88,14 +89,28 @@ def test_layout_and_sagemaker_settings_match_the_contract(parser, instructions):
     assert parser.envs["SAGEMAKER_SUBMIT_DIRECTORY"] == contract.CONTAINER_CODE_DIR
     assert parser.envs["PYTHONPATH"] == contract.CONTAINER_CODE_DIR
     entry = instructions[_index(instructions, "COPY", r"train\.sh")][1]
-    assert "--chmod=0755" in entry and entry.endswith(f"{contract.CONTAINER_CODE_DIR}/{contract.ENTRY_POINT}")
-    assert (TRAINING / "train.sh").is_file()
+    assert entry == f"--chmod=0755 {contract.ENTRY_POINT} entrypoint.sh {contract.CONTAINER_CODE_DIR}/"
+    assert (TRAINING / "train.sh").is_file() and (TRAINING / "entrypoint.sh").is_file()
+
+
+def test_pid1_entrypoint_wraps_the_dlc_entrypoint(parser, instructions):
+    # SageMaker's SIGTERM goes to PID 1 only: our forwarder must be PID 1, with the DLC's own entry point under it.
+    (entrypoint,) = [value for kind, value in instructions if kind == "ENTRYPOINT"]
+    assert json.loads(entrypoint) == [
+        f"{contract.CONTAINER_CODE_DIR}/entrypoint.sh",
+        "bash",
+        "-m",
+        "start_with_right_hostname.sh",
+    ]
+    assert _index(instructions, "RUN", r"entrypoint\.sh true$") > _index(
+        instructions, "COPY", r"entrypoint\.sh"
+    )
 
 
 def test_build_time_self_checks_run_after_the_code_is_in(instructions):
     trainer = _index(instructions, "COPY", r"^\. /opt/ml/code/training/$")
     check = _index(instructions, "RUN", r"python -m training\.trainer\.selfcheck")
-    help_run = _index(instructions, "RUN", r"^/opt/ml/code/train\.sh --help$")
+    help_run = _index(instructions, "RUN", r"^/opt/ml/code/train\.sh --help")
     assert trainer < check and trainer < help_run
     command = instructions[check][1]
     assert "--expected-te-version 2.11.0" in command

@@ -15,6 +15,7 @@ the newest ``keep`` are deleted; nothing else in the folder is touched.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -166,6 +167,11 @@ def save_model(model, model_dir: str, step: int, config: dict[str, Any], rank: i
     return target
 
 
+PID_DIR_ENV = "TRAINER_PID_DIR"
+"""Where each worker registers its PID, so the container's PID-1 entry point (training/entrypoint.sh) can forward
+SageMaker's SIGTERM to the workers directly."""
+
+
 class StopFlag:
     """Set by SIGTERM (SageMaker's StopTrainingJob / spot reclaim; about 120 s before SIGKILL); the loop checks
     ``agreed()`` at each step boundary, which all-reduces the flag so every rank stops at the same step."""
@@ -174,6 +180,12 @@ class StopFlag:
         self.group = group
         self.received = False
         signal.signal(signal.SIGTERM, self._handle)
+        pid_dir = os.environ.get(PID_DIR_ENV)
+        if pid_dir:
+            pid_file = Path(pid_dir) / str(os.getpid())
+            pid_file.parent.mkdir(parents=True, exist_ok=True)
+            pid_file.touch()
+            atexit.register(pid_file.unlink, missing_ok=True)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = True

@@ -1,0 +1,67 @@
+"""training/entrypoint.sh, the container's PID 1: SageMaker's SIGTERM reaches the trainer through the real toolkit.
+
+The chain is the container's: entrypoint.sh -> sagemaker-training ``train`` -> ``/bin/sh -c ./train.sh`` -> torchrun
+-> 2 workers. Only the entry point is signalled, as SageMaker signals only PID 1; the toolkit and torchrun would
+not pass it on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from training.trainer.checkpoint import complete_checkpoints
+
+from .runner import ROOT, TINY, step_lines, toolkit_job
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigterm_to_the_entrypoint_checkpoints_and_stops_the_job(tmp_path):
+    hyperparameters = {
+        **TINY,
+        "max_steps": "100000",
+        "checkpoint_interval": "0",
+        "checkpoint_dir": str(tmp_path / "checkpoints"),
+        "model_dir": str(tmp_path / "model"),
+    }
+    command, child_env = toolkit_job(tmp_path, hyperparameters)
+    child_env["TRAINER_PID_DIR"] = str(tmp_path / "pids")
+    proc = subprocess.Popen(
+        [str(ROOT / "training" / "entrypoint.sh"), *command],
+        env=child_env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if len(step_lines("".join(seen))) >= 2:
+                assert len(os.listdir(tmp_path / "pids")) == 2  # both workers registered
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    output = "".join(seen) + rest
+    assert proc.returncode == 0, output
+    assert "entrypoint: SIGTERM received" in output
+    assert "stopping at step" in output, output
+    stopped_at = max(step_lines(output))
+    assert [step for step, _ in complete_checkpoints(tmp_path / "checkpoints")] == [stopped_at]
+    assert not Path(tmp_path / "model" / "model.pt").exists()
+    assert os.listdir(tmp_path / "pids") == []  # workers removed their PID files on exit
+
+
+def test_entrypoint_passes_the_child_exit_status_through(tmp_path):
+    script = ROOT / "training" / "entrypoint.sh"
+    env = {**os.environ, "TRAINER_PID_DIR": str(tmp_path / "pids")}
+    assert subprocess.run([str(script), "sh", "-c", "exit 7"], env=env).returncode == 7
+    assert subprocess.run([str(script), "true"], env=env).returncode == 0
