@@ -223,10 +223,9 @@ class CheckpointBucket(Construct):
             grantee=grantee, actions=["s3:GetBucketLocation"], resource_arns=[self.bucket.bucket_arn]
         )
         if self.encryption_key is not None:
-            if write:
-                self.encryption_key.grant_encrypt_decrypt(grantee)
-            else:
-                self.encryption_key.grant_decrypt(grantee)
+            # SSE-KMS: GetObject decrypts; PutObject generates a data key (and multipart parts decrypt it).
+            actions = ["kms:Decrypt", "kms:GenerateDataKey"] if write else ["kms:Decrypt"]
+            self.encryption_key.grant(grantee, *actions)
 
 
 def _positive(name: str, value: int | None, default: int) -> int:

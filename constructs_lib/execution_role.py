@@ -82,7 +82,8 @@ class SageMakerExecutionRole(Construct):
         checkpoint_bucket.grant_read_write(self.role, prefix=checkpoint_bucket.output_prefix)
         checkpoint_bucket.grant_read(self.role, prefix=checkpoint_bucket.data_prefix)
         for key in kms_keys or []:
-            key.grant_encrypt_decrypt(self.role)
+            # Explicit actions (CDK's grant_encrypt_decrypt adds kms:ReEncrypt* and kms:GenerateDataKey*).
+            key.grant(self.role, "kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey")
 
         stack = Stack.of(self)
         log_group_arn = stack.format_arn(

@@ -129,7 +129,7 @@ class TrainingImageRepository(Construct):
         self.repository.grant_pull_push(grantee)
         self._acknowledge_auth_token(grantee)
         if self.encryption_key is not None:
-            self.encryption_key.grant_encrypt_decrypt(grantee)
+            self.encryption_key.grant(grantee, "kms:Decrypt", "kms:GenerateDataKey")
 
     @staticmethod
     def _acknowledge_auth_token(grantee: iam.IGrantable) -> None:
