@@ -791,7 +791,10 @@ class TrainingWorkflow(Construct):
             for grantee in (role, self.execution_role):
                 volume_kms_key.grant(grantee, "kms:CreateGrant", "kms:DescribeKey")
         if output_kms_key is not None:
-            output_kms_key.grant_encrypt_decrypt(self.execution_role)
+            # SSE-KMS uploads of the model artifacts (named actions: no kms:ReEncrypt*/GenerateDataKey* wildcards).
+            output_kms_key.grant(
+                self.execution_role, "kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"
+            )
 
         scope = policy_scope(role)
         acknowledge(

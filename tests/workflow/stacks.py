@@ -16,8 +16,9 @@ IMAGE_TAG = "v1"
 
 
 def build_workflow(app: cdk.App, **props: Any) -> TrainingWorkflow:
-    """``Test`` stack in 123456789012/us-west-2 with the workflow ``Workflow`` wired to fresh resources."""
-    stack = cdk.Stack(app, "Test", env=DEFAULT_ENV)
+    """``Test`` stack in 123456789012/us-west-2 (created unless the app has it) with the workflow ``Workflow``
+    wired to fresh resources."""
+    stack = app.node.try_find_child("Test") or cdk.Stack(app, "Test", env=DEFAULT_ENV)
     bucket = CheckpointBucket(stack, "Checkpoints")
     images = TrainingImageRepository(stack, "Images")
     role = SageMakerExecutionRole(stack, "ExecutionRole", checkpoint_bucket=bucket, image_repository=images)

@@ -1,0 +1,475 @@
+"""TrainingWorkflow: IAM exactly as createTrainingJob.sync needs, logging/tracing/alarm, notifications, trigger,
+options (VPC, keys, existing bucket/role), prop validation, cdk-nag, and the stack wiring."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk.assertions import Capture, Match, Template
+
+from app import add_stacks
+from constructs_lib._nag import logical_id
+from constructs_lib.checkpoint_bucket import CheckpointBucket
+from constructs_lib.execution_role import SageMakerExecutionRole
+from constructs_lib.image_repository import TrainingImageRepository
+from constructs_lib.training_workflow import CREATE_TRAINING_JOB_SYNC, TrainingWorkflow, WorkflowDefaults
+from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
+from tests.workflow.harness import definition_of
+from tests.workflow.stacks import build_workflow
+
+PARTITION = {"Ref": "AWS::Partition"}
+
+
+def _template(**props) -> tuple[TrainingWorkflow, Template]:
+    app = cdk.App()
+    workflow = build_workflow(app, **props)
+    return workflow, Template.from_stack(cdk.Stack.of(workflow))
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return _template()
+
+
+def _sm_statements(template: Template) -> list[dict]:
+    policies = template.find_resources("AWS::IAM::Policy")
+    (sm_policy,) = [
+        p for lid, p in policies.items() if lid.startswith("WorkflowStateMachineRoleDefaultPolicy")
+    ]
+    return sm_policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+# ---- IAM --------------------------------------------------------------------------------------------------------
+
+
+def test_state_machine_role_has_exactly_the_sync_permissions(plain):
+    workflow, template = plain
+    found = _sm_statements(template)
+    by_sid = {s.get("Sid"): s for s in found if s.get("Sid")}
+    assert as_list(by_sid["RunTrainingJobs"]["Action"]) == [
+        "sagemaker:CreateTrainingJob",
+        "sagemaker:DescribeTrainingJob",
+        "sagemaker:StopTrainingJob",
+        "sagemaker:AddTags",
+        "sagemaker:ListTags",
+    ]
+    assert by_sid["RunTrainingJobs"]["Resource"] == {
+        "Fn::Join": ["", ["arn:", PARTITION, ":sagemaker:us-west-2:123456789012:training-job/*"]]
+    }
+    assert as_list(by_sid["SyncIntegrationEventsRule"]["Action"]) == [
+        "events:PutTargets",
+        "events:PutRule",
+        "events:DescribeRule",
+    ]
+    assert by_sid["SyncIntegrationEventsRule"]["Resource"] == {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                PARTITION,
+                ":events:us-west-2:123456789012:rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule",
+            ],
+        ]
+    }
+    (pass_role,) = [s for s in found if "iam:PassRole" in as_list(s["Action"])]
+    assert as_list(pass_role["Action"]) == ["iam:PassRole"]
+    assert pass_role["Resource"] == {"Fn::GetAtt": [logical_id(workflow.execution_role), "Arn"]}
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    # Everything else is CDK's log delivery and X-Ray, the only statements on Resource '*'.
+    rest = [
+        s
+        for s in found
+        if s not in (by_sid["RunTrainingJobs"], by_sid["SyncIntegrationEventsRule"], pass_role)
+    ]
+    actions = {a for s in rest for a in as_list(s["Action"])}
+    assert all(s["Resource"] == "*" for s in rest)
+    assert {a.split(":")[0] for a in actions} == {"logs", "xray"}
+    assert all(s["Effect"] == "Allow" for s in found)
+
+
+def test_no_star_actions_and_no_managed_policies(plain):
+    _, template = plain
+    for resource in template.find_resources("AWS::IAM::Policy").values():
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            assert "*" not in as_list(statement["Action"])
+    for role in template.find_resources("AWS::IAM::Role").values():
+        assert "ManagedPolicyArns" not in role["Properties"]
+
+
+# ---- logging, tracing, timeout, alarm ----------------------------------------------------------------------------
+
+
+def test_logging_all_tracing_and_timeout(plain):
+    workflow, template = plain
+    group = Capture()
+    template.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "LoggingConfiguration": {
+                "Level": "ALL",
+                "IncludeExecutionData": True,
+                "Destinations": [{"CloudWatchLogsLogGroup": {"LogGroupArn": {"Fn::GetAtt": [group, "Arn"]}}}],
+            },
+            "TracingConfiguration": {"Enabled": True},
+        },
+    )
+    assert group.as_string() == logical_id(workflow.log_group)
+    template.has_resource(
+        "AWS::Logs::LogGroup", {"Properties": {"RetentionInDays": 180}, "DeletionPolicy": "Retain"}
+    )
+
+
+def test_alarm_on_failed_timed_out_and_aborted_executions(plain):
+    _, template = plain
+    (alarm,) = template.find_resources("AWS::CloudWatch::Alarm").values()
+    props = alarm["Properties"]
+    assert props["Threshold"] == 1
+    assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert props["TreatMissingData"] == "notBreaching"
+    metrics = {m["Id"]: m for m in props["Metrics"]}
+    assert metrics["expr_1"]["Expression"] == "failed + timedOut + aborted"
+    assert {metrics[i]["MetricStat"]["Metric"]["MetricName"] for i in ("failed", "timedOut", "aborted")} == {
+        "ExecutionsFailed",
+        "ExecutionsTimedOut",
+        "ExecutionsAborted",
+    }
+    assert "AlarmActions" not in props
+
+
+def test_no_topic_and_no_rules_unless_asked(plain):
+    _, template = plain
+    template.resource_count_is("AWS::SNS::Topic", 0)
+    template.resource_count_is("AWS::Events::Rule", 0)
+
+
+# ---- notifications and trigger -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def notified():
+    return _template(
+        notifications=True,
+        event_pattern=events.EventPattern(source=["my.scheduler"], detail_type=["Train"]),
+    )
+
+
+def test_encrypted_topic_told_of_every_end_state(notified):
+    workflow, template = notified
+    template.has_resource_properties(
+        "AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [logical_id(workflow.notification_key), "Arn"]}}
+    )
+    template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+    template.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
+                )
+            }
+        },
+    )
+    key = template.find_resources("AWS::KMS::Key")[logical_id(workflow.notification_key)]
+    (service_statement,) = [
+        s
+        for s in key["Properties"]["KeyPolicy"]["Statement"]
+        if s.get("Sid") == "AllowEventBridgeAndCloudWatchToPublish"
+    ]
+    assert service_statement["Principal"] == {"Service": ["events.amazonaws.com", "cloudwatch.amazonaws.com"]}
+    rule = template.find_resources(
+        "AWS::Events::Rule", {"Properties": {"Description": Match.string_like_regexp("ends")}}
+    )
+    ((_, status_rule),) = rule.items()
+    pattern = status_rule["Properties"]["EventPattern"]
+    assert pattern["source"] == ["aws.states"]
+    assert pattern["detail"]["status"] == ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
+    assert pattern["detail"]["stateMachineArn"] == [{"Ref": logical_id(workflow.state_machine)}]
+    (target,) = status_rule["Properties"]["Targets"]
+    assert target["Arn"] == {"Ref": logical_id(workflow.notification_topic)}
+    assert "InputTransformer" in target
+    (alarm,) = template.find_resources("AWS::CloudWatch::Alarm").values()
+    assert alarm["Properties"]["AlarmActions"] == [{"Ref": logical_id(workflow.notification_topic)}]
+
+
+def test_trigger_rule_passes_the_event_detail(notified):
+    workflow, template = notified
+    (rule,) = template.find_resources(
+        "AWS::Events::Rule", {"Properties": {"EventPattern": {"source": ["my.scheduler"]}}}
+    ).values()
+    assert rule["Properties"]["EventPattern"] == {"source": ["my.scheduler"], "detail-type": ["Train"]}
+    (target,) = rule["Properties"]["Targets"]
+    assert target["Arn"] == {"Ref": logical_id(workflow.state_machine)}
+    assert target["InputPath"] == "$.detail"
+    assert "EventBusName" not in rule["Properties"]  # the default bus
+
+
+def test_trigger_on_a_custom_bus_and_existing_topic():
+    def build(app):
+        stack = cdk.Stack(app, "Test", env=DEFAULT_ENV)
+        bus = events.EventBus(stack, "Bus", event_bus_name="training")
+        topic = sns.Topic(
+            stack,
+            "Existing",
+            master_key=kms.Key(stack, "TopicKey", enable_key_rotation=True),
+            enforce_ssl=True,
+        )
+        bucket = CheckpointBucket(stack, "Checkpoints")
+        images = TrainingImageRepository(stack, "Images")
+        role = SageMakerExecutionRole(
+            stack, "ExecutionRole", checkpoint_bucket=bucket, image_repository=images
+        )
+        TrainingWorkflow(
+            stack,
+            "Workflow",
+            image_uri=images.image_uri("v1"),
+            execution_role=role,
+            checkpoint_bucket=bucket,
+            notification_topic=topic,
+            event_pattern=events.EventPattern(source=["a"]),
+            event_bus=bus,
+        )
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    template = Template.from_json(result.templates["Test.template.json"])
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {"EventBusName": {"Ref": Match.string_like_regexp("^Bus")}, "EventPattern": {"source": ["a"]}},
+    )
+    template.resource_count_is("AWS::SNS::Topic", 1)
+
+
+# ---- options -----------------------------------------------------------------------------------------------------
+
+
+def test_vpc_keys_data_channel_and_tags_reach_the_request():
+    def build(app):
+        build_workflow(
+            app,
+            vpc=ec2.Vpc.from_vpc_attributes(
+                _stack_of(app),
+                "Vpc",
+                vpc_id="vpc-0123456789abcdef0",
+                availability_zones=["us-west-2a"],
+                private_subnet_ids=["subnet-0123456789abcdef0"],
+            ),
+            output_kms_key=kms.Key(_stack_of(app), "OutKey", enable_key_rotation=True),
+            volume_kms_key=kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True),
+            train_data_prefix="data/tokens/",
+            tags={"team": "llm"},
+        )
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    template = result.templates["Test.template.json"]
+    definition = definition_of(template)
+    launch = next(s for s in definition["States"].values() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC)
+    params = launch["Parameters"]
+    assert params["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]
+    assert len(params["VpcConfig"]["SecurityGroupIds"]) == 1
+    assert params["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:")
+    assert params["InputDataConfig"][0]["ChannelName"] == "train"
+    assert params["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"].endswith("/data/tokens/")
+    assert {"Key": "team", "Value": "llm"} in params["Tags"]
+    for name in ("On-demand capacity", "Managed spot capacity", "Training plan capacity"):
+        assert definition["States"][name]["Parameters"]["resource_config"]["VolumeKmsKeyId"].startswith(
+            "arn:aws:kms:"
+        )
+    groups = Template.from_json(template).find_resources("AWS::EC2::SecurityGroup")
+    assert len(groups) == 1
+    Template.from_json(template).has_resource_properties(
+        "AWS::StepFunctions::StateMachine", {"Tags": Match.array_with([{"Key": "team", "Value": "llm"}])}
+    )
+
+
+def _stack_of(app: cdk.App) -> cdk.Stack:
+    found = app.node.try_find_child("Test")
+    return found if found is not None else cdk.Stack(app, "Test", env=DEFAULT_ENV)
+
+
+def test_existing_bucket_and_plain_role():
+    def build(app):
+        stack = cdk.Stack(app, "Test", env=DEFAULT_ENV)
+        role = iam.Role.from_role_arn(stack, "Role", "arn:aws:iam::123456789012:role/existing", mutable=False)
+        bucket = s3.Bucket.from_bucket_name(stack, "Bucket", "existing-bucket")
+        TrainingWorkflow(
+            stack,
+            "Workflow",
+            image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/train:v1",
+            execution_role=role,
+            bucket=bucket,
+            checkpoint_prefix="team/ckpt/",
+            output_prefix="team/out/",
+        )
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    definition = definition_of(result.templates["Test.template.json"])
+    launch = next(s for s in definition["States"].values() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC)
+    params = launch["Parameters"]
+    assert params["RoleArn"] == "arn:aws:iam::123456789012:role/existing"
+    assert params["OutputDataConfig"] == {"S3OutputPath": "s3://existing-bucket/team/out/"}
+    assert params["CheckpointConfig"]["S3Uri.$"] == (
+        "States.Format('s3://existing-bucket/team/ckpt/{}/', $$.Execution.Name)"
+    )
+    statements = [
+        s
+        for p in Template.from_json(result.templates["Test.template.json"])
+        .find_resources("AWS::IAM::Policy")
+        .values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    (pass_role,) = [s for s in statements if s["Action"] == "iam:PassRole"]
+    assert pass_role["Resource"] == "arn:aws:iam::123456789012:role/existing"
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+
+
+def test_defaults_reach_the_merge_state():
+    _, template = _template(
+        defaults=WorkflowDefaults(
+            precision="mxfp8", num_layers=32, instance_count=2, job_name_prefix="llama-8b"
+        ),
+        max_instance_count=8,
+    )
+    definition = definition_of(template.to_json())
+    defaults = definition["States"]["Apply defaults"]["Parameters"]["defaults"]
+    assert (
+        defaults["precision"] == "mxfp8" and defaults["num_layers"] == 32 and defaults["instance_count"] == 2
+    )
+    assert defaults["training_plan_arn.$"] == "States.StringToJson('null')"
+    assert defaults["hyperparameters"] == {}
+    assert definition["States"]["Check instance_count value"]["Choices"][2]["NumericGreaterThan"] == 8
+
+
+# ---- prop validation ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "props, message",
+    [
+        ({"image_uri": ""}, "image_uri"),
+        ({"bucket": "both"}, "exactly one of checkpoint_bucket or bucket"),
+        ({"checkpoint_prefix": "x/"}, "checkpoint_prefix and output_prefix go with bucket"),
+        ({"execution_role": "arn:aws:iam::1:role/x"}, "execution_role"),
+        ({"allowed_instance_types": ["ml.p3.2xlarge"]}, "allowed_instance_types"),
+        ({"allowed_instance_types": []}, "allowed_instance_types"),
+        ({"max_instance_count": 0}, "max_instance_count"),
+        ({"max_capacity_retries": 21}, "max_capacity_retries"),
+        ({"capacity_retry_wait": cdk.Duration.seconds(0)}, "capacity_retry_wait"),
+        ({"max_pending_time": cdk.Duration.hours(1)}, "max_pending_time"),
+        ({"state_machine_timeout": cdk.Duration.minutes(5)}, "state_machine_timeout"),
+        ({"volume_size_gb": 0}, "volume_size_gb"),
+        ({"internal_retry_attempts": 31}, "internal_retry_attempts"),
+        ({"subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)}, "need vpc"),
+        ({"event_bus": "bus"}, "event_bus"),
+        ({"train_data_prefix": "/abs"}, "train_data_prefix"),
+        ({"defaults": WorkflowDefaults(precision="fp4")}, "defaults.precision"),
+        ({"defaults": WorkflowDefaults(num_layers=0)}, "defaults.num_layers"),
+        ({"defaults": WorkflowDefaults(job_name_prefix="x" * 27)}, "defaults.job_name_prefix"),
+        ({"defaults": WorkflowDefaults(job_name_prefix="bad_name")}, "defaults.job_name_prefix"),
+        (
+            {"defaults": WorkflowDefaults(precision="mxfp8", instance_type="ml.p5.48xlarge")},
+            "defaults.precision",
+        ),
+        ({"defaults": WorkflowDefaults(instance_count=5)}, "defaults.instance_count"),
+        ({"defaults": WorkflowDefaults(max_wait_seconds=99999)}, "defaults.max_wait_seconds"),
+        (
+            {
+                "defaults": WorkflowDefaults(
+                    use_spot=True,
+                    training_plan_arn="arn:aws:sagemaker:us-west-2:012345678901:training-plan/p",
+                )
+            },
+            "defaults.use_spot",
+        ),
+        (
+            {
+                "defaults": WorkflowDefaults(
+                    training_plan_arn="arn:aws:sagemaker:eu-west-1:012345678901:training-plan/p"
+                )
+            },
+            "defaults.training_plan_arn",
+        ),
+        ({"defaults": WorkflowDefaults(hyperparameters={"max_steps": 5})}, "defaults.hyperparameters"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_invalid_props_name_the_prop(props, message):
+    app = cdk.App()
+    stack = cdk.Stack(app, "Test", env=DEFAULT_ENV)
+    if props.get("bucket") == "both":
+        props["bucket"] = s3.Bucket.from_bucket_name(stack, "B", "existing-bucket")
+    if props.get("event_bus") == "bus":
+        props["event_bus"] = events.EventBus.from_event_bus_name(stack, "Bus", "x")
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        build_workflow_in(stack, **props)
+
+
+def build_workflow_in(stack: cdk.Stack, **props):
+    bucket = CheckpointBucket(stack, "Checkpoints")
+    images = TrainingImageRepository(stack, "Images")
+    props.setdefault("image_uri", images.image_uri("v1"))
+    props.setdefault(
+        "execution_role",
+        SageMakerExecutionRole(stack, "Role", checkpoint_bucket=bucket, image_repository=images),
+    )
+    props.setdefault("checkpoint_bucket", bucket)
+    return TrainingWorkflow(stack, "Workflow", **props)
+
+
+# ---- cdk-nag and the app ------------------------------------------------------------------------------------------
+
+
+def test_no_unacknowledged_findings_with_every_option():
+    result = synth_with_nag(
+        lambda app: build_workflow(
+            app,
+            notifications=True,
+            event_pattern=events.EventPattern(source=["x"]),
+            volume_kms_key=kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True),
+        )
+    )
+    assert result.violations == ()
+
+
+def _app_template(context: dict) -> tuple[cdk.Stack, Template]:
+    holder: dict = {}
+
+    def build(app: cdk.App) -> None:
+        for key, value in context.items():
+            app.node.set_context(key, value)
+        (holder["stack"],) = add_stacks(app)
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    stack = holder["stack"]
+    return stack, Template.from_json(result.templates[f"{stack.stack_name}.template.json"])
+
+
+def test_app_stack_wires_the_workflow_and_outputs():
+    stack, template = _app_template({"notifications": True, "workflowTrigger": True, "maxInstanceCount": 8})
+    outputs = template.find_outputs("*")
+    assert outputs["StateMachineArn"]["Value"] == {"Ref": logical_id(stack.workflow.state_machine)}
+    assert outputs["NotificationTopicArn"]["Value"] == {"Ref": logical_id(stack.workflow.notification_topic)}
+    assert stack.workflow.max_instance_count == 8
+    assert stack.workflow.image_uri == stack.image_build.image_uri
+    rules = template.find_resources(
+        "AWS::Events::Rule", {"Properties": {"EventPattern": {"source": ["blackwell-training"]}}}
+    )
+    assert len(rules) == 1
+
+
+def test_app_without_notifications_has_no_topic_output():
+    _, template = _app_template({"notifications": False})
+    assert "NotificationTopicArn" not in template.find_outputs("*")
+    template.resource_count_is("AWS::SNS::Topic", 0)
