@@ -11,6 +11,10 @@ build and waits for it, so the deployment finishes only once the image exists, a
 * Layers are cached in the repository itself (BuildKit registry cache, tag ``CACHE_TAG``, mutable by exemption),
   so a trainer-only change rebuilds only the last layers; the first build compiles Transformer Engine.
 * A failed build fails the deployment with the build id and the CloudWatch log deep link.
+* Least privilege, no wildcard action: the project runs as ``role`` (given to CodeBuild without policy updates, so
+  CDK's automatic grants are dropped), whose one policy ``build_policy`` spells out each action: read the source
+  zip, write the build's log group, use the build key, pull the DLC repository, pull/push/describe our repository
+  (and use its key, when it has another one). Add anything more to ``role``, not through ``project``.
 
 CloudFormation waits at most one hour for a custom resource (``ServiceTimeout`` 1..3600 s), so the deploy-time wait
 is capped at 60 minutes even though the build itself may run longer (``build_timeout_minutes``). When the wait runs
@@ -219,6 +223,17 @@ class TrainingImageBuild(Construct):
             "CACHE_TAG": image_repository.cache_tag,
             "BUILDKIT_IMAGE": buildkit_image or DEFAULT_BUILDKIT_IMAGE,
         }
+        # The project gets its role without policy updates: CDK's automatic grants (S3 source read with
+        # ``s3:GetObject*``/``s3:GetBucket*``/``s3:List*``, the key's ``kms:ReEncrypt*``/``kms:GenerateDataKey*``,
+        # the default ``/aws/codebuild/<project>`` log group) are dropped, and ``BuildPermissions`` below spells
+        # out every action the build uses. Grants made through ``project`` (``project.add_to_role_policy``,
+        # ``grant_principal``) are dropped too: add statements to ``self.role`` instead.
+        self.role = iam.Role(
+            self,
+            "ProjectRole",
+            assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
+            description="Training-image build: read its source, pull the DLC, push to its repository, log",
+        )
         self.project = codebuild.Project(
             self,
             "Project",
@@ -239,29 +254,28 @@ class TrainingImageBuild(Construct):
                 cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)
             ),
             grant_report_group_permissions=False,
+            role=self.role.without_policy_updates(),
         )
-        role = self.project.role
-        assert role is not None  # a Project always creates its role when none is given
-        image_repository.grant_pull_push(role)
-        repository.grant(role, "ecr:DescribeImages")
-        dlc_repository_arn = stack.format_arn(
-            service="ecr",
-            account=self.base_image_account,
-            resource="repository",
-            resource_name=DLC_REPOSITORY,
+        self.build_policy = iam.Policy(
+            self,
+            "BuildPermissions",
+            roles=[self.role],
+            statements=self._build_statements(stack, encryption_key, image_repository),
         )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="PullTheDeepLearningContainer",
-                actions=[
-                    "ecr:BatchGetImage",
-                    "ecr:GetDownloadUrlForLayer",
-                    "ecr:BatchCheckLayerAvailability",
-                ],
-                resources=[dlc_repository_arn],
+        acknowledge(
+            self.build_policy,
+            "IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken (alone in its statement) is an account-level call that IAM only accepts "
+            "on Resource '*'; image access itself is limited to the DLC repository and our repository.",
+        )
+        log_streams = rendered(self, self.log_group.log_group_arn)
+        if "*" in log_streams:  # an imported log group's ARN is <group ARN>:* (a created one's is a GetAtt)
+            acknowledge(
+                self.build_policy,
+                f"IAM5[Resource::{log_streams}]",
+                "CodeBuild names the build's log streams at run time; CreateLogStream and PutLogEvents are "
+                "limited to the streams of the one given log group.",
             )
-        )
-        self._acknowledge_project(role)
 
         # ---- deploy-time build: Provider with onEvent / isComplete -----------------------------------------
         handler_role = self._lambda_role("HandlerRole", handler_logs)
@@ -332,6 +346,8 @@ class TrainingImageBuild(Construct):
                 "ImageUri": image_repository.image_uri(self.image_tag),
             },
         )
+        # The build starts only once its role has its permissions.
+        self.resource.node.add_dependency(self.build_policy)
         self.image_uri: str = self.resource.get_att_string("ImageUri")
         """``<repository URI>:<content tag>``; resolving it makes a consumer wait for the build."""
 
@@ -354,35 +370,88 @@ class TrainingImageBuild(Construct):
         log_group.grant_write(role)
         return role
 
-    def _acknowledge_project(self, role: iam.IRole) -> None:
-        stack = Stack.of(self)
-        where = policy_scope(role)
-        for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*"):
-            acknowledge(
-                where,
-                f"IAM5[Action::{action}]",
-                "CDK's S3 source grant for CodeBuild: read access limited to the one source-asset object "
-                "(training/ as a zip) and its bucket.",
+    def _build_statements(
+        self, stack: Stack, encryption_key: kms.IKey, image_repository: TrainingImageRepository
+    ) -> list[iam.PolicyStatement]:
+        """Everything the build does, action by action: read its source zip, write its log group, use its key,
+        log in to ECR, pull the DLC, pull/push/describe our repository (image and BuildKit cache)."""
+        asset = self.source_asset
+        repository = image_repository.repository
+        found = [
+            iam.PolicyStatement(
+                sid="ReadTheSourceZip",
+                actions=["s3:GetObject", "s3:GetObjectVersion"],
+                resources=[asset.bucket.arn_for_objects(asset.s3_object_key)],
+            ),
+            # CodeBuild checks the source bucket's identity (region, owner) before downloading the object
+            # (the "S3BucketIdentity" statement of CodeBuild's minimum service-role policy).
+            iam.PolicyStatement(
+                sid="CheckTheSourceBucket",
+                actions=["s3:GetBucketAcl", "s3:GetBucketLocation"],
+                resources=[asset.bucket.bucket_arn],
+            ),
+            # The log group exists (created here or given), so no logs:CreateLogGroup; its ARN ends in ":*",
+            # which covers its log streams.
+            iam.PolicyStatement(
+                sid="WriteTheBuildLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[self.log_group.log_group_arn],
+            ),
+            iam.PolicyStatement(
+                sid="UseTheBuildKey",
+                actions=["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+                resources=[encryption_key.key_arn],
+            ),
+            iam.PolicyStatement(
+                sid="LogInToTheRegistries",
+                actions=["ecr:GetAuthorizationToken"],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="PullTheDeepLearningContainer",
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                resources=[
+                    stack.format_arn(
+                        service="ecr",
+                        account=self.base_image_account,
+                        resource="repository",
+                        resource_name=DLC_REPOSITORY,
+                    )
+                ],
+            ),
+            # docker buildx --push and the registry cache (--cache-from/--cache-to), and the buildspec's
+            # `aws ecr describe-images` (skip check and post_build check).
+            iam.PolicyStatement(
+                sid="PullAndPushTheTrainingImage",
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:InitiateLayerUpload",
+                    "ecr:UploadLayerPart",
+                    "ecr:CompleteLayerUpload",
+                    "ecr:PutImage",
+                    "ecr:DescribeImages",
+                ],
+                resources=[repository.repository_arn],
+            ),
+        ]
+        repository_key = image_repository.encryption_key
+        if repository_key is not None and stack.resolve(repository_key.key_arn) != stack.resolve(
+            encryption_key.key_arn
+        ):
+            found.append(
+                iam.PolicyStatement(
+                    sid="UseTheRepositoryKey",
+                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                    resources=[repository_key.key_arn],
+                )
             )
-        for action in ("kms:ReEncrypt*", "kms:GenerateDataKey*"):
-            acknowledge(
-                where,
-                f"IAM5[Action::{action}]",
-                "KMS grant from CDK for the build's own customer managed key (artifacts, logs, and the "
-                "repository's key when it has one); limited to those key ARNs.",
-            )
-        default_log_group = stack.format_arn(
-            service="logs",
-            resource="log-group",
-            resource_name=f"/aws/codebuild/{self.project.project_name}",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        acknowledge(
-            where,
-            f"IAM5[Resource::{rendered(self, default_log_group)}:*]",
-            "CDK always grants the streams of the project's default log group /aws/codebuild/<project> "
-            "(named per build at run time); the build logs go to the construct's own log group.",
-        )
+        return found
 
     def _acknowledge_provider(self, on_event_role: iam.Role, waiter_role: iam.Role) -> None:
         for role, functions in (

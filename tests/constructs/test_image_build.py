@@ -330,22 +330,138 @@ def _statements_with(template, action: str) -> list[dict]:
     return [s for s in statements(template) if action in as_list(s["Action"])]
 
 
-def test_pull_only_from_the_dlc_repository_of_the_region(template):
-    (pull,) = [s for s in _statements_with(template, "ecr:BatchGetImage") if "Sid" in s]
-    assert pull["Sid"] == "PullTheDeepLearningContainer"
-    assert pull["Resource"] == {
-        "Fn::Join": [
-            "",
-            ["arn:", {"Ref": "AWS::Partition"}, ":ecr:us-west-2:763104351884:repository/pytorch-training"],
-        ]
+def _join(*parts) -> dict:
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, *parts]]}
+
+
+def _project_role_policies(template) -> tuple[str, list[dict]]:
+    """The project's role (logical ID) and every policy resource that attaches to it."""
+    role = _project(template)["ServiceRole"]["Fn::GetAtt"][0]
+    policies = [
+        policy
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+    ]
+    return role, policies
+
+
+def test_project_role_is_ours_with_exactly_the_build_permissions(template, construct):
+    role, policies = _project_role_policies(template)
+    stack = cdk.Stack.of(construct)
+    assert role == stack.resolve(construct.role.node.default_child.logical_id)
+    properties = template.to_json()["Resources"][role]["Properties"]
+    assert properties["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}}
+    ]
+    assert "Policies" not in properties and "ManagedPolicyArns" not in properties
+    # One policy, ours: CDK's automatic grants (DefaultPolicy) are gone.
+    (policy,) = policies
+    assert policy["Properties"]["PolicyName"].startswith("ImageBuildBuildPermissions")
+    repo = _logical_id(template, "AWS::ECR::Repository")
+    key = _logical_id(template, "AWS::KMS::Key")
+    log_group = _project(template)["LogsConfig"]["CloudWatchLogs"]["GroupName"]["Ref"]
+    bucket = ":s3:::cdk-hnb659fds-assets-123456789012-us-west-2"
+    by_sid = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert list(by_sid) == [
+        "ReadTheSourceZip",
+        "CheckTheSourceBucket",
+        "WriteTheBuildLogs",
+        "UseTheBuildKey",
+        "LogInToTheRegistries",
+        "PullTheDeepLearningContainer",
+        "PullAndPushTheTrainingImage",
+    ]
+    expected = {
+        "ReadTheSourceZip": (
+            ["s3:GetObject", "s3:GetObjectVersion"],
+            _join(f"{bucket}/{construct.image_tag}.zip"),
+        ),
+        "CheckTheSourceBucket": (["s3:GetBucketAcl", "s3:GetBucketLocation"], _join(bucket)),
+        "WriteTheBuildLogs": (
+            ["logs:CreateLogStream", "logs:PutLogEvents"],
+            {"Fn::GetAtt": [log_group, "Arn"]},  # <group ARN>:*, i.e. its streams; the group already exists
+        ),
+        "UseTheBuildKey": (
+            ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+            {"Fn::GetAtt": [key, "Arn"]},
+        ),
+        "LogInToTheRegistries": ("ecr:GetAuthorizationToken", "*"),
+        "PullTheDeepLearningContainer": (
+            ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            _join(":ecr:us-west-2:763104351884:repository/pytorch-training"),
+        ),
+        "PullAndPushTheTrainingImage": (
+            [
+                "ecr:BatchGetImage",
+                "ecr:GetDownloadUrlForLayer",
+                "ecr:BatchCheckLayerAvailability",
+                "ecr:InitiateLayerUpload",
+                "ecr:UploadLayerPart",
+                "ecr:CompleteLayerUpload",
+                "ecr:PutImage",
+                "ecr:DescribeImages",
+            ],
+            {"Fn::GetAtt": [repo, "Arn"]},
+        ),
     }
+    for sid, (actions, resource) in expected.items():
+        assert by_sid[sid] == {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resource}, sid
+
+
+def test_no_default_log_group_no_reports_no_automatic_grants(template):
+    _, policies = _project_role_policies(template)
+    text = json.dumps(policies)
+    assert "/aws/codebuild/" not in text  # the build logs only to its own log group
+    assert "codebuild:" not in text  # no report groups
+    assert "s3:List" not in text and "s3:GetObject*" not in text
+    assert "ec2:" not in text  # no VPC
+
+
+def test_the_build_key_policy_gains_nothing_from_the_project(template):
+    ((_, key),) = template.find_resources("AWS::KMS::Key").items()
+    document = key["Properties"]["KeyPolicy"]["Statement"]
+    # CDK's account-root statement and the CloudWatch Logs statement; no grant to the build role lands here.
+    assert [s.get("Sid") for s in document] == [None, "CloudWatchLogsInThisAccount"]
+    assert document[0]["Principal"] == {"AWS": _join(":iam::123456789012:root")}
+    assert document[1]["Action"] == [
+        "kms:Encrypt",
+        "kms:Decrypt",
+        "kms:ReEncryptFrom",
+        "kms:ReEncryptTo",
+        "kms:GenerateDataKey",
+        "kms:GenerateDataKeyWithoutPlaintext",
+        "kms:DescribeKey",
+    ]
+
+
+def test_the_build_starts_only_after_its_permissions_exist(template):
+    ((_, resource),) = template.find_resources("Custom::TrainingImage").items()
+    ((policy, _),) = [
+        (k, v)
+        for k, v in template.find_resources("AWS::IAM::Policy").items()
+        if k.startswith("ImageBuildBuildPermissions")
+    ]
+    assert policy in resource["DependsOn"]
+
+
+def test_pull_only_from_the_dlc_repository_of_the_region(template):
+    pulls = _statements_with(template, "ecr:BatchGetImage")
+    assert sorted(s["Sid"] for s in pulls) == ["PullAndPushTheTrainingImage", "PullTheDeepLearningContainer"]
+    (pull,) = [s for s in pulls if s["Sid"] == "PullTheDeepLearningContainer"]
+    assert pull["Resource"] == _join(":ecr:us-west-2:763104351884:repository/pytorch-training")
 
 
 def test_push_only_to_our_repository(template):
     repo = _logical_id(template, "AWS::ECR::Repository")
-    for action in ("ecr:PutImage", "ecr:CompleteLayerUpload", "ecr:DescribeImages"):
+    for action in (
+        "ecr:PutImage",
+        "ecr:InitiateLayerUpload",
+        "ecr:UploadLayerPart",
+        "ecr:CompleteLayerUpload",
+        "ecr:DescribeImages",
+    ):
         found = _statements_with(template, action)
-        assert found and all(s["Resource"] == {"Fn::GetAtt": [repo, "Arn"]} for s in found)
+        assert found and all(s["Resource"] == {"Fn::GetAtt": [repo, "Arn"]} for s in found), action
 
 
 def test_handlers_may_only_start_and_watch_builds_of_the_one_project(template):
@@ -359,13 +475,88 @@ def test_handlers_may_only_start_and_watch_builds_of_the_one_project(template):
     assert start["Resource"] == {"Fn::GetAtt": [project, "Arn"]}
 
 
-def test_no_star_action_anywhere(template):
+def test_no_action_contains_a_star_anywhere(template):
     for statement in statements(template):
         for action in as_list(statement["Action"]):
-            assert action != "*" and not action.endswith(":*"), statement
-    auth = _statements_with(template, "ecr:GetAuthorizationToken")
-    assert auth and all(
-        s["Resource"] == "*" and as_list(s["Action"]) == ["ecr:GetAuthorizationToken"] for s in auth
+            assert "*" not in action, statement
+    # Key policies too, except CDK's account-root statement (kms:* for the account, which IAM then limits).
+    for key in template.find_resources("AWS::KMS::Key").values():
+        for statement in key["Properties"]["KeyPolicy"]["Statement"]:
+            if statement["Principal"] == {"AWS": _join(":iam::123456789012:root")}:
+                continue
+            assert all("*" not in action for action in as_list(statement["Action"])), statement
+    # The one Resource '*': ecr:GetAuthorizationToken, alone in its statement.
+    starred = [s for s in statements(template) if "*" in as_list(s["Resource"])]
+    assert [as_list(s["Action"]) for s in starred] == [["ecr:GetAuthorizationToken"]]
+
+
+def _role_statements(template, predicate) -> dict[str, dict]:
+    (policy,) = [
+        v
+        for k, v in template.find_resources("AWS::IAM::Policy").items()
+        if k.startswith("BuildBuildPermissions") and predicate(v)
+    ]
+    return {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_a_repository_key_of_its_own_gets_explicit_actions():
+    from aws_cdk import aws_kms as kms
+
+    def build(stack):
+        repository_key = kms.Key(stack, "RepoKey", enable_key_rotation=True)
+        repo = TrainingImageRepository(stack, "Images", encryption_key=repository_key)
+        TrainingImageBuild(stack, "Build", image_repository=repo)
+
+    template = template_of(build)
+    by_sid = _role_statements(template, lambda _: True)
+    repository_key = _logical_id(template, "AWS::KMS::Key", lambda p: "Description" not in p)
+    assert by_sid["UseTheRepositoryKey"] == {
+        "Sid": "UseTheRepositoryKey",
+        "Effect": "Allow",
+        "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "Resource": {"Fn::GetAtt": [repository_key, "Arn"]},
+    }
+    assert by_sid["UseTheBuildKey"]["Resource"]["Fn::GetAtt"][0] != repository_key
+    for statement in statements(template):
+        assert all("*" not in action for action in as_list(statement["Action"])), statement
+
+
+def test_one_key_for_repository_and_build_is_granted_once():
+    from aws_cdk import aws_kms as kms
+
+    def build(stack):
+        key = kms.Key(stack, "DataKey", enable_key_rotation=True)
+        repo = TrainingImageRepository(stack, "Images", encryption_key=key)
+        TrainingImageBuild(stack, "Build", image_repository=repo, encryption_key=key)
+
+    template = template_of(build)
+    by_sid = _role_statements(template, lambda _: True)
+    assert "UseTheRepositoryKey" not in by_sid
+    assert by_sid["UseTheBuildKey"]["Resource"] == {
+        "Fn::GetAtt": [_logical_id(template, "AWS::KMS::Key"), "Arn"]
+    }
+
+
+def test_imported_log_group_and_key_are_granted_by_arn():
+    from aws_cdk import aws_kms as kms
+
+    def build(stack):
+        TrainingImageBuild(
+            stack,
+            "Build",
+            image_repository=TrainingImageRepository(stack, "Images"),
+            encryption_key=kms.Key.from_key_arn(
+                stack, "Key", "arn:aws:kms:us-west-2:123456789012:key/11111111-2222-3333-4444-555555555555"
+            ),
+            log_group=logs.LogGroup.from_log_group_name(stack, "Logs", "/training/image-build"),
+        )
+
+    by_sid = _role_statements(template_of(build), lambda _: True)
+    assert by_sid["UseTheBuildKey"]["Resource"] == (
+        "arn:aws:kms:us-west-2:123456789012:key/11111111-2222-3333-4444-555555555555"
+    )
+    assert by_sid["WriteTheBuildLogs"]["Resource"] == _join(
+        ":logs:us-west-2:123456789012:log-group:/training/image-build:*"
     )
 
 
@@ -539,3 +730,16 @@ def test_stack_builds_the_image_and_outputs_its_uri_and_project():
     image = outputs["ImageUri"]["Value"]["Fn::GetAtt"]
     assert image[1] == "ImageUri" and image[0].startswith("ImageBuildImage")
     assert outputs["ImageBuildProjectName"]["Value"]["Ref"].startswith("ImageBuildProject")
+
+
+def test_imported_log_group_is_nag_clean():
+    def build(app: cdk.App) -> None:
+        stack = cdk.Stack(app, "Imported", env=DEFAULT_ENV)
+        TrainingImageBuild(
+            stack,
+            "Build",
+            image_repository=TrainingImageRepository(stack, "Images"),
+            log_group=logs.LogGroup.from_log_group_name(stack, "Logs", "/training/image-build"),
+        )
+
+    assert synth_with_nag(build).violations == ()
