@@ -20,7 +20,10 @@ Only JSONPath features that both AWS and moto's ASL engine evaluate are used:
 Known gap: ASL has no string-length function, so ``job_name_prefix`` is checked exactly for its characters
 and its first character, but its length (at most ``JOB_NAME_PREFIX_MAX_LENGTH``) only at synth time for the
 default; an over-long prefix in the input makes SageMaker reject ``CreateTrainingJob`` (``ValidationException``,
-no job is created), which the workflow reports as ``LaunchFailed``.
+no job is created), which the workflow reports as ``LaunchFailed``. ``hyperparameters`` values are checked to be
+strings on the compact JSON text (no ``":`` followed by the start of a number, ``true``/``false``/``null``, an array
+or an object), which also refuses a string that itself contains such a sequence (e.g. a JSON object as a string);
+its size (SageMaker allows 100 hyperparameters in all) is left to SageMaker.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ JOB_NAME_CHARSET = string.ascii_letters + string.digits + "-"
 MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
 """SageMaker's ceiling for ``MaxRuntimeInSeconds`` and ``MaxWaitTimeInSeconds`` (28 days)."""
 PARTITION_CHARSET = string.ascii_lowercase + "-"
+NON_STRING_JSON_STARTS = "-0123456789tfn[{"
+"""First characters of a JSON value that is not a string."""
 CONFIG = "$.config"
 PROBE = "$.probe"
 
@@ -278,6 +283,16 @@ class ValidationStates:
             inspect = self._inspect(f, {"json.$": f"States.JsonToString({p})"})
             value = sfn.Choice(self.scope, f"Check {f.name} value")
             value.when(sfn.Condition.not_(sfn.Condition.string_matches(f"{PROBE}.{f.name}.json", "{*")), fail)
+            # A value that is not a string shows in compact JSON as '":' followed by the first character of a
+            # number, true, false, null, an array or an object (with or without a space after the colon).
+            value.when(
+                _any(
+                    sfn.Condition.string_matches(f"{PROBE}.{f.name}.json", f'*":{space}{first}*')
+                    for first in NON_STRING_JSON_STARTS
+                    for space in ("", " ")
+                ),
+                fail,
+            )
             check.otherwise(inspect.next(value.otherwise(next_state)))
             return check
         if f.kind == "job_name_prefix":
