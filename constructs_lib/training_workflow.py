@@ -48,7 +48,6 @@ from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
-    MODEL_PRESETS,
     TRAIN_CHANNEL,
     metric_definitions,
 )
@@ -65,7 +64,8 @@ CAPACITY_ERROR_MARKER = "CapacityError"
 FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
 
 # Hyperparameters the workflow sets from validated input fields (contract names), plus the checkpoint directory.
-MANAGED_HYPERPARAMETERS = ("precision", "num_layers", "batch_size", "seq_length", "activation_checkpointing")
+MANAGED_HYPERPARAMETERS = ("precision", "batch_size", "seq_length", "activation_checkpointing")
+"""Always sent. ``num_layers`` is sent too when the execution (or the defaults) give one."""
 CHECKPOINT_DIR_HYPERPARAMETER = "checkpoint_dir"
 
 
@@ -76,10 +76,11 @@ def _default(name: str) -> Any:
 @dataclass(frozen=True)
 class WorkflowDefaults:
     """The value of every execution-input field that an execution leaves out (trainer settings from the
-    contract; ``num_layers`` from the ``1b`` preset)."""
+    contract). ``num_layers`` None means the trainer's model preset decides the depth (``model_preset`` in
+    ``hyperparameters``, default 1b)."""
 
     precision: str = _default("precision")
-    num_layers: int = MODEL_PRESETS["1b"].num_layers
+    num_layers: int | None = None
     batch_size: int = _default("batch_size")
     seq_length: int = _default("seq_length")
     activation_checkpointing: bool = _default("activation_checkpointing")
@@ -483,23 +484,34 @@ class TrainingWorkflow(Construct):
         self.launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
         self.launch.next(normalize_result)
 
-        hyperparameters = sfn.Pass(
-            self,
-            "Build hyperparameters",
-            comment="Trainer settings as strings under the contract's names.",
-            parameters={
-                **{
-                    f"{name}.$": (
-                        f"$.config.{name}"
-                        if HYPERPARAMETERS_BY_NAME[name].kind == "choice"
-                        else f"States.JsonToString($.config.{name})"
-                    )
-                    for name in MANAGED_HYPERPARAMETERS
+        def build_hyperparameters(state_name: str, names: Sequence[str]) -> sfn.Pass:
+            return sfn.Pass(
+                self,
+                state_name,
+                comment="Trainer settings as strings under the contract's names.",
+                parameters={
+                    **{
+                        f"{name}.$": (
+                            f"$.config.{name}"
+                            if HYPERPARAMETERS_BY_NAME[name].kind == "choice"
+                            else f"States.JsonToString($.config.{name})"
+                        )
+                        for name in names
+                    },
+                    CHECKPOINT_DIR_HYPERPARAMETER: CHECKPOINT_LOCAL_PATH,
                 },
-                CHECKPOINT_DIR_HYPERPARAMETER: CHECKPOINT_LOCAL_PATH,
-            },
-            result_path="$.launch.hyperparameters",
-        ).next(self.launch)
+                result_path="$.launch.hyperparameters",
+            ).next(self.launch)
+
+        # num_layers is sent only when given: left out, the trainer's model preset decides the depth.
+        hyperparameters = sfn.Choice(self, "num_layers given?")
+        hyperparameters.when(
+            sfn.Condition.is_not_null("$.config.num_layers"),
+            build_hyperparameters("Build hyperparameters", (*MANAGED_HYPERPARAMETERS, "num_layers")),
+        )
+        hyperparameters.otherwise(
+            build_hyperparameters("Build hyperparameters (preset depth)", MANAGED_HYPERPARAMETERS)
+        )
         multi_node = sfn.Choice(self, "Several instances?")
         multi_node.when(
             sfn.Condition.number_greater_than("$.config.instance_count", 1),

@@ -101,14 +101,21 @@ def input_fields(
 ) -> tuple[InputField, ...]:
     """The execution-input table: every field, its type and what it allows (from the contract and the props)."""
 
-    def hp(name: str, description: str) -> InputField:
+    def hp(name: str, description: str, optional: bool = False) -> InputField:
         spec = HYPERPARAMETERS_BY_NAME[name]
         assert spec.minimum is not None and spec.maximum is not None
-        return InputField(name, "integer", description, minimum=int(spec.minimum), maximum=int(spec.maximum))
+        return InputField(
+            name,
+            "integer",
+            description,
+            minimum=int(spec.minimum),
+            maximum=int(spec.maximum),
+            optional=optional,
+        )
 
     return (
         InputField("precision", "string", "Numeric format of the GEMMs.", choices=PRECISIONS),
-        hp("num_layers", "Transformer blocks."),
+        hp("num_layers", "Transformer blocks (null: the model preset's).", optional=True),
         hp("batch_size", "Micro-batch size per GPU (sequences)."),
         hp("seq_length", "Tokens per sequence."),
         InputField("activation_checkpointing", "boolean", "Recompute each block's activations."),

@@ -99,7 +99,6 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
     assert spec["MetricDefinitions"] == [m.as_sagemaker() for m in metric_definitions()]
     assert request["HyperParameters"] == {
         "precision": "bf16",
-        "num_layers": "16",
         "batch_size": "1",
         "seq_length": "8192",
         "activation_checkpointing": "false",
@@ -211,6 +210,21 @@ def test_every_field_reaches_the_request_as_strings(workflow):
         "checkpoint_dir": CHECKPOINT_LOCAL_PATH,
     }
     assert request["ResourceConfig"]["InstanceType"] == "ml.p5.48xlarge"
+
+
+def test_without_num_layers_the_model_preset_decides_the_depth(workflow):
+    prefix = _prefix()
+    result = _run(
+        workflow, {"job_name_prefix": prefix, "num_layers": None, "hyperparameters": {"model_preset": "8b"}}
+    )
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert "num_layers" not in request["HyperParameters"]
+    assert request["HyperParameters"]["model_preset"] == "8b"
+    # ... and the trainer then takes the preset's 32 layers.
+    from training.contract import parse_hyperparameters
+
+    assert parse_hyperparameters(request["HyperParameters"])["num_layers"] == 32
 
 
 @pytest.mark.parametrize(
@@ -329,7 +343,7 @@ def test_known_gap_string_with_quote_colon_digit_is_refused(workflow):
 
 def test_invalid_cause_says_what_is_allowed_and_what_was_given(workflow):
     result = _run(workflow, {"num_layers": 2.5})
-    assert result["cause"] == "num_layers: must be an integer in [1, 512]; got 2.5"
+    assert result["cause"] == "num_layers: must be an integer in [1, 512], or null; got 2.5"
     result = _run(workflow, {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"})
     assert "needs one of ml.p6-b200.48xlarge, ml.p6-b300.48xlarge, ml.p6e-gb200.36xlarge" in result["cause"]
     assert result["cause"].endswith("got instance_type ml.p5.48xlarge")
