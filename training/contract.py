@@ -165,9 +165,9 @@ class Hyperparameter:
     choices: tuple[str, ...] = ()
 
     @property
-    def cli_flags(self) -> tuple[str, str]:
-        """Both spellings ``train.sh`` and the trainer accept: ``--num_layers`` and ``--num-layers``."""
-        return f"--{self.name}", f"--{self.name.replace('_', '-')}"
+    def cli_flags(self) -> tuple[str, ...]:
+        """The spellings ``train.sh`` and the trainer accept: ``--num_layers`` and ``--num-layers``."""
+        return tuple(dict.fromkeys((f"--{self.name}", f"--{self.name.replace('_', '-')}")))
 
     def allowed(self) -> str:
         """Human description of the allowed values, used in every error message."""

@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     env = parallel.init_distributed()
     try:
         loop.run(cfg, env)
+        # Leave together: a rank that tears gloo down while a peer is still in its last collective (the
+        # final model gather) makes that peer abort at exit ("terminate called without an active exception").
+        dist.barrier(group=env.cpu_group)
     finally:
         dist.destroy_process_group()
     return 0
