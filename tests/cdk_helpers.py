@@ -56,7 +56,9 @@ def synth_with_nag(build: Callable[[cdk.App], None]) -> NagResult:
     return NagResult(tuple(violations), templates)
 
 
-def template_of(build: Callable[[cdk.Stack], None], env: cdk.Environment = DEFAULT_ENV) -> assertions.Template:
+def template_of(
+    build: Callable[[cdk.Stack], None], env: cdk.Environment = DEFAULT_ENV
+) -> assertions.Template:
     """A Template of one fresh stack built by ``build(stack)`` (no cdk-nag)."""
     app = cdk.App()
     stack = cdk.Stack(app, "Test", env=env)

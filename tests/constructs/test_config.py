@@ -21,7 +21,9 @@ def test_defaults():
 
 def test_values_are_parsed():
     arn = "arn:aws:kms:us-west-2:123456789012:key/12345678-1234-1234-1234-123456789012"
-    settings = _settings(removalPolicy="DESTROY", kmsKeyArn=arn, vpcId="vpc-0123456789abcdef0", region="eu-west-1")
+    settings = _settings(
+        removalPolicy="DESTROY", kmsKeyArn=arn, vpcId="vpc-0123456789abcdef0", region="eu-west-1"
+    )
     assert settings.removal_policy == cdk.RemovalPolicy.DESTROY
     assert settings.use_kms is True and settings.kms_key_arn == arn
     assert settings.vpc_id == "vpc-0123456789abcdef0" and settings.region == "eu-west-1"

@@ -80,7 +80,10 @@ def test_statements_action_by_action(template):
 
 def test_wildcard_resources_are_only_the_unavoidable_ones(template):
     star = [s for s in statements(template) if "*" in as_list(s["Resource"])]
-    assert {a for s in star for a in as_list(s["Action"])} == {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
+    assert {a for s in star for a in as_list(s["Action"])} == {
+        "ecr:GetAuthorizationToken",
+        "cloudwatch:PutMetricData",
+    }
     metrics = next(s for s in star if "cloudwatch:PutMetricData" in as_list(s["Action"]))
     assert metrics["Condition"]["StringEquals"]["cloudwatch:namespace"] == [
         "/aws/sagemaker/TrainingJobs",
@@ -92,7 +95,11 @@ def test_s3_access_by_prefix(template):
     found = statements(template)
     writes = [s for s in found if "s3:PutObject" in as_list(s["Action"])]
     written = sorted(json.dumps(s["Resource"]) for s in writes)
-    assert len(written) == 2 and "/checkpoints/*" in written[0] + written[1] and "/output/*" in written[0] + written[1]
+    assert (
+        len(written) == 2
+        and "/checkpoints/*" in written[0] + written[1]
+        and "/output/*" in written[0] + written[1]
+    )
     reads = [s for s in found if as_list(s["Action"]) == ["s3:GetObject"]]
     assert any("/data/*" in json.dumps(s["Resource"]) for s in reads)
 
@@ -116,7 +123,9 @@ def test_vpc_and_kms_permissions_when_given(vpc_template):
 def test_pass_role_only_to_sagemaker():
     def build(stack):
         role = _build(stack)
-        role.grant_pass_role(iam.Role(stack, "Launcher", assumed_by=iam.ServicePrincipal("states.amazonaws.com")))
+        role.grant_pass_role(
+            iam.Role(stack, "Launcher", assumed_by=iam.ServicePrincipal("states.amazonaws.com"))
+        )
 
     found = statements(template_of(build))
     (passing,) = [s for s in found if "iam:PassRole" in as_list(s["Action"])]
@@ -139,7 +148,10 @@ def test_existing_role_gets_the_statements():
     ("props", "message"),
     [
         ({"max_session_duration_hours": 13}, r"max_session_duration_hours must be an integer in \[1, 12\]"),
-        ({"existing": True, "role_name": "x"}, "role_name and max_session_duration_hours cannot be set together"),
+        (
+            {"existing": True, "role_name": "x"},
+            "role_name and max_session_duration_hours cannot be set together",
+        ),
     ],
 )
 def test_bad_props(props, message):

@@ -35,7 +35,10 @@ def test_scan_on_push_and_immutable_tags_except_cache(template):
     assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
     assert props["ImageTagMutability"] == "IMMUTABLE_WITH_EXCLUSION"
     assert props["ImageTagMutabilityExclusionFilters"] == [
-        {"ImageTagMutabilityExclusionFilterType": "WILDCARD", "ImageTagMutabilityExclusionFilterValue": CACHE_TAG}
+        {
+            "ImageTagMutabilityExclusionFilterType": "WILDCARD",
+            "ImageTagMutabilityExclusionFilterValue": CACHE_TAG,
+        }
     ]
 
 
@@ -105,7 +108,10 @@ def test_existing_repository():
         ({"untagged_image_expiry_days": 0}, "untagged_image_expiry_days must be an integer >= 1"),
         ({"empty_on_delete": True}, "empty_on_delete=True needs removal_policy=DESTROY"),
         ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "removal_policy must be RETAIN or DESTROY"),
-        ({"existing": True, "max_tagged_images": 3}, "max_tagged_images cannot be set together with repository"),
+        (
+            {"existing": True, "max_tagged_images": 3},
+            "max_tagged_images cannot be set together with repository",
+        ),
     ],
 )
 def test_bad_props(props, message):
