@@ -484,7 +484,7 @@ class TrainingWorkflow(Construct):
         self.launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
         self.launch.next(normalize_result)
 
-        def build_hyperparameters(state_name: str, names: Sequence[str]) -> sfn.Pass:
+        def build_hyperparameters(state_name: str, names: Sequence[str]) -> sfn.Chain:
             return sfn.Pass(
                 self,
                 state_name,
