@@ -1,6 +1,6 @@
 """Throughput benchmark: our trainer next to a bare FSDP2 loop on the same model, over a grid.
 
-    python -m training.benchmark                      # CPU: a tiny model, fp32, a few steps (under a minute)
+    python -m training.benchmark                      # CPU: a tiny model, fp32, 5 alternating runs (about a minute)
     python -m training.benchmark --preset 1b          # GPU default: the 1B preset at seq 8192
     torchrun --nproc-per-node 8 -m training.benchmark --preset 1b --seq-length 4096 --batch-sizes 1,4,16
 
@@ -48,6 +48,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--steps", type=int, default=10 if gpu else 30, help="Steps per cell, warm-up included."
     )
     parser.add_argument("--warmup", type=int, default=3, help="Warm-up steps left out of the figures.")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3 if gpu else 5,
+        help="Runs of each loop per cell, trainer and bare alternating; the median run is reported.",
+    )
     return parser.parse_args(argv)  # fmt: skip
 
 
@@ -139,6 +145,14 @@ def measure(fn, env: parallel.DistEnv) -> dict[str, float] | None:
             torch.cuda.empty_cache()
 
 
+def median_run(runs: list[dict[str, float] | None]) -> dict[str, float] | None:
+    """The run with the median tokens/s (None if any run ran out of memory)."""
+    if any(run is None for run in runs):
+        return None
+    ordered = sorted(runs, key=lambda run: run["tokens_per_sec"])  # type: ignore[index]
+    return ordered[len(ordered) // 2]
+
+
 def row(cells: list[str]) -> str:
     widths = (9, 6, 4, 8, 13, 12, 7, 11, 9)
     return " ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
@@ -156,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     shape = make_config(args, precisions[0], 1, False, "/unused").shape
     say(
         f"benchmark: {args.preset or 'tiny custom'} model ({shape.parameter_count() / 1e6:.1f}M parameters), "
-        f"seq {args.seq_length}, {args.steps} steps ({args.warmup} warm-up), world size {env.world_size}, {gpu}"
+        f"seq {args.seq_length}, {args.steps} steps ({args.warmup} warm-up), median of {args.repeats} alternating "
+        f"runs, world size {env.world_size}, {gpu}"
     )
     say(
         "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS"
@@ -179,12 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     for prec in precisions:
         for batch in batch_sizes:
             for ac in (False, True):
-                with tempfile.TemporaryDirectory() as workdir:
-                    cfg = make_config(args, prec, batch, ac, workdir)
-                    ours = measure(
-                        lambda cfg=cfg: loop.run(cfg, env, emit=lambda _: None, final_save=False), env
-                    )
-                    bare = measure(lambda cfg=cfg: bare_loop(cfg, env), env)
+                ours_runs, bare_runs = [], []
+                for _ in range(args.repeats):  # alternating, so drift and noise hit both loops alike
+                    with tempfile.TemporaryDirectory() as workdir:
+                        cfg = make_config(args, prec, batch, ac, workdir)
+                        ours_runs.append(
+                            measure(
+                                lambda cfg=cfg: loop.run(cfg, env, emit=lambda _: None, final_save=False), env
+                            )
+                        )
+                        bare_runs.append(measure(lambda cfg=cfg: bare_loop(cfg, env), env))
+                ours, bare = median_run(ours_runs), median_run(bare_runs)
                 for name, result in (("trainer", ours), ("bare", bare)):
                     head = [prec, str(batch), "on" if ac else "off", name]
                     if result is None:
