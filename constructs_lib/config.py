@@ -6,7 +6,7 @@ Every key is optional; an invalid value raises ``ValueError`` naming the context
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,7 +76,6 @@ class StackSettings:
     build_timeout_minutes: int | None = None
     base_image_account: str | None = None
     workflow: WorkflowSettings = field(default_factory=lambda: WorkflowSettings())
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_context(cls, node: Node) -> StackSettings:
@@ -84,52 +83,35 @@ class StackSettings:
             value = node.try_get_context(key)
             return None if value in (None, "") else value
 
-        stack_name = get("stackName") or cls.stack_name
-        if not isinstance(stack_name, str) or not _STACK_NAME.match(stack_name):
-            raise ValueError(f"context stackName: must match {_STACK_NAME.pattern}; got {stack_name!r}")
-        region = get("region")
-        if region is not None and (not isinstance(region, str) or not _REGION.match(region)):
-            raise ValueError(f"context region: must be an AWS region name such as us-west-2; got {region!r}")
-        removal = str(get("removalPolicy") or "retain").lower()
-        if removal not in ("retain", "destroy"):
-            raise ValueError(
-                f"context removalPolicy: must be retain or destroy; got {get('removalPolicy')!r}"
-            )
+        stack_name = _match(
+            "stackName", get("stackName") or cls.stack_name, _STACK_NAME, f"match {_STACK_NAME.pattern}"
+        )
+        region = _match("region", get("region"), _REGION, "be an AWS region name such as us-west-2")
+        removal = _choice(
+            "removalPolicy", get("removalPolicy") or "retain", ("retain", "destroy"), lower=True
+        )
         use_kms = _bool("useKms", get("useKms"), False)
-        kms_key_arn = get("kmsKeyArn")
-        if kms_key_arn is not None and (
-            not isinstance(kms_key_arn, str) or not _KMS_KEY_ARN.match(kms_key_arn)
-        ):
-            raise ValueError(
-                f"context kmsKeyArn: must be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<uuid>); "
-                f"got {kms_key_arn!r}"
-            )
-        vpc_id = get("vpcId")
-        if vpc_id is not None and (not isinstance(vpc_id, str) or not _VPC_ID.match(vpc_id)):
-            raise ValueError(f"context vpcId: must look like vpc-0123456789abcdef0; got {vpc_id!r}")
+        kms_key_arn = _match(
+            "kmsKeyArn",
+            get("kmsKeyArn"),
+            _KMS_KEY_ARN,
+            "be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<uuid>)",
+        )
+        vpc_id = _match("vpcId", get("vpcId"), _VPC_ID, "look like vpc-0123456789abcdef0")
         compute = get("buildComputeType")
-        if compute is not None and str(compute).lower() not in _COMPUTE_TYPES:
-            raise ValueError(
-                f"context buildComputeType: must be one of {', '.join(_COMPUTE_TYPES)}; got {compute!r}"
-            )
+        if compute is not None:
+            compute = _choice("buildComputeType", str(compute), tuple(_COMPUTE_TYPES), lower=True)
         build_timeout = get("buildTimeoutMinutes")
         if build_timeout is not None:
-            try:
-                build_timeout = int(str(build_timeout))
-            except ValueError:
-                build_timeout = -1
-            if not 5 <= build_timeout <= 2160:
-                raise ValueError(
-                    f"context buildTimeoutMinutes: must be an integer in [5, 2160]; got {get('buildTimeoutMinutes')!r}"
-                )
+            build_timeout = _int("buildTimeoutMinutes", build_timeout, 0, 5, 2160)
         base_account = get("baseImageAccount")
         if base_account is not None:
-            base_account = str(base_account)
-            if not _ACCOUNT.match(base_account):
-                raise ValueError(
-                    f"context baseImageAccount: must be the 12-digit account of the region's AWS Deep Learning "
-                    f"Containers registry; got {get('baseImageAccount')!r}"
-                )
+            base_account = _match(
+                "baseImageAccount",
+                str(base_account),
+                _ACCOUNT,
+                "be the 12-digit account of the region's AWS Deep Learning Containers registry",
+            )
         return cls(
             stack_name=stack_name,
             region=region,
@@ -137,7 +119,7 @@ class StackSettings:
             use_kms=use_kms or kms_key_arn is not None,
             kms_key_arn=kms_key_arn,
             vpc_id=vpc_id,
-            build_compute_type=_COMPUTE_TYPES[str(compute).lower()] if compute is not None else None,
+            build_compute_type=_COMPUTE_TYPES[compute] if compute is not None else None,
             build_timeout_minutes=build_timeout,
             base_image_account=base_account,
             workflow=WorkflowSettings.from_context(get),
@@ -174,24 +156,18 @@ class WorkflowSettings:
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> WorkflowSettings:
-        instance_type = get("defaultInstanceType") or cls.default_instance_type
-        if instance_type not in GPU_INSTANCE_TYPES:
-            raise ValueError(
-                f"context defaultInstanceType: must be one of {', '.join(GPU_INSTANCE_TYPES)}; got {instance_type!r}"
-            )
-        precision = get("defaultPrecision") or cls.default_precision
-        if precision not in PRECISIONS:
-            raise ValueError(
-                f"context defaultPrecision: must be one of {', '.join(PRECISIONS)}; got {precision!r}"
-            )
+        instance_type = _choice(
+            "defaultInstanceType",
+            get("defaultInstanceType") or cls.default_instance_type,
+            tuple(GPU_INSTANCE_TYPES),
+        )
+        precision = _choice("defaultPrecision", get("defaultPrecision") or cls.default_precision, PRECISIONS)
         if not GPU_INSTANCE_TYPES[instance_type].supports(precision):
             raise ValueError(
                 f"context defaultPrecision: {precision} cannot run on defaultInstanceType {instance_type}; "
                 f"it needs one of {', '.join(instance_types_supporting(precision))}"
             )
-        bus = get("eventBusName")
-        if bus is not None and (not isinstance(bus, str) or not _EVENT_BUS_NAME.match(bus)):
-            raise ValueError(f"context eventBusName: must match {_EVENT_BUS_NAME.pattern}; got {bus!r}")
+        bus = _match("eventBusName", get("eventBusName"), _EVENT_BUS_NAME, f"match {_EVENT_BUS_NAME.pattern}")
         texts = {}
         for key, default in (
             ("triggerSource", cls.trigger_source),
@@ -226,6 +202,22 @@ class WorkflowSettings:
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
         )
+
+
+def _match(key: str, value: Any, pattern: re.Pattern[str], expected: str) -> Any:
+    """``value`` when it is None or a string matching ``pattern``; else a ValueError saying it must ``expected``."""
+    if value is not None and (not isinstance(value, str) or not pattern.match(value)):
+        raise ValueError(f"context {key}: must {expected}; got {value!r}")
+    return value
+
+
+def _choice(key: str, value: Any, choices: Sequence[str], *, lower: bool = False) -> str:
+    """``value`` (lower-cased with ``lower``) when it is one of ``choices``; else a ValueError listing them."""
+    text = str(value).lower() if lower else value
+    if text not in choices:
+        allowed = " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
+        raise ValueError(f"context {key}: must be {allowed}; got {value!r}")
+    return text
 
 
 def _int(key: str, value: Any, default: int, low: int, high: int) -> int:
