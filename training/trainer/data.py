@@ -16,24 +16,20 @@ import torch
 from training import contract
 
 
-class SyntheticTokens:
-    """Deterministic tokens with a learnable pattern: the vocabulary is laid out in one fixed random cycle;
-    each sequence starts at a random point and walks the cycle, so every next token is a function of the
-    previous one (a bigram rule) and the loss falls towards 0."""
+class _PositionedBatches:
+    """A batch source indexed by position: batch ``position`` of rank ``rank`` holds the global samples
+    ``(position * world_size + rank) * batch_size`` onwards. Subclasses turn a first sample into a
+    ``(batch_size, seq_length + 1)`` tensor of token ids."""
 
-    def __init__(
-        self, vocab_size: int, seq_length: int, batch_size: int, seed: int, rank: int, world_size: int
-    ):
-        self.seq_length, self.batch_size = seq_length, batch_size
-        self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
+    def __init__(self, batch_size: int, seed: int, rank: int, world_size: int):
+        self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.position = 0
 
+    def _sequences(self, first_sample: int) -> torch.Tensor:
+        raise NotImplementedError
+
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        sample = (self.position * self.world_size + self.rank) * self.batch_size
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + sample)
-        starts = torch.randint(len(self.cycle), (self.batch_size, 1), generator=generator)
-        seq = self.cycle[(starts + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+        seq = self._sequences((self.position * self.world_size + self.rank) * self.batch_size)
         self.position += 1
         return seq[:, :-1], seq[:, 1:]
 
@@ -44,7 +40,25 @@ class SyntheticTokens:
         self.position = int(state["position"])
 
 
-class TokenFiles:
+class SyntheticTokens(_PositionedBatches):
+    """Deterministic tokens with a learnable pattern: the vocabulary is laid out in one fixed random cycle;
+    each sequence starts at a random point and walks the cycle, so every next token is a function of the
+    previous one (a bigram rule) and the loss falls towards 0."""
+
+    def __init__(
+        self, vocab_size: int, seq_length: int, batch_size: int, seed: int, rank: int, world_size: int
+    ):
+        super().__init__(batch_size, seed, rank, world_size)
+        self.seq_length = seq_length
+        self.cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
+
+    def _sequences(self, first_sample: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + first_sample)
+        starts = torch.randint(len(self.cycle), (self.batch_size, 1), generator=generator)
+        return self.cycle[(starts + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+
+
+class TokenFiles(_PositionedBatches):
     """Pre-tokenized ``.bin`` (raw ``token_dtype``) and ``.npy`` files under ``directory``, memory-mapped.
 
     Each file is cut into non-overlapping windows of ``seq_length + 1`` tokens (windows never cross files).
@@ -75,9 +89,8 @@ class TokenFiles:
                 f"the token files under {directory} hold {self.starts[-1]} windows of {self.window} tokens; "
                 f"need at least batch_size * world_size = {world_size * batch_size}",
             )
-        self.vocab_size, self.batch_size, self.seed = vocab_size, batch_size, seed
-        self.rank, self.world_size = rank, world_size
-        self.position = 0
+        super().__init__(batch_size, seed, rank, world_size)
+        self.vocab_size = vocab_size
         self._epoch, self._order = -1, np.empty(0, dtype=np.int64)
 
     def _window(self, sample: int) -> np.ndarray:
@@ -90,23 +103,14 @@ class TokenFiles:
         begin = (index - int(self.starts[file])) * self.window
         return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        first = (self.position * self.world_size + self.rank) * self.batch_size
-        rows = [self._window(first + j) for j in range(self.batch_size)]
-        seq = torch.from_numpy(np.stack(rows))
+    def _sequences(self, first_sample: int) -> torch.Tensor:
+        seq = torch.from_numpy(np.stack([self._window(first_sample + j) for j in range(self.batch_size)]))
         if int(seq.max()) >= self.vocab_size:
             raise contract.ContractError(
                 "vocab_size",
                 f"token id {int(seq.max())} in the train channel is >= vocab_size {self.vocab_size}",
             )
-        self.position += 1
-        return seq[:, :-1], seq[:, 1:]
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = int(state["position"])
+        return seq
 
 
 def _open_tokens(path: Path, token_dtype: str) -> np.ndarray:
