@@ -53,8 +53,6 @@ class BlackwellTrainingStack(Stack):
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        if kms_key_arn and not use_kms:
-            use_kms = True
         destroy = removal_policy == RemovalPolicy.DESTROY
 
         key: kms.IKey | None = None
