@@ -16,9 +16,14 @@ from typing import Any
 from training import contract
 
 # Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.
-_EXTRA_BOOLS = {
-    "deterministic": "Use deterministic algorithms (bit-exact reruns and resumes; slower on GPU).",
-}
+_EXTRAS = (
+    contract.Hyperparameter(
+        "deterministic",
+        "bool",
+        False,
+        "Use deterministic algorithms (bit-exact reruns and resumes; slower on GPU).",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m training.trainer",
         description="FSDP2 decoder-only LM trainer. Every option accepts --snake_case and --kebab-case.",
     )
-    for spec in contract.HYPERPARAMETERS:
+    for spec in (*contract.HYPERPARAMETERS, *_EXTRAS):
         default = "preset" if spec.default is None else spec.default
         parser.add_argument(
             *spec.cli_flags,
@@ -81,9 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="VALUE",
             help=f"{spec.help} Allowed: {spec.allowed()}. Default: {default}.",
         )
-    for name, text in _EXTRA_BOOLS.items():
-        flags = (f"--{name}", f"--{name.replace('_', '-')}")
-        parser.add_argument(*dict.fromkeys(flags), dest=name, default=None, metavar="VALUE", help=text)
     parser.add_argument(
         "--check-only",
         "--check_only",
@@ -96,12 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
     """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError."""
-    extras = {}
-    for name in _EXTRA_BOOLS:
-        value = raw.pop(name, None)
-        extras[name] = bool(contract.Hyperparameter(name, "bool", False, "").parse(value) or False)
-    values = contract.parse_hyperparameters(raw)
-    return TrainConfig(**values, **extras)
+    raw = dict(raw)
+    extras = {
+        spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default for spec in _EXTRAS
+    }
+    return TrainConfig(**contract.parse_hyperparameters(raw), **extras)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
