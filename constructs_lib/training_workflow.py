@@ -34,6 +34,7 @@ from constructs import Construct
 from constructs_lib._nag import acknowledge, policy_scope, rendered
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
+from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
 from constructs_lib.workflow_validation import (
     JOB_NAME_PREFIX_MAX_LENGTH,
     MAX_RUNTIME_SECONDS_LIMIT,
@@ -48,8 +49,6 @@ from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
-    TRAIN_CHANNEL,
-    metric_definitions,
 )
 
 CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
@@ -201,14 +200,7 @@ class TrainingWorkflow(Construct):
             output_prefix = _prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
         if train_data_prefix is not None:
             train_data_prefix = _prefix("train_data_prefix", train_data_prefix)
-        if isinstance(execution_role, SageMakerExecutionRole):
-            self.execution_role: iam.IRole = execution_role.role
-        elif hasattr(execution_role, "role_arn") and hasattr(execution_role, "grant_pass_role"):
-            self.execution_role = execution_role
-        else:
-            raise ValueError(
-                "TrainingWorkflow: execution_role must be a SageMakerExecutionRole or an iam.IRole"
-            )
+        self.execution_role: iam.IRole = _role_of(execution_role)
 
         allowed = (
             tuple(allowed_instance_types) if allowed_instance_types is not None else tuple(GPU_INSTANCE_TYPES)
@@ -246,20 +238,64 @@ class TrainingWorkflow(Construct):
         self.max_capacity_retries = retries
         self.image_uri = image_uri
 
-        # ---- request pieces ---------------------------------------------------------------------------------
-        bucket_name = self.bucket.bucket_name
-        checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
-        output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
-        if output_kms_key is not None:
-            output_config["KmsKeyId"] = output_kms_key.key_arn
-        resource_config: dict[str, Any] = {
-            "InstanceType.$": "$.config.instance_type",
-            "InstanceCount.$": "$.config.instance_count",
-            "VolumeSizeInGB": volume,
-        }
-        if volume_kms_key is not None:
-            resource_config["VolumeKmsKeyId"] = volume_kms_key.key_arn
+        vpc_config = self._vpc_config(vpc, subnets, security_groups)
+        launch_params = training_job_request(
+            role_arn=self.execution_role.role_arn,
+            image_uri=image_uri,
+            bucket_name=self.bucket.bucket_name,
+            checkpoint_prefix=checkpoint_prefix,
+            output_prefix=output_prefix,
+            internal_retry_attempts=internal_retries,
+            tags=job_tags(self.node.path, tags),
+            output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
+            vpc_config=vpc_config,
+            train_data_prefix=train_data_prefix,
+        )
+        resources = resource_config(
+            volume_size_gb=volume,
+            volume_kms_key_arn=volume_kms_key.key_arn if volume_kms_key is not None else None,
+        )
 
+        # ---- states -----------------------------------------------------------------------------------------
+        apply_defaults, merge = self._input_states()
+        self._launch_loop(launch_params, retries, retry_wait)
+        mode = self._capacity_states(resources, pending)
+        definition = self._input_checks(stack, allowed, mode, apply_defaults, merge)
+
+        # ---- state machine ----------------------------------------------------------------------------------
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=log_retention or logs.RetentionDays.SIX_MONTHS,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=state_machine_name,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            timeout=Duration.seconds(timeout),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
+            ),
+            comment="Launch and monitor one SageMaker training job per execution (see README)",
+        )
+        self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
+
+        self._alarm_and_notifications(stack, notification_topic, notifications)
+        self._trigger(event_pattern, event_bus)
+
+        for key_name, value in tags.items():
+            Tags.of(self).add(key_name, value)
+
+    def _vpc_config(
+        self,
+        vpc: ec2.IVpc | None,
+        subnets: ec2.SubnetSelection | None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None,
+    ) -> dict[str, Any] | None:
+        """``VpcConfig`` of the jobs (None without ``vpc``); creates the nodes' security group if none given."""
         self.security_groups: list[ec2.ISecurityGroup] = list(security_groups or [])
         vpc_config: dict[str, Any] | None = None
         if vpc is not None:
@@ -283,15 +319,10 @@ class TrainingWorkflow(Construct):
                     )
                 ).subnet_ids,
             }
+        return vpc_config
 
-        workflow_tag = self.node.path
-        job_tags = [
-            {"Key": "training-workflow", "Value": workflow_tag},
-            {"Key": "training-workflow-execution", "Value.$": "$$.Execution.Name"},
-            *({"Key": k, "Value": v} for k, v in sorted(tags.items())),
-        ]
-
-        # ---- states -----------------------------------------------------------------------------------------
+    def _input_states(self) -> tuple[sfn.Pass, sfn.Pass]:
+        """The first states: keep the input next to the defaults, then merge it over them."""
         result_defaults: dict[str, Any] = {
             "TrainingJobName": None,
             "TrainingJobStatus": None,
@@ -324,7 +355,10 @@ class TrainingWorkflow(Construct):
                 "failure_defaults": _with_nulls(failure_defaults),
             },
         )
+        return apply_defaults, merge
 
+    def _launch_loop(self, launch_params: dict[str, Any], retries: int, retry_wait: int) -> None:
+        """The launch loop: launch (``self.launch``), capacity relaunch, failure and summary states."""
         summarize = sfn.Pass(
             self,
             "Summarize",
@@ -352,41 +386,6 @@ class TrainingWorkflow(Construct):
                 "launch_count.$": "$.launch_count",
             },
         ).next(summarize)
-
-        launch_params: dict[str, Any] = {
-            "TrainingJobName.$": "States.Format('{}-{}', $.config.job_name_prefix, States.UUID())",
-            "RoleArn": self.execution_role.role_arn,
-            "AlgorithmSpecification": {
-                "TrainingImage": image_uri,
-                "TrainingInputMode": "File",
-                "MetricDefinitions": [m.as_sagemaker() for m in metric_definitions()],
-                "EnableSageMakerMetricsTimeSeries": True,
-            },
-            "HyperParameters.$": "States.JsonMerge($.config.hyperparameters, $.launch.hyperparameters, false)",
-            "ResourceConfig.$": "$.launch.resource_config",
-            "StoppingCondition.$": "$.launch.stopping_condition",
-            "EnableManagedSpotTraining.$": "$.launch.spot",
-            "EnableInterContainerTrafficEncryption.$": "$.launch.encrypt_inter_node",
-            "CheckpointConfig": {"S3Uri.$": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL_PATH},
-            "OutputDataConfig": output_config,
-            "RetryStrategy": {"MaximumRetryAttempts": internal_retries},
-            "Tags": job_tags,
-        }
-        if vpc_config is not None:
-            launch_params["VpcConfig"] = vpc_config
-        if train_data_prefix is not None:
-            launch_params["InputDataConfig"] = [
-                {
-                    "ChannelName": TRAIN_CHANNEL,
-                    "DataSource": {
-                        "S3DataSource": {
-                            "S3DataType": "S3Prefix",
-                            "S3Uri": f"s3://{bucket_name}/{train_data_prefix}",
-                            "S3DataDistributionType": "FullyReplicated",
-                        }
-                    },
-                }
-            ]
         self.launch = sfn.CustomState(
             self,
             "Run training job",
@@ -484,6 +483,9 @@ class TrainingWorkflow(Construct):
         self.launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
         self.launch.next(normalize_result)
 
+    def _capacity_states(self, resources: dict[str, Any], pending: int) -> sfn.Choice:
+        """Capacity mode, node count and hyperparameter states that fill ``$.launch`` before the launch."""
+
         def build_hyperparameters(state_name: str, names: Sequence[str]) -> sfn.Chain:
             return sfn.Pass(
                 self,
@@ -536,7 +538,7 @@ class TrainingWorkflow(Construct):
                 self,
                 name,
                 parameters={
-                    "resource_config": {**resource_config, **extra_resource},
+                    "resource_config": {**resources, **extra_resource},
                     "stopping_condition": {
                         "MaxRuntimeInSeconds.$": "$.config.max_runtime_seconds",
                         **extra_stopping,
@@ -564,6 +566,17 @@ class TrainingWorkflow(Construct):
         )
         mode.otherwise(capacity_pass("On-demand capacity", {}, {}, False).next(multi_node))
 
+        return mode
+
+    def _input_checks(
+        self,
+        stack: Stack,
+        allowed: tuple[str, ...],
+        mode: sfn.Choice,
+        apply_defaults: sfn.Pass,
+        merge: sfn.Pass,
+    ) -> sfn.Chain:
+        """The definition: defaults, merge, field-name check, field validation, then ``mode``."""
         validation = ValidationStates(
             self, fields=self.fields, region=stack.region, allowed_instance_types=allowed
         ).chain(mode)
@@ -597,29 +610,12 @@ class TrainingWorkflow(Construct):
         )
         unknown_fields.otherwise(validation)
         definition = apply_defaults.next(merge).next(names).next(count_names).next(unknown_fields)
+        return definition
 
-        # ---- state machine ----------------------------------------------------------------------------------
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=log_retention or logs.RetentionDays.SIX_MONTHS,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            timeout=Duration.seconds(timeout),
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
-            ),
-            comment="Launch and monitor one SageMaker training job per execution (see README)",
-        )
-        self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
-
-        # ---- alarm and notifications ------------------------------------------------------------------------
+    def _alarm_and_notifications(
+        self, stack: Stack, notification_topic: sns.ITopic | None, notifications: bool
+    ) -> None:
+        """The executions-not-succeeded alarm, the notification topic and the execution-ended rule."""
         sm = self.state_machine
         self.alarm = cloudwatch.Alarm(
             self,
@@ -702,7 +698,9 @@ class TrainingWorkflow(Construct):
                 ],
             )
 
-        # ---- trigger ----------------------------------------------------------------------------------------
+    def _trigger(self, event_pattern: events.EventPattern | None, event_bus: events.IEventBus | None) -> None:
+        """The EventBridge rule that starts an execution per matching event (``self.trigger_rule``)."""
+        sm = self.state_machine
         self.trigger_rule: events.Rule | None = None
         if event_pattern is not None:
             self.trigger_rule = events.Rule(
@@ -715,9 +713,6 @@ class TrainingWorkflow(Construct):
                     targets.SfnStateMachine(sm, input=events.RuleTargetInput.from_event_path("$.detail"))
                 ],
             )
-
-        for key_name, value in tags.items():
-            Tags.of(self).add(key_name, value)
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -838,6 +833,14 @@ def _with_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = item
     return out
+
+
+def _role_of(execution_role: SageMakerExecutionRole | iam.IRole) -> iam.IRole:
+    if isinstance(execution_role, SageMakerExecutionRole):
+        return execution_role.role
+    if hasattr(execution_role, "role_arn") and hasattr(execution_role, "grant_pass_role"):
+        return execution_role
+    raise ValueError("TrainingWorkflow: execution_role must be a SageMakerExecutionRole or an iam.IRole")
 
 
 def _prefix(name: str, value: str) -> str:
