@@ -8,6 +8,9 @@ relaunched under a new name with the same checkpoint prefix (so it resumes), a b
 failure ends the execution with the job name and SageMaker's ``FailureReason``. Success ends with a summary.
 
 Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
+
+This module checks the props and composes the parts: the request (``workflow_request``), the states
+(``workflow_states``), input validation (``workflow_validation``) and observability (``workflow_observability``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack, Tags
-from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -34,38 +34,47 @@ from constructs import Construct
 from constructs_lib._nag import acknowledge, policy_scope, rendered
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
+from constructs_lib.workflow_observability import FAILED_STATUSES, alarm_and_notifications, trigger
 from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
+from constructs_lib.workflow_states import (
+    CAPACITY_ERROR_MARKER,
+    CHECKPOINT_DIR_HYPERPARAMETER,
+    CREATE_TRAINING_JOB_SYNC,
+    MANAGED_HYPERPARAMETERS,
+    TRANSIENT_SAGEMAKER_ERRORS,
+    capacity_states,
+    input_checks,
+    input_states,
+    launch_loop,
+)
 from constructs_lib.workflow_validation import (
     JOB_NAME_PREFIX_MAX_LENGTH,
     MAX_RUNTIME_SECONDS_LIMIT,
-    ValidationStates,
     check_value,
-    format_intrinsic,
     input_fields,
     precision_problem,
 )
 from training.contract import (
-    CHECKPOINT_LOCAL_PATH,
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
 )
 
-CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
+__all__ = [
+    "CAPACITY_ERROR_MARKER",
+    "CHECKPOINT_DIR_HYPERPARAMETER",
+    "CREATE_TRAINING_JOB_SYNC",
+    "FAILED_STATUSES",
+    "MANAGED_HYPERPARAMETERS",
+    "SYNC_EVENTS_RULE",
+    "TRANSIENT_SAGEMAKER_ERRORS",
+    "TrainingWorkflow",
+    "WorkflowDefaults",
+]
+"""Also re-exported from their own modules, so that ``constructs_lib.training_workflow`` keeps its names."""
+
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The EventBridge rule Step Functions manages in the account to learn when a training job ends."""
-TRANSIENT_SAGEMAKER_ERRORS = (
-    "SageMaker.AmazonSageMakerException",
-    "SageMaker.ResourceLimitExceededException",
-    "SageMaker.ThrottlingException",
-)
-CAPACITY_ERROR_MARKER = "CapacityError"
-FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
-
-# Hyperparameters the workflow sets from validated input fields (contract names), plus the checkpoint directory.
-MANAGED_HYPERPARAMETERS = ("precision", "batch_size", "seq_length", "activation_checkpointing")
-"""Always sent. ``num_layers`` is sent too when the execution (or the defaults) give one."""
-CHECKPOINT_DIR_HYPERPARAMETER = "checkpoint_dir"
 
 
 def _default(name: str) -> Any:
@@ -257,10 +266,12 @@ class TrainingWorkflow(Construct):
         )
 
         # ---- states -----------------------------------------------------------------------------------------
-        apply_defaults, merge = self._input_states()
-        self._launch_loop(launch_params, retries, retry_wait)
-        mode = self._capacity_states(resources, pending)
-        definition = self._input_checks(stack, allowed, mode, apply_defaults, merge)
+        apply_defaults, merge = input_states(
+            self,
+        )
+        launch_loop(self, launch_params, retries, retry_wait)
+        mode = capacity_states(self, resources, pending)
+        definition = input_checks(self, stack, allowed, mode, apply_defaults, merge)
 
         # ---- state machine ----------------------------------------------------------------------------------
         self.log_group = logs.LogGroup(
@@ -283,8 +294,8 @@ class TrainingWorkflow(Construct):
         )
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
 
-        self._alarm_and_notifications(stack, notification_topic, notifications)
-        self._trigger(event_pattern, event_bus)
+        alarm_and_notifications(self, stack, notification_topic, notifications)
+        trigger(self, event_pattern, event_bus)
 
         for key_name, value in tags.items():
             Tags.of(self).add(key_name, value)
@@ -320,399 +331,6 @@ class TrainingWorkflow(Construct):
                 ).subnet_ids,
             }
         return vpc_config
-
-    def _input_states(self) -> tuple[sfn.Pass, sfn.Pass]:
-        """The first states: keep the input next to the defaults, then merge it over them."""
-        result_defaults: dict[str, Any] = {
-            "TrainingJobName": None,
-            "TrainingJobStatus": None,
-            "TrainingTimeInSeconds": None,
-            "BillableTimeInSeconds": None,
-            "ModelArtifacts": {"S3ModelArtifacts": None},
-            "FinalMetricDataList": [],
-        }
-        failure_defaults = {
-            "TrainingJobName": "(unknown)",
-            "TrainingJobStatus": "Failed",
-            "FailureReason": "(SageMaker gave no FailureReason)",
-        }
-        apply_defaults = sfn.Pass(
-            self,
-            "Apply defaults",
-            comment="Keep the execution input next to the defaults (null means 'not set').",
-            parameters={
-                "defaults": _with_nulls(self.defaults.as_input()),
-                "input.$": "$",
-            },
-        )
-        merge = sfn.Pass(
-            self,
-            "Merge input over defaults",
-            parameters={
-                "config.$": "States.JsonMerge($.defaults, $.input, false)",
-                "launch_count": 1,
-                "result_defaults": _with_nulls(result_defaults),
-                "failure_defaults": _with_nulls(failure_defaults),
-            },
-        )
-        return apply_defaults, merge
-
-    def _launch_loop(self, launch_params: dict[str, Any], retries: int, retry_wait: int) -> None:
-        """The launch loop: launch (``self.launch``), capacity relaunch, failure and summary states."""
-        summarize = sfn.Pass(
-            self,
-            "Summarize",
-            comment="A compact, readable result.",
-            parameters={
-                "job_name.$": "$.job.TrainingJobName",
-                "status.$": "$.job.TrainingJobStatus",
-                "training_seconds.$": "$.job.TrainingTimeInSeconds",
-                "billable_seconds.$": "$.job.BillableTimeInSeconds",
-                "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
-                "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
-                "final_metrics.$": "$.job.FinalMetricDataList",
-                "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
-                "instance_type.$": "$.config.instance_type",
-                "instance_count.$": "$.config.instance_count",
-                "launches.$": "$.launch_count",
-            },
-        ).next(sfn.Succeed(self, "Training job completed"))
-        normalize_result = sfn.Pass(
-            self,
-            "Normalize result",
-            parameters={
-                "job.$": "States.JsonMerge($.result_defaults, $.job, false)",
-                "config.$": "$.config",
-                "launch_count.$": "$.launch_count",
-            },
-        ).next(summarize)
-        self.launch = sfn.CustomState(
-            self,
-            "Run training job",
-            state_json={
-                "Type": "Task",
-                "Comment": "CreateTrainingJob and wait for it to end (stopping the execution stops the job).",
-                "Resource": CREATE_TRAINING_JOB_SYNC,
-                "Parameters": launch_params,
-                "ResultPath": "$.job",
-            },
-        )
-        self.launch.add_retry(
-            errors=list(TRANSIENT_SAGEMAKER_ERRORS),
-            interval=Duration.seconds(15),
-            max_attempts=5,
-            backoff_rate=2,
-            max_delay=Duration.minutes(5),
-            jitter_strategy=sfn.JitterType.FULL,
-        )
-
-        launch_failed = sfn.Fail(
-            self,
-            "Launch failed",
-            comment="CreateTrainingJob was refused, or the integration failed in another way.",
-            error="LaunchFailed",
-            cause_path=format_intrinsic("{}: {}", "$.failure.Error", "$.failure.Cause"),
-        )
-        job_failed = sfn.Fail(
-            self,
-            "Training job failed",
-            error="TrainingJobFailed",
-            cause_path=format_intrinsic(
-                "Training job {} ended {}: {}",
-                "$.failed_job.TrainingJobName",
-                "$.failed_job.TrainingJobStatus",
-                "$.failed_job.FailureReason",
-            ),
-        )
-        no_capacity = sfn.Fail(
-            self,
-            "No capacity",
-            error="CapacityError",
-            cause_path=format_intrinsic(
-                "Gave up after {} launches without capacity; last job {}: {}",
-                "$.launch_count",
-                "$.failed_job.TrainingJobName",
-                "$.failed_job.FailureReason",
-            ),
-        )
-        count_launch = sfn.Pass(
-            self,
-            "Count launch",
-            parameters={"value.$": "States.MathAdd($.launch_count, 1)"},
-            result_path="$.launch_count_next",
-        )
-        store_count = sfn.Pass(
-            self, "Store launch count", input_path="$.launch_count_next.value", result_path="$.launch_count"
-        )
-        wait = sfn.Wait(
-            self,
-            "Wait for capacity",
-            comment="Same execution name, so the relaunch uses the same checkpoint prefix and resumes.",
-            time=sfn.WaitTime.duration(Duration.seconds(retry_wait)),
-        )
-        wait.next(count_launch).next(store_count).next(self.launch)
-        capacity = sfn.Choice(self, "Capacity error?")
-        is_capacity = sfn.Condition.string_matches("$.failed_job.FailureReason", f"*{CAPACITY_ERROR_MARKER}*")
-        capacity.when(
-            sfn.Condition.and_(is_capacity, sfn.Condition.number_less_than_equals("$.launch_count", retries)),
-            wait,
-        )
-        capacity.when(is_capacity, no_capacity)
-        capacity.otherwise(job_failed)
-        parse_failure = sfn.Pass(
-            self,
-            "Read failed job",
-            parameters={
-                "value.$": "States.JsonMerge($.failure_defaults, States.StringToJson($.failure.Cause), false)"
-            },
-            result_path="$.failed_job_raw",
-        )
-        pick_failure = sfn.Pass(
-            self, "Keep failed job", input_path="$.failed_job_raw.value", result_path="$.failed_job"
-        )
-        inspect_failure = sfn.Choice(self, "Job description in cause?")
-        inspect_failure.when(
-            sfn.Condition.and_(
-                sfn.Condition.is_string("$.failure.Cause"),
-                sfn.Condition.string_matches("$.failure.Cause", "{*"),
-            ),
-            parse_failure.next(pick_failure).next(capacity),
-        )
-        inspect_failure.otherwise(launch_failed)
-        self.launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
-        self.launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
-        self.launch.next(normalize_result)
-
-    def _capacity_states(self, resources: dict[str, Any], pending: int) -> sfn.Choice:
-        """Capacity mode, node count and hyperparameter states that fill ``$.launch`` before the launch."""
-
-        def build_hyperparameters(state_name: str, names: Sequence[str]) -> sfn.Chain:
-            return sfn.Pass(
-                self,
-                state_name,
-                comment="Trainer settings as strings under the contract's names.",
-                parameters={
-                    **{
-                        f"{name}.$": (
-                            f"$.config.{name}"
-                            if HYPERPARAMETERS_BY_NAME[name].kind == "choice"
-                            else f"States.JsonToString($.config.{name})"
-                        )
-                        for name in names
-                    },
-                    CHECKPOINT_DIR_HYPERPARAMETER: CHECKPOINT_LOCAL_PATH,
-                },
-                result_path="$.launch.hyperparameters",
-            ).next(self.launch)
-
-        # num_layers is sent only when given: left out, the trainer's model preset decides the depth.
-        hyperparameters = sfn.Choice(self, "num_layers given?")
-        hyperparameters.when(
-            sfn.Condition.is_not_null("$.config.num_layers"),
-            build_hyperparameters("Build hyperparameters", (*MANAGED_HYPERPARAMETERS, "num_layers")),
-        )
-        hyperparameters.otherwise(
-            build_hyperparameters("Build hyperparameters (preset depth)", MANAGED_HYPERPARAMETERS)
-        )
-        multi_node = sfn.Choice(self, "Several instances?")
-        multi_node.when(
-            sfn.Condition.number_greater_than("$.config.instance_count", 1),
-            sfn.Pass(
-                self,
-                "Encrypt traffic between nodes",
-                result=sfn.Result.from_boolean(True),
-                result_path="$.launch.encrypt_inter_node",
-            ).next(hyperparameters),
-        )
-        multi_node.otherwise(
-            sfn.Pass(
-                self,
-                "One node",
-                result=sfn.Result.from_boolean(False),
-                result_path="$.launch.encrypt_inter_node",
-            ).next(hyperparameters)
-        )
-
-        def capacity_pass(name: str, extra_resource: dict, extra_stopping: dict, spot: bool) -> sfn.Pass:
-            return sfn.Pass(
-                self,
-                name,
-                parameters={
-                    "resource_config": {**resources, **extra_resource},
-                    "stopping_condition": {
-                        "MaxRuntimeInSeconds.$": "$.config.max_runtime_seconds",
-                        **extra_stopping,
-                    },
-                    "spot": spot,
-                },
-                result_path="$.launch",
-            )
-
-        mode = sfn.Choice(self, "Capacity mode")
-        mode.when(
-            sfn.Condition.not_(sfn.Condition.is_null("$.config.training_plan_arn")),
-            capacity_pass(
-                "Training plan capacity",
-                {"TrainingPlanArn.$": "$.config.training_plan_arn"},
-                {"MaxPendingTimeInSeconds": pending},
-                False,
-            ).next(multi_node),
-        )
-        mode.when(
-            sfn.Condition.boolean_equals("$.config.use_spot", True),
-            capacity_pass(
-                "Managed spot capacity", {}, {"MaxWaitTimeInSeconds.$": "$.config.max_wait_seconds"}, True
-            ).next(multi_node),
-        )
-        mode.otherwise(capacity_pass("On-demand capacity", {}, {}, False).next(multi_node))
-
-        return mode
-
-    def _input_checks(
-        self,
-        stack: Stack,
-        allowed: tuple[str, ...],
-        mode: sfn.Choice,
-        apply_defaults: sfn.Pass,
-        merge: sfn.Pass,
-    ) -> sfn.Chain:
-        """The definition: defaults, merge, field-name check, field validation, then ``mode``."""
-        validation = ValidationStates(
-            self, fields=self.fields, region=stack.region, allowed_instance_types=allowed
-        ).chain(mode)
-        names = sfn.Pass(
-            self,
-            "Inspect field names",
-            parameters={"known": {f"{f.name}.$": f"$.config.{f.name}" for f in self.fields}},
-            result_path="$.probe.names",
-        )
-        count_names = sfn.Pass(
-            self,
-            "Count fields",
-            comment="Same number of ','-separated parts only when the input has no other top-level field.",
-            parameters={
-                "known.$": "States.ArrayLength(States.StringSplit(States.JsonToString($.probe.names.known), ','))",
-                "given.$": "States.ArrayLength(States.StringSplit(States.JsonToString($.config), ','))",
-            },
-            result_path="$.probe.names",
-        )
-        unknown_fields = sfn.Choice(self, "Check field names")
-        unknown_fields.when(
-            sfn.Condition.not_(
-                sfn.Condition.number_equals_json_path("$.probe.names.given", "$.probe.names.known")
-            ),
-            sfn.Fail(
-                self,
-                "Invalid field name",
-                error="InvalidInput",
-                cause="input: unknown field; allowed fields: " + ", ".join(f.name for f in self.fields),
-            ),
-        )
-        unknown_fields.otherwise(validation)
-        definition = apply_defaults.next(merge).next(names).next(count_names).next(unknown_fields)
-        return definition
-
-    def _alarm_and_notifications(
-        self, stack: Stack, notification_topic: sns.ITopic | None, notifications: bool
-    ) -> None:
-        """The executions-not-succeeded alarm, the notification topic and the execution-ended rule."""
-        sm = self.state_machine
-        self.alarm = cloudwatch.Alarm(
-            self,
-            "ExecutionsNotSucceeded",
-            alarm_description="A training workflow execution failed, timed out or was aborted",
-            metric=cloudwatch.MathExpression(
-                expression="failed + timedOut + aborted",
-                using_metrics={
-                    "failed": sm.metric_failed(statistic="Sum"),
-                    "timedOut": sm.metric_timed_out(statistic="Sum"),
-                    "aborted": sm.metric_aborted(statistic="Sum"),
-                },
-                period=Duration.minutes(5),
-                label="Executions not succeeded",
-            ),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        self.notification_topic: sns.ITopic | None = notification_topic
-        self.notification_key: kms.IKey | None = None
-        if notification_topic is None and notifications:
-            key = kms.Key(
-                self,
-                "NotificationKey",
-                description="Encrypts the training workflow notifications",
-                enable_key_rotation=True,
-            )
-            key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="AllowEventBridgeAndCloudWatchToPublish",
-                    principals=[
-                        iam.ServicePrincipal("events.amazonaws.com"),
-                        iam.ServicePrincipal("cloudwatch.amazonaws.com"),
-                    ],
-                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                    resources=["*"],
-                    conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
-                )
-            )
-            self.notification_key = key
-            self.notification_topic = sns.Topic(
-                self,
-                "Notifications",
-                display_name="Training workflow",
-                master_key=key,
-                enforce_ssl=True,
-            )
-        if self.notification_topic is not None:
-            self.alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.notification_topic))
-            # An EventBridge rule (not sns:Publish states) so that timeouts and aborts, which never reach a
-            # state of the machine, are reported too.
-            self.status_rule = events.Rule(
-                self,
-                "ExecutionEnded",
-                description="Tell the notification topic when a training workflow execution ends",
-                event_pattern=events.EventPattern(
-                    source=["aws.states"],
-                    detail_type=["Step Functions Execution Status Change"],
-                    detail={
-                        "stateMachineArn": [sm.state_machine_arn],
-                        "status": ["SUCCEEDED", *FAILED_STATUSES],
-                    },
-                ),
-                targets=[
-                    targets.SnsTopic(
-                        self.notification_topic,
-                        message=events.RuleTargetInput.from_object(
-                            {
-                                "execution": events.EventField.from_path("$.detail.name"),
-                                "status": events.EventField.from_path("$.detail.status"),
-                                "error": events.EventField.from_path("$.detail.error"),
-                                "cause": events.EventField.from_path("$.detail.cause"),
-                                "output": events.EventField.from_path("$.detail.output"),
-                                "executionArn": events.EventField.from_path("$.detail.executionArn"),
-                            }
-                        ),
-                    )
-                ],
-            )
-
-    def _trigger(self, event_pattern: events.EventPattern | None, event_bus: events.IEventBus | None) -> None:
-        """The EventBridge rule that starts an execution per matching event (``self.trigger_rule``)."""
-        sm = self.state_machine
-        self.trigger_rule: events.Rule | None = None
-        if event_pattern is not None:
-            self.trigger_rule = events.Rule(
-                self,
-                "Trigger",
-                description="Start a training workflow execution with the event's detail as input",
-                event_bus=event_bus,
-                event_pattern=event_pattern,
-                targets=[
-                    targets.SfnStateMachine(sm, input=events.RuleTargetInput.from_event_path("$.detail"))
-                ],
-            )
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -816,23 +434,6 @@ class TrainingWorkflow(Construct):
             "Step Functions log delivery (logs:*LogDelivery, DescribeLogGroups, ...) and X-Ray "
             "(PutTraceSegments, PutTelemetryRecords, GetSampling*) accept only Resource '*'.",
         )
-
-
-JSON_NULL = "States.StringToJson('null')"
-"""A JSON null in Parameters (CDK drops ``None`` values)."""
-
-
-def _with_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
-    """``value`` as Parameters: ``None`` becomes ``"<key>.$": States.StringToJson('null')``."""
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if item is None:
-            out[f"{key}.$"] = JSON_NULL
-        elif isinstance(item, Mapping) and item:
-            out[key] = _with_nulls(item)
-        else:
-            out[key] = item
-    return out
 
 
 def _role_of(execution_role: SageMakerExecutionRole | iam.IRole) -> iam.IRole:
