@@ -482,9 +482,7 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
         text = "a JSON object of trainer settings (string, number or boolean values)"
     elif name == "job_name_prefix":
         most = rules.sagemaker()["TrainingJobName"]["max"] - 1 - UUID_LENGTH
-        text = (
-            f"1 to {most} characters of a-z, A-Z, 0-9 and hyphen, starting and ending with a letter or digit"
-        )
+        text = f"1 to {most} characters of a-z, A-Z, 0-9 and hyphen, starting with a letter or digit"
     elif name == "training_plan_arn":
         region = rules.region or "<region>"
         text = f"a training plan ARN arn:aws:sagemaker:{region}:<12 digits>:training-plan/<name>"
