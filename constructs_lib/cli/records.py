@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from constructs_lib.cli.progress import Progress
+from constructs_lib.console_links import run_links
 from training.contract import estimate_cost_usd
 
 JOB_ENDED = frozenset({"Completed", "Failed", "Stopped"})
@@ -19,21 +20,8 @@ def console_links(
     region: str, execution_arn: str | None = None, job_name: str | None = None
 ) -> dict[str, str]:
     """AWS console addresses of the execution, its training job and the job's log streams."""
-    partition = execution_arn.split(":")[1] if execution_arn and execution_arn.count(":") > 2 else "aws"
-    base = {
-        "aws-cn": "https://console.amazonaws.cn",
-        "aws-us-gov": "https://console.amazonaws-us-gov.com",
-    }.get(partition, f"https://{region}.console.aws.amazon.com")
-    links: dict[str, str] = {}
-    if execution_arn:
-        links["execution"] = f"{base}/states/home?region={region}#/v2/executions/details/{execution_arn}"
-    if job_name:
-        links["training_job"] = f"{base}/sagemaker/home?region={region}#/jobs/{job_name}"
-        links["logs"] = (
-            f"{base}/cloudwatch/home?region={region}#logsV2:log-groups/log-group/"
-            f"$252Faws$252Fsagemaker$252FTrainingJobs$3FlogStreamNameFilter$3D{job_name}"
-        )
-    return links
+    partition = execution_arn.split(":")[1] if execution_arn and execution_arn.count(":") > 2 else None
+    return run_links(partition=partition, region=region, execution_arn=execution_arn, job=job_name)
 
 
 @dataclass

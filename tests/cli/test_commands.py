@@ -317,7 +317,9 @@ def test_submit_json_gives_name_arn_and_links(deployed, cli):
     assert result.status == 0, result.err
     started = json.loads(result.out)
     assert started["name"].startswith(f"{prefix}-") and started["arn"].endswith(f":{started['name']}")
-    assert started["links"]["execution"].startswith(f"https://{REGION}.console.aws.amazon.com/states/")
+    assert started["links"]["execution"] == (
+        f"https://console.aws.amazon.com/states/home?region={REGION}#/v2/executions/details/{started['arn']}"
+    )
     assert BUCKET  # the stack's bucket output reached the local rules (no error about it)
 
 
