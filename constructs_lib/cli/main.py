@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
 from constructs_lib.cli.errors import InvalidRequest, OperatorError, explain
 from constructs_lib.cli.progress import format_duration
@@ -225,7 +225,7 @@ class _Shell:
 
             job = f" and its training job {run.job.name}" if run.job else ""
             if not Confirm.ask(
-                f"Stop run {run.name}{job}?", console=self.out, stream=self.stdin, default=False
+                f"Stop run {run.name}{job}?", console=self.out, stream=cast(TextIO, self.stdin), default=False
             ):
                 self.out.print("not stopped", markup=False)
                 return EXIT_OK

@@ -3,11 +3,13 @@ workflow executes, its jobs live in moto's SageMaker, and their logs are lines i
 
 from __future__ import annotations
 
+import io
 import json
 import time
 
 from constructs_lib.cli.api import TrainingRuns
-from tests.cli.conftest import BUCKET, STACK
+from constructs_lib.cli.main import main
+from tests.cli.conftest import BUCKET, STACK, Terminal
 from tests.workflow.harness import REGION, Outcome, capacity_error
 from training.contract import format_config_line, format_step_line, format_summary_line
 
@@ -121,6 +123,25 @@ def test_watch_json_prints_one_snapshot_per_poll_and_ends_with_the_run(deployed,
     assert snapshots[-1]["progress"]["step"] == 10
     assert snapshots[-1]["progress"]["max_steps"] == 1000  # the contract's default, from the job's settings
     assert all(s["name"] == name for s in snapshots)
+
+
+def test_watch_in_a_terminal_draws_a_progress_bar(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome("InProgress"))
+    world = World(
+        deployed,
+        prefix,
+        lambda job: deployed.log(job, "algo-1", format_config_line({"max_steps": 40}), _step(20, 3.0)),
+        lambda job: (deployed.log(job, "algo-1", _step(40, 2.0)), deployed.finish(job)),
+    )
+    screen, errors = Terminal(), io.StringIO()
+    status = main(
+        ["watch", name, "--interval", "1"], stdin=io.StringIO(), stdout=screen, stderr=errors, sleep=world
+    )
+    assert status == 0, errors.getvalue()
+    text = screen.getvalue()
+    assert "\x1b[" in text  # drawn with terminal control sequences
+    assert "100%" in text and "SUCCEEDED | job " in text and "step 40/40 loss 2" in text
+    assert text.rstrip().endswith(f"run {name} SUCCEEDED; `blackwell-training result {name}` sums it up")
 
 
 # ---- runs -------------------------------------------------------------------------------------------------------
