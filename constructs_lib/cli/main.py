@@ -1,7 +1,7 @@
 """``blackwell-training``: the command-line front end (argparse for the arguments, rich for tables and the progress
 bar) over :mod:`constructs_lib.cli.api`. Every error is one line on standard error, never a traceback.
 
-Exit status: 0 success; 1 the run failed, timed out or was stopped (``watch``, ``submit --wait``); 2 an invalid
+Exit status: 0 success; 1 the run failed, timed out or was stopped (watch, submit --wait, result); 2 an invalid
 request or command line; 3 an error to fix first (no credentials, stack not deployed, unknown run, ...); 130
 interrupted (the run itself goes on).
 """

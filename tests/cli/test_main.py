@@ -103,6 +103,17 @@ def test_console_script_is_declared_and_resolves():
     assert callable(getattr(importlib.import_module(module), attribute))
 
 
+def test_python_dash_m_runs_the_same_command(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "constructs_lib.cli", "validate", "--set", "batch_size=0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "batch_size: must be an integer in [1, 4096]" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_the_command_does_not_load_aws_cdk():
     code = (
         "import sys, constructs_lib.cli.main, constructs_lib.cli.api, constructs_lib.request_validation; "
