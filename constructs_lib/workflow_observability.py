@@ -14,6 +14,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 
+from constructs_lib import console_links
+
 if TYPE_CHECKING:
     from constructs_lib.training_workflow import TrainingWorkflow
 FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
@@ -89,21 +91,41 @@ def alarm_and_notifications(
                 },
             ),
             targets=[
-                targets.SnsTopic(
-                    workflow.notification_topic,
-                    message=events.RuleTargetInput.from_object(
-                        {
-                            "execution": events.EventField.from_path("$.detail.name"),
-                            "status": events.EventField.from_path("$.detail.status"),
-                            "error": events.EventField.from_path("$.detail.error"),
-                            "cause": events.EventField.from_path("$.detail.cause"),
-                            "output": events.EventField.from_path("$.detail.output"),
-                            "executionArn": events.EventField.from_path("$.detail.executionArn"),
-                        }
-                    ),
-                )
+                targets.SnsTopic(workflow.notification_topic, message=notification_message(stack.region))
             ],
         )
+
+
+def notification_message(region: str | None) -> events.RuleTargetInput:
+    """What the topic is told when an execution ends: a headline (run and status), the error, the cause (the job and
+    SageMaker's failure reason), the summary (final metrics, artifact and checkpoint URIs, console links), the
+    execution's console link and the command that sums the run up.
+
+    EventBridge does not escape a value it splices into a string, and causes and summaries hold quotes, so those
+    go in as JSON values of their own; only names, statuses, the region and the ARN (no quotes possible) are
+    spliced into text."""
+
+    def field(path: str) -> str:
+        return events.EventField.from_path(path)
+
+    name, status = field("$.detail.name"), field("$.detail.status")
+    execution = console_links.EXECUTION.format(
+        host=console_links.console_host_of_region(region),
+        region=field("$.region"),
+        execution_arn=field("$.detail.executionArn"),
+    )
+    return events.RuleTargetInput.from_object(
+        {
+            "message": f"Training run {name} ended: {status}",
+            "run": name,
+            "status": status,
+            "error": field("$.detail.error"),
+            "cause": field("$.detail.cause"),
+            "summary": field("$.detail.output"),
+            "console": execution,
+            "details": f"blackwell-training result {name}",
+        }
+    )
 
 
 def trigger(

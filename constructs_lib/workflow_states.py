@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_stepfunctions as sfn
 
+from constructs_lib import console_links
 from constructs_lib.workflow_validation import ValidationStates, format_intrinsic
 from training.contract import CHECKPOINT_LOCAL_PATH, HYPERPARAMETERS_BY_NAME
 
@@ -82,6 +83,25 @@ def input_states(workflow: TrainingWorkflow) -> tuple[sfn.Pass, sfn.Pass]:
     return apply_defaults, merge
 
 
+EXECUTION_REGION = "States.ArrayGetItem(States.StringSplit($$.Execution.Id, ':'), 3)"
+"""The region, read from the execution's ARN (so the definition holds no deploy-time token for it)."""
+
+
+def summary_links(region: str | None) -> dict[str, str]:
+    """Parameters of the summary's ``links``: the console addresses of the execution, the job and its logs."""
+    host = console_links.console_host_of_region(region)
+
+    def link(template: str, argument: str) -> str:
+        text = template.format(host=host, region="{}", execution_arn="{}", job="{}")
+        return format_intrinsic(text, EXECUTION_REGION, argument)
+
+    return {
+        "execution.$": link(console_links.EXECUTION, "$$.Execution.Id"),
+        "training_job.$": link(console_links.TRAINING_JOB, "$.job.TrainingJobName"),
+        "logs.$": link(console_links.LOGS, "$.job.TrainingJobName"),
+    }
+
+
 def launch_loop(
     workflow: TrainingWorkflow, launch_params: dict[str, Any], retries: int, retry_wait: int
 ) -> None:
@@ -102,6 +122,7 @@ def launch_loop(
             "instance_type.$": "$.config.instance_type",
             "instance_count.$": "$.config.instance_count",
             "launches.$": "$.launch_count",
+            "links": summary_links(Stack.of(workflow).region),
         },
     ).next(sfn.Succeed(workflow, "Training job completed"))
     normalize_result = sfn.Pass(

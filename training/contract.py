@@ -91,6 +91,38 @@ def instance_types_supporting(precision: str) -> tuple[str, ...]:
     return tuple(name for name, gpu in GPU_INSTANCE_TYPES.items() if gpu.supports(precision))
 
 
+# On-demand list price per instance-hour (USD, us-east-1), used by the operator CLI's cost estimates
+# (billable seconds x instance count x this). Looked up on 2026-11-23 with the project's search tool; SageMaker's
+# own price page could not be read there, so the figures are the AWS Price List's on-demand Linux rates of the same
+# EC2 instances (us-east-1, as of 2026-07-27, quoted in the public test tables of pricing tools; p5en also in
+# dstack PR #4110, Aug 2026). SageMaker's ml.* rate for an instance is the same or higher (ml.p4d.24xlarge:
+# 37.688), so an estimate from this table is a floor. None: no on-demand row was found (p5e has none at all;
+# B300 and GB200 are sold through capacity reservations / training plans). Update from
+# https://aws.amazon.com/sagemaker/ai/pricing/ (Training, On-Demand) for your region.
+ON_DEMAND_USD_PER_HOUR: Mapping[str, float | None] = {
+    "ml.p6-b200.48xlarge": 113.93,
+    "ml.p6-b300.48xlarge": None,
+    "ml.p6e-gb200.36xlarge": None,
+    "ml.p5.48xlarge": 55.04,
+    "ml.p5e.48xlarge": None,
+    "ml.p5en.48xlarge": 63.296,
+    "ml.p5.4xlarge": 6.88,
+    "ml.p4d.24xlarge": 21.95764,
+    "ml.p4de.24xlarge": 27.44705,
+}
+PRICES_AS_OF = "2026-07-27 (AWS Price List, us-east-1, EC2 on-demand Linux; a floor for SageMaker)"
+
+
+def estimate_cost_usd(instance_type: str, instance_count: int, billable_seconds: float) -> float | None:
+    """On-demand cost of ``billable_seconds`` of wall-clock time on ``instance_count`` instances (SageMaker bills
+    BillableTimeInSeconds per instance; managed spot's savings are already in it). None when the table has no
+    price for ``instance_type``."""
+    price = ON_DEMAND_USD_PER_HOUR.get(instance_type)
+    if price is None:
+        return None
+    return price * instance_count * billable_seconds / 3600.0
+
+
 # Peak dense tensor throughput per GPU (TFLOP/s), used for MFU. Sources: NVIDIA datasheets (dense, no sparsity).
 PEAK_TFLOPS: Mapping[str, Mapping[str, float]] = {
     "B200": {"fp32": 80.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0, "nvfp4": 9000.0},
@@ -469,3 +501,43 @@ def parse_metric_line(line: str) -> dict[str, float]:
         if match:
             found[definition.name] = float(match.group(1))
     return found
+
+
+_STEP_LINE = re.compile(r"\bstep=([0-9]+)((?: [a-z_]+=\S+)*)")
+_SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z_]+=\S+)+)")
+_CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z_]+=\S*)+)\s*$")
+
+
+def _fields(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for item in text.split():
+        key, _, value = item.partition("=")
+        if key in names:
+            try:
+                found[key] = float(value)
+            except ValueError:
+                continue
+    return found
+
+
+def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """``(step, {field: value})`` of a line made by :func:`format_step_line` (anywhere in ``line``, so a
+    launcher's prefix such as ``[rank0]:`` is fine); None for any other line."""
+    match = _STEP_LINE.search(line)
+    if not match:
+        return None
+    return int(match.group(1)), _fields(match.group(2), STEP_METRICS)
+
+
+def parse_summary_line(line: str) -> dict[str, float] | None:
+    """The fields of a line made by :func:`format_summary_line`; None for any other line."""
+    match = _SUMMARY_LINE.search(line)
+    return _fields(match.group(1), SUMMARY_METRICS) if match else None
+
+
+def parse_config_line(line: str) -> dict[str, str] | None:
+    """The settings of a line made by :func:`format_config_line` (values as printed); None for any other line."""
+    match = _CONFIG_LINE.match(line.strip())
+    if not match:
+        return None
+    return dict(item.partition("=")[::2] for item in match.group(1).split())

@@ -150,3 +150,34 @@ def test_config_line_never_matches_a_metric():
     line = c.format_config_line(c.parse_hyperparameters({"max_steps": "50"}))
     assert line.startswith("config ") and "max_steps=50" in line
     assert c.parse_metric_line(line) == {}
+
+
+def test_step_summary_and_config_lines_parse_back():
+    step = c.format_step_line(7, {"loss": 2.25, "tokens_per_sec": 1234.5, "mfu": 0.375, "step_time": 0.125})
+    assert c.parse_step_line(f"[1,mpirank:0,algo-1]<stdout>:{step}") == (
+        7,
+        {"loss": 2.25, "tokens_per_sec": 1234.5, "mfu": 0.375, "step_time": 0.125},
+    )
+    summary = c.format_summary_line({"steps": 9, "final_loss": 1.5, "train_seconds": 12.0})
+    assert c.parse_summary_line(summary) == {"steps": 9, "final_loss": 1.5, "train_seconds": 12.0}
+    config = c.format_config_line({"max_steps": 9, "precision": "fp8", "activation_checkpointing": True})
+    assert c.parse_config_line(config) == {
+        "max_steps": "9",
+        "precision": "fp8",
+        "activation_checkpointing": "true",
+    }
+    for other in ("steps=3 loss=1", "summary", "configure max_steps=1", "model saved to /opt/ml/model"):
+        assert c.parse_step_line(other) is None
+        assert c.parse_summary_line(other) is None
+        assert c.parse_config_line(other) is None
+
+
+def test_every_instance_type_has_a_price_entry_and_costs_scale_with_count_and_time():
+    assert set(c.ON_DEMAND_USD_PER_HOUR) == set(c.GPU_INSTANCE_TYPES)
+    price = c.ON_DEMAND_USD_PER_HOUR[c.DEFAULT_INSTANCE_TYPE]
+    assert price is not None and price > 0
+    assert c.estimate_cost_usd(c.DEFAULT_INSTANCE_TYPE, 2, 1800) == pytest.approx(price)
+    assert c.estimate_cost_usd(c.DEFAULT_INSTANCE_TYPE, 1, 0) == 0
+    unpriced = [name for name, usd in c.ON_DEMAND_USD_PER_HOUR.items() if usd is None]
+    assert unpriced and c.estimate_cost_usd(unpriced[0], 1, 3600) is None
+    assert c.estimate_cost_usd("ml.m5.large", 1, 3600) is None

@@ -15,6 +15,7 @@ from aws_cdk import aws_events as events
 from moto.events.models import EventPattern
 
 from constructs_lib._nag import logical_id
+from constructs_lib.console_links import run_links
 from constructs_lib.workflow_validation import check_value
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import (
@@ -137,6 +138,12 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "instance_type": DEFAULT_INSTANCE_TYPE,
         "instance_count": 1,
         "launches": 1,
+        "links": run_links(
+            partition="aws",
+            region=REGION,
+            execution_arn=result["executionArn"],
+            job=request["TrainingJobName"],
+        ),
     }
     assert [m["MetricName"] for m in summary["final_metrics"]] == ["train:progress"]  # moto's canned metric
 
