@@ -153,3 +153,26 @@ def test_save_model_never_overwrites(tmp_path):
     saved = torch.load(second, weights_only=False)
     assert saved["step"] == 9 and saved["state_dict"].keys() == net.state_dict().keys()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "model_step_00000009.pt"]
+
+
+@pytest.mark.parametrize(
+    ("device_name", "key"),
+    [
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA B300 SXM6 AC", "B300"),
+        ("NVIDIA L4", None),
+    ],
+)
+def test_gpu_name_takes_the_longest_matching_peak_table_key(monkeypatch, device_name, key):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: device_name)
+    assert metrics.gpu_name(torch.device("cuda", 0)) == key
+
+
+def test_a_run_as_short_as_its_warmup_reports_throughput_over_all_its_steps():
+    meter = metrics.Throughput(SHAPE, 16, 64, 3, torch.device("cpu"), "fp32")
+    assert meter.summary() == {}  # nothing trained: no figures rather than zeros
+    meter.start()
+    for _ in range(2):
+        meter.step_done()
+    assert meter.summary()["tokens_per_sec"] > 0 and meter.total_seconds() > 0
