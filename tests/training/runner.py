@@ -124,3 +124,18 @@ def toolkit_job(tmp_path: Path, hyperparameters: dict[str, str]) -> tuple[list[s
         NPROC_PER_NODE="2",
     )
     return [str(VENV_BIN / "train")], child_env
+
+
+REFERENCE_STEPS = 12
+
+
+def reference_settings(tmp: Path, name: str, **extra: str) -> dict[str, str]:
+    """A 12-step 2-process run with checkpoints at steps 6 and 12, writing ckpt_<name>/ and model_<name>/."""
+    return {
+        **TINY,
+        "max_steps": str(REFERENCE_STEPS),
+        "checkpoint_interval": "6",
+        "checkpoint_dir": str(tmp / f"ckpt_{name}"),
+        "model_dir": str(tmp / f"model_{name}"),
+        **extra,
+    }

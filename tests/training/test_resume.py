@@ -16,22 +16,22 @@ import torch
 from training.trainer import checkpoint, prepare
 from training.trainer.checkpoint import complete_checkpoints
 
-from .runner import TINY, fields, losses, run_single, run_trainer, step_lines
+from .runner import (
+    TINY,
+    fields,
+    losses,
+    reference_settings,
+    run_single,
+    run_trainer,
+    step_lines,
+)
 
 pytestmark = pytest.mark.slow
-STEPS = 12
 
 
 def settings(tmp: Path, **extra: str) -> dict[str, str]:
-    return {**TINY, "max_steps": str(STEPS), "checkpoint_interval": "6", "checkpoint_dir": str(tmp / "ckpt"),
-            "model_dir": str(tmp / "model"), **extra}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> tuple[Path, str]:
-    """One uninterrupted 2-process 12-step run with checkpoints at steps 6 and 12."""
-    tmp = tmp_path_factory.mktemp("reference")
-    return tmp, run_trainer(settings(tmp))
+    return {**reference_settings(tmp, "x", **extra), "checkpoint_dir": str(tmp / "ckpt"),
+            "model_dir": str(tmp / "model")}  # fmt: skip
 
 
 def damage(path: Path) -> None:
@@ -44,7 +44,7 @@ def damage(path: Path) -> None:
 
 def copy_checkpoint(reference, step: int, ckpt: Path, as_step: int) -> Path:
     target = ckpt / checkpoint.step_dir_name(as_step)
-    shutil.copytree(reference[0] / "ckpt" / checkpoint.step_dir_name(step), target)
+    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(step), target)
     if as_step != step:  # a copy under another step number: its trainer state still says `step`
         marker = json.loads((target / checkpoint.MARKER).read_text())
         (target / checkpoint.MARKER).write_text(json.dumps({**marker, "step": as_step}))
@@ -119,8 +119,8 @@ def listing(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_a_finished_run_says_so_writes_nothing_and_exits_0(reference, tmp_path):
-    shutil.copytree(reference[0] / "ckpt", tmp_path / "ckpt")
-    shutil.copytree(reference[0] / "model", tmp_path / "model")
+    shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
+    shutil.copytree(reference[0] / "model_ref", tmp_path / "model")
     before = listing(tmp_path)
     status, output = run_single(settings(tmp_path))
     assert status == 0, output
@@ -131,11 +131,11 @@ def test_a_finished_run_says_so_writes_nothing_and_exits_0(reference, tmp_path):
 
 
 def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(reference, tmp_path):
-    shutil.copytree(reference[0] / "ckpt", tmp_path / "ckpt")
+    shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
     status, output = run_single(settings(tmp_path))
     assert status == 0 and "held no model, so the checkpoint's model was saved to" in output, output
     saved = torch.load(tmp_path / "model" / "model.pt", weights_only=False)
-    expected = torch.load(reference[0] / "model" / "model.pt", weights_only=False)
+    expected = torch.load(reference[0] / "model_ref" / "model.pt", weights_only=False)
     assert saved["step"] == 12 and saved["state_dict"].keys() == expected["state_dict"].keys()
     for name, tensor in saved["state_dict"].items():
         assert torch.equal(tensor, expected["state_dict"][name]), name
@@ -143,8 +143,14 @@ def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(
 
 def test_raising_max_steps_continues_the_schedule_at_its_floor_and_says_so(reference, tmp_path):
     copy_checkpoint(reference, 12, tmp_path / "ckpt", 12)
-    status, output = run_single(settings(tmp_path, max_steps="15", log_interval="3"))
+    status, output = run_single(
+        settings(tmp_path, max_steps="15", log_interval="3", throughput_warmup_steps="5")
+    )
     assert status == 0, output
+    assert (
+        "note: throughput_warmup_steps=5 is not below the 3 steps this run trains; leaving out 2 warm-up steps "
+        "from the throughput instead"
+    ) in output
     assert (
         "max_steps changed from 12 to 15 (checkpoint at step 12): the learning rate stays at its floor 0.0003 "
         "(0.1 x peak) until step 15"
