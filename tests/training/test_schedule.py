@@ -31,6 +31,7 @@ def test_raising_max_steps_mid_decay_continues_from_the_rate_reached_to_the_floo
     assert again.factor(200) == pytest.approx(longer.factor(200)) and again.factor(400) == pytest.approx(
         MIN_LR_RATIO
     )
+    assert [again.factor(s) for s in range(200)] == [longer.factor(s) for s in range(200)]  # history kept
     restored = Schedule.from_state_dict(again.state_dict())
     assert restored == again
 
