@@ -122,7 +122,7 @@ def test_flops_formula():
     assert metrics.flops_per_token(SHAPE, 32) == 6 * n + 12 * 2 * 64 * 32
 
 
-def test_throughput_leaves_out_warmup_and_is_zero_mfu_on_cpu():
+def test_throughput_leaves_out_warmup_and_has_no_mfu_on_cpu():
     meter = metrics.Throughput(SHAPE, 32, 128, warmup_steps=2, device=torch.device("cpu"), precision="fp32")
     meter.start()
     meter.step_done()
@@ -130,7 +130,7 @@ def test_throughput_leaves_out_warmup_and_is_zero_mfu_on_cpu():
     for _ in range(3):
         meter.step_done()
     rates = meter.interval()
-    assert meter.measured_steps == 2 and rates["mfu"] == 0.0 and rates["tokens_per_sec"] > 0
+    assert meter.measured_steps == 2 and "mfu" not in rates and rates["tokens_per_sec"] > 0
     assert rates["tflops_per_gpu"] == pytest.approx(rates["tokens_per_sec"] * meter.flops_per_token / 1e12)
     assert metrics.peak_memory_gb(torch.device("cpu")) > 0
 

@@ -9,7 +9,7 @@ L layers, H hidden size, S sequence length: the second term is attention's QK^T 
 multiply-adds per token per layer, x3 for training), counted in full although the causal mask skips about half.
 
 MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (contract.PEAK_TFLOPS);
-0 on a CPU or an unknown GPU. A low-precision run is counted against its own precision's peak (fp8 and mxfp8
+left out (not printed as 0) on a CPU or an unknown GPU, which have no peak to divide by. A low-precision run is counted against its own precision's peak (fp8 and mxfp8
 against the FP8 peak, nvfp4 against the FP4 peak), so its MFU is comparable across precisions only as "share of
 what that format can do": the same TFLOP/s gives an fp8 run half the MFU of a bf16 run.
 """
@@ -126,8 +126,7 @@ class Throughput:
     def rates(self, tokens: int, seconds: float) -> dict[str, float]:
         tokens_per_sec = tokens / seconds
         tflops = tokens_per_sec * self.flops_per_token / 1e12
-        return {
-            "tokens_per_sec": tokens_per_sec,
-            "tflops_per_gpu": tflops,
-            "mfu": tflops / self.peak if self.peak else 0.0,
-        }
+        out = {"tokens_per_sec": tokens_per_sec, "tflops_per_gpu": tflops}
+        if self.peak:
+            out["mfu"] = tflops / self.peak
+        return out
