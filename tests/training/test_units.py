@@ -176,3 +176,12 @@ def test_a_run_as_short_as_its_warmup_reports_throughput_over_all_its_steps():
     for _ in range(2):
         meter.step_done()
     assert meter.summary()["tokens_per_sec"] > 0 and meter.total_seconds() > 0
+
+
+def test_empty_token_files_are_skipped(tmp_path):
+    write_token_files(tmp_path)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    dataset = data.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, 0, 2)
+    assert len(dataset.arrays) == 2
+    with pytest.raises(contract.ContractError, match="no non-empty"):
+        data.TokenFiles([tmp_path / "empty.bin"], "uint32", 2000, 9, 2, 5, 0, 2)

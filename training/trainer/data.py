@@ -81,8 +81,11 @@ class TokenFiles(_PositionedBatches):
         shuffle: bool = True,
     ):
         paths = split_files(source, "train") if isinstance(source, str) else list(source)
+        paths = [
+            p for p in paths if p.suffix != ".bin" or p.stat().st_size > 0
+        ]  # an empty file holds no window
         if not paths:
-            raise contract.ContractError("dataset", f"no .bin or .npy token files under {source}")
+            raise contract.ContractError("dataset", f"no non-empty .bin or .npy token files in {source}")
         self.arrays = [_open_tokens(p, token_dtype) for p in paths]
         self.window = seq_length + 1
         counts = np.array([len(a) // self.window for a in self.arrays], dtype=np.int64)
