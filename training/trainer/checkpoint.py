@@ -8,6 +8,10 @@ Layout under ``checkpoint_dir``::
         COMPLETE               JSON written last: world size and the size of every file above
     step_00000200.tmp/        being written (or abandoned by a crash): never loaded, never deleted
 
+A run that continues an earlier one (the workflow's ``resume_from``) gets that run's newest complete checkpoint as
+the read-only ``resume`` input channel; it is loaded only while ``checkpoint_dir`` has no complete checkpoint of
+its own (after a spot interruption the run's own, newer ones win), and never written to.
+
 A directory counts as complete only if its name has no suffix, COMPLETE exists and every listed file has the
 listed size, so a half-written or truncated checkpoint is skipped. Only complete ``step_*`` directories beyond
 the newest ``keep`` are deleted; nothing else in the folder is touched.
@@ -33,6 +37,8 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
+
+from training import contract
 
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^step_(\d{8})$")
@@ -63,6 +69,12 @@ def _is_complete(path: Path) -> bool:
         return False
 
 
+def resume_channel_dir() -> Path | None:
+    """The earlier run's checkpoint this job continues from (``SM_CHANNEL_RESUME``), or None."""
+    folder = os.environ.get(f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}")
+    return Path(folder) if folder else None
+
+
 def rng_state(device: torch.device) -> dict[str, Any]:
     state: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if device.type == "cuda":
@@ -79,9 +91,11 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 class CheckpointManager:
     """Saves and restores the full training state; all ranks call ``save``/``load`` together."""
 
-    def __init__(self, root: str, keep: int, env):
-        """``env`` is the run's ``parallel.DistEnv``."""
+    def __init__(self, root: str, keep: int, env, resume_dir: str | Path | None = None):
+        """``env`` is the run's ``parallel.DistEnv``; ``resume_dir`` a read-only complete checkpoint of an earlier
+        run, loaded only while ``root`` has none."""
         self.root, self.keep = Path(root), keep
+        self.resume_dir = Path(resume_dir) if resume_dir is not None else None
         self.rank, self.world_size, self.device = env.rank, env.world_size, env.device
         self.node_leader, self.cpu_group = env.local_rank == 0, env.cpu_group
 
@@ -118,12 +132,16 @@ class CheckpointManager:
         """Restore model, optimizer and RNG from the newest complete checkpoint; return its trainer state
         (step, data position, scheduler), or None when there is none. Every rank picks the same one."""
         found = complete_checkpoints(self.root)
-        chosen = torch.tensor([found[-1][0] if found else -1])
+        earlier = -1
+        if not found and self.resume_dir is not None and _is_complete(self.resume_dir):
+            earlier = int(json.loads((self.resume_dir / MARKER).read_text())["step"])
+        chosen = torch.tensor([found[-1][0] if found else -1, earlier])
         dist.broadcast(chosen, src=0, group=self.cpu_group)  # rank 0's choice, in case nodes' folders differ
-        step = int(chosen.item())
-        if step < 0:
+        step, earlier = int(chosen[0].item()), int(chosen[1].item())
+        if step < 0 and earlier < 0:
             return None
-        path = self.root / step_dir_name(step)
+        path = self.root / step_dir_name(step) if step >= 0 else self.resume_dir
+        assert path is not None
         if not _is_complete(path):
             raise FileNotFoundError(f"checkpoint_dir: rank {self.rank} has no complete {path} (rank 0 does)")
         model_sd, optim_sd = get_state_dict(model, optimizer)

@@ -71,7 +71,9 @@ def run(
     )
     scaler = plan.grad_scaler()
     dataset = data.make_dataset(cfg, env.rank, env.world_size)
-    manager = checkpoint.CheckpointManager(cfg.checkpoint_dir, cfg.keep_checkpoints, env)
+    manager = checkpoint.CheckpointManager(
+        cfg.checkpoint_dir, cfg.keep_checkpoints, env, resume_dir=checkpoint.resume_channel_dir()
+    )
     say = emit if env.is_main else (lambda _line: None)
     say(
         contract.format_config_line(
