@@ -24,6 +24,7 @@ Nothing here imports ``aws_cdk``.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -269,6 +270,9 @@ DATA_SOURCE = re.compile(r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/)?([A-Za-z0-9
 def parse_data_sources(value: Any) -> tuple[str, ...]:
     """The ``dataSources`` context value: a list of ``s3://bucket/prefix/`` URIs or key prefixes of the workflow's
     bucket, each ending in ``/``. Absent or empty: ``("data/",)``."""
+    if isinstance(value, str) and value.startswith("["):  # -c dataSources='["data/"]' arrives as text
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
     if value in (None, "", []):
         return ("data/",)
     if not isinstance(value, list) or not all(
