@@ -46,9 +46,9 @@ def add_quota_retry(launch: sfn.CustomState) -> None:
     )
 
 
-def initial_state() -> dict[str, int]:
+def initial_state(first_backoff: int = FIRST_BACKOFF_SECONDS) -> dict[str, int]:
     """Fields the retry states keep in the execution state (add them before the first launch)."""
-    return {"launch_errors": 0, "launch_backoff": FIRST_BACKOFF_SECONDS}
+    return {"launch_errors": 0, "launch_backoff": first_backoff}
 
 
 def api_error_states(
