@@ -549,6 +549,12 @@ def test_app_stack_wires_the_workflow_and_outputs():
     assert len(rules) == 1
 
 
+def test_app_data_sources_reach_the_rules_and_the_execution_role():
+    stack, template = _app_template({"dataSources": ["data/", "s3://corpora/tokens/"]})
+    assert stack.workflow.request_rules.data_sources == ("data/", "s3://corpora/tokens/")
+    assert "corpora/tokens/*" in json.dumps(_policy_statements(template, "ExecutionRole"))
+
+
 def test_app_without_notifications_has_no_topic_output():
     _, template = _app_template({"notifications": False})
     assert "NotificationTopicArn" not in template.find_outputs("*")
