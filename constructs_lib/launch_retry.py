@@ -7,7 +7,8 @@ only, so it cannot tell throttling from a bad request; a ``Choice`` on the cause
 
 * throttling and server-side errors (``ThrottlingException``, status 5xx) are retried with exponential backoff, a
   bounded number of times;
-* ``ResourceLimitExceeded`` (an account quota that frees up when other jobs end) keeps the ``Retry`` backoff;
+* ``ResourceLimitExceeded`` (an account quota that frees up when other jobs end), and throttling reported under
+  its own error name, keep the ``Retry`` field's backoff;
 * every other client error (``ValidationException``, ``AccessDeniedException``, ...) ends the execution at once
   with ``LaunchFailed`` and SageMaker's message: retrying the same request cannot succeed.
 """
@@ -20,7 +21,8 @@ from constructs import Construct
 
 API_ERROR = "SageMaker.AmazonSageMakerException"
 """The error name of a refused SageMaker API call in Step Functions' SageMaker integration."""
-QUOTA_ERRORS = ("SageMaker.ResourceLimitExceededException",)
+QUOTA_ERRORS = ("SageMaker.ResourceLimitExceededException", "SageMaker.ThrottlingException")
+"""Error names the ``Retry`` field backs off on (an account quota; throttling when named on its own)."""
 RETRYABLE_CAUSES = (
     "*Error Code: ThrottlingException*",
     "*Error Code: ThrottledException*",
@@ -35,7 +37,7 @@ MAX_BACKOFF_SECONDS = 300
 
 
 def add_quota_retry(launch: sfn.CustomState) -> None:
-    """Account-quota refusals: the ``Retry`` field's backoff (other jobs may end meanwhile)."""
+    """Account-quota and named throttling refusals: the ``Retry`` field's backoff."""
     launch.add_retry(
         errors=list(QUOTA_ERRORS),
         interval=Duration.seconds(FIRST_BACKOFF_SECONDS),

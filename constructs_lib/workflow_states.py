@@ -88,6 +88,7 @@ def launch_loop(
             "instance_type.$": "$.config.instance_type",
             "instance_count.$": "$.config.instance_count",
             "launches.$": "$.launch_count",
+            "resumed_from.$": "$.resume",
         },
     ).next(sfn.Succeed(workflow, "Training job completed"))
     normalize_result = sfn.Pass(
@@ -97,6 +98,7 @@ def launch_loop(
             "job.$": "States.JsonMerge($.result_defaults, $.job, false)",
             "config.$": "$.config",
             "launch_count.$": "$.launch_count",
+            "resume.$": "$.resume",
         },
     ).next(summarize)
 

@@ -141,6 +141,7 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "instance_type": DEFAULT_INSTANCE_TYPE,
         "instance_count": 1,
         "launches": 1,
+        "resumed_from": None,
     }
     assert [m["MetricName"] for m in summary["final_metrics"]] == ["train:progress"]  # moto's canned metric
 

@@ -253,6 +253,11 @@ def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, s
         }
     ]
     assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/checkpoints/{first.run_segment}/{name}/"
+    assert json.loads(result["output"])["resumed_from"] == {
+        "step": 100,
+        "uri": f"s3://{bucket}/{run_key}step_00000100/",
+        "execution": earlier,
+    }
     assert _objects(workflow.s3, bucket, run_key) == before
 
     refused = workflow.run({**execution_input, "hyperparameters": {"max_steps": "100"}})
