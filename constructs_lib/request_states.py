@@ -15,7 +15,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib.request_validation import INVALID_INPUT_ERROR
+from constructs_lib.request_validation import DECIDE_STATE, INVALID_INPUT_ERROR
 from constructs_lib.request_validator import RequestValidator
 
 VALIDATOR_FAILED_ERROR = "RequestValidationFailed"
@@ -41,7 +41,7 @@ def decide_request(
     )
     decide = tasks.LambdaInvoke(
         scope,
-        "Decide request",
+        DECIDE_STATE,
         comment="Check every input field, the trainer settings, SageMaker's limits and resume_from.",
         lambda_function=validator.function,
         payload=sfn.TaskInput.from_object(

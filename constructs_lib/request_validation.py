@@ -98,6 +98,8 @@ DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType(
 )
 """Every execution-input field and its value when neither the input nor the workflow's defaults give one."""
 INPUT_FIELDS: tuple[str, ...] = tuple(DEFAULT_INPUT)
+DECIDE_STATE = "Decide request"
+"""The workflow's first state: it invokes :func:`handler` with the rules."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -226,6 +228,18 @@ class RequestRules:
             if key in data:
                 data[key] = tuple(data[key])
         return cls(**data)
+
+    @classmethod
+    def from_state_machine_definition(cls, definition: str | Mapping[str, Any]) -> RequestRules:
+        """The exact rules of a deployed workflow, from its state machine definition (``DescribeStateMachine``'s
+        ``definition``): the ``Decide request`` state hands them to the Lambda function."""
+        data = json.loads(definition) if isinstance(definition, str) else definition
+        try:
+            return cls.from_json(data["States"][DECIDE_STATE]["Parameters"]["Payload"]["rules"])
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"definition: no '{DECIDE_STATE}' state with rules (not a TrainingWorkflow?)"
+            ) from None
 
     def with_limits(self) -> RequestRules:
         """These rules with SageMaker's constraints read now (so they travel with the rules)."""

@@ -66,8 +66,7 @@ def workflow(workflows):
 @pytest.fixture(scope="module")
 def rules(synthesized) -> RequestRules:
     """The rules as the deployed state machine hands them to its Lambda function (names resolved)."""
-    payload = synthesized["first"][1]["States"]["Decide request"]["Parameters"]["Payload"]
-    return RequestRules.from_json(payload["rules"])
+    return RequestRules.from_state_machine_definition(json.dumps(synthesized["first"][1]))
 
 
 def _prefix() -> str:
@@ -133,6 +132,13 @@ def test_bad_input_ends_in_invalid_input_before_sagemaker(workflow, execution_in
     assert words in cause
     after = len(workflow.sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"])
     assert after == before
+
+
+def test_rules_are_read_back_from_the_deployed_definition(workflow, rules):
+    described = workflow.sfn.describe_state_machine(stateMachineArn=workflow.arn)
+    assert RequestRules.from_state_machine_definition(described["definition"]) == rules
+    with pytest.raises(ValueError, match="no 'Decide request' state with rules"):
+        RequestRules.from_state_machine_definition({"States": {}})
 
 
 def test_every_problem_is_in_the_cause(workflow):
