@@ -150,6 +150,8 @@ CONTAINER_CODE_DIR = "/opt/ml/code"
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
 TRAIN_CHANNEL = "train"
+RESUME_CHANNEL = "resume"
+"""Read-only input channel with one complete checkpoint of an earlier run (the workflow's ``resume_from``)."""
 ENTRY_POINT = "train.sh"
 
 # --------------------------------------------------------------------------------------------------------------

@@ -44,3 +44,14 @@ def test_values_are_parsed():
 def test_bad_context_names_the_key(context, message):
     with pytest.raises(ValueError, match=message):
         _settings(**context)
+
+
+def test_data_sources():
+    assert _settings().workflow.data_sources == ("data/",)
+    sources = ["data/", "s3://corpora/tokens/"]
+    assert _settings(dataSources=sources).workflow.data_sources == tuple(sources)
+    assert _settings(dataSources='["s3://corpora/tokens/"]').workflow.data_sources == (
+        "s3://corpora/tokens/",
+    )
+    with pytest.raises(ValueError, match="context dataSources: must be a list of S3 prefixes ending in '/'"):
+        _settings(dataSources=["s3://corpora/tokens"])

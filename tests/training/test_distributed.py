@@ -145,3 +145,28 @@ def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path
     assert f"at step {stopped_at}" in second
     assert min(step_lines(second)) == stopped_at + 1
     assert max(step for step, _ in complete_checkpoints(cfg["checkpoint_dir"])) == max(step_lines(second))
+
+
+def test_an_earlier_runs_checkpoint_in_the_resume_channel_is_continued_and_left_alone(reference, tmp_path):
+    """The workflow's resume_from: the earlier run's checkpoint arrives read-only as the resume channel."""
+    ref_dir, ref_output = reference
+    channel = tmp_path / "input" / "data" / contract.RESUME_CHANNEL
+    shutil.copytree(ref_dir / "ckpt_ref" / "step_00000006", channel)
+    before = {p.name: p.read_bytes() for p in channel.iterdir()}
+    for path in (channel, *channel.iterdir()):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    child_env = {**env(), f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}": str(channel)}
+    proc = subprocess.run(
+        torchrun_cmd(settings(tmp_path, "continued")),
+        env=child_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert f"resumed from {channel} at step 6" in output
+    assert losses(output) == {s: v for s, v in losses(ref_output).items() if s > 6}
+    assert {p.name: p.read_bytes() for p in channel.iterdir()} == before
+    assert [step for step, _ in complete_checkpoints(tmp_path / "ckpt_continued")] == [12]

@@ -9,6 +9,11 @@ Layout under ``checkpoint_dir``::
     step_00000200.tmp/        being written (or abandoned by a crash): never loaded, never deleted
     step_00000050.unusable/   set aside: failed its checksums or its load; never loaded again, never deleted
 
+A run that continues an earlier one (the workflow's ``resume_from``) gets that run's newest complete checkpoint as
+the read-only ``resume`` input channel; it is tried only when ``checkpoint_dir`` holds no checkpoint that loads
+(after a spot interruption the run's own, newer ones win), is verified like the others, and is never written to
+or renamed.
+
 A directory counts as complete only if its name has no suffix, COMPLETE exists and every listed file has the
 listed size, so a half-written or truncated checkpoint is skipped. Before a complete checkpoint is loaded every
 file's SHA-256 is checked against COMPLETE (the ranks of a node share the hashing); if any rank finds a mismatch
@@ -39,6 +44,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from training import contract
+
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^step_(\d{8})$")
 
@@ -68,6 +75,12 @@ def _is_complete(path: Path) -> bool:
         return False
 
 
+def resume_channel_dir() -> Path | None:
+    """The earlier run's checkpoint this job continues from (``SM_CHANNEL_RESUME``), or None."""
+    folder = os.environ.get(f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}")
+    return Path(folder) if folder else None
+
+
 def rng_state(device: torch.device) -> dict[str, Any]:
     state: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if device.type == "cuda":
@@ -92,9 +105,18 @@ class CheckpointManager:
     After ``load_latest``, ``set_aside`` lists (folder, reason) of the checkpoints it renamed and
     ``touched_model`` says whether a failed load may have written into the model or optimizer."""
 
-    def __init__(self, root: str, keep: int, env, shape: dict[str, int] | None = None):
-        """``env`` is the run's ``parallel.DistEnv``."""
+    def __init__(
+        self,
+        root: str,
+        keep: int,
+        env,
+        shape: dict[str, int] | None = None,
+        resume_dir: str | Path | None = None,
+    ):
+        """``env`` is the run's ``parallel.DistEnv``; ``resume_dir`` a read-only complete checkpoint of an earlier
+        run, tried only when ``root`` has none that loads."""
         self.root, self.keep, self.shape = Path(root), keep, shape
+        self.resume_dir = Path(resume_dir) if resume_dir is not None else None
         self.rank, self.world_size, self.device = env.rank, env.world_size, env.device
         self.local_rank, self.cpu_group = env.local_rank, env.cpu_group
         self.node_leader = env.local_rank == 0
@@ -153,7 +175,9 @@ class CheckpointManager:
 
         Every rank tries the same checkpoints (rank 0's list). One that fails its checksums or its load on any
         rank is set aside on every node (renamed ``.unusable``, never deleted) and the previous one is tried.
-        A checkpoint of another model shape raises CheckpointShapeError naming both shapes."""
+        When none of the run's own loads, the read-only ``resume_dir`` (an earlier run's) is tried, and skipped
+        with its reason if it fails (never renamed). A checkpoint of another model shape raises
+        CheckpointShapeError naming both shapes."""
         found = [step for step, _ in complete_checkpoints(self.root)]
         steps: list[Any] = [found]
         dist.broadcast_object_list(
@@ -161,23 +185,34 @@ class CheckpointManager:
         )  # rank 0's list, if nodes' folders differ
         for step in reversed(steps[0]):
             path = self.root / step_dir_name(step)
-            self._check_shape(path)
-            reason = self._agree(self._verify(path))
+            state, reason = self._try_load(path, model, optimizer)
             if reason is None:
-                try:
-                    state = self._load(path, model, optimizer)
-                    failure = None
-                except (
-                    Exception,
-                    CheckpointException,
-                ) as err:  # any load failure on any rank: agreed on below
-                    state, failure = None, f"load failed on rank {self.rank}: {_one_line(err, self.rank)}"
-                reason = self._agree(failure)
-                if reason is None:
-                    return state
-                self.touched_model = True  # a partial load may have written into the model or optimizer
+                return state
             self._set_aside(path, reason)
+        earlier = [self.resume_dir is not None and _is_complete(self.resume_dir)]
+        dist.broadcast_object_list(earlier, src=0, group=self.cpu_group)
+        if earlier[0] and self.resume_dir is not None:
+            state, reason = self._try_load(self.resume_dir, model, optimizer)
+            if reason is None:
+                return state
+            self.set_aside.append((str(self.resume_dir), f"{reason}; read-only, left as it is"))
         return None
+
+    def _try_load(self, path: Path, model, optimizer) -> tuple[dict[str, Any] | None, str | None]:
+        """(trainer state, None) when ``path`` verifies and loads on every rank, else (None, every rank's reason)."""
+        self._check_shape(path)
+        reason = self._agree(self._verify(path))
+        if reason is not None:
+            return None, reason
+        try:
+            state, failure = self._load(path, model, optimizer), None
+        except (Exception, CheckpointException) as err:  # any load failure on any rank: agreed on below
+            state, failure = None, f"load failed on rank {self.rank}: {_one_line(err, self.rank)}"
+        reason = self._agree(failure)
+        if reason is not None:
+            self.touched_model = True  # a partial load may have written into the model or optimizer
+            return None, reason
+        return state, None
 
     def _check_shape(self, path: Path) -> None:
         message = shape_mismatch(path, self.shape)

@@ -168,7 +168,9 @@ def run(
     dataset = data.make_dataset(cfg, env.rank, env.world_size)
     validation = data.make_validation(cfg, env.rank, env.world_size)
     shape = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
-    manager = checkpoint.CheckpointManager(cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape)
+    manager = checkpoint.CheckpointManager(
+        cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape, resume_dir=checkpoint.resume_channel_dir()
+    )
     state, complete = _resume(cfg, env, plan, manager, dataset, say)
     if complete:
         _finished_already(cfg, env, state, say)
