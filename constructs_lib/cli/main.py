@@ -51,10 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser(
-        "validate", parents=[common, request], help="check a request offline (the workflow's own validation)"
+    validate_cmd = sub.add_parser(
+        "validate",
+        parents=[common, request],
+        help="check a request: offline with cdk.json's settings, or with --deployed the deployed workflow's rules",
+        description="Check a request with the workflow's own validation. By default offline, no AWS call: under "
+        "the rules cdk.json deploys. With --deployed (or --stack), under the exact rules of the deployed "
+        "workflow, read from its state machine (what submit checks). Exit 0 valid, 2 with every problem listed.",
     )
-    submit = sub.add_parser("submit", parents=[common, request, polling], help="validate and start a run")
+    validate_cmd.add_argument(
+        "--deployed",
+        action="store_true",
+        help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
+        "implied by --stack",
+    )
+    submit = sub.add_parser(
+        "submit",
+        parents=[common, request, polling],
+        help="validate with the deployed workflow's rules, then start a run",
+        description="Check the request with the deployed workflow's own rules (read from its state machine: "
+        "nothing starts when it would be refused; exit 2 lists every problem), then start it and print its "
+        "name and console link. No FILE: the workflow's defaults plus --set.",
+    )
     submit.add_argument("--name", help="run (execution) name (default: <job_name_prefix>-<UTC time>-<hex>)")
     submit.add_argument("--wait", action="store_true", help="then watch it until it ends")
     runs = sub.add_parser("runs", parents=[common], help="recent runs, newest first")
@@ -157,7 +175,11 @@ class _Shell:
 
     # ---- commands -----------------------------------------------------------------------------------------------
     def do_validate(self) -> int:
-        problems = validate(self.request(), self.project.rules())
+        request = self.request()
+        if self.args.deployed or self.args.stack:
+            problems = self.runs.check(request)
+        else:
+            problems = validate(request, self.project.rules())
         if problems:
             raise InvalidRequest(problems)
         if self.args.json:
@@ -167,10 +189,7 @@ class _Shell:
         return EXIT_OK
 
     def do_submit(self) -> int:
-        request = self.request()
-        runs = self.runs
-        rules = self.project.rules(runs.outputs.get("CheckpointBucketName"))
-        run = runs.submit(request, name=self.args.name, rules=rules)
+        run = self.runs.submit(self.request(), name=self.args.name)
         if self.args.json and not self.args.wait:
             self.emit({"name": run.name, "arn": run.arn, "links": run.links})
         elif not self.args.json:

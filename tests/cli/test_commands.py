@@ -6,10 +6,11 @@ from __future__ import annotations
 import io
 import json
 import time
+from dataclasses import replace
 
 from constructs_lib.cli.api import TrainingRuns
 from constructs_lib.cli.main import main
-from tests.cli.conftest import BUCKET, STACK, Terminal
+from tests.cli.conftest import DEPLOYED_DATA_SOURCES, DEPLOYED_MAX_INSTANCE_COUNT, STACK, Terminal
 from tests.workflow.harness import REGION, Outcome, capacity_error
 from training.contract import format_config_line, format_step_line, format_summary_line
 
@@ -255,7 +256,7 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     summary = json.loads(result.out)
     assert summary["status"] == "SUCCEEDED" and summary["job"] == job
     assert summary["model_artifacts"].endswith(f"/output/{job}/output/model.tar.gz")
-    assert summary["checkpoint_uri"].endswith(f"/checkpoints/{name}/")
+    assert summary["checkpoint_uri"] == f"{deployed.rules.runs_uri()}{name}/"  # under the workflow's segment
     assert (summary["training_seconds"], summary["billable_seconds"]) == (3600, 3600)
     assert round(summary["cost_usd"], 2) == B200_PER_HOUR
     assert summary["trainer_summary"] == {
@@ -314,11 +315,89 @@ def test_validate_lists_every_problem_and_exits_2(deployed, cli):
 
 
 def test_submit_checks_locally_before_starting_anything(deployed, cli):
-    before = deployed.workflow.sfn.list_executions(stateMachineArn=deployed.workflow.arn)["executions"]
+    before = deployed.executions()
     result = cli("submit", "--set", "precision=fp4")
     assert result.status == 2 and "precision: must be one of" in result.err
-    after = deployed.workflow.sfn.list_executions(stateMachineArn=deployed.workflow.arn)["executions"]
-    assert len(after) == len(before)
+    assert deployed.executions() == before
+
+
+def _beyond_the_deployment(deployed) -> dict:
+    """Valid under cdk.json's defaults (up to 4 instances, data under ``data/``), refused by the deployed workflow
+    (synthesized with at most 2 instances and data only under ``corpus/``)."""
+    return {"instance_count": 3, "train_data_uri": f"s3://{deployed.bucket}/data/tokens/"}
+
+
+def _problems(err: str) -> list[str]:
+    lines = err.splitlines()
+    assert lines[0] == f"invalid request ({len(lines) - 1} problem{'s' if len(lines) > 2 else ''}):", err
+    assert all(line.startswith("  - ") for line in lines[1:]), err
+    return [line.removeprefix("  - ") for line in lines[1:]]
+
+
+def test_submit_refuses_what_the_deployed_workflow_refuses_though_cdk_json_allows_it(deployed, cli):
+    request = json.dumps(_beyond_the_deployment(deployed))
+    assert cli("validate", "-", stdin=request).status == 0  # offline: cdk.json's rules allow it
+    before = deployed.executions()
+
+    result = cli("submit", "-", "--name", f"never-{deployed.prefix()}", stdin=request)
+
+    assert result.status == 2 and result.out == "" and "Traceback" not in result.err
+    problems = _problems(result.err)
+    assert len(problems) == 2
+    assert problems[0].startswith(f"instance_count: must be an integer in [1, {DEPLOYED_MAX_INSTANCE_COUNT}]")
+    assert (
+        problems[1].startswith("train_data_uri: ")
+        and f"s3://{deployed.bucket}/{DEPLOYED_DATA_SOURCES[0]}" in (problems[1])
+    )
+    assert deployed.executions() == before  # nothing started
+    # exactly what the state machine itself refuses, cause for cause
+    executed = deployed.workflow.run(json.loads(request), f"direct-{deployed.prefix()}")
+    assert (executed["status"], executed["error"]) == ("FAILED", "InvalidInput")
+    assert executed["cause"] == "; ".join(problems)
+
+
+def test_validate_deployed_uses_the_deployed_workflows_rules(deployed, cli):
+    request = json.dumps(_beyond_the_deployment(deployed))
+    submitted = _problems(cli("submit", "-", stdin=request).err)
+    for flags in (["--deployed"], ["--stack", STACK]):
+        result = cli("validate", "-", *flags, stdin=request)
+        assert result.status == 2 and _problems(result.err) == submitted
+        as_json = json.loads(cli("validate", "-", "--json", *flags, stdin=request).out)
+        assert as_json == {"valid": False, "problems": submitted}
+    assert cli("validate", "--deployed", "--stack", "NotThere").status == 3
+
+
+def test_submit_accepts_what_the_deployed_workflow_allows(deployed, cli):
+    _, name = _submit(
+        cli,
+        deployed,
+        Outcome(),
+        "--set",
+        f"instance_count={DEPLOYED_MAX_INSTANCE_COUNT}",
+        "--set",
+        f"train_data_uri=s3://{deployed.bucket}/{DEPLOYED_DATA_SOURCES[0]}tokens/",
+    )
+    assert deployed.wait_until_ended(name)["status"] == "SUCCEEDED"
+
+
+def test_submit_refuses_resuming_a_run_without_a_complete_checkpoint(deployed, cli):
+    before = deployed.executions()
+    result = cli("submit", "--set", "resume_from=no-such-run")
+    assert result.status == 2
+    (problem,) = _problems(result.err)
+    assert problem.startswith(
+        f"resume_from: execution no-such-run has no complete checkpoint under {deployed.rules.runs_uri()}no-such-run/"
+    )
+    assert deployed.executions() == before
+
+
+def test_resume_check_is_left_to_the_workflow_when_s3_refuses_the_read(deployed, cli):
+    runs = TrainingRuns(stack_name=STACK, region=REGION)
+    elsewhere = replace(runs.rules, bucket_name="not-a-bucket-of-this-account")
+    assert runs.check({"resume_from": "no-such-run"}, rules=elsewhere) == []
+    assert runs.check({"resume_from": "no-such-run", "batch_size": 0}, rules=elsewhere)[0].startswith(
+        "batch_size:"
+    )
 
 
 def test_submit_refuses_a_taken_or_malformed_name(deployed, cli):
@@ -341,7 +420,6 @@ def test_submit_json_gives_name_arn_and_links(deployed, cli):
     assert started["links"]["execution"] == (
         f"https://console.aws.amazon.com/states/home?region={REGION}#/v2/executions/details/{started['arn']}"
     )
-    assert BUCKET  # the stack's bucket output reached the local rules (no error about it)
 
 
 # ---- errors: one line, no traceback -------------------------------------------------------------------------------
