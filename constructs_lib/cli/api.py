@@ -78,7 +78,14 @@ class TrainingRuns:
     # ---- deployment ---------------------------------------------------------------------------------------------
     def client(self, service: str) -> Any:
         if service not in self._clients:
-            self._clients[service] = self.session.client(service)
+            try:
+                self._clients[service] = self.session.client(service)
+            except (
+                ValueError
+            ) as error:  # botocore: "Invalid endpoint: ..." (AWS_ENDPOINT_URL), a bad region name
+                raise OperatorError(
+                    f"cannot make an AWS {service} client: {error} (AWS_ENDPOINT_URL? --region?)"
+                ) from None
         return self._clients[service]
 
     @property
