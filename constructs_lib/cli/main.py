@@ -250,13 +250,14 @@ class _Shell:
             self.emit([run.as_dict() for run in listed])
             return EXIT_OK
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=f"Runs of {self.runs.stack_name} ({self.runs.region})")
         for column in ("run", "status", "job", "instances", "launches", "duration", "cost (est.)"):
             table.add_column(column, justify="right" if column in ("launches", "duration") else "left")
         for run in listed:
             job = run.job
-            table.add_row(
+            cells = (
                 run.name,
                 run.status,
                 f"{job.name} ({job.status})" if job else "-",
@@ -265,6 +266,7 @@ class _Shell:
                 format_duration(run.duration_seconds),
                 _cost(run.cost_usd, job.capacity if job else None),
             )
+            table.add_row(*(Text(cell) for cell in cells))  # as they are, never rich markup
         self.out.print(table)
         return EXIT_OK
 
@@ -333,10 +335,10 @@ class _Shell:
 
         last = None
         columns = (
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             TaskProgressColumn(),
-            TextColumn("{task.fields[detail]}"),
+            TextColumn("{task.fields[detail]}", markup=False),
         )
         with Progress(*columns, console=self.out) as bar:
             task = bar.add_task(name, total=None, detail="starting")
@@ -405,6 +407,7 @@ def _cost(cost: float | None, capacity: str | None) -> str:
 
 def _print_result(out: Any, result: dict[str, Any]) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_header=False, title=f"Run {result['name']}: {result['status']}")
     table.add_column("field", style="bold")
@@ -427,6 +430,6 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
     rows += [(f"trainer {k}", f"{v:.6g}") for k, v in (result["trainer_summary"] or {}).items()]
     rows += [(f"link {k}", v) for k, v in result["links"].items()]
     for key, value in rows:
-        if value is not None:
-            table.add_row(key, str(value))
+        if value is not None:  # Text: a failure reason's "[/opt/ml/...]" is not rich markup
+            table.add_row(Text(key), Text(str(value)))
     out.print(table)

@@ -291,6 +291,16 @@ def test_result_of_a_failed_run_names_the_reason_and_exits_non_zero(deployed, cl
     assert summary["cost_usd"] == 0.0  # moto's failed job billed nothing
 
 
+def test_result_and_runs_print_brackets_in_a_failure_reason_as_they_are(deployed, cli):
+    reason = "AlgorithmError: [/opt/ml/code] exited 1 [bold]see logs[/bold]"  # not rich markup
+    prefix, name = _submit(cli, deployed, Outcome("Failed", reason))
+    deployed.wait_until_ended(name)
+    result = cli("result", name)
+    assert result.status == 1 and "Traceback" not in result.err, result.err
+    assert "[/opt/ml/code] exited 1 [bold]see logs[/bold]" in result.out
+    assert cli("runs").status == 0
+
+
 # ---- validate, and the local check of submit ---------------------------------------------------------------------
 
 
