@@ -12,6 +12,7 @@ from constructs_lib.cli.api import TrainingRuns
 from constructs_lib.cli.main import main
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, DEPLOYED_MAX_INSTANCE_COUNT, STACK, Terminal
 from tests.workflow.harness import REGION, Outcome, capacity_error
+from tests.workflow.test_requests import _seal_checkpoint
 from training.contract import format_config_line, format_step_line, format_summary_line
 
 B200_PER_HOUR = 113.93  # training.contract.ON_DEMAND_USD_PER_HOUR for the default instance type
@@ -396,9 +397,38 @@ def test_submit_refuses_resuming_a_run_without_a_complete_checkpoint(deployed, c
     assert result.status == 2
     (problem,) = _problems(result.err)
     assert problem.startswith(
-        f"resume_from: execution no-such-run has no complete checkpoint under {deployed.rules.runs_uri()}no-such-run/"
+        "resume_from: execution no-such-run has no complete checkpoint under "
+        f"s3://{deployed.bucket}/checkpoints/{deployed.rules.workflow_segment}/no-such-run/"
     )
     assert deployed.executions() == before
+
+
+def test_submit_resumes_only_from_a_complete_checkpoint_of_this_workflow(deployed, cli):
+    s3, segment = deployed.workflow.s3, deployed.rules.workflow_segment
+    assert segment  # the deployed workflow keeps its runs in its own folder of the bucket
+    earlier, foreign = f"earlier-{deployed.prefix()}", f"foreign-{deployed.prefix()}"
+    _seal_checkpoint(s3, deployed.bucket, f"checkpoints/{segment}/{earlier}/", 100)
+    _seal_checkpoint(s3, deployed.bucket, f"checkpoints/{foreign}/", 100)  # not under this workflow's segment
+    before = deployed.executions()
+
+    too_short = cli("submit", "--set", f"resume_from={earlier}", "--set", "hyperparameters.max_steps=100")
+    elsewhere = cli("submit", "--set", f"resume_from={foreign}", "--set", "hyperparameters.max_steps=150")
+
+    assert (too_short.status, elsewhere.status) == (2, 2)
+    (short_problem,) = _problems(too_short.err)
+    assert short_problem.startswith(
+        "hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from (100"
+    )
+    (elsewhere_problem,) = _problems(elsewhere.err)
+    assert elsewhere_problem.startswith(f"resume_from: execution {foreign} has no complete checkpoint")
+    assert deployed.executions() == before
+    direct = deployed.workflow.run({"resume_from": foreign, "hyperparameters": {"max_steps": "150"}})
+    assert (direct["error"], direct["cause"]) == ("InvalidInput", elsewhere_problem)  # the workflow agrees
+
+    _, name = _submit(
+        cli, deployed, Outcome(), "--set", f"resume_from={earlier}", "--set", "hyperparameters.max_steps=150"
+    )
+    assert deployed.wait_until_ended(name)["status"] == "SUCCEEDED"
 
 
 def test_resume_check_is_left_to_the_workflow_when_s3_refuses_the_read(deployed, cli):
