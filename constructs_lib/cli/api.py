@@ -137,10 +137,10 @@ class TrainingRuns:
                 ) from None
             try:
                 self._rules = RequestRules.from_state_machine_definition(definition)
-            except ValueError as error:
+            except (ValueError, TypeError) as error:
                 raise OperatorError(
-                    f"state machine {arn} carries no request rules ({error}): redeploy the stack with "
-                    "`make deploy` to validate with them"
+                    f"cannot read the request rules of state machine {arn} ({error}): is stack "
+                    f"{self.stack_name} a Blackwell training stack deployed from this version? (`make deploy`)"
                 ) from None
         return self._rules
 

@@ -8,10 +8,12 @@ import json
 import time
 from dataclasses import replace
 
+import boto3
+
 from constructs_lib.cli.api import TrainingRuns
 from constructs_lib.cli.main import main
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, DEPLOYED_MAX_INSTANCE_COUNT, STACK, Terminal
-from tests.workflow.harness import REGION, Outcome, capacity_error
+from tests.workflow.harness import ACCOUNT, REGION, Outcome, capacity_error
 from tests.workflow.test_requests import _seal_checkpoint
 from training.contract import format_config_line, format_step_line, format_summary_line
 
@@ -479,3 +481,25 @@ def test_stack_not_deployed_is_one_line(deployed, cli):
     assert result.err.strip() == (
         f"error: stack NotThere is not deployed in {REGION} (deploy it with `make deploy`, or pass --stack/--region)"
     )
+
+
+def test_a_stack_whose_state_machine_has_no_request_rules_is_one_line(deployed, cli):
+    bare = deployed.workflow.sfn.create_state_machine(
+        name="not-a-training-workflow",
+        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/fake-state-machine-role",
+    )["stateMachineArn"]
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"StateMachineArn": {"Value": bare}},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="NotTraining", TemplateBody=json.dumps(template)
+    )
+    for command in ("submit", "validate"):
+        result = cli(command, "--stack", "NotTraining")
+        assert result.status == 3 and len(result.err.splitlines()) == 1, result.err
+        assert result.err.startswith(
+            f"error: cannot read the request rules of state machine {bare} (definition: "
+        )
+    assert deployed.workflow.sfn.list_executions(stateMachineArn=bare)["executions"] == []
