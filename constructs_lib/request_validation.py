@@ -260,11 +260,11 @@ class RequestRules:
         hours = _context_int("workflowTimeoutHours", get("workflowTimeoutHours", 168), 1, 8760)
         instance_type = get("defaultInstanceType", DEFAULT_INSTANCE_TYPE)
         precision = get("defaultPrecision", DEFAULT_INPUT["precision"])
-        if instance_type not in GPU_INSTANCE_TYPES:
+        if not isinstance(instance_type, str) or instance_type not in GPU_INSTANCE_TYPES:
             raise ValueError(
                 f"context defaultInstanceType: must be one of {', '.join(GPU_INSTANCE_TYPES)}; got {instance_type!r}"
             )
-        if precision not in PRECISIONS:
+        if not isinstance(precision, str) or precision not in PRECISIONS:
             raise ValueError(
                 f"context defaultPrecision: must be one of {', '.join(PRECISIONS)}; got {precision!r}"
             )

@@ -5,13 +5,16 @@ A *run* is one execution of the training workflow's state machine (found through
 relaunch) are read from the execution's history, their logs from CloudWatch Logs (``/aws/sagemaker/TrainingJobs``,
 one stream per host). boto3 honours ``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` and the AWS CLI's other settings.
 
+A request is checked locally with the deployed workflow's own rules (:attr:`TrainingRuns.rules`, read from its state
+machine definition), so ``submit`` refuses exactly what the workflow would refuse, before anything starts.
+
 Errors a user can act on (stack not deployed, unknown run, invalid request) are raised as ``OperatorError`` with a
 one-line message; ``constructs_lib.cli.errors.explain`` says botocore's own errors in one line.
 
 Example::
 
     runs = TrainingRuns(stack_name="BlackwellTraining", region="us-west-2")
-    run = runs.submit({"precision": "mxfp8"}, rules=Project.find().rules())
+    run = runs.submit({"precision": "mxfp8"})  # checked with the deployed workflow's rules first
     for snapshot in runs.watch(run.name):
         print(snapshot.run.status, snapshot.progress.describe())
     print(runs.result(run.name))
@@ -22,12 +25,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot, console_links
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
+
+if TYPE_CHECKING:
+    from constructs_lib.request_validation import RequestRules
 
 STATE_MACHINE_OUTPUT = "StateMachineArn"
 BUCKET_OUTPUT = "CheckpointBucketName"
@@ -67,11 +73,19 @@ class TrainingRuns:
         self.sleep = sleep
         self._clients: dict[str, Any] = {}
         self._outputs: dict[str, str] | None = None
+        self._rules: RequestRules | None = None
 
     # ---- deployment ---------------------------------------------------------------------------------------------
     def client(self, service: str) -> Any:
         if service not in self._clients:
-            self._clients[service] = self.session.client(service)
+            try:
+                self._clients[service] = self.session.client(service)
+            except (
+                ValueError
+            ) as error:  # botocore: "Invalid endpoint: ..." (AWS_ENDPOINT_URL), a bad region name
+                raise OperatorError(
+                    f"cannot make an AWS {service} client: {error} (AWS_ENDPOINT_URL? --region?)"
+                ) from None
         return self._clients[service]
 
     @property
@@ -106,6 +120,51 @@ class TrainingRuns:
             )
         return arn
 
+    @property
+    def rules(self) -> RequestRules:
+        """The deployed workflow's own request rules (instance types, limits, defaults, data sources, bucket and
+        workflow segment), read once from its state machine definition (``DescribeStateMachine``)."""
+        if self._rules is None:
+            from constructs_lib.request_validation import RequestRules
+
+            sfn, arn = self.client("stepfunctions"), self.state_machine_arn
+            try:
+                definition = sfn.describe_state_machine(stateMachineArn=arn)["definition"]
+            except (sfn.exceptions.StateMachineDoesNotExist, sfn.exceptions.InvalidArn):
+                raise OperatorError(
+                    f"stack {self.stack_name} names state machine {arn}, which does not exist "
+                    "(deleted? redeploy the stack with `make deploy`)"
+                ) from None
+            try:
+                self._rules = RequestRules.from_state_machine_definition(definition)
+            except (ValueError, TypeError) as error:
+                raise OperatorError(
+                    f"cannot read the request rules of state machine {arn} ({error}): is stack "
+                    f"{self.stack_name} a Blackwell training stack deployed from this version? (`make deploy`)"
+                ) from None
+        return self._rules
+
+    def check(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> list[str]:
+        """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: the checks
+        of ``constructs_lib.request_validation`` under ``rules`` (default: the deployed workflow's own,
+        :attr:`rules`), and for ``resume_from`` whether that run has a complete checkpoint, read from S3 as the
+        workflow does (skipped when S3 refuses the read: the workflow still decides it before launching)."""
+        rules = self.rules if rules is None else rules
+        problems = validate(dict(request), rules)
+        if problems or request.get("resume_from") is None or rules.bucket_name is None:
+            return problems
+        from botocore.exceptions import ClientError
+
+        from constructs_lib.request_validation import decide
+
+        try:
+            decided = decide(
+                {"input": dict(request), "rules": rules.to_json(), "execution": name}, s3=self.client("s3")
+            )
+        except ClientError:
+            return []
+        return [] if decided["valid"] else [decided["cause"]]
+
     def execution_arn(self, run: str) -> str:
         """The ARN of run ``run`` (an execution name or ARN)."""
         if run.startswith("arn:"):
@@ -113,16 +172,22 @@ class TrainingRuns:
         return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{run}"
 
     # ---- submit -------------------------------------------------------------------------------------------------
-    def submit(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> Run:
-        """Validate ``request`` (with ``rules``, e.g. ``Project.find().rules(bucket)``; None skips the local check
-        and leaves it to the workflow), then start it as run ``name`` (default: generated)."""
-        if rules is not None:
-            problems = validate(dict(request), rules)
-            if problems:
-                raise InvalidRequest(problems)
+    def submit(
+        self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None, check: bool = True
+    ) -> Run:
+        """Check ``request`` as the workflow would (:meth:`check`, with ``rules``; default: the deployed workflow's
+        own) and raise ``InvalidRequest`` listing every problem before anything starts, then start it as run
+        ``name`` (default: generated). ``check=False`` leaves every check to the workflow."""
         name = name or new_run_name(request)
-        if not EXECUTION_NAME.match(name):
-            raise InvalidRequest([f"--name: must be 1 to 80 of A-Z a-z 0-9 - _; got {name!r}"])
+        problems = (
+            []
+            if EXECUTION_NAME.match(name)
+            else [f"--name: must be 1 to 80 of A-Z a-z 0-9 - _; got {name!r}"]
+        )
+        if check:
+            problems += self.check(request, name=name, rules=rules)
+        if problems:
+            raise InvalidRequest(problems)
         sfn = self.client("stepfunctions")
         try:
             started = sfn.start_execution(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--stack", help="CloudFormation stack name (default: cdk.json's stackName)")
     common.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
     polling = argparse.ArgumentParser(add_help=False)
-    polling.add_argument("--interval", type=float, default=10.0, help="seconds between polls (default 10)")
+    polling.add_argument(
+        "--interval", type=_positive_seconds, default=10.0, help="seconds between polls (default 10)"
+    )
     request = argparse.ArgumentParser(add_help=False)
     request.add_argument("file", nargs="?", help="the execution input: a JSON file, - for standard input")
     request.add_argument(
@@ -51,27 +54,96 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser(
-        "validate", parents=[common, request], help="check a request offline (the workflow's own validation)"
+    validate_cmd = sub.add_parser(
+        "validate",
+        parents=[common, request],
+        help="check a request: offline with cdk.json's settings, or with --deployed the deployed workflow's rules",
+        description="Check a request with the workflow's own validation. By default offline, no AWS call: under "
+        "the rules cdk.json deploys. With --deployed (or --stack), under the exact rules of the deployed "
+        "workflow, read from its state machine (what submit checks). Exit 0 valid, 2 with every problem listed.",
     )
-    submit = sub.add_parser("submit", parents=[common, request, polling], help="validate and start a run")
+    validate_cmd.add_argument(
+        "--deployed",
+        action="store_true",
+        help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
+        "implied by --stack",
+    )
+    submit = sub.add_parser(
+        "submit",
+        parents=[common, request, polling],
+        help="validate with the deployed workflow's rules, then start a run",
+        description="Check the request with the deployed workflow's own rules (read from its state machine: "
+        "nothing starts when it would be refused; exit 2 lists every problem), then start it and print its "
+        "name and console link. No FILE: the workflow's defaults plus --set.",
+    )
     submit.add_argument("--name", help="run (execution) name (default: <job_name_prefix>-<UTC time>-<hex>)")
     submit.add_argument("--wait", action="store_true", help="then watch it until it ends")
-    runs = sub.add_parser("runs", parents=[common], help="recent runs, newest first")
-    runs.add_argument("--limit", type=int, default=20, help="how many (default 20)")
-    for name, text in (
-        ("watch", "follow a run live until it ends"),
-        ("result", "a run's summary: metrics, artifacts, time, cost"),
+    runs = sub.add_parser(
+        "runs",
+        parents=[common],
+        help="recent runs, newest first",
+        description="Recent runs of the deployed workflow, newest first: status, training job, instance type and "
+        "count, launches, duration and a cost estimate (billable seconds x the contract's on-demand price).",
+    )
+    runs.add_argument("--limit", type=_run_count, default=20, help="how many, 1 to 1000 (default 20)")
+    for name, text, details in (
+        (
+            "watch",
+            "follow a run live until it ends",
+            "Follow a run live until it ends: execution state, job status and secondary status, and the trainer's "
+            "progress (step N/M, loss, "
+            "tokens/s, MFU, ETA); exits 0 when the run succeeds, 1 with SageMaker's failure reason otherwise.",
+        ),
+        (
+            "result",
+            "a run's summary: metrics, artifacts, time, cost",
+            "A run's summary: final metrics, model artifact and checkpoint URIs, training and billable time, cost estimate and "
+            "console links; exits 1 when the run failed, timed out or was stopped.",
+        ),
     ):
         extra = [polling] if name == "watch" else []
-        sub.add_parser(name, parents=[common, *extra], help=text).add_argument("run", help="run name or ARN")
-    logs = sub.add_parser("logs", parents=[common, polling], help="a run's training job logs (all hosts)")
-    logs.add_argument("run", help="run name or ARN")
+        sub.add_parser(name, parents=[common, *extra], help=text, description=details).add_argument(
+            "run", help="run name (execution name) or execution ARN"
+        )
+    logs = sub.add_parser(
+        "logs",
+        parents=[common, polling],
+        help="a run's training job logs (all hosts)",
+        description="The CloudWatch log lines of every training job of the run (every launch, every host), "
+        "each prefixed with its host; with --follow, keep polling every --interval seconds until the run ends.",
+    )
+    logs.add_argument("run", help="run name (execution name) or execution ARN")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
-    stop = sub.add_parser("stop", parents=[common], help="stop a run (and so its training job)")
-    stop.add_argument("run", help="run name or ARN")
+    stop = sub.add_parser(
+        "stop",
+        parents=[common],
+        help="stop a run (and so its training job)",
+        description="Stop the run's execution; Step Functions then stops its training job (checkpoints already "
+        "written stay). Asks for confirmation in a terminal; pass --yes otherwise.",
+    )
+    stop.add_argument("run", help="run name (execution name) or execution ARN")
     stop.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds; got {text!r}")
+    return value
+
+
+def _run_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be an integer in [1, 1000]; got {text!r}")
+    return value
 
 
 def main(
@@ -88,11 +160,11 @@ def main(
     args = build_parser().parse_args(argv)
     out = Console(file=stdout or sys.stdout, highlight=False, soft_wrap=True)
     err = Console(file=stderr or sys.stderr, highlight=False, soft_wrap=True)
-    shell = _Shell(args, out, stdin or sys.stdin, sleep)
     try:
+        shell = _Shell(args, out, stdin or sys.stdin, sleep)
         return shell.dispatch()
     except InvalidRequest as error:
-        shell.print_problems(error.problems, err)
+        _print_problems(error.problems, err, out if args.json else None)
         return EXIT_INVALID
     except OperatorError as error:
         err.print(f"error: {error}", markup=False)
@@ -126,8 +198,6 @@ class _Shell:
             from constructs_lib.cli.api import TrainingRuns
 
             interval = getattr(self.args, "interval", 10.0)
-            if interval <= 0:
-                raise OperatorError(f"--interval: must be a positive number of seconds; got {interval}")
             self._runs = TrainingRuns(
                 stack_name=self.args.stack or self.project.stack_name,
                 region=self.args.region or _session_region(self.args.profile) or self.project.region,
@@ -143,21 +213,16 @@ class _Shell:
     def emit(self, value: Any) -> None:
         self.out.print(json.dumps(value, indent=2, default=str), markup=False)
 
-    def print_problems(self, problems: Sequence[str], err: Any) -> None:
-        if self.args.json:
-            self.emit({"valid": False, "problems": list(problems)})
-        err.print(
-            f"invalid request ({len(problems)} problem{'s' if len(problems) != 1 else ''}):", markup=False
-        )
-        for problem in problems:
-            err.print(f"  - {problem}", markup=False)
-
     def request(self) -> dict[str, Any]:
         return apply_settings(load_request(self.args.file, self.stdin), self.args.settings)
 
     # ---- commands -----------------------------------------------------------------------------------------------
     def do_validate(self) -> int:
-        problems = validate(self.request(), self.project.rules())
+        request = self.request()
+        if self.args.deployed or self.args.stack:
+            problems = self.runs.check(request)
+        else:
+            problems = validate(request, self.project.rules())
         if problems:
             raise InvalidRequest(problems)
         if self.args.json:
@@ -167,10 +232,7 @@ class _Shell:
         return EXIT_OK
 
     def do_submit(self) -> int:
-        request = self.request()
-        runs = self.runs
-        rules = self.project.rules(runs.outputs.get("CheckpointBucketName"))
-        run = runs.submit(request, name=self.args.name, rules=rules)
+        run = self.runs.submit(self.request(), name=self.args.name)
         if self.args.json and not self.args.wait:
             self.emit({"name": run.name, "arn": run.arn, "links": run.links})
         elif not self.args.json:
@@ -188,13 +250,14 @@ class _Shell:
             self.emit([run.as_dict() for run in listed])
             return EXIT_OK
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=f"Runs of {self.runs.stack_name} ({self.runs.region})")
         for column in ("run", "status", "job", "instances", "launches", "duration", "cost (est.)"):
             table.add_column(column, justify="right" if column in ("launches", "duration") else "left")
         for run in listed:
             job = run.job
-            table.add_row(
+            cells = (
                 run.name,
                 run.status,
                 f"{job.name} ({job.status})" if job else "-",
@@ -203,6 +266,7 @@ class _Shell:
                 format_duration(run.duration_seconds),
                 _cost(run.cost_usd, job.capacity if job else None),
             )
+            table.add_row(*(Text(cell) for cell in cells))  # as they are, never rich markup
         self.out.print(table)
         return EXIT_OK
 
@@ -271,10 +335,10 @@ class _Shell:
 
         last = None
         columns = (
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             TaskProgressColumn(),
-            TextColumn("{task.fields[detail]}"),
+            TextColumn("{task.fields[detail]}", markup=False),
         )
         with Progress(*columns, console=self.out) as bar:
             task = bar.add_task(name, total=None, detail="starting")
@@ -296,6 +360,15 @@ class _Shell:
         reason = run.cause or (run.job.failure_reason if run.job else None) or "no reason given"
         self.out.print(f"run {run.name} {run.status}: {run.error or 'error'}: {reason}", markup=False)
         return EXIT_RUN_FAILED
+
+
+def _print_problems(problems: Sequence[str], err: Any, json_out: Any) -> None:
+    """Every problem on standard error, one line each (and as JSON on ``json_out`` with ``--json``)."""
+    if json_out is not None:
+        json_out.print(json.dumps({"valid": False, "problems": list(problems)}, indent=2), markup=False)
+    err.print(f"invalid request ({len(problems)} problem{'s' if len(problems) != 1 else ''}):", markup=False)
+    for problem in problems:
+        err.print(f"  - {problem}", markup=False)
 
 
 def _session_region(profile: str | None) -> str | None:
@@ -334,6 +407,7 @@ def _cost(cost: float | None, capacity: str | None) -> str:
 
 def _print_result(out: Any, result: dict[str, Any]) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_header=False, title=f"Run {result['name']}: {result['status']}")
     table.add_column("field", style="bold")
@@ -356,6 +430,6 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
     rows += [(f"trainer {k}", f"{v:.6g}") for k, v in (result["trainer_summary"] or {}).items()]
     rows += [(f"link {k}", v) for k, v in result["links"].items()]
     for key, value in rows:
-        if value is not None:
-            table.add_row(key, str(value))
+        if value is not None:  # Text: a failure reason's "[/opt/ml/...]" is not rich markup
+            table.add_row(Text(key), Text(str(value)))
     out.print(table)

@@ -37,7 +37,12 @@ class Project:
                     data = json.loads(candidate.read_text())
                 except (OSError, ValueError) as error:
                     raise OperatorError(f"{candidate}: not readable as JSON ({error})") from None
-                return cls(context=dict(data.get("context") or {}), path=candidate)
+                context = data.get("context") if isinstance(data, dict) else None
+                if not isinstance(data, dict) or not isinstance(context, dict | None):
+                    raise OperatorError(
+                        f'{candidate}: must be a JSON object whose "context" is an object of settings'
+                    )
+                return cls(context=dict(context or {}), path=candidate)
         return cls()
 
     @property
@@ -79,6 +84,11 @@ def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, 
             text, where = Path(source).read_text(), source
     except OSError as error:
         raise OperatorError(f"cannot read {source}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        where = "standard input" if source == "-" else source
+        raise InvalidRequest(
+            [f"{where}: not UTF-8 text, so not JSON ({error.reason} at byte {error.start})"]
+        ) from None
     try:
         value = json.loads(text)
     except ValueError as error:
@@ -95,13 +105,19 @@ def apply_settings(request: Mapping[str, Any], settings: Sequence[str]) -> dict[
     for setting in settings:
         key, sep, text = setting.partition("=")
         if not sep or not key:
-            raise InvalidRequest([f"--set {setting}: must be key=value"])
+            raise InvalidRequest([f"--set {setting}: must be KEY=VALUE (e.g. precision=mxfp8)"])
         if key.startswith("hyperparameters."):
             name = key.removeprefix("hyperparameters.")
             extras = merged.get("hyperparameters")
             if extras is None:
                 extras = merged["hyperparameters"] = {}
-            if not name or not isinstance(extras, dict):
+            if not name:
+                raise InvalidRequest(
+                    [
+                        f"--set {setting}: must be hyperparameters.NAME=VALUE (e.g. hyperparameters.max_steps=2000)"
+                    ]
+                )
+            if not isinstance(extras, dict):
                 raise InvalidRequest([f"--set {setting}: hyperparameters must be an object of text values"])
             extras[name] = text
             continue

@@ -19,18 +19,28 @@ from moto.sagemaker.models import sagemaker_backends
 
 from constructs_lib.cli.api import LOG_GROUP
 from constructs_lib.cli.main import main
+from constructs_lib.request_validation import RequestRules
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import ACCOUNT, OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import build_workflow
 
 STACK = "CliTest"
-BUCKET = "cli-test-checkpoints"
+DEPLOYED_MAX_INSTANCE_COUNT = 2
+DEPLOYED_DATA_SOURCES = ("corpus/",)
+"""The workflow in moto is deployed with settings other than cdk.json's defaults (4 instances, ``data/``), so the
+tests tell the deployed workflow's rules from the offline ones."""
 
 
 @pytest.fixture(scope="module")
 def template():
     def build(app: cdk.App) -> None:
-        build_workflow(app, max_capacity_retries=1, capacity_retry_wait=cdk.Duration.seconds(1))
+        build_workflow(
+            app,
+            max_capacity_retries=1,
+            capacity_retry_wait=cdk.Duration.seconds(1),
+            max_instance_count=DEPLOYED_MAX_INSTANCE_COUNT,
+            data_sources=list(DEPLOYED_DATA_SOURCES),
+        )
 
     result = synth_with_nag(build)
     return result.templates["Test.template.json"]
@@ -40,9 +50,13 @@ def template():
 def deployed(template, tmp_path_factory):
     """moto with the workflow and a stack whose outputs name it; the working directory holds a cdk.json naming
     that stack and region."""
-    with moto_workflow(definition_of(template)) as workflow:
-        stack_template = {
-            "Resources": {"Checkpoints": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": BUCKET}}},
+    definition = definition_of(template)
+    rules = RequestRules.from_state_machine_definition(definition)
+    with moto_workflow(definition) as workflow:
+        stack_template = {  # the workflow's own bucket (the one its rules name)
+            "Resources": {
+                "Checkpoints": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": rules.bucket_name}}
+            },
             "Outputs": {
                 "StateMachineArn": {"Value": workflow.arn},
                 "CheckpointBucketName": {"Value": {"Ref": "Checkpoints"}},
@@ -54,7 +68,7 @@ def deployed(template, tmp_path_factory):
         logs.create_log_group(logGroupName=LOG_GROUP)
         project = tmp_path_factory.mktemp("project")
         (project / "cdk.json").write_text(json.dumps({"context": {"stackName": STACK, "region": REGION}}))
-        yield Deployment(workflow, logs, project)
+        yield Deployment(workflow, logs, project, rules)
 
 
 @pytest.fixture
@@ -96,6 +110,7 @@ class Deployment:
     workflow: Any
     logs: Any
     project: Any
+    rules: RequestRules
     streams: set[str] = field(default_factory=set)
 
     def prefix(self) -> str:
@@ -138,6 +153,14 @@ class Deployment:
         record.billable_time_in_seconds = seconds
         if reason is not None:
             record.failure_reason = reason
+
+    @property
+    def bucket(self) -> str:
+        return str(self.rules.bucket_name)
+
+    def executions(self) -> list[str]:
+        listed = self.workflow.sfn.list_executions(stateMachineArn=self.workflow.arn, maxResults=1000)
+        return [e["name"] for e in listed["executions"]]
 
     def execution(self, name: str) -> dict[str, Any]:
         arn = self.workflow.arn.replace(":stateMachine:", ":execution:") + f":{name}"

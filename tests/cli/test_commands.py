@@ -6,11 +6,15 @@ from __future__ import annotations
 import io
 import json
 import time
+from dataclasses import replace
+
+import boto3
 
 from constructs_lib.cli.api import TrainingRuns
 from constructs_lib.cli.main import main
-from tests.cli.conftest import BUCKET, STACK, Terminal
-from tests.workflow.harness import REGION, Outcome, capacity_error
+from tests.cli.conftest import DEPLOYED_DATA_SOURCES, DEPLOYED_MAX_INSTANCE_COUNT, STACK, Terminal
+from tests.workflow.harness import ACCOUNT, REGION, Outcome, capacity_error
+from tests.workflow.test_requests import _seal_checkpoint
 from training.contract import format_config_line, format_step_line, format_summary_line
 
 B200_PER_HOUR = 113.93  # training.contract.ON_DEMAND_USD_PER_HOUR for the default instance type
@@ -290,6 +294,16 @@ def test_result_of_a_failed_run_names_the_reason_and_exits_non_zero(deployed, cl
     assert summary["cost_usd"] == 0.0  # moto's failed job billed nothing
 
 
+def test_result_and_runs_print_brackets_in_a_failure_reason_as_they_are(deployed, cli):
+    reason = "AlgorithmError: [/opt/ml/code] exited 1 [bold]see logs[/bold]"  # not rich markup
+    prefix, name = _submit(cli, deployed, Outcome("Failed", reason))
+    deployed.wait_until_ended(name)
+    result = cli("result", name)
+    assert result.status == 1 and "Traceback" not in result.err, result.err
+    assert "[/opt/ml/code] exited 1 [bold]see logs[/bold]" in result.out
+    assert cli("runs").status == 0
+
+
 # ---- validate, and the local check of submit ---------------------------------------------------------------------
 
 
@@ -314,11 +328,118 @@ def test_validate_lists_every_problem_and_exits_2(deployed, cli):
 
 
 def test_submit_checks_locally_before_starting_anything(deployed, cli):
-    before = deployed.workflow.sfn.list_executions(stateMachineArn=deployed.workflow.arn)["executions"]
+    before = deployed.executions()
     result = cli("submit", "--set", "precision=fp4")
     assert result.status == 2 and "precision: must be one of" in result.err
-    after = deployed.workflow.sfn.list_executions(stateMachineArn=deployed.workflow.arn)["executions"]
-    assert len(after) == len(before)
+    assert deployed.executions() == before
+
+
+def _beyond_the_deployment(deployed) -> dict:
+    """Valid under cdk.json's defaults (up to 4 instances, data under ``data/``), refused by the deployed workflow
+    (synthesized with at most 2 instances and data only under ``corpus/``)."""
+    return {"instance_count": 3, "train_data_uri": f"s3://{deployed.bucket}/data/tokens/"}
+
+
+def _problems(err: str) -> list[str]:
+    lines = err.splitlines()
+    assert lines[0] == f"invalid request ({len(lines) - 1} problem{'s' if len(lines) > 2 else ''}):", err
+    assert all(line.startswith("  - ") for line in lines[1:]), err
+    return [line.removeprefix("  - ") for line in lines[1:]]
+
+
+def test_submit_refuses_what_the_deployed_workflow_refuses_though_cdk_json_allows_it(deployed, cli):
+    request = json.dumps(_beyond_the_deployment(deployed))
+    assert cli("validate", "-", stdin=request).status == 0  # offline: cdk.json's rules allow it
+    before = deployed.executions()
+
+    result = cli("submit", "-", "--name", f"never-{deployed.prefix()}", stdin=request)
+
+    assert result.status == 2 and result.out == "" and "Traceback" not in result.err
+    problems = _problems(result.err)
+    assert len(problems) == 2
+    assert problems[0].startswith(f"instance_count: must be an integer in [1, {DEPLOYED_MAX_INSTANCE_COUNT}]")
+    assert (
+        problems[1].startswith("train_data_uri: ")
+        and f"s3://{deployed.bucket}/{DEPLOYED_DATA_SOURCES[0]}" in (problems[1])
+    )
+    assert deployed.executions() == before  # nothing started
+    # exactly what the state machine itself refuses, cause for cause
+    executed = deployed.workflow.run(json.loads(request), f"direct-{deployed.prefix()}")
+    assert (executed["status"], executed["error"]) == ("FAILED", "InvalidInput")
+    assert executed["cause"] == "; ".join(problems)
+
+
+def test_validate_deployed_uses_the_deployed_workflows_rules(deployed, cli):
+    request = json.dumps(_beyond_the_deployment(deployed))
+    submitted = _problems(cli("submit", "-", stdin=request).err)
+    for flags in (["--deployed"], ["--stack", STACK]):
+        result = cli("validate", "-", *flags, stdin=request)
+        assert result.status == 2 and _problems(result.err) == submitted
+        as_json = json.loads(cli("validate", "-", "--json", *flags, stdin=request).out)
+        assert as_json == {"valid": False, "problems": submitted}
+    assert cli("validate", "--deployed", "--stack", "NotThere").status == 3
+
+
+def test_submit_accepts_what_the_deployed_workflow_allows(deployed, cli):
+    _, name = _submit(
+        cli,
+        deployed,
+        Outcome(),
+        "--set",
+        f"instance_count={DEPLOYED_MAX_INSTANCE_COUNT}",
+        "--set",
+        f"train_data_uri=s3://{deployed.bucket}/{DEPLOYED_DATA_SOURCES[0]}tokens/",
+    )
+    assert deployed.wait_until_ended(name)["status"] == "SUCCEEDED"
+
+
+def test_submit_refuses_resuming_a_run_without_a_complete_checkpoint(deployed, cli):
+    before = deployed.executions()
+    result = cli("submit", "--set", "resume_from=no-such-run")
+    assert result.status == 2
+    (problem,) = _problems(result.err)
+    assert problem.startswith(
+        "resume_from: execution no-such-run has no complete checkpoint under "
+        f"s3://{deployed.bucket}/checkpoints/{deployed.rules.workflow_segment}/no-such-run/"
+    )
+    assert deployed.executions() == before
+
+
+def test_submit_resumes_only_from_a_complete_checkpoint_of_this_workflow(deployed, cli):
+    s3, segment = deployed.workflow.s3, deployed.rules.workflow_segment
+    assert segment  # the deployed workflow keeps its runs in its own folder of the bucket
+    earlier, foreign = f"earlier-{deployed.prefix()}", f"foreign-{deployed.prefix()}"
+    _seal_checkpoint(s3, deployed.bucket, f"checkpoints/{segment}/{earlier}/", 100)
+    _seal_checkpoint(s3, deployed.bucket, f"checkpoints/{foreign}/", 100)  # not under this workflow's segment
+    before = deployed.executions()
+
+    too_short = cli("submit", "--set", f"resume_from={earlier}", "--set", "hyperparameters.max_steps=100")
+    elsewhere = cli("submit", "--set", f"resume_from={foreign}", "--set", "hyperparameters.max_steps=150")
+
+    assert (too_short.status, elsewhere.status) == (2, 2)
+    (short_problem,) = _problems(too_short.err)
+    assert short_problem.startswith(
+        "hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from (100"
+    )
+    (elsewhere_problem,) = _problems(elsewhere.err)
+    assert elsewhere_problem.startswith(f"resume_from: execution {foreign} has no complete checkpoint")
+    assert deployed.executions() == before
+    direct = deployed.workflow.run({"resume_from": foreign, "hyperparameters": {"max_steps": "150"}})
+    assert (direct["error"], direct["cause"]) == ("InvalidInput", elsewhere_problem)  # the workflow agrees
+
+    _, name = _submit(
+        cli, deployed, Outcome(), "--set", f"resume_from={earlier}", "--set", "hyperparameters.max_steps=150"
+    )
+    assert deployed.wait_until_ended(name)["status"] == "SUCCEEDED"
+
+
+def test_resume_check_is_left_to_the_workflow_when_s3_refuses_the_read(deployed, cli):
+    runs = TrainingRuns(stack_name=STACK, region=REGION)
+    elsewhere = replace(runs.rules, bucket_name="not-a-bucket-of-this-account")
+    assert runs.check({"resume_from": "no-such-run"}, rules=elsewhere) == []
+    assert runs.check({"resume_from": "no-such-run", "batch_size": 0}, rules=elsewhere)[0].startswith(
+        "batch_size:"
+    )
 
 
 def test_submit_refuses_a_taken_or_malformed_name(deployed, cli):
@@ -341,7 +462,6 @@ def test_submit_json_gives_name_arn_and_links(deployed, cli):
     assert started["links"]["execution"] == (
         f"https://console.aws.amazon.com/states/home?region={REGION}#/v2/executions/details/{started['arn']}"
     )
-    assert BUCKET  # the stack's bucket output reached the local rules (no error about it)
 
 
 # ---- errors: one line, no traceback -------------------------------------------------------------------------------
@@ -361,3 +481,25 @@ def test_stack_not_deployed_is_one_line(deployed, cli):
     assert result.err.strip() == (
         f"error: stack NotThere is not deployed in {REGION} (deploy it with `make deploy`, or pass --stack/--region)"
     )
+
+
+def test_a_stack_whose_state_machine_has_no_request_rules_is_one_line(deployed, cli):
+    bare = deployed.workflow.sfn.create_state_machine(
+        name="not-a-training-workflow",
+        definition=json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}),
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/fake-state-machine-role",
+    )["stateMachineArn"]
+    template = {
+        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {"StateMachineArn": {"Value": bare}},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="NotTraining", TemplateBody=json.dumps(template)
+    )
+    for command in ("submit", "validate"):
+        result = cli(command, "--stack", "NotTraining")
+        assert result.status == 3 and len(result.err.splitlines()) == 1, result.err
+        assert result.err.startswith(
+            f"error: cannot read the request rules of state machine {bare} (definition: "
+        )
+    assert deployed.workflow.sfn.list_executions(stateMachineArn=bare)["executions"] == []

@@ -121,3 +121,109 @@ def test_the_command_does_not_load_aws_cdk():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# ---- bad input: exit 2 (the request or command line) or 3 (something to fix first), one line each, no traceback ----
+
+BAD_INPUTS = {
+    "malformed JSON": (
+        {"run.json": b'{"precision": bf16}'},
+        ["validate", "run.json"],
+        2,
+        "run.json: not valid JSON (",
+    ),
+    "missing file": (
+        {},
+        ["validate", "nope.json"],
+        3,
+        "error: cannot read nope.json: No such file or directory",
+    ),
+    "a folder": ({"dir/x": b""}, ["submit", "dir"], 3, "error: cannot read dir: Is a directory"),
+    "not UTF-8": (
+        {"run.json": b"\xff\xfe{}"},
+        ["validate", "run.json"],
+        2,
+        "run.json: not UTF-8 text, so not JSON",
+    ),
+    "not an object": (
+        {"run.json": b"[1]"},
+        ["submit", "run.json"],
+        2,
+        "must be a JSON object of input fields",
+    ),
+    "--set without =": ({}, ["submit", "--set", "precision"], 2, "--set precision: must be KEY=VALUE"),
+    "--set no setting name": (
+        {},
+        ["validate", "--set", "hyperparameters.=3"],
+        2,
+        "hyperparameters.NAME=VALUE",
+    ),
+    "unknown key": (
+        {},
+        ["validate", "--set", "precison=bf16"],
+        2,
+        "unknown input field (did you mean precision?)",
+    ),
+    "unknown setting": (
+        {},
+        ["validate", "--set", "hyperparameters.max_step=5"],
+        2,
+        "unknown trainer setting max_step (did you mean max_steps?)",
+    ),
+    "cdk.json not JSON": ({"cdk.json": b"{"}, ["validate"], 3, "cdk.json: not readable as JSON"),
+    "cdk.json not an object": (
+        {"cdk.json": b"[]"},
+        ["runs"],
+        3,
+        'cdk.json: must be a JSON object whose "context"',
+    ),
+    "cdk.json context wrong type": (
+        {"cdk.json": b'{"context": {"defaultInstanceType": ["ml.p6-b200.48xlarge"]}}'},
+        ["validate"],
+        3,
+        "cdk.json: context defaultInstanceType: must be one of ml.p6-b200.48xlarge",
+    ),
+}
+
+
+@pytest.mark.parametrize("files, argv, status, message", BAD_INPUTS.values(), ids=BAD_INPUTS.keys())
+def test_bad_input_is_one_line_per_problem_never_a_traceback(no_aws, tmp_path, files, argv, status, message):
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    got, out, err = _run(*argv)  # an unexplained exception would escape main() and fail the test
+    assert (got, out) == (status, ""), err
+    assert message in err and "Traceback" not in err
+    lines = err.splitlines()
+    if status == 3:
+        assert len(lines) == 1 and lines[0].startswith("error: ")
+    else:
+        assert lines[0] == "invalid request (1 problem):" and lines[1].startswith("  - ") and len(lines) == 2
+
+
+def test_invalid_endpoint_url_is_one_line(no_aws, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "not-a-url")
+    status, _, err = _run("runs", "--region", "us-west-2")
+    assert status == 3
+    assert err.startswith("error: cannot make an AWS ") and "Invalid endpoint: not-a-url" in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["runs", "--limit", "0"], "argument --limit: must be an integer in [1, 1000]; got '0'"),
+        (
+            ["watch", "r", "--interval", "0"],
+            "argument --interval: must be a positive number of seconds; got '0'",
+        ),
+        (
+            ["logs", "r", "--interval", "nan"],
+            "argument --interval: must be a positive number of seconds; got 'nan'",
+        ),
+    ],
+)
+def test_bad_numbers_on_the_command_line_exit_2_with_usage(no_aws, capsys, argv, message):
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
