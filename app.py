@@ -12,17 +12,10 @@ import os
 import sys
 
 import aws_cdk as cdk
-from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks, ServerlessChecks
 
+from constructs_lib._nag import nag_packs
 from constructs_lib.config import StackSettings
 from constructs_lib.stack import BlackwellTrainingStack
-
-
-def nag_packs() -> list[cdk.IPolicyValidationPluginBeta1]:
-    """The cdk-nag rule packs the app must pass. HIPAA Security is not among them: on this app it raises the
-    NIST 800-53 R5 rules again plus one that does not apply (CodeBuildProjectSourceRepoUrl: the build's source is
-    an S3 asset, with no repository URL that could hold credentials); ``tests/test_app.py`` checks that it stays so."""
-    return [AwsSolutionsChecks(), NIST80053R5Checks(), ServerlessChecks()]
 
 
 def add_stacks(app: cdk.App) -> list[cdk.Stack]:
