@@ -154,8 +154,27 @@ class TrainingImageBuild(Construct):
         self.base_image_tag = base_tag
         self.image_repository = image_repository
         retention = log_retention or logs.RetentionDays.THREE_MONTHS
+        handler_logs = self._key_and_logs(stack, encryption_key, log_group, retention)
+        self._source_and_project(
+            stack,
+            source,
+            image_repository,
+            base_tag,
+            buildkit_image,
+            build_image,
+            compute_type,
+            build_minutes,
+        )
+        self._deploy_time_build(image_repository, handler_logs, wait_minutes)
 
-        # ---- key and logs ----------------------------------------------------------------------------------
+    def _key_and_logs(
+        self,
+        stack: Stack,
+        encryption_key: kms.IKey | None,
+        log_group: logs.ILogGroup | None,
+        retention: logs.RetentionDays,
+    ) -> logs.LogGroup:
+        """The key, the build's log group and the deploy-time handlers' log group (returned)."""
         if encryption_key is None:
             encryption_key = kms.Key(
                 self,
@@ -207,8 +226,21 @@ class TrainingImageBuild(Construct):
             encryption_key=encryption_key,
             removal_policy=RemovalPolicy.DESTROY,
         )
+        return handler_logs
 
-        # ---- source and project ------------------------------------------------------------------------------
+    def _source_and_project(
+        self,
+        stack: Stack,
+        source: Path,
+        image_repository: TrainingImageRepository,
+        base_tag: str,
+        buildkit_image: str | None,
+        build_image: codebuild.IBuildImage | None,
+        compute_type: codebuild.ComputeType | None,
+        build_minutes: int,
+    ) -> None:
+        """The source asset, the CodeBuild project with its buildspec, and its role's one policy."""
+        encryption_key = self.encryption_key
         self.source_asset = s3_assets.Asset(self, "Source", path=str(source), exclude=SOURCE_EXCLUDES)
         self.image_tag: str = self.source_asset.asset_hash
         repository = image_repository.repository
@@ -277,7 +309,11 @@ class TrainingImageBuild(Construct):
                 "limited to the streams of the one given log group.",
             )
 
-        # ---- deploy-time build: Provider with onEvent / isComplete -----------------------------------------
+    def _deploy_time_build(
+        self, image_repository: TrainingImageRepository, handler_logs: logs.LogGroup, wait_minutes: int
+    ) -> None:
+        """The deploy-time build: Provider with onEvent / isComplete, and the custom resource that waits."""
+        repository = image_repository.repository
         handler_role = self._lambda_role("HandlerRole", handler_logs)
         repository.grant(handler_role, "ecr:DescribeImages")
         handler_role.add_to_principal_policy(

@@ -8,6 +8,9 @@ relaunched under a new name with the same checkpoint prefix (so it resumes), a b
 failure ends the execution with the job name and SageMaker's ``FailureReason``. Success ends with a summary.
 
 Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
+
+This module checks the props and composes the parts: the request (``workflow_request``), the states
+(``workflow_states``), input validation (``workflow_validation``) and observability (``workflow_observability``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack, Tags
-from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -34,39 +34,47 @@ from constructs import Construct
 from constructs_lib._nag import acknowledge, policy_scope, rendered
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
+from constructs_lib.workflow_observability import FAILED_STATUSES, alarm_and_notifications, trigger
+from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
+from constructs_lib.workflow_states import (
+    CAPACITY_ERROR_MARKER,
+    CHECKPOINT_DIR_HYPERPARAMETER,
+    CREATE_TRAINING_JOB_SYNC,
+    MANAGED_HYPERPARAMETERS,
+    TRANSIENT_SAGEMAKER_ERRORS,
+    capacity_states,
+    input_checks,
+    input_states,
+    launch_loop,
+)
 from constructs_lib.workflow_validation import (
     JOB_NAME_PREFIX_MAX_LENGTH,
     MAX_RUNTIME_SECONDS_LIMIT,
-    ValidationStates,
     check_value,
-    format_intrinsic,
     input_fields,
     precision_problem,
 )
 from training.contract import (
-    CHECKPOINT_LOCAL_PATH,
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
-    TRAIN_CHANNEL,
-    metric_definitions,
 )
 
-CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
+__all__ = [
+    "CAPACITY_ERROR_MARKER",
+    "CHECKPOINT_DIR_HYPERPARAMETER",
+    "CREATE_TRAINING_JOB_SYNC",
+    "FAILED_STATUSES",
+    "MANAGED_HYPERPARAMETERS",
+    "SYNC_EVENTS_RULE",
+    "TRANSIENT_SAGEMAKER_ERRORS",
+    "TrainingWorkflow",
+    "WorkflowDefaults",
+]
+"""Also re-exported from their own modules, so that ``constructs_lib.training_workflow`` keeps its names."""
+
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The EventBridge rule Step Functions manages in the account to learn when a training job ends."""
-TRANSIENT_SAGEMAKER_ERRORS = (
-    "SageMaker.AmazonSageMakerException",
-    "SageMaker.ResourceLimitExceededException",
-    "SageMaker.ThrottlingException",
-)
-CAPACITY_ERROR_MARKER = "CapacityError"
-FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
-
-# Hyperparameters the workflow sets from validated input fields (contract names), plus the checkpoint directory.
-MANAGED_HYPERPARAMETERS = ("precision", "batch_size", "seq_length", "activation_checkpointing")
-"""Always sent. ``num_layers`` is sent too when the execution (or the defaults) give one."""
-CHECKPOINT_DIR_HYPERPARAMETER = "checkpoint_dir"
 
 
 def _default(name: str) -> Any:
@@ -201,14 +209,7 @@ class TrainingWorkflow(Construct):
             output_prefix = _prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
         if train_data_prefix is not None:
             train_data_prefix = _prefix("train_data_prefix", train_data_prefix)
-        if isinstance(execution_role, SageMakerExecutionRole):
-            self.execution_role: iam.IRole = execution_role.role
-        elif hasattr(execution_role, "role_arn") and hasattr(execution_role, "grant_pass_role"):
-            self.execution_role = execution_role
-        else:
-            raise ValueError(
-                "TrainingWorkflow: execution_role must be a SageMakerExecutionRole or an iam.IRole"
-            )
+        self.execution_role: iam.IRole = _role_of(execution_role)
 
         allowed = (
             tuple(allowed_instance_types) if allowed_instance_types is not None else tuple(GPU_INSTANCE_TYPES)
@@ -246,20 +247,66 @@ class TrainingWorkflow(Construct):
         self.max_capacity_retries = retries
         self.image_uri = image_uri
 
-        # ---- request pieces ---------------------------------------------------------------------------------
-        bucket_name = self.bucket.bucket_name
-        checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
-        output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
-        if output_kms_key is not None:
-            output_config["KmsKeyId"] = output_kms_key.key_arn
-        resource_config: dict[str, Any] = {
-            "InstanceType.$": "$.config.instance_type",
-            "InstanceCount.$": "$.config.instance_count",
-            "VolumeSizeInGB": volume,
-        }
-        if volume_kms_key is not None:
-            resource_config["VolumeKmsKeyId"] = volume_kms_key.key_arn
+        vpc_config = self._vpc_config(vpc, subnets, security_groups)
+        launch_params = training_job_request(
+            role_arn=self.execution_role.role_arn,
+            image_uri=image_uri,
+            bucket_name=self.bucket.bucket_name,
+            checkpoint_prefix=checkpoint_prefix,
+            output_prefix=output_prefix,
+            internal_retry_attempts=internal_retries,
+            tags=job_tags(self.node.path, tags),
+            output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
+            vpc_config=vpc_config,
+            train_data_prefix=train_data_prefix,
+        )
+        resources = resource_config(
+            volume_size_gb=volume,
+            volume_kms_key_arn=volume_kms_key.key_arn if volume_kms_key is not None else None,
+        )
 
+        # ---- states -----------------------------------------------------------------------------------------
+        apply_defaults, merge = input_states(
+            self,
+        )
+        launch_loop(self, launch_params, retries, retry_wait)
+        mode = capacity_states(self, resources, pending)
+        definition = input_checks(self, stack, allowed, mode, apply_defaults, merge)
+
+        # ---- state machine ----------------------------------------------------------------------------------
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=log_retention or logs.RetentionDays.SIX_MONTHS,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=state_machine_name,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            timeout=Duration.seconds(timeout),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
+            ),
+            comment="Launch and monitor one SageMaker training job per execution (see README)",
+        )
+        self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
+
+        alarm_and_notifications(self, stack, notification_topic, notifications)
+        trigger(self, event_pattern, event_bus)
+
+        for key_name, value in tags.items():
+            Tags.of(self).add(key_name, value)
+
+    def _vpc_config(
+        self,
+        vpc: ec2.IVpc | None,
+        subnets: ec2.SubnetSelection | None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None,
+    ) -> dict[str, Any] | None:
+        """``VpcConfig`` of the jobs (None without ``vpc``); creates the nodes' security group if none given."""
         self.security_groups: list[ec2.ISecurityGroup] = list(security_groups or [])
         vpc_config: dict[str, Any] | None = None
         if vpc is not None:
@@ -283,441 +330,7 @@ class TrainingWorkflow(Construct):
                     )
                 ).subnet_ids,
             }
-
-        workflow_tag = self.node.path
-        job_tags = [
-            {"Key": "training-workflow", "Value": workflow_tag},
-            {"Key": "training-workflow-execution", "Value.$": "$$.Execution.Name"},
-            *({"Key": k, "Value": v} for k, v in sorted(tags.items())),
-        ]
-
-        # ---- states -----------------------------------------------------------------------------------------
-        result_defaults: dict[str, Any] = {
-            "TrainingJobName": None,
-            "TrainingJobStatus": None,
-            "TrainingTimeInSeconds": None,
-            "BillableTimeInSeconds": None,
-            "ModelArtifacts": {"S3ModelArtifacts": None},
-            "FinalMetricDataList": [],
-        }
-        failure_defaults = {
-            "TrainingJobName": "(unknown)",
-            "TrainingJobStatus": "Failed",
-            "FailureReason": "(SageMaker gave no FailureReason)",
-        }
-        apply_defaults = sfn.Pass(
-            self,
-            "Apply defaults",
-            comment="Keep the execution input next to the defaults (null means 'not set').",
-            parameters={
-                "defaults": _with_nulls(self.defaults.as_input()),
-                "input.$": "$",
-            },
-        )
-        merge = sfn.Pass(
-            self,
-            "Merge input over defaults",
-            parameters={
-                "config.$": "States.JsonMerge($.defaults, $.input, false)",
-                "launch_count": 1,
-                "result_defaults": _with_nulls(result_defaults),
-                "failure_defaults": _with_nulls(failure_defaults),
-            },
-        )
-
-        summarize = sfn.Pass(
-            self,
-            "Summarize",
-            comment="A compact, readable result.",
-            parameters={
-                "job_name.$": "$.job.TrainingJobName",
-                "status.$": "$.job.TrainingJobStatus",
-                "training_seconds.$": "$.job.TrainingTimeInSeconds",
-                "billable_seconds.$": "$.job.BillableTimeInSeconds",
-                "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
-                "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
-                "final_metrics.$": "$.job.FinalMetricDataList",
-                "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
-                "instance_type.$": "$.config.instance_type",
-                "instance_count.$": "$.config.instance_count",
-                "launches.$": "$.launch_count",
-            },
-        ).next(sfn.Succeed(self, "Training job completed"))
-        normalize_result = sfn.Pass(
-            self,
-            "Normalize result",
-            parameters={
-                "job.$": "States.JsonMerge($.result_defaults, $.job, false)",
-                "config.$": "$.config",
-                "launch_count.$": "$.launch_count",
-            },
-        ).next(summarize)
-
-        launch_params: dict[str, Any] = {
-            "TrainingJobName.$": "States.Format('{}-{}', $.config.job_name_prefix, States.UUID())",
-            "RoleArn": self.execution_role.role_arn,
-            "AlgorithmSpecification": {
-                "TrainingImage": image_uri,
-                "TrainingInputMode": "File",
-                "MetricDefinitions": [m.as_sagemaker() for m in metric_definitions()],
-                "EnableSageMakerMetricsTimeSeries": True,
-            },
-            "HyperParameters.$": "States.JsonMerge($.config.hyperparameters, $.launch.hyperparameters, false)",
-            "ResourceConfig.$": "$.launch.resource_config",
-            "StoppingCondition.$": "$.launch.stopping_condition",
-            "EnableManagedSpotTraining.$": "$.launch.spot",
-            "EnableInterContainerTrafficEncryption.$": "$.launch.encrypt_inter_node",
-            "CheckpointConfig": {"S3Uri.$": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL_PATH},
-            "OutputDataConfig": output_config,
-            "RetryStrategy": {"MaximumRetryAttempts": internal_retries},
-            "Tags": job_tags,
-        }
-        if vpc_config is not None:
-            launch_params["VpcConfig"] = vpc_config
-        if train_data_prefix is not None:
-            launch_params["InputDataConfig"] = [
-                {
-                    "ChannelName": TRAIN_CHANNEL,
-                    "DataSource": {
-                        "S3DataSource": {
-                            "S3DataType": "S3Prefix",
-                            "S3Uri": f"s3://{bucket_name}/{train_data_prefix}",
-                            "S3DataDistributionType": "FullyReplicated",
-                        }
-                    },
-                }
-            ]
-        self.launch = sfn.CustomState(
-            self,
-            "Run training job",
-            state_json={
-                "Type": "Task",
-                "Comment": "CreateTrainingJob and wait for it to end (stopping the execution stops the job).",
-                "Resource": CREATE_TRAINING_JOB_SYNC,
-                "Parameters": launch_params,
-                "ResultPath": "$.job",
-            },
-        )
-        self.launch.add_retry(
-            errors=list(TRANSIENT_SAGEMAKER_ERRORS),
-            interval=Duration.seconds(15),
-            max_attempts=5,
-            backoff_rate=2,
-            max_delay=Duration.minutes(5),
-            jitter_strategy=sfn.JitterType.FULL,
-        )
-
-        launch_failed = sfn.Fail(
-            self,
-            "Launch failed",
-            comment="CreateTrainingJob was refused, or the integration failed in another way.",
-            error="LaunchFailed",
-            cause_path=format_intrinsic("{}: {}", "$.failure.Error", "$.failure.Cause"),
-        )
-        job_failed = sfn.Fail(
-            self,
-            "Training job failed",
-            error="TrainingJobFailed",
-            cause_path=format_intrinsic(
-                "Training job {} ended {}: {}",
-                "$.failed_job.TrainingJobName",
-                "$.failed_job.TrainingJobStatus",
-                "$.failed_job.FailureReason",
-            ),
-        )
-        no_capacity = sfn.Fail(
-            self,
-            "No capacity",
-            error="CapacityError",
-            cause_path=format_intrinsic(
-                "Gave up after {} launches without capacity; last job {}: {}",
-                "$.launch_count",
-                "$.failed_job.TrainingJobName",
-                "$.failed_job.FailureReason",
-            ),
-        )
-        count_launch = sfn.Pass(
-            self,
-            "Count launch",
-            parameters={"value.$": "States.MathAdd($.launch_count, 1)"},
-            result_path="$.launch_count_next",
-        )
-        store_count = sfn.Pass(
-            self, "Store launch count", input_path="$.launch_count_next.value", result_path="$.launch_count"
-        )
-        wait = sfn.Wait(
-            self,
-            "Wait for capacity",
-            comment="Same execution name, so the relaunch uses the same checkpoint prefix and resumes.",
-            time=sfn.WaitTime.duration(Duration.seconds(retry_wait)),
-        )
-        wait.next(count_launch).next(store_count).next(self.launch)
-        capacity = sfn.Choice(self, "Capacity error?")
-        is_capacity = sfn.Condition.string_matches("$.failed_job.FailureReason", f"*{CAPACITY_ERROR_MARKER}*")
-        capacity.when(
-            sfn.Condition.and_(is_capacity, sfn.Condition.number_less_than_equals("$.launch_count", retries)),
-            wait,
-        )
-        capacity.when(is_capacity, no_capacity)
-        capacity.otherwise(job_failed)
-        parse_failure = sfn.Pass(
-            self,
-            "Read failed job",
-            parameters={
-                "value.$": "States.JsonMerge($.failure_defaults, States.StringToJson($.failure.Cause), false)"
-            },
-            result_path="$.failed_job_raw",
-        )
-        pick_failure = sfn.Pass(
-            self, "Keep failed job", input_path="$.failed_job_raw.value", result_path="$.failed_job"
-        )
-        inspect_failure = sfn.Choice(self, "Job description in cause?")
-        inspect_failure.when(
-            sfn.Condition.and_(
-                sfn.Condition.is_string("$.failure.Cause"),
-                sfn.Condition.string_matches("$.failure.Cause", "{*"),
-            ),
-            parse_failure.next(pick_failure).next(capacity),
-        )
-        inspect_failure.otherwise(launch_failed)
-        self.launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
-        self.launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
-        self.launch.next(normalize_result)
-
-        def build_hyperparameters(state_name: str, names: Sequence[str]) -> sfn.Chain:
-            return sfn.Pass(
-                self,
-                state_name,
-                comment="Trainer settings as strings under the contract's names.",
-                parameters={
-                    **{
-                        f"{name}.$": (
-                            f"$.config.{name}"
-                            if HYPERPARAMETERS_BY_NAME[name].kind == "choice"
-                            else f"States.JsonToString($.config.{name})"
-                        )
-                        for name in names
-                    },
-                    CHECKPOINT_DIR_HYPERPARAMETER: CHECKPOINT_LOCAL_PATH,
-                },
-                result_path="$.launch.hyperparameters",
-            ).next(self.launch)
-
-        # num_layers is sent only when given: left out, the trainer's model preset decides the depth.
-        hyperparameters = sfn.Choice(self, "num_layers given?")
-        hyperparameters.when(
-            sfn.Condition.is_not_null("$.config.num_layers"),
-            build_hyperparameters("Build hyperparameters", (*MANAGED_HYPERPARAMETERS, "num_layers")),
-        )
-        hyperparameters.otherwise(
-            build_hyperparameters("Build hyperparameters (preset depth)", MANAGED_HYPERPARAMETERS)
-        )
-        multi_node = sfn.Choice(self, "Several instances?")
-        multi_node.when(
-            sfn.Condition.number_greater_than("$.config.instance_count", 1),
-            sfn.Pass(
-                self,
-                "Encrypt traffic between nodes",
-                result=sfn.Result.from_boolean(True),
-                result_path="$.launch.encrypt_inter_node",
-            ).next(hyperparameters),
-        )
-        multi_node.otherwise(
-            sfn.Pass(
-                self,
-                "One node",
-                result=sfn.Result.from_boolean(False),
-                result_path="$.launch.encrypt_inter_node",
-            ).next(hyperparameters)
-        )
-
-        def capacity_pass(name: str, extra_resource: dict, extra_stopping: dict, spot: bool) -> sfn.Pass:
-            return sfn.Pass(
-                self,
-                name,
-                parameters={
-                    "resource_config": {**resource_config, **extra_resource},
-                    "stopping_condition": {
-                        "MaxRuntimeInSeconds.$": "$.config.max_runtime_seconds",
-                        **extra_stopping,
-                    },
-                    "spot": spot,
-                },
-                result_path="$.launch",
-            )
-
-        mode = sfn.Choice(self, "Capacity mode")
-        mode.when(
-            sfn.Condition.not_(sfn.Condition.is_null("$.config.training_plan_arn")),
-            capacity_pass(
-                "Training plan capacity",
-                {"TrainingPlanArn.$": "$.config.training_plan_arn"},
-                {"MaxPendingTimeInSeconds": pending},
-                False,
-            ).next(multi_node),
-        )
-        mode.when(
-            sfn.Condition.boolean_equals("$.config.use_spot", True),
-            capacity_pass(
-                "Managed spot capacity", {}, {"MaxWaitTimeInSeconds.$": "$.config.max_wait_seconds"}, True
-            ).next(multi_node),
-        )
-        mode.otherwise(capacity_pass("On-demand capacity", {}, {}, False).next(multi_node))
-
-        validation = ValidationStates(
-            self, fields=self.fields, region=stack.region, allowed_instance_types=allowed
-        ).chain(mode)
-        names = sfn.Pass(
-            self,
-            "Inspect field names",
-            parameters={"known": {f"{f.name}.$": f"$.config.{f.name}" for f in self.fields}},
-            result_path="$.probe.names",
-        )
-        count_names = sfn.Pass(
-            self,
-            "Count fields",
-            comment="Same number of ','-separated parts only when the input has no other top-level field.",
-            parameters={
-                "known.$": "States.ArrayLength(States.StringSplit(States.JsonToString($.probe.names.known), ','))",
-                "given.$": "States.ArrayLength(States.StringSplit(States.JsonToString($.config), ','))",
-            },
-            result_path="$.probe.names",
-        )
-        unknown_fields = sfn.Choice(self, "Check field names")
-        unknown_fields.when(
-            sfn.Condition.not_(
-                sfn.Condition.number_equals_json_path("$.probe.names.given", "$.probe.names.known")
-            ),
-            sfn.Fail(
-                self,
-                "Invalid field name",
-                error="InvalidInput",
-                cause="input: unknown field; allowed fields: " + ", ".join(f.name for f in self.fields),
-            ),
-        )
-        unknown_fields.otherwise(validation)
-        definition = apply_defaults.next(merge).next(names).next(count_names).next(unknown_fields)
-
-        # ---- state machine ----------------------------------------------------------------------------------
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=log_retention or logs.RetentionDays.SIX_MONTHS,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            timeout=Duration.seconds(timeout),
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
-            ),
-            comment="Launch and monitor one SageMaker training job per execution (see README)",
-        )
-        self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
-
-        # ---- alarm and notifications ------------------------------------------------------------------------
-        sm = self.state_machine
-        self.alarm = cloudwatch.Alarm(
-            self,
-            "ExecutionsNotSucceeded",
-            alarm_description="A training workflow execution failed, timed out or was aborted",
-            metric=cloudwatch.MathExpression(
-                expression="failed + timedOut + aborted",
-                using_metrics={
-                    "failed": sm.metric_failed(statistic="Sum"),
-                    "timedOut": sm.metric_timed_out(statistic="Sum"),
-                    "aborted": sm.metric_aborted(statistic="Sum"),
-                },
-                period=Duration.minutes(5),
-                label="Executions not succeeded",
-            ),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        self.notification_topic: sns.ITopic | None = notification_topic
-        self.notification_key: kms.IKey | None = None
-        if notification_topic is None and notifications:
-            key = kms.Key(
-                self,
-                "NotificationKey",
-                description="Encrypts the training workflow notifications",
-                enable_key_rotation=True,
-            )
-            key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="AllowEventBridgeAndCloudWatchToPublish",
-                    principals=[
-                        iam.ServicePrincipal("events.amazonaws.com"),
-                        iam.ServicePrincipal("cloudwatch.amazonaws.com"),
-                    ],
-                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                    resources=["*"],
-                    conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
-                )
-            )
-            self.notification_key = key
-            self.notification_topic = sns.Topic(
-                self,
-                "Notifications",
-                display_name="Training workflow",
-                master_key=key,
-                enforce_ssl=True,
-            )
-        if self.notification_topic is not None:
-            self.alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.notification_topic))
-            # An EventBridge rule (not sns:Publish states) so that timeouts and aborts, which never reach a
-            # state of the machine, are reported too.
-            self.status_rule = events.Rule(
-                self,
-                "ExecutionEnded",
-                description="Tell the notification topic when a training workflow execution ends",
-                event_pattern=events.EventPattern(
-                    source=["aws.states"],
-                    detail_type=["Step Functions Execution Status Change"],
-                    detail={
-                        "stateMachineArn": [sm.state_machine_arn],
-                        "status": ["SUCCEEDED", *FAILED_STATUSES],
-                    },
-                ),
-                targets=[
-                    targets.SnsTopic(
-                        self.notification_topic,
-                        message=events.RuleTargetInput.from_object(
-                            {
-                                "execution": events.EventField.from_path("$.detail.name"),
-                                "status": events.EventField.from_path("$.detail.status"),
-                                "error": events.EventField.from_path("$.detail.error"),
-                                "cause": events.EventField.from_path("$.detail.cause"),
-                                "output": events.EventField.from_path("$.detail.output"),
-                                "executionArn": events.EventField.from_path("$.detail.executionArn"),
-                            }
-                        ),
-                    )
-                ],
-            )
-
-        # ---- trigger ----------------------------------------------------------------------------------------
-        self.trigger_rule: events.Rule | None = None
-        if event_pattern is not None:
-            self.trigger_rule = events.Rule(
-                self,
-                "Trigger",
-                description="Start a training workflow execution with the event's detail as input",
-                event_bus=event_bus,
-                event_pattern=event_pattern,
-                targets=[
-                    targets.SfnStateMachine(sm, input=events.RuleTargetInput.from_event_path("$.detail"))
-                ],
-            )
-
-        for key_name, value in tags.items():
-            Tags.of(self).add(key_name, value)
+        return vpc_config
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -823,21 +436,12 @@ class TrainingWorkflow(Construct):
         )
 
 
-JSON_NULL = "States.StringToJson('null')"
-"""A JSON null in Parameters (CDK drops ``None`` values)."""
-
-
-def _with_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
-    """``value`` as Parameters: ``None`` becomes ``"<key>.$": States.StringToJson('null')``."""
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if item is None:
-            out[f"{key}.$"] = JSON_NULL
-        elif isinstance(item, Mapping) and item:
-            out[key] = _with_nulls(item)
-        else:
-            out[key] = item
-    return out
+def _role_of(execution_role: SageMakerExecutionRole | iam.IRole) -> iam.IRole:
+    if isinstance(execution_role, SageMakerExecutionRole):
+        return execution_role.role
+    if hasattr(execution_role, "role_arn") and hasattr(execution_role, "grant_pass_role"):
+        return execution_role
+    raise ValueError("TrainingWorkflow: execution_role must be a SageMakerExecutionRole or an iam.IRole")
 
 
 def _prefix(name: str, value: str) -> str:
