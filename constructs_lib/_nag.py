@@ -80,3 +80,16 @@ def policy_scope(grantee: IConstruct) -> IConstruct:
     other policies.
     """
     return grantee.node.try_find_child("DefaultPolicy") or grantee
+
+
+ROLE_POLICY_REASON = (
+    "CDK grants write this role's least-privilege statements into one AWS::IAM::Policy that is attached to this "
+    "role only and created and deleted with it; a customer managed policy would be a separately versioned, "
+    "reusable object holding the same statements, which nothing else should reuse."
+)
+
+
+def acknowledge_role_policy(policy: IConstruct) -> None:
+    """Acknowledge NIST 800-53 R5 IAMNoInlinePolicy on one role's own policy (a grant's ``DefaultPolicy`` or an
+    ``iam.Policy`` attached to that one role)."""
+    acknowledge(policy, "IAMNoInlinePolicy", ROLE_POLICY_REASON, pack=NIST_800_53_R5)

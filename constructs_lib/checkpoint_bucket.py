@@ -19,7 +19,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, arn_evidence, policy_scope
+from constructs_lib._nag import NIST_800_53_R5, acknowledge, arn_evidence, policy_scope
 
 CHECKPOINT_PREFIX = "checkpoints/"
 OUTPUT_PREFIX = "output/"
@@ -132,11 +132,14 @@ class CheckpointBucket(Construct):
                 encryption=s3.BucketEncryption.S3_MANAGED,
                 block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
                 enforce_ssl=True,
+                # Versioned, so that a deleted or overwritten log record can be recovered for a day.
+                versioned=True,
                 object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
                 lifecycle_rules=[
                     s3.LifecycleRule(
                         id="ExpireAccessLogs",
                         expiration=Duration.days(logs_days),
+                        noncurrent_version_expiration=Duration.days(1),
                         abort_incomplete_multipart_upload_after=Duration.days(abort_days),
                     )
                 ],
@@ -145,6 +148,13 @@ class CheckpointBucket(Construct):
             )
             server_access_logs_bucket = log_bucket
             self.access_logs_bucket = log_bucket
+            acknowledge(
+                log_bucket,
+                "S3DefaultEncryptionKMS",
+                "S3 server access log delivery writes only to buckets with SSE-S3 default encryption.",
+                pack=NIST_800_53_R5,
+            )
+            _acknowledge_replication(log_bucket, "access logs")
         else:
             self.access_logs_bucket = server_access_logs_bucket
 
@@ -174,6 +184,15 @@ class CheckpointBucket(Construct):
             removal_policy=policy,
             auto_delete_objects=auto_delete_objects,
         )
+        _acknowledge_replication(self.bucket, "checkpoints")
+        if encryption_key is None:
+            acknowledge(
+                self.bucket,
+                "S3DefaultEncryptionKMS",
+                "SSE-S3 was chosen (no encryption_key, encryption not KMS; in the app: useKms=false); pass "
+                "encryption=KMS or a key (useKms=true, kmsKeyArn) for a customer managed key.",
+                pack=NIST_800_53_R5,
+            )
 
     # ----------------------------------------------------------------------------------------------------------
     def s3_uri(self, prefix: str = "") -> str:
@@ -226,6 +245,17 @@ class CheckpointBucket(Construct):
             # SSE-KMS: GetObject decrypts; PutObject generates a data key (and multipart parts decrypt it).
             actions = ["kms:Decrypt", "kms:GenerateDataKey"] if write else ["kms:Decrypt"]
             self.encryption_key.grant(grantee, *actions)
+
+
+def _acknowledge_replication(bucket: s3.Bucket, what: str) -> None:
+    acknowledge(
+        bucket,
+        "S3BucketReplicationEnabled",
+        f"Cross-region replication of the {what} needs a bucket in a second region, which this construct does "
+        "not own; the bucket is versioned and retained by default. Add a replication rule to the bucket "
+        "(bucket.node.default_child) where a second copy is required.",
+        pack=NIST_800_53_R5,
+    )
 
 
 def _positive(name: str, value: int | None, default: int) -> int:

@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, rendered
+from constructs_lib._nag import acknowledge, acknowledge_role_policy, policy_scope, rendered
 from constructs_lib.checkpoint_bucket import CheckpointBucket
 from constructs_lib.image_repository import TrainingImageRepository
 
@@ -84,6 +84,7 @@ class SageMakerExecutionRole(Construct):
         for key in kms_keys or []:
             # Explicit actions (CDK's grant_encrypt_decrypt adds kms:ReEncrypt* and kms:GenerateDataKey*).
             key.grant(self.role, "kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey")
+        acknowledge_role_policy(policy_scope(self.role))
 
         stack = Stack.of(self)
         log_group_arn = stack.format_arn(
@@ -115,6 +116,7 @@ class SageMakerExecutionRole(Construct):
             ],
         )
         self.role.attach_inline_policy(observability)
+        acknowledge_role_policy(observability)
         acknowledge(
             observability,
             "IAM5[Resource::*]",
@@ -164,6 +166,7 @@ class SageMakerExecutionRole(Construct):
                 ],
             )
             self.role.attach_inline_policy(network)
+            acknowledge_role_policy(network)
             acknowledge(
                 network,
                 "IAM5[Resource::*]",

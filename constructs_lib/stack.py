@@ -23,11 +23,14 @@ class BlackwellTrainingStack(Stack):
 
     Settings (all keyword-only; ``app.py`` reads them from ``cdk.json`` context):
 
-    :param removal_policy: for the bucket and repository: ``RETAIN`` (default) or ``DESTROY`` (which also empties
-        them on stack deletion: meant for throw-away test accounts).
+    :param removal_policy: for the bucket and repository, and for the KMS key and log groups: ``RETAIN`` (default)
+        or ``DESTROY`` (which also empties bucket and repository on stack deletion: meant for throw-away test
+        accounts). README "Clean-up" lists what each leaves behind.
     :param kms_key_arn: a customer managed key for the bucket and repository. Default: a key is created only when
         ``use_kms`` is true; otherwise S3-managed / ECR-managed encryption.
     :param use_kms: create a customer managed key (with rotation) for bucket and repository. Default False.
+        Either way the stack has exactly one customer managed key (this one, the given one, or, without either,
+        the image build's), which also encrypts the build, the workflow's logs, state machine and topic.
     :param vpc_id: run training jobs in this VPC (looked up at synth time; needs account and region). Default none.
     :param build_compute_type: CodeBuild compute type of the image build. Default ``LARGE``.
     :param build_timeout_minutes: CodeBuild timeout of the image build (5 to 2160). Default 120.
@@ -64,9 +67,8 @@ class BlackwellTrainingStack(Stack):
                 "DataKey",
                 description="Encrypts checkpoints, job output and training images",
                 enable_key_rotation=True,
-                removal_policy=RemovalPolicy.RETAIN,
+                removal_policy=removal_policy,
             )
-        self.encryption_key = key
 
         self.vpc: ec2.IVpc | None = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id) if vpc_id else None
 
@@ -93,7 +95,10 @@ class BlackwellTrainingStack(Stack):
             build_timeout_minutes=build_timeout_minutes,
             base_image_account=base_image_account,
             encryption_key=key,
+            removal_policy=removal_policy,
         )
+        # The one customer managed key of the stack: the data key, or else the one the image build created.
+        self.encryption_key: kms.IKey = key or self.image_build.encryption_key
         self.execution_role = SageMakerExecutionRole(
             self,
             "ExecutionRole",
@@ -115,6 +120,8 @@ class BlackwellTrainingStack(Stack):
             state_machine_timeout=Duration.hours(wf.timeout_hours),
             vpc=self.vpc,
             notifications=wf.notifications,
+            encryption_key=self.encryption_key,
+            removal_policy=removal_policy,
             event_pattern=(
                 events.EventPattern(source=[wf.trigger_source], detail_type=[wf.trigger_detail_type])
                 if wf.trigger

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack, Tags
+from aws_cdk import ArnFormat, Aws, Duration, Names, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -31,7 +31,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, policy_scope, rendered
+from constructs_lib._nag import acknowledge, acknowledge_role_policy, policy_scope, rendered
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
 from constructs_lib.workflow_observability import FAILED_STATUSES, alarm_and_notifications, trigger
@@ -142,7 +142,15 @@ class TrainingWorkflow(Construct):
     :param volume_kms_key: customer managed key for the training volumes. Default: AWS managed.
     :param notification_topic: an SNS topic told when an execution succeeds, fails, times out or is aborted (its
         key policy, if encrypted, must let ``events.amazonaws.com`` and ``cloudwatch.amazonaws.com`` use it).
-    :param notifications: create an encrypted (KMS, rotation on) topic for that. Default False.
+    :param notifications: create an encrypted topic for that (with ``encryption_key``, else a key created with
+        rotation on). Only the workflow's own rule and alarm may publish to it (``aws:SourceArn``). Default False.
+    :param encryption_key: customer managed key for the execution log group, the state machine's execution data
+        (Step Functions ``EncryptionConfiguration``) and a created notification topic; its policy gets what
+        CloudWatch Logs, Step Functions log delivery, EventBridge and CloudWatch alarms need (a no-op on an
+        imported key, whose own policy must allow them). Default: AWS owned keys for logs and state machine.
+    :param network_isolation: run the jobs with ``EnableNetworkIsolation`` (no outbound network from the
+        container; SageMaker still moves the data, checkpoints and output). Default False.
+    :param removal_policy: of the log group and a created notification key: ``RETAIN`` (default) or ``DESTROY``.
     :param event_pattern: start an execution for each event matching this pattern, with the event's ``detail``
         as input. Default: no trigger.
     :param event_bus: the bus of ``event_pattern``. Default: the account's default bus.
@@ -179,6 +187,9 @@ class TrainingWorkflow(Construct):
         volume_kms_key: kms.IKey | None = None,
         notification_topic: sns.ITopic | None = None,
         notifications: bool = False,
+        encryption_key: kms.IKey | None = None,
+        network_isolation: bool = False,
+        removal_policy: RemovalPolicy | None = None,
         event_pattern: events.EventPattern | None = None,
         event_bus: events.IEventBus | None = None,
         log_retention: logs.RetentionDays | None = None,
@@ -234,6 +245,13 @@ class TrainingWorkflow(Construct):
         if event_bus is not None and event_pattern is None:
             raise ValueError("TrainingWorkflow: event_bus was given without event_pattern (nothing to match)")
         tags = dict(tags or {})
+        policy = removal_policy or RemovalPolicy.RETAIN
+        if policy not in (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY):
+            raise ValueError(f"TrainingWorkflow: removal_policy must be RETAIN or DESTROY; got {policy}")
+        if not isinstance(network_isolation, bool):
+            raise ValueError(
+                f"TrainingWorkflow: network_isolation must be True or False; got {network_isolation!r}"
+            )
 
         self.fields = input_fields(
             allowed_instance_types=allowed,
@@ -259,6 +277,7 @@ class TrainingWorkflow(Construct):
             output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
             vpc_config=vpc_config,
             train_data_prefix=train_data_prefix,
+            network_isolation=network_isolation,
         )
         resources = resource_config(
             volume_size_gb=volume,
@@ -274,12 +293,8 @@ class TrainingWorkflow(Construct):
         definition = input_checks(self, stack, allowed, mode, apply_defaults, merge)
 
         # ---- state machine ----------------------------------------------------------------------------------
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=log_retention or logs.RetentionDays.SIX_MONTHS,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
+        self.encryption_key = encryption_key
+        self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
@@ -291,10 +306,22 @@ class TrainingWorkflow(Construct):
                 destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
             ),
             comment="Launch and monitor one SageMaker training job per execution (see README)",
+            encryption_configuration=(
+                sfn.CustomerManagedEncryptionConfiguration(encryption_key)
+                if encryption_key is not None
+                else None
+            ),
         )
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
 
-        alarm_and_notifications(self, stack, notification_topic, notifications)
+        alarm_and_notifications(
+            self,
+            stack,
+            notification_topic,
+            notifications,
+            encryption_key=encryption_key,
+            removal_policy=policy,
+        )
         trigger(self, event_pattern, event_bus)
 
         for key_name, value in tags.items():
@@ -331,6 +358,50 @@ class TrainingWorkflow(Construct):
                 ).subnet_ids,
             }
         return vpc_config
+
+    def _log_group(
+        self,
+        stack: Stack,
+        encryption_key: kms.IKey | None,
+        retention: logs.RetentionDays | None,
+        policy: RemovalPolicy,
+    ) -> logs.LogGroup:
+        """The execution log group; with a key, named (so that the key policy can name exactly it) and encrypted."""
+        name = None
+        if encryption_key is not None:
+            name = "/aws/vendedlogs/states/" + Names.unique_resource_name(self, max_length=200)
+            encryption_key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=f"WorkflowLogs{Names.unique_id(self)[-8:]}",
+                    principals=[iam.ServicePrincipal(f"logs.{stack.region}.{Aws.URL_SUFFIX}")],
+                    actions=[
+                        "kms:Encrypt*",
+                        "kms:Decrypt*",
+                        "kms:ReEncrypt*",
+                        "kms:GenerateDataKey*",
+                        "kms:Describe*",
+                    ],
+                    resources=["*"],
+                    conditions={
+                        "ArnEquals": {
+                            "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                                service="logs",
+                                resource="log-group",
+                                resource_name=name,
+                                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                            )
+                        }
+                    },
+                )
+            )
+        return logs.LogGroup(
+            self,
+            "Logs",
+            log_group_name=name,
+            retention=retention or logs.RetentionDays.SIX_MONTHS,
+            encryption_key=encryption_key,
+            removal_policy=policy,
+        )
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -414,7 +485,14 @@ class TrainingWorkflow(Construct):
             )
         if volume_kms_key is not None:
             for grantee in (role, self.execution_role):
-                volume_kms_key.grant(grantee, "kms:CreateGrant", "kms:DescribeKey")
+                volume_kms_key.grant(grantee, "kms:DescribeKey")
+                # Grants only for AWS resources (SageMaker's EBS volumes), never to a principal of the caller's choice.
+                iam.Grant.add_to_principal(
+                    grantee=grantee,
+                    actions=["kms:CreateGrant"],
+                    resource_arns=[volume_kms_key.key_arn],
+                    conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+                )
         if output_kms_key is not None:
             # SSE-KMS uploads of the model artifacts (named actions: no kms:ReEncrypt*/GenerateDataKey* wildcards).
             output_kms_key.grant(
@@ -422,6 +500,7 @@ class TrainingWorkflow(Construct):
             )
 
         scope = policy_scope(role)
+        acknowledge_role_policy(scope)
         acknowledge(
             scope,
             f"IAM5[Resource::{rendered(self, training_jobs)}]",

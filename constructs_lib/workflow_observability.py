@@ -1,11 +1,16 @@
 """The training workflow's observability: the executions-not-succeeded alarm, the notification topic and rule,
-and the EventBridge trigger. Each function adds to the ``TrainingWorkflow`` it is given."""
+and the EventBridge trigger. Each function adds to the ``TrainingWorkflow`` it is given.
+
+The rule and the alarm have physical names derived from their construct paths, so that the topic policy and the
+key policy can name their exact ARNs in ``aws:SourceArn`` (a reference would make a dependency cycle: key, topic,
+rule/alarm, key)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aws_cdk import Duration, Stack
+import jsii
+from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
@@ -13,6 +18,9 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
+from constructs import IConstruct
+
+from constructs_lib._nag import SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
 
 if TYPE_CHECKING:
     from constructs_lib.training_workflow import TrainingWorkflow
@@ -20,13 +28,35 @@ FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
 
 
 def alarm_and_notifications(
-    workflow: TrainingWorkflow, stack: Stack, notification_topic: sns.ITopic | None, notifications: bool
+    workflow: TrainingWorkflow,
+    stack: Stack,
+    notification_topic: sns.ITopic | None,
+    notifications: bool,
+    *,
+    encryption_key: kms.IKey | None = None,
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
 ) -> None:
-    """The executions-not-succeeded alarm, the notification topic and the execution-ended rule."""
+    """The executions-not-succeeded alarm, the notification topic and the execution-ended rule.
+
+    A created topic is encrypted with ``encryption_key`` or, without one, a key created here (rotation on,
+    ``removal_policy``). The topic policy and the key policy let only this rule and this alarm publish.
+    """
     sm = workflow.state_machine
+    alarm_name = _physical_name(workflow, "ExecutionsNotSucceeded", 255)
+    rule_name = _physical_name(workflow, "ExecutionEnded", 64)
+    sources = {
+        "events.amazonaws.com": stack.format_arn(service="events", resource="rule", resource_name=rule_name),
+        "cloudwatch.amazonaws.com": stack.format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=alarm_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        ),
+    }
     workflow.alarm = cloudwatch.Alarm(
         workflow,
         "ExecutionsNotSucceeded",
+        alarm_name=alarm_name,
         alarm_description="A training workflow execution failed, timed out or was aborted",
         metric=cloudwatch.MathExpression(
             expression="failed + timedOut + aborted",
@@ -46,24 +76,23 @@ def alarm_and_notifications(
     workflow.notification_topic: sns.ITopic | None = notification_topic
     workflow.notification_key: kms.IKey | None = None
     if notification_topic is None and notifications:
-        key = kms.Key(
+        key = encryption_key or kms.Key(
             workflow,
             "NotificationKey",
             description="Encrypts the training workflow notifications",
             enable_key_rotation=True,
+            removal_policy=removal_policy,
         )
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowEventBridgeAndCloudWatchToPublish",
-                principals=[
-                    iam.ServicePrincipal("events.amazonaws.com"),
-                    iam.ServicePrincipal("cloudwatch.amazonaws.com"),
-                ],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
+        for service, source_arn in sources.items():
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=f"Publish{service.split('.')[0].capitalize()}{Names.unique_id(workflow)[-8:]}",
+                    principals=[iam.ServicePrincipal(service)],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                    resources=["*"],
+                    conditions=_source(stack, source_arn),
+                )
             )
-        )
         workflow.notification_key = key
         workflow.notification_topic = sns.Topic(
             workflow,
@@ -72,38 +101,85 @@ def alarm_and_notifications(
             master_key=key,
             enforce_ssl=True,
         )
-    if workflow.notification_topic is not None:
-        workflow.alarm.add_alarm_action(cloudwatch_actions.SnsAction(workflow.notification_topic))
-        # An EventBridge rule (not sns:Publish states) so that timeouts and aborts, which never reach a
-        # state of the machine, are reported too.
-        workflow.status_rule = events.Rule(
-            workflow,
-            "ExecutionEnded",
-            description="Tell the notification topic when a training workflow execution ends",
-            event_pattern=events.EventPattern(
-                source=["aws.states"],
-                detail_type=["Step Functions Execution Status Change"],
-                detail={
-                    "stateMachineArn": [sm.state_machine_arn],
-                    "status": ["SUCCEEDED", *FAILED_STATUSES],
-                },
-            ),
-            targets=[
-                targets.SnsTopic(
-                    workflow.notification_topic,
-                    message=events.RuleTargetInput.from_object(
-                        {
-                            "execution": events.EventField.from_path("$.detail.name"),
-                            "status": events.EventField.from_path("$.detail.status"),
-                            "error": events.EventField.from_path("$.detail.error"),
-                            "cause": events.EventField.from_path("$.detail.cause"),
-                            "output": events.EventField.from_path("$.detail.output"),
-                            "executionArn": events.EventField.from_path("$.detail.executionArn"),
-                        }
-                    ),
-                )
-            ],
+    if workflow.notification_topic is None:
+        return
+    topic = workflow.notification_topic
+    # The topic policy replaces SNS's default one: say who may publish, each from its exact source. (A no-op on
+    # an imported topic, whose own policy must allow the same.)
+    for service, source_arn in sources.items():
+        topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"{service.split('.')[0].capitalize()}Publish",
+                principals=[iam.ServicePrincipal(service)],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions=_source(stack, source_arn),
+            )
         )
+    workflow.alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
+    # An EventBridge rule (not sns:Publish states) so that timeouts and aborts, which never reach a
+    # state of the machine, are reported too.
+    workflow.status_rule = events.Rule(
+        workflow,
+        "ExecutionEnded",
+        rule_name=rule_name,
+        description="Tell the notification topic when a training workflow execution ends",
+        event_pattern=events.EventPattern(
+            source=["aws.states"],
+            detail_type=["Step Functions Execution Status Change"],
+            detail={
+                "stateMachineArn": [sm.state_machine_arn],
+                "status": ["SUCCEEDED", *FAILED_STATUSES],
+            },
+        ),
+        targets=[
+            _TopicTarget(
+                topic,
+                events.RuleTargetInput.from_object(
+                    {
+                        "execution": events.EventField.from_path("$.detail.name"),
+                        "status": events.EventField.from_path("$.detail.status"),
+                        "error": events.EventField.from_path("$.detail.error"),
+                        "cause": events.EventField.from_path("$.detail.cause"),
+                        "output": events.EventField.from_path("$.detail.output"),
+                        "executionArn": events.EventField.from_path("$.detail.executionArn"),
+                    }
+                ),
+            )
+        ],
+    )
+    acknowledge(
+        workflow.status_rule,
+        "EventBusDLQ",
+        "A notification that EventBridge cannot deliver after its 24 hours of retries loses nothing: the "
+        "outcome stays in the execution history, the alarm counts it, and a queue of copies would have no reader.",
+        pack=SERVERLESS,
+    )
+
+
+@jsii.implements(events.IRuleTarget)
+class _TopicTarget:
+    """An SNS topic as a rule target, adding no permission: ``targets.SnsTopic`` would add a topic-policy
+    statement for ``events.amazonaws.com`` with no source condition (any account's rule could publish)."""
+
+    def __init__(self, topic: sns.ITopic, message: events.RuleTargetInput) -> None:
+        self._topic = topic
+        self._message = message
+
+    def bind(self, _rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+        return events.RuleTargetConfig(arn=self._topic.topic_arn, input=self._message)
+
+
+def _physical_name(workflow: IConstruct, child: str, max_length: int) -> str:
+    """A deterministic name, unique per stack and construct path, for ``workflow``'s ``child``."""
+    return Names.unique_resource_name(workflow, max_length=max_length - len(child) - 1) + "-" + child
+
+
+def _source(stack: Stack, source_arn: str) -> dict[str, dict[str, str]]:
+    return {
+        "ArnEquals": {"aws:SourceArn": source_arn},
+        "StringEquals": {"aws:SourceAccount": stack.account},
+    }
 
 
 def trigger(
@@ -121,3 +197,14 @@ def trigger(
             event_pattern=event_pattern,
             targets=[targets.SfnStateMachine(sm, input=events.RuleTargetInput.from_event_path("$.detail"))],
         )
+        acknowledge(
+            workflow.trigger_rule,
+            "EventBusDLQ",
+            "A start request that EventBridge cannot deliver in 24 hours of retries starts no job and spends "
+            "nothing; the sender sees no execution for its event and sends it again (executions are idempotent "
+            "per input only by name, so a replayed queue could start duplicate multi-GPU jobs).",
+            pack=SERVERLESS,
+        )
+        events_role = sm.node.try_find_child("EventsRole")
+        if events_role is not None:
+            acknowledge_role_policy(policy_scope(events_role))

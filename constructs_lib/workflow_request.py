@@ -44,6 +44,7 @@ def training_job_request(
     tags: list[dict[str, str]],
     output_kms_key_arn: str | None = None,
     vpc_config: Mapping[str, Any] | None = None,
+    network_isolation: bool = False,
     train_data_prefix: str | None = None,
 ) -> dict[str, Any]:
     """The ``Parameters`` of the ``createTrainingJob.sync`` task (JSONPath; ``$.launch`` is filled per launch).
@@ -51,6 +52,8 @@ def training_job_request(
     :param tags: the job tags (see ``job_tags``).
     :param output_kms_key_arn: key for the model artifacts. Default: the bucket's encryption.
     :param vpc_config: ``VpcConfig`` (``SecurityGroupIds``, ``Subnets``). Default: no VPC.
+    :param network_isolation: ``EnableNetworkIsolation``: no network access from the training container.
+        Default False (the key is left out).
     :param train_data_prefix: key prefix mounted as the ``train`` channel. Default: no input channel.
     """
     checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
@@ -78,6 +81,8 @@ def training_job_request(
     }
     if vpc_config is not None:
         request["VpcConfig"] = dict(vpc_config)
+    if network_isolation:
+        request["EnableNetworkIsolation"] = True
     if train_data_prefix is not None:
         request["InputDataConfig"] = [
             {
