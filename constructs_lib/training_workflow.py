@@ -31,7 +31,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, acknowledge_role_policy, policy_scope, rendered
+from constructs_lib._nag import NIST_800_53_R5, acknowledge, acknowledge_role_policy, policy_scope, rendered
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
 from constructs_lib.workflow_observability import FAILED_STATUSES, alarm_and_notifications, trigger
@@ -346,6 +346,13 @@ class TrainingWorkflow(Construct):
                     allow_all_outbound=True,
                 )
                 group.add_ingress_rule(group, ec2.Port.all_traffic(), "Training nodes talk to each other")
+                acknowledge(
+                    group.node.find_child(f"from {Names.unique_id(group)}:ALL TRAFFIC"),
+                    "EC2RestrictedCommonPorts",
+                    "NCCL and EFA between the nodes of one job use ports chosen at run time; all traffic is "
+                    "allowed only from this same security group (the job's own nodes), never from an address.",
+                    pack=NIST_800_53_R5,
+                )
                 self.security_groups = [group]
             vpc_config = {
                 "SecurityGroupIds": [g.security_group_id for g in self.security_groups],
@@ -394,7 +401,7 @@ class TrainingWorkflow(Construct):
                     },
                 )
             )
-        return logs.LogGroup(
+        group = logs.LogGroup(
             self,
             "Logs",
             log_group_name=name,
@@ -402,6 +409,15 @@ class TrainingWorkflow(Construct):
             encryption_key=encryption_key,
             removal_policy=policy,
         )
+        if encryption_key is None:
+            acknowledge(
+                group,
+                "CloudWatchLogGroupEncrypted",
+                "No encryption_key was given: CloudWatch Logs encrypts the execution log with its own key; pass "
+                "encryption_key (the app always does) for a customer managed key on logs and state machine.",
+                pack=NIST_800_53_R5,
+            )
+        return group
 
     # ------------------------------------------------------------------------------------------------------------
     @property

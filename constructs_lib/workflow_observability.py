@@ -20,7 +20,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import IConstruct
 
-from constructs_lib._nag import SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
+from constructs_lib._nag import NIST_800_53_R5, SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
 
 if TYPE_CHECKING:
     from constructs_lib.training_workflow import TrainingWorkflow
@@ -102,6 +102,13 @@ def alarm_and_notifications(
             enforce_ssl=True,
         )
     if workflow.notification_topic is None:
+        acknowledge(
+            workflow.alarm,
+            "CloudWatchAlarmAction",
+            "Notifications are off (no notification_topic, notifications=False): the alarm shows state in the "
+            "console and on dashboards; add an action with workflow.alarm.add_alarm_action(...) to be told.",
+            pack=NIST_800_53_R5,
+        )
         return
     topic = workflow.notification_topic
     # The topic policy replaces SNS's default one: say who may publish, each from its exact source. (A no-op on

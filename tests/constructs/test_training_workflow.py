@@ -179,13 +179,6 @@ def test_encrypted_topic_told_of_every_end_state(notified):
             }
         },
     )
-    key = template.find_resources("AWS::KMS::Key")[logical_id(workflow.notification_key)]
-    (service_statement,) = [
-        s
-        for s in key["Properties"]["KeyPolicy"]["Statement"]
-        if s.get("Sid") == "AllowEventBridgeAndCloudWatchToPublish"
-    ]
-    assert service_statement["Principal"] == {"Service": ["events.amazonaws.com", "cloudwatch.amazonaws.com"]}
     rule = template.find_resources(
         "AWS::Events::Rule", {"Properties": {"Description": Match.string_like_regexp("ends")}}
     )
@@ -199,6 +192,93 @@ def test_encrypted_topic_told_of_every_end_state(notified):
     assert "InputTransformer" in target
     (alarm,) = template.find_resources("AWS::CloudWatch::Alarm").values()
     assert alarm["Properties"]["AlarmActions"] == [{"Ref": logical_id(workflow.notification_topic)}]
+
+
+def _arn(service: str, resource: str) -> dict:
+    return {
+        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":{service}:us-west-2:123456789012{resource}"]]
+    }
+
+
+def test_only_this_rule_and_this_alarm_may_publish_to_the_topic_and_use_its_key(notified):
+    """Topic policy and key policy: events.amazonaws.com only from the execution-ended rule, and
+    cloudwatch.amazonaws.com only from the alarm (aws:SourceArn + aws:SourceAccount); nothing else allowed."""
+    workflow, template = notified
+    (rule,) = template.find_resources(
+        "AWS::Events::Rule", {"Properties": {"Description": Match.string_like_regexp("ends")}}
+    ).values()
+    (alarm,) = template.find_resources("AWS::CloudWatch::Alarm").values()
+    rule_arn = _arn("events", f":rule/{rule['Properties']['Name']}")
+    alarm_arn = _arn("cloudwatch", f":alarm:{alarm['Properties']['AlarmName']}")
+    expected_source = {
+        "events.amazonaws.com": rule_arn,
+        "cloudwatch.amazonaws.com": alarm_arn,
+    }
+
+    def condition(service: str) -> dict:
+        return {
+            "ArnEquals": {"aws:SourceArn": expected_source[service]},
+            "StringEquals": {"aws:SourceAccount": "123456789012"},
+        }
+
+    (topic_policy,) = template.find_resources("AWS::SNS::TopicPolicy").values()
+    allows = [s for s in topic_policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert sorted(s["Principal"]["Service"] for s in allows) == sorted(expected_source)
+    for statement in allows:
+        assert statement["Action"] == "sns:Publish"
+        assert statement["Resource"] == {"Ref": logical_id(workflow.notification_topic)}
+        assert statement["Condition"] == condition(statement["Principal"]["Service"])
+
+    key = template.find_resources("AWS::KMS::Key")[logical_id(workflow.notification_key)]
+    services = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Service" in s.get("Principal", {})]
+    assert sorted(s["Principal"]["Service"] for s in services) == sorted(expected_source)
+    for statement in services:
+        assert statement["Action"] == ["kms:Decrypt", "kms:GenerateDataKey*"]
+        assert statement["Condition"] == condition(statement["Principal"]["Service"])
+    # The alarm can publish: its action is the topic the cloudwatch statement names.
+    assert alarm["Properties"]["AlarmActions"] == [{"Ref": logical_id(workflow.notification_topic)}]
+
+
+def test_customer_key_encrypts_logs_state_machine_and_topic_and_the_removal_policy_applies():
+    app = cdk.App()
+    stack = cdk.Stack(app, "Test", env=DEFAULT_ENV)
+    key = kms.Key(stack, "Key", enable_key_rotation=True)
+    workflow = build_workflow(
+        app,
+        notifications=True,
+        encryption_key=key,
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+        network_isolation=True,
+    )
+    template = Template.from_stack(stack)
+    key_arn = {"Fn::GetAtt": [logical_id(key), "Arn"]}
+    assert list(template.find_resources("AWS::KMS::Key")) == [logical_id(key)]  # no key of its own
+    assert workflow.notification_key is key
+    (group,) = template.find_resources("AWS::Logs::LogGroup").values()
+    assert group["Properties"]["KmsKeyId"] == key_arn
+    assert group["DeletionPolicy"] == "Delete"
+    (machine,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+    assert machine["Properties"]["EncryptionConfiguration"]["Type"] == "CUSTOMER_MANAGED_KMS_KEY"
+    assert machine["Properties"]["EncryptionConfiguration"]["KmsKeyId"] == key_arn
+    template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": key_arn})
+    statements = template.find_resources("AWS::KMS::Key")[logical_id(key)]["Properties"]["KeyPolicy"][
+        "Statement"
+    ]
+    (logs_statement,) = [s for s in statements if s.get("Sid", "").startswith("WorkflowLogs")]
+    assert "logs.us-west-2." in str(logs_statement["Principal"]["Service"])
+    # CloudWatch Logs may use the key for exactly this log group.
+    context = logs_statement["Condition"]["ArnEquals"]["kms:EncryptionContext:aws:logs:arn"]
+    assert context["Fn::Join"][1][-1].endswith(f":log-group:{group['Properties']['LogGroupName']}")
+    request = definition_of(template.to_json())["States"]
+    (launch,) = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
+    assert launch["Parameters"]["EnableNetworkIsolation"] is True
+
+
+def test_network_isolation_is_off_by_default(plain):
+    _, template = plain
+    request = definition_of(template.to_json())["States"]
+    (launch,) = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
+    assert "EnableNetworkIsolation" not in launch["Parameters"]
 
 
 def test_trigger_rule_passes_the_event_detail(notified):
