@@ -345,6 +345,8 @@ class TrainingImageBuild(Construct):
             + self._vpc_statements(stack),
         )
         acknowledge_role_policy(self.build_policy)
+        if self.vpc is not None:
+            self._acknowledge_vpc(stack)
         acknowledge(
             self.build_policy,
             "IAM5[Resource::*]",
@@ -486,6 +488,30 @@ class TrainingImageBuild(Construct):
                 "these EC2 actions take only Resource '*' (the same as AWSLambdaVPCAccessExecutionRole).",
             )
         return role
+
+    def _acknowledge_vpc(self, stack: Stack) -> None:
+        acknowledge(
+            self.build_policy,
+            "IAM5[Resource::*]",
+            "The EC2 describe calls and network-interface create/delete that CodeBuild makes to attach the build "
+            "to the VPC take only Resource '*'.",
+        )
+        acknowledge(
+            self.build_policy,
+            f"IAM5[Resource::{rendered(self, stack.format_arn(service='ec2', resource='network-interface', resource_name='*'))}]",
+            "ec2:CreateNetworkInterfacePermission: the interface is created at run time; the permission is "
+            "limited to CodeBuild (ec2:AuthorizedService) and to the build's subnets (ec2:Subnet).",
+        )
+        # With a VPC, codebuild.Project makes a policy of the same EC2 statements for its role; the role takes no
+        # policy updates (see _source_and_project), so that policy is attached to nothing and not synthesized.
+        cdk_policy = self.project.node.try_find_child("PolicyDocument")
+        if cdk_policy is not None:
+            reason = (
+                "codebuild.Project's own VPC policy is attached to no role (the project role takes no policy "
+                "updates) and is not synthesized; BuildPermissions holds the same statements."
+            )
+            acknowledge(cdk_policy, "IAM5[Resource::*]", reason)
+            acknowledge(cdk_policy, "IAMNoInlinePolicy", reason, pack=NIST_800_53_R5)
 
     def _vpc_statements(self, stack: Stack) -> list[iam.PolicyStatement]:
         """What CodeBuild needs to run the build in ``vpc`` (none without one)."""
