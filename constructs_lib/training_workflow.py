@@ -245,13 +245,7 @@ class TrainingWorkflow(Construct):
         if event_bus is not None and event_pattern is None:
             raise ValueError("TrainingWorkflow: event_bus was given without event_pattern (nothing to match)")
         tags = dict(tags or {})
-        policy = removal_policy or RemovalPolicy.RETAIN
-        if policy not in (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY):
-            raise ValueError(f"TrainingWorkflow: removal_policy must be RETAIN or DESTROY; got {policy}")
-        if not isinstance(network_isolation, bool):
-            raise ValueError(
-                f"TrainingWorkflow: network_isolation must be True or False; got {network_isolation!r}"
-            )
+        policy = _removal_and_isolation(removal_policy, network_isolation)
 
         self.fields = input_fields(
             allowed_instance_types=allowed,
@@ -295,23 +289,7 @@ class TrainingWorkflow(Construct):
         # ---- state machine ----------------------------------------------------------------------------------
         self.encryption_key = encryption_key
         self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            timeout=Duration.seconds(timeout),
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
-            ),
-            comment="Launch and monitor one SageMaker training job per execution (see README)",
-            encryption_configuration=(
-                sfn.CustomerManagedEncryptionConfiguration(encryption_key)
-                if encryption_key is not None
-                else None
-            ),
-        )
+        self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
 
         alarm_and_notifications(
@@ -365,6 +343,26 @@ class TrainingWorkflow(Construct):
                 ).subnet_ids,
             }
         return vpc_config
+
+    def _state_machine(
+        self, definition: sfn.IChainable, name: str | None, timeout: int, key: kms.IKey | None
+    ) -> sfn.StateMachine:
+        """The state machine: X-Ray, every event logged with its data, execution data encrypted with ``key``."""
+        return sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=name,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            timeout=Duration.seconds(timeout),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
+            ),
+            comment="Launch and monitor one SageMaker training job per execution (see README)",
+            encryption_configuration=(
+                sfn.CustomerManagedEncryptionConfiguration(key) if key is not None else None
+            ),
+        )
 
     def _log_group(
         self,
@@ -529,6 +527,18 @@ class TrainingWorkflow(Construct):
             "Step Functions log delivery (logs:*LogDelivery, DescribeLogGroups, ...) and X-Ray "
             "(PutTraceSegments, PutTelemetryRecords, GetSampling*) accept only Resource '*'.",
         )
+
+
+def _removal_and_isolation(removal_policy: RemovalPolicy | None, network_isolation: object) -> RemovalPolicy:
+    """The checked ``removal_policy`` (default RETAIN); refuses a ``network_isolation`` that is not a bool."""
+    policy = removal_policy or RemovalPolicy.RETAIN
+    if policy not in (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY):
+        raise ValueError(f"TrainingWorkflow: removal_policy must be RETAIN or DESTROY; got {policy}")
+    if not isinstance(network_isolation, bool):
+        raise ValueError(
+            f"TrainingWorkflow: network_isolation must be True or False; got {network_isolation!r}"
+        )
+    return policy
 
 
 def _role_of(execution_role: SageMakerExecutionRole | iam.IRole) -> iam.IRole:

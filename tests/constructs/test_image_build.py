@@ -799,3 +799,19 @@ def test_build_in_a_vpc_is_nag_clean():
         )
 
     assert synth_with_nag(build).violations == ()
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "removal_policy must be RETAIN or DESTROY"),
+        (
+            {"subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)},
+            "subnets and security_groups need vpc",
+        ),
+    ],
+)
+def test_bad_network_and_removal_props_are_refused(props, message):
+    stack = cdk.Stack(cdk.App(), "Bad", env=cdk.Environment(account="123456789012", region="us-west-2"))
+    with pytest.raises(ValueError, match=f"TrainingImageBuild: {message}"):
+        TrainingImageBuild(stack, "Build", image_repository=TrainingImageRepository(stack, "Images"), **props)

@@ -553,3 +553,15 @@ def test_app_without_notifications_has_no_topic_output():
     _, template = _app_template({"notifications": False})
     assert "NotificationTopicArn" not in template.find_outputs("*")
     template.resource_count_is("AWS::SNS::Topic", 0)
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "removal_policy must be RETAIN or DESTROY"),
+        ({"network_isolation": "yes"}, "network_isolation must be True or False"),
+    ],
+)
+def test_bad_compliance_props_are_refused(props, message):
+    with pytest.raises(ValueError, match=f"TrainingWorkflow: {message}"):
+        build_workflow(cdk.App(), **props)
