@@ -47,6 +47,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "defaultInstanceType",
     "defaultPrecision",
     "notifications",
+    "networkIsolation",
     "workflowTrigger",
     "eventBusName",
     "triggerSource",
@@ -61,6 +62,7 @@ CONTEXT_KEYS = (
     "useKms",
     "kmsKeyArn",
     "vpcId",
+    "buildInVpc",
     "buildComputeType",
     "buildTimeoutMinutes",
     "baseImageAccount",
@@ -97,6 +99,7 @@ class StackSettings:
     use_kms: bool = False
     kms_key_arn: str | None = None
     vpc_id: str | None = None
+    build_in_vpc: bool = False
     build_compute_type: codebuild.ComputeType | None = None
     build_timeout_minutes: int | None = None
     base_image_account: str | None = None
@@ -129,6 +132,11 @@ class StackSettings:
         if kms_key_arn is not None:
             _check_key(kms_key_arn, use_kms, region or default_region)
         vpc_id = _match("vpcId", get("vpcId"), _VPC_ID, "look like vpc-0123456789abcdef0")
+        build_in_vpc = _bool("buildInVpc", get("buildInVpc"), False)
+        if build_in_vpc and vpc_id is None:
+            raise ConfigError(
+                "context buildInVpc: needs vpcId (the VPC to build in); set vpcId or remove buildInVpc"
+            )
         compute = get("buildComputeType")
         if compute is not None:
             compute = _choice("buildComputeType", str(compute), tuple(_COMPUTE_TYPES), lower=True)
@@ -150,6 +158,7 @@ class StackSettings:
             use_kms=bool(use_kms) or kms_key_arn is not None,
             kms_key_arn=kms_key_arn,
             vpc_id=vpc_id,
+            build_in_vpc=build_in_vpc,
             build_compute_type=_COMPUTE_TYPES[compute] if compute is not None else None,
             build_timeout_minutes=build_timeout,
             base_image_account=base_account,
@@ -162,6 +171,7 @@ class StackSettings:
             "use_kms": self.use_kms,
             "kms_key_arn": self.kms_key_arn,
             "vpc_id": self.vpc_id,
+            "build_in_vpc": self.build_in_vpc,
             "build_compute_type": self.build_compute_type,
             "build_timeout_minutes": self.build_timeout_minutes,
             "base_image_account": self.base_image_account,
@@ -180,6 +190,7 @@ class WorkflowSettings:
     default_instance_type: str = DEFAULT_INSTANCE_TYPE
     default_precision: str = HYPERPARAMETERS_BY_NAME["precision"].default
     notifications: bool = True
+    network_isolation: bool = False
     trigger: bool = False
     event_bus_name: str | None = None
     trigger_source: str = "blackwell-training"
@@ -239,6 +250,7 @@ class WorkflowSettings:
             default_instance_type=instance_type,
             default_precision=precision,
             notifications=_bool("notifications", get("notifications"), cls.notifications),
+            network_isolation=_bool("networkIsolation", get("networkIsolation"), cls.network_isolation),
             trigger=trigger,
             event_bus_name=bus,
             trigger_source=texts["triggerSource"],

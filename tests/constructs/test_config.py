@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
 import pytest
 
@@ -110,3 +112,40 @@ def test_null_means_the_documented_default():
 def test_trigger_settings_are_accepted_with_the_trigger_on():
     settings = _settings(workflowTrigger=True, eventBusName="ops", triggerSource="mine")
     assert settings.workflow.event_bus_name == "ops" and settings.workflow.trigger_source == "mine"
+
+
+def test_build_in_vpc_needs_a_vpc_and_network_isolation_is_parsed():
+    with pytest.raises(ConfigError, match="context buildInVpc: needs vpcId"):
+        _settings(buildInVpc=True)
+    settings = _settings(buildInVpc="true", vpcId="vpc-0123456789abcdef0", networkIsolation=True)
+    assert settings.build_in_vpc is True and settings.workflow.network_isolation is True
+    assert settings.stack_kwargs()["build_in_vpc"] is True
+    assert _settings().workflow.network_isolation is False
+
+
+def test_stack_builds_in_the_vpc_and_isolates_the_jobs_when_asked():
+    from aws_cdk.assertions import Template
+
+    from constructs_lib.config import WorkflowSettings
+    from constructs_lib.stack import BlackwellTrainingStack
+
+    app = cdk.App()
+    stack = BlackwellTrainingStack(
+        app,
+        "S",
+        env=cdk.Environment(account="123456789012", region="us-west-2"),
+        vpc_id="vpc-0123456789abcdef0",
+        build_in_vpc=True,
+        workflow=WorkflowSettings(network_isolation=True),
+    )
+    template = Template.from_stack(stack).to_json()
+    (project,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
+    assert project["Properties"]["VpcConfig"]["Subnets"]
+    machines = [
+        r
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("WorkflowStateMachine")
+    ]
+    assert "EnableNetworkIsolation" in json.dumps(machines[0]["Properties"]["DefinitionString"])
+    with pytest.raises(ValueError, match="build_in_vpc needs vpc_id"):
+        BlackwellTrainingStack(cdk.App(), "T", build_in_vpc=True)
