@@ -6,8 +6,8 @@ unacknowledged finding fails ``app.synth()``. A finding is acknowledged on the c
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, CfnElement, IPolicyValidationPluginBeta1, Stack, Validations
-from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks, ServerlessChecks
+from aws_cdk import Acknowledgment, CfnElement, Stack, Validations
+from cdk_nag import AwsSolutionsChecks, NagPack, NIST80053R5Checks, ServerlessChecks
 from constructs import IConstruct
 
 AWS_SOLUTIONS = "AwsSolutions"
@@ -15,7 +15,7 @@ NIST_800_53_R5 = "NIST.800.53.R5"
 SERVERLESS = "Serverless"
 
 
-def nag_packs() -> list[IPolicyValidationPluginBeta1]:
+def nag_packs() -> list[NagPack]:
     """The rule packs the app and every construct test must pass: AwsSolutions, NIST 800-53 R5 and Serverless.
 
     HIPAA Security is not among them: on this library it raises the NIST 800-53 R5 rules again plus one that does

@@ -671,11 +671,13 @@ class TrainingImageBuild(Construct):
                 "Lambda poll loop during deployment, traced in the handlers' logs.",
                 pack=SERVERLESS,
             )
-            waiter_role = waiter.node.find_child("Role")
-            acknowledge_role_policy(policy_scope(waiter_role))
+            waiter_role_scope = waiter.node.find_child("Role")
+            acknowledge_role_policy(policy_scope(waiter_role_scope))
             # Only Step Functions state machines of this account and region may assume the waiter's role.
             stack = Stack.of(self)
-            waiter_role.node.default_child.add_property_override(
+            waiter_cfn_role = waiter_role_scope.node.default_child
+            assert isinstance(waiter_cfn_role, iam.CfnRole)
+            waiter_cfn_role.add_property_override(
                 "AssumeRolePolicyDocument.Statement.0.Condition",
                 {
                     "StringEquals": {"aws:SourceAccount": stack.account},

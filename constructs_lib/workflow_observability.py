@@ -7,7 +7,7 @@ rule/alarm, key)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jsii
 from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack
@@ -173,7 +173,7 @@ class _TopicTarget:
         self._topic = topic
         self._message = message
 
-    def bind(self, _rule: events.IRule, _id: str | None = None) -> events.RuleTargetConfig:
+    def bind(self, rule: Any, id: str | None = None) -> events.RuleTargetConfig:  # noqa: A002 (jsii's name)
         return events.RuleTargetConfig(arn=self._topic.topic_arn, input=self._message)
 
 
