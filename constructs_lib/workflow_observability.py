@@ -213,5 +213,17 @@ def trigger(
             pack=SERVERLESS,
         )
         events_role = sm.node.try_find_child("EventsRole")
+        key = getattr(workflow, "encryption_key", None)
+        if events_role is not None and key is not None:
+            # Starting an execution of a state machine encrypted with a customer key encrypts its input with
+            # that key: the caller needs a data key, in the context of this state machine only.
+            iam.Grant.add_to_principal(
+                grantee=events_role,  # type: ignore[arg-type]
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resource_arns=[key.key_arn],
+                conditions={
+                    "StringEquals": {"kms:EncryptionContext:aws:states:stateMachineArn": sm.state_machine_arn}
+                },
+            )
         if events_role is not None:
             acknowledge_role_policy(policy_scope(events_role))

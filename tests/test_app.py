@@ -258,3 +258,16 @@ def test_cdk_nag_check_is_live():
     assert any(rule.startswith("AwsSolutions-S1") for rule in rules)
     assert any(rule.startswith("AwsSolutions-S10") for rule in rules)
     assert all("PlainBucket" in path for _, path in result.violations)
+
+
+def test_the_trigger_may_start_the_encrypted_state_machine(kms_app_nag):
+    """With the trigger on, EventBridge's role gets a data key of the state machine's key for that machine only."""
+    ((_, template),) = kms_app_nag.templates.items()
+    ((key_id, _),) = _of_type(template, "AWS::KMS::Key").items()
+    (policy,) = [p for k, p in _of_type(template, "AWS::IAM::Policy").items() if "EventsRole" in k]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    (kms_statement,) = [s for s in statements if "kms:GenerateDataKey" in s["Action"]]
+    assert kms_statement["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    condition = kms_statement["Condition"]["StringEquals"]["kms:EncryptionContext:aws:states:stateMachineArn"]
+    assert condition["Ref"].startswith("WorkflowStateMachine")
+    assert any(s["Action"] == "states:StartExecution" for s in statements)
