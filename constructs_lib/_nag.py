@@ -59,6 +59,15 @@ def rendered(scope: IConstruct, value: str) -> str:
     return _render(Stack.of(scope).resolve(value))
 
 
+def rendered_or_none(scope: IConstruct, value: str) -> str | None:
+    """:func:`rendered`, or None for a value whose rendering is not known here (e.g. a cross-stack
+    ``Fn::ImportValue``): the finding then stays for the app to acknowledge, rather than failing synthesis."""
+    try:
+        return rendered(scope, value)
+    except ValueError:
+        return None
+
+
 def _render(node: object) -> str:
     if isinstance(node, str):
         return node
@@ -74,12 +83,23 @@ def _render(node: object) -> str:
 
 
 def policy_scope(grantee: IConstruct) -> IConstruct:
-    """Where a grant's statements land: a role's ``DefaultPolicy`` when it has one, else the grantee itself.
+    """Where a grant's statements land: a role's ``DefaultPolicy`` (a created role) or ``Policy`` (a role
+    imported with ``Role.from_role_arn``/``from_role_name``) when it has one, else the grantee itself.
 
     Acknowledging there, not on the whole role, keeps a finding about one grant from covering the role's
     other policies.
     """
-    return grantee.node.try_find_child("DefaultPolicy") or grantee
+    node = grantee.node
+    return node.try_find_child("DefaultPolicy") or node.try_find_child("Policy") or grantee
+
+
+def grant_scope(grantee: object) -> IConstruct | None:
+    """:func:`policy_scope` of a grantee that is a construct, created or imported (an imported role is a jsii
+    proxy of ``IRole``, not a ``Construct`` subclass, but it has a ``node``); None for a bare principal such as
+    ``iam.AccountRootPrincipal()``, which has no place to acknowledge on."""
+    if getattr(grantee, "node", None) is None:
+        return None
+    return policy_scope(grantee)  # type: ignore[arg-type]
 
 
 ROLE_POLICY_REASON = (

@@ -13,13 +13,13 @@ Layout (one prefix per use, each granted separately):
 
 from __future__ import annotations
 
-from aws_cdk import CfnElement, Duration, RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib._nag import NIST_800_53_R5, acknowledge, arn_evidence, policy_scope
+from constructs_lib._nag import NIST_800_53_R5, acknowledge, grant_scope, rendered_or_none
 
 CHECKPOINT_PREFIX = "checkpoints/"
 OUTPUT_PREFIX = "output/"
@@ -32,11 +32,14 @@ class CheckpointBucket(Construct):
     All props are keyword-only.
 
     :param bucket: an existing bucket to use instead of creating one. Default: create one. The creation props
-        (encryption, encryption_key, bucket_name, server_access_logs_bucket, lifecycle days, removal policy) then
-        must be left unset: their settings are the existing bucket's business.
+        (encryption, bucket_name, server_access_logs_bucket, lifecycle days, removal policy) then must be left
+        unset: their settings are the existing bucket's business. Its objects are used under the same prefixes.
     :param encryption: ``s3.BucketEncryption.S3_MANAGED`` (default) or ``s3.BucketEncryption.KMS`` (customer
         managed key: ``encryption_key``, or one created with rotation).
-    :param encryption_key: customer managed KMS key; implies ``KMS`` encryption. Default: none.
+    :param encryption_key: customer managed KMS key; implies ``KMS`` encryption. Default: none. With ``bucket``
+        it declares the key the existing bucket's objects are encrypted with (SSE-KMS), so that every grant
+        also allows exactly the key actions its object actions need; it may be left unset when the bucket was
+        imported with ``Bucket.from_bucket_attributes(..., encryption_key=...)``, and must not differ from that.
     :param noncurrent_version_expiration_days: days a replaced or deleted object version is kept. Default 30.
     :param abort_incomplete_multipart_upload_days: days before an unfinished upload is cleaned up. Default 7.
     :param server_access_logs_bucket: bucket for S3 server access logs. Default: a log bucket is created.
@@ -71,7 +74,6 @@ class CheckpointBucket(Construct):
         if bucket is not None:
             given = {
                 "encryption": encryption,
-                "encryption_key": encryption_key,
                 "server_access_logs_bucket": server_access_logs_bucket,
                 "bucket_name": bucket_name,
                 "noncurrent_version_expiration_days": noncurrent_version_expiration_days,
@@ -87,7 +89,7 @@ class CheckpointBucket(Construct):
                     "(an existing bucket keeps its own settings); pass either bucket or creation props"
                 )
             self.bucket: s3.IBucket = bucket
-            self.encryption_key: kms.IKey | None = bucket.encryption_key
+            self.encryption_key: kms.IKey | None = _declared_key(self, bucket.encryption_key, encryption_key)
             self.access_logs_bucket: s3.IBucket | None = None
             return
 
@@ -199,19 +201,19 @@ class CheckpointBucket(Construct):
         """``s3://<bucket>/<prefix>`` (a token until deploy time)."""
         return f"s3://{self.bucket.bucket_name}/{prefix}"
 
-    def grant_read_write(self, grantee: iam.IGrantable, *, prefix: str) -> None:
+    def grant_read_write(self, grantee: iam.IGrantable, *, prefix: str) -> iam.Grant:
         """Read, write, delete and list objects under ``prefix`` only (plus KMS use when encrypted).
 
         Delete is included because SageMaker's checkpoint sync mirrors local deletions (rotation of old
         checkpoints); bucket versioning keeps the deleted versions for ``noncurrent_version_expiration_days``.
         """
-        self._grant(grantee, prefix, write=True)
+        return self._grant(grantee, prefix, write=True)
 
-    def grant_read(self, grantee: iam.IGrantable, *, prefix: str) -> None:
+    def grant_read(self, grantee: iam.IGrantable, *, prefix: str) -> iam.Grant:
         """Read and list objects under ``prefix`` only (plus KMS decrypt when encrypted)."""
-        self._grant(grantee, prefix, write=False)
+        return self._grant(grantee, prefix, write=False)
 
-    def _grant(self, grantee: iam.IGrantable, prefix: str, *, write: bool) -> None:
+    def _grant(self, grantee: iam.IGrantable, prefix: str, *, write: bool) -> iam.Grant:
         if not prefix or prefix.startswith("/") or "*" in prefix:
             raise ValueError(
                 f"CheckpointBucket: prefix must be a relative key prefix such as 'checkpoints/'; "
@@ -220,31 +222,50 @@ class CheckpointBucket(Construct):
         object_actions = ["s3:GetObject"]
         if write:
             object_actions += ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
-        iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=object_actions,
-            resource_arns=[self.bucket.arn_for_objects(f"{prefix}*")],
-        )
-        if isinstance(grantee, Construct) and isinstance(self.bucket.node.default_child, CfnElement):
+        objects = self.bucket.arn_for_objects(f"{prefix}*")
+        grant = iam.Grant.add_to_principal(grantee=grantee, actions=object_actions, resource_arns=[objects])
+        scope = grant_scope(grantee)
+        evidence = rendered_or_none(scope, objects) if scope is not None else None
+        if scope is not None and evidence is not None:
+            # The evidence is the ARN as rendered: <Bucket.Arn>/prefix/* for a bucket created here,
+            # arn:<AWS::Partition>:s3:::name/prefix/* for an imported one.
             acknowledge(
-                policy_scope(grantee),
-                f"IAM5[Resource::{arn_evidence(self.bucket, f'/{prefix}*')}]",
+                scope,
+                f"IAM5[Resource::{evidence}]",
                 f"Object access is limited to the '{prefix}' prefix of the checkpoint bucket; object keys "
                 "below it are created at run time (one sub-prefix per job), so they cannot be listed here.",
             )
-        iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=["s3:ListBucket"],
-            resource_arns=[self.bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
+        grant = grant.combine(
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=["s3:ListBucket"],
+                resource_arns=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
+            )
         )
-        iam.Grant.add_to_principal(
-            grantee=grantee, actions=["s3:GetBucketLocation"], resource_arns=[self.bucket.bucket_arn]
+        grant = grant.combine(
+            iam.Grant.add_to_principal(
+                grantee=grantee, actions=["s3:GetBucketLocation"], resource_arns=[self.bucket.bucket_arn]
+            )
         )
         if self.encryption_key is not None:
             # SSE-KMS: GetObject decrypts; PutObject generates a data key (and multipart parts decrypt it).
             actions = ["kms:Decrypt", "kms:GenerateDataKey"] if write else ["kms:Decrypt"]
-            self.encryption_key.grant(grantee, *actions)
+            grant = grant.combine(self.encryption_key.grant(grantee, *actions))
+        return grant
+
+
+def _declared_key(scope: Construct, imported: kms.IKey | None, declared: kms.IKey | None) -> kms.IKey | None:
+    """The key of an existing bucket: the one it was imported with, or the one declared for it (not both,
+    unless they are the same key)."""
+    if imported is not None and declared is not None:
+        stack = Stack.of(scope)
+        if stack.resolve(imported.key_arn) != stack.resolve(declared.key_arn):
+            raise ValueError(
+                "CheckpointBucket: encryption_key differs from the encryption_key the existing bucket was "
+                "imported with; give the bucket's one key in one place"
+            )
+    return declared or imported
 
 
 def _acknowledge_replication(bucket: s3.Bucket, what: str) -> None:

@@ -17,6 +17,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
+from constructs_lib.request_validation import parse_data_sources
 from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
@@ -52,6 +53,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "eventBusName",
     "triggerSource",
     "triggerDetailType",
+    "dataSources",
 )
 
 # THE table of known keys: the unknown-key check and its suggestions are derived from it.
@@ -195,6 +197,9 @@ class WorkflowSettings:
     event_bus_name: str | None = None
     trigger_source: str = "blackwell-training"
     trigger_detail_type: str = "Start training job"
+    data_sources: tuple[str, ...] = ("data/",)
+    """Where an execution's ``train_data_uri`` may point (``dataSources``): ``s3://bucket/prefix/`` URIs or key
+    prefixes of the checkpoint bucket; the execution role may read exactly these."""
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> WorkflowSettings:
@@ -255,6 +260,7 @@ class WorkflowSettings:
             event_bus_name=bus,
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
+            data_sources=parse_data_sources(get("dataSources")),
         )
 
 

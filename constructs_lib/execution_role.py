@@ -7,7 +7,7 @@ network interfaces only in the given VPC, and use only the given KMS keys.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Annotations, ArnFormat, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -20,6 +20,8 @@ from constructs_lib.image_repository import TrainingImageRepository
 SAGEMAKER_SERVICE = "sagemaker.amazonaws.com"
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TRAINING_METRICS_NAMESPACES = ("/aws/sagemaker/TrainingJobs", "aws/sagemaker/TrainingJobs")
+IMMUTABLE_ROLE_WARNING = "blackwell-training:immutableExecutionRole"
+"""Id of the synthesis warning for an immutable ``role`` (acknowledge it with ``Annotations.acknowledge_warning``)."""
 
 
 class SageMakerExecutionRole(Construct):
@@ -31,7 +33,10 @@ class SageMakerExecutionRole(Construct):
         and whose ``data/`` prefix they read.
     :param image_repository: the repository the jobs pull their image from.
     :param role: an existing role to use instead of creating one. Default: create one. The statements are still
-        added to it (it must be mutable, i.e. imported with ``mutable=True``, the default).
+        added to it. An immutable role (``Role.from_role_arn(..., mutable=False)``, a role of another account,
+        ``role.without_policy_updates()``) silently drops them all: it is accepted, for a role that a security
+        team keeps with these permissions already, but synthesis warns (``IMMUTABLE_ROLE_WARNING``) and names
+        what the role must allow.
     :param role_name: physical name of the created role. Default: generated.
     :param vpc: when jobs run in a VPC, the permissions to create their network interfaces there. Default: none.
     :param kms_keys: further customer managed keys the jobs may use (e.g. for a data bucket or volumes).
@@ -117,6 +122,14 @@ class SageMakerExecutionRole(Construct):
         )
         self.role.attach_inline_policy(observability)
         acknowledge_role_policy(observability)
+        if not _attached(observability):
+            Annotations.of(self).add_warning_v2(
+                IMMUTABLE_ROLE_WARNING,
+                f"SageMakerExecutionRole: the role {self.role.node.path} is immutable (imported with "
+                "mutable=False, from another account, or without_policy_updates()), so none of the statements "
+                "this construct grants are added to it. The training jobs fail unless the role already allows: "
+                + _needs(vpc is not None, kms_keys, checkpoint_bucket, image_repository),
+            )
         acknowledge(
             observability,
             "IAM5[Resource::*]",
@@ -186,3 +199,35 @@ class SageMakerExecutionRole(Construct):
             resource_arns=[self.role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": SAGEMAKER_SERVICE}},
         )
+
+
+def _attached(policy: iam.Policy) -> bool:
+    """Whether ``policy`` went onto a role: an immutable role ignores ``attach_inline_policy`` (and every
+    grant, while reporting it as added), so the policy's role list stays empty."""
+    cfn = policy.node.default_child
+    return bool(Stack.of(policy).resolve(cfn.roles))  # type: ignore[union-attr]
+
+
+def _needs(
+    vpc: bool,
+    kms_keys: list[kms.IKey] | None,
+    bucket: CheckpointBucket,
+    repository: TrainingImageRepository,
+) -> str:
+    """What an execution role needs, in words (for the immutable-role warning)."""
+    needs = [
+        "ecr:GetAuthorizationToken, and ecr:BatchGetImage/GetDownloadUrlForLayer/BatchCheckLayerAvailability "
+        "on the training image repository",
+        f"s3:GetObject/PutObject/DeleteObject/AbortMultipartUpload on {bucket.checkpoint_prefix}* and "
+        f"{bucket.output_prefix}*, s3:GetObject on {bucket.data_prefix}*, s3:ListBucket on those prefixes and "
+        "s3:GetBucketLocation, in the checkpoint bucket",
+        f"logs:CreateLogGroup/CreateLogStream/PutLogEvents/DescribeLogStreams on {TRAINING_LOG_GROUP}, and "
+        "cloudwatch:PutMetricData",
+    ]
+    if bucket.encryption_key is not None or repository.encryption_key is not None:
+        needs.append("kms:Decrypt/GenerateDataKey on the bucket's and the repository's keys")
+    if vpc:
+        needs.append("the EC2 network-interface actions (create, delete, describe) in the VPC")
+    if kms_keys:
+        needs.append(f"kms:Encrypt/Decrypt/GenerateDataKey/DescribeKey on the {len(kms_keys)} kms_keys")
+    return "; ".join(needs) + "."

@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, policy_scope
+from constructs_lib._nag import acknowledge, grant_scope
 
 CACHE_TAG = "buildcache"
 """Tag of the BuildKit registry cache manifest (mutable: every build refreshes it)."""
@@ -24,9 +24,11 @@ class TrainingImageRepository(Construct):
     All props are keyword-only.
 
     :param repository: an existing repository to use instead of creating one. Default: create one. The creation
-        props must then be left unset.
+        props (all but ``encryption_key``) must then be left unset.
     :param repository_name: physical name. Default: generated.
-    :param encryption_key: customer managed KMS key for the images. Default: AES-256 (ECR managed).
+    :param encryption_key: customer managed KMS key for the images. Default: AES-256 (ECR managed). With
+        ``repository`` it declares the key the existing repository is encrypted with, so that pull and push
+        grants also allow exactly the key actions they need.
     :param untagged_image_expiry_days: days before untagged images (superseded cache layers, failed pushes) are
         expired. Default 1.
     :param max_tagged_images: how many tagged images to keep (the newest). Default 30.
@@ -53,7 +55,6 @@ class TrainingImageRepository(Construct):
         if repository is not None:
             given = {
                 "repository_name": repository_name,
-                "encryption_key": encryption_key,
                 "untagged_image_expiry_days": untagged_image_expiry_days,
                 "max_tagged_images": max_tagged_images,
                 "removal_policy": removal_policy,
@@ -63,10 +64,10 @@ class TrainingImageRepository(Construct):
             if clash:
                 raise ValueError(
                     f"TrainingImageRepository: {', '.join(clash)} cannot be set together with repository "
-                    "(an existing repository keeps its own settings)"
+                    "(an existing repository keeps its own settings; only its encryption_key may be declared)"
                 )
             self.repository: ecr.IRepository = repository
-            self.encryption_key: kms.IKey | None = None
+            self.encryption_key: kms.IKey | None = encryption_key
             return
 
         untagged_days = _at_least("untagged_image_expiry_days", untagged_image_expiry_days, 1, 1)
@@ -117,25 +118,28 @@ class TrainingImageRepository(Construct):
         """``<account>.dkr.ecr.<region>.amazonaws.com/<name>:<tag>``."""
         return self.repository.repository_uri_for_tag(tag)
 
-    def grant_pull(self, grantee: iam.IGrantable) -> None:
+    def grant_pull(self, grantee: iam.IGrantable) -> iam.Grant:
         """Pull images (and decrypt them when the repository has a customer key)."""
-        self.repository.grant_pull(grantee)
+        grant = self.repository.grant_pull(grantee)
         self._acknowledge_auth_token(grantee)
         if self.encryption_key is not None:
-            self.encryption_key.grant_decrypt(grantee)
+            grant = grant.combine(self.encryption_key.grant(grantee, "kms:Decrypt"))
+        return grant
 
-    def grant_pull_push(self, grantee: iam.IGrantable) -> None:
+    def grant_pull_push(self, grantee: iam.IGrantable) -> iam.Grant:
         """Pull and push images (for the image build)."""
-        self.repository.grant_pull_push(grantee)
+        grant = self.repository.grant_pull_push(grantee)
         self._acknowledge_auth_token(grantee)
         if self.encryption_key is not None:
-            self.encryption_key.grant(grantee, "kms:Decrypt", "kms:GenerateDataKey")
+            grant = grant.combine(self.encryption_key.grant(grantee, "kms:Decrypt", "kms:GenerateDataKey"))
+        return grant
 
     @staticmethod
     def _acknowledge_auth_token(grantee: iam.IGrantable) -> None:
-        if isinstance(grantee, Construct):
+        scope = grant_scope(grantee)
+        if scope is not None:
             acknowledge(
-                policy_scope(grantee),
+                scope,
                 "IAM5[Resource::*]",
                 "ecr:GetAuthorizationToken is an account-level call that IAM only accepts on Resource '*'; "
                 "image access itself is scoped to the one repository.",

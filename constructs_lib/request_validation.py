@@ -24,6 +24,7 @@ Nothing here imports ``aws_cdk``.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -40,6 +41,8 @@ from training.contract import (
     HYPERPARAMETERS_BY_NAME,
     MODEL_DIR,
     PRECISIONS,
+    RESUME_CHANNEL,
+    TRAIN_CHANNEL,
     ContractError,
     instance_types_supporting,
     normalize_name,
@@ -55,8 +58,6 @@ UUID_LENGTH = 36
 CHECKPOINT_MARKER = "COMPLETE"
 """The file the trainer writes last into a finished checkpoint (``training/trainer/checkpoint.py``)."""
 CHECKPOINT_DIR_NAME = re.compile(r"^step_(\d{8})$")
-RESUME_CHANNEL = "resume"
-"""The read-only input channel that carries the checkpoint a run continues from."""
 DATA_INPUT_MODES = ("FastFile", "File")
 """Input modes of the train channel (``Pipe`` is not something the trainer reads)."""
 EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -97,6 +98,8 @@ DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType(
 )
 """Every execution-input field and its value when neither the input nor the workflow's defaults give one."""
 INPUT_FIELDS: tuple[str, ...] = tuple(DEFAULT_INPUT)
+DECIDE_STATE = "Decide request"
+"""The workflow's first state: it invokes :func:`handler` with the rules."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -226,6 +229,18 @@ class RequestRules:
                 data[key] = tuple(data[key])
         return cls(**data)
 
+    @classmethod
+    def from_state_machine_definition(cls, definition: str | Mapping[str, Any]) -> RequestRules:
+        """The exact rules of a deployed workflow, from its state machine definition (``DescribeStateMachine``'s
+        ``definition``): the ``Decide request`` state hands them to the Lambda function."""
+        data = json.loads(definition) if isinstance(definition, str) else definition
+        try:
+            return cls.from_json(data["States"][DECIDE_STATE]["Parameters"]["Payload"]["rules"])
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"definition: no '{DECIDE_STATE}' state with rules (not a TrainingWorkflow?)"
+            ) from None
+
     def with_limits(self) -> RequestRules:
         """These rules with SageMaker's constraints read now (so they travel with the rules)."""
         return replace(self, limits=sagemaker_limits())
@@ -269,6 +284,9 @@ DATA_SOURCE = re.compile(r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/)?([A-Za-z0-9
 def parse_data_sources(value: Any) -> tuple[str, ...]:
     """The ``dataSources`` context value: a list of ``s3://bucket/prefix/`` URIs or key prefixes of the workflow's
     bucket, each ending in ``/``. Absent or empty: ``("data/",)``."""
+    if isinstance(value, str) and value.startswith("["):  # -c dataSources='["data/"]' arrives as text
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
     if value in (None, "", []):
         return ("data/",)
     if not isinstance(value, list) or not all(
@@ -308,11 +326,13 @@ def _cached_limits() -> dict[str, Any]:
 @dataclass
 class PreparedRequest:
     """The outcome of :func:`prepare_request`: ``config`` (every input field, merged and normalized),
-    ``hyperparameters`` (the exact string map for ``CreateTrainingJob``) and ``problems`` (empty when valid)."""
+    ``hyperparameters`` (the exact string map for ``CreateTrainingJob``), ``channels`` (its ``InputDataConfig``)
+    and ``problems`` (empty when valid)."""
 
     config: dict[str, Any]
     hyperparameters: dict[str, str]
     problems: list[str]
+    channels: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def cause(self) -> str:
@@ -350,7 +370,27 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
         problems += hp_problems
     if not problems and config["use_spot"] and config["max_wait_seconds"] is None:
         config["max_wait_seconds"] = config["max_runtime_seconds"]
-    return PreparedRequest(config, hyperparameters if not problems else {}, problems)
+    if problems:
+        return PreparedRequest(config, {}, problems)
+    channels = []
+    if config["train_data_uri"] is not None:
+        channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
+    return PreparedRequest(config, hyperparameters, problems, channels)
+
+
+def channel(name: str, uri: str, mode: str) -> dict[str, Any]:
+    """One ``InputDataConfig`` entry: every object under the ``uri`` prefix, on every instance."""
+    return {
+        "ChannelName": name,
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": uri,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+        "InputMode": mode,
+    }
 
 
 def _show(value: Any) -> str:
@@ -664,8 +704,10 @@ def _list_run(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
 
 
 def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
-    """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules>, "execution":
-    <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters", "resume"}``."""
+    """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
+    "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
+    "channels", "resume"}`` (all but the first two null when not valid); ``s3``: a boto3 S3 client (default: one
+    for the rules' region) to decide ``resume_from``."""
     rules = RequestRules.from_json(event["rules"])
     prepared = prepare_request(event.get("input"), rules)
     resume = None
@@ -683,7 +725,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
             if s3 is None:
                 import boto3  # noqa: PLC0415 - in the Lambda runtime; the CLI passes its own client
 
-                s3 = boto3.client("s3")
+                s3 = boto3.client("s3", region_name=rules.region) if rules.region else boto3.client("s3")
             bucket, _, run_key = run_uri[5:].partition("/")
             objects = _list_run(s3, bucket, run_key)
             found = newest_complete_checkpoint(
@@ -691,13 +733,15 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
             )
             prepared.problems += resume_problems(prepared.config, prepared.hyperparameters, found, run_uri)
             if found is not None:
-                resume = {"step": found[0], "uri": f"s3://{bucket}/{found[1]}"}
+                resume = {"step": found[0], "uri": f"s3://{bucket}/{found[1]}", "execution": name}
+                prepared.channels.append(channel(RESUME_CHANNEL, resume["uri"], "File"))
     valid = not prepared.problems
     return {
         "valid": valid,
         "cause": prepared.cause,
         "config": prepared.config if valid else None,
         "hyperparameters": prepared.hyperparameters if valid else None,
+        "channels": prepared.channels if valid else None,
         "resume": resume if valid else None,
     }
 

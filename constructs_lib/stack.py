@@ -122,6 +122,7 @@ class BlackwellTrainingStack(Stack):
             defaults=WorkflowDefaults(instance_type=wf.default_instance_type, precision=wf.default_precision),
             max_instance_count=wf.max_instance_count,
             max_capacity_retries=wf.max_capacity_retries,
+            data_sources=wf.data_sources,
             capacity_retry_wait=Duration.minutes(wf.capacity_retry_wait_minutes),
             state_machine_timeout=Duration.hours(wf.timeout_hours),
             vpc=self.vpc,

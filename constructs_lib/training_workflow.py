@@ -1,26 +1,31 @@
 """``TrainingWorkflow``: a Step Functions state machine that launches and monitors one SageMaker training job.
 
 One execution = one validated, cost-bounded, monitored training job. The execution input (snake_case, every
-field optional) is merged over the defaults, validated field by field (``constructs_lib.workflow_validation``),
-turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand, Flexible Training Plan or managed
-spot), and run with the ``createTrainingJob.sync`` integration. A job that fails for lack of capacity is
-relaunched under a new name with the same checkpoint prefix (so it resumes), a bounded number of times; any other
-failure ends the execution with the job name and SageMaker's ``FailureReason``. Success ends with a summary.
+field optional) is decided before anything launches by the workflow's ``RequestValidator`` Lambda function
+(``request_validation``: every field, the trainer's settings and rules from the contract, SageMaker's limits, the
+data location, ``resume_from``), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
+Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
+ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
+checkpoint prefix (so it resumes), a bounded number of times; any other failure ends the execution with the job
+name and SageMaker's ``FailureReason``. Success ends with a summary. Checkpoints live under
+``<checkpoint_prefix><run_segment>/<execution name>/``: the per-workflow segment keeps workflows sharing a bucket
+apart.
 
 Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
 
-This module checks the props and composes the parts: the request (``workflow_request``), the states
-(``workflow_states``), input validation (``workflow_validation``) and observability (``workflow_observability``).
+This module checks the props and composes the parts: the request (``workflow_request``), its validation
+(``request_validation``, ``request_validator``, ``request_states``), the states (``workflow_states``,
+``launch_retry``) and observability (``workflow_observability``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from aws_cdk import ArnFormat, Aws, Duration, Names, RemovalPolicy, Stack, Tags
+from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -31,28 +36,37 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib._nag import NIST_800_53_R5, acknowledge, acknowledge_role_policy, policy_scope, rendered
+from constructs_lib._nag import (
+    NIST_800_53_R5,
+    acknowledge,
+    acknowledge_role_policy,
+    arn_evidence,
+    policy_scope,
+    rendered,
+)
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
-from constructs_lib.workflow_observability import FAILED_STATUSES, alarm_and_notifications, trigger
+from constructs_lib.request_states import decide_request
+from constructs_lib.request_validation import (
+    MAX_RUNTIME_SECONDS_LIMIT,
+    RequestRules,
+    parse_data_sources,
+    validate_request,
+)
+from constructs_lib.request_validator import RequestValidator
+from constructs_lib.workflow_observability import (
+    FAILED_STATUSES,
+    alarm_and_notifications,
+    keyed_log_group,
+    trigger,
+)
 from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
 from constructs_lib.workflow_states import (
     CAPACITY_ERROR_MARKER,
-    CHECKPOINT_DIR_HYPERPARAMETER,
     CREATE_TRAINING_JOB_SYNC,
-    MANAGED_HYPERPARAMETERS,
-    TRANSIENT_SAGEMAKER_ERRORS,
     capacity_states,
-    input_checks,
-    input_states,
     launch_loop,
-)
-from constructs_lib.workflow_validation import (
-    JOB_NAME_PREFIX_MAX_LENGTH,
-    MAX_RUNTIME_SECONDS_LIMIT,
-    check_value,
-    input_fields,
-    precision_problem,
+    prepare_state,
 )
 from training.contract import (
     DEFAULT_INSTANCE_TYPE,
@@ -62,12 +76,9 @@ from training.contract import (
 
 __all__ = [
     "CAPACITY_ERROR_MARKER",
-    "CHECKPOINT_DIR_HYPERPARAMETER",
     "CREATE_TRAINING_JOB_SYNC",
     "FAILED_STATUSES",
-    "MANAGED_HYPERPARAMETERS",
     "SYNC_EVENTS_RULE",
-    "TRANSIENT_SAGEMAKER_ERRORS",
     "TrainingWorkflow",
     "WorkflowDefaults",
 ]
@@ -75,6 +86,7 @@ __all__ = [
 
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The EventBridge rule Step Functions manages in the account to learn when a training job ends."""
+RUN_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def _default(name: str) -> Any:
@@ -100,6 +112,8 @@ class WorkflowDefaults:
     max_wait_seconds: int | None = None
     hyperparameters: Mapping[str, str] = field(default_factory=dict)
     job_name_prefix: str = "blackwell-training"
+    train_data_uri: str | None = None
+    train_data_input_mode: str = "FastFile"
 
     def as_input(self) -> dict[str, Any]:
         values = asdict(self)
@@ -119,8 +133,15 @@ class TrainingWorkflow(Construct):
         Give either this or ``bucket``.
     :param bucket: an existing bucket instead, with ``checkpoint_prefix`` (default ``checkpoints/``) and
         ``output_prefix`` (default ``output/``). The execution role must already be allowed to use them.
-    :param train_data_prefix: a key prefix of pre-tokenized data to mount as the ``train`` channel. Default: none
-        (the trainer's synthetic data).
+    :param train_data_prefix: a key prefix of the bucket with pre-tokenized data to mount as the ``train``
+        channel when an execution gives no ``train_data_uri`` (added to ``data_sources``). Default: none (the
+        trainer's synthetic data).
+    :param data_sources: where an execution's ``train_data_uri`` may point: ``s3://bucket/prefix/`` URIs or key
+        prefixes of the bucket; the execution role is granted read on exactly these. Default ``("data/",)``.
+    :param run_segment: the workflow's folder under the checkpoint prefix (letters, digits, ``_.-``): two
+        workflows sharing a bucket must differ. Default: the construct path with ``/`` as ``-``.
+    :param launch_retry_backoff: first wait before relaunching a throttled ``CreateTrainingJob`` (doubled each
+        time, at most 5 minutes). Default 15 seconds.
     :param defaults: ``WorkflowDefaults`` for every input field. Default: ``WorkflowDefaults()``.
     :param allowed_instance_types: instance types an execution may ask for. Default: every type in
         ``training.contract.GPU_INSTANCE_TYPES``.
@@ -171,6 +192,9 @@ class TrainingWorkflow(Construct):
         checkpoint_prefix: str | None = None,
         output_prefix: str | None = None,
         train_data_prefix: str | None = None,
+        data_sources: Sequence[str] | None = None,
+        run_segment: str | None = None,
+        launch_retry_backoff: Duration | None = None,
         defaults: WorkflowDefaults | None = None,
         allowed_instance_types: Sequence[str] | None = None,
         max_instance_count: int | None = None,
@@ -246,14 +270,14 @@ class TrainingWorkflow(Construct):
             raise ValueError("TrainingWorkflow: event_bus was given without event_pattern (nothing to match)")
         tags = dict(tags or {})
         policy = _removal_and_isolation(removal_policy, network_isolation)
-
-        self.fields = input_fields(
-            allowed_instance_types=allowed,
-            max_instance_count=max_count,
-            max_runtime_seconds=min(MAX_RUNTIME_SECONDS_LIMIT, timeout),
-        )
+        self.launch_retry_backoff = _seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
+        self.run_segment = _run_segment(run_segment, self.node.path)
+        self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
         self.defaults = defaults or WorkflowDefaults()
-        self._check_defaults(self.defaults, region=stack.region)
+        limits = (allowed, max_count, min(MAX_RUNTIME_SECONDS_LIMIT, timeout), retries)
+        self.request_rules = self._request_rules(
+            stack, data_sources, train_data_prefix, checkpoint_prefix, limits
+        )
         self.allowed_instance_types = allowed
         self.max_instance_count = max_count
         self.max_capacity_retries = retries
@@ -264,13 +288,12 @@ class TrainingWorkflow(Construct):
             role_arn=self.execution_role.role_arn,
             image_uri=image_uri,
             bucket_name=self.bucket.bucket_name,
-            checkpoint_prefix=checkpoint_prefix,
+            checkpoint_prefix=self.runs_prefix,
             output_prefix=output_prefix,
             internal_retry_attempts=internal_retries,
             tags=job_tags(self.node.path, tags),
             output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
             vpc_config=vpc_config,
-            train_data_prefix=train_data_prefix,
             network_isolation=network_isolation,
         )
         resources = resource_config(
@@ -279,18 +302,15 @@ class TrainingWorkflow(Construct):
         )
 
         # ---- states -----------------------------------------------------------------------------------------
-        apply_defaults, merge = input_states(
-            self,
-        )
-        launch_loop(self, launch_params, retries, retry_wait)
-        mode = capacity_states(self, resources, pending)
-        definition = input_checks(self, stack, allowed, mode, apply_defaults, merge)
+        self.encryption_key = encryption_key
+        self.removal_policy = policy
+        definition = self._definition(launch_params, resources, retries, retry_wait, pending, log_retention)
 
         # ---- state machine ----------------------------------------------------------------------------------
-        self.encryption_key = encryption_key
         self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
         self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
+        self._grant_data_sources(execution_role, checkpoint_bucket)
 
         alarm_and_notifications(
             self,
@@ -372,84 +392,91 @@ class TrainingWorkflow(Construct):
         policy: RemovalPolicy,
     ) -> logs.LogGroup:
         """The execution log group; with a key, named (so that the key policy can name exactly it) and encrypted."""
-        name = None
-        if encryption_key is not None:
-            name = "/aws/vendedlogs/states/" + Names.unique_resource_name(self, max_length=200)
-            encryption_key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid=f"WorkflowLogs{Names.unique_id(self)[-8:]}",
-                    principals=[iam.ServicePrincipal(f"logs.{stack.region}.{Aws.URL_SUFFIX}")],
-                    actions=[
-                        "kms:Encrypt*",
-                        "kms:Decrypt*",
-                        "kms:ReEncrypt*",
-                        "kms:GenerateDataKey*",
-                        "kms:Describe*",
-                    ],
-                    resources=["*"],
-                    conditions={
-                        "ArnEquals": {
-                            "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                                service="logs",
-                                resource="log-group",
-                                resource_name=name,
-                                arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                            )
-                        }
-                    },
-                )
-            )
-        group = logs.LogGroup(
+        return keyed_log_group(
             self,
-            "Logs",
-            log_group_name=name,
-            retention=retention or logs.RetentionDays.SIX_MONTHS,
-            encryption_key=encryption_key,
-            removal_policy=policy,
+            encryption_key,
+            retention or logs.RetentionDays.SIX_MONTHS,
+            policy,
+            "/aws/vendedlogs/states/",
         )
-        if encryption_key is None:
-            acknowledge(
-                group,
-                "CloudWatchLogGroupEncrypted",
-                "No encryption_key was given: CloudWatch Logs encrypts the execution log with its own key; pass "
-                "encryption_key (the app always does) for a customer managed key on logs and state machine.",
-                pack=NIST_800_53_R5,
-            )
-        return group
 
     # ------------------------------------------------------------------------------------------------------------
     @property
     def state_machine_arn(self) -> str:
         return self.state_machine.state_machine_arn
 
-    def _check_defaults(self, defaults: WorkflowDefaults, *, region: str | None) -> None:
-        values = defaults.as_input()
-        concrete_region = None if region is None or re.search(r"\$\{Token", region) else region
-        for f in self.fields:
-            problem = check_value(f, values[f.name], region=concrete_region)
-            if problem:
-                raise ValueError(f"TrainingWorkflow: defaults.{problem}")
-        problem = precision_problem(defaults.precision, defaults.instance_type)
-        if problem:
+    def _definition(
+        self,
+        launch_params: dict[str, Any],
+        resources: dict[str, Any],
+        retries: int,
+        retry_wait: int,
+        pending: int,
+        log_retention: logs.RetentionDays | None,
+    ) -> sfn.IChainable:
+        """Decide the request (``self.validator``), prepare, capacity mode, then the launch loop."""
+        self.validator = RequestValidator(
+            self,
+            "RequestValidator",
+            bucket=self.bucket,
+            runs_prefix=self.runs_prefix,
+            log_retention=log_retention,
+            encryption_key=self.encryption_key,
+            removal_policy=self.removal_policy,
+        )
+        launch_data = launch_loop(self, launch_params, retries, retry_wait)
+        mode = capacity_states(self, resources, pending, launch_data)
+        return decide_request(
+            self,
+            validator=self.validator,
+            rules_json=self.request_rules.to_json(),
+            next_state=prepare_state(self).next(mode),
+        )
+
+    def _request_rules(
+        self,
+        stack: Stack,
+        data_sources: Sequence[str] | None,
+        train_data_prefix: str | None,
+        checkpoint_prefix: str,
+        limits: tuple[tuple[str, ...], int, int, int],
+    ) -> RequestRules:
+        """What an execution may ask for (the Lambda function's rules; the operator CLI validates with them),
+        with SageMaker's limits read from botocore now; the defaults must pass them. ``limits``: allowed
+        instance types, max instance count, max runtime, capacity retries."""
+        allowed, max_count, max_runtime, retries = limits
+        try:
+            sources = parse_data_sources(list(data_sources) if data_sources is not None else None)
+        except ValueError as error:
             raise ValueError(
-                f"TrainingWorkflow: defaults.{problem}; got instance_type {defaults.instance_type}"
-            )
-        if defaults.use_spot and defaults.training_plan_arn is not None:
-            raise ValueError(
-                "TrainingWorkflow: defaults.use_spot cannot be combined with defaults.training_plan_arn"
-            )
-        if defaults.max_wait_seconds is not None and not defaults.use_spot:
-            raise ValueError(
-                "TrainingWorkflow: defaults.max_wait_seconds is only allowed with defaults.use_spot"
-            )
-        if defaults.max_wait_seconds is not None and defaults.max_wait_seconds < defaults.max_runtime_seconds:
-            raise ValueError(
-                "TrainingWorkflow: defaults.max_wait_seconds must be >= defaults.max_runtime_seconds"
-            )
-        if len(defaults.job_name_prefix) > JOB_NAME_PREFIX_MAX_LENGTH:
-            raise ValueError(
-                f"TrainingWorkflow: defaults.job_name_prefix must be at most {JOB_NAME_PREFIX_MAX_LENGTH} characters"
-            )
+                f"TrainingWorkflow: data_sources{str(error).removeprefix('context dataSources')}"
+            ) from None
+        defaults = self.defaults.as_input()
+        if train_data_prefix is not None:
+            if defaults["train_data_uri"] is not None:
+                raise ValueError(
+                    "TrainingWorkflow: give train_data_prefix or defaults.train_data_uri, not both"
+                )
+            defaults["train_data_uri"] = f"s3://{self.bucket.bucket_name}/{train_data_prefix}"
+            sources = tuple(dict.fromkeys((*sources, train_data_prefix)))
+        self.data_sources = sources
+        rules = RequestRules(
+            defaults=defaults,
+            allowed_instance_types=allowed,
+            max_instance_count=max_count,
+            max_runtime_seconds=max_runtime,
+            region=stack.region,
+            bucket_name=self.bucket.bucket_name,
+            checkpoint_prefix=checkpoint_prefix,
+            workflow_segment=self.run_segment,
+            data_sources=sources,
+            max_capacity_retries=retries,
+        ).with_limits()
+        concrete_region = None if re.search(r"\$\{Token", stack.region) else stack.region
+        problems = validate_request({}, replace(rules, region=concrete_region))
+        if problems:
+            raise ValueError(f"TrainingWorkflow: defaults.{problems[0]}")
+        return rules
 
     def _grant_sagemaker(
         self,
@@ -477,6 +504,21 @@ class TrainingWorkflow(Construct):
                     "sagemaker:ListTags",
                 ],
                 resources=[training_jobs],
+            )
+        )
+        # The Service Authorization Reference lists training-plan as a resource type of CreateTrainingJob: a request
+        # naming ResourceConfig.TrainingPlanArn is authorized against that plan too. Plans are chosen per execution.
+        training_plans = stack.format_arn(
+            service="sagemaker",
+            resource="training-plan",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="LaunchOnTrainingPlans",
+                actions=["sagemaker:CreateTrainingJob"],
+                resources=[training_plans],
             )
         )
         role.add_to_principal_policy(
@@ -523,10 +565,67 @@ class TrainingWorkflow(Construct):
         )
         acknowledge(
             scope,
+            f"IAM5[Resource::{rendered(self, training_plans)}]",
+            "Each execution may name any Flexible Training Plan of this account and region (the input field "
+            "training_plan_arn, checked against SageMaker's pattern and this region before launch); only "
+            "CreateTrainingJob is allowed on plans.",
+        )
+        acknowledge(
+            scope,
+            f"IAM5[Resource::{arn_evidence(self.validator.function, ':*')}]",
+            "Step Functions' Lambda integration invokes the workflow's own request-validation function, "
+            "including its versions and aliases (<function ARN>:*); no other function.",
+        )
+        acknowledge(
+            scope,
             "IAM5[Resource::*]",
             "Step Functions log delivery (logs:*LogDelivery, DescribeLogGroups, ...) and X-Ray "
             "(PutTraceSegments, PutTelemetryRecords, GetSampling*) accept only Resource '*'.",
         )
+
+    def _grant_data_sources(
+        self, execution_role: SageMakerExecutionRole | iam.IRole, checkpoint_bucket: CheckpointBucket | None
+    ) -> None:
+        """Let the jobs read exactly the data sources (the checkpoint bucket's ``data/`` is already granted)."""
+        for index, source in enumerate(self.data_sources):
+            if source.startswith("s3://"):
+                bucket_name, _, prefix = source[5:].partition("/")
+                bucket: s3.IBucket = s3.Bucket.from_bucket_name(self, f"DataSource{index}", bucket_name)
+            elif checkpoint_bucket is not None:
+                if source != checkpoint_bucket.data_prefix or not isinstance(
+                    execution_role, SageMakerExecutionRole
+                ):
+                    checkpoint_bucket.grant_read(self.execution_role, prefix=source)
+                continue
+            else:
+                bucket, prefix = self.bucket, source
+            objects = bucket.arn_for_objects(f"{prefix}*")
+            self.execution_role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects])
+            )
+            self.execution_role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
+                )
+            )
+            acknowledge(
+                policy_scope(self.execution_role),
+                f"IAM5[Resource::{rendered(self, objects)}]",
+                f"Training data may be read only under the data source {source} (the dataSources setting); the "
+                "files below it are chosen per execution.",
+            )
+
+
+def _run_segment(given: str | None, path: str) -> str:
+    segment = given if given is not None else re.sub(r"[^A-Za-z0-9_.-]", "-", path)
+    if not RUN_SEGMENT.match(segment):
+        raise ValueError(
+            "TrainingWorkflow: run_segment must be 1 to 128 of letters, digits, _ . and -, starting with a "
+            f"letter or digit; got {segment!r}"
+        )
+    return segment
 
 
 def _removal_and_isolation(removal_policy: RemovalPolicy | None, network_isolation: object) -> RemovalPolicy:

@@ -10,16 +10,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import jsii
-from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Aws, Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import IConstruct
 
+from constructs_lib import console_links
 from constructs_lib._nag import NIST_800_53_R5, SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
 
 if TYPE_CHECKING:
@@ -139,21 +141,7 @@ def alarm_and_notifications(
                 "status": ["SUCCEEDED", *FAILED_STATUSES],
             },
         ),
-        targets=[
-            _TopicTarget(
-                topic,
-                events.RuleTargetInput.from_object(
-                    {
-                        "execution": events.EventField.from_path("$.detail.name"),
-                        "status": events.EventField.from_path("$.detail.status"),
-                        "error": events.EventField.from_path("$.detail.error"),
-                        "cause": events.EventField.from_path("$.detail.cause"),
-                        "output": events.EventField.from_path("$.detail.output"),
-                        "executionArn": events.EventField.from_path("$.detail.executionArn"),
-                    }
-                ),
-            )
-        ],
+        targets=[_TopicTarget(topic, notification_message(stack.region))],
     )
     acknowledge(
         workflow.status_rule,
@@ -187,6 +175,38 @@ def _source(stack: Stack, source_arn: str) -> dict[str, dict[str, str]]:
         "ArnEquals": {"aws:SourceArn": source_arn},
         "StringEquals": {"aws:SourceAccount": stack.account},
     }
+
+
+def notification_message(region: str | None) -> events.RuleTargetInput:
+    """What the topic is told when an execution ends: a headline (run and status), the error, the cause (the job and
+    SageMaker's failure reason), the summary (final metrics, artifact and checkpoint URIs, console links), the
+    execution's console link and the command that sums the run up.
+
+    EventBridge does not escape a value it splices into a string, and causes and summaries hold quotes, so those
+    go in as JSON values of their own; only names, statuses, the region and the ARN (no quotes possible) are
+    spliced into text."""
+
+    def field(path: str) -> str:
+        return events.EventField.from_path(path)
+
+    name, status = field("$.detail.name"), field("$.detail.status")
+    execution = console_links.EXECUTION.format(
+        host=console_links.console_host_of_region(region),
+        region=field("$.region"),
+        execution_arn=field("$.detail.executionArn"),
+    )
+    return events.RuleTargetInput.from_object(
+        {
+            "message": f"Training run {name} ended: {status}",
+            "run": name,
+            "status": status,
+            "error": field("$.detail.error"),
+            "cause": field("$.detail.cause"),
+            "summary": field("$.detail.output"),
+            "console": execution,
+            "details": f"blackwell-training result {name}",
+        }
+    )
 
 
 def trigger(
@@ -227,3 +247,55 @@ def trigger(
             )
         if events_role is not None:
             acknowledge_role_policy(policy_scope(events_role))
+
+
+def keyed_log_group(
+    scope: IConstruct,
+    key: kms.IKey | None,
+    retention: logs.RetentionDays,
+    policy: RemovalPolicy,
+    name_prefix: str,
+) -> logs.LogGroup:
+    """``scope``'s log group ``Logs``. With ``key``: named ``<name_prefix><unique name>`` and encrypted, and the
+    key policy lets CloudWatch Logs use the key for exactly that log group (a no-op on an imported key). Without:
+    CloudWatch Logs' own encryption, acknowledged for NIST 800-53 R5."""
+    stack = Stack.of(scope)
+    name = None
+    if key is not None:
+        name = name_prefix + Names.unique_resource_name(scope, max_length=200)
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"Logs{Names.unique_id(scope)[-12:]}",
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.{Aws.URL_SUFFIX}")],
+                actions=[
+                    "kms:Encrypt*",
+                    "kms:Decrypt*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:Describe*",
+                ],
+                resources=["*"],
+                conditions={
+                    "ArnEquals": {
+                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                            service="logs",
+                            resource="log-group",
+                            resource_name=name,
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    }
+                },
+            )
+        )
+    group = logs.LogGroup(
+        scope, "Logs", log_group_name=name, retention=retention, encryption_key=key, removal_policy=policy
+    )
+    if key is None:
+        acknowledge(
+            group,
+            "CloudWatchLogGroupEncrypted",
+            "No encryption_key was given: CloudWatch Logs encrypts the log with its own key; pass encryption_key "
+            "(the app always does) for a customer managed key.",
+            pack=NIST_800_53_R5,
+        )
+    return group

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from training.contract import CHECKPOINT_LOCAL_PATH, TRAIN_CHANNEL, metric_definitions
+from training.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
 
 
 def job_tags(workflow_path: str, tags: Mapping[str, str]) -> list[dict[str, str]]:
@@ -45,16 +45,19 @@ def training_job_request(
     output_kms_key_arn: str | None = None,
     vpc_config: Mapping[str, Any] | None = None,
     network_isolation: bool = False,
-    train_data_prefix: str | None = None,
 ) -> dict[str, Any]:
     """The ``Parameters`` of the ``createTrainingJob.sync`` task (JSONPath; ``$.launch`` is filled per launch).
+
+    The decided request (``constructs_lib.request_states``) gives ``$.hyperparameters`` (the whole map); the
+    launch state with input data adds ``InputDataConfig`` from ``$.channels`` (``workflow_states``).
+    ``checkpoint_prefix`` is the workflow's own (``checkpoints/<segment>/``): each execution writes under
+    ``<checkpoint_prefix><execution name>/``.
 
     :param tags: the job tags (see ``job_tags``).
     :param output_kms_key_arn: key for the model artifacts. Default: the bucket's encryption.
     :param vpc_config: ``VpcConfig`` (``SecurityGroupIds``, ``Subnets``). Default: no VPC.
     :param network_isolation: ``EnableNetworkIsolation``: no network access from the training container.
         Default False (the key is left out).
-    :param train_data_prefix: key prefix mounted as the ``train`` channel. Default: no input channel.
     """
     checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
     output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
@@ -69,7 +72,7 @@ def training_job_request(
             "MetricDefinitions": [m.as_sagemaker() for m in metric_definitions()],
             "EnableSageMakerMetricsTimeSeries": True,
         },
-        "HyperParameters.$": "States.JsonMerge($.config.hyperparameters, $.launch.hyperparameters, false)",
+        "HyperParameters.$": "$.hyperparameters",
         "ResourceConfig.$": "$.launch.resource_config",
         "StoppingCondition.$": "$.launch.stopping_condition",
         "EnableManagedSpotTraining.$": "$.launch.spot",
@@ -83,17 +86,4 @@ def training_job_request(
         request["VpcConfig"] = dict(vpc_config)
     if network_isolation:
         request["EnableNetworkIsolation"] = True
-    if train_data_prefix is not None:
-        request["InputDataConfig"] = [
-            {
-                "ChannelName": TRAIN_CHANNEL,
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": "S3Prefix",
-                        "S3Uri": f"s3://{bucket_name}/{train_data_prefix}",
-                        "S3DataDistributionType": "FullyReplicated",
-                    }
-                },
-            }
-        ]
     return request

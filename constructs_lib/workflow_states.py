@@ -1,31 +1,22 @@
-"""The training workflow's states: input defaults and checks, capacity mode, and the launch loop (launch,
-capacity relaunch, failure and summary). Each function adds states to the ``TrainingWorkflow`` it is given."""
+"""The training workflow's states after the request is decided (``request_states``): the launch preparation,
+capacity mode, and the launch loop (launch with or without input data, refused-request and capacity relaunches,
+failure and summary). Each function adds states to the ``TrainingWorkflow`` it is given."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_stepfunctions as sfn
 
-from constructs_lib.workflow_validation import ValidationStates, format_intrinsic
-from training.contract import CHECKPOINT_LOCAL_PATH, HYPERPARAMETERS_BY_NAME
+from constructs_lib import console_links, launch_retry
+from constructs_lib.asl import format_intrinsic
 
 if TYPE_CHECKING:
     from constructs_lib.training_workflow import TrainingWorkflow
 CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
-TRANSIENT_SAGEMAKER_ERRORS = (
-    "SageMaker.AmazonSageMakerException",
-    "SageMaker.ResourceLimitExceededException",
-    "SageMaker.ThrottlingException",
-)
 CAPACITY_ERROR_MARKER = "CapacityError"
-
-# Hyperparameters the workflow sets from validated input fields (contract names), plus the checkpoint directory.
-MANAGED_HYPERPARAMETERS = ("precision", "batch_size", "seq_length", "activation_checkpointing")
-"""Always sent. ``num_layers`` is sent too when the execution (or the defaults) give one."""
-CHECKPOINT_DIR_HYPERPARAMETER = "checkpoint_dir"
 
 
 JSON_NULL = "States.StringToJson('null')"
@@ -45,8 +36,8 @@ def _with_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def input_states(workflow: TrainingWorkflow) -> tuple[sfn.Pass, sfn.Pass]:
-    """The first states: keep the input next to the defaults, then merge it over them."""
+def prepare_state(workflow: TrainingWorkflow) -> sfn.Pass:
+    """After the request is decided: its parts, the launch counters and the defaults of the result."""
     result_defaults: dict[str, Any] = {
         "TrainingJobName": None,
         "TrainingJobStatus": None,
@@ -60,32 +51,46 @@ def input_states(workflow: TrainingWorkflow) -> tuple[sfn.Pass, sfn.Pass]:
         "TrainingJobStatus": "Failed",
         "FailureReason": "(SageMaker gave no FailureReason)",
     }
-    apply_defaults = sfn.Pass(
+    return sfn.Pass(
         workflow,
-        "Apply defaults",
-        comment="Keep the execution input next to the defaults (null means 'not set').",
+        "Prepare launch",
         parameters={
-            "defaults": _with_nulls(workflow.defaults.as_input()),
-            "input.$": "$",
-        },
-    )
-    merge = sfn.Pass(
-        workflow,
-        "Merge input over defaults",
-        parameters={
-            "config.$": "States.JsonMerge($.defaults, $.input, false)",
+            "config.$": "$.config",
+            "hyperparameters.$": "$.hyperparameters",
+            "channels.$": "$.channels",
+            "resume.$": "$.resume",
             "launch_count": 1,
+            **launch_retry.initial_state(workflow.launch_retry_backoff),
             "result_defaults": _with_nulls(result_defaults),
             "failure_defaults": _with_nulls(failure_defaults),
         },
     )
-    return apply_defaults, merge
+
+
+EXECUTION_REGION = "States.ArrayGetItem(States.StringSplit($$.Execution.Id, ':'), 3)"
+"""The region, read from the execution's ARN (so the definition holds no deploy-time token for it)."""
+
+
+def summary_links(region: str | None) -> dict[str, str]:
+    """Parameters of the summary's ``links``: the console addresses of the execution, the job and its logs."""
+    host = console_links.console_host_of_region(region)
+
+    def link(template: str, argument: str) -> str:
+        text = template.format(host=host, region="{}", execution_arn="{}", job="{}")
+        return format_intrinsic(text, EXECUTION_REGION, argument)
+
+    return {
+        "execution.$": link(console_links.EXECUTION, "$$.Execution.Id"),
+        "training_job.$": link(console_links.TRAINING_JOB, "$.job.TrainingJobName"),
+        "logs.$": link(console_links.LOGS, "$.job.TrainingJobName"),
+    }
 
 
 def launch_loop(
     workflow: TrainingWorkflow, launch_params: dict[str, Any], retries: int, retry_wait: int
-) -> None:
-    """The launch loop: launch (``workflow.launch``), capacity relaunch, failure and summary states."""
+) -> sfn.Choice:
+    """The launch loop: ``Input data?`` (returned) picks the launch with or without ``InputDataConfig``
+    (``workflow.launch``, ``workflow.launch_without_data``); then relaunch, failure and summary states."""
     summarize = sfn.Pass(
         workflow,
         "Summarize",
@@ -102,6 +107,8 @@ def launch_loop(
             "instance_type.$": "$.config.instance_type",
             "instance_count.$": "$.config.instance_count",
             "launches.$": "$.launch_count",
+            "resumed_from.$": "$.resume",
+            "links": summary_links(Stack.of(workflow).region),
         },
     ).next(sfn.Succeed(workflow, "Training job completed"))
     normalize_result = sfn.Pass(
@@ -111,27 +118,28 @@ def launch_loop(
             "job.$": "States.JsonMerge($.result_defaults, $.job, false)",
             "config.$": "$.config",
             "launch_count.$": "$.launch_count",
+            "resume.$": "$.resume",
         },
     ).next(summarize)
-    workflow.launch = sfn.CustomState(
-        workflow,
-        "Run training job",
-        state_json={
-            "Type": "Task",
-            "Comment": "CreateTrainingJob and wait for it to end (stopping the execution stops the job).",
-            "Resource": CREATE_TRAINING_JOB_SYNC,
-            "Parameters": launch_params,
-            "ResultPath": "$.job",
-        },
-    )
-    workflow.launch.add_retry(
-        errors=list(TRANSIENT_SAGEMAKER_ERRORS),
-        interval=Duration.seconds(15),
-        max_attempts=5,
-        backoff_rate=2,
-        max_delay=Duration.minutes(5),
-        jitter_strategy=sfn.JitterType.FULL,
-    )
+
+    def launch_state(name: str, channels: bool) -> sfn.CustomState:
+        return sfn.CustomState(
+            workflow,
+            name,
+            state_json={
+                "Type": "Task",
+                "Comment": "CreateTrainingJob and wait for it to end (stopping the execution stops the job).",
+                "Resource": CREATE_TRAINING_JOB_SYNC,
+                "Parameters": {**launch_params, **({"InputDataConfig.$": "$.channels"} if channels else {})},
+                "ResultPath": "$.job",
+            },
+        )
+
+    workflow.launch = launch_state("Run training job", True)
+    workflow.launch_without_data = launch_state("Run training job (no input data)", False)
+    launch_data = sfn.Choice(workflow, "Input data?", comment="SageMaker refuses an empty InputDataConfig.")
+    launch_data.when(sfn.Condition.is_present("$.channels[0]"), workflow.launch)
+    launch_data.otherwise(workflow.launch_without_data)
 
     launch_failed = sfn.Fail(
         workflow,
@@ -177,7 +185,7 @@ def launch_loop(
         comment="Same execution name, so the relaunch uses the same checkpoint prefix and resumes.",
         time=sfn.WaitTime.duration(Duration.seconds(retry_wait)),
     )
-    wait.next(count_launch).next(store_count).next(workflow.launch)
+    wait.next(count_launch).next(store_count).next(launch_data)
     capacity = sfn.Choice(workflow, "Capacity error?")
     is_capacity = sfn.Condition.string_matches("$.failed_job.FailureReason", f"*{CAPACITY_ERROR_MARKER}*")
     capacity.when(
@@ -206,42 +214,20 @@ def launch_loop(
         parse_failure.next(pick_failure).next(capacity),
     )
     inspect_failure.otherwise(launch_failed)
-    workflow.launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
-    workflow.launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
-    workflow.launch.next(normalize_result)
+    refused = launch_retry.api_error_states(workflow, relaunch=launch_data, launch_failed=launch_failed)
+    for launch in (workflow.launch, workflow.launch_without_data):
+        launch_retry.add_quota_retry(launch)
+        launch.add_catch(refused, errors=[launch_retry.API_ERROR], result_path="$.failure")
+        launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
+        launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
+        launch.next(normalize_result)
+    return launch_data
 
 
-def capacity_states(workflow: TrainingWorkflow, resources: dict[str, Any], pending: int) -> sfn.Choice:
-    """Capacity mode, node count and hyperparameter states that fill ``$.launch`` before the launch."""
-
-    def build_hyperparameters(state_name: str, names: Sequence[str]) -> sfn.Chain:
-        return sfn.Pass(
-            workflow,
-            state_name,
-            comment="Trainer settings as strings under the contract's names.",
-            parameters={
-                **{
-                    f"{name}.$": (
-                        f"$.config.{name}"
-                        if HYPERPARAMETERS_BY_NAME[name].kind == "choice"
-                        else f"States.JsonToString($.config.{name})"
-                    )
-                    for name in names
-                },
-                CHECKPOINT_DIR_HYPERPARAMETER: CHECKPOINT_LOCAL_PATH,
-            },
-            result_path="$.launch.hyperparameters",
-        ).next(workflow.launch)
-
-    # num_layers is sent only when given: left out, the trainer's model preset decides the depth.
-    hyperparameters = sfn.Choice(workflow, "num_layers given?")
-    hyperparameters.when(
-        sfn.Condition.is_not_null("$.config.num_layers"),
-        build_hyperparameters("Build hyperparameters", (*MANAGED_HYPERPARAMETERS, "num_layers")),
-    )
-    hyperparameters.otherwise(
-        build_hyperparameters("Build hyperparameters (preset depth)", MANAGED_HYPERPARAMETERS)
-    )
+def capacity_states(
+    workflow: TrainingWorkflow, resources: dict[str, Any], pending: int, launch: sfn.IChainable
+) -> sfn.Choice:
+    """Capacity mode and node count states that fill ``$.launch``, then ``launch``."""
     multi_node = sfn.Choice(workflow, "Several instances?")
     multi_node.when(
         sfn.Condition.number_greater_than("$.config.instance_count", 1),
@@ -250,7 +236,7 @@ def capacity_states(workflow: TrainingWorkflow, resources: dict[str, Any], pendi
             "Encrypt traffic between nodes",
             result=sfn.Result.from_boolean(True),
             result_path="$.launch.encrypt_inter_node",
-        ).next(hyperparameters),
+        ).next(launch),
     )
     multi_node.otherwise(
         sfn.Pass(
@@ -258,7 +244,7 @@ def capacity_states(workflow: TrainingWorkflow, resources: dict[str, Any], pendi
             "One node",
             result=sfn.Result.from_boolean(False),
             result_path="$.launch.encrypt_inter_node",
-        ).next(hyperparameters)
+        ).next(launch)
     )
 
     def capacity_pass(name: str, extra_resource: dict, extra_stopping: dict, spot: bool) -> sfn.Pass:
@@ -295,48 +281,3 @@ def capacity_states(workflow: TrainingWorkflow, resources: dict[str, Any], pendi
     mode.otherwise(capacity_pass("On-demand capacity", {}, {}, False).next(multi_node))
 
     return mode
-
-
-def input_checks(
-    workflow: TrainingWorkflow,
-    stack: Stack,
-    allowed: tuple[str, ...],
-    mode: sfn.Choice,
-    apply_defaults: sfn.Pass,
-    merge: sfn.Pass,
-) -> sfn.Chain:
-    """The definition: defaults, merge, field-name check, field validation, then ``mode``."""
-    validation = ValidationStates(
-        workflow, fields=workflow.fields, region=stack.region, allowed_instance_types=allowed
-    ).chain(mode)
-    names = sfn.Pass(
-        workflow,
-        "Inspect field names",
-        parameters={"known": {f"{f.name}.$": f"$.config.{f.name}" for f in workflow.fields}},
-        result_path="$.probe.names",
-    )
-    count_names = sfn.Pass(
-        workflow,
-        "Count fields",
-        comment="Same number of ','-separated parts only when the input has no other top-level field.",
-        parameters={
-            "known.$": "States.ArrayLength(States.StringSplit(States.JsonToString($.probe.names.known), ','))",
-            "given.$": "States.ArrayLength(States.StringSplit(States.JsonToString($.config), ','))",
-        },
-        result_path="$.probe.names",
-    )
-    unknown_fields = sfn.Choice(workflow, "Check field names")
-    unknown_fields.when(
-        sfn.Condition.not_(
-            sfn.Condition.number_equals_json_path("$.probe.names.given", "$.probe.names.known")
-        ),
-        sfn.Fail(
-            workflow,
-            "Invalid field name",
-            error="InvalidInput",
-            cause="input: unknown field; allowed fields: " + ", ".join(f.name for f in workflow.fields),
-        ),
-    )
-    unknown_fields.otherwise(validation)
-    definition = apply_defaults.next(merge).next(names).next(count_names).next(unknown_fields)
-    return definition

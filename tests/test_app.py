@@ -140,6 +140,7 @@ CHECKOV = Path(sys.executable).parent.parent / "checkov" / "bin" / "checkov"
 extra's; the version is pinned in pyproject.toml ([project.optional-dependencies] scan)."""
 
 _DEPLOY_FUNCTIONS = ("ImageBuildOnEvent", "ImageBuildIsComplete", "ImageBuildProviderframework")
+_REQUEST_FUNCTION = "WorkflowRequestValidator"
 CHECKOV_SKIPS: dict[str, tuple[tuple[str, ...], str]] = {
     # check id: (logical-id prefixes it is skipped for, why)
     "CKV_AWS_18": (
@@ -156,18 +157,20 @@ CHECKOV_SKIPS: dict[str, tuple[tuple[str, ...], str]] = {
         "which each build moves to its newest image; checkov reads IMMUTABLE_WITH_EXCLUSION as mutable.",
     ),
     "CKV_AWS_115": (
-        (*_DEPLOY_FUNCTIONS, "CustomS3AutoDeleteObjects"),
-        "Deploy-time functions (image build, CDK's bucket emptying) run once per deployment; reserved "
-        "concurrency would take from the account pool (10 in new accounts) and can fail the deployment.",
+        (*_DEPLOY_FUNCTIONS, "CustomS3AutoDeleteObjects", _REQUEST_FUNCTION),
+        "Deploy-time functions (image build, CDK's bucket emptying) run once per deployment, the request "
+        "check once per execution; reserved concurrency would take from the account pool (10 in new accounts) "
+        "and can fail the deployment.",
     ),
     "CKV_AWS_116": (
-        (*_DEPLOY_FUNCTIONS, "CustomS3AutoDeleteObjects"),
-        "Deploy-time functions report every failure to CloudFormation, which fails the deployment; a DLQ would "
-        "hold events no one acts on.",
+        (*_DEPLOY_FUNCTIONS, "CustomS3AutoDeleteObjects", _REQUEST_FUNCTION),
+        "Deploy-time functions report every failure to CloudFormation, which fails the deployment, and Step "
+        "Functions invokes the request check synchronously (its Retry/Catch handle errors); a DLQ only gets "
+        "failed asynchronous invocations.",
     ),
     "CKV_AWS_117": (
-        (*_DEPLOY_FUNCTIONS, "CustomS3AutoDeleteObjects"),
-        "No VPC is configured in the app; TrainingImageBuild(vpc=...) puts the build functions in one. They "
+        (*_DEPLOY_FUNCTIONS, "CustomS3AutoDeleteObjects", _REQUEST_FUNCTION),
+        "No VPC is configured in these settings (buildInVpc puts the build functions in one). The functions "
         "call only AWS APIs and hold no data.",
     ),
     "CKV_AWS_173": (

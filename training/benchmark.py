@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                     if name == "trainer" and bare:
                         overhead = f"{100 * (1 - result['tokens_per_sec'] / bare['tokens_per_sec']):+.1f}%"
                     say(row([*head, f"{result['tokens_per_sec']:.0f}", f"{result['tflops_per_gpu']:.3f}",
-                             f"{result['mfu']:.3f}", f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
+                             f"{result['mfu']:.3f}" if "mfu" in result else "n/a", f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
     dist.destroy_process_group()
     return 0
 

@@ -91,9 +91,52 @@ def instance_types_supporting(precision: str) -> tuple[str, ...]:
     return tuple(name for name, gpu in GPU_INSTANCE_TYPES.items() if gpu.supports(precision))
 
 
-# Peak dense tensor throughput per GPU (TFLOP/s), used for MFU. Sources: NVIDIA datasheets (dense, no sparsity).
+# On-demand list price per instance-hour (USD, us-east-1), used by the operator CLI's cost estimates
+# (billable seconds x instance count x this). Looked up on 2026-11-23 with the project's search tool; SageMaker's
+# own price page could not be read there, so the figures are the AWS Price List's on-demand Linux rates of the same
+# EC2 instances (us-east-1, as of 2026-07-27, quoted in the public test tables of pricing tools; p5en also in
+# dstack PR #4110, Aug 2026). SageMaker's ml.* rate for an instance is the same or higher (ml.p4d.24xlarge:
+# 37.688), so an estimate from this table is a floor. None: no on-demand row was found (p5e has none at all;
+# B300 and GB200 are sold through capacity reservations / training plans). Update from
+# https://aws.amazon.com/sagemaker/ai/pricing/ (Training, On-Demand) for your region.
+ON_DEMAND_USD_PER_HOUR: Mapping[str, float | None] = {
+    "ml.p6-b200.48xlarge": 113.93,
+    "ml.p6-b300.48xlarge": None,
+    "ml.p6e-gb200.36xlarge": None,
+    "ml.p5.48xlarge": 55.04,
+    "ml.p5e.48xlarge": None,
+    "ml.p5en.48xlarge": 63.296,
+    "ml.p5.4xlarge": 6.88,
+    "ml.p4d.24xlarge": 21.95764,
+    "ml.p4de.24xlarge": 27.44705,
+}
+PRICES_AS_OF = "2026-07-27 (AWS Price List, us-east-1, EC2 on-demand Linux; a floor for SageMaker)"
+
+
+def estimate_cost_usd(instance_type: str, instance_count: int, billable_seconds: float) -> float | None:
+    """On-demand cost of ``billable_seconds`` of wall-clock time on ``instance_count`` instances (SageMaker bills
+    BillableTimeInSeconds per instance; managed spot's savings are already in it). None when the table has no
+    price for ``instance_type``."""
+    price = ON_DEMAND_USD_PER_HOUR.get(instance_type)
+    if price is None:
+        return None
+    return price * instance_count * billable_seconds / 3600.0
+
+
+# Peak dense tensor throughput per GPU (TFLOP/s), used for MFU: dense (no 2:4 sparsity), per GPU, at the
+# precision of the GEMMs. A low-precision run's MFU is counted against that precision's own peak (fp8 and mxfp8
+# against the FP8 peak, nvfp4 against the FP4 peak), not against bf16, so an fp8 run at the same TFLOP/s shows
+# half the MFU of a bf16 run. fp32 is the non-tensor FP32 figure (the trainer's fp32 GEMMs do not use TF32).
+# Sources: NVIDIA HGX B200 / HGX B300 datasheets (8-GPU totals divided by 8: FP32 600 TFLOPS -> 75; FP8 and
+# BF16 figures there are "with sparsity", halved here) and NVIDIA's Blackwell architecture technical brief for
+# GB200 (1200 W: FP32 90, BF16 2.5 PF, FP8 5 PF, FP4 10 PF dense); per-GPU tables collected at
+# https://glennklockwood.com/garden/processors/B200 and https://glennklockwood.com/garden/processors/B300
+# (checked November 2026). B200's fp32 was 80 (the technical brief's early figure); the shipping HGX B200
+# datasheet says 600 TFLOPS per 8 GPUs, i.e. 75. B300 dense FP4: 105 PFLOPS per 8 GPUs.
 PEAK_TFLOPS: Mapping[str, Mapping[str, float]] = {
-    "B200": {"fp32": 80.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0, "nvfp4": 9000.0},
+    "B200": {"fp32": 75.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0, "nvfp4": 9000.0},
+    "B300": {"fp32": 75.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0, "nvfp4": 13125.0},
+    "GB200": {"fp32": 90.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0, "mxfp8": 5000.0, "nvfp4": 10000.0},
     "H100": {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0, "fp8": 1979.0},
     "H200": {"fp32": 67.0, "fp16": 989.0, "bf16": 989.0, "fp8": 1979.0},
     "A100": {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0},
@@ -107,6 +150,8 @@ CONTAINER_CODE_DIR = "/opt/ml/code"
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
 TRAIN_CHANNEL = "train"
+RESUME_CHANNEL = "resume"
+"""Read-only input channel with one complete checkpoint of an earlier run (the workflow's ``resume_from``)."""
 ENTRY_POINT = "train.sh"
 
 # --------------------------------------------------------------------------------------------------------------
@@ -279,6 +324,16 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter("log_interval", "int", 10, "Print a metrics line every N steps.", 1, 1_000_000),
     Hyperparameter(
+        "validation_interval",
+        "int",
+        200,
+        "Report the validation loss every N steps and at the end (0: only at the end); needs prepared data "
+        "with a validation split.",
+        0,
+        100_000_000,
+    ),
+    Hyperparameter("validation_batches", "int", 8, "Batches per rank in each validation loss.", 1, 1_000_000),
+    Hyperparameter(
         "throughput_warmup_steps", "int", 3, "Steps left out of throughput figures.", 0, 1_000_000
     ),
     Hyperparameter(
@@ -364,11 +419,6 @@ def check_consistency(values: Mapping[str, Any]) -> None:
             "quantized_model_init",
             f"works only with precision {' or '.join(sorted(QUANTIZED_INIT_PRECISIONS))}; got precision={precision}",
         )
-    if values["throughput_warmup_steps"] >= values["max_steps"]:
-        raise ContractError(
-            "throughput_warmup_steps",
-            f"must be less than max_steps ({values['max_steps']}); got {values['throughput_warmup_steps']}",
-        )
 
 
 def to_sagemaker_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
@@ -406,17 +456,45 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "mfu",
     "peak_mem_gb",
     "train_seconds",
+    "val_loss",
 )
-"""Fields of the final ``summary ...`` line."""
+"""Fields of the final ``summary ...`` line (``val_loss`` only when the data has a validation split)."""
+
+VALIDATION_METRICS: tuple[str, ...] = ("val_loss",)
+"""Fields of a ``validation step=N/M val_loss=...`` line (every ``validation_interval`` steps and at the end)."""
 
 _NUMBER = r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
 
 
-def format_step_line(step: int, metrics: Mapping[str, float]) -> str:
-    """``step=10 loss=2.3456 lr=... step_time=0.5321``; fields in STEP_METRICS order, absent ones left out."""
-    return " ".join(
-        [f"step={step}", *(f"{k}={_fmt_metric(metrics[k])}" for k in STEP_METRICS if k in metrics)]
-    )
+def format_step_line(
+    step: int,
+    metrics: Mapping[str, float],
+    max_steps: int | None = None,
+    elapsed: float | None = None,
+    eta: float | None = None,
+) -> str:
+    """``step=10/100 10.0% elapsed=0:00:05 eta=0:00:45 loss=2.3456 lr=... step_time=0.5321``; metric fields in
+    STEP_METRICS order, absent ones left out; the progress part only when ``max_steps`` is given."""
+    head = [f"step={step}"]
+    if max_steps:
+        head = [f"step={step}/{max_steps}", f"{100 * step / max_steps:.1f}%"]
+        if elapsed is not None:
+            head.append(f"elapsed={format_duration(elapsed)}")
+        if eta is not None:
+            head.append(f"eta={format_duration(eta)}")
+    return " ".join([*head, *(f"{k}={_fmt_metric(metrics[k])}" for k in STEP_METRICS if k in metrics)])
+
+
+def format_validation_line(step: int, max_steps: int, val_loss: float) -> str:
+    """``validation step=10/100 val_loss=2.3456``."""
+    return f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
+
+
+def format_duration(seconds: float) -> str:
+    """``H:MM:SS`` (hours grow past 24)."""
+    minutes, secs = divmod(int(round(max(0.0, seconds))), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def format_summary_line(metrics: Mapping[str, float]) -> str:
@@ -451,8 +529,12 @@ class MetricDefinition:
 
 def metric_definitions() -> tuple[MetricDefinition, ...]:
     """SageMaker ``MetricDefinitions`` matching the trainer's lines: ``train:<field>`` for each step-line field,
-    ``final:<field>`` for each summary field (at most 40 in all, regexes at most 500 chars)."""
-    defs = [MetricDefinition(f"train:{k}", rf"\bstep=[0-9]+ .*?\b{k}={_NUMBER}") for k in STEP_METRICS]
+    ``val_loss`` for each validation line (the word-boundary ``loss=`` never matches inside ``val_loss=``), ``final:<field>`` for
+    each summary field (at most 40 in all, regexes at most 500 chars)."""
+    defs = [MetricDefinition(f"train:{k}", rf"\bstep=[0-9]+\S* .*?\b{k}={_NUMBER}") for k in STEP_METRICS]
+    defs += [
+        MetricDefinition(k, rf"\bvalidation step=[0-9]+\S* .*?\b{k}={_NUMBER}") for k in VALIDATION_METRICS
+    ]
     defs += [
         MetricDefinition(f"final:{k}", rf"\bsummary .*?\b{k}={_NUMBER}")
         for k in SUMMARY_METRICS
@@ -469,3 +551,43 @@ def parse_metric_line(line: str) -> dict[str, float]:
         if match:
             found[definition.name] = float(match.group(1))
     return found
+
+
+_STEP_LINE = re.compile(r"(?<!validation )\bstep=([0-9]+)(?:/[0-9]+ [0-9.]+%)?((?: [a-z_]+=\S+)*)")
+_SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z_]+=\S+)+)")
+_CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z_]+=\S*)+)\s*$")
+
+
+def _fields(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for item in text.split():
+        key, _, value = item.partition("=")
+        if key in names:
+            try:
+                found[key] = float(value)
+            except ValueError:
+                continue
+    return found
+
+
+def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """``(step, {field: value})`` of a line made by :func:`format_step_line` (anywhere in ``line``, so a
+    launcher's prefix such as ``[rank0]:`` is fine); None for any other line."""
+    match = _STEP_LINE.search(line)
+    if not match:
+        return None
+    return int(match.group(1)), _fields(match.group(2), STEP_METRICS)
+
+
+def parse_summary_line(line: str) -> dict[str, float] | None:
+    """The fields of a line made by :func:`format_summary_line`; None for any other line."""
+    match = _SUMMARY_LINE.search(line)
+    return _fields(match.group(1), SUMMARY_METRICS) if match else None
+
+
+def parse_config_line(line: str) -> dict[str, str] | None:
+    """The settings of a line made by :func:`format_config_line` (values as printed); None for any other line."""
+    match = _CONFIG_LINE.match(line.strip())
+    if not match:
+        return None
+    return dict(item.partition("=")[::2] for item in match.group(1).split())

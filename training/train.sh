@@ -36,7 +36,8 @@ USAGE
     esac
 done
 
-# Fail fast, before torchrun: a bad setting (or a precision this machine cannot run) exits here with its error.
+# Fail fast, before torchrun: a bad setting, a precision this machine cannot run, an unwritable output folder,
+# missing or inconsistent data, or a checkpoint of another model shape exits here with its error.
 "$python" -m training.trainer --check-only "$@"
 
 gpus=0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
@@ -169,6 +171,105 @@ def test_existing_bucket_is_used_and_granted():
     template.resource_count_is("AWS::S3::Bucket", 0)
     resources = [r for s in statements(template) for r in as_list(s["Resource"])]
     assert any("my-team-checkpoints/checkpoints/*" in str(r) for r in resources)
+
+
+KEY_ARN = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def _key_statements(template) -> dict[str, set[str]]:
+    """The key actions each grantee policy holds on KEY_ARN: {policy logical id: actions}."""
+    found: dict[str, set[str]] = {}
+    for logical_id, policy in template.find_resources("AWS::IAM::Policy").items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Resource"] == KEY_ARN:
+                found.setdefault(logical_id, set()).update(as_list(statement["Action"]))
+    return found
+
+
+@pytest.mark.parametrize("imported_with_key", [False, True], ids=["declared", "from_bucket_attributes"])
+def test_existing_bucket_with_its_key_grants_exactly_the_key_actions(imported_with_key):
+    def build(stack):
+        key = kms.Key.from_key_arn(stack, "TeamKey", KEY_ARN)
+        if imported_with_key:
+            existing = s3.Bucket.from_bucket_attributes(
+                stack, "Existing", bucket_name="team-ckpt", encryption_key=key
+            )
+            ckpt = CheckpointBucket(stack, "Ckpt", bucket=existing)
+        else:
+            existing = s3.Bucket.from_bucket_name(stack, "Existing", "team-ckpt")
+            ckpt = CheckpointBucket(stack, "Ckpt", bucket=existing, encryption_key=key)
+        assert ckpt.encryption_key is not None and ckpt.encryption_key.key_arn == KEY_ARN
+        writer = iam.Role(stack, "Writer", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+        reader = iam.Role(stack, "Reader", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+        assert ckpt.grant_read_write(writer, prefix="checkpoints/").success
+        ckpt.grant_read(reader, prefix="output/")
+
+    found = _key_statements(template_of(build))
+    assert {k[: len("Writer")]: v for k, v in found.items()} == {
+        "Writer": {"kms:Decrypt", "kms:GenerateDataKey"},
+        "Reader": {"kms:Decrypt"},
+    }
+
+
+def test_existing_bucket_without_a_key_grants_no_key_actions():
+    def build(stack):
+        ckpt = CheckpointBucket(stack, "Ckpt", bucket=s3.Bucket.from_bucket_name(stack, "E", "team-ckpt"))
+        assert ckpt.encryption_key is None
+        ckpt.grant_read_write(
+            iam.Role(stack, "Writer", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com")),
+            prefix="checkpoints/",
+        )
+
+    actions = {a for s in statements(template_of(build)) for a in as_list(s["Action"])}
+    assert not any(a.startswith("kms:") for a in actions)
+
+
+def test_declared_key_must_match_the_key_the_bucket_was_imported_with():
+    stack = cdk.Stack(cdk.App(), "Bad")
+    key = kms.Key.from_key_arn(stack, "Key", KEY_ARN)
+    other = kms.Key.from_key_arn(stack, "Other", KEY_ARN.replace("1234abcd", "9999abcd"))
+    existing = s3.Bucket.from_bucket_attributes(stack, "E", bucket_name="team-ckpt", encryption_key=key)
+    with pytest.raises(
+        ValueError, match="encryption_key differs from the encryption_key the existing bucket"
+    ):
+        CheckpointBucket(stack, "Ckpt", bucket=existing, encryption_key=other)
+    same = CheckpointBucket(stack, "Same", bucket=existing, encryption_key=key)
+    assert same.encryption_key is key
+
+
+def test_existing_bucket_is_nag_clean_for_created_and_imported_grantees():
+    """The prefix acknowledgements are made for an imported bucket too (its ARN as cdk-nag renders it), on
+    the grantee's own policy, for a created role and for an imported one."""
+
+    def build(app):
+        stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="123456789012", region="us-west-2"))
+        existing = s3.Bucket.from_bucket_name(stack, "Existing", "team-ckpt")
+        ckpt = CheckpointBucket(
+            stack, "Ckpt", bucket=existing, encryption_key=kms.Key.from_key_arn(stack, "K", KEY_ARN)
+        )
+        created = iam.Role(stack, "Trainer", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+        imported = iam.Role.from_role_arn(stack, "Team", "arn:aws:iam::123456789012:role/team")
+        for grantee in (created, imported):
+            ckpt.grant_read_write(grantee, prefix=ckpt.checkpoint_prefix)
+            ckpt.grant_read(grantee, prefix=ckpt.data_prefix)
+        # A bare principal has no policy of its own: nothing to acknowledge, nothing found.
+        ckpt.grant_read(iam.AccountRootPrincipal(), prefix=ckpt.output_prefix)
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    (template,) = result.templates.values()
+    roles = [
+        p["Properties"]["Roles"] for p in template["Resources"].values() if p["Type"] == "AWS::IAM::Policy"
+    ]
+    assert sorted(json.dumps(r) for r in roles) == [
+        '["team"]',
+        '[{"Ref": "Trainer' + _suffix(template) + '"}]',
+    ]
+
+
+def _suffix(template) -> str:
+    (logical_id,) = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"]
+    return logical_id[len("Trainer") :]
 
 
 @pytest.mark.parametrize(

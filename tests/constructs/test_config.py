@@ -149,3 +149,14 @@ def test_stack_builds_in_the_vpc_and_isolates_the_jobs_when_asked():
     assert "EnableNetworkIsolation" in json.dumps(machines[0]["Properties"]["DefinitionString"])
     with pytest.raises(ValueError, match="build_in_vpc needs vpc_id"):
         BlackwellTrainingStack(cdk.App(), "T", build_in_vpc=True)
+
+
+def test_data_sources():
+    assert _settings().workflow.data_sources == ("data/",)
+    sources = ["data/", "s3://corpora/tokens/"]
+    assert _settings(dataSources=sources).workflow.data_sources == tuple(sources)
+    assert _settings(dataSources='["s3://corpora/tokens/"]').workflow.data_sources == (
+        "s3://corpora/tokens/",
+    )
+    with pytest.raises(ValueError, match="context dataSources: must be a list of S3 prefixes ending in '/'"):
+        _settings(dataSources=["s3://corpora/tokens"])

@@ -7,11 +7,14 @@ import json
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Annotations, Match
 
 from constructs_lib.checkpoint_bucket import CheckpointBucket
-from constructs_lib.execution_role import SageMakerExecutionRole
+from constructs_lib.execution_role import IMMUTABLE_ROLE_WARNING, SageMakerExecutionRole
 from constructs_lib.image_repository import TrainingImageRepository
 from tests.cdk_helpers import as_list, statements, synth_with_nag, template_of
 
@@ -142,6 +145,80 @@ def test_existing_role_gets_the_statements():
     template.resource_count_is("AWS::IAM::Role", 0)
     policies = template.find_resources("AWS::IAM::Policy")
     assert policies and all(p["Properties"]["Roles"] == ["team-training"] for p in policies.values())
+
+
+def _immutable(stack: cdk.Stack, kind: str) -> iam.IRole:
+    if kind == "mutable=False":
+        return iam.Role.from_role_arn(stack, "Team", "arn:aws:iam::123456789012:role/team", mutable=False)
+    if kind == "another account":
+        return iam.Role.from_role_arn(stack, "Team", "arn:aws:iam::999999999999:role/team")
+    role = iam.Role(stack, "Team", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+    return role.without_policy_updates()
+
+
+@pytest.mark.parametrize("kind", ["mutable=False", "another account", "without_policy_updates"])
+def test_immutable_role_is_accepted_with_a_warning_naming_what_it_must_allow(kind):
+    stack = cdk.Stack(cdk.App(), "Test", env=cdk.Environment(account="123456789012", region="us-west-2"))
+    _build(stack, role=_immutable(stack, kind), vpc=ec2.Vpc(stack, "Vpc", max_azs=1, nat_gateways=0))
+    warnings = Annotations.from_stack(stack).find_warning("/Test/ExecRole", Match.any_value())
+    assert len(warnings) == 1, warnings
+    text = warnings[0].entry.data
+    assert f"[ack: {IMMUTABLE_ROLE_WARNING}]" in text
+    assert "is immutable" in text and "none of the statements" in text
+    for needed in ("ecr:BatchGetImage", "checkpoints/*", "output/*", "data/*", "/aws/sagemaker/TrainingJobs"):
+        assert needed in text
+    assert "network-interface" in text
+
+
+def test_mutable_imported_role_gives_no_warning():
+    stack = cdk.Stack(cdk.App(), "Test", env=cdk.Environment(account="123456789012", region="us-west-2"))
+    _build(stack, role=iam.Role.from_role_name(stack, "Team", "team"))
+    assert Annotations.from_stack(stack).find_warning("*", Match.any_value()) == []
+
+
+def test_existing_bucket_and_role_are_nag_clean():
+    """A team's own bucket (with its key) and role: the acknowledgements follow the imported ARNs."""
+
+    def build(app):
+        stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="123456789012", region="us-west-2"))
+        key = kms.Key.from_key_arn(stack, "Key", "arn:aws:kms:us-west-2:123456789012:key/abcd")
+        bucket = s3.Bucket.from_bucket_attributes(
+            stack, "Bucket", bucket_name="team-ckpt", encryption_key=key
+        )
+        SageMakerExecutionRole(
+            stack,
+            "ExecRole",
+            checkpoint_bucket=CheckpointBucket(stack, "Ckpt", bucket=bucket),
+            image_repository=TrainingImageRepository(
+                stack,
+                "Images",
+                repository=ecr.Repository.from_repository_name(stack, "Repo", "team/training"),
+            ),
+            role=iam.Role.from_role_name(stack, "Team", "team"),
+            vpc=ec2.Vpc.from_vpc_attributes(
+                stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-west-2a"]
+            ),
+        )
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    (template,) = result.templates.values()
+    kms_actions = {
+        a
+        for s in _all_statements(template)
+        if s["Resource"] == "arn:aws:kms:us-west-2:123456789012:key/abcd"
+        for a in as_list(s["Action"])
+    }
+    assert kms_actions == {"kms:Decrypt", "kms:GenerateDataKey"}
+
+
+def _all_statements(template: dict) -> list[dict]:
+    return [
+        statement
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::IAM::Policy"
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]
+    ]
 
 
 @pytest.mark.parametrize(

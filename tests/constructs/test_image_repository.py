@@ -106,6 +106,38 @@ def test_existing_repository():
     assert any("repository/team/training" in json.dumps(s["Resource"]) for s in statements(template))
 
 
+KEY_ARN = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def test_existing_repository_with_its_key_grants_exactly_the_key_actions():
+    def build(stack):
+        existing = ecr.Repository.from_repository_name(stack, "Existing", "team/training")
+        repo = TrainingImageRepository(
+            stack, "Images", repository=existing, encryption_key=kms.Key.from_key_arn(stack, "Key", KEY_ARN)
+        )
+        principal = iam.ServicePrincipal("sagemaker.amazonaws.com")
+        assert repo.grant_pull(iam.Role(stack, "Puller", assumed_by=principal)).success
+        repo.grant_pull_push(iam.Role(stack, "Pusher", assumed_by=principal))
+
+    template = template_of(build)
+    by_policy = {}
+    for logical_id, policy in template.find_resources("AWS::IAM::Policy").items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Resource"] == KEY_ARN:
+                by_policy.setdefault(logical_id[:6], set()).update(as_list(statement["Action"]))
+    assert by_policy == {"Puller": {"kms:Decrypt"}, "Pusher": {"kms:Decrypt", "kms:GenerateDataKey"}}
+
+
+def test_imported_repository_and_grantee_are_nag_clean():
+    def build(app):
+        stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="123456789012", region="us-west-2"))
+        existing = ecr.Repository.from_repository_name(stack, "Existing", "team/training")
+        repo = TrainingImageRepository(stack, "Images", repository=existing)
+        repo.grant_pull(iam.Role.from_role_arn(stack, "Team", "arn:aws:iam::123456789012:role/team"))
+
+    assert synth_with_nag(build).violations == ()
+
+
 @pytest.mark.parametrize(
     ("props", "message"),
     [

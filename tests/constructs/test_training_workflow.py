@@ -3,6 +3,8 @@ options (VPC, keys, existing bucket/role), prop validation, cdk-nag, and the sta
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
@@ -18,7 +20,9 @@ from constructs_lib._nag import logical_id
 from constructs_lib.checkpoint_bucket import CheckpointBucket
 from constructs_lib.execution_role import SageMakerExecutionRole
 from constructs_lib.image_repository import TrainingImageRepository
-from constructs_lib.training_workflow import CREATE_TRAINING_JOB_SYNC, TrainingWorkflow, WorkflowDefaults
+from constructs_lib.request_validation import RequestRules, validate_request
+from constructs_lib.training_workflow import TrainingWorkflow, WorkflowDefaults
+from constructs_lib.workflow_states import CREATE_TRAINING_JOB_SYNC
 from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
@@ -81,16 +85,79 @@ def test_state_machine_role_has_exactly_the_sync_permissions(plain):
     assert as_list(pass_role["Action"]) == ["iam:PassRole"]
     assert pass_role["Resource"] == {"Fn::GetAtt": [logical_id(workflow.execution_role), "Arn"]}
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    (invoke,) = [s for s in found if "lambda:InvokeFunction" in as_list(s["Action"])]
+    function_arn = {"Fn::GetAtt": [logical_id(workflow.validator.function), "Arn"]}
+    assert as_list(invoke["Action"]) == ["lambda:InvokeFunction"]
+    assert invoke["Resource"] == [function_arn, {"Fn::Join": ["", [function_arn, ":*"]]}]
     # Everything else is CDK's log delivery and X-Ray, the only statements on Resource '*'.
-    rest = [
-        s
-        for s in found
-        if s not in (by_sid["RunTrainingJobs"], by_sid["SyncIntegrationEventsRule"], pass_role)
-    ]
+    named = (by_sid["RunTrainingJobs"], by_sid["LaunchOnTrainingPlans"], by_sid["SyncIntegrationEventsRule"])
+    rest = [s for s in found if s not in (*named, pass_role, invoke)]
     actions = {a for s in rest for a in as_list(s["Action"])}
     assert all(s["Resource"] == "*" for s in rest)
     assert {a.split(":")[0] for a in actions} == {"logs", "xray"}
     assert all(s["Effect"] == "Allow" for s in found)
+
+
+def test_training_plan_launch_permission_is_scoped_to_the_stacks_plans(plain):
+    """Service Authorization Reference: CreateTrainingJob also names the training-plan resource type, which a
+    request with ResourceConfig.TrainingPlanArn is authorized against. Only CreateTrainingJob, only this account's
+    plans in this region."""
+    _, template = plain
+    by_sid = {s.get("Sid"): s for s in _sm_statements(template) if s.get("Sid")}
+    statement = by_sid["LaunchOnTrainingPlans"]
+    assert statement["Action"] == "sagemaker:CreateTrainingJob"
+    assert statement["Resource"] == {
+        "Fn::Join": ["", ["arn:", PARTITION, ":sagemaker:us-west-2:123456789012:training-plan/*"]]
+    }
+    assert "Condition" not in statement
+    plan_actions = [
+        a
+        for s in _sm_statements(template)
+        for a in as_list(s["Action"])
+        if "training-plan" in str(s["Resource"])
+    ]
+    assert plan_actions == ["sagemaker:CreateTrainingJob"]
+
+
+def _policy_statements(template: Template, prefix: str) -> list[dict]:
+    return [
+        s
+        for lid, p in template.find_resources("AWS::IAM::Policy").items()
+        if lid.startswith(prefix)
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_execution_role_reads_exactly_the_data_sources():
+    workflow, template = _template(data_sources=["data/", "s3://corpora/tokens/"])
+    statements = _policy_statements(template, "ExecutionRole")
+    other = [s for s in statements if "corpora" in json.dumps(s["Resource"])]
+    assert sorted((as_list(s["Action"])[0], json.dumps(s["Resource"])) for s in other) == [
+        ("s3:GetObject", json.dumps({"Fn::Join": ["", ["arn:", PARTITION, ":s3:::corpora/tokens/*"]]})),
+        ("s3:ListBucket", json.dumps({"Fn::Join": ["", ["arn:", PARTITION, ":s3:::corpora"]]})),
+    ]
+    (listing,) = [s for s in other if s["Action"] == "s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["tokens/", "tokens/*"]}}
+    assert workflow.request_rules.data_sources == ("data/", "s3://corpora/tokens/")
+
+
+def test_two_workflows_sharing_a_bucket_get_their_own_run_segments():
+    app = cdk.App()
+    first = build_workflow(app)
+    second = TrainingWorkflow(
+        first, "Nightly", image_uri=first.image_uri, execution_role=first.execution_role, bucket=first.bucket
+    )
+    assert (first.run_segment, second.run_segment) == ("Test-Workflow", "Test-Workflow-Nightly")
+    assert second.runs_prefix == "checkpoints/Test-Workflow-Nightly/"
+    with pytest.raises(ValueError, match="run_segment must be 1 to 128 of letters"):
+        TrainingWorkflow(
+            first,
+            "Bad",
+            image_uri="x",
+            execution_role=first.execution_role,
+            bucket=first.bucket,
+            run_segment="a/b",
+        )
 
 
 def test_no_star_actions_and_no_managed_policies(plain):
@@ -270,15 +337,15 @@ def test_customer_key_encrypts_logs_state_machine_and_topic_and_the_removal_poli
     context = logs_statement["Condition"]["ArnEquals"]["kms:EncryptionContext:aws:logs:arn"]
     assert context["Fn::Join"][1][-1].endswith(f":log-group:{group['Properties']['LogGroupName']}")
     request = definition_of(template.to_json())["States"]
-    (launch,) = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
-    assert launch["Parameters"]["EnableNetworkIsolation"] is True
+    launches = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
+    assert launches and all(launch["Parameters"]["EnableNetworkIsolation"] is True for launch in launches)
 
 
 def test_network_isolation_is_off_by_default(plain):
     _, template = plain
     request = definition_of(template.to_json())["States"]
-    (launch,) = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
-    assert "EnableNetworkIsolation" not in launch["Parameters"]
+    launches = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
+    assert launches and all("EnableNetworkIsolation" not in launch["Parameters"] for launch in launches)
 
 
 def test_trigger_rule_passes_the_event_detail(notified):
@@ -353,13 +420,14 @@ def test_vpc_keys_data_channel_and_tags_reach_the_request():
     assert result.violations == ()
     template = result.templates["Test.template.json"]
     definition = definition_of(template)
-    launch = next(s for s in definition["States"].values() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC)
-    params = launch["Parameters"]
+    params = definition["States"]["Run training job"]["Parameters"]
     assert params["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]
     assert len(params["VpcConfig"]["SecurityGroupIds"]) == 1
     assert params["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:")
-    assert params["InputDataConfig"][0]["ChannelName"] == "train"
-    assert params["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"].endswith("/data/tokens/")
+    assert params["InputDataConfig.$"] == "$.channels"
+    rules = RequestRules.from_json(definition["States"]["Decide request"]["Parameters"]["Payload"]["rules"])
+    assert rules.defaults["train_data_uri"].endswith("/data/tokens/")  # the train channel when none is given
+    assert rules.data_sources == ("data/", "data/tokens/")
     assert {"Key": "team", "Value": "llm"} in params["Tags"]
     for name in ("On-demand capacity", "Managed spot capacity", "Training plan capacity"):
         assert definition["States"][name]["Parameters"]["resource_config"]["VolumeKmsKeyId"].startswith(
@@ -395,12 +463,11 @@ def test_existing_bucket_and_plain_role():
     result = synth_with_nag(build)
     assert result.violations == ()
     definition = definition_of(result.templates["Test.template.json"])
-    launch = next(s for s in definition["States"].values() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC)
-    params = launch["Parameters"]
+    params = definition["States"]["Run training job"]["Parameters"]
     assert params["RoleArn"] == "arn:aws:iam::123456789012:role/existing"
     assert params["OutputDataConfig"] == {"S3OutputPath": "s3://existing-bucket/team/out/"}
     assert params["CheckpointConfig"]["S3Uri.$"] == (
-        "States.Format('s3://existing-bucket/team/ckpt/{}/', $$.Execution.Name)"
+        "States.Format('s3://existing-bucket/team/ckpt/Test-Workflow/{}/', $$.Execution.Name)"
     )
     statements = [
         s
@@ -414,21 +481,24 @@ def test_existing_bucket_and_plain_role():
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
 
 
-def test_defaults_reach_the_merge_state():
-    _, template = _template(
+def test_defaults_reach_the_rules():
+    workflow, template = _template(
         defaults=WorkflowDefaults(
             precision="mxfp8", num_layers=32, instance_count=2, job_name_prefix="llama-8b"
         ),
         max_instance_count=8,
     )
     definition = definition_of(template.to_json())
-    defaults = definition["States"]["Apply defaults"]["Parameters"]["defaults"]
+    rules = RequestRules.from_json(definition["States"]["Decide request"]["Parameters"]["Payload"]["rules"])
+    defaults = rules.defaults
     assert (
         defaults["precision"] == "mxfp8" and defaults["num_layers"] == 32 and defaults["instance_count"] == 2
     )
-    assert defaults["training_plan_arn.$"] == "States.StringToJson('null')"
-    assert defaults["hyperparameters"] == {}
-    assert definition["States"]["Check instance_count value"]["Choices"][2]["NumericGreaterThan"] == 8
+    assert defaults["training_plan_arn"] is None and defaults["hyperparameters"] == {}
+    assert rules.max_instance_count == 8 and rules.region == "us-west-2"
+    assert validate_request({"instance_count": 9}, rules) == [
+        "instance_count: must be an integer in [1, 8]; got 9"
+    ]
 
 
 # ---- prop validation ---------------------------------------------------------------------------------------------
@@ -480,7 +550,18 @@ def test_defaults_reach_the_merge_state():
             },
             "defaults.training_plan_arn",
         ),
-        ({"defaults": WorkflowDefaults(hyperparameters={"max_steps": 5})}, "defaults.hyperparameters"),
+        (
+            {"defaults": WorkflowDefaults(hyperparameters={"max_steps": 0})},
+            "defaults.hyperparameters.max_steps",
+        ),
+        (
+            {"defaults": WorkflowDefaults(hyperparameters={"checkpoint_dir": "/x"})},
+            "defaults.hyperparameters",
+        ),
+        ({"defaults": WorkflowDefaults(train_data_uri="s3://elsewhere/x/")}, "defaults.train_data_uri"),
+        ({"data_sources": ["s3://corpora/tokens"]}, "data_sources: must be a list of S3 prefixes"),
+        ({"run_segment": ""}, "run_segment"),
+        ({"launch_retry_backoff": cdk.Duration.minutes(6)}, "launch_retry_backoff"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -547,6 +628,12 @@ def test_app_stack_wires_the_workflow_and_outputs():
         "AWS::Events::Rule", {"Properties": {"EventPattern": {"source": ["blackwell-training"]}}}
     )
     assert len(rules) == 1
+
+
+def test_app_data_sources_reach_the_rules_and_the_execution_role():
+    stack, template = _app_template({"dataSources": ["data/", "s3://corpora/tokens/"]})
+    assert stack.workflow.request_rules.data_sources == ("data/", "s3://corpora/tokens/")
+    assert "corpora/tokens/*" in json.dumps(_policy_statements(template, "ExecutionRole"))
 
 
 def test_app_without_notifications_has_no_topic_output():

@@ -1,7 +1,7 @@
 """The CreateTrainingJob request as a pure function: no stack, no state machine."""
 
 from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
-from training.contract import CHECKPOINT_LOCAL_PATH, TRAIN_CHANNEL, metric_definitions
+from training.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
 
 BASE = dict(
     role_arn="arn:aws:iam::123456789012:role/exec",
@@ -33,14 +33,14 @@ def test_minimal_request_has_fixed_fields_and_no_optional_ones() -> None:
 
 def test_optional_fields_appear_when_given() -> None:
     vpc = {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]}
-    request = training_job_request(
-        **BASE, output_kms_key_arn="arn:key", vpc_config=vpc, train_data_prefix="data/tokens/"
-    )
+    request = training_job_request(**BASE, output_kms_key_arn="arn:key", vpc_config=vpc)
     assert request["OutputDataConfig"]["KmsKeyId"] == "arn:key"
     assert request["VpcConfig"] == vpc
-    [channel] = request["InputDataConfig"]
-    assert channel["ChannelName"] == TRAIN_CHANNEL
-    assert channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://ckpt-bucket/data/tokens/"
+
+
+def test_hyperparameters_are_the_decided_map() -> None:
+    """The Lambda function decided the whole map (contract names, strings, platform paths): sent as is."""
+    assert training_job_request(**BASE)["HyperParameters.$"] == "$.hyperparameters"
 
 
 def test_job_tags_workflow_then_execution_then_sorted_user_tags() -> None:

@@ -62,9 +62,22 @@ def run_trainer(settings: dict[str, str], nproc: int = 2, timeout: float = 180) 
     return output
 
 
+def run_single(settings: dict[str, str], timeout: float = 120) -> tuple[int, str]:
+    """Run the trainer as one process without torchrun (world size 1); return (exit status, stdout+stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.trainer", *cli_args(settings)],
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 def step_lines(output: str) -> dict[int, str]:
     """``step=N ...`` lines by step number."""
-    return {int(line.split()[0][5:]): line for line in output.splitlines() if line.startswith("step=")}
+    return {
+        int(line.split()[0][5:].split("/")[0]): line
+        for line in output.splitlines()
+        if line.startswith("step=")
+    }
 
 
 def fields(line: str) -> dict[str, str]:
@@ -111,3 +124,18 @@ def toolkit_job(tmp_path: Path, hyperparameters: dict[str, str]) -> tuple[list[s
         NPROC_PER_NODE="2",
     )
     return [str(VENV_BIN / "train")], child_env
+
+
+REFERENCE_STEPS = 12
+
+
+def reference_settings(tmp: Path, name: str, **extra: str) -> dict[str, str]:
+    """A 12-step 2-process run with checkpoints at steps 6 and 12, writing ckpt_<name>/ and model_<name>/."""
+    return {
+        **TINY,
+        "max_steps": str(REFERENCE_STEPS),
+        "checkpoint_interval": "6",
+        "checkpoint_dir": str(tmp / f"ckpt_{name}"),
+        "model_dir": str(tmp / f"model_{name}"),
+        **extra,
+    }

@@ -49,11 +49,6 @@ def test_defaults_and_presets_fill_the_dims():
         ({"precision": "mxfp8", "seq_length": "4112"}, "seq_length", "multiple of 32 for precision=mxfp8"),
         ({"num_heads": "7"}, "num_heads", "must divide hidden_size"),
         ({"quantized_model_init": "true"}, "quantized_model_init", "fp8 or mxfp8"),
-        (
-            {"max_steps": "3", "throughput_warmup_steps": "3"},
-            "throughput_warmup_steps",
-            "less than max_steps",
-        ),
     ],
 )
 def test_errors_name_the_field_and_the_allowed_values(raw, field, fragment):
@@ -111,6 +106,35 @@ def test_metric_definitions_fit_sagemaker_limits():
         assert definition.as_sagemaker() == {"Name": definition.name, "Regex": definition.regex}
 
 
+def test_a_throughput_warmup_as_long_as_the_run_is_accepted():
+    # the trainer shortens it with a note (tests/training/test_resume.py); refusing it failed short runs
+    values = c.parse_hyperparameters({"max_steps": "3", "throughput_warmup_steps": "3"})
+    assert values["throughput_warmup_steps"] == 3
+
+
+def test_step_lines_show_progress_and_still_parse():
+    line = c.format_step_line(30, {"loss": 2.5, "lr": 1e-3}, max_steps=120, elapsed=75.4, eta=3725)
+    assert line == "step=30/120 25.0% elapsed=0:01:15 eta=1:02:05 loss=2.5 lr=0.001"
+    assert c.parse_metric_line(line) == {"train:loss": 2.5, "train:lr": 1e-3}
+
+
+def test_validation_lines_give_val_loss_and_no_train_metric():
+    line = c.format_validation_line(200, 1000, 1.234567)
+    assert line == "validation step=200/1000 val_loss=1.23457"
+    assert c.parse_metric_line(line) == {"val_loss": 1.23457}
+    summary = c.format_summary_line({"steps": 1000, "final_loss": 1.5, "val_loss": 1.25})
+    assert c.parse_metric_line(summary) == {"final:final_loss": 1.5, "final:val_loss": 1.25}
+
+
+def test_peak_table_covers_every_blackwell_instance_gpu_and_its_precisions():
+    for instance in c.GPU_INSTANCE_TYPES.values():
+        if instance.sm[0] == 10:
+            peaks = c.PEAK_TFLOPS[instance.gpu]
+            assert {p for p in c.PRECISIONS if instance.supports(p)} <= set(peaks)
+            assert peaks["mxfp8"] == peaks["fp8"] == 2 * peaks["bf16"]  # dense figures, no sparsity
+    assert c.PEAK_TFLOPS["B200"]["fp32"] == 75.0  # HGX B200 datasheet: 600 TFLOPS per 8 GPUs
+
+
 def test_metric_lines_round_trip_through_the_regexes():
     step = c.format_step_line(
         120,
@@ -150,3 +174,40 @@ def test_config_line_never_matches_a_metric():
     line = c.format_config_line(c.parse_hyperparameters({"max_steps": "50"}))
     assert line.startswith("config ") and "max_steps=50" in line
     assert c.parse_metric_line(line) == {}
+
+
+def test_step_summary_and_config_lines_parse_back():
+    step = c.format_step_line(7, {"loss": 2.25, "tokens_per_sec": 1234.5, "mfu": 0.375, "step_time": 0.125})
+    assert c.parse_step_line(f"[1,mpirank:0,algo-1]<stdout>:{step}") == (
+        7,
+        {"loss": 2.25, "tokens_per_sec": 1234.5, "mfu": 0.375, "step_time": 0.125},
+    )
+    summary = c.format_summary_line({"steps": 9, "final_loss": 1.5, "train_seconds": 12.0})
+    assert c.parse_summary_line(summary) == {"steps": 9, "final_loss": 1.5, "train_seconds": 12.0}
+    config = c.format_config_line({"max_steps": 9, "precision": "fp8", "activation_checkpointing": True})
+    assert c.parse_config_line(config) == {
+        "max_steps": "9",
+        "precision": "fp8",
+        "activation_checkpointing": "true",
+    }
+    for other in ("steps=3 loss=1", "summary", "configure max_steps=1", "model saved to /opt/ml/model"):
+        assert c.parse_step_line(other) is None
+        assert c.parse_summary_line(other) is None
+        assert c.parse_config_line(other) is None
+
+
+def test_the_trainers_progress_lines_parse_back_and_validation_lines_are_not_steps():
+    line = c.format_step_line(30, {"loss": 2.5, "mfu": 0.41}, max_steps=120, elapsed=75.4, eta=3725)
+    assert c.parse_step_line(f"[rank0]: {line}") == (30, {"loss": 2.5, "mfu": 0.41})
+    assert c.parse_step_line(c.format_validation_line(200, 1000, 1.25)) is None
+
+
+def test_every_instance_type_has_a_price_entry_and_costs_scale_with_count_and_time():
+    assert set(c.ON_DEMAND_USD_PER_HOUR) == set(c.GPU_INSTANCE_TYPES)
+    price = c.ON_DEMAND_USD_PER_HOUR[c.DEFAULT_INSTANCE_TYPE]
+    assert price is not None and price > 0
+    assert c.estimate_cost_usd(c.DEFAULT_INSTANCE_TYPE, 2, 1800) == pytest.approx(price)
+    assert c.estimate_cost_usd(c.DEFAULT_INSTANCE_TYPE, 1, 0) == 0
+    unpriced = [name for name, usd in c.ON_DEMAND_USD_PER_HOUR.items() if usd is None]
+    assert unpriced and c.estimate_cost_usd(unpriced[0], 1, 3600) is None
+    assert c.estimate_cost_usd("ml.m5.large", 1, 3600) is None

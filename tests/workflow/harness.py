@@ -6,6 +6,9 @@
   it subclasses moto internals): it records each request, creates the job in moto's SageMaker backend, gives the
   job the outcome the test asked for, then polls ``DescribeTrainingJob`` like Step Functions does; a job that ends
   ``Failed``/``Stopped`` fails the task with ``States.TaskFailed`` and the description as ``Cause``.
+* :class:`LambdaInProcess` is a test-only ``lambda:invoke`` integration: moto runs Lambda functions only in
+  Docker, so it runs the workflow's request-validation handler (``constructs_lib.request_validation.handler``)
+  in-process, against moto's own S3, and hands its return value back as the ``Payload``.
 * :class:`Outcomes` lets a test choose job outcomes by job-name prefix (each test uses its own prefix, so tests
   can share one state machine and run executions concurrently).
 """
@@ -24,10 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
     FailureEventException,
@@ -36,10 +41,16 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
     StatesErrorNameType,
 )
-from moto.stepfunctions.parser.asl.component.state.exec.state_task import state_task_factory
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+    lambda_eval_utils,
+    state_task_factory,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
     StateTaskServiceCallback,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_lambda import (
+    StateTaskServiceLambda,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_unsupported import (
     StateTaskServiceUnsupported,
@@ -48,6 +59,8 @@ from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
+
+from constructs_lib import request_validation
 
 ACCOUNT = DEFAULT_ACCOUNT_ID
 REGION = "us-west-2"
@@ -118,9 +131,18 @@ def resolve(node: Any, resources: dict[str, Any]) -> Any:
 
 def definition_of(template: dict[str, Any]) -> dict[str, Any]:
     """The plain ASL of the template's only state machine."""
+    (definition,) = definitions_of(template).values()
+    return definition
+
+
+def definitions_of(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The plain ASL of every state machine of the template, by logical ID."""
     resources = template["Resources"]
-    (machine,) = [r for r in resources.values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
-    return json.loads(resolve(machine["Properties"]["DefinitionString"], resources))
+    return {
+        logical_id: json.loads(resolve(r["Properties"]["DefinitionString"], resources))
+        for logical_id, r in resources.items()
+        if r["Type"] == "AWS::StepFunctions::StateMachine"
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -130,10 +152,15 @@ def definition_of(template: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What a launch gives: a job ending in ``status``, or (``client_error``: an error code such as
+    ``ValidationException``) ``CreateTrainingJob`` refused, no job created."""
+
     status: str = "Completed"
     failure_reason: str | None = None
     training_seconds: int = 3600
     billable_seconds: int = 3600
+    client_error: str | None = None
+    status_code: int = 400
 
 
 COMPLETED = Outcome()
@@ -189,6 +216,14 @@ class SageMakerSync(StateTaskServiceUnsupported):
         )
         name = normalised_parameters["TrainingJobName"]
         outcome = OUTCOMES.next_for(name, json.loads(json.dumps(normalised_parameters)))
+        if outcome.client_error is not None:
+            raise ClientError(
+                {
+                    "Error": {"Code": outcome.client_error, "Message": f"{outcome.client_error} (test)"},
+                    "ResponseMetadata": {"HTTPStatusCode": outcome.status_code, "RequestId": "test"},
+                },
+                "CreateTrainingJob",
+            )
         response = client.create_training_job(**normalised_parameters)
         job = sagemaker_backends[ACCOUNT][resource_runtime_part.region].training_jobs[name]
         job.training_job_status = outcome.status
@@ -235,6 +270,51 @@ class SageMakerSync(StateTaskServiceUnsupported):
 
         return poll
 
+    def _from_error(self, env, ex):
+        """A refused ``CreateTrainingJob`` as Step Functions reports it for the SageMaker integration: error
+        ``SageMaker.AmazonSageMakerException``, the code and status in the cause."""
+        if not isinstance(ex, ClientError):
+            return super()._from_error(env, ex)
+        error = ex.response["Error"]
+        cause = (
+            f"{error['Message']} (Service: AmazonSageMaker; Status Code: "
+            f"{ex.response['ResponseMetadata']['HTTPStatusCode']}; Error Code: {error['Code']}; "
+            "Request ID: test; Proxy: null)"
+        )
+        name = "SageMaker.AmazonSageMakerException"
+        return FailureEvent(
+            env=env,
+            error_name=CustomErrorName(name),
+            event_type=HistoryEventType.TaskFailed,
+            event_details=EventDetails(
+                taskFailedEventDetails=TaskFailedEventDetails(
+                    error=name,
+                    cause=cause,
+                    resource=self._get_sfn_resource(),
+                    resourceType=self._get_sfn_resource_type(),
+                )
+            ),
+        )
+
+
+class LambdaInProcess(StateTaskServiceLambda):
+    """``arn:aws:states:::lambda:invoke`` running the request-validation handler in-process."""
+
+    invocations: list[dict[str, Any]] = []
+
+    def _eval_service_task(self, env, resource_runtime_part, normalised_parameters, state_credentials):
+        payload = json.loads(normalised_parameters.get("Payload") or b"{}")
+        LambdaInProcess.invocations.append(payload)
+        try:
+            result = request_validation.handler(payload, None)
+        except Exception as err:  # what Lambda reports for an unhandled exception
+            raise lambda_eval_utils.LambdaFunctionErrorException(
+                "Unhandled", json.dumps({"errorType": type(err).__name__, "errorMessage": str(err)})
+            ) from err
+        env.stack.append(
+            {"StatusCode": 200, "ExecutedVersion": "$LATEST", "Payload": json.loads(json.dumps(result))}
+        )
+
 
 _original_service_for = state_task_factory.state_task_service_for
 
@@ -242,6 +322,8 @@ _original_service_for = state_task_factory.state_task_service_for
 def _service_for(service_name: str):
     if service_name == "sagemaker":
         return SageMakerSync()
+    if service_name == "lambda":
+        return LambdaInProcess()
     return _original_service_for(service_name)
 
 
@@ -258,22 +340,31 @@ def _cached_parse(definition: str):
 @contextmanager
 def moto_workflow(definition: dict[str, Any]) -> Iterator[Workflow]:
     """moto with ASL execution and the SageMaker .sync adapter, and the workflow created in it."""
+    with moto_workflows({"training-workflow": definition}) as workflows:
+        yield workflows["training-workflow"]
+
+
+@contextmanager
+def moto_workflows(definitions: dict[str, dict[str, Any]]) -> Iterator[dict[str, Workflow]]:
+    """Several workflows (by name) in one moto account, sharing its S3 and SageMaker."""
     state_task_factory.state_task_service_for = _service_for
     AmazonStateLanguageParser.parse = staticmethod(_cached_parse)
     try:
         with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-            yield Workflow(definition)
+            yield {name: Workflow(definition, name) for name, definition in definitions.items()}
     finally:
         state_task_factory.state_task_service_for = _original_service_for
         AmazonStateLanguageParser.parse = staticmethod(_original_parse)
 
 
 class Workflow:
-    def __init__(self, definition: dict[str, Any]) -> None:
+    def __init__(self, definition: dict[str, Any], name: str = "training-workflow") -> None:
+        self.definition = definition
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
         self.sagemaker = boto3.client("sagemaker", region_name=REGION)
+        self.s3 = boto3.client("s3", region_name=REGION)
         self.arn = self.sfn.create_state_machine(
-            name="training-workflow",
+            name=name,
             definition=json.dumps(definition),
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/fake-state-machine-role",
         )["stateMachineArn"]
@@ -293,8 +384,8 @@ class Workflow:
                 raise TimeoutError(f"execution {execution_arn} still running after {timeout} s")
             time.sleep(0.05)
 
-    def run(self, execution_input: Any, name: str | None = None) -> dict[str, Any]:
-        return self.wait(self.start(execution_input, name))
+    def run(self, execution_input: Any, name: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        return self.wait(self.start(execution_input, name), timeout)
 
     def jobs(self, prefix: str) -> list[str]:
         summaries = self.sagemaker.list_training_jobs(NameContains=f"{prefix}-", MaxResults=100)

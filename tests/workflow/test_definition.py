@@ -9,16 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from constructs_lib.training_workflow import (
-    CREATE_TRAINING_JOB_SYNC,
-    TRANSIENT_SAGEMAKER_ERRORS,
-    WorkflowDefaults,
-)
+from constructs_lib import launch_retry
+from constructs_lib.request_validation import RequestRules, validate_request
+from constructs_lib.training_workflow import CREATE_TRAINING_JOB_SYNC, WorkflowDefaults
 from tests.cdk_helpers import synth_with_nag
 from tests.conftest import ROOT
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
-from training.contract import GPU_INSTANCE_TYPES, PRECISIONS, instance_types_supporting
 
 VALIDATOR = ROOT / "node_modules" / "asl-validator" / "dist" / "bin" / "asl-validator.js"
 NODE = Path(sys.executable).parent / "node"
@@ -52,49 +49,65 @@ def _states(definition):
     return definition["States"]
 
 
-def test_one_launch_state_with_sync_integration_retry_and_catch(definition):
-    launches = [s for s in _states(definition).values() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC]
-    assert len(launches) == 1
-    (launch,) = launches
-    (retry,) = launch["Retry"]
-    assert retry["ErrorEquals"] == list(TRANSIENT_SAGEMAKER_ERRORS)
-    assert retry["BackoffRate"] == 2 and retry["MaxAttempts"] == 5 and retry["JitterStrategy"] == "FULL"
-    assert [c["ErrorEquals"] for c in launch["Catch"]] == [["States.TaskFailed"], ["States.ALL"]]
-    assert launch["Parameters"]["TrainingJobName.$"] == (
-        "States.Format('{}-{}', $.config.job_name_prefix, States.UUID())"
-    )
+def test_two_launch_states_with_sync_integration_retry_and_catch(definition):
+    """With and without InputDataConfig (SageMaker refuses an empty list); the same retry and catch policy."""
+    launches = {n: s for n, s in _states(definition).items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
+    assert sorted(launches) == ["Run training job", "Run training job (no input data)"]
+    assert launches["Run training job"]["Parameters"]["InputDataConfig.$"] == "$.channels"
+    assert "InputDataConfig" not in json.dumps(launches["Run training job (no input data)"]["Parameters"])
+    for launch in launches.values():
+        (retry,) = launch["Retry"]
+        assert retry["ErrorEquals"] == list(launch_retry.QUOTA_ERRORS)
+        assert retry["BackoffRate"] == 2 and retry["MaxAttempts"] == 5 and retry["JitterStrategy"] == "FULL"
+        assert [c["ErrorEquals"] for c in launch["Catch"]] == [
+            [launch_retry.API_ERROR],
+            ["States.TaskFailed"],
+            ["States.ALL"],
+        ]
+        assert launch["Parameters"]["TrainingJobName.$"] == (
+            "States.Format('{}-{}', $.config.job_name_prefix, States.UUID())"
+        )
+        assert launch["Parameters"]["HyperParameters.$"] == "$.hyperparameters"
 
 
-def test_every_input_check_ends_in_invalid_input(definition):
+def test_a_refused_request_is_retried_only_when_throttled_or_a_server_error(definition):
+    choice = _states(definition)["Retryable launch error?"]
+    (rule,) = choice["Choices"]
+    patterns = [c["StringMatches"] for c in rule["And"][0]["Or"]]
+    assert patterns == list(launch_retry.RETRYABLE_CAUSES)
+    assert not any("Validation" in p or "AccessDenied" in p for p in patterns)
+    assert choice["Default"] == "Launch failed"
+
+
+def test_failures_end_in_named_errors(definition):
     fails = {name: s for name, s in _states(definition).items() if s["Type"] == "Fail"}
-    invalid = {name for name, s in fails.items() if s.get("Error") == "InvalidInput"}
-    assert invalid == {name for name in fails if name.startswith("Invalid ")}
-    assert {s.get("Error") for name, s in fails.items() if name not in invalid} == {
+    assert {s.get("Error") for s in fails.values()} == {
+        "InvalidInput",
+        "RequestValidationFailed",
         "LaunchFailed",
         "TrainingJobFailed",
         "CapacityError",
     }
 
 
-def test_precision_rules_come_from_the_contract(definition):
-    choice = _states(definition)["Check precision on instance_type"]
-    guarded = {rule.get("StringEquals") or rule["And"][0]["StringEquals"] for rule in choice["Choices"]}
-    expected = {
-        p for p in PRECISIONS if set(instance_types_supporting(p)) != set(definition_instance_types())
-    }
-    assert guarded == expected
+def test_the_request_is_decided_first_with_the_workflows_rules(definition):
+    first = _states(definition)[definition["StartAt"]]
+    assert definition["StartAt"] == "Decide request"
+    assert first["Resource"] == "arn:aws:states:::lambda:invoke"
+    payload = first["Parameters"]["Payload"]
+    assert payload["input.$"] == "$$.Execution.Input" and payload["execution.$"] == "$$.Execution.Name"
+    rules = RequestRules.from_json(payload["rules"])
+    assert rules.workflow_segment == "Test-Workflow" and rules.limits["TrainingJobName"]["max"] == 63
+    assert first["Next"] == "Request valid?"
 
 
-def definition_instance_types():
-
-    return set(GPU_INSTANCE_TYPES)
-
-
-def test_no_sagemaker_state_is_reachable_without_passing_every_check(definition):
-    """Walk the graph from StartAt: every path to the launch state passes every 'Check <field>' state."""
+def test_no_sagemaker_state_is_reachable_without_a_valid_decision(definition):
+    """Walk the graph from StartAt: every path to a launch state passes 'Request valid?' on its valid branch."""
     states = _states(definition)
-    launch = next(n for n, s in states.items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC)
-    checks = {n for n in states if n.startswith("Check ") and " " not in n[len("Check ") :]}
+    launches = {n for n, s in states.items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
+    (valid_rule,) = states["Request valid?"]["Choices"]
+    assert valid_rule == {"Variable": "$.valid", "BooleanEquals": True, "Next": "Prepare launch"}
+    assert states["Request valid?"]["Default"] == "Invalid input"
 
     def successors(name):
         s = states[name]
@@ -104,7 +117,7 @@ def test_no_sagemaker_state_is_reachable_without_passing_every_check(definition)
         return nxt
 
     def paths(name, seen):
-        if name == launch:
+        if name in launches:
             yield seen
             return
         for n in successors(name):
@@ -114,8 +127,8 @@ def test_no_sagemaker_state_is_reachable_without_passing_every_check(definition)
     found = 0
     for seen in paths(definition["StartAt"], frozenset({definition["StartAt"]})):
         found += 1
-        assert checks <= seen
-    assert found >= 3  # one per capacity mode at least
+        assert {"Request valid?", "Prepare launch"} <= seen
+    assert found >= 6  # three capacity modes, one or several nodes
 
 
 def test_timeout_bounds_every_execution(definition):
@@ -127,8 +140,7 @@ def test_state_names_fit_asl_limits(definition):
     assert len(_states(definition)) < 120
 
 
-def test_hopper_only_workflow_rejects_blackwell_precisions_outright():
-    """With no allowed instance able to run mxfp8/nvfp4, the rule is the precision alone."""
+def test_hopper_only_workflow_carries_its_instance_types_in_the_rules():
     result = synth_with_nag(
         lambda app: build_workflow(
             app,
@@ -137,14 +149,10 @@ def test_hopper_only_workflow_rejects_blackwell_precisions_outright():
         )
     )
     assert result.violations == ()
-    choice = definition_of(result.templates["Test.template.json"])["States"][
-        "Check precision on instance_type"
-    ]
-    assert choice["Choices"] == [
-        {
-            "Variable": "$.config.precision",
-            "StringEquals": precision,
-            "Next": f"Invalid precision {precision} for instance_type",
-        }
-        for precision in ("mxfp8", "nvfp4")
+    payload = definition_of(result.templates["Test.template.json"])["States"]["Decide request"]["Parameters"]
+    rules = RequestRules.from_json(payload["Payload"]["rules"])
+    assert rules.allowed_instance_types == ("ml.p5.48xlarge", "ml.p5en.48xlarge")
+    assert validate_request({"precision": "mxfp8"}, rules) == [
+        "precision: mxfp8 cannot run on the GPUs of instance_type ml.p5.48xlarge; it needs one of no allowed "
+        "instance type"
     ]

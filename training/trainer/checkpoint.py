@@ -4,18 +4,27 @@ Layout under ``checkpoint_dir``::
 
     step_00000100/            complete: renamed from step_00000100.tmp by rank 0 after every rank finished
         .metadata, __*.distcp  DCP shards of model + optimizer (resharded on load if the world size changed)
-        rank_00000.pt ...      per-rank trainer state: step, data position, LR scheduler, RNG states
-        COMPLETE               JSON written last: world size and the size of every file above
+        rank_00000.pt ...      per-rank trainer state: step, data position, LR schedule, RNG states
+        COMPLETE               JSON written last: world size, model shape, size and SHA-256 of every file above
     step_00000200.tmp/        being written (or abandoned by a crash): never loaded, never deleted
+    step_00000050.unusable/   set aside: failed its checksums or its load; never loaded again, never deleted
+
+A run that continues an earlier one (the workflow's ``resume_from``) gets that run's newest complete checkpoint as
+the read-only ``resume`` input channel; it is tried only when ``checkpoint_dir`` holds no checkpoint that loads
+(after a spot interruption the run's own, newer ones win), is verified like the others, and is never written to
+or renamed.
 
 A directory counts as complete only if its name has no suffix, COMPLETE exists and every listed file has the
-listed size, so a half-written or truncated checkpoint is skipped. Only complete ``step_*`` directories beyond
-the newest ``keep`` are deleted; nothing else in the folder is touched.
+listed size, so a half-written or truncated checkpoint is skipped. Before a complete checkpoint is loaded every
+file's SHA-256 is checked against COMPLETE (the ranks of a node share the hashing); if any rank finds a mismatch
+or fails to load it, all ranks agree to set it aside (rename) and try the previous one. Only complete ``step_*``
+directories beyond the newest ``keep`` are deleted; nothing else in the folder is touched.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import re
@@ -27,12 +36,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_state_dict,
 )
+
+from training import contract
 
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^step_(\d{8})$")
@@ -63,6 +75,12 @@ def _is_complete(path: Path) -> bool:
         return False
 
 
+def resume_channel_dir() -> Path | None:
+    """The earlier run's checkpoint this job continues from (``SM_CHANNEL_RESUME``), or None."""
+    folder = os.environ.get(f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}")
+    return Path(folder) if folder else None
+
+
 def rng_state(device: torch.device) -> dict[str, Any]:
     state: dict[str, Any] = {"cpu": torch.get_rng_state()}
     if device.type == "cuda":
@@ -76,18 +94,39 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-class CheckpointManager:
-    """Saves and restores the full training state; all ranks call ``save``/``load`` together."""
+class CheckpointShapeError(ValueError):
+    """The checkpoint holds a model of another shape than the run's settings."""
 
-    def __init__(self, root: str, keep: int, env):
-        """``env`` is the run's ``parallel.DistEnv``."""
-        self.root, self.keep = Path(root), keep
+
+class CheckpointManager:
+    """Saves and restores the full training state; all ranks call ``save``/``load_latest`` together.
+
+    ``shape`` (the run's model shape, a dict) is stored in every checkpoint and checked before a load.
+    After ``load_latest``, ``set_aside`` lists (folder, reason) of the checkpoints it renamed and
+    ``touched_model`` says whether a failed load may have written into the model or optimizer."""
+
+    def __init__(
+        self,
+        root: str,
+        keep: int,
+        env,
+        shape: dict[str, int] | None = None,
+        resume_dir: str | Path | None = None,
+    ):
+        """``env`` is the run's ``parallel.DistEnv``; ``resume_dir`` a read-only complete checkpoint of an earlier
+        run, tried only when ``root`` has none that loads."""
+        self.root, self.keep, self.shape = Path(root), keep, shape
+        self.resume_dir = Path(resume_dir) if resume_dir is not None else None
         self.rank, self.world_size, self.device = env.rank, env.world_size, env.device
-        self.node_leader, self.cpu_group = env.local_rank == 0, env.cpu_group
+        self.local_rank, self.cpu_group = env.local_rank, env.cpu_group
+        self.node_leader = env.local_rank == 0
+        self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))
+        self.set_aside: list[tuple[str, str]] = []
+        self.touched_model = False
 
     def save(self, step: int, model, optimizer, trainer_state: dict[str, Any]) -> Path:
-        """Write ``step_XXXXXXXX.tmp``, then (after a barrier) each node's local rank 0 seals and renames it
-        (each node's ``/opt/ml/checkpoints`` is its own disk, synced to the same S3 prefix); returns the path."""
+        """Write ``step_XXXXXXXX.tmp``, then (after a barrier) hash it and have each node's local rank 0 seal and
+        rename it (each node's ``/opt/ml/checkpoints`` is its own disk, synced to the same S3 prefix)."""
         final = self.root / step_dir_name(step)
         tmp = final.with_name(final.name + ".tmp")
         if self.node_leader:
@@ -98,11 +137,12 @@ class CheckpointManager:
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
         torch.save({**trainer_state, "rng": rng_state(self.device)}, tmp / f"rank_{self.rank:05d}.pt")
         dist.barrier(group=self.cpu_group)
+        digests = self._node_digests(tmp)
         if self.node_leader and tmp.exists():
-            files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-            _write_atomic(
-                tmp / MARKER, json.dumps({"world_size": self.world_size, "step": step, "files": files})
-            )
+            files = {name: size for name, (size, _) in sorted(digests.items())}
+            sums = {name: digest for name, (_, digest) in sorted(digests.items())}
+            marker = {"world_size": self.world_size, "step": step, "model_shape": self.shape}
+            _write_atomic(tmp / MARKER, json.dumps({**marker, "files": files, "sha256": sums}))
             if final.exists():  # an older save of this step, e.g. before a resume: replace it whole
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -110,22 +150,112 @@ class CheckpointManager:
         dist.barrier(group=self.cpu_group)
         return final
 
+    def _my_share(self, path: Path) -> list[str]:
+        """The files of ``path`` this rank hashes: the node's local ranks take turns over the sorted names."""
+        names = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != MARKER)
+        return names[self.local_rank :: self.local_world]
+
+    def _node_digests(self, path: Path) -> dict[str, tuple[int, str]]:
+        """{name: (size, sha256)} of every file in ``path`` on this node (each rank hashes its share)."""
+        mine = {
+            name: ((path / name).stat().st_size, file_sha256(path / name)) for name in self._my_share(path)
+        }
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, (self.rank - self.local_rank, mine), group=self.cpu_group)
+        node = self.rank - self.local_rank
+        return {k: v for owner, part in gathered if owner == node for k, v in part.items()}
+
     def _prune(self) -> None:
         for _, path in complete_checkpoints(self.root)[: -self.keep]:
             shutil.rmtree(path)
 
     def load_latest(self, model, optimizer) -> dict[str, Any] | None:
-        """Restore model, optimizer and RNG from the newest complete checkpoint; return its trainer state
-        (step, data position, scheduler), or None when there is none. Every rank picks the same one."""
-        found = complete_checkpoints(self.root)
-        chosen = torch.tensor([found[-1][0] if found else -1])
-        dist.broadcast(chosen, src=0, group=self.cpu_group)  # rank 0's choice, in case nodes' folders differ
-        step = int(chosen.item())
-        if step < 0:
-            return None
-        path = self.root / step_dir_name(step)
+        """Restore model, optimizer and RNG from the newest checkpoint that verifies and loads on every rank;
+        return its trainer state (step, data position, schedule), or None when there is none.
+
+        Every rank tries the same checkpoints (rank 0's list). One that fails its checksums or its load on any
+        rank is set aside on every node (renamed ``.unusable``, never deleted) and the previous one is tried.
+        When none of the run's own loads, the read-only ``resume_dir`` (an earlier run's) is tried, and skipped
+        with its reason if it fails (never renamed). A checkpoint of another model shape raises
+        CheckpointShapeError naming both shapes."""
+        found = [step for step, _ in complete_checkpoints(self.root)]
+        steps: list[Any] = [found]
+        dist.broadcast_object_list(
+            steps, src=0, group=self.cpu_group
+        )  # rank 0's list, if nodes' folders differ
+        for step in reversed(steps[0]):
+            path = self.root / step_dir_name(step)
+            state, reason = self._try_load(path, model, optimizer)
+            if reason is None:
+                return state
+            self._set_aside(path, reason)
+        earlier = [self.resume_dir is not None and _is_complete(self.resume_dir)]
+        dist.broadcast_object_list(earlier, src=0, group=self.cpu_group)
+        if earlier[0] and self.resume_dir is not None:
+            state, reason = self._try_load(self.resume_dir, model, optimizer)
+            if reason is None:
+                return state
+            self.set_aside.append((str(self.resume_dir), f"{reason}; read-only, left as it is"))
+        return None
+
+    def _try_load(self, path: Path, model, optimizer) -> tuple[dict[str, Any] | None, str | None]:
+        """(trainer state, None) when ``path`` verifies and loads on every rank, else (None, every rank's reason)."""
+        self._check_shape(path)
+        reason = self._agree(self._verify(path))
+        if reason is not None:
+            return None, reason
+        try:
+            state, failure = self._load(path, model, optimizer), None
+        except (Exception, CheckpointException) as err:  # any load failure on any rank: agreed on below
+            state, failure = None, f"load failed on rank {self.rank}: {_one_line(err, self.rank)}"
+        reason = self._agree(failure)
+        if reason is not None:
+            self.touched_model = True  # a partial load may have written into the model or optimizer
+            return None, reason
+        return state, None
+
+    def _check_shape(self, path: Path) -> None:
+        message = shape_mismatch(path, self.shape)
+        if message:
+            raise CheckpointShapeError(f"checkpoint_dir: {message}")
+
+    def _verify(self, path: Path) -> str | None:
+        """Why this rank's share of ``path`` fails its checksums, or None."""
         if not _is_complete(path):
-            raise FileNotFoundError(f"checkpoint_dir: rank {self.rank} has no complete {path} (rank 0 does)")
+            return f"rank {self.rank} has no complete copy"
+        try:
+            sums = json.loads((path / MARKER).read_text()).get("sha256")
+            if sums is None:
+                return None  # written before checksums existed: sizes were checked
+            for name in self._my_share(path):
+                if name not in sums:
+                    return f"rank {self.rank}: {name} is not listed in {MARKER}"
+                if file_sha256(path / name) != sums[name]:
+                    return f"rank {self.rank}: checksum mismatch in {name}"
+        except (OSError, ValueError, AttributeError) as err:
+            return f"rank {self.rank}: cannot verify: {err}"
+        return None
+
+    def _agree(self, reason: str | None) -> str | None:
+        """All ranks' verdicts: None if every rank succeeded, else every failing rank's reason."""
+        reasons: list[Any] = [None] * self.world_size
+        dist.all_gather_object(reasons, reason, group=self.cpu_group)
+        failed = [r for r in reasons if r is not None]
+        return "; ".join(dict.fromkeys(failed)) if failed else None
+
+    def _set_aside(self, path: Path, reason: str) -> None:
+        target = path.with_name(path.name + ".unusable")
+        index = 1
+        while target.exists():
+            index += 1
+            target = path.with_name(f"{path.name}.unusable-{index}")
+        dist.barrier(group=self.cpu_group)
+        if self.node_leader and path.exists():
+            os.replace(path, target)
+        dist.barrier(group=self.cpu_group)
+        self.set_aside.append((path.name, f"{reason}; set aside as {target.name}"))
+
+    def _load(self, path: Path, model, optimizer) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(path))
@@ -141,10 +271,49 @@ class CheckpointManager:
         return trainer_state
 
 
+def _one_line(err: BaseException, rank: int) -> str:
+    """``Type: first line`` of a load error; for DCP's CheckpointException, of the error on ``rank`` itself."""
+    failures = getattr(err, "failures", None)
+    if isinstance(failures, dict) and failures:
+        inner = failures.get(rank, next(iter(failures.values())))
+        err = inner[0] if isinstance(inner, tuple) else inner
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {text[:300]}"
+
+
+def shape_mismatch(path: Path, shape: dict[str, int] | None) -> str | None:
+    """A one-line message when the checkpoint at ``path`` holds a model of another shape than ``shape``."""
+    try:
+        stored = json.loads((path / MARKER).read_text()).get("model_shape")
+    except (OSError, ValueError, AttributeError):
+        return None  # unreadable marker: verification reports it
+    if shape is None or stored is None or stored == shape:
+        return None
+    return (
+        f"{path} holds a model of shape {_shape_text(stored)}, but this run's shape is {_shape_text(shape)}; "
+        "use another checkpoint_dir or the checkpoint's model settings"
+    )
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _shape_text(shape: dict[str, int]) -> str:
+    return "(" + ", ".join(f"{key}={value}" for key, value in shape.items()) + ")"
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def model_files(model_dir: str) -> list[Path]:
+    """The model files ``save_model`` wrote into ``model_dir`` (``model.pt``, ``model_step_*.pt``)."""
+    directory = Path(model_dir)
+    return sorted(directory.glob("model*.pt")) if directory.is_dir() else []
 
 
 def save_model(model, model_dir: str, step: int, config: dict[str, Any], rank: int) -> Path | None:
@@ -185,7 +354,15 @@ class StopFlag:
             pid_file = Path(pid_dir) / str(os.getpid())
             pid_file.parent.mkdir(parents=True, exist_ok=True)
             pid_file.touch()
+            self._pid_file: Path | None = pid_file
             atexit.register(pid_file.unlink, missing_ok=True)
+        else:
+            self._pid_file = None
+
+    def close(self) -> None:
+        """Unregister this worker's PID (the run is over; the entry point has nothing left to signal)."""
+        if self._pid_file is not None:
+            self._pid_file.unlink(missing_ok=True)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = True

@@ -8,9 +8,11 @@ Every error names the setting and exits non-zero before any process group is sta
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from training import contract
@@ -23,7 +25,36 @@ _EXTRAS = (
         False,
         "Use deterministic algorithms (bit-exact reruns and resumes; slower on GPU).",
     ),
+    contract.Hyperparameter(
+        "data_dir",
+        "str",
+        None,
+        "Folder of token files for dataset=channel (default: the train channel, SM_CHANNEL_TRAIN).",
+    ),
 )
+
+LOCAL_OUTPUT_DIR = "trainer-output"
+"""Outside SageMaker, checkpoints and the model go under this folder of the working directory by default."""
+
+_LOCAL_DIRS = {"checkpoint_dir": f"{LOCAL_OUTPUT_DIR}/checkpoints", "model_dir": f"{LOCAL_OUTPUT_DIR}/model"}
+
+
+RESOURCE_CONFIG = Path("/opt/ml/input/config/resourceconfig.json")
+"""Written by SageMaker into every training container."""
+
+
+def in_sagemaker() -> bool:
+    """Whether this process runs in a SageMaker training job (the toolkit sets SM_MODEL_DIR; the platform writes
+    resourceconfig.json)."""
+    return "SM_MODEL_DIR" in os.environ or RESOURCE_CONFIG.is_file()
+
+
+def local_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with checkpoint_dir and model_dir defaulting to ``./trainer-output/...`` outside SageMaker (the
+    contract's /opt/ml paths are the defaults inside a job)."""
+    if in_sagemaker():
+        return raw
+    return {**_LOCAL_DIRS, **raw}
 
 
 @dataclass(frozen=True)
@@ -51,12 +82,15 @@ class TrainConfig:
     dataset: str
     token_dtype: str
     log_interval: int
+    validation_interval: int
+    validation_batches: int
     throughput_warmup_steps: int
     checkpoint_interval: int
     keep_checkpoints: int
     checkpoint_dir: str
     model_dir: str
     deterministic: bool = False
+    data_dir: str | None = None
 
     @property
     def shape(self) -> contract.ModelShape:
@@ -78,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="FSDP2 decoder-only LM trainer. Every option accepts --snake_case and --kebab-case.",
     )
     for spec in (*contract.HYPERPARAMETERS, *_EXTRAS):
-        default = "preset" if spec.default is None else spec.default
+        default = spec.default
+        if default is None:
+            default = "preset" if spec.name in contract.MODEL_DIM_NAMES else "unset"
+        elif spec.name in _LOCAL_DIRS:
+            default = f"{default} in SageMaker, ./{_LOCAL_DIRS[spec.name]} elsewhere"
         parser.add_argument(
             *spec.cli_flags,
             dest=spec.name,
@@ -110,7 +148,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
     parser = build_parser()
     namespace = vars(parser.parse_args(argv))
     check_only = namespace.pop("check_only")
-    raw = {key: value for key, value in namespace.items() if value is not None}
+    raw = local_defaults({key: value for key, value in namespace.items() if value is not None})
     try:
         return config_from_mapping(raw), check_only
     except contract.ContractError as err:

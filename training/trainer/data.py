@@ -7,6 +7,7 @@ continues with exactly the batches an uninterrupted run would have seen.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -59,15 +60,17 @@ class SyntheticTokens(_PositionedBatches):
 
 
 class TokenFiles(_PositionedBatches):
-    """Pre-tokenized ``.bin`` (raw ``token_dtype``) and ``.npy`` files under ``directory``, memory-mapped.
+    """Pre-tokenized ``.bin`` (raw ``token_dtype``) and ``.npy`` files, memory-mapped.
 
-    Each file is cut into non-overlapping windows of ``seq_length + 1`` tokens (windows never cross files).
-    Windows are visited in a seeded permutation per epoch; global sample ``i`` goes to rank ``i % world_size``.
+    ``source`` is a folder (every token file under it, or the train split its ``metadata.json`` lists) or a
+    list of files. Each file is cut into non-overlapping windows of ``seq_length + 1`` tokens (windows never
+    cross files). Windows are visited in a seeded permutation per epoch; global sample ``i`` goes to rank
+    ``i % world_size``. ``shuffle=False`` (validation) visits them in order.
     """
 
     def __init__(
         self,
-        directory: str,
+        source: str | list[Path],
         token_dtype: str,
         vocab_size: int,
         seq_length: int,
@@ -75,10 +78,14 @@ class TokenFiles(_PositionedBatches):
         seed: int,
         rank: int,
         world_size: int,
+        shuffle: bool = True,
     ):
-        paths = sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+        paths = split_files(source, "train") if isinstance(source, str) else list(source)
+        paths = [
+            p for p in paths if p.suffix != ".bin" or p.stat().st_size > 0
+        ]  # an empty file holds no window
         if not paths:
-            raise contract.ContractError("dataset", f"no .bin or .npy token files under {directory}")
+            raise contract.ContractError("dataset", f"no non-empty .bin or .npy token files in {source}")
         self.arrays = [_open_tokens(p, token_dtype) for p in paths]
         self.window = seq_length + 1
         counts = np.array([len(a) // self.window for a in self.arrays], dtype=np.int64)
@@ -86,19 +93,26 @@ class TokenFiles(_PositionedBatches):
         if self.starts[-1] < world_size * batch_size:
             raise contract.ContractError(
                 "seq_length",
-                f"the token files under {directory} hold {self.starts[-1]} windows of {self.window} tokens; "
+                f"the token files {_names(paths)} hold {self.starts[-1]} windows of {self.window} tokens; "
                 f"need at least batch_size * world_size = {world_size * batch_size}",
             )
         super().__init__(batch_size, seed, rank, world_size)
-        self.vocab_size = vocab_size
+        self.vocab_size, self.shuffle = vocab_size, shuffle
         self._epoch, self._order = -1, np.empty(0, dtype=np.int64)
+
+    @property
+    def windows(self) -> int:
+        return int(self.starts[-1])
 
     def _window(self, sample: int) -> np.ndarray:
         total = int(self.starts[-1])
         epoch, offset = divmod(sample, total)
-        if epoch != self._epoch:
-            self._epoch, self._order = epoch, np.random.default_rng((self.seed, epoch)).permutation(total)
-        index = int(self._order[offset])
+        if not self.shuffle:
+            index = offset
+        else:
+            if epoch != self._epoch:
+                self._epoch, self._order = epoch, np.random.default_rng((self.seed, epoch)).permutation(total)
+            index = int(self._order[offset])
         file = int(np.searchsorted(self.starts, index, side="right")) - 1
         begin = (index - int(self.starts[file])) * self.window
         return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
@@ -112,6 +126,53 @@ class TokenFiles(_PositionedBatches):
             )
         return seq
 
+    def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's share of the first ``wanted`` global batches, in order (fewer when the files hold fewer);
+        every rank gets the same number."""
+        count = min(wanted, self.windows // (self.world_size * self.batch_size))
+        out = []
+        for index in range(count):
+            seq = self._sequences((index * self.world_size + self.rank) * self.batch_size)
+            out.append((seq[:, :-1], seq[:, 1:]))
+        return out
+
+
+def _names(paths: list[Path]) -> str:
+    shown = ", ".join(str(p) for p in paths[:3])
+    return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
+METADATA_FILE = "metadata.json"
+"""Written by ``training.trainer.prepare`` next to the token files: token dtype, vocabulary size, tokenizer,
+token counts and the files of each split (``train``, ``validation``)."""
+
+
+def read_metadata(directory: str | Path) -> dict | None:
+    """The folder's ``metadata.json``, or None when it has none (token files made by other tools)."""
+    path = Path(directory) / METADATA_FILE
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+        meta["splits"]["train"]["files"]  # noqa: B018 (shape check)
+        int(meta["vocab_size"])
+        str(meta["token_dtype"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise contract.ContractError("dataset", f"{path} is not a valid metadata file: {err!r}") from None
+    return meta
+
+
+def split_files(directory: str | Path, split: str) -> list[Path]:
+    """Token files of ``split``: those ``metadata.json`` lists, or without metadata every ``.bin``/``.npy``
+    under the folder as ``train`` (and no ``validation``)."""
+    meta = read_metadata(directory)
+    if meta is not None:
+        entry = meta["splits"].get(split)
+        return [Path(directory) / name for name in entry["files"]] if entry else []
+    if split != "train":
+        return []
+    return sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+
 
 def _open_tokens(path: Path, token_dtype: str) -> np.ndarray:
     if path.suffix == ".npy":
@@ -124,8 +185,11 @@ def _open_tokens(path: Path, token_dtype: str) -> np.ndarray:
     return np.memmap(path, dtype=np.dtype(token_dtype), mode="r")
 
 
-def channel_dir() -> str:
-    """The train channel's local folder (``SM_CHANNEL_TRAIN``, set by the SageMaker toolkit)."""
+def channel_dir(cfg=None) -> str:
+    """The token files' folder: ``cfg.data_dir`` when set, else the train channel's local folder
+    (``SM_CHANNEL_TRAIN``, set by the SageMaker toolkit)."""
+    if cfg is not None and cfg.data_dir:
+        return cfg.data_dir
     env = f"SM_CHANNEL_{contract.TRAIN_CHANNEL.upper()}"
     directory = os.environ.get(env)
     if not directory:
@@ -140,7 +204,7 @@ def make_dataset(cfg, rank: int, world_size: int) -> SyntheticTokens | TokenFile
     if cfg.dataset == "synthetic":
         return SyntheticTokens(cfg.vocab_size, cfg.seq_length, cfg.batch_size, cfg.seed, rank, world_size)
     return TokenFiles(
-        channel_dir(),
+        split_files(channel_dir(cfg), "train"),
         cfg.token_dtype,
         cfg.vocab_size,
         cfg.seq_length,
@@ -149,3 +213,16 @@ def make_dataset(cfg, rank: int, world_size: int) -> SyntheticTokens | TokenFile
         rank,
         world_size,
     )
+
+
+def make_validation(cfg, rank: int, world_size: int) -> TokenFiles | None:
+    """This rank's validation windows (in order), or None when the data has no validation split."""
+    if cfg.dataset == "synthetic":
+        return None
+    files = split_files(channel_dir(cfg), "validation")
+    if not files:
+        return None
+    return TokenFiles(
+        files, cfg.token_dtype, cfg.vocab_size, cfg.seq_length, cfg.batch_size, cfg.seed, rank, world_size,
+        shuffle=False,
+    )  # fmt: skip

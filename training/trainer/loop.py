@@ -1,30 +1,24 @@
-"""The training loop: build, shard, resume, train (AdamW, warm-up + cosine LR, grad clipping), log, checkpoint,
-stop on SIGTERM, save the model."""
+"""The training loop: build, shard, resume, train (AdamW, warm-up + cosine LR, grad clipping), log progress and
+the validation loss, checkpoint, stop on SIGTERM, save the model."""
 
 from __future__ import annotations
 
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from training import contract
 from training.trainer import checkpoint, data, metrics, model, parallel, precision
 from training.trainer.config import TrainConfig
+from training.trainer.progress import Progress
+from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
 
-MIN_LR_RATIO = 0.1
-
-
-def lr_factor(step: int, warmup_steps: int, max_steps: int) -> float:
-    """Multiplier of the peak LR at ``step`` (0-based): linear warm-up, then cosine decay to MIN_LR_RATIO."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
-    return MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+__all__ = ["MIN_LR_RATIO", "build", "lr_factor", "run", "set_determinism"]
 
 
 def set_determinism(cfg: TrainConfig) -> None:
@@ -53,69 +47,168 @@ def _value(tensor: torch.Tensor) -> float:
     return float((tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).item())
 
 
-def run(
-    cfg: TrainConfig, env: parallel.DistEnv, emit: Callable[[str], None] = print, final_save: bool = True
-) -> dict[str, Any]:
-    """Train to ``cfg.max_steps`` (or until SIGTERM); rank 0 emits the config, step and summary lines.
+@dataclass
+class _State:
+    """What a step changes: model, optimizer, LR schedule (and its scheduler), grad scaler, steps done."""
 
-    ``final_save=False`` (the benchmark) skips the end-of-run checkpoint and model file. Returns the summary
-    metrics (on every rank)."""
-    set_determinism(cfg)
-    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    net: model.Transformer
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: Any
+    step: int = 0
+
+
+def _fresh_state(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> _State:
     net = build(cfg, env, plan)
     optimizer = torch.optim.AdamW(
         net.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, cfg.lr_warmup_steps, cfg.max_steps)
-    )
-    scaler = plan.grad_scaler()
-    dataset = data.make_dataset(cfg, env.rank, env.world_size)
-    manager = checkpoint.CheckpointManager(cfg.checkpoint_dir, cfg.keep_checkpoints, env)
-    say = emit if env.is_main else (lambda _line: None)
-    say(
-        contract.format_config_line(
-            {
-                **cfg.as_dict(),
-                "world_size": env.world_size,
-                "device": env.device.type,
-                "gpu": metrics.gpu_name(env.device) or "none",
-                "compute_dtype": str(plan.dtype).removeprefix("torch."),
-                "parameters": cfg.shape.parameter_count(),
-            }
+    warmup, _ = warmup_for(cfg.lr_warmup_steps, cfg.max_steps)
+    state = _State(net, optimizer, Schedule(cfg.max_steps, warmup), None, plan.grad_scaler())  # type: ignore[arg-type]
+    state.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: state.schedule.factor(s))
+    return state
+
+
+def _resume(
+    cfg: TrainConfig,
+    env: parallel.DistEnv,
+    plan: precision.PrecisionPlan,
+    manager: checkpoint.CheckpointManager,
+    dataset: Any,
+    say: Callable[[str], None],
+) -> tuple[_State, bool]:
+    """The state to train from, and whether the checkpoint already reached ``max_steps`` (nothing to do)."""
+    state = _fresh_state(cfg, env, plan)
+    resumed = manager.load_latest(state.net, state.optimizer)
+    if manager.set_aside:
+        skipped = "; ".join(f"{name} ({why})" for name, why in manager.set_aside)
+        outcome = (
+            f"resuming from {resumed['path']}" if resumed else "no usable checkpoint: starting from step 0"
         )
+        say(f"checkpoints skipped in {cfg.checkpoint_dir}: {skipped}; {outcome}")
+    if resumed is None:
+        if manager.touched_model:  # a failed load wrote into them: start from a clean model and optimizer
+            state = _fresh_state(cfg, env, plan)
+        _, note = warmup_for(cfg.lr_warmup_steps, cfg.max_steps)
+        if note:
+            say(note)
+        return state, False
+    state.step = int(resumed["step"])
+    saved = resumed.get("schedule")
+    saved_schedule = (
+        Schedule.from_state_dict(saved) if saved else Schedule(cfg.max_steps, cfg.lr_warmup_steps)
+    )
+    if state.step >= cfg.max_steps:
+        return state, True
+    dataset.load_state_dict(resumed["data"])
+    state.schedule = saved_schedule.continued_to(cfg.max_steps, state.step)
+    state.scheduler.load_state_dict(resumed["scheduler"])
+    if state.scaler is not None and resumed.get("scaler"):
+        state.scaler.load_state_dict(resumed["scaler"])
+    say(f"resumed from {resumed['path']} at step {state.step}")
+    if state.schedule.max_steps != saved_schedule.max_steps:
+        factor = state.schedule.factor(state.step)
+        lr, floor = cfg.learning_rate * factor, cfg.learning_rate * MIN_LR_RATIO
+        where = (
+            f"stays at its floor {floor:.6g} ({MIN_LR_RATIO:g} x peak)"
+            if math.isclose(factor, MIN_LR_RATIO)
+            else f"continues from {lr:.6g} along a cosine to its floor {floor:.6g} ({MIN_LR_RATIO:g} x peak)"
+        )
+        say(
+            f"max_steps changed from {saved_schedule.max_steps} to {cfg.max_steps} (checkpoint at step {state.step}):"
+            f" the learning rate {where} until step {cfg.max_steps}"
+        )
+    return state, False
+
+
+def _finished_already(
+    cfg: TrainConfig, env: parallel.DistEnv, state: _State, say: Callable[[str], None]
+) -> None:
+    """A checkpoint at or past ``max_steps``: write nothing, except the model file when the model folder has
+    none (e.g. a new SageMaker job's empty /opt/ml/model), so that the job's output is not empty."""
+    done = (
+        f"run already complete: the newest checkpoint is at step {state.step} and max_steps={cfg.max_steps}"
+    )
+    if checkpoint.model_files(cfg.model_dir):
+        say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
+        return
+    saved = checkpoint.save_model(state.net, cfg.model_dir, state.step, cfg.as_dict(), env.rank)
+    say(
+        f"{done}; nothing trained; {cfg.model_dir} held no model, so the checkpoint's model was saved to {saved}"
     )
 
-    step = 0
-    resumed = manager.load_latest(net, optimizer)
-    if resumed is not None:
-        step = int(resumed["step"])
-        dataset.load_state_dict(resumed["data"])
-        scheduler.load_state_dict(resumed["scheduler"])
-        if scaler is not None and resumed.get("scaler"):
-            scaler.load_state_dict(resumed["scaler"])
-        say(f"resumed from {resumed['path']} at step {step}")
 
-    def save() -> None:
-        state = {"step": step, "data": dataset.state_dict(), "scheduler": scheduler.state_dict()}
-        if scaler is not None:
-            state["scaler"] = scaler.state_dict()
-        say(f"checkpoint saved to {manager.save(step, net, optimizer, state)}")
+def evaluate(
+    net: model.Transformer, batches: list, env: parallel.DistEnv, plan: precision.PrecisionPlan
+) -> float:
+    """Mean loss over this rank's validation ``batches`` and every rank (a collective)."""
+    net.eval()
+    total = torch.zeros(1, device=env.device)
+    with torch.no_grad(), plan.autocast():
+        for tokens, targets in batches:
+            total += net(tokens.to(env.device), targets.to(env.device)).float()
+    net.train()
+    torch.distributed.all_reduce(total)
+    return float(total.item()) / (len(batches) * env.world_size)
 
+
+def run(
+    cfg: TrainConfig, env: parallel.DistEnv, emit: Callable[[str], None] = print, final_save: bool = True
+) -> dict[str, Any]:
+    """Train to ``cfg.max_steps`` (or until SIGTERM); rank 0 emits the config, step, validation and summary
+    lines. ``final_save=False`` (the benchmark) skips the end-of-run checkpoint and model file. Returns the
+    summary metrics (on every rank); an empty dict when the run was already complete."""
+    set_determinism(cfg)
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    say = emit if env.is_main else (lambda _line: None)
+    settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
+    settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
+    say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
+    dataset = data.make_dataset(cfg, env.rank, env.world_size)
+    validation = data.make_validation(cfg, env.rank, env.world_size)
+    shape = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
+    manager = checkpoint.CheckpointManager(
+        cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape, resume_dir=checkpoint.resume_channel_dir()
+    )
+    state, complete = _resume(cfg, env, plan, manager, dataset, say)
+    if complete:
+        _finished_already(cfg, env, state, say)
+        return {}
+    val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
+    return _train(cfg, env, plan, state, dataset, manager, val_batches, say, final_save)
+
+
+def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, final_save) -> dict[str, Any]:
+    """The step loop from ``state.step`` to ``cfg.max_steps`` (or SIGTERM), then the final save and summary."""
+    warmup = cfg.throughput_warmup_steps
+    if warmup >= cfg.max_steps - state.step:
+        warmup = max(0, cfg.max_steps - state.step - 1)
+        say(f"note: throughput_warmup_steps={cfg.throughput_warmup_steps} is not below the {cfg.max_steps - state.step} "
+            f"steps this run trains; leaving out {warmup} warm-up steps from the throughput instead")  # fmt: skip
+    tokens_per_step = cfg.batch_size * cfg.seq_length
+    meter = metrics.Throughput(cfg.shape, cfg.seq_length, tokens_per_step, warmup, env.device, cfg.precision)
+    progress = Progress(state.step, cfg.max_steps, env.world_size)
     stop = checkpoint.StopFlag(env.cpu_group)
-    meter = metrics.Throughput(
-        cfg.shape,
-        cfg.seq_length,
-        cfg.batch_size * cfg.seq_length,
-        cfg.throughput_warmup_steps,
-        env.device,
-        cfg.precision,
-    )
+    net, optimizer, scheduler, scaler = state.net, state.optimizer, state.scheduler, state.scaler
     params = [p for p in net.parameters() if p.requires_grad]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    last_saved, logged_loss, stopped = (step if resumed else -1), float("nan"), False
+    last_saved, stopped, val_loss = state.step, False, None
+
+    def save() -> None:
+        trainer_state = {"step": state.step, "data": dataset.state_dict(), "scheduler": scheduler.state_dict(),
+                         "schedule": state.schedule.state_dict()}  # fmt: skip
+        if scaler is not None:
+            trainer_state["scaler"] = scaler.state_dict()
+        say(f"checkpoint saved to {manager.save(state.step, net, optimizer, trainer_state)}")
+
+    def validate() -> float:
+        loss = evaluate(net, val_batches, env, plan)
+        say(contract.format_validation_line(state.step, cfg.max_steps, loss))
+        return loss
+
     meter.start()
-    while step < cfg.max_steps:
+    while state.step < cfg.max_steps:
         tokens, targets = dataset.next_batch()
         tokens = tokens.to(env.device, non_blocking=True)
         targets = targets.to(env.device, non_blocking=True)
@@ -134,16 +227,29 @@ def run(
             optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        step += 1
+        state.step += 1
         meter.step_done()
+        progress.add(loss)
+        step = state.step
 
         if step % cfg.log_interval == 0 or step == cfg.max_steps:
-            mean_loss = loss.detach().float().clone()
-            dist.all_reduce(mean_loss)  # SUM: gloo has no AVG
-            logged_loss = _value(mean_loss) / env.world_size
-            line = {"loss": logged_loss, "lr": lr, "grad_norm": _value(grad_norm), **meter.interval()}
+            line = {
+                "loss": progress.mean_loss(),
+                "lr": lr,
+                "grad_norm": _value(grad_norm),
+                **meter.interval(),
+            }
             line["peak_mem_gb"] = metrics.peak_memory_gb(env.device)
-            say(contract.format_step_line(step, line))
+            elapsed, eta = progress.timing(step)
+            say(contract.format_step_line(step, line, cfg.max_steps, elapsed, eta))
+        if (
+            val_batches
+            and cfg.validation_interval
+            and step % cfg.validation_interval == 0
+            and step < cfg.max_steps
+        ):
+            val_loss = validate()
+            meter.reset_interval()
 
         stopped = stop.agreed()
         if stopped or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0):
@@ -154,18 +260,25 @@ def run(
             say(f"stopping at step {step}: SIGTERM received, checkpoint saved")
             break
 
+    if progress.pending:  # stopped between two log lines: the loss of the steps since the last one
+        progress.mean_loss()
+    if val_batches and not stopped:
+        val_loss = validate()
     if not stopped and final_save:
-        if last_saved != step:
+        if last_saved != state.step:
             save()
-        saved = checkpoint.save_model(net, cfg.model_dir, step, cfg.as_dict(), env.rank)
+        saved = checkpoint.save_model(net, cfg.model_dir, state.step, cfg.as_dict(), env.rank)
         if saved is not None:
             say(f"model saved to {saved}")
+    stop.close()
     summary = {
-        "steps": step,
-        "final_loss": logged_loss,
+        "steps": state.step,
+        "final_loss": progress.last_mean,
         **meter.summary(),
         "peak_mem_gb": metrics.peak_memory_gb(env.device),
-        "train_seconds": meter.measured_seconds,
+        "train_seconds": meter.total_seconds(),
     }
+    if val_loss is not None:
+        summary["val_loss"] = val_loss
     say(contract.format_summary_line(summary))
     return summary

@@ -9,7 +9,9 @@ L layers, H hidden size, S sequence length: the second term is attention's QK^T 
 multiply-adds per token per layer, x3 for training), counted in full although the causal mask skips about half.
 
 MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (contract.PEAK_TFLOPS);
-0 on a CPU or an unknown GPU.
+left out (not printed as 0) on a CPU or an unknown GPU, which have no peak to divide by. A low-precision run is counted against its own precision's peak (fp8 and mxfp8
+against the FP8 peak, nvfp4 against the FP4 peak), so its MFU is comparable across precisions only as "share of
+what that format can do": the same TFLOP/s gives an fp8 run half the MFU of a bf16 run.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def gpu_name(device: torch.device) -> str | None:
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device).upper()
-    return next((key for key in contract.PEAK_TFLOPS if key in name), None)
+    # longest key first: "NVIDIA GB200" contains "B200"
+    return next((key for key in sorted(contract.PEAK_TFLOPS, key=len, reverse=True) if key in name), None)
 
 
 def peak_tflops(device: torch.device, precision: str) -> float | None:
@@ -67,6 +70,7 @@ class Throughput:
         self.interval_start = 0.0
         self.steps_done = self.interval_steps = self.measured_steps = 0
         self.measured_seconds = 0.0
+        self.first_start: float | None = None
 
     def _now(self) -> float:
         if self.device.type == "cuda":
@@ -75,7 +79,7 @@ class Throughput:
 
     def start(self) -> None:
         """Call once before the first step."""
-        self.interval_start = self._now()
+        self.interval_start = self.first_start = self._now()
 
     def step_done(self) -> None:
         """Count a finished step. The first ``warmup_steps`` of this process (allocations, autotuning, also
@@ -104,16 +108,25 @@ class Throughput:
         self.interval_steps = 0
 
     def summary(self) -> dict[str, float]:
-        """Throughput over every measured (post-warm-up) step."""
+        """Throughput over every measured (post-warm-up) step; when no step was measured (a run as short as its
+        warm-up), over every step of this process, warm-up included, rather than a meaningless 0."""
         if self.measured_steps == 0:
-            return {"tokens_per_sec": 0.0, "tflops_per_gpu": 0.0, "mfu": 0.0}
+            seconds = self.total_seconds()
+            if self.steps_done == 0 or seconds <= 0:
+                return {}
+            return self.rates(self.steps_done * self.tokens_per_step, seconds)
         return self.rates(self.measured_steps * self.tokens_per_step, self.measured_seconds)
+
+    def total_seconds(self) -> float:
+        """Seconds since ``start``: the measured steps' time, or all of it when none was measured."""
+        if self.measured_steps:
+            return self.measured_seconds
+        return self._now() - self.first_start if self.first_start is not None else 0.0
 
     def rates(self, tokens: int, seconds: float) -> dict[str, float]:
         tokens_per_sec = tokens / seconds
         tflops = tokens_per_sec * self.flops_per_token / 1e12
-        return {
-            "tokens_per_sec": tokens_per_sec,
-            "tflops_per_gpu": tflops,
-            "mfu": tflops / self.peak if self.peak else 0.0,
-        }
+        out = {"tokens_per_sec": tokens_per_sec, "tflops_per_gpu": tflops}
+        if self.peak:
+            out["mfu"] = tflops / self.peak
+        return out

@@ -1,0 +1,323 @@
+"""The Python API of ``blackwell-training``: find the deployed workflow and start, list, follow, stop and sum up runs.
+
+A *run* is one execution of the training workflow's state machine (found through the stack output
+``StateMachineArn``), named by its execution name or ARN. Its training jobs (one per launch: capacity errors
+relaunch) are read from the execution's history, their logs from CloudWatch Logs (``/aws/sagemaker/TrainingJobs``,
+one stream per host). boto3 honours ``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` and the AWS CLI's other settings.
+
+Errors a user can act on (stack not deployed, unknown run, invalid request) are raised as ``OperatorError`` with a
+one-line message; ``constructs_lib.cli.errors.explain`` says botocore's own errors in one line.
+
+Example::
+
+    runs = TrainingRuns(stack_name="BlackwellTraining", region="us-west-2")
+    run = runs.submit({"precision": "mxfp8"}, rules=Project.find().rules())
+    for snapshot in runs.watch(run.name):
+        print(snapshot.run.status, snapshot.progress.describe())
+    print(runs.result(run.name))
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from constructs_lib.cli.errors import InvalidRequest, OperatorError
+from constructs_lib.cli.progress import Progress
+from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot, console_links
+from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
+
+STATE_MACHINE_OUTPUT = "StateMachineArn"
+BUCKET_OUTPUT = "CheckpointBucketName"
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+TRAINING_JOB_RESOURCE = "createTrainingJob"
+STOP_ERROR = "StoppedByUser"
+
+
+class TrainingRuns:
+    """Operate the runs of one deployed ``BlackwellTrainingStack`` (keyword-only settings).
+
+    :param stack_name: the CloudFormation stack. Default ``BlackwellTraining``.
+    :param region: AWS region. Default: the profile's or ``AWS_REGION``.
+    :param profile: AWS CLI profile. Default: ``AWS_PROFILE`` or the default profile.
+    :param session: a ``boto3.Session`` to use instead of region and profile.
+    :param poll_seconds: pause between polls of ``watch`` and ``logs --follow``. Default 10.
+    :param sleep: how to pause (tests pass their own). Default ``time.sleep``.
+    """
+
+    def __init__(
+        self,
+        *,
+        stack_name: str = DEFAULT_STACK_NAME,
+        region: str | None = None,
+        profile: str | None = None,
+        session: Any = None,
+        poll_seconds: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if session is None:
+            import boto3
+
+            session = boto3.Session(profile_name=profile, region_name=region)
+        self.session = session
+        self.stack_name = stack_name
+        self.poll_seconds = poll_seconds
+        self.sleep = sleep
+        self._clients: dict[str, Any] = {}
+        self._outputs: dict[str, str] | None = None
+
+    # ---- deployment ---------------------------------------------------------------------------------------------
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self.session.client(service)
+        return self._clients[service]
+
+    @property
+    def region(self) -> str:
+        return self.client("stepfunctions").meta.region_name
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        """The stack's outputs (read once)."""
+        if self._outputs is None:
+            from botocore.exceptions import ClientError
+
+            try:
+                stacks = self.client("cloudformation").describe_stacks(StackName=self.stack_name)["Stacks"]
+            except ClientError as error:
+                if "does not exist" in str(error):
+                    raise OperatorError(
+                        f"stack {self.stack_name} is not deployed in {self.region} "
+                        "(deploy it with `make deploy`, or pass --stack/--region)"
+                    ) from None
+                raise
+            self._outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+        return self._outputs
+
+    @property
+    def state_machine_arn(self) -> str:
+        arn = self.outputs.get(STATE_MACHINE_OUTPUT)
+        if not arn:
+            raise OperatorError(
+                f"stack {self.stack_name} in {self.region} has no output {STATE_MACHINE_OUTPUT}: "
+                "is it a Blackwell training stack, fully deployed?"
+            )
+        return arn
+
+    def execution_arn(self, run: str) -> str:
+        """The ARN of run ``run`` (an execution name or ARN)."""
+        if run.startswith("arn:"):
+            return run
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{run}"
+
+    # ---- submit -------------------------------------------------------------------------------------------------
+    def submit(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> Run:
+        """Validate ``request`` (with ``rules``, e.g. ``Project.find().rules(bucket)``; None skips the local check
+        and leaves it to the workflow), then start it as run ``name`` (default: generated)."""
+        if rules is not None:
+            problems = validate(dict(request), rules)
+            if problems:
+                raise InvalidRequest(problems)
+        name = name or new_run_name(request)
+        if not EXECUTION_NAME.match(name):
+            raise InvalidRequest([f"--name: must be 1 to 80 of A-Z a-z 0-9 - _; got {name!r}"])
+        sfn = self.client("stepfunctions")
+        try:
+            started = sfn.start_execution(
+                stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(dict(request))
+            )
+        except sfn.exceptions.ExecutionAlreadyExists:
+            raise OperatorError(f"a run named {name} already exists: choose another --name") from None
+        return Run(name=name, arn=started["executionArn"], status="RUNNING", region=self.region)
+
+    # ---- read ---------------------------------------------------------------------------------------------------
+    def run(self, run: str) -> Run:
+        """The run ``run`` now: the execution, its jobs (described), its summary when it succeeded."""
+        sfn = self.client("stepfunctions")
+        arn = self.execution_arn(run)
+        try:
+            described = sfn.describe_execution(executionArn=arn)
+        except (sfn.exceptions.ExecutionDoesNotExist, sfn.exceptions.InvalidArn):
+            raise OperatorError(
+                f"unknown run {run}: no such execution of {self.state_machine_arn} "
+                "(`blackwell-training runs` lists them)"
+            ) from None
+        result = Run(
+            name=described["name"],
+            arn=arn,
+            status=described["status"],
+            region=self.region,
+            started=described.get("startDate"),
+            stopped=described.get("stopDate"),
+            error=described.get("error"),
+            cause=described.get("cause"),
+        )
+        if described.get("output"):
+            try:
+                output = json.loads(described["output"])
+                result.summary = output if isinstance(output, dict) else None
+            except ValueError:
+                result.summary = None
+        result.jobs = self._jobs(arn)
+        return result
+
+    def _jobs(self, execution_arn: str) -> list[Job]:
+        """The execution's training jobs in launch order, from its history, each described."""
+        sfn, jobs = self.client("stepfunctions"), []
+        kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
+        while True:
+            page = sfn.get_execution_history(**kwargs)
+            for event in page["events"]:
+                details = event.get("taskScheduledEventDetails") or {}
+                if details.get("resourceType") == "sagemaker" and str(details.get("resource", "")).startswith(
+                    TRAINING_JOB_RESOURCE
+                ):
+                    request = json.loads(details.get("parameters") or "{}")
+                    if request.get("TrainingJobName"):
+                        jobs.append(Job.from_request(request))
+            if not page.get("nextToken"):
+                break
+            kwargs["nextToken"] = page["nextToken"]
+        from botocore.exceptions import ClientError
+
+        sagemaker = self.client("sagemaker")
+        for job in jobs:
+            try:
+                job.update(sagemaker.describe_training_job(TrainingJobName=job.name))
+            except ClientError as error:  # a job that CreateTrainingJob refused was never created
+                if error.response.get("Error", {}).get("Code") not in (
+                    "ValidationException",
+                    "ResourceNotFound",
+                ):
+                    raise
+        return jobs
+
+    def runs(self, limit: int = 20) -> list[Run]:
+        """The ``limit`` most recent runs, newest first."""
+        if not 1 <= limit <= 1000:
+            raise OperatorError(f"--limit: must be an integer in [1, 1000]; got {limit}")
+        listed = self.client("stepfunctions").list_executions(
+            stateMachineArn=self.state_machine_arn, maxResults=limit
+        )["executions"]
+        return [self.run(item["executionArn"]) for item in listed[:limit]]
+
+    # ---- logs and progress --------------------------------------------------------------------------------------
+    def log_events(self, run: str, *, follow: bool = False) -> Iterator[LogEvent]:
+        """The log lines of every job of the run (all hosts), oldest first per poll; with ``follow``, keep polling
+        until the run ends, then read what is left."""
+        cursors: dict[str, _LogCursor] = {}
+        while True:
+            current = self.run(run)
+            for job in current.jobs:
+                cursor = cursors.setdefault(job.name, _LogCursor(self.client("logs"), job.name))
+                yield from cursor.read()
+            if not follow or not current.running:
+                return
+            self.sleep(self.poll_seconds)
+
+    def watch(self, run: str) -> Iterator[Snapshot]:
+        """A snapshot (run state, job status, trainer progress) per poll, until the run ends (the last one is the
+        end state)."""
+        cursors: dict[str, _LogCursor] = {}
+        progress = Progress()
+        while True:
+            current = self.run(run)
+            for job in current.jobs:
+                progress.expect(job.hyperparameters)
+                cursor = cursors.setdefault(job.name, _LogCursor(self.client("logs"), job.name))
+                for event in cursor.read():
+                    progress.feed(event.message)
+            yield Snapshot(current, progress)
+            if not current.running:
+                return
+            self.sleep(self.poll_seconds)
+
+    # ---- act ----------------------------------------------------------------------------------------------------
+    def stop(self, run: str) -> Run:
+        """Stop the run's execution (Step Functions then stops its training job); returns the run as it was."""
+        current = self.run(run)
+        if not current.running:
+            raise OperatorError(f"run {current.name} has already ended ({current.status})")
+        self.client("stepfunctions").stop_execution(
+            executionArn=current.arn, error=STOP_ERROR, cause="Stopped with blackwell-training stop"
+        )
+        return current
+
+    def result(self, run: str) -> dict[str, Any]:
+        """The run's summary: status, final metrics, artifact and checkpoint URIs, training and billable time, the
+        cost estimate, the trainer's own summary line, and console links."""
+        current = self.run(run)
+        job = current.job
+        summary = current.summary or {}
+        progress = Progress()
+        if job is not None:
+            for event in _LogCursor(self.client("logs"), job.name).read():
+                progress.feed(event.message)
+        final_metrics = summary.get("final_metrics")
+        if isinstance(final_metrics, list):
+            final_metrics = {m["MetricName"]: m.get("Value") for m in final_metrics if "MetricName" in m}
+        return {
+            "name": current.name,
+            "status": current.status,
+            "error": current.error,
+            "cause": current.cause,
+            "job": job.name if job else None,
+            "failure_reason": job.failure_reason if job else None,
+            "final_metrics": final_metrics
+            if final_metrics is not None
+            else (job.final_metrics if job else {}),
+            "trainer_summary": progress.summary,
+            "model_artifacts": summary.get("model_artifacts") or (job.model_artifacts if job else None),
+            "checkpoint_uri": summary.get("checkpoint_uri") or (job.checkpoint_uri if job else None),
+            "training_seconds": sum(j.training_seconds or 0 for j in current.jobs),
+            "billable_seconds": current.billable_seconds,
+            "instance_type": job.instance_type if job else None,
+            "instance_count": job.instance_count if job else None,
+            "launches": len(current.jobs),
+            "capacity": job.capacity if job else None,
+            "cost_usd": current.cost_usd,
+            "duration_seconds": current.duration_seconds,
+            "links": console_links(current.region, current.arn, job.name if job else None),
+        }
+
+
+class _LogCursor:
+    """Reads a training job's log streams (one per host) from where it left off."""
+
+    def __init__(self, logs: Any, job_name: str) -> None:
+        self.logs = logs
+        self.job_name = job_name
+        self.tokens: dict[str, str | None] = {}
+
+    def streams(self) -> list[str]:
+        names: list[str] = []
+        kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{self.job_name}/"}
+        while True:
+            try:
+                page = self.logs.describe_log_streams(**kwargs)
+            except self.logs.exceptions.ResourceNotFoundException:
+                return names  # no job has logged in this account and region yet
+            names += [s["logStreamName"] for s in page.get("logStreams", [])]
+            if not page.get("nextToken"):
+                return names
+            kwargs["nextToken"] = page["nextToken"]
+
+    def read(self) -> list[LogEvent]:
+        """New events of every stream, ordered by time (stable within a stream)."""
+        found: list[LogEvent] = []
+        for stream in self.streams():
+            token = self.tokens.get(stream)
+            while True:
+                kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamName": stream}
+                kwargs.update({"nextToken": token} if token else {"startFromHead": True})
+                page = self.logs.get_log_events(**kwargs)
+                found += [LogEvent(stream, e["timestamp"], e["message"]) for e in page.get("events", [])]
+                if page.get("nextForwardToken") in (None, token):
+                    break
+                token = page["nextForwardToken"]
+                if not page.get("events"):
+                    break
+            self.tokens[stream] = token
+        return sorted(found, key=lambda e: e.timestamp)

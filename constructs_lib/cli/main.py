@@ -1,0 +1,361 @@
+"""``blackwell-training``: the command-line front end (argparse for the arguments, rich for tables and the progress
+bar) over :mod:`constructs_lib.cli.api`. Every error is one line on standard error, never a traceback.
+
+Exit status: 0 success; 1 the run failed, timed out or was stopped (watch, submit --wait, result); 2 an invalid
+request or command line; 3 an error to fix first (no credentials, stack not deployed, unknown run, ...); 130
+interrupted (the run itself goes on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import IO, Any, TextIO, cast
+
+from constructs_lib.cli.errors import InvalidRequest, OperatorError, explain
+from constructs_lib.cli.progress import format_duration
+from constructs_lib.cli.records import Run, Snapshot
+from constructs_lib.cli.request import Project, apply_settings, load_request, validate
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--region", help="AWS region (default: AWS_REGION, the profile's, or cdk.json's region)"
+    )
+    common.add_argument("--profile", help="AWS CLI profile (default: AWS_PROFILE or the default profile)")
+    common.add_argument("--stack", help="CloudFormation stack name (default: cdk.json's stackName)")
+    common.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
+    polling = argparse.ArgumentParser(add_help=False)
+    polling.add_argument("--interval", type=float, default=10.0, help="seconds between polls (default 10)")
+    request = argparse.ArgumentParser(add_help=False)
+    request.add_argument("file", nargs="?", help="the execution input: a JSON file, - for standard input")
+    request.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one field (JSON value or text); hyperparameters.NAME=VALUE sets one trainer setting",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="blackwell-training",
+        description="Start, follow, stop and sum up training runs of the deployed Blackwell training workflow.",
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser(
+        "validate", parents=[common, request], help="check a request offline (the workflow's own validation)"
+    )
+    submit = sub.add_parser("submit", parents=[common, request, polling], help="validate and start a run")
+    submit.add_argument("--name", help="run (execution) name (default: <job_name_prefix>-<UTC time>-<hex>)")
+    submit.add_argument("--wait", action="store_true", help="then watch it until it ends")
+    runs = sub.add_parser("runs", parents=[common], help="recent runs, newest first")
+    runs.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    for name, text in (
+        ("watch", "follow a run live until it ends"),
+        ("result", "a run's summary: metrics, artifacts, time, cost"),
+    ):
+        extra = [polling] if name == "watch" else []
+        sub.add_parser(name, parents=[common, *extra], help=text).add_argument("run", help="run name or ARN")
+    logs = sub.add_parser("logs", parents=[common, polling], help="a run's training job logs (all hosts)")
+    logs.add_argument("run", help="run name or ARN")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    stop = sub.add_parser("stop", parents=[common], help="stop a run (and so its training job)")
+    stop.add_argument("run", help="run name or ARN")
+    stop.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    stdin: IO[str] | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Run ``blackwell-training`` with ``argv``; returns the exit status (the console script exits with it)."""
+    from rich.console import Console
+
+    args = build_parser().parse_args(argv)
+    out = Console(file=stdout or sys.stdout, highlight=False, soft_wrap=True)
+    err = Console(file=stderr or sys.stderr, highlight=False, soft_wrap=True)
+    shell = _Shell(args, out, stdin or sys.stdin, sleep)
+    try:
+        return shell.dispatch()
+    except InvalidRequest as error:
+        shell.print_problems(error.problems, err)
+        return EXIT_INVALID
+    except OperatorError as error:
+        err.print(f"error: {error}", markup=False)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        err.print("interrupted; a started run goes on (`blackwell-training stop RUN` stops it)", markup=False)
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        line = explain(error)
+        if line is None:
+            raise
+        err.print(f"error: {line}", markup=False)
+        return EXIT_ERROR
+
+
+def console_script() -> None:
+    sys.exit(main())
+
+
+class _Shell:
+    """One command: its arguments, consoles and the API object."""
+
+    def __init__(self, args: argparse.Namespace, out: Any, stdin: IO[str], sleep: Callable[[float], None]):
+        self.args, self.out, self.stdin, self.sleep = args, out, stdin, sleep
+        self.project = Project.find()
+        self._runs: Any = None
+
+    @property
+    def runs(self) -> Any:
+        if self._runs is None:
+            from constructs_lib.cli.api import TrainingRuns
+
+            interval = getattr(self.args, "interval", 10.0)
+            if interval <= 0:
+                raise OperatorError(f"--interval: must be a positive number of seconds; got {interval}")
+            self._runs = TrainingRuns(
+                stack_name=self.args.stack or self.project.stack_name,
+                region=self.args.region or _session_region(self.args.profile) or self.project.region,
+                profile=self.args.profile,
+                poll_seconds=interval,
+                sleep=self.sleep,
+            )
+        return self._runs
+
+    def dispatch(self) -> int:
+        return getattr(self, f"do_{self.args.command}")()
+
+    def emit(self, value: Any) -> None:
+        self.out.print(json.dumps(value, indent=2, default=str), markup=False)
+
+    def print_problems(self, problems: Sequence[str], err: Any) -> None:
+        if self.args.json:
+            self.emit({"valid": False, "problems": list(problems)})
+        err.print(
+            f"invalid request ({len(problems)} problem{'s' if len(problems) != 1 else ''}):", markup=False
+        )
+        for problem in problems:
+            err.print(f"  - {problem}", markup=False)
+
+    def request(self) -> dict[str, Any]:
+        return apply_settings(load_request(self.args.file, self.stdin), self.args.settings)
+
+    # ---- commands -----------------------------------------------------------------------------------------------
+    def do_validate(self) -> int:
+        problems = validate(self.request(), self.project.rules())
+        if problems:
+            raise InvalidRequest(problems)
+        if self.args.json:
+            self.emit({"valid": True, "problems": []})
+        else:
+            self.out.print("valid", markup=False)
+        return EXIT_OK
+
+    def do_submit(self) -> int:
+        request = self.request()
+        runs = self.runs
+        rules = self.project.rules(runs.outputs.get("CheckpointBucketName"))
+        run = runs.submit(request, name=self.args.name, rules=rules)
+        if self.args.json and not self.args.wait:
+            self.emit({"name": run.name, "arn": run.arn, "links": run.links})
+        elif not self.args.json:
+            self.out.print(f"started run {run.name}", markup=False)
+            self.out.print(f"  execution: {run.links['execution']}", markup=False)
+            self.out.print(f"  follow it: blackwell-training watch {run.name}", markup=False)
+        return self._watch(run.name) if self.args.wait else EXIT_OK
+
+    def do_watch(self) -> int:
+        return self._watch(self.args.run)
+
+    def do_runs(self) -> int:
+        listed = self.runs.runs(self.args.limit)
+        if self.args.json:
+            self.emit([run.as_dict() for run in listed])
+            return EXIT_OK
+        from rich.table import Table
+
+        table = Table(title=f"Runs of {self.runs.stack_name} ({self.runs.region})")
+        for column in ("run", "status", "job", "instances", "launches", "duration", "cost (est.)"):
+            table.add_column(column, justify="right" if column in ("launches", "duration") else "left")
+        for run in listed:
+            job = run.job
+            table.add_row(
+                run.name,
+                run.status,
+                f"{job.name} ({job.status})" if job else "-",
+                f"{job.instance_count} x {job.instance_type}" if job else "-",
+                str(len(run.jobs)),
+                format_duration(run.duration_seconds),
+                _cost(run.cost_usd, job.capacity if job else None),
+            )
+        self.out.print(table)
+        return EXIT_OK
+
+    def do_logs(self) -> int:
+        for event in self.runs.log_events(self.args.run, follow=self.args.follow):
+            if self.args.json:
+                self.out.print(json.dumps(event.as_dict()), markup=False)
+            else:
+                self.out.print(f"[{event.host}] {event.message}", markup=False)
+        return EXIT_OK
+
+    def do_stop(self) -> int:
+        run = self.runs.run(self.args.run)
+        if not self.args.yes:
+            if not self.stdin.isatty():
+                raise OperatorError(
+                    f"stopping run {run.name} needs confirmation: run it in a terminal or pass --yes"
+                )
+            from rich.prompt import Confirm
+
+            job = f" and its training job {run.job.name}" if run.job else ""
+            if not Confirm.ask(
+                f"Stop run {run.name}{job}?", console=self.out, stream=cast(TextIO, self.stdin), default=False
+            ):
+                self.out.print("not stopped", markup=False)
+                return EXIT_OK
+        stopped = self.runs.stop(run.arn)
+        if self.args.json:
+            self.emit(
+                {"name": stopped.name, "stopped": True, "job": stopped.job.name if stopped.job else None}
+            )
+        else:
+            self.out.print(
+                f"stopping run {stopped.name}; Step Functions stops its training job", markup=False
+            )
+        return EXIT_OK
+
+    def do_result(self) -> int:
+        result = self.runs.result(self.args.run)
+        if self.args.json:
+            self.emit(result)
+        else:
+            _print_result(self.out, result)
+        return EXIT_OK if result["status"] in ("SUCCEEDED", "RUNNING") else EXIT_RUN_FAILED
+
+    # ---- watch --------------------------------------------------------------------------------------------------
+    def _watch(self, name: str) -> int:
+        last: Snapshot | None = None
+        if self.args.json:
+            for last in self.runs.watch(name):
+                self.out.print(json.dumps(last.as_dict(), default=str), markup=False)
+        elif self.out.is_terminal:
+            last = self._watch_live(name)
+        else:
+            shown = None
+            for last in self.runs.watch(name):
+                line = _status_line(last)
+                if line != shown:
+                    self.out.print(line, markup=False)
+                    shown = line
+        assert last is not None
+        return self._ended(last.run)
+
+    def _watch_live(self, name: str) -> Snapshot | None:
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+        last = None
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[detail]}"),
+        )
+        with Progress(*columns, console=self.out) as bar:
+            task = bar.add_task(name, total=None, detail="starting")
+            for last in self.runs.watch(name):
+                progress = last.progress
+                bar.update(
+                    task, total=progress.max_steps, completed=progress.step or 0, detail=_status_line(last)
+                )
+        return last
+
+    def _ended(self, run: Run) -> int:
+        if self.args.json:
+            return EXIT_OK if run.status == "SUCCEEDED" else EXIT_RUN_FAILED
+        if run.status == "SUCCEEDED":
+            self.out.print(
+                f"run {run.name} SUCCEEDED; `blackwell-training result {run.name}` sums it up", markup=False
+            )
+            return EXIT_OK
+        reason = run.cause or (run.job.failure_reason if run.job else None) or "no reason given"
+        self.out.print(f"run {run.name} {run.status}: {run.error or 'error'}: {reason}", markup=False)
+        return EXIT_RUN_FAILED
+
+
+def _session_region(profile: str | None) -> str | None:
+    """The region boto3 would pick (AWS_REGION, AWS_DEFAULT_REGION, the profile's), or None."""
+    import boto3
+
+    try:
+        return boto3.Session(profile_name=profile).region_name
+    except Exception as error:
+        if explain(error) is None:
+            raise
+        raise OperatorError(explain(error)) from None
+
+
+def _status_line(snapshot: Snapshot) -> str:
+    run, job = snapshot.run, snapshot.run.job
+    parts = [run.status]
+    if job is None:
+        parts.append("no training job yet")
+    else:
+        secondary = (
+            f"/{job.secondary_status}" if job.secondary_status and job.secondary_status != job.status else ""
+        )
+        parts.append(f"job {job.name} {job.status}{secondary}")
+        if len(run.jobs) > 1:
+            parts.append(f"launch {len(run.jobs)}")
+    parts.append(snapshot.progress.describe())
+    return " | ".join(parts)
+
+
+def _cost(cost: float | None, capacity: str | None) -> str:
+    if capacity == "training plan":
+        return "training plan"
+    return "-" if cost is None else f"${cost:,.2f}"
+
+
+def _print_result(out: Any, result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(show_header=False, title=f"Run {result['name']}: {result['status']}")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows: list[tuple[str, Any]] = [
+        ("job", result["job"]),
+        ("instances", f"{result['instance_count']} x {result['instance_type']}" if result["job"] else None),
+        ("launches", result["launches"]),
+        ("error", f"{result['error']}: {result['cause']}" if result["error"] else None),
+        ("model artifacts", result["model_artifacts"]),
+        ("checkpoints", result["checkpoint_uri"]),
+        ("training time", format_duration(result["training_seconds"])),
+        ("billable time", format_duration(result["billable_seconds"])),
+        ("cost (est.)", _cost(result["cost_usd"], result["capacity"])),
+    ]
+    rows += [
+        (f"metric {k}", f"{v:.6g}" if isinstance(v, float) else v)
+        for k, v in (result["final_metrics"] or {}).items()
+    ]
+    rows += [(f"trainer {k}", f"{v:.6g}") for k, v in (result["trainer_summary"] or {}).items()]
+    rows += [(f"link {k}", v) for k, v in result["links"].items()]
+    for key, value in rows:
+        if value is not None:
+            table.add_row(key, str(value))
+    out.print(table)

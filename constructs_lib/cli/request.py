@@ -1,0 +1,120 @@
+"""The request and the project: read a request (file or standard input), apply ``--set key=value``, validate it
+with the workflow's own check (``constructs_lib.request_validation``), and find ``cdk.json``'s settings."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from constructs_lib.cli.errors import InvalidRequest, OperatorError
+
+DEFAULT_STACK_NAME = "BlackwellTraining"
+EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+"""Execution names the workflow accepts (they become an S3 key segment of the run's checkpoints)."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """The app's settings: ``cdk.json``'s ``context`` (nearest ``cdk.json`` at or above the working directory), or
+    the defaults when there is none."""
+
+    context: Mapping[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @classmethod
+    def find(cls, start: Path | None = None) -> Project:
+        here = (start or Path.cwd()).resolve()
+        for folder in (here, *here.parents):
+            candidate = folder / "cdk.json"
+            if candidate.is_file():
+                try:
+                    data = json.loads(candidate.read_text())
+                except (OSError, ValueError) as error:
+                    raise OperatorError(f"{candidate}: not readable as JSON ({error})") from None
+                return cls(context=dict(data.get("context") or {}), path=candidate)
+        return cls()
+
+    @property
+    def stack_name(self) -> str:
+        return str(self.context.get("stackName") or DEFAULT_STACK_NAME)
+
+    @property
+    def region(self) -> str | None:
+        return self.context.get("region") or None
+
+    def rules(self, bucket_name: str | None = None) -> Any:
+        """The ``RequestRules`` this project deploys (``bucket_name`` from the stack's outputs, when known)."""
+        from constructs_lib.request_validation import RequestRules
+
+        try:
+            rules = RequestRules.from_cdk_context(self.context)
+        except ValueError as error:
+            raise OperatorError(f"{self.path or 'cdk.json'}: {error}") from None
+        return replace(rules, bucket_name=bucket_name) if bucket_name else rules
+
+
+def validate(request: object, rules: Any) -> list[str]:
+    """Every problem of ``request`` under ``rules`` (the workflow's own check; no AWS call)."""
+    from constructs_lib.request_validation import validate_request
+
+    return validate_request(request, rules)
+
+
+def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:
+    """The request in file ``source`` (``-``: standard input; None: ``{}``, all defaults) as a JSON object."""
+    if source is None:
+        return {}
+    try:
+        if source == "-":
+            if stdin is None:
+                raise OperatorError("no standard input to read the request from")
+            text, where = stdin.read(), "standard input"
+        else:
+            text, where = Path(source).read_text(), source
+    except OSError as error:
+        raise OperatorError(f"cannot read {source}: {error.strerror or error}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise InvalidRequest([f"{where}: not valid JSON ({error})"]) from None
+    if not isinstance(value, dict):
+        raise InvalidRequest([f"{where}: must be a JSON object of input fields; got {type(value).__name__}"])
+    return value
+
+
+def apply_settings(request: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """``request`` with each ``key=value`` set. A value is read as JSON when it parses (``16``, ``true``,
+    ``null``), else as text; ``hyperparameters.<name>=<value>`` sets one trainer setting (always text)."""
+    merged: dict[str, Any] = json.loads(json.dumps(dict(request)))
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        if not sep or not key:
+            raise InvalidRequest([f"--set {setting}: must be key=value"])
+        if key.startswith("hyperparameters."):
+            name = key.removeprefix("hyperparameters.")
+            extras = merged.get("hyperparameters")
+            if extras is None:
+                extras = merged["hyperparameters"] = {}
+            if not name or not isinstance(extras, dict):
+                raise InvalidRequest([f"--set {setting}: hyperparameters must be an object of text values"])
+            extras[name] = text
+            continue
+        try:
+            merged[key] = json.loads(text)
+        except ValueError:
+            merged[key] = text
+    return merged
+
+
+def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str:
+    """``<job_name_prefix or run>-<UTC yyyymmdd-hhmmss>-<4 hex>``, at most 80 characters."""
+    prefix = request.get("job_name_prefix")
+    prefix = prefix if isinstance(prefix, str) and EXECUTION_NAME.match(prefix) else "run"
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return f"{prefix[:59]}-{stamp}-{secrets.token_hex(2)}"

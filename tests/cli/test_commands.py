@@ -1,0 +1,363 @@
+"""Every subcommand of ``blackwell-training`` against the stack in moto (see ``conftest.py``): the real synthesized
+workflow executes, its jobs live in moto's SageMaker, and their logs are lines in the trainer's real format."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+from constructs_lib.cli.api import TrainingRuns
+from constructs_lib.cli.main import main
+from tests.cli.conftest import BUCKET, STACK, Terminal
+from tests.workflow.harness import REGION, Outcome, capacity_error
+from training.contract import format_config_line, format_step_line, format_summary_line
+
+B200_PER_HOUR = 113.93  # training.contract.ON_DEMAND_USD_PER_HOUR for the default instance type
+
+
+def _step(step: int, loss: float) -> str:
+    return format_step_line(
+        step,
+        {
+            "loss": loss,
+            "lr": 3e-4,
+            "grad_norm": 1.1,
+            "tokens_per_sec": 51200.0,
+            "mfu": 0.405,
+            "step_time": 0.25,
+        },
+    )
+
+
+SUMMARY = format_summary_line(
+    {"steps": 100, "final_loss": 1.875, "tokens_per_sec": 51000.0, "mfu": 0.4, "train_seconds": 26.0}
+)
+
+
+class World:
+    """The test's ``sleep``: each poll of the CLI advances the run by one scripted event."""
+
+    def __init__(self, deployed, prefix: str, *events):
+        self.deployed, self.prefix, self.events, self.polls = deployed, prefix, list(events), 0
+
+    def __call__(self, _seconds: float) -> None:
+        self.polls += 1
+        assert self.polls < 600, "the run never ended"
+        if self.events:
+            job = self.deployed.wait_for_job(self.prefix)
+            self.events.pop(0)(job)
+        time.sleep(0.05)
+
+
+def _submit(cli, deployed, outcome: Outcome, *extra: str) -> tuple[str, str]:
+    prefix = deployed.prefix()
+    deployed.plan(prefix, outcome)
+    name = f"run-{prefix}"
+    result = cli("submit", "--name", name, "--set", f"job_name_prefix={prefix}", *extra)
+    assert result.status == 0, result.err
+    return prefix, name
+
+
+# ---- submit --wait / watch --------------------------------------------------------------------------------------
+
+
+def test_submit_wait_follows_the_run_to_success(deployed, cli):
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome("InProgress"))
+    world = World(
+        deployed,
+        prefix,
+        lambda job: deployed.log(job, "algo-1", format_config_line({"max_steps": 100, "precision": "bf16"})),
+        lambda job: deployed.log(job, "algo-1", _step(50, 2.5)),
+        lambda job: (deployed.log(job, "algo-1", _step(100, 1.875), SUMMARY), deployed.finish(job)),
+    )
+    name = f"run-{prefix}"
+    result = cli(
+        "submit",
+        "-",
+        "--name",
+        name,
+        "--set",
+        f"job_name_prefix={prefix}",
+        "--wait",
+        "--interval",
+        "1",
+        stdin='{"precision": "bf16", "hyperparameters": {"max_steps": "100"}}',
+        sleep=world,
+    )
+    assert result.status == 0, result.err + result.out
+    lines = result.out.splitlines()
+    assert lines[0] == f"started run {name}"
+    assert f"#/v2/executions/details/arn:aws:states:{REGION}:" in lines[1]
+    (job,) = deployed.workflow.jobs(prefix)
+    assert (
+        f"RUNNING | job {job} InProgress | step 50/100 loss 2.5 tokens/s 51,200 MFU 40.5% ETA 0:00:12"
+        in lines
+    )
+    assert any(line.startswith("SUCCEEDED | job ") and "step 100/100" in line for line in lines)
+    assert lines[-1] == f"run {name} SUCCEEDED; `blackwell-training result {name}` sums it up"
+    assert result.err == ""
+
+
+def test_submit_wait_reports_the_failure_reason_and_exits_non_zero(deployed, cli):
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome("Failed", "AlgorithmError: ExecuteUserScriptError: exit code 1"))
+    name = f"run-{prefix}"
+    result = cli("submit", "--name", name, "--set", f"job_name_prefix={prefix}", "--wait")
+    assert result.status == 1
+    (job,) = deployed.workflow.jobs(prefix)
+    assert result.out.splitlines()[-1] == (
+        f"run {name} FAILED: TrainingJobFailed: Training job {job} ended Failed: "
+        "AlgorithmError: ExecuteUserScriptError: exit code 1"
+    )
+
+
+def test_watch_json_prints_one_snapshot_per_poll_and_ends_with_the_run(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome("InProgress"))
+    world = World(deployed, prefix, lambda job: deployed.log(job, "algo-1", _step(10, 3.0)), deployed.finish)
+    result = cli("watch", name, "--json", sleep=world)
+    assert result.status == 0, result.err
+    snapshots = [json.loads(line) for line in result.out.splitlines()]
+    assert snapshots[-1]["status"] == "SUCCEEDED"
+    assert snapshots[-1]["progress"]["step"] == 10
+    assert snapshots[-1]["progress"]["max_steps"] == 1000  # the contract's default, from the job's settings
+    assert all(s["name"] == name for s in snapshots)
+
+
+def test_watch_in_a_terminal_draws_a_progress_bar(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome("InProgress"))
+    world = World(
+        deployed,
+        prefix,
+        lambda job: deployed.log(job, "algo-1", format_config_line({"max_steps": 40}), _step(20, 3.0)),
+        lambda job: (deployed.log(job, "algo-1", _step(40, 2.0)), deployed.finish(job)),
+    )
+    screen, errors = Terminal(), io.StringIO()
+    status = main(
+        ["watch", name, "--interval", "1"], stdin=io.StringIO(), stdout=screen, stderr=errors, sleep=world
+    )
+    assert status == 0, errors.getvalue()
+    text = screen.getvalue()
+    assert "\x1b[" in text  # drawn with terminal control sequences
+    assert "100%" in text and "SUCCEEDED | job " in text and "step 40/40 loss 2" in text
+    assert text.rstrip().endswith(f"run {name} SUCCEEDED; `blackwell-training result {name}` sums it up")
+
+
+# ---- runs -------------------------------------------------------------------------------------------------------
+
+
+def test_runs_lists_status_job_instances_launches_duration_and_cost(deployed, cli):
+    _, ok = _submit(cli, deployed, Outcome())
+    prefix, retried = deployed.prefix(), None
+    deployed.plan(prefix, capacity_error(1), Outcome(training_seconds=600, billable_seconds=600))
+    retried = f"run-{prefix}"
+    assert (
+        cli(
+            "submit", "--name", retried, "--set", f"job_name_prefix={prefix}", "--set", "use_spot=true"
+        ).status
+        == 0
+    )
+    for name in (ok, retried):
+        deployed.wait_until_ended(name)
+
+    result = cli("runs", "--json", "--limit", "50")
+    assert result.status == 0, result.err
+    listed = {run["name"]: run for run in json.loads(result.out)}
+    first, second = listed[ok], listed[retried]
+    assert first["status"] == "SUCCEEDED" and first["job_status"] == "Completed"
+    assert (first["instance_type"], first["instance_count"], first["launches"]) == (
+        "ml.p6-b200.48xlarge",
+        1,
+        1,
+    )
+    assert first["billable_seconds"] == 3600 and round(first["cost_usd"], 2) == B200_PER_HOUR
+    assert first["duration_seconds"] is not None and first["duration_seconds"] >= 0
+    assert second["launches"] == 2 and second["job"].startswith(prefix)
+    assert round(second["cost_usd"], 4) == round(B200_PER_HOUR * 600 / 3600, 4)
+
+    table = cli("runs").out
+    assert f"Runs of {STACK} ({REGION})" in table
+    row = next(line for line in table.splitlines() if ok in line)
+    assert "SUCCEEDED" in row and "1 x ml.p6-b200.48xlarge" in row and f"${B200_PER_HOUR:,.2f}" in row
+
+
+# ---- logs -------------------------------------------------------------------------------------------------------
+
+
+def test_logs_follow_prints_every_host_until_the_run_ends(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome("InProgress"))
+    world = World(
+        deployed,
+        prefix,
+        lambda job: deployed.log(job, "algo-1", format_config_line({"max_steps": 100}), _step(10, 3.5)),
+        lambda job: deployed.log(job, "algo-2", "worker on algo-2 ready"),
+        lambda job: (deployed.log(job, "algo-1", _step(20, 3.25), SUMMARY), deployed.finish(job)),
+    )
+    result = cli("logs", name, "--follow", sleep=world)
+    assert result.status == 0, result.err
+    assert result.out.splitlines() == [
+        f"[algo-1] {format_config_line({'max_steps': 100})}",
+        f"[algo-1] {_step(10, 3.5)}",
+        "[algo-2] worker on algo-2 ready",
+        f"[algo-1] {_step(20, 3.25)}",
+        f"[algo-1] {SUMMARY}",
+    ]
+    assert deployed.execution(name)["status"] == "SUCCEEDED"
+
+    again = cli("logs", name, "--json")  # without --follow: what is there, once
+    events = [json.loads(line) for line in again.out.splitlines()]
+    assert [e["host"] for e in events] == ["algo-1", "algo-1", "algo-2", "algo-1", "algo-1"]
+    assert events[-1]["message"] == SUMMARY
+
+
+# ---- stop -------------------------------------------------------------------------------------------------------
+
+
+def test_stop_asks_first_and_stops_with_yes(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome("InProgress"))
+    job = deployed.wait_for_job(prefix)
+    try:
+        refused = cli("stop", name)  # standard input is not a terminal: no silent stop
+        assert refused.status == 3
+        assert refused.err.strip() == (
+            f"error: stopping run {name} needs confirmation: run it in a terminal or pass --yes"
+        )
+        declined = cli("stop", name, stdin="n\n", tty=True)
+        assert declined.status == 0 and "not stopped" in declined.out
+        assert f"Stop run {name} and its training job {job}?" in declined.out
+        assert deployed.execution(name)["status"] == "RUNNING"
+
+        stopped = cli("stop", name, "--yes")
+        assert stopped.status == 0, stopped.err
+        assert f"stopping run {name}" in stopped.out
+        deployed.finish(job, "Stopped")  # what Step Functions' StopTrainingJob does to the job
+        execution = deployed.wait_until_ended(name, timeout=10)
+        assert execution["status"] == "ABORTED"
+
+        again = cli("stop", name, "--yes")
+        assert again.status == 3 and "has already ended (ABORTED)" in again.err
+    finally:
+        deployed.finish(job, "Stopped")  # what StopTrainingJob does; ends moto's poll of the job
+
+
+# ---- result -----------------------------------------------------------------------------------------------------
+
+
+def test_result_sums_up_a_successful_run(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome())
+    job = deployed.wait_for_job(prefix)
+    deployed.log(job, "algo-1", _step(100, 1.875), SUMMARY)
+    deployed.wait_until_ended(name)
+
+    result = cli("result", name, "--json")
+    assert result.status == 0, result.err
+    summary = json.loads(result.out)
+    assert summary["status"] == "SUCCEEDED" and summary["job"] == job
+    assert summary["model_artifacts"].endswith(f"/output/{job}/output/model.tar.gz")
+    assert summary["checkpoint_uri"].endswith(f"/checkpoints/{name}/")
+    assert (summary["training_seconds"], summary["billable_seconds"]) == (3600, 3600)
+    assert round(summary["cost_usd"], 2) == B200_PER_HOUR
+    assert summary["trainer_summary"] == {
+        "steps": 100,
+        "final_loss": 1.875,
+        "tokens_per_sec": 51000,
+        "mfu": 0.4,
+        "train_seconds": 26,
+    }
+    assert "train:progress" in summary["final_metrics"]  # moto's canned final metric
+    assert set(summary["links"]) == {"execution", "training_job", "logs"}
+    assert summary["links"]["training_job"].endswith(f"#/jobs/{job}")
+
+    text = cli("result", name).out
+    assert f"Run {name}: SUCCEEDED" in text and f"${B200_PER_HOUR:,.2f}" in text
+    assert "trainer final_loss" in text and "1.875" in text
+
+    api = TrainingRuns(stack_name=STACK, region=REGION).result(name)  # the Python API says the same
+    assert {k: api[k] for k in ("job", "cost_usd", "trainer_summary")} == {
+        k: summary[k] for k in ("job", "cost_usd", "trainer_summary")
+    }
+
+
+def test_result_of_a_failed_run_names_the_reason_and_exits_non_zero(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome("Failed", "AlgorithmError: out of memory"))
+    deployed.wait_until_ended(name)
+    result = cli("result", name, "--json")
+    assert result.status == 1
+    summary = json.loads(result.out)
+    assert summary["status"] == "FAILED" and summary["error"] == "TrainingJobFailed"
+    assert summary["failure_reason"] == "AlgorithmError: out of memory"
+    assert summary["cost_usd"] == 0.0  # moto's failed job billed nothing
+
+
+# ---- validate, and the local check of submit ---------------------------------------------------------------------
+
+
+def test_validate_a_good_request(deployed, cli, tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(
+        json.dumps({"precision": "mxfp8", "batch_size": 16, "hyperparameters": {"max_steps": "2000"}})
+    )
+    result = cli("validate", str(path))
+    assert (result.status, result.out.strip(), result.err) == (0, "valid", "")
+    assert json.loads(cli("validate", str(path), "--json").out) == {"valid": True, "problems": []}
+
+
+def test_validate_lists_every_problem_and_exits_2(deployed, cli):
+    result = cli("validate", "-", "--set", "batch_size=0", stdin='{"precison": "bf16"}')
+    assert result.status == 2
+    problems = [line.removeprefix("  - ") for line in result.err.splitlines()[1:]]
+    assert result.err.splitlines()[0] == "invalid request (2 problems):"
+    assert any(p.startswith("precison: unknown input field") for p in problems)
+    assert any(p.startswith("batch_size: must be an integer in [1, 4096]") for p in problems)
+    assert "Traceback" not in result.err
+
+
+def test_submit_checks_locally_before_starting_anything(deployed, cli):
+    before = deployed.workflow.sfn.list_executions(stateMachineArn=deployed.workflow.arn)["executions"]
+    result = cli("submit", "--set", "precision=fp4")
+    assert result.status == 2 and "precision: must be one of" in result.err
+    after = deployed.workflow.sfn.list_executions(stateMachineArn=deployed.workflow.arn)["executions"]
+    assert len(after) == len(before)
+
+
+def test_submit_refuses_a_taken_or_malformed_name(deployed, cli):
+    _, name = _submit(cli, deployed, Outcome())
+    taken = cli("submit", "--name", name)
+    assert (
+        taken.status == 3
+        and taken.err.strip() == f"error: a run named {name} already exists: choose another --name"
+    )
+    bad = cli("submit", "--name", "has space")
+    assert bad.status == 2 and "--name: must be 1 to 80 of" in bad.err
+
+
+def test_submit_json_gives_name_arn_and_links(deployed, cli):
+    prefix = deployed.prefix()
+    result = cli("submit", "--json", "--set", f"job_name_prefix={prefix}")
+    assert result.status == 0, result.err
+    started = json.loads(result.out)
+    assert started["name"].startswith(f"{prefix}-") and started["arn"].endswith(f":{started['name']}")
+    assert started["links"]["execution"] == (
+        f"https://console.aws.amazon.com/states/home?region={REGION}#/v2/executions/details/{started['arn']}"
+    )
+    assert BUCKET  # the stack's bucket output reached the local rules (no error about it)
+
+
+# ---- errors: one line, no traceback -------------------------------------------------------------------------------
+
+
+def test_unknown_run_is_one_line(deployed, cli):
+    for command in ("watch", "logs", "result", "stop"):
+        result = cli(command, "no-such-run")
+        assert result.status == 3
+        assert result.err.startswith("error: unknown run no-such-run: no such execution of arn:aws:states:")
+        assert len(result.err.strip().splitlines()) == 1
+
+
+def test_stack_not_deployed_is_one_line(deployed, cli):
+    result = cli("runs", "--stack", "NotThere")
+    assert result.status == 3
+    assert result.err.strip() == (
+        f"error: stack NotThere is not deployed in {REGION} (deploy it with `make deploy`, or pass --stack/--region)"
+    )

@@ -1,0 +1,107 @@
+"""Reading a request, ``--set``, run names and the project's settings (no AWS)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from constructs_lib.cli.errors import InvalidRequest, OperatorError
+from constructs_lib.cli.request import (
+    DEFAULT_STACK_NAME,
+    EXECUTION_NAME,
+    Project,
+    apply_settings,
+    load_request,
+    new_run_name,
+)
+
+
+def test_load_request_from_file_stdin_or_nothing(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"precision": "mxfp8"}')
+    assert load_request(str(path)) == {"precision": "mxfp8"}
+    assert load_request("-", io.StringIO('{"batch_size": 4}')) == {"batch_size": 4}
+    assert load_request(None) == {}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("{precision: 1}", "not valid JSON"), ("[1, 2]", "must be a JSON object of input fields; got list")],
+)
+def test_load_request_refuses_what_is_not_a_json_object(text, message):
+    with pytest.raises(InvalidRequest, match=message):
+        load_request("-", io.StringIO(text))
+
+
+def test_load_request_missing_file_is_one_line(tmp_path):
+    with pytest.raises(OperatorError, match=r"cannot read .*nope.json: No such file or directory"):
+        load_request(str(tmp_path / "nope.json"))
+
+
+def test_set_reads_json_values_and_text_and_hyperparameters():
+    request = {"precision": "bf16", "hyperparameters": {"seed": "1"}}
+    merged = apply_settings(
+        request,
+        [
+            "batch_size=16",
+            "use_spot=true",
+            "num_layers=null",
+            "precision=mxfp8",
+            "training_plan_arn=arn:aws:sagemaker:us-west-2:111122223333:training-plan/x",
+            "hyperparameters.max_steps=2000",
+            "job_name_prefix=a=b",
+        ],
+    )
+    assert merged == {
+        "precision": "mxfp8",
+        "batch_size": 16,
+        "use_spot": True,
+        "num_layers": None,
+        "training_plan_arn": "arn:aws:sagemaker:us-west-2:111122223333:training-plan/x",
+        "hyperparameters": {"seed": "1", "max_steps": "2000"},
+        "job_name_prefix": "a=b",
+    }
+    assert request == {"precision": "bf16", "hyperparameters": {"seed": "1"}}  # not changed in place
+
+
+@pytest.mark.parametrize("setting", ["batch_size", "=3", "hyperparameters.=1"])
+def test_set_refuses_malformed_settings(setting):
+    with pytest.raises(InvalidRequest, match="--set"):
+        apply_settings({}, [setting])
+
+
+def test_set_of_a_hyperparameter_when_hyperparameters_is_not_an_object():
+    with pytest.raises(InvalidRequest, match="hyperparameters must be an object"):
+        apply_settings({"hyperparameters": "x"}, ["hyperparameters.seed=1"])
+
+
+def test_run_names_are_valid_execution_names():
+    now = datetime(2026, 11, 23, 9, 30, 5, tzinfo=UTC)
+    name = new_run_name({"job_name_prefix": "llama-8b"}, now)
+    assert re.fullmatch(r"llama-8b-20261123-093005-[0-9a-f]{4}", name)
+    assert new_run_name({"job_name_prefix": "bad prefix!"}, now).startswith("run-20261123-093005-")
+    assert EXECUTION_NAME.match(new_run_name({"job_name_prefix": "a" * 80}, now))
+    assert new_run_name({}, now) != new_run_name({}, now)
+
+
+def test_project_reads_the_nearest_cdk_json(tmp_path):
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": {"stackName": "Mine", "region": "eu-west-1"}}))
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    project = Project.find(nested)
+    assert (project.stack_name, project.region, project.path) == ("Mine", "eu-west-1", tmp_path / "cdk.json")
+
+
+def test_project_without_cdk_json_uses_the_defaults(tmp_path):
+    project = Project.find(tmp_path)
+    assert (project.stack_name, project.region, project.path) == (DEFAULT_STACK_NAME, None, None)
+
+
+def test_unreadable_cdk_json_is_one_line(tmp_path):
+    (tmp_path / "cdk.json").write_text("{")
+    with pytest.raises(OperatorError, match="cdk.json: not readable as JSON"):
+        Project.find(tmp_path)

@@ -1,0 +1,112 @@
+"""Checks before step 1 and before any process group: output folders, data, metadata, vocabulary, batch size."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch.distributed as dist
+
+from training import contract
+from training.trainer import config, preflight, prepare
+from training.trainer.__main__ import main
+
+from .runner import TINY, cli_args
+
+
+def cfg_for(tmp_path, **extra):
+    raw = {**TINY, "checkpoint_dir": str(tmp_path / "ckpt"), "model_dir": str(tmp_path / "model"), **extra}
+    return config.config_from_mapping(raw)
+
+
+def prepared(tmp_path, tokens: int = 3000) -> str:
+    source = tmp_path / "text.txt"
+    source.write_text("abcdefghij" * (tokens // 10))
+    prepare.prepare([str(source)], str(tmp_path / "data"), block_tokens=100, validation_fraction=0.2)
+    return str(tmp_path / "data")
+
+
+def field_of(cfg, world_size: int = 2) -> str:
+    with pytest.raises(contract.ContractError) as info:
+        preflight.check(cfg, world_size)
+    return f"{info.value.field}: {info.value}"
+
+
+def test_output_folders_must_be_writable(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    message = field_of(cfg_for(tmp_path, model_dir=str(tmp_path / "file" / "model")))
+    assert message.startswith("model_dir: ") and "is not a writable folder" in message
+    message = field_of(cfg_for(tmp_path, checkpoint_dir=str(tmp_path / "file")))
+    assert message.startswith("checkpoint_dir: ")
+    preflight.check(cfg_for(tmp_path), 2)  # creates both, leaves nothing in them
+    assert list((tmp_path / "ckpt").iterdir()) == [] and list((tmp_path / "model").iterdir()) == []
+
+
+def test_prepared_data_passes_and_its_metadata_is_checked_against_the_settings(tmp_path):
+    data_dir = prepared(tmp_path)
+    channel = {"dataset": "channel", "data_dir": data_dir, "vocab_size": "512"}
+    preflight.check(cfg_for(tmp_path, **channel), 2)
+    assert field_of(cfg_for(tmp_path, **{**channel, "vocab_size": "200"})).startswith(
+        "vocab_size: vocab_size: must be at least 257, the vocabulary of bytes"
+    )
+    assert "must be uint16, the dtype the data was written in" in field_of(
+        cfg_for(tmp_path, **channel, token_dtype="uint32")
+    )
+    # 3000 tokens: 80% train = 2400 tokens = 72 sequences of 33; validation 600 tokens = 18 sequences
+    assert field_of(cfg_for(tmp_path, **channel, batch_size="10")).startswith(
+        "batch_size: batch_size: the validation split"
+    )
+    assert "the train split" in field_of(cfg_for(tmp_path, **channel, batch_size="40"))
+
+
+def test_missing_data_fails_with_the_folder_named(tmp_path):
+    message = field_of(cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path / "nowhere")))
+    assert message.startswith("dataset: ") and "nowhere does not exist" in message
+    (tmp_path / "empty").mkdir()
+    assert "no .bin or .npy token files" in field_of(
+        cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path / "empty"))
+    )
+    data_dir = prepared(tmp_path)
+    (tmp_path / "data" / "validation.bin").unlink()
+    assert "lists missing files" in field_of(
+        cfg_for(tmp_path, dataset="channel", data_dir=data_dir, vocab_size="512")
+    )
+
+
+def test_without_metadata_every_token_id_is_scanned_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "SCAN_CHUNK", 1000)  # the id sits in the last of several chunks
+    tokens = np.arange(5000, dtype=np.uint16) % 250
+    tokens[-1] = 300
+    tokens.tofile(tmp_path / "tokens.bin")
+    message = field_of(cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path)))
+    assert message.startswith("vocab_size: ") and "holds id 300, got 256" in message
+    preflight.check(cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path), vocab_size="301"), 2)
+
+
+def test_a_metadata_max_id_beyond_the_vocabulary_is_refused(tmp_path):
+    data_dir = prepared(tmp_path)
+    meta_path = tmp_path / "data" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "vocab_size": 100, "max_token_id": 260}))
+    assert "above the largest token id 260" in field_of(
+        cfg_for(tmp_path, dataset="channel", data_dir=data_dir)
+    )
+
+
+def test_main_refuses_bad_data_before_any_process_group(tmp_path, capsys):
+    args = cli_args({**TINY, "dataset": "channel", "data_dir": str(tmp_path / "nowhere"),
+                     "checkpoint_dir": str(tmp_path / "c"), "model_dir": str(tmp_path / "m")})  # fmt: skip
+    assert main(args) == 2
+    assert "error: invalid setting dataset: the data folder" in capsys.readouterr().err
+    assert not dist.is_initialized()
+
+
+def test_outside_sagemaker_outputs_default_to_a_local_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv("SM_MODEL_DIR", raising=False)
+    monkeypatch.setattr(config, "RESOURCE_CONFIG", tmp_path / "absent.json")
+    cfg, _ = config.parse_args(cli_args(TINY))
+    assert (cfg.checkpoint_dir, cfg.model_dir) == ("trainer-output/checkpoints", "trainer-output/model")
+    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
+    cfg, _ = config.parse_args(cli_args(TINY))
+    assert (cfg.checkpoint_dir, cfg.model_dir) == (contract.CHECKPOINT_LOCAL_PATH, contract.MODEL_DIR)

@@ -1,0 +1,191 @@
+"""Resume in real life: damaged checkpoints set aside by all ranks, a different model shape refused, a finished
+run left alone, max_steps raised, a validation loss on real text. Real torchrun/gloo runs of a tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from training.trainer import checkpoint, prepare
+from training.trainer.checkpoint import complete_checkpoints
+
+from .runner import (
+    TINY,
+    fields,
+    losses,
+    reference_settings,
+    run_single,
+    run_trainer,
+    step_lines,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def settings(tmp: Path, **extra: str) -> dict[str, str]:
+    return {**reference_settings(tmp, "x", **extra), "checkpoint_dir": str(tmp / "ckpt"),
+            "model_dir": str(tmp / "model")}  # fmt: skip
+
+
+def damage(path: Path) -> None:
+    """Flip bytes in the middle of ``path``; its size stays the same (a truncation check cannot see it)."""
+    raw = bytearray(path.read_bytes())
+    middle = len(raw) // 2
+    raw[middle : middle + 8] = bytes(b ^ 0xFF for b in raw[middle : middle + 8])
+    path.write_bytes(bytes(raw))
+
+
+def copy_checkpoint(reference, step: int, ckpt: Path, as_step: int) -> Path:
+    target = ckpt / checkpoint.step_dir_name(as_step)
+    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(step), target)
+    if as_step != step:  # a copy under another step number: its trainer state still says `step`
+        marker = json.loads((target / checkpoint.MARKER).read_text())
+        (target / checkpoint.MARKER).write_text(json.dumps({**marker, "step": as_step}))
+    return target
+
+
+def test_damaged_checkpoints_are_set_aside_on_every_rank_and_the_previous_one_resumes(reference, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    copy_checkpoint(reference, 6, ckpt, 6)
+    # rank 1 hashes rank_00000.pt (the local ranks take turns over the sorted names): only rank 1 sees this
+    damage(copy_checkpoint(reference, 12, ckpt, 9) / "rank_00000.pt")
+    damage(copy_checkpoint(reference, 12, ckpt, 10) / ".metadata")
+    output = run_trainer(settings(tmp_path))
+    skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
+    assert len(skipped) == 1, output
+    assert (
+        "step_00000010 (rank 0: checksum mismatch in .metadata; set aside as step_00000010.unusable)"
+        in skipped[0]
+    )
+    assert (
+        "step_00000009 (rank 1: checksum mismatch in rank_00000.pt; set aside as step_00000009.unusable)"
+        in skipped[0]
+    )
+    assert skipped[0].endswith("resuming from " + str(ckpt / "step_00000006"))
+    assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
+    assert (ckpt / "step_00000009.unusable").is_dir() and (ckpt / "step_00000010.unusable").is_dir()
+    assert [step for step, _ in complete_checkpoints(ckpt)] == [6, 12]
+
+
+def test_when_no_checkpoint_loads_one_line_says_why_and_training_starts_at_step_0(reference, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    damage(next(copy_checkpoint(reference, 12, ckpt, 12).glob("__1_*.distcp")))
+    # written before checksums existed: only its load can fail (an unpicklable .metadata), after it has
+    # touched nothing or part of the model; the run must start from a clean model all the same
+    legacy = copy_checkpoint(reference, 6, ckpt, 6)
+    marker = json.loads((legacy / checkpoint.MARKER).read_text())
+    (legacy / checkpoint.MARKER).write_text(json.dumps({k: v for k, v in marker.items() if k != "sha256"}))
+    damage(legacy / ".metadata")
+    output = run_trainer(settings(tmp_path))
+    skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
+    assert len(skipped) == 1 and skipped[0].endswith("no usable checkpoint: starting from step 0"), output
+    assert (
+        "checksum mismatch in __1_0.distcp" in skipped[0]
+        and "step_00000006 (load failed on rank" in skipped[0]
+    )
+    assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output  # DCP logs its own
+    assert losses(output) == losses(reference[1])  # from scratch, exactly as the first run
+    assert sorted(p.name for p in ckpt.iterdir()) == [
+        "step_00000006", "step_00000006.unusable", "step_00000012", "step_00000012.unusable"
+    ]  # fmt: skip
+
+
+def test_a_different_model_shape_is_refused_with_one_line_naming_both(reference, tmp_path):
+    copy_checkpoint(reference, 12, tmp_path / "ckpt", 12)
+    status, output = run_single(settings(tmp_path, num_layers="3", max_steps="20"))
+    assert status == 2, output
+    assert output.strip().splitlines() == [
+        f"error: invalid setting checkpoint_dir: {tmp_path / 'ckpt' / 'step_00000012'} holds a model of shape "
+        "(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256), but this run's shape is "
+        "(num_layers=3, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256); use another "
+        "checkpoint_dir or the checkpoint's model settings"
+    ]
+
+
+def listing(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file with its size and modification time (folders' times change with the writability probe)."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_a_finished_run_says_so_writes_nothing_and_exits_0(reference, tmp_path):
+    shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
+    shutil.copytree(reference[0] / "model_ref", tmp_path / "model")
+    before = listing(tmp_path)
+    status, output = run_single(settings(tmp_path))
+    assert status == 0, output
+    assert "run already complete: the newest checkpoint is at step 12 and max_steps=12" in output
+    assert "nothing trained, nothing written" in output
+    assert "summary" not in output and "nan" not in output
+    assert listing(tmp_path) == before
+
+
+def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(reference, tmp_path):
+    shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
+    status, output = run_single(settings(tmp_path))
+    assert status == 0 and "held no model, so the checkpoint's model was saved to" in output, output
+    saved = torch.load(tmp_path / "model" / "model.pt", weights_only=False)
+    expected = torch.load(reference[0] / "model_ref" / "model.pt", weights_only=False)
+    assert saved["step"] == 12 and saved["state_dict"].keys() == expected["state_dict"].keys()
+    for name, tensor in saved["state_dict"].items():
+        assert torch.equal(tensor, expected["state_dict"][name]), name
+
+
+def test_raising_max_steps_continues_the_schedule_at_its_floor_and_says_so(reference, tmp_path):
+    copy_checkpoint(reference, 12, tmp_path / "ckpt", 12)
+    status, output = run_single(
+        settings(tmp_path, max_steps="15", log_interval="3", throughput_warmup_steps="5")
+    )
+    assert status == 0, output
+    assert (
+        "note: throughput_warmup_steps=5 is not below the 3 steps this run trains; leaving out 2 warm-up steps "
+        "from the throughput instead"
+    ) in output
+    assert (
+        "max_steps changed from 12 to 15 (checkpoint at step 12): the learning rate stays at its floor 0.0003 "
+        "(0.1 x peak) until step 15"
+    ) in output
+    line = step_lines(output)[15]
+    assert line.startswith("step=15/15 100.0% elapsed=") and " eta=0:00:00 " in line
+    assert float(fields(line)["lr"]) == pytest.approx(0.0003)
+    summary = fields(next(x for x in output.splitlines() if x.startswith("summary ")))
+    assert summary["steps"] == "15" and float(summary["final_loss"]) == float(fields(line)["loss"])
+    assert float(summary["tokens_per_sec"]) > 0  # measured, never a 0 for a run that trained
+    assert (tmp_path / "model" / "model.pt").is_file()
+
+
+def stdlib_text() -> list[str]:
+    """Real text shipped with Python itself: the source of a few standard-library packages."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return [str(root / name) for name in ("json", "email", "html", "http")]
+
+
+def test_a_model_trained_on_real_text_beats_the_unigram_entropy_on_held_out_text(tmp_path):
+    meta = prepare.prepare(stdlib_text(), str(tmp_path / "data"))
+    train = np.fromfile(tmp_path / "data" / "train.bin", dtype=meta["token_dtype"])
+    counts = np.bincount(train, minlength=meta["vocab_size"]).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    unigram_entropy = float(-(p * np.log(p)).sum())  # nats per token, like the cross-entropy loss
+    cfg = {**TINY, "dataset": "channel", "data_dir": str(tmp_path / "data"), "vocab_size": str(meta["vocab_size"]),
+           "seq_length": "64", "batch_size": "8", "max_steps": "120", "learning_rate": "0.01",
+           "lr_warmup_steps": "10", "log_interval": "40", "validation_interval": "60", "checkpoint_interval": "0",
+           "checkpoint_dir": str(tmp_path / "ckpt"), "model_dir": str(tmp_path / "model")}  # fmt: skip
+    status, output = run_single(cfg)
+    assert status == 0, output
+    validation = [fields(x) for x in output.splitlines() if x.startswith("validation step=")]
+    assert [v["step"] for v in validation] == ["60/120", "120/120"]
+    summary = fields(next(x for x in output.splitlines() if x.startswith("summary ")))
+    val_loss = float(summary["val_loss"])
+    assert val_loss == float(validation[-1]["val_loss"]) and math.isfinite(val_loss)
+    assert 2.5 < unigram_entropy < 4.0  # bytes of Python source
+    assert val_loss < unigram_entropy - 0.4, (val_loss, unigram_entropy)

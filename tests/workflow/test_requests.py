@@ -1,0 +1,395 @@
+"""Request safety, executed through the synthesized state machines in moto: every bad input ends in InvalidInput
+before any SageMaker call, refusals that retrying cannot fix end at once, per-run data, resume from an earlier run,
+two workflows sharing one bucket, and a generated corpus on which the state machine and the Python function agree.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+
+import aws_cdk as cdk
+import pytest
+
+from constructs_lib._nag import logical_id
+from constructs_lib.request_validation import RequestRules, prepare_request
+from constructs_lib.training_workflow import TrainingWorkflow
+from tests.cdk_helpers import synth_with_nag
+from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
+from tests.workflow.stacks import build_workflow
+from training.contract import RESUME_CHANNEL, TRAIN_CHANNEL
+
+CORPUS_SIZE = 220
+
+
+@pytest.fixture(scope="module")
+def synthesized():
+    holder = {}
+
+    def build(app: cdk.App) -> None:
+        first = build_workflow(
+            app, capacity_retry_wait=cdk.Duration.seconds(1), launch_retry_backoff=cdk.Duration.seconds(1)
+        )
+        second = TrainingWorkflow(
+            first,
+            "Second",
+            image_uri=first.image_uri,
+            execution_role=first.execution_role,
+            bucket=first.bucket,
+        )
+        holder["first"], holder["second"] = first, second
+
+    result = synth_with_nag(build)
+    assert result.violations == ()
+    template = result.templates["Test.template.json"]
+    machines = definitions_of(template)
+    return {key: (wf, machines[logical_id(wf.state_machine)]) for key, wf in holder.items()} | {
+        "bucket": "fake-" + logical_id(holder["first"].bucket).lower()
+    }
+
+
+@pytest.fixture(scope="module")
+def workflows(synthesized):
+    with moto_workflows({k: synthesized[k][1] for k in ("first", "second")}) as machines:
+        machines["first"].s3.create_bucket(
+            Bucket=synthesized["bucket"], CreateBucketConfiguration={"LocationConstraint": REGION}
+        )
+        yield machines
+
+
+@pytest.fixture(scope="module")
+def workflow(workflows):
+    return workflows["first"]
+
+
+@pytest.fixture(scope="module")
+def rules(synthesized) -> RequestRules:
+    """The rules as the deployed state machine hands them to its Lambda function (names resolved)."""
+    return RequestRules.from_state_machine_definition(json.dumps(synthesized["first"][1]))
+
+
+def _prefix() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+def _failed(result: dict, error: str) -> str:
+    assert result["status"] == "FAILED", result
+    assert result["error"] == error, result
+    return result["cause"]
+
+
+# ---- every class of bad input ends in InvalidInput, before SageMaker ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("execution_input", "words"),
+    [
+        ([1, 2], "input: must be a JSON object of input fields; got [1, 2]"),
+        ("train", 'input: must be a JSON object of input fields; got "train"'),
+        ({"precison": "bf16"}, "precison: unknown input field (did you mean precision?)"),
+        (
+            {"hyperparameters": {"max_step": "5"}},
+            "unknown trainer setting max_step (did you mean max_steps?)",
+        ),
+        (
+            {"hyperparameters": {"max_steps": "-5"}},
+            "hyperparameters.max_steps: must be an integer in [1, 100000000]",
+        ),
+        ({"hyperparameters": {"model_preset": "2b"}}, "hyperparameters.model_preset: must be one of 1b, 8b"),
+        ({"hyperparameters": {"learning_rate": "fast"}}, "hyperparameters.learning_rate: must be a number"),
+        (
+            {"hyperparameters": {"checkpoint_dir": "/tmp"}},
+            "hyperparameters.checkpoint_dir: set by the platform",
+        ),
+        ({"hyperparameters": {"model_dir": "/tmp"}}, "hyperparameters.model_dir: set by the platform"),
+        (
+            {"hyperparameters": {"num_heads": "7"}},
+            "hyperparameters.num_heads: must divide hidden_size (2048)",
+        ),
+        ({"hyperparameters": {"quantized_model_init": "true"}}, "works only with precision fp8 or mxfp8"),
+        ({"hyperparameters": {"dataset": "channel"}}, "channel needs train_data_uri"),
+        ({"hyperparameters": {f"k{i}": "1" for i in range(101)}}, "unknown trainer settings k0, k1"),
+        (
+            {"hyperparameters": {"token_dtype": "u" * 2501}},
+            "hyperparameters.token_dtype: must be one of uint16",
+        ),
+        ({"job_name_prefix": "a" * 27}, "job_name_prefix: must be 1 to 26 characters"),
+        (
+            {"train_data_uri": "s3://elsewhere/data/x/"},
+            "train_data_uri: must be an s3:// prefix ending in '/' under",
+        ),
+        ({"resume_from": "no-such-run"}, "resume_from: execution no-such-run has no complete checkpoint"),
+        (
+            {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"},
+            "precision: mxfp8 cannot run on the GPUs",
+        ),
+    ],
+)
+def test_bad_input_ends_in_invalid_input_before_sagemaker(workflow, execution_input, words):
+    before = len(workflow.sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"])
+    cause = _failed(workflow.run(execution_input), "InvalidInput")
+    assert words in cause
+    after = len(workflow.sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"])
+    assert after == before
+
+
+def test_rules_are_read_back_from_the_deployed_definition(workflow, rules):
+    described = workflow.sfn.describe_state_machine(stateMachineArn=workflow.arn)
+    assert RequestRules.from_state_machine_definition(described["definition"]) == rules
+    with pytest.raises(ValueError, match="no 'Decide request' state with rules"):
+        RequestRules.from_state_machine_definition({"States": {}})
+
+
+def test_every_problem_is_in_the_cause(workflow):
+    cause = _failed(workflow.run({"batch_size": 0, "precision": "fp7"}), "InvalidInput")
+    assert (
+        cause.startswith("precision: must be one of")
+        and "; batch_size: must be an integer in [1, 4096]; got 0" in cause
+    )
+
+
+# ---- no retry of what retrying cannot fix --------------------------------------------------------------------------
+
+
+def test_validation_exception_ends_at_once_in_launch_failed(workflow):
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(client_error="ValidationException"))
+    cause = _failed(workflow.run({"job_name_prefix": prefix}), "LaunchFailed")
+    assert "ValidationException (test)" in cause and "Error Code: ValidationException" in cause
+    assert len(OUTCOMES.requests[prefix]) == 1
+
+
+def test_access_denied_ends_at_once(workflow):
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(client_error="AccessDeniedException"))
+    assert "AccessDeniedException" in _failed(workflow.run({"job_name_prefix": prefix}), "LaunchFailed")
+    assert len(OUTCOMES.requests[prefix]) == 1
+
+
+def test_throttling_is_retried_with_backoff(workflow):
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(client_error="ThrottlingException"), Outcome())
+    result = workflow.run({"job_name_prefix": prefix})
+    assert result["status"] == "SUCCEEDED", result
+    assert len(OUTCOMES.requests[prefix]) == 2
+    waits = [e for e in workflow.history(result["executionArn"]) if e["type"] == "WaitStateEntered"]
+    assert [json.loads(e["stateEnteredEventDetails"]["input"])["launch_backoff"] for e in waits] == [1]
+
+
+# ---- training data per run -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [None, "File"])
+def test_train_data_uri_is_mounted_as_the_train_channel(workflow, synthesized, mode):
+    prefix = _prefix()
+    uri = f"s3://{synthesized['bucket']}/data/corpus-{prefix}/"
+    execution_input = {"job_name_prefix": prefix, "train_data_uri": uri}
+    if mode:
+        execution_input["train_data_input_mode"] = mode
+    assert workflow.run(execution_input)["status"] == "SUCCEEDED"
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["InputDataConfig"] == [
+        {
+            "ChannelName": TRAIN_CHANNEL,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": uri,
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": mode or "FastFile",
+        }
+    ]
+    assert request["HyperParameters"]["dataset"] == "channel"
+
+
+# ---- continue an earlier run ---------------------------------------------------------------------------------------
+
+
+def _seal_checkpoint(s3, bucket: str, run_key: str, step: int) -> dict[str, bytes]:
+    """What the trainer leaves in S3 for one complete checkpoint (shards, then COMPLETE listing their sizes)."""
+    folder = f"{run_key}step_{step:08d}/"
+    files = {".metadata": b"m" * 10, "__0_0.distcp": b"w" * 100, "rank_00000.pt": b"s" * 20}
+    for name, body in files.items():
+        s3.put_object(Bucket=bucket, Key=folder + name, Body=body)
+    marker = json.dumps(
+        {"world_size": 8, "step": step, "files": {n: len(b) for n, b in files.items()}}
+    ).encode()
+    s3.put_object(Bucket=bucket, Key=folder + "COMPLETE", Body=marker)
+    return {folder + n: b for n, b in {**files, "COMPLETE": marker}.items()}
+
+
+def _objects(s3, bucket: str, prefix: str) -> dict[str, bytes]:
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {o["Key"]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, synthesized):
+    first, _ = synthesized["first"]
+    bucket, earlier = synthesized["bucket"], f"earlier-{_prefix()}"
+    run_key = f"checkpoints/{first.run_segment}/{earlier}/"
+    _seal_checkpoint(workflow.s3, bucket, run_key, 100)
+    _seal_checkpoint(workflow.s3, bucket, run_key, 200)
+    workflow.s3.put_object(Bucket=bucket, Key=f"{run_key}step_00000300.tmp/.metadata", Body=b"partial")
+    workflow.s3.delete_object(Bucket=bucket, Key=f"{run_key}step_00000200/__0_0.distcp")  # 200 is incomplete
+    before = _objects(workflow.s3, bucket, run_key)
+
+    prefix, name = _prefix(), f"later-{_prefix()}"
+    execution_input = {
+        "job_name_prefix": prefix,
+        "resume_from": earlier,
+        "hyperparameters": {"max_steps": "150"},
+    }
+    result = workflow.run(execution_input, name)
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["InputDataConfig"] == [
+        {
+            "ChannelName": RESUME_CHANNEL,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": f"s3://{bucket}/{run_key}step_00000100/",
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": "File",
+        }
+    ]
+    assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/checkpoints/{first.run_segment}/{name}/"
+    assert json.loads(result["output"])["resumed_from"] == {
+        "step": 100,
+        "uri": f"s3://{bucket}/{run_key}step_00000100/",
+        "execution": earlier,
+    }
+    assert _objects(workflow.s3, bucket, run_key) == before
+
+    refused = workflow.run({**execution_input, "hyperparameters": {"max_steps": "100"}})
+    assert "must be greater than the step of the checkpoint resumed from (100" in _failed(
+        refused, "InvalidInput"
+    )
+
+
+def test_resume_from_itself_or_an_unfinished_run_is_refused(workflow, synthesized):
+    first, _ = synthesized["first"]
+    name = f"self-{_prefix()}"
+    assert "not this one" in _failed(workflow.run({"resume_from": name}, name), "InvalidInput")
+    run_key = f"checkpoints/{first.run_segment}/unfinished/"
+    workflow.s3.put_object(
+        Bucket=synthesized["bucket"], Key=f"{run_key}step_00000010.tmp/.metadata", Body=b"x"
+    )
+    assert "has no complete checkpoint" in _failed(
+        workflow.run({"resume_from": "unfinished"}), "InvalidInput"
+    )
+
+
+# ---- two workflows, one bucket ---------------------------------------------------------------------------------------
+
+
+def test_two_workflows_sharing_a_bucket_keep_their_runs_apart(workflows, synthesized):
+    first, second = synthesized["first"][0], synthesized["second"][0]
+    assert first.run_segment != second.run_segment
+    bucket, name = synthesized["bucket"], f"shared-{_prefix()}"
+    prefixes = {}
+    for key in ("first", "second"):
+        prefixes[key] = _prefix()
+        result = workflows[key].run(
+            {"job_name_prefix": prefixes[key]}, name
+        )  # the same execution name in both
+        assert result["status"] == "SUCCEEDED", result
+    uris = {key: OUTCOMES.requests[p][0]["CheckpointConfig"]["S3Uri"] for key, p in prefixes.items()}
+    assert uris == {
+        "first": f"s3://{bucket}/checkpoints/{first.run_segment}/{name}/",
+        "second": f"s3://{bucket}/checkpoints/{second.run_segment}/{name}/",
+    }
+    _seal_checkpoint(workflows["first"].s3, bucket, f"checkpoints/{first.run_segment}/{name}/", 50)
+    assert workflows["first"].run({"resume_from": name})["status"] == "SUCCEEDED"
+    refused = workflows["second"].run({"resume_from": name})  # the first workflow's run is not the second's
+    assert "has no complete checkpoint" in _failed(refused, "InvalidInput")
+
+
+# ---- the state machine and the Python function agree -----------------------------------------------------------
+
+
+CANDIDATES: dict[str, list] = {
+    "precision": ["bf16", "fp8", "mxfp8", "nvfp4", "fp16", "fp7", 8, None],
+    "num_layers": [None, 1, 32, 512, 0, 513, 2.5, "4"],
+    "batch_size": [1, 16, 4096, 0, 4097, -1, True, None],
+    "seq_length": [8192, 4096, 2048, 8, 7, 8200, "8192"],
+    "activation_checkpointing": [True, False, "true", 1],
+    "instance_type": ["ml.p6-b200.48xlarge", "ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.m5.large", ""],
+    "instance_count": [1, 2, 4, 5, 0, 1.5],
+    "training_plan_arn": [
+        None,
+        f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200",
+        "arn:aws:sagemaker:us-east-1:123456789012:training-plan/b200",
+        "arn:aws:sagemaker:us-west-2:12345:training-plan/b200",
+    ],
+    "use_spot": [False, True, "false"],
+    "max_runtime_seconds": [3600, 86400, 0, 10**9],
+    "max_wait_seconds": [None, 86400, 3600, 172800, -1],
+    "hyperparameters": [
+        {},
+        {"max_steps": "100", "lr_warmup_steps": "10"},
+        {"max-steps": 50, "learning_rate": 0.001},
+        {"max_steps": "-5"},
+        {"max_step": "5"},
+        {"model_preset": "2b"},
+        {"learning_rate": "fast"},
+        {"fp8_recipe": "current", "quantized_model_init": "true"},
+        {"quantized_model_init": "true"},
+        {"model_preset": "8b", "num_heads": "24"},
+        {"checkpoint_dir": "/tmp"},
+        {"precision": "fp8"},
+        {"dataset": "channel"},
+        {"seed": None},
+        {"max_steps": "2", "throughput_warmup_steps": "3"},
+        "max_steps=5",
+    ],
+    "job_name_prefix": ["-bad", "a" * 27, "bad_name", ""],
+    "train_data_uri": [None, "s3://{bucket}/data/c/", "s3://{bucket}/data/c", "s3://elsewhere/data/", 3],
+    "train_data_input_mode": ["FastFile", "File", "Pipe"],
+    "resume_from": [None, "a/b", ""],
+    "unknown_field": [1],
+}
+
+
+def corpus(bucket: str) -> list[object]:
+    rng = random.Random(20261123)
+    inputs: list[object] = [{}, [], "text", 7, None]
+    names = list(CANDIDATES)
+    while len(inputs) < CORPUS_SIZE:
+        item = {}
+        for name in rng.sample(names, rng.randint(1, 3)):
+            value = rng.choice(CANDIDATES[name])
+            item[name] = (
+                value.format(bucket=bucket) if isinstance(value, str) and "{bucket}" in value else value
+            )
+        inputs.append(item)
+    return inputs
+
+
+def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow, rules, synthesized):
+    inputs = corpus(synthesized["bucket"])
+    started = []
+    for raw in inputs:
+        if isinstance(raw, dict) and "job_name_prefix" not in raw:
+            raw = {**raw, "job_name_prefix": _prefix()}
+        started.append((raw, workflow.start(raw)))
+    outcomes = {"valid": 0, "invalid": 0}
+    for raw, arn in started:
+        result = workflow.wait(arn, timeout=120)
+        expected = prepare_request(raw, rules)
+        if expected.problems:
+            outcomes["invalid"] += 1
+            assert _failed(result, "InvalidInput") == expected.cause, raw
+        else:
+            outcomes["valid"] += 1
+            assert result["status"] == "SUCCEEDED", (raw, result)
+            (request,) = OUTCOMES.requests[raw["job_name_prefix"]]
+            assert request["HyperParameters"] == expected.hyperparameters, raw
+            assert request.get("InputDataConfig", []) == expected.channels, raw
+            assert request["ResourceConfig"]["InstanceType"] == expected.config["instance_type"]
+    assert len(inputs) >= 200 and outcomes["valid"] >= 40 and outcomes["invalid"] >= 100, outcomes
