@@ -19,7 +19,13 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib._nag import NIST_800_53_R5, acknowledge, grant_scope, rendered_or_none
+from constructs_lib._nag import (
+    NIST_800_53_R5,
+    acknowledge,
+    acknowledge_role_policy,
+    grant_scope,
+    rendered_or_none,
+)
 
 CHECKPOINT_PREFIX = "checkpoints/"
 OUTPUT_PREFIX = "output/"
@@ -225,6 +231,8 @@ class CheckpointBucket(Construct):
         objects = self.bucket.arn_for_objects(f"{prefix}*")
         grant = iam.Grant.add_to_principal(grantee=grantee, actions=object_actions, resource_arns=[objects])
         scope = grant_scope(grantee)
+        if scope is not None:
+            acknowledge_role_policy(scope)
         evidence = rendered_or_none(scope, objects) if scope is not None else None
         if scope is not None and evidence is not None:
             # The evidence is the ARN as rendered: <Bucket.Arn>/prefix/* for a bucket created here,
