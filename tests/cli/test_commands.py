@@ -255,7 +255,7 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     summary = json.loads(result.out)
     assert summary["status"] == "SUCCEEDED" and summary["job"] == job
     assert summary["model_artifacts"].endswith(f"/output/{job}/output/model.tar.gz")
-    assert summary["checkpoint_uri"].endswith(f"/checkpoints/{name}/")
+    assert summary["checkpoint_uri"].endswith(f"/checkpoints/Test-Workflow/{name}/")  # the workflow's own segment
     assert (summary["training_seconds"], summary["billable_seconds"]) == (3600, 3600)
     assert round(summary["cost_usd"], 2) == B200_PER_HOUR
     assert summary["trainer_summary"] == {

@@ -125,7 +125,7 @@ def test_a_new_contract_setting_is_checked_with_no_other_edit(monkeypatch, rules
     [
         ({"num_heads": "7"}, "num_heads", "must divide hidden_size (2048)"),
         ({"quantized_model_init": "true"}, "quantized_model_init", "works only with precision fp8 or mxfp8"),
-        ({"max_steps": "3"}, "throughput_warmup_steps", "must be less than max_steps (3)"),
+        ({"num_heads": "512"}, "num_heads", "hidden_size / num_heads must be a multiple of 8"),
         ({"model_preset": "custom"}, "num_layers", "must be set when model_preset=custom"),
     ],
 )
