@@ -27,11 +27,17 @@ $(VENV)/.stamp: pyproject.toml
 	chmod +x $(BIN)/npm
 	touch $@
 
+# checkov in a venv of its own (its pins conflict with the dev extra's); the pin is pyproject.toml's `scan` extra.
+$(VENV)/checkov/.stamp: pyproject.toml $(VENV)/.stamp
+	test -x $(VENV)/checkov/bin/python || $(BIN)/python -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/python -m pip install --quiet $$($(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["scan"])')
+	touch $@
+
 node_modules/.stamp: package.json package-lock.json $(VENV)/.stamp
 	$(BIN)/npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
-setup: $(VENV)/.stamp node_modules/.stamp
+setup: $(VENV)/.stamp $(VENV)/checkov/.stamp node_modules/.stamp
 
 synth: setup
 	$(CDK) synth --quiet --no-notices --no-version-reporting

@@ -1,26 +1,42 @@
-"""cdk-nag 3 acknowledgements: one finding at a time, each with its reason.
+"""cdk-nag 3 rule packs and acknowledgements: one finding at a time, each with its reason.
 
-cdk-nag 3 runs as a CDK policy-validation plugin (``Validations.of(app).add_plugins(AwsSolutionsChecks())``);
-an unacknowledged finding fails ``app.synth()``. A finding is acknowledged on the construct it was raised on.
+cdk-nag 3 runs as CDK policy-validation plugins (``Validations.of(app).add_plugins(*nag_packs())``); an
+unacknowledged finding fails ``app.synth()``. A finding is acknowledged on the construct it was raised on.
 """
 
 from __future__ import annotations
 
 from aws_cdk import Acknowledgment, CfnElement, Stack, Validations
+from cdk_nag import AwsSolutionsChecks, NagPack, NIST80053R5Checks, ServerlessChecks
 from constructs import IConstruct
 
+AWS_SOLUTIONS = "AwsSolutions"
+NIST_800_53_R5 = "NIST.800.53.R5"
+SERVERLESS = "Serverless"
 
-def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
-    """Acknowledge exactly one AwsSolutions finding on ``scope`` with a specific reason.
+
+def nag_packs() -> list[NagPack]:
+    """The rule packs the app and every construct test must pass: AwsSolutions, NIST 800-53 R5 and Serverless.
+
+    HIPAA Security is not among them: on this library it raises the NIST 800-53 R5 rules again plus one that does
+    not apply (CodeBuildProjectSourceRepoUrl: the build's source is an S3 asset, with no repository URL that could
+    hold credentials); ``tests/test_app.py`` checks that this stays so.
+    """
+    return [AwsSolutionsChecks(), NIST80053R5Checks(), ServerlessChecks()]
+
+
+def acknowledge(scope: IConstruct, finding: str, reason: str, *, pack: str = AWS_SOLUTIONS) -> None:
+    """Acknowledge exactly one finding of ``pack`` (default AwsSolutions) on ``scope`` with a specific reason.
 
     ``finding`` is the rule with its evidence as cdk-nag prints it, e.g. ``IAM5[Resource::*]`` or
-    ``IAM5[Resource::<Bucket.Arn>/checkpoints/*]`` (build the latter with :func:`arn_evidence`).
+    ``IAM5[Resource::<Bucket.Arn>/checkpoints/*]`` (build the latter with :func:`arn_evidence`), or a NIST /
+    Serverless rule such as ``LambdaDLQ`` with ``pack=NIST_800_53_R5``.
     """
+    if pack not in (AWS_SOLUTIONS, NIST_800_53_R5, SERVERLESS):
+        raise ValueError(f"acknowledge: pack must be one of {AWS_SOLUTIONS}, {NIST_800_53_R5}, {SERVERLESS}")
     if len(reason) < 20:
         raise ValueError(f"acknowledge: give {finding} a specific reason (at least 20 characters)")
-    Validations.of(scope).acknowledge(
-        Acknowledgment(id=f"AwsSolutions::AwsSolutions-{finding}", reason=reason)
-    )
+    Validations.of(scope).acknowledge(Acknowledgment(id=f"{pack}::{pack}-{finding}", reason=reason))
 
 
 def logical_id(element: IConstruct) -> str:
@@ -84,3 +100,16 @@ def grant_scope(grantee: object) -> IConstruct | None:
     if getattr(grantee, "node", None) is None:
         return None
     return policy_scope(grantee)  # type: ignore[arg-type]
+
+
+ROLE_POLICY_REASON = (
+    "CDK grants write this role's least-privilege statements into one AWS::IAM::Policy that is attached to this "
+    "role only and created and deleted with it; a customer managed policy would be a separately versioned, "
+    "reusable object holding the same statements, which nothing else should reuse."
+)
+
+
+def acknowledge_role_policy(policy: IConstruct) -> None:
+    """Acknowledge NIST 800-53 R5 IAMNoInlinePolicy on one role's own policy (a grant's ``DefaultPolicy`` or an
+    ``iam.Policy`` attached to that one role)."""
+    acknowledge(policy, "IAMNoInlinePolicy", ROLE_POLICY_REASON, pack=NIST_800_53_R5)

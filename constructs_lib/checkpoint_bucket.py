@@ -19,7 +19,13 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, grant_scope, rendered_or_none
+from constructs_lib._nag import (
+    NIST_800_53_R5,
+    acknowledge,
+    acknowledge_role_policy,
+    grant_scope,
+    rendered_or_none,
+)
 
 CHECKPOINT_PREFIX = "checkpoints/"
 OUTPUT_PREFIX = "output/"
@@ -134,11 +140,14 @@ class CheckpointBucket(Construct):
                 encryption=s3.BucketEncryption.S3_MANAGED,
                 block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
                 enforce_ssl=True,
+                # Versioned, so that a deleted or overwritten log record can be recovered for a day.
+                versioned=True,
                 object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
                 lifecycle_rules=[
                     s3.LifecycleRule(
                         id="ExpireAccessLogs",
                         expiration=Duration.days(logs_days),
+                        noncurrent_version_expiration=Duration.days(1),
                         abort_incomplete_multipart_upload_after=Duration.days(abort_days),
                     )
                 ],
@@ -147,6 +156,13 @@ class CheckpointBucket(Construct):
             )
             server_access_logs_bucket = log_bucket
             self.access_logs_bucket = log_bucket
+            acknowledge(
+                log_bucket,
+                "S3DefaultEncryptionKMS",
+                "S3 server access log delivery writes only to buckets with SSE-S3 default encryption.",
+                pack=NIST_800_53_R5,
+            )
+            _acknowledge_replication(log_bucket, "access logs")
         else:
             self.access_logs_bucket = server_access_logs_bucket
 
@@ -176,6 +192,15 @@ class CheckpointBucket(Construct):
             removal_policy=policy,
             auto_delete_objects=auto_delete_objects,
         )
+        _acknowledge_replication(self.bucket, "checkpoints")
+        if encryption_key is None:
+            acknowledge(
+                self.bucket,
+                "S3DefaultEncryptionKMS",
+                "SSE-S3 was chosen (no encryption_key, encryption not KMS; in the app: useKms=false); pass "
+                "encryption=KMS or a key (useKms=true, kmsKeyArn) for a customer managed key.",
+                pack=NIST_800_53_R5,
+            )
 
     # ----------------------------------------------------------------------------------------------------------
     def s3_uri(self, prefix: str = "") -> str:
@@ -206,6 +231,8 @@ class CheckpointBucket(Construct):
         objects = self.bucket.arn_for_objects(f"{prefix}*")
         grant = iam.Grant.add_to_principal(grantee=grantee, actions=object_actions, resource_arns=[objects])
         scope = grant_scope(grantee)
+        if scope is not None:
+            acknowledge_role_policy(scope)
         evidence = rendered_or_none(scope, objects) if scope is not None else None
         if scope is not None and evidence is not None:
             # The evidence is the ARN as rendered: <Bucket.Arn>/prefix/* for a bucket created here,
@@ -247,6 +274,17 @@ def _declared_key(scope: Construct, imported: kms.IKey | None, declared: kms.IKe
                 "imported with; give the bucket's one key in one place"
             )
     return declared or imported
+
+
+def _acknowledge_replication(bucket: s3.Bucket, what: str) -> None:
+    acknowledge(
+        bucket,
+        "S3BucketReplicationEnabled",
+        f"Cross-region replication of the {what} needs a bucket in a second region, which this construct does "
+        "not own; the bucket is versioned and retained by default. Add a replication rule to the bucket "
+        "(bucket.node.default_child) where a second copy is required.",
+        pack=NIST_800_53_R5,
+    )
 
 
 def _positive(name: str, value: int | None, default: int) -> int:

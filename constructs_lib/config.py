@@ -1,12 +1,15 @@
 """App settings from ``cdk.json`` context, validated before any resource is built.
 
-Every key is optional; an invalid value raises ``ValueError`` naming the context key and what is allowed.
+Every key is optional; a key set to null or "" takes its default. An unknown key (with the closest known key
+suggested), an invalid value, or two keys that contradict each other raise ``ConfigError`` naming the context key
+and what is allowed; ``app.py`` prints it as one line and exits non-zero.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +27,7 @@ from training.contract import (
 )
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$")
-_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:([a-z0-9-]+):\d{12}:key/[0-9a-f-]{36}$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
@@ -45,6 +48,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "defaultInstanceType",
     "defaultPrecision",
     "notifications",
+    "networkIsolation",
     "workflowTrigger",
     "eventBusName",
     "triggerSource",
@@ -52,6 +56,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "dataSources",
 )
 
+# THE table of known keys: the unknown-key check and its suggestions are derived from it.
 CONTEXT_KEYS = (
     "stackName",
     "region",
@@ -59,11 +64,33 @@ CONTEXT_KEYS = (
     "useKms",
     "kmsKeyArn",
     "vpcId",
+    "buildInVpc",
     "buildComputeType",
     "buildTimeoutMinutes",
     "baseImageAccount",
     *WORKFLOW_CONTEXT_KEYS,
 )
+
+
+class ConfigError(ValueError):
+    """A wrong ``cdk.json`` context setting; the message is one line that names the key and what is allowed."""
+
+
+def check_known_keys(keys: Iterable[str]) -> None:
+    """Refuse a context key that is neither one of ``CONTEXT_KEYS`` nor CDK's own, suggesting the closest known key.
+
+    CDK's own keys are left alone: feature flags (``@aws-cdk/...``), the CLI's ``aws:cdk:...`` and the context
+    lookups kept in ``cdk.context.json`` (``vpc-provider:account=...``) all contain ``:`` or start with ``@``.
+    """
+    by_lower = {known.lower(): known for known in CONTEXT_KEYS}
+    for key in sorted(keys):
+        if key.startswith("@") or ":" in key or key in CONTEXT_KEYS:
+            continue
+        close = by_lower.get(key.lower()) or next(
+            iter(difflib.get_close_matches(key, CONTEXT_KEYS, n=1, cutoff=0.6)), None
+        )
+        hint = f"did you mean {close}?" if close else f"known keys: {', '.join(CONTEXT_KEYS)}"
+        raise ConfigError(f"context {key}: unknown key; {hint}")
 
 
 @dataclass(frozen=True)
@@ -74,13 +101,18 @@ class StackSettings:
     use_kms: bool = False
     kms_key_arn: str | None = None
     vpc_id: str | None = None
+    build_in_vpc: bool = False
     build_compute_type: codebuild.ComputeType | None = None
     build_timeout_minutes: int | None = None
     base_image_account: str | None = None
     workflow: WorkflowSettings = field(default_factory=lambda: WorkflowSettings())
 
     @classmethod
-    def from_context(cls, node: Node) -> StackSettings:
+    def from_context(cls, node: Node, *, default_region: str | None = None) -> StackSettings:
+        """Settings from ``node``'s context. ``default_region`` (the CLI's ``CDK_DEFAULT_REGION``) is the region
+        a ``kmsKeyArn`` must be in when ``region`` is not set."""
+        check_known_keys(node.get_all_context())
+
         def get(key: str) -> Any:
             value = node.try_get_context(key)
             return None if value in (None, "") else value
@@ -92,14 +124,21 @@ class StackSettings:
         removal = _choice(
             "removalPolicy", get("removalPolicy") or "retain", ("retain", "destroy"), lower=True
         )
-        use_kms = _bool("useKms", get("useKms"), False)
+        use_kms = _bool("useKms", get("useKms"), None)
         kms_key_arn = _match(
             "kmsKeyArn",
             get("kmsKeyArn"),
             _KMS_KEY_ARN,
             "be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<uuid>)",
         )
+        if kms_key_arn is not None:
+            _check_key(kms_key_arn, use_kms, region or default_region)
         vpc_id = _match("vpcId", get("vpcId"), _VPC_ID, "look like vpc-0123456789abcdef0")
+        build_in_vpc = _bool("buildInVpc", get("buildInVpc"), False)
+        if build_in_vpc and vpc_id is None:
+            raise ConfigError(
+                "context buildInVpc: needs vpcId (the VPC to build in); set vpcId or remove buildInVpc"
+            )
         compute = get("buildComputeType")
         if compute is not None:
             compute = _choice("buildComputeType", str(compute), tuple(_COMPUTE_TYPES), lower=True)
@@ -118,9 +157,10 @@ class StackSettings:
             stack_name=stack_name,
             region=region,
             removal_policy=RemovalPolicy.DESTROY if removal == "destroy" else RemovalPolicy.RETAIN,
-            use_kms=use_kms or kms_key_arn is not None,
+            use_kms=bool(use_kms) or kms_key_arn is not None,
             kms_key_arn=kms_key_arn,
             vpc_id=vpc_id,
+            build_in_vpc=build_in_vpc,
             build_compute_type=_COMPUTE_TYPES[compute] if compute is not None else None,
             build_timeout_minutes=build_timeout,
             base_image_account=base_account,
@@ -133,6 +173,7 @@ class StackSettings:
             "use_kms": self.use_kms,
             "kms_key_arn": self.kms_key_arn,
             "vpc_id": self.vpc_id,
+            "build_in_vpc": self.build_in_vpc,
             "build_compute_type": self.build_compute_type,
             "build_timeout_minutes": self.build_timeout_minutes,
             "base_image_account": self.base_image_account,
@@ -150,7 +191,8 @@ class WorkflowSettings:
     timeout_hours: int = 168
     default_instance_type: str = DEFAULT_INSTANCE_TYPE
     default_precision: str = HYPERPARAMETERS_BY_NAME["precision"].default
-    notifications: bool = False
+    notifications: bool = True
+    network_isolation: bool = False
     trigger: bool = False
     event_bus_name: str | None = None
     trigger_source: str = "blackwell-training"
@@ -168,11 +210,17 @@ class WorkflowSettings:
         )
         precision = _choice("defaultPrecision", get("defaultPrecision") or cls.default_precision, PRECISIONS)
         if not GPU_INSTANCE_TYPES[instance_type].supports(precision):
-            raise ValueError(
+            raise ConfigError(
                 f"context defaultPrecision: {precision} cannot run on defaultInstanceType {instance_type}; "
                 f"it needs one of {', '.join(instance_types_supporting(precision))}"
             )
         bus = _match("eventBusName", get("eventBusName"), _EVENT_BUS_NAME, f"match {_EVENT_BUS_NAME.pattern}")
+        trigger = _bool("workflowTrigger", get("workflowTrigger"), cls.trigger)
+        if bus is not None and not trigger:
+            raise ConfigError(
+                "context eventBusName: only used by the trigger rule, which is off; "
+                "set workflowTrigger to true or remove eventBusName"
+            )
         texts = {}
         for key, default in (
             ("triggerSource", cls.trigger_source),
@@ -180,7 +228,12 @@ class WorkflowSettings:
         ):
             value = get(key) or default
             if not isinstance(value, str) or not 1 <= len(value) <= 256:
-                raise ValueError(f"context {key}: must be a string of 1 to 256 characters; got {value!r}")
+                raise ConfigError(f"context {key}: must be a string of 1 to 256 characters; got {value!r}")
+            if value != default and not trigger:
+                raise ConfigError(
+                    f"context {key}: only used by the trigger rule, which is off; "
+                    f"set workflowTrigger to true or remove {key}"
+                )
             texts[key] = value
         return cls(
             max_instance_count=_int(
@@ -201,8 +254,9 @@ class WorkflowSettings:
             ),
             default_instance_type=instance_type,
             default_precision=precision,
-            notifications=_bool("notifications", get("notifications"), False),
-            trigger=_bool("workflowTrigger", get("workflowTrigger"), False),
+            notifications=_bool("notifications", get("notifications"), cls.notifications),
+            network_isolation=_bool("networkIsolation", get("networkIsolation"), cls.network_isolation),
+            trigger=trigger,
             event_bus_name=bus,
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
@@ -211,18 +265,18 @@ class WorkflowSettings:
 
 
 def _match(key: str, value: Any, pattern: re.Pattern[str], expected: str) -> Any:
-    """``value`` when it is None or a string matching ``pattern``; else a ValueError saying it must ``expected``."""
+    """``value`` when it is None or a string matching ``pattern``; else a ConfigError saying it must ``expected``."""
     if value is not None and (not isinstance(value, str) or not pattern.match(value)):
-        raise ValueError(f"context {key}: must {expected}; got {value!r}")
+        raise ConfigError(f"context {key}: must {expected}; got {value!r}")
     return value
 
 
 def _choice(key: str, value: Any, choices: Sequence[str], *, lower: bool = False) -> str:
-    """``value`` (lower-cased with ``lower``) when it is one of ``choices``; else a ValueError listing them."""
+    """``value`` (lower-cased with ``lower``) when it is one of ``choices``; else a ConfigError listing them."""
     text = str(value).lower() if lower else value
     if text not in choices:
         allowed = " or ".join(choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
-        raise ValueError(f"context {key}: must be {allowed}; got {value!r}")
+        raise ConfigError(f"context {key}: must be {allowed}; got {value!r}")
     return text
 
 
@@ -234,15 +288,31 @@ def _int(key: str, value: Any, default: int, low: int, high: int) -> int:
     except ValueError:
         number = None
     if number is None or not low <= number <= high:
-        raise ValueError(f"context {key}: must be an integer in [{low}, {high}]; got {value!r}")
+        raise ConfigError(f"context {key}: must be an integer in [{low}, {high}]; got {value!r}")
     return number
 
 
-def _bool(key: str, value: Any, default: bool) -> bool:
+def _check_key(arn: str, use_kms: bool | None, region: str | None) -> None:
+    """Refuse a ``kmsKeyArn`` that contradicts ``useKms=false`` or is in another region than the stack."""
+    if use_kms is False:
+        raise ConfigError(
+            "context kmsKeyArn: given with useKms=false; set useKms to true (or remove it) to use this key, "
+            "or remove kmsKeyArn"
+        )
+    match = _KMS_KEY_ARN.match(arn)
+    key_region = match.group(1) if match else None
+    if region is not None and key_region != region:
+        raise ConfigError(
+            f"context kmsKeyArn: the key is in {key_region} but the stack deploys to {region}; "
+            "KMS keys are regional: use a key of the stack's region"
+        )
+
+
+def _bool(key: str, value: Any, default: Any) -> Any:
     if value is None:
         return default
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ValueError(f"context {key}: must be true or false; got {value!r}")
+    raise ConfigError(f"context {key}: must be true or false; got {value!r}")

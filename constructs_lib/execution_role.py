@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, rendered
+from constructs_lib._nag import acknowledge, acknowledge_role_policy, policy_scope, rendered
 from constructs_lib.checkpoint_bucket import CheckpointBucket
 from constructs_lib.image_repository import TrainingImageRepository
 
@@ -89,6 +89,7 @@ class SageMakerExecutionRole(Construct):
         for key in kms_keys or []:
             # Explicit actions (CDK's grant_encrypt_decrypt adds kms:ReEncrypt* and kms:GenerateDataKey*).
             key.grant(self.role, "kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey")
+        acknowledge_role_policy(policy_scope(self.role))
 
         stack = Stack.of(self)
         log_group_arn = stack.format_arn(
@@ -120,6 +121,7 @@ class SageMakerExecutionRole(Construct):
             ],
         )
         self.role.attach_inline_policy(observability)
+        acknowledge_role_policy(observability)
         if not _attached(observability):
             Annotations.of(self).add_warning_v2(
                 IMMUTABLE_ROLE_WARNING,
@@ -177,6 +179,7 @@ class SageMakerExecutionRole(Construct):
                 ],
             )
             self.role.attach_inline_policy(network)
+            acknowledge_role_policy(network)
             acknowledge(
                 network,
                 "IAM5[Resource::*]",

@@ -1,15 +1,17 @@
 """``TrainingImageBuild``: builds the training image in the account with CodeBuild, during ``cdk deploy``.
 
 No local Docker anywhere. The ``training/`` folder (Dockerfile, ``train.sh``, the trainer package) is uploaded as
-an S3 asset; a privileged CodeBuild project builds it with BuildKit on top of the AWS PyTorch DLC and pushes it to
-our ECR repository, tagged with the asset hash (the content hash of ``training/``). A custom resource starts the
+an S3 asset; a privileged CodeBuild project builds it with the BuildKit built into CodeBuild's own Docker (no
+builder image is pulled from anywhere) on top of the AWS PyTorch DLC and pushes it to our ECR repository, tagged with the asset hash (the content hash of ``training/``). A custom resource starts the
 build and waits for it, so the deployment finishes only once the image exists, and downstream resources that use
 ``image_uri`` are created after it.
 
 * An unchanged ``training/`` means an unchanged tag: no resource update, no build.
 * A build whose tag already exists in the repository skips the docker build (``aws ecr describe-images``).
-* Layers are cached in the repository itself (BuildKit registry cache, tag ``CACHE_TAG``, mutable by exemption),
-  so a trainer-only change rebuilds only the last layers; the first build compiles Transformer Engine.
+* Layers are cached in the repository itself: each image carries BuildKit's inline cache and is also pushed as
+  ``CACHE_TAG`` (mutable by exemption), which the next build uses as ``--cache-from``; the Dockerfile has one
+  stage, so every layer is in the image and the inline cache covers them all. A trainer-only change rebuilds only
+  the last layers; the first build compiles Transformer Engine.
 * A failed build fails the deployment with the build id and the CloudWatch log deep link.
 * Least privilege, no wildcard action: the project runs as ``role`` (given to CodeBuild without policy updates, so
   CDK's automatic grants are dropped), whose one policy ``build_policy`` spells out each action: read the source
@@ -23,10 +25,13 @@ out, the build goes on; the next deployment joins the running build, or finds th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import ArnFormat, Aws, CustomResource, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -36,7 +41,15 @@ from aws_cdk import custom_resources as cr
 from aws_cdk.region_info import Fact, FactName
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, arn_evidence, policy_scope, rendered
+from constructs_lib._nag import (
+    NIST_800_53_R5,
+    SERVERLESS,
+    acknowledge,
+    acknowledge_role_policy,
+    arn_evidence,
+    policy_scope,
+    rendered,
+)
 from constructs_lib.image_repository import TrainingImageRepository
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -44,7 +57,6 @@ HANDLERS_DIR = Path(__file__).resolve().parent / "handlers"
 
 DLC_REPOSITORY = "pytorch-training"
 DEFAULT_BASE_IMAGE_TAG = "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
-DEFAULT_BUILDKIT_IMAGE = "moby/buildkit:buildx-stable-1"
 DEFAULT_BUILD_TIMEOUT_MINUTES = 120
 DEFAULT_WAIT_TIMEOUT_MINUTES = 60
 MAX_WAIT_TIMEOUT_MINUTES = 60
@@ -96,9 +108,11 @@ class TrainingImageBuild(Construct):
     :param encryption_key: customer managed KMS key for the build's artifacts and for every log group here.
         Default: a key is created with rotation. A key of this app gets a key-policy statement that lets
         CloudWatch Logs use it for this account's log groups; an imported key's policy must already allow that.
-    :param buildkit_image: image of the BuildKit daemon (``docker-container`` driver). Default
-        ``moby/buildkit:buildx-stable-1`` from Docker Hub; point it at a mirror in your ECR to avoid Docker Hub's
-        anonymous pull limits.
+    :param removal_policy: of the created key and log groups: ``RETAIN`` (default) or ``DESTROY``.
+    :param vpc: run the build and the deploy-time functions in this VPC (it needs a route to ECR, S3, CloudWatch
+        Logs and CodeBuild: a NAT gateway or VPC endpoints). Default: no VPC.
+    :param subnets: subnets in ``vpc``. Default: its private subnets with egress.
+    :param security_groups: security groups of the build and the functions. Default: one created, outbound only.
     """
 
     def __init__(
@@ -117,7 +131,10 @@ class TrainingImageBuild(Construct):
         log_retention: logs.RetentionDays | None = None,
         log_group: logs.ILogGroup | None = None,
         encryption_key: kms.IKey | None = None,
-        buildkit_image: str | None = None,
+        vpc: ec2.IVpc | None = None,
+        subnets: ec2.SubnetSelection | None = None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None = None,
+        removal_policy: RemovalPolicy | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -154,13 +171,32 @@ class TrainingImageBuild(Construct):
         self.base_image_tag = base_tag
         self.image_repository = image_repository
         retention = log_retention or logs.RetentionDays.THREE_MONTHS
-        handler_logs = self._key_and_logs(stack, encryption_key, log_group, retention)
+        policy = removal_policy or RemovalPolicy.RETAIN
+        if policy not in (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY):
+            raise ValueError(f"TrainingImageBuild: removal_policy must be RETAIN or DESTROY; got {policy}")
+        if vpc is None and (subnets is not None or security_groups is not None):
+            raise ValueError("TrainingImageBuild: subnets and security_groups need vpc")
+        self.vpc = vpc
+        self.subnets = subnets or (
+            ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS) if vpc is not None else None
+        )
+        self.security_groups: list[ec2.ISecurityGroup] = list(security_groups or [])
+        if vpc is not None and not self.security_groups:
+            self.security_groups = [
+                ec2.SecurityGroup(
+                    self,
+                    "SecurityGroup",
+                    vpc=vpc,
+                    description="Training-image build and its deploy-time functions: outbound to AWS APIs only",
+                    allow_all_outbound=True,
+                )
+            ]
+        handler_logs = self._key_and_logs(stack, encryption_key, log_group, retention, policy)
         self._source_and_project(
             stack,
             source,
             image_repository,
             base_tag,
-            buildkit_image,
             build_image,
             compute_type,
             build_minutes,
@@ -173,6 +209,7 @@ class TrainingImageBuild(Construct):
         encryption_key: kms.IKey | None,
         log_group: logs.ILogGroup | None,
         retention: logs.RetentionDays,
+        policy: RemovalPolicy,
     ) -> logs.LogGroup:
         """The key, the build's log group and the deploy-time handlers' log group (returned)."""
         if encryption_key is None:
@@ -181,7 +218,7 @@ class TrainingImageBuild(Construct):
                 "Key",
                 description="Encrypts the training-image build's artifacts and logs",
                 enable_key_rotation=True,
-                removal_policy=RemovalPolicy.RETAIN,
+                removal_policy=policy,
             )
         # Let CloudWatch Logs use the key for this account's log groups (a no-op on an imported key, whose own
         # policy must allow it).
@@ -217,14 +254,14 @@ class TrainingImageBuild(Construct):
             "BuildLogs",
             retention=retention,
             encryption_key=encryption_key,
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=policy,
         )
         handler_logs = logs.LogGroup(
             self,
             "DeployLogs",
             retention=retention,
             encryption_key=encryption_key,
-            removal_policy=RemovalPolicy.DESTROY,
+            removal_policy=policy,
         )
         return handler_logs
 
@@ -234,7 +271,6 @@ class TrainingImageBuild(Construct):
         source: Path,
         image_repository: TrainingImageRepository,
         base_tag: str,
-        buildkit_image: str | None,
         build_image: codebuild.IBuildImage | None,
         compute_type: codebuild.ComputeType | None,
         build_minutes: int,
@@ -253,7 +289,6 @@ class TrainingImageBuild(Construct):
             "REPOSITORY_NAME": repository.repository_name,
             "IMAGE_TAG": self.image_tag,
             "CACHE_TAG": image_repository.cache_tag,
-            "BUILDKIT_IMAGE": buildkit_image or DEFAULT_BUILDKIT_IMAGE,
         }
         # The project gets its role without policy updates: CDK's automatic grants (S3 source read with
         # ``s3:GetObject*``/``s3:GetBucket*``/``s3:List*``, the key's ``kms:ReEncrypt*``/``kms:GenerateDataKey*``,
@@ -263,7 +298,18 @@ class TrainingImageBuild(Construct):
         self.role = iam.Role(
             self,
             "ProjectRole",
-            assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
+            # Only CodeBuild projects of this account and region may assume it (confused-deputy guard).
+            assumed_by=iam.ServicePrincipal(
+                "codebuild.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="codebuild", resource="project", resource_name="*"
+                        )
+                    },
+                },
+            ),
             description="Training-image build: read its source, pull the DLC, push to its repository, log",
         )
         self.project = codebuild.Project(
@@ -287,13 +333,20 @@ class TrainingImageBuild(Construct):
             ),
             grant_report_group_permissions=False,
             role=self.role.without_policy_updates(),
+            vpc=self.vpc,
+            subnet_selection=self.subnets,
+            security_groups=self.security_groups or None,
         )
         self.build_policy = iam.Policy(
             self,
             "BuildPermissions",
             roles=[self.role],
-            statements=self._build_statements(stack, encryption_key, image_repository),
+            statements=self._build_statements(stack, encryption_key, image_repository)
+            + self._vpc_statements(stack),
         )
+        acknowledge_role_policy(self.build_policy)
+        if self.vpc is not None:
+            self._acknowledge_vpc(stack)
         acknowledge(
             self.build_policy,
             "IAM5[Resource::*]",
@@ -344,6 +397,9 @@ class TrainingImageBuild(Construct):
                 memory_size=256,
                 role=handler_role,
                 log_group=handler_logs,
+                vpc=self.vpc,
+                vpc_subnets=self.subnets,
+                security_groups=self.security_groups or None,
             )
 
         self.on_event_function = handler_function(
@@ -357,6 +413,8 @@ class TrainingImageBuild(Construct):
         )
         on_event_role = self._lambda_role("ProviderOnEventRole", handler_logs)
         waiter_role = self._lambda_role("ProviderWaiterRole", handler_logs)
+        for role in (handler_role, on_event_role, waiter_role):
+            acknowledge_role_policy(policy_scope(role))
         self.provider = cr.Provider(
             self,
             "Provider",
@@ -367,6 +425,9 @@ class TrainingImageBuild(Construct):
             framework_on_event_role=on_event_role,
             framework_complete_and_timeout_role=waiter_role,
             log_group=handler_logs,
+            vpc=self.vpc,
+            vpc_subnets=self.subnets,
+            security_groups=self.security_groups or None,
         )
         self._acknowledge_provider(on_event_role, waiter_role)
 
@@ -404,7 +465,87 @@ class TrainingImageBuild(Construct):
             description="Deploy-time training-image build (logs to its own log group only)",
         )
         log_group.grant_write(role)
+        if self.vpc is not None:
+            # What AWSLambdaVPCAccessExecutionRole would give, without an AWS managed policy.
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid="NetworkInterfacesInTheVpc",
+                    actions=[
+                        "ec2:CreateNetworkInterface",
+                        "ec2:DescribeNetworkInterfaces",
+                        "ec2:DescribeSubnets",
+                        "ec2:DeleteNetworkInterface",
+                        "ec2:AssignPrivateIpAddresses",
+                        "ec2:UnassignPrivateIpAddresses",
+                    ],
+                    resources=["*"],
+                )
+            )
+            acknowledge(
+                policy_scope(role),
+                "IAM5[Resource::*]",
+                "Lambda creates and deletes the functions' network interfaces in the given VPC at run time; "
+                "these EC2 actions take only Resource '*' (the same as AWSLambdaVPCAccessExecutionRole).",
+            )
         return role
+
+    def _acknowledge_vpc(self, stack: Stack) -> None:
+        acknowledge(
+            self.build_policy,
+            "IAM5[Resource::*]",
+            "The EC2 describe calls and network-interface create/delete that CodeBuild makes to attach the build "
+            "to the VPC take only Resource '*'.",
+        )
+        acknowledge(
+            self.build_policy,
+            f"IAM5[Resource::{rendered(self, stack.format_arn(service='ec2', resource='network-interface', resource_name='*'))}]",
+            "ec2:CreateNetworkInterfacePermission: the interface is created at run time; the permission is "
+            "limited to CodeBuild (ec2:AuthorizedService) and to the build's subnets (ec2:Subnet).",
+        )
+        # With a VPC, codebuild.Project makes a policy of the same EC2 statements for its role; the role takes no
+        # policy updates (see _source_and_project), so that policy is attached to nothing and not synthesized.
+        cdk_policy = self.project.node.try_find_child("PolicyDocument")
+        if cdk_policy is not None:
+            reason = (
+                "codebuild.Project's own VPC policy is attached to no role (the project role takes no policy "
+                "updates) and is not synthesized; BuildPermissions holds the same statements."
+            )
+            acknowledge(cdk_policy, "IAM5[Resource::*]", reason)
+            acknowledge(cdk_policy, "IAMNoInlinePolicy", reason, pack=NIST_800_53_R5)
+
+    def _vpc_statements(self, stack: Stack) -> list[iam.PolicyStatement]:
+        """What CodeBuild needs to run the build in ``vpc`` (none without one)."""
+        if self.vpc is None:
+            return []
+        return [
+            iam.PolicyStatement(
+                sid="DescribeTheBuildNetwork",
+                actions=[
+                    "ec2:CreateNetworkInterface",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeVpcs",
+                ],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="AttachTheBuildToItsSubnets",
+                actions=["ec2:CreateNetworkInterfacePermission"],
+                resources=[stack.format_arn(service="ec2", resource="network-interface", resource_name="*")],
+                conditions={
+                    "StringEquals": {"ec2:AuthorizedService": "codebuild.amazonaws.com"},
+                    "ArnEquals": {
+                        "ec2:Subnet": [
+                            stack.format_arn(service="ec2", resource="subnet", resource_name=subnet_id)
+                            for subnet_id in self.vpc.select_subnets(**_selection(self.subnets)).subnet_ids
+                        ]
+                    },
+                },
+            ),
+        ]
 
     def _build_statements(
         self, stack: Stack, encryption_key: kms.IKey, image_repository: TrainingImageRepository
@@ -523,31 +664,109 @@ class TrainingImageBuild(Construct):
                 "The CDK Provider's waiter state machine offers no X-Ray tracing option; it runs one "
                 "Lambda poll loop during deployment, traced in the handlers' logs.",
             )
+            acknowledge(
+                waiter,
+                "StepFunctionStateMachineXray",
+                "The CDK Provider's waiter state machine offers no X-Ray tracing option; it runs one "
+                "Lambda poll loop during deployment, traced in the handlers' logs.",
+                pack=SERVERLESS,
+            )
+            waiter_role_scope = waiter.node.find_child("Role")
+            acknowledge_role_policy(policy_scope(waiter_role_scope))
+            # Only Step Functions state machines of this account and region may assume the waiter's role.
+            stack = Stack.of(self)
+            waiter_cfn_role = waiter_role_scope.node.default_child
+            assert isinstance(waiter_cfn_role, iam.CfnRole)
+            waiter_cfn_role.add_property_override(
+                "AssumeRolePolicyDocument.Statement.0.Condition",
+                {
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="states",
+                            resource="stateMachine",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                },
+            )
+        self._acknowledge_functions(framework)
+
+    def _acknowledge_functions(self, framework: Any) -> None:
+        """The deploy-time functions (ours and the Provider framework's): what does not apply to them."""
+        ours = [self.on_event_function, self.is_complete_function]
+        theirs = [
+            framework.find_child(name)
+            for name in ("framework-onEvent", "framework-isComplete", "framework-onTimeout")
+            if framework.try_find_child(name) is not None
+        ]
+        for function in ours + theirs:
+            for pack in (NIST_800_53_R5, SERVERLESS):
+                acknowledge(
+                    function,
+                    "LambdaDLQ",
+                    "CloudFormation and the Provider framework invoke these deploy-time functions and report "
+                    "every failure back to CloudFormation, which fails the deployment; a dead-letter queue "
+                    "would hold events that no one acts on.",
+                    pack=pack,
+                )
+            acknowledge(
+                function,
+                "LambdaConcurrency",
+                "Deploy-time functions run once per deployment (and every 30 s while waiting); reserving "
+                "concurrency would take it from the account's pool (10 in new accounts) and can fail the deploy.",
+                pack=NIST_800_53_R5,
+            )
+            acknowledge(
+                function,
+                "LambdaTracing",
+                "Deploy-time functions of the image build: each call and its outcome is logged to their own "
+                "log group; X-Ray would add cost and a '*' permission for no extra signal.",
+                pack=SERVERLESS,
+            )
+            if self.vpc is None:
+                acknowledge(
+                    function,
+                    "LambdaInsideVPC",
+                    "No vpc was given: the functions call only AWS APIs (CodeBuild, ECR, Step Functions, Lambda) "
+                    "and hold no data; pass vpc to run them (and the build) inside one.",
+                    pack=NIST_800_53_R5,
+                )
+        for function in theirs:
+            acknowledge(
+                function,
+                "LambdaDefaultMemorySize",
+                "The memory of the CDK Provider framework's own functions is not configurable; they only relay "
+                "calls to our handlers (256 MB).",
+                pack=SERVERLESS,
+            )
 
 
 def buildspec() -> dict:
     """The build's buildspec (everything variable comes from the project's environment variables).
 
     pre_build logs in to the DLC registry and to our registry, then looks the tag up in our repository and
-    marks the build to skip when it is there. build runs BuildKit (``docker-container`` driver, needed for the
-    registry cache) with the cache in our repository and pushes the image. post_build checks that the tag is in
-    the repository.
+    marks the build to skip when it is there. build runs the BuildKit built into CodeBuild's Docker (``docker``
+    driver: no builder image to pull), takes the layer cache from the last image (``CACHE_TAG``), writes the
+    inline cache into the new image and pushes it under its tag and ``CACHE_TAG``. post_build checks that the
+    tag is in the repository.
     """
     base_registry = '"$BASE_IMAGE_ACCOUNT.dkr.ecr.$BASE_IMAGE_REGION.$BASE_IMAGE_DOMAIN"'
-    cache_ref = "type=registry,ref=$REPOSITORY_URI:$CACHE_TAG"
+    cache_ref = "type=registry,ref=$REPOSITORY_URI:$CACHE_TAG"  # the last image built, with its inline cache
     describe = (
         'aws ecr describe-images --region "$BASE_IMAGE_REGION" --repository-name "$REPOSITORY_NAME" '
         '--image-ids imageTag="$IMAGE_TAG"'
     )
     skip = f"if [ -f {SKIP_MARKER} ]; then echo 'Image exists: nothing to build'; else "
     build = (
-        "docker buildx build --builder trainer --progress plain --platform linux/amd64 "
+        "docker buildx build --builder default --progress plain --platform linux/amd64 "
         "--provenance false --sbom false "
         '--build-arg BASE_ACCOUNT="$BASE_IMAGE_ACCOUNT" --build-arg BASE_REGION="$BASE_IMAGE_REGION" '
         '--build-arg BASE_DOMAIN="$BASE_IMAGE_DOMAIN" --build-arg BASE_TAG="$BASE_IMAGE_TAG" '
         f'--cache-from "{cache_ref}" '
-        f'--cache-to "{cache_ref},mode=max,image-manifest=true,oci-mediatypes=true" '
-        '--tag "$REPOSITORY_URI:$IMAGE_TAG" --push .'
+        "--cache-to type=inline "
+        '--tag "$REPOSITORY_URI:$IMAGE_TAG" --tag "$REPOSITORY_URI:$CACHE_TAG" --push .'
     )
     return {
         "version": "0.2",
@@ -568,11 +787,7 @@ def buildspec() -> dict:
             },
             "build": {
                 "on-failure": "ABORT",
-                "commands": [
-                    skip + "docker buildx create --name trainer --driver docker-container "
-                    '--driver-opt image="$BUILDKIT_IMAGE" --bootstrap; fi',
-                    skip + build + "; fi",
-                ],
+                "commands": [skip + build + "; fi"],
             },
             "post_build": {
                 "on-failure": "ABORT",
@@ -598,6 +813,21 @@ def _dlc_account(stack: Stack, given: str | None) -> str:
             "Learning Containers account there (see the DLC 'available images' list for the region's account)"
         )
     return account
+
+
+def _selection(selection: ec2.SubnetSelection | None) -> dict[str, Any]:
+    return {
+        key: getattr(selection, key)
+        for key in (
+            "availability_zones",
+            "one_per_az",
+            "subnet_filters",
+            "subnet_group_name",
+            "subnet_type",
+            "subnets",
+        )
+        if getattr(selection, key, None) is not None
+    }
 
 
 def _valid_tag(tag: object) -> bool:

@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, grant_scope
+from constructs_lib._nag import acknowledge, acknowledge_role_policy, grant_scope
 
 CACHE_TAG = "buildcache"
 """Tag of the BuildKit registry cache manifest (mutable: every build refreshes it)."""
@@ -138,6 +138,7 @@ class TrainingImageRepository(Construct):
     def _acknowledge_auth_token(grantee: iam.IGrantable) -> None:
         scope = grant_scope(grantee)
         if scope is not None:
+            acknowledge_role_policy(scope)
             acknowledge(
                 scope,
                 "IAM5[Resource::*]",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -24,7 +25,15 @@ from constructs import Construct
 
 import training.contract
 from constructs_lib import request_validation
-from constructs_lib._nag import acknowledge, policy_scope, rendered
+from constructs_lib._nag import (
+    NIST_800_53_R5,
+    SERVERLESS,
+    acknowledge,
+    acknowledge_role_policy,
+    policy_scope,
+    rendered,
+)
+from constructs_lib.workflow_observability import keyed_log_group
 
 HANDLER = "constructs_lib.request_validation.handler"
 ASSET_FILES = {
@@ -62,6 +71,8 @@ class RequestValidator(Construct):
     :param runs_prefix: the workflow's own checkpoint prefix (``checkpoints/<segment>/``): one folder per
         execution, each with ``step_XXXXXXXX/COMPLETE`` markers. The function may list it and read the markers.
     :param log_retention: retention of the function's log group. Default six months.
+    :param encryption_key: customer managed key for the function's log group. Default: CloudWatch Logs' own.
+    :param removal_policy: of the log group: ``RETAIN`` (default) or ``DESTROY``.
     """
 
     def __init__(
@@ -72,17 +83,20 @@ class RequestValidator(Construct):
         bucket: s3.IBucket,
         runs_prefix: str,
         log_retention: logs.RetentionDays | None = None,
+        encryption_key: kms.IKey | None = None,
+        removal_policy: RemovalPolicy | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not runs_prefix.endswith("/") or runs_prefix.startswith("/") or "*" in runs_prefix:
             raise ValueError(
                 f"RequestValidator: runs_prefix must be a key prefix ending in '/'; got {runs_prefix!r}"
             )
-        self.log_group = logs.LogGroup(
+        self.log_group = keyed_log_group(
             self,
-            "Logs",
-            retention=log_retention or logs.RetentionDays.SIX_MONTHS,
-            removal_policy=RemovalPolicy.RETAIN,
+            encryption_key,
+            log_retention or logs.RetentionDays.SIX_MONTHS,
+            removal_policy or RemovalPolicy.RETAIN,
+            "/aws/lambda/",
         )
         self.role = iam.Role(
             self,
@@ -123,6 +137,8 @@ class RequestValidator(Construct):
         )
         self.function.node.add_dependency(self.role)
         scope_ = policy_scope(self.role)
+        acknowledge_role_policy(scope_)
+        _acknowledge_function(self.function)
         acknowledge(
             scope_,
             f"IAM5[Resource::{rendered(self, markers)}]",
@@ -132,3 +148,36 @@ class RequestValidator(Construct):
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         return self.function.grant_invoke(grantee)
+
+
+def _acknowledge_function(function: lambda_.Function) -> None:
+    """What does not apply to a function that Step Functions invokes synchronously, once per execution."""
+    for pack in (NIST_800_53_R5, SERVERLESS):
+        acknowledge(
+            function,
+            "LambdaDLQ",
+            "Step Functions invokes the function synchronously (lambda:invoke) and handles every error in its "
+            "own Retry/Catch; a dead-letter queue only receives failed asynchronous invocations.",
+            pack=pack,
+        )
+    acknowledge(
+        function,
+        "LambdaConcurrency",
+        "Invoked once per workflow execution (a few a day); reserving concurrency would take it from the "
+        "account's pool (10 in new accounts) and can fail the deployment.",
+        pack=NIST_800_53_R5,
+    )
+    acknowledge(
+        function,
+        "LambdaInsideVPC",
+        "The function only calls S3 (list and read checkpoint markers) through its AWS API and holds no data; "
+        "a VPC would need endpoints or NAT for no protection gained.",
+        pack=NIST_800_53_R5,
+    )
+    acknowledge(
+        function,
+        "LambdaTracing",
+        "Each decision is logged (input problems, outcome) and the state machine's X-Ray trace covers the "
+        "Lambda task; active tracing would add a '*' X-Ray permission for no extra signal.",
+        pack=SERVERLESS,
+    )

@@ -23,12 +23,17 @@ class BlackwellTrainingStack(Stack):
 
     Settings (all keyword-only; ``app.py`` reads them from ``cdk.json`` context):
 
-    :param removal_policy: for the bucket and repository: ``RETAIN`` (default) or ``DESTROY`` (which also empties
-        them on stack deletion: meant for throw-away test accounts).
+    :param removal_policy: for the bucket and repository, and for the KMS key and log groups: ``RETAIN`` (default)
+        or ``DESTROY`` (which also empties bucket and repository on stack deletion: meant for throw-away test
+        accounts). README "Clean-up" lists what each leaves behind.
     :param kms_key_arn: a customer managed key for the bucket and repository. Default: a key is created only when
         ``use_kms`` is true; otherwise S3-managed / ECR-managed encryption.
     :param use_kms: create a customer managed key (with rotation) for bucket and repository. Default False.
+        Either way the stack has exactly one customer managed key (this one, the given one, or, without either,
+        the image build's), which also encrypts the build, the workflow's logs, state machine and topic.
     :param vpc_id: run training jobs in this VPC (looked up at synth time; needs account and region). Default none.
+    :param build_in_vpc: run the image build and its deploy-time functions in ``vpc_id``'s private subnets too
+        (they need a route to ECR, S3, CloudWatch Logs and CodeBuild). Default False.
     :param build_compute_type: CodeBuild compute type of the image build. Default ``LARGE``.
     :param build_timeout_minutes: CodeBuild timeout of the image build (5 to 2160). Default 120.
     :param base_image_account: account of the region's AWS Deep Learning Containers registry. Default: CDK's
@@ -46,6 +51,7 @@ class BlackwellTrainingStack(Stack):
         kms_key_arn: str | None = None,
         use_kms: bool = False,
         vpc_id: str | None = None,
+        build_in_vpc: bool = False,
         build_compute_type: codebuild.ComputeType | None = None,
         build_timeout_minutes: int | None = None,
         base_image_account: str | None = None,
@@ -54,6 +60,8 @@ class BlackwellTrainingStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         destroy = removal_policy == RemovalPolicy.DESTROY
+        if build_in_vpc and not vpc_id:
+            raise ValueError("BlackwellTrainingStack: build_in_vpc needs vpc_id (the VPC to build in)")
 
         key: kms.IKey | None = None
         if kms_key_arn:
@@ -64,9 +72,8 @@ class BlackwellTrainingStack(Stack):
                 "DataKey",
                 description="Encrypts checkpoints, job output and training images",
                 enable_key_rotation=True,
-                removal_policy=RemovalPolicy.RETAIN,
+                removal_policy=removal_policy,
             )
-        self.encryption_key = key
 
         self.vpc: ec2.IVpc | None = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=vpc_id) if vpc_id else None
 
@@ -93,7 +100,11 @@ class BlackwellTrainingStack(Stack):
             build_timeout_minutes=build_timeout_minutes,
             base_image_account=base_image_account,
             encryption_key=key,
+            removal_policy=removal_policy,
+            vpc=self.vpc if build_in_vpc else None,
         )
+        # The one customer managed key of the stack: the data key, or else the one the image build created.
+        self.encryption_key: kms.IKey = key or self.image_build.encryption_key
         self.execution_role = SageMakerExecutionRole(
             self,
             "ExecutionRole",
@@ -116,6 +127,9 @@ class BlackwellTrainingStack(Stack):
             state_machine_timeout=Duration.hours(wf.timeout_hours),
             vpc=self.vpc,
             notifications=wf.notifications,
+            network_isolation=wf.network_isolation,
+            encryption_key=self.encryption_key,
+            removal_policy=removal_policy,
             event_pattern=(
                 events.EventPattern(source=[wf.trigger_source], detail_type=[wf.trigger_detail_type])
                 if wf.trigger

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack, Tags
+from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -36,7 +36,14 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, arn_evidence, policy_scope, rendered
+from constructs_lib._nag import (
+    NIST_800_53_R5,
+    acknowledge,
+    acknowledge_role_policy,
+    arn_evidence,
+    policy_scope,
+    rendered,
+)
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
 from constructs_lib.request_states import decide_request
@@ -47,7 +54,12 @@ from constructs_lib.request_validation import (
     validate_request,
 )
 from constructs_lib.request_validator import RequestValidator
-from constructs_lib.workflow_observability import FAILED_STATUSES, alarm_and_notifications, trigger
+from constructs_lib.workflow_observability import (
+    FAILED_STATUSES,
+    alarm_and_notifications,
+    keyed_log_group,
+    trigger,
+)
 from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
 from constructs_lib.workflow_states import (
     CAPACITY_ERROR_MARKER,
@@ -151,7 +163,15 @@ class TrainingWorkflow(Construct):
     :param volume_kms_key: customer managed key for the training volumes. Default: AWS managed.
     :param notification_topic: an SNS topic told when an execution succeeds, fails, times out or is aborted (its
         key policy, if encrypted, must let ``events.amazonaws.com`` and ``cloudwatch.amazonaws.com`` use it).
-    :param notifications: create an encrypted (KMS, rotation on) topic for that. Default False.
+    :param notifications: create an encrypted topic for that (with ``encryption_key``, else a key created with
+        rotation on). Only the workflow's own rule and alarm may publish to it (``aws:SourceArn``). Default False.
+    :param encryption_key: customer managed key for the execution log group, the state machine's execution data
+        (Step Functions ``EncryptionConfiguration``) and a created notification topic; its policy gets what
+        CloudWatch Logs, Step Functions log delivery, EventBridge and CloudWatch alarms need (a no-op on an
+        imported key, whose own policy must allow them). Default: AWS owned keys for logs and state machine.
+    :param network_isolation: run the jobs with ``EnableNetworkIsolation`` (no outbound network from the
+        container; SageMaker still moves the data, checkpoints and output). Default False.
+    :param removal_policy: of the log group and a created notification key: ``RETAIN`` (default) or ``DESTROY``.
     :param event_pattern: start an execution for each event matching this pattern, with the event's ``detail``
         as input. Default: no trigger.
     :param event_bus: the bus of ``event_pattern``. Default: the account's default bus.
@@ -191,6 +211,9 @@ class TrainingWorkflow(Construct):
         volume_kms_key: kms.IKey | None = None,
         notification_topic: sns.ITopic | None = None,
         notifications: bool = False,
+        encryption_key: kms.IKey | None = None,
+        network_isolation: bool = False,
+        removal_policy: RemovalPolicy | None = None,
         event_pattern: events.EventPattern | None = None,
         event_bus: events.IEventBus | None = None,
         log_retention: logs.RetentionDays | None = None,
@@ -246,6 +269,7 @@ class TrainingWorkflow(Construct):
         if event_bus is not None and event_pattern is None:
             raise ValueError("TrainingWorkflow: event_bus was given without event_pattern (nothing to match)")
         tags = dict(tags or {})
+        policy = _removal_and_isolation(removal_policy, network_isolation)
         self.launch_retry_backoff = _seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
         self.run_segment = _run_segment(run_segment, self.node.path)
         self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
@@ -270,6 +294,7 @@ class TrainingWorkflow(Construct):
             tags=job_tags(self.node.path, tags),
             output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
             vpc_config=vpc_config,
+            network_isolation=network_isolation,
         )
         resources = resource_config(
             volume_size_gb=volume,
@@ -277,31 +302,24 @@ class TrainingWorkflow(Construct):
         )
 
         # ---- states -----------------------------------------------------------------------------------------
+        self.encryption_key = encryption_key
+        self.removal_policy = policy
         definition = self._definition(launch_params, resources, retries, retry_wait, pending, log_retention)
 
         # ---- state machine ----------------------------------------------------------------------------------
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=log_retention or logs.RetentionDays.SIX_MONTHS,
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            timeout=Duration.seconds(timeout),
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
-            ),
-            comment="Launch and monitor one SageMaker training job per execution (see README)",
-        )
+        self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
+        self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
         self._grant_data_sources(execution_role, checkpoint_bucket)
 
-        alarm_and_notifications(self, stack, notification_topic, notifications)
+        alarm_and_notifications(
+            self,
+            stack,
+            notification_topic,
+            notifications,
+            encryption_key=encryption_key,
+            removal_policy=policy,
+        )
         trigger(self, event_pattern, event_bus)
 
         for key_name, value in tags.items():
@@ -326,6 +344,13 @@ class TrainingWorkflow(Construct):
                     allow_all_outbound=True,
                 )
                 group.add_ingress_rule(group, ec2.Port.all_traffic(), "Training nodes talk to each other")
+                acknowledge(
+                    group.node.find_child(f"from {Names.unique_id(group)}:ALL TRAFFIC"),
+                    "EC2RestrictedCommonPorts",
+                    "NCCL and EFA between the nodes of one job use ports chosen at run time; all traffic is "
+                    "allowed only from this same security group (the job's own nodes), never from an address.",
+                    pack=NIST_800_53_R5,
+                )
                 self.security_groups = [group]
             vpc_config = {
                 "SecurityGroupIds": [g.security_group_id for g in self.security_groups],
@@ -338,6 +363,42 @@ class TrainingWorkflow(Construct):
                 ).subnet_ids,
             }
         return vpc_config
+
+    def _state_machine(
+        self, definition: sfn.IChainable, name: str | None, timeout: int, key: kms.IKey | None
+    ) -> sfn.StateMachine:
+        """The state machine: X-Ray, every event logged with its data, execution data encrypted with ``key``."""
+        return sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=name,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            timeout=Duration.seconds(timeout),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
+            ),
+            comment="Launch and monitor one SageMaker training job per execution (see README)",
+            encryption_configuration=(
+                sfn.CustomerManagedEncryptionConfiguration(key) if key is not None else None
+            ),
+        )
+
+    def _log_group(
+        self,
+        stack: Stack,
+        encryption_key: kms.IKey | None,
+        retention: logs.RetentionDays | None,
+        policy: RemovalPolicy,
+    ) -> logs.LogGroup:
+        """The execution log group; with a key, named (so that the key policy can name exactly it) and encrypted."""
+        return keyed_log_group(
+            self,
+            encryption_key,
+            retention or logs.RetentionDays.SIX_MONTHS,
+            policy,
+            "/aws/vendedlogs/states/",
+        )
 
     # ------------------------------------------------------------------------------------------------------------
     @property
@@ -360,6 +421,8 @@ class TrainingWorkflow(Construct):
             bucket=self.bucket,
             runs_prefix=self.runs_prefix,
             log_retention=log_retention,
+            encryption_key=self.encryption_key,
+            removal_policy=self.removal_policy,
         )
         launch_data = launch_loop(self, launch_params, retries, retry_wait)
         mode = capacity_states(self, resources, pending, launch_data)
@@ -478,7 +541,14 @@ class TrainingWorkflow(Construct):
             )
         if volume_kms_key is not None:
             for grantee in (role, self.execution_role):
-                volume_kms_key.grant(grantee, "kms:CreateGrant", "kms:DescribeKey")
+                volume_kms_key.grant(grantee, "kms:DescribeKey")
+                # Grants only for AWS resources (SageMaker's EBS volumes), never to a principal of the caller's choice.
+                iam.Grant.add_to_principal(
+                    grantee=grantee,
+                    actions=["kms:CreateGrant"],
+                    resource_arns=[volume_kms_key.key_arn],
+                    conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+                )
         if output_kms_key is not None:
             # SSE-KMS uploads of the model artifacts (named actions: no kms:ReEncrypt*/GenerateDataKey* wildcards).
             output_kms_key.grant(
@@ -486,6 +556,7 @@ class TrainingWorkflow(Construct):
             )
 
         scope = policy_scope(role)
+        acknowledge_role_policy(scope)
         acknowledge(
             scope,
             f"IAM5[Resource::{rendered(self, training_jobs)}]",
@@ -555,6 +626,18 @@ def _run_segment(given: str | None, path: str) -> str:
             f"letter or digit; got {segment!r}"
         )
     return segment
+
+
+def _removal_and_isolation(removal_policy: RemovalPolicy | None, network_isolation: object) -> RemovalPolicy:
+    """The checked ``removal_policy`` (default RETAIN); refuses a ``network_isolation`` that is not a bool."""
+    policy = removal_policy or RemovalPolicy.RETAIN
+    if policy not in (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY):
+        raise ValueError(f"TrainingWorkflow: removal_policy must be RETAIN or DESTROY; got {policy}")
+    if not isinstance(network_isolation, bool):
+        raise ValueError(
+            f"TrainingWorkflow: network_isolation must be True or False; got {network_isolation!r}"
+        )
+    return policy
 
 
 def _role_of(execution_role: SageMakerExecutionRole | iam.IRole) -> iam.IRole:

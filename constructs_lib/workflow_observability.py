@@ -1,20 +1,28 @@
 """The training workflow's observability: the executions-not-succeeded alarm, the notification topic and rule,
-and the EventBridge trigger. Each function adds to the ``TrainingWorkflow`` it is given."""
+and the EventBridge trigger. Each function adds to the ``TrainingWorkflow`` it is given.
+
+The rule and the alarm have physical names derived from their construct paths, so that the topic policy and the
+key policy can name their exact ARNs in ``aws:SourceArn`` (a reference would make a dependency cycle: key, topic,
+rule/alarm, key)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from aws_cdk import Duration, Stack
+import jsii
+from aws_cdk import ArnFormat, Aws, Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
+from constructs import IConstruct
 
 from constructs_lib import console_links
+from constructs_lib._nag import NIST_800_53_R5, SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
 
 if TYPE_CHECKING:
     from constructs_lib.training_workflow import TrainingWorkflow
@@ -22,13 +30,35 @@ FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
 
 
 def alarm_and_notifications(
-    workflow: TrainingWorkflow, stack: Stack, notification_topic: sns.ITopic | None, notifications: bool
+    workflow: TrainingWorkflow,
+    stack: Stack,
+    notification_topic: sns.ITopic | None,
+    notifications: bool,
+    *,
+    encryption_key: kms.IKey | None = None,
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
 ) -> None:
-    """The executions-not-succeeded alarm, the notification topic and the execution-ended rule."""
+    """The executions-not-succeeded alarm, the notification topic and the execution-ended rule.
+
+    A created topic is encrypted with ``encryption_key`` or, without one, a key created here (rotation on,
+    ``removal_policy``). The topic policy and the key policy let only this rule and this alarm publish.
+    """
     sm = workflow.state_machine
+    alarm_name = _physical_name(workflow, "ExecutionsNotSucceeded", 255)
+    rule_name = _physical_name(workflow, "ExecutionEnded", 64)
+    sources = {
+        "events.amazonaws.com": stack.format_arn(service="events", resource="rule", resource_name=rule_name),
+        "cloudwatch.amazonaws.com": stack.format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=alarm_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        ),
+    }
     workflow.alarm = cloudwatch.Alarm(
         workflow,
         "ExecutionsNotSucceeded",
+        alarm_name=alarm_name,
         alarm_description="A training workflow execution failed, timed out or was aborted",
         metric=cloudwatch.MathExpression(
             expression="failed + timedOut + aborted",
@@ -48,24 +78,23 @@ def alarm_and_notifications(
     workflow.notification_topic: sns.ITopic | None = notification_topic
     workflow.notification_key: kms.IKey | None = None
     if notification_topic is None and notifications:
-        key = kms.Key(
+        key = encryption_key or kms.Key(
             workflow,
             "NotificationKey",
             description="Encrypts the training workflow notifications",
             enable_key_rotation=True,
+            removal_policy=removal_policy,
         )
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowEventBridgeAndCloudWatchToPublish",
-                principals=[
-                    iam.ServicePrincipal("events.amazonaws.com"),
-                    iam.ServicePrincipal("cloudwatch.amazonaws.com"),
-                ],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
+        for service, source_arn in sources.items():
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=f"Publish{service.split('.')[0].capitalize()}{Names.unique_id(workflow)[-8:]}",
+                    principals=[iam.ServicePrincipal(service)],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                    resources=["*"],
+                    conditions=_source(stack, source_arn),
+                )
             )
-        )
         workflow.notification_key = key
         workflow.notification_topic = sns.Topic(
             workflow,
@@ -74,26 +103,78 @@ def alarm_and_notifications(
             master_key=key,
             enforce_ssl=True,
         )
-    if workflow.notification_topic is not None:
-        workflow.alarm.add_alarm_action(cloudwatch_actions.SnsAction(workflow.notification_topic))
-        # An EventBridge rule (not sns:Publish states) so that timeouts and aborts, which never reach a
-        # state of the machine, are reported too.
-        workflow.status_rule = events.Rule(
-            workflow,
-            "ExecutionEnded",
-            description="Tell the notification topic when a training workflow execution ends",
-            event_pattern=events.EventPattern(
-                source=["aws.states"],
-                detail_type=["Step Functions Execution Status Change"],
-                detail={
-                    "stateMachineArn": [sm.state_machine_arn],
-                    "status": ["SUCCEEDED", *FAILED_STATUSES],
-                },
-            ),
-            targets=[
-                targets.SnsTopic(workflow.notification_topic, message=notification_message(stack.region))
-            ],
+    if workflow.notification_topic is None:
+        acknowledge(
+            workflow.alarm,
+            "CloudWatchAlarmAction",
+            "Notifications are off (no notification_topic, notifications=False): the alarm shows state in the "
+            "console and on dashboards; add an action with workflow.alarm.add_alarm_action(...) to be told.",
+            pack=NIST_800_53_R5,
         )
+        return
+    topic = workflow.notification_topic
+    # The topic policy replaces SNS's default one: say who may publish, each from its exact source. (A no-op on
+    # an imported topic, whose own policy must allow the same.)
+    for service, source_arn in sources.items():
+        topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"{service.split('.')[0].capitalize()}Publish",
+                principals=[iam.ServicePrincipal(service)],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions=_source(stack, source_arn),
+            )
+        )
+    workflow.alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
+    # An EventBridge rule (not sns:Publish states) so that timeouts and aborts, which never reach a
+    # state of the machine, are reported too.
+    workflow.status_rule = events.Rule(
+        workflow,
+        "ExecutionEnded",
+        rule_name=rule_name,
+        description="Tell the notification topic when a training workflow execution ends",
+        event_pattern=events.EventPattern(
+            source=["aws.states"],
+            detail_type=["Step Functions Execution Status Change"],
+            detail={
+                "stateMachineArn": [sm.state_machine_arn],
+                "status": ["SUCCEEDED", *FAILED_STATUSES],
+            },
+        ),
+        targets=[_TopicTarget(topic, notification_message(stack.region))],
+    )
+    acknowledge(
+        workflow.status_rule,
+        "EventBusDLQ",
+        "A notification that EventBridge cannot deliver after its 24 hours of retries loses nothing: the "
+        "outcome stays in the execution history, the alarm counts it, and a queue of copies would have no reader.",
+        pack=SERVERLESS,
+    )
+
+
+@jsii.implements(events.IRuleTarget)
+class _TopicTarget:
+    """An SNS topic as a rule target, adding no permission: ``targets.SnsTopic`` would add a topic-policy
+    statement for ``events.amazonaws.com`` with no source condition (any account's rule could publish)."""
+
+    def __init__(self, topic: sns.ITopic, message: events.RuleTargetInput) -> None:
+        self._topic = topic
+        self._message = message
+
+    def bind(self, rule: Any, id: str | None = None) -> events.RuleTargetConfig:  # noqa: A002 (jsii's name)
+        return events.RuleTargetConfig(arn=self._topic.topic_arn, input=self._message)
+
+
+def _physical_name(workflow: IConstruct, child: str, max_length: int) -> str:
+    """A deterministic name, unique per stack and construct path, for ``workflow``'s ``child``."""
+    return Names.unique_resource_name(workflow, max_length=max_length - len(child) - 1) + "-" + child
+
+
+def _source(stack: Stack, source_arn: str) -> dict[str, dict[str, str]]:
+    return {
+        "ArnEquals": {"aws:SourceArn": source_arn},
+        "StringEquals": {"aws:SourceAccount": stack.account},
+    }
 
 
 def notification_message(region: str | None) -> events.RuleTargetInput:
@@ -143,3 +224,78 @@ def trigger(
             event_pattern=event_pattern,
             targets=[targets.SfnStateMachine(sm, input=events.RuleTargetInput.from_event_path("$.detail"))],
         )
+        acknowledge(
+            workflow.trigger_rule,
+            "EventBusDLQ",
+            "A start request that EventBridge cannot deliver in 24 hours of retries starts no job and spends "
+            "nothing; the sender sees no execution for its event and sends it again (executions are idempotent "
+            "per input only by name, so a replayed queue could start duplicate multi-GPU jobs).",
+            pack=SERVERLESS,
+        )
+        events_role = sm.node.try_find_child("EventsRole")
+        key = getattr(workflow, "encryption_key", None)
+        if events_role is not None and key is not None:
+            # Starting an execution of a state machine encrypted with a customer key encrypts its input with
+            # that key: the caller needs a data key, in the context of this state machine only.
+            iam.Grant.add_to_principal(
+                grantee=events_role,  # type: ignore[arg-type]
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resource_arns=[key.key_arn],
+                conditions={
+                    "StringEquals": {"kms:EncryptionContext:aws:states:stateMachineArn": sm.state_machine_arn}
+                },
+            )
+        if events_role is not None:
+            acknowledge_role_policy(policy_scope(events_role))
+
+
+def keyed_log_group(
+    scope: IConstruct,
+    key: kms.IKey | None,
+    retention: logs.RetentionDays,
+    policy: RemovalPolicy,
+    name_prefix: str,
+) -> logs.LogGroup:
+    """``scope``'s log group ``Logs``. With ``key``: named ``<name_prefix><unique name>`` and encrypted, and the
+    key policy lets CloudWatch Logs use the key for exactly that log group (a no-op on an imported key). Without:
+    CloudWatch Logs' own encryption, acknowledged for NIST 800-53 R5."""
+    stack = Stack.of(scope)
+    name = None
+    if key is not None:
+        name = name_prefix + Names.unique_resource_name(scope, max_length=200)
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"Logs{Names.unique_id(scope)[-12:]}",
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.{Aws.URL_SUFFIX}")],
+                actions=[
+                    "kms:Encrypt*",
+                    "kms:Decrypt*",
+                    "kms:ReEncrypt*",
+                    "kms:GenerateDataKey*",
+                    "kms:Describe*",
+                ],
+                resources=["*"],
+                conditions={
+                    "ArnEquals": {
+                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                            service="logs",
+                            resource="log-group",
+                            resource_name=name,
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    }
+                },
+            )
+        )
+    group = logs.LogGroup(
+        scope, "Logs", log_group_name=name, retention=retention, encryption_key=key, removal_policy=policy
+    )
+    if key is None:
+        acknowledge(
+            group,
+            "CloudWatchLogGroupEncrypted",
+            "No encryption_key was given: CloudWatch Logs encrypts the log with its own key; pass encryption_key "
+            "(the app always does) for a customer managed key.",
+            pack=NIST_800_53_R5,
+        )
+    return group

@@ -44,6 +44,7 @@ def training_job_request(
     tags: list[dict[str, str]],
     output_kms_key_arn: str | None = None,
     vpc_config: Mapping[str, Any] | None = None,
+    network_isolation: bool = False,
 ) -> dict[str, Any]:
     """The ``Parameters`` of the ``createTrainingJob.sync`` task (JSONPath; ``$.launch`` is filled per launch).
 
@@ -55,6 +56,8 @@ def training_job_request(
     :param tags: the job tags (see ``job_tags``).
     :param output_kms_key_arn: key for the model artifacts. Default: the bucket's encryption.
     :param vpc_config: ``VpcConfig`` (``SecurityGroupIds``, ``Subnets``). Default: no VPC.
+    :param network_isolation: ``EnableNetworkIsolation``: no network access from the training container.
+        Default False (the key is left out).
     """
     checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
     output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
@@ -81,4 +84,6 @@ def training_job_request(
     }
     if vpc_config is not None:
         request["VpcConfig"] = dict(vpc_config)
+    if network_isolation:
+        request["EnableNetworkIsolation"] = True
     return request

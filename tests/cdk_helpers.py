@@ -1,7 +1,7 @@
 """Synthesis helpers shared by the construct and workflow tests.
 
-``synth_with_nag`` runs the real cdk-nag AwsSolutions plugin the way ``app.py`` does and returns what it found
-(violations that were not acknowledged), read from CDK's ``validation-report.json``.
+``synth_with_nag`` runs the real cdk-nag packs (AwsSolutions, NIST 800-53 R5, Serverless) the way ``app.py`` does
+and returns what they found (violations that were not acknowledged), read from CDK's ``validation-report.json``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,16 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import assertions
-from cdk_nag import AwsSolutionsChecks
+from cdk_nag import NagPack
+
+from constructs_lib._nag import nag_packs
 
 DEFAULT_ENV = cdk.Environment(account="123456789012", region="us-west-2")
 
 
 @dataclass(frozen=True)
 class NagResult:
-    """Unacknowledged AwsSolutions findings: (rule with evidence, construct path)."""
+    """Unacknowledged findings of every pack: (rule with evidence, construct path)."""
 
     violations: tuple[tuple[str, str], ...]
     templates: dict[str, dict[str, Any]]
@@ -31,12 +33,13 @@ class NagResult:
         return {rule for rule, _ in self.violations}
 
 
-def synth_with_nag(build: Callable[[cdk.App], None]) -> NagResult:
-    """Build an app with ``build(app)``, register AwsSolutionsChecks, synthesize, and collect findings."""
+def synth_with_nag(build: Callable[[cdk.App], None], packs: list[NagPack] | None = None) -> NagResult:
+    """Build an app with ``build(app)``, register ``packs`` (default: the app's, ``nag_packs()``), synthesize,
+    and collect findings."""
     outdir = tempfile.mkdtemp(prefix="nag-")
     app = cdk.App(outdir=outdir)
     build(app)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks())
+    cdk.Validations.of(app).add_plugins(*(packs if packs is not None else nag_packs()))
     try:
         app.synth()
     except Exception as error:  # jsii raises a generic error whose text says "Validation failed"
@@ -47,8 +50,6 @@ def synth_with_nag(build: Callable[[cdk.App], None]) -> NagResult:
     if report_path.exists():
         report = json.loads(report_path.read_text())
         for plugin in report["pluginReports"]:
-            if plugin["pluginName"] != "AwsSolutions":
-                continue
             for violation in plugin["violations"]:
                 for construct in violation["violatingConstructs"]:
                     violations.append((violation["ruleName"], construct["constructPath"]))

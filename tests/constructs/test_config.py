@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import aws_cdk as cdk
 import pytest
 
-from constructs_lib.config import StackSettings
+from constructs_lib.config import ConfigError, StackSettings
 
 
 def _settings(**context) -> StackSettings:
@@ -22,11 +24,11 @@ def test_defaults():
 def test_values_are_parsed():
     arn = "arn:aws:kms:us-west-2:123456789012:key/12345678-1234-1234-1234-123456789012"
     settings = _settings(
-        removalPolicy="DESTROY", kmsKeyArn=arn, vpcId="vpc-0123456789abcdef0", region="eu-west-1"
+        removalPolicy="DESTROY", kmsKeyArn=arn, vpcId="vpc-0123456789abcdef0", region="us-west-2"
     )
     assert settings.removal_policy == cdk.RemovalPolicy.DESTROY
     assert settings.use_kms is True and settings.kms_key_arn == arn
-    assert settings.vpc_id == "vpc-0123456789abcdef0" and settings.region == "eu-west-1"
+    assert settings.vpc_id == "vpc-0123456789abcdef0" and settings.region == "us-west-2"
     assert _settings(useKms="true").use_kms is True  # -c useKms=true arrives as a string
 
 
@@ -44,6 +46,109 @@ def test_values_are_parsed():
 def test_bad_context_names_the_key(context, message):
     with pytest.raises(ValueError, match=message):
         _settings(**context)
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"kmsKeyARN": "x"}, "context kmsKeyARN: unknown key; did you mean kmsKeyArn\\?"),
+        ({"usekms": True}, "context usekms: unknown key; did you mean useKms\\?"),
+        ({"removalpolicy": "destroy"}, "context removalpolicy: unknown key; did you mean removalPolicy\\?"),
+        ({"notificatons": False}, "context notificatons: unknown key; did you mean notifications\\?"),
+        ({"colour": "red"}, "context colour: unknown key; known keys: stackName, region, "),
+    ],
+)
+def test_unknown_key_is_refused_with_the_closest_known_key(context, message):
+    with pytest.raises(ConfigError, match=message):
+        _settings(**context)
+
+
+def test_cdk_own_context_keys_are_not_refused():
+    settings = _settings(
+        **{
+            "@aws-cdk/aws-iam:minimizePolicies": True,
+            "aws:cdk:enable-path-metadata": True,
+            "vpc-provider:account=123456789012:filter.vpc-id=vpc-1:region=us-west-2": {"vpcId": "vpc-1"},
+        }
+    )
+    assert settings.stack_name == "BlackwellTraining"
+
+
+_ARN = "arn:aws:kms:us-west-2:123456789012:key/12345678-1234-1234-1234-123456789012"
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"useKms": False, "kmsKeyArn": _ARN}, "context kmsKeyArn: given with useKms=false"),
+        ({"useKms": "false", "kmsKeyArn": _ARN}, "context kmsKeyArn: given with useKms=false"),
+        (
+            {"region": "eu-west-1", "kmsKeyArn": _ARN},
+            "context kmsKeyArn: the key is in us-west-2 but the stack",
+        ),
+        ({"eventBusName": "ops"}, "context eventBusName: only used by the trigger rule, which is off"),
+        ({"triggerSource": "mine"}, "context triggerSource: only used by the trigger rule, which is off"),
+    ],
+)
+def test_contradictory_keys_are_refused(context, message):
+    with pytest.raises(ConfigError, match=message):
+        _settings(**context)
+
+
+def test_key_region_is_checked_against_the_cli_region_when_region_is_unset():
+    with pytest.raises(ConfigError, match="the key is in us-west-2 but the stack deploys to eu-west-1"):
+        StackSettings.from_context(cdk.App(context={"kmsKeyArn": _ARN}).node, default_region="eu-west-1")
+    ok = StackSettings.from_context(cdk.App(context={"kmsKeyArn": _ARN}).node, default_region="us-west-2")
+    assert ok.use_kms and ok.kms_key_arn == _ARN
+
+
+def test_null_means_the_documented_default():
+    """README: notifications default on; a key set to null (or "") takes its default."""
+    settings = _settings(notifications=None, useKms=None, removalPolicy="", workflowTrigger=None)
+    assert settings.workflow.notifications is True and settings.workflow.trigger is False
+    assert settings.use_kms is False and settings.removal_policy == cdk.RemovalPolicy.RETAIN
+
+
+def test_trigger_settings_are_accepted_with_the_trigger_on():
+    settings = _settings(workflowTrigger=True, eventBusName="ops", triggerSource="mine")
+    assert settings.workflow.event_bus_name == "ops" and settings.workflow.trigger_source == "mine"
+
+
+def test_build_in_vpc_needs_a_vpc_and_network_isolation_is_parsed():
+    with pytest.raises(ConfigError, match="context buildInVpc: needs vpcId"):
+        _settings(buildInVpc=True)
+    settings = _settings(buildInVpc="true", vpcId="vpc-0123456789abcdef0", networkIsolation=True)
+    assert settings.build_in_vpc is True and settings.workflow.network_isolation is True
+    assert settings.stack_kwargs()["build_in_vpc"] is True
+    assert _settings().workflow.network_isolation is False
+
+
+def test_stack_builds_in_the_vpc_and_isolates_the_jobs_when_asked():
+    from aws_cdk.assertions import Template
+
+    from constructs_lib.config import WorkflowSettings
+    from constructs_lib.stack import BlackwellTrainingStack
+
+    app = cdk.App()
+    stack = BlackwellTrainingStack(
+        app,
+        "S",
+        env=cdk.Environment(account="123456789012", region="us-west-2"),
+        vpc_id="vpc-0123456789abcdef0",
+        build_in_vpc=True,
+        workflow=WorkflowSettings(network_isolation=True),
+    )
+    template = Template.from_stack(stack).to_json()
+    (project,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
+    assert project["Properties"]["VpcConfig"]["Subnets"]
+    machines = [
+        r
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("WorkflowStateMachine")
+    ]
+    assert "EnableNetworkIsolation" in json.dumps(machines[0]["Properties"]["DefinitionString"])
+    with pytest.raises(ValueError, match="build_in_vpc needs vpc_id"):
+        BlackwellTrainingStack(cdk.App(), "T", build_in_vpc=True)
 
 
 def test_data_sources():

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from aws_cdk import assertions
 from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 
 from constructs_lib.config import StackSettings
@@ -172,17 +173,16 @@ def test_buildspec_commands_run_in_order():
         at('docker login --username AWS --password-stdin "$BASE_IMAGE_ACCOUNT')
         < at('--password-stdin "${REPOSITORY_URI%%/*}"')
         < at("aws ecr describe-images")
-        < at("docker buildx create")
         < at("docker buildx build")
         < at("--query 'imageDetails[0].imageDigest'")
     )
     build = next(c for c in commands if "buildx build" in c)
+    # Docker's own BuildKit (no builder container, so no builder image from any registry), the layer cache
+    # inline in the image and read back from the last one.
+    assert "docker buildx create" not in text and "--builder default" in build
     assert '--cache-from "type=registry,ref=$REPOSITORY_URI:$CACHE_TAG"' in build
-    assert (
-        '--cache-to "type=registry,ref=$REPOSITORY_URI:$CACHE_TAG,mode=max,image-manifest=true,oci-mediatypes=true"'
-        in build
-    )
-    assert '--tag "$REPOSITORY_URI:$IMAGE_TAG" --push .' in build
+    assert "--cache-to type=inline" in build
+    assert '--tag "$REPOSITORY_URI:$IMAGE_TAG" --tag "$REPOSITORY_URI:$CACHE_TAG" --push .' in build
     assert (
         "--provenance false" in build
     )  # a plain image manifest: SageMaker does not take attestation indexes
@@ -244,7 +244,6 @@ def _run_buildspec(tmp_path: Path, *, exists: bool, build_fails: bool = False) -
         "REPOSITORY_NAME": "training",
         "IMAGE_TAG": "f" * 64,
         "CACHE_TAG": CACHE_TAG,
-        "BUILDKIT_IMAGE": "moby/buildkit:buildx-stable-1",
     }
     done = subprocess.run(["sh", "-c", script], cwd=src, env=env, capture_output=True, text=True, timeout=30)
     return done.returncode, log.read_text().splitlines(), src
@@ -262,18 +261,14 @@ def test_build_branch_logs_in_builds_with_the_registry_cache_and_pushes(tmp_path
     ]
     uri = "123456789012.dkr.ecr.us-west-2.amazonaws.com/training"
     build = next(c for c in calls if c.startswith("docker buildx build"))
-    assert "--builder trainer" in build
+    assert "--builder default" in build
     assert "--build-arg BASE_ACCOUNT=763104351884 --build-arg BASE_REGION=us-west-2" in build
     assert "--build-arg BASE_DOMAIN=amazonaws.com" in build
     assert f"--build-arg BASE_TAG={DEFAULT_BASE_IMAGE_TAG}" in build
     assert f"--cache-from type=registry,ref={uri}:{CACHE_TAG}" in build
-    assert (
-        f"--cache-to type=registry,ref={uri}:{CACHE_TAG},mode=max,image-manifest=true,oci-mediatypes=true"
-        in build
-    )
-    assert build.endswith(f"--tag {uri}:{'f' * 64} --push .")
-    create = next(c for c in calls if c.startswith("docker buildx create"))
-    assert "--driver docker-container" in create and "image=moby/buildkit:buildx-stable-1" in create
+    assert "--cache-to type=inline" in build
+    assert build.endswith(f"--tag {uri}:{'f' * 64} --tag {uri}:{CACHE_TAG} --push .")
+    assert not [c for c in calls if c.startswith("docker buildx create") or c.startswith("docker pull")]
     kinds = [c.split()[0] + " " + c.split()[1] for c in calls]
     assert kinds.index("docker buildx") < len(kinds) - 1 and calls[-1].startswith("aws ecr describe-images")
     assert not (src / ".image-exists").exists()
@@ -350,8 +345,28 @@ def test_project_role_is_ours_with_exactly_the_build_permissions(template, const
     stack = cdk.Stack.of(construct)
     assert role == stack.resolve(construct.role.node.default_child.logical_id)
     properties = template.to_json()["Resources"][role]["Properties"]
+    # Only CodeBuild projects of this account and region may assume it (confused-deputy guard).
     assert properties["AssumeRolePolicyDocument"]["Statement"] == [
-        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"}}
+        {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"Service": "codebuild.amazonaws.com"},
+            "Condition": {
+                "StringEquals": {"aws:SourceAccount": "123456789012"},
+                "ArnLike": {
+                    "aws:SourceArn": {
+                        "Fn::Join": [
+                            "",
+                            [
+                                "arn:",
+                                {"Ref": "AWS::Partition"},
+                                ":codebuild:us-west-2:123456789012:project/*",
+                            ],
+                        ]
+                    }
+                },
+            },
+        }
     ]
     assert "Policies" not in properties and "ManagedPolicyArns" not in properties
     # One policy, ours: CDK's automatic grants (DefaultPolicy) are gone.
@@ -597,7 +612,14 @@ def test_props_reach_the_template():
             build_timeout_minutes=300,
             wait_timeout_minutes=45,
             log_retention=logs.RetentionDays.ONE_WEEK,
-            buildkit_image="123456789012.dkr.ecr.af-south-1.amazonaws.com/buildkit:v0",
+            vpc=ec2.Vpc.from_vpc_attributes(
+                stack,
+                "Vpc",
+                vpc_id="vpc-0123456789abcdef0",
+                availability_zones=["af-south-1a"],
+                private_subnet_ids=["subnet-0123456789abcdef0"],
+            ),
+            removal_policy=cdk.RemovalPolicy.DESTROY,
         )
 
     template = template_of(build, env=cdk.Environment(account="123456789012", region="af-south-1"))
@@ -608,7 +630,20 @@ def test_props_reach_the_template():
     assert props["TimeoutInMinutes"] == 300
     assert env["BASE_IMAGE_ACCOUNT"] == "626614931356" and env["BASE_IMAGE_REGION"] == "af-south-1"
     assert env["BASE_IMAGE_TAG"].endswith("-v1.2")
-    assert env["BUILDKIT_IMAGE"].endswith("/buildkit:v0")
+    assert "BUILDKIT_IMAGE" not in env
+    # In the VPC: the project and every function (ours and the Provider framework's), one security group.
+    assert props["VpcConfig"]["Subnets"] == ["subnet-0123456789abcdef0"]
+    functions = template.find_resources("AWS::Lambda::Function")
+    assert len(functions) == 5
+    assert all(
+        f["Properties"]["VpcConfig"]["SubnetIds"] == ["subnet-0123456789abcdef0"] for f in functions.values()
+    )
+    (attach,) = [s for s in statements(template) if s.get("Sid") == "AttachTheBuildToItsSubnets"]
+    assert attach["Condition"]["StringEquals"] == {"ec2:AuthorizedService": "codebuild.amazonaws.com"}
+    assert "subnet/subnet-0123456789abcdef0" in json.dumps(attach["Condition"]["ArnEquals"])
+    # removal_policy reaches the key and every log group.
+    for resource_type in ("AWS::KMS::Key", "AWS::Logs::LogGroup"):
+        assert {r["DeletionPolicy"] for r in template.find_resources(resource_type).values()} == {"Delete"}
     template.all_resources_properties("AWS::Logs::LogGroup", {"RetentionInDays": 7})
     template.has_resource_properties(
         "AWS::Lambda::Function",
@@ -743,3 +778,40 @@ def test_imported_log_group_is_nag_clean():
         )
 
     assert synth_with_nag(build).violations == ()
+
+
+def test_build_in_a_vpc_is_nag_clean():
+    """With a VPC: no LambdaInsideVPC finding to acknowledge, and the VPC permissions are acknowledged exactly."""
+
+    def build(app: cdk.App) -> None:
+        stack = cdk.Stack(app, "Test", env=cdk.Environment(account="123456789012", region="us-west-2"))
+        TrainingImageBuild(
+            stack,
+            "ImageBuild",
+            image_repository=TrainingImageRepository(stack, "Images"),
+            vpc=ec2.Vpc.from_vpc_attributes(
+                stack,
+                "Vpc",
+                vpc_id="vpc-0123456789abcdef0",
+                availability_zones=["us-west-2a"],
+                private_subnet_ids=["subnet-0123456789abcdef0"],
+            ),
+        )
+
+    assert synth_with_nag(build).violations == ()
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "removal_policy must be RETAIN or DESTROY"),
+        (
+            {"subnets": ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)},
+            "subnets and security_groups need vpc",
+        ),
+    ],
+)
+def test_bad_network_and_removal_props_are_refused(props, message):
+    stack = cdk.Stack(cdk.App(), "Bad", env=cdk.Environment(account="123456789012", region="us-west-2"))
+    with pytest.raises(ValueError, match=f"TrainingImageBuild: {message}"):
+        TrainingImageBuild(stack, "Build", image_repository=TrainingImageRepository(stack, "Images"), **props)

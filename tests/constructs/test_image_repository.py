@@ -10,13 +10,18 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
+from constructs_lib._nag import acknowledge_role_policy
 from constructs_lib.image_repository import CACHE_TAG, TrainingImageRepository
 from tests.cdk_helpers import as_list, statements, synth_with_nag, template_of
 
 
 def _with_puller(stack: cdk.Stack, **props) -> TrainingImageRepository:
     repo = TrainingImageRepository(stack, "Images", **props)
-    repo.grant_pull(iam.Role(stack, "Puller", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com")))
+    puller = iam.Role(stack, "Puller", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+    repo.grant_pull(puller)
+    acknowledge_role_policy(
+        puller.node.find_child("DefaultPolicy")
+    )  # the test's own role, not the construct's
     return repo
 
 

@@ -22,6 +22,7 @@ from constructs_lib.execution_role import SageMakerExecutionRole
 from constructs_lib.image_repository import TrainingImageRepository
 from constructs_lib.request_validation import RequestRules, validate_request
 from constructs_lib.training_workflow import TrainingWorkflow, WorkflowDefaults
+from constructs_lib.workflow_states import CREATE_TRAINING_JOB_SYNC
 from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
@@ -245,13 +246,6 @@ def test_encrypted_topic_told_of_every_end_state(notified):
             }
         },
     )
-    key = template.find_resources("AWS::KMS::Key")[logical_id(workflow.notification_key)]
-    (service_statement,) = [
-        s
-        for s in key["Properties"]["KeyPolicy"]["Statement"]
-        if s.get("Sid") == "AllowEventBridgeAndCloudWatchToPublish"
-    ]
-    assert service_statement["Principal"] == {"Service": ["events.amazonaws.com", "cloudwatch.amazonaws.com"]}
     rule = template.find_resources(
         "AWS::Events::Rule", {"Properties": {"Description": Match.string_like_regexp("ends")}}
     )
@@ -265,6 +259,99 @@ def test_encrypted_topic_told_of_every_end_state(notified):
     assert "InputTransformer" in target
     (alarm,) = template.find_resources("AWS::CloudWatch::Alarm").values()
     assert alarm["Properties"]["AlarmActions"] == [{"Ref": logical_id(workflow.notification_topic)}]
+
+
+def _arn(service: str, resource: str) -> dict:
+    return {
+        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":{service}:us-west-2:123456789012{resource}"]]
+    }
+
+
+def test_only_this_rule_and_this_alarm_may_publish_to_the_topic_and_use_its_key(notified):
+    """Topic policy and key policy: events.amazonaws.com only from the execution-ended rule, and
+    cloudwatch.amazonaws.com only from the alarm (aws:SourceArn + aws:SourceAccount); nothing else allowed."""
+    workflow, template = notified
+    (rule,) = template.find_resources(
+        "AWS::Events::Rule", {"Properties": {"Description": Match.string_like_regexp("ends")}}
+    ).values()
+    (alarm,) = template.find_resources("AWS::CloudWatch::Alarm").values()
+    rule_arn = _arn("events", f":rule/{rule['Properties']['Name']}")
+    alarm_arn = _arn("cloudwatch", f":alarm:{alarm['Properties']['AlarmName']}")
+    expected_source = {
+        "events.amazonaws.com": rule_arn,
+        "cloudwatch.amazonaws.com": alarm_arn,
+    }
+
+    def condition(service: str) -> dict:
+        return {
+            "ArnEquals": {"aws:SourceArn": expected_source[service]},
+            "StringEquals": {"aws:SourceAccount": "123456789012"},
+        }
+
+    (topic_policy,) = template.find_resources("AWS::SNS::TopicPolicy").values()
+    allows = [s for s in topic_policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert sorted(s["Principal"]["Service"] for s in allows) == sorted(expected_source)
+    for statement in allows:
+        assert statement["Action"] == "sns:Publish"
+        assert statement["Resource"] == {"Ref": logical_id(workflow.notification_topic)}
+        assert statement["Condition"] == condition(statement["Principal"]["Service"])
+
+    key = template.find_resources("AWS::KMS::Key")[logical_id(workflow.notification_key)]
+    services = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Service" in s.get("Principal", {})]
+    assert sorted(s["Principal"]["Service"] for s in services) == sorted(expected_source)
+    for statement in services:
+        assert statement["Action"] == ["kms:Decrypt", "kms:GenerateDataKey*"]
+        assert statement["Condition"] == condition(statement["Principal"]["Service"])
+    # The alarm can publish: its action is the topic the cloudwatch statement names.
+    assert alarm["Properties"]["AlarmActions"] == [{"Ref": logical_id(workflow.notification_topic)}]
+
+
+def test_customer_key_encrypts_logs_state_machine_and_topic_and_the_removal_policy_applies():
+    app = cdk.App()
+    stack = cdk.Stack(app, "Test", env=DEFAULT_ENV)
+    key = kms.Key(stack, "Key", enable_key_rotation=True)
+    workflow = build_workflow(
+        app,
+        notifications=True,
+        encryption_key=key,
+        removal_policy=cdk.RemovalPolicy.DESTROY,
+        network_isolation=True,
+    )
+    template = Template.from_stack(stack)
+    key_arn = {"Fn::GetAtt": [logical_id(key), "Arn"]}
+    assert list(template.find_resources("AWS::KMS::Key")) == [logical_id(key)]  # no key of its own
+    assert workflow.notification_key is key
+    groups = list(template.find_resources("AWS::Logs::LogGroup").values())  # executions, request check
+    assert len(groups) == 2
+    assert all(g["Properties"]["KmsKeyId"] == key_arn and g["DeletionPolicy"] == "Delete" for g in groups)
+    (machine,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+    assert machine["Properties"]["EncryptionConfiguration"]["Type"] == "CUSTOMER_MANAGED_KMS_KEY"
+    assert machine["Properties"]["EncryptionConfiguration"]["KmsKeyId"] == key_arn
+    template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": key_arn})
+    statements = template.find_resources("AWS::KMS::Key")[logical_id(key)]["Properties"]["KeyPolicy"][
+        "Statement"
+    ]
+    logs_statements = [
+        s for s in statements if "logs.us-west-2." in str(s.get("Principal", {}).get("Service"))
+    ]
+    # CloudWatch Logs may use the key for exactly these log groups, one statement each.
+    contexts = sorted(
+        s["Condition"]["ArnEquals"]["kms:EncryptionContext:aws:logs:arn"]["Fn::Join"][1][-1].split(
+            ":log-group:"
+        )[1]
+        for s in logs_statements
+    )
+    assert contexts == sorted(g["Properties"]["LogGroupName"] for g in groups)
+    request = definition_of(template.to_json())["States"]
+    launches = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
+    assert launches and all(launch["Parameters"]["EnableNetworkIsolation"] is True for launch in launches)
+
+
+def test_network_isolation_is_off_by_default(plain):
+    _, template = plain
+    request = definition_of(template.to_json())["States"]
+    launches = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
+    assert launches and all("EnableNetworkIsolation" not in launch["Parameters"] for launch in launches)
 
 
 def test_trigger_rule_passes_the_event_detail(notified):
@@ -559,3 +646,15 @@ def test_app_without_notifications_has_no_topic_output():
     _, template = _app_template({"notifications": False})
     assert "NotificationTopicArn" not in template.find_outputs("*")
     template.resource_count_is("AWS::SNS::Topic", 0)
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"removal_policy": cdk.RemovalPolicy.SNAPSHOT}, "removal_policy must be RETAIN or DESTROY"),
+        ({"network_isolation": "yes"}, "network_isolation must be True or False"),
+    ],
+)
+def test_bad_compliance_props_are_refused(props, message):
+    with pytest.raises(ValueError, match=f"TrainingWorkflow: {message}"):
+        build_workflow(cdk.App(), **props)

@@ -8,12 +8,26 @@ from pathlib import Path
 
 import pytest
 from dockerfile_parse import DockerfileParser
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from training import contract
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
 DOCKERFILE = TRAINING / "Dockerfile"
 DLC_TAG = "2.9.0-gpu-py312-cu130-ubuntu22.04-sagemaker"
+
+
+class _AnyDigest(str):
+    """Equal to any sha256 hex digest (the digests themselves are checked for shape in the parser)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and re.fullmatch(r"[0-9a-f]{64}", other) is not None
+
+    __hash__ = str.__hash__
+
+
+Match_any = _AnyDigest()
 
 
 @pytest.fixture(scope="module")
@@ -55,29 +69,60 @@ def test_base_image_is_the_pytorch_dlc_with_registry_region_and_tag_as_args(pars
     assert china.baseimage.startswith("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch-training:")
 
 
-def test_transformer_engine_is_pinned_and_built_against_the_dlc_torch(parser, instructions):
-    te = instructions[_index(instructions, "RUN", r"transformer_engine")][1]
-    assert '"transformer_engine[pytorch]==2.11.0"' in te
+def _image_requirements() -> dict[str, tuple[str, list[str]]]:
+    """training/image-requirements.txt as {name: (pinned version, [sha256 digests])}, parsed with packaging."""
+    text = (TRAINING / "image-requirements.txt").read_text().replace("\\\n", " ")
+    found = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        spec, *options = line.split(" --hash=")
+        requirement = Requirement(spec.strip())
+        (specifier,) = requirement.specifier
+        assert specifier.operator == "==", f"{requirement.name}: pin an exact version"
+        digests = [o.strip().removeprefix("sha256:") for o in options if o.strip().startswith("sha256:")]
+        assert digests and all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests), requirement.name
+        found[canonicalize_name(requirement.name)] = (specifier.version, digests)
+    return found
+
+
+def test_every_package_the_image_installs_is_pinned_with_a_hash():
+    assert _image_requirements() == {
+        "transformer-engine": ("2.11.0", [Match_any]),
+        "transformer-engine-cu13": ("2.11.0", [Match_any]),
+        "transformer-engine-torch": ("2.11.0", [Match_any]),
+        "nvidia-cuda-runtime-cu12": ("12.9.79", [Match_any]),
+    }
+
+
+def test_transformer_engine_is_installed_hash_checked_and_built_against_the_dlc_torch(parser, instructions):
+    copy = _index(instructions, "COPY", r"^image-requirements\.txt ")
+    run = _index(instructions, "RUN", r"image-requirements\.txt")
+    assert copy < run
+    te = instructions[run][1]
+    assert "--require-hashes" in te and "--no-deps" in te and "-r /tmp/image-requirements.txt" in te
     assert "--no-build-isolation" in te
     assert parser.envs["NVTE_FRAMEWORK"] == "pytorch"
     assert "MAX_JOBS" in te
+    # No other pip install of a named package anywhere (everything goes through a hash-checked file).
+    for kind, value in instructions:
+        if kind == "RUN" and "pip install" in value:
+            assert "--require-hashes" in value, value
 
 
-def test_cuda12_runtime_for_flash_attn_is_pinned_and_on_the_library_path(parser, instructions):
-    run = instructions[_index(instructions, "RUN", r"nvidia-cuda-runtime-cu12")][1]
-    assert re.search(r"nvidia-cuda-runtime-cu12==12\.\d+\.\d+", run), "pin an exact version"
+def test_cuda12_runtime_for_flash_attn_is_on_the_library_path(parser):
     assert parser.envs["LD_LIBRARY_PATH"].startswith(
         "/usr/local/lib/python3.12/site-packages/nvidia/cuda_runtime/lib:"
     )
 
 
 def test_slow_layers_come_before_the_trainer_code(instructions):
-    te = _index(instructions, "RUN", r"transformer_engine")
-    cudart = _index(instructions, "RUN", r"nvidia-cuda-runtime-cu12")
+    te = _index(instructions, "RUN", r"image-requirements\.txt")
     requirements = _index(instructions, "COPY", r"requirements\.tx\[t\]")
     trainer = _index(instructions, "COPY", r"^\. /opt/ml/code/training/$")
     entry = _index(instructions, "COPY", r"train\.sh entrypoint\.sh /opt/ml/code/$")
-    assert te < cudart < requirements < trainer < entry
+    assert te < requirements < trainer < entry
     # Nothing before the trainer COPY copies the trainer itself (which would void the TE layer cache).
     for kind, value in instructions[:trainer]:
         if kind in ("COPY", "ADD"):
@@ -126,7 +171,7 @@ def test_requirements_copy_tolerates_a_missing_requirements_file(instructions):
     assert any((TRAINING / source).is_file() for source in sources if "[" not in source), (
         "a COPY with only a non-matching wildcard fails; keep one file that always exists"
     )
-    install = instructions[_index(instructions, "RUN", r"requirements\.txt")][1]
+    install = instructions[_index(instructions, "RUN", r"/tmp/requirements/requirements\.txt")][1]
     assert "if [ -f /tmp/requirements/requirements.txt ]" in install
 
 
