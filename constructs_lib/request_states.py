@@ -23,7 +23,7 @@ VALIDATOR_FAILED_ERROR = "RequestValidationFailed"
 
 def decide_request(
     scope: Construct, *, validator: RequestValidator, rules_json: str, next_state: sfn.IChainable
-) -> sfn.State:
+) -> sfn.Chain:
     """``Decide request`` -> ``Request valid?`` -> ``next_state`` (or ``Invalid input``)."""
     invalid = sfn.Fail(
         scope,

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -179,6 +180,15 @@ class TrainingWorkflow(Construct):
     :param state_machine_name: physical name. Default: generated.
     :param tags: tags for the workflow's resources and every training job. Default: none.
     """
+
+    # Attributes set by the unit that builds them (workflow_states, workflow_observability).
+    launch: sfn.CustomState
+    launch_without_data: sfn.CustomState
+    alarm: cloudwatch.Alarm
+    notification_topic: sns.ITopic | None
+    notification_key: kms.IKey | None
+    status_rule: events.Rule | None
+    trigger_rule: events.Rule | None
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
-from constructs import IConstruct
+from constructs import Construct, IConstruct
 
 from constructs_lib import console_links
 from constructs_lib._nag import NIST_800_53_R5, SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
@@ -75,8 +75,8 @@ def alarm_and_notifications(
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
-    workflow.notification_topic: sns.ITopic | None = notification_topic
-    workflow.notification_key: kms.IKey | None = None
+    workflow.notification_topic = notification_topic
+    workflow.notification_key = None
     if notification_topic is None and notifications:
         key = encryption_key or kms.Key(
             workflow,
@@ -214,7 +214,7 @@ def trigger(
 ) -> None:
     """The EventBridge rule that starts an execution per matching event (``workflow.trigger_rule``)."""
     sm = workflow.state_machine
-    workflow.trigger_rule: events.Rule | None = None
+    workflow.trigger_rule = None
     if event_pattern is not None:
         workflow.trigger_rule = events.Rule(
             workflow,
@@ -250,7 +250,7 @@ def trigger(
 
 
 def keyed_log_group(
-    scope: IConstruct,
+    scope: Construct,
     key: kms.IKey | None,
     retention: logs.RetentionDays,
     policy: RemovalPolicy,
