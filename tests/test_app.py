@@ -274,3 +274,29 @@ def test_the_trigger_may_start_the_encrypted_state_machine(kms_app_nag):
     condition = kms_statement["Condition"]["StringEquals"]["kms:EncryptionContext:aws:states:stateMachineArn"]
     assert condition["Ref"].startswith("WorkflowStateMachine")
     assert any(s["Action"] == "states:StartExecution" for s in statements)
+
+
+# What the README's clean-up table calls each resource the stack can leave behind (by logical-id prefix).
+CLEAN_UP_NAMES = {
+    "CheckpointsAccessLogs": "access-log bucket",
+    "CheckpointsBucket": "checkpoint bucket",
+    "ImagesRepository": "ECR repository",
+    "ImageBuildKey": "the KMS key",
+    "ImageBuildBuildLogs": "image build",
+    "ImageBuildDeployLogs": "deploy-time functions",
+    "WorkflowRequestValidatorLogs": "request validator",
+    "WorkflowLogs": "workflow executions",
+}
+
+
+def test_the_readme_clean_up_table_names_everything_the_default_stack_leaves(app_nag):
+    """Every resource that `cdk destroy` leaves with cdk.json's settings has its row in the README."""
+    ((_, template),) = app_nag.templates.items()
+    retained = [k for k, r in template["Resources"].items() if r.get("DeletionPolicy", "Delete") != "Delete"]
+    readme = (CDK_JSON.parent / "README.md").read_text()
+    section = readme.split("### Clean-up", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("| "))
+    unnamed = [k for k in retained if not any(k.startswith(prefix) for prefix in CLEAN_UP_NAMES)]
+    assert retained and unnamed == []
+    missing = {name for prefix, name in CLEAN_UP_NAMES.items() for k in retained if k.startswith(prefix)}
+    assert [name for name in sorted(missing) if name not in table] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
 import sysconfig
 from pathlib import Path
 
@@ -13,17 +14,21 @@ import numpy as np
 import pytest
 import torch
 
+from training import contract
 from training.trainer import checkpoint, prepare
 from training.trainer.checkpoint import complete_checkpoints
 
 from .runner import (
+    ROOT,
     TINY,
+    env,
     fields,
     losses,
     reference_settings,
     run_single,
     run_trainer,
     step_lines,
+    torchrun_cmd,
 )
 
 pytestmark = pytest.mark.slow
@@ -189,3 +194,54 @@ def test_a_model_trained_on_real_text_beats_the_unigram_entropy_on_held_out_text
     assert val_loss == float(validation[-1]["val_loss"]) and math.isfinite(val_loss)
     assert 2.5 < unigram_entropy < 4.0  # bytes of Python source
     assert val_loss < unigram_entropy - 0.4, (val_loss, unigram_entropy)
+
+
+def resume_channel(reference, tmp_path: Path, step: int) -> Path:
+    """An earlier run's checkpoint as the workflow hands it over: the read-only ``resume`` input channel."""
+    channel = tmp_path / "input" / "data" / contract.RESUME_CHANNEL
+    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(step), channel)
+    return channel
+
+
+def run_with_channel(cfg: dict[str, str], channel: Path) -> str:
+    for path in (channel, *channel.iterdir()):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    child_env = {**env(), f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}": str(channel)}
+    proc = subprocess.run(
+        torchrun_cmd(cfg), env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    return output
+
+
+def test_when_the_runs_own_checkpoints_all_fail_the_resume_channel_is_tried_and_never_renamed(
+    reference, tmp_path
+):
+    ckpt = tmp_path / "ckpt"
+    damage(copy_checkpoint(reference, 12, ckpt, 10) / ".metadata")
+    channel = resume_channel(reference, tmp_path, 6)
+    before = {p.name: p.read_bytes() for p in channel.iterdir()}
+    output = run_with_channel(settings(tmp_path), channel)
+    skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
+    assert len(skipped) == 1, output
+    assert "step_00000010 (rank 0: checksum mismatch in .metadata; set aside as" in skipped[0]
+    assert f"resumed from {channel} at step 6" in output
+    assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
+    assert {p.name: p.read_bytes() for p in channel.iterdir()} == before  # read-only input, as it was
+    assert (ckpt / "step_00000010.unusable").is_dir()
+    assert [step for step, _ in complete_checkpoints(ckpt)] == [12]
+
+
+def test_a_damaged_resume_channel_is_skipped_with_its_reason_and_left_as_it_is(reference, tmp_path):
+    channel = resume_channel(reference, tmp_path, 6)
+    channel.chmod(0o755)
+    damage(channel / ".metadata")
+    before = {p.name: p.read_bytes() for p in channel.iterdir()}
+    output = run_with_channel(settings(tmp_path), channel)
+    skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
+    assert len(skipped) == 1 and skipped[0].endswith("no usable checkpoint: starting from step 0"), output
+    assert f"{channel} (rank 0: checksum mismatch in .metadata; read-only, left as it is)" in skipped[0]
+    assert losses(output) == losses(reference[1])  # from scratch, exactly as the first run
+    assert {p.name: p.read_bytes() for p in channel.iterdir()} == before
+    assert sorted(p.name for p in channel.parent.iterdir()) == [contract.RESUME_CHANNEL]
