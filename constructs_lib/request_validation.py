@@ -368,6 +368,8 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
     if not field_problems:
         hyperparameters, hp_problems = _hyperparameters(config, rules)
         problems += hp_problems
+    elif not any(p.startswith("hyperparameters") for p in field_problems):
+        problems += _setting_problems(config["hyperparameters"])[1]  # the rest needs the other fields valid
     if not problems and config["use_spot"] and config["max_wait_seconds"] is None:
         config["max_wait_seconds"] = config["max_runtime_seconds"]
     if problems:
@@ -562,13 +564,13 @@ def _cross_field_problems(config: Mapping[str, Any], rules: RequestRules) -> lis
     return problems
 
 
-def _hyperparameters(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, str], list[str]]:
-    """The ``HyperParameters`` map: the input's trainer settings, the top-level ones, the data switch and the
-    platform's paths; checked by the trainer's own parsers and cross-setting rules and SageMaker's sizes."""
+def _setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Each trainer setting of the input on its own: known, not the platform's, parsed by the trainer's rules.
+    Needs no other field, so it runs even when other fields have problems (every problem is listed at once)."""
     problems: list[str] = []
     unknown: list[str] = []
     given: dict[str, Any] = {}
-    for key, value in config["hyperparameters"].items():
+    for key, value in settings.items():
         name = normalize_name(key)
         spec = HYPERPARAMETERS_BY_NAME.get(name)
         where = f"hyperparameters.{key}"
@@ -602,6 +604,13 @@ def _hyperparameters(config: Mapping[str, Any], rules: RequestRules) -> tuple[di
             f"hyperparameters: unknown trainer setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
             f"allowed: {', '.join(settable)}",
         )
+    return given, problems
+
+
+def _hyperparameters(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, str], list[str]]:
+    """The ``HyperParameters`` map: the input's trainer settings, the top-level ones, the data switch and the
+    platform's paths; checked by the trainer's own parsers and cross-setting rules and SageMaker's sizes."""
+    given, problems = _setting_problems(config["hyperparameters"])
     for name in TOP_LEVEL_HYPERPARAMETERS:
         if config[name] is not None:
             given[name] = config[name]

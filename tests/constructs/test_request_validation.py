@@ -263,6 +263,22 @@ def test_every_problem_is_reported_at_once(rules):
     assert [p.split(":")[0] for p in problems] == ["nope", "precision", "batch_size"]
 
 
+def test_trainer_settings_are_checked_even_when_other_fields_fail(rules):
+    """One round of fixes, not two: a bad top-level field does not hide the bad trainer settings."""
+    raw = {
+        "precision": "x",
+        "hyperparameters": {"max_step": "5", "learning_rate": "fast", "checkpoint_dir": "/x"},
+    }
+    problems = validate_request(raw, rules)
+    assert [p.split(":")[0] for p in problems] == [
+        "precision",
+        "hyperparameters",
+        "hyperparameters.learning_rate",
+        "hyperparameters.checkpoint_dir",
+    ]
+    assert "did you mean max_steps?" in problems[1]
+
+
 def test_spot_wait_defaults_to_the_runtime_and_numbers_become_strings(rules):
     prepared = prepare_request(
         {"use_spot": True, "num_layers": 4, "hyperparameters": {"learning-rate": 0.001, "seed": 7}}, rules

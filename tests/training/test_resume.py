@@ -7,6 +7,7 @@ import json
 import math
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from training.trainer.checkpoint import complete_checkpoints
 from .runner import (
     ROOT,
     TINY,
+    cli_args,
     env,
     fields,
     losses,
@@ -245,3 +247,26 @@ def test_a_damaged_resume_channel_is_skipped_with_its_reason_and_left_as_it_is(r
     assert losses(output) == losses(reference[1])  # from scratch, exactly as the first run
     assert {p.name: p.read_bytes() for p in channel.iterdir()} == before
     assert sorted(p.name for p in channel.parent.iterdir()) == [contract.RESUME_CHANNEL]
+
+
+def test_an_earlier_runs_checkpoint_of_another_shape_is_refused_naming_resume_from(reference, tmp_path):
+    """The workflow's resume_from with other model settings than the earlier run: one line naming resume_from and
+    both shapes, exit 2 before any process group, the earlier run's checkpoint untouched."""
+    channel = tmp_path / "input" / "data" / contract.RESUME_CHANNEL
+    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(12), channel)
+    before = listing(channel)
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.trainer", *cli_args(settings(tmp_path, num_layers="3", max_steps="20"))],
+        env={**env(), f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}": str(channel)},
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    assert output.strip().splitlines() == [
+        f"error: invalid setting resume_from: {channel} holds a model of shape "
+        "(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256), but this run's shape is "
+        "(num_layers=3, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256); continue a run of this "
+        "model shape, or give this run the earlier run's model settings"
+    ]
+    assert listing(channel) == before
+    assert not complete_checkpoints(tmp_path / "ckpt")

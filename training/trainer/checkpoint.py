@@ -192,15 +192,19 @@ class CheckpointManager:
         earlier = [self.resume_dir is not None and _is_complete(self.resume_dir)]
         dist.broadcast_object_list(earlier, src=0, group=self.cpu_group)
         if earlier[0] and self.resume_dir is not None:
-            state, reason = self._try_load(self.resume_dir, model, optimizer)
+            state, reason = self._try_load(self.resume_dir, model, optimizer, field="resume_from")
             if reason is None:
                 return state
             self.set_aside.append((str(self.resume_dir), f"{reason}; read-only, left as it is"))
         return None
 
-    def _try_load(self, path: Path, model, optimizer) -> tuple[dict[str, Any] | None, str | None]:
-        """(trainer state, None) when ``path`` verifies and loads on every rank, else (None, every rank's reason)."""
-        self._check_shape(path)
+    def _try_load(
+        self, path: Path, model, optimizer, field: str = "checkpoint_dir"
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """(trainer state, None) when ``path`` verifies and loads on every rank, else (None, every rank's reason).
+        A checkpoint of another model shape raises CheckpointShapeError naming ``field``, the setting the user
+        changes: ``checkpoint_dir`` for the run's own, ``resume_from`` for an earlier run's (the resume channel)."""
+        self._check_shape(path, field)
         reason = self._agree(self._verify(path))
         if reason is not None:
             return None, reason
@@ -214,10 +218,10 @@ class CheckpointManager:
             return None, reason
         return state, None
 
-    def _check_shape(self, path: Path) -> None:
-        message = shape_mismatch(path, self.shape)
+    def _check_shape(self, path: Path, field: str) -> None:
+        message = shape_mismatch(path, self.shape, REMEDY[field])
         if message:
-            raise CheckpointShapeError(f"checkpoint_dir: {message}")
+            raise CheckpointShapeError(f"{field}: {message}")
 
     def _verify(self, path: Path) -> str | None:
         """Why this rank's share of ``path`` fails its checksums, or None."""
@@ -281,7 +285,16 @@ def _one_line(err: BaseException, rank: int) -> str:
     return f"{type(err).__name__}: {text[:300]}"
 
 
-def shape_mismatch(path: Path, shape: dict[str, int] | None) -> str | None:
+REMEDY = {
+    "checkpoint_dir": "use another checkpoint_dir or the checkpoint's model settings",
+    "resume_from": "continue a run of this model shape, or give this run the earlier run's model settings",
+}
+"""What the user can change when a checkpoint's model shape differs, by the setting that chose the checkpoint."""
+
+
+def shape_mismatch(
+    path: Path, shape: dict[str, int] | None, remedy: str = REMEDY["checkpoint_dir"]
+) -> str | None:
     """A one-line message when the checkpoint at ``path`` holds a model of another shape than ``shape``."""
     try:
         stored = json.loads((path / MARKER).read_text()).get("model_shape")
@@ -291,7 +304,7 @@ def shape_mismatch(path: Path, shape: dict[str, int] | None) -> str | None:
         return None
     return (
         f"{path} holds a model of shape {_shape_text(stored)}, but this run's shape is {_shape_text(shape)}; "
-        "use another checkpoint_dir or the checkpoint's model settings"
+        f"{remedy}"
     )
 
 

@@ -31,13 +31,19 @@ def check(cfg, world_size: int) -> None:
 
 
 def check_checkpoint_shape(cfg) -> None:
-    """The newest complete checkpoint, which the run would resume, holds a model of the run's shape."""
+    """The checkpoint the run would resume holds a model of the run's shape: the newest complete one of
+    ``checkpoint_dir``, or, when there is none, the earlier run's in the resume channel (the workflow's
+    ``resume_from``)."""
+    shape = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
     found = checkpoint.complete_checkpoints(cfg.checkpoint_dir)
     if found:
-        shape = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
-        message = checkpoint.shape_mismatch(found[-1][1], shape)
+        field, path = "checkpoint_dir", found[-1][1]
+    else:
+        field, path = "resume_from", checkpoint.resume_channel_dir()
+    if path is not None:
+        message = checkpoint.shape_mismatch(Path(path), shape, checkpoint.REMEDY[field])
         if message:
-            raise contract.ContractError("checkpoint_dir", message)
+            raise contract.ContractError(field, message)
 
 
 def check_writable(directory: str, field: str) -> None:
