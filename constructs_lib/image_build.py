@@ -50,6 +50,7 @@ from constructs_lib._nag import (
     policy_scope,
     rendered,
 )
+from constructs_lib._subnets import subnet_selection_kwargs
 from constructs_lib.image_repository import TrainingImageRepository
 
 TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
@@ -540,7 +541,9 @@ class TrainingImageBuild(Construct):
                     "ArnEquals": {
                         "ec2:Subnet": [
                             stack.format_arn(service="ec2", resource="subnet", resource_name=subnet_id)
-                            for subnet_id in self.vpc.select_subnets(**_selection(self.subnets)).subnet_ids
+                            for subnet_id in self.vpc.select_subnets(
+                                **subnet_selection_kwargs(self.subnets)
+                            ).subnet_ids
                         ]
                     },
                 },
@@ -813,21 +816,6 @@ def _dlc_account(stack: Stack, given: str | None) -> str:
             "Learning Containers account there (see the DLC 'available images' list for the region's account)"
         )
     return account
-
-
-def _selection(selection: ec2.SubnetSelection | None) -> dict[str, Any]:
-    return {
-        key: getattr(selection, key)
-        for key in (
-            "availability_zones",
-            "one_per_az",
-            "subnet_filters",
-            "subnet_group_name",
-            "subnet_type",
-            "subnets",
-        )
-        if getattr(selection, key, None) is not None
-    }
 
 
 def _valid_tag(tag: object) -> bool:

@@ -45,6 +45,7 @@ from constructs_lib._nag import (
     policy_scope,
     rendered,
 )
+from constructs_lib._subnets import subnet_selection_kwargs
 from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
 from constructs_lib.request_states import decide_request
@@ -368,7 +369,7 @@ class TrainingWorkflow(Construct):
                     **(
                         {"subnet_type": ec2.SubnetType.PRIVATE_WITH_EGRESS}
                         if subnets is None
-                        else _subnet_selection_kwargs(subnets)
+                        else subnet_selection_kwargs(subnets)
                     )
                 ).subnet_ids,
             }
@@ -691,18 +692,3 @@ def _seconds_in(name: str, value: Duration | None, default: int, low: int, high:
     if not low <= seconds <= high:
         raise ValueError(f"TrainingWorkflow: {name} must be between {low} and {high} seconds; got {seconds}")
     return seconds
-
-
-def _subnet_selection_kwargs(selection: ec2.SubnetSelection) -> dict[str, Any]:
-    return {
-        key: getattr(selection, key)
-        for key in (
-            "availability_zones",
-            "one_per_az",
-            "subnet_filters",
-            "subnet_group_name",
-            "subnet_type",
-            "subnets",
-        )
-        if getattr(selection, key, None) is not None
-    }
