@@ -517,15 +517,12 @@ class TrainingWorkflow(Construct):
                 resources=[training_jobs],
             )
         )
-        # The Service Authorization Reference lists training-plan as a resource type of CreateTrainingJob: a request
-        # naming ResourceConfig.TrainingPlanArn is authorized against that plan too. Plans are chosen per execution.
-        # Reviewed (issue 10 item 6): the SageMaker guide "IAM for SageMaker training plans"
-        # (docs.aws.amazon.com/sagemaker/latest/dg/training-plan-iam-permissions.html) gives plan *users* their own
-        # permissions to use a plan in training jobs, apart from the creator's CreateTrainingPlan/DescribeTrainingPlan,
-        # whose managed policy (AmazonSageMakerTrainingPlanCreateAccess) scopes every action to
-        # arn:aws:sagemaker:*:*:training-plan/*; the launch needs nothing more than CreateTrainingJob on the plan
-        # (no Describe/List). The reference's CreateTrainingJob row itself (list_amazonsagemaker) could not be read
-        # in full from the review's search tool; re-check it when touching this grant.
+        # A request naming ResourceConfig.TrainingPlanArn is taken to be authorized against that plan too, so
+        # CreateTrainingJob is granted on this stack's plans (plans are chosen per execution). Sources: the SageMaker
+        # guide "IAM for SageMaker training plans" (plan users get their own permission to use a plan in training
+        # jobs) and AmazonSageMakerTrainingPlanCreateAccess, which scopes plan actions to training-plan/*. Not
+        # confirmed: the CreateTrainingJob row of the Service Authorization Reference (list_amazonsagemaker) could
+        # not be read in full here; re-check that training-plan is listed there when touching this grant.
         training_plans = stack.format_arn(
             service="sagemaker",
             resource="training-plan",
