@@ -41,6 +41,7 @@ from aws_cdk import custom_resources as cr
 from aws_cdk.region_info import Fact, FactName
 from constructs import Construct
 
+from constructs_lib._log_keys import allow_logs_to_use_key
 from constructs_lib._nag import (
     NIST_800_53_R5,
     SERVERLESS,
@@ -221,34 +222,8 @@ class TrainingImageBuild(Construct):
                 enable_key_rotation=True,
                 removal_policy=policy,
             )
-        # Let CloudWatch Logs use the key for this account's log groups (a no-op on an imported key, whose own
-        # policy must allow it).
-        encryption_key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="CloudWatchLogsInThisAccount",
-                principals=[iam.ServicePrincipal(f"logs.{stack.region}.{Aws.URL_SUFFIX}")],
-                actions=[
-                    "kms:Encrypt",
-                    "kms:Decrypt",
-                    "kms:ReEncryptFrom",
-                    "kms:ReEncryptTo",
-                    "kms:GenerateDataKey",
-                    "kms:GenerateDataKeyWithoutPlaintext",
-                    "kms:DescribeKey",
-                ],
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                            service="logs",
-                            resource="log-group",
-                            resource_name="*",
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    }
-                },
-            )
-        )
+        # Let CloudWatch Logs use the key for this account's log groups.
+        allow_logs_to_use_key(encryption_key, stack, sid="CloudWatchLogsInThisAccount", log_group_name="*")
         self.encryption_key: kms.IKey = encryption_key
         self.log_group: logs.ILogGroup = log_group or logs.LogGroup(
             self,

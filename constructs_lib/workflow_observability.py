@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import jsii
-from aws_cdk import ArnFormat, Aws, Duration, Names, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
@@ -22,6 +22,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
 from constructs_lib import console_links
+from constructs_lib._log_keys import allow_logs_to_use_key
 from constructs_lib._nag import NIST_800_53_R5, SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
 
 if TYPE_CHECKING:
@@ -263,30 +264,7 @@ def keyed_log_group(
     name = None
     if key is not None:
         name = name_prefix + Names.unique_resource_name(scope, max_length=200)
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid=f"Logs{Names.unique_id(scope)[-12:]}",
-                principals=[iam.ServicePrincipal(f"logs.{stack.region}.{Aws.URL_SUFFIX}")],
-                actions=[
-                    "kms:Encrypt*",
-                    "kms:Decrypt*",
-                    "kms:ReEncrypt*",
-                    "kms:GenerateDataKey*",
-                    "kms:Describe*",
-                ],
-                resources=["*"],
-                conditions={
-                    "ArnEquals": {
-                        "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
-                            service="logs",
-                            resource="log-group",
-                            resource_name=name,
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    }
-                },
-            )
-        )
+        allow_logs_to_use_key(key, stack, sid=f"Logs{Names.unique_id(scope)[-12:]}", log_group_name=name)
     group = logs.LogGroup(
         scope, "Logs", log_group_name=name, retention=retention, encryption_key=key, removal_policy=policy
     )
