@@ -81,12 +81,18 @@ def _resume(
     """The state to train from, and whether the checkpoint already reached ``max_steps`` (nothing to do)."""
     state = _fresh_state(cfg, env, plan)
     resumed = manager.load_latest(state.net, state.optimizer)
-    if manager.set_aside:
-        skipped = "; ".join(f"{name} ({why})" for name, why in manager.set_aside)
-        outcome = (
-            f"resuming from {resumed['path']}" if resumed else "no usable checkpoint: starting from step 0"
-        )
-        say(f"checkpoints skipped in {cfg.checkpoint_dir}: {skipped}; {outcome}")
+    if manager.skipped:
+        skipped = "; ".join(f"{name} ({why})" for name, why in manager.skipped)
+        if resumed is not None:
+            outcome = f"resuming from {resumed['path']}"
+        elif cfg.on_unusable_checkpoints == "fail":
+            outcome = "no usable checkpoint: not training (on_unusable_checkpoints=fail)"
+        else:
+            outcome = "no usable checkpoint: starting from step 0"
+        line = f"checkpoints skipped in {cfg.checkpoint_dir}: {skipped}; {outcome}"
+        if resumed is None and cfg.on_unusable_checkpoints == "fail":
+            raise checkpoint.UnusableCheckpointsError(f"on_unusable_checkpoints=fail: {line}")
+        say(line)
     if resumed is None:
         if manager.touched_model:  # a failed load wrote into them: start from a clean model and optimizer
             state = _fresh_state(cfg, env, plan)
@@ -280,5 +286,7 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
     }
     if val_loss is not None:
         summary["val_loss"] = val_loss
+    if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
+        summary["unusable_checkpoints"] = len(manager.skipped)
     say(contract.format_summary_line(summary))
     return summary
