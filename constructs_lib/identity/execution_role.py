@@ -13,9 +13,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, acknowledge_role_policy, policy_scope, rendered
-from constructs_lib.checkpoint_bucket import CheckpointBucket
-from constructs_lib.image_repository import TrainingImageRepository
+from constructs_lib._shared.nag import acknowledge, acknowledge_role_policy, policy_scope, rendered
+from constructs_lib.image.repository import TrainingImageRepository
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 
 SAGEMAKER_SERVICE = "sagemaker.amazonaws.com"
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"

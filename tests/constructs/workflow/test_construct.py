@@ -16,13 +16,13 @@ from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Capture, Match, Template
 
 from app import add_stacks
-from constructs_lib._nag import logical_id
-from constructs_lib.checkpoint_bucket import CheckpointBucket
-from constructs_lib.execution_role import SageMakerExecutionRole
-from constructs_lib.image_repository import TrainingImageRepository
-from constructs_lib.request_validation import RequestRules, validate_request
-from constructs_lib.training_workflow import TrainingWorkflow, WorkflowDefaults
-from constructs_lib.workflow_states import CREATE_TRAINING_JOB_SYNC
+from constructs_lib._shared.nag import logical_id
+from constructs_lib.identity.execution_role import SageMakerExecutionRole
+from constructs_lib.image.repository import TrainingImageRepository
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
+from constructs_lib.workflow.construct import TrainingWorkflow, WorkflowDefaults
+from constructs_lib.workflow.request_check import RequestRules, validate_request
+from constructs_lib.workflow.states import CREATE_TRAINING_JOB_SYNC
 from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow

@@ -11,8 +11,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Match
 
-from constructs_lib._nag import acknowledge_role_policy
-from constructs_lib.checkpoint_bucket import CheckpointBucket
+from constructs_lib._shared.nag import acknowledge_role_policy
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 from tests.cdk_helpers import as_list, statements, synth_with_nag, template_of
 
 

@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from constructs_lib._nag import acknowledge, acknowledge_role_policy, grant_scope
+from constructs_lib._shared.nag import acknowledge, acknowledge_role_policy, grant_scope
 
 CACHE_TAG = "buildcache"
 """Tag of the BuildKit registry cache manifest (mutable: every build refreshes it)."""

@@ -19,7 +19,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib._nag import (
+from constructs_lib._shared.nag import (
     NIST_800_53_R5,
     acknowledge,
     acknowledge_role_policy,

@@ -11,9 +11,9 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from constructs_lib.checkpoint_bucket import CheckpointBucket
-from constructs_lib.request_validation import RequestRules
-from constructs_lib.request_validator import HANDLER, RequestValidator, build_asset
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
+from constructs_lib.workflow.request_check import RequestRules
+from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
 from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
 
 
@@ -36,7 +36,7 @@ def test_asset_holds_only_what_the_handler_imports():
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert files == [
         "constructs_lib/__init__.py",
-        "constructs_lib/request_validation.py",
+        "constructs_lib/workflow/request_check.py",
         "training/__init__.py",
         "training/contract.py",
     ]

@@ -41,8 +41,8 @@ from aws_cdk import custom_resources as cr
 from aws_cdk.region_info import Fact, FactName
 from constructs import Construct
 
-from constructs_lib._log_keys import allow_logs_to_use_key
-from constructs_lib._nag import (
+from constructs_lib._shared.log_keys import allow_logs_to_use_key
+from constructs_lib._shared.nag import (
     NIST_800_53_R5,
     SERVERLESS,
     acknowledge,
@@ -51,10 +51,10 @@ from constructs_lib._nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib._subnets import subnet_selection_kwargs
-from constructs_lib.image_repository import TrainingImageRepository
+from constructs_lib._shared.subnets import subnet_selection_kwargs
+from constructs_lib.image.repository import TrainingImageRepository
 
-TRAINING_DIR = Path(__file__).resolve().parent.parent / "training"
+TRAINING_DIR = Path(__file__).resolve().parents[2] / "training"
 HANDLERS_DIR = Path(__file__).resolve().parent / "handlers"
 
 DLC_REPOSITORY = "pytorch-training"

@@ -1,5 +1,6 @@
 """The training workflow's observability: the executions-not-succeeded alarm, the notification topic and rule,
-and the EventBridge trigger. Each function adds to the ``TrainingWorkflow`` it is given.
+and the EventBridge trigger. Each function takes the scope to build in and what it uses (the state machine, the
+key, ...) and returns what it built; the workflow construct keeps them as its attributes.
 
 The rule and the alarm have physical names derived from their construct paths, so that the topic policy and the
 key policy can name their exact ARNs in ``aws:SourceArn`` (a reference would make a dependency cycle: key, topic,
@@ -7,7 +8,8 @@ rule/alarm, key)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import jsii
 from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack
@@ -17,34 +19,53 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct
 
-from constructs_lib import console_links
-from constructs_lib._log_keys import allow_logs_to_use_key
-from constructs_lib._nag import NIST_800_53_R5, SERVERLESS, acknowledge, acknowledge_role_policy, policy_scope
+from constructs_lib._shared import console_links
+from constructs_lib._shared.nag import (
+    NIST_800_53_R5,
+    SERVERLESS,
+    acknowledge,
+    acknowledge_role_policy,
+    policy_scope,
+)
 
-if TYPE_CHECKING:
-    from constructs_lib.training_workflow import TrainingWorkflow
 FAILED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
 
 
+@dataclass(frozen=True)
+class Notifications:
+    """What :func:`alarm_and_notifications` built."""
+
+    alarm: cloudwatch.Alarm
+    """Executions that failed, timed out or were aborted (at least one in 5 minutes)."""
+    topic: sns.ITopic | None
+    """The topic told when an execution ends (given or created); None when notifications are off."""
+    key: kms.IKey | None
+    """The key of a created topic (``encryption_key`` or one created); None when no topic was created."""
+    status_rule: events.Rule | None
+    """The execution-ended rule that tells ``topic``; None without a topic."""
+
+
 def alarm_and_notifications(
-    workflow: TrainingWorkflow,
-    stack: Stack,
+    workflow: Construct,
+    state_machine: sfn.StateMachine,
+    *,
     notification_topic: sns.ITopic | None,
     notifications: bool,
-    *,
     encryption_key: kms.IKey | None = None,
     removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
-) -> None:
-    """The executions-not-succeeded alarm, the notification topic and the execution-ended rule.
+) -> Notifications:
+    """The executions-not-succeeded alarm of ``state_machine``, the notification topic and the execution-ended
+    rule, built in ``workflow`` (whose path names the alarm and the rule).
 
     A created topic is encrypted with ``encryption_key`` or, without one, a key created here (rotation on,
     ``removal_policy``). The topic policy and the key policy let only this rule and this alarm publish.
     """
-    sm = workflow.state_machine
+    stack = Stack.of(workflow)
+    sm = state_machine
     alarm_name = _physical_name(workflow, "ExecutionsNotSucceeded", 255)
     rule_name = _physical_name(workflow, "ExecutionEnded", 64)
     sources = {
@@ -56,7 +77,7 @@ def alarm_and_notifications(
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         ),
     }
-    workflow.alarm = cloudwatch.Alarm(
+    alarm = cloudwatch.Alarm(
         workflow,
         "ExecutionsNotSucceeded",
         alarm_name=alarm_name,
@@ -76,8 +97,8 @@ def alarm_and_notifications(
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
     )
-    workflow.notification_topic = notification_topic
-    workflow.notification_key = None
+    topic = notification_topic
+    notification_key: kms.IKey | None = None
     if notification_topic is None and notifications:
         key = encryption_key or kms.Key(
             workflow,
@@ -96,24 +117,23 @@ def alarm_and_notifications(
                     conditions=_source(stack, source_arn),
                 )
             )
-        workflow.notification_key = key
-        workflow.notification_topic = sns.Topic(
+        notification_key = key
+        topic = sns.Topic(
             workflow,
             "Notifications",
             display_name="Training workflow",
             master_key=key,
             enforce_ssl=True,
         )
-    if workflow.notification_topic is None:
+    if topic is None:
         acknowledge(
-            workflow.alarm,
+            alarm,
             "CloudWatchAlarmAction",
             "Notifications are off (no notification_topic, notifications=False): the alarm shows state in the "
             "console and on dashboards; add an action with workflow.alarm.add_alarm_action(...) to be told.",
             pack=NIST_800_53_R5,
         )
-        return
-    topic = workflow.notification_topic
+        return Notifications(alarm=alarm, topic=None, key=None, status_rule=None)
     # The topic policy replaces SNS's default one: say who may publish, each from its exact source. (A no-op on
     # an imported topic, whose own policy must allow the same.)
     for service, source_arn in sources.items():
@@ -126,10 +146,10 @@ def alarm_and_notifications(
                 conditions=_source(stack, source_arn),
             )
         )
-    workflow.alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
+    alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
     # An EventBridge rule (not sns:Publish states) so that timeouts and aborts, which never reach a
     # state of the machine, are reported too.
-    workflow.status_rule = events.Rule(
+    status_rule = events.Rule(
         workflow,
         "ExecutionEnded",
         rule_name=rule_name,
@@ -145,12 +165,13 @@ def alarm_and_notifications(
         targets=[_TopicTarget(topic, notification_message(stack.region))],
     )
     acknowledge(
-        workflow.status_rule,
+        status_rule,
         "EventBusDLQ",
         "A notification that EventBridge cannot deliver after its 24 hours of retries loses nothing: the "
         "outcome stays in the execution history, the alarm counts it, and a queue of copies would have no reader.",
         pack=SERVERLESS,
     )
+    return Notifications(alarm=alarm, topic=topic, key=notification_key, status_rule=status_rule)
 
 
 @jsii.implements(events.IRuleTarget)
@@ -211,69 +232,47 @@ def notification_message(region: str | None) -> events.RuleTargetInput:
 
 
 def trigger(
-    workflow: TrainingWorkflow, event_pattern: events.EventPattern | None, event_bus: events.IEventBus | None
-) -> None:
-    """The EventBridge rule that starts an execution per matching event (``workflow.trigger_rule``)."""
-    sm = workflow.state_machine
-    workflow.trigger_rule = None
-    if event_pattern is not None:
-        workflow.trigger_rule = events.Rule(
-            workflow,
-            "Trigger",
-            description="Start a training workflow execution with the event's detail as input",
-            event_bus=event_bus,
-            event_pattern=event_pattern,
-            targets=[targets.SfnStateMachine(sm, input=events.RuleTargetInput.from_event_path("$.detail"))],
-        )
-        acknowledge(
-            workflow.trigger_rule,
-            "EventBusDLQ",
-            "A start request that EventBridge cannot deliver in 24 hours of retries starts no job and spends "
-            "nothing; the sender sees no execution for its event and sends it again (executions are idempotent "
-            "per input only by name, so a replayed queue could start duplicate multi-GPU jobs).",
-            pack=SERVERLESS,
-        )
-        events_role = sm.node.try_find_child("EventsRole")
-        key = getattr(workflow, "encryption_key", None)
-        if events_role is not None and key is not None:
-            # Starting an execution of a state machine encrypted with a customer key encrypts its input with
-            # that key: the caller needs a data key, in the context of this state machine only.
-            iam.Grant.add_to_principal(
-                grantee=events_role,  # type: ignore[arg-type]
-                actions=["kms:GenerateDataKey", "kms:Decrypt"],
-                resource_arns=[key.key_arn],
-                conditions={
-                    "StringEquals": {"kms:EncryptionContext:aws:states:stateMachineArn": sm.state_machine_arn}
-                },
-            )
-        if events_role is not None:
-            acknowledge_role_policy(policy_scope(events_role))
-
-
-def keyed_log_group(
     scope: Construct,
-    key: kms.IKey | None,
-    retention: logs.RetentionDays,
-    policy: RemovalPolicy,
-    name_prefix: str,
-) -> logs.LogGroup:
-    """``scope``'s log group ``Logs``. With ``key``: named ``<name_prefix><unique name>`` and encrypted, and the
-    key policy lets CloudWatch Logs use the key for exactly that log group (a no-op on an imported key). Without:
-    CloudWatch Logs' own encryption, acknowledged for NIST 800-53 R5."""
-    stack = Stack.of(scope)
-    name = None
-    if key is not None:
-        name = name_prefix + Names.unique_resource_name(scope, max_length=200)
-        allow_logs_to_use_key(key, stack, sid=f"Logs{Names.unique_id(scope)[-12:]}", log_group_name=name)
-    group = logs.LogGroup(
-        scope, "Logs", log_group_name=name, retention=retention, encryption_key=key, removal_policy=policy
+    state_machine: sfn.StateMachine,
+    *,
+    event_pattern: events.EventPattern | None,
+    event_bus: events.IEventBus | None,
+    encryption_key: kms.IKey | None,
+) -> events.Rule | None:
+    """The EventBridge rule ``Trigger`` in ``scope`` that starts an execution of ``state_machine`` per event
+    matching ``event_pattern`` (returned; None without a pattern). With ``encryption_key`` (the state machine's),
+    the rule's role may use the key for this state machine's execution input."""
+    if event_pattern is None:
+        return None
+    sm = state_machine
+    trigger_rule = events.Rule(
+        scope,
+        "Trigger",
+        description="Start a training workflow execution with the event's detail as input",
+        event_bus=event_bus,
+        event_pattern=event_pattern,
+        targets=[targets.SfnStateMachine(sm, input=events.RuleTargetInput.from_event_path("$.detail"))],
     )
-    if key is None:
-        acknowledge(
-            group,
-            "CloudWatchLogGroupEncrypted",
-            "No encryption_key was given: CloudWatch Logs encrypts the log with its own key; pass encryption_key "
-            "(the app always does) for a customer managed key.",
-            pack=NIST_800_53_R5,
+    acknowledge(
+        trigger_rule,
+        "EventBusDLQ",
+        "A start request that EventBridge cannot deliver in 24 hours of retries starts no job and spends "
+        "nothing; the sender sees no execution for its event and sends it again (executions are idempotent "
+        "per input only by name, so a replayed queue could start duplicate multi-GPU jobs).",
+        pack=SERVERLESS,
+    )
+    events_role = sm.node.try_find_child("EventsRole")
+    if events_role is not None and encryption_key is not None:
+        # Starting an execution of a state machine encrypted with a customer key encrypts its input with
+        # that key: the caller needs a data key, in the context of this state machine only.
+        iam.Grant.add_to_principal(
+            grantee=events_role,  # type: ignore[arg-type]
+            actions=["kms:GenerateDataKey", "kms:Decrypt"],
+            resource_arns=[encryption_key.key_arn],
+            conditions={
+                "StringEquals": {"kms:EncryptionContext:aws:states:stateMachineArn": sm.state_machine_arn}
+            },
         )
-    return group
+    if events_role is not None:
+        acknowledge_role_policy(policy_scope(events_role))
+    return trigger_rule

@@ -10,8 +10,8 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
-from constructs_lib._nag import acknowledge_role_policy
-from constructs_lib.image_repository import CACHE_TAG, TrainingImageRepository
+from constructs_lib._shared.nag import acknowledge_role_policy
+from constructs_lib.image.repository import CACHE_TAG, TrainingImageRepository
 from tests.cdk_helpers import as_list, statements, synth_with_nag, template_of
 
 

@@ -13,9 +13,9 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Annotations, Match
 
-from constructs_lib.checkpoint_bucket import CheckpointBucket
-from constructs_lib.execution_role import IMMUTABLE_ROLE_WARNING, SageMakerExecutionRole
-from constructs_lib.image_repository import TrainingImageRepository
+from constructs_lib.identity.execution_role import IMMUTABLE_ROLE_WARNING, SageMakerExecutionRole
+from constructs_lib.image.repository import TrainingImageRepository
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 from tests.cdk_helpers import as_list, statements, synth_with_nag, template_of
 
 

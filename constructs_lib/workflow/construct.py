@@ -2,7 +2,7 @@
 
 One execution = one validated, cost-bounded, monitored training job. The execution input (snake_case, every
 field optional) is decided before anything launches by the workflow's ``RequestValidator`` Lambda function
-(``request_validation``: every field, the trainer's settings and rules from the contract, SageMaker's limits, the
+(``request_check``: every field, the trainer's settings and rules from the contract, SageMaker's limits, the
 data location, ``resume_from``), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
 Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
 ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
@@ -13,9 +13,10 @@ apart.
 
 Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
 
-This module checks the props and composes the parts: the request (``workflow_request``), its validation
-(``request_validation``, ``request_validator``, ``request_states``), the states (``workflow_states``,
-``launch_retry``) and observability (``workflow_observability``).
+This module checks the props and composes the parts of this package, each a function or construct that takes what
+it uses and returns what it builds: the request (``request``), its check (``request_check``, its Lambda function
+``request_function``, the states that call it ``request_states``), the states (``states``, ``launch_retry``) and
+observability (``observability``). Only this module holds the workflow's attributes.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib._nag import (
+from constructs_lib._shared.log_keys import keyed_log_group
+from constructs_lib._shared.nag import (
     NIST_800_53_R5,
     acknowledge,
     acknowledge_role_policy,
@@ -45,25 +47,20 @@ from constructs_lib._nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib._subnets import subnet_selection_kwargs
-from constructs_lib.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
-from constructs_lib.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
-from constructs_lib.request_states import decide_request
-from constructs_lib.request_validation import (
+from constructs_lib._shared.subnets import subnet_selection_kwargs
+from constructs_lib.identity.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
+from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
+from constructs_lib.workflow.observability import FAILED_STATUSES, alarm_and_notifications, trigger
+from constructs_lib.workflow.request import job_tags, resource_config, training_job_request
+from constructs_lib.workflow.request_check import (
     MAX_RUNTIME_SECONDS_LIMIT,
     RequestRules,
     parse_data_sources,
     validate_request,
 )
-from constructs_lib.request_validator import RequestValidator
-from constructs_lib.workflow_observability import (
-    FAILED_STATUSES,
-    alarm_and_notifications,
-    keyed_log_group,
-    trigger,
-)
-from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
-from constructs_lib.workflow_states import (
+from constructs_lib.workflow.request_function import RequestValidator
+from constructs_lib.workflow.request_states import decide_request
+from constructs_lib.workflow.states import (
     CAPACITY_ERROR_MARKER,
     CREATE_TRAINING_JOB_SYNC,
     capacity_states,
@@ -84,7 +81,7 @@ __all__ = [
     "TrainingWorkflow",
     "WorkflowDefaults",
 ]
-"""Also re-exported from their own modules, so that ``constructs_lib.training_workflow`` keeps its names."""
+"""Also re-exported from their own modules, so that this module keeps the names it has always had."""
 
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The EventBridge rule Step Functions manages in the account to learn when a training job ends."""
@@ -181,15 +178,6 @@ class TrainingWorkflow(Construct):
     :param state_machine_name: physical name. Default: generated.
     :param tags: tags for the workflow's resources and every training job. Default: none.
     """
-
-    # Attributes set by the unit that builds them (workflow_states, workflow_observability).
-    launch: sfn.CustomState
-    launch_without_data: sfn.CustomState
-    alarm: cloudwatch.Alarm
-    notification_topic: sns.ITopic | None
-    notification_key: kms.IKey | None
-    status_rule: events.Rule | None
-    trigger_rule: events.Rule | None
 
     def __init__(
         self,
@@ -323,15 +311,25 @@ class TrainingWorkflow(Construct):
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
         self._grant_data_sources(execution_role, checkpoint_bucket)
 
-        alarm_and_notifications(
+        observed = alarm_and_notifications(
             self,
-            stack,
-            notification_topic,
-            notifications,
+            self.state_machine,
+            notification_topic=notification_topic,
+            notifications=notifications,
             encryption_key=encryption_key,
             removal_policy=policy,
         )
-        trigger(self, event_pattern, event_bus)
+        self.alarm: cloudwatch.Alarm = observed.alarm
+        self.notification_topic: sns.ITopic | None = observed.topic
+        self.notification_key: kms.IKey | None = observed.key
+        self.status_rule: events.Rule | None = observed.status_rule
+        self.trigger_rule: events.Rule | None = trigger(
+            self,
+            self.state_machine,
+            event_pattern=event_pattern,
+            event_bus=event_bus,
+            encryption_key=encryption_key,
+        )
 
         for key_name, value in tags.items():
             Tags.of(self).add(key_name, value)
@@ -435,13 +433,16 @@ class TrainingWorkflow(Construct):
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
         )
-        launch_data = launch_loop(self, launch_params, retries, retry_wait)
-        mode = capacity_states(self, resources, pending, launch_data)
+        loop = launch_loop(self, launch_params, retries=retries, retry_wait=retry_wait)
+        self.launch: sfn.CustomState = loop.launch
+        self.launch_without_data: sfn.CustomState = loop.launch_without_data
+        mode = capacity_states(self, resources, pending=pending, launch=loop.entry)
+        prepare = prepare_state(self, launch_retry_backoff=self.launch_retry_backoff)
         return decide_request(
             self,
             validator=self.validator,
             rules_json=self.request_rules.to_json(),
-            next_state=prepare_state(self).next(mode),
+            next_state=prepare.next(mode),
         )
 
     def _request_rules(

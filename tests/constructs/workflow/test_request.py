@@ -1,6 +1,6 @@
 """The CreateTrainingJob request as a pure function: no stack, no state machine."""
 
-from constructs_lib.workflow_request import job_tags, resource_config, training_job_request
+from constructs_lib.workflow.request import job_tags, resource_config, training_job_request
 from training.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
 
 BASE = dict(

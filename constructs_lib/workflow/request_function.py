@@ -1,9 +1,9 @@
 """``RequestValidator``: the Lambda function that decides a training workflow's request before anything launches.
 
-It runs :func:`constructs_lib.request_validation.handler` (see that module for why a Lambda function). Its asset
+It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
-wheel as well as from a checkout): ``constructs_lib/request_validation.py``, ``training/contract.py`` and two
-empty ``__init__.py`` files (the real ``constructs_lib/__init__.py`` would pull in aws_cdk). Its role may write its
+wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py``, ``training/contract.py`` and an
+empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
 own log group and read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
 decide ``resume_from``; nothing else.
 """
@@ -24,8 +24,8 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 import training.contract
-from constructs_lib import request_validation
-from constructs_lib._nag import (
+from constructs_lib._shared.log_keys import keyed_log_group
+from constructs_lib._shared.nag import (
     NIST_800_53_R5,
     SERVERLESS,
     acknowledge,
@@ -33,11 +33,11 @@ from constructs_lib._nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow_observability import keyed_log_group
+from constructs_lib.workflow import request_check
 
-HANDLER = "constructs_lib.request_validation.handler"
+HANDLER = "constructs_lib.workflow.request_check.handler"
 ASSET_FILES = {
-    "constructs_lib/request_validation.py": Path(request_validation.__file__),
+    "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
     "training/contract.py": Path(training.contract.__file__),
 }
 
@@ -48,13 +48,14 @@ def build_asset() -> Path:
     for name, source in sorted(ASSET_FILES.items()):
         digest.update(name.encode() + b"\0" + source.read_bytes())
     folder = Path(tempfile.gettempdir()) / f"request-validator-{digest.hexdigest()[:16]}"
-    if not (folder / "constructs_lib" / "request_validation.py").exists():
+    if not all((folder / name).exists() for name in ASSET_FILES):
         staging = Path(tempfile.mkdtemp(prefix="request-validator-"))
         for name, source in ASSET_FILES.items():
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
-            (target.parent / "__init__.py").touch()
+            for package in target.relative_to(staging).parents[:-1]:  # every folder of the path: a package
+                (staging / package / "__init__.py").touch()
         try:
             staging.rename(folder)
         except OSError:  # another synth built the same folder first
@@ -105,7 +106,7 @@ class RequestValidator(Construct):
             description="Training request validation: its own logs, and the workflow's checkpoint markers (read)",
         )
         self.log_group.grant_write(self.role)
-        markers = bucket.arn_for_objects(f"{runs_prefix}*/{request_validation.CHECKPOINT_MARKER}")
+        markers = bucket.arn_for_objects(f"{runs_prefix}*/{request_check.CHECKPOINT_MARKER}")
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="ReadCheckpointMarkers",

@@ -1,4 +1,4 @@
-"""The request validation function (``constructs_lib.request_validation``), without aws_cdk or AWS."""
+"""The request validation function (``constructs_lib.workflow.request_check``), without aws_cdk or AWS."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 import botocore.session
 import pytest
 
-from constructs_lib.request_validation import (
+from constructs_lib.workflow.request_check import (
     CHECKPOINT_MARKER,
     DEFAULT_INPUT,
     INPUT_FIELDS,
@@ -43,7 +43,7 @@ def one(raw, rules) -> str:
 
 
 def test_module_loads_without_aws_cdk():
-    code = "import sys, constructs_lib.request_validation; print('aws_cdk' in sys.modules)"
+    code = "import sys, constructs_lib.workflow.request_check; print('aws_cdk' in sys.modules)"
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
     )

@@ -15,7 +15,7 @@ import pytest
 from moto import mock_aws
 from moto.codebuild.models import CodeBuildBackend
 
-from constructs_lib.handlers import image_build as handler
+from constructs_lib.image.handlers import image_build as handler
 
 REGION = "us-west-2"
 PROJECT = "TrainingImageBuild"

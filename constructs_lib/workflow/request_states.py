@@ -1,8 +1,8 @@
 """The training workflow's first states: decide the request with the ``RequestValidator`` Lambda function.
 
-``Decide request`` invokes :func:`constructs_lib.request_validation.handler` with the raw execution input (any JSON
+``Decide request`` invokes :func:`constructs_lib.workflow.request_check.handler` with the raw execution input (any JSON
 value, so a non-object input is an ``InvalidInput`` like any other), this execution's name and the workflow's
-:class:`~constructs_lib.request_validation.RequestRules` (a JSON string fixed at synth time). Its result replaces
+:class:`~constructs_lib.workflow.request_check.RequestRules` (a JSON string fixed at synth time). Its result replaces
 the state: ``config`` (every input field), ``hyperparameters`` (the exact ``HyperParameters`` map), ``channels``
 (``InputDataConfig``) and ``resume``. ``Request valid?`` ends a bad request in ``InvalidInput`` with every problem
 in the cause, before any SageMaker call; a validator that fails itself ends in ``RequestValidationFailed``.
@@ -15,8 +15,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib.request_validation import DECIDE_STATE, INVALID_INPUT_ERROR
-from constructs_lib.request_validator import RequestValidator
+from constructs_lib.workflow.request_check import DECIDE_STATE, INVALID_INPUT_ERROR
+from constructs_lib.workflow.request_function import RequestValidator
 
 VALIDATOR_FAILED_ERROR = "RequestValidationFailed"
 

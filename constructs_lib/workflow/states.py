@@ -1,20 +1,21 @@
 """The training workflow's states after the request is decided (``request_states``): the launch preparation,
 capacity mode, and the launch loop (launch with or without input data, refused-request and capacity relaunches,
-failure and summary). Each function adds states to the ``TrainingWorkflow`` it is given."""
+failure and summary). Each function adds its states to the scope it is given and returns them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
 
-from constructs_lib import console_links, launch_retry
-from constructs_lib.asl import format_intrinsic
+from constructs_lib._shared import console_links
+from constructs_lib._shared.asl import format_intrinsic
+from constructs_lib.workflow import launch_retry
 
-if TYPE_CHECKING:
-    from constructs_lib.training_workflow import TrainingWorkflow
 CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
 CAPACITY_ERROR_MARKER = "CapacityError"
 
@@ -36,8 +37,9 @@ def _with_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def prepare_state(workflow: TrainingWorkflow) -> sfn.Pass:
-    """After the request is decided: its parts, the launch counters and the defaults of the result."""
+def prepare_state(workflow: Construct, *, launch_retry_backoff: int) -> sfn.Pass:
+    """After the request is decided: its parts, the launch counters (the first refused-launch backoff is
+    ``launch_retry_backoff`` seconds) and the defaults of the result."""
     result_defaults: dict[str, Any] = {
         "TrainingJobName": None,
         "TrainingJobStatus": None,
@@ -60,7 +62,7 @@ def prepare_state(workflow: TrainingWorkflow) -> sfn.Pass:
             "channels.$": "$.channels",
             "resume.$": "$.resume",
             "launch_count": 1,
-            **launch_retry.initial_state(workflow.launch_retry_backoff),
+            **launch_retry.initial_state(launch_retry_backoff),
             "result_defaults": _with_nulls(result_defaults),
             "failure_defaults": _with_nulls(failure_defaults),
         },
@@ -86,11 +88,23 @@ def summary_links(region: str | None) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class LaunchLoop:
+    """What :func:`launch_loop` built: its entry and its two launch states."""
+
+    entry: sfn.Choice
+    """``Input data?``: picks ``launch`` or ``launch_without_data``."""
+    launch: sfn.CustomState
+    """``createTrainingJob.sync`` with ``InputDataConfig`` from ``$.channels``."""
+    launch_without_data: sfn.CustomState
+    """The same without ``InputDataConfig`` (SageMaker refuses an empty one)."""
+
+
 def launch_loop(
-    workflow: TrainingWorkflow, launch_params: dict[str, Any], retries: int, retry_wait: int
-) -> sfn.Choice:
-    """The launch loop: ``Input data?`` (returned) picks the launch with or without ``InputDataConfig``
-    (``workflow.launch``, ``workflow.launch_without_data``); then relaunch, failure and summary states."""
+    workflow: Construct, launch_params: dict[str, Any], *, retries: int, retry_wait: int
+) -> LaunchLoop:
+    """The launch loop: ``Input data?`` picks the launch with or without ``InputDataConfig``; then relaunch (at
+    most ``retries`` capacity relaunches, ``retry_wait`` seconds apart), failure and summary states."""
     summarize = sfn.Pass(
         workflow,
         "Summarize",
@@ -135,11 +149,11 @@ def launch_loop(
             },
         )
 
-    workflow.launch = launch_state("Run training job", True)
-    workflow.launch_without_data = launch_state("Run training job (no input data)", False)
+    with_data = launch_state("Run training job", True)
+    without_data = launch_state("Run training job (no input data)", False)
     launch_data = sfn.Choice(workflow, "Input data?", comment="SageMaker refuses an empty InputDataConfig.")
-    launch_data.when(sfn.Condition.is_present("$.channels[0]"), workflow.launch)
-    launch_data.otherwise(workflow.launch_without_data)
+    launch_data.when(sfn.Condition.is_present("$.channels[0]"), with_data)
+    launch_data.otherwise(without_data)
 
     launch_failed = sfn.Fail(
         workflow,
@@ -215,19 +229,21 @@ def launch_loop(
     )
     inspect_failure.otherwise(launch_failed)
     refused = launch_retry.api_error_states(workflow, relaunch=launch_data, launch_failed=launch_failed)
-    for launch in (workflow.launch, workflow.launch_without_data):
+    for launch in (with_data, without_data):
         launch_retry.add_quota_retry(launch)
         launch.add_catch(refused, errors=[launch_retry.API_ERROR], result_path="$.failure")
         launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
         launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
         launch.next(normalize_result)
-    return launch_data
+    return LaunchLoop(entry=launch_data, launch=with_data, launch_without_data=without_data)
 
 
 def capacity_states(
-    workflow: TrainingWorkflow, resources: dict[str, Any], pending: int, launch: sfn.IChainable
+    workflow: Construct, resources: dict[str, Any], *, pending: int, launch: sfn.IChainable
 ) -> sfn.Choice:
-    """Capacity mode and node count states that fill ``$.launch``, then ``launch``."""
+    """Capacity mode and node count states that fill ``$.launch``, then ``launch`` (returns ``Capacity mode``).
+    ``resources`` is the ``ResourceConfig`` before the mode's fields; ``pending`` the training-plan jobs'
+    ``MaxPendingTimeInSeconds``."""
     multi_node = sfn.Choice(workflow, "Several instances?")
     multi_node.when(
         sfn.Condition.number_greater_than("$.config.instance_count", 1),
