@@ -311,13 +311,26 @@ class TrainingWorkflow(Construct):
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
         self._grant_data_sources(execution_role, checkpoint_bucket)
 
+        self._observability(notification_topic, notifications, event_pattern, event_bus)
+
+        for key_name, value in tags.items():
+            Tags.of(self).add(key_name, value)
+
+    def _observability(
+        self,
+        notification_topic: sns.ITopic | None,
+        notifications: bool,
+        event_pattern: events.EventPattern | None,
+        event_bus: events.IEventBus | None,
+    ) -> None:
+        """The alarm, the notifications and the trigger (``observability``), kept as attributes."""
         observed = alarm_and_notifications(
             self,
             self.state_machine,
             notification_topic=notification_topic,
             notifications=notifications,
-            encryption_key=encryption_key,
-            removal_policy=policy,
+            encryption_key=self.encryption_key,
+            removal_policy=self.removal_policy,
         )
         self.alarm: cloudwatch.Alarm = observed.alarm
         self.notification_topic: sns.ITopic | None = observed.topic
@@ -328,11 +341,8 @@ class TrainingWorkflow(Construct):
             self.state_machine,
             event_pattern=event_pattern,
             event_bus=event_bus,
-            encryption_key=encryption_key,
+            encryption_key=self.encryption_key,
         )
-
-        for key_name, value in tags.items():
-            Tags.of(self).add(key_name, value)
 
     def _vpc_config(
         self,

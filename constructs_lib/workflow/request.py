@@ -48,8 +48,8 @@ def training_job_request(
 ) -> dict[str, Any]:
     """The ``Parameters`` of the ``createTrainingJob.sync`` task (JSONPath; ``$.launch`` is filled per launch).
 
-    The decided request (``constructs_lib.workflow.request_states``) gives ``$.hyperparameters`` (the whole map); the
-    launch state with input data adds ``InputDataConfig`` from ``$.channels`` (``workflow_states``).
+    The decided request (``request_states``) gives ``$.hyperparameters`` (the whole map); the launch state with
+    input data adds ``InputDataConfig`` from ``$.channels`` (``states``).
     ``checkpoint_prefix`` is the workflow's own (``checkpoints/<segment>/``): each execution writes under
     ``<checkpoint_prefix><execution name>/``.
 

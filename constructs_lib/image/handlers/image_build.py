@@ -1,6 +1,6 @@
 """Custom-resource handlers that build the training image at deploy time and wait for the build.
 
-Used by ``constructs_lib.image.build.TrainingImageBuild`` through the CDK ``Provider`` framework:
+Used by ``TrainingImageBuild`` (``constructs_lib.image.deploy_time``) through the CDK ``Provider`` framework:
 
 * ``on_event`` starts a CodeBuild build on Create, and on Update when the image tag (the content hash of
   ``training/``) changed. An unchanged tag starts nothing, and neither does a tag already in the repository

@@ -19,12 +19,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 
 from constructs_lib.config import StackSettings
-from constructs_lib.image.build import (
-    DEFAULT_BASE_IMAGE_TAG,
-    TRAINING_DIR,
-    TrainingImageBuild,
-    buildspec,
-)
+from constructs_lib.image.build import DEFAULT_BASE_IMAGE_TAG, TRAINING_DIR, TrainingImageBuild
+from constructs_lib.image.buildspec import buildspec
 from constructs_lib.image.repository import CACHE_TAG, TrainingImageRepository
 from tests.cdk_helpers import DEFAULT_ENV, as_list, statements, synth_with_nag, template_of
 

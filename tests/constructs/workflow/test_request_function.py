@@ -36,11 +36,13 @@ def test_asset_holds_only_what_the_handler_imports():
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert files == [
         "constructs_lib/__init__.py",
+        "constructs_lib/workflow/__init__.py",
         "constructs_lib/workflow/request_check.py",
         "training/__init__.py",
         "training/contract.py",
     ]
-    assert (folder / "constructs_lib" / "__init__.py").read_text() == ""
+    for package in ("constructs_lib", "constructs_lib/workflow", "training"):
+        assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
 
 
 def test_handler_runs_from_the_asset_alone(tmp_path):
