@@ -532,13 +532,14 @@ def format_summary_line(metrics: Mapping[str, float]) -> str:
     ``unusable_checkpoints=N restarted_from: none (N checkpoints unusable)``."""
     parts = ["summary", *(f"{k}={_fmt_metric(metrics[k])}" for k in SUMMARY_METRICS if k in metrics)]
     if "unusable_checkpoints" in metrics:
-        parts.append(restarted_from_none(int(metrics["unusable_checkpoints"])))
+        parts.append(f"restarted_from: {restarted_from_none(int(metrics['unusable_checkpoints']))}")
     return " ".join(parts)
 
 
 def restarted_from_none(unusable: int) -> str:
-    """The fact a run that found only unusable checkpoints reports in its summary line."""
-    return f"restarted_from: none ({unusable} checkpoint{'' if unusable == 1 else 's'} unusable)"
+    """Where a run that found only unusable checkpoints started from: ``none (N checkpoints unusable)`` (its
+    summary line says ``restarted_from: ...``, the operator CLI's ``result`` shows it)."""
+    return f"none ({unusable} checkpoint{'' if unusable == 1 else 's'} unusable)"
 
 
 def format_config_line(settings: Mapping[str, Any]) -> str:
