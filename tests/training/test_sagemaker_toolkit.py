@@ -76,6 +76,8 @@ def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_f
     (ckpt / "step_00000012" / "__0_0.distcp").unlink()
     marker = ckpt / "step_00000006" / checkpoint.MARKER
     marker.write_text(marker.read_text()[:-10])
+    with pytest.raises(json.JSONDecodeError) as unreadable:
+        json.loads(marker.read_text())
     hyperparameters = {**TINY, "max_steps": "20", "on_unusable_checkpoints": "fail", "checkpoint_dir": str(ckpt),
                        "model_dir": str(tmp_path / "model")}  # fmt: skip
     command, child_env = toolkit_job(tmp_path, hyperparameters)
@@ -83,10 +85,11 @@ def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_f
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output
     reason = (tmp_path / "opt_ml" / "output" / "failure").read_text()
-    assert reason.startswith(f"on_unusable_checkpoints=fail: checkpoints skipped in {ckpt}: step_00000012 "
-                             "(__0_0.distcp is missing; set aside as step_00000012.unusable); step_00000006 "
-                             "(unreadable COMPLETE marker (JSONDecodeError: "), reason  # fmt: skip
-    assert reason.endswith("; no usable checkpoint: not training (on_unusable_checkpoints=fail)\n"), reason
+    assert reason == (
+        f"on_unusable_checkpoints=fail: no usable checkpoint in {ckpt}, 2 skipped, not training: step_00000012 "
+        "(__0_0.distcp is missing; set aside as step_00000012.unusable); step_00000006 (unreadable COMPLETE marker "
+        f"(JSONDecodeError: {unreadable.value}); set aside as step_00000006.unusable)\n"
+    )
     assert len(reason.splitlines()) == 1 and f"error: {reason}" in output
     assert "train.sh: torchrun" in output and "step=1/" not in output  # refused in the trainer, before step 1
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000006.unusable", "step_00000012.unusable"]

@@ -83,16 +83,17 @@ def _resume(
     resumed = manager.load_latest(state.net, state.optimizer)
     if manager.skipped:
         skipped = "; ".join(f"{name} ({why})" for name, why in manager.skipped)
-        if resumed is not None:
-            outcome = f"resuming from {resumed['path']}"
-        elif cfg.on_unusable_checkpoints == "fail":
-            outcome = "no usable checkpoint: not training (on_unusable_checkpoints=fail)"
-        else:
-            outcome = "no usable checkpoint: starting from step 0"
-        line = f"checkpoints skipped in {cfg.checkpoint_dir}: {skipped}; {outcome}"
-        if resumed is None and cfg.on_unusable_checkpoints == "fail":
-            raise checkpoint.UnusableCheckpointsError(f"on_unusable_checkpoints=fail: {line}")
-        say(line)
+        if (
+            resumed is None and cfg.on_unusable_checkpoints == "fail"
+        ):  # the reason first: FailureReason keeps 1024
+            raise checkpoint.UnusableCheckpointsError(
+                f"on_unusable_checkpoints=fail: no usable checkpoint in {cfg.checkpoint_dir}, "
+                f"{len(manager.skipped)} skipped, not training: {skipped}"
+            )
+        outcome = (
+            f"resuming from {resumed['path']}" if resumed else "no usable checkpoint: starting from step 0"
+        )
+        say(f"checkpoints skipped in {cfg.checkpoint_dir}: {skipped}; {outcome}")
     if resumed is None:
         if manager.touched_model:  # a failed load wrote into them: start from a clean model and optimizer
             state = _fresh_state(cfg, env, plan)
