@@ -31,6 +31,7 @@ from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot, console_links
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
+from training.contract import restarted_from_none
 
 if TYPE_CHECKING:
     from constructs_lib.workflow.request_check import RequestRules
@@ -312,7 +313,9 @@ class TrainingRuns:
 
     def result(self, run: str) -> dict[str, Any]:
         """The run's summary: status, final metrics, artifact and checkpoint URIs, training and billable time, the
-        cost estimate, the trainer's own summary line, and console links."""
+        cost estimate, the trainer's own summary line, and console links. ``restarted_from`` is
+        ``none (N checkpoints unusable)`` when the trainer found checkpoints and none was usable (the job's
+        ``final:unusable_checkpoints`` metric, or its summary line), else None."""
         current = self.run(run)
         job = current.job
         summary = current.summary or {}
@@ -323,6 +326,11 @@ class TrainingRuns:
         final_metrics = summary.get("final_metrics")
         if isinstance(final_metrics, list):
             final_metrics = {m["MetricName"]: m.get("Value") for m in final_metrics if "MetricName" in m}
+        if final_metrics is None:
+            final_metrics = job.final_metrics if job else {}
+        unusable = final_metrics.get(
+            "final:unusable_checkpoints", (progress.summary or {}).get("unusable_checkpoints")
+        )
         return {
             "name": current.name,
             "status": current.status,
@@ -330,10 +338,9 @@ class TrainingRuns:
             "cause": current.cause,
             "job": job.name if job else None,
             "failure_reason": job.failure_reason if job else None,
-            "final_metrics": final_metrics
-            if final_metrics is not None
-            else (job.final_metrics if job else {}),
+            "final_metrics": final_metrics,
             "trainer_summary": progress.summary,
+            "restarted_from": None if unusable is None else restarted_from_none(int(unusable)),
             "model_artifacts": summary.get("model_artifacts") or (job.model_artifacts if job else None),
             "checkpoint_uri": summary.get("checkpoint_uri") or (job.checkpoint_uri if job else None),
             "training_seconds": sum(j.training_seconds or 0 for j in current.jobs),

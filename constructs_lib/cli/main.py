@@ -417,6 +417,7 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
         ("instances", f"{result['instance_count']} x {result['instance_type']}" if result["job"] else None),
         ("launches", result["launches"]),
         ("error", f"{result['error']}: {result['cause']}" if result["error"] else None),
+        ("restarted from", result["restarted_from"]),
         ("model artifacts", result["model_artifacts"]),
         ("checkpoints", result["checkpoint_uri"]),
         ("training time", format_duration(result["training_seconds"])),

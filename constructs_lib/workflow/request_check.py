@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from training.contract import (
+    CHECKPOINT_DIR_NAME,
     CHECKPOINT_LOCAL_PATH,
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
@@ -57,7 +58,6 @@ UUID_LENGTH = 36
 """Job names are ``<job_name_prefix>-<UUID>``."""
 CHECKPOINT_MARKER = "COMPLETE"
 """The file the trainer writes last into a finished checkpoint (``training/trainer/checkpoint.py``)."""
-CHECKPOINT_DIR_NAME = re.compile(r"^step_(\d{8})$")
 DATA_INPUT_MODES = ("FastFile", "File")
 """Input modes of the train channel (``Pipe`` is not something the trainer reads)."""
 EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -667,15 +667,16 @@ def newest_complete_checkpoint(
     objects: Mapping[str, int], read: Callable[[str], bytes], run_key: str
 ) -> tuple[int, str] | None:
     """(step, key prefix) of the newest complete checkpoint under ``run_key`` (``.../<execution>/``), the trainer's
-    rule: a ``step_XXXXXXXX`` folder whose ``COMPLETE`` lists files that all exist with the listed sizes.
+    rule: a ``step_XXXXXXXX`` (or ``step_XXXXXXXX-N``, a later save of that step) folder whose ``COMPLETE`` lists
+    files that all exist with the listed sizes; set-aside (``.unusable``) and unsealed folders never count.
 
     ``objects`` maps every key under ``run_key`` to its size; ``read`` returns an object's bytes."""
     candidates = []
     for key in objects:
         parts = key[len(run_key) :].split("/")
         if len(parts) == 2 and parts[1] == CHECKPOINT_MARKER and (m := CHECKPOINT_DIR_NAME.match(parts[0])):
-            candidates.append((int(m.group(1)), f"{run_key}{parts[0]}/"))
-    for step, prefix in sorted(candidates, reverse=True):
+            candidates.append((int(m.group(1)), int(m.group(2) or 1), f"{run_key}{parts[0]}/"))
+    for step, _, prefix in sorted(candidates, reverse=True):
         try:
             files = json.loads(read(prefix + CHECKPOINT_MARKER))["files"]
             if all(objects.get(prefix + name) == size for name, size in files.items()):

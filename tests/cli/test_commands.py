@@ -15,7 +15,7 @@ from constructs_lib.cli.main import main
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, DEPLOYED_MAX_INSTANCE_COUNT, STACK, Terminal
 from tests.workflow.harness import ACCOUNT, REGION, Outcome, capacity_error
 from tests.workflow.test_requests import _seal_checkpoint
-from training.contract import format_config_line, format_step_line, format_summary_line
+from training.contract import format_config_line, format_step_line, format_summary_line, parse_metric_line
 
 B200_PER_HOUR = 113.93  # training.contract.ON_DEMAND_USD_PER_HOUR for the default instance type
 
@@ -272,6 +272,7 @@ def test_result_sums_up_a_successful_run(deployed, cli):
         "train_seconds": 26,
     }
     assert "train:progress" in summary["final_metrics"]  # moto's canned final metric
+    assert summary["restarted_from"] is None
     assert set(summary["links"]) == {"execution", "training_job", "logs"}
     assert summary["links"]["training_job"].endswith(f"#/jobs/{job}")
 
@@ -283,6 +284,22 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     assert {k: api[k] for k in ("job", "cost_usd", "trainer_summary")} == {
         k: summary[k] for k in ("job", "cost_usd", "trainer_summary")
     }
+
+
+def test_result_says_when_the_trainer_restarted_from_step_0_because_no_checkpoint_was_usable(deployed, cli):
+    line = format_summary_line({"steps": 100, "final_loss": 1.875, "unusable_checkpoints": 2})
+    metrics = tuple(
+        parse_metric_line(line).items()
+    )  # what SageMaker reads from the line with the job's regexes
+    prefix, name = _submit(cli, deployed, Outcome(final_metrics=metrics))
+    deployed.log(deployed.wait_for_job(prefix), "algo-1", _step(100, 1.875), line)
+    deployed.wait_until_ended(name)
+    summary = json.loads(cli("result", name, "--json").out)
+    assert summary["final_metrics"]["final:unusable_checkpoints"] == 2  # the workflow's summary carries it
+    assert summary["restarted_from"] == "none (2 checkpoints unusable)"
+    assert summary["trainer_summary"]["unusable_checkpoints"] == 2
+    text = cli("result", name).out
+    assert "restarted from" in text and "none (2 checkpoints unusable)" in text
 
 
 def test_result_of_a_failed_run_names_the_reason_and_exits_non_zero(deployed, cli):

@@ -9,7 +9,7 @@ import pytest
 import torch.distributed as dist
 
 from training import contract
-from training.trainer import config, preflight, prepare
+from training.trainer import config, preflight, prepare, sagemaker_job
 from training.trainer.__main__ import main
 
 from .runner import TINY, cli_args
@@ -104,7 +104,7 @@ def test_main_refuses_bad_data_before_any_process_group(tmp_path, capsys):
 
 def test_outside_sagemaker_outputs_default_to_a_local_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("SM_MODEL_DIR", raising=False)
-    monkeypatch.setattr(config, "RESOURCE_CONFIG", tmp_path / "absent.json")
+    monkeypatch.setattr(sagemaker_job, "RESOURCE_CONFIG", tmp_path / "absent.json")
     cfg, _ = config.parse_args(cli_args(TINY))
     assert (cfg.checkpoint_dir, cfg.model_dir) == ("trainer-output/checkpoints", "trainer-output/model")
     monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")

@@ -81,8 +81,15 @@ def _resume(
     """The state to train from, and whether the checkpoint already reached ``max_steps`` (nothing to do)."""
     state = _fresh_state(cfg, env, plan)
     resumed = manager.load_latest(state.net, state.optimizer)
-    if manager.set_aside:
-        skipped = "; ".join(f"{name} ({why})" for name, why in manager.set_aside)
+    if manager.skipped:
+        skipped = "; ".join(f"{name} ({why})" for name, why in manager.skipped)
+        if (
+            resumed is None and cfg.on_unusable_checkpoints == "fail"
+        ):  # the reason first: FailureReason keeps 1024
+            raise checkpoint.UnusableCheckpointsError(
+                f"on_unusable_checkpoints=fail: no usable checkpoint in {cfg.checkpoint_dir}, "
+                f"{len(manager.skipped)} skipped, not training: {skipped}"
+            )
         outcome = (
             f"resuming from {resumed['path']}" if resumed else "no usable checkpoint: starting from step 0"
         )
@@ -280,5 +287,7 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
     }
     if val_loss is not None:
         summary["val_loss"] = val_loss
+    if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
+        summary["unusable_checkpoints"] = len(manager.skipped)
     say(contract.format_summary_line(summary))
     return summary

@@ -340,6 +340,23 @@ def test_newest_complete_checkpoint_follows_the_trainers_rule():
     assert newest_complete_checkpoint({}, markers.__getitem__, run) is None
 
 
+def test_a_later_save_of_a_step_under_a_free_name_is_the_newest():
+    """The trainer never writes into an existing folder: reaching step 100 again while an unsealed step_00000100/
+    is there, it saves step_00000100-2/. Set-aside folders never count."""
+    run = "checkpoints/W/run-1/"
+    files = {".metadata": 10, "__0_0.distcp": 100}
+    markers = {
+        f"{run}step_00000100-2/{CHECKPOINT_MARKER}": _marker(files, 100),
+        f"{run}step_00000090/{CHECKPOINT_MARKER}": _marker(files, 90),
+        f"{run}step_00000200.unusable/{CHECKPOINT_MARKER}": _marker(files, 200),
+    }
+    objects = {key: len(body) for key, body in markers.items()}
+    for folder in ("step_00000100-2", "step_00000090", "step_00000200.unusable"):
+        objects |= {f"{run}{folder}/{name}": size for name, size in files.items()}
+    objects[f"{run}step_00000100/.metadata"] = 10  # unsealed
+    assert newest_complete_checkpoint(objects, markers.__getitem__, run) == (100, f"{run}step_00000100-2/")
+
+
 def test_resume_needs_a_checkpoint_and_more_steps():
     config = {"resume_from": "run-1"}
     assert resume_problems(config, {"max_steps": "200"}, None, "s3://b/checkpoints/W/run-1/") == [
