@@ -403,6 +403,11 @@ def export(
     (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     tokenizer_text = write_tokenizer(data, tmp, int(config["seq_length"]))
     (tmp / "README.md").write_text(readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text))
+    mode = (
+        tmp / "README.md"
+    ).stat().st_mode & 0o777  # safetensors creates its files 0600: the umask's mode instead
+    for name in files:
+        os.chmod(tmp / name, mode)
     if out.exists():
         out.rmdir()  # checked empty above
     os.replace(tmp, out)
