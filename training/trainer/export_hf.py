@@ -247,35 +247,42 @@ def hf_config(config: dict[str, Any], dtype: str, eos_id: int | None) -> dict[st
     }
 
 
-def shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
-    """Split ``tensors`` (in order) into shards of at most ``max_bytes`` each (a larger tensor gets its own)."""
-    shards: list[dict[str, torch.Tensor]] = [{}]
+def shard(tensors: dict[str, torch.Tensor], max_bytes: int, itemsize: int) -> list[list[str]]:
+    """The names of ``tensors`` (in order) grouped into shards of at most ``max_bytes`` each once converted to
+    ``itemsize`` bytes per element (a tensor larger than that gets a shard of its own)."""
+    shards: list[list[str]] = [[]]
     size = 0
     for name, tensor in tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
+        nbytes = tensor.numel() * itemsize
         if shards[-1] and size + nbytes > max_bytes:
-            shards.append({})
+            shards.append([])
             size = 0
-        shards[-1][name] = tensor
+        shards[-1].append(name)
         size += nbytes
     return shards
 
 
-def write_weights(tensors: dict[str, torch.Tensor], out: Path, max_bytes: int) -> list[str]:
-    """``model.safetensors``, or shards and ``model.safetensors.index.json``; returns the file names."""
+def write_weights(
+    tensors: dict[str, torch.Tensor], out: Path, max_bytes: int, dtype: torch.dtype
+) -> list[str]:
+    """``model.safetensors``, or shards and ``model.safetensors.index.json``, in ``dtype``; returns the file
+    names. One shard at a time is converted (memory: one shard, not the model)."""
     from safetensors.torch import save_file
 
-    parts = shard(tensors, max_bytes)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    parts = shard(tensors, max_bytes, itemsize)
+    names = (
+        ["model.safetensors"]
+        if len(parts) == 1
+        else [f"model-{number:05d}-of-{len(parts):05d}.safetensors" for number in range(1, len(parts) + 1)]
+    )
+    for name, part in zip(names, parts, strict=True):
+        converted = {key: tensors[key].detach().to(dtype).contiguous().clone() for key in part}
+        save_file(converted, str(out / name), metadata={"format": "pt"})
     if len(parts) == 1:
-        save_file(parts[0], str(out / "model.safetensors"), metadata={"format": "pt"})
-        return ["model.safetensors"]
-    names, weight_map = [], {}
-    for number, part in enumerate(parts, 1):
-        name = f"model-{number:05d}-of-{len(parts):05d}.safetensors"
-        save_file(part, str(out / name), metadata={"format": "pt"})
-        names.append(name)
-        weight_map.update(dict.fromkeys(part, name))
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
+        return names
+    weight_map = {key: name for name, part in zip(names, parts, strict=True) for key in part}
+    total = sum(t.numel() * itemsize for t in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return [*names, "model.safetensors.index.json"]
@@ -392,12 +399,11 @@ def export(
     config = saved["config"]
     check_exportable(config, path)
     tensors = to_hf_state_dict(saved["state_dict"], shape_of(config))
-    tensors = {name: t.detach().to(DTYPES[dtype]).contiguous().clone() for name, t in tensors.items()}
     out = Path(out_dir)
     tmp = _fresh_folder(out)
     data = saved.get("data")
     eos_id = ((data or {}).get("tokenizer") or {}).get("eos_id")
-    files = write_weights(tensors, tmp, max_shard_bytes)
+    files = write_weights(tensors, tmp, max_shard_bytes, DTYPES[dtype])
     (tmp / "config.json").write_text(json.dumps(hf_config(config, dtype, eos_id), indent=2) + "\n")
     generation = {"bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": None}
     (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
