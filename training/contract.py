@@ -153,6 +153,9 @@ TRAIN_CHANNEL = "train"
 RESUME_CHANNEL = "resume"
 """Read-only input channel with one complete checkpoint of an earlier run (the workflow's ``resume_from``)."""
 ENTRY_POINT = "train.sh"
+HF_EXPORT_DIR = "hf"
+"""The Hugging Face ``LlamaForCausalLM`` folder a finished run writes into ``MODEL_DIR`` (so into the job's
+``model.tar.gz``), next to ``model.pt`` (``training.trainer.export_hf``); the workflow's summary names it."""
 
 # --------------------------------------------------------------------------------------------------------------
 # Model presets (the seed article's range, Llama-style shapes)

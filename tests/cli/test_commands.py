@@ -259,6 +259,7 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     summary = json.loads(result.out)
     assert summary["status"] == "SUCCEEDED" and summary["job"] == job
     assert summary["model_artifacts"].endswith(f"/output/{job}/output/model.tar.gz")
+    assert summary["hugging_face_model"] == {"archive": summary["model_artifacts"], "folder": "hf/"}
     assert summary["checkpoint_uri"].endswith(
         f"/checkpoints/Test-Workflow/{name}/"
     )  # the workflow's own segment

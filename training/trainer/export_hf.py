@@ -49,7 +49,7 @@ NORM_EPS = 1e-5
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
 """Hugging Face's own default shard limit for ``save_pretrained`` (5 GB)."""
-HF_DIR = "hf"
+HF_DIR = contract.HF_EXPORT_DIR
 """The folder a finished training job writes next to ``model.pt`` in its model artifact."""
 
 
