@@ -165,6 +165,9 @@ is the newer. Suffixed names (``.tmp``, ``.unusable``) are never checkpoints to 
 
 UNUSABLE_CHECKPOINT_ACTIONS: tuple[str, ...] = ("restart", "fail")
 """``on_unusable_checkpoints``: what the trainer does when ``checkpoint_dir`` holds checkpoints and none is usable."""
+HF_EXPORT_DIR = "hf"
+"""The Hugging Face ``LlamaForCausalLM`` folder a finished run writes into ``MODEL_DIR`` (so into the job's
+``model.tar.gz``), next to ``model.pt`` (``training.trainer.export_hf``); the workflow's summary names it."""
 
 # --------------------------------------------------------------------------------------------------------------
 # Model presets (the seed article's range, Llama-style shapes)
@@ -195,6 +198,9 @@ MODEL_PRESETS: Mapping[str, ModelShape] = {
     "64b": ModelShape(num_layers=80, hidden_size=8192, num_heads=64, ffn_hidden_size=22016),
 }
 MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
+
+POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
+"""``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
 # --------------------------------------------------------------------------------------------------------------
 # Hyperparameters: what SageMaker passes to train.sh (as strings), and what the trainer accepts
@@ -311,6 +317,23 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("num_heads", "int", None, "Attention heads (overrides the preset).", 1, 512),
     Hyperparameter("ffn_hidden_size", "int", None, "MLP width (overrides the preset).", 8, 262144),
     Hyperparameter("vocab_size", "int", None, "Vocabulary size (overrides the preset).", 2, 1_048_576),
+    Hyperparameter(
+        "position_encoding",
+        "choice",
+        "rope",
+        "rope: rotary position embeddings as Llama applies them (rotate-half on query and key; the model "
+        "exports to Hugging Face LlamaForCausalLM); none: no position encoding (NoPE, models trained before "
+        "RoPE existed here; cannot be exported).",
+        choices=POSITION_ENCODINGS,
+    ),
+    Hyperparameter(
+        "rope_theta",
+        "float",
+        10000.0,
+        "RoPE base (Llama 2: 10000, Llama 3: 500000); used when position_encoding=rope.",
+        1.0,
+        1e12,
+    ),
     Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
     Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
     Hyperparameter("activation_checkpointing", "bool", False, "Recompute each block's activations."),

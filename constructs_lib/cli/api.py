@@ -31,7 +31,7 @@ from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot, console_links
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
-from training.contract import restarted_from_none
+from training.contract import HF_EXPORT_DIR, restarted_from_none
 
 if TYPE_CHECKING:
     from constructs_lib.workflow.request_check import RequestRules
@@ -342,6 +342,7 @@ class TrainingRuns:
             "trainer_summary": progress.summary,
             "restarted_from": None if unusable is None else restarted_from_none(int(unusable)),
             "model_artifacts": summary.get("model_artifacts") or (job.model_artifacts if job else None),
+            "hugging_face_model": _hugging_face_model(summary, job),
             "checkpoint_uri": summary.get("checkpoint_uri") or (job.checkpoint_uri if job else None),
             "training_seconds": sum(j.training_seconds or 0 for j in current.jobs),
             "billable_seconds": current.billable_seconds,
@@ -353,6 +354,15 @@ class TrainingRuns:
             "duration_seconds": current.duration_seconds,
             "links": console_links(current.region, current.arn, job.name if job else None),
         }
+
+
+def _hugging_face_model(summary: Mapping[str, Any], job: Job | None) -> dict[str, Any] | None:
+    """Where the run's Hugging Face folder is: the workflow summary's, or (for a run whose summary is not there
+    yet) the job's model archive and the trainer's folder in it."""
+    if summary.get("hugging_face_model"):
+        return dict(summary["hugging_face_model"])
+    archive = job.model_artifacts if job else None
+    return {"archive": archive, "folder": f"{HF_EXPORT_DIR}/"} if archive else None
 
 
 class _LogCursor:

@@ -405,6 +405,10 @@ def _cost(cost: float | None, capacity: str | None) -> str:
     return "-" if cost is None else f"${cost:,.2f}"
 
 
+def _hf_text(model: dict[str, Any] | None) -> str | None:
+    return f"{model['folder']} in {model['archive']}" if model and model.get("archive") else None
+
+
 def _print_result(out: Any, result: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -419,6 +423,7 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
         ("error", f"{result['error']}: {result['cause']}" if result["error"] else None),
         ("restarted from", result["restarted_from"]),
         ("model artifacts", result["model_artifacts"]),
+        ("Hugging Face model", _hf_text(result.get("hugging_face_model"))),
         ("checkpoints", result["checkpoint_uri"]),
         ("training time", format_duration(result["training_seconds"])),
         ("billable time", format_duration(result["billable_seconds"])),

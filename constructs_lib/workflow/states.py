@@ -15,6 +15,7 @@ from constructs import Construct
 from constructs_lib._shared import console_links
 from constructs_lib._shared.asl import format_intrinsic
 from constructs_lib.workflow import launch_retry
+from training.contract import HF_EXPORT_DIR
 
 CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
 CAPACITY_ERROR_MARKER = "CapacityError"
@@ -115,6 +116,11 @@ def launch_loop(
             "training_seconds.$": "$.job.TrainingTimeInSeconds",
             "billable_seconds.$": "$.job.BillableTimeInSeconds",
             "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+            # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
+            "hugging_face_model": {
+                "archive.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+                "folder": f"{HF_EXPORT_DIR}/",
+            },
             "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
             "final_metrics.$": "$.job.FinalMetricDataList",
             "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",

@@ -259,6 +259,7 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     summary = json.loads(result.out)
     assert summary["status"] == "SUCCEEDED" and summary["job"] == job
     assert summary["model_artifacts"].endswith(f"/output/{job}/output/model.tar.gz")
+    assert summary["hugging_face_model"] == {"archive": summary["model_artifacts"], "folder": "hf/"}
     assert summary["checkpoint_uri"].endswith(
         f"/checkpoints/Test-Workflow/{name}/"
     )  # the workflow's own segment
@@ -279,6 +280,7 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     text = cli("result", name).out
     assert f"Run {name}: SUCCEEDED" in text and f"${B200_PER_HOUR:,.2f}" in text
     assert "trainer final_loss" in text and "1.875" in text
+    assert "Hugging Face model" in text and "hf/ in s3://" in text
 
     api = TrainingRuns(stack_name=STACK, region=REGION).result(name)  # the Python API says the same
     assert {k: api[k] for k in ("job", "cost_usd", "trainer_summary")} == {

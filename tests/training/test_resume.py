@@ -194,6 +194,29 @@ def test_a_different_model_shape_is_refused_with_one_line_naming_both(reference,
     ]
 
 
+def test_a_nope_checkpoint_from_before_rope_resumes_with_position_encoding_none_only(tmp_path):
+    """Checkpoints written before position_encoding existed record only the shape; those models were NoPE."""
+    first = {**settings(tmp_path, max_steps="4", checkpoint_interval="4"), "position_encoding": "none"}
+    status, output = run_single(first)
+    assert status == 0 and "Hugging Face export skipped: position_encoding=none" in output, output
+    marker_path = tmp_path / "ckpt" / "step_00000004" / checkpoint.MARKER
+    marker = json.loads(marker_path.read_text())
+    assert marker["model_shape"]["position_encoding"] == "none" and "rope_theta" not in marker["model_shape"]
+    old_shape = {k: v for k, v in marker["model_shape"].items() if k in contract.MODEL_DIM_NAMES}
+    marker_path.write_text(json.dumps({**marker, "model_shape": old_shape}))  # as written before RoPE
+
+    status, output = run_single({**settings(tmp_path, max_steps="6"), "rope_theta": "20000"})  # rope: default
+    assert status == 2, output
+    assert output.strip().splitlines() == [
+        f"error: invalid setting checkpoint_dir: {marker_path.parent} holds a model trained with "
+        "position_encoding=none, but this run has position_encoding=rope, rope_theta=20000; use another "
+        "checkpoint_dir or the checkpoint's model settings"
+    ]
+    status, output = run_single({**first, "max_steps": "6"})
+    assert status == 0, output
+    assert f"resumed from {marker_path.parent} at step 4" in output and "summary steps=6 " in output
+
+
 def listing(root: Path) -> dict[str, tuple[int, int]]:
     """Every file with its size and modification time (folders' times change with the writability probe)."""
     return {
@@ -219,6 +242,7 @@ def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(
     shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
     status, output = run_single(settings(tmp_path))
     assert status == 0 and "held no model, so the checkpoint's model was saved to" in output, output
+    assert f"Hugging Face model (float32) exported to {tmp_path / 'model' / 'hf'}" in output
     saved = torch.load(tmp_path / "model" / "model.pt", weights_only=False)
     expected = torch.load(reference[0] / "model_ref" / "model.pt", weights_only=False)
     assert saved["step"] == 12 and saved["state_dict"].keys() == expected["state_dict"].keys()

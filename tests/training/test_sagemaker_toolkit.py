@@ -39,6 +39,10 @@ def test_toolkit_runs_train_sh_with_the_step_functions_hyperparameters(tmp_path)
     assert config["world_size"] == "2"
     assert (tmp_path / "checkpoints" / "step_00000004" / "COMPLETE").is_file()
     assert (tmp_path / "model" / "model.pt").is_file()
+    # the model artifact holds the Hugging Face folder (training.trainer.export_hf)
+    assert {p.name for p in (tmp_path / "model" / "hf").iterdir()} == {
+        "README.md", "config.json", "generation_config.json", "model.safetensors"
+    }  # fmt: skip
     assert "summary steps=4 " in output
 
 

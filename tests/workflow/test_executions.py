@@ -136,6 +136,10 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "training_seconds": 3600,
         "billable_seconds": 3600,
         "model_artifacts": f"s3://{bucket}/output/{request['TrainingJobName']}/output/model.tar.gz",
+        "hugging_face_model": {
+            "archive": f"s3://{bucket}/output/{request['TrainingJobName']}/output/model.tar.gz",
+            "folder": "hf/",
+        },
         "checkpoint_uri": f"s3://{bucket}/checkpoints/Test-Workflow/{name}/",
         "final_metrics": summary["final_metrics"],
         "image_uri": spec["TrainingImage"],

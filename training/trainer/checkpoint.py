@@ -172,7 +172,7 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 
 
 class CheckpointShapeError(ValueError):
-    """The checkpoint holds a model of another shape than the run's settings."""
+    """The checkpoint holds a model of another shape (or position encoding) than the run's settings."""
 
 
 class UnusableCheckpointsError(RuntimeError):
@@ -186,7 +186,8 @@ INCOMPLETE = "incomplete: {why}an interrupted write; left as it is"
 class CheckpointManager:
     """Saves and restores the full training state; all ranks call ``save``/``load_latest`` together.
 
-    ``shape`` (the run's model shape, a dict) is stored in every checkpoint and checked before a load.
+    ``shape`` (the run's ``model_identity``: shape and position settings) is stored in every checkpoint and
+    checked before a load.
     After ``load_latest``, ``skipped`` lists (folder, reason) of every folder it did not load: those it set aside,
     the incomplete ones, a resume channel that failed; ``touched_model`` says whether a failed load may have
     written into the model or optimizer."""
@@ -420,18 +421,50 @@ REMEDY = {
 """What the user can change when a checkpoint's model shape differs, by the setting that chose the checkpoint."""
 
 
+POSITION_SETTINGS = ("position_encoding", "rope_theta")
+"""Model settings recorded next to the shape: a model trained with one cannot continue with another."""
+
+LEGACY_MODEL_SETTINGS: dict[str, Any] = {"position_encoding": "none"}
+"""What a checkpoint written before a setting was recorded holds: every model before RoPE was NoPE."""
+
+
+def model_identity(cfg) -> dict[str, Any]:
+    """What a checkpoint of ``cfg``'s model records and a resume must match: the shape (``MODEL_DIM_NAMES``),
+    ``position_encoding`` and, with RoPE, ``rope_theta``."""
+    identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
+    identity["position_encoding"] = cfg.position_encoding
+    if cfg.position_encoding == "rope":
+        identity["rope_theta"] = float(cfg.rope_theta)
+    return identity
+
+
 def shape_mismatch(
-    path: Path, shape: dict[str, int] | None, remedy: str = REMEDY["checkpoint_dir"]
+    path: Path, shape: dict[str, Any] | None, remedy: str = REMEDY["checkpoint_dir"]
 ) -> str | None:
-    """A one-line message when the checkpoint at ``path`` holds a model of another shape than ``shape``."""
+    """A one-line message when the checkpoint at ``path`` holds a model of another shape than ``shape``, or one
+    trained with other position settings (``POSITION_SETTINGS``; a checkpoint without them was NoPE)."""
     try:
         stored = json.loads((path / MARKER).read_text()).get("model_shape")
     except (OSError, ValueError, AttributeError):
         return None  # unreadable marker: verification reports it
-    if shape is None or stored is None or stored == shape:
+    if shape is None or not isinstance(stored, dict):
+        return None
+    stored = {**LEGACY_MODEL_SETTINGS, **stored}
+    dims = [name for name in shape if name not in POSITION_SETTINGS]
+    stored_dims = {name: stored.get(name) for name in dims}
+    if stored_dims != {name: shape[name] for name in dims}:
+        return (
+            f"{path} holds a model of shape {_shape_text(stored_dims)}, but this run's shape is "
+            f"{_shape_text({name: shape[name] for name in dims})}; {remedy}"
+        )
+    if "position_encoding" not in shape:
+        return None
+    ours = {name: shape[name] for name in POSITION_SETTINGS if name in shape}
+    theirs = {name: stored[name] for name in POSITION_SETTINGS if name in stored}
+    if ours == theirs:
         return None
     return (
-        f"{path} holds a model of shape {_shape_text(stored)}, but this run's shape is {_shape_text(shape)}; "
+        f"{path} holds a model trained with {_settings_text(theirs)}, but this run has {_settings_text(ours)}; "
         f"{remedy}"
     )
 
@@ -443,6 +476,13 @@ def file_sha256(path: Path) -> str:
 
 def _shape_text(shape: dict[str, int]) -> str:
     return "(" + ", ".join(f"{key}={value}" for key, value in shape.items()) + ")"
+
+
+def _settings_text(settings: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+        for key, value in settings.items()
+    )
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -457,10 +497,13 @@ def model_files(model_dir: str) -> list[Path]:
     return sorted(directory.glob("model*.pt")) if directory.is_dir() else []
 
 
-def save_model(model, model_dir: str, step: int, config: dict[str, Any], rank: int) -> Path | None:
+def save_model(
+    model, model_dir: str, step: int, config: dict[str, Any], rank: int, data: dict[str, Any] | None = None
+) -> Path | None:
     """Gather the full model state dict on rank 0 (CPU) and write ``model.pt`` (torch.save of
-    ``{"config", "step", "state_dict"}``) via a temporary name. An existing ``model.pt`` is never overwritten:
-    the new one is then named ``model_step_XXXXXXXX.pt``. Returns the path on rank 0, None elsewhere."""
+    ``{"config", "step", "state_dict", "data"}``; ``data``: what ``export_hf`` needs to know about the run's data
+    and tokenizer) via a temporary name. An existing ``model.pt`` is never overwritten: the new one is then named
+    ``model_step_XXXXXXXX.pt``. Returns the path on rank 0, None elsewhere."""
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank != 0:
         return None
@@ -470,7 +513,7 @@ def save_model(model, model_dir: str, step: int, config: dict[str, Any], rank: i
     if target.exists():
         target = directory / f"model_step_{step:08d}.pt"
     tmp = target.with_name(target.name + ".tmp")
-    torch.save({"config": config, "step": step, "state_dict": state}, tmp)
+    torch.save({"config": config, "step": step, "state_dict": state, "data": data}, tmp)
     if target.exists():
         raise FileExistsError(f"model_dir: {target} already exists; not overwriting it")
     os.replace(tmp, target)

@@ -58,6 +58,8 @@ class TrainConfig:
     num_heads: int
     ffn_hidden_size: int
     vocab_size: int
+    position_encoding: str
+    rope_theta: float
     seq_length: int
     batch_size: int
     activation_checkpointing: bool

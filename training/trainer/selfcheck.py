@@ -25,6 +25,9 @@ TRAINER_MODULES = (
     "training.trainer.checkpoint",
     "training.trainer.metrics",
     "training.trainer.loop",
+    "training.trainer.rotary",
+    "training.trainer.export_hf",
+    "safetensors.torch",
 )
 
 
