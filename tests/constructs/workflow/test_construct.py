@@ -417,7 +417,6 @@ def test_vpc_keys_data_channel_and_tags_reach_the_request():
                 private_subnet_ids=["subnet-0123456789abcdef0"],
             ),
             output_kms_key=kms.Key(_stack_of(app), "OutKey", enable_key_rotation=True),
-            volume_kms_key=kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True),
             train_data_prefix="data/tokens/",
             tags={"team": "llm"},
         )
@@ -434,16 +433,18 @@ def test_vpc_keys_data_channel_and_tags_reach_the_request():
     rules = RequestRules.from_json(definition["States"]["Decide request"]["Parameters"]["Payload"]["rules"])
     assert rules.defaults["train_data_uri"].endswith("/data/tokens/")  # the train channel when none is given
     assert rules.data_sources == ("data/", "data/tokens/")
-    assert {"Key": "team", "Value": "llm"} in params["Tags"]
+    assert params["Tags.$"] == "$.request.Tags"  # decided per execution, with the workflow's own tags
+    assert rules.tags == {"team": "llm"} and rules.workflow_path == "Test/Workflow"
     for name in ("On-demand capacity", "Managed spot capacity", "Training plan capacity"):
-        assert definition["States"][name]["Parameters"]["resource_config"]["VolumeKmsKeyId"].startswith(
-            "arn:aws:kms:"
-        )
-    groups = Template.from_json(template).find_resources("AWS::EC2::SecurityGroup")
-    assert len(groups) == 1
-    Template.from_json(template).has_resource_properties(
-        "AWS::StepFunctions::StateMachine", {"Tags": Match.array_with([{"Key": "team", "Value": "llm"}])}
-    )
+        assert "VolumeKmsKeyId" not in definition["States"][name]["Parameters"]["resource_config"]
+
+
+def test_a_volume_key_with_instance_types_that_have_nvme_storage_is_refused_at_synth():
+    """SageMaker refuses VolumeKmsKeyId for instance types with local NVMe storage (every GPU type here)."""
+    app = cdk.App()
+    key = kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True)
+    with pytest.raises(ValueError, match=r"instance_type: ml\.p6-b200\.48xlarge has NVMe instance storage"):
+        build_workflow(app, volume_kms_key=key)
 
 
 def _stack_of(app: cdk.App) -> cdk.Stack:
@@ -603,7 +604,8 @@ def test_no_unacknowledged_findings_with_every_option():
             app,
             notifications=True,
             event_pattern=events.EventPattern(source=["x"]),
-            volume_kms_key=kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True),
+            remote_debug=True,
+            output_kms_key=kms.Key(_stack_of(app), "OutKey", enable_key_rotation=True),
         )
     )
     assert result.violations == ()
