@@ -24,7 +24,7 @@ from constructs_lib.workflow.construct import TrainingWorkflow, WorkflowDefaults
 from constructs_lib.workflow.request_check import RequestRules, validate_request
 from constructs_lib.workflow.states import CREATE_TRAINING_JOB_SYNC
 from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
-from tests.workflow.harness import definition_of
+from tests.workflow.harness import definition_of, definitions_of
 from tests.workflow.stacks import build_workflow
 
 PARTITION = {"Ref": "AWS::Partition"}
@@ -660,3 +660,71 @@ def test_app_without_notifications_has_no_topic_output():
 def test_bad_compliance_props_are_refused(props, message):
     with pytest.raises(ValueError, match=f"TrainingWorkflow: {message}"):
         build_workflow(cdk.App(), **props)
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"remote_debug": True, "network_isolation": True}, "remote_debug needs the network"),
+        ({"remote_debug": "yes"}, "remote_debug must be True or False"),
+        ({"max_keep_alive_seconds": 21601}, r"max_keep_alive_seconds must be an integer in \[0, 21600\]"),
+        ({"max_keep_alive_seconds": -1}, r"max_keep_alive_seconds must be an integer in \[0, 21600\]"),
+    ],
+)
+def test_bad_warm_pool_and_remote_debug_props_are_refused(props, message):
+    with pytest.raises(ValueError, match=f"TrainingWorkflow: {message}"):
+        build_workflow(cdk.App(), **props)
+
+
+def _remote_debug_statements(template: Template) -> list[dict]:
+    return [
+        s
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        if "ssmmessages" in json.dumps(s["Action"])
+    ]
+
+
+def test_remote_debug_grants_exactly_the_four_ssmmessages_actions_and_nothing_when_off(plain):
+    assert _remote_debug_statements(plain[1]) == []
+    result = synth_with_nag(lambda app: build_workflow(app, remote_debug=True))
+    assert result.violations == ()
+    template = Template.from_json(result.templates["Test.template.json"])
+    (statement,) = _remote_debug_statements(template)
+    assert sorted(statement["Action"]) == [
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
+    ]
+    (policy,) = [
+        p
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if "ssmmessages" in json.dumps(p["Properties"]["PolicyDocument"])
+    ]
+    assert json.dumps(policy["Properties"]["Roles"]).count("ExecutionRole") == 1  # the jobs' role only
+    rules = RequestRules.from_json(
+        definition_of(result.templates["Test.template.json"])["States"]["Decide request"]["Parameters"][
+            "Payload"
+        ]["rules"]
+    )
+    assert rules.remote_debug is True and rules.max_keep_alive_seconds == 3600
+
+
+def _workflow_definition(stack, template: Template) -> dict:
+    return definitions_of(template.to_json())[logical_id(stack.workflow.state_machine)]
+
+
+def test_app_data_key_encrypts_the_job_output_and_settings_reach_the_rules():
+    stack, template = _app_template({"useKms": True, "maxKeepAliveSeconds": 900, "remoteDebug": True})
+    definition = _workflow_definition(stack, template)
+    params = definition["States"]["Run training job"]["Parameters"]
+    assert params["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:")
+    assert "VolumeKmsKeyId" not in definition["States"]["On-demand capacity"]["Parameters"]["resource_config"]
+    rules = stack.workflow.request_rules
+    assert (rules.max_keep_alive_seconds, rules.remote_debug) == (900, True)
+    plain_stack, plain_template = _app_template({})
+    plain_params = _workflow_definition(plain_stack, plain_template)["States"]["Run training job"][
+        "Parameters"
+    ]
+    assert "KmsKeyId" not in plain_params["OutputDataConfig"]
