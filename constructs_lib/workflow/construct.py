@@ -114,10 +114,14 @@ class WorkflowDefaults:
     job_name_prefix: str = "blackwell-training"
     train_data_uri: str | None = None
     train_data_input_mode: str = "FastFile"
+    keep_alive_seconds: int = 0
+    infra_check: bool = False
+    environment: Mapping[str, str] = field(default_factory=dict)
 
     def as_input(self) -> dict[str, Any]:
         values = asdict(self)
         values["hyperparameters"] = dict(self.hyperparameters)
+        values["environment"] = dict(self.environment)
         return values
 
 

@@ -728,3 +728,18 @@ def test_app_data_key_encrypts_the_job_output_and_settings_reach_the_rules():
         "Parameters"
     ]
     assert "KmsKeyId" not in plain_params["OutputDataConfig"]
+
+
+def test_defaults_for_the_new_fields_are_checked_at_synth_and_reach_the_rules():
+    workflow = build_workflow(
+        cdk.App(),
+        defaults=WorkflowDefaults(
+            keep_alive_seconds=900, infra_check=True, environment={"NCCL_DEBUG": "WARN"}
+        ),
+    )
+    assert workflow.request_rules.defaults["keep_alive_seconds"] == 900
+    assert workflow.request_rules.defaults["environment"] == {"NCCL_DEBUG": "WARN"}
+    with pytest.raises(ValueError, match=r"TrainingWorkflow: defaults.environment.PATH: name must start"):
+        build_workflow(cdk.App(), defaults=WorkflowDefaults(environment={"PATH": "/x"}))
+    with pytest.raises(ValueError, match=r"defaults.keep_alive_seconds: must be an integer in \[0, 60\]"):
+        build_workflow(cdk.App(), max_keep_alive_seconds=60, defaults=WorkflowDefaults(keep_alive_seconds=61))
