@@ -552,6 +552,13 @@ class TrainingWorkflow(Construct):
     ) -> None:
         """What ``createTrainingJob.sync`` needs (CustomState grants nothing by itself)."""
         role = self.state_machine.role
+        # The warm-pool ceiling in IAM too (the sagemaker:KeepAlivePeriod condition key of CreateTrainingJob, in
+        # SageMaker's "Use SageMaker AI managed warm pools"); IfExists: the other actions do not carry the key.
+        keep_alive_cap = {
+            "NumericLessThanEqualsIfExists": {
+                "sagemaker:KeepAlivePeriod": self.request_rules.max_keep_alive_seconds
+            }
+        }
         training_jobs = stack.format_arn(
             service="sagemaker",
             resource="training-job",
@@ -569,6 +576,7 @@ class TrainingWorkflow(Construct):
                     "sagemaker:ListTags",
                 ],
                 resources=[training_jobs],
+                conditions=keep_alive_cap,
             )
         )
         # A request naming ResourceConfig.TrainingPlanArn is taken to be authorized against that plan too, so
@@ -588,6 +596,7 @@ class TrainingWorkflow(Construct):
                 sid="LaunchOnTrainingPlans",
                 actions=["sagemaker:CreateTrainingJob"],
                 resources=[training_plans],
+                conditions=keep_alive_cap,
             )
         )
         role.add_to_principal_policy(

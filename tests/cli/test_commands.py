@@ -600,3 +600,4 @@ def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
         assert result.status == 3 and f"training job {job} was started without remote debugging" in result.err
     finally:
         deployed.finish(job, "Stopped")
+    deployed.wait_until_ended(name)

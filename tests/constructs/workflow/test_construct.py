@@ -66,6 +66,10 @@ def test_state_machine_role_has_exactly_the_sync_permissions(plain):
     assert by_sid["RunTrainingJobs"]["Resource"] == {
         "Fn::Join": ["", ["arn:", PARTITION, ":sagemaker:us-west-2:123456789012:training-job/*"]]
     }
+    for sid in ("RunTrainingJobs", "LaunchOnTrainingPlans"):  # the warm-pool ceiling, in IAM too
+        assert by_sid[sid]["Condition"] == {
+            "NumericLessThanEqualsIfExists": {"sagemaker:KeepAlivePeriod": 3600}
+        }
     assert as_list(by_sid["SyncIntegrationEventsRule"]["Action"]) == [
         "events:PutTargets",
         "events:PutRule",
@@ -109,7 +113,7 @@ def test_training_plan_launch_permission_is_scoped_to_the_stacks_plans(plain):
     assert statement["Resource"] == {
         "Fn::Join": ["", ["arn:", PARTITION, ":sagemaker:us-west-2:123456789012:training-plan/*"]]
     }
-    assert "Condition" not in statement
+    assert statement["Condition"] == {"NumericLessThanEqualsIfExists": {"sagemaker:KeepAlivePeriod": 3600}}
     plan_actions = [
         a
         for s in _sm_statements(template)
