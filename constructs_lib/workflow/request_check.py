@@ -262,7 +262,13 @@ class RequestRules:
         return (WORKFLOW_TAG, EXECUTION_TAG, *sorted(self.tags))
 
     def sagemaker(self) -> Mapping[str, Any]:
-        return self.limits if self.limits is not None else _cached_limits()
+        """SageMaker's constraints: those carried in the rules; a constraint they lack (rules of a workflow deployed
+        before it was checked) is read from the installed botocore."""
+        if self.limits is None:
+            return _cached_limits()
+        if set(self.limits) >= LIMIT_NAMES:
+            return self.limits
+        return {**_cached_limits(), **self.limits}
 
     def data_source_uris(self) -> tuple[str, ...]:
         """Allowed data prefixes as ``s3://`` URIs (relative ones in the workflow's bucket; ``s3://*/`` when the
@@ -394,6 +400,29 @@ def _context_int(key: str, value: Any, low: int, high: int) -> int:
 
 
 _LIMITS_CACHE: list[dict[str, Any]] = []
+LIMIT_NAMES = frozenset(
+    {
+        "TrainingJobName",
+        "HyperParameters",
+        "HyperParameterKey",
+        "HyperParameterValue",
+        "InputDataConfig",
+        "S3Uri",
+        "TrainingInputMode",
+        "TrainingPlanArn",
+        "InstanceCount",
+        "MaxRuntimeInSeconds",
+        "ExecutionName",
+        "KeepAlivePeriodInSeconds",
+        "Tags",
+        "TagKey",
+        "TagValue",
+        "Environment",
+        "EnvironmentKey",
+        "EnvironmentValue",
+    }
+)
+"""Every constraint :func:`sagemaker_limits` reads."""
 
 
 def _cached_limits() -> dict[str, Any]:

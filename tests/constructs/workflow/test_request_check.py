@@ -410,3 +410,20 @@ def test_keep_alive_and_remote_debug_follow_the_deployment():
 def test_a_volume_key_refuses_instance_types_with_nvme_storage():
     (problem,) = _problems({}, volume_kms_key=True)
     assert problem.startswith("instance_type: ml.p6-b200.48xlarge has NVMe instance storage")
+
+
+def test_limits_and_rules_of_an_earlier_deployment_still_check_the_new_fields():
+    from constructs_lib.workflow.request_check import (
+        LIMIT_NAMES,
+        RequestRules,
+        sagemaker_limits,
+        validate_request,
+    )
+
+    assert set(sagemaker_limits()) == LIMIT_NAMES
+    current = RequestRules().with_limits()
+    earlier = dict(current.limits or {})
+    for name in ("Tags", "TagKey", "TagValue", "Environment", "EnvironmentKey", "EnvironmentValue"):
+        del earlier[name]
+    rules = RequestRules.from_json({**json.loads(current.to_json()), "limits": earlier})
+    assert validate_request({"tags": {"aws:x": "1"}}, rules)[0].startswith("tags.aws:x: reserved")
