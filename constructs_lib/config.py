@@ -17,7 +17,11 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
-from constructs_lib.workflow.request_check import parse_data_sources
+from constructs_lib.workflow.request_check import (
+    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+    parse_data_sources,
+    sagemaker_limits,
+)
 from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
@@ -54,6 +58,8 @@ WORKFLOW_CONTEXT_KEYS = (
     "triggerSource",
     "triggerDetailType",
     "dataSources",
+    "maxKeepAliveSeconds",
+    "remoteDebug",
 )
 
 # THE table of known keys: the unknown-key check and its suggestions are derived from it.
@@ -200,6 +206,12 @@ class WorkflowSettings:
     data_sources: tuple[str, ...] = ("data/",)
     """Where an execution's ``train_data_uri`` may point (``dataSources``): ``s3://bucket/prefix/`` URIs or key
     prefixes of the checkpoint bucket; the execution role may read exactly these."""
+    max_keep_alive_seconds: int = DEFAULT_MAX_KEEP_ALIVE_SECONDS
+    """The largest ``keep_alive_seconds`` (warm pool) an execution may ask for (``maxKeepAliveSeconds``, 0 to
+    SageMaker's maximum from botocore); 0 turns warm pools off."""
+    remote_debug: bool = False
+    """Let executions ask for ``remote_debug`` (``remoteDebug``): grants the execution role the four
+    ``ssmmessages`` actions of an SSM session. Refused together with ``networkIsolation``."""
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> WorkflowSettings:
@@ -220,6 +232,12 @@ class WorkflowSettings:
             raise ConfigError(
                 "context eventBusName: only used by the trigger rule, which is off; "
                 "set workflowTrigger to true or remove eventBusName"
+            )
+        remote_debug = _bool("remoteDebug", get("remoteDebug"), cls.remote_debug)
+        if remote_debug and _bool("networkIsolation", get("networkIsolation"), cls.network_isolation):
+            raise ConfigError(
+                "context remoteDebug: needs the network (an SSM session into the container), which "
+                "networkIsolation takes away; set one of them to false"
             )
         texts = {}
         for key, default in (
@@ -261,6 +279,14 @@ class WorkflowSettings:
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
             data_sources=parse_data_sources(get("dataSources")),
+            max_keep_alive_seconds=_int(
+                "maxKeepAliveSeconds",
+                get("maxKeepAliveSeconds"),
+                cls.max_keep_alive_seconds,
+                0,
+                int(sagemaker_limits()["KeepAlivePeriodInSeconds"]["max"]),
+            ),
+            remote_debug=remote_debug,
         )
 
 

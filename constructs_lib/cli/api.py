@@ -148,11 +148,12 @@ class TrainingRuns:
     def check(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> list[str]:
         """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: the checks
         of ``constructs_lib.workflow.request_check`` under ``rules`` (default: the deployed workflow's own,
-        :attr:`rules`), and for ``resume_from`` whether that run has a complete checkpoint, read from S3 as the
-        workflow does (skipped when S3 refuses the read: the workflow still decides it before launching)."""
+        :attr:`rules`), then what the workflow reads from S3 (``decide``): that ``train_data_uri`` holds an object
+        and, for ``resume_from``, that the run has a complete checkpoint (skipped when S3 refuses the read: the
+        workflow still decides both before launching)."""
         rules = self.rules if rules is None else rules
         problems = validate(dict(request), rules)
-        if problems or request.get("resume_from") is None or rules.bucket_name is None:
+        if problems or rules.bucket_name is None:
             return problems
         from botocore.exceptions import ClientError
 
@@ -299,6 +300,37 @@ class TrainingRuns:
             if not current.running:
                 return
             self.sleep(self.poll_seconds)
+
+    # ---- remote debugging ---------------------------------------------------------------------------------------
+    def shell_command(self, run: str, host: int = 1) -> list[str]:
+        """``aws ssm start-session`` into host ``host`` (1-based) of the run's running training job: the target is
+        ``sagemaker-training-job:<job>_algo-<host>``. Refused with a one-line reason when the run has no job, the
+        job did not ask for ``remote_debug`` or is not running, or has fewer hosts."""
+        current = self.run(run)
+        job = current.job
+        if job is None:
+            raise OperatorError(f"run {current.name} has no training job yet ({current.status})")
+        if not job.remote_debug:
+            raise OperatorError(
+                f"training job {job.name} was started without remote debugging: submit with remote_debug true "
+                "(the stack needs remoteDebug in cdk.json)"
+            )
+        if job.status != "InProgress":
+            raise OperatorError(
+                f"training job {job.name} is {job.status}, not running: there is no shell to open"
+            )
+        if not 1 <= host <= job.instance_count:
+            raise OperatorError(f"--host: must be in [1, {job.instance_count}] (the job's hosts); got {host}")
+        command = [
+            "aws",
+            "ssm",
+            "start-session",
+            "--target",
+            f"sagemaker-training-job:{job.name}_algo-{host}",
+        ]
+        command += ["--region", self.region]
+        profile = self.session.profile_name if hasattr(self.session, "profile_name") else None
+        return command + (["--profile", profile] if profile and profile != "default" else [])
 
     # ---- act ----------------------------------------------------------------------------------------------------
     def stop(self, run: str) -> Run:

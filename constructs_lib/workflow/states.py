@@ -21,6 +21,10 @@ CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
 CAPACITY_ERROR_MARKER = "CapacityError"
 
 
+WARM_POOL = {"KeepAlivePeriodInSeconds.$": "$.config.keep_alive_seconds"}
+"""On-demand and training-plan jobs keep their instances this long after the job (0: not at all); spot jobs
+cannot have a warm pool, so their request leaves the field out."""
+
 JSON_NULL = "States.StringToJson('null')"
 """A JSON null in Parameters (CDK drops ``None`` values)."""
 
@@ -62,6 +66,7 @@ def prepare_state(workflow: Construct, *, launch_retry_backoff: int) -> sfn.Pass
             "hyperparameters.$": "$.hyperparameters",
             "channels.$": "$.channels",
             "resume.$": "$.resume",
+            "request.$": "$.request",
             "launch_count": 1,
             **launch_retry.initial_state(launch_retry_backoff),
             "result_defaults": _with_nulls(result_defaults),
@@ -289,7 +294,7 @@ def capacity_states(
         sfn.Condition.not_(sfn.Condition.is_null("$.config.training_plan_arn")),
         capacity_pass(
             "Training plan capacity",
-            {"TrainingPlanArn.$": "$.config.training_plan_arn"},
+            {"TrainingPlanArn.$": "$.config.training_plan_arn", **WARM_POOL},
             {"MaxPendingTimeInSeconds": pending},
             False,
         ).next(multi_node),
@@ -300,6 +305,6 @@ def capacity_states(
             "Managed spot capacity", {}, {"MaxWaitTimeInSeconds.$": "$.config.max_wait_seconds"}, True
         ).next(multi_node),
     )
-    mode.otherwise(capacity_pass("On-demand capacity", {}, {}, False).next(multi_node))
+    mode.otherwise(capacity_pass("On-demand capacity", WARM_POOL, {}, False).next(multi_node))
 
     return mode
