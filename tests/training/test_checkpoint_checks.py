@@ -95,12 +95,20 @@ def test_folders_by_kind_and_order(tmp_path):
     sealed(tmp_path / "step_00000020.tmp")  # sealed but never renamed: still an interrupted write
     (tmp_path / "step_00000025-2.tmp").mkdir()
     (tmp_path / "notes").mkdir()
+    sealed(tmp_path / "step_00000030")  # set aside by an earlier run: its record beside it
+    (tmp_path / "step_00000030.unusable").write_text(json.dumps({"reason": "rank 1: checksum mismatch in x"}))
+    (tmp_path / "step_00000035").mkdir()  # set aside with an unreadable record (and, here, no COMPLETE)
+    (tmp_path / "step_00000035.unusable").write_text("{")
     assert [(s, p.name) for s, p in checkpoint.complete_checkpoints(tmp_path)] == [
         (5, "step_00000005"), (10, "step_00000010"), (10, "step_00000010-2")
     ]  # fmt: skip
     assert [p.name for p in checkpoint.incomplete_folders(tmp_path)] == [
         "step_00000015", "step_00000020.tmp", "step_00000025-2.tmp"
     ]  # fmt: skip
+    assert checkpoint.set_aside_folders(tmp_path) == [
+        ("step_00000030", "rank 1: checksum mismatch in x"),
+        ("step_00000035", "its record step_00000035.unusable is unreadable (JSONDecodeError)"),
+    ]
 
 
 @pytest.mark.parametrize(
