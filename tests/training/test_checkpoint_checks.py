@@ -234,3 +234,24 @@ def test_a_set_aside_folder_and_its_record_are_never_reused_counted_or_pruned(on
     ]  # fmt: skip  (keep_checkpoints=1 pruned this run's -2 folders only)
     assert {p.name: p.read_bytes() for p in aside.iterdir()} == before
     assert [p.name for _, p in checkpoint.complete_checkpoints(root)] == ["step_00000012"]
+
+
+def test_a_folder_that_appears_while_a_save_is_written_is_never_replaced(one_rank, tmp_path, monkeypatch):
+    root = tmp_path / "ckpt"
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(net.parameters())
+    manager = checkpoint.CheckpointManager(str(root), 3, one_rank)
+    hashing = manager._node_digests
+
+    def meanwhile(path: Path):
+        (root / "step_00000004").mkdir()
+        (root / "step_00000004" / "theirs").write_text("x")
+        return hashing(path)
+
+    monkeypatch.setattr(manager, "_node_digests", meanwhile)
+    with pytest.raises(
+        FileExistsError, match=r"step_00000004 appeared while .*step_00000004\.tmp was written"
+    ):
+        manager.save(4, net, optimizer, {"step": 4})
+    assert [p.name for p in (root / "step_00000004").iterdir()] == ["theirs"]
+    assert (root / "step_00000004.tmp" / MARKER).is_file()  # the new one is kept, sealed, under its .tmp name

@@ -267,18 +267,22 @@ class CheckpointManager:
         dist.barrier(group=self.cpu_group)
         digests = self._node_digests(tmp)
         self._ours.add(final.name)
+        clash = None
         if self.node_leader and tmp.exists():
             files = {name: size for name, (size, _) in sorted(digests.items())}
             sums = {name: digest for name, (_, digest) in sorted(digests.items())}
             marker = {"world_size": self.world_size, "step": step, "model_shape": self.shape, "job": self.job}
             _write_atomic(tmp / MARKER, json.dumps({**marker, "files": files, "sha256": sums}))
             if os.path.lexists(final):  # appeared since the name was chosen: never replace it
-                raise FileExistsError(
-                    f"checkpoint_dir: {final} appeared while {tmp} was written; not replacing it"
-                )
-            os.rename(tmp, final)
-            self._prune()
-        dist.barrier(group=self.cpu_group)
+                clash = f"checkpoint_dir: {final} appeared while {tmp} was written; not replacing it"
+            else:
+                os.rename(tmp, final)
+                self._prune()
+        clash = self._agree(
+            clash
+        )  # every rank raises, or none (a rank raising alone would leave the rest waiting)
+        if clash is not None:
+            raise FileExistsError(clash)
         return final
 
     def _free_name(self, step: int) -> str:
