@@ -16,7 +16,7 @@ unreadable marker, a listed file missing or of another size, a file it does not 
 load error on any rank -- is damage, and every rank agrees to set the folder aside (each node's local rank 0 writes
 its ``.unusable`` record) and try the previous one; each is reported with its reason. The folder itself is never
 moved: ``/opt/ml/checkpoints`` is mirrored to S3, where a rename would delete the folder's objects and upload them
-again under a new prefix (for minutes, and lost if the job ends first). A later run skips a set-aside folder
+again under a new prefix (the whole checkpoint, lost if the job ends before that upload does). A later run skips a set-aside folder
 without checking it again and names it only when nothing else loads. A ``step_*`` folder without ``COMPLETE``
 (and a ``.tmp`` one) is an interrupted write: reported as incomplete, left as it is, never loaded.
 
@@ -26,9 +26,9 @@ the read-only ``resume`` input channel; it is tried only when ``checkpoint_dir``
 or renamed.
 
 A save never writes into an existing folder: when ``step_N``, ``step_N.tmp`` or ``step_N.unusable`` exists it
-writes ``step_N-2`` (and so on). ``keep_checkpoints`` counts only the complete checkpoints this run wrote or loaded (and, inside a
-SageMaker job, those an earlier launch of the same job wrote): older ones are deleted, ``COMPLETE`` first;
-set-aside, incomplete and other folders are never touched.
+writes ``step_N-2`` (and so on). ``keep_checkpoints`` counts only the complete checkpoints this run wrote or loaded
+(and, inside a SageMaker job, those an earlier launch of the same job wrote): older ones are deleted, ``COMPLETE``
+first; set-aside, incomplete and other folders are never touched.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def _order(name: str) -> tuple[int, int] | None:
 
 
 def complete_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint under ``root`` (sealed, every listed file of its listed size),
-    oldest first."""
+    """(step, path) of every complete checkpoint under ``root`` (sealed, not set aside, every listed file of its
+    listed size), oldest first."""
     return [(order[0], path) for order, path in _sealed(Path(root)) if size_problem(path) is None]
 
 
