@@ -184,6 +184,16 @@ MODEL_PRESETS: Mapping[str, ModelShape] = {
 }
 MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
 
+
+def flops_per_token(shape: ModelShape, seq_length: int) -> float:
+    """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
+    ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
+    lookup; the LM head counts). The second term is attention's QK^T and AV matmuls, counted in full although the
+    causal mask skips about half. Used by the trainer's MFU and by ``training.plan``'s time estimate."""
+    matmul_params = shape.parameter_count() - shape.vocab_size * shape.hidden_size
+    return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Hyperparameters: what SageMaker passes to train.sh (as strings), and what the trainer accepts
 # --------------------------------------------------------------------------------------------------------------
