@@ -46,6 +46,7 @@ A request fits when the estimate is at most ``HEADROOM`` x the GPU's memory (the
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -532,6 +533,25 @@ def refusal(plan: Plan) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 
 
+def measure(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Trace one FSDP2 step of the trainer's own model for an execution input on this CPU (needs torch, imported
+    only here): ``{"peak_gib", "parts_gib", ...}`` of ``training.trainer.memory_trace.trace_step``, with the world
+    size of the request's instance type and count."""
+    memory_trace = importlib.import_module("training.trainer.memory_trace")  # torch: only when measuring
+    setup = setup_from_request(request)
+    settings = dict(request.get("hyperparameters") or {})
+    settings.update({k: request[k] for k in TOP_LEVEL if request.get(k) is not None})
+    return memory_trace.trace_step(settings, world_size=setup.world_size)
+
+
+def format_measured(measured: Mapping[str, Any]) -> str:
+    lines = [f"traced peak {measured['peak_gib']:.2f} GiB per GPU (live tensors; no allowance)"]
+    for name, gib in sorted(measured["parts_gib"].items(), key=lambda kv: -kv[1]):
+        if gib > 0:
+            lines.append(f"  {name:<40} {gib:9.3f} GiB")
+    return "\n".join(lines)
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as plain text (the operator CLI draws its own rich table from :meth:`Plan.to_dict`)."""
     d = plan.to_dict()
@@ -566,9 +586,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--table", action="store_true", help="print the closed form against traced steps")
     args = parser.parse_args(argv)
     if args.table:
-        from training import plan_agreement  # noqa: PLC0415 - needs torch
-
-        return plan_agreement.main(["--json"] if args.json else [])
+        agreement = importlib.import_module("training.plan_agreement")  # traces: needs torch
+        return agreement.main(["--json"] if args.json else [])
     if not args.file:
         parser.error("give the execution input file (or --table)")
     try:
@@ -577,10 +596,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(request, dict):
             raise ValueError("the execution input must be a JSON object")
         if args.measure:
-            from training.trainer import memory_trace  # noqa: PLC0415 - torch, only for --measure
-
-            measured = memory_trace.trace_request(request)
-            print(json.dumps(measured, indent=2) if args.json else memory_trace.format_trace(measured))
+            measured = measure(request)
+            print(json.dumps(measured, indent=2) if args.json else format_measured(measured))
             return 0
         plan = make_plan(request)
     except (ValueError, OSError) as err:

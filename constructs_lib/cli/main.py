@@ -19,7 +19,7 @@ from typing import IO, Any, TextIO, cast
 from constructs_lib.cli.errors import InvalidRequest, OperatorError, explain
 from constructs_lib.cli.progress import format_duration
 from constructs_lib.cli.records import Run, Snapshot
-from constructs_lib.cli.request import Project, apply_settings, load_request, validate
+from constructs_lib.cli.request import Project, apply_settings, load_request, plan_request, validate
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -67,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
         "implied by --stack",
+    )
+    plan = sub.add_parser(
+        "plan",
+        parents=[common, request],
+        help="a request's per-GPU peak memory by part, time and cost, before paying",
+        description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
+        "headroom), its throughput, run time and on-demand cost (training/plan.py's closed form), and when it "
+        "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or "
+        "--stack) under the deployed workflow's rules. Exit 0 when it fits, 2 when it does not or is invalid.",
+    )
+    plan.add_argument(
+        "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
     )
     submit = sub.add_parser(
         "submit",
@@ -231,10 +243,27 @@ class _Shell:
             self.out.print("valid", markup=False)
         return EXIT_OK
 
+    def do_plan(self) -> int:
+        request = self.request()
+        rules = self.runs.rules if self.args.deployed or self.args.stack else self.project.rules()
+        planned = plan_request(request, rules)
+        if self.args.json:
+            self.emit(planned)
+        else:
+            _print_plan(self.out, planned)
+        return EXIT_OK if planned["fits"] else EXIT_INVALID
+
     def do_submit(self) -> int:
-        run = self.runs.submit(self.request(), name=self.args.name)
+        request = self.request()
+        try:
+            planned: dict[str, Any] | None = plan_request(request, self.runs.rules)
+        except InvalidRequest:
+            planned = None  # submit's own check lists every problem
+        if planned is not None and not self.args.json:
+            _print_plan(self.out, planned)
+        run = self.runs.submit(request, name=self.args.name)
         if self.args.json and not self.args.wait:
-            self.emit({"name": run.name, "arn": run.arn, "links": run.links})
+            self.emit({"name": run.name, "arn": run.arn, "links": run.links, "plan": planned})
         elif not self.args.json:
             self.out.print(f"started run {run.name}", markup=False)
             self.out.print(f"  execution: {run.links['execution']}", markup=False)
@@ -433,3 +462,34 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
         if value is not None:  # Text: a failure reason's "[/opt/ml/...]" is not rich markup
             table.add_row(Text(key), Text(str(value)))
     out.print(table)
+
+
+def _print_plan(out: Any, planned: dict[str, Any]) -> None:
+    """The plan (``training.plan``) as a rich table: memory by part, then throughput, time and cost."""
+    from rich.table import Table
+    from rich.text import Text
+
+    verdict = "fits" if planned["fits"] else "DOES NOT FIT"
+    table = Table(
+        title=f"Plan: {planned['peak_gib']:.1f} GiB per GPU of {planned['limit_gib']:.1f} GiB allowed ({verdict})"
+    )
+    table.add_column("part (at " + planned["moment"] + ")")
+    table.add_column("GiB per GPU", justify="right")
+    for name, gib in sorted(planned["parts"].items(), key=lambda kv: -kv[1]):
+        table.add_row(Text(name), f"{gib:.2f}")
+    table.add_row(
+        Text("allowance: CUDA context, workspaces, NCCL, fragmentation"), f"{planned['allowance_gib']:.2f}"
+    )
+    table.add_row(Text("estimated peak", style="bold"), Text(f"{planned['peak_gib']:.2f}", style="bold"))
+    out.print(table)
+    cost = "unknown (no on-demand price)" if planned["cost_usd"] is None else f"${planned['cost_usd']:,.2f}"
+    out.print(
+        f"{planned['world_size']} GPUs; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU; step "
+        f"{planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost {cost} "
+        f"(throughput from the {planned['throughput_source']})",
+        markup=False,
+    )
+    if planned["warning"]:
+        out.print(f"warning: {planned['warning']}", markup=False)
+    if planned["advice"]:
+        out.print("fits with: " + "; ".join(planned["advice"]), markup=False)

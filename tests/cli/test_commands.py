@@ -505,3 +505,44 @@ def test_a_stack_whose_state_machine_has_no_request_rules_is_one_line(deployed, 
             f"error: cannot read the request rules of state machine {bare} (definition: "
         )
     assert deployed.workflow.sfn.list_executions(stateMachineArn=bare)["executions"] == []
+
+
+# ---- plan -------------------------------------------------------------------------------------------------------
+
+SEED_HEADLINE = {"precision": "mxfp8", "seq_length": 8192, "batch_size": 16, "activation_checkpointing": True}
+EIGHT_B_NO_AC = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8}
+
+
+def test_plan_prints_memory_by_part_time_and_cost(deployed, cli):
+    result = cli("plan", "-", stdin=json.dumps(SEED_HEADLINE))
+    assert result.status == 0, result.err
+    assert "(fits)" in result.out and "loss (vocabulary-sized)" in result.out and "AdamW state" in result.out
+    assert "tokens/s per GPU" in result.out and "cost $" in result.out
+    planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(SEED_HEADLINE)).out)
+    assert planned["fits"] and planned["world_size"] == 8 and planned["peak_gib"] < planned["limit_gib"]
+    assert abs(sum(planned["parts"].values()) - planned["tensors_gib"]) < 0.05
+
+
+def test_plan_of_a_request_that_cannot_fit_exits_2_with_advice(deployed, cli):
+    result = cli("plan", "-", stdin=json.dumps(EIGHT_B_NO_AC))
+    assert result.status == 2
+    assert "DOES NOT FIT" in result.out and "fits with: activation_checkpointing true" in result.out
+    planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(EIGHT_B_NO_AC)).out)
+    assert not planned["fits"] and planned["advice"][0].startswith("activation_checkpointing true")
+
+
+def test_plan_of_an_invalid_request_lists_its_problems(deployed, cli):
+    result = cli("plan", "--set", "batch_size=0")
+    assert result.status == 2 and "batch_size: must be an integer in [1, 4096]" in result.err
+
+
+def test_submit_prints_the_plan_before_it_starts(deployed, cli):
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome())
+    result = cli("submit", "--name", f"run-{prefix}", "--set", f"job_name_prefix={prefix}")
+    assert result.status == 0, result.err
+    assert result.out.index("Plan: ") < result.out.index(f"started run run-{prefix}")
+    as_json = json.loads(
+        cli("submit", "--json", "--name", f"run-{prefix}-j", "--set", f"job_name_prefix={prefix}").out
+    )
+    assert as_json["plan"]["fits"] and as_json["plan"]["peak_gib"] > 0
