@@ -485,7 +485,7 @@ class Plan:
             "gpu_gib": round(m.gpu_gib, 2),
             "fits": m.fits,
             "moment": m.moment,
-            "parts": {k: round(v, 3) for k, v in m.parts.items()},
+            "parts_gib": {k: round(v, 3) for k, v in m.parts.items()},
             "world_size": s.world_size,
             "parameters": s.shape.parameter_count(),
             "tokens_per_sec_per_gpu": round(t.tokens_per_sec_per_gpu),
@@ -559,7 +559,7 @@ def format_plan(plan: Plan) -> str:
         f"peak {d['peak_gib']:.2f} GiB per GPU (at {d['moment']}), limit {d['limit_gib']:.2f} GiB: "
         + ("fits" if d["fits"] else "DOES NOT FIT")
     ]
-    for name, gib in sorted(d["parts"].items(), key=lambda kv: -kv[1]):
+    for name, gib in sorted(d["parts_gib"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  {name:<40} {gib:9.3f} GiB")
     lines.append(
         f"  {'allowance (context, workspaces, NCCL, fragmentation)':<40} {d['allowance_gib']:9.3f} GiB"

@@ -475,7 +475,7 @@ def _print_plan(out: Any, planned: dict[str, Any]) -> None:
     )
     table.add_column("part (at " + planned["moment"] + ")")
     table.add_column("GiB per GPU", justify="right")
-    for name, gib in sorted(planned["parts"].items(), key=lambda kv: -kv[1]):
+    for name, gib in sorted(planned["parts_gib"].items(), key=lambda kv: -kv[1]):
         table.add_row(Text(name), f"{gib:.2f}")
     table.add_row(
         Text("allowance: CUDA context, workspaces, NCCL, fragmentation"), f"{planned['allowance_gib']:.2f}"

@@ -520,7 +520,7 @@ def test_plan_prints_memory_by_part_time_and_cost(deployed, cli):
     assert "tokens/s per GPU" in result.out and "cost $" in result.out
     planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(SEED_HEADLINE)).out)
     assert planned["fits"] and planned["world_size"] == 8 and planned["peak_gib"] < planned["limit_gib"]
-    assert abs(sum(planned["parts"].values()) - planned["tensors_gib"]) < 0.05
+    assert abs(sum(planned["parts_gib"].values()) - planned["tensors_gib"]) < 0.05
 
 
 def test_plan_of_a_request_that_cannot_fit_exits_2_with_advice(deployed, cli):

@@ -160,6 +160,6 @@ def test_cli_prints_the_plan_and_json(tmp_path, capsys):
     assert "DOES NOT FIT" in text and "saved activations" in text and "fits with:" in text
     assert plan.main([str(path), "--json"]) == 0
     as_json = json.loads(capsys.readouterr().out)
-    assert as_json["fits"] is False and as_json["parts"]["saved activations"] > 300
+    assert as_json["fits"] is False and as_json["parts_gib"]["saved activations"] > 300
     path.write_text("[1]")
     assert plan.main([str(path)]) == 2
