@@ -457,6 +457,7 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
         for k, v in (result["final_metrics"] or {}).items()
     ]
     rows += [(f"trainer {k}", f"{v:.6g}") for k, v in (result["trainer_summary"] or {}).items()]
+    rows += _estimate_rows(result)
     rows += [(f"link {k}", v) for k, v in result["links"].items()]
     for key, value in rows:
         if value is not None:  # Text: a failure reason's "[/opt/ml/...]" is not rich markup
@@ -493,3 +494,24 @@ def _print_plan(out: Any, planned: dict[str, Any]) -> None:
         out.print(f"warning: {planned['warning']}", markup=False)
     if planned["advice"]:
         out.print("fits with: " + "; ".join(planned["advice"]), markup=False)
+
+
+def _estimate_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The plan the run was launched with, next to what the trainer measured (estimate against actual)."""
+    planned = result.get("plan")
+    if not isinstance(planned, dict):
+        return []
+    measured = result.get("trainer_summary") or {}
+    tensors_gb = planned["tensors_gib"] * 2**30 / 1e9  # torch.cuda.max_memory_allocated counts tensors, in GB
+    peak = f"{tensors_gb:.1f} GB of tensors ({planned['peak_gib']:.1f} GiB with the allowance)"
+    if "peak_mem_gb" in measured:
+        peak += f"; measured {measured['peak_mem_gb']:.1f} GB"
+    speed = f"{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU"
+    if "tokens_per_sec" in measured:
+        speed += f"; measured {measured['tokens_per_sec']:,.0f}"
+    ignored = "yes (launched although it did not fit)" if result.get("memory_estimate_ignored") else None
+    return [
+        ("estimate: peak memory", peak),
+        ("estimate: throughput", speed),
+        ("memory estimate ignored", ignored),
+    ]
