@@ -140,7 +140,7 @@ def plan_request(request: object, rules: Any) -> dict[str, Any]:
     """The memory, time and cost plan (``training.plan``) of ``request`` merged over ``rules``' defaults, as a
     JSON-ready dict. Raises ``InvalidRequest`` with every problem other than the memory estimate's own (a plan
     that does not fit is still shown, with its advice)."""
-    from constructs_lib.request_validation import prepare_request
+    from constructs_lib.workflow.request_check import prepare_request
     from training.plan import make_plan
 
     prepared = prepare_request(request, rules)

@@ -58,6 +58,7 @@ def decide_request(
             "hyperparameters.$": "$.Payload.hyperparameters",
             "channels.$": "$.Payload.channels",
             "resume.$": "$.Payload.resume",
+            "plan.$": "$.Payload.plan",
         },
         result_path="$",
         task_timeout=sfn.Timeout.duration(Duration.minutes(2)),

@@ -92,8 +92,9 @@ def test_submit_wait_follows_the_run_to_success(deployed, cli):
     )
     assert result.status == 0, result.err + result.out
     lines = result.out.splitlines()
-    assert lines[0] == f"started run {name}"
-    assert f"#/v2/executions/details/arn:aws:states:{REGION}:" in lines[1]
+    assert lines[0].startswith("Plan: ") and "(fits)" in lines[0]  # the plan comes first
+    started = lines.index(f"started run {name}")
+    assert f"#/v2/executions/details/arn:aws:states:{REGION}:" in lines[started + 1]
     (job,) = deployed.workflow.jobs(prefix)
     assert (
         f"RUNNING | job {job} InProgress | step 50/100 loss 2.5 tokens/s 51,200 MFU 40.5% ETA 0:00:12"
@@ -278,6 +279,8 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     text = cli("result", name).out
     assert f"Run {name}: SUCCEEDED" in text and f"${B200_PER_HOUR:,.2f}" in text
     assert "trainer final_loss" in text and "1.875" in text
+    assert summary["plan"]["fits"] and summary["memory_estimate_ignored"] is False  # the plan it launched with
+    assert "estimate: peak memory" in text and "estimate: throughput" in text and "; measured 51,000" in text
 
     api = TrainingRuns(stack_name=STACK, region=REGION).result(name)  # the Python API says the same
     assert {k: api[k] for k in ("job", "cost_usd", "trainer_summary")} == {
@@ -312,7 +315,14 @@ def test_result_and_runs_print_brackets_in_a_failure_reason_as_they_are(deployed
 def test_validate_a_good_request(deployed, cli, tmp_path):
     path = tmp_path / "run.json"
     path.write_text(
-        json.dumps({"precision": "mxfp8", "batch_size": 16, "hyperparameters": {"max_steps": "2000"}})
+        json.dumps(
+            {
+                "precision": "mxfp8",
+                "batch_size": 16,
+                "activation_checkpointing": True,  # batch 16 without it cannot fit (the memory plan)
+                "hyperparameters": {"max_steps": "2000"},
+            }
+        )
     )
     result = cli("validate", str(path))
     assert (result.status, result.out.strip(), result.err) == (0, "valid", "")

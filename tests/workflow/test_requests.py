@@ -124,6 +124,15 @@ def _failed(result: dict, error: str) -> str:
             {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"},
             "precision: mxfp8 cannot run on the GPUs",
         ),
+        (  # the memory plan's two examples: activations, then weights + AdamW alone, exceed the GPU
+            {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8},
+            "fits with: activation_checkpointing true",
+        ),
+        (
+            {"hyperparameters": {"model_preset": "64b"}, "instance_type": "ml.p5.48xlarge"},
+            "memory: estimated peak",
+        ),
+        ({"ignore_memory_estimate": "yes"}, "ignore_memory_estimate: must be true or false"),
     ],
 )
 def test_bad_input_ends_in_invalid_input_before_sagemaker(workflow, execution_input, words):
@@ -203,6 +212,28 @@ def test_train_data_uri_is_mounted_as_the_train_channel(workflow, synthesized, m
         }
     ]
     assert request["HyperParameters"]["dataset"] == "channel"
+
+
+# ---- the memory plan: refused before launch, or launched anyway and recorded ---------------------------------------
+
+
+def test_summary_carries_the_plan_and_an_ignored_estimate_is_recorded(workflow):
+    headline = {"precision": "mxfp8", "batch_size": 16, "activation_checkpointing": True}
+    result = workflow.run({**headline, "job_name_prefix": _prefix()})
+    assert result["status"] == "SUCCEEDED", result
+    summary = json.loads(result["output"])
+    assert summary["plan"]["fits"] and summary["plan"]["ignored"] is False
+    assert summary["plan"]["peak_gib"] > 0 and summary["memory_estimate_ignored"] is False
+    assert "tokens_per_sec_per_gpu" in summary["plan"] and "final_metrics" in summary
+
+    too_big = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8}
+    prefix = _prefix()
+    forced = workflow.run({**too_big, "ignore_memory_estimate": True, "job_name_prefix": prefix})
+    assert forced["status"] == "SUCCEEDED", forced
+    summary = json.loads(forced["output"])
+    assert summary["memory_estimate_ignored"] is True
+    assert summary["plan"]["ignored"] is True and summary["plan"]["fits"] is False
+    assert len(OUTCOMES.requests[prefix]) == 1  # launched
 
 
 # ---- continue an earlier run ---------------------------------------------------------------------------------------
@@ -352,6 +383,7 @@ CANDIDATES: dict[str, list] = {
     "train_data_uri": [None, "s3://{bucket}/data/c/", "s3://{bucket}/data/c", "s3://elsewhere/data/", 3],
     "train_data_input_mode": ["FastFile", "File", "Pipe"],
     "resume_from": [None, "a/b", ""],
+    "ignore_memory_estimate": [False, True, "true"],
     "unknown_field": [1],
 }
 
