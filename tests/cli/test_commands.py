@@ -279,7 +279,9 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     text = cli("result", name).out
     assert f"Run {name}: SUCCEEDED" in text and f"${B200_PER_HOUR:,.2f}" in text
     assert "trainer final_loss" in text and "1.875" in text
-    assert summary["plan"]["fits"] and summary["memory_estimate_ignored"] is False  # the plan it launched with
+    assert (
+        summary["plan"]["fits"] and summary["memory_estimate_ignored"] is False
+    )  # the plan it launched with
     assert "estimate: peak memory" in text and "estimate: throughput" in text and "; measured 51,000" in text
 
     api = TrainingRuns(stack_name=STACK, region=REGION).result(name)  # the Python API says the same
