@@ -290,6 +290,9 @@ def _fmt(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else repr(number)
 
 
+LOSS_CHUNK_TOKENS_DEFAULT = 4096
+"""Chosen by measurement (README, "Chunked loss"): the traced peak memory and the CPU benchmark's throughput."""
+
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("precision", "choice", "bf16", "Numeric format of the GEMMs.", choices=PRECISIONS),
     Hyperparameter(
@@ -312,6 +315,15 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
     Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
     Hyperparameter("activation_checkpointing", "bool", False, "Recompute each block's activations."),
+    Hyperparameter(
+        "loss_chunk_tokens",
+        "int",
+        LOSS_CHUNK_TOKENS_DEFAULT,
+        "Tokens per chunk of the LM head and cross-entropy, recomputed in backward, so the loss's memory is "
+        "bounded by the chunk (0: unchunked, fp32 logits for the whole micro-batch).",
+        0,
+        1_048_576,
+    ),
     Hyperparameter("max_steps", "int", 1000, "Optimizer steps to train for.", 1, 100_000_000),
     Hyperparameter("learning_rate", "float", 3e-4, "Peak learning rate (AdamW).", 0.0, 10.0),
     Hyperparameter("lr_warmup_steps", "int", 100, "Linear learning-rate warm-up steps.", 0, 100_000_000),

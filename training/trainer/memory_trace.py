@@ -108,12 +108,7 @@ def _fused_forward(norm: nn.RMSNorm):
 
 def trace_settings(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
     """The contract's checked settings (``contract.parse_hyperparameters``), refusing what cannot be traced here."""
-    raw = dict(hyperparameters)
-    if "loss_chunk_tokens" not in contract.HYPERPARAMETERS_BY_NAME and raw.pop("loss_chunk_tokens", 0):
-        raise contract.ContractError(
-            "loss_chunk_tokens", "chunked loss is not in this build of the model yet; use 0"
-        )
-    values = contract.parse_hyperparameters(raw)
+    values = contract.parse_hyperparameters(hyperparameters)
     if values["precision"] in contract.TE_PRECISIONS:
         raise contract.ContractError(
             "precision",
@@ -188,7 +183,7 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
             use_te=False,
             activation_checkpointing=values["activation_checkpointing"],
             te_params_dtype=torch.float32,
-            **_loss_kwargs(values),
+            loss_chunk_tokens=values["loss_chunk_tokens"],
         )
         use_fused_rms_norm(net)
         dtype = precision.compute_dtype(values["precision"])
@@ -210,10 +205,6 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
         peak = tracker.get_tracker_snapshot("peak")
         modules = _module_peaks(tracker)
     return dict(next(iter(peak.values()))), modules
-
-
-def _loss_kwargs(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {"loss_chunk_tokens": values["loss_chunk_tokens"]} if "loss_chunk_tokens" in values else {}
 
 
 def _step(
@@ -252,7 +243,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ac", action="store_true", help="Activation checkpointing on.")
     parser.add_argument("--world", type=int, default=8, help="World size (GPUs in all).")
     parser.add_argument("--precision", default="bf16", help="fp32, fp16 or bf16.")
-    parser.add_argument("--loss-chunk-tokens", type=int, default=None, help="0 = unchunked loss.")
+    parser.add_argument(
+        "--loss-chunk-tokens",
+        type=int,
+        default=None,
+        help="Tokens per loss chunk (0: unchunked; default: the contract's).",
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     return parser.parse_args(argv)
 
