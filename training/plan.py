@@ -20,14 +20,17 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   RMSNorm): 2(8h + 4f) + 4nh + 8 bytes per token without activation checkpointing (block input, normed input,
   QKV, attention output and its contiguous copy, residual, normed input, gate/up, SiLU, product; log-sum-exp and
   two rstd in fp32), 2h with it (the checkpoint's input);
-* the loss: ``F.cross_entropy(logits.float())`` keeps fp32 log-softmax (4V per token) and, in its backward, its
-  fp32 gradient in and out (8V): 12V bytes per token; chunked over ``loss_chunk_tokens`` tokens (when the
-  contract has that setting) it is bounded by the chunk instead of the micro-batch;
-* the peak is the largest of five moments: the loss's backward, inside the last block's backward, a block's
-  backward (its reduce-scatter; with activation checkpointing right after the recompute, and at its end), the
-  root's reduce-scatter and the optimizer step. Two per-token terms of the block backward with activation
-  checkpointing (9h and 8(h + f) bytes of gradients in flight) are fitted to the traced reference; every other
-  term is derived tensor by tensor.
+* the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
+  (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
+  chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
+  compute dtype (6V per token of the chunk), an fp32 log-sum-exp per token, and the head's weight gradient and
+  input gradient made in the loss's own backward;
+* the peak is the largest of six moments: the loss's backward, inside the last block's backward (its MLP's
+  gradients out, the next block prefetched), a block's reduce-scatter (without activation checkpointing), right
+  after a block's recompute and at the end of its backward (with it), the root's reduce-scatter (FSDP2 frees the
+  gathered weights first) and the optimizer step. The per-token gradients in flight inside a block's backward
+  (4f + 2h and 18h bytes without activation checkpointing, 9h and 8(h + f) with it) are fitted to the traced
+  reference (``python -m training.plan_agreement``); every other term is derived tensor by tensor.
 * Transformer Engine precisions (not traceable here: no GPU, no TE): GEMM inputs saved quantized (1 byte per value
   for fp8, 1 + 1/32 for mxfp8's E8M0 block scales, 0.5 + 1/16 for nvfp4), each layer's quantized weight copy saved
   for the backward pass (``MXFP8Tensor``/``Float8Tensor`` keep row-wise and column-wise (transposed) data, TE
@@ -71,7 +74,10 @@ AC_RECOMPUTE_BYTES_PER_H = 9
 AC_TAIL_BYTES_PER_HF = 8
 """Fitted to the trace: per-token gradients in flight at the end of a block's backward, in units of (h + f)."""
 LOSS_BYTES_PER_V = 12
-"""fp32 log-softmax saved (4), and in its backward its fp32 gradient in and out (8), per token and vocabulary entry."""
+"""Unchunked: fp32 log-softmax saved (4), and in its backward its fp32 gradient in and out (8), per token and
+vocabulary entry."""
+CHUNKED_LOSS_BYTES_PER_V = 6
+"""Chunked: one chunk's fp32 logits (4) and their gradient in the compute dtype (2), per token and entry."""
 
 QUANTIZED_BYTES: Mapping[str, float] = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
 """Bytes per value of one quantized usage (data + block scales: E8M0 per 32 values for MXFP8, E4M3 per 16 for
@@ -227,9 +233,12 @@ def _weights(s: Setup) -> dict[str, float]:
 
 
 def loss_bytes(s: Setup) -> float:
-    """The loss's vocabulary-sized tensors at their peak (its backward), bounded by the chunk when chunked."""
-    tokens = s.tokens if s.loss_chunk_tokens <= 0 else min(s.tokens, s.loss_chunk_tokens)
-    return LOSS_BYTES_PER_V * s.shape.vocab_size * tokens
+    """The loss's vocabulary-sized tensors at their peak (its backward). Unchunked: 12 bytes per token and
+    vocabulary entry for the whole micro-batch. Chunked (``training/trainer/loss.py``): one chunk's fp32 logits
+    and their compute-dtype gradient (6 bytes per token and entry) plus the fp32 log-sum-exp of every token."""
+    if s.loss_chunk_tokens <= 0:
+        return LOSS_BYTES_PER_V * s.shape.vocab_size * s.tokens
+    return CHUNKED_LOSS_BYTES_PER_V * s.shape.vocab_size * min(s.tokens, s.loss_chunk_tokens) + 4.0 * s.tokens
 
 
 def _moments(s: Setup) -> dict[str, dict[str, float]]:
@@ -265,6 +274,12 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             **qcopies,
             "final norm and head inputs": 4.0 * h * t,
             "loss (vocabulary-sized)": loss_bytes(s),
+            # the chunked loss's backward makes the head's weight gradient and the head input's gradient itself
+            **(
+                {"head gradient": wt["head gradient"], "loss input gradient": 2.0 * h * t}
+                if s.loss_chunk_tokens > 0
+                else {}
+            ),
             **inputs,
         },
     }
@@ -289,26 +304,32 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             **inputs,
         }
     else:
-        moments["last block backward"] = {
+        moments[
+            "last block backward"
+        ] = {  # inside its MLP: SwiGLU's gradients out, the next block prefetched
             **base,
             **last_block,
+            "prefetched all-gather": wt["prefetched all-gather"],
+            "gradients (sharded, so far)": wt["block gradient (sharded)"],
             **saved,
             **qcopies,
             "head gradient": wt["head gradient"],
-            "gradients in flight": (8.0 * f + 2.0 * h) * t,
+            "gradients in flight": (4.0 * f + 2.0 * h) * t,
             **inputs,
         }
         if layers > 1:
             moments["block backward, its reduce-scatter"] = {
                 **base,
                 **in_backward,
-                "saved activations": act_layer * t * (layers - 1),
-                "quantized weight copies": wt["quantized weight copy (per layer)"] * (layers - 1),
-                "gradients in flight": 2.0 * h * t,
+                "unsharded gradients": 2.0 * block_params(shape),
+                "saved activations": act_layer * t * (layers - 2),
+                "quantized weight copies": wt["quantized weight copy (per layer)"] * (layers - 2),
+                "gradients in flight": 18.0 * h * t,
                 **inputs,
             }
-    moments["root reduce-scatter"] = {
-        **base,
+    moments["root reduce-scatter"] = {  # FSDP2 reshards (frees the root's gathered weights) before it reduces
+        "sharded parameters": wt["sharded parameters"],
+        "AdamW state": wt["AdamW state"],
         "gradients (sharded)": wt["all gradients (sharded)"],
         "root gradients (unsharded, bf16)": 2.0 * root_params(shape),
         "reduce-scatter input": 4.0 * root_params(shape),
@@ -515,7 +536,10 @@ def refusal(plan: Plan) -> str | None:
     m = plan.memory
     if m.fits:
         return None
-    parts = ", ".join(f"{k} {v:.1f}" for k, v in sorted(m.parts.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+    ranked = sorted(m.parts.items(), key=lambda kv: -kv[1])
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in ranked[:5])
+    if len(ranked) > 5:
+        parts += f", other {sum(v for _, v in ranked[5:]):.1f}"
     fixes = (
         "; ".join(plan.advice)
         if plan.advice

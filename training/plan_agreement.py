@@ -57,7 +57,10 @@ class Row:
     def label(self) -> str:
         full = contract.MODEL_PRESETS[self.preset].num_layers
         layers = f"{self.layers}/{full}" if self.layers != full else str(full)
-        chunk = "" if self.loss_chunk_tokens is None else f" chunk {self.loss_chunk_tokens}"
+        tokens = self.loss_chunk_tokens
+        if tokens is None:
+            tokens = contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
+        chunk = " loss unchunked" if tokens == 0 else f" loss chunk {tokens}"
         return (
             f"{self.preset} L{layers} V{self.vocab} mb{self.batch} {'AC' if self.ac else 'no AC'} "
             f"W{self.world} {self.precision}{chunk}"
@@ -79,12 +82,15 @@ ROWS: tuple[Row, ...] = (
     Row("8b", 4, 128_256, 1, True, 16),
     Row("8b", 4, 128_256, 4, False, 16),
     Row("8b", 8, 128_256, 1, False, 8),
+    Row("1b", 16, 32_000, 4, True, 8, loss_chunk_tokens=0),
+    Row("8b", 4, 128_256, 1, False, 16, loss_chunk_tokens=0),
     Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
     Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
     Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
 )
 """At least 12 traced configurations: presets 1b and 8b, micro-batch 1 and 4, AC on and off, world size 8 and 16,
-vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers); then TE rows (closed form only)."""
+vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers), the loss chunked (the contract's default) and
+unchunked; then TE rows (closed form only)."""
 
 
 def closed_form_gib(row: Row) -> float:

@@ -102,12 +102,15 @@ def test_the_seed_headline_configuration_is_accepted():
 
 def test_loss_term_is_bounded_by_the_chunk():
     setup = plan.setup_from_request(SEED_HEADLINE)
-    full = plan.loss_bytes(setup)
-    assert full == 12 * 32_000 * 16 * 8192
-    assert plan.loss_bytes(replace(setup, loss_chunk_tokens=4096)) == 12 * 32_000 * 4096
-    assert plan.loss_bytes(replace(setup, loss_chunk_tokens=10**9)) == full
-    chunked = plan.estimate_memory(replace(setup, loss_chunk_tokens=4096))
-    assert chunked.tensors_gib < plan.estimate_memory(setup).tensors_gib
+    assert setup.loss_chunk_tokens == contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
+    unchunked = replace(setup, loss_chunk_tokens=0)
+    tokens = 16 * 8192
+    assert plan.loss_bytes(unchunked) == 12 * 32_000 * tokens
+    assert plan.loss_bytes(replace(setup, loss_chunk_tokens=4096)) == 6 * 32_000 * 4096 + 4 * tokens
+    assert plan.loss_bytes(replace(setup, loss_chunk_tokens=10**6)) == 6 * 32_000 * tokens + 4 * tokens
+    assert plan.estimate_memory(setup).tensors_gib < plan.estimate_memory(unchunked).tensors_gib / 2
+    request = {**SEED_HEADLINE, "hyperparameters": {"loss_chunk_tokens": "0"}}
+    assert plan.setup_from_request(request).loss_chunk_tokens == 0
 
 
 def test_te_precisions_add_quantized_weight_copies_and_shrink_saved_inputs():
