@@ -528,7 +528,7 @@ EIGHT_B_NO_AC = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, 
 def test_plan_prints_memory_by_part_time_and_cost(deployed, cli):
     result = cli("plan", "-", stdin=json.dumps(SEED_HEADLINE))
     assert result.status == 0, result.err
-    assert "(fits)" in result.out and "loss (vocabulary-sized)" in result.out and "AdamW state" in result.out
+    assert "(fits)" in result.out and "saved activations" in result.out and "AdamW state" in result.out
     assert "tokens/s per GPU" in result.out and "cost $" in result.out
     planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(SEED_HEADLINE)).out)
     assert planned["fits"] and planned["world_size"] == 8 and planned["peak_gib"] < planned["limit_gib"]
