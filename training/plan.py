@@ -31,15 +31,17 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   gathered weights first) and the optimizer step. The per-token gradients in flight inside a block's backward
   (4f + 2h and 18h bytes without activation checkpointing, 9h and 8(h + f) with it) are fitted to the traced
   reference (``python -m training.plan_agreement``); every other term is derived tensor by tensor.
-* Transformer Engine precisions (not traceable here: no GPU, no TE): GEMM inputs saved quantized (1 byte per value
-  for fp8, 1 + 1/32 for mxfp8's E8M0 block scales, 0.5 + 1/16 for nvfp4), each layer's quantized weight copy saved
-  for the backward pass (``MXFP8Tensor``/``Float8Tensor`` keep row-wise and column-wise (transposed) data, TE
-  v2.11 ``transformer_engine/pytorch/tensor/storage/mxfp8_tensor_storage.py``: ``_rowwise_data``,
-  ``_columnwise_data`` and their ``_*_scale_inv``; the forward makes both, the backward keeps the column-wise
-  one), and with ``quantized_model_init`` (TE v2.11 ``quantized_model_init``: primary weights stored quantized,
-  no high-precision copy unless ``preserve_high_precision_init_val``) the blocks' sharded and gathered weights
-  in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32. The seed article: "TE
-  maintains both high-precision primary weights and quantized copies", which is what the default terms model.
+* Transformer Engine precisions (not traceable here: no GPU, no TE), checked at TE tag v2.11: GEMM inputs saved
+  quantized (1 byte per value for fp8, 1 + 1/32 for mxfp8's E8M0 block scales, 0.5 + 1/16 for nvfp4;
+  ``module/linear.py`` keeps only the column-wise usage of the saved input, lines 396-399), each layer's quantized
+  weight copy saved for the backward pass (``MXFP8TensorStorage`` holds ``_rowwise_data`` and
+  ``_columnwise_data`` with their ``_*_scale_inv``, ``tensor/storage/mxfp8_tensor_storage.py``;
+  ``Float8TensorStorage`` ``_data`` and ``_transpose``, ``tensor/storage/float8_tensor_storage.py``; the forward
+  makes the weight's copy, the backward uses its column-wise usage, ``module/linear.py`` line 695), and with
+  ``quantized_model_init`` (``quantization.py``: primary weights stored quantized; the high-precision initial
+  value only with ``preserve_high_precision_init_val``, and then in CPU memory) the blocks' sharded and gathered
+  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32. The seed article:
+  "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
 * an allowance for what no tensor tracker sees: the CUDA context, cuBLAS and TE workspaces, NCCL buffers and the
   caching allocator's fragmentation: ``ALLOWANCE_FIXED_GIB`` plus ``ALLOWANCE_FRACTION`` of the tensors.
 
