@@ -208,6 +208,16 @@ MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
 POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
+
+def flops_per_token(shape: ModelShape, seq_length: int) -> float:
+    """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
+    ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
+    lookup; the LM head counts). The second term is attention's QK^T and AV matmuls, counted in full although the
+    causal mask skips about half. Used by the trainer's MFU and by ``training.plan``'s time estimate."""
+    matmul_params = shape.parameter_count() - shape.vocab_size * shape.hidden_size
+    return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Hyperparameters: what SageMaker passes to train.sh (as strings), and what the trainer accepts
 # --------------------------------------------------------------------------------------------------------------
@@ -304,6 +314,9 @@ def _fmt(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else repr(number)
 
 
+LOSS_CHUNK_TOKENS_DEFAULT = 4096
+"""Chosen by measurement (README, "Chunked loss"): the traced peak memory and the CPU benchmark's throughput."""
+
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("precision", "choice", "bf16", "Numeric format of the GEMMs.", choices=PRECISIONS),
     Hyperparameter(
@@ -343,6 +356,15 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
     Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
     Hyperparameter("activation_checkpointing", "bool", False, "Recompute each block's activations."),
+    Hyperparameter(
+        "loss_chunk_tokens",
+        "int",
+        LOSS_CHUNK_TOKENS_DEFAULT,
+        "Tokens per chunk of the LM head and cross-entropy, recomputed in backward, so the loss's memory is "
+        "bounded by the chunk (0: unchunked, fp32 logits for the whole micro-batch).",
+        0,
+        1_048_576,
+    ),
     Hyperparameter("max_steps", "int", 1000, "Optimizer steps to train for.", 1, 100_000_000),
     Hyperparameter("learning_rate", "float", 3e-4, "Peak learning rate (AdamW).", 0.0, 10.0),
     Hyperparameter("lr_warmup_steps", "int", 100, "Linear learning-rate warm-up steps.", 0, 100_000_000),

@@ -385,6 +385,8 @@ class TrainingRuns:
             "cost_usd": current.cost_usd,
             "duration_seconds": current.duration_seconds,
             "links": console_links(current.region, current.arn, job.name if job else None),
+            "plan": summary.get("plan"),
+            "memory_estimate_ignored": summary.get("memory_estimate_ignored"),
         }
 
 

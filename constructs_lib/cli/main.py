@@ -19,7 +19,7 @@ from typing import IO, Any, TextIO, cast
 from constructs_lib.cli.errors import InvalidRequest, OperatorError, explain
 from constructs_lib.cli.progress import format_duration
 from constructs_lib.cli.records import Run, Snapshot
-from constructs_lib.cli.request import Project, apply_settings, load_request, validate
+from constructs_lib.cli.request import Project, apply_settings, load_request, plan_request, validate
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -67,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
         "implied by --stack",
+    )
+    plan = sub.add_parser(
+        "plan",
+        parents=[common, request],
+        help="a request's per-GPU peak memory by part, time and cost, before paying",
+        description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
+        "headroom), its throughput, run time and on-demand cost (training/plan.py's closed form), and when it "
+        "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or "
+        "--stack) under the deployed workflow's rules. Exit 0 when it fits, 2 when it does not or is invalid.",
+    )
+    plan.add_argument(
+        "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
     )
     submit = sub.add_parser(
         "submit",
@@ -258,10 +270,27 @@ class _Shell:
             self.out.print("valid", markup=False)
         return EXIT_OK
 
+    def do_plan(self) -> int:
+        request = self.request()
+        rules = self.runs.rules if self.args.deployed or self.args.stack else self.project.rules()
+        planned = plan_request(request, rules)
+        if self.args.json:
+            self.emit(planned)
+        else:
+            _print_plan(self.out, planned)
+        return EXIT_OK if planned["fits"] else EXIT_INVALID
+
     def do_submit(self) -> int:
-        run = self.runs.submit(self.request(), name=self.args.name)
+        request = self.request()
+        try:
+            planned: dict[str, Any] | None = plan_request(request, self.runs.rules)
+        except InvalidRequest:
+            planned = None  # submit's own check lists every problem
+        if planned is not None and not self.args.json:
+            _print_plan(self.out, planned)
+        run = self.runs.submit(request, name=self.args.name)
         if self.args.json and not self.args.wait:
-            self.emit({"name": run.name, "arn": run.arn, "links": run.links})
+            self.emit({"name": run.name, "arn": run.arn, "links": run.links, "plan": planned})
         elif not self.args.json:
             self.out.print(f"started run {run.name}", markup=False)
             self.out.print(f"  execution: {run.links['execution']}", markup=False)
@@ -492,8 +521,61 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
         for k, v in (result["final_metrics"] or {}).items()
     ]
     rows += [(f"trainer {k}", f"{v:.6g}") for k, v in (result["trainer_summary"] or {}).items()]
+    rows += _estimate_rows(result)
     rows += [(f"link {k}", v) for k, v in result["links"].items()]
     for key, value in rows:
         if value is not None:  # Text: a failure reason's "[/opt/ml/...]" is not rich markup
             table.add_row(Text(key), Text(str(value)))
     out.print(table)
+
+
+def _print_plan(out: Any, planned: dict[str, Any]) -> None:
+    """The plan (``training.plan``) as a rich table: memory by part, then throughput, time and cost."""
+    from rich.table import Table
+    from rich.text import Text
+
+    verdict = "fits" if planned["fits"] else "DOES NOT FIT"
+    table = Table(
+        title=f"Plan: {planned['peak_gib']:.1f} GiB per GPU of {planned['limit_gib']:.1f} GiB allowed ({verdict})"
+    )
+    table.add_column("part (at " + planned["moment"] + ")")
+    table.add_column("GiB per GPU", justify="right")
+    for name, gib in sorted(planned["parts_gib"].items(), key=lambda kv: -kv[1]):
+        table.add_row(Text(name), f"{gib:.2f}")
+    table.add_row(
+        Text("allowance: CUDA context, workspaces, NCCL, fragmentation"), f"{planned['allowance_gib']:.2f}"
+    )
+    table.add_row(Text("estimated peak", style="bold"), Text(f"{planned['peak_gib']:.2f}", style="bold"))
+    out.print(table)
+    cost = "unknown (no on-demand price)" if planned["cost_usd"] is None else f"${planned['cost_usd']:,.2f}"
+    out.print(
+        f"{planned['world_size']} GPUs; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU; step "
+        f"{planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost {cost} "
+        f"(throughput from the {planned['throughput_source']})",
+        markup=False,
+    )
+    if planned["warning"]:
+        out.print(f"warning: {planned['warning']}", markup=False)
+    if planned["advice"]:
+        out.print("fits with: " + "; ".join(planned["advice"]), markup=False)
+
+
+def _estimate_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The plan the run was launched with, next to what the trainer measured (estimate against actual)."""
+    planned = result.get("plan")
+    if not isinstance(planned, dict):
+        return []
+    measured = result.get("trainer_summary") or {}
+    tensors_gb = planned["tensors_gib"] * 2**30 / 1e9  # torch.cuda.max_memory_allocated counts tensors, in GB
+    peak = f"{tensors_gb:.1f} GB of tensors ({planned['peak_gib']:.1f} GiB with the allowance)"
+    if "peak_mem_gb" in measured:
+        peak += f"; measured {measured['peak_mem_gb']:.1f} GB"
+    speed = f"{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU"
+    if "tokens_per_sec" in measured:
+        speed += f"; measured {measured['tokens_per_sec']:,.0f}"
+    ignored = "yes (launched although it did not fit)" if result.get("memory_estimate_ignored") else None
+    return [
+        ("estimate: peak memory", peak),
+        ("estimate: throughput", speed),
+        ("memory estimate ignored", ignored),
+    ]

@@ -134,3 +134,22 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
     prefix = prefix if isinstance(prefix, str) and EXECUTION_NAME.match(prefix) else "run"
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
     return f"{prefix[:59]}-{stamp}-{secrets.token_hex(2)}"
+
+
+def plan_request(request: object, rules: Any) -> dict[str, Any]:
+    """The memory, time and cost plan (``training.plan``) of ``request`` merged over ``rules``' defaults, as a
+    JSON-ready dict. Raises ``InvalidRequest`` with every problem other than the memory estimate's own (a plan
+    that does not fit is still shown, with its advice)."""
+    from constructs_lib.workflow.request_check import prepare_request
+    from training.plan import make_plan
+
+    prepared = prepare_request(request, rules)
+    problems = [p for p in prepared.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
+    if problems:
+        raise InvalidRequest(problems)
+    plan = make_plan(
+        prepared.config,
+        max_instance_count=rules.max_instance_count,
+        instance_types=rules.allowed_instance_types,
+    )
+    return plan.to_dict()

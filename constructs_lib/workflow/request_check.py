@@ -57,6 +57,7 @@ from training.contract import (
     parse_hyperparameters,
     to_sagemaker_hyperparameters,
 )
+from training.plan import make_plan, refusal
 
 INVALID_INPUT_ERROR = "InvalidInput"
 MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
@@ -106,6 +107,7 @@ DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType(
         "tags": {},
         "remote_debug": False,
         "environment": {},
+        "ignore_memory_estimate": False,
     }
 )
 """Every execution-input field and its value when neither the input nor the workflow's defaults give one."""
@@ -447,6 +449,9 @@ class PreparedRequest:
     hyperparameters: dict[str, str]
     problems: list[str]
     channels: list[dict[str, Any]] = field(default_factory=list)
+    plan: dict[str, Any] | None = None
+    """``training.plan``'s estimate (memory by part, time, cost; ``ignored`` when launched although it did not
+    fit); None when the request has other problems."""
 
     @property
     def cause(self) -> str:
@@ -490,10 +495,24 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
         config["max_wait_seconds"] = config["max_runtime_seconds"]
     if problems:
         return PreparedRequest(config, {}, problems)
+    estimate, refused = _memory_plan(config, rules)
+    if refused:
+        return PreparedRequest(config, {}, [refused], plan=estimate)
     channels = []
     if config["train_data_uri"] is not None:
         channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
-    return PreparedRequest(config, hyperparameters, problems, channels)
+    return PreparedRequest(config, hyperparameters, problems, channels, estimate)
+
+
+def _memory_plan(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, Any], str | None]:
+    """The plan of a request with no other problem, and its refusal when its estimated per-GPU peak exceeds the
+    GPU's memory with headroom (``training.plan``), unless ``ignore_memory_estimate`` is true."""
+    estimate = make_plan(
+        config, max_instance_count=rules.max_instance_count, instance_types=rules.allowed_instance_types
+    )
+    ignored = bool(config["ignore_memory_estimate"]) and not estimate.memory.fits
+    line = None if config["ignore_memory_estimate"] else refusal(estimate)
+    return {**estimate.to_dict(), "ignored": ignored}, line
 
 
 def job_fields(config: Mapping[str, Any], rules: RequestRules, execution: str) -> dict[str, Any]:
@@ -641,6 +660,7 @@ _FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
     "tags": lambda v, r: _string_map(v),
     "remote_debug": lambda v, r: v is False or (v is True and r.remote_debug and not r.network_isolation),
     "environment": lambda v, r: _string_map(v),
+    "ignore_memory_estimate": lambda v, r: isinstance(v, bool),
 }
 
 
@@ -658,7 +678,7 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
         text = f"an integer in [1, {rules.max_runtime_seconds}]"
     elif name == "max_wait_seconds":
         text = f"an integer in [1, {MAX_RUNTIME_SECONDS_LIMIT}]"
-    elif name in ("activation_checkpointing", "use_spot", "infra_check"):
+    elif name in ("activation_checkpointing", "use_spot", "infra_check", "ignore_memory_estimate"):
         text = "true or false"
     elif name == "keep_alive_seconds":
         most = rules.max_keep_alive_seconds
@@ -966,9 +986,9 @@ def _list_run(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
 def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
-    "channels", "resume", "request"}`` (all but the first two null when not valid; ``request``: :func:`job_fields`);
-    ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri`` holds data and to
-    decide ``resume_from``."""
+    "channels", "resume", "request", "plan"}`` (all but the first two null when not valid; ``request``:
+    :func:`job_fields`); ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri``
+    holds data and to decide ``resume_from``."""
     rules = RequestRules.from_json(event["rules"])
     prepared = prepare_request(event.get("input"), rules)
     resume = None
@@ -1005,6 +1025,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
         "channels": prepared.channels if valid else None,
         "resume": resume if valid else None,
         "request": job_fields(prepared.config, rules, str(event.get("execution"))) if valid else None,
+        "plan": prepared.plan if valid else None,
     }
 
 

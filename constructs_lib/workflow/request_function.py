@@ -2,7 +2,8 @@
 
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
-wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py``, ``training/contract.py`` and an
+wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py``, ``training/contract.py``, ``training/plan.py`` (the memory,
+time and cost estimate; standard library only) and an
 empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
 own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
 decide ``resume_from``, and list the allowed data prefixes (a ``train_data_uri`` must hold an object); nothing else.
@@ -25,6 +26,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 import training.contract
+import training.plan
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
     NIST_800_53_R5,
@@ -40,6 +42,7 @@ HANDLER = "constructs_lib.workflow.request_check.handler"
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
     "training/contract.py": Path(training.contract.__file__),
+    "training/plan.py": Path(training.plan.__file__),
 }
 
 

@@ -59,6 +59,7 @@ def decide_request(
             "channels.$": "$.Payload.channels",
             "resume.$": "$.Payload.resume",
             "request.$": "$.Payload.request",
+            "plan.$": "$.Payload.plan",
         },
         result_path="$",
         task_timeout=sfn.Timeout.duration(Duration.minutes(2)),

@@ -67,6 +67,7 @@ def prepare_state(workflow: Construct, *, launch_retry_backoff: int) -> sfn.Pass
             "channels.$": "$.channels",
             "resume.$": "$.resume",
             "request.$": "$.request",
+            "plan.$": "$.plan",
             "launch_count": 1,
             **launch_retry.initial_state(launch_retry_backoff),
             "result_defaults": _with_nulls(result_defaults),
@@ -133,6 +134,8 @@ def launch_loop(
             "instance_count.$": "$.config.instance_count",
             "launches.$": "$.launch_count",
             "resumed_from.$": "$.resume",
+            "plan.$": "$.plan",
+            "memory_estimate_ignored.$": "$.config.ignore_memory_estimate",
             "links": summary_links(Stack.of(workflow).region),
         },
     ).next(sfn.Succeed(workflow, "Training job completed"))
@@ -144,6 +147,7 @@ def launch_loop(
             "config.$": "$.config",
             "launch_count.$": "$.launch_count",
             "resume.$": "$.resume",
+            "plan.$": "$.plan",
         },
     ).next(summarize)
 

@@ -93,8 +93,9 @@ def test_submit_wait_follows_the_run_to_success(deployed, cli):
     )
     assert result.status == 0, result.err + result.out
     lines = result.out.splitlines()
-    assert lines[0] == f"started run {name}"
-    assert f"#/v2/executions/details/arn:aws:states:{REGION}:" in lines[1]
+    assert lines[0].startswith("Plan: ") and "(fits)" in lines[0]  # the plan comes first
+    started = lines.index(f"started run {name}")
+    assert f"#/v2/executions/details/arn:aws:states:{REGION}:" in lines[started + 1]
     (job,) = deployed.workflow.jobs(prefix)
     assert (
         f"RUNNING | job {job} InProgress | step 50/100 loss 2.5 tokens/s 51,200 MFU 40.5% ETA 0:00:12"
@@ -282,6 +283,10 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     assert f"Run {name}: SUCCEEDED" in text and f"${B200_PER_HOUR:,.2f}" in text
     assert "trainer final_loss" in text and "1.875" in text
     assert "Hugging Face model" in text and "hf/ in s3://" in text
+    assert (
+        summary["plan"]["fits"] and summary["memory_estimate_ignored"] is False
+    )  # the plan it launched with
+    assert "estimate: peak memory" in text and "estimate: throughput" in text and "; measured 51,000" in text
 
     api = TrainingRuns(stack_name=STACK, region=REGION).result(name)  # the Python API says the same
     assert {k: api[k] for k in ("job", "cost_usd", "trainer_summary")} == {
@@ -332,7 +337,14 @@ def test_result_and_runs_print_brackets_in_a_failure_reason_as_they_are(deployed
 def test_validate_a_good_request(deployed, cli, tmp_path):
     path = tmp_path / "run.json"
     path.write_text(
-        json.dumps({"precision": "mxfp8", "batch_size": 16, "hyperparameters": {"max_steps": "2000"}})
+        json.dumps(
+            {
+                "precision": "mxfp8",
+                "batch_size": 16,
+                "activation_checkpointing": True,  # batch 16 without it cannot fit (the memory plan)
+                "hyperparameters": {"max_steps": "2000"},
+            }
+        )
     )
     result = cli("validate", str(path))
     assert (result.status, result.out.strip(), result.err) == (0, "valid", "")
@@ -620,3 +632,44 @@ def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
     finally:
         deployed.finish(job, "Stopped")
     deployed.wait_until_ended(name)
+
+
+# ---- plan -------------------------------------------------------------------------------------------------------
+
+SEED_HEADLINE = {"precision": "mxfp8", "seq_length": 8192, "batch_size": 16, "activation_checkpointing": True}
+EIGHT_B_NO_AC = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8}
+
+
+def test_plan_prints_memory_by_part_time_and_cost(deployed, cli):
+    result = cli("plan", "-", stdin=json.dumps(SEED_HEADLINE))
+    assert result.status == 0, result.err
+    assert "(fits)" in result.out and "saved activations" in result.out and "AdamW state" in result.out
+    assert "tokens/s per GPU" in result.out and "cost $" in result.out
+    planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(SEED_HEADLINE)).out)
+    assert planned["fits"] and planned["world_size"] == 8 and planned["peak_gib"] < planned["limit_gib"]
+    assert abs(sum(planned["parts_gib"].values()) - planned["tensors_gib"]) < 0.05
+
+
+def test_plan_of_a_request_that_cannot_fit_exits_2_with_advice(deployed, cli):
+    result = cli("plan", "-", stdin=json.dumps(EIGHT_B_NO_AC))
+    assert result.status == 2
+    assert "DOES NOT FIT" in result.out and "fits with: activation_checkpointing true" in result.out
+    planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(EIGHT_B_NO_AC)).out)
+    assert not planned["fits"] and planned["advice"][0].startswith("activation_checkpointing true")
+
+
+def test_plan_of_an_invalid_request_lists_its_problems(deployed, cli):
+    result = cli("plan", "--set", "batch_size=0")
+    assert result.status == 2 and "batch_size: must be an integer in [1, 4096]" in result.err
+
+
+def test_submit_prints_the_plan_before_it_starts(deployed, cli):
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome())
+    result = cli("submit", "--name", f"run-{prefix}", "--set", f"job_name_prefix={prefix}")
+    assert result.status == 0, result.err
+    assert result.out.index("Plan: ") < result.out.index(f"started run run-{prefix}")
+    as_json = json.loads(
+        cli("submit", "--json", "--name", f"run-{prefix}-j", "--set", f"job_name_prefix={prefix}").out
+    )
+    assert as_json["plan"]["fits"] and as_json["plan"]["peak_gib"] > 0

@@ -29,6 +29,7 @@ from tests.workflow.harness import (
 )
 from tests.workflow.stacks import build_workflow
 from training.contract import CHECKPOINT_LOCAL_PATH, DEFAULT_INSTANCE_TYPE, MODEL_DIR, metric_definitions
+from training.plan import make_plan
 
 MAX_CAPACITY_RETRIES = 2
 PLAN_ARN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"
@@ -151,6 +152,8 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "instance_count": 1,
         "launches": 1,
         "resumed_from": None,
+        "plan": summary["plan"],
+        "memory_estimate_ignored": False,
         "links": run_links(
             partition="aws",
             region=REGION,
@@ -159,6 +162,7 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         ),
     }
     assert [m["MetricName"] for m in summary["final_metrics"]] == ["train:progress"]  # moto's canned metric
+    assert summary["plan"] == {**make_plan({}).to_dict(), "ignored": False}  # the defaults' plan, as launched
 
 
 def test_training_plan_request(workflow):
@@ -253,7 +257,8 @@ def test_without_num_layers_the_model_preset_decides_the_depth(workflow):
 @pytest.mark.parametrize(
     "edge",
     [
-        {"num_layers": 1, "batch_size": 4096, "seq_length": 1_048_576},
+        # 4096 sequences of 1M tokens cannot fit any GPU: the bounds themselves are what is tested here
+        {"num_layers": 1, "batch_size": 4096, "seq_length": 1_048_576, "ignore_memory_estimate": True},
         {"num_layers": 512, "seq_length": 8},
         {"max_runtime_seconds": 1},
         {"instance_count": 4},

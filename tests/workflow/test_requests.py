@@ -144,6 +144,15 @@ def _failed(result: dict, error: str) -> str:
             {"train_data_uri": "s3://fake-checkpointsbucket6ba0c50d/data/empty/"},
             "train_data_uri: must hold the training data, but no object is under it",
         ),
+        (  # the memory plan's two examples: activations, then weights + AdamW alone, exceed the GPU
+            {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8},
+            "fits with: activation_checkpointing true",
+        ),
+        (
+            {"hyperparameters": {"model_preset": "64b"}, "instance_type": "ml.p5.48xlarge"},
+            "memory: estimated peak",
+        ),
+        ({"ignore_memory_estimate": "yes"}, "ignore_memory_estimate: must be true or false"),
     ],
 )
 def test_bad_input_ends_in_invalid_input_before_sagemaker(workflow, execution_input, words):
@@ -260,6 +269,28 @@ def test_remote_debug_reaches_the_request_where_the_workflow_allows_it(workflows
     assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
     refused = workflows["second"].run({"keep_alive_seconds": 601})  # this workflow's own ceiling
     assert "keep_alive_seconds: must be an integer in [0, 600]" in _failed(refused, "InvalidInput")
+
+
+# ---- the memory plan: refused before launch, or launched anyway and recorded ---------------------------------------
+
+
+def test_summary_carries_the_plan_and_an_ignored_estimate_is_recorded(workflow):
+    headline = {"precision": "mxfp8", "batch_size": 16, "activation_checkpointing": True}
+    result = workflow.run({**headline, "job_name_prefix": _prefix()})
+    assert result["status"] == "SUCCEEDED", result
+    summary = json.loads(result["output"])
+    assert summary["plan"]["fits"] and summary["plan"]["ignored"] is False
+    assert summary["plan"]["peak_gib"] > 0 and summary["memory_estimate_ignored"] is False
+    assert "tokens_per_sec_per_gpu" in summary["plan"] and "final_metrics" in summary
+
+    too_big = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8}
+    prefix = _prefix()
+    forced = workflow.run({**too_big, "ignore_memory_estimate": True, "job_name_prefix": prefix})
+    assert forced["status"] == "SUCCEEDED", forced
+    summary = json.loads(forced["output"])
+    assert summary["memory_estimate_ignored"] is True
+    assert summary["plan"]["ignored"] is True and summary["plan"]["fits"] is False
+    assert len(OUTCOMES.requests[prefix]) == 1  # launched
 
 
 # ---- continue an earlier run ---------------------------------------------------------------------------------------
@@ -421,6 +452,7 @@ CANDIDATES: dict[str, list] = {
     "tags": [{}, {"team": "llm"}, {"aws:x": "1"}, {"team": 3}, {"a b": "c d"}, {"training-workflow": "x"}],
     "remote_debug": [False, True, None],
     "environment": [{}, {"NCCL_DEBUG": "INFO"}, {"PATH": "/x"}, {"CUDA_VISIBLE_DEVICES": "0"}, {"FI_X": "1"}],
+    "ignore_memory_estimate": [False, True, "true"],
     "unknown_field": [1],
 }
 

@@ -63,6 +63,7 @@ class TrainConfig:
     seq_length: int
     batch_size: int
     activation_checkpointing: bool
+    loss_chunk_tokens: int
     max_steps: int
     learning_rate: float
     lr_warmup_steps: int

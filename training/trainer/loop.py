@@ -35,6 +35,7 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             cfg.shape,
             use_te=plan.recipe is not None,
             activation_checkpointing=cfg.activation_checkpointing,
+            loss_chunk_tokens=cfg.loss_chunk_tokens,
             te_params_dtype=torch.bfloat16 if plan.quantized_init else torch.float32,
             position_encoding=cfg.position_encoding,
             rope_theta=cfg.rope_theta,

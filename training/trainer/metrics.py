@@ -26,8 +26,7 @@ from training import contract
 
 
 def flops_per_token(shape: contract.ModelShape, seq_length: int) -> float:
-    matmul_params = shape.parameter_count() - shape.vocab_size * shape.hidden_size
-    return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    return contract.flops_per_token(shape, seq_length)
 
 
 def gpu_name(device: torch.device) -> str | None:

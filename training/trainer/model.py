@@ -1,4 +1,5 @@
-"""Decoder-only language model: embedding, N blocks, final RMSNorm, LM head, next-token cross-entropy.
+"""Decoder-only language model: embedding, N blocks, final RMSNorm, LM head, next-token cross-entropy (the head
+and the loss in chunks of tokens, ``loss.linear_cross_entropy``).
 
 Two interchangeable blocks with the same parameter count (``contract.ModelShape.parameter_count``):
 
@@ -24,6 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from training.contract import POSITION_ENCODINGS, ModelShape
+from training.trainer.loss import linear_cross_entropy
 from training.trainer.rotary import Rope, apply_rotary
 
 INIT_STD = 0.02
@@ -93,7 +95,8 @@ def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) ->
 
 
 class Transformer(nn.Module):
-    """The LM. ``forward(tokens, targets)`` returns the mean next-token cross-entropy (fp32)."""
+    """The LM. ``forward(tokens, targets)`` returns the mean next-token cross-entropy (fp32), the LM head and the
+    loss computed ``loss_chunk_tokens`` tokens at a time (0: all at once)."""
 
     def __init__(
         self,
@@ -101,9 +104,11 @@ class Transformer(nn.Module):
         blocks: list[nn.Module],
         activation_checkpointing: bool = False,
         rope: Rope | None = None,
+        loss_chunk_tokens: int = 0,
     ):
         """``rope``: the rotary frequencies every block gets (None: no position encoding)."""
         super().__init__()
+        self.loss_chunk_tokens = loss_chunk_tokens
         self.shape = shape
         self.rope = rope
         self.embed = nn.Embedding(shape.vocab_size, shape.hidden_size)
@@ -126,8 +131,8 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         x = self.hidden_states(tokens)
-        logits = self.head(self.norm(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        # The head's weight, not a call of the head: FSDP2 has gathered it with the root's parameters.
+        return linear_cross_entropy(self.norm(x), self.head.weight, targets, self.loss_chunk_tokens)
 
 
 def _torch_checkpoint(layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -149,9 +154,11 @@ def build_model(
     te_params_dtype: torch.dtype,
     position_encoding: str = "rope",
     rope_theta: float = 10000.0,
+    loss_chunk_tokens: int = 0,
 ) -> Transformer:
     """Build the model on the meta device (no memory until FSDP2 has sharded it; then
     ``parallel.shard_model`` materializes each rank's shard and ``init_weights`` fills it).
+    ``loss_chunk_tokens``: the contract's setting (0: the LM head and loss unchunked).
 
     TE blocks are initialized by TE itself during materialization; the rest by ``init_weights``.
     ``position_encoding`` is ``rope`` (rotary embeddings with base ``rope_theta``) or ``none``.
@@ -166,7 +173,9 @@ def build_model(
     else:
         blocks = [TorchBlock(shape) for _ in range(shape.num_layers)]
     with torch.device("meta"):
-        model = Transformer(shape, blocks, activation_checkpointing, rope)
+        model = Transformer(
+            shape, blocks, activation_checkpointing, rope=rope, loss_chunk_tokens=loss_chunk_tokens
+        )
     if use_te:
         model.checkpoint_fn = _te_checkpoint
     return model

@@ -448,3 +448,37 @@ def test_limits_and_rules_of_an_earlier_deployment_still_check_the_new_fields():
         del earlier[name]
     rules = RequestRules.from_json({**json.loads(current.to_json()), "limits": earlier})
     assert validate_request({"tags": {"aws:x": "1"}}, rules)[0].startswith("tags.aws:x: reserved")
+
+
+# ---- the memory plan (training.plan) ------------------------------------------------------------------------------
+
+EIGHT_B_NO_AC = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8}
+
+
+def test_a_request_that_cannot_fit_is_refused_in_one_line_with_its_parts_limit_and_fixes(rules):
+    line = one(EIGHT_B_NO_AC, rules)
+    assert line.startswith("memory: estimated peak ") and "GiB per GPU (saved activations " in line
+    assert "exceeds 159.3 GiB (95% of ml.p6-b200.48xlarge's 167.6 GiB)" in line
+    assert "fits with: activation_checkpointing true" in line and "batch_size 2" in line
+    assert line.endswith("or set ignore_memory_estimate true to launch anyway")
+    sixty_four = one({"hyperparameters": {"model_preset": "64b"}, "instance_type": "ml.p5.48xlarge"}, rules)
+    assert "instance_count 3 with activation_checkpointing true" in sixty_four  # within max_instance_count 4
+
+
+def test_ignore_memory_estimate_launches_anyway_and_says_so_in_the_plan(rules):
+    prepared = prepare_request({**EIGHT_B_NO_AC, "ignore_memory_estimate": True}, rules)
+    assert prepared.problems == [] and prepared.hyperparameters["batch_size"] == "8"
+    assert prepared.plan is not None and prepared.plan["ignored"] is True and not prepared.plan["fits"]
+    assert "ignore_memory_estimate" not in prepared.hyperparameters  # a workflow field, not a trainer setting
+    assert one({"ignore_memory_estimate": 1}, rules).startswith(
+        "ignore_memory_estimate: must be true or false"
+    )
+
+
+def test_the_seed_headline_configuration_is_accepted_with_its_plan(rules):
+    prepared = prepare_request(
+        {"precision": "mxfp8", "batch_size": 16, "activation_checkpointing": True}, rules
+    )
+    assert prepared.problems == []
+    assert prepared.plan is not None and prepared.plan["fits"] and prepared.plan["ignored"] is False
+    assert prepared.plan["world_size"] == 8 and prepared.plan["cost_usd"] > 0

@@ -40,6 +40,7 @@ def test_asset_holds_only_what_the_handler_imports():
         "constructs_lib/workflow/request_check.py",
         "training/__init__.py",
         "training/contract.py",
+        "training/plan.py",
     ]
     for package in ("constructs_lib", "constructs_lib/workflow", "training"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
@@ -58,6 +59,28 @@ def test_handler_runs_from_the_asset_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["valid"] is False and "did you mean max_steps?" in result["cause"]
+
+
+def test_memory_estimate_runs_from_the_asset_alone(tmp_path):
+    """The plan (training/plan.py, standard library only) refuses what cannot fit, inside the asset, with -S."""
+    rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
+    requests = [
+        {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8},
+        {"precision": "mxfp8", "batch_size": 16, "activation_checkpointing": True},
+    ]
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(build_asset())!r}); "
+        f"mod, fn = {HANDLER!r}.rsplit('.', 1); import importlib; "
+        "handler = getattr(importlib.import_module(mod), fn); "
+        f"print(json.dumps([handler({{'input': r, 'rules': {rules!r}}}) for r in {requests!r}])); "
+        "assert 'torch' not in sys.modules"
+    )
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    refused, accepted = json.loads(proc.stdout)
+    assert refused["valid"] is False and refused["cause"].startswith("memory: estimated peak")
+    assert "fits with: activation_checkpointing true" in refused["cause"]
+    assert accepted["valid"] is True and accepted["plan"]["fits"] and accepted["plan"]["ignored"] is False
 
 
 def test_role_reads_only_the_markers_and_lists_only_the_runs(template):

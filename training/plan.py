@@ -1,0 +1,637 @@
+"""Know before paying: one request's per-GPU peak memory by part, its time and its cost, in closed form.
+
+Pure Python (standard library and ``training.contract`` only, no torch): it runs in the request-check Lambda, in
+the operator CLI and at synth. ``python -m training.plan RUN.json [--json]`` prints the closed form;
+``--measure`` traces one real FSDP2 step of the trainer's own model on this CPU instead (the reference the closed
+form is checked against, ``training.trainer.memory_trace``, imported only then); ``--table`` prints the agreement
+table of :mod:`training.plan_agreement`.
+
+The memory model (bytes per GPU; P parameters, Pb one block's, Pr the root's = embedding + head + final norm,
+W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V/nh the model's widths):
+
+* persistent: sharded fp32 parameters 4P/W, AdamW's two fp32 moments 8P/W (gradients are set to None after each
+  step, so they exist only in the backward pass: 4Pb/W per finished block);
+* FSDP2 buffers (``training/trainer/parallel.py``: bf16 all-gather, fp32 reduce-scatter, every block but the last
+  resharded after forward, the root never): the root's unsharded bf16 weights 2Pr for the whole step, one block's
+  unsharded bf16 weights 2Pb, the next block's prefetched all-gather 2Pb, and in the backward pass the previous
+  block's fp32 reduce-scatter input 4Pb (FSDP2 frees it only at the next reduce-scatter) and the head's bf16
+  weight gradient 2Vh (kept until the root's reduce-scatter at the end);
+* saved activations per layer (``training/trainer/model.TorchBlock`` with CUDA's flash attention and fused
+  RMSNorm): 2(8h + 4f) + 4nh + 8 bytes per token without activation checkpointing (block input, normed input,
+  QKV, attention output and its contiguous copy, residual, normed input, gate/up, SiLU, product; log-sum-exp and
+  two rstd in fp32), 2h with it (the checkpoint's input);
+* the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
+  (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
+  chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
+  compute dtype (6V per token of the chunk), an fp32 log-sum-exp per token, and the head's weight gradient and
+  input gradient made in the loss's own backward;
+* the peak is the largest of six moments: the loss's backward, inside the last block's backward (its MLP's
+  gradients out, the next block prefetched), a block's reduce-scatter (without activation checkpointing), right
+  after a block's recompute and at the end of its backward (with it), the root's reduce-scatter (FSDP2 frees the
+  gathered weights first) and the optimizer step. The per-token gradients in flight inside a block's backward
+  (4f + 2h and 18h bytes without activation checkpointing, 9h and 8(h + f) with it) are fitted to the traced
+  reference (``python -m training.plan_agreement``); every other term is derived tensor by tensor.
+* Transformer Engine precisions (not traceable here: no GPU, no TE), checked at TE tag v2.11: GEMM inputs saved
+  quantized (1 byte per value for fp8, 1 + 1/32 for mxfp8's E8M0 block scales, 0.5 + 1/16 for nvfp4;
+  ``module/linear.py`` keeps only the column-wise usage of the saved input, lines 396-399), each layer's quantized
+  weight copy saved for the backward pass (``MXFP8TensorStorage`` holds ``_rowwise_data`` and
+  ``_columnwise_data`` with their ``_*_scale_inv``, ``tensor/storage/mxfp8_tensor_storage.py``;
+  ``Float8TensorStorage`` ``_data`` and ``_transpose``, ``tensor/storage/float8_tensor_storage.py``; the forward
+  makes the weight's copy, the backward uses its column-wise usage, ``module/linear.py`` line 695), and with
+  ``quantized_model_init`` (``quantization.py``: primary weights stored quantized; the high-precision initial
+  value only with ``preserve_high_precision_init_val``, and then in CPU memory) the blocks' sharded and gathered
+  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32. The seed article:
+  "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
+* an allowance for what no tensor tracker sees: the CUDA context, cuBLAS and TE workspaces, NCCL buffers and the
+  caching allocator's fragmentation: ``ALLOWANCE_FIXED_GIB`` plus ``ALLOWANCE_FRACTION`` of the tensors.
+
+A request fits when the estimate is at most ``HEADROOM`` x the GPU's memory (the contract's GB, 10^9 bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from training import contract
+
+GIB = 2**30
+HEADROOM = 0.95
+"""Share of the GPU's memory a request may plan to use; the rest is for what even the allowance misses."""
+ALLOWANCE_FIXED_GIB = 2.0
+"""CUDA context (about 0.5 GiB on H100/B200), cuBLAS workspace (32 MiB per stream on Hopper and newer), TE's
+workspace (32 MiB), NCCL's buffers (a few MiB per channel and peer: a few hundred MiB at 8-16 ranks)."""
+ALLOWANCE_FRACTION = 0.08
+"""The caching allocator's fragmentation, as a share of the live tensors (PyTorch's reserved-over-allocated is
+typically 1.05-1.15 in steady training)."""
+AC_RECOMPUTE_BYTES_PER_H = 9
+"""Fitted to the trace: gradients in flight right after a block's recompute, per token, in units of h."""
+AC_TAIL_BYTES_PER_HF = 8
+"""Fitted to the trace: per-token gradients in flight at the end of a block's backward, in units of (h + f)."""
+LOSS_BYTES_PER_V = 12
+"""Unchunked: fp32 log-softmax saved (4), and in its backward its fp32 gradient in and out (8), per token and
+vocabulary entry."""
+CHUNKED_LOSS_BYTES_PER_V = 6
+"""Chunked: one chunk's fp32 logits (4) and their gradient in the compute dtype (2), per token and entry."""
+
+QUANTIZED_BYTES: Mapping[str, float] = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+"""Bytes per value of one quantized usage (data + block scales: E8M0 per 32 values for MXFP8, E4M3 per 16 for
+NVFP4; fp8's per-tensor scale is negligible)."""
+
+# Throughput: published measurements until this project has its own GPU figures. The seed article (AWS blog
+# "Optimizing model training on Amazon SageMaker AI with NVIDIA Blackwell GPUs", 2026, Figure 1: 1B LLM, MXFP8,
+# 8K sequence, 8x B200, FSDP): batch 1 without AC ~6,000 tokens/s; batch 16 with AC ~51,000 tokens/s (per GPU: the
+# only reading that gives a plausible MFU). AC's recompute overhead: the seed's "typically 10-30%", taken as 20%.
+REFERENCE_GPU = "B200"
+REFERENCE_POINTS: tuple[tuple[int, float, bool], ...] = ((8192, 6_000.0, False), (131_072, 51_000.0, True))
+"""(tokens per micro-batch, tokens/s per GPU, activation checkpointing) of the seed's 1B MXFP8 runs."""
+AC_OVERHEAD = 1.2
+REFERENCE_SOURCE = (
+    "seed article (AWS ML blog, 2026) Fig. 1: 1B, MXFP8, 8K tokens, 8x B200: ~6,000 tokens/s at batch 1 "
+    "without AC, ~51,000 at batch 16 with AC; scaled by FLOPs per token and the GPU's bf16 peak"
+)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The request
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the estimate needs from a request (its merged, parsed settings)."""
+
+    shape: contract.ModelShape
+    precision: str
+    quantized_model_init: bool
+    batch_size: int
+    seq_length: int
+    activation_checkpointing: bool
+    instance_type: str
+    instance_count: int
+    max_steps: int
+    loss_chunk_tokens: int = 0
+    max_runtime_seconds: int | None = None
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return contract.GPU_INSTANCE_TYPES[self.instance_type].gpus
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_instance * self.instance_count
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one GPU."""
+        return self.batch_size * self.seq_length
+
+
+TOP_LEVEL = ("precision", "num_layers", "batch_size", "seq_length", "activation_checkpointing")
+
+
+def setup_from_request(request: Mapping[str, Any]) -> Setup:
+    """A :class:`Setup` from an execution input (the workflow's fields; absent ones take the trainer's and the
+    workflow's defaults). Raises ``contract.ContractError`` naming a bad setting."""
+    settings = dict(request.get("hyperparameters") or {})
+    for name in TOP_LEVEL:
+        if request.get(name) is not None:
+            settings[name] = request[name]
+    values = contract.parse_hyperparameters(settings)
+    instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
+    if instance_type not in contract.GPU_INSTANCE_TYPES:
+        raise contract.ContractError(
+            "instance_type", f"must be one of {', '.join(contract.GPU_INSTANCE_TYPES)}; got {instance_type!r}"
+        )
+    count = request.get("instance_count") or 1
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    shape = contract.ModelShape(*(values[d] for d in contract.MODEL_DIM_NAMES))
+    return Setup(
+        shape=shape,
+        precision=values["precision"],
+        quantized_model_init=bool(values["quantized_model_init"]),
+        batch_size=values["batch_size"],
+        seq_length=values["seq_length"],
+        activation_checkpointing=bool(values["activation_checkpointing"]),
+        instance_type=instance_type,
+        instance_count=count,
+        max_steps=values["max_steps"],
+        loss_chunk_tokens=int(values.get("loss_chunk_tokens") or 0),
+        max_runtime_seconds=request.get("max_runtime_seconds"),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Memory
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The estimate: ``parts`` (GiB, at the peak moment) sum to ``tensors_gib``; ``peak_gib`` adds the allowance."""
+
+    moment: str
+    parts: dict[str, float]
+    tensors_gib: float
+    allowance_gib: float
+    peak_gib: float
+    gpu_gib: float
+    limit_gib: float
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_gib <= self.limit_gib
+
+
+def block_params(shape: contract.ModelShape) -> int:
+    h, f = shape.hidden_size, shape.ffn_hidden_size
+    return 4 * h * h + 3 * h * f + 2 * h
+
+
+def root_params(shape: contract.ModelShape) -> int:
+    return 2 * shape.vocab_size * shape.hidden_size + shape.hidden_size
+
+
+def layer_activation_bytes(s: Setup) -> float:
+    """Bytes per token one block saves for its backward pass without activation checkpointing."""
+    h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
+    stats = 4 * nh + 8  # flash attention's fp32 log-sum-exp per head, two RMSNorm rstd
+    if s.precision in QUANTIZED_BYTES:
+        q = QUANTIZED_BYTES[s.precision]
+        # x, q/k/v, attention output, residual in bf16 (12h); three GEMM inputs quantized (3qh); fc1 output in
+        # bf16 for SwiGLU's backward (4f); fc2's input quantized (qf)
+        return (12 + 3 * q) * h + (4 + q) * f + stats
+    return 2 * (8 * h + 4 * f) + stats
+
+
+def _weights(s: Setup) -> dict[str, float]:
+    """Per-GPU bytes of the weight-sized terms (independent of the micro-batch)."""
+    shape, w = s.shape, s.world_size
+    p, pb, pr = shape.parameter_count(), block_params(shape), root_params(shape)
+    blocks = p - pr
+    quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
+    q = QUANTIZED_BYTES.get(s.precision, 0.0)
+    gathered = 2 * q if quantized else 2.0  # bytes per value of a gathered block weight
+    return {
+        "sharded parameters": ((2 * q if quantized else 4) * blocks + 4 * pr) / w,
+        "AdamW state": 8 * p / w,
+        "block gradient (sharded)": (2 if quantized else 4) * pb / w,
+        "root weights (unsharded)": 2 * pr,
+        "block weights (unsharded)": gathered * pb,
+        "prefetched all-gather": gathered * pb if shape.num_layers > 1 else 0.0,
+        "reduce-scatter input": 4 * pb,
+        "quantized weight copy (per layer)": q * pb if s.precision in QUANTIZED_BYTES else 0.0,
+        "head gradient": 2 * shape.vocab_size * shape.hidden_size,
+        "all gradients (sharded)": ((2 if quantized else 4) * blocks + 4 * pr) / w,
+    }
+
+
+def loss_bytes(s: Setup) -> float:
+    """The loss's vocabulary-sized tensors at their peak (its backward). Unchunked: 12 bytes per token and
+    vocabulary entry for the whole micro-batch. Chunked (``training/trainer/loss.py``): one chunk's fp32 logits
+    and their compute-dtype gradient (6 bytes per token and entry) plus the fp32 log-sum-exp of every token."""
+    if s.loss_chunk_tokens <= 0:
+        return LOSS_BYTES_PER_V * s.shape.vocab_size * s.tokens
+    return CHUNKED_LOSS_BYTES_PER_V * s.shape.vocab_size * min(s.tokens, s.loss_chunk_tokens) + 4.0 * s.tokens
+
+
+def _moments(s: Setup) -> dict[str, dict[str, float]]:
+    """The parts (bytes) at each candidate peak moment of one training step."""
+    wt = _weights(s)
+    shape, t = s.shape, s.tokens
+    h, f, layers = shape.hidden_size, shape.ffn_hidden_size, shape.num_layers
+    act_layer = layer_activation_bytes(s)
+    base = {k: wt[k] for k in ("sharded parameters", "AdamW state", "root weights (unsharded)")}
+    inputs = {"inputs (tokens, targets)": 16.0 * t}
+    if s.activation_checkpointing:
+        saved = {"saved activations": 2.0 * h * t * layers}
+        qcopies = {"quantized weight copies": wt["quantized weight copy (per layer)"]}
+    else:
+        saved = {"saved activations": act_layer * t * layers}
+        qcopies = {"quantized weight copies": wt["quantized weight copy (per layer)"] * layers}
+    last_block = {"block weights (unsharded)": wt["block weights (unsharded)"]}
+    # With AC the peak comes in the second block's backward (the first one's reduce-scatter input still held),
+    # with a third block's all-gather prefetched when there is one; without AC at the first block's reduce-scatter.
+    prefetch_at = 2 if s.activation_checkpointing else 1
+    in_backward = {
+        "block weights (unsharded)": wt["block weights (unsharded)"],
+        "prefetched all-gather": wt["prefetched all-gather"] if layers > prefetch_at else 0.0,
+        "reduce-scatter input": wt["reduce-scatter input"],
+        "gradients (sharded, so far)": wt["block gradient (sharded)"],
+        "head gradient": wt["head gradient"],
+    }
+    moments: dict[str, dict[str, float]] = {
+        "loss backward": {
+            **base,
+            **last_block,
+            **saved,
+            **qcopies,
+            "final norm and head inputs": 4.0 * h * t,
+            "loss (vocabulary-sized)": loss_bytes(s),
+            # the chunked loss's backward makes the head's weight gradient and the head input's gradient itself
+            **(
+                {"head gradient": wt["head gradient"], "loss input gradient": 2.0 * h * t}
+                if s.loss_chunk_tokens > 0
+                else {}
+            ),
+            **inputs,
+        },
+    }
+    if s.activation_checkpointing:
+        moments["block backward, after its recompute"] = {
+            **base,
+            **in_backward,
+            "gradients (sharded, so far)": 2 * wt["block gradient (sharded)"],
+            **saved,
+            **qcopies,
+            "recomputed block": act_layer * t,
+            "gradients in flight": AC_RECOMPUTE_BYTES_PER_H * h * t,
+            **inputs,
+        }
+        moments["block backward, its end"] = {
+            **base,
+            **in_backward,
+            **saved,
+            **qcopies,
+            "unsharded gradients": 2.0 * block_params(shape),
+            "gradients in flight": AC_TAIL_BYTES_PER_HF * (h + f) * t,
+            **inputs,
+        }
+    else:
+        moments[
+            "last block backward"
+        ] = {  # inside its MLP: SwiGLU's gradients out, the next block prefetched
+            **base,
+            **last_block,
+            "prefetched all-gather": wt["prefetched all-gather"],
+            "gradients (sharded, so far)": wt["block gradient (sharded)"],
+            **saved,
+            **qcopies,
+            "head gradient": wt["head gradient"],
+            "gradients in flight": (4.0 * f + 2.0 * h) * t,
+            **inputs,
+        }
+        if layers > 1:
+            moments["block backward, its reduce-scatter"] = {
+                **base,
+                **in_backward,
+                "unsharded gradients": 2.0 * block_params(shape),
+                "saved activations": act_layer * t * (layers - 2),
+                "quantized weight copies": wt["quantized weight copy (per layer)"] * (layers - 2),
+                "gradients in flight": 18.0 * h * t,
+                **inputs,
+            }
+    moments["root reduce-scatter"] = {  # FSDP2 reshards (frees the root's gathered weights) before it reduces
+        "sharded parameters": wt["sharded parameters"],
+        "AdamW state": wt["AdamW state"],
+        "gradients (sharded)": wt["all gradients (sharded)"],
+        "root gradients (unsharded, bf16)": 2.0 * root_params(shape),
+        "reduce-scatter input": 4.0 * root_params(shape),
+        **inputs,
+    }
+    moments["optimizer step"] = {
+        "sharded parameters": wt["sharded parameters"],
+        "AdamW state": wt["AdamW state"],
+        "gradients (sharded)": wt["all gradients (sharded)"],
+        # torch.optim.AdamW's foreach path (the default on CUDA) makes one temporary per moment list
+        "AdamW temporaries": 4.0 * shape.parameter_count() / s.world_size,
+    }
+    return moments
+
+
+def estimate_memory(s: Setup) -> Memory:
+    """The per-GPU peak: the largest moment's tensors plus the allowance, against the GPU's memory."""
+    moments = _moments(s)
+    moment, parts = max(moments.items(), key=lambda item: sum(item[1].values()))
+    tensors = sum(parts.values())
+    allowance = ALLOWANCE_FIXED_GIB * GIB + ALLOWANCE_FRACTION * tensors
+    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu_memory_gb * 1e9
+    return Memory(
+        moment=moment,
+        parts={k: v / GIB for k, v in parts.items() if v > 0},
+        tensors_gib=tensors / GIB,
+        allowance_gib=allowance / GIB,
+        peak_gib=(tensors + allowance) / GIB,
+        gpu_gib=gpu / GIB,
+        limit_gib=HEADROOM * gpu / GIB,
+    )
+
+
+def tensors_only_gib(s: Setup) -> float:
+    """The live tensors at the peak (what the traced reference measures: no allowance)."""
+    return estimate_memory(s).tensors_gib
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Advice: the smallest changes that fit
+# ----------------------------------------------------------------------------------------------------------
+
+
+def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[str] = ()) -> list[str]:
+    """The smallest single changes (or AC plus a batch size) under which ``s`` fits, each with its estimate."""
+    out: list[str] = []
+
+    def fits(candidate: Setup) -> Memory | None:
+        memory = estimate_memory(candidate)
+        return memory if memory.fits else None
+
+    ac_alone = not s.activation_checkpointing and fits(replace(s, activation_checkpointing=True))
+    if ac_alone:
+        out.append(f"activation_checkpointing true ({ac_alone.peak_gib:.1f} GiB)")
+    for ac in dict.fromkeys((s.activation_checkpointing, True)):
+        batch = next(
+            (
+                b
+                for b in range(s.batch_size - 1, 0, -1)
+                if fits(replace(s, batch_size=b, activation_checkpointing=ac))
+            ),
+            None,
+        )
+        if batch is not None:
+            m = estimate_memory(replace(s, batch_size=batch, activation_checkpointing=ac))
+            with_ac = " with activation_checkpointing true" if ac and not s.activation_checkpointing else ""
+            out.append(f"batch_size {batch}{with_ac} ({m.peak_gib:.1f} GiB)")
+            break
+    for ac in dict.fromkeys((s.activation_checkpointing, True)):
+        if ac and ac_alone:
+            break  # more instances on top of a change that already fits is not a smallest change
+        more = replace(s, activation_checkpointing=ac)
+        count = next(
+            (
+                k
+                for k in range(s.instance_count + 1, max_instance_count + 1)
+                if fits(replace(more, instance_count=k))
+            ),
+            None,
+        )
+        if count is not None:
+            m = estimate_memory(replace(more, instance_count=count))
+            with_ac = " with activation_checkpointing true" if ac and not s.activation_checkpointing else ""
+            out.append(f"instance_count {count}{with_ac} ({m.peak_gib:.1f} GiB)")
+            break
+    bigger = [
+        t
+        for t in instance_types
+        if t != s.instance_type
+        and contract.GPU_INSTANCE_TYPES[t].supports(s.precision)
+        and fits(replace(s, instance_type=t))
+    ]
+    if bigger:
+        out.append("instance_type " + " or ".join(bigger))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Time and cost
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Expected throughput, step time, run time and cost; ``warning`` when the run outlasts its time limit."""
+
+    tokens_per_sec_per_gpu: float
+    mfu_bf16: float
+    step_seconds: float
+    run_seconds: float
+    cost_usd: float | None
+    warning: str | None
+    source: str = REFERENCE_SOURCE
+
+
+def _reference_mfu(step_flops: float) -> float:
+    """Model FLOPs utilization against B200's bf16 peak, without AC, interpolated log-linearly in the FLOPs of one
+    micro-batch (the work each kernel launch and each FSDP2 collective is spread over) between the seed's two
+    points (2.3% at 7e13, 23% at 1.1e15), held flat outside them."""
+    ref_flops = contract.flops_per_token(contract.MODEL_PRESETS["1b"], 8192)
+    peak = contract.PEAK_TFLOPS[REFERENCE_GPU]["bf16"] * 1e12
+    points = [
+        (math.log(tokens * ref_flops), tps * (AC_OVERHEAD if ac else 1.0) * ref_flops / peak)
+        for tokens, tps, ac in REFERENCE_POINTS
+    ]
+    (x0, y0), (x1, y1) = points
+    x = min(max(math.log(max(step_flops, 1.0)), x0), x1)
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def estimate_time(s: Setup) -> Timing:
+    """Tokens/s per GPU from the model FLOPs at the reference MFU (counted against the GPU's bf16 peak: the seed
+    finds low precisions' gains modest for small models, so none is assumed), step time, time for
+    ``max_steps``, and the on-demand cost (``contract.estimate_cost_usd``)."""
+    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    flops = contract.flops_per_token(s.shape, s.seq_length)
+    mfu = _reference_mfu(s.tokens * flops)
+    tps = mfu * contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12 / flops
+    if s.activation_checkpointing:
+        tps /= AC_OVERHEAD
+    step = s.tokens / tps
+    run = step * s.max_steps
+    cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
+    warning = None
+    if s.max_runtime_seconds is not None and run > s.max_runtime_seconds:
+        reached = int(s.max_runtime_seconds // step)
+        warning = (
+            f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
+            f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
+        )
+    return Timing(tps, mfu, step, run, cost, warning)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The plan
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    setup: Setup
+    memory: Memory
+    timing: Timing
+    advice: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (what the CLI's --json prints and the execution's summary carries)."""
+        m, t, s = self.memory, self.timing, self.setup
+        return {
+            "peak_gib": round(m.peak_gib, 2),
+            "tensors_gib": round(m.tensors_gib, 2),
+            "allowance_gib": round(m.allowance_gib, 2),
+            "limit_gib": round(m.limit_gib, 2),
+            "gpu_gib": round(m.gpu_gib, 2),
+            "fits": m.fits,
+            "moment": m.moment,
+            "parts_gib": {k: round(v, 3) for k, v in m.parts.items()},
+            "world_size": s.world_size,
+            "parameters": s.shape.parameter_count(),
+            "tokens_per_sec_per_gpu": round(t.tokens_per_sec_per_gpu),
+            "step_seconds": round(t.step_seconds, 4),
+            "run_seconds": round(t.run_seconds),
+            "cost_usd": None if t.cost_usd is None else round(t.cost_usd, 2),
+            "warning": t.warning,
+            "advice": self.advice,
+            "throughput_source": t.source,
+        }
+
+
+def make_plan(
+    request: Mapping[str, Any], *, max_instance_count: int = 64, instance_types: Sequence[str] = ()
+) -> Plan:
+    """The plan of one execution input (advice only when it does not fit)."""
+    s = setup_from_request(request)
+    memory = estimate_memory(s)
+    hints = (
+        [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
+    )
+    return Plan(s, memory, estimate_time(s), hints)
+
+
+def refusal(plan: Plan) -> str | None:
+    """One line refusing ``plan`` when it does not fit (estimate by part, the limit, the changes that fit)."""
+    m = plan.memory
+    if m.fits:
+        return None
+    ranked = sorted(m.parts.items(), key=lambda kv: -kv[1])
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in ranked[:5])
+    if len(ranked) > 5:
+        parts += f", other {sum(v for _, v in ranked[5:]):.1f}"
+    fixes = (
+        "; ".join(plan.advice)
+        if plan.advice
+        else "no change of activation checkpointing, batch size or instance count fits"
+    )
+    return (
+        f"memory: estimated peak {m.peak_gib:.1f} GiB per GPU ({parts}, allowance {m.allowance_gib:.1f}; at "
+        f"{m.moment}) exceeds {m.limit_gib:.1f} GiB ({HEADROOM:.0%} of {plan.setup.instance_type}'s "
+        f"{m.gpu_gib:.1f} GiB); fits with: {fixes}; or set ignore_memory_estimate true to launch anyway"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------------------
+
+
+def measure(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Trace one FSDP2 step of the trainer's own model for an execution input on this CPU (needs torch, imported
+    only here): ``{"peak_gib", "parts_gib", ...}`` of ``training.trainer.memory_trace.trace_step``, with the world
+    size of the request's instance type and count."""
+    memory_trace = importlib.import_module("training.trainer.memory_trace")  # torch: only when measuring
+    setup = setup_from_request(request)
+    settings = dict(request.get("hyperparameters") or {})
+    settings.update({k: request[k] for k in TOP_LEVEL if request.get(k) is not None})
+    return memory_trace.trace_step(settings, world_size=setup.world_size)
+
+
+def format_measured(measured: Mapping[str, Any]) -> str:
+    lines = [f"traced peak {measured['peak_gib']:.2f} GiB per GPU (live tensors; no allowance)"]
+    for name, gib in sorted(measured["parts_gib"].items(), key=lambda kv: -kv[1]):
+        if gib > 0:
+            lines.append(f"  {name:<40} {gib:9.3f} GiB")
+    return "\n".join(lines)
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as plain text (the operator CLI draws its own rich table from :meth:`Plan.to_dict`)."""
+    d = plan.to_dict()
+    lines = [
+        f"peak {d['peak_gib']:.2f} GiB per GPU (at {d['moment']}), limit {d['limit_gib']:.2f} GiB: "
+        + ("fits" if d["fits"] else "DOES NOT FIT")
+    ]
+    for name, gib in sorted(d["parts_gib"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {name:<40} {gib:9.3f} GiB")
+    lines.append(
+        f"  {'allowance (context, workspaces, NCCL, fragmentation)':<40} {d['allowance_gib']:9.3f} GiB"
+    )
+    lines.append(
+        f"throughput ~{d['tokens_per_sec_per_gpu']} tokens/s per GPU, step {d['step_seconds']:.3f} s, "
+        f"run {contract.format_duration(d['run_seconds'])}, cost "
+        + ("unknown (no price)" if d["cost_usd"] is None else f"${d['cost_usd']:,.2f}")
+    )
+    if d["warning"]:
+        lines.append(f"warning: {d['warning']}")
+    if d["advice"]:
+        lines.append("fits with: " + "; ".join(d["advice"]))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("file", nargs="?", help="the execution input (JSON file; - for standard input)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--measure", action="store_true", help="trace one FSDP2 step on this CPU (needs torch)"
+    )
+    parser.add_argument("--table", action="store_true", help="print the closed form against traced steps")
+    args = parser.parse_args(argv)
+    if args.table:
+        agreement = importlib.import_module("training.plan_agreement")  # traces: needs torch
+        return agreement.main(["--json"] if args.json else [])
+    if not args.file:
+        parser.error("give the execution input file (or --table)")
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        request = json.loads(text)
+        if not isinstance(request, dict):
+            raise ValueError("the execution input must be a JSON object")
+        if args.measure:
+            measured = measure(request)
+            print(json.dumps(measured, indent=2) if args.json else format_measured(measured))
+            return 0
+        plan = make_plan(request)
+    except (ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

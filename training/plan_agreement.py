@@ -1,0 +1,143 @@
+"""The memory plan's closed form (``training.plan``) against traced FSDP2 steps (``training.trainer.memory_trace``).
+
+``python -m training.plan_agreement [--json] [--rows N,M]`` traces each configuration of :data:`ROWS` on this CPU
+(a few seconds each) and prints the closed form's live tensors next to the traced peak (both without the
+allowance, which no tracer sees) and their difference. Layer counts are shrunk where noted (``layers``): the
+trace's time grows with the layers, the agreement does not depend on them (every per-layer term is traced in
+each row). Transformer Engine precisions cannot be traced without a GPU: their rows show the closed form only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from training import contract, plan
+
+TOLERANCE = 0.05
+"""The closed form must be within 5% of every traced row."""
+
+
+@dataclass(frozen=True)
+class Row:
+    preset: str
+    layers: int
+    vocab: int
+    batch: int
+    ac: bool
+    world: int
+    seq: int = 8192
+    precision: str = "bf16"
+    loss_chunk_tokens: int | None = None
+
+    def request(self) -> dict[str, Any]:
+        """The execution input of this row (on ml.p6-b200.48xlarge: 8 GPUs per instance)."""
+        hyperparameters: dict[str, Any] = {"model_preset": self.preset, "vocab_size": self.vocab}
+        if self.loss_chunk_tokens is not None:
+            hyperparameters["loss_chunk_tokens"] = self.loss_chunk_tokens
+        return {
+            "precision": self.precision,
+            "num_layers": self.layers,
+            "batch_size": self.batch,
+            "seq_length": self.seq,
+            "activation_checkpointing": self.ac,
+            "instance_type": contract.DEFAULT_INSTANCE_TYPE,
+            "instance_count": self.world // 8,
+            "hyperparameters": hyperparameters,
+        }
+
+    @property
+    def traceable(self) -> bool:
+        return self.precision not in contract.TE_PRECISIONS
+
+    def label(self) -> str:
+        full = contract.MODEL_PRESETS[self.preset].num_layers
+        layers = f"{self.layers}/{full}" if self.layers != full else str(full)
+        tokens = self.loss_chunk_tokens
+        if tokens is None:
+            tokens = contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
+        chunk = " loss unchunked" if tokens == 0 else f" loss chunk {tokens}"
+        return (
+            f"{self.preset} L{layers} V{self.vocab} mb{self.batch} {'AC' if self.ac else 'no AC'} "
+            f"W{self.world} {self.precision}{chunk}"
+        )
+
+
+ROWS: tuple[Row, ...] = (
+    Row("1b", 16, 32_000, 1, False, 8),
+    Row("1b", 16, 32_000, 4, True, 8),
+    Row("1b", 16, 32_000, 1, True, 16),
+    Row("1b", 16, 32_000, 4, False, 16),
+    Row("1b", 16, 128_256, 1, False, 8),
+    Row("1b", 16, 128_256, 4, True, 16),
+    Row("1b", 4, 128_256, 1, True, 8),
+    Row("8b", 4, 32_000, 1, False, 8),
+    Row("8b", 4, 32_000, 1, True, 8),
+    Row("8b", 4, 32_000, 4, True, 16),
+    Row("8b", 4, 32_000, 4, False, 8),
+    Row("8b", 4, 128_256, 1, True, 16),
+    Row("8b", 4, 128_256, 4, False, 16),
+    Row("8b", 8, 128_256, 1, False, 8),
+    Row("1b", 16, 32_000, 4, True, 8, loss_chunk_tokens=0),
+    Row("8b", 4, 128_256, 1, False, 16, loss_chunk_tokens=0),
+    Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
+    Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
+    Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
+)
+"""At least 12 traced configurations: presets 1b and 8b, micro-batch 1 and 4, AC on and off, world size 8 and 16,
+vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers), the loss chunked (the contract's default) and
+unchunked; then TE rows (closed form only)."""
+
+
+def closed_form_gib(row: Row) -> float:
+    return plan.estimate_memory(plan.setup_from_request(row.request())).tensors_gib
+
+
+def evaluate(row: Row) -> dict[str, Any]:
+    """The row's closed form, and when traceable its traced peak and the relative difference."""
+    estimate = closed_form_gib(row)
+    result: dict[str, Any] = {"config": row.label(), "closed_form_gib": round(estimate, 3)}
+    if not row.traceable:
+        result.update(traced_gib=None, difference=None, note="TE precision: not traceable without a GPU")
+        return result
+    traced = plan.measure(row.request())
+    result.update(
+        traced_gib=round(traced["peak_gib"], 3),
+        difference=round(estimate / traced["peak_gib"] - 1, 4),
+        trace_seconds=round(traced["trace_seconds"], 1),
+    )
+    return result
+
+
+def format_table(results: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| configuration | closed form (GiB) | traced (GiB) | difference |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in results:
+        traced = "not traceable (TE)" if r["traced_gib"] is None else f"{r['traced_gib']:.2f}"
+        diff = "" if r["difference"] is None else f"{100 * r['difference']:+.1f}%"
+        lines.append(f"| {r['config']} | {r['closed_form_gib']:.2f} | {traced} | {diff} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.plan_agreement", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--rows", help="comma-separated row numbers (0-based) to run; default all")
+    args = parser.parse_args(argv)
+    rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else list(ROWS)
+    results = [evaluate(row) for row in rows]
+    print(json.dumps(results, indent=2) if args.json else format_table(results))
+    worst = max((abs(r["difference"]) for r in results if r["difference"] is not None), default=0.0)
+    return 0 if worst <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

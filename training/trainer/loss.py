@@ -1,0 +1,99 @@
+"""The LM head and next-token cross-entropy, in chunks of tokens, recomputed in backward: the loss's memory is
+bounded by the chunk, not by the micro-batch.
+
+Unchunked (``loss_chunk_tokens=0``), ``F.cross_entropy(head(x).float(), targets)`` keeps fp32 vocabulary-sized
+tensors for every token of the micro-batch: the saved fp32 log-softmax, and in backward its fp32 gradient and the
+gradient cast to the compute dtype. ``linear_cross_entropy`` saves only the head's input, one fp32 log-sum-exp
+per token and the targets; forward and backward each compute the head's logits one chunk of ``chunk_tokens``
+tokens at a time (the fp32 logits of one chunk, then its softmax in place, then its gradient in the compute dtype),
+so the vocabulary-sized memory is about 6 bytes x chunk_tokens x vocab_size whatever the micro-batch.
+
+The price is one extra head GEMM (the logits again in backward: 2 x tokens x hidden x vocab FLOPs). The head's
+weight is used directly (no module call per chunk), so FSDP2's hooks and its one all-gather of the root's
+parameters are untouched, and autograd accumulates one weight gradient (in the weight's dtype) as it does for
+``nn.Linear``. Gradients are scaled by the incoming gradient in backward, so fp16 loss scaling works unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+"""Targets with this value are left out of the mean (``F.cross_entropy``'s default ``ignore_index``)."""
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
+    """Mean cross-entropy of ``hidden @ weight.T`` (logits in fp32) against ``targets`` over the tokens whose
+    target is not ``IGNORE_INDEX``; ``chunk_tokens`` 0 computes it unchunked with ``F.cross_entropy``.
+
+    ``hidden``: (..., hidden_size); ``weight``: (vocab_size, hidden_size); ``targets``: hidden's leading shape.
+    """
+    hidden = hidden.reshape(-1, hidden.shape[-1])
+    targets = targets.reshape(-1)
+    if chunk_tokens < 0:
+        raise ValueError(f"loss_chunk_tokens: must be an integer >= 0; got {chunk_tokens}")
+    if chunk_tokens == 0:
+        return F.cross_entropy(F.linear(hidden, weight).float(), targets, ignore_index=IGNORE_INDEX)
+    return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_tokens)
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """fp32 logits of one chunk, a fresh tensor this code may overwrite in place."""
+    logits = F.linear(hidden, weight)
+    return logits.float() if logits.dtype != torch.float32 else logits
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """``linear_cross_entropy`` for ``chunk_tokens`` > 0 (see the module docstring)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
+    ) -> torch.Tensor:
+        tokens = hidden.shape[0]
+        log_sum_exp = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        valid = targets != IGNORE_INDEX
+        for start in range(0, tokens, chunk_tokens):
+            end = min(start + chunk_tokens, tokens)
+            logits = _chunk_logits(hidden[start:end], weight)
+            target = targets[start:end].clamp(min=0).unsqueeze(1)
+            target_logit = logits.gather(1, target).squeeze(1)
+            row_max = logits.amax(dim=1, keepdim=True)
+            lse = logits.sub_(row_max).exp_().sum(dim=1).log_().add_(row_max.squeeze(1))
+            log_sum_exp[start:end] = lse
+            total += ((lse - target_logit) * valid[start:end]).sum()
+            del logits
+        count = valid.sum()
+        ctx.chunk_tokens = chunk_tokens
+        ctx.save_for_backward(hidden, weight, targets, log_sum_exp, count)
+        return total / count
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        hidden, weight, targets, log_sum_exp, count = ctx.saved_tensors
+        need_hidden, need_weight = ctx.needs_input_grad[:2]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros_like(weight) if need_weight else None
+        # d loss / d logit = (softmax - one_hot(target)) * grad_loss / count, zero for ignored tokens.
+        row_scale = (targets != IGNORE_INDEX) * (grad_loss.float() / count)
+        tokens, chunk = hidden.shape[0], ctx.chunk_tokens
+        for start in range(0, tokens, chunk):
+            end = min(start + chunk, tokens)
+            grad_logits = _chunk_logits(hidden[start:end], weight)
+            grad_logits.sub_(log_sum_exp[start:end].unsqueeze(1)).exp_()
+            target = targets[start:end].clamp(min=0).unsqueeze(1)
+            grad_logits.scatter_add_(1, target, torch.full_like(target, -1, dtype=grad_logits.dtype))
+            grad_logits.mul_(row_scale[start:end].unsqueeze(1))
+            grad_logits = grad_logits.to(hidden.dtype)
+            if grad_hidden is not None:
+                torch.mm(grad_logits, weight, out=grad_hidden[start:end])
+            if grad_weight is not None:
+                grad_weight.addmm_(grad_logits.t(), hidden[start:end])
+            del grad_logits
+        return grad_hidden, grad_weight, None, None

@@ -1,0 +1,285 @@
+"""Measure one FSDP2 training step's per-GPU memory on a CPU machine, without a GPU: the measured reference for
+memory estimates.
+
+    python -m training.trainer.memory_trace --preset 1b --seq 8192 --batch 4 --ac --world 8 --json
+
+The trainer's own model code (the torch path: ``model.build_model``, ``parallel.shard_model``, the trainer's AdamW
+and gradient clipping) runs one step for rank 0 of ``world`` ranks, on fake tensors (``FakeTensorMode``: shapes and
+dtypes, no data, no memory) and a fake process group (collectives do nothing), with
+``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker`` counting every live tensor by category. One warm-up
+step runs first, outside the tracker: DTensor's first sharding propagation allocates full-size tensors once.
+
+CPU kernels save different tensors than CUDA's, so two are swapped for what CUDA runs: attention uses the flash
+kernel (``SDPBackend.FLASH_ATTENTION``: CPU flash saves output and log-sum-exp, like CUDA flash), and RMSNorm
+uses ``FusedRMSNormStandIn``, which allocates what CUDA's fused RMSNorm kernel allocates (output and fp32 rstd in
+forward, saving input and rstd; input and weight gradients in backward). On fake tensors only outputs are
+allocated, never a kernel's internal workspace.
+
+Not counted (the tracker sees live tensors only): the CUDA context, cuBLAS/cuDNN/TE workspaces, NCCL buffers and
+the caching allocator's fragmentation. Transformer Engine precisions cannot be traced here (TE needs a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from training import contract
+
+GIB = 1024**3
+
+PARTS: Mapping[str, str] = {
+    "Sharded Param": "sharded_parameters",
+    "Unsharded Param": "unsharded_parameters",
+    "Buffer": "buffers",
+    "Sharded Grad": "sharded_gradients",
+    "Unsharded Grad": "unsharded_gradients",
+    "OptState": "optimizer_state",
+    "Activation": "activations",
+    "Temp": "temporaries",
+    "All Gather": "all_gather_buffers",
+    "Reduce Scatter": "reduce_scatter_buffers",
+    "Inputs": "inputs",
+}
+"""FSDPMemTracker's categories (``_FSDPRefType`` values) -> the names in this module's output."""
+
+
+class FusedRMSNormStandIn(torch.autograd.Function):
+    """What CUDA's fused RMSNorm (``torch._fused_rms_norm``) allocates and saves: forward returns the output (input
+    dtype) and saves the input and the fp32 rstd (one per row); backward returns the input and weight gradients.
+
+    On real tensors it computes RMSNorm exactly (fp32 internally, like ``F.rms_norm``); on fake tensors it only
+    allocates those outputs, as the CUDA kernel does (the CPU math's fp32 temporaries would otherwise be counted).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:  # type: ignore[override]
+        if _is_fake(x):
+            rstd = x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+            out = torch.empty_like(x)
+        else:
+            rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+            out = (x.float() * rstd * weight.float()).to(x.dtype)
+        ctx.save_for_backward(x, weight, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:  # type: ignore[override]
+        x, weight, rstd = ctx.saved_tensors
+        if _is_fake(x):
+            return torch.empty_like(x), torch.empty_like(weight), None
+        normed = x.float() * rstd
+        grad_weight = (grad_out.float() * normed).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        grad_normed = grad_out.float() * weight.float()
+        grad_x = rstd * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight, None
+
+
+def _is_fake(tensor: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor)
+
+
+def use_fused_rms_norm(net: nn.Module) -> None:
+    """Make every ``nn.RMSNorm`` in ``net`` run ``FusedRMSNormStandIn`` (its forward, per instance)."""
+    for module in net.modules():
+        if isinstance(module, nn.RMSNorm):
+            module.forward = _fused_forward(module)  # type: ignore[method-assign]
+
+
+def _fused_forward(norm: nn.RMSNorm):
+    eps = norm.eps if norm.eps is not None else torch.finfo(torch.float32).eps
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return FusedRMSNormStandIn.apply(x, norm.weight, eps)
+
+    return forward
+
+
+def trace_settings(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The contract's checked settings (``contract.parse_hyperparameters``), refusing what cannot be traced here."""
+    values = contract.parse_hyperparameters(hyperparameters)
+    if values["precision"] in contract.TE_PRECISIONS:
+        raise contract.ContractError(
+            "precision",
+            f"{values['precision']} runs through Transformer Engine, which cannot be traced without a GPU; "
+            "trace with one of fp32, fp16, bf16",
+        )
+    return values
+
+
+def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[str, Any]:
+    """Peak memory of rank 0 in one training step (forward, backward, gradient clipping, AdamW step) with
+    ``world_size`` ranks, and its parts, for the trainer settings ``hyperparameters`` (contract names; model
+    dims from ``model_preset`` unless given).
+
+    Returns ``{"peak_gib", "parts_gib": {part: GiB at the peak}, "peak_by_module_gib": {module: GiB},
+    "settings", "world_size", "trace_seconds"}``. Raises ``contract.ContractError`` on a bad setting, before
+    anything is built.
+    """
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or not 1 <= world_size <= 1_000_000:
+        raise contract.ContractError("world_size", f"must be an integer in [1, 1000000]; got {world_size!r}")
+    values = trace_settings(hyperparameters)
+    if dist.is_initialized():
+        raise RuntimeError(
+            "memory_trace: a process group is already initialized in this process; trace in a fresh process"
+        )
+    started = time.perf_counter()
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        snapshot, modules = _traced_step(values, world_size)
+    finally:
+        dist.destroy_process_group()
+    parts = {PARTS.get(key, key): value / GIB for key, value in snapshot.items() if key != "Total"}
+    return {
+        "peak_gib": snapshot["Total"] / GIB,
+        "parts_gib": parts,
+        "peak_by_module_gib": modules,
+        "settings": {key: values[key] for key in _REPORTED if key in values},
+        "world_size": world_size,
+        "trace_seconds": time.perf_counter() - started,
+    }
+
+
+_REPORTED = (
+    "model_preset",
+    *contract.MODEL_DIM_NAMES,
+    "seq_length",
+    "batch_size",
+    "activation_checkpointing",
+    "precision",
+    "loss_chunk_tokens",
+)
+
+
+def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, int], dict[str, float]]:
+    """Build, shard, warm up and trace one step on fake tensors; the tracker's peak snapshot (bytes by category)
+    and each module's peak (GiB)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from training.trainer import model, parallel, precision
+
+    shape = contract.ModelShape(**{dim: values[dim] for dim in contract.MODEL_DIM_NAMES})
+    mesh = init_device_mesh("cpu", (world_size,))
+    device = torch.device("cpu")
+    with FakeTensorMode(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        net = model.build_model(
+            shape,
+            use_te=False,
+            activation_checkpointing=values["activation_checkpointing"],
+            te_params_dtype=torch.float32,
+            loss_chunk_tokens=values["loss_chunk_tokens"],
+        )
+        use_fused_rms_norm(net)
+        dtype = precision.compute_dtype(values["precision"])
+        parallel.shard_model(net, mesh, parallel.mixed_precision(dtype), device)
+        # The trainer's optimizer (loop._fresh_state); foreach=True is what AdamW picks on CUDA (its temporaries).
+        optimizer = torch.optim.AdamW(
+            net.parameters(), lr=values["learning_rate"], betas=(0.9, 0.95),
+            weight_decay=values["weight_decay"], foreach=True,
+        )  # fmt: skip
+        batch = (values["batch_size"], values["seq_length"])
+        tokens = torch.randint(0, shape.vocab_size, batch, device=device)
+        targets = torch.randint(0, shape.vocab_size, batch, device=device)
+        max_norm = values["grad_clip"] if values["grad_clip"] > 0 else math.inf
+        _step(net, optimizer, tokens, targets, max_norm)  # warm-up, outside the tracker
+        tracker = FSDPMemTracker(net, optimizer)
+        tracker.track_inputs((tokens, targets))
+        with tracker:
+            _step(net, optimizer, tokens, targets, max_norm)
+        peak = tracker.get_tracker_snapshot("peak")
+        modules = _module_peaks(tracker)
+    return dict(next(iter(peak.values()))), modules
+
+
+def _step(
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    max_norm: float,
+) -> None:
+    """One training step as ``loop._train`` runs it (no loss scaler: fp16 is traced as bf16's memory)."""
+    loss = net(tokens, targets)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], max_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _module_peaks(tracker: Any) -> dict[str, float]:
+    """Each tracked module's local peak (GiB on rank 0's device), by fully qualified name."""
+    peaks: dict[str, float] = {}
+    for stats in tracker.memory_tracking.values():
+        if stats.local_peak:
+            peaks[stats.mod_fqn] = max(stats.local_peak.values()) / GIB
+    return peaks
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.trainer.memory_trace", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--preset", default="1b", help=f"One of {', '.join(contract.MODEL_PRESET_NAMES)}.")
+    parser.add_argument("--layers", type=int, default=None, help="num_layers (default: the preset's).")
+    parser.add_argument("--vocab", type=int, default=None, help="vocab_size (default: the preset's).")
+    parser.add_argument("--seq", type=int, default=8192, help="seq_length.")
+    parser.add_argument("--batch", type=int, default=1, help="Micro-batch size per GPU.")
+    parser.add_argument("--ac", action="store_true", help="Activation checkpointing on.")
+    parser.add_argument("--world", type=int, default=8, help="World size (GPUs in all).")
+    parser.add_argument("--precision", default="bf16", help="fp32, fp16 or bf16.")
+    parser.add_argument(
+        "--loss-chunk-tokens",
+        type=int,
+        default=None,
+        help="Tokens per loss chunk (0: unchunked; default: the contract's).",
+    )
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings: dict[str, Any] = {
+        "model_preset": args.preset,
+        "num_layers": args.layers,
+        "vocab_size": args.vocab,
+        "seq_length": args.seq,
+        "batch_size": args.batch,
+        "activation_checkpointing": args.ac,
+        "precision": args.precision,
+        "loss_chunk_tokens": args.loss_chunk_tokens,
+    }
+    settings = {key: value for key, value in settings.items() if value is not None}
+    try:
+        result = trace_step(settings, world_size=args.world)
+    except contract.ContractError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return 0
+    print(f"peak {result['peak_gib']:.3f} GiB per GPU (rank 0 of {args.world}), traced in "
+          f"{result['trace_seconds']:.1f} s")  # fmt: skip
+    for part, gib in sorted(result["parts_gib"].items(), key=lambda item: -item[1]):
+        print(f"  {part:<24} {gib:8.3f} GiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
