@@ -14,7 +14,8 @@ import pytest
 
 from constructs_lib._shared.nag import logical_id
 from constructs_lib.workflow.construct import TrainingWorkflow
-from constructs_lib.workflow.request_check import RequestRules, prepare_request
+from constructs_lib.workflow.launch_request import execution_context, launch_request
+from constructs_lib.workflow.request_check import RequestRules, decide, prepare_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
@@ -226,7 +227,7 @@ def _objects(s3, bucket: str, prefix: str) -> dict[str, bytes]:
     return {o["Key"]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
 
 
-def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, synthesized):
+def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, synthesized, rules):
     first, _ = synthesized["first"]
     bucket, earlier = synthesized["bucket"], f"earlier-{_prefix()}"
     run_key = f"checkpoints/{first.run_segment}/{earlier}/"
@@ -259,6 +260,10 @@ def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, s
         }
     ]
     assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/checkpoints/{first.run_segment}/{name}/"
+    decided = decide({"input": execution_input, "rules": rules.to_json(), "execution": name}, s3=workflow.s3)
+    context = execution_context(name=name, execution_input=execution_input)
+    rendered = launch_request(synthesized["first"][1], decided, context, job_name=request["TrainingJobName"])
+    assert rendered == request
     assert json.loads(result["output"])["resumed_from"] == {
         "step": 100,
         "uri": f"s3://{bucket}/{run_key}step_00000100/",
@@ -356,6 +361,19 @@ CANDIDATES: dict[str, list] = {
 }
 
 
+PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200"
+CAPACITY_CASES: list[dict] = [
+    {"use_spot": True},
+    {"use_spot": True, "instance_count": 2, "max_wait_seconds": 172800},
+    {"training_plan_arn": PLAN},
+    {"training_plan_arn": PLAN, "instance_count": 2, "use_spot": True},
+    {"train_data_uri": "s3://{bucket}/data/c/", "train_data_input_mode": "File"},
+    {"train_data_uri": "s3://{bucket}/data/c/", "use_spot": True, "instance_count": 2},
+    {"train_data_uri": "s3://{bucket}/data/c/", "training_plan_arn": PLAN, "precision": "mxfp8"},
+]
+"""Valid inputs the agreement test always has: spot, training plan and data, one and several nodes."""
+
+
 def corpus(bucket: str) -> list[object]:
     rng = random.Random(20261123)
     inputs: list[object] = [{}, [], "text", 7, None]
@@ -371,15 +389,30 @@ def corpus(bucket: str) -> list[object]:
     return inputs
 
 
+def _rendered(definition: dict, raw: object, rules: RequestRules, name: str, job_name: str) -> dict:
+    """The request ``launch_request`` renders from the deployed definition for ``raw`` (the SDK path's)."""
+    decided = decide({"input": raw, "rules": rules.to_json(), "execution": name})
+    context = execution_context(name=name, execution_input=raw)
+    return launch_request(definition, decided, context, job_name=job_name)
+
+
 def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow, rules, synthesized):
-    inputs = corpus(synthesized["bucket"])
+    """Decisions agree with ``prepare_request``; every launched request equals, field by field, the one that
+    ``launch_request`` renders from the deployed definition (the SDK path's single source), job name aside."""
+    bucket = synthesized["bucket"]
+    explicit = [
+        {k: v.format(bucket=bucket) if k == "train_data_uri" else v for k, v in case.items()}
+        for case in CAPACITY_CASES
+    ]
+    inputs = corpus(bucket) + explicit
     started = []
     for raw in inputs:
         if isinstance(raw, dict) and "job_name_prefix" not in raw:
             raw = {**raw, "job_name_prefix": _prefix()}
-        started.append((raw, workflow.start(raw)))
-    outcomes = {"valid": 0, "invalid": 0}
-    for raw, arn in started:
+        name = f"corpus-{_prefix()}"
+        started.append((raw, name, workflow.start(raw, name)))
+    outcomes = {"valid": 0, "invalid": 0, "spot": 0, "plan": 0, "data": 0}
+    for raw, name, arn in started:
         result = workflow.wait(arn, timeout=120)
         expected = prepare_request(raw, rules)
         if expected.problems:
@@ -392,4 +425,11 @@ def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow,
             assert request["HyperParameters"] == expected.hyperparameters, raw
             assert request.get("InputDataConfig", []) == expected.channels, raw
             assert request["ResourceConfig"]["InstanceType"] == expected.config["instance_type"]
+            rendered = _rendered(synthesized["first"][1], raw, rules, name, request["TrainingJobName"])
+            for key in sorted(set(request) | set(rendered)):
+                assert rendered.get(key) == request.get(key), (raw, key)
+            outcomes["spot"] += request["EnableManagedSpotTraining"]
+            outcomes["plan"] += "TrainingPlanArn" in request["ResourceConfig"]
+            outcomes["data"] += "InputDataConfig" in request
+    assert min(outcomes["spot"], outcomes["plan"], outcomes["data"]) >= 3, outcomes
     assert len(inputs) >= 200 and outcomes["valid"] >= 40 and outcomes["invalid"] >= 100, outcomes
