@@ -144,8 +144,9 @@ def direct_request(
 
 
 def direct_run(runs: TrainingRuns, run: str) -> Run | None:
-    """The training job ``run`` (its name or ARN) as a direct run of this workflow (its checkpoints under the
-    workflow's runs at its own name, tagged with it), or None when there is no such job."""
+    """The training job ``run`` (its name or ARN) as a direct run of this workflow, or None when there is no such
+    job: its checkpoints under the workflow's runs at the name of its ``training-workflow-execution`` tag, which
+    is the job's name (``launch_direct``) or its start (``ModelTrainer`` appends ``-<time>``)."""
     from botocore.exceptions import ClientError
 
     if run.startswith("arn:"):
@@ -164,10 +165,12 @@ def direct_run(runs: TrainingRuns, run: str) -> Run | None:
     runs_uri = runs.rules.runs_uri()
     checkpoint = (described.get("CheckpointConfig") or {}).get("S3Uri")
     tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags", [])
+    launched_as = next((t["Value"] for t in tags if t.get("Key") == EXECUTION_TAG), None)
     if (
         runs_uri is None
-        or checkpoint != f"{runs_uri}{run}/"
-        or {"Key": EXECUTION_TAG, "Value": run} not in tags
+        or launched_as is None
+        or checkpoint != f"{runs_uri}{launched_as}/"
+        or not (run == launched_as or run.startswith(f"{launched_as}-"))  # ModelTrainer adds -<time>
     ):
         return None  # not launched with this workflow's request
     job = Job(name=run)

@@ -137,6 +137,7 @@ def test_model_trainer_creates_the_workflows_request_but_the_name_and_metrics_ti
         assert created.get(key) == workflow.get(key), key
     assert created.get("Environment", {}) == workflow.get("Environment", {})
     assert telemetry == []  # opted out by default
+    assert runs.result(created["TrainingJobName"])["job"] == created["TrainingJobName"]  # a direct run
 
 
 def test_model_trainer_sends_telemetry_only_when_asked(deployed, runs, monkeypatch):
