@@ -99,12 +99,20 @@ def _name_taken(runs: TrainingRuns, name: str) -> str | None:
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") not in ("ValidationException", "ResourceNotFound"):
             raise
+    return run_folder_problem(runs, name)
+
+
+def run_folder_problem(runs: TrainingRuns, name: str) -> str | None:
+    """Why a new run named ``name`` cannot start: its checkpoint folder (``<runs>/<name>/``) already holds
+    objects of an earlier run (a direct one, or one deleted from the workflow's history), which the new run's
+    trainer would resume from and write over; or None."""
     runs_uri = runs.rules.runs_uri()
-    if runs_uri is not None:
-        bucket, _, prefix = f"{runs_uri}{name}/"[5:].partition("/")
-        listed = runs.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
-        if listed.get("KeyCount", 0):
-            return f"name: s3://{bucket}/{prefix} already holds checkpoints of a run named {name}; choose another name"
+    if runs_uri is None:
+        return None
+    bucket, _, prefix = f"{runs_uri}{name}/"[5:].partition("/")
+    listed = runs.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    if listed.get("KeyCount", 0):
+        return f"name: s3://{bucket}/{prefix} already holds checkpoints of a run named {name}; choose another name"
     return None
 
 

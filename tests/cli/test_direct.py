@@ -235,3 +235,15 @@ def test_result_logs_and_stop_accept_a_direct_jobs_name(deployed, runs, cli):
     assert result.status == 1 and "ABORTED" in result.out
     unknown = cli("result", "no-such-job-or-run")
     assert unknown.status == 3 and "unknown run no-such-job-or-run" in unknown.err
+
+
+def test_a_direct_runs_name_is_refused_for_a_workflow_run_once_it_has_checkpoints(deployed, runs, cli):
+    name = f"shared-{deployed.prefix()}"
+    runs.launch_direct({}, name=name, wait=False)
+    _seal_checkpoint(
+        deployed.workflow.s3, deployed.bucket, f"checkpoints/{deployed.rules.workflow_segment}/{name}/", 10
+    )
+    before = deployed.executions()
+    refused = cli("submit", "--name", name)
+    assert refused.status == 2 and f"already holds checkpoints of a run named {name}" in refused.err
+    assert deployed.executions() == before
