@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.progress import Progress
-from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot, console_links
+from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
 from training.contract import HF_EXPORT_DIR, restarted_from_none
 
@@ -75,6 +75,7 @@ class TrainingRuns:
         self._clients: dict[str, Any] = {}
         self._outputs: dict[str, str] | None = None
         self._rules: RequestRules | None = None
+        self._definition: dict[str, Any] | None = None
 
     # ---- deployment ---------------------------------------------------------------------------------------------
     def client(self, service: str) -> Any:
@@ -122,20 +123,28 @@ class TrainingRuns:
         return arn
 
     @property
+    def definition(self) -> dict[str, Any]:
+        """The deployed workflow's state machine definition (``DescribeStateMachine``), read once."""
+        if self._definition is None:
+            sfn, arn = self.client("stepfunctions"), self.state_machine_arn
+            try:
+                text = sfn.describe_state_machine(stateMachineArn=arn)["definition"]
+            except (sfn.exceptions.StateMachineDoesNotExist, sfn.exceptions.InvalidArn):
+                raise OperatorError(
+                    f"stack {self.stack_name} names state machine {arn}, which does not exist "
+                    "(deleted? redeploy the stack with `make deploy`)"
+                ) from None
+            self._definition = json.loads(text)
+        return self._definition
+
+    @property
     def rules(self) -> RequestRules:
         """The deployed workflow's own request rules (instance types, limits, defaults, data sources, bucket and
         workflow segment), read once from its state machine definition (``DescribeStateMachine``)."""
         if self._rules is None:
             from constructs_lib.workflow.request_check import RequestRules
 
-            sfn, arn = self.client("stepfunctions"), self.state_machine_arn
-            try:
-                definition = sfn.describe_state_machine(stateMachineArn=arn)["definition"]
-            except (sfn.exceptions.StateMachineDoesNotExist, sfn.exceptions.InvalidArn):
-                raise OperatorError(
-                    f"stack {self.stack_name} names state machine {arn}, which does not exist "
-                    "(deleted? redeploy the stack with `make deploy`)"
-                ) from None
+            definition, arn = self.definition, self.state_machine_arn
             try:
                 self._rules = RequestRules.from_state_machine_definition(definition)
             except (ValueError, TypeError) as error:
@@ -188,6 +197,8 @@ class TrainingRuns:
         )
         if check:
             problems += self.check(request, name=name, rules=rules)
+        if check and not problems:
+            problems += self._run_folder_problems(name)
         if problems:
             raise InvalidRequest(problems)
         sfn = self.client("stepfunctions")
@@ -199,6 +210,47 @@ class TrainingRuns:
             raise OperatorError(f"a run named {name} already exists: choose another --name") from None
         return Run(name=name, arn=started["executionArn"], status="RUNNING", region=self.region)
 
+    def _run_folder_problems(self, name: str) -> list[str]:
+        """A new run named ``name`` would write into an earlier run's checkpoints (e.g. a direct run's of the same
+        name): refused. Left to the operator when S3 refuses the read."""
+        from botocore.exceptions import ClientError
+
+        from constructs_lib.cli.direct import run_folder_problem
+
+        try:
+            problem = run_folder_problem(self, name)
+        except ClientError:
+            return []
+        return [problem] if problem else []
+
+    # ---- the SageMaker Python SDK path (constructs_lib.cli.direct) -----------------------------------------------
+    def direct_request(self, request: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:
+        """The exact ``CreateTrainingJob`` request the deployed workflow would send for ``request``, for a job
+        named ``name``; ``InvalidRequest`` with every problem when the workflow would refuse it (see
+        :func:`constructs_lib.cli.direct.direct_request`)."""
+        from constructs_lib.cli.direct import direct_request
+
+        return direct_request(self, request, name=name)
+
+    def model_trainer(
+        self, request: Mapping[str, Any], *, name: str | None = None, telemetry: bool = False
+    ) -> Any:
+        """A ``sagemaker.train.ModelTrainer`` set up with the workflow's request for ``request`` (needs the
+        ``sdk`` extra; see :func:`constructs_lib.cli.direct.model_trainer` for what it cannot carry)."""
+        from constructs_lib.cli.direct import model_trainer
+
+        return model_trainer(self, request, name=name, telemetry=telemetry)
+
+    def launch_direct(
+        self, request: Mapping[str, Any], *, name: str | None = None, wait: bool = True, logs: bool = True
+    ) -> dict[str, Any]:
+        """Validate ``request`` with the deployed rules, create its training job through sagemaker-core with the
+        workflow's exact request, and with ``wait`` follow it (logs streamed); returns :meth:`result`'s summary
+        (needs the ``sdk`` extra; see :func:`constructs_lib.cli.direct.launch_direct`)."""
+        from constructs_lib.cli.direct import launch_direct
+
+        return launch_direct(self, request, name=name, wait=wait, logs=logs)
+
     # ---- read ---------------------------------------------------------------------------------------------------
     def run(self, run: str) -> Run:
         """The run ``run`` now: the execution, its jobs (described), its summary when it succeeded."""
@@ -207,10 +259,13 @@ class TrainingRuns:
         try:
             described = sfn.describe_execution(executionArn=arn)
         except (sfn.exceptions.ExecutionDoesNotExist, sfn.exceptions.InvalidArn):
-            raise OperatorError(
-                f"unknown run {run}: no such execution of {self.state_machine_arn} "
-                "(`blackwell-training runs` lists them)"
-            ) from None
+            direct = self._direct_run(run)
+            if direct is None:
+                raise OperatorError(
+                    f"unknown run {run}: no such execution of {self.state_machine_arn}, nor a training job "
+                    "launched directly with its request (`blackwell-training runs` lists the executions)"
+                ) from None
+            return direct
         result = Run(
             name=described["name"],
             arn=arn,
@@ -229,6 +284,13 @@ class TrainingRuns:
                 result.summary = None
         result.jobs = self._jobs(arn)
         return result
+
+    def _direct_run(self, run: str) -> Run | None:
+        """The training job named ``run`` (or with ARN ``run``) as a direct run, when it is one of this workflow's
+        (its checkpoints under the workflow's runs, its execution tag its own name); else None."""
+        from constructs_lib.cli.direct import direct_run
+
+        return direct_run(self, run)
 
     def _jobs(self, execution_arn: str) -> list[Job]:
         """The execution's training jobs in launch order, from its history, each described."""
@@ -334,10 +396,14 @@ class TrainingRuns:
 
     # ---- act ----------------------------------------------------------------------------------------------------
     def stop(self, run: str) -> Run:
-        """Stop the run's execution (Step Functions then stops its training job); returns the run as it was."""
+        """Stop the run's execution (Step Functions then stops its training job), or a direct run's training job;
+        returns the run as it was."""
         current = self.run(run)
         if not current.running:
             raise OperatorError(f"run {current.name} has already ended ({current.status})")
+        if current.direct:
+            self.client("sagemaker").stop_training_job(TrainingJobName=current.name)
+            return current
         self.client("stepfunctions").stop_execution(
             executionArn=current.arn, error=STOP_ERROR, cause="Stopped with blackwell-training stop"
         )
@@ -384,7 +450,7 @@ class TrainingRuns:
             "capacity": job.capacity if job else None,
             "cost_usd": current.cost_usd,
             "duration_seconds": current.duration_seconds,
-            "links": console_links(current.region, current.arn, job.name if job else None),
+            "links": current.links,
             "plan": summary.get("plan"),
             "memory_estimate_ignored": summary.get("memory_estimate_ignored"),
         }

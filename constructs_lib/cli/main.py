@@ -22,6 +22,9 @@ from constructs_lib.cli.records import Run, Snapshot
 from constructs_lib.cli.request import Project, apply_settings, load_request, plan_request, validate
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+RUN_HELP = (
+    "run name (execution name), execution ARN, or the name of a training job launched directly (SDK path)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         extra = [polling] if name == "watch" else []
         sub.add_parser(name, parents=[common, *extra], help=text, description=details).add_argument(
-            "run", help="run name (execution name) or execution ARN"
+            "run", help=RUN_HELP
         )
     logs = sub.add_parser(
         "logs",
@@ -125,16 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="The CloudWatch log lines of every training job of the run (every launch, every host), "
         "each prefixed with its host; with --follow, keep polling every --interval seconds until the run ends.",
     )
-    logs.add_argument("run", help="run name (execution name) or execution ARN")
+    logs.add_argument("run", help=RUN_HELP)
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     stop = sub.add_parser(
         "stop",
         parents=[common],
         help="stop a run (and so its training job)",
-        description="Stop the run's execution; Step Functions then stops its training job (checkpoints already "
-        "written stay). Asks for confirmation in a terminal; pass --yes otherwise.",
+        description="Stop the run's execution; Step Functions then stops its training job (a directly launched "
+        "job is stopped through SageMaker; checkpoints already written stay). Asks for confirmation in a terminal; pass --yes otherwise.",
     )
-    stop.add_argument("run", help="run name (execution name) or execution ARN")
+    stop.add_argument("run", help=RUN_HELP)
     stop.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     shell = sub.add_parser(
         "shell",
@@ -365,9 +368,8 @@ class _Shell:
                 {"name": stopped.name, "stopped": True, "job": stopped.job.name if stopped.job else None}
             )
         else:
-            self.out.print(
-                f"stopping run {stopped.name}; Step Functions stops its training job", markup=False
-            )
+            how = "SageMaker stops it" if stopped.direct else "Step Functions stops its training job"
+            self.out.print(f"stopping run {stopped.name}; {how}", markup=False)
         return EXIT_OK
 
     def do_shell(self) -> int:

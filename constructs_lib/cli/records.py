@@ -127,7 +127,8 @@ def _capacity(request: Mapping[str, Any]) -> str:
 
 @dataclass
 class Run:
-    """One execution of the workflow and its jobs (in launch order)."""
+    """One execution of the workflow and its jobs (in launch order); or, ``direct``, one training job launched
+    without the workflow (``TrainingRuns.launch_direct``), named by the job's name, its ``arn`` the job's."""
 
     name: str
     arn: str
@@ -139,6 +140,7 @@ class Run:
     cause: str | None = None
     summary: dict[str, Any] | None = None
     jobs: list[Job] = field(default_factory=list)
+    direct: bool = False
 
     @property
     def job(self) -> Job | None:
@@ -167,7 +169,8 @@ class Run:
 
     @property
     def links(self) -> dict[str, str]:
-        return console_links(self.region, self.arn, self.job.name if self.job else None)
+        execution = None if self.direct else self.arn
+        return console_links(self.region, execution, self.job.name if self.job else None)
 
     def as_dict(self) -> dict[str, Any]:
         job = self.job
@@ -175,6 +178,7 @@ class Run:
             "name": self.name,
             "arn": self.arn,
             "status": self.status,
+            "direct": self.direct,
             "started": self.started.isoformat() if self.started else None,
             "stopped": self.stopped.isoformat() if self.stopped else None,
             "duration_seconds": self.duration_seconds,

@@ -114,10 +114,11 @@ def test_python_dash_m_runs_the_same_command(tmp_path):
     assert "batch_size: must be an integer in [1, 4096]" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_command_does_not_load_aws_cdk():
+def test_the_command_does_not_load_aws_cdk_nor_the_sagemaker_sdk():
     code = (
-        "import sys, constructs_lib.cli.main, constructs_lib.cli.api, constructs_lib.workflow.request_check; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aws_cdk', 'jsii', 'constructs')))"
+        "import sys, constructs_lib.cli.main, constructs_lib.cli.api, constructs_lib.cli.direct, "
+        "constructs_lib.workflow.request_check, constructs_lib.workflow.launch_request; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'aws_cdk', 'jsii', 'constructs', 'sagemaker'}))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -14,6 +14,7 @@ import pytest
 
 from constructs_lib._shared.nag import logical_id
 from constructs_lib.workflow.construct import TrainingWorkflow
+from constructs_lib.workflow.launch_request import execution_context, launch_request
 from constructs_lib.workflow.request_check import RequestRules, decide, job_fields
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
@@ -314,7 +315,7 @@ def _objects(s3, bucket: str, prefix: str) -> dict[str, bytes]:
     return {o["Key"]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
 
 
-def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, synthesized):
+def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, synthesized, rules):
     first, _ = synthesized["first"]
     bucket, earlier = synthesized["bucket"], f"earlier-{_prefix()}"
     run_key = f"checkpoints/{first.run_segment}/{earlier}/"
@@ -347,6 +348,10 @@ def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, s
         }
     ]
     assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/checkpoints/{first.run_segment}/{name}/"
+    decided = decide({"input": execution_input, "rules": rules.to_json(), "execution": name}, s3=workflow.s3)
+    context = execution_context(name=name, execution_input=execution_input)
+    rendered = launch_request(synthesized["first"][1], decided, context, job_name=request["TrainingJobName"])
+    assert rendered == request
     assert json.loads(result["output"])["resumed_from"] == {
         "step": 100,
         "uri": f"s3://{bucket}/{run_key}step_00000100/",
@@ -457,6 +462,19 @@ CANDIDATES: dict[str, list] = {
 }
 
 
+PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200"
+CAPACITY_CASES: list[dict] = [
+    {"use_spot": True},
+    {"use_spot": True, "instance_count": 2, "max_wait_seconds": 172800},
+    {"training_plan_arn": PLAN},
+    {"training_plan_arn": PLAN, "instance_count": 2, "use_spot": True},
+    {"train_data_uri": "s3://{bucket}/data/c/", "train_data_input_mode": "File"},
+    {"train_data_uri": "s3://{bucket}/data/c/", "use_spot": True, "instance_count": 2},
+    {"train_data_uri": "s3://{bucket}/data/c/", "training_plan_arn": PLAN, "precision": "mxfp8"},
+]
+"""Valid inputs the agreement test always has: spot, training plan and data, one and several nodes."""
+
+
 def corpus(bucket: str) -> list[object]:
     rng = random.Random(20261123)
     inputs: list[object] = [{}, [], "text", 7, None]
@@ -472,18 +490,31 @@ def corpus(bucket: str) -> list[object]:
     return inputs
 
 
+def _rendered(definition: dict, raw: object, decided: dict, name: str, job_name: str) -> dict:
+    """The request ``launch_request`` renders from the deployed definition for ``raw`` and its decision (the SDK
+    path's)."""
+    context = execution_context(name=name, execution_input=raw)
+    return launch_request(definition, decided, context, job_name=job_name)
+
+
 def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow, rules, synthesized):
     """The moto state machine and :func:`decide` (with the same S3) agree on the verdict, the cause and every part
-    of the request the decision makes: hyperparameters, channels, instance type, warm pool, tags, environment,
-    infra check and remote debugging."""
-    inputs = corpus(synthesized["bucket"])
+    of the request the decision makes (hyperparameters, channels, instance type, warm pool, tags, environment,
+    infra check and remote debugging); every launched request equals, field by field, the one that
+    ``launch_request`` renders from the deployed definition (the SDK path's single source), job name aside."""
+    bucket = synthesized["bucket"]
+    explicit = [
+        {k: v.format(bucket=bucket) if k == "train_data_uri" else v for k, v in case.items()}
+        for case in CAPACITY_CASES
+    ]
+    inputs = corpus(bucket) + explicit
     started = []
     for raw in inputs:
         if isinstance(raw, dict) and "job_name_prefix" not in raw:
             raw = {**raw, "job_name_prefix": _prefix()}
         name = f"agree-{_prefix()}"
         started.append((raw, name, workflow.start(raw, name)))
-    outcomes = {"valid": 0, "invalid": 0}
+    outcomes = {"valid": 0, "invalid": 0, "spot": 0, "plan": 0, "data": 0}
     for raw, name, arn in started:
         result = workflow.wait(arn, timeout=120)
         expected = decide({"input": raw, "rules": rules.to_json(), "execution": name}, s3=workflow.s3)
@@ -504,4 +535,11 @@ def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow,
         assert expected["request"] == job_fields(config, rules, name)
         for key, value in expected["request"].items():
             assert request[key] == value, (raw, key)
+        rendered = _rendered(synthesized["first"][1], raw, expected, name, request["TrainingJobName"])
+        for key in sorted(set(request) | set(rendered)):
+            assert rendered.get(key) == request.get(key), (raw, key)
+        outcomes["spot"] += request["EnableManagedSpotTraining"]
+        outcomes["plan"] += "TrainingPlanArn" in request["ResourceConfig"]
+        outcomes["data"] += "InputDataConfig" in request
+    assert min(outcomes["spot"], outcomes["plan"], outcomes["data"]) >= 3, outcomes
     assert len(inputs) >= 200 and outcomes["valid"] >= 40 and outcomes["invalid"] >= 100, outcomes
