@@ -153,6 +153,20 @@ TRAIN_CHANNEL = "train"
 RESUME_CHANNEL = "resume"
 """Read-only input channel with one complete checkpoint of an earlier run (the workflow's ``resume_from``)."""
 ENTRY_POINT = "train.sh"
+TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
+"""Where the trainer writes TensorBoard event files in a job: the workflow's ``TensorBoardOutputConfig.LocalPath``
+(SageMaker syncs that folder to its ``S3OutputPath`` during training). Also the API's default LocalPath."""
+TENSORBOARD_CONFIG_FILE = "/opt/ml/input/config/tensorboardoutputconfig.json"
+"""Written by SageMaker into the container when the job has a ``TensorBoardOutputConfig``."""
+
+# MLflow (SageMaker managed MLflow through the sagemaker-mlflow plugin): the workflow sets these variables in the
+# job's environment when a tracking server is configured; the trainer logs only when the first one is set.
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+"""The tracking server's ARN (``arn:aws:sagemaker:...:mlflow-tracking-server/NAME``), or any MLflow URI."""
+MLFLOW_EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+"""The experiment: the workflow (state machine) name."""
+MLFLOW_RUN_NAME_ENV = "BLACKWELL_MLFLOW_RUN_NAME"
+"""The run: the Step Functions execution name, the same for every launch of that execution."""
 
 # --------------------------------------------------------------------------------------------------------------
 # Model presets (the seed article's range, Llama-style shapes)

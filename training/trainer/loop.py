@@ -17,6 +17,7 @@ from training.trainer import checkpoint, data, metrics, model, parallel, precisi
 from training.trainer.config import TrainConfig
 from training.trainer.progress import Progress
 from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
+from training.trainer.tracking import Tracking
 
 __all__ = ["MIN_LR_RATIO", "build", "lr_factor", "run", "set_determinism"]
 
@@ -176,10 +177,19 @@ def run(
         _finished_already(cfg, env, state, say)
         return {}
     val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
-    return _train(cfg, env, plan, state, dataset, manager, val_batches, say, final_save)
+    tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
+    try:
+        summary = _train(cfg, env, plan, state, dataset, manager, val_batches, say, final_save, tracking)
+    except BaseException:
+        tracking.close(failed=True)
+        raise
+    tracking.close()
+    return summary
 
 
-def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, final_save) -> dict[str, Any]:
+def _train(
+    cfg, env, plan, state: _State, dataset, manager, val_batches, say, final_save, tracking: Tracking
+) -> dict[str, Any]:
     """The step loop from ``state.step`` to ``cfg.max_steps`` (or SIGTERM), then the final save and summary."""
     warmup = cfg.throughput_warmup_steps
     if warmup >= cfg.max_steps - state.step:
@@ -205,6 +215,7 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
     def validate() -> float:
         loss = evaluate(net, val_batches, env, plan)
         say(contract.format_validation_line(state.step, cfg.max_steps, loss))
+        tracking.validation(state.step, loss)
         return loss
 
     meter.start()
@@ -242,6 +253,7 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
             line["peak_mem_gb"] = metrics.peak_memory_gb(env.device)
             elapsed, eta = progress.timing(step)
             say(contract.format_step_line(step, line, cfg.max_steps, elapsed, eta))
+            tracking.step(step, line)
         if (
             val_batches
             and cfg.validation_interval
@@ -281,4 +293,6 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
     if val_loss is not None:
         summary["val_loss"] = val_loss
     say(contract.format_summary_line(summary))
+    tracking.summary(state.step, summary)
+    tracking.stopped = stopped
     return summary
