@@ -569,7 +569,7 @@ def parse_metric_line(line: str) -> dict[str, float]:
 
 _STEP_LINE = re.compile(r"(?<!validation )\bstep=([0-9]+)(?:/[0-9]+ [0-9.]+%)?((?: [a-z_]+=\S+)*)")
 _SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z_]+=\S+)+)")
-_CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z_]+=\S*)+)\s*$")
+_CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z0-9_]+=\S*)+)\s*$")
 
 
 def _fields(text: str, names: tuple[str, ...]) -> dict[str, float]:
@@ -591,6 +591,17 @@ def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
     if not match:
         return None
     return int(match.group(1)), _fields(match.group(2), STEP_METRICS)
+
+
+_VALIDATION_LINE = re.compile(r"\bvalidation step=([0-9]+)(?:/[0-9]+)?((?: [a-z_]+=\S+)+)")
+
+
+def parse_validation_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """``(step, {"val_loss": ...})`` of a line made by :func:`format_validation_line`; None for any other line."""
+    match = _VALIDATION_LINE.search(line)
+    if not match:
+        return None
+    return int(match.group(1)), _fields(match.group(2), VALIDATION_METRICS)
 
 
 def parse_summary_line(line: str) -> dict[str, float] | None:
