@@ -13,7 +13,7 @@ import sys
 
 import aws_cdk as cdk
 
-from constructs_lib._nag import nag_packs
+from constructs_lib._shared.nag import nag_packs
 from constructs_lib.config import StackSettings
 from constructs_lib.stack import BlackwellTrainingStack
 

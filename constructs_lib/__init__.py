@@ -1,28 +1,32 @@
 """CDK constructs for training large transformers on SageMaker with NVIDIA Blackwell GPUs.
 
-The constructs are imported on first use (PEP 562), so ``constructs_lib.request_validation`` can be imported by a
-Lambda function or the operator CLI without loading aws_cdk.
+One package per part: ``workflow`` (the Step Functions training workflow), ``image`` (the training image's
+repository and its deploy-time build), ``storage`` (the checkpoint bucket), ``identity`` (the jobs' execution
+role), ``cli`` (the operator's command), helpers they share in ``_shared``; ``stack`` and ``config`` compose them
+from ``cdk.json`` settings.
+
+The constructs are imported on first use (PEP 562), so ``constructs_lib.workflow.request_check`` can be imported
+by a Lambda function or the operator CLI without loading aws_cdk.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from constructs_lib._shared.lazy import lazy_attribute
+
 _EXPORTS = {
-    "BlackwellTrainingStack": "constructs_lib.stack",
-    "CheckpointBucket": "constructs_lib.checkpoint_bucket",
-    "SageMakerExecutionRole": "constructs_lib.execution_role",
-    "TrainingImageBuild": "constructs_lib.image_build",
-    "TrainingImageRepository": "constructs_lib.image_repository",
-    "TrainingWorkflow": "constructs_lib.training_workflow",
-    "WorkflowDefaults": "constructs_lib.training_workflow",
+    "BlackwellTrainingStack": ".stack",
+    "CheckpointBucket": ".storage.checkpoint_bucket",
+    "SageMakerExecutionRole": ".identity.execution_role",
+    "TrainingImageBuild": ".image.build",
+    "TrainingImageRepository": ".image.repository",
+    "TrainingWorkflow": ".workflow.construct",
+    "WorkflowDefaults": ".workflow.construct",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'constructs_lib' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+    return lazy_attribute(__name__, _EXPORTS, name)

@@ -17,7 +17,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
-from constructs_lib.request_validation import parse_data_sources
+from constructs_lib.workflow.request_check import parse_data_sources
 from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,

@@ -10,12 +10,12 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from constructs_lib.checkpoint_bucket import CheckpointBucket
 from constructs_lib.config import WorkflowSettings
-from constructs_lib.execution_role import SageMakerExecutionRole
-from constructs_lib.image_build import TrainingImageBuild
-from constructs_lib.image_repository import TrainingImageRepository
-from constructs_lib.training_workflow import TrainingWorkflow, WorkflowDefaults
+from constructs_lib.identity.execution_role import SageMakerExecutionRole
+from constructs_lib.image.build import TrainingImageBuild
+from constructs_lib.image.repository import TrainingImageRepository
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
+from constructs_lib.workflow.construct import TrainingWorkflow, WorkflowDefaults
 
 
 class BlackwellTrainingStack(Stack):

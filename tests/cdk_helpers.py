@@ -17,7 +17,7 @@ import aws_cdk as cdk
 from aws_cdk import assertions
 from cdk_nag import NagPack
 
-from constructs_lib._nag import nag_packs
+from constructs_lib._shared.nag import nag_packs
 
 DEFAULT_ENV = cdk.Environment(account="123456789012", region="us-west-2")
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README_SECTION = "## Using the constructs in your own stack"
 CONSUMER_STACK = "TeamTraining"
 
-SYNTH_TIME_FOLDERS = ("training", "constructs_lib/handlers")
+SYNTH_TIME_FOLDERS = ("training", "constructs_lib/image/handlers")
 """Folders that constructs upload as assets at synth time (the image build context, the Lambda handlers)."""
 _LEFT_OUT_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints"}
 _LEFT_OUT_NAMES = {".DS_Store", ".image-exists"}

@@ -34,7 +34,7 @@ from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot, console_lin
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
 
 if TYPE_CHECKING:
-    from constructs_lib.request_validation import RequestRules
+    from constructs_lib.workflow.request_check import RequestRules
 
 STATE_MACHINE_OUTPUT = "StateMachineArn"
 BUCKET_OUTPUT = "CheckpointBucketName"
@@ -126,7 +126,7 @@ class TrainingRuns:
         """The deployed workflow's own request rules (instance types, limits, defaults, data sources, bucket and
         workflow segment), read once from its state machine definition (``DescribeStateMachine``)."""
         if self._rules is None:
-            from constructs_lib.request_validation import RequestRules
+            from constructs_lib.workflow.request_check import RequestRules
 
             sfn, arn = self.client("stepfunctions"), self.state_machine_arn
             try:
@@ -147,7 +147,7 @@ class TrainingRuns:
 
     def check(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> list[str]:
         """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: the checks
-        of ``constructs_lib.request_validation`` under ``rules`` (default: the deployed workflow's own,
+        of ``constructs_lib.workflow.request_check`` under ``rules`` (default: the deployed workflow's own,
         :attr:`rules`), and for ``resume_from`` whether that run has a complete checkpoint, read from S3 as the
         workflow does (skipped when S3 refuses the read: the workflow still decides it before launching)."""
         rules = self.rules if rules is None else rules
@@ -156,7 +156,7 @@ class TrainingRuns:
             return problems
         from botocore.exceptions import ClientError
 
-        from constructs_lib.request_validation import decide
+        from constructs_lib.workflow.request_check import decide
 
         try:
             decided = decide(

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from constructs_lib._shared.console_links import run_links
 from constructs_lib.cli.progress import Progress
-from constructs_lib.console_links import run_links
 from training.contract import estimate_cost_usd
 
 JOB_ENDED = frozenset({"Completed", "Failed", "Stopped"})

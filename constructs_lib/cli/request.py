@@ -1,5 +1,5 @@
 """The request and the project: read a request (file or standard input), apply ``--set key=value``, validate it
-with the workflow's own check (``constructs_lib.request_validation``), and find ``cdk.json``'s settings."""
+with the workflow's own check (``constructs_lib.workflow.request_check``), and find ``cdk.json``'s settings."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class Project:
 
     def rules(self, bucket_name: str | None = None) -> Any:
         """The ``RequestRules`` this project deploys (``bucket_name`` from the stack's outputs, when known)."""
-        from constructs_lib.request_validation import RequestRules
+        from constructs_lib.workflow.request_check import RequestRules
 
         try:
             rules = RequestRules.from_cdk_context(self.context)
@@ -66,7 +66,7 @@ class Project:
 
 def validate(request: object, rules: Any) -> list[str]:
     """Every problem of ``request`` under ``rules`` (the workflow's own check; no AWS call)."""
-    from constructs_lib.request_validation import validate_request
+    from constructs_lib.workflow.request_check import validate_request
 
     return validate_request(request, rules)
 

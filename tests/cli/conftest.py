@@ -19,7 +19,7 @@ from moto.sagemaker.models import sagemaker_backends
 
 from constructs_lib.cli.api import LOG_GROUP
 from constructs_lib.cli.main import main
-from constructs_lib.request_validation import RequestRules
+from constructs_lib.workflow.request_check import RequestRules
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import ACCOUNT, OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import build_workflow

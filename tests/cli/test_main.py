@@ -116,7 +116,7 @@ def test_python_dash_m_runs_the_same_command(tmp_path):
 
 def test_the_command_does_not_load_aws_cdk():
     code = (
-        "import sys, constructs_lib.cli.main, constructs_lib.cli.api, constructs_lib.request_validation; "
+        "import sys, constructs_lib.cli.main, constructs_lib.cli.api, constructs_lib.workflow.request_check; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aws_cdk', 'jsii', 'constructs')))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

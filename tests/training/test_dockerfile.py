@@ -170,7 +170,7 @@ def test_dockerignore_keeps_caches_out():
 
 
 def test_the_build_passes_every_arg_the_dockerfile_declares_before_from(instructions):
-    from constructs_lib.image_build import buildspec
+    from constructs_lib.image.buildspec import buildspec
 
     from_index = _index(instructions, "FROM", ".")
     declared = {value.split("=")[0] for kind, value in instructions[:from_index] if kind == "ARG"}

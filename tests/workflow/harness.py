@@ -7,7 +7,7 @@
   job the outcome the test asked for, then polls ``DescribeTrainingJob`` like Step Functions does; a job that ends
   ``Failed``/``Stopped`` fails the task with ``States.TaskFailed`` and the description as ``Cause``.
 * :class:`LambdaInProcess` is a test-only ``lambda:invoke`` integration: moto runs Lambda functions only in
-  Docker, so it runs the workflow's request-validation handler (``constructs_lib.request_validation.handler``)
+  Docker, so it runs the workflow's request-validation handler (``constructs_lib.workflow.request_check.handler``)
   in-process, against moto's own S3, and hands its return value back as the ``Payload``.
 * :class:`Outcomes` lets a test choose job outcomes by job-name prefix (each test uses its own prefix, so tests
   can share one state machine and run executions concurrently).
@@ -60,7 +60,7 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
 
-from constructs_lib import request_validation
+from constructs_lib.workflow import request_check
 
 ACCOUNT = DEFAULT_ACCOUNT_ID
 REGION = "us-west-2"
@@ -306,7 +306,7 @@ class LambdaInProcess(StateTaskServiceLambda):
         payload = json.loads(normalised_parameters.get("Payload") or b"{}")
         LambdaInProcess.invocations.append(payload)
         try:
-            result = request_validation.handler(payload, None)
+            result = request_check.handler(payload, None)
         except Exception as err:  # what Lambda reports for an unhandled exception
             raise lambda_eval_utils.LambdaFunctionErrorException(
                 "Unhandled", json.dumps({"errorType": type(err).__name__, "errorMessage": str(err)})

@@ -6,10 +6,10 @@ from typing import Any
 
 import aws_cdk as cdk
 
-from constructs_lib.checkpoint_bucket import CheckpointBucket
-from constructs_lib.execution_role import SageMakerExecutionRole
-from constructs_lib.image_repository import TrainingImageRepository
-from constructs_lib.training_workflow import TrainingWorkflow
+from constructs_lib.identity.execution_role import SageMakerExecutionRole
+from constructs_lib.image.repository import TrainingImageRepository
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
+from constructs_lib.workflow.construct import TrainingWorkflow
 from tests.cdk_helpers import DEFAULT_ENV
 
 IMAGE_TAG = "v1"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from constructs_lib import launch_retry
-from constructs_lib.request_validation import RequestRules, validate_request
-from constructs_lib.training_workflow import CREATE_TRAINING_JOB_SYNC, WorkflowDefaults
+from constructs_lib.workflow import launch_retry
+from constructs_lib.workflow.construct import CREATE_TRAINING_JOB_SYNC, WorkflowDefaults
+from constructs_lib.workflow.request_check import RequestRules, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.conftest import ROOT
 from tests.workflow.harness import definition_of

@@ -14,9 +14,9 @@ import pytest
 from aws_cdk import aws_events as events
 from moto.events.models import EventPattern
 
-from constructs_lib._nag import logical_id
-from constructs_lib.console_links import run_links
-from constructs_lib.request_validation import RequestRules, validate_request
+from constructs_lib._shared.console_links import run_links
+from constructs_lib._shared.nag import logical_id
+from constructs_lib.workflow.request_check import RequestRules, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import (
     ACCOUNT,

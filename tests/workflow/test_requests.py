@@ -12,9 +12,9 @@ import uuid
 import aws_cdk as cdk
 import pytest
 
-from constructs_lib._nag import logical_id
-from constructs_lib.request_validation import RequestRules, prepare_request
-from constructs_lib.training_workflow import TrainingWorkflow
+from constructs_lib._shared.nag import logical_id
+from constructs_lib.workflow.construct import TrainingWorkflow
+from constructs_lib.workflow.request_check import RequestRules, prepare_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow

@@ -1,0 +1,702 @@
+"""``TrainingWorkflow``: a Step Functions state machine that launches and monitors one SageMaker training job.
+
+One execution = one validated, cost-bounded, monitored training job. The execution input (snake_case, every
+field optional) is decided before anything launches by the workflow's ``RequestValidator`` Lambda function
+(``request_check``: every field, the trainer's settings and rules from the contract, SageMaker's limits, the
+data location, ``resume_from``), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
+Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
+ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
+checkpoint prefix (so it resumes), a bounded number of times; any other failure ends the execution with the job
+name and SageMaker's ``FailureReason``. Success ends with a summary. Checkpoints live under
+``<checkpoint_prefix><run_segment>/<execution name>/``: the per-workflow segment keeps workflows sharing a bucket
+apart.
+
+Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
+
+This module checks the props and composes the parts of this package, each a function or construct that takes what
+it uses and returns what it builds: the request (``request``), its check (``request_check``, its Lambda function
+``request_function``, the states that call it ``request_states``), the states (``states``, ``launch_retry``) and
+observability (``observability``). Only this module holds the workflow's attributes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from constructs_lib._shared.log_keys import keyed_log_group
+from constructs_lib._shared.nag import (
+    NIST_800_53_R5,
+    acknowledge,
+    acknowledge_role_policy,
+    arn_evidence,
+    policy_scope,
+    rendered,
+)
+from constructs_lib._shared.subnets import subnet_selection_kwargs
+from constructs_lib.identity.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
+from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
+from constructs_lib.workflow.observability import FAILED_STATUSES, alarm_and_notifications, trigger
+from constructs_lib.workflow.request import job_tags, resource_config, training_job_request
+from constructs_lib.workflow.request_check import (
+    MAX_RUNTIME_SECONDS_LIMIT,
+    RequestRules,
+    parse_data_sources,
+    validate_request,
+)
+from constructs_lib.workflow.request_function import RequestValidator
+from constructs_lib.workflow.request_states import decide_request
+from constructs_lib.workflow.states import (
+    CAPACITY_ERROR_MARKER,
+    CREATE_TRAINING_JOB_SYNC,
+    capacity_states,
+    launch_loop,
+    prepare_state,
+)
+from training.contract import (
+    DEFAULT_INSTANCE_TYPE,
+    GPU_INSTANCE_TYPES,
+    HYPERPARAMETERS_BY_NAME,
+)
+
+__all__ = [
+    "CAPACITY_ERROR_MARKER",
+    "CREATE_TRAINING_JOB_SYNC",
+    "FAILED_STATUSES",
+    "SYNC_EVENTS_RULE",
+    "TrainingWorkflow",
+    "WorkflowDefaults",
+]
+"""Also re-exported from their own modules, so that this module keeps the names it has always had."""
+
+SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
+"""The EventBridge rule Step Functions manages in the account to learn when a training job ends."""
+RUN_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def _default(name: str) -> Any:
+    return HYPERPARAMETERS_BY_NAME[name].default
+
+
+@dataclass(frozen=True)
+class WorkflowDefaults:
+    """The value of every execution-input field that an execution leaves out (trainer settings from the
+    contract). ``num_layers`` None means the trainer's model preset decides the depth (``model_preset`` in
+    ``hyperparameters``, default 1b)."""
+
+    precision: str = _default("precision")
+    num_layers: int | None = None
+    batch_size: int = _default("batch_size")
+    seq_length: int = _default("seq_length")
+    activation_checkpointing: bool = _default("activation_checkpointing")
+    instance_type: str = DEFAULT_INSTANCE_TYPE
+    instance_count: int = 1
+    training_plan_arn: str | None = None
+    use_spot: bool = False
+    max_runtime_seconds: int = 24 * 3600
+    max_wait_seconds: int | None = None
+    hyperparameters: Mapping[str, str] = field(default_factory=dict)
+    job_name_prefix: str = "blackwell-training"
+    train_data_uri: str | None = None
+    train_data_input_mode: str = "FastFile"
+
+    def as_input(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["hyperparameters"] = dict(self.hyperparameters)
+        return values
+
+
+class TrainingWorkflow(Construct):
+    """The training workflow: validation, launch with capacity retries, summary, logging, alarm, notifications.
+
+    All props are keyword-only.
+
+    :param image_uri: the training image (``<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>``).
+    :param execution_role: the role the jobs run as: a ``SageMakerExecutionRole`` or any ``iam.IRole``. The state
+        machine may pass it to SageMaker only.
+    :param checkpoint_bucket: the ``CheckpointBucket`` (its ``checkpoints/`` and ``output/`` prefixes are used).
+        Give either this or ``bucket``.
+    :param bucket: an existing bucket instead, with ``checkpoint_prefix`` (default ``checkpoints/``) and
+        ``output_prefix`` (default ``output/``). The execution role must already be allowed to use them.
+    :param train_data_prefix: a key prefix of the bucket with pre-tokenized data to mount as the ``train``
+        channel when an execution gives no ``train_data_uri`` (added to ``data_sources``). Default: none (the
+        trainer's synthetic data).
+    :param data_sources: where an execution's ``train_data_uri`` may point: ``s3://bucket/prefix/`` URIs or key
+        prefixes of the bucket; the execution role is granted read on exactly these. Default ``("data/",)``.
+    :param run_segment: the workflow's folder under the checkpoint prefix (letters, digits, ``_.-``): two
+        workflows sharing a bucket must differ. Default: the construct path with ``/`` as ``-``.
+    :param launch_retry_backoff: first wait before relaunching a throttled ``CreateTrainingJob`` (doubled each
+        time, at most 5 minutes). Default 15 seconds.
+    :param defaults: ``WorkflowDefaults`` for every input field. Default: ``WorkflowDefaults()``.
+    :param allowed_instance_types: instance types an execution may ask for. Default: every type in
+        ``training.contract.GPU_INSTANCE_TYPES``.
+    :param max_instance_count: largest ``instance_count`` an execution may ask for (1 to 64). Default 4.
+    :param max_capacity_retries: relaunches after a ``CapacityError`` (0 to 20). Default 3.
+    :param capacity_retry_wait: wait before each relaunch (at least 1 second). Default 10 minutes.
+    :param max_pending_time: ``MaxPendingTimeInSeconds`` for training-plan jobs (2 hours to 28 days). Default
+        2 days.
+    :param state_machine_timeout: bound of a whole execution (1 hour to 365 days); ``max_runtime_seconds`` may
+        not exceed it. Default 7 days.
+    :param volume_size_gb: EBS volume per instance (1 to 16384). Default 512.
+    :param internal_retry_attempts: ``RetryStrategy.MaximumRetryAttempts`` for SageMaker internal errors (1 to
+        30). Default 2.
+    :param vpc: run the jobs in this VPC. Default: no VPC.
+    :param subnets: subnets in ``vpc``. Default: its private subnets with egress.
+    :param security_groups: security groups of the jobs. Default: one is created that lets the nodes talk to
+        each other.
+    :param output_kms_key: customer managed key for the model artifacts. Default: the bucket's encryption.
+    :param volume_kms_key: customer managed key for the training volumes. Default: AWS managed.
+    :param notification_topic: an SNS topic told when an execution succeeds, fails, times out or is aborted (its
+        key policy, if encrypted, must let ``events.amazonaws.com`` and ``cloudwatch.amazonaws.com`` use it).
+    :param notifications: create an encrypted topic for that (with ``encryption_key``, else a key created with
+        rotation on). Only the workflow's own rule and alarm may publish to it (``aws:SourceArn``). Default False.
+    :param encryption_key: customer managed key for the execution log group, the state machine's execution data
+        (Step Functions ``EncryptionConfiguration``) and a created notification topic; its policy gets what
+        CloudWatch Logs, Step Functions log delivery, EventBridge and CloudWatch alarms need (a no-op on an
+        imported key, whose own policy must allow them). Default: AWS owned keys for logs and state machine.
+    :param network_isolation: run the jobs with ``EnableNetworkIsolation`` (no outbound network from the
+        container; SageMaker still moves the data, checkpoints and output). Default False.
+    :param removal_policy: of the log group and a created notification key: ``RETAIN`` (default) or ``DESTROY``.
+    :param event_pattern: start an execution for each event matching this pattern, with the event's ``detail``
+        as input. Default: no trigger.
+    :param event_bus: the bus of ``event_pattern``. Default: the account's default bus.
+    :param log_retention: retention of the execution log group. Default six months.
+    :param state_machine_name: physical name. Default: generated.
+    :param tags: tags for the workflow's resources and every training job. Default: none.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        image_uri: str,
+        execution_role: SageMakerExecutionRole | iam.IRole,
+        checkpoint_bucket: CheckpointBucket | None = None,
+        bucket: s3.IBucket | None = None,
+        checkpoint_prefix: str | None = None,
+        output_prefix: str | None = None,
+        train_data_prefix: str | None = None,
+        data_sources: Sequence[str] | None = None,
+        run_segment: str | None = None,
+        launch_retry_backoff: Duration | None = None,
+        defaults: WorkflowDefaults | None = None,
+        allowed_instance_types: Sequence[str] | None = None,
+        max_instance_count: int | None = None,
+        max_capacity_retries: int | None = None,
+        capacity_retry_wait: Duration | None = None,
+        max_pending_time: Duration | None = None,
+        state_machine_timeout: Duration | None = None,
+        volume_size_gb: int | None = None,
+        internal_retry_attempts: int | None = None,
+        vpc: ec2.IVpc | None = None,
+        subnets: ec2.SubnetSelection | None = None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None = None,
+        output_kms_key: kms.IKey | None = None,
+        volume_kms_key: kms.IKey | None = None,
+        notification_topic: sns.ITopic | None = None,
+        notifications: bool = False,
+        encryption_key: kms.IKey | None = None,
+        network_isolation: bool = False,
+        removal_policy: RemovalPolicy | None = None,
+        event_pattern: events.EventPattern | None = None,
+        event_bus: events.IEventBus | None = None,
+        log_retention: logs.RetentionDays | None = None,
+        state_machine_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+
+        # ---- props ------------------------------------------------------------------------------------------
+        if not isinstance(image_uri, str) or not image_uri:
+            raise ValueError("TrainingWorkflow: image_uri must be a non-empty image URI")
+        if (checkpoint_bucket is None) == (bucket is None):
+            raise ValueError("TrainingWorkflow: give exactly one of checkpoint_bucket or bucket")
+        if checkpoint_bucket is not None:
+            if checkpoint_prefix is not None or output_prefix is not None:
+                raise ValueError(
+                    "TrainingWorkflow: checkpoint_prefix and output_prefix go with bucket; a checkpoint_bucket "
+                    "brings its own prefixes"
+                )
+            self.bucket: s3.IBucket = checkpoint_bucket.bucket
+            checkpoint_prefix = checkpoint_bucket.checkpoint_prefix
+            output_prefix = checkpoint_bucket.output_prefix
+        else:
+            assert bucket is not None
+            self.bucket = bucket
+            checkpoint_prefix = _prefix("checkpoint_prefix", checkpoint_prefix or CHECKPOINT_PREFIX)
+            output_prefix = _prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
+        if train_data_prefix is not None:
+            train_data_prefix = _prefix("train_data_prefix", train_data_prefix)
+        self.execution_role: iam.IRole = _role_of(execution_role)
+
+        allowed = (
+            tuple(allowed_instance_types) if allowed_instance_types is not None else tuple(GPU_INSTANCE_TYPES)
+        )
+        unknown = [t for t in allowed if t not in GPU_INSTANCE_TYPES]
+        if not allowed or unknown or len(set(allowed)) != len(allowed):
+            raise ValueError(
+                "TrainingWorkflow: allowed_instance_types must be distinct names from "
+                f"training.contract.GPU_INSTANCE_TYPES ({', '.join(GPU_INSTANCE_TYPES)}); got {list(allowed)}"
+            )
+        max_count = _int_in("max_instance_count", max_instance_count, 4, 1, 64)
+        retries = _int_in("max_capacity_retries", max_capacity_retries, 3, 0, 20)
+        retry_wait = _seconds_in("capacity_retry_wait", capacity_retry_wait, 600, 1, 365 * 86400)
+        pending = _seconds_in(
+            "max_pending_time", max_pending_time, 2 * 86400, 7200, MAX_RUNTIME_SECONDS_LIMIT
+        )
+        timeout = _seconds_in("state_machine_timeout", state_machine_timeout, 7 * 86400, 3600, 365 * 86400)
+        volume = _int_in("volume_size_gb", volume_size_gb, 512, 1, 16384)
+        internal_retries = _int_in("internal_retry_attempts", internal_retry_attempts, 2, 1, 30)
+        if vpc is None and (subnets is not None or security_groups is not None):
+            raise ValueError("TrainingWorkflow: subnets and security_groups need vpc")
+        if event_bus is not None and event_pattern is None:
+            raise ValueError("TrainingWorkflow: event_bus was given without event_pattern (nothing to match)")
+        tags = dict(tags or {})
+        policy = _removal_and_isolation(removal_policy, network_isolation)
+        self.launch_retry_backoff = _seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
+        self.run_segment = _run_segment(run_segment, self.node.path)
+        self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
+        self.defaults = defaults or WorkflowDefaults()
+        limits = (allowed, max_count, min(MAX_RUNTIME_SECONDS_LIMIT, timeout), retries)
+        self.request_rules = self._request_rules(
+            stack, data_sources, train_data_prefix, checkpoint_prefix, limits
+        )
+        self.allowed_instance_types = allowed
+        self.max_instance_count = max_count
+        self.max_capacity_retries = retries
+        self.image_uri = image_uri
+
+        vpc_config = self._vpc_config(vpc, subnets, security_groups)
+        launch_params = training_job_request(
+            role_arn=self.execution_role.role_arn,
+            image_uri=image_uri,
+            bucket_name=self.bucket.bucket_name,
+            checkpoint_prefix=self.runs_prefix,
+            output_prefix=output_prefix,
+            internal_retry_attempts=internal_retries,
+            tags=job_tags(self.node.path, tags),
+            output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
+            vpc_config=vpc_config,
+            network_isolation=network_isolation,
+        )
+        resources = resource_config(
+            volume_size_gb=volume,
+            volume_kms_key_arn=volume_kms_key.key_arn if volume_kms_key is not None else None,
+        )
+
+        # ---- states -----------------------------------------------------------------------------------------
+        self.encryption_key = encryption_key
+        self.removal_policy = policy
+        definition = self._definition(launch_params, resources, retries, retry_wait, pending, log_retention)
+
+        # ---- state machine ----------------------------------------------------------------------------------
+        self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
+        self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
+        self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
+        self._grant_data_sources(execution_role, checkpoint_bucket)
+
+        self._observability(notification_topic, notifications, event_pattern, event_bus)
+
+        for key_name, value in tags.items():
+            Tags.of(self).add(key_name, value)
+
+    def _observability(
+        self,
+        notification_topic: sns.ITopic | None,
+        notifications: bool,
+        event_pattern: events.EventPattern | None,
+        event_bus: events.IEventBus | None,
+    ) -> None:
+        """The alarm, the notifications and the trigger (``observability``), kept as attributes."""
+        observed = alarm_and_notifications(
+            self,
+            self.state_machine,
+            notification_topic=notification_topic,
+            notifications=notifications,
+            encryption_key=self.encryption_key,
+            removal_policy=self.removal_policy,
+        )
+        self.alarm: cloudwatch.Alarm = observed.alarm
+        self.notification_topic: sns.ITopic | None = observed.topic
+        self.notification_key: kms.IKey | None = observed.key
+        self.status_rule: events.Rule | None = observed.status_rule
+        self.trigger_rule: events.Rule | None = trigger(
+            self,
+            self.state_machine,
+            event_pattern=event_pattern,
+            event_bus=event_bus,
+            encryption_key=self.encryption_key,
+        )
+
+    def _vpc_config(
+        self,
+        vpc: ec2.IVpc | None,
+        subnets: ec2.SubnetSelection | None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None,
+    ) -> dict[str, Any] | None:
+        """``VpcConfig`` of the jobs (None without ``vpc``); creates the nodes' security group if none given."""
+        self.security_groups: list[ec2.ISecurityGroup] = list(security_groups or [])
+        vpc_config: dict[str, Any] | None = None
+        if vpc is not None:
+            if not self.security_groups:
+                group = ec2.SecurityGroup(
+                    self,
+                    "JobSecurityGroup",
+                    vpc=vpc,
+                    description="Training job nodes: talk to each other (NCCL/EFA) and out to AWS APIs",
+                    allow_all_outbound=True,
+                )
+                group.add_ingress_rule(group, ec2.Port.all_traffic(), "Training nodes talk to each other")
+                acknowledge(
+                    group.node.find_child(f"from {Names.unique_id(group)}:ALL TRAFFIC"),
+                    "EC2RestrictedCommonPorts",
+                    "NCCL and EFA between the nodes of one job use ports chosen at run time; all traffic is "
+                    "allowed only from this same security group (the job's own nodes), never from an address.",
+                    pack=NIST_800_53_R5,
+                )
+                self.security_groups = [group]
+            vpc_config = {
+                "SecurityGroupIds": [g.security_group_id for g in self.security_groups],
+                "Subnets": vpc.select_subnets(
+                    **(
+                        {"subnet_type": ec2.SubnetType.PRIVATE_WITH_EGRESS}
+                        if subnets is None
+                        else subnet_selection_kwargs(subnets)
+                    )
+                ).subnet_ids,
+            }
+        return vpc_config
+
+    def _state_machine(
+        self, definition: sfn.IChainable, name: str | None, timeout: int, key: kms.IKey | None
+    ) -> sfn.StateMachine:
+        """The state machine: X-Ray, every event logged with its data, execution data encrypted with ``key``."""
+        return sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=name,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            timeout=Duration.seconds(timeout),
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True
+            ),
+            comment="Launch and monitor one SageMaker training job per execution (see README)",
+            encryption_configuration=(
+                sfn.CustomerManagedEncryptionConfiguration(key) if key is not None else None
+            ),
+        )
+
+    def _log_group(
+        self,
+        stack: Stack,
+        encryption_key: kms.IKey | None,
+        retention: logs.RetentionDays | None,
+        policy: RemovalPolicy,
+    ) -> logs.LogGroup:
+        """The execution log group; with a key, named (so that the key policy can name exactly it) and encrypted."""
+        return keyed_log_group(
+            self,
+            encryption_key,
+            retention or logs.RetentionDays.SIX_MONTHS,
+            policy,
+            "/aws/vendedlogs/states/",
+        )
+
+    # ------------------------------------------------------------------------------------------------------------
+    @property
+    def state_machine_arn(self) -> str:
+        return self.state_machine.state_machine_arn
+
+    def _definition(
+        self,
+        launch_params: dict[str, Any],
+        resources: dict[str, Any],
+        retries: int,
+        retry_wait: int,
+        pending: int,
+        log_retention: logs.RetentionDays | None,
+    ) -> sfn.IChainable:
+        """Decide the request (``self.validator``), prepare, capacity mode, then the launch loop."""
+        self.validator = RequestValidator(
+            self,
+            "RequestValidator",
+            bucket=self.bucket,
+            runs_prefix=self.runs_prefix,
+            log_retention=log_retention,
+            encryption_key=self.encryption_key,
+            removal_policy=self.removal_policy,
+        )
+        loop = launch_loop(self, launch_params, retries=retries, retry_wait=retry_wait)
+        self.launch: sfn.CustomState = loop.launch
+        self.launch_without_data: sfn.CustomState = loop.launch_without_data
+        mode = capacity_states(self, resources, pending=pending, launch=loop.entry)
+        prepare = prepare_state(self, launch_retry_backoff=self.launch_retry_backoff)
+        return decide_request(
+            self,
+            validator=self.validator,
+            rules_json=self.request_rules.to_json(),
+            next_state=prepare.next(mode),
+        )
+
+    def _request_rules(
+        self,
+        stack: Stack,
+        data_sources: Sequence[str] | None,
+        train_data_prefix: str | None,
+        checkpoint_prefix: str,
+        limits: tuple[tuple[str, ...], int, int, int],
+    ) -> RequestRules:
+        """What an execution may ask for (the Lambda function's rules; the operator CLI validates with them),
+        with SageMaker's limits read from botocore now; the defaults must pass them. ``limits``: allowed
+        instance types, max instance count, max runtime, capacity retries."""
+        allowed, max_count, max_runtime, retries = limits
+        try:
+            sources = parse_data_sources(list(data_sources) if data_sources is not None else None)
+        except ValueError as error:
+            raise ValueError(
+                f"TrainingWorkflow: data_sources{str(error).removeprefix('context dataSources')}"
+            ) from None
+        defaults = self.defaults.as_input()
+        if train_data_prefix is not None:
+            if defaults["train_data_uri"] is not None:
+                raise ValueError(
+                    "TrainingWorkflow: give train_data_prefix or defaults.train_data_uri, not both"
+                )
+            defaults["train_data_uri"] = f"s3://{self.bucket.bucket_name}/{train_data_prefix}"
+            sources = tuple(dict.fromkeys((*sources, train_data_prefix)))
+        self.data_sources = sources
+        rules = RequestRules(
+            defaults=defaults,
+            allowed_instance_types=allowed,
+            max_instance_count=max_count,
+            max_runtime_seconds=max_runtime,
+            region=stack.region,
+            bucket_name=self.bucket.bucket_name,
+            checkpoint_prefix=checkpoint_prefix,
+            workflow_segment=self.run_segment,
+            data_sources=sources,
+            max_capacity_retries=retries,
+        ).with_limits()
+        concrete_region = None if re.search(r"\$\{Token", stack.region) else stack.region
+        problems = validate_request({}, replace(rules, region=concrete_region))
+        if problems:
+            raise ValueError(f"TrainingWorkflow: defaults.{problems[0]}")
+        return rules
+
+    def _grant_sagemaker(
+        self,
+        stack: Stack,
+        execution_role: SageMakerExecutionRole | iam.IRole,
+        volume_kms_key: kms.IKey | None,
+        output_kms_key: kms.IKey | None,
+    ) -> None:
+        """What ``createTrainingJob.sync`` needs (CustomState grants nothing by itself)."""
+        role = self.state_machine.role
+        training_jobs = stack.format_arn(
+            service="sagemaker",
+            resource="training-job",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="RunTrainingJobs",
+                actions=[
+                    "sagemaker:CreateTrainingJob",
+                    "sagemaker:DescribeTrainingJob",
+                    "sagemaker:StopTrainingJob",
+                    "sagemaker:AddTags",
+                    "sagemaker:ListTags",
+                ],
+                resources=[training_jobs],
+            )
+        )
+        # A request naming ResourceConfig.TrainingPlanArn is taken to be authorized against that plan too, so
+        # CreateTrainingJob is granted on this stack's plans (plans are chosen per execution). Sources: the SageMaker
+        # guide "IAM for SageMaker training plans" (plan users get their own permission to use a plan in training
+        # jobs) and AmazonSageMakerTrainingPlanCreateAccess, which scopes plan actions to training-plan/*. Not
+        # confirmed: the CreateTrainingJob row of the Service Authorization Reference (list_amazonsagemaker) could
+        # not be read in full here; re-check that training-plan is listed there when touching this grant.
+        training_plans = stack.format_arn(
+            service="sagemaker",
+            resource="training-plan",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="LaunchOnTrainingPlans",
+                actions=["sagemaker:CreateTrainingJob"],
+                resources=[training_plans],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="SyncIntegrationEventsRule",
+                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[
+                    stack.format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)
+                ],
+            )
+        )
+        if isinstance(execution_role, SageMakerExecutionRole):
+            execution_role.grant_pass_role(role)
+        else:
+            iam.Grant.add_to_principal(
+                grantee=role,
+                actions=["iam:PassRole"],
+                resource_arns=[execution_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": SAGEMAKER_SERVICE}},
+            )
+        if volume_kms_key is not None:
+            for grantee in (role, self.execution_role):
+                volume_kms_key.grant(grantee, "kms:DescribeKey")
+                # Grants only for AWS resources (SageMaker's EBS volumes), never to a principal of the caller's choice.
+                iam.Grant.add_to_principal(
+                    grantee=grantee,
+                    actions=["kms:CreateGrant"],
+                    resource_arns=[volume_kms_key.key_arn],
+                    conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+                )
+        if output_kms_key is not None:
+            # SSE-KMS uploads of the model artifacts (named actions: no kms:ReEncrypt*/GenerateDataKey* wildcards).
+            output_kms_key.grant(
+                self.execution_role, "kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"
+            )
+
+        scope = policy_scope(role)
+        acknowledge_role_policy(scope)
+        acknowledge(
+            scope,
+            f"IAM5[Resource::{rendered(self, training_jobs)}]",
+            "Training job names are generated per execution (<prefix>-<UUID>), so the state machine may "
+            "create, describe, stop and tag only training jobs of this account and region.",
+        )
+        acknowledge(
+            scope,
+            f"IAM5[Resource::{rendered(self, training_plans)}]",
+            "Each execution may name any Flexible Training Plan of this account and region (the input field "
+            "training_plan_arn, checked against SageMaker's pattern and this region before launch); only "
+            "CreateTrainingJob is allowed on plans.",
+        )
+        acknowledge(
+            scope,
+            f"IAM5[Resource::{arn_evidence(self.validator.function, ':*')}]",
+            "Step Functions' Lambda integration invokes the workflow's own request-validation function, "
+            "including its versions and aliases (<function ARN>:*); no other function.",
+        )
+        acknowledge(
+            scope,
+            "IAM5[Resource::*]",
+            "Step Functions log delivery (logs:*LogDelivery, DescribeLogGroups, ...) and X-Ray "
+            "(PutTraceSegments, PutTelemetryRecords, GetSampling*) accept only Resource '*'.",
+        )
+
+    def _grant_data_sources(
+        self, execution_role: SageMakerExecutionRole | iam.IRole, checkpoint_bucket: CheckpointBucket | None
+    ) -> None:
+        """Let the jobs read exactly the data sources (the checkpoint bucket's ``data/`` is already granted)."""
+        for index, source in enumerate(self.data_sources):
+            if source.startswith("s3://"):
+                bucket_name, _, prefix = source[5:].partition("/")
+                bucket: s3.IBucket = s3.Bucket.from_bucket_name(self, f"DataSource{index}", bucket_name)
+            elif checkpoint_bucket is not None:
+                if source != checkpoint_bucket.data_prefix or not isinstance(
+                    execution_role, SageMakerExecutionRole
+                ):
+                    checkpoint_bucket.grant_read(self.execution_role, prefix=source)
+                continue
+            else:
+                bucket, prefix = self.bucket, source
+            objects = bucket.arn_for_objects(f"{prefix}*")
+            self.execution_role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects])
+            )
+            self.execution_role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
+                )
+            )
+            acknowledge(
+                policy_scope(self.execution_role),
+                f"IAM5[Resource::{rendered(self, objects)}]",
+                f"Training data may be read only under the data source {source} (the dataSources setting); the "
+                "files below it are chosen per execution.",
+            )
+
+
+def _run_segment(given: str | None, path: str) -> str:
+    segment = given if given is not None else re.sub(r"[^A-Za-z0-9_.-]", "-", path)
+    if not RUN_SEGMENT.match(segment):
+        raise ValueError(
+            "TrainingWorkflow: run_segment must be 1 to 128 of letters, digits, _ . and -, starting with a "
+            f"letter or digit; got {segment!r}"
+        )
+    return segment
+
+
+def _removal_and_isolation(removal_policy: RemovalPolicy | None, network_isolation: object) -> RemovalPolicy:
+    """The checked ``removal_policy`` (default RETAIN); refuses a ``network_isolation`` that is not a bool."""
+    policy = removal_policy or RemovalPolicy.RETAIN
+    if policy not in (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY):
+        raise ValueError(f"TrainingWorkflow: removal_policy must be RETAIN or DESTROY; got {policy}")
+    if not isinstance(network_isolation, bool):
+        raise ValueError(
+            f"TrainingWorkflow: network_isolation must be True or False; got {network_isolation!r}"
+        )
+    return policy
+
+
+def _role_of(execution_role: SageMakerExecutionRole | iam.IRole) -> iam.IRole:
+    if isinstance(execution_role, SageMakerExecutionRole):
+        return execution_role.role
+    if hasattr(execution_role, "role_arn") and hasattr(execution_role, "grant_pass_role"):
+        return execution_role
+    raise ValueError("TrainingWorkflow: execution_role must be a SageMakerExecutionRole or an iam.IRole")
+
+
+def _prefix(name: str, value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9!_.()-]+(/[A-Za-z0-9!_.()-]+)*/", value or ""):
+        raise ValueError(
+            f"TrainingWorkflow: {name} must be a relative S3 key prefix ending in '/' (letters, digits, "
+            f"!_.()- and '/'), such as 'checkpoints/'; got {value!r}"
+        )
+    return value
+
+
+def _int_in(name: str, value: int | None, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"TrainingWorkflow: {name} must be an integer in [{low}, {high}]; got {value!r}")
+    return value
+
+
+def _seconds_in(name: str, value: Duration | None, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    if not isinstance(value, Duration):
+        raise ValueError(f"TrainingWorkflow: {name} must be a Duration; got {value!r}")
+    seconds = int(value.to_seconds())
+    if not low <= seconds <= high:
+        raise ValueError(f"TrainingWorkflow: {name} must be between {low} and {high} seconds; got {seconds}")
+    return seconds

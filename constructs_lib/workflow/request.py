@@ -1,0 +1,89 @@
+"""The ``CreateTrainingJob`` request of the training workflow: a pure function of the workflow's settings.
+
+No construct is built here, so the request can be tested without a state machine. A new request field is added
+in ``training_job_request`` (fixed at synth) or in the launch states that fill ``$.launch`` (per execution).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from training.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
+
+
+def job_tags(workflow_path: str, tags: Mapping[str, str]) -> list[dict[str, str]]:
+    """Tags of every training job: the workflow's construct path, the execution name, then ``tags`` sorted."""
+    return [
+        {"Key": "training-workflow", "Value": workflow_path},
+        {"Key": "training-workflow-execution", "Value.$": "$$.Execution.Name"},
+        *({"Key": k, "Value": v} for k, v in sorted(tags.items())),
+    ]
+
+
+def resource_config(*, volume_size_gb: int, volume_kms_key_arn: str | None = None) -> dict[str, Any]:
+    """``ResourceConfig`` before the capacity mode adds its fields (instance type and count from the input)."""
+    config: dict[str, Any] = {
+        "InstanceType.$": "$.config.instance_type",
+        "InstanceCount.$": "$.config.instance_count",
+        "VolumeSizeInGB": volume_size_gb,
+    }
+    if volume_kms_key_arn is not None:
+        config["VolumeKmsKeyId"] = volume_kms_key_arn
+    return config
+
+
+def training_job_request(
+    *,
+    role_arn: str,
+    image_uri: str,
+    bucket_name: str,
+    checkpoint_prefix: str,
+    output_prefix: str,
+    internal_retry_attempts: int,
+    tags: list[dict[str, str]],
+    output_kms_key_arn: str | None = None,
+    vpc_config: Mapping[str, Any] | None = None,
+    network_isolation: bool = False,
+) -> dict[str, Any]:
+    """The ``Parameters`` of the ``createTrainingJob.sync`` task (JSONPath; ``$.launch`` is filled per launch).
+
+    The decided request (``request_states``) gives ``$.hyperparameters`` (the whole map); the launch state with
+    input data adds ``InputDataConfig`` from ``$.channels`` (``states``).
+    ``checkpoint_prefix`` is the workflow's own (``checkpoints/<segment>/``): each execution writes under
+    ``<checkpoint_prefix><execution name>/``.
+
+    :param tags: the job tags (see ``job_tags``).
+    :param output_kms_key_arn: key for the model artifacts. Default: the bucket's encryption.
+    :param vpc_config: ``VpcConfig`` (``SecurityGroupIds``, ``Subnets``). Default: no VPC.
+    :param network_isolation: ``EnableNetworkIsolation``: no network access from the training container.
+        Default False (the key is left out).
+    """
+    checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
+    output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
+    if output_kms_key_arn is not None:
+        output_config["KmsKeyId"] = output_kms_key_arn
+    request: dict[str, Any] = {
+        "TrainingJobName.$": "States.Format('{}-{}', $.config.job_name_prefix, States.UUID())",
+        "RoleArn": role_arn,
+        "AlgorithmSpecification": {
+            "TrainingImage": image_uri,
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [m.as_sagemaker() for m in metric_definitions()],
+            "EnableSageMakerMetricsTimeSeries": True,
+        },
+        "HyperParameters.$": "$.hyperparameters",
+        "ResourceConfig.$": "$.launch.resource_config",
+        "StoppingCondition.$": "$.launch.stopping_condition",
+        "EnableManagedSpotTraining.$": "$.launch.spot",
+        "EnableInterContainerTrafficEncryption.$": "$.launch.encrypt_inter_node",
+        "CheckpointConfig": {"S3Uri.$": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL_PATH},
+        "OutputDataConfig": output_config,
+        "RetryStrategy": {"MaximumRetryAttempts": internal_retry_attempts},
+        "Tags": tags,
+    }
+    if vpc_config is not None:
+        request["VpcConfig"] = dict(vpc_config)
+    if network_isolation:
+        request["EnableNetworkIsolation"] = True
+    return request

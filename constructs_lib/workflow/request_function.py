@@ -1,0 +1,184 @@
+"""``RequestValidator``: the Lambda function that decides a training workflow's request before anything launches.
+
+It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
+holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
+wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py``, ``training/contract.py`` and an
+empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
+own log group and read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
+decide ``resume_from``; nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+import training.contract
+from constructs_lib._shared.log_keys import keyed_log_group
+from constructs_lib._shared.nag import (
+    NIST_800_53_R5,
+    SERVERLESS,
+    acknowledge,
+    acknowledge_role_policy,
+    policy_scope,
+    rendered,
+)
+from constructs_lib.workflow import request_check
+
+HANDLER = "constructs_lib.workflow.request_check.handler"
+ASSET_FILES = {
+    "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/contract.py": Path(training.contract.__file__),
+}
+
+
+def build_asset() -> Path:
+    """A folder with only the handler's files (content-addressed, so unchanged sources give the same asset)."""
+    digest = hashlib.sha256()
+    for name, source in sorted(ASSET_FILES.items()):
+        digest.update(name.encode() + b"\0" + source.read_bytes())
+    folder = Path(tempfile.gettempdir()) / f"request-validator-{digest.hexdigest()[:16]}"
+    if not all((folder / name).exists() for name in ASSET_FILES):
+        staging = Path(tempfile.mkdtemp(prefix="request-validator-"))
+        for name, source in ASSET_FILES.items():
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            for package in target.relative_to(staging).parents[:-1]:  # every folder of the path: a package
+                (staging / package / "__init__.py").touch()
+        try:
+            staging.rename(folder)
+        except OSError:  # another synth built the same folder first
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+class RequestValidator(Construct):
+    """The request-deciding Lambda function of one training workflow.
+
+    All props are keyword-only.
+
+    :param bucket: the bucket holding the workflow's checkpoints.
+    :param runs_prefix: the workflow's own checkpoint prefix (``checkpoints/<segment>/``): one folder per
+        execution, each with ``step_XXXXXXXX/COMPLETE`` markers. The function may list it and read the markers.
+    :param log_retention: retention of the function's log group. Default six months.
+    :param encryption_key: customer managed key for the function's log group. Default: CloudWatch Logs' own.
+    :param removal_policy: of the log group: ``RETAIN`` (default) or ``DESTROY``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        bucket: s3.IBucket,
+        runs_prefix: str,
+        log_retention: logs.RetentionDays | None = None,
+        encryption_key: kms.IKey | None = None,
+        removal_policy: RemovalPolicy | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not runs_prefix.endswith("/") or runs_prefix.startswith("/") or "*" in runs_prefix:
+            raise ValueError(
+                f"RequestValidator: runs_prefix must be a key prefix ending in '/'; got {runs_prefix!r}"
+            )
+        self.log_group = keyed_log_group(
+            self,
+            encryption_key,
+            log_retention or logs.RetentionDays.SIX_MONTHS,
+            removal_policy or RemovalPolicy.RETAIN,
+            "/aws/lambda/",
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Training request validation: its own logs, and the workflow's checkpoint markers (read)",
+        )
+        self.log_group.grant_write(self.role)
+        markers = bucket.arn_for_objects(f"{runs_prefix}*/{request_check.CHECKPOINT_MARKER}")
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ReadCheckpointMarkers",
+                actions=["s3:GetObject"],
+                resources=[markers],
+            )
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListWorkflowRuns",
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{runs_prefix}*"]}},
+            )
+        )
+        if bucket.encryption_key is not None:
+            bucket.encryption_key.grant(self.role, "kms:Decrypt")
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            code=lambda_.Code.from_asset(str(build_asset())),
+            handler=HANDLER,
+            description="Decides a training request (contract settings, SageMaker limits, resume_from) before launch",
+            timeout=Duration.seconds(30),
+            memory_size=256,
+            role=self.role,
+            log_group=self.log_group,
+        )
+        self.function.node.add_dependency(self.role)
+        scope_ = policy_scope(self.role)
+        acknowledge_role_policy(scope_)
+        _acknowledge_function(self.function)
+        acknowledge(
+            scope_,
+            f"IAM5[Resource::{rendered(self, markers)}]",
+            "Reads only the COMPLETE marker files of the workflow's own checkpoint folders; the execution and "
+            "step folder names in between are created at run time.",
+        )
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        return self.function.grant_invoke(grantee)
+
+
+def _acknowledge_function(function: lambda_.Function) -> None:
+    """What does not apply to a function that Step Functions invokes synchronously, once per execution."""
+    for pack in (NIST_800_53_R5, SERVERLESS):
+        acknowledge(
+            function,
+            "LambdaDLQ",
+            "Step Functions invokes the function synchronously (lambda:invoke) and handles every error in its "
+            "own Retry/Catch; a dead-letter queue only receives failed asynchronous invocations.",
+            pack=pack,
+        )
+    acknowledge(
+        function,
+        "LambdaConcurrency",
+        "Invoked once per workflow execution (a few a day); reserving concurrency would take it from the "
+        "account's pool (10 in new accounts) and can fail the deployment.",
+        pack=NIST_800_53_R5,
+    )
+    acknowledge(
+        function,
+        "LambdaInsideVPC",
+        "The function only calls S3 (list and read checkpoint markers) through its AWS API and holds no data; "
+        "a VPC would need endpoints or NAT for no protection gained.",
+        pack=NIST_800_53_R5,
+    )
+    acknowledge(
+        function,
+        "LambdaTracing",
+        "Each decision is logged (input problems, outcome) and the state machine's X-Ray trace covers the "
+        "Lambda task; active tracing would add a '*' X-Ray permission for no extra signal.",
+        pack=SERVERLESS,
+    )

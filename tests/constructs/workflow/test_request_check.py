@@ -1,0 +1,352 @@
+"""The request validation function (``constructs_lib.workflow.request_check``), without aws_cdk or AWS."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import botocore.session
+import pytest
+
+from constructs_lib.workflow.request_check import (
+    CHECKPOINT_MARKER,
+    DEFAULT_INPUT,
+    INPUT_FIELDS,
+    PLATFORM_HYPERPARAMETERS,
+    RequestRules,
+    newest_complete_checkpoint,
+    parse_data_sources,
+    prepare_request,
+    resume_problems,
+    sagemaker_limits,
+    validate_request,
+)
+from training import contract
+
+REGION = "us-west-2"
+PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200-week"
+
+
+@pytest.fixture(scope="module")
+def rules() -> RequestRules:
+    return RequestRules(
+        region=REGION, bucket_name="my-bucket", workflow_segment="Test-Workflow"
+    ).with_limits()
+
+
+def one(raw, rules) -> str:
+    problems = validate_request(raw, rules)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def test_module_loads_without_aws_cdk():
+    code = "import sys, constructs_lib.workflow.request_check; print('aws_cdk' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    )
+
+
+def test_empty_input_is_the_defaults(rules):
+    prepared = prepare_request({}, rules)
+    assert prepared.problems == []
+    assert prepared.config == {**DEFAULT_INPUT, "hyperparameters": {}}
+    assert prepared.hyperparameters == {
+        "precision": "bf16",
+        "batch_size": "1",
+        "seq_length": "8192",
+        "activation_checkpointing": "false",
+        **PLATFORM_HYPERPARAMETERS,
+    }
+
+
+@pytest.mark.parametrize("raw", [[], "text", 3, None, True])
+def test_input_must_be_an_object(raw, rules):
+    assert one(raw, rules).startswith("input: must be a JSON object of input fields; got ")
+
+
+def test_unknown_field_suggests_the_closest(rules):
+    assert one({"instance_typ": "x"}, rules).startswith(
+        "instance_typ: unknown input field (did you mean instance_type?)"
+    )
+
+
+def test_issue_examples_are_each_named(rules):
+    problems = validate_request(
+        {
+            "hyperparameters": {
+                "max_step": "5",
+                "max_steps": "-5",
+                "model_preset": "2b",
+                "learning_rate": "fast",
+            }
+        },
+        rules,
+    )
+    assert problems[0].startswith(
+        "hyperparameters: unknown trainer setting max_step (did you mean max_steps?)"
+    )
+    assert "hyperparameters.max_steps: must be an integer in [1, 100000000]; got '-5'" in problems
+    assert any(p.startswith("hyperparameters.model_preset: must be one of 1b, 8b") for p in problems)
+    assert "hyperparameters.learning_rate: must be a number in [0, 10]; got 'fast'" in problems
+
+
+@pytest.mark.parametrize("spec", contract.HYPERPARAMETERS, ids=lambda s: s.name)
+def test_every_contract_setting_is_checked_with_the_trainers_parser(spec, rules):
+    """Generated from the contract's table: each setting's bad value is refused, named, with what is allowed."""
+    if spec.name in PLATFORM_HYPERPARAMETERS:
+        assert "cannot be set from an execution" in one({"hyperparameters": {spec.name: "/tmp/x"}}, rules)
+        return
+    bad = {"int": "1.5", "float": "fast", "bool": "maybe", "choice": "nope", "str": None}[spec.kind]
+    if bad is None:
+        pytest.skip("free-form string setting")
+    if spec.name in ("precision", "num_layers", "batch_size", "seq_length", "activation_checkpointing"):
+        assert f"is the top-level input field {spec.name}" in one(
+            {"hyperparameters": {spec.name: bad}}, rules
+        )
+        return
+    problem = one({"hyperparameters": {spec.name: bad}}, rules)
+    assert problem == f"hyperparameters.{spec.name}: must be {spec.allowed()}; got {bad!r}"
+
+
+def test_a_new_contract_setting_is_checked_with_no_other_edit(monkeypatch, rules):
+    spec = contract.Hyperparameter("val_interval", "int", 0, "Validation loss every N steps.", 0, 1000)
+    monkeypatch.setitem(contract.HYPERPARAMETERS_BY_NAME, spec.name, spec)
+    assert validate_request({"hyperparameters": {"val_interval": "50"}}, rules) == []
+    assert one({"hyperparameters": {"val-interval": "5000"}}, rules) == (
+        "hyperparameters.val_interval: must be an integer in [0, 1000]; got '5000'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "words"),
+    [
+        ({"num_heads": "7"}, "num_heads", "must divide hidden_size (2048)"),
+        ({"quantized_model_init": "true"}, "quantized_model_init", "works only with precision fp8 or mxfp8"),
+        ({"num_heads": "512"}, "num_heads", "hidden_size / num_heads must be a multiple of 8"),
+        ({"model_preset": "custom"}, "num_layers", "must be set when model_preset=custom"),
+    ],
+)
+def test_the_trainers_cross_setting_rules(settings, field, words, rules):
+    problem = one({"hyperparameters": settings}, rules)
+    assert problem.startswith(f"hyperparameters.{field}: ") and words in problem
+
+
+def test_channel_dataset_needs_training_data_and_data_switches_it(rules):
+    assert "channel needs train_data_uri" in one({"hyperparameters": {"dataset": "channel"}}, rules)
+    uri = "s3://my-bucket/data/corpus/"
+    assert "synthetic would ignore train_data_uri" in one(
+        {"train_data_uri": uri, "hyperparameters": {"dataset": "synthetic"}}, rules
+    )
+    assert prepare_request({"train_data_uri": uri}, rules).hyperparameters["dataset"] == "channel"
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://other-bucket/data/x/",  # not an allowed source
+        "s3://my-bucket/checkpoints/x/",  # another prefix of the same bucket
+        "s3://my-bucket/data/x",  # no trailing slash: a prefix would also match data/x2/
+        "https://my-bucket/data/x/",
+        "s3://my-bucket/data//x/",
+        "s3://my-bucket/data/../checkpoints/",
+        "s3://my-bucket/data/" + "x" * 1020 + "/",  # longer than SageMaker's S3Uri
+        5,
+    ],
+)
+def test_train_data_uri_must_be_under_an_allowed_source(uri, rules):
+    assert one({"train_data_uri": uri}, rules).startswith(
+        "train_data_uri: must be an s3:// prefix ending in '/' under one of s3://my-bucket/data/, or null; got "
+    )
+
+
+def test_data_sources_can_name_other_buckets(rules):
+    wide = replace(rules, data_sources=("data/", "s3://corpora/tokens/"))
+    assert validate_request({"train_data_uri": "s3://corpora/tokens/web/"}, wide) == []
+    assert parse_data_sources(None) == ("data/",)
+    assert parse_data_sources(["s3://corpora/tokens/", "data/"]) == ("s3://corpora/tokens/", "data/")
+    for bad in (["s3://corpora/tokens"], "data/", ["/data/"], [3]):
+        with pytest.raises(ValueError, match="context dataSources: must be a list of S3 prefixes"):
+            parse_data_sources(bad)
+
+
+def test_job_name_limits_come_from_botocore(rules):
+    shape = (
+        botocore.session.get_session()
+        .get_service_model("sagemaker")
+        .operation_model("CreateTrainingJob")
+        .input_shape.members["TrainingJobName"]
+    )
+    assert sagemaker_limits()["TrainingJobName"]["max"] == shape.metadata["max"] == 63
+    longest = shape.metadata["max"] - 37  # "-<UUID>"
+    assert validate_request({"job_name_prefix": "a" * longest}, rules) == []
+    assert one({"job_name_prefix": "a" * (longest + 1)}, rules).startswith(
+        f"job_name_prefix: must be 1 to {longest} characters"
+    )
+    # A smaller limit in the rules (another botocore) moves the bound: nothing is typed from memory.
+    tighter = replace(
+        rules, limits={**rules.limits, "TrainingJobName": {**rules.limits["TrainingJobName"], "max": 50}}
+    )
+    assert one({"job_name_prefix": "a" * 14}, tighter).startswith(
+        "job_name_prefix: must be 1 to 13 characters"
+    )
+
+
+@pytest.mark.parametrize("prefix", ["-a", "a_b", "", "é", "a.b", 7])
+def test_job_name_prefix_pattern(prefix, rules):
+    assert one({"job_name_prefix": prefix}, rules).startswith("job_name_prefix: ")
+
+
+@pytest.mark.parametrize("prefix", ["a", "a-", "a--b-", "Run-2026"])
+def test_job_name_prefix_allowed_by_sagemakers_pattern(prefix, rules):
+    assert validate_request({"job_name_prefix": prefix}, rules) == []
+
+
+def test_hyperparameter_value_size_and_count_come_from_botocore(rules):
+    limits = dict(rules.limits)
+    limits["HyperParameterValue"] = {"max": 3}
+    problems = validate_request(
+        {"hyperparameters": {"learning_rate": "0.0003"}}, replace(rules, limits=limits)
+    )
+    assert "hyperparameters.learning_rate: value of 6 characters; SageMaker allows at most 3" in problems
+    limits = {**rules.limits, "HyperParameters": {"max": 6}}
+    assert one({"hyperparameters": {"seed": "1"}}, replace(rules, limits=limits)) == (
+        "hyperparameters: SageMaker allows at most 6 in all; the request would have 7"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "start"),
+    [
+        ({"batch_size": 0}, "batch_size: must be an integer in [1, 4096]; got 0"),
+        ({"batch_size": 2.0}, "batch_size: must be an integer"),
+        ({"batch_size": True}, "batch_size: must be an integer"),
+        ({"batch_size": None}, "batch_size: must be an integer in [1, 4096]; got null"),
+        ({"instance_count": 5}, "instance_count: must be an integer in [1, 4]"),
+        ({"precision": "fp7"}, "precision: must be one of fp32, fp16"),
+        ({"instance_type": "ml.m5.large"}, "instance_type: must be one of ml.p6-b200.48xlarge"),
+        ({"use_spot": "yes"}, "use_spot: must be true or false"),
+        (
+            {"training_plan_arn": PLAN.replace(REGION, "us-east-1")},
+            "training_plan_arn: must be a training plan",
+        ),
+        ({"training_plan_arn": "arn:aws:sagemaker:us-west-2:1234:training-plan/x"}, "training_plan_arn:"),
+        ({"max_runtime_seconds": 28 * 86400 + 1}, "max_runtime_seconds: must be an integer in [1, 2419200]"),
+        ({"hyperparameters": ["a"]}, "hyperparameters: must be a JSON object of trainer settings"),
+        ({"hyperparameters": {"seed": None}}, "hyperparameters: must be a JSON object"),
+        ({"train_data_input_mode": "Pipe"}, "train_data_input_mode: must be one of FastFile, File"),
+        ({"resume_from": "a/b"}, "resume_from: must be the name of an earlier execution"),
+        (
+            {"resume_from": "x" * 81},
+            "resume_from: must be the name of an earlier execution of this workflow (1 to 80",
+        ),
+        (
+            {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"},
+            "precision: mxfp8 cannot run on the GPUs",
+        ),
+        ({"use_spot": True, "training_plan_arn": PLAN}, "use_spot: managed spot cannot be combined"),
+        ({"max_wait_seconds": 100}, "max_wait_seconds: only allowed with use_spot true"),
+        (
+            {"use_spot": True, "max_wait_seconds": 100},
+            "max_wait_seconds: must be >= max_runtime_seconds (86400)",
+        ),
+    ],
+)
+def test_field_problems(raw, start, rules):
+    assert one(raw, rules).startswith(start)
+
+
+def test_every_problem_is_reported_at_once(rules):
+    problems = validate_request({"batch_size": 0, "precision": "x", "nope": 1}, rules)
+    assert [p.split(":")[0] for p in problems] == ["nope", "precision", "batch_size"]
+
+
+def test_trainer_settings_are_checked_even_when_other_fields_fail(rules):
+    """One round of fixes, not two: a bad top-level field does not hide the bad trainer settings."""
+    raw = {
+        "precision": "x",
+        "hyperparameters": {"max_step": "5", "learning_rate": "fast", "checkpoint_dir": "/x"},
+    }
+    problems = validate_request(raw, rules)
+    assert [p.split(":")[0] for p in problems] == [
+        "precision",
+        "hyperparameters",
+        "hyperparameters.learning_rate",
+        "hyperparameters.checkpoint_dir",
+    ]
+    assert "did you mean max_steps?" in problems[1]
+
+
+def test_spot_wait_defaults_to_the_runtime_and_numbers_become_strings(rules):
+    prepared = prepare_request(
+        {"use_spot": True, "num_layers": 4, "hyperparameters": {"learning-rate": 0.001, "seed": 7}}, rules
+    )
+    assert prepared.problems == []
+    assert prepared.config["max_wait_seconds"] == prepared.config["max_runtime_seconds"]
+    assert prepared.hyperparameters["learning_rate"] == "0.001"
+    assert prepared.hyperparameters["seed"] == "7"
+    assert prepared.hyperparameters["num_layers"] == "4"
+
+
+def test_workflow_defaults_and_input_hyperparameters_merge(rules):
+    with_defaults = replace(rules, defaults={"hyperparameters": {"seed": "5", "max_steps": "50"}})
+    hps = prepare_request({"hyperparameters": {"seed": "6"}}, with_defaults).hyperparameters
+    assert (hps["seed"], hps["max_steps"]) == ("6", "50")
+
+
+def test_rules_round_trip_and_from_cdk_context(rules):
+    assert RequestRules.from_json(rules.to_json()) == rules
+    assert RequestRules.from_json(json.loads(rules.to_json())) == rules
+    with open("cdk.json") as handle:
+        context = json.load(handle)["context"]
+    from_context = RequestRules.from_cdk_context(context)
+    assert from_context.max_instance_count == context["maxInstanceCount"]
+    assert from_context.max_runtime_seconds == context["workflowTimeoutHours"] * 3600
+    assert from_context.defaults["instance_type"] == context["defaultInstanceType"]
+    assert from_context.data_sources == ("data/",)
+    with pytest.raises(ValueError, match="context maxInstanceCount: must be an integer in \\[1, 64\\]"):
+        RequestRules.from_cdk_context({"maxInstanceCount": 0})
+    with pytest.raises(ValueError, match="RequestRules.defaults: unknown fields \\['typo'\\]"):
+        RequestRules(defaults={"typo": 1})
+
+
+def test_every_input_field_has_a_default_and_a_check(rules):
+    assert set(INPUT_FIELDS) == set(DEFAULT_INPUT)
+    for name in INPUT_FIELDS:
+        assert validate_request({name: DEFAULT_INPUT[name]}, rules) == []
+
+
+# ---- resume_from ------------------------------------------------------------------------------------------------
+
+
+def _marker(files: dict[str, int], step: int) -> bytes:
+    return json.dumps({"world_size": 8, "step": step, "files": files}).encode()
+
+
+def test_newest_complete_checkpoint_follows_the_trainers_rule():
+    run = "checkpoints/W/run-1/"
+    markers = {
+        f"{run}step_00000100/{CHECKPOINT_MARKER}": _marker({".metadata": 10, "__0_0.distcp": 100}, 100),
+        f"{run}step_00000300/{CHECKPOINT_MARKER}": _marker({".metadata": 10, "__0_0.distcp": 100}, 300),
+        f"{run}step_00000400.tmp/{CHECKPOINT_MARKER}": _marker({}, 400),
+        f"{run}step_00000500/{CHECKPOINT_MARKER}": b"{not json",
+    }
+    objects = {key: len(body) for key, body in markers.items()}
+    objects |= {f"{run}step_00000100/.metadata": 10, f"{run}step_00000100/__0_0.distcp": 100}
+    objects |= {f"{run}step_00000300/.metadata": 10, f"{run}step_00000300/__0_0.distcp": 99}  # truncated
+    assert newest_complete_checkpoint(objects, markers.__getitem__, run) == (100, f"{run}step_00000100/")
+    assert newest_complete_checkpoint({}, markers.__getitem__, run) is None
+
+
+def test_resume_needs_a_checkpoint_and_more_steps():
+    config = {"resume_from": "run-1"}
+    assert resume_problems(config, {"max_steps": "200"}, None, "s3://b/checkpoints/W/run-1/") == [
+        'resume_from: execution run-1 has no complete checkpoint under s3://b/checkpoints/W/run-1/; got "run-1"'
+    ]
+    assert resume_problems(config, {"max_steps": "200"}, (100, "k/"), "uri") == []
+    assert resume_problems(config, {"max_steps": "100"}, (100, "k/"), "uri") == [
+        "hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from (100, execution "
+        "run-1) to train further; got 100"
+    ]

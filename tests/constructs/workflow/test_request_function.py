@@ -1,0 +1,110 @@
+"""RequestValidator: a self-contained asset, least-privilege role, cdk-nag clean."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
+from constructs_lib.workflow.request_check import RequestRules
+from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
+from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
+
+
+def _validator(stack: cdk.Stack) -> RequestValidator:
+    bucket = CheckpointBucket(stack, "Checkpoints")
+    return RequestValidator(
+        stack, "Validator", bucket=bucket.bucket, runs_prefix="checkpoints/Test-Workflow/"
+    )
+
+
+@pytest.fixture(scope="module")
+def template() -> Template:
+    stack = cdk.Stack(cdk.App(), "Test", env=DEFAULT_ENV)
+    _validator(stack)
+    return Template.from_stack(stack)
+
+
+def test_asset_holds_only_what_the_handler_imports():
+    folder = build_asset()
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    assert files == [
+        "constructs_lib/__init__.py",
+        "constructs_lib/workflow/__init__.py",
+        "constructs_lib/workflow/request_check.py",
+        "training/__init__.py",
+        "training/contract.py",
+    ]
+    for package in ("constructs_lib", "constructs_lib/workflow", "training"):
+        assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
+
+
+def test_handler_runs_from_the_asset_alone(tmp_path):
+    """No site-packages at all (-S): the handler needs neither aws_cdk nor botocore when the rules carry the limits."""
+    rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(build_asset())!r}); "
+        f"mod, fn = {HANDLER!r}.rsplit('.', 1); import importlib; "
+        "handler = getattr(importlib.import_module(mod), fn); "
+        f"print(json.dumps(handler({{'input': {{'hyperparameters': {{'max_step': '5'}}}}, 'rules': {rules!r}}})))"
+    )
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["valid"] is False and "did you mean max_steps?" in result["cause"]
+
+
+def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {"AssumeRolePolicyDocument": Match.object_like({}), "ManagedPolicyArns": Match.absent()},
+    )
+    (policy,) = [
+        p
+        for lid, p in template.find_resources("AWS::IAM::Policy").items()
+        if lid.startswith("ValidatorRoleDefaultPolicy")
+    ]
+    by_sid = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert by_sid["ReadCheckpointMarkers"]["Action"] == "s3:GetObject"
+    assert json.dumps(by_sid["ReadCheckpointMarkers"]["Resource"]).endswith(
+        '"/checkpoints/Test-Workflow/*/COMPLETE"]]}'
+    )
+    assert by_sid["ListWorkflowRuns"]["Action"] == "s3:ListBucket"
+    assert by_sid["ListWorkflowRuns"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["checkpoints/Test-Workflow/*"]}
+    }
+    actions = {
+        a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+def test_function_uses_its_own_log_group_and_the_handler(template):
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": HANDLER, "Runtime": "python3.14", "LoggingConfig": {"LogGroup": Match.any_value()}},
+    )
+
+
+def test_no_unacknowledged_findings():
+    result = synth_with_nag(lambda app: _validator(cdk.Stack(app, "Test", env=DEFAULT_ENV)))
+    assert result.violations == ()
+
+
+@pytest.mark.parametrize("prefix", ["checkpoints", "/checkpoints/", "check*/"])
+def test_runs_prefix_must_be_a_key_prefix(prefix):
+    stack = cdk.Stack(cdk.App(), "Test", env=DEFAULT_ENV)
+    bucket = CheckpointBucket(stack, "Checkpoints")
+    with pytest.raises(ValueError, match="RequestValidator: runs_prefix must be a key prefix ending in '/'"):
+        RequestValidator(stack, "Validator", bucket=bucket.bucket, runs_prefix=prefix)
+
+
+def test_asset_is_content_addressed():
+    assert build_asset() == build_asset()
+    assert Path(build_asset()).name.startswith("request-validator-")
