@@ -17,6 +17,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
+from constructs_lib.workflow.request import MLFLOW_ARN
 from constructs_lib.workflow.request_check import parse_data_sources
 from training.contract import (
     DEFAULT_INSTANCE_TYPE,
@@ -54,6 +55,8 @@ WORKFLOW_CONTEXT_KEYS = (
     "triggerSource",
     "triggerDetailType",
     "dataSources",
+    "dashboard",
+    "mlflowTrackingServerArn",
 )
 
 # THE table of known keys: the unknown-key check and its suggestions are derived from it.
@@ -200,6 +203,10 @@ class WorkflowSettings:
     data_sources: tuple[str, ...] = ("data/",)
     """Where an execution's ``train_data_uri`` may point (``dataSources``): ``s3://bucket/prefix/`` URIs or key
     prefixes of the checkpoint bucket; the execution role may read exactly these."""
+    dashboard: bool = True
+    """A CloudWatch dashboard of the workflow (``dashboard``; stack output ``DashboardUrl``)."""
+    mlflow_tracking_server_arn: str | None = None
+    """A SageMaker managed MLflow tracking server the jobs log to (``mlflowTrackingServerArn``). Default: none."""
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> WorkflowSettings:
@@ -261,7 +268,24 @@ class WorkflowSettings:
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
             data_sources=parse_data_sources(get("dataSources")),
+            dashboard=_bool("dashboard", get("dashboard"), cls.dashboard),
+            mlflow_tracking_server_arn=_mlflow(get),
         )
+
+
+def _mlflow(get: Callable[[str], Any]) -> str | None:
+    arn = _match(
+        "mlflowTrackingServerArn",
+        get("mlflowTrackingServerArn"),
+        MLFLOW_ARN,
+        "be a SageMaker MLflow tracking server ARN (arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>)",
+    )
+    if arn is not None and _bool("networkIsolation", get("networkIsolation"), False):
+        raise ConfigError(
+            "context mlflowTrackingServerArn: the jobs cannot reach MLflow with networkIsolation=true; "
+            "set networkIsolation to false or remove mlflowTrackingServerArn"
+        )
+    return arn
 
 
 def _match(key: str, value: Any, pattern: re.Pattern[str], expected: str) -> Any:

@@ -128,6 +128,8 @@ class BlackwellTrainingStack(Stack):
             vpc=self.vpc,
             notifications=wf.notifications,
             network_isolation=wf.network_isolation,
+            dashboard=wf.dashboard,
+            mlflow_tracking_server_arn=wf.mlflow_tracking_server_arn,
             encryption_key=self.encryption_key,
             removal_policy=removal_policy,
             event_pattern=(
@@ -178,6 +180,13 @@ class BlackwellTrainingStack(Stack):
             value=self.workflow.state_machine_arn,
             description="Training workflow: aws stepfunctions start-execution --state-machine-arn <this> --input '{}'",
         )
+        if self.workflow.dashboard_url is not None:
+            CfnOutput(
+                self,
+                "DashboardUrl",
+                value=self.workflow.dashboard_url,
+                description="CloudWatch dashboard of the workflow: loss, tokens/s, MFU, memory, GPUs, executions",
+            )
         if self.workflow.notification_topic is not None:
             CfnOutput(
                 self,

@@ -557,6 +557,28 @@ def metric_definitions() -> tuple[MetricDefinition, ...]:
     return tuple(defs)
 
 
+TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+"""Where SageMaker publishes the ``MetricDefinitions`` metrics (dimension ``TrainingJobName``) and the per-host
+instance metrics (dimension ``Host`` = ``<job>/algo-<n>``)."""
+TRAINING_JOB_DIMENSION = "TrainingJobName"
+HOST_DIMENSION = "Host"
+HOST_GPU_METRICS: tuple[str, ...] = ("GPUUtilization", "GPUMemoryUtilization")
+"""Per-host GPU metrics SageMaker publishes every minute: percent summed over the host's GPUs (0-800 on 8 GPUs)."""
+
+
+def metric_name(field: str, kind: str = "train") -> str:
+    """The CloudWatch name of a trainer metric: ``kind`` ``train`` (step lines), ``validation`` or ``final``
+    (summary line), e.g. ``train:loss``, ``val_loss``, ``final:mfu``; a ValueError for a name that
+    ``metric_definitions`` does not define (so a renamed metric fails wherever it is used)."""
+    name = {"train": f"train:{field}", "validation": field, "final": f"final:{field}"}.get(kind)
+    defined = {definition.name for definition in metric_definitions()}
+    if name not in defined:
+        raise ValueError(
+            f"no metric definition for {kind} field {field!r}; defined: {', '.join(sorted(defined))}"
+        )
+    return name
+
+
 def parse_metric_line(line: str) -> dict[str, float]:
     """Extract every metric SageMaker would see in ``line`` (by running the same regexes), keyed by metric name."""
     found: dict[str, float] = {}
