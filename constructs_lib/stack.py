@@ -143,7 +143,10 @@ class BlackwellTrainingStack(Stack):
                 else None
             ),
         )
+        self._outputs()
 
+    def _outputs(self) -> None:
+        """The stack outputs: names and addresses the operator CLI and a person need."""
         CfnOutput(
             self,
             "CheckpointBucketName",
