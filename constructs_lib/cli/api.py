@@ -18,6 +18,8 @@ Example::
     for snapshot in runs.watch(run.name):
         print(snapshot.run.status, snapshot.progress.describe())
     print(runs.result(run.name))
+    curve = runs.curve(run.name)  # loss, val_loss and tokens/s of every launch (constructs_lib.cli.curves)
+    print(curve.series("loss", "tokens"))
 """
 
 from __future__ import annotations
