@@ -207,7 +207,7 @@ def test_tensorboard_and_mlflow_packages_are_hash_pinned_at_the_versions_the_tes
     for entry in extras["train"] + extras["dev"]:
         requirement = Requirement(entry)
         dev[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
-    for name in ("tensorboardx", "mlflow-skinny"):
+    for name in ("tensorboardx", "mlflow-skinny", "sagemaker-mlflow"):
         assert image[name][0] == dev[name], name
     # the trainer imports exactly these, and the build's self-check imports them
     assert set(selfcheck.TRACKING_MODULES) == {"tensorboardX", "mlflow", "sagemaker_mlflow"}

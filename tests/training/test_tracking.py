@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,33 @@ def test_mlflow_is_off_without_a_tracking_uri_and_names_experiment_and_run_from_
     assert (log.experiment, log.run_name, log.active) == ("wf", "exec-9", False)
     log.metrics(1, {"train/loss": 1.0})  # not started: nothing sent, nothing said
     assert said == []
+
+
+def test_a_sagemaker_mlflow_arn_goes_through_the_plugin_and_without_credentials_only_warns(tmp_path):
+    """The ARN as tracking URI reaches the sagemaker-mlflow plugin (which signs for the process-wide URI) and
+    its endpoint; here, with no AWS credentials, that first request fails and MLflow is turned off in one line."""
+    code = (
+        "from training.trainer.mlflow_log import MlflowLog\n"
+        "log = MlflowLog('arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team', 'wf', 'e-1', print)\n"
+        "log.start({'precision': 'bf16'}); log.metrics(1, {'train/loss': 1.0}); log.close()\n"
+        "print('active', log.active)\n"
+    )
+    child = {k: v for k, v in env().items() if not k.startswith("AWS_") and not k.startswith("MLFLOW_")}
+    child.update(
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_DEFAULT_REGION="us-west-2",
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=child, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "active False"
+    (warning,) = lines[:-1]
+    assert warning.startswith(
+        "warning: MLflow logging turned off for this run (start failed on arn:aws:sagemaker:"
+    )
+    assert "https://us-west-2.experiments.sagemaker.aws/api/2.0/mlflow/" in warning  # the plugin's endpoint

@@ -69,10 +69,12 @@ class MlflowLog:
     def _start(self, settings: Mapping[str, Any]) -> None:
         for name, value in _HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
-        from mlflow import MlflowClient  # only when MLflow is configured (about a second to import)
+        import mlflow  # only when MLflow is configured (about a second to import)
         from mlflow.entities import Param
 
-        client = MlflowClient(tracking_uri=self.tracking_uri)
+        # the sagemaker-mlflow plugin signs requests for the process-wide tracking URI, not the client's
+        mlflow.set_tracking_uri(self.tracking_uri)
+        client = mlflow.MlflowClient(tracking_uri=self.tracking_uri)
         found = client.get_experiment_by_name(self.experiment)
         experiment_id = found.experiment_id if found else client.create_experiment(self.experiment)
         run = None
