@@ -18,7 +18,11 @@ from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
 from constructs_lib.workflow.request import MLFLOW_ARN
-from constructs_lib.workflow.request_check import parse_data_sources
+from constructs_lib.workflow.request_check import (
+    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+    parse_data_sources,
+    sagemaker_limits,
+)
 from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
@@ -57,6 +61,8 @@ WORKFLOW_CONTEXT_KEYS = (
     "dataSources",
     "dashboard",
     "mlflowTrackingServerArn",
+    "maxKeepAliveSeconds",
+    "remoteDebug",
 )
 
 # THE table of known keys: the unknown-key check and its suggestions are derived from it.
@@ -207,6 +213,12 @@ class WorkflowSettings:
     """A CloudWatch dashboard of the workflow (``dashboard``; stack output ``DashboardUrl``)."""
     mlflow_tracking_server_arn: str | None = None
     """A SageMaker managed MLflow tracking server the jobs log to (``mlflowTrackingServerArn``). Default: none."""
+    max_keep_alive_seconds: int = DEFAULT_MAX_KEEP_ALIVE_SECONDS
+    """The largest ``keep_alive_seconds`` (warm pool) an execution may ask for (``maxKeepAliveSeconds``, 0 to
+    SageMaker's maximum from botocore); 0 turns warm pools off."""
+    remote_debug: bool = False
+    """Let executions ask for ``remote_debug`` (``remoteDebug``): grants the execution role the four
+    ``ssmmessages`` actions of an SSM session. Refused together with ``networkIsolation``."""
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> WorkflowSettings:
@@ -227,6 +239,12 @@ class WorkflowSettings:
             raise ConfigError(
                 "context eventBusName: only used by the trigger rule, which is off; "
                 "set workflowTrigger to true or remove eventBusName"
+            )
+        remote_debug = _bool("remoteDebug", get("remoteDebug"), cls.remote_debug)
+        if remote_debug and _bool("networkIsolation", get("networkIsolation"), cls.network_isolation):
+            raise ConfigError(
+                "context remoteDebug: needs the network (an SSM session into the container), which "
+                "networkIsolation takes away; set one of them to false"
             )
         texts = {}
         for key, default in (
@@ -270,6 +288,14 @@ class WorkflowSettings:
             data_sources=parse_data_sources(get("dataSources")),
             dashboard=_bool("dashboard", get("dashboard"), cls.dashboard),
             mlflow_tracking_server_arn=_mlflow(get),
+            max_keep_alive_seconds=_int(
+                "maxKeepAliveSeconds",
+                get("maxKeepAliveSeconds"),
+                cls.max_keep_alive_seconds,
+                0,
+                int(sagemaker_limits()["KeepAlivePeriodInSeconds"]["max"]),
+            ),
+            remote_debug=remote_debug,
         )
 
 

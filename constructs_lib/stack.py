@@ -30,7 +30,9 @@ class BlackwellTrainingStack(Stack):
         ``use_kms`` is true; otherwise S3-managed / ECR-managed encryption.
     :param use_kms: create a customer managed key (with rotation) for bucket and repository. Default False.
         Either way the stack has exactly one customer managed key (this one, the given one, or, without either,
-        the image build's), which also encrypts the build, the workflow's logs, state machine and topic.
+        the image build's), which also encrypts the build, the workflow's logs, state machine and topic. This data
+        key (created or given) also encrypts the jobs' model artifacts (``OutputDataConfig.KmsKeyId``); the jobs'
+        storage is the instances' NVMe, encrypted by the instance (SageMaker refuses ``VolumeKmsKeyId`` there).
     :param vpc_id: run training jobs in this VPC (looked up at synth time; needs account and region). Default none.
     :param build_in_vpc: run the image build and its deploy-time functions in ``vpc_id``'s private subnets too
         (they need a route to ECR, S3, CloudWatch Logs and CodeBuild). Default False.
@@ -130,6 +132,9 @@ class BlackwellTrainingStack(Stack):
             network_isolation=wf.network_isolation,
             dashboard=wf.dashboard,
             mlflow_tracking_server_arn=wf.mlflow_tracking_server_arn,
+            max_keep_alive_seconds=wf.max_keep_alive_seconds,
+            remote_debug=wf.remote_debug,
+            output_kms_key=key,
             encryption_key=self.encryption_key,
             removal_policy=removal_policy,
             event_pattern=(

@@ -168,6 +168,22 @@ MLFLOW_EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
 MLFLOW_RUN_NAME_ENV = "BLACKWELL_MLFLOW_RUN_NAME"
 """The run: the Step Functions execution name, the same for every launch of that execution."""
 
+OUTPUT_DIR = "/opt/ml/output"
+"""SageMaker's output folder; a ``failure`` file written there becomes the job's ``FailureReason`` (first 1024
+characters). The toolkit passes it to the entry point as ``SM_OUTPUT_DIR``."""
+FAILURE_FILE = "failure"
+
+CHECKPOINT_DIR_NAME = re.compile(r"^step_(\d{8})(?:-([2-9]|[1-9][0-9]+))?$")
+"""A checkpoint folder: ``step_00000100``, or ``step_00000100-2`` (-3, ...) when a run reached a step whose folder
+name was already taken (an incomplete folder it must leave as it is). Of two folders of one step the higher number
+is the newer. Suffixed names (``.tmp``, ``.unusable``) are never checkpoints to load."""
+
+UNUSABLE_CHECKPOINT_ACTIONS: tuple[str, ...] = ("restart", "fail")
+"""``on_unusable_checkpoints``: what the trainer does when ``checkpoint_dir`` holds checkpoints and none is usable."""
+HF_EXPORT_DIR = "hf"
+"""The Hugging Face ``LlamaForCausalLM`` folder a finished run writes into ``MODEL_DIR`` (so into the job's
+``model.tar.gz``), next to ``model.pt`` (``training.trainer.export_hf``); the workflow's summary names it."""
+
 # --------------------------------------------------------------------------------------------------------------
 # Model presets (the seed article's range, Llama-style shapes)
 # --------------------------------------------------------------------------------------------------------------
@@ -197,6 +213,9 @@ MODEL_PRESETS: Mapping[str, ModelShape] = {
     "64b": ModelShape(num_layers=80, hidden_size=8192, num_heads=64, ffn_hidden_size=22016),
 }
 MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
+
+POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
+"""``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
 # --------------------------------------------------------------------------------------------------------------
 # Hyperparameters: what SageMaker passes to train.sh (as strings), and what the trainer accepts
@@ -313,6 +332,23 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("num_heads", "int", None, "Attention heads (overrides the preset).", 1, 512),
     Hyperparameter("ffn_hidden_size", "int", None, "MLP width (overrides the preset).", 8, 262144),
     Hyperparameter("vocab_size", "int", None, "Vocabulary size (overrides the preset).", 2, 1_048_576),
+    Hyperparameter(
+        "position_encoding",
+        "choice",
+        "rope",
+        "rope: rotary position embeddings as Llama applies them (rotate-half on query and key; the model "
+        "exports to Hugging Face LlamaForCausalLM); none: no position encoding (NoPE, models trained before "
+        "RoPE existed here; cannot be exported).",
+        choices=POSITION_ENCODINGS,
+    ),
+    Hyperparameter(
+        "rope_theta",
+        "float",
+        10000.0,
+        "RoPE base (Llama 2: 10000, Llama 3: 500000); used when position_encoding=rope.",
+        1.0,
+        1e12,
+    ),
     Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
     Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
     Hyperparameter("activation_checkpointing", "bool", False, "Recompute each block's activations."),
@@ -358,7 +394,22 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         0,
         100_000_000,
     ),
-    Hyperparameter("keep_checkpoints", "int", 3, "Complete checkpoints to keep.", 1, 1000),
+    Hyperparameter(
+        "keep_checkpoints",
+        "int",
+        3,
+        "Complete checkpoints to keep (counting only those this run wrote or loaded).",
+        1,
+        1000,
+    ),
+    Hyperparameter(
+        "on_unusable_checkpoints",
+        "choice",
+        "restart",
+        "When checkpoint_dir holds checkpoints but none is usable (all damaged or incomplete): restart from step "
+        "0, or fail before step 1.",
+        choices=UNUSABLE_CHECKPOINT_ACTIONS,
+    ),
     Hyperparameter(
         "checkpoint_dir", "str", CHECKPOINT_LOCAL_PATH, "Where checkpoints are written and resumed."
     ),
@@ -471,8 +522,11 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "peak_mem_gb",
     "train_seconds",
     "val_loss",
+    "unusable_checkpoints",
 )
-"""Fields of the final ``summary ...`` line (``val_loss`` only when the data has a validation split)."""
+"""Fields of the final ``summary ...`` line (``val_loss`` only when the data has a validation split;
+``unusable_checkpoints`` only when checkpoints were found and none was usable, so the run restarted from step 0:
+the line then ends ``restarted_from: none (N checkpoints unusable)``)."""
 
 VALIDATION_METRICS: tuple[str, ...] = ("val_loss",)
 """Fields of a ``validation step=N/M val_loss=...`` line (every ``validation_interval`` steps and at the end)."""
@@ -512,7 +566,18 @@ def format_duration(seconds: float) -> str:
 
 
 def format_summary_line(metrics: Mapping[str, float]) -> str:
-    return " ".join(["summary", *(f"{k}={_fmt_metric(metrics[k])}" for k in SUMMARY_METRICS if k in metrics)])
+    """``summary steps=... final_loss=...``; with ``unusable_checkpoints`` (N) it ends
+    ``unusable_checkpoints=N restarted_from: none (N checkpoints unusable)``."""
+    parts = ["summary", *(f"{k}={_fmt_metric(metrics[k])}" for k in SUMMARY_METRICS if k in metrics)]
+    if "unusable_checkpoints" in metrics:
+        parts.append(f"restarted_from: {restarted_from_none(int(metrics['unusable_checkpoints']))}")
+    return " ".join(parts)
+
+
+def restarted_from_none(unusable: int) -> str:
+    """Where a run that found only unusable checkpoints started from: ``none (N checkpoints unusable)`` (its
+    summary line says ``restarted_from: ...``, the operator CLI's ``result`` shows it)."""
+    return f"none ({unusable} checkpoint{'' if unusable == 1 else 's'} unusable)"
 
 
 def format_config_line(settings: Mapping[str, Any]) -> str:

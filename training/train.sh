@@ -37,7 +37,8 @@ USAGE
 done
 
 # Fail fast, before torchrun: a bad setting, a precision this machine cannot run, an unwritable output folder,
-# missing or inconsistent data, or a checkpoint of another model shape exits here with its error.
+# missing or inconsistent data, or a checkpoint of another model shape exits here with its error (status 2). In a
+# SageMaker job the trainer also writes it to $SM_OUTPUT_DIR/failure, the job's FailureReason.
 "$python" -m training.trainer --check-only "$@"
 
 gpus=0

@@ -34,6 +34,7 @@ from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot, console_links
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
+from training.contract import HF_EXPORT_DIR, restarted_from_none
 
 if TYPE_CHECKING:
     from constructs_lib.workflow.request_check import RequestRules
@@ -150,11 +151,12 @@ class TrainingRuns:
     def check(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> list[str]:
         """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: the checks
         of ``constructs_lib.workflow.request_check`` under ``rules`` (default: the deployed workflow's own,
-        :attr:`rules`), and for ``resume_from`` whether that run has a complete checkpoint, read from S3 as the
-        workflow does (skipped when S3 refuses the read: the workflow still decides it before launching)."""
+        :attr:`rules`), then what the workflow reads from S3 (``decide``): that ``train_data_uri`` holds an object
+        and, for ``resume_from``, that the run has a complete checkpoint (skipped when S3 refuses the read: the
+        workflow still decides both before launching)."""
         rules = self.rules if rules is None else rules
         problems = validate(dict(request), rules)
-        if problems or request.get("resume_from") is None or rules.bucket_name is None:
+        if problems or rules.bucket_name is None:
             return problems
         from botocore.exceptions import ClientError
 
@@ -309,6 +311,37 @@ class TrainingRuns:
         launches = [(job, _LogCursor(self.client("logs"), job.name).read()) for job in current.jobs]
         return curve_of(current.name, launches)
 
+    # ---- remote debugging ---------------------------------------------------------------------------------------
+    def shell_command(self, run: str, host: int = 1) -> list[str]:
+        """``aws ssm start-session`` into host ``host`` (1-based) of the run's running training job: the target is
+        ``sagemaker-training-job:<job>_algo-<host>``. Refused with a one-line reason when the run has no job, the
+        job did not ask for ``remote_debug`` or is not running, or has fewer hosts."""
+        current = self.run(run)
+        job = current.job
+        if job is None:
+            raise OperatorError(f"run {current.name} has no training job yet ({current.status})")
+        if not job.remote_debug:
+            raise OperatorError(
+                f"training job {job.name} was started without remote debugging: submit with remote_debug true "
+                "(the stack needs remoteDebug in cdk.json)"
+            )
+        if job.status != "InProgress":
+            raise OperatorError(
+                f"training job {job.name} is {job.status}, not running: there is no shell to open"
+            )
+        if not 1 <= host <= job.instance_count:
+            raise OperatorError(f"--host: must be in [1, {job.instance_count}] (the job's hosts); got {host}")
+        command = [
+            "aws",
+            "ssm",
+            "start-session",
+            "--target",
+            f"sagemaker-training-job:{job.name}_algo-{host}",
+        ]
+        command += ["--region", self.region]
+        profile = self.session.profile_name if hasattr(self.session, "profile_name") else None
+        return command + (["--profile", profile] if profile and profile != "default" else [])
+
     # ---- act ----------------------------------------------------------------------------------------------------
     def stop(self, run: str) -> Run:
         """Stop the run's execution (Step Functions then stops its training job); returns the run as it was."""
@@ -322,7 +355,9 @@ class TrainingRuns:
 
     def result(self, run: str) -> dict[str, Any]:
         """The run's summary: status, final metrics, artifact and checkpoint URIs, training and billable time, the
-        cost estimate, the trainer's own summary line, and console links."""
+        cost estimate, the trainer's own summary line, and console links. ``restarted_from`` is
+        ``none (N checkpoints unusable)`` when the trainer found checkpoints and none was usable (the job's
+        ``final:unusable_checkpoints`` metric, or its summary line), else None."""
         current = self.run(run)
         job = current.job
         summary = current.summary or {}
@@ -333,6 +368,11 @@ class TrainingRuns:
         final_metrics = summary.get("final_metrics")
         if isinstance(final_metrics, list):
             final_metrics = {m["MetricName"]: m.get("Value") for m in final_metrics if "MetricName" in m}
+        if final_metrics is None:
+            final_metrics = job.final_metrics if job else {}
+        unusable = final_metrics.get(
+            "final:unusable_checkpoints", (progress.summary or {}).get("unusable_checkpoints")
+        )
         return {
             "name": current.name,
             "status": current.status,
@@ -340,11 +380,11 @@ class TrainingRuns:
             "cause": current.cause,
             "job": job.name if job else None,
             "failure_reason": job.failure_reason if job else None,
-            "final_metrics": final_metrics
-            if final_metrics is not None
-            else (job.final_metrics if job else {}),
+            "final_metrics": final_metrics,
             "trainer_summary": progress.summary,
+            "restarted_from": None if unusable is None else restarted_from_none(int(unusable)),
             "model_artifacts": summary.get("model_artifacts") or (job.model_artifacts if job else None),
+            "hugging_face_model": _hugging_face_model(summary, job),
             "checkpoint_uri": summary.get("checkpoint_uri") or (job.checkpoint_uri if job else None),
             "training_seconds": sum(j.training_seconds or 0 for j in current.jobs),
             "billable_seconds": current.billable_seconds,
@@ -356,6 +396,15 @@ class TrainingRuns:
             "duration_seconds": current.duration_seconds,
             "links": console_links(current.region, current.arn, job.name if job else None),
         }
+
+
+def _hugging_face_model(summary: Mapping[str, Any], job: Job | None) -> dict[str, Any] | None:
+    """Where the run's Hugging Face folder is: the workflow summary's, or (for a run whose summary is not there
+    yet) the job's model archive and the trainer's folder in it."""
+    if summary.get("hugging_face_model"):
+        return dict(summary["hugging_face_model"])
+    archive = job.model_artifacts if job else None
+    return {"archive": archive, "folder": f"{HF_EXPORT_DIR}/"} if archive else None
 
 
 class _LogCursor:

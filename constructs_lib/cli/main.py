@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="recent runs, newest first",
         description="Recent runs of the deployed workflow, newest first: status, training job, instance type and "
-        "count, launches, duration and a cost estimate (billable seconds x the contract's on-demand price).",
+        "count, launches, duration, a cost estimate (billable seconds x the contract's on-demand price) and the "
+        "warm pool (DescribeTrainingJob's WarmPoolStatus: Available, InUse, Reused or Terminated).",
     )
     runs.add_argument("--limit", type=_run_count, default=20, help="how many, 1 to 1000 (default 20)")
     for name, text, details in (
@@ -144,7 +145,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stop.add_argument("run", help="run name (execution name) or execution ARN")
     stop.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    shell = sub.add_parser(
+        "shell",
+        parents=[common],
+        help="open a shell in a running job's container (remote debugging)",
+        description="Open an SSM session into the training container of the run's running job (submitted with "
+        "remote_debug true): `aws ssm start-session --target sagemaker-training-job:<job>_algo-<host>`. Needs the "
+        "AWS CLI and its Session Manager plugin; without them, or with --print, the command is printed.",
+    )
+    shell.add_argument("run", help="run name (execution name) or execution ARN")
+    shell.add_argument(
+        "--host", type=_host_number, default=1, help="which host, 1 to the job's count (default 1)"
+    )
+    shell.add_argument("--print", action="store_true", help="print the command instead of running it")
     return parser
+
+
+SESSION_MANAGER_PLUGIN = "session-manager-plugin"
+
+
+def _host_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a host number, 1 or more; got {text!r}")
+    return value
 
 
 def _positive_seconds(text: str) -> float:
@@ -274,7 +301,16 @@ class _Shell:
         from rich.text import Text
 
         table = Table(title=f"Runs of {self.runs.stack_name} ({self.runs.region})")
-        for column in ("run", "status", "job", "instances", "launches", "duration", "cost (est.)"):
+        for column in (
+            "run",
+            "status",
+            "job",
+            "instances",
+            "launches",
+            "duration",
+            "cost (est.)",
+            "warm pool",
+        ):
             table.add_column(column, justify="right" if column in ("launches", "duration") else "left")
         for run in listed:
             job = run.job
@@ -286,6 +322,7 @@ class _Shell:
                 str(len(run.jobs)),
                 format_duration(run.duration_seconds),
                 _cost(run.cost_usd, job.capacity if job else None),
+                job.warm_pool if job else "-",
             )
             table.add_row(*(Text(cell) for cell in cells))  # as they are, never rich markup
         self.out.print(table)
@@ -363,6 +400,27 @@ class _Shell:
 
             self.out.print(Text.from_ansi(plots.terminal(curves, self.args.axis, self.out.width)))
         return EXIT_OK
+
+    def do_shell(self) -> int:
+        import shlex
+        import shutil
+        import subprocess
+
+        command = self.runs.shell_command(self.args.run, self.args.host)
+        text = shlex.join(command)
+        missing = [tool for tool in ("aws", SESSION_MANAGER_PLUGIN) if shutil.which(tool) is None]
+        if self.args.print or missing:
+            if self.args.json:
+                self.emit({"command": command, "missing": missing})
+            else:
+                self.out.print(text, markup=False)
+            if missing and not self.args.print:
+                raise OperatorError(
+                    f"cannot open the session here: {' and '.join(missing)} not found on PATH (install the AWS CLI "
+                    "and its Session Manager plugin, or run the printed command where they are)"
+                )
+            return EXIT_OK
+        return subprocess.call(command)
 
     def do_result(self) -> int:
         result = self.runs.result(self.args.run)
@@ -468,6 +526,10 @@ def _cost(cost: float | None, capacity: str | None) -> str:
     return "-" if cost is None else f"${cost:,.2f}"
 
 
+def _hf_text(model: dict[str, Any] | None) -> str | None:
+    return f"{model['folder']} in {model['archive']}" if model and model.get("archive") else None
+
+
 def _print_result(out: Any, result: dict[str, Any], loss_sparkline: str = "") -> None:
     from rich.table import Table
     from rich.text import Text
@@ -480,7 +542,9 @@ def _print_result(out: Any, result: dict[str, Any], loss_sparkline: str = "") ->
         ("instances", f"{result['instance_count']} x {result['instance_type']}" if result["job"] else None),
         ("launches", result["launches"]),
         ("error", f"{result['error']}: {result['cause']}" if result["error"] else None),
+        ("restarted from", result["restarted_from"]),
         ("model artifacts", result["model_artifacts"]),
+        ("Hugging Face model", _hf_text(result.get("hugging_face_model"))),
         ("checkpoints", result["checkpoint_uri"]),
         ("training time", format_duration(result["training_seconds"])),
         ("billable time", format_duration(result["billable_seconds"])),

@@ -41,6 +41,11 @@ class Job:
     model_artifacts: str | None = None
     checkpoint_uri: str | None = None
     final_metrics: dict[str, float] = field(default_factory=dict)
+    keep_alive_seconds: int = 0
+    remote_debug: bool = False
+    warm_pool_status: str | None = None
+    warm_pool_billable_seconds: int | None = None
+    warm_pool_reused_by: str | None = None
 
     @classmethod
     def from_request(cls, request: Mapping[str, Any]) -> Job:
@@ -52,6 +57,8 @@ class Job:
             capacity=_capacity(request),
             hyperparameters=dict(request.get("HyperParameters") or {}),
             checkpoint_uri=(request.get("CheckpointConfig") or {}).get("S3Uri"),
+            keep_alive_seconds=int(resources.get("KeepAlivePeriodInSeconds") or 0),
+            remote_debug=bool((request.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug")),
         )
 
     def update(self, described: Mapping[str, Any]) -> None:
@@ -68,11 +75,31 @@ class Job:
         self.hyperparameters = dict(described.get("HyperParameters") or self.hyperparameters)
         self.model_artifacts = (described.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
         self.checkpoint_uri = (described.get("CheckpointConfig") or {}).get("S3Uri", self.checkpoint_uri)
+        self.keep_alive_seconds = int(resources.get("KeepAlivePeriodInSeconds") or self.keep_alive_seconds)
+        warm_pool = described.get("WarmPoolStatus") or {}
+        self.warm_pool_status = warm_pool.get("Status")
+        self.warm_pool_billable_seconds = warm_pool.get("ResourceRetainedBillableTimeInSeconds")
+        self.warm_pool_reused_by = warm_pool.get("ReusedByJob")
         self.final_metrics = {
             m["MetricName"]: float(m["Value"])
             for m in described.get("FinalMetricDataList") or []
             if "Value" in m
         }
+
+    @property
+    def warm_pool(self) -> str:
+        """The warm pool in words: SageMaker's ``WarmPoolStatus`` (with its billed seconds and the job that reused
+        it), ``requested`` while SageMaker reports none for a job that asked for one, ``-`` for no warm pool."""
+        if self.warm_pool_status is None:
+            return (
+                f"requested ({self.keep_alive_seconds} s), no status yet" if self.keep_alive_seconds else "-"
+            )
+        text = self.warm_pool_status
+        if self.warm_pool_billable_seconds is not None:
+            text += f", {self.warm_pool_billable_seconds} s billed"
+        if self.warm_pool_reused_by:
+            text += f", reused by {self.warm_pool_reused_by}"
+        return text
 
     @property
     def ended(self) -> bool:
@@ -160,6 +187,7 @@ class Run:
             "instance_type": job.instance_type if job else None,
             "instance_count": job.instance_count if job else None,
             "launches": len(self.jobs),
+            "warm_pool": job.warm_pool if job else None,
             "billable_seconds": self.billable_seconds,
             "cost_usd": self.cost_usd,
             "summary": self.summary,

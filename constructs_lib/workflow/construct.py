@@ -52,8 +52,9 @@ from constructs_lib.identity.execution_role import SAGEMAKER_SERVICE, SageMakerE
 from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
 from constructs_lib.workflow.observability import FAILED_STATUSES, alarm_and_notifications, trigger
-from constructs_lib.workflow.request import MLFLOW_ARN, job_tags, resource_config, training_job_request
+from constructs_lib.workflow.request import MLFLOW_ARN, resource_config, training_job_request
 from constructs_lib.workflow.request_check import (
+    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     MAX_RUNTIME_SECONDS_LIMIT,
     RequestRules,
     parse_data_sources,
@@ -114,10 +115,14 @@ class WorkflowDefaults:
     job_name_prefix: str = "blackwell-training"
     train_data_uri: str | None = None
     train_data_input_mode: str = "FastFile"
+    keep_alive_seconds: int = 0
+    infra_check: bool = False
+    environment: Mapping[str, str] = field(default_factory=dict)
 
     def as_input(self) -> dict[str, Any]:
         values = asdict(self)
         values["hyperparameters"] = dict(self.hyperparameters)
+        values["environment"] = dict(self.environment)
         return values
 
 
@@ -160,7 +165,14 @@ class TrainingWorkflow(Construct):
     :param security_groups: security groups of the jobs. Default: one is created that lets the nodes talk to
         each other.
     :param output_kms_key: customer managed key for the model artifacts. Default: the bucket's encryption.
-    :param volume_kms_key: customer managed key for the training volumes. Default: AWS managed.
+    :param volume_kms_key: customer managed key for the training volumes (``VolumeKmsKeyId``). SageMaker refuses it
+        for instance types with NVMe instance storage (every type in ``GPU_INSTANCE_TYPES``; their storage is
+        encrypted by the instance), so executions on those are refused. Default: none.
+    :param max_keep_alive_seconds: the largest ``keep_alive_seconds`` an execution may ask for (a warm pool after
+        the job, 0 to SageMaker's maximum read from botocore); 0 turns warm pools off. Default 3600.
+    :param remote_debug: let executions ask for ``remote_debug`` (``RemoteDebugConfig``): grants the execution role
+        exactly ``ssmmessages:CreateControlChannel``, ``CreateDataChannel``, ``OpenControlChannel`` and
+        ``OpenDataChannel``. Not with ``network_isolation``. Default False (nothing granted).
     :param notification_topic: an SNS topic told when an execution succeeds, fails, times out or is aborted (its
         key policy, if encrypted, must let ``events.amazonaws.com`` and ``cloudwatch.amazonaws.com`` use it).
     :param notifications: create an encrypted topic for that (with ``encryption_key``, else a key created with
@@ -218,6 +230,8 @@ class TrainingWorkflow(Construct):
         security_groups: Sequence[ec2.ISecurityGroup] | None = None,
         output_kms_key: kms.IKey | None = None,
         volume_kms_key: kms.IKey | None = None,
+        max_keep_alive_seconds: int | None = None,
+        remote_debug: bool = False,
         notification_topic: sns.ITopic | None = None,
         notifications: bool = False,
         encryption_key: kms.IKey | None = None,
@@ -288,8 +302,20 @@ class TrainingWorkflow(Construct):
         self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
         self.defaults = defaults or WorkflowDefaults()
         limits = (allowed, max_count, min(MAX_RUNTIME_SECONDS_LIMIT, timeout), retries)
+        self.remote_debug = _remote_debug(remote_debug, network_isolation)
         self.request_rules = self._request_rules(
-            stack, data_sources, train_data_prefix, checkpoint_prefix, limits
+            stack,
+            data_sources,
+            train_data_prefix,
+            checkpoint_prefix,
+            limits,
+            max_keep_alive_seconds=max_keep_alive_seconds,
+            remote_debug=self.remote_debug,
+            network_isolation=network_isolation,
+            volume_kms_key=volume_kms_key is not None,
+            workflow_path=self.node.path,
+            tags=tags,
+            mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
         )
         self.allowed_instance_types = allowed
         self.max_instance_count = max_count
@@ -297,20 +323,8 @@ class TrainingWorkflow(Construct):
         self.image_uri = image_uri
 
         vpc_config = self._vpc_config(vpc, subnets, security_groups)
-        launch_params = training_job_request(
-            role_arn=self.execution_role.role_arn,
-            image_uri=image_uri,
-            bucket_name=self.bucket.bucket_name,
-            checkpoint_prefix=self.runs_prefix,
-            output_prefix=output_prefix,
-            internal_retry_attempts=internal_retries,
-            tags=job_tags(self.node.path, tags),
-            output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
-            vpc_config=vpc_config,
-            network_isolation=network_isolation,
-            tensorboard_segment=self.run_segment if tensorboard else None,
-            mlflow_resource_arn=self.mlflow_tracking_server_arn,
-            mlflow_experiment=self.run_segment,
+        launch_params = self._launch_params(
+            output_prefix, internal_retries, output_kms_key, vpc_config, network_isolation, tensorboard
         )
         resources = resource_config(
             volume_size_gb=volume,
@@ -327,6 +341,8 @@ class TrainingWorkflow(Construct):
         self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
         self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
         self._grant_data_sources(execution_role, checkpoint_bucket)
+        if self.remote_debug:
+            _grant_remote_debug(self, self.execution_role)
 
         self._observability(notification_topic, notifications, event_pattern, event_bus, dashboard)
         if self.mlflow_tracking_server_arn is not None:
@@ -334,6 +350,31 @@ class TrainingWorkflow(Construct):
 
         for key_name, value in tags.items():
             Tags.of(self).add(key_name, value)
+
+    def _launch_params(
+        self,
+        output_prefix: str,
+        internal_retries: int,
+        output_kms_key: kms.IKey | None,
+        vpc_config: dict[str, Any] | None,
+        network_isolation: bool,
+        tensorboard: bool,
+    ) -> dict[str, Any]:
+        """The ``createTrainingJob.sync`` parameters (``request.training_job_request``) of this workflow."""
+        return training_job_request(
+            role_arn=self.execution_role.role_arn,
+            image_uri=self.image_uri,
+            bucket_name=self.bucket.bucket_name,
+            checkpoint_prefix=self.runs_prefix,
+            output_prefix=output_prefix,
+            internal_retry_attempts=internal_retries,
+            output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
+            vpc_config=vpc_config,
+            network_isolation=network_isolation,
+            tensorboard_segment=self.run_segment if tensorboard else None,
+            mlflow_resource_arn=self.mlflow_tracking_server_arn,
+            mlflow_experiment=self.run_segment,
+        )
 
     def _observability(
         self,
@@ -466,6 +507,7 @@ class TrainingWorkflow(Construct):
             "RequestValidator",
             bucket=self.bucket,
             runs_prefix=self.runs_prefix,
+            data_prefixes=self._data_prefixes(),
             log_retention=log_retention,
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
@@ -489,10 +531,14 @@ class TrainingWorkflow(Construct):
         train_data_prefix: str | None,
         checkpoint_prefix: str,
         limits: tuple[tuple[str, ...], int, int, int],
+        *,
+        max_keep_alive_seconds: int | None,
+        **settings: Any,
     ) -> RequestRules:
         """What an execution may ask for (the Lambda function's rules; the operator CLI validates with them),
         with SageMaker's limits read from botocore now; the defaults must pass them. ``limits``: allowed
-        instance types, max instance count, max runtime, capacity retries."""
+        instance types, max instance count, max runtime, capacity retries; ``settings``: further
+        ``RequestRules`` fields."""
         allowed, max_count, max_runtime, retries = limits
         try:
             sources = parse_data_sources(list(data_sources) if data_sources is not None else None)
@@ -520,7 +566,19 @@ class TrainingWorkflow(Construct):
             workflow_segment=self.run_segment,
             data_sources=sources,
             max_capacity_retries=retries,
+            **settings,
         ).with_limits()
+        keep_alive_limit = int(rules.sagemaker()["KeepAlivePeriodInSeconds"]["max"])
+        rules = replace(
+            rules,
+            max_keep_alive_seconds=_int_in(
+                "max_keep_alive_seconds",
+                max_keep_alive_seconds,
+                DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+                0,
+                keep_alive_limit,
+            ),
+        )
         concrete_region = None if re.search(r"\$\{Token", stack.region) else stack.region
         problems = validate_request({}, replace(rules, region=concrete_region))
         if problems:
@@ -536,6 +594,13 @@ class TrainingWorkflow(Construct):
     ) -> None:
         """What ``createTrainingJob.sync`` needs (CustomState grants nothing by itself)."""
         role = self.state_machine.role
+        # The warm-pool ceiling in IAM too (the sagemaker:KeepAlivePeriod condition key of CreateTrainingJob, in
+        # SageMaker's "Use SageMaker AI managed warm pools"); IfExists: the other actions do not carry the key.
+        keep_alive_cap = {
+            "NumericLessThanEqualsIfExists": {
+                "sagemaker:KeepAlivePeriod": self.request_rules.max_keep_alive_seconds
+            }
+        }
         training_jobs = stack.format_arn(
             service="sagemaker",
             resource="training-job",
@@ -553,6 +618,7 @@ class TrainingWorkflow(Construct):
                     "sagemaker:ListTags",
                 ],
                 resources=[training_jobs],
+                conditions=keep_alive_cap,
             )
         )
         # A request naming ResourceConfig.TrainingPlanArn is taken to be authorized against that plan too, so
@@ -572,6 +638,7 @@ class TrainingWorkflow(Construct):
                 sid="LaunchOnTrainingPlans",
                 actions=["sagemaker:CreateTrainingJob"],
                 resources=[training_plans],
+                conditions=keep_alive_cap,
             )
         )
         role.add_to_principal_policy(
@@ -636,6 +703,18 @@ class TrainingWorkflow(Construct):
             "(PutTraceSegments, PutTelemetryRecords, GetSampling*) accept only Resource '*'.",
         )
 
+    def _data_prefixes(self) -> list[tuple[str, str]]:
+        """``(bucket ARN, key prefix)`` of each data source (for the validator's listing)."""
+        located = []
+        for source in self.data_sources:
+            if source.startswith("s3://"):
+                name, _, prefix = source[5:].partition("/")
+                arn = Stack.of(self).format_arn(service="s3", region="", account="", resource=name)
+                located.append((arn, prefix))
+            else:
+                located.append((self.bucket.bucket_arn, source))
+        return located
+
     def _grant_data_sources(
         self, execution_role: SageMakerExecutionRole | iam.IRole, checkpoint_bucket: CheckpointBucket | None
     ) -> None:
@@ -669,6 +748,48 @@ class TrainingWorkflow(Construct):
                 f"Training data may be read only under the data source {source} (the dataSources setting); the "
                 "files below it are chosen per execution.",
             )
+
+
+REMOTE_DEBUG_ACTIONS = (
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+)
+"""What the job's role needs for SageMaker remote debugging (an SSM session into the training container)."""
+
+
+def _remote_debug(remote_debug: object, network_isolation: bool) -> bool:
+    if not isinstance(remote_debug, bool):
+        raise ValueError(f"TrainingWorkflow: remote_debug must be True or False; got {remote_debug!r}")
+    if remote_debug and network_isolation:
+        raise ValueError(
+            "TrainingWorkflow: remote_debug needs the network (an SSM session into the container), which "
+            "network_isolation takes away; turn one of them off"
+        )
+    return remote_debug
+
+
+def _grant_remote_debug(scope: Construct, role: iam.IRole) -> None:
+    """The four ``ssmmessages`` actions of an SSM session (they accept only Resource '*'), in a policy of their
+    own so that its acknowledgement covers nothing else."""
+    policy = iam.Policy(
+        scope,
+        "RemoteDebugPolicy",
+        statements=[
+            iam.PolicyStatement(
+                sid="RemoteDebugSessions", actions=list(REMOTE_DEBUG_ACTIONS), resources=["*"]
+            )
+        ],
+    )
+    role.attach_inline_policy(policy)
+    acknowledge_role_policy(policy)
+    acknowledge(
+        policy,
+        "IAM5[Resource::*]",
+        "SageMaker remote debugging opens SSM Session Manager channels from the training container; the "
+        "ssmmessages Create/Open Control/Data Channel actions support no resource-level permissions.",
+    )
 
 
 def _run_segment(given: str | None, path: str) -> str:

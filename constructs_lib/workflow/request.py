@@ -1,7 +1,8 @@
 """The ``CreateTrainingJob`` request of the training workflow: a pure function of the workflow's settings.
 
 No construct is built here, so the request can be tested without a state machine. A new request field is added
-in ``training_job_request`` (fixed at synth) or in the launch states that fill ``$.launch`` (per execution).
+in ``training_job_request`` (fixed at synth), in the launch states that fill ``$.launch`` (per launch), or in the
+request check's ``job_fields`` (per execution, decided before launch: taken from ``$.request``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from typing import Any
 
 from training.contract import (
     CHECKPOINT_LOCAL_PATH,
-    MLFLOW_EXPERIMENT_ENV,
-    MLFLOW_RUN_NAME_ENV,
-    MLFLOW_TRACKING_URI_ENV,
     TENSORBOARD_LOCAL_PATH,
     metric_definitions,
 )
@@ -25,15 +23,6 @@ MLFLOW_ARN = re.compile(
 """A SageMaker managed MLflow tracking server or MLflow app (``MlflowConfig.MlflowResourceArn``)."""
 TENSORBOARD_FOLDER = "tensorboard"
 """Under the output prefix: ``<output_prefix>tensorboard/<run segment>/<execution name>/`` holds a run's event files."""
-
-
-def job_tags(workflow_path: str, tags: Mapping[str, str]) -> list[dict[str, str]]:
-    """Tags of every training job: the workflow's construct path, the execution name, then ``tags`` sorted."""
-    return [
-        {"Key": "training-workflow", "Value": workflow_path},
-        {"Key": "training-workflow-execution", "Value.$": "$$.Execution.Name"},
-        *({"Key": k, "Value": v} for k, v in sorted(tags.items())),
-    ]
 
 
 def resource_config(*, volume_size_gb: int, volume_kms_key_arn: str | None = None) -> dict[str, Any]:
@@ -56,7 +45,6 @@ def training_job_request(
     checkpoint_prefix: str,
     output_prefix: str,
     internal_retry_attempts: int,
-    tags: list[dict[str, str]],
     output_kms_key_arn: str | None = None,
     vpc_config: Mapping[str, Any] | None = None,
     network_isolation: bool = False,
@@ -66,12 +54,13 @@ def training_job_request(
 ) -> dict[str, Any]:
     """The ``Parameters`` of the ``createTrainingJob.sync`` task (JSONPath; ``$.launch`` is filled per launch).
 
-    The decided request (``request_states``) gives ``$.hyperparameters`` (the whole map); the launch state with
-    input data adds ``InputDataConfig`` from ``$.channels`` (``states``).
+    The decided request (``request_states``) gives ``$.hyperparameters`` (the whole map) and ``$.request`` (the
+    per-execution fields: ``Tags``, ``Environment``, ``InfraCheckConfig``, ``RemoteDebugConfig``, see
+    ``request_check.job_fields``); the launch state with input data adds ``InputDataConfig`` from ``$.channels``
+    (``states``).
     ``checkpoint_prefix`` is the workflow's own (``checkpoints/<segment>/``): each execution writes under
     ``<checkpoint_prefix><execution name>/``.
 
-    :param tags: the job tags (see ``job_tags``).
     :param output_kms_key_arn: key for the model artifacts. Default: the bucket's encryption.
     :param vpc_config: ``VpcConfig`` (``SecurityGroupIds``, ``Subnets``). Default: no VPC.
     :param network_isolation: ``EnableNetworkIsolation``: no network access from the training container.
@@ -80,8 +69,8 @@ def training_job_request(
         trainer's event files from ``LocalPath`` to ``s3://<bucket>/<output_prefix>tensorboard/<segment>/<execution
         name>/`` (every launch of an execution to the same folder). Default: no TensorBoard output.
     :param mlflow_resource_arn: a SageMaker managed MLflow tracking server (or MLflow app): ``MlflowConfig`` with
-        experiment ``mlflow_experiment`` and run = the execution name, and the same three in the container's
-        ``Environment`` (the names in ``training.contract``), which the trainer logs with. Default: no MLflow.
+        experiment ``mlflow_experiment`` and run = the execution name (the trainer's own MLflow variables join
+        ``$.request.Environment``: ``request_check.job_fields``). Default: no MLflow.
     """
     checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
     output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
@@ -104,7 +93,10 @@ def training_job_request(
         "CheckpointConfig": {"S3Uri.$": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL_PATH},
         "OutputDataConfig": output_config,
         "RetryStrategy": {"MaximumRetryAttempts": internal_retry_attempts},
-        "Tags": tags,
+        "Tags.$": "$.request.Tags",
+        "Environment.$": "$.request.Environment",
+        "InfraCheckConfig.$": "$.request.InfraCheckConfig",
+        "RemoteDebugConfig.$": "$.request.RemoteDebugConfig",
     }
     if tensorboard_segment is not None:
         request["TensorBoardOutputConfig"] = {
@@ -121,11 +113,6 @@ def training_job_request(
             "MlflowResourceArn": mlflow_resource_arn,
             "MlflowExperimentName": mlflow_experiment,
             "MlflowRunName.$": "$$.Execution.Name",
-        }
-        request["Environment"] = {
-            MLFLOW_TRACKING_URI_ENV: mlflow_resource_arn,
-            MLFLOW_EXPERIMENT_ENV: mlflow_experiment,
-            f"{MLFLOW_RUN_NAME_ENV}.$": "$$.Execution.Name",
         }
     if vpc_config is not None:
         request["VpcConfig"] = dict(vpc_config)

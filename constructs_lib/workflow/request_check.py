@@ -16,8 +16,13 @@ moto 5.2.5 (the tests would need a second evaluator). The Lambda asset holds onl
 ``training/contract.py`` (standard library only; ``boto3`` from the Lambda runtime is imported only to list S3).
 
 SageMaker's request constraints (name length and pattern, hyperparameter count and sizes, S3 URI length and
-pattern, input modes, training plan ARN pattern) are read from botocore's service model by :func:`sagemaker_limits`
-at synth time and carried in the rules, so the Lambda needs no botocore of a particular version.
+pattern, input modes, training plan ARN pattern, tag and environment counts, patterns and lengths, the warm-pool
+keep-alive maximum) are read from botocore's service model by :func:`sagemaker_limits` at synth time and carried in
+the rules, so the Lambda needs no botocore of a particular version.
+
+Besides the checked input, the decision carries the per-execution fields of the request (:func:`job_fields`:
+``Tags``, ``Environment``, ``InfraCheckConfig``, ``RemoteDebugConfig``) and, before launch, lists S3 once for a
+``train_data_uri`` (it must hold an object) and for ``resume_from``.
 
 Nothing here imports ``aws_cdk``.
 """
@@ -29,16 +34,21 @@ import difflib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from training.contract import (
+    CHECKPOINT_DIR_NAME,
     CHECKPOINT_LOCAL_PATH,
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
+    MLFLOW_EXPERIMENT_ENV,
+    MLFLOW_RUN_NAME_ENV,
+    MLFLOW_TRACKING_URI_ENV,
     MODEL_DIR,
     PRECISIONS,
     RESUME_CHANNEL,
@@ -57,7 +67,6 @@ UUID_LENGTH = 36
 """Job names are ``<job_name_prefix>-<UUID>``."""
 CHECKPOINT_MARKER = "COMPLETE"
 """The file the trainer writes last into a finished checkpoint (``training/trainer/checkpoint.py``)."""
-CHECKPOINT_DIR_NAME = re.compile(r"^step_(\d{8})$")
 DATA_INPUT_MODES = ("FastFile", "File")
 """Input modes of the train channel (``Pipe`` is not something the trainer reads)."""
 EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -94,12 +103,49 @@ DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType(
         "train_data_uri": None,
         "train_data_input_mode": "FastFile",
         "resume_from": None,
+        "keep_alive_seconds": 0,
+        "infra_check": False,
+        "tags": {},
+        "remote_debug": False,
+        "environment": {},
     }
 )
 """Every execution-input field and its value when neither the input nor the workflow's defaults give one."""
 INPUT_FIELDS: tuple[str, ...] = tuple(DEFAULT_INPUT)
+DEFAULT_MAX_KEEP_ALIVE_SECONDS = 3600
+"""The deployment's default ceiling of ``keep_alive_seconds`` (SageMaker's own, from botocore, is 21,600)."""
 DECIDE_STATE = "Decide request"
 """The workflow's first state: it invokes :func:`handler` with the rules."""
+WORKFLOW_TAG = "training-workflow"
+EXECUTION_TAG = "training-workflow-execution"
+"""The tags every job gets first: the workflow's construct path and the execution's name."""
+ENVIRONMENT_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVTE_", "FI_")
+"""Names an execution's ``environment`` may set: NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs."""
+PLATFORM_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
+    {
+        "NVTE_FRAMEWORK": "set by the training image (training/Dockerfile)",
+        "CUDA_VISIBLE_DEVICES": "train.sh starts one process per visible GPU; hiding GPUs breaks that count",
+    }
+)
+"""Names under the allowed prefixes that the platform sets itself (refused, with the reason)."""
+INSTANCE_STORAGE_TYPES = frozenset(
+    {
+        "ml.p4d.24xlarge",
+        "ml.p4de.24xlarge",
+        "ml.p5.4xlarge",
+        "ml.p5.48xlarge",
+        "ml.p5e.48xlarge",
+        "ml.p5en.48xlarge",
+        "ml.p6-b200.48xlarge",
+        "ml.p6-b300.48xlarge",
+        "ml.p6e-gb200.36xlarge",
+    }
+)
+"""Instance types with local NVMe instance storage, for which SageMaker refuses ``ResourceConfig.VolumeKmsKeyId``
+(botocore's ``ResourceConfig.VolumeKmsKeyId`` documentation: local storage is encrypted by a hardware module on the
+instance). Sources: eksctl's ``pkg/utils/instance/instance_types.go`` (``InstanceStorageSupported: true`` for the p4d,
+p4de, p5, p5e, p5en, p6-b200 and p6-b300 types); ml.p6e-gb200.36xlarge is not in that table and is assumed to
+have NVMe storage like every other P-family type here (not verified)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -139,6 +185,13 @@ def sagemaker_limits() -> dict[str, Any]:
         "InstanceCount": limits(members["ResourceConfig"].members["InstanceCount"]),
         "MaxRuntimeInSeconds": limits(members["StoppingCondition"].members["MaxRuntimeInSeconds"]),
         "ExecutionName": limits(execution_name),
+        "KeepAlivePeriodInSeconds": limits(members["ResourceConfig"].members["KeepAlivePeriodInSeconds"]),
+        "Tags": limits(members["Tags"]),
+        "TagKey": limits(members["Tags"].member.members["Key"]),
+        "TagValue": limits(members["Tags"].member.members["Value"]),
+        "Environment": limits(members["Environment"]),
+        "EnvironmentKey": limits(members["Environment"].key),
+        "EnvironmentValue": limits(members["Environment"].value),
     }
 
 
@@ -157,6 +210,13 @@ class RequestRules:
     matched on the key only and ``resume_from`` cannot be decided. ``workflow_segment``: the per-workflow folder
     under ``checkpoint_prefix`` that keeps the runs of workflows sharing a bucket apart. ``limits``: SageMaker's
     constraints (:func:`sagemaker_limits`); None reads them from the installed botocore.
+    ``max_keep_alive_seconds``: the largest ``keep_alive_seconds`` (warm pool); 0 turns warm pools off.
+    ``remote_debug``: whether the workflow's execution role may open remote-debugging channels (``remote_debug``
+    true is refused otherwise); ``network_isolation``: whether the jobs run network-isolated (no remote debugging).
+    ``volume_kms_key``: whether the request names a ``VolumeKmsKeyId`` (refused for instance types with NVMe
+    instance storage). ``workflow_path`` and ``tags``: the tags every job gets before the execution's own.
+    ``mlflow_tracking_server_arn``: the MLflow tracking server the jobs log to (its variables join every job's
+    ``Environment``, see :func:`job_fields`); None: no MLflow.
     """
 
     defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -169,7 +229,14 @@ class RequestRules:
     workflow_segment: str | None = None
     data_sources: tuple[str, ...] = ("data/",)
     max_capacity_retries: int = 3
+    max_keep_alive_seconds: int = DEFAULT_MAX_KEEP_ALIVE_SECONDS
+    remote_debug: bool = False
+    network_isolation: bool = False
+    volume_kms_key: bool = False
+    workflow_path: str = "TrainingWorkflow"
+    tags: Mapping[str, str] = field(default_factory=dict)
     limits: Mapping[str, Any] | None = None
+    mlflow_tracking_server_arn: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(INPUT_FIELDS))
@@ -192,11 +259,22 @@ class RequestRules:
     # -- derived ---------------------------------------------------------------------------------------------
     def full_defaults(self) -> dict[str, Any]:
         merged = {**DEFAULT_INPUT, **self.defaults}
-        merged["hyperparameters"] = dict(merged["hyperparameters"] or {})
+        for name in ("hyperparameters", "tags", "environment"):
+            merged[name] = dict(merged[name] or {})
         return merged
 
+    def fixed_tags(self) -> tuple[str, ...]:
+        """Keys of the tags every job of this workflow gets (an execution's ``tags`` may not use them)."""
+        return (WORKFLOW_TAG, EXECUTION_TAG, *sorted(self.tags))
+
     def sagemaker(self) -> Mapping[str, Any]:
-        return self.limits if self.limits is not None else _cached_limits()
+        """SageMaker's constraints: those carried in the rules; a constraint they lack (rules of a workflow deployed
+        before it was checked) is read from the installed botocore."""
+        if self.limits is None:
+            return _cached_limits()
+        if set(self.limits) >= LIMIT_NAMES:
+            return self.limits
+        return {**_cached_limits(), **self.limits}
 
     def data_source_uris(self) -> tuple[str, ...]:
         """Allowed data prefixes as ``s3://`` URIs (relative ones in the workflow's bucket; ``s3://*/`` when the
@@ -215,6 +293,7 @@ class RequestRules:
     def to_json(self) -> str:
         data = asdict(self)
         data["defaults"] = dict(self.defaults)
+        data["tags"] = dict(self.tags)
         data["limits"] = None if self.limits is None else dict(self.limits)
         return json.dumps(data, sort_keys=True)
 
@@ -275,6 +354,15 @@ class RequestRules:
             region=get("region", None),
             data_sources=parse_data_sources(context.get("dataSources")),
             max_capacity_retries=_context_int("maxCapacityRetries", get("maxCapacityRetries", 3), 0, 20),
+            max_keep_alive_seconds=_context_int(
+                "maxKeepAliveSeconds",
+                get("maxKeepAliveSeconds", DEFAULT_MAX_KEEP_ALIVE_SECONDS),
+                0,
+                int(_cached_limits()["KeepAlivePeriodInSeconds"]["max"]),
+            ),
+            remote_debug=_context_bool("remoteDebug", get("remoteDebug", False)),
+            network_isolation=_context_bool("networkIsolation", get("networkIsolation", False)),
+            workflow_path=f"{get('stackName', 'BlackwellTraining')}/Workflow",
         )
 
 
@@ -299,6 +387,14 @@ def parse_data_sources(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
+def _context_bool(key: str, value: Any) -> bool:
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError(f"context {key}: must be true or false; got {value!r}")
+    return value
+
+
 def _context_int(key: str, value: Any, low: int, high: int) -> int:
     try:
         number = None if isinstance(value, bool) else int(str(value))
@@ -310,6 +406,29 @@ def _context_int(key: str, value: Any, low: int, high: int) -> int:
 
 
 _LIMITS_CACHE: list[dict[str, Any]] = []
+LIMIT_NAMES = frozenset(
+    {
+        "TrainingJobName",
+        "HyperParameters",
+        "HyperParameterKey",
+        "HyperParameterValue",
+        "InputDataConfig",
+        "S3Uri",
+        "TrainingInputMode",
+        "TrainingPlanArn",
+        "InstanceCount",
+        "MaxRuntimeInSeconds",
+        "ExecutionName",
+        "KeepAlivePeriodInSeconds",
+        "Tags",
+        "TagKey",
+        "TagValue",
+        "Environment",
+        "EnvironmentKey",
+        "EnvironmentValue",
+    }
+)
+"""Every constraint :func:`sagemaker_limits` reads."""
 
 
 def _cached_limits() -> dict[str, Any]:
@@ -362,6 +481,8 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
         p for name in INPUT_FIELDS if (p := _check_field(name, config[name], rules)) is not None
     ]
     problems += field_problems
+    if not any(p.startswith(("tags:", "environment:")) for p in field_problems):
+        problems += _map_problems(config, rules)
     if not field_problems:
         problems += _cross_field_problems(config, rules)
     hyperparameters: dict[str, str] = {}
@@ -378,6 +499,30 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
     if config["train_data_uri"] is not None:
         channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
     return PreparedRequest(config, hyperparameters, problems, channels)
+
+
+def job_fields(config: Mapping[str, Any], rules: RequestRules, execution: str) -> dict[str, Any]:
+    """The request fields decided per execution (the workflow's template takes each from ``$.request``): the job's
+    ``Tags`` (the workflow's path, the execution's name, the workflow's tags, then the input's ``tags``, each
+    group sorted), ``Environment`` (the input's ``environment``, plus with an MLflow tracking server the
+    trainer's MLflow variables: server, experiment = the workflow's segment, run = the execution),
+    ``InfraCheckConfig`` and ``RemoteDebugConfig``."""
+    fixed = [(WORKFLOW_TAG, rules.workflow_path), (EXECUTION_TAG, execution), *sorted(rules.tags.items())]
+    environment = dict(config["environment"])
+    if rules.mlflow_tracking_server_arn:
+        environment.update(
+            {
+                MLFLOW_TRACKING_URI_ENV: rules.mlflow_tracking_server_arn,
+                MLFLOW_EXPERIMENT_ENV: rules.workflow_segment or rules.workflow_path,
+                MLFLOW_RUN_NAME_ENV: execution,
+            }
+        )
+    return {
+        "Tags": [{"Key": k, "Value": v} for k, v in (*fixed, *sorted(config["tags"].items()))],
+        "Environment": environment,
+        "InfraCheckConfig": {"EnableInfraCheck": config["infra_check"]},
+        "RemoteDebugConfig": {"EnableRemoteDebug": config["remote_debug"]},
+    }
 
 
 def channel(name: str, uri: str, mode: str) -> dict[str, Any]:
@@ -418,7 +563,7 @@ def _check_field(name: str, value: Any, rules: RequestRules) -> str | None:
     return None if ok else f"{name}: must be {allowed}; got {_show(value)}"
 
 
-_OPTIONAL = frozenset(
+_OPTIONAL = frozenset(  # null allowed
     {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from"}
 )
 
@@ -476,6 +621,12 @@ def _execution_name_ok(value: Any, rules: RequestRules) -> bool:
     )
 
 
+def _string_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
 def _hyperparameters_shape_ok(value: Any, rules: RequestRules) -> bool:
     return isinstance(value, Mapping) and all(
         isinstance(k, str)
@@ -501,6 +652,11 @@ _FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
     "train_data_uri": _data_uri_ok,
     "train_data_input_mode": lambda v, r: v in DATA_INPUT_MODES and v in r.sagemaker()["TrainingInputMode"],
     "resume_from": _execution_name_ok,
+    "keep_alive_seconds": _int_between(lambda r: 0, lambda r: r.max_keep_alive_seconds),
+    "infra_check": lambda v, r: isinstance(v, bool),
+    "tags": lambda v, r: _string_map(v),
+    "remote_debug": lambda v, r: v is False or (v is True and r.remote_debug and not r.network_isolation),
+    "environment": lambda v, r: _string_map(v),
 }
 
 
@@ -518,8 +674,23 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
         text = f"an integer in [1, {rules.max_runtime_seconds}]"
     elif name == "max_wait_seconds":
         text = f"an integer in [1, {MAX_RUNTIME_SECONDS_LIMIT}]"
-    elif name in ("activation_checkpointing", "use_spot"):
+    elif name in ("activation_checkpointing", "use_spot", "infra_check"):
         text = "true or false"
+    elif name == "keep_alive_seconds":
+        most = rules.max_keep_alive_seconds
+        text = (
+            f"an integer in [0, {most}] (seconds the instances stay in a warm pool after the job)"
+            if most
+            else "0 (this workflow is deployed without warm pools: maxKeepAliveSeconds is 0)"
+        )
+    elif name == "remote_debug":
+        text = "true or false"
+        if rules.network_isolation:
+            text = "false (the jobs run with network isolation, and remote debugging needs the network)"
+        elif not rules.remote_debug:
+            text = "false (this workflow is deployed without remote debugging: set remoteDebug in cdk.json)"
+    elif name in ("tags", "environment"):
+        text = f"a JSON object of string values ({_map_allowed(name, rules)})"
     elif name == "hyperparameters":
         text = "a JSON object of trainer settings (string, number or boolean values)"
     elif name == "job_name_prefix":
@@ -538,8 +709,100 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
     return f"{text}, or null" if name in _OPTIONAL else text
 
 
+def _map_allowed(name: str, rules: RequestRules) -> str:
+    limits = rules.sagemaker()
+    if name == "tags":
+        most = limits["Tags"]["max"] - len(rules.fixed_tags())
+        return (
+            f"at most {most} tags; keys of {limits['TagKey'].get('min', 1)} to {limits['TagKey']['max']} and values "
+            f"of up to {limits['TagValue']['max']} {TAG_CHARACTERS}; keys not starting with aws: "
+            f"nor one of the workflow's own: {', '.join(rules.fixed_tags())}"
+        )
+    return (
+        f"at most {limits['Environment']['max']} variables whose names start with {', '.join(ENVIRONMENT_PREFIXES)} "
+        f"(letters, digits and _, at most {limits['EnvironmentKey']['max']} characters), values of up to "
+        f"{limits['EnvironmentValue']['max']} characters; not {', '.join(PLATFORM_ENVIRONMENT)}"
+    )
+
+
+TAG_CHARACTERS = "letters, digits, spaces and _.:/=+-@"
+
+
+def _tag_text_ok(text: str, pattern: str, low: int, high: int) -> bool:
+    """Whether ``text`` fits botocore's tag pattern ``([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)`` (Java's Unicode
+    classes, which Python's ``re`` lacks: letters, separators and numbers by Unicode category)."""
+    body = pattern.removeprefix("(").removesuffix(")").removeprefix("[").removesuffix("]*")
+    categories = set(re.findall(r"\\p\{(\w)\}", body))
+    literal = re.sub(r"\\p\{\w\}", "", body).replace("\\", "")
+    return low <= len(text) <= high and all(
+        unicodedata.category(c)[0] in categories or c in literal for c in text
+    )
+
+
+def _map_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
+    """Each entry of ``tags`` and ``environment`` on its own (their shapes already checked)."""
+    limits, problems = rules.sagemaker(), []
+    tags, fixed = config["tags"], rules.fixed_tags()
+    most = limits["Tags"]["max"] - len(fixed)
+    if len(tags) > most:
+        problems.append(
+            f"tags: at most {most} (SageMaker's {limits['Tags']['max']} less the workflow's {len(fixed)}); "
+            f"got {len(tags)}"
+        )
+    for key, value in tags.items():
+        key_limits, value_limits = limits["TagKey"], limits["TagValue"]
+        if key.lower().startswith("aws:") or key in fixed:
+            problems.append(
+                f"tags.{key}: reserved (aws: prefix, or one of {', '.join(fixed)}); choose another key"
+            )
+        elif not _tag_text_ok(key, key_limits["pattern"], key_limits.get("min", 1), key_limits["max"]):
+            problems.append(
+                f"tags.{key}: key must be {key_limits.get('min', 1)} to {key_limits['max']} {TAG_CHARACTERS}; "
+                f"got {_show(key)}"
+            )
+        if not _tag_text_ok(value, value_limits["pattern"], 0, value_limits["max"]):
+            problems.append(
+                f"tags.{key}: value must be at most {value_limits['max']} {TAG_CHARACTERS}; got {_show(value)}"
+            )
+    environment = config["environment"]
+    if len(environment) > limits["Environment"]["max"]:
+        problems.append(
+            f"environment: at most {limits['Environment']['max']} variables; got {len(environment)}"
+        )
+    key_limits, value_limits = limits["EnvironmentKey"], limits["EnvironmentValue"]
+    for name, value in environment.items():
+        if name in PLATFORM_ENVIRONMENT:
+            problems.append(f"environment.{name}: set by the platform ({PLATFORM_ENVIRONMENT[name]})")
+        elif (
+            not name.startswith(ENVIRONMENT_PREFIXES)
+            or len(name) > key_limits["max"]
+            or not re.fullmatch(key_limits["pattern"], name)
+        ):
+            problems.append(
+                f"environment.{name}: name must start with one of {', '.join(ENVIRONMENT_PREFIXES)} (letters, "
+                f"digits and _, at most {key_limits['max']} characters); got {_show(name)}"
+            )
+        if len(value) > value_limits["max"]:
+            problems.append(
+                f"environment.{name}: value of {len(value)} characters; SageMaker allows at most {value_limits['max']}"
+            )
+    return problems
+
+
 def _cross_field_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
     problems = []
+    keep_alive = config["keep_alive_seconds"]
+    if keep_alive and config["use_spot"]:
+        problems.append(
+            f"keep_alive_seconds: warm pools cannot be used with managed spot (use_spot true); set it to 0 or "
+            f"use_spot to false; got {keep_alive}"
+        )
+    if rules.volume_kms_key and config["instance_type"] in INSTANCE_STORAGE_TYPES:
+        problems.append(
+            f"instance_type: {config['instance_type']} has NVMe instance storage (encrypted by the instance), and "
+            "SageMaker refuses a VolumeKmsKeyId for it, which this workflow sets (volume_kms_key); deploy without "
+            "volume_kms_key to use it"
+        )
     precision, instance_type = config["precision"], config["instance_type"]
     if instance_type not in instance_types_supporting(precision):
         where = [t for t in instance_types_supporting(precision) if t in rules.allowed_instance_types]
@@ -667,15 +930,16 @@ def newest_complete_checkpoint(
     objects: Mapping[str, int], read: Callable[[str], bytes], run_key: str
 ) -> tuple[int, str] | None:
     """(step, key prefix) of the newest complete checkpoint under ``run_key`` (``.../<execution>/``), the trainer's
-    rule: a ``step_XXXXXXXX`` folder whose ``COMPLETE`` lists files that all exist with the listed sizes.
+    rule: a ``step_XXXXXXXX`` (or ``step_XXXXXXXX-N``, a later save of that step) folder whose ``COMPLETE`` lists
+    files that all exist with the listed sizes; set-aside (``.unusable``) and unsealed folders never count.
 
     ``objects`` maps every key under ``run_key`` to its size; ``read`` returns an object's bytes."""
     candidates = []
     for key in objects:
         parts = key[len(run_key) :].split("/")
         if len(parts) == 2 and parts[1] == CHECKPOINT_MARKER and (m := CHECKPOINT_DIR_NAME.match(parts[0])):
-            candidates.append((int(m.group(1)), f"{run_key}{parts[0]}/"))
-    for step, prefix in sorted(candidates, reverse=True):
+            candidates.append((int(m.group(1)), int(m.group(2) or 1), f"{run_key}{parts[0]}/"))
+    for step, _, prefix in sorted(candidates, reverse=True):
         try:
             files = json.loads(read(prefix + CHECKPOINT_MARKER))["files"]
             if all(objects.get(prefix + name) == size for name, size in files.items()):
@@ -715,11 +979,15 @@ def _list_run(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
 def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
-    "channels", "resume"}`` (all but the first two null when not valid); ``s3``: a boto3 S3 client (default: one
-    for the rules' region) to decide ``resume_from``."""
+    "channels", "resume", "request"}`` (all but the first two null when not valid; ``request``: :func:`job_fields`);
+    ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri`` holds data and to
+    decide ``resume_from``."""
     rules = RequestRules.from_json(event["rules"])
     prepared = prepare_request(event.get("input"), rules)
     resume = None
+    if not prepared.problems and prepared.config["train_data_uri"] is not None:
+        s3 = s3 or _s3_client(rules)
+        prepared.problems += data_problems(s3, prepared.config["train_data_uri"])
     if not prepared.problems and prepared.config["resume_from"] is not None:
         name = prepared.config["resume_from"]
         runs_uri = rules.runs_uri()
@@ -731,10 +999,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
                 f"resume_from: must name an earlier execution, not this one; got {_show(name)}"
             )
         else:
-            if s3 is None:
-                import boto3  # noqa: PLC0415 - in the Lambda runtime; the CLI passes its own client
-
-                s3 = boto3.client("s3", region_name=rules.region) if rules.region else boto3.client("s3")
+            s3 = s3 or _s3_client(rules)
             bucket, _, run_key = run_uri[5:].partition("/")
             objects = _list_run(s3, bucket, run_key)
             found = newest_complete_checkpoint(
@@ -752,7 +1017,22 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
         "hyperparameters": prepared.hyperparameters if valid else None,
         "channels": prepared.channels if valid else None,
         "resume": resume if valid else None,
+        "request": job_fields(prepared.config, rules, str(event.get("execution"))) if valid else None,
     }
+
+
+def data_problems(s3: Any, uri: str) -> list[str]:
+    """The problem of a ``train_data_uri`` prefix that holds no object (one ``ListObjectsV2``, ``MaxKeys`` 1)."""
+    bucket, _, prefix = uri[5:].partition("/")
+    if s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0):
+        return []
+    return [f"train_data_uri: must hold the training data, but no object is under it; got {_show(uri)}"]
+
+
+def _s3_client(rules: RequestRules) -> Any:
+    import boto3  # noqa: PLC0415 - in the Lambda runtime; the CLI passes its own client
+
+    return boto3.client("s3", region_name=rules.region) if rules.region else boto3.client("s3")
 
 
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:

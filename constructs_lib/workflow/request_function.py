@@ -4,8 +4,8 @@ It runs :func:`constructs_lib.workflow.request_check.handler` (see that module f
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py``, ``training/contract.py`` and an
 empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
-own log group and read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
-decide ``resume_from``; nothing else.
+own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
+decide ``resume_from``, and list the allowed data prefixes (a ``train_data_uri`` must hold an object); nothing else.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
@@ -71,6 +72,9 @@ class RequestValidator(Construct):
     :param bucket: the bucket holding the workflow's checkpoints.
     :param runs_prefix: the workflow's own checkpoint prefix (``checkpoints/<segment>/``): one folder per
         execution, each with ``step_XXXXXXXX/COMPLETE`` markers. The function may list it and read the markers.
+    :param data_prefixes: ``(bucket ARN, key prefix)`` of each allowed data source: the function may list them
+        (``s3:ListBucket`` with an ``s3:prefix`` condition), to refuse a ``train_data_uri`` with no object. Default:
+        none.
     :param log_retention: retention of the function's log group. Default six months.
     :param encryption_key: customer managed key for the function's log group. Default: CloudWatch Logs' own.
     :param removal_policy: of the log group: ``RETAIN`` (default) or ``DESTROY``.
@@ -83,6 +87,7 @@ class RequestValidator(Construct):
         *,
         bucket: s3.IBucket,
         runs_prefix: str,
+        data_prefixes: Sequence[tuple[str, str]] = (),
         log_retention: logs.RetentionDays | None = None,
         encryption_key: kms.IKey | None = None,
         removal_policy: RemovalPolicy | None = None,
@@ -122,6 +127,18 @@ class RequestValidator(Construct):
                 conditions={"StringLike": {"s3:prefix": [f"{runs_prefix}*"]}},
             )
         )
+        by_bucket: dict[str, list[str]] = {}
+        for bucket_arn, prefix in data_prefixes:
+            by_bucket.setdefault(bucket_arn, []).append(f"{prefix}*")
+        for index, (bucket_arn, patterns) in enumerate(by_bucket.items()):
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid=f"ListTrainingData{index}",
+                    actions=["s3:ListBucket"],
+                    resources=[bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": patterns}},
+                )
+            )
         if bucket.encryption_key is not None:
             bucket.encryption_key.grant(self.role, "kms:Decrypt")
         self.function = lambda_.Function(

@@ -4,7 +4,7 @@
 value, so a non-object input is an ``InvalidInput`` like any other), this execution's name and the workflow's
 :class:`~constructs_lib.workflow.request_check.RequestRules` (a JSON string fixed at synth time). Its result replaces
 the state: ``config`` (every input field), ``hyperparameters`` (the exact ``HyperParameters`` map), ``channels``
-(``InputDataConfig``) and ``resume``. ``Request valid?`` ends a bad request in ``InvalidInput`` with every problem
+(``InputDataConfig``), ``resume`` and ``request`` (the per-execution request fields). ``Request valid?`` ends a bad request in ``InvalidInput`` with every problem
 in the cause, before any SageMaker call; a validator that fails itself ends in ``RequestValidationFailed``.
 """
 
@@ -58,6 +58,7 @@ def decide_request(
             "hyperparameters.$": "$.Payload.hyperparameters",
             "channels.$": "$.Payload.channels",
             "resume.$": "$.Payload.resume",
+            "request.$": "$.Payload.request",
         },
         result_path="$",
         task_timeout=sfn.Timeout.duration(Duration.minutes(2)),

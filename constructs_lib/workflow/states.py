@@ -15,10 +15,15 @@ from constructs import Construct
 from constructs_lib._shared import console_links
 from constructs_lib._shared.asl import format_intrinsic
 from constructs_lib.workflow import launch_retry
+from training.contract import HF_EXPORT_DIR
 
 CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
 CAPACITY_ERROR_MARKER = "CapacityError"
 
+
+WARM_POOL = {"KeepAlivePeriodInSeconds.$": "$.config.keep_alive_seconds"}
+"""On-demand and training-plan jobs keep their instances this long after the job (0: not at all); spot jobs
+cannot have a warm pool, so their request leaves the field out."""
 
 JSON_NULL = "States.StringToJson('null')"
 """A JSON null in Parameters (CDK drops ``None`` values)."""
@@ -61,6 +66,7 @@ def prepare_state(workflow: Construct, *, launch_retry_backoff: int) -> sfn.Pass
             "hyperparameters.$": "$.hyperparameters",
             "channels.$": "$.channels",
             "resume.$": "$.resume",
+            "request.$": "$.request",
             "launch_count": 1,
             **launch_retry.initial_state(launch_retry_backoff),
             "result_defaults": _with_nulls(result_defaults),
@@ -115,6 +121,11 @@ def launch_loop(
             "training_seconds.$": "$.job.TrainingTimeInSeconds",
             "billable_seconds.$": "$.job.BillableTimeInSeconds",
             "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+            # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
+            "hugging_face_model": {
+                "archive.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+                "folder": f"{HF_EXPORT_DIR}/",
+            },
             "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
             "final_metrics.$": "$.job.FinalMetricDataList",
             "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
@@ -283,7 +294,7 @@ def capacity_states(
         sfn.Condition.not_(sfn.Condition.is_null("$.config.training_plan_arn")),
         capacity_pass(
             "Training plan capacity",
-            {"TrainingPlanArn.$": "$.config.training_plan_arn"},
+            {"TrainingPlanArn.$": "$.config.training_plan_arn", **WARM_POOL},
             {"MaxPendingTimeInSeconds": pending},
             False,
         ).next(multi_node),
@@ -294,6 +305,6 @@ def capacity_states(
             "Managed spot capacity", {}, {"MaxWaitTimeInSeconds.$": "$.config.max_wait_seconds"}, True
         ).next(multi_node),
     )
-    mode.otherwise(capacity_pass("On-demand capacity", {}, {}, False).next(multi_node))
+    mode.otherwise(capacity_pass("On-demand capacity", WARM_POOL, {}, False).next(multi_node))
 
     return mode

@@ -40,6 +40,7 @@ def template():
             capacity_retry_wait=cdk.Duration.seconds(1),
             max_instance_count=DEPLOYED_MAX_INSTANCE_COUNT,
             data_sources=list(DEPLOYED_DATA_SOURCES),
+            remote_debug=True,
         )
 
     result = synth_with_nag(build)

@@ -12,10 +12,11 @@ import boto3
 
 from constructs_lib.cli.api import TrainingRuns
 from constructs_lib.cli.main import main
+from constructs_lib.cli.records import Job
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, DEPLOYED_MAX_INSTANCE_COUNT, STACK, Terminal
 from tests.workflow.harness import ACCOUNT, REGION, Outcome, capacity_error
 from tests.workflow.test_requests import _seal_checkpoint
-from training.contract import format_config_line, format_step_line, format_summary_line
+from training.contract import format_config_line, format_step_line, format_summary_line, parse_metric_line
 
 B200_PER_HOUR = 113.93  # training.contract.ON_DEMAND_USD_PER_HOUR for the default instance type
 
@@ -259,6 +260,7 @@ def test_result_sums_up_a_successful_run(deployed, cli):
     summary = json.loads(result.out)
     assert summary["status"] == "SUCCEEDED" and summary["job"] == job
     assert summary["model_artifacts"].endswith(f"/output/{job}/output/model.tar.gz")
+    assert summary["hugging_face_model"] == {"archive": summary["model_artifacts"], "folder": "hf/"}
     assert summary["checkpoint_uri"].endswith(
         f"/checkpoints/Test-Workflow/{name}/"
     )  # the workflow's own segment
@@ -272,17 +274,35 @@ def test_result_sums_up_a_successful_run(deployed, cli):
         "train_seconds": 26,
     }
     assert "train:progress" in summary["final_metrics"]  # moto's canned final metric
+    assert summary["restarted_from"] is None
     assert set(summary["links"]) == {"execution", "training_job", "logs"}
     assert summary["links"]["training_job"].endswith(f"#/jobs/{job}")
 
     text = cli("result", name).out
     assert f"Run {name}: SUCCEEDED" in text and f"${B200_PER_HOUR:,.2f}" in text
     assert "trainer final_loss" in text and "1.875" in text
+    assert "Hugging Face model" in text and "hf/ in s3://" in text
 
     api = TrainingRuns(stack_name=STACK, region=REGION).result(name)  # the Python API says the same
     assert {k: api[k] for k in ("job", "cost_usd", "trainer_summary")} == {
         k: summary[k] for k in ("job", "cost_usd", "trainer_summary")
     }
+
+
+def test_result_says_when_the_trainer_restarted_from_step_0_because_no_checkpoint_was_usable(deployed, cli):
+    line = format_summary_line({"steps": 100, "final_loss": 1.875, "unusable_checkpoints": 2})
+    metrics = tuple(
+        parse_metric_line(line).items()
+    )  # what SageMaker reads from the line with the job's regexes
+    prefix, name = _submit(cli, deployed, Outcome(final_metrics=metrics))
+    deployed.log(deployed.wait_for_job(prefix), "algo-1", _step(100, 1.875), line)
+    deployed.wait_until_ended(name)
+    summary = json.loads(cli("result", name, "--json").out)
+    assert summary["final_metrics"]["final:unusable_checkpoints"] == 2  # the workflow's summary carries it
+    assert summary["restarted_from"] == "none (2 checkpoints unusable)"
+    assert summary["trainer_summary"]["unusable_checkpoints"] == 2
+    text = cli("result", name).out
+    assert "restarted from" in text and "none (2 checkpoints unusable)" in text
 
 
 def test_result_of_a_failed_run_names_the_reason_and_exits_non_zero(deployed, cli):
@@ -383,6 +403,8 @@ def test_validate_deployed_uses_the_deployed_workflows_rules(deployed, cli):
 
 
 def test_submit_accepts_what_the_deployed_workflow_allows(deployed, cli):
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.put_object(Bucket=deployed.bucket, Key=f"{DEPLOYED_DATA_SOURCES[0]}tokens/shard-0.bin", Body=b"t")
     _, name = _submit(
         cli,
         deployed,
@@ -505,3 +527,96 @@ def test_a_stack_whose_state_machine_has_no_request_rules_is_one_line(deployed, 
             f"error: cannot read the request rules of state machine {bare} (definition: "
         )
     assert deployed.workflow.sfn.list_executions(stateMachineArn=bare)["executions"] == []
+
+
+# ---- data that exists, warm pools, remote debugging ---------------------------------------------------------------
+
+
+def test_submit_refuses_an_empty_data_prefix_before_starting(deployed, cli):
+    before = deployed.executions()
+    uri = f"s3://{deployed.bucket}/{DEPLOYED_DATA_SOURCES[0]}empty-{deployed.prefix()}/"
+    result = cli("submit", "--set", f"train_data_uri={uri}")
+    assert result.status == 2, result.err
+    assert _problems(result.err) == [
+        f'train_data_uri: must hold the training data, but no object is under it; got "{uri}"'
+    ]
+    assert deployed.executions() == before
+    assert _problems(cli("validate", "--deployed", "--set", f"train_data_uri={uri}").err) == _problems(
+        result.err
+    )
+
+
+def test_runs_shows_the_warm_pool_a_run_asked_for(deployed, cli):
+    _, name = _submit(cli, deployed, Outcome(), "--set", "keep_alive_seconds=600")
+    deployed.wait_until_ended(name)
+    listed = {run["name"]: run for run in json.loads(cli("runs", "--json", "--limit", "50").out)}
+    # moto 5.2.5's DescribeTrainingJob has no WarmPoolStatus: what the job asked for is shown
+    assert listed[name]["warm_pool"] == "requested (600 s), no status yet"
+    row = next(line for line in cli("runs").out.splitlines() if name in line)
+    assert "requested (600 s), no status yet" in row
+
+
+def test_warm_pool_status_from_describe_training_job_in_words():
+    """DescribeTrainingJob's WarmPoolStatus (botocore's shape) as `runs` shows it."""
+    job = Job.from_request({"TrainingJobName": "j", "ResourceConfig": {"KeepAlivePeriodInSeconds": 600}})
+    job.update({"TrainingJobStatus": "Completed", "WarmPoolStatus": {"Status": "Available"}})
+    assert job.warm_pool == "Available"
+    job.update(
+        {
+            "WarmPoolStatus": {
+                "Status": "Reused",
+                "ResourceRetainedBillableTimeInSeconds": 1000,
+                "ReusedByJob": "next-job",
+            }
+        }
+    )
+    assert job.warm_pool == "Reused, 1000 s billed, reused by next-job"
+    assert Job.from_request({"TrainingJobName": "k", "ResourceConfig": {}}).warm_pool == "-"
+
+
+def _tools(folder, *names: str):
+    """Stand-ins for the AWS CLI and the Session Manager plugin: each records its arguments."""
+    for name in names:
+        tool = folder / name
+        tool.write_text(f'#!/bin/sh\necho "$@" > "{folder}/{name}.args"\n')
+        tool.chmod(0o755)
+    return folder
+
+
+def test_shell_opens_a_session_into_the_running_jobs_container(deployed, cli, tmp_path, monkeypatch):
+    prefix, name = _submit(cli, deployed, Outcome("InProgress"), "--set", "remote_debug=true")
+    job = deployed.wait_for_job(prefix)
+    command = f"aws ssm start-session --target sagemaker-training-job:{job}_algo-1 --region {REGION}"
+    try:
+        printed = cli("shell", name, "--print")
+        assert (printed.status, printed.out.strip()) == (0, command)
+        assert json.loads(cli("shell", name, "--print", "--json").out)["command"] == command.split()
+
+        monkeypatch.setenv("PATH", str(tmp_path))  # neither the AWS CLI nor the plugin
+        missing = cli("shell", name)
+        assert missing.status == 3 and missing.out.strip() == command
+        assert "aws and session-manager-plugin not found on PATH" in missing.err
+
+        monkeypatch.setenv("PATH", str(_tools(tmp_path, "aws", "session-manager-plugin")))
+        opened = cli("shell", name)
+        assert opened.status == 0, opened.err
+        assert (tmp_path / "aws.args").read_text().strip() == command.removeprefix("aws ")
+
+        beyond = cli("shell", name, "--host", "2", "--print")
+        assert beyond.status == 3 and "--host: must be in [1, 1]" in beyond.err
+    finally:
+        deployed.finish(job, "Stopped")
+    deployed.wait_until_ended(name)
+    ended = cli("shell", name, "--print")
+    assert ended.status == 3 and f"training job {job} is Stopped, not running" in ended.err
+
+
+def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
+    prefix, name = _submit(cli, deployed, Outcome("InProgress"))
+    job = deployed.wait_for_job(prefix)
+    try:
+        result = cli("shell", name, "--print")
+        assert result.status == 3 and f"training job {job} was started without remote debugging" in result.err
+    finally:
+        deployed.finish(job, "Stopped")
+    deployed.wait_until_ended(name)

@@ -176,3 +176,28 @@ def test_dashboard_and_mlflow_settings():
         _settings(mlflowTrackingServerArn=arn, networkIsolation=True)
     with pytest.raises(ConfigError, match="^context dashboard: must be true or false"):
         _settings(dashboard="maybe")
+
+
+def test_warm_pool_ceiling_and_remote_debugging():
+    settings = _settings()
+    assert settings.workflow.max_keep_alive_seconds == 3600 and settings.workflow.remote_debug is False
+    settings = _settings(maxKeepAliveSeconds="0", remoteDebug="true")
+    assert settings.workflow.max_keep_alive_seconds == 0 and settings.workflow.remote_debug is True
+    with pytest.raises(ConfigError, match=r"context maxKeepAliveSeconds: must be an integer in \[0, 21600\]"):
+        _settings(maxKeepAliveSeconds=21601)  # SageMaker's own ceiling, read from botocore
+    with pytest.raises(ConfigError, match="context remoteDebug: must be true or false; got 'on'"):
+        _settings(remoteDebug="on")
+    with pytest.raises(ConfigError, match="context remoteDebug: needs the network"):
+        _settings(remoteDebug=True, networkIsolation=True)
+
+
+def test_the_cli_reads_the_same_warm_pool_and_remote_debugging_rules():
+    from constructs_lib.workflow.request_check import RequestRules, validate_request
+
+    rules = RequestRules.from_cdk_context({"maxKeepAliveSeconds": 600, "remoteDebug": True})
+    assert (rules.max_keep_alive_seconds, rules.remote_debug) == (600, True)
+    assert validate_request({"keep_alive_seconds": 600, "remote_debug": True}, rules) == []
+    (problem,) = validate_request({"remote_debug": True}, RequestRules.from_cdk_context({}))
+    assert problem.startswith(
+        "remote_debug: must be false (this workflow is deployed without remote debugging"
+    )

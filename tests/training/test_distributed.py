@@ -77,35 +77,22 @@ def test_resume_continues_bit_for_bit(reference, tmp_path):
         assert torch.equal(tensor, uninterrupted[name]), name
 
 
-def test_incomplete_checkpoints_are_ignored_and_kept(reference, tmp_path):
-    ckpt = tmp_path / "ckpt_trunc"
-    ckpt.mkdir()
-    newest = reference[0] / "ckpt_ref" / "step_00000012"
-    # a newer checkpoint whose shard was truncated, and one still being written (.tmp)
-    shutil.copytree(newest, ckpt / "step_00000009")
-    shard = next((ckpt / "step_00000009").glob("*.distcp"))
-    shard.write_bytes(shard.read_bytes()[:100])
-    shutil.copytree(newest, ckpt / "step_00000010.tmp")
-    output, _ = resume_from_step_6(reference, tmp_path, "trunc")
-    assert "at step 6" in output
-    assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
-    assert (ckpt / "step_00000009").is_dir() and (ckpt / "step_00000010.tmp").is_dir()
-    assert [step for step, _ in complete_checkpoints(ckpt)] == [6, 12]
-
-
 def test_metric_definitions_read_real_trainer_output(reference):
     _, output = reference
     last = step_lines(output)[STEPS]
     summary = next(line for line in output.splitlines() if line.startswith("summary "))
     parsed = contract.parse_metric_line(last)
     printed = fields(last)
-    # on a CPU there is no peak, so no MFU (rather than a 0); synthetic data has no validation split, so no val_loss
+    # on a CPU there is no peak, so no MFU (rather than a 0); synthetic data has no validation split, so no val_loss;
+    # a first run found no checkpoints at all, so no unusable_checkpoints
     step_keys = [k for k in contract.STEP_METRICS if k != "mfu"]
     assert {f"train:{k}" for k in step_keys} == set(parsed)
     for key in step_keys:
         assert parsed[f"train:{key}"] == float(printed[key])
     parsed_summary = contract.parse_metric_line(summary)
-    summary_keys = {k for k in contract.SUMMARY_METRICS if k not in ("steps", "val_loss", "mfu")}
+    summary_keys = {
+        k for k in contract.SUMMARY_METRICS if k not in ("steps", "val_loss", "mfu", "unusable_checkpoints")
+    }
     assert {f"final:{k}" for k in summary_keys} == set(parsed_summary)
     for key, value in fields(summary).items():
         if key != "steps":

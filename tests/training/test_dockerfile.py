@@ -82,6 +82,7 @@ def test_every_package_the_image_installs_is_pinned_with_a_hash():
         "transformer-engine-cu13": ("2.11.0", [Match_any]),
         "transformer-engine-torch": ("2.11.0", [Match_any]),
         "nvidia-cuda-runtime-cu12": ("12.9.79", [Match_any]),
+        "safetensors": ("0.8.0", [Match_any]),
     }
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch.distributed as dist
 
 from training import contract
-from training.trainer import config, preflight, prepare
+from training.trainer import config, preflight, prepare, sagemaker_job
 from training.trainer.__main__ import main
 
 from .runner import TINY, cli_args
@@ -104,9 +104,40 @@ def test_main_refuses_bad_data_before_any_process_group(tmp_path, capsys):
 
 def test_outside_sagemaker_outputs_default_to_a_local_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("SM_MODEL_DIR", raising=False)
-    monkeypatch.setattr(config, "RESOURCE_CONFIG", tmp_path / "absent.json")
+    monkeypatch.setattr(sagemaker_job, "RESOURCE_CONFIG", tmp_path / "absent.json")
     cfg, _ = config.parse_args(cli_args(TINY))
     assert (cfg.checkpoint_dir, cfg.model_dir) == ("trainer-output/checkpoints", "trainer-output/model")
     monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
     cfg, _ = config.parse_args(cli_args(TINY))
     assert (cfg.checkpoint_dir, cfg.model_dir) == (contract.CHECKPOINT_LOCAL_PATH, contract.MODEL_DIR)
+
+
+def sealed_checkpoint(root, model_shape: dict) -> None:
+    """A complete (empty) checkpoint whose marker records ``model_shape``."""
+    folder = root / "step_00000003"
+    folder.mkdir(parents=True)
+    (folder / "COMPLETE").write_text(
+        json.dumps({"world_size": 1, "step": 3, "model_shape": model_shape, "files": {}})
+    )
+
+
+def test_a_checkpoint_of_other_position_settings_is_refused_and_one_without_them_counts_as_nope(tmp_path):
+    dims = {name: int(TINY[name]) for name in contract.MODEL_DIM_NAMES}
+    sealed_checkpoint(tmp_path / "ckpt", {**dims, "position_encoding": "rope", "rope_theta": 10000.0})
+    preflight.check_checkpoint_shape(cfg_for(tmp_path))  # the defaults: rope, 10000
+    message = field_of(cfg_for(tmp_path, rope_theta="500000"))
+    assert message.endswith(
+        "holds a model trained with position_encoding=rope, rope_theta=10000, but this run has "
+        "position_encoding=rope, rope_theta=500000; use another checkpoint_dir or the checkpoint's model settings"
+    )
+    assert "position_encoding=none" in field_of(cfg_for(tmp_path, position_encoding="none"))
+
+    (tmp_path / "ckpt" / "step_00000003" / "COMPLETE").unlink()
+    sealed_checkpoint(tmp_path / "old", dims)  # written before position_encoding was recorded: NoPE
+    old = {"checkpoint_dir": str(tmp_path / "old")}
+    preflight.check_checkpoint_shape(cfg_for(tmp_path, position_encoding="none", rope_theta="777", **old))
+    message = field_of(cfg_for(tmp_path, **old))
+    assert (
+        "holds a model trained with position_encoding=none, but this run has position_encoding=rope"
+        in message
+    )

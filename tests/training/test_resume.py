@@ -58,30 +58,99 @@ def copy_checkpoint(reference, step: int, ckpt: Path, as_step: int) -> Path:
     return target
 
 
-def test_damaged_checkpoints_are_set_aside_on_every_rank_and_the_previous_one_resumes(reference, tmp_path):
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def reseal(folder: Path) -> None:
+    """Rewrite COMPLETE with the files' present sizes and checksums: damage no check sees, only the load."""
+    marker = json.loads((folder / checkpoint.MARKER).read_text())
+    names = [p.name for p in folder.iterdir() if p.name != checkpoint.MARKER]
+    marker["files"] = {name: (folder / name).stat().st_size for name in names}
+    marker["sha256"] = {name: checkpoint.file_sha256(folder / name) for name in names}
+    (folder / checkpoint.MARKER).write_text(json.dumps(marker))
+
+
+def contents(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def skipped_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_the_previous_one_resumes(
+    reference, tmp_path
+):
+    """One run, each damage mode on a newer checkpoint than the good one at step 6: every one is set aside on
+    every rank and named with its reason in one line, the incomplete folders are reported and left as they are,
+    the run resumes at step 6 exactly, its step-12 checkpoint goes to a free name, and keep_checkpoints=1 prunes
+    only the checkpoints this run loaded or wrote."""
     ckpt = tmp_path / "ckpt"
+    copy_checkpoint(reference, 6, ckpt, 3)  # older than the one loaded: not this run's, never pruned
     copy_checkpoint(reference, 6, ckpt, 6)
-    # rank 1 hashes rank_00000.pt (the local ranks take turns over the sorted names): only rank 1 sees this
-    damage(copy_checkpoint(reference, 12, ckpt, 9) / "rank_00000.pt")
-    damage(copy_checkpoint(reference, 12, ckpt, 10) / ".metadata")
-    output = run_trainer(settings(tmp_path))
-    skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
-    assert len(skipped) == 1, output
-    assert (
-        "step_00000010 (rank 0: checksum mismatch in .metadata; set aside as step_00000010.unusable)"
-        in skipped[0]
-    )
-    assert (
-        "step_00000009 (rank 1: checksum mismatch in rank_00000.pt; set aside as step_00000009.unusable)"
-        in skipped[0]
-    )
-    assert skipped[0].endswith("resuming from " + str(ckpt / "step_00000006"))
+    size = {p.name: p.stat().st_size for p in (reference[0] / "ckpt_ref" / "step_00000012").iterdir()}
+    newer = {step: copy_checkpoint(reference, 12, ckpt, step) for step in (7, 8, 9, 10, 11, 13, 14, 15)}
+    truncate(newer[7] / "__1_0.distcp")
+    truncate(newer[8] / ".metadata")
+    truncate(newer[9] / "rank_00001.pt")
+    damage(
+        newer[10] / "rank_00000.pt"
+    )  # rank 1 hashes rank_00000.pt (the local ranks take turns over the names)
+    (newer[11] / "__0_0.distcp").unlink()
+    (newer[13] / checkpoint.MARKER).write_text('{"world_size": 2, "files": {".meta')
+    truncate(newer[14] / "rank_00001.pt")  # sealed with its new size and checksum: only rank 1's load fails
+    reseal(newer[14])
+    damage(newer[15] / ".metadata")  # rank 0 hashes .metadata
+    unsealed = copy_checkpoint(reference, 12, ckpt, 12)
+    (
+        unsealed / checkpoint.MARKER
+    ).unlink()  # an interrupted write (or a partial sync) at the step the run saves
+    shutil.copytree(reference[0] / "ckpt_ref" / "step_00000012", ckpt / "step_00000012.tmp")
+    before = contents(ckpt)
+    output = run_trainer(settings(tmp_path, keep_checkpoints="1"))
+    line = skipped_line(output)
+    reasons = {
+        7: f"__1_0.distcp has {size['__1_0.distcp'] // 2} bytes, COMPLETE lists {size['__1_0.distcp']}",
+        8: f".metadata has {size['.metadata'] // 2} bytes, COMPLETE lists {size['.metadata']}",
+        9: f"rank_00001.pt has {size['rank_00001.pt'] // 2} bytes, COMPLETE lists {size['rank_00001.pt']}",
+        10: "rank 1: checksum mismatch in rank_00000.pt",
+        11: "__0_0.distcp is missing",
+        13: "unreadable COMPLETE marker (JSONDecodeError: ",
+        14: "load failed on rank 1: RuntimeError: PytorchStreamReader failed",
+        15: "rank 0: checksum mismatch in .metadata",
+    }
+    for step, reason in reasons.items():
+        name = checkpoint.step_dir_name(step)
+        assert f"{name} ({reason}" in line and f"set aside as {name}.unusable)" in line, (step, line)
+    assert "load failed on rank 0" not in line
+    assert "step_00000012 (incomplete: no COMPLETE marker, an interrupted write; left as it is)" in line
+    assert "step_00000012.tmp (incomplete: an interrupted write; left as it is)" in line
+    assert line.endswith("resuming from " + str(ckpt / "step_00000006"))
     assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
-    assert (ckpt / "step_00000009.unusable").is_dir() and (ckpt / "step_00000010.unusable").is_dir()
-    assert [step for step, _ in complete_checkpoints(ckpt)] == [6, 12]
+    assert f"checkpoint saved to {ckpt / 'step_00000012-2'}" in output
+    summary = next(x for x in output.splitlines() if x.startswith("summary "))
+    assert "restarted_from" not in summary and "unusable_checkpoints" not in summary  # it resumed
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(
+        ["step_00000003", "step_00000012", "step_00000012.tmp", "step_00000012-2"]
+        + [f"{checkpoint.step_dir_name(step)}.unusable" for step in reasons]
+    )  # step 6 (loaded) pruned by keep_checkpoints=1; step 3 was not this run's
+    after = contents(ckpt)
+    damaged = {checkpoint.step_dir_name(step) for step in reasons}
+    moved = {k.replace("/", ".unusable/", 1): v for k, v in before.items() if k.split("/")[0] in damaged}
+    assert {k: after[k] for k in moved} == moved  # set aside byte for byte
+    for key, value in before.items():
+        if key.startswith(("step_00000003/", "step_00000012/", "step_00000012.tmp/")):
+            assert after[key] == value, key  # left as they were
+    assert [p.name for _, p in complete_checkpoints(ckpt)] == ["step_00000003", "step_00000012-2"]
 
 
-def test_when_no_checkpoint_loads_one_line_says_why_and_training_starts_at_step_0(reference, tmp_path):
+def test_when_no_checkpoint_loads_one_line_says_why_training_starts_at_step_0_and_nothing_is_lost(
+    reference, tmp_path
+):
     ckpt = tmp_path / "ckpt"
     damage(next(copy_checkpoint(reference, 12, ckpt, 12).glob("__1_*.distcp")))
     # written before checksums existed: only its load can fail (an unpicklable .metadata), after it has
@@ -90,18 +159,27 @@ def test_when_no_checkpoint_loads_one_line_says_why_and_training_starts_at_step_
     marker = json.loads((legacy / checkpoint.MARKER).read_text())
     (legacy / checkpoint.MARKER).write_text(json.dumps({k: v for k, v in marker.items() if k != "sha256"}))
     damage(legacy / ".metadata")
-    output = run_trainer(settings(tmp_path))
-    skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
-    assert len(skipped) == 1 and skipped[0].endswith("no usable checkpoint: starting from step 0"), output
-    assert (
-        "checksum mismatch in __1_0.distcp" in skipped[0]
-        and "step_00000006 (load failed on rank" in skipped[0]
-    )
+    (ckpt / "step_00000006.tmp").mkdir()  # an interrupted write at a step the new run saves
+    before = contents(ckpt)
+    output = run_trainer(settings(tmp_path, keep_checkpoints="1"))
+    line = skipped_line(output)
+    assert line.endswith("no usable checkpoint: starting from step 0"), output
+    assert "checksum mismatch in __1_0.distcp" in line and "step_00000006 (load failed on rank" in line
+    assert "step_00000006.tmp (incomplete: an interrupted write; left as it is)" in line
     assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output  # DCP logs its own
     assert losses(output) == losses(reference[1])  # from scratch, exactly as the first run
+    summary = next(x for x in output.splitlines() if x.startswith("summary "))
+    assert summary.endswith(" unusable_checkpoints=3 restarted_from: none (3 checkpoints unusable)")
+    assert contract.parse_metric_line(summary)["final:unusable_checkpoints"] == 3
+    assert f"checkpoint saved to {ckpt / 'step_00000006-2'}" in output  # the .tmp's name is taken
     assert sorted(p.name for p in ckpt.iterdir()) == [
-        "step_00000006", "step_00000006.unusable", "step_00000012", "step_00000012.unusable"
-    ]  # fmt: skip
+        "step_00000006.tmp",
+        "step_00000006.unusable",
+        "step_00000012",
+        "step_00000012.unusable",
+    ]  # fmt: skip  (step_00000006-2 pruned by keep_checkpoints=1: this run wrote it)
+    moved = {key.replace("/", ".unusable/", 1): value for key, value in before.items()}  # the .tmp is empty
+    assert {key: contents(ckpt)[key] for key in moved} == moved  # set aside byte for byte
 
 
 def test_a_different_model_shape_is_refused_with_one_line_naming_both(reference, tmp_path):
@@ -114,6 +192,29 @@ def test_a_different_model_shape_is_refused_with_one_line_naming_both(reference,
         "(num_layers=3, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256); use another "
         "checkpoint_dir or the checkpoint's model settings"
     ]
+
+
+def test_a_nope_checkpoint_from_before_rope_resumes_with_position_encoding_none_only(tmp_path):
+    """Checkpoints written before position_encoding existed record only the shape; those models were NoPE."""
+    first = {**settings(tmp_path, max_steps="4", checkpoint_interval="4"), "position_encoding": "none"}
+    status, output = run_single(first)
+    assert status == 0 and "Hugging Face export skipped: position_encoding=none" in output, output
+    marker_path = tmp_path / "ckpt" / "step_00000004" / checkpoint.MARKER
+    marker = json.loads(marker_path.read_text())
+    assert marker["model_shape"]["position_encoding"] == "none" and "rope_theta" not in marker["model_shape"]
+    old_shape = {k: v for k, v in marker["model_shape"].items() if k in contract.MODEL_DIM_NAMES}
+    marker_path.write_text(json.dumps({**marker, "model_shape": old_shape}))  # as written before RoPE
+
+    status, output = run_single({**settings(tmp_path, max_steps="6"), "rope_theta": "20000"})  # rope: default
+    assert status == 2, output
+    assert output.strip().splitlines() == [
+        f"error: invalid setting checkpoint_dir: {marker_path.parent} holds a model trained with "
+        "position_encoding=none, but this run has position_encoding=rope, rope_theta=20000; use another "
+        "checkpoint_dir or the checkpoint's model settings"
+    ]
+    status, output = run_single({**first, "max_steps": "6"})
+    assert status == 0, output
+    assert f"resumed from {marker_path.parent} at step 4" in output and "summary steps=6 " in output
 
 
 def listing(root: Path) -> dict[str, tuple[int, int]]:
@@ -141,6 +242,7 @@ def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(
     shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
     status, output = run_single(settings(tmp_path))
     assert status == 0 and "held no model, so the checkpoint's model was saved to" in output, output
+    assert f"Hugging Face model (float32) exported to {tmp_path / 'model' / 'hf'}" in output
     saved = torch.load(tmp_path / "model" / "model.pt", weights_only=False)
     expected = torch.load(reference[0] / "model_ref" / "model.pt", weights_only=False)
     assert saved["step"] == 12 and saved["state_dict"].keys() == expected["state_dict"].keys()

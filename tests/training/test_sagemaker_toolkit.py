@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 
 import pytest
+
+from training import contract
+from training.trainer import checkpoint
 
 from .runner import TINY, fields, toolkit_job
 
@@ -34,4 +39,62 @@ def test_toolkit_runs_train_sh_with_the_step_functions_hyperparameters(tmp_path)
     assert config["world_size"] == "2"
     assert (tmp_path / "checkpoints" / "step_00000004" / "COMPLETE").is_file()
     assert (tmp_path / "model" / "model.pt").is_file()
+    # the model artifact holds the Hugging Face folder (training.trainer.export_hf)
+    assert {p.name for p in (tmp_path / "model" / "hf").iterdir()} == {
+        "README.md", "config.json", "generation_config.json", "model.safetensors"
+    }  # fmt: skip
     assert "summary steps=4 " in output
+
+
+def test_a_start_up_refusal_becomes_the_jobs_failure_reason(reference, tmp_path):
+    """The issue's case: resume_from an earlier run of another model shape. train.sh's check refuses it before
+    torchrun; the trainer's line, not the toolkit's bare exit code, is what SageMaker reads as FailureReason."""
+    channel = tmp_path / "opt_ml" / "input" / "data" / contract.RESUME_CHANNEL
+    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(12), channel)
+    hyperparameters = {**TINY, "num_layers": "3", "max_steps": "20", "checkpoint_dir": str(tmp_path / "ckpt"),
+                       "model_dir": str(tmp_path / "model")}  # fmt: skip
+    command, child_env = toolkit_job(tmp_path, hyperparameters)
+    (tmp_path / "opt_ml" / "input" / "config" / "inputdataconfig.json").write_text(
+        json.dumps({contract.RESUME_CHANNEL: {"TrainingInputMode": "File"}})
+    )
+    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    reason = (
+        f"invalid setting resume_from: {channel} holds a model of shape (num_layers=2, hidden_size=64, num_heads=4, "
+        "ffn_hidden_size=128, vocab_size=256), but this run's shape is (num_layers=3, hidden_size=64, num_heads=4, "
+        "ffn_hidden_size=128, vocab_size=256); continue a run of this model shape, or give this run the earlier "
+        "run's model settings"
+    )
+    assert (tmp_path / "opt_ml" / "output" / "failure").read_text() == reason + "\n"
+    assert f"error: {reason}" in output
+    assert "Failure file exists. Skipping creation" in output  # the toolkit kept the trainer's reason
+    assert "train.sh: torchrun" not in output  # refused before any process group
+
+
+def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_failure_reason(
+    reference, tmp_path
+):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(reference[0] / "ckpt_ref", ckpt)
+    (ckpt / "step_00000012" / "__0_0.distcp").unlink()
+    marker = ckpt / "step_00000006" / checkpoint.MARKER
+    marker.write_text(marker.read_text()[:-10])
+    with pytest.raises(json.JSONDecodeError) as unreadable:
+        json.loads(marker.read_text())
+    hyperparameters = {**TINY, "max_steps": "20", "on_unusable_checkpoints": "fail", "checkpoint_dir": str(ckpt),
+                       "model_dir": str(tmp_path / "model")}  # fmt: skip
+    command, child_env = toolkit_job(tmp_path, hyperparameters)
+    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    reason = (tmp_path / "opt_ml" / "output" / "failure").read_text()
+    assert reason == (
+        f"on_unusable_checkpoints=fail: no usable checkpoint in {ckpt}, 2 skipped, not training: step_00000012 "
+        "(__0_0.distcp is missing; set aside as step_00000012.unusable); step_00000006 (unreadable COMPLETE marker "
+        f"(JSONDecodeError: {unreadable.value}); set aside as step_00000006.unusable)\n"
+    )
+    assert len(reason.splitlines()) == 1 and f"error: {reason}" in output
+    assert "train.sh: torchrun" in output and "step=1/" not in output  # refused in the trainer, before step 1
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000006.unusable", "step_00000012.unusable"]
+    assert not (tmp_path / "model").exists() or not any((tmp_path / "model").iterdir())

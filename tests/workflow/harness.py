@@ -153,7 +153,8 @@ def definitions_of(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @dataclass(frozen=True)
 class Outcome:
     """What a launch gives: a job ending in ``status``, or (``client_error``: an error code such as
-    ``ValidationException``) ``CreateTrainingJob`` refused, no job created."""
+    ``ValidationException``) ``CreateTrainingJob`` refused, no job created. ``final_metrics``: the job's
+    ``FinalMetricDataList`` as (name, value) pairs (default: moto's canned one)."""
 
     status: str = "Completed"
     failure_reason: str | None = None
@@ -161,6 +162,7 @@ class Outcome:
     billable_seconds: int = 3600
     client_error: str | None = None
     status_code: int = 400
+    final_metrics: tuple[tuple[str, float], ...] = ()
 
 
 COMPLETED = Outcome()
@@ -232,6 +234,11 @@ class SageMakerSync(StateTaskServiceUnsupported):
         job.algorithm_specification = normalised_parameters["AlgorithmSpecification"]
         if outcome.failure_reason is not None:
             job.failure_reason = outcome.failure_reason
+        if outcome.final_metrics:
+            job.final_metric_data_list = [
+                {"MetricName": name, "Value": value, "Timestamp": job.creation_time}
+                for name, value in outcome.final_metrics
+            ]
         if outcome.status == "Completed":
             job.training_time_in_seconds = outcome.training_seconds
             job.billable_time_in_seconds = outcome.billable_seconds

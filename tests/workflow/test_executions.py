@@ -113,6 +113,7 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "InstanceType": DEFAULT_INSTANCE_TYPE,
         "InstanceCount": 1,
         "VolumeSizeInGB": 512,
+        "KeepAlivePeriodInSeconds": 0,
     }
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400}
     assert request["EnableManagedSpotTraining"] is False
@@ -128,6 +129,9 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "training-workflow-execution": name,
     }
     assert "VpcConfig" not in request and "InputDataConfig" not in request
+    assert request["Environment"] == {}
+    assert request["InfraCheckConfig"] == {"EnableInfraCheck": False}
+    assert request["RemoteDebugConfig"] == {"EnableRemoteDebug": False}
 
     summary = result["summary"]
     assert summary == {
@@ -136,6 +140,10 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "training_seconds": 3600,
         "billable_seconds": 3600,
         "model_artifacts": f"s3://{bucket}/output/{request['TrainingJobName']}/output/model.tar.gz",
+        "hugging_face_model": {
+            "archive": f"s3://{bucket}/output/{request['TrainingJobName']}/output/model.tar.gz",
+            "folder": "hf/",
+        },
         "checkpoint_uri": f"s3://{bucket}/checkpoints/Test-Workflow/{name}/",
         "final_metrics": summary["final_metrics"],
         "image_uri": spec["TrainingImage"],
@@ -166,6 +174,7 @@ def test_training_plan_request(workflow):
         "InstanceCount": 2,
         "VolumeSizeInGB": 512,
         "TrainingPlanArn": PLAN_ARN,
+        "KeepAlivePeriodInSeconds": 0,
     }
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxPendingTimeInSeconds": 172800}
     assert request["EnableManagedSpotTraining"] is False
@@ -181,6 +190,7 @@ def test_managed_spot_request_defaults_max_wait_to_the_runtime(workflow):
     assert request["EnableManagedSpotTraining"] is True
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 7200}
     assert "TrainingPlanArn" not in request["ResourceConfig"]
+    assert "KeepAlivePeriodInSeconds" not in request["ResourceConfig"]  # no warm pool with spot
 
 
 def test_managed_spot_request_with_max_wait(workflow):

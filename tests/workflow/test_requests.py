@@ -14,7 +14,7 @@ import pytest
 
 from constructs_lib._shared.nag import logical_id
 from constructs_lib.workflow.construct import TrainingWorkflow
-from constructs_lib.workflow.request_check import RequestRules, prepare_request
+from constructs_lib.workflow.request_check import RequestRules, decide, job_fields
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
@@ -37,6 +37,8 @@ def synthesized():
             image_uri=first.image_uri,
             execution_role=first.execution_role,
             bucket=first.bucket,
+            remote_debug=True,
+            max_keep_alive_seconds=600,
         )
         holder["first"], holder["second"] = first, second
 
@@ -55,6 +57,7 @@ def workflows(synthesized):
         machines["first"].s3.create_bucket(
             Bucket=synthesized["bucket"], CreateBucketConfiguration={"LocationConstraint": REGION}
         )
+        machines["first"].s3.put_object(Bucket=synthesized["bucket"], Key="data/c/part-0.bin", Body=b"t")
         yield machines
 
 
@@ -124,6 +127,23 @@ def _failed(result: dict, error: str) -> str:
             {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"},
             "precision: mxfp8 cannot run on the GPUs",
         ),
+        ({"keep_alive_seconds": 3601}, "keep_alive_seconds: must be an integer in [0, 3600]"),
+        ({"keep_alive_seconds": 60, "use_spot": True}, "warm pools cannot be used with managed spot"),
+        ({"infra_check": "yes"}, "infra_check: must be true or false"),
+        ({"tags": {"aws:team": "x"}}, "tags.aws:team: reserved"),
+        ({"tags": {"training-workflow": "x"}}, "tags.training-workflow: reserved"),
+        ({"tags": {"team": "a#b"}}, "tags.team: value must be at most 256 letters"),
+        ({"tags": {f"k{i}": "v" for i in range(49)}}, "tags: at most 48"),
+        ({"tags": ["team"]}, "tags: must be a JSON object of string values"),
+        ({"remote_debug": True}, "remote_debug: must be false (this workflow is deployed without remote"),
+        ({"environment": {"PATH": "/x"}}, "environment.PATH: name must start with one of NCCL_"),
+        ({"environment": {"NVTE_FRAMEWORK": "jax"}}, "environment.NVTE_FRAMEWORK: set by the platform"),
+        ({"environment": {"NCCL_DEBUG": 1}}, "environment: must be a JSON object of string values"),
+        ({"environment": {"NCCL_X": "v" * 513}}, "environment.NCCL_X: value of 513 characters"),
+        (
+            {"train_data_uri": "s3://fake-checkpointsbucket6ba0c50d/data/empty/"},
+            "train_data_uri: must hold the training data, but no object is under it",
+        ),
     ],
 )
 def test_bad_input_ends_in_invalid_input_before_sagemaker(workflow, execution_input, words):
@@ -184,6 +204,7 @@ def test_throttling_is_retried_with_backoff(workflow):
 def test_train_data_uri_is_mounted_as_the_train_channel(workflow, synthesized, mode):
     prefix = _prefix()
     uri = f"s3://{synthesized['bucket']}/data/corpus-{prefix}/"
+    workflow.s3.put_object(Bucket=synthesized["bucket"], Key=f"data/corpus-{prefix}/shard-0.bin", Body=b"t")
     execution_input = {"job_name_prefix": prefix, "train_data_uri": uri}
     if mode:
         execution_input["train_data_input_mode"] = mode
@@ -203,6 +224,42 @@ def test_train_data_uri_is_mounted_as_the_train_channel(workflow, synthesized, m
         }
     ]
     assert request["HyperParameters"]["dataset"] == "channel"
+
+
+def test_every_new_field_reaches_the_request(workflow):
+    prefix, name = _prefix(), f"fields-{_prefix()}"
+    execution_input = {
+        "job_name_prefix": prefix,
+        "keep_alive_seconds": 1800,
+        "infra_check": True,
+        "tags": {"team": "llm", "cost-center": "1234"},
+        "environment": {"NCCL_DEBUG": "INFO", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
+    }
+    assert workflow.run(execution_input, name)["status"] == "SUCCEEDED"
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
+    assert request["InfraCheckConfig"] == {"EnableInfraCheck": True}
+    assert request["RemoteDebugConfig"] == {"EnableRemoteDebug": False}
+    assert request["Environment"] == execution_input["environment"]
+    assert request["Tags"] == [
+        {"Key": "training-workflow", "Value": "Test/Workflow"},
+        {"Key": "training-workflow-execution", "Value": name},
+        {"Key": "cost-center", "Value": "1234"},
+        {"Key": "team", "Value": "llm"},
+    ]
+
+
+def test_remote_debug_reaches_the_request_where_the_workflow_allows_it(workflows):
+    prefix = _prefix()
+    result = workflows["second"].run(
+        {"job_name_prefix": prefix, "remote_debug": True, "keep_alive_seconds": 600}
+    )
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["RemoteDebugConfig"] == {"EnableRemoteDebug": True}
+    assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
+    refused = workflows["second"].run({"keep_alive_seconds": 601})  # this workflow's own ceiling
+    assert "keep_alive_seconds: must be an integer in [0, 600]" in _failed(refused, "InvalidInput")
 
 
 # ---- continue an earlier run ---------------------------------------------------------------------------------------
@@ -349,9 +406,21 @@ CANDIDATES: dict[str, list] = {
         "max_steps=5",
     ],
     "job_name_prefix": ["-bad", "a" * 27, "bad_name", ""],
-    "train_data_uri": [None, "s3://{bucket}/data/c/", "s3://{bucket}/data/c", "s3://elsewhere/data/", 3],
+    "train_data_uri": [
+        None,
+        "s3://{bucket}/data/c/",
+        "s3://{bucket}/data/empty/",
+        "s3://{bucket}/data/c",
+        "s3://elsewhere/data/",
+        3,
+    ],
     "train_data_input_mode": ["FastFile", "File", "Pipe"],
     "resume_from": [None, "a/b", ""],
+    "keep_alive_seconds": [0, 60, 3600, 3601, -1, True],
+    "infra_check": [True, False, "true"],
+    "tags": [{}, {"team": "llm"}, {"aws:x": "1"}, {"team": 3}, {"a b": "c d"}, {"training-workflow": "x"}],
+    "remote_debug": [False, True, None],
+    "environment": [{}, {"NCCL_DEBUG": "INFO"}, {"PATH": "/x"}, {"CUDA_VISIBLE_DEVICES": "0"}, {"FI_X": "1"}],
     "unknown_field": [1],
 }
 
@@ -372,24 +441,35 @@ def corpus(bucket: str) -> list[object]:
 
 
 def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow, rules, synthesized):
+    """The moto state machine and :func:`decide` (with the same S3) agree on the verdict, the cause and every part
+    of the request the decision makes: hyperparameters, channels, instance type, warm pool, tags, environment,
+    infra check and remote debugging."""
     inputs = corpus(synthesized["bucket"])
     started = []
     for raw in inputs:
         if isinstance(raw, dict) and "job_name_prefix" not in raw:
             raw = {**raw, "job_name_prefix": _prefix()}
-        started.append((raw, workflow.start(raw)))
+        name = f"agree-{_prefix()}"
+        started.append((raw, name, workflow.start(raw, name)))
     outcomes = {"valid": 0, "invalid": 0}
-    for raw, arn in started:
+    for raw, name, arn in started:
         result = workflow.wait(arn, timeout=120)
-        expected = prepare_request(raw, rules)
-        if expected.problems:
+        expected = decide({"input": raw, "rules": rules.to_json(), "execution": name}, s3=workflow.s3)
+        if not expected["valid"]:
             outcomes["invalid"] += 1
-            assert _failed(result, "InvalidInput") == expected.cause, raw
-        else:
-            outcomes["valid"] += 1
-            assert result["status"] == "SUCCEEDED", (raw, result)
-            (request,) = OUTCOMES.requests[raw["job_name_prefix"]]
-            assert request["HyperParameters"] == expected.hyperparameters, raw
-            assert request.get("InputDataConfig", []) == expected.channels, raw
-            assert request["ResourceConfig"]["InstanceType"] == expected.config["instance_type"]
+            assert _failed(result, "InvalidInput") == expected["cause"], raw
+            continue
+        outcomes["valid"] += 1
+        assert result["status"] == "SUCCEEDED", (raw, result)
+        (request,) = OUTCOMES.requests[raw["job_name_prefix"]]
+        config = expected["config"]
+        assert request["HyperParameters"] == expected["hyperparameters"], raw
+        assert request.get("InputDataConfig", []) == expected["channels"], raw
+        assert request["ResourceConfig"]["InstanceType"] == config["instance_type"]
+        assert request["ResourceConfig"].get("KeepAlivePeriodInSeconds") == (
+            None if config["use_spot"] else config["keep_alive_seconds"]
+        ), raw
+        assert expected["request"] == job_fields(config, rules, name)
+        for key, value in expected["request"].items():
+            assert request[key] == value, (raw, key)
     assert len(inputs) >= 200 and outcomes["valid"] >= 40 and outcomes["invalid"] >= 100, outcomes

@@ -2,7 +2,9 @@
 
 Settings are validated, the precision checked against this machine, and the output folders and data checked
 (``preflight``), before any process group starts. ``--check-only`` stops there (``train.sh`` runs it before
-starting torchrun).
+starting torchrun). Every refusal before training (a bad setting, a failed check, a checkpoint of another model
+shape, ``on_unusable_checkpoints=fail``) is one ``error: ...`` line, exit status 2, and under SageMaker the job's
+failure reason (``sagemaker_job.refuse``).
 
 Leaving: every rank meets at a barrier, destroys the process group, flushes its output and ends the process with
 ``os._exit``, skipping interpreter finalization. Why: ``destroy_process_group`` does not stop gloo's threads
@@ -24,7 +26,7 @@ import sys
 import torch.distributed as dist
 
 from training import contract
-from training.trainer import config, loop, parallel, precision, preflight
+from training.trainer import checkpoint, config, loop, parallel, precision, preflight, sagemaker_job
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,17 +35,17 @@ def main(argv: list[str] | None = None) -> int:
         precision.check_this_machine(cfg.precision)
         preflight.check(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     except contract.ContractError as err:
-        print(f"error: invalid setting {err}", file=sys.stderr)
-        return 2
+        return sagemaker_job.refuse(f"invalid setting {err}")
     if check_only:
         print("settings ok: " + contract.format_config_line(cfg.as_dict()).removeprefix("config "))
         return 0
     env = parallel.init_distributed()
     try:
         loop.run(cfg, env)
-    except loop.checkpoint.CheckpointShapeError as err:
-        if env.is_main:
-            print(f"error: {err}", file=sys.stderr)
+    except (checkpoint.CheckpointShapeError, checkpoint.UnusableCheckpointsError) as err:
+        # every rank raises it; rank 0 prints it, each node's local rank 0 writes its failure file
+        if env.local_rank == 0:
+            sagemaker_job.refuse(str(err), report=env.is_main)
         dist.destroy_process_group()
         return 2
     # Leave together: a rank that tears gloo down while a peer is still in its last collective (the final model

@@ -2,23 +2,29 @@
 
 Layout under ``checkpoint_dir``::
 
-    step_00000100/            complete: renamed from step_00000100.tmp by rank 0 after every rank finished
+    step_00000100/            sealed: renamed from step_00000100.tmp by each node's local rank 0 after every rank
         .metadata, __*.distcp  DCP shards of model + optimizer (resharded on load if the world size changed)
         rank_00000.pt ...      per-rank trainer state: step, data position, LR schedule, RNG states
-        COMPLETE               JSON written last: world size, model shape, size and SHA-256 of every file above
-    step_00000200.tmp/        being written (or abandoned by a crash): never loaded, never deleted
-    step_00000050.unusable/   set aside: failed its checksums or its load; never loaded again, never deleted
+        COMPLETE               JSON written last: world size, model shape, job, size and SHA-256 of every file
+    step_00000100-2/          a later save of step 100 whose folder name was taken (never written into)
+    step_00000200.tmp/        being written, or abandoned by a crash: incomplete, reported, never loaded or deleted
+    step_00000050.unusable/   set aside: sealed but failed a check or its load; never loaded again, never deleted
+
+One rule for a sealed folder (``COMPLETE`` present): ``COMPLETE`` is written last, so any failed check -- an
+unreadable marker, a listed file missing or of another size, a file it does not list, a checksum that differs, a
+load error on any rank -- is damage, and every rank agrees to set the folder aside (rename it ``.unusable``) and
+try the previous one; each is reported with its reason. A ``step_*`` folder without ``COMPLETE`` (and a ``.tmp``
+one) is an interrupted write: reported as incomplete, left as it is, never loaded.
 
 A run that continues an earlier one (the workflow's ``resume_from``) gets that run's newest complete checkpoint as
 the read-only ``resume`` input channel; it is tried only when ``checkpoint_dir`` holds no checkpoint that loads
 (after a spot interruption the run's own, newer ones win), is verified like the others, and is never written to
 or renamed.
 
-A directory counts as complete only if its name has no suffix, COMPLETE exists and every listed file has the
-listed size, so a half-written or truncated checkpoint is skipped. Before a complete checkpoint is loaded every
-file's SHA-256 is checked against COMPLETE (the ranks of a node share the hashing); if any rank finds a mismatch
-or fails to load it, all ranks agree to set it aside (rename) and try the previous one. Only complete ``step_*``
-directories beyond the newest ``keep`` are deleted; nothing else in the folder is touched.
+A save never writes into an existing folder: when ``step_N`` or ``step_N.tmp`` exists it writes ``step_N-2`` (and
+so on). ``keep_checkpoints`` counts only the complete checkpoints this run wrote or loaded (and, inside a
+SageMaker job, those an earlier launch of the same job wrote): older ones are deleted, ``COMPLETE`` first;
+set-aside, incomplete and other folders are never touched.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import atexit
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 from pathlib import Path
@@ -45,34 +50,106 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from training import contract
+from training.trainer import sagemaker_job
 
 MARKER = "COMPLETE"
-_NAME = re.compile(r"^step_(\d{8})$")
+_NAME = contract.CHECKPOINT_DIR_NAME
+_TMP = ".tmp"
 
 
-def step_dir_name(step: int) -> str:
-    return f"step_{step:08d}"
+def step_dir_name(step: int, generation: int = 1) -> str:
+    """``step_00000100``, or ``step_00000100-2`` for the second folder of that step."""
+    return f"step_{step:08d}" + (f"-{generation}" if generation > 1 else "")
+
+
+def _order(name: str) -> tuple[int, int] | None:
+    """(step, generation) of a checkpoint folder name, or None for any other name."""
+    match = _NAME.match(name)
+    return (int(match.group(1)), int(match.group(2) or 1)) if match else None
 
 
 def complete_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint under ``root``, oldest first."""
-    root = Path(root)
+    """(step, path) of every complete checkpoint under ``root`` (sealed, every listed file of its listed size),
+    oldest first."""
+    return [(order[0], path) for order, path in _sealed(Path(root)) if size_problem(path) is None]
+
+
+def _sealed(root: Path) -> list[tuple[tuple[int, int], Path]]:
+    """((step, generation), path) of every ``step_*`` folder with a ``COMPLETE`` marker, oldest first."""
     if not root.is_dir():
         return []
     found = []
     for path in root.iterdir():
-        match = _NAME.match(path.name)
-        if match and path.is_dir() and _is_complete(path):
-            found.append((int(match.group(1)), path))
+        order = _order(path.name)
+        if order is not None and path.is_dir() and (path / MARKER).exists():
+            found.append((order, path))
     return sorted(found)
 
 
-def _is_complete(path: Path) -> bool:
+def incomplete_folders(root: Path) -> list[Path]:
+    """Interrupted writes: ``step_*`` folders without ``COMPLETE``, and ``step_*.tmp`` folders, by name."""
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        name = path.name.removesuffix(_TMP)
+        if _order(name) is not None and path.is_dir() and (name != path.name or not (path / MARKER).exists()):
+            found.append(path)
+    return sorted(found, key=lambda p: p.name)
+
+
+def _read_marker(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(COMPLETE's content, None), or (None, why it cannot be used)."""
     try:
-        files = json.loads((path / MARKER).read_text())["files"]
-        return all((path / name).stat().st_size == size for name, size in files.items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
+        marker = json.loads((path / MARKER).read_text())
+        files = marker["files"]
+        if not isinstance(files, dict) or not all(isinstance(size, int) for size in files.values()):
+            raise TypeError("'files' is not a map of names to sizes")
+        return marker, None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return None, f"unreadable {MARKER} marker ({type(err).__name__}: {str(err)[:200]})"
+
+
+def size_problem(path: Path) -> str | None:
+    """Why the sealed folder ``path`` fails the checks every rank of a node shares: an unreadable marker, a listed
+    file missing or of another size than listed, a file the marker does not list. None when it passes."""
+    marker, problem = _read_marker(path)
+    if marker is None:
+        return problem
+    for name, size in marker["files"].items():
+        try:
+            actual = (path / name).stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if actual != size:
+            return f"{name} has {actual} bytes, {MARKER} lists {size}"
+    for name in _files(path):
+        if name not in marker["files"]:
+            return f"{name} is not listed in {MARKER}"
+    return None
+
+
+def checksum_problem(path: Path, names: list[str]) -> str | None:
+    """The first of ``names`` (files of the sealed folder ``path``) whose SHA-256 differs from ``COMPLETE``'s, or
+    None. A marker written before checksums existed has none to compare (its sizes were checked)."""
+    marker, problem = _read_marker(path)
+    if marker is None:
+        return problem
+    sums = marker.get("sha256")
+    if sums is None:
+        return None
+    for name in names:
+        try:
+            if file_sha256(path / name) != sums.get(name):
+                return f"checksum mismatch in {name}"
+        except OSError as err:
+            return f"cannot read {name}: {err.strerror or err}"
+    return None
+
+
+def _files(path: Path) -> list[str]:
+    """The files of a checkpoint folder other than its marker, sorted."""
+    return sorted(p.name for p in path.iterdir() if p.is_file() and p.name != MARKER)
 
 
 def resume_channel_dir() -> Path | None:
@@ -95,15 +172,25 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 
 
 class CheckpointShapeError(ValueError):
-    """The checkpoint holds a model of another shape than the run's settings."""
+    """The checkpoint holds a model of another shape (or position encoding) than the run's settings."""
+
+
+class UnusableCheckpointsError(RuntimeError):
+    """``on_unusable_checkpoints=fail``: ``checkpoint_dir`` holds checkpoints and none of them is usable."""
+
+
+INCOMPLETE = "incomplete: {why}an interrupted write; left as it is"
+"""The reason given for an unsealed folder (``{why}``: what is missing)."""
 
 
 class CheckpointManager:
     """Saves and restores the full training state; all ranks call ``save``/``load_latest`` together.
 
-    ``shape`` (the run's model shape, a dict) is stored in every checkpoint and checked before a load.
-    After ``load_latest``, ``set_aside`` lists (folder, reason) of the checkpoints it renamed and
-    ``touched_model`` says whether a failed load may have written into the model or optimizer."""
+    ``shape`` (the run's ``model_identity``: shape and position settings) is stored in every checkpoint and
+    checked before a load.
+    After ``load_latest``, ``skipped`` lists (folder, reason) of every folder it did not load: those it set aside,
+    the incomplete ones, a resume channel that failed; ``touched_model`` says whether a failed load may have
+    written into the model or optimizer."""
 
     def __init__(
         self,
@@ -121,39 +208,63 @@ class CheckpointManager:
         self.local_rank, self.cpu_group = env.local_rank, env.cpu_group
         self.node_leader = env.local_rank == 0
         self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))
+        self.job = sagemaker_job.job_name()
         self.set_aside: list[tuple[str, str]] = []
+        self.incomplete: list[tuple[str, str]] = []
         self.touched_model = False
+        self.loaded: Path | None = None  # the checkpoint load_latest restored, if any
+        self._ours: set[str] = set()  # the checkpoints this run loaded or wrote: the only ones pruning counts
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        """(folder, reason) of every folder ``load_latest`` did not load: set aside or failed, then incomplete."""
+        return [*self.set_aside, *self.incomplete]
 
     def save(self, step: int, model, optimizer, trainer_state: dict[str, Any]) -> Path:
-        """Write ``step_XXXXXXXX.tmp``, then (after a barrier) hash it and have each node's local rank 0 seal and
-        rename it (each node's ``/opt/ml/checkpoints`` is its own disk, synced to the same S3 prefix)."""
-        final = self.root / step_dir_name(step)
-        tmp = final.with_name(final.name + ".tmp")
+        """Write a fresh ``step_XXXXXXXX.tmp`` (a free name: never an existing folder), then (after a barrier) hash
+        it and have each node's local rank 0 seal and rename it (each node's ``/opt/ml/checkpoints`` is its own
+        disk, synced to the same S3 prefix), then prune."""
+        final = self.root / self._free_name(step)
+        tmp = final.with_name(final.name + _TMP)
         if self.node_leader:
-            shutil.rmtree(tmp, ignore_errors=True)  # a leftover from a crash at this same step
-            tmp.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir(parents=True)
         dist.barrier(group=self.cpu_group)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
         torch.save({**trainer_state, "rng": rng_state(self.device)}, tmp / f"rank_{self.rank:05d}.pt")
         dist.barrier(group=self.cpu_group)
         digests = self._node_digests(tmp)
+        self._ours.add(final.name)
         if self.node_leader and tmp.exists():
             files = {name: size for name, (size, _) in sorted(digests.items())}
             sums = {name: digest for name, (_, digest) in sorted(digests.items())}
-            marker = {"world_size": self.world_size, "step": step, "model_shape": self.shape}
+            marker = {"world_size": self.world_size, "step": step, "model_shape": self.shape, "job": self.job}
             _write_atomic(tmp / MARKER, json.dumps({**marker, "files": files, "sha256": sums}))
-            if final.exists():  # an older save of this step, e.g. before a resume: replace it whole
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            if os.path.lexists(final):  # appeared since the name was chosen: never replace it
+                raise FileExistsError(
+                    f"checkpoint_dir: {final} appeared while {tmp} was written; not replacing it"
+                )
+            os.rename(tmp, final)
             self._prune()
         dist.barrier(group=self.cpu_group)
         return final
 
+    def _free_name(self, step: int) -> str:
+        """The first of ``step_N``, ``step_N-2``, ... that names no file or folder on any node, with or without
+        ``.tmp`` (an incomplete folder of that step is left as it is, never written into)."""
+        generation = 0
+        while True:
+            generation += 1
+            name = step_dir_name(step, generation)
+            taken = any(os.path.lexists(self.root / other) for other in (name, name + _TMP))
+            verdicts: list[Any] = [None] * self.world_size
+            dist.all_gather_object(verdicts, taken, group=self.cpu_group)
+            if not any(verdicts):
+                return name
+
     def _my_share(self, path: Path) -> list[str]:
         """The files of ``path`` this rank hashes: the node's local ranks take turns over the sorted names."""
-        names = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != MARKER)
-        return names[self.local_rank :: self.local_world]
+        return _files(path)[self.local_rank :: self.local_world]
 
     def _node_digests(self, path: Path) -> dict[str, tuple[int, str]]:
         """{name: (size, sha256)} of every file in ``path`` on this node (each rank hashes its share)."""
@@ -166,36 +277,62 @@ class CheckpointManager:
         return {k: v for owner, part in gathered if owner == node for k, v in part.items()}
 
     def _prune(self) -> None:
-        for _, path in complete_checkpoints(self.root)[: -self.keep]:
+        """Delete the complete checkpoints this run loaded or wrote (or this SageMaker job wrote in an earlier
+        launch) beyond the newest ``keep``; ``COMPLETE`` goes first, so an interrupted deletion leaves an
+        unsealed folder, never a sealed one with files missing."""
+        ours = [
+            path
+            for _, path in complete_checkpoints(self.root)
+            if path.name in self._ours or self._same_job(path)
+        ]
+        for path in ours[: -self.keep]:
+            (path / MARKER).unlink()
             shutil.rmtree(path)
+
+    def _same_job(self, path: Path) -> bool:
+        marker, _ = _read_marker(path)
+        return self.job is not None and marker is not None and marker.get("job") == self.job
 
     def load_latest(self, model, optimizer) -> dict[str, Any] | None:
         """Restore model, optimizer and RNG from the newest checkpoint that verifies and loads on every rank;
         return its trainer state (step, data position, schedule), or None when there is none.
 
-        Every rank tries the same checkpoints (rank 0's list). One that fails its checksums or its load on any
-        rank is set aside on every node (renamed ``.unusable``, never deleted) and the previous one is tried.
-        When none of the run's own loads, the read-only ``resume_dir`` (an earlier run's) is tried, and skipped
-        with its reason if it fails (never renamed). A checkpoint of another model shape raises
-        CheckpointShapeError naming both shapes."""
-        found = [step for step, _ in complete_checkpoints(self.root)]
-        steps: list[Any] = [found]
+        Every rank tries the same sealed folders (rank 0's list), newest first. One that fails a check or its
+        load on any rank is set aside on every node (renamed ``.unusable``, never deleted) and the previous one is
+        tried. Incomplete folders are listed in ``incomplete`` and left alone. When none of the run's own loads,
+        the read-only ``resume_dir`` (an earlier run's) is tried, and skipped with its reason if it fails (never
+        renamed). A checkpoint of another model shape raises CheckpointShapeError naming both shapes."""
+        found: list[Any] = [([p.name for _, p in _sealed(self.root)], incomplete_folders(self.root))]
         dist.broadcast_object_list(
-            steps, src=0, group=self.cpu_group
-        )  # rank 0's list, if nodes' folders differ
-        for step in reversed(steps[0]):
-            path = self.root / step_dir_name(step)
+            found, src=0, group=self.cpu_group
+        )  # rank 0's lists, if nodes' folders differ
+        sealed, incomplete = found[0]
+        for path in incomplete:
+            why = "" if path.name.endswith(_TMP) else f"no {MARKER} marker, "
+            self.incomplete.append((path.name, INCOMPLETE.format(why=why)))
+        for name in reversed(sealed):
+            path = self.root / name
             state, reason = self._try_load(path, model, optimizer)
             if reason is None:
+                self._ours.add(name)
+                self.loaded = path
                 return state
             self._set_aside(path, reason)
-        earlier = [self.resume_dir is not None and _is_complete(self.resume_dir)]
-        dist.broadcast_object_list(earlier, src=0, group=self.cpu_group)
-        if earlier[0] and self.resume_dir is not None:
+        return self._load_resume_channel(model, optimizer)
+
+    def _load_resume_channel(self, model, optimizer) -> dict[str, Any] | None:
+        """The earlier run's checkpoint (read-only): its trainer state, or None (absent, or skipped with why)."""
+        if self.resume_dir is None or not self.resume_dir.exists():
+            return None
+        sealed = [(self.resume_dir / MARKER).exists()]
+        dist.broadcast_object_list(sealed, src=0, group=self.cpu_group)
+        reason = None if sealed[0] else f"no {MARKER} marker"
+        if reason is None:
             state, reason = self._try_load(self.resume_dir, model, optimizer, field="resume_from")
             if reason is None:
+                self.loaded = self.resume_dir
                 return state
-            self.set_aside.append((str(self.resume_dir), f"{reason}; read-only, left as it is"))
+        self.set_aside.append((str(self.resume_dir), f"{reason}; read-only, left as it is"))
         return None
 
     def _try_load(
@@ -224,24 +361,16 @@ class CheckpointManager:
             raise CheckpointShapeError(f"{field}: {message}")
 
     def _verify(self, path: Path) -> str | None:
-        """Why this rank's share of ``path`` fails its checksums, or None."""
-        if not _is_complete(path):
-            return f"rank {self.rank} has no complete copy"
-        try:
-            sums = json.loads((path / MARKER).read_text()).get("sha256")
-            if sums is None:
-                return None  # written before checksums existed: sizes were checked
-            for name in self._my_share(path):
-                if name not in sums:
-                    return f"rank {self.rank}: {name} is not listed in {MARKER}"
-                if file_sha256(path / name) != sums[name]:
-                    return f"rank {self.rank}: checksum mismatch in {name}"
-        except (OSError, ValueError, AttributeError) as err:
-            return f"rank {self.rank}: cannot verify: {err}"
-        return None
+        """Why ``path`` fails on this rank: the checks every rank of a node shares (marker, files, sizes), then
+        the checksums of this rank's share of the files. None when it passes."""
+        problem = size_problem(path)
+        if problem is not None:
+            return problem
+        problem = checksum_problem(path, self._my_share(path))
+        return f"rank {self.rank}: {problem}" if problem is not None else None
 
     def _agree(self, reason: str | None) -> str | None:
-        """All ranks' verdicts: None if every rank succeeded, else every failing rank's reason."""
+        """All ranks' verdicts: None if every rank succeeded, else every distinct failing reason."""
         reasons: list[Any] = [None] * self.world_size
         dist.all_gather_object(reasons, reason, group=self.cpu_group)
         failed = [r for r in reasons if r is not None]
@@ -250,12 +379,12 @@ class CheckpointManager:
     def _set_aside(self, path: Path, reason: str) -> None:
         target = path.with_name(path.name + ".unusable")
         index = 1
-        while target.exists():
+        while os.path.lexists(target):
             index += 1
             target = path.with_name(f"{path.name}.unusable-{index}")
         dist.barrier(group=self.cpu_group)
         if self.node_leader and path.exists():
-            os.replace(path, target)
+            os.rename(path, target)
         dist.barrier(group=self.cpu_group)
         self.set_aside.append((path.name, f"{reason}; set aside as {target.name}"))
 
@@ -292,18 +421,50 @@ REMEDY = {
 """What the user can change when a checkpoint's model shape differs, by the setting that chose the checkpoint."""
 
 
+POSITION_SETTINGS = ("position_encoding", "rope_theta")
+"""Model settings recorded next to the shape: a model trained with one cannot continue with another."""
+
+LEGACY_MODEL_SETTINGS: dict[str, Any] = {"position_encoding": "none"}
+"""What a checkpoint written before a setting was recorded holds: every model before RoPE was NoPE."""
+
+
+def model_identity(cfg) -> dict[str, Any]:
+    """What a checkpoint of ``cfg``'s model records and a resume must match: the shape (``MODEL_DIM_NAMES``),
+    ``position_encoding`` and, with RoPE, ``rope_theta``."""
+    identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
+    identity["position_encoding"] = cfg.position_encoding
+    if cfg.position_encoding == "rope":
+        identity["rope_theta"] = float(cfg.rope_theta)
+    return identity
+
+
 def shape_mismatch(
-    path: Path, shape: dict[str, int] | None, remedy: str = REMEDY["checkpoint_dir"]
+    path: Path, shape: dict[str, Any] | None, remedy: str = REMEDY["checkpoint_dir"]
 ) -> str | None:
-    """A one-line message when the checkpoint at ``path`` holds a model of another shape than ``shape``."""
+    """A one-line message when the checkpoint at ``path`` holds a model of another shape than ``shape``, or one
+    trained with other position settings (``POSITION_SETTINGS``; a checkpoint without them was NoPE)."""
     try:
         stored = json.loads((path / MARKER).read_text()).get("model_shape")
     except (OSError, ValueError, AttributeError):
         return None  # unreadable marker: verification reports it
-    if shape is None or stored is None or stored == shape:
+    if shape is None or not isinstance(stored, dict):
+        return None
+    stored = {**LEGACY_MODEL_SETTINGS, **stored}
+    dims = [name for name in shape if name not in POSITION_SETTINGS]
+    stored_dims = {name: stored.get(name) for name in dims}
+    if stored_dims != {name: shape[name] for name in dims}:
+        return (
+            f"{path} holds a model of shape {_shape_text(stored_dims)}, but this run's shape is "
+            f"{_shape_text({name: shape[name] for name in dims})}; {remedy}"
+        )
+    if "position_encoding" not in shape:
+        return None
+    ours = {name: shape[name] for name in POSITION_SETTINGS if name in shape}
+    theirs = {name: stored[name] for name in POSITION_SETTINGS if name in stored}
+    if ours == theirs:
         return None
     return (
-        f"{path} holds a model of shape {_shape_text(stored)}, but this run's shape is {_shape_text(shape)}; "
+        f"{path} holds a model trained with {_settings_text(theirs)}, but this run has {_settings_text(ours)}; "
         f"{remedy}"
     )
 
@@ -315,6 +476,13 @@ def file_sha256(path: Path) -> str:
 
 def _shape_text(shape: dict[str, int]) -> str:
     return "(" + ", ".join(f"{key}={value}" for key, value in shape.items()) + ")"
+
+
+def _settings_text(settings: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+        for key, value in settings.items()
+    )
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -329,10 +497,13 @@ def model_files(model_dir: str) -> list[Path]:
     return sorted(directory.glob("model*.pt")) if directory.is_dir() else []
 
 
-def save_model(model, model_dir: str, step: int, config: dict[str, Any], rank: int) -> Path | None:
+def save_model(
+    model, model_dir: str, step: int, config: dict[str, Any], rank: int, data: dict[str, Any] | None = None
+) -> Path | None:
     """Gather the full model state dict on rank 0 (CPU) and write ``model.pt`` (torch.save of
-    ``{"config", "step", "state_dict"}``) via a temporary name. An existing ``model.pt`` is never overwritten:
-    the new one is then named ``model_step_XXXXXXXX.pt``. Returns the path on rank 0, None elsewhere."""
+    ``{"config", "step", "state_dict", "data"}``; ``data``: what ``export_hf`` needs to know about the run's data
+    and tokenizer) via a temporary name. An existing ``model.pt`` is never overwritten: the new one is then named
+    ``model_step_XXXXXXXX.pt``. Returns the path on rank 0, None elsewhere."""
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank != 0:
         return None
@@ -342,7 +513,7 @@ def save_model(model, model_dir: str, step: int, config: dict[str, Any], rank: i
     if target.exists():
         target = directory / f"model_step_{step:08d}.pt"
     tmp = target.with_name(target.name + ".tmp")
-    torch.save({"config": config, "step": step, "state_dict": state}, tmp)
+    torch.save({"config": config, "step": step, "state_dict": state, "data": data}, tmp)
     if target.exists():
         raise FileExistsError(f"model_dir: {target} already exists; not overwriting it")
     os.replace(tmp, target)

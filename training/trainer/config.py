@@ -8,14 +8,12 @@ Every error names the setting and exits non-zero before any process group is sta
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from training import contract
+from training.trainer.sagemaker_job import in_sagemaker, refuse
 
 # Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.
 _EXTRAS = (
@@ -46,16 +44,6 @@ LOCAL_OUTPUT_DIR = "trainer-output"
 _LOCAL_DIRS = {"checkpoint_dir": f"{LOCAL_OUTPUT_DIR}/checkpoints", "model_dir": f"{LOCAL_OUTPUT_DIR}/model"}
 
 
-RESOURCE_CONFIG = Path("/opt/ml/input/config/resourceconfig.json")
-"""Written by SageMaker into every training container."""
-
-
-def in_sagemaker() -> bool:
-    """Whether this process runs in a SageMaker training job (the toolkit sets SM_MODEL_DIR; the platform writes
-    resourceconfig.json)."""
-    return "SM_MODEL_DIR" in os.environ or RESOURCE_CONFIG.is_file()
-
-
 def local_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     """``raw`` with checkpoint_dir and model_dir defaulting to ``./trainer-output/...`` outside SageMaker (the
     contract's /opt/ml paths are the defaults inside a job)."""
@@ -77,6 +65,8 @@ class TrainConfig:
     num_heads: int
     ffn_hidden_size: int
     vocab_size: int
+    position_encoding: str
+    rope_theta: float
     seq_length: int
     batch_size: int
     activation_checkpointing: bool
@@ -96,6 +86,7 @@ class TrainConfig:
     keep_checkpoints: int
     checkpoint_dir: str
     model_dir: str
+    on_unusable_checkpoints: str
     deterministic: bool = False
     data_dir: str | None = None
     tensorboard_dir: str | None = None
@@ -114,8 +105,17 @@ class TrainConfig:
         return asdict(self)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose command-line errors (an unknown option, a missing value) also become the SageMaker job's
+    failure reason."""
+
+    def error(self, message: str):  # type: ignore[override]
+        refuse(f"invalid command line: {message}", report=False)  # argparse prints its own usage and error
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m training.trainer",
         description="FSDP2 decoder-only LM trainer. Every option accepts --snake_case and --kebab-case.",
     )
@@ -152,7 +152,8 @@ def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
-    """Parse the command line; on a bad setting print ``error: <field>: <why>`` and exit with status 2."""
+    """Parse the command line; on a bad setting print ``error: invalid setting <field>: <why>`` (and, under
+    SageMaker, write it as the job's failure reason) and exit with status 2."""
     parser = build_parser()
     namespace = vars(parser.parse_args(argv))
     check_only = namespace.pop("check_only")
@@ -160,5 +161,4 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
     try:
         return config_from_mapping(raw), check_only
     except contract.ContractError as err:
-        print(f"error: invalid setting {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(refuse(f"invalid setting {err}")) from None

@@ -13,7 +13,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from training import contract
-from training.trainer import checkpoint, data, metrics, model, parallel, precision
+from training.trainer import checkpoint, data, export_hf, metrics, model, parallel, precision
 from training.trainer.config import TrainConfig
 from training.trainer.progress import Progress
 from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
@@ -37,6 +37,8 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             use_te=plan.recipe is not None,
             activation_checkpointing=cfg.activation_checkpointing,
             te_params_dtype=torch.bfloat16 if plan.quantized_init else torch.float32,
+            position_encoding=cfg.position_encoding,
+            rope_theta=cfg.rope_theta,
         )
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
@@ -82,8 +84,15 @@ def _resume(
     """The state to train from, and whether the checkpoint already reached ``max_steps`` (nothing to do)."""
     state = _fresh_state(cfg, env, plan)
     resumed = manager.load_latest(state.net, state.optimizer)
-    if manager.set_aside:
-        skipped = "; ".join(f"{name} ({why})" for name, why in manager.set_aside)
+    if manager.skipped:
+        skipped = "; ".join(f"{name} ({why})" for name, why in manager.skipped)
+        if (
+            resumed is None and cfg.on_unusable_checkpoints == "fail"
+        ):  # the reason first: FailureReason keeps 1024
+            raise checkpoint.UnusableCheckpointsError(
+                f"on_unusable_checkpoints=fail: no usable checkpoint in {cfg.checkpoint_dir}, "
+                f"{len(manager.skipped)} skipped, not training: {skipped}"
+            )
         outcome = (
             f"resuming from {resumed['path']}" if resumed else "no usable checkpoint: starting from step 0"
         )
@@ -134,10 +143,18 @@ def _finished_already(
     if checkpoint.model_files(cfg.model_dir):
         say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
         return
-    saved = checkpoint.save_model(state.net, cfg.model_dir, state.step, cfg.as_dict(), env.rank)
+    saved = _save_model(cfg, env, state)
     say(
         f"{done}; nothing trained; {cfg.model_dir} held no model, so the checkpoint's model was saved to {saved}"
     )
+    if saved is not None:
+        say(export_hf.export_after_training(saved, cfg))
+
+
+def _save_model(cfg: TrainConfig, env: parallel.DistEnv, state: _State):
+    """``model.pt`` with what the Hugging Face export needs to know about the data (a collective)."""
+    data_info = export_hf.data_info(cfg) if env.is_main else None
+    return checkpoint.save_model(state.net, cfg.model_dir, state.step, cfg.as_dict(), env.rank, data_info)
 
 
 def evaluate(
@@ -168,7 +185,7 @@ def run(
     say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
     dataset = data.make_dataset(cfg, env.rank, env.world_size)
     validation = data.make_validation(cfg, env.rank, env.world_size)
-    shape = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
+    shape = checkpoint.model_identity(cfg)
     manager = checkpoint.CheckpointManager(
         cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape, resume_dir=checkpoint.resume_channel_dir()
     )
@@ -279,9 +296,10 @@ def _train(
     if not stopped and final_save:
         if last_saved != state.step:
             save()
-        saved = checkpoint.save_model(net, cfg.model_dir, state.step, cfg.as_dict(), env.rank)
+        saved = _save_model(cfg, env, state)
         if saved is not None:
             say(f"model saved to {saved}")
+            say(export_hf.export_after_training(saved, cfg))
     stop.close()
     summary = {
         "steps": state.step,
@@ -292,6 +310,8 @@ def _train(
     }
     if val_loss is not None:
         summary["val_loss"] = val_loss
+    if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
+        summary["unusable_checkpoints"] = len(manager.skipped)
     say(contract.format_summary_line(summary))
     tracking.summary(state.step, summary)
     tracking.stopped = stopped

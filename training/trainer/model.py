@@ -6,8 +6,10 @@ Two interchangeable blocks with the same parameter count (``contract.ModelShape.
 * ``te_block``: ``transformer_engine.pytorch.TransformerLayer`` with the same structure (fp8/mxfp8/nvfp4),
   imported lazily. kwargs checked against TE tag v2.11 ``transformer_engine/pytorch/transformer.py``.
 
-No positional embedding (NoPE): causal attention alone lets a decoder infer positions, and both blocks stay
-parameter-for-parameter identical to the contract's count.
+Position encoding (``position_encoding``): ``rope`` (default) rotates query and key as Llama does
+(``training.trainer.rotary``; no parameters, so the count is unchanged), and the model maps onto Hugging Face's
+``LlamaForCausalLM`` (``training.trainer.export_hf``); ``none`` is NoPE (causal attention alone lets a decoder
+infer positions), the behaviour of models trained before RoPE existed here.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from training.contract import ModelShape
+from training.contract import POSITION_ENCODINGS, ModelShape
+from training.trainer.rotary import Rope, apply_rotary
 
 INIT_STD = 0.02
 NORM_EPS = 1e-5
@@ -41,11 +44,14 @@ class TorchBlock(nn.Module):
         self.gate_up = nn.Linear(h, 2 * f, bias=False)
         self.down = nn.Linear(f, h, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotary_pos_emb: torch.Tensor | None = None) -> torch.Tensor:
+        """``rotary_pos_emb``: the ``rotary.Rope`` frequencies (``[seq, 1, 1, head_dim]``), or None for NoPE."""
         b, s, h = x.shape
         q, k, v = (
             self.qkv(self.attention_norm(x)).view(b, s, 3, self.num_heads, h // self.num_heads).unbind(2)
         )
+        if rotary_pos_emb is not None:
+            q, k = apply_rotary(q, rotary_pos_emb), apply_rotary(k, rotary_pos_emb)
         attn = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
         )
@@ -55,7 +61,11 @@ class TorchBlock(nn.Module):
 
 
 def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) -> nn.Module:
-    """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, SwiGLU)."""
+    """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, SwiGLU).
+
+    RoPE: ``forward(x, rotary_pos_emb=freqs)`` with ``rotary_pos_interleaved`` left at its default False
+    (rotate-half, Llama's convention; transformer_engine/pytorch/transformer.py and
+    attention/multi_head_attention.py at v2.11 apply it to query and key after the fused QKV projection)."""
     te = importlib.import_module("transformer_engine.pytorch")
     return te.TransformerLayer(
         hidden_size=shape.hidden_size,
@@ -85,9 +95,17 @@ def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) ->
 class Transformer(nn.Module):
     """The LM. ``forward(tokens, targets)`` returns the mean next-token cross-entropy (fp32)."""
 
-    def __init__(self, shape: ModelShape, blocks: list[nn.Module], activation_checkpointing: bool = False):
+    def __init__(
+        self,
+        shape: ModelShape,
+        blocks: list[nn.Module],
+        activation_checkpointing: bool = False,
+        rope: Rope | None = None,
+    ):
+        """``rope``: the rotary frequencies every block gets (None: no position encoding)."""
         super().__init__()
         self.shape = shape
+        self.rope = rope
         self.embed = nn.Embedding(shape.vocab_size, shape.hidden_size)
         self.layers = nn.ModuleList(blocks)
         self.norm = nn.RMSNorm(shape.hidden_size, eps=NORM_EPS)
@@ -95,22 +113,32 @@ class Transformer(nn.Module):
         self.activation_checkpointing = activation_checkpointing
         self.checkpoint_fn: Callable = _torch_checkpoint
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The last block's output (before the final norm) for ``tokens`` (``[batch, seq]``)."""
         x = self.embed(tokens)
+        kwargs = {} if self.rope is None else {"rotary_pos_emb": self.rope(tokens.size(1), tokens.device)}
         for layer in self.layers:
-            x = self.checkpoint_fn(layer, x) if self.activation_checkpointing and self.training else layer(x)
+            if self.activation_checkpointing and self.training:
+                x = self.checkpoint_fn(layer, x, **kwargs)
+            else:
+                x = layer(x, **kwargs)
+        return x
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.hidden_states(tokens)
         logits = self.head(self.norm(x))
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def _torch_checkpoint(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return checkpoint(layer, x, use_reentrant=False)
+def _torch_checkpoint(layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
+    return checkpoint(layer, x, use_reentrant=False, **kwargs)
 
 
-def _te_checkpoint(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    # te.distributed.checkpoint keeps FP8 scaling state consistent between the forward and the recompute.
+def _te_checkpoint(layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
+    # te.distributed.checkpoint keeps FP8 scaling state consistent between the forward and the recompute; other
+    # keyword arguments (rotary_pos_emb) reach the layer (transformer_engine/pytorch/distributed.py at v2.11).
     te = importlib.import_module("transformer_engine.pytorch")
-    return te.distributed.checkpoint(layer, x, use_reentrant=False)
+    return te.distributed.checkpoint(layer, x, use_reentrant=False, **kwargs)
 
 
 def build_model(
@@ -119,19 +147,26 @@ def build_model(
     use_te: bool,
     activation_checkpointing: bool,
     te_params_dtype: torch.dtype,
+    position_encoding: str = "rope",
+    rope_theta: float = 10000.0,
 ) -> Transformer:
     """Build the model on the meta device (no memory until FSDP2 has sharded it; then
     ``parallel.shard_model`` materializes each rank's shard and ``init_weights`` fills it).
 
     TE blocks are initialized by TE itself during materialization; the rest by ``init_weights``.
+    ``position_encoding`` is ``rope`` (rotary embeddings with base ``rope_theta``) or ``none``.
     """
+    if position_encoding not in POSITION_ENCODINGS:
+        raise ValueError(f"position_encoding must be one of {POSITION_ENCODINGS}; got {position_encoding!r}")
+    head_dim = shape.hidden_size // shape.num_heads
+    rope = Rope(head_dim, rope_theta, use_te=use_te) if position_encoding == "rope" else None
     blocks: list[nn.Module]
     if use_te:
         blocks = [te_block(shape, i + 1, te_params_dtype) for i in range(shape.num_layers)]
     else:
         blocks = [TorchBlock(shape) for _ in range(shape.num_layers)]
     with torch.device("meta"):
-        model = Transformer(shape, blocks, activation_checkpointing)
+        model = Transformer(shape, blocks, activation_checkpointing, rope)
     if use_te:
         model.checkpoint_fn = _te_checkpoint
     return model

@@ -6,6 +6,7 @@ as a single process (world size 1 on a free local port).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
@@ -78,8 +79,14 @@ def shard_model(
     which replaces every parameter by a DTensor.
     """
     te_attrs = {name: dict(vars(p)) for name, p in model.named_parameters() if _is_te_param(model, name)}
+    # Blocks take their input as it comes (already in the compute dtype: the embedding's output) and, above all,
+    # the rotary frequencies in fp32: FSDP2 would otherwise cast every floating-point argument to param_dtype,
+    # and bf16 angles (position x frequency, up to seq_length radians) are off by whole radians.
+    block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
     for index, block in enumerate(model.layers):
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=index < len(model.layers) - 1)
+        fully_shard(
+            block, mesh=mesh, mp_policy=block_policy, reshard_after_forward=index < len(model.layers) - 1
+        )
     fully_shard(model, mesh=mesh, mp_policy=policy)
     for name, param in model.named_parameters():
         for key, value in te_attrs.get(name, {}).items():

@@ -31,10 +31,11 @@ def check(cfg, world_size: int) -> None:
 
 
 def check_checkpoint_shape(cfg) -> None:
-    """The checkpoint the run would resume holds a model of the run's shape: the newest complete one of
+    """The checkpoint the run would resume holds a model of the run's shape and position encoding (a checkpoint
+    that does not record one was NoPE, ``position_encoding=none``): the newest complete one of
     ``checkpoint_dir``, or, when there is none, the earlier run's in the resume channel (the workflow's
     ``resume_from``)."""
-    shape = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
+    shape = checkpoint.model_identity(cfg)
     found = checkpoint.complete_checkpoints(cfg.checkpoint_dir)
     if found:
         field, path = "checkpoint_dir", found[-1][1]

@@ -12,7 +12,8 @@ the tokenizer's end-of-document token when it has one.
 The token stream is cut into blocks of ``--block-tokens``; every k-th block (k = 1 / ``--validation-fraction``)
 goes to ``validation.bin``, the rest to ``train.bin`` (spread over the whole input, also for one long file).
 ``metadata.json`` records token dtype, vocabulary size, tokenizer, token counts, largest id and the files of each
-split; the trainer (``--dataset channel --data_dir <output>``) checks it against its settings. The output folder
+split; a ``tokenizer.json`` is copied next to them (the trainer stores it with the model for the Hugging Face
+export). The trainer (``--dataset channel --data_dir <output>``) checks it against its settings. The output folder
 must hold none of these files already: nothing is overwritten.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +34,8 @@ from training.trainer.data import METADATA_FILE
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".py", ".rst")
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 BYTE_EOS = 256
+TOKENIZER_FILE = "tokenizer.json"
+"""A Hugging Face tokenizer is copied into the output folder under this name (``metadata.json``: tokenizer.file)."""
 
 
 class PrepareError(ValueError):
@@ -182,7 +186,10 @@ def prepare(
     if block_tokens < 1:
         raise PrepareError(f"block-tokens: must be at least 1; got {block_tokens}")
     out = Path(output)
-    taken = [p.name for p in (out / METADATA_FILE, out / "train.bin", out / "validation.bin") if p.exists()]
+    # the tokenizer already in the output folder under its name is used in place (not copied onto itself)
+    in_place = bool(tokenizer) and Path(tokenizer).resolve() == (out / TOKENIZER_FILE).resolve()
+    own = (out / METADATA_FILE, out / "train.bin", out / "validation.bin", out / TOKENIZER_FILE)
+    taken = [p.name for p in own[: 3 if in_place else 4] if p.exists()]
     if taken:
         raise PrepareError(f"output: {output} already holds {', '.join(taken)}; choose an empty folder")
     files = input_files(inputs)
@@ -220,6 +227,13 @@ def prepare(
         "splits": writer.publish(),
     }
     meta["tokens"] = sum(split["tokens"] for split in meta["splits"].values())
+    if (
+        tokenizer
+    ):  # next to the tokens, so that the trainer (and its Hugging Face export) finds it in the channel
+        if not in_place:
+            shutil.copyfile(tokenizer, out / (TOKENIZER_FILE + ".partial"))
+            os.replace(out / (TOKENIZER_FILE + ".partial"), out / TOKENIZER_FILE)
+        info["file"] = TOKENIZER_FILE
     tmp = out / (METADATA_FILE + ".partial")
     tmp.write_text(json.dumps(meta, indent=2) + "\n")
     os.replace(tmp, out / METADATA_FILE)

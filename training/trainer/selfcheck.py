@@ -26,6 +26,9 @@ TRAINER_MODULES = (
     "training.trainer.metrics",
     "training.trainer.loop",
     "training.trainer.tracking",
+    "training.trainer.rotary",
+    "training.trainer.export_hf",
+    "safetensors.torch",
 )
 TRACKING_MODULES = ("tensorboardX", "mlflow", "sagemaker_mlflow")
 """Imported only when a run asks for TensorBoard or MLflow (training/requirements.txt): checked here, at build."""

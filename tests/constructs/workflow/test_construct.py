@@ -24,7 +24,7 @@ from constructs_lib.workflow.construct import TrainingWorkflow, WorkflowDefaults
 from constructs_lib.workflow.request_check import RequestRules, validate_request
 from constructs_lib.workflow.states import CREATE_TRAINING_JOB_SYNC
 from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
-from tests.workflow.harness import definition_of
+from tests.workflow.harness import definition_of, definitions_of
 from tests.workflow.stacks import build_workflow
 
 PARTITION = {"Ref": "AWS::Partition"}
@@ -66,6 +66,10 @@ def test_state_machine_role_has_exactly_the_sync_permissions(plain):
     assert by_sid["RunTrainingJobs"]["Resource"] == {
         "Fn::Join": ["", ["arn:", PARTITION, ":sagemaker:us-west-2:123456789012:training-job/*"]]
     }
+    for sid in ("RunTrainingJobs", "LaunchOnTrainingPlans"):  # the warm-pool ceiling, in IAM too
+        assert by_sid[sid]["Condition"] == {
+            "NumericLessThanEqualsIfExists": {"sagemaker:KeepAlivePeriod": 3600}
+        }
     assert as_list(by_sid["SyncIntegrationEventsRule"]["Action"]) == [
         "events:PutTargets",
         "events:PutRule",
@@ -109,7 +113,7 @@ def test_training_plan_launch_permission_is_scoped_to_the_stacks_plans(plain):
     assert statement["Resource"] == {
         "Fn::Join": ["", ["arn:", PARTITION, ":sagemaker:us-west-2:123456789012:training-plan/*"]]
     }
-    assert "Condition" not in statement
+    assert statement["Condition"] == {"NumericLessThanEqualsIfExists": {"sagemaker:KeepAlivePeriod": 3600}}
     plan_actions = [
         a
         for s in _sm_statements(template)
@@ -417,7 +421,6 @@ def test_vpc_keys_data_channel_and_tags_reach_the_request():
                 private_subnet_ids=["subnet-0123456789abcdef0"],
             ),
             output_kms_key=kms.Key(_stack_of(app), "OutKey", enable_key_rotation=True),
-            volume_kms_key=kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True),
             train_data_prefix="data/tokens/",
             tags={"team": "llm"},
         )
@@ -434,16 +437,18 @@ def test_vpc_keys_data_channel_and_tags_reach_the_request():
     rules = RequestRules.from_json(definition["States"]["Decide request"]["Parameters"]["Payload"]["rules"])
     assert rules.defaults["train_data_uri"].endswith("/data/tokens/")  # the train channel when none is given
     assert rules.data_sources == ("data/", "data/tokens/")
-    assert {"Key": "team", "Value": "llm"} in params["Tags"]
+    assert params["Tags.$"] == "$.request.Tags"  # decided per execution, with the workflow's own tags
+    assert rules.tags == {"team": "llm"} and rules.workflow_path == "Test/Workflow"
     for name in ("On-demand capacity", "Managed spot capacity", "Training plan capacity"):
-        assert definition["States"][name]["Parameters"]["resource_config"]["VolumeKmsKeyId"].startswith(
-            "arn:aws:kms:"
-        )
-    groups = Template.from_json(template).find_resources("AWS::EC2::SecurityGroup")
-    assert len(groups) == 1
-    Template.from_json(template).has_resource_properties(
-        "AWS::StepFunctions::StateMachine", {"Tags": Match.array_with([{"Key": "team", "Value": "llm"}])}
-    )
+        assert "VolumeKmsKeyId" not in definition["States"][name]["Parameters"]["resource_config"]
+
+
+def test_a_volume_key_with_instance_types_that_have_nvme_storage_is_refused_at_synth():
+    """SageMaker refuses VolumeKmsKeyId for instance types with local NVMe storage (every GPU type here)."""
+    app = cdk.App()
+    key = kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True)
+    with pytest.raises(ValueError, match=r"instance_type: ml\.p6-b200\.48xlarge has NVMe instance storage"):
+        build_workflow(app, volume_kms_key=key)
 
 
 def _stack_of(app: cdk.App) -> cdk.Stack:
@@ -603,7 +608,8 @@ def test_no_unacknowledged_findings_with_every_option():
             app,
             notifications=True,
             event_pattern=events.EventPattern(source=["x"]),
-            volume_kms_key=kms.Key(_stack_of(app), "VolKey", enable_key_rotation=True),
+            remote_debug=True,
+            output_kms_key=kms.Key(_stack_of(app), "OutKey", enable_key_rotation=True),
         )
     )
     assert result.violations == ()
@@ -658,3 +664,86 @@ def test_app_without_notifications_has_no_topic_output():
 def test_bad_compliance_props_are_refused(props, message):
     with pytest.raises(ValueError, match=f"TrainingWorkflow: {message}"):
         build_workflow(cdk.App(), **props)
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"remote_debug": True, "network_isolation": True}, "remote_debug needs the network"),
+        ({"remote_debug": "yes"}, "remote_debug must be True or False"),
+        ({"max_keep_alive_seconds": 21601}, r"max_keep_alive_seconds must be an integer in \[0, 21600\]"),
+        ({"max_keep_alive_seconds": -1}, r"max_keep_alive_seconds must be an integer in \[0, 21600\]"),
+    ],
+)
+def test_bad_warm_pool_and_remote_debug_props_are_refused(props, message):
+    with pytest.raises(ValueError, match=f"TrainingWorkflow: {message}"):
+        build_workflow(cdk.App(), **props)
+
+
+def _remote_debug_statements(template: Template) -> list[dict]:
+    return [
+        s
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        if "ssmmessages" in json.dumps(s["Action"])
+    ]
+
+
+def test_remote_debug_grants_exactly_the_four_ssmmessages_actions_and_nothing_when_off(plain):
+    assert _remote_debug_statements(plain[1]) == []
+    result = synth_with_nag(lambda app: build_workflow(app, remote_debug=True))
+    assert result.violations == ()
+    template = Template.from_json(result.templates["Test.template.json"])
+    (statement,) = _remote_debug_statements(template)
+    assert sorted(statement["Action"]) == [
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
+    ]
+    (policy,) = [
+        p
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if "ssmmessages" in json.dumps(p["Properties"]["PolicyDocument"])
+    ]
+    assert json.dumps(policy["Properties"]["Roles"]).count("ExecutionRole") == 1  # the jobs' role only
+    rules = RequestRules.from_json(
+        definition_of(result.templates["Test.template.json"])["States"]["Decide request"]["Parameters"][
+            "Payload"
+        ]["rules"]
+    )
+    assert rules.remote_debug is True and rules.max_keep_alive_seconds == 3600
+
+
+def _workflow_definition(stack, template: Template) -> dict:
+    return definitions_of(template.to_json())[logical_id(stack.workflow.state_machine)]
+
+
+def test_app_data_key_encrypts_the_job_output_and_settings_reach_the_rules():
+    stack, template = _app_template({"useKms": True, "maxKeepAliveSeconds": 900, "remoteDebug": True})
+    definition = _workflow_definition(stack, template)
+    params = definition["States"]["Run training job"]["Parameters"]
+    assert params["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:")
+    assert "VolumeKmsKeyId" not in definition["States"]["On-demand capacity"]["Parameters"]["resource_config"]
+    rules = stack.workflow.request_rules
+    assert (rules.max_keep_alive_seconds, rules.remote_debug) == (900, True)
+    plain_stack, plain_template = _app_template({})
+    plain_params = _workflow_definition(plain_stack, plain_template)["States"]["Run training job"][
+        "Parameters"
+    ]
+    assert "KmsKeyId" not in plain_params["OutputDataConfig"]
+
+
+def test_defaults_for_the_new_fields_are_checked_at_synth_and_reach_the_rules():
+    workflow = build_workflow(
+        cdk.App(),
+        defaults=WorkflowDefaults(
+            keep_alive_seconds=900, infra_check=True, environment={"NCCL_DEBUG": "WARN"}
+        ),
+    )
+    assert workflow.request_rules.defaults["keep_alive_seconds"] == 900
+    assert workflow.request_rules.defaults["environment"] == {"NCCL_DEBUG": "WARN"}
+    with pytest.raises(ValueError, match=r"TrainingWorkflow: defaults.environment.PATH: name must start"):
+        build_workflow(cdk.App(), defaults=WorkflowDefaults(environment={"PATH": "/x"}))
+    with pytest.raises(ValueError, match=r"defaults.keep_alive_seconds: must be an integer in \[0, 60\]"):
+        build_workflow(cdk.App(), max_keep_alive_seconds=60, defaults=WorkflowDefaults(keep_alive_seconds=61))

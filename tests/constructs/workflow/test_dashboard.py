@@ -12,6 +12,7 @@ from aws_cdk import assertions
 
 from constructs_lib.workflow.construct import MLFLOW_ACTIONS
 from constructs_lib.workflow.dashboard import search_terms
+from constructs_lib.workflow.request_check import RequestRules, job_fields
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve
 from tests.workflow.stacks import build_workflow
@@ -131,7 +132,20 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
             "MlflowExperimentName": "Test-Workflow",
             "MlflowRunName.$": "$$.Execution.Name",
         }
-        assert params["Environment"][contract.MLFLOW_TRACKING_URI_ENV] == MLFLOW
+    # the decided request's Environment carries the trainer's MLflow variables (and the execution's own)
+    rules = RequestRules.from_state_machine_definition(definition_of(template))
+    assert rules.mlflow_tracking_server_arn == MLFLOW
+    config = {**rules.full_defaults(), "environment": {"NCCL_DEBUG": "INFO"}}
+    environment = job_fields(config, rules, "run-7")["Environment"]
+    assert environment == {
+        "NCCL_DEBUG": "INFO",
+        contract.MLFLOW_TRACKING_URI_ENV: MLFLOW,
+        contract.MLFLOW_EXPERIMENT_ENV: "Test-Workflow",
+        contract.MLFLOW_RUN_NAME_ENV: "run-7",
+    }
+    plain = RequestRules.from_state_machine_definition(definition_of(_template()))
+    assert plain.mlflow_tracking_server_arn is None
+    assert job_fields(config, plain, "run-7")["Environment"] == {"NCCL_DEBUG": "INFO"}
     statements = [
         s
         for r in template["Resources"].values()

@@ -1,6 +1,7 @@
 """The CreateTrainingJob request as a pure function: no stack, no state machine."""
 
-from constructs_lib.workflow.request import job_tags, resource_config, training_job_request
+from constructs_lib.workflow.request import resource_config, training_job_request
+from constructs_lib.workflow.request_check import RequestRules, job_fields, prepare_request
 from training.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
 
 BASE = dict(
@@ -10,7 +11,6 @@ BASE = dict(
     checkpoint_prefix="checkpoints/",
     output_prefix="output/",
     internal_retry_attempts=2,
-    tags=[],
 )
 
 
@@ -43,15 +43,33 @@ def test_hyperparameters_are_the_decided_map() -> None:
     assert training_job_request(**BASE)["HyperParameters.$"] == "$.hyperparameters"
 
 
-def test_job_tags_workflow_then_execution_then_sorted_user_tags() -> None:
-    tags = job_tags("Stack/Workflow", {"b": "2", "a": "1"})
-    assert tags == [
-        {"Key": "training-workflow", "Value": "Stack/Workflow"},
-        {"Key": "training-workflow-execution", "Value.$": "$$.Execution.Name"},
-        {"Key": "a", "Value": "1"},
-        {"Key": "b", "Value": "2"},
-    ]
-    assert training_job_request(**{**BASE, "tags": tags})["Tags"] == tags
+def test_per_execution_fields_come_from_the_decided_request() -> None:
+    request = training_job_request(**BASE)
+    for name in ("Tags", "Environment", "InfraCheckConfig", "RemoteDebugConfig"):
+        assert request[f"{name}.$"] == f"$.request.{name}"
+
+
+def test_job_fields_workflow_then_execution_then_workflow_tags_then_run_tags() -> None:
+    rules = RequestRules(workflow_path="Stack/Workflow", tags={"b": "2", "a": "1"}, remote_debug=True)
+    raw = {"tags": {"z": "9", "c": "3"}, "environment": {"NCCL_DEBUG": "INFO"}, "infra_check": True}
+    prepared = prepare_request({**raw, "remote_debug": True}, rules)
+    assert prepared.problems == []
+    assert job_fields(prepared.config, rules, "run-1") == {
+        "Tags": [
+            {"Key": "training-workflow", "Value": "Stack/Workflow"},
+            {"Key": "training-workflow-execution", "Value": "run-1"},
+            {"Key": "a", "Value": "1"},
+            {"Key": "b", "Value": "2"},
+            {"Key": "c", "Value": "3"},
+            {"Key": "z", "Value": "9"},
+        ],
+        "Environment": {"NCCL_DEBUG": "INFO"},
+        "InfraCheckConfig": {"EnableInfraCheck": True},
+        "RemoteDebugConfig": {"EnableRemoteDebug": True},
+    }
+    defaults = job_fields(prepare_request({}, rules).config, rules, "run-2")
+    assert defaults["Environment"] == {} and defaults["InfraCheckConfig"] == {"EnableInfraCheck": False}
+    assert defaults["RemoteDebugConfig"] == {"EnableRemoteDebug": False}
 
 
 def test_resource_config_volume_key_only_when_given() -> None:
@@ -91,14 +109,12 @@ def test_tensorboard_output_goes_under_the_output_prefix_per_execution_and_fits_
         assert re.fullmatch(limits["pattern"], value) and len(value) <= limits["max"], member
 
 
-def test_mlflow_config_and_the_trainers_environment_name_the_server_workflow_and_execution() -> None:
+def test_mlflow_config_names_the_server_workflow_and_execution_and_leaves_the_environment_to_the_request() -> (
+    None
+):
     import re
 
-    from training import contract
-
-    assert "MlflowConfig" not in training_job_request(**BASE) and "Environment" not in training_job_request(
-        **BASE
-    )
+    assert "MlflowConfig" not in training_job_request(**BASE)
     arn = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team"
     request = training_job_request(**BASE, mlflow_resource_arn=arn, mlflow_experiment="Stack-Workflow")
     assert request["MlflowConfig"] == {
@@ -106,14 +122,8 @@ def test_mlflow_config_and_the_trainers_environment_name_the_server_workflow_and
         "MlflowExperimentName": "Stack-Workflow",
         "MlflowRunName.$": "$$.Execution.Name",
     }
-    assert request["Environment"] == {
-        contract.MLFLOW_TRACKING_URI_ENV: arn,
-        contract.MLFLOW_EXPERIMENT_ENV: "Stack-Workflow",
-        f"{contract.MLFLOW_RUN_NAME_ENV}.$": "$$.Execution.Name",
-    }
+    # the trainer's MLflow variables travel in the decided request's Environment (request_check.job_fields)
+    assert request["Environment.$"] == "$.request.Environment" and "Environment" not in request
     shape = _create_training_job_member("MlflowConfig")
     assert {"MlflowResourceArn", "MlflowExperimentName", "MlflowRunName"} <= set(shape.members)
     assert re.fullmatch(shape.members["MlflowResourceArn"].metadata["pattern"], arn)
-    environment = _create_training_job_member("Environment")
-    for key in request["Environment"]:
-        assert re.fullmatch(environment.key.metadata["pattern"], key.removesuffix(".$")), key

@@ -340,6 +340,23 @@ def test_newest_complete_checkpoint_follows_the_trainers_rule():
     assert newest_complete_checkpoint({}, markers.__getitem__, run) is None
 
 
+def test_a_later_save_of_a_step_under_a_free_name_is_the_newest():
+    """The trainer never writes into an existing folder: reaching step 100 again while an unsealed step_00000100/
+    is there, it saves step_00000100-2/. Set-aside folders never count."""
+    run = "checkpoints/W/run-1/"
+    files = {".metadata": 10, "__0_0.distcp": 100}
+    markers = {
+        f"{run}step_00000100-2/{CHECKPOINT_MARKER}": _marker(files, 100),
+        f"{run}step_00000090/{CHECKPOINT_MARKER}": _marker(files, 90),
+        f"{run}step_00000200.unusable/{CHECKPOINT_MARKER}": _marker(files, 200),
+    }
+    objects = {key: len(body) for key, body in markers.items()}
+    for folder in ("step_00000100-2", "step_00000090", "step_00000200.unusable"):
+        objects |= {f"{run}{folder}/{name}": size for name, size in files.items()}
+    objects[f"{run}step_00000100/.metadata"] = 10  # unsealed
+    assert newest_complete_checkpoint(objects, markers.__getitem__, run) == (100, f"{run}step_00000100-2/")
+
+
 def test_resume_needs_a_checkpoint_and_more_steps():
     config = {"resume_from": "run-1"}
     assert resume_problems(config, {"max_steps": "200"}, None, "s3://b/checkpoints/W/run-1/") == [
@@ -350,3 +367,80 @@ def test_resume_needs_a_checkpoint_and_more_steps():
         "hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from (100, execution "
         "run-1) to train further; got 100"
     ]
+
+
+# ---- warm pools, infra check, tags, remote debugging, environment (issue 24) --------------------------------------
+
+
+def _problems(raw: dict, **rules) -> list[str]:
+    from constructs_lib.workflow.request_check import RequestRules, validate_request
+
+    return validate_request(raw, RequestRules(**rules))
+
+
+def test_tags_follow_botocores_unicode_pattern_and_lengths():
+    assert _problems({"tags": {"équipe": "données 2026", "a.b:c/d=e+f-g@h_i": ""}}) == []
+    assert _problems({"tags": {"team": "a#b"}})[0].startswith("tags.team: value must be at most 256 letters")
+    assert _problems({"tags": {"k" * 129: "v"}})[0].startswith("tags.kkk")
+    assert _problems({"tags": {"": "v"}})[0].startswith("tags.: key must be 1 to 128")
+    assert _problems({"tags": {"AWS:team": "x"}})[0].startswith("tags.AWS:team: reserved")
+    assert _problems({"tags": {f"k{i}": "v" for i in range(47)}}, tags={"owner": "ml"}) == []
+    assert _problems({"tags": {f"k{i}": "v" for i in range(48)}}, tags={"owner": "ml"}) == [
+        "tags: at most 47 (SageMaker's 50 less the workflow's 3); got 48"
+    ]
+
+
+def test_environment_allows_the_listed_prefixes_only():
+    assert (
+        _problems(
+            {"environment": {p + "X": "1" for p in ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVTE_", "FI_")}}
+        )
+        == []
+    )
+    assert _problems({"environment": {"LD_PRELOAD": "/x.so", "CUDA_VISIBLE_DEVICES": "0"}}) == [
+        "environment.LD_PRELOAD: name must start with one of NCCL_, TORCH_, PYTORCH_, CUDA_, NVTE_, FI_ (letters, "
+        'digits and _, at most 512 characters); got "LD_PRELOAD"',
+        "environment.CUDA_VISIBLE_DEVICES: set by the platform (train.sh starts one process per visible GPU; "
+        "hiding GPUs breaks that count)",
+    ]
+    assert _problems({"environment": {"NCCL_A-B": "1"}})[0].startswith(
+        "environment.NCCL_A-B: name must start"
+    )
+    assert len(_problems({"environment": {f"NCCL_{i}": "1" for i in range(101)}})) == 1
+
+
+def test_keep_alive_and_remote_debug_follow_the_deployment():
+    assert _problems({"keep_alive_seconds": 3600}) == []
+    assert _problems({"keep_alive_seconds": 1}, max_keep_alive_seconds=0) == [
+        "keep_alive_seconds: must be 0 (this workflow is deployed without warm pools: maxKeepAliveSeconds is 0); got 1"
+    ]
+    assert _problems({"keep_alive_seconds": 60, "use_spot": True})[0].startswith(
+        "keep_alive_seconds: warm pools cannot be used with managed spot"
+    )
+    assert _problems({"remote_debug": True}, remote_debug=True) == []
+    assert _problems({"remote_debug": True}, remote_debug=True, network_isolation=True) == [
+        "remote_debug: must be false (the jobs run with network isolation, and remote debugging needs the "
+        "network); got true"
+    ]
+
+
+def test_a_volume_key_refuses_instance_types_with_nvme_storage():
+    (problem,) = _problems({}, volume_kms_key=True)
+    assert problem.startswith("instance_type: ml.p6-b200.48xlarge has NVMe instance storage")
+
+
+def test_limits_and_rules_of_an_earlier_deployment_still_check_the_new_fields():
+    from constructs_lib.workflow.request_check import (
+        LIMIT_NAMES,
+        RequestRules,
+        sagemaker_limits,
+        validate_request,
+    )
+
+    assert set(sagemaker_limits()) == LIMIT_NAMES
+    current = RequestRules().with_limits()
+    earlier = dict(current.limits or {})
+    for name in ("Tags", "TagKey", "TagValue", "Environment", "EnvironmentKey", "EnvironmentValue"):
+        del earlier[name]
+    rules = RequestRules.from_json({**json.loads(current.to_json()), "limits": earlier})
+    assert validate_request({"tags": {"aws:x": "1"}}, rules)[0].startswith("tags.aws:x: reserved")

@@ -85,6 +85,30 @@ def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
     assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
 
 
+def test_role_lists_only_the_allowed_data_prefixes():
+    stack = cdk.Stack(cdk.App(), "Test", env=DEFAULT_ENV)
+    bucket = CheckpointBucket(stack, "Checkpoints")
+    other = "arn:aws:s3:::shared-corpora"
+    RequestValidator(
+        stack,
+        "Validator",
+        bucket=bucket.bucket,
+        runs_prefix="checkpoints/Test-Workflow/",
+        data_prefixes=[(bucket.bucket.bucket_arn, "data/"), (other, "tokens/"), (other, "text/")],
+    )
+    (policy,) = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    by_sid = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert by_sid["ListTrainingData0"]["Action"] == "s3:ListBucket"
+    assert by_sid["ListTrainingData0"]["Condition"] == {"StringLike": {"s3:prefix": ["data/*"]}}
+    assert by_sid["ListTrainingData1"] == {
+        "Sid": "ListTrainingData1",
+        "Action": "s3:ListBucket",
+        "Effect": "Allow",
+        "Resource": other,
+        "Condition": {"StringLike": {"s3:prefix": ["tokens/*", "text/*"]}},
+    }
+
+
 def test_function_uses_its_own_log_group_and_the_handler(template):
     template.has_resource_properties(
         "AWS::Lambda::Function",

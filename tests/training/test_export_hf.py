@@ -1,0 +1,277 @@
+"""training.trainer.export_hf: a trained model -> a Hugging Face LlamaForCausalLM folder that gives the trainer's
+own logits; sharding, refusals, Transformer Engine's parameter layout, the data's tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from training import contract
+from training.trainer import export_hf, model, prepare, rotary
+
+from .runner import TINY, run_single
+from .test_prepare import DOCS, tiny_tokenizer_json, write_inputs
+
+SETTINGS = {
+    **TINY,
+    "max_steps": "8",
+    "learning_rate": "0.01",
+    "checkpoint_interval": "0",
+    "rope_theta": "5000",
+}
+TOKENS = torch.randint(0, 256, (3, 32), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, str]:
+    """A finished 8-step single-process run of the tiny model with RoPE: (its model folder, its output)."""
+    tmp = tmp_path_factory.mktemp("export")
+    status, output = run_single(
+        {**SETTINGS, "checkpoint_dir": str(tmp / "ckpt"), "model_dir": str(tmp / "model")}
+    )
+    assert status == 0, output
+    return tmp / "model", output
+
+
+def trainer_model(model_file: Path) -> model.Transformer:
+    """The trainer's own model (torch blocks, CPU, fp32) with the saved weights."""
+    saved = torch.load(model_file, weights_only=True)
+    config = saved["config"]
+    shape = export_hf.shape_of(config)
+    rope = rotary.Rope(shape.hidden_size // shape.num_heads, config["rope_theta"])
+    net = model.Transformer(shape, [model.TorchBlock(shape) for _ in range(shape.num_layers)], rope=rope)
+    net.load_state_dict(saved["state_dict"])
+    return net.eval()
+
+
+@pytest.mark.slow
+def test_a_finished_run_holds_the_hf_folder_and_transformers_gives_the_trainers_logits(trained):
+    model_dir, output = trained
+    hf_dir = model_dir / export_hf.HF_DIR
+    assert f"Hugging Face model (float32) exported to {hf_dir}" in output
+    assert sorted(p.name for p in hf_dir.iterdir()) == [
+        "README.md", "config.json", "generation_config.json", "model.safetensors"
+    ]  # fmt: skip
+    config = json.loads((hf_dir / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["num_key_value_heads"] == 4
+    assert (config["intermediate_size"], config["rope_theta"], config["tie_word_embeddings"]) == (
+        128,
+        5000.0,
+        False,
+    )
+    ours = trainer_model(model_dir / "model.pt")
+    hf = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    assert hf.config.rope_parameters["rope_theta"] == 5000.0 and hf.config.rms_norm_eps == model.NORM_EPS
+    targets = TOKENS.roll(-1, dims=1)
+    with torch.no_grad():
+        our_logits = ours.head(ours.norm(ours.hidden_states(TOKENS)))
+        their = hf(TOKENS)
+        assert (our_logits - their.logits).abs().max() <= 1e-4
+        their_loss = F.cross_entropy(their.logits.view(-1, 256), targets.reshape(-1))
+        torch.testing.assert_close(ours(TOKENS, targets), their_loss, rtol=0, atol=1e-5)
+        assert their.logits.std() > 0.1  # trained weights, not near-zero initial ones
+        # The comparison can fail: the same weights without rotary embeddings give other logits.
+        ours.rope = None
+        assert (ours.head(ours.norm(ours.hidden_states(TOKENS))) - their.logits).abs().max() > 1e-2
+
+
+def test_the_cli_exports_bfloat16_shards_with_an_index_under_a_size_limit(trained, tmp_path, capsys):
+    out = tmp_path / "sharded"
+    assert export_hf.main([str(trained[0]), str(out), "--max-shard-size", "60KB"]) == 0
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shards = sorted(p.name for p in out.glob("*.safetensors"))
+    assert len(shards) > 2 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
+    assert set(index["weight_map"].values()) == set(shards)
+    tensors = {name: t for shard in shards for name, t in load_file(out / shard).items()}
+    assert all(t.dtype == torch.bfloat16 for t in tensors.values())
+    assert all((out / shard).stat().st_size <= 60_000 + 2_000 for shard in shards)  # + safetensors header
+    assert index["metadata"]["total_size"] == sum(t.numel() * 2 for t in tensors.values())
+    hf = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert set(index["weight_map"]) == set(hf.state_dict())
+    full = LlamaForCausalLM.from_pretrained(trained[0] / export_hf.HF_DIR, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert (hf(TOKENS).logits - full(TOKENS).logits).abs().max() < 0.05  # bfloat16 weights
+    assert "exported to" in capsys.readouterr().out
+
+
+def resaved(trained_dir: Path, tmp_path: Path, **config_changes) -> Path:
+    saved = torch.load(trained_dir / "model.pt", weights_only=True)
+    config = {k: v for k, v in saved["config"].items() if config_changes.get(k, "") is not None}
+    config.update({k: v for k, v in config_changes.items() if v is not None})
+    path = tmp_path / "model.pt"
+    torch.save({**saved, "config": config}, path)
+    return path
+
+
+@pytest.mark.parametrize("change", [{"position_encoding": "none"}, {"position_encoding": None}])
+def test_a_model_without_rotary_embeddings_is_refused_with_the_reason(trained, tmp_path, capsys, change):
+    """A NoPE model (and one saved before position_encoding existed, which was NoPE) has no Llama equivalent."""
+    path = resaved(trained[0], tmp_path, **change)
+    assert export_hf.main([str(path), str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: position_encoding: {path} was trained with position_encoding=none")
+    assert "LlamaForCausalLM always applies rotary embeddings" in error and "\n" not in error
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_a_nope_run_says_the_export_was_skipped():
+    cfg = type("Cfg", (), {"position_encoding": "none"})()
+    line = export_hf.export_after_training(Path("/nonexistent/model.pt"), cfg)
+    assert line.startswith("Hugging Face export skipped: position_encoding=none")
+
+
+def test_nothing_is_overwritten(trained, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    assert export_hf.main([str(trained[0]), str(out)]) == 2
+    assert "out_dir: " in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and (out / "mine.txt").read_text() == "keep"
+    assert export_hf.main([str(trained[0]), str(tmp_path / "x"), "--dtype", "int8"]) == 2
+    assert "dtype: must be one of bfloat16, float16, float32; got 'int8'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Transformer Engine's layout (names and shapes of TE 2.11's TransformerLayer, fuse_qkv_params=True)
+# ---------------------------------------------------------------------------------------------------------------
+
+SHAPE = contract.ModelShape(num_layers=2, hidden_size=32, num_heads=4, ffn_hidden_size=48, vocab_size=40)
+
+
+def te_state_dict(generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """A state dict with the names and shapes a model of TE blocks has (random values)."""
+    h, f = SHAPE.hidden_size, SHAPE.ffn_hidden_size
+    state = {
+        "embed.weight": torch.randn(SHAPE.vocab_size, h, generator=generator),
+        "norm.weight": torch.rand(h, generator=generator) + 0.5,
+        "head.weight": torch.randn(SHAPE.vocab_size, h, generator=generator),
+    }
+    for i in range(SHAPE.num_layers):
+        p = f"layers.{i}."
+        state |= {
+            p + "self_attention.layernorm_qkv.layer_norm_weight": torch.rand(h, generator=generator) + 0.5,
+            p + "self_attention.layernorm_qkv.weight": torch.randn(3 * h, h, generator=generator) / h**0.5,
+            p + "self_attention.layernorm_qkv._extra_state": torch.zeros(0, dtype=torch.uint8),
+            p + "self_attention.core_attention._extra_state": torch.zeros(0, dtype=torch.uint8),
+            p + "self_attention.proj.weight": torch.randn(h, h, generator=generator) / h**0.5,
+            p + "self_attention.proj._extra_state": torch.zeros(0, dtype=torch.uint8),
+            p + "layernorm_mlp.layer_norm_weight": torch.rand(h, generator=generator) + 0.5,
+            p + "layernorm_mlp.fc1_weight": torch.randn(2 * f, h, generator=generator) / h**0.5,
+            p + "layernorm_mlp.fc2_weight": torch.randn(h, f, generator=generator) / f**0.5,
+            p + "layernorm_mlp._extra_state": torch.zeros(0, dtype=torch.uint8),
+        }
+    return state
+
+
+def te_attention_inputs(qkv_weight: torch.Tensor, x: torch.Tensor):
+    """Query, key, value as TE 2.11's MultiheadAttention.forward makes them from the fused projection
+    (qkv_weight_interleaved=True): ``[.., ng * (np/ng + 2) * hn] -> [.., ng, (np/ng + 2), hn]``, split
+    ``(np/ng, 1, 1)`` along dim -2 (here ng = np: no grouped-query attention)."""
+    heads, head_dim = SHAPE.num_heads, SHAPE.hidden_size // SHAPE.num_heads
+    mixed = (x @ qkv_weight.T).view(*x.shape[:-1], heads, 3, head_dim)
+    q, k, v = mixed.split((1, 1, 1), dim=-2)
+    return q.squeeze(-2), k.squeeze(-2), v.squeeze(-2)
+
+
+def te_swiglu(fc1_weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """TE's swiglu: SiLU gates the FIRST half of fc1's output (ops/basic/activation.py, SwiGLU)."""
+    a, b = (x @ fc1_weight.T).chunk(2, dim=-1)
+    return F.silu(a) * b
+
+
+def test_transformer_engine_parameters_map_onto_llamas_projections():
+    state = te_state_dict(torch.Generator().manual_seed(1))
+    hf = export_hf.to_hf_state_dict(state, SHAPE)
+    x = torch.randn(5, SHAPE.hidden_size)
+    heads, head_dim = SHAPE.num_heads, SHAPE.hidden_size // SHAPE.num_heads
+    for i in range(SHAPE.num_layers):
+        te, ours = f"layers.{i}.", f"model.layers.{i}."
+        q, k, v = te_attention_inputs(state[te + "self_attention.layernorm_qkv.weight"], x)
+        for name, expected in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
+            got = (x @ hf[f"{ours}self_attn.{name}.weight"].T).view(5, heads, head_dim)  # Llama's head split
+            torch.testing.assert_close(got, expected)
+        mlp = F.silu(x @ hf[ours + "mlp.gate_proj.weight"].T) * (x @ hf[ours + "mlp.up_proj.weight"].T)
+        torch.testing.assert_close(mlp, te_swiglu(state[te + "layernorm_mlp.fc1_weight"], x))
+        for hf_name, te_name in {
+            "input_layernorm.weight": "self_attention.layernorm_qkv.layer_norm_weight",
+            "post_attention_layernorm.weight": "layernorm_mlp.layer_norm_weight",
+            "self_attn.o_proj.weight": "self_attention.proj.weight",
+            "mlp.down_proj.weight": "layernorm_mlp.fc2_weight",
+        }.items():
+            assert torch.equal(hf[ours + hf_name], state[te + te_name])
+    assert torch.equal(hf["lm_head.weight"], state["head.weight"])
+    assert len(hf) == 3 + 9 * SHAPE.num_layers  # every Llama tensor, nothing else
+    llama = LlamaForCausalLM._from_config(
+        __import__("transformers").LlamaConfig(**export_hf.hf_config(_config(), "float32", None))
+    )
+    assert set(hf) == set(llama.state_dict())
+    assert {k: tuple(v.shape) for k, v in hf.items()} == {
+        k: tuple(v.shape) for k, v in llama.state_dict().items()
+    }
+
+
+def _config() -> dict:
+    return {**{name: getattr(SHAPE, name) for name in contract.MODEL_DIM_NAMES}, "seq_length": 64,
+            "rope_theta": 10000.0, "position_encoding": "rope"}  # fmt: skip
+
+
+def test_an_unexpected_entry_or_shape_is_an_error_not_a_silent_drop():
+    state = te_state_dict(torch.Generator().manual_seed(2))
+    with pytest.raises(export_hf.ExportError, match=r"no Llama counterpart: layers\.0\.extra\.weight"):
+        export_hf.to_hf_state_dict({**state, "layers.0.extra.weight": torch.zeros(1)}, SHAPE)
+    state["layers.1.layernorm_mlp.fc1_weight"] = torch.zeros(48, 32)
+    with pytest.raises(export_hf.ExportError, match=r"fc1_weight has shape \(48, 32\); expected \(96, 32\)"):
+        export_hf.to_hf_state_dict(state, SHAPE)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_datas_tokenizer_json_goes_into_the_folder_and_loads_with_transformers(tmp_path):
+    tokenizer_path = tiny_tokenizer_json(tmp_path)
+    data = tmp_path / "data"
+    meta = prepare.prepare([str(write_inputs(tmp_path))], str(data), tokenizer=tokenizer_path,
+                           validation_fraction=0, block_tokens=16)  # fmt: skip
+    assert meta["tokenizer"]["file"] == "tokenizer.json" and (data / "tokenizer.json").is_file()
+    Path(tokenizer_path).unlink()  # the trainer must find it next to the data (as in a SageMaker channel)
+    settings = {**SETTINGS, "seq_length": "8", "batch_size": "2", "max_steps": "2", "dataset": "channel",
+                "data_dir": str(data), "checkpoint_dir": str(tmp_path / "ckpt"),
+                "model_dir": str(tmp_path / "model")}  # fmt: skip
+    status, output = run_single(settings)
+    assert status == 0, output
+    out = tmp_path / "model" / export_hf.HF_DIR
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
+    original = Tokenizer.from_file(str(data / "tokenizer.json"))
+    loaded = PreTrainedTokenizerFast.from_pretrained(out)
+    assert (
+        loaded.encode(DOCS[0], add_special_tokens=False)
+        == original.encode(DOCS[0], add_special_tokens=False).ids
+    )
+    eos = original.token_to_id("</s>")
+    assert loaded.eos_token == "</s>" and loaded.eos_token_id == eos
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == eos
+    assert "The data's Hugging Face tokenizer `tokenizer.json`" in (out / "README.md").read_text()
+
+
+def test_a_byte_level_model_says_so_and_has_no_tokenizer_files(tmp_path):
+    data = {"dataset": "channel", "tokenizer": {"name": "bytes", "kind": "byte-level UTF-8", "eos_id": 256}}
+    text = export_hf.write_tokenizer(data, tmp_path, 64)
+    assert text.startswith("Byte-level: token ids 0-255 are the bytes of UTF-8 text, 256 ends a document")
+    assert list(tmp_path.iterdir()) == []
+    assert export_hf.write_tokenizer(None, tmp_path, 64).startswith("Unknown")
+    missing = {
+        "dataset": "channel",
+        "tokenizer": {"name": "t.json", "kind": "tokenizers"},
+        "tokenizer_json": None,
+    }
+    assert "copy that `tokenizer.json` into this folder" in export_hf.write_tokenizer(missing, tmp_path, 64)
