@@ -765,10 +765,11 @@ def _map_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
                 f"tags.{key}: value must be at most {value_limits['max']} {TAG_CHARACTERS}; got {_show(value)}"
             )
     environment = config["environment"]
-    if len(environment) > limits["Environment"]["max"]:
-        problems.append(
-            f"environment: at most {limits['Environment']['max']} variables; got {len(environment)}"
-        )
+    room = limits["Environment"]["max"] - (
+        3 if rules.mlflow_tracking_server_arn else 0
+    )  # job_fields adds MLflow's
+    if len(environment) > room:
+        problems.append(f"environment: at most {room} variables; got {len(environment)}")
     key_limits, value_limits = limits["EnvironmentKey"], limits["EnvironmentValue"]
     for name, value in environment.items():
         if name in PLATFORM_ENVIRONMENT:

@@ -12,7 +12,7 @@ from aws_cdk import assertions
 
 from constructs_lib.workflow.construct import MLFLOW_ACTIONS
 from constructs_lib.workflow.dashboard import search_terms
-from constructs_lib.workflow.request_check import RequestRules, job_fields
+from constructs_lib.workflow.request_check import RequestRules, job_fields, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve
 from tests.workflow.stacks import build_workflow
@@ -143,6 +143,11 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
         contract.MLFLOW_EXPERIMENT_ENV: "Test-Workflow",
         contract.MLFLOW_RUN_NAME_ENV: "run-7",
     }
+    room = rules.sagemaker()["Environment"]["max"] - 3  # the three MLflow variables must still fit
+    too_many = {f"NCCL_X{i}": "1" for i in range(room + 1)}
+    assert f"environment: at most {room} variables; got {room + 1}" in validate_request(
+        {"environment": too_many}, rules
+    )
     plain = RequestRules.from_state_machine_definition(definition_of(_template()))
     assert plain.mlflow_tracking_server_arn is None
     assert job_fields(config, plain, "run-7")["Environment"] == {"NCCL_DEBUG": "INFO"}
