@@ -178,6 +178,12 @@ CHECKPOINT_DIR_NAME = re.compile(r"^step_(\d{8})(?:-([2-9]|[1-9][0-9]+))?$")
 name was already taken (an incomplete folder it must leave as it is). Of two folders of one step the higher number
 is the newer. Suffixed names (``.tmp``, ``.unusable``) are never checkpoints to load."""
 
+SET_ASIDE_SUFFIX = ".unusable"
+"""A checkpoint folder the trainer found damaged is set aside by a small file beside it, ``step_00000100.unusable``
+(JSON: why, which job), never by moving it: under SageMaker ``/opt/ml/checkpoints`` is mirrored to S3 and a local
+rename is a deletion of the S3 prefix plus a full re-upload. A folder with that file is never loaded, counted by
+``keep_checkpoints``, written into or deleted, and ``resume_from`` never picks it."""
+
 UNUSABLE_CHECKPOINT_ACTIONS: tuple[str, ...] = ("restart", "fail")
 """``on_unusable_checkpoints``: what the trainer does when ``checkpoint_dir`` holds checkpoints and none is usable."""
 HF_EXPORT_DIR = "hf"

@@ -52,6 +52,7 @@ from training.contract import (
     MODEL_DIR,
     PRECISIONS,
     RESUME_CHANNEL,
+    SET_ASIDE_SUFFIX,
     TRAIN_CHANNEL,
     ContractError,
     instance_types_supporting,
@@ -932,13 +933,16 @@ def newest_complete_checkpoint(
 ) -> tuple[int, str] | None:
     """(step, key prefix) of the newest complete checkpoint under ``run_key`` (``.../<execution>/``), the trainer's
     rule: a ``step_XXXXXXXX`` (or ``step_XXXXXXXX-N``, a later save of that step) folder whose ``COMPLETE`` lists
-    files that all exist with the listed sizes; set-aside (``.unusable``) and unsealed folders never count.
+    files that all exist with the listed sizes; unsealed folders and folders the trainer set aside (a
+    ``step_XXXXXXXX.unusable`` object beside the folder) never count.
 
     ``objects`` maps every key under ``run_key`` to its size; ``read`` returns an object's bytes."""
     candidates = []
     for key in objects:
         parts = key[len(run_key) :].split("/")
         if len(parts) == 2 and parts[1] == CHECKPOINT_MARKER and (m := CHECKPOINT_DIR_NAME.match(parts[0])):
+            if f"{run_key}{parts[0]}{SET_ASIDE_SUFFIX}" in objects:
+                continue  # the trainer found it damaged
             candidates.append((int(m.group(1)), int(m.group(2) or 1), f"{run_key}{parts[0]}/"))
     for step, _, prefix in sorted(candidates, reverse=True):
         try:

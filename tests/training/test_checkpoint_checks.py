@@ -6,8 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
+import torch.distributed as dist
 
 from training import contract
 from training.trainer import checkpoint, config, sagemaker_job
@@ -95,12 +98,20 @@ def test_folders_by_kind_and_order(tmp_path):
     sealed(tmp_path / "step_00000020.tmp")  # sealed but never renamed: still an interrupted write
     (tmp_path / "step_00000025-2.tmp").mkdir()
     (tmp_path / "notes").mkdir()
+    sealed(tmp_path / "step_00000030")  # set aside by an earlier run: its record beside it
+    (tmp_path / "step_00000030.unusable").write_text(json.dumps({"reason": "rank 1: checksum mismatch in x"}))
+    (tmp_path / "step_00000035").mkdir()  # set aside with an unreadable record (and, here, no COMPLETE)
+    (tmp_path / "step_00000035.unusable").write_text("{")
     assert [(s, p.name) for s, p in checkpoint.complete_checkpoints(tmp_path)] == [
         (5, "step_00000005"), (10, "step_00000010"), (10, "step_00000010-2")
     ]  # fmt: skip
     assert [p.name for p in checkpoint.incomplete_folders(tmp_path)] == [
         "step_00000015", "step_00000020.tmp", "step_00000025-2.tmp"
     ]  # fmt: skip
+    assert checkpoint.set_aside_folders(tmp_path) == [
+        ("step_00000030", "rank 1: checksum mismatch in x"),
+        ("step_00000035", "its record step_00000035.unusable is unreadable (JSONDecodeError)"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -190,3 +201,57 @@ def test_an_unknown_option_is_written_to_the_failure_file(in_job):
     with pytest.raises(SystemExit):
         config.parse_args(["--num_layerz", "2"])
     assert in_job.read_text() == "invalid command line: unrecognized arguments: --num_layerz 2\n"
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A one-process gloo group and the ``DistEnv`` fields ``CheckpointManager`` reads."""
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        yield SimpleNamespace(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), cpu_group=None)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_set_aside_folder_and_its_record_are_never_reused_counted_or_pruned(one_rank, tmp_path):
+    root = tmp_path / "ckpt"
+    aside = sealed(root / "step_00000004")
+    (root / "step_00000004.unusable").write_text(json.dumps({"reason": "rank 0: checksum mismatch in x"}))
+    (root / "step_00000008.unusable").write_text("{}")  # a record whose folder is gone: its name stays taken
+    before = {p.name: p.read_bytes() for p in aside.iterdir()}
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(net.parameters())
+    manager = checkpoint.CheckpointManager(str(root), 1, one_rank)
+    assert manager.load_latest(net, optimizer) is None  # nothing to load: the earlier set-aside one is named
+    assert manager.skipped == [("step_00000004", "set aside earlier: rank 0: checksum mismatch in x")]
+    saved = [manager.save(step, net, optimizer, {"step": step}).name for step in (4, 8, 12)]
+    assert saved == ["step_00000004-2", "step_00000008-2", "step_00000012"]
+    assert sorted(p.name for p in root.iterdir()) == [
+        "step_00000004",
+        "step_00000004.unusable",
+        "step_00000008.unusable",
+        "step_00000012",
+    ]  # fmt: skip  (keep_checkpoints=1 pruned this run's -2 folders only)
+    assert {p.name: p.read_bytes() for p in aside.iterdir()} == before
+    assert [p.name for _, p in checkpoint.complete_checkpoints(root)] == ["step_00000012"]
+
+
+def test_a_folder_that_appears_while_a_save_is_written_is_never_replaced(one_rank, tmp_path, monkeypatch):
+    root = tmp_path / "ckpt"
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(net.parameters())
+    manager = checkpoint.CheckpointManager(str(root), 3, one_rank)
+    hashing = manager._node_digests
+
+    def meanwhile(path: Path):
+        (root / "step_00000004").mkdir()
+        (root / "step_00000004" / "theirs").write_text("x")
+        return hashing(path)
+
+    monkeypatch.setattr(manager, "_node_digests", meanwhile)
+    with pytest.raises(
+        FileExistsError, match=r"step_00000004 appeared while .*step_00000004\.tmp was written"
+    ):
+        manager.save(4, net, optimizer, {"step": 4})
+    assert [p.name for p in (root / "step_00000004").iterdir()] == ["theirs"]
+    assert (root / "step_00000004.tmp" / MARKER).is_file()  # the new one is kept, sealed, under its .tmp name

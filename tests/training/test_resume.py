@@ -125,7 +125,12 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
     }
     for step, reason in reasons.items():
         name = checkpoint.step_dir_name(step)
-        assert f"{name} ({reason}" in line and f"set aside as {name}.unusable)" in line, (step, line)
+        assert (
+            f"{name} ({reason}" in line and f"set aside, left as it is: {name}.unusable says why)" in line
+        ), (
+            step,
+            line,
+        )
     assert "load failed on rank 0" not in line
     assert "step_00000012 (incomplete: no COMPLETE marker, an interrupted write; left as it is)" in line
     assert "step_00000012.tmp (incomplete: an interrupted write; left as it is)" in line
@@ -134,17 +139,17 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
     assert f"checkpoint saved to {ckpt / 'step_00000012-2'}" in output
     summary = next(x for x in output.splitlines() if x.startswith("summary "))
     assert "restarted_from" not in summary and "unusable_checkpoints" not in summary  # it resumed
+    damaged = {checkpoint.step_dir_name(step) for step in reasons}
     assert sorted(p.name for p in ckpt.iterdir()) == sorted(
         ["step_00000003", "step_00000012", "step_00000012.tmp", "step_00000012-2"]
-        + [f"{checkpoint.step_dir_name(step)}.unusable" for step in reasons]
+        + [*damaged, *(f"{name}.unusable" for name in damaged)]
     )  # step 6 (loaded) pruned by keep_checkpoints=1; step 3 was not this run's
     after = contents(ckpt)
-    damaged = {checkpoint.step_dir_name(step) for step in reasons}
-    moved = {k.replace("/", ".unusable/", 1): v for k, v in before.items() if k.split("/")[0] in damaged}
-    assert {k: after[k] for k in moved} == moved  # set aside byte for byte
-    for key, value in before.items():
-        if key.startswith(("step_00000003/", "step_00000012/", "step_00000012.tmp/")):
-            assert after[key] == value, key  # left as they were
+    kept = {key: value for key, value in before.items() if not key.startswith("step_00000006/")}
+    assert {key: after.get(key) for key in kept} == kept  # set aside and left exactly as they were
+    for step, reason in reasons.items():
+        record = json.loads(after[f"{checkpoint.step_dir_name(step)}.unusable"])
+        assert record["reason"].startswith(reason) and record["folder"] == checkpoint.step_dir_name(step)
     assert [p.name for _, p in complete_checkpoints(ckpt)] == ["step_00000003", "step_00000012-2"]
 
 
@@ -171,15 +176,22 @@ def test_when_no_checkpoint_loads_one_line_says_why_training_starts_at_step_0_an
     summary = next(x for x in output.splitlines() if x.startswith("summary "))
     assert summary.endswith(" unusable_checkpoints=3 restarted_from: none (3 checkpoints unusable)")
     assert contract.parse_metric_line(summary)["final:unusable_checkpoints"] == 3
-    assert f"checkpoint saved to {ckpt / 'step_00000006-2'}" in output  # the .tmp's name is taken
+    assert (
+        f"checkpoint saved to {ckpt / 'step_00000006-2'}" in output
+    )  # the folder and the .tmp's names are taken
+    assert (
+        f"checkpoint saved to {ckpt / 'step_00000012-2'}" in output
+    )  # a set-aside folder is never written into
     assert sorted(p.name for p in ckpt.iterdir()) == [
+        "step_00000006",
         "step_00000006.tmp",
         "step_00000006.unusable",
         "step_00000012",
+        "step_00000012-2",
         "step_00000012.unusable",
     ]  # fmt: skip  (step_00000006-2 pruned by keep_checkpoints=1: this run wrote it)
-    moved = {key.replace("/", ".unusable/", 1): value for key, value in before.items()}  # the .tmp is empty
-    assert {key: contents(ckpt)[key] for key in moved} == moved  # set aside byte for byte
+    after = contents(ckpt)
+    assert {key: after.get(key) for key in before} == before  # set aside and left exactly as they were
 
 
 def test_a_different_model_shape_is_refused_with_one_line_naming_both(reference, tmp_path):
@@ -329,11 +341,11 @@ def test_when_the_runs_own_checkpoints_all_fail_the_resume_channel_is_tried_and_
     output = run_with_channel(settings(tmp_path), channel)
     skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
     assert len(skipped) == 1, output
-    assert "step_00000010 (rank 0: checksum mismatch in .metadata; set aside as" in skipped[0]
+    assert "step_00000010 (rank 0: checksum mismatch in .metadata; set aside, left as it is:" in skipped[0]
     assert f"resumed from {channel} at step 6" in output
     assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
     assert {p.name: p.read_bytes() for p in channel.iterdir()} == before  # read-only input, as it was
-    assert (ckpt / "step_00000010.unusable").is_dir()
+    assert (ckpt / "step_00000010.unusable").is_file() and (ckpt / "step_00000010" / ".metadata").is_file()
     assert [step for step, _ in complete_checkpoints(ckpt)] == [12]
 
 

@@ -82,6 +82,10 @@ def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_f
     marker.write_text(marker.read_text()[:-10])
     with pytest.raises(json.JSONDecodeError) as unreadable:
         json.loads(marker.read_text())
+    # a sound checkpoint an earlier launch set aside: skipped without a new check, named since nothing loads
+    shutil.copytree(ckpt / "step_00000012", ckpt / "step_00000003")
+    (ckpt / "step_00000003.unusable").write_text(json.dumps({"reason": "load failed on rank 1: OSError: x"}))
+    before = {p.relative_to(ckpt): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
     hyperparameters = {**TINY, "max_steps": "20", "on_unusable_checkpoints": "fail", "checkpoint_dir": str(ckpt),
                        "model_dir": str(tmp_path / "model")}  # fmt: skip
     command, child_env = toolkit_job(tmp_path, hyperparameters)
@@ -90,11 +94,17 @@ def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_f
     assert proc.returncode != 0, output
     reason = (tmp_path / "opt_ml" / "output" / "failure").read_text()
     assert reason == (
-        f"on_unusable_checkpoints=fail: no usable checkpoint in {ckpt}, 2 skipped, not training: step_00000012 "
-        "(__0_0.distcp is missing; set aside as step_00000012.unusable); step_00000006 (unreadable COMPLETE marker "
-        f"(JSONDecodeError: {unreadable.value}); set aside as step_00000006.unusable)\n"
+        f"on_unusable_checkpoints=fail: no usable checkpoint in {ckpt}, 3 skipped, not training: step_00000012 "
+        "(__0_0.distcp is missing; set aside, left as it is: step_00000012.unusable says why); step_00000006 "
+        f"(unreadable COMPLETE marker (JSONDecodeError: {unreadable.value}); set aside, left as it is: "
+        "step_00000006.unusable says why); step_00000003 (set aside earlier: load failed on rank 1: OSError: x)\n"
     )
     assert len(reason.splitlines()) == 1 and f"error: {reason}" in output
     assert "train.sh: torchrun" in output and "step=1/" not in output  # refused in the trainer, before step 1
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000006.unusable", "step_00000012.unusable"]
+    after = {p.relative_to(ckpt): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+    assert {key: after.get(key) for key in before} == before  # nothing moved, changed or deleted
+    assert sorted(str(key) for key in set(after) - set(before)) == [
+        "step_00000006.unusable",
+        "step_00000012.unusable",
+    ]  # the records of the two set aside now
     assert not (tmp_path / "model").exists() or not any((tmp_path / "model").iterdir())

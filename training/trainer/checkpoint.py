@@ -8,23 +8,27 @@ Layout under ``checkpoint_dir``::
         COMPLETE               JSON written last: world size, model shape, job, size and SHA-256 of every file
     step_00000100-2/          a later save of step 100 whose folder name was taken (never written into)
     step_00000200.tmp/        being written, or abandoned by a crash: incomplete, reported, never loaded or deleted
-    step_00000050.unusable/   set aside: sealed but failed a check or its load; never loaded again, never deleted
+    step_00000050/            set aside: sealed but failed a check or its load; left exactly as it is, and
+    step_00000050.unusable    this file beside it (JSON: why, which job) says so: never loaded again, never deleted
 
 One rule for a sealed folder (``COMPLETE`` present): ``COMPLETE`` is written last, so any failed check -- an
 unreadable marker, a listed file missing or of another size, a file it does not list, a checksum that differs, a
-load error on any rank -- is damage, and every rank agrees to set the folder aside (rename it ``.unusable``) and
-try the previous one; each is reported with its reason. A ``step_*`` folder without ``COMPLETE`` (and a ``.tmp``
-one) is an interrupted write: reported as incomplete, left as it is, never loaded.
+load error on any rank -- is damage, and every rank agrees to set the folder aside (each node's local rank 0 writes
+its ``.unusable`` record) and try the previous one; each is reported with its reason. The folder itself is never
+moved: ``/opt/ml/checkpoints`` is mirrored to S3, where a rename would delete the folder's objects and upload them
+again under a new prefix (the whole checkpoint, lost if the job ends before that upload does). A later run skips a set-aside folder
+without checking it again and names it only when nothing else loads. A ``step_*`` folder without ``COMPLETE``
+(and a ``.tmp`` one) is an interrupted write: reported as incomplete, left as it is, never loaded.
 
 A run that continues an earlier one (the workflow's ``resume_from``) gets that run's newest complete checkpoint as
 the read-only ``resume`` input channel; it is tried only when ``checkpoint_dir`` holds no checkpoint that loads
 (after a spot interruption the run's own, newer ones win), is verified like the others, and is never written to
 or renamed.
 
-A save never writes into an existing folder: when ``step_N`` or ``step_N.tmp`` exists it writes ``step_N-2`` (and
-so on). ``keep_checkpoints`` counts only the complete checkpoints this run wrote or loaded (and, inside a
-SageMaker job, those an earlier launch of the same job wrote): older ones are deleted, ``COMPLETE`` first;
-set-aside, incomplete and other folders are never touched.
+A save never writes into an existing folder: when ``step_N``, ``step_N.tmp`` or ``step_N.unusable`` exists it
+writes ``step_N-2`` (and so on). ``keep_checkpoints`` counts only the complete checkpoints this run wrote or loaded
+(and, inside a SageMaker job, those an earlier launch of the same job wrote): older ones are deleted, ``COMPLETE``
+first; set-aside, incomplete and other folders are never touched.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from training.trainer import sagemaker_job
 MARKER = "COMPLETE"
 _NAME = contract.CHECKPOINT_DIR_NAME
 _TMP = ".tmp"
+_ASIDE = contract.SET_ASIDE_SUFFIX
 
 
 def step_dir_name(step: int, generation: int = 1) -> str:
@@ -69,33 +74,61 @@ def _order(name: str) -> tuple[int, int] | None:
 
 
 def complete_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint under ``root`` (sealed, every listed file of its listed size),
-    oldest first."""
+    """(step, path) of every complete checkpoint under ``root`` (sealed, not set aside, every listed file of its
+    listed size), oldest first."""
     return [(order[0], path) for order, path in _sealed(Path(root)) if size_problem(path) is None]
 
 
 def _sealed(root: Path) -> list[tuple[tuple[int, int], Path]]:
-    """((step, generation), path) of every ``step_*`` folder with a ``COMPLETE`` marker, oldest first."""
+    """((step, generation), path) of every ``step_*`` folder with a ``COMPLETE`` marker and not set aside, oldest
+    first."""
     if not root.is_dir():
         return []
     found = []
     for path in root.iterdir():
         order = _order(path.name)
-        if order is not None and path.is_dir() and (path / MARKER).exists():
+        if order is not None and path.is_dir() and (path / MARKER).exists() and not _is_set_aside(path):
             found.append((order, path))
     return sorted(found)
 
 
 def incomplete_folders(root: Path) -> list[Path]:
-    """Interrupted writes: ``step_*`` folders without ``COMPLETE``, and ``step_*.tmp`` folders, by name."""
+    """Interrupted writes: ``step_*`` folders without ``COMPLETE`` (and not set aside), and ``step_*.tmp``
+    folders, by name."""
     if not root.is_dir():
         return []
     found = []
     for path in root.iterdir():
         name = path.name.removesuffix(_TMP)
-        if _order(name) is not None and path.is_dir() and (name != path.name or not (path / MARKER).exists()):
+        unsealed = name != path.name or not (path / MARKER).exists()
+        if _order(name) is not None and path.is_dir() and unsealed and not _is_set_aside(path):
             found.append(path)
     return sorted(found, key=lambda p: p.name)
+
+
+def set_aside_record(folder: Path) -> Path:
+    """The file that sets the checkpoint folder ``folder`` aside: ``step_00000100.unusable`` beside it."""
+    return folder.with_name(folder.name + _ASIDE)
+
+
+def _is_set_aside(folder: Path) -> bool:
+    return set_aside_record(folder).is_file()
+
+
+def set_aside_folders(root: Path) -> list[tuple[str, str]]:
+    """(name, why) of every ``step_*`` folder an earlier run set aside (its ``.unusable`` record), by name."""
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        if _order(path.name) is not None and path.is_dir() and _is_set_aside(path):
+            record = set_aside_record(path)
+            try:
+                why = str(json.loads(record.read_text())["reason"])
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                why = f"its record {record.name} is unreadable ({type(err).__name__})"
+            found.append((path.name, why))
+    return sorted(found)
 
 
 def _read_marker(path: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -235,28 +268,33 @@ class CheckpointManager:
         dist.barrier(group=self.cpu_group)
         digests = self._node_digests(tmp)
         self._ours.add(final.name)
+        clash = None
         if self.node_leader and tmp.exists():
             files = {name: size for name, (size, _) in sorted(digests.items())}
             sums = {name: digest for name, (_, digest) in sorted(digests.items())}
             marker = {"world_size": self.world_size, "step": step, "model_shape": self.shape, "job": self.job}
             _write_atomic(tmp / MARKER, json.dumps({**marker, "files": files, "sha256": sums}))
             if os.path.lexists(final):  # appeared since the name was chosen: never replace it
-                raise FileExistsError(
-                    f"checkpoint_dir: {final} appeared while {tmp} was written; not replacing it"
-                )
-            os.rename(tmp, final)
-            self._prune()
-        dist.barrier(group=self.cpu_group)
+                clash = f"checkpoint_dir: {final} appeared while {tmp} was written; not replacing it"
+            else:
+                os.rename(tmp, final)
+                self._prune()
+        clash = self._agree(
+            clash
+        )  # every rank raises, or none (a rank raising alone would leave the rest waiting)
+        if clash is not None:
+            raise FileExistsError(clash)
         return final
 
     def _free_name(self, step: int) -> str:
         """The first of ``step_N``, ``step_N-2``, ... that names no file or folder on any node, with or without
-        ``.tmp`` (an incomplete folder of that step is left as it is, never written into)."""
+        ``.tmp`` or ``.unusable`` (an incomplete or set-aside folder of that step is left as it is, never written
+        into; a set-aside record never applies to a new checkpoint)."""
         generation = 0
         while True:
             generation += 1
             name = step_dir_name(step, generation)
-            taken = any(os.path.lexists(self.root / other) for other in (name, name + _TMP))
+            taken = any(os.path.lexists(self.root / other) for other in (name, name + _TMP, name + _ASIDE))
             verdicts: list[Any] = [None] * self.world_size
             dist.all_gather_object(verdicts, taken, group=self.cpu_group)
             if not any(verdicts):
@@ -298,15 +336,23 @@ class CheckpointManager:
         return its trainer state (step, data position, schedule), or None when there is none.
 
         Every rank tries the same sealed folders (rank 0's list), newest first. One that fails a check or its
-        load on any rank is set aside on every node (renamed ``.unusable``, never deleted) and the previous one is
-        tried. Incomplete folders are listed in ``incomplete`` and left alone. When none of the run's own loads,
-        the read-only ``resume_dir`` (an earlier run's) is tried, and skipped with its reason if it fails (never
-        renamed). A checkpoint of another model shape raises CheckpointShapeError naming both shapes."""
-        found: list[Any] = [([p.name for _, p in _sealed(self.root)], incomplete_folders(self.root))]
+        load on any rank is set aside on every node (its ``.unusable`` record written, the folder left as it is)
+        and the previous one is tried. Incomplete folders are listed in ``incomplete`` and left alone. When none
+        of the run's own loads, the read-only ``resume_dir`` (an earlier run's) is tried, and skipped with its
+        reason if it fails (never marked); when that fails too, the folders earlier runs set aside join
+        ``set_aside`` (so "nothing usable" names every one). A checkpoint of another model shape raises
+        CheckpointShapeError naming both shapes."""
+        found: list[Any] = [
+            (
+                [p.name for _, p in _sealed(self.root)],
+                incomplete_folders(self.root),
+                set_aside_folders(self.root),
+            )
+        ]
         dist.broadcast_object_list(
             found, src=0, group=self.cpu_group
         )  # rank 0's lists, if nodes' folders differ
-        sealed, incomplete = found[0]
+        sealed, incomplete, earlier = found[0]
         for path in incomplete:
             why = "" if path.name.endswith(_TMP) else f"no {MARKER} marker, "
             self.incomplete.append((path.name, INCOMPLETE.format(why=why)))
@@ -318,7 +364,10 @@ class CheckpointManager:
                 self.loaded = path
                 return state
             self._set_aside(path, reason)
-        return self._load_resume_channel(model, optimizer)
+        state = self._load_resume_channel(model, optimizer)
+        if state is None:
+            self.set_aside.extend((name, f"set aside earlier: {why}") for name, why in earlier)
+        return state
 
     def _load_resume_channel(self, model, optimizer) -> dict[str, Any] | None:
         """The earlier run's checkpoint (read-only): its trainer state, or None (absent, or skipped with why)."""
@@ -341,7 +390,9 @@ class CheckpointManager:
         """(trainer state, None) when ``path`` verifies and loads on every rank, else (None, every rank's reason).
         A checkpoint of another model shape raises CheckpointShapeError naming ``field``, the setting the user
         changes: ``checkpoint_dir`` for the run's own, ``resume_from`` for an earlier run's (the resume channel)."""
-        self._check_shape(path, field)
+        mismatch = self._agree(shape_mismatch(path, self.shape, REMEDY[field]))  # every rank raises, or none
+        if mismatch is not None:
+            raise CheckpointShapeError(f"{field}: {mismatch}")
         reason = self._agree(self._verify(path))
         if reason is not None:
             return None, reason
@@ -354,11 +405,6 @@ class CheckpointManager:
             self.touched_model = True  # a partial load may have written into the model or optimizer
             return None, reason
         return state, None
-
-    def _check_shape(self, path: Path, field: str) -> None:
-        message = shape_mismatch(path, self.shape, REMEDY[field])
-        if message:
-            raise CheckpointShapeError(f"{field}: {message}")
 
     def _verify(self, path: Path) -> str | None:
         """Why ``path`` fails on this rank: the checks every rank of a node shares (marker, files, sizes), then
@@ -377,16 +423,16 @@ class CheckpointManager:
         return "; ".join(dict.fromkeys(failed)) if failed else None
 
     def _set_aside(self, path: Path, reason: str) -> None:
-        target = path.with_name(path.name + ".unusable")
-        index = 1
-        while os.path.lexists(target):
-            index += 1
-            target = path.with_name(f"{path.name}.unusable-{index}")
-        dist.barrier(group=self.cpu_group)
-        if self.node_leader and path.exists():
-            os.rename(path, target)
-        dist.barrier(group=self.cpu_group)
-        self.set_aside.append((path.name, f"{reason}; set aside as {target.name}"))
+        """Set the sealed folder ``path`` aside on every node: each node's local rank 0 writes the record
+        ``step_N.unusable`` beside it (the reason all ranks agreed on, the job). The folder is neither moved nor
+        changed, so SageMaker's S3 mirror of ``checkpoint_dir`` deletes and re-uploads nothing."""
+        record = set_aside_record(path)
+        if self.node_leader and path.exists() and not os.path.lexists(record):
+            _write_atomic(record, json.dumps({"reason": reason, "job": self.job, "folder": path.name}) + "\n")
+        dist.barrier(
+            group=self.cpu_group
+        )  # every node's record is there before anything else reads the folder
+        self.set_aside.append((path.name, f"{reason}; set aside, left as it is: {record.name} says why"))
 
     def _load(self, path: Path, model, optimizer) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(model, optimizer)

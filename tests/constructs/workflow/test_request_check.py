@@ -355,6 +355,10 @@ def test_a_later_save_of_a_step_under_a_free_name_is_the_newest():
         objects |= {f"{run}{folder}/{name}": size for name, size in files.items()}
     objects[f"{run}step_00000100/.metadata"] = 10  # unsealed
     assert newest_complete_checkpoint(objects, markers.__getitem__, run) == (100, f"{run}step_00000100-2/")
+    objects[f"{run}step_00000100-2{contract.SET_ASIDE_SUFFIX}"] = (
+        80  # the trainer set it aside: its record beside it
+    )
+    assert newest_complete_checkpoint(objects, markers.__getitem__, run) == (90, f"{run}step_00000090/")
 
 
 def test_resume_needs_a_checkpoint_and_more_steps():
