@@ -17,6 +17,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
+from constructs_lib.workflow.request import MLFLOW_ARN
 from constructs_lib.workflow.request_check import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     parse_data_sources,
@@ -58,6 +59,8 @@ WORKFLOW_CONTEXT_KEYS = (
     "triggerSource",
     "triggerDetailType",
     "dataSources",
+    "dashboard",
+    "mlflowTrackingServerArn",
     "maxKeepAliveSeconds",
     "remoteDebug",
 )
@@ -206,6 +209,10 @@ class WorkflowSettings:
     data_sources: tuple[str, ...] = ("data/",)
     """Where an execution's ``train_data_uri`` may point (``dataSources``): ``s3://bucket/prefix/`` URIs or key
     prefixes of the checkpoint bucket; the execution role may read exactly these."""
+    dashboard: bool = True
+    """A CloudWatch dashboard of the workflow (``dashboard``; stack output ``DashboardUrl``)."""
+    mlflow_tracking_server_arn: str | None = None
+    """A SageMaker managed MLflow tracking server the jobs log to (``mlflowTrackingServerArn``). Default: none."""
     max_keep_alive_seconds: int = DEFAULT_MAX_KEEP_ALIVE_SECONDS
     """The largest ``keep_alive_seconds`` (warm pool) an execution may ask for (``maxKeepAliveSeconds``, 0 to
     SageMaker's maximum from botocore); 0 turns warm pools off."""
@@ -279,6 +286,8 @@ class WorkflowSettings:
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
             data_sources=parse_data_sources(get("dataSources")),
+            dashboard=_bool("dashboard", get("dashboard"), cls.dashboard),
+            mlflow_tracking_server_arn=_mlflow(get),
             max_keep_alive_seconds=_int(
                 "maxKeepAliveSeconds",
                 get("maxKeepAliveSeconds"),
@@ -288,6 +297,21 @@ class WorkflowSettings:
             ),
             remote_debug=remote_debug,
         )
+
+
+def _mlflow(get: Callable[[str], Any]) -> str | None:
+    arn = _match(
+        "mlflowTrackingServerArn",
+        get("mlflowTrackingServerArn"),
+        MLFLOW_ARN,
+        "be a SageMaker MLflow tracking server ARN (arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>)",
+    )
+    if arn is not None and _bool("networkIsolation", get("networkIsolation"), False):
+        raise ConfigError(
+            "context mlflowTrackingServerArn: the jobs cannot reach MLflow with networkIsolation=true; "
+            "set networkIsolation to false or remove mlflowTrackingServerArn"
+        )
+    return arn
 
 
 def _match(key: str, value: Any, pattern: re.Pattern[str], expected: str) -> Any:

@@ -130,6 +130,8 @@ class BlackwellTrainingStack(Stack):
             vpc=self.vpc,
             notifications=wf.notifications,
             network_isolation=wf.network_isolation,
+            dashboard=wf.dashboard,
+            mlflow_tracking_server_arn=wf.mlflow_tracking_server_arn,
             max_keep_alive_seconds=wf.max_keep_alive_seconds,
             remote_debug=wf.remote_debug,
             output_kms_key=key,
@@ -146,7 +148,10 @@ class BlackwellTrainingStack(Stack):
                 else None
             ),
         )
+        self._outputs()
 
+    def _outputs(self) -> None:
+        """The stack outputs: names and addresses the operator CLI and a person need."""
         CfnOutput(
             self,
             "CheckpointBucketName",
@@ -183,6 +188,13 @@ class BlackwellTrainingStack(Stack):
             value=self.workflow.state_machine_arn,
             description="Training workflow: aws stepfunctions start-execution --state-machine-arn <this> --input '{}'",
         )
+        if self.workflow.dashboard_url is not None:
+            CfnOutput(
+                self,
+                "DashboardUrl",
+                value=self.workflow.dashboard_url,
+                description="CloudWatch dashboard of the workflow: loss, tokens/s, MFU, memory, GPUs, executions",
+            )
         if self.workflow.notification_topic is not None:
             CfnOutput(
                 self,

@@ -52,6 +52,10 @@ def test_app_contains_storage_identity_and_outputs(app_nag):
     assert types.count("AWS::ECR::Repository") == 1
     assert "AWS::IAM::Role" in types
     assert {"CheckpointBucketName", "ImageRepositoryUri", "ExecutionRoleArn"} <= set(template["Outputs"])
+    # the dashboard is on in cdk.json; its address names the stack's region and the dashboard
+    url = template["Outputs"]["DashboardUrl"]["Value"]["Fn::Join"][1]
+    assert url[0] == "https://console.aws.amazon.com/cloudwatch/home?region=us-west-2#dashboards/dashboard/"
+    assert types.count("AWS::CloudWatch::Dashboard") == 1 and url[1]["Ref"].startswith("WorkflowDashboard")
 
 
 def test_no_wildcard_action_anywhere(app_nag):

@@ -153,6 +153,21 @@ TRAIN_CHANNEL = "train"
 RESUME_CHANNEL = "resume"
 """Read-only input channel with one complete checkpoint of an earlier run (the workflow's ``resume_from``)."""
 ENTRY_POINT = "train.sh"
+TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
+"""Where the trainer writes TensorBoard event files in a job: the workflow's ``TensorBoardOutputConfig.LocalPath``
+(SageMaker syncs that folder to its ``S3OutputPath`` during training). Also the API's default LocalPath."""
+TENSORBOARD_CONFIG_FILE = "/opt/ml/input/config/tensorboardoutputconfig.json"
+"""Written by SageMaker into the container when the job has a ``TensorBoardOutputConfig``."""
+
+# MLflow (SageMaker managed MLflow through the sagemaker-mlflow plugin): the workflow sets these variables in the
+# job's environment when a tracking server is configured; the trainer logs only when the first one is set.
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+"""The tracking server's ARN (``arn:aws:sagemaker:...:mlflow-tracking-server/NAME``), or any MLflow URI."""
+MLFLOW_EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+"""The experiment: the workflow (state machine) name."""
+MLFLOW_RUN_NAME_ENV = "BLACKWELL_MLFLOW_RUN_NAME"
+"""The run: the Step Functions execution name, the same for every launch of that execution."""
+
 OUTPUT_DIR = "/opt/ml/output"
 """SageMaker's output folder; a ``failure`` file written there becomes the job's ``FailureReason`` (first 1024
 characters). The toolkit passes it to the entry point as ``SM_OUTPUT_DIR``."""
@@ -635,6 +650,28 @@ def metric_definitions() -> tuple[MetricDefinition, ...]:
     return tuple(defs)
 
 
+TRAINING_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+"""Where SageMaker publishes the ``MetricDefinitions`` metrics (dimension ``TrainingJobName``) and the per-host
+instance metrics (dimension ``Host`` = ``<job>/algo-<n>``)."""
+TRAINING_JOB_DIMENSION = "TrainingJobName"
+HOST_DIMENSION = "Host"
+HOST_GPU_METRICS: tuple[str, ...] = ("GPUUtilization", "GPUMemoryUtilization")
+"""Per-host GPU metrics SageMaker publishes every minute: percent summed over the host's GPUs (0-800 on 8 GPUs)."""
+
+
+def metric_name(field: str, kind: str = "train") -> str:
+    """The CloudWatch name of a trainer metric: ``kind`` ``train`` (step lines), ``validation`` or ``final``
+    (summary line), e.g. ``train:loss``, ``val_loss``, ``final:mfu``; a ValueError for a name that
+    ``metric_definitions`` does not define (so a renamed metric fails wherever it is used)."""
+    name = {"train": f"train:{field}", "validation": field, "final": f"final:{field}"}.get(kind)
+    defined = {definition.name for definition in metric_definitions()}
+    if name not in defined:
+        raise ValueError(
+            f"no metric definition for {kind} field {field!r}; defined: {', '.join(sorted(defined))}"
+        )
+    return name
+
+
 def parse_metric_line(line: str) -> dict[str, float]:
     """Extract every metric SageMaker would see in ``line`` (by running the same regexes), keyed by metric name."""
     found: dict[str, float] = {}
@@ -647,7 +684,7 @@ def parse_metric_line(line: str) -> dict[str, float]:
 
 _STEP_LINE = re.compile(r"(?<!validation )\bstep=([0-9]+)(?:/[0-9]+ [0-9.]+%)?((?: [a-z_]+=\S+)*)")
 _SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z_]+=\S+)+)")
-_CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z_]+=\S*)+)\s*$")
+_CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z0-9_]+=\S*)+)\s*$")
 
 
 def _fields(text: str, names: tuple[str, ...]) -> dict[str, float]:
@@ -669,6 +706,17 @@ def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
     if not match:
         return None
     return int(match.group(1)), _fields(match.group(2), STEP_METRICS)
+
+
+_VALIDATION_LINE = re.compile(r"\bvalidation step=([0-9]+)(?:/[0-9]+)?((?: [a-z_]+=\S+)+)")
+
+
+def parse_validation_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """``(step, {"val_loss": ...})`` of a line made by :func:`format_validation_line`; None for any other line."""
+    match = _VALIDATION_LINE.search(line)
+    if not match:
+        return None
+    return int(match.group(1)), _fields(match.group(2), VALIDATION_METRICS)
 
 
 def parse_summary_line(line: str) -> dict[str, float] | None:

@@ -18,6 +18,8 @@ LOGS = (
     "$252Faws$252Fsagemaker$252FTrainingJobs$3FlogStreamNameFilter$3D{job}"
 )
 """The log group ``/aws/sagemaker/TrainingJobs`` filtered to the job's streams (one per host)."""
+DASHBOARD = "https://{host}/cloudwatch/home?region={region}#dashboards/dashboard/{name}"
+"""A CloudWatch dashboard (the workflow's)."""
 
 
 def console_host(partition: str | None) -> str:

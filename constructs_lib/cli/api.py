@@ -18,6 +18,8 @@ Example::
     for snapshot in runs.watch(run.name):
         print(snapshot.run.status, snapshot.progress.describe())
     print(runs.result(run.name))
+    curve = runs.curve(run.name)  # loss, val_loss and tokens/s of every launch (constructs_lib.cli.curves)
+    print(curve.series("loss", "tokens"))
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from constructs_lib.cli.curves import RunCurve, curve_of
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot
@@ -362,6 +365,13 @@ class TrainingRuns:
             if not current.running:
                 return
             self.sleep(self.poll_seconds)
+
+    def curve(self, run: str) -> RunCurve:
+        """The run's loss, ``val_loss`` and tokens/s over every launch, from its jobs' log lines
+        (:func:`constructs_lib.cli.curves.curve_of`)."""
+        current = self.run(run)
+        launches = [(job, _LogCursor(self.client("logs"), job.name).read()) for job in current.jobs]
+        return curve_of(current.name, launches)
 
     # ---- remote debugging ---------------------------------------------------------------------------------------
     def shell_command(self, run: str, host: int = 1) -> list[str]:

@@ -14,8 +14,10 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
+from constructs_lib.cli.curves import X_AXES
 from constructs_lib.cli.errors import InvalidRequest, OperatorError, explain
 from constructs_lib.cli.progress import format_duration
 from constructs_lib.cli.records import Run, Snapshot
@@ -121,6 +123,25 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, parents=[common, *extra], help=text, description=details).add_argument(
             "run", help=RUN_HELP
         )
+    curves = sub.add_parser(
+        "curves",
+        parents=[common],
+        help="loss, val_loss and tokens/s of one or more runs: a PNG, or a plot in the terminal",
+        description="Draw the loss and val_loss (and tokens/s) of one or more runs from their job logs, across "
+        "every launch of each run (capacity relaunches and resumes continue the same curve). With --out, a PNG "
+        "(matplotlib); otherwise a plot in the terminal. --json prints the points instead.",
+    )
+    curves.add_argument(
+        "runs", nargs="+", metavar="RUN", help="run names (execution names) or execution ARNs"
+    )
+    curves.add_argument("--out", metavar="FILE.png", help="write a PNG here (never over an existing file)")
+    curves.add_argument(
+        "--x",
+        dest="axis",
+        choices=tuple(X_AXES),
+        default="step",
+        help="x axis: step, tokens trained, training hours or on-demand cost so far (default step)",
+    )
     logs = sub.add_parser(
         "logs",
         parents=[common, polling],
@@ -372,6 +393,45 @@ class _Shell:
             self.out.print(f"stopping run {stopped.name}; {how}", markup=False)
         return EXIT_OK
 
+    def do_curves(self) -> int:
+        out_path = Path(self.args.out) if self.args.out else None
+        if out_path is not None:
+            if out_path.suffix.lower() != ".png":
+                raise OperatorError(f"--out: must name a .png file; got {self.args.out!r}")
+            if out_path.exists():
+                raise OperatorError(
+                    f"--out: {out_path} already exists; choose another name or remove it first"
+                )
+            if not out_path.parent.is_dir():
+                raise OperatorError(f"--out: folder {out_path.parent} does not exist")
+        curves = [self.runs.curve(name) for name in dict.fromkeys(self.args.runs)]
+        empty = [curve.name for curve in curves if not curve.train and not curve.validation]
+        if self.args.json:
+            self.emit({"x": self.args.axis, "runs": [curve.as_dict() for curve in curves]})
+            return EXIT_OK
+        if len(empty) == len(curves):
+            raise OperatorError(f"no step lines yet in the logs of {', '.join(empty)}: nothing to draw")
+        unpriced = [curve.name for curve in curves if curve.missing(self.args.axis)]
+        if unpriced:
+            why = {"cost": "no on-demand price (a training plan, or an instance type without a price)"}
+            raise OperatorError(
+                f"--x {self.args.axis}: {', '.join(unpriced)} has points without it "
+                f"({why.get(self.args.axis, 'no config line with batch_size, seq_length and world_size')}); "
+                f"choose another --x"
+            )
+        for name in empty:
+            self.out.print(f"note: run {name} has no step lines yet", markup=False)
+        from constructs_lib.cli import plots
+
+        if out_path is not None:
+            plots.png(curves, self.args.axis, out_path)
+            self.out.print(f"wrote {out_path}", markup=False)
+        else:
+            from rich.text import Text
+
+            self.out.print(Text.from_ansi(plots.terminal(curves, self.args.axis, self.out.width)))
+        return EXIT_OK
+
     def do_shell(self) -> int:
         import shlex
         import shutil
@@ -398,7 +458,10 @@ class _Shell:
         if self.args.json:
             self.emit(result)
         else:
-            _print_result(self.out, result)
+            from constructs_lib.cli.plots import sparkline
+
+            curve = self.runs.curve(self.args.run)
+            _print_result(self.out, result, sparkline(curve.series("loss", "step")[1]))
         return EXIT_OK if result["status"] in ("SUCCEEDED", "RUNNING") else EXIT_RUN_FAILED
 
     # ---- watch --------------------------------------------------------------------------------------------------
@@ -498,7 +561,7 @@ def _hf_text(model: dict[str, Any] | None) -> str | None:
     return f"{model['folder']} in {model['archive']}" if model and model.get("archive") else None
 
 
-def _print_result(out: Any, result: dict[str, Any]) -> None:
+def _print_result(out: Any, result: dict[str, Any], loss_sparkline: str = "") -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -522,7 +585,12 @@ def _print_result(out: Any, result: dict[str, Any]) -> None:
         (f"metric {k}", f"{v:.6g}" if isinstance(v, float) else v)
         for k, v in (result["final_metrics"] or {}).items()
     ]
-    rows += [(f"trainer {k}", f"{v:.6g}") for k, v in (result["trainer_summary"] or {}).items()]
+    trainer = dict(result["trainer_summary"] or {})
+    if "final_loss" in trainer and loss_sparkline:  # the loss of every logged step, all launches, beside it
+        rows.append(("trainer final_loss", f"{trainer.pop('final_loss'):.6g}  {loss_sparkline}"))
+    elif loss_sparkline:  # still running, or stopped before its summary line
+        rows.append(("loss so far", loss_sparkline))
+    rows += [(f"trainer {k}", f"{v:.6g}") for k, v in trainer.items()]
     rows += _estimate_rows(result)
     rows += [(f"link {k}", v) for k, v in result["links"].items()]
     for key, value in rows:

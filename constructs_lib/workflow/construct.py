@@ -50,8 +50,9 @@ from constructs_lib._shared.nag import (
 from constructs_lib._shared.subnets import subnet_selection_kwargs
 from constructs_lib.identity.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
 from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
+from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
 from constructs_lib.workflow.observability import FAILED_STATUSES, alarm_and_notifications, trigger
-from constructs_lib.workflow.request import resource_config, training_job_request
+from constructs_lib.workflow.request import MLFLOW_ARN, resource_config, training_job_request
 from constructs_lib.workflow.request_check import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     MAX_RUNTIME_SECONDS_LIMIT,
@@ -189,6 +190,15 @@ class TrainingWorkflow(Construct):
     :param log_retention: retention of the execution log group. Default six months.
     :param state_machine_name: physical name. Default: generated.
     :param tags: tags for the workflow's resources and every training job. Default: none.
+    :param dashboard: build a CloudWatch dashboard of the workflow (loss and val_loss, tokens/s, MFU, peak memory
+        of its jobs, GPU and GPU-memory utilization per host, executions); ``dashboard_url`` is its address.
+        Default True.
+    :param tensorboard: give every job a ``TensorBoardOutputConfig``: the trainer's event files go to
+        ``s3://<bucket>/<output_prefix>tensorboard/<run_segment>/<execution name>/`` while it trains. Default True.
+    :param mlflow_tracking_server_arn: a SageMaker managed MLflow tracking server (or MLflow app) ARN: the jobs log
+        their settings and metrics there (experiment: ``run_segment``; run: the execution name), and the execution
+        role may call the ``sagemaker-mlflow`` actions the trainer uses on that ARN only. Needs network access
+        (not with ``network_isolation``). Default: no MLflow.
     """
 
     def __init__(
@@ -232,6 +242,9 @@ class TrainingWorkflow(Construct):
         log_retention: logs.RetentionDays | None = None,
         state_machine_name: str | None = None,
         tags: Mapping[str, str] | None = None,
+        dashboard: bool = True,
+        tensorboard: bool = True,
+        mlflow_tracking_server_arn: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -283,6 +296,7 @@ class TrainingWorkflow(Construct):
             raise ValueError("TrainingWorkflow: event_bus was given without event_pattern (nothing to match)")
         tags = dict(tags or {})
         policy = _removal_and_isolation(removal_policy, network_isolation)
+        self.mlflow_tracking_server_arn = _mlflow_arn(mlflow_tracking_server_arn, network_isolation)
         self.launch_retry_backoff = _seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
         self.run_segment = _run_segment(run_segment, self.node.path)
         self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
@@ -301,6 +315,7 @@ class TrainingWorkflow(Construct):
             volume_kms_key=volume_kms_key is not None,
             workflow_path=self.node.path,
             tags=tags,
+            mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
         )
         self.allowed_instance_types = allowed
         self.max_instance_count = max_count
@@ -308,16 +323,8 @@ class TrainingWorkflow(Construct):
         self.image_uri = image_uri
 
         vpc_config = self._vpc_config(vpc, subnets, security_groups)
-        launch_params = training_job_request(
-            role_arn=self.execution_role.role_arn,
-            image_uri=image_uri,
-            bucket_name=self.bucket.bucket_name,
-            checkpoint_prefix=self.runs_prefix,
-            output_prefix=output_prefix,
-            internal_retry_attempts=internal_retries,
-            output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
-            vpc_config=vpc_config,
-            network_isolation=network_isolation,
+        launch_params = self._launch_params(
+            output_prefix, internal_retries, output_kms_key, vpc_config, network_isolation, tensorboard
         )
         resources = resource_config(
             volume_size_gb=volume,
@@ -337,10 +344,37 @@ class TrainingWorkflow(Construct):
         if self.remote_debug:
             _grant_remote_debug(self, self.execution_role)
 
-        self._observability(notification_topic, notifications, event_pattern, event_bus)
+        self._observability(notification_topic, notifications, event_pattern, event_bus, dashboard)
+        if self.mlflow_tracking_server_arn is not None:
+            grant_mlflow(self.execution_role, self.mlflow_tracking_server_arn)
 
         for key_name, value in tags.items():
             Tags.of(self).add(key_name, value)
+
+    def _launch_params(
+        self,
+        output_prefix: str,
+        internal_retries: int,
+        output_kms_key: kms.IKey | None,
+        vpc_config: dict[str, Any] | None,
+        network_isolation: bool,
+        tensorboard: bool,
+    ) -> dict[str, Any]:
+        """The ``createTrainingJob.sync`` parameters (``request.training_job_request``) of this workflow."""
+        return training_job_request(
+            role_arn=self.execution_role.role_arn,
+            image_uri=self.image_uri,
+            bucket_name=self.bucket.bucket_name,
+            checkpoint_prefix=self.runs_prefix,
+            output_prefix=output_prefix,
+            internal_retry_attempts=internal_retries,
+            output_kms_key_arn=output_kms_key.key_arn if output_kms_key is not None else None,
+            vpc_config=vpc_config,
+            network_isolation=network_isolation,
+            tensorboard_segment=self.run_segment if tensorboard else None,
+            mlflow_resource_arn=self.mlflow_tracking_server_arn,
+            mlflow_experiment=self.run_segment,
+        )
 
     def _observability(
         self,
@@ -348,8 +382,16 @@ class TrainingWorkflow(Construct):
         notifications: bool,
         event_pattern: events.EventPattern | None,
         event_bus: events.IEventBus | None,
+        dashboard: bool,
     ) -> None:
-        """The alarm, the notifications and the trigger (``observability``), kept as attributes."""
+        """The alarm, the notifications, the trigger (``observability``) and the dashboard (``dashboard``), kept
+        as attributes."""
+        self.dashboard: cloudwatch.Dashboard | None = (
+            training_dashboard(self, self.state_machine, job_name_prefix=self.defaults.job_name_prefix)
+            if dashboard
+            else None
+        )
+        self.dashboard_url: str | None = dashboard_url(self, self.dashboard) if self.dashboard else None
         observed = alarm_and_notifications(
             self,
             self.state_machine,
@@ -806,3 +848,46 @@ def _seconds_in(name: str, value: Duration | None, default: int, low: int, high:
     if not low <= seconds <= high:
         raise ValueError(f"TrainingWorkflow: {name} must be between {low} and {high} seconds; got {seconds}")
     return seconds
+
+
+MLFLOW_ACTIONS = tuple(
+    f"sagemaker-mlflow:{action}"
+    for action in (
+        "GetExperimentByName",
+        "GetExperiment",
+        "CreateExperiment",
+        "SearchRuns",
+        "GetRun",
+        "CreateRun",
+        "UpdateRun",
+        "LogBatch",
+        "LogMetric",
+        "LogParam",
+        "SetTag",
+    )
+)
+"""What ``training.trainer.mlflow_log`` calls (experiment by name or created, run searched, created or updated,
+batches of parameters and metrics; the rest is what MLflow's client may call for the same operations)."""
+
+
+def _mlflow_arn(arn: str | None, network_isolation: bool) -> str | None:
+    if arn is None:
+        return None
+    if not isinstance(arn, str) or not MLFLOW_ARN.match(arn):
+        raise ValueError(
+            "TrainingWorkflow: mlflow_tracking_server_arn must be a SageMaker MLflow tracking server or app ARN "
+            f"(arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>); got {arn!r}"
+        )
+    if network_isolation:
+        raise ValueError(
+            "TrainingWorkflow: mlflow_tracking_server_arn needs network access from the training container, "
+            "which network_isolation=True removes; turn one of them off"
+        )
+    return arn
+
+
+def grant_mlflow(role: iam.IRole, arn: str) -> None:
+    """Let ``role`` (the jobs' execution role) log to the MLflow tracking server ``arn``, and nothing else."""
+    role.add_to_principal_policy(
+        iam.PolicyStatement(sid="LogToMlflowTrackingServer", actions=list(MLFLOW_ACTIONS), resources=[arn])
+    )

@@ -7,10 +7,22 @@ request check's ``job_fields`` (per execution, decided before launch: taken from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from training.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
+from training.contract import (
+    CHECKPOINT_LOCAL_PATH,
+    TENSORBOARD_LOCAL_PATH,
+    metric_definitions,
+)
+
+MLFLOW_ARN = re.compile(
+    r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:[0-9]{12}:mlflow-(tracking-server|app)/[A-Za-z0-9-]+$"
+)
+"""A SageMaker managed MLflow tracking server or MLflow app (``MlflowConfig.MlflowResourceArn``)."""
+TENSORBOARD_FOLDER = "tensorboard"
+"""Under the output prefix: ``<output_prefix>tensorboard/<run segment>/<execution name>/`` holds a run's event files."""
 
 
 def resource_config(*, volume_size_gb: int, volume_kms_key_arn: str | None = None) -> dict[str, Any]:
@@ -36,6 +48,9 @@ def training_job_request(
     output_kms_key_arn: str | None = None,
     vpc_config: Mapping[str, Any] | None = None,
     network_isolation: bool = False,
+    tensorboard_segment: str | None = None,
+    mlflow_resource_arn: str | None = None,
+    mlflow_experiment: str | None = None,
 ) -> dict[str, Any]:
     """The ``Parameters`` of the ``createTrainingJob.sync`` task (JSONPath; ``$.launch`` is filled per launch).
 
@@ -50,6 +65,12 @@ def training_job_request(
     :param vpc_config: ``VpcConfig`` (``SecurityGroupIds``, ``Subnets``). Default: no VPC.
     :param network_isolation: ``EnableNetworkIsolation``: no network access from the training container.
         Default False (the key is left out).
+    :param tensorboard_segment: the workflow's folder for ``TensorBoardOutputConfig``: SageMaker syncs the
+        trainer's event files from ``LocalPath`` to ``s3://<bucket>/<output_prefix>tensorboard/<segment>/<execution
+        name>/`` (every launch of an execution to the same folder). Default: no TensorBoard output.
+    :param mlflow_resource_arn: a SageMaker managed MLflow tracking server (or MLflow app): ``MlflowConfig`` with
+        experiment ``mlflow_experiment`` and run = the execution name (the trainer's own MLflow variables join
+        ``$.request.Environment``: ``request_check.job_fields``). Default: no MLflow.
     """
     checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
     output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
@@ -77,6 +98,22 @@ def training_job_request(
         "InfraCheckConfig.$": "$.request.InfraCheckConfig",
         "RemoteDebugConfig.$": "$.request.RemoteDebugConfig",
     }
+    if tensorboard_segment is not None:
+        request["TensorBoardOutputConfig"] = {
+            "LocalPath": TENSORBOARD_LOCAL_PATH,
+            "S3OutputPath.$": (
+                f"States.Format('s3://{bucket_name}/{output_prefix}{TENSORBOARD_FOLDER}/{tensorboard_segment}/{{}}/', "
+                "$$.Execution.Name)"
+            ),
+        }
+    if mlflow_resource_arn is not None:
+        if not mlflow_experiment:
+            raise ValueError("training_job_request: mlflow_resource_arn needs mlflow_experiment")
+        request["MlflowConfig"] = {
+            "MlflowResourceArn": mlflow_resource_arn,
+            "MlflowExperimentName": mlflow_experiment,
+            "MlflowRunName.$": "$$.Execution.Name",
+        }
     if vpc_config is not None:
         request["VpcConfig"] = dict(vpc_config)
     if network_isolation:

@@ -46,6 +46,9 @@ from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
+    MLFLOW_EXPERIMENT_ENV,
+    MLFLOW_RUN_NAME_ENV,
+    MLFLOW_TRACKING_URI_ENV,
     MODEL_DIR,
     PRECISIONS,
     RESUME_CHANNEL,
@@ -215,6 +218,8 @@ class RequestRules:
     true is refused otherwise); ``network_isolation``: whether the jobs run network-isolated (no remote debugging).
     ``volume_kms_key``: whether the request names a ``VolumeKmsKeyId`` (refused for instance types with NVMe
     instance storage). ``workflow_path`` and ``tags``: the tags every job gets before the execution's own.
+    ``mlflow_tracking_server_arn``: the MLflow tracking server the jobs log to (its variables join every job's
+    ``Environment``, see :func:`job_fields`); None: no MLflow.
     """
 
     defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -234,6 +239,7 @@ class RequestRules:
     workflow_path: str = "TrainingWorkflow"
     tags: Mapping[str, str] = field(default_factory=dict)
     limits: Mapping[str, Any] | None = None
+    mlflow_tracking_server_arn: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(INPUT_FIELDS))
@@ -518,11 +524,22 @@ def _memory_plan(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[s
 def job_fields(config: Mapping[str, Any], rules: RequestRules, execution: str) -> dict[str, Any]:
     """The request fields decided per execution (the workflow's template takes each from ``$.request``): the job's
     ``Tags`` (the workflow's path, the execution's name, the workflow's tags, then the input's ``tags``, each
-    group sorted), ``Environment``, ``InfraCheckConfig`` and ``RemoteDebugConfig``."""
+    group sorted), ``Environment`` (the input's ``environment``, plus with an MLflow tracking server the
+    trainer's MLflow variables: server, experiment = the workflow's segment, run = the execution),
+    ``InfraCheckConfig`` and ``RemoteDebugConfig``."""
     fixed = [(WORKFLOW_TAG, rules.workflow_path), (EXECUTION_TAG, execution), *sorted(rules.tags.items())]
+    environment = dict(config["environment"])
+    if rules.mlflow_tracking_server_arn:
+        environment.update(
+            {
+                MLFLOW_TRACKING_URI_ENV: rules.mlflow_tracking_server_arn,
+                MLFLOW_EXPERIMENT_ENV: rules.workflow_segment or rules.workflow_path,
+                MLFLOW_RUN_NAME_ENV: execution,
+            }
+        )
     return {
         "Tags": [{"Key": k, "Value": v} for k, v in (*fixed, *sorted(config["tags"].items()))],
-        "Environment": dict(config["environment"]),
+        "Environment": environment,
         "InfraCheckConfig": {"EnableInfraCheck": config["infra_check"]},
         "RemoteDebugConfig": {"EnableRemoteDebug": config["remote_debug"]},
     }
@@ -769,10 +786,11 @@ def _map_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
                 f"tags.{key}: value must be at most {value_limits['max']} {TAG_CHARACTERS}; got {_show(value)}"
             )
     environment = config["environment"]
-    if len(environment) > limits["Environment"]["max"]:
-        problems.append(
-            f"environment: at most {limits['Environment']['max']} variables; got {len(environment)}"
-        )
+    room = limits["Environment"]["max"] - (
+        3 if rules.mlflow_tracking_server_arn else 0
+    )  # job_fields adds MLflow's
+    if len(environment) > room:
+        problems.append(f"environment: at most {room} variables; got {len(environment)}")
     key_limits, value_limits = limits["EnvironmentKey"], limits["EnvironmentValue"]
     for name, value in environment.items():
         if name in PLATFORM_ENVIRONMENT:

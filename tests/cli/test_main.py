@@ -228,3 +228,12 @@ def test_bad_numbers_on_the_command_line_exit_2_with_usage(no_aws, capsys, argv,
     with pytest.raises(SystemExit) as stopped:
         main(argv)
     assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_command_loads_matplotlib_and_plotext_only_to_draw():
+    code = (
+        "import sys, constructs_lib.cli.main, constructs_lib.cli.api, constructs_lib.cli.curves; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'plotext', 'PIL')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

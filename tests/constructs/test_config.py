@@ -162,6 +162,22 @@ def test_data_sources():
         _settings(dataSources=["s3://corpora/tokens"])
 
 
+def test_dashboard_and_mlflow_settings():
+    assert _settings().workflow.dashboard is True and _settings().workflow.mlflow_tracking_server_arn is None
+    assert _settings(dashboard="false").workflow.dashboard is False
+    arn = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team"
+    assert _settings(mlflowTrackingServerArn=arn).workflow.mlflow_tracking_server_arn == arn
+    assert _settings(mlflowTrackingServerArn="").workflow.mlflow_tracking_server_arn is None
+    with pytest.raises(
+        ConfigError, match="^context mlflowTrackingServerArn: must be a SageMaker MLflow tracking"
+    ):
+        _settings(mlflowTrackingServerArn="arn:aws:sagemaker:us-west-2:123456789012:training-job/x")
+    with pytest.raises(ConfigError, match="^context mlflowTrackingServerArn: the jobs cannot reach MLflow"):
+        _settings(mlflowTrackingServerArn=arn, networkIsolation=True)
+    with pytest.raises(ConfigError, match="^context dashboard: must be true or false"):
+        _settings(dashboard="maybe")
+
+
 def test_warm_pool_ceiling_and_remote_debugging():
     settings = _settings()
     assert settings.workflow.max_keep_alive_seconds == 3600 and settings.workflow.remote_debug is False

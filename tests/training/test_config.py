@@ -15,7 +15,11 @@ from .runner import TINY, cli_args
 
 def test_config_fields_are_the_contract_hyperparameters_plus_trainer_switches():
     names = {f.name for f in dataclasses.fields(config.TrainConfig)}
-    assert names == {hp.name for hp in contract.HYPERPARAMETERS} | {"deterministic", "data_dir"}
+    assert names == {hp.name for hp in contract.HYPERPARAMETERS} | {
+        "deterministic",
+        "data_dir",
+        "tensorboard_dir",
+    }
 
 
 def test_both_spellings_and_string_booleans():

@@ -190,7 +190,17 @@ def test_step_summary_and_config_lines_parse_back():
         "precision": "fp8",
         "activation_checkpointing": "true",
     }
+    # every setting the trainer prints, fp8_recipe (a digit in its name) included
+    full = c.format_config_line({hp.name: hp.default for hp in c.HYPERPARAMETERS})
+    assert c.parse_config_line(full) == {
+        hp.name: full.split(f" {hp.name}=")[1].split()[0] for hp in c.HYPERPARAMETERS
+    }
+    assert c.parse_config_line(full)["fp8_recipe"] == "delayed"
+    validation = c.format_validation_line(40, 100, 2.125)
+    assert c.parse_validation_line(f"[rank0]: {validation}") == (40, {"val_loss": 2.125})
+    assert c.parse_validation_line(step) is None and c.parse_step_line(validation) is None
     for other in ("steps=3 loss=1", "summary", "configure max_steps=1", "model saved to /opt/ml/model"):
+        assert c.parse_validation_line(other) is None
         assert c.parse_step_line(other) is None
         assert c.parse_summary_line(other) is None
         assert c.parse_config_line(other) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from training import contract
+from training.trainer import selfcheck
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
 DOCKERFILE = TRAINING / "Dockerfile"
@@ -71,20 +73,7 @@ def test_base_image_is_the_pytorch_dlc_with_registry_region_and_tag_as_args(pars
 
 def _image_requirements() -> dict[str, tuple[str, list[str]]]:
     """training/image-requirements.txt as {name: (pinned version, [sha256 digests])}, parsed with packaging."""
-    text = (TRAINING / "image-requirements.txt").read_text().replace("\\\n", " ")
-    found = {}
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        spec, *options = line.split(" --hash=")
-        requirement = Requirement(spec.strip())
-        (specifier,) = requirement.specifier
-        assert specifier.operator == "==", f"{requirement.name}: pin an exact version"
-        digests = [o.strip().removeprefix("sha256:") for o in options if o.strip().startswith("sha256:")]
-        assert digests and all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests), requirement.name
-        found[canonicalize_name(requirement.name)] = (specifier.version, digests)
-    return found
+    return _pins(TRAINING / "image-requirements.txt")
 
 
 def test_every_package_the_image_installs_is_pinned_with_a_hash():
@@ -189,3 +178,37 @@ def test_the_build_passes_every_arg_the_dockerfile_declares_before_from(instruct
     build = next(c for c in buildspec()["phases"]["build"]["commands"] if "buildx build" in c)
     passed = set(re.findall(r"--build-arg (\w+)=", build))
     assert passed == declared
+
+
+def _pins(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """A hash-pinned requirements file as {name: (pinned version, [sha256 digests])}."""
+    text = path.read_text().replace("\\\n", " ")
+    found = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        spec, *options = line.split(" --hash=")
+        requirement = Requirement(spec.strip())
+        (specifier,) = requirement.specifier
+        assert specifier.operator == "==", f"{requirement.name}: pin an exact version"
+        digests = [o.strip().removeprefix("sha256:") for o in options]
+        assert digests and all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests), requirement.name
+        found[canonicalize_name(requirement.name)] = (specifier.version, digests)
+    return found
+
+
+def test_tensorboard_and_mlflow_packages_are_hash_pinned_at_the_versions_the_tests_use():
+    image = _pins(TRAINING / "requirements.txt")
+    assert {"tensorboardx", "mlflow-skinny", "sagemaker-mlflow"} <= image.keys()
+    dev = {}
+    extras = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for entry in extras["train"] + extras["dev"]:
+        requirement = Requirement(entry)
+        dev[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
+    for name in ("tensorboardx", "mlflow-skinny", "sagemaker-mlflow"):
+        assert image[name][0] == dev[name], name
+    # the trainer imports exactly these, and the build's self-check imports them
+    assert set(selfcheck.TRACKING_MODULES) == {"tensorboardX", "mlflow", "sagemaker_mlflow"}

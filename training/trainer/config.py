@@ -29,6 +29,13 @@ _EXTRAS = (
         None,
         "Folder of token files for dataset=channel (default: the train channel, SM_CHANNEL_TRAIN).",
     ),
+    contract.Hyperparameter(
+        "tensorboard_dir",
+        "str",
+        None,
+        "Write TensorBoard event files to this folder (default: the job's TensorBoard LocalPath in SageMaker "
+        "when the job has a TensorBoardOutputConfig, none elsewhere).",
+    ),
 )
 
 LOCAL_OUTPUT_DIR = "trainer-output"
@@ -83,6 +90,7 @@ class TrainConfig:
     on_unusable_checkpoints: str
     deterministic: bool = False
     data_dir: str | None = None
+    tensorboard_dir: str | None = None
 
     @property
     def shape(self) -> contract.ModelShape:

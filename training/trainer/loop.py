@@ -17,6 +17,7 @@ from training.trainer import checkpoint, data, export_hf, metrics, model, parall
 from training.trainer.config import TrainConfig
 from training.trainer.progress import Progress
 from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
+from training.trainer.tracking import Tracking
 
 __all__ = ["MIN_LR_RATIO", "build", "lr_factor", "run", "set_determinism"]
 
@@ -194,10 +195,19 @@ def run(
         _finished_already(cfg, env, state, say)
         return {}
     val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
-    return _train(cfg, env, plan, state, dataset, manager, val_batches, say, final_save)
+    tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
+    try:
+        summary = _train(cfg, env, plan, state, dataset, manager, val_batches, say, final_save, tracking)
+    except BaseException:
+        tracking.close(failed=True)
+        raise
+    tracking.close()
+    return summary
 
 
-def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, final_save) -> dict[str, Any]:
+def _train(
+    cfg, env, plan, state: _State, dataset, manager, val_batches, say, final_save, tracking: Tracking
+) -> dict[str, Any]:
     """The step loop from ``state.step`` to ``cfg.max_steps`` (or SIGTERM), then the final save and summary."""
     warmup = cfg.throughput_warmup_steps
     if warmup >= cfg.max_steps - state.step:
@@ -223,6 +233,7 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
     def validate() -> float:
         loss = evaluate(net, val_batches, env, plan)
         say(contract.format_validation_line(state.step, cfg.max_steps, loss))
+        tracking.validation(state.step, loss)
         return loss
 
     meter.start()
@@ -260,6 +271,7 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
             line["peak_mem_gb"] = metrics.peak_memory_gb(env.device)
             elapsed, eta = progress.timing(step)
             say(contract.format_step_line(step, line, cfg.max_steps, elapsed, eta))
+            tracking.step(step, line)
         if (
             val_batches
             and cfg.validation_interval
@@ -302,4 +314,6 @@ def _train(cfg, env, plan, state: _State, dataset, manager, val_batches, say, fi
     if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
         summary["unusable_checkpoints"] = len(manager.skipped)
     say(contract.format_summary_line(summary))
+    tracking.summary(state.step, summary)
+    tracking.stopped = stopped
     return summary

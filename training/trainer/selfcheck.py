@@ -1,8 +1,8 @@
 """Build-time check of the training image: ``python -m training.trainer.selfcheck [--expected-te-version X]``.
 
-Runs without a GPU. Checks that Transformer Engine imports at the expected version, that the trainer modules
-import, and that every TE precision's recipe can be constructed; prints one line per check and exits 1 with the
-reasons if any fails.
+Runs without a GPU. Checks that Transformer Engine imports at the expected version, that the trainer modules and
+the TensorBoard and MLflow packages import, and that every TE precision's recipe can be constructed; prints one
+line per check and exits 1 with the reasons if any fails.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ TRAINER_MODULES = (
     "training.trainer.checkpoint",
     "training.trainer.metrics",
     "training.trainer.loop",
+    "training.trainer.tracking",
     "training.trainer.rotary",
     "training.trainer.export_hf",
     "safetensors.torch",
 )
+TRACKING_MODULES = ("tensorboardX", "mlflow", "sagemaker_mlflow")
+"""Imported only when a run asks for TensorBoard or MLflow (training/requirements.txt): checked here, at build."""
 
 
 def run_checks(
@@ -45,7 +48,7 @@ def run_checks(
             results.append(f"FAILED: transformer_engine is {version}; expected {expected_te_version}")
     except Exception as err:  # any failure to import is the finding
         results.append(f"FAILED: import transformer_engine: {type(err).__name__}: {err}")
-    for name in TRAINER_MODULES:
+    for name in (*TRAINER_MODULES, *TRACKING_MODULES):
         try:
             import_module(name)
             results.append(f"ok: import {name}")

@@ -79,3 +79,51 @@ def test_resource_config_volume_key_only_when_given() -> None:
         "VolumeSizeInGB": 512,
     }
     assert resource_config(volume_size_gb=10, volume_kms_key_arn="arn:k")["VolumeKmsKeyId"] == "arn:k"
+
+
+def _create_training_job_member(name: str):
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return model.operation_model("CreateTrainingJob").input_shape.members[name]
+
+
+def test_tensorboard_output_goes_under_the_output_prefix_per_execution_and_fits_the_api() -> None:
+    import re
+
+    from training.contract import TENSORBOARD_LOCAL_PATH
+
+    assert "TensorBoardOutputConfig" not in training_job_request(**BASE)
+    config = training_job_request(**BASE, tensorboard_segment="Stack-Workflow")["TensorBoardOutputConfig"]
+    assert config == {
+        "LocalPath": TENSORBOARD_LOCAL_PATH,
+        "S3OutputPath.$": "States.Format('s3://ckpt-bucket/output/tensorboard/Stack-Workflow/{}/', $$.Execution.Name)",
+    }
+    shape = _create_training_job_member("TensorBoardOutputConfig")
+    assert set(shape.members) >= {"LocalPath", "S3OutputPath"} and shape.required_members == ["S3OutputPath"]
+    for member, value in (
+        ("LocalPath", config["LocalPath"]),
+        ("S3OutputPath", "s3://ckpt-bucket/output/tensorboard/Stack-Workflow/run-1/"),
+    ):
+        limits = shape.members[member].metadata
+        assert re.fullmatch(limits["pattern"], value) and len(value) <= limits["max"], member
+
+
+def test_mlflow_config_names_the_server_workflow_and_execution_and_leaves_the_environment_to_the_request() -> (
+    None
+):
+    import re
+
+    assert "MlflowConfig" not in training_job_request(**BASE)
+    arn = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team"
+    request = training_job_request(**BASE, mlflow_resource_arn=arn, mlflow_experiment="Stack-Workflow")
+    assert request["MlflowConfig"] == {
+        "MlflowResourceArn": arn,
+        "MlflowExperimentName": "Stack-Workflow",
+        "MlflowRunName.$": "$$.Execution.Name",
+    }
+    # the trainer's MLflow variables travel in the decided request's Environment (request_check.job_fields)
+    assert request["Environment.$"] == "$.request.Environment" and "Environment" not in request
+    shape = _create_training_job_member("MlflowConfig")
+    assert {"MlflowResourceArn", "MlflowExperimentName", "MlflowRunName"} <= set(shape.members)
+    assert re.fullmatch(shape.members["MlflowResourceArn"].metadata["pattern"], arn)

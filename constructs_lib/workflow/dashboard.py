@@ -1,0 +1,139 @@
+"""The training workflow's CloudWatch dashboard: the jobs' training metrics, the hosts' GPUs and the executions.
+
+Job metrics are the trainer's ``MetricDefinitions`` (``/aws/sagemaker/TrainingJobs``, dimension ``TrainingJobName``)
+and SageMaker's per-host GPU metrics (same namespace, dimension ``Host`` = ``<job>/algo-<n>``), drawn with metric
+math ``SEARCH`` so that every job appears without knowing its name; each search is scoped to this workflow's job
+names by the alphanumeric tokens of its ``job_name_prefix`` (CloudWatch search matches dimension values by token).
+Every metric name comes from ``training.contract`` (``metric_name``, ``HOST_GPU_METRICS``): a renamed metric fails
+at synth. The executions come from Step Functions (``AWS/States``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from constructs_lib._shared.console_links import DASHBOARD, console_host_of_region
+from training.contract import (
+    HOST_DIMENSION,
+    HOST_GPU_METRICS,
+    TRAINING_JOB_DIMENSION,
+    TRAINING_METRICS_NAMESPACE,
+    metric_name,
+)
+
+PERIOD = Duration.minutes(1)
+
+
+def search_terms(dimension: str, job_name_prefix: str) -> str:
+    """``TrainingJobName=blackwell AND TrainingJobName=training`` for prefix ``blackwell-training``."""
+    tokens = re.findall(r"[A-Za-z0-9]+", job_name_prefix)
+    if not tokens:
+        raise ValueError(f"job_name_prefix {job_name_prefix!r} has no letters or digits to search by")
+    return " AND ".join(f"{dimension}={token}" for token in tokens)
+
+
+def search(metric: str, dimension: str, job_name_prefix: str, statistic: str = "Average") -> str:
+    """A ``SEARCH`` expression for ``metric`` of this workflow's jobs (or hosts), one series per job (host)."""
+    schema = f'{{"{TRAINING_METRICS_NAMESPACE}",{dimension}}}'
+    terms = search_terms(dimension, job_name_prefix)
+    return f"SEARCH('{schema} MetricName=\"{metric}\" {terms}', '{statistic}', {int(PERIOD.to_seconds())})"
+
+
+def _graph(
+    title: str, expressions: list[tuple[str, str]], unit_label: str, width: int = 6
+) -> cloudwatch.GraphWidget:
+    return cloudwatch.GraphWidget(
+        title=title,
+        left=[
+            cloudwatch.MathExpression(expression=expression, label=label, period=PERIOD, using_metrics={})
+            for expression, label in expressions
+        ],
+        left_y_axis=cloudwatch.YAxisProps(label=unit_label, show_units=False),
+        width=width,
+        height=6,
+    )
+
+
+def training_dashboard(
+    scope: Construct, state_machine: sfn.StateMachine, *, job_name_prefix: str
+) -> cloudwatch.Dashboard:
+    """The dashboard of the workflow ``state_machine`` whose jobs are named ``<job_name_prefix>-<uuid>``."""
+    job, host = TRAINING_JOB_DIMENSION, HOST_DIMENSION
+    gpu, gpu_memory = HOST_GPU_METRICS
+    rows: list[list[cloudwatch.IWidget]] = [
+        [
+            cloudwatch.TextWidget(
+                markdown=f"**Training jobs `{job_name_prefix}-*`** of this workflow: the trainer's metric lines "
+                "(one line per job; the curves of one run across its launches: `blackwell-training curves RUN`). "
+                "GPU and GPU memory utilization are per host, summed over its GPUs (0-800% on 8 GPUs).",
+                width=24,
+                height=2,
+            )
+        ],
+        [
+            _graph(
+                "Loss and val_loss",
+                [
+                    (search(metric_name("loss"), job, job_name_prefix), "loss"),
+                    (search(metric_name("val_loss", "validation"), job, job_name_prefix), "val_loss"),
+                ],
+                "loss",
+            ),
+            _graph(
+                "Tokens/s (per GPU)",
+                [(search(metric_name("tokens_per_sec"), job, job_name_prefix), "")],
+                "tokens/s",
+            ),
+            _graph("MFU", [(search(metric_name("mfu"), job, job_name_prefix), "")], "fraction of peak"),
+            _graph(
+                "Peak GPU memory (GB)",
+                [(search(metric_name("peak_mem_gb"), job, job_name_prefix, "Maximum"), "")],
+                "GB",
+            ),
+        ],
+        [
+            _graph(
+                "GPU utilization per host",
+                [(search(gpu, host, job_name_prefix), "")],
+                "% (sum over GPUs)",
+                12,
+            ),
+            _graph(
+                "GPU memory utilization per host",
+                [(search(gpu_memory, host, job_name_prefix), "")],
+                "% (sum over GPUs)",
+                12,
+            ),
+        ],
+        [
+            cloudwatch.GraphWidget(
+                title="Executions",
+                left=[
+                    state_machine.metric_started(
+                        label="started", period=Duration.minutes(5), statistic="Sum"
+                    ),
+                    state_machine.metric_succeeded(
+                        label="succeeded", period=Duration.minutes(5), statistic="Sum"
+                    ),
+                    state_machine.metric_failed(label="failed", period=Duration.minutes(5), statistic="Sum"),
+                    state_machine.metric_timed_out(
+                        label="timed out", period=Duration.minutes(5), statistic="Sum"
+                    ),
+                ],
+                width=24,
+                height=6,
+            )
+        ],
+    ]
+    return cloudwatch.Dashboard(scope, "Dashboard", widgets=rows, default_interval=Duration.days(1))
+
+
+def dashboard_url(scope: Construct, dashboard: cloudwatch.Dashboard) -> str:
+    """The console address of ``dashboard`` (tokens resolved at deploy time)."""
+    region = Stack.of(scope).region
+    return DASHBOARD.format(host=console_host_of_region(region), region=region, name=dashboard.dashboard_name)

@@ -1,0 +1,181 @@
+"""The workflow's dashboard (its body reads only the contract's metric names, in the two namespaces, scoped to the
+workflow's job names), TensorBoard output and MLflow in the synthesized template."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import assertions
+
+from constructs_lib.workflow.construct import MLFLOW_ACTIONS
+from constructs_lib.workflow.dashboard import search_terms
+from constructs_lib.workflow.request_check import RequestRules, job_fields, validate_request
+from tests.cdk_helpers import synth_with_nag
+from tests.workflow.harness import definition_of, resolve
+from tests.workflow.stacks import build_workflow
+from training import contract
+
+MLFLOW = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team"
+SEARCH = re.compile(r"""^SEARCH\('\{"([^"]+)",(\w+)\} MetricName="([^"]+)" (.+)', '(\w+)', 60\)$""")
+
+
+def _template(**props) -> dict:
+    app = cdk.App()
+    build_workflow(app, **props)
+    return assertions.Template.from_stack(app.node.find_child("Test")).to_json()
+
+
+@pytest.fixture(scope="module")
+def template() -> dict:
+    return _template()
+
+
+def _body(template: dict) -> dict:
+    (dashboard,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    return json.loads(resolve(dashboard["Properties"]["DashboardBody"], template["Resources"]))
+
+
+def _metrics(body: dict) -> list[list]:
+    return [m for w in body["widgets"] if w["type"] == "metric" for m in w["properties"]["metrics"]]
+
+
+def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_to_the_workflows_jobs(
+    template,
+):
+    body = _body(template)
+    searched, plain = [], []
+    for metric in _metrics(body):
+        options = metric[-1]
+        if "expression" in options:
+            match = SEARCH.match(options["expression"])
+            assert match, options["expression"]
+            namespace, dimension, name, terms, _statistic = match.groups()
+            assert namespace == contract.TRAINING_METRICS_NAMESPACE
+            assert terms == search_terms(dimension, "blackwell-training")
+            assert terms == f"{dimension}=blackwell AND {dimension}=training"
+            searched.append((dimension, name))
+        else:
+            namespace, name = metric[0], metric[1]
+            assert namespace == "AWS/States"
+            plain.append(name)
+    defined = {definition.name for definition in contract.metric_definitions()}
+    job_metrics = {name for dimension, name in searched if dimension == contract.TRAINING_JOB_DIMENSION}
+    host_metrics = {name for dimension, name in searched if dimension == contract.HOST_DIMENSION}
+    assert job_metrics <= defined
+    assert job_metrics == {"train:loss", "val_loss", "train:tokens_per_sec", "train:mfu", "train:peak_mem_gb"}
+    assert host_metrics == set(contract.HOST_GPU_METRICS)
+    assert set(plain) == {
+        "ExecutionsStarted",
+        "ExecutionsSucceeded",
+        "ExecutionsFailed",
+        "ExecutionsTimedOut",
+    }
+
+
+def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
+    monkeypatch.setattr(contract, "STEP_METRICS", tuple(m for m in contract.STEP_METRICS if m != "mfu"))
+    with pytest.raises(ValueError, match="no metric definition for train field 'mfu'"):
+        build_workflow(cdk.App())
+
+
+def test_the_dashboard_can_be_turned_off():
+    app = cdk.App()
+    workflow = build_workflow(app, dashboard=False)
+    assertions.Template.from_stack(app.node.find_child("Test")).resource_count_is(
+        "AWS::CloudWatch::Dashboard", 0
+    )
+    assert workflow.dashboard is None and workflow.dashboard_url is None
+
+
+def _launches(template: dict) -> list[dict]:
+    states = definition_of(template)["States"]
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if str(node.get("Resource", "")).startswith("arn:aws:states:::sagemaker:createTrainingJob"):
+                found.append(node["Parameters"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(states)
+    return found
+
+
+def test_every_launch_writes_tensorboard_files_under_the_output_prefix_per_execution(template):
+    launches = _launches(template)
+    assert launches
+    for params in launches:
+        config = params["TensorBoardOutputConfig"]
+        assert config["LocalPath"] == contract.TENSORBOARD_LOCAL_PATH
+        assert re.fullmatch(
+            r"States\.Format\('s3://[^/]+/output/tensorboard/Test-Workflow/\{\}/', \$\$\.Execution\.Name\)",
+            config["S3OutputPath.$"],
+        )
+        assert "MlflowConfig" not in params and "Environment" not in params
+    assert all("TensorBoardOutputConfig" not in p for p in _launches(_template(tensorboard=False)))
+
+
+def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
+    result = synth_with_nag(lambda app: build_workflow(app, mlflow_tracking_server_arn=MLFLOW))
+    assert result.violations == ()
+    template = result.templates["Test.template.json"]
+    for params in _launches(template):
+        assert params["MlflowConfig"] == {
+            "MlflowResourceArn": MLFLOW,
+            "MlflowExperimentName": "Test-Workflow",
+            "MlflowRunName.$": "$$.Execution.Name",
+        }
+    # the decided request's Environment carries the trainer's MLflow variables (and the execution's own)
+    rules = RequestRules.from_state_machine_definition(definition_of(template))
+    assert rules.mlflow_tracking_server_arn == MLFLOW
+    config = {**rules.full_defaults(), "environment": {"NCCL_DEBUG": "INFO"}}
+    environment = job_fields(config, rules, "run-7")["Environment"]
+    assert environment == {
+        "NCCL_DEBUG": "INFO",
+        contract.MLFLOW_TRACKING_URI_ENV: MLFLOW,
+        contract.MLFLOW_EXPERIMENT_ENV: "Test-Workflow",
+        contract.MLFLOW_RUN_NAME_ENV: "run-7",
+    }
+    room = rules.sagemaker()["Environment"]["max"] - 3  # the three MLflow variables must still fit
+    too_many = {f"NCCL_X{i}": "1" for i in range(room + 1)}
+    assert f"environment: at most {room} variables; got {room + 1}" in validate_request(
+        {"environment": too_many}, rules
+    )
+    plain = RequestRules.from_state_machine_definition(definition_of(_template()))
+    assert plain.mlflow_tracking_server_arn is None
+    assert job_fields(config, plain, "run-7")["Environment"] == {"NCCL_DEBUG": "INFO"}
+    statements = [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+        if any(
+            str(a).startswith("sagemaker-mlflow:")
+            for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+        )
+    ]
+    (statement,) = statements
+    assert statement["Resource"] == MLFLOW and sorted(statement["Action"]) == sorted(MLFLOW_ACTIONS)
+    assert not any(a.endswith("*") for a in statement["Action"])
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        (
+            {"mlflow_tracking_server_arn": "arn:aws:s3:::bucket"},
+            "mlflow_tracking_server_arn must be a SageMaker MLflow",
+        ),
+        ({"mlflow_tracking_server_arn": MLFLOW, "network_isolation": True}, "network_isolation=True removes"),
+    ],
+)
+def test_impossible_mlflow_settings_are_refused_at_synth(props, message):
+    with pytest.raises(ValueError, match=message):
+        build_workflow(cdk.App(), **props)
