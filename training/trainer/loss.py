@@ -87,7 +87,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         hidden, weight, targets, log_sum_exp, count = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[:2]
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = torch.zeros_like(weight) if need_weight else None
+        grad_weight: torch.Tensor | None = None  # the first chunk's GEMM writes it, the others add into it
         # d loss / d logit = (softmax - one_hot(target)) * grad_loss / count, zero for ignored tokens.
         row_scale = (targets != IGNORE_INDEX) * (grad_loss.float() / count)
         tokens, chunk = hidden.shape[0], ctx.chunk_tokens
@@ -105,7 +105,9 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_logits = grad_logits.to(hidden.dtype)
             if grad_hidden is not None:
                 torch.mm(grad_logits, weight, out=grad_hidden[start:end])
-            if grad_weight is not None:
+            if need_weight and grad_weight is None:
+                grad_weight = torch.mm(grad_logits.t(), hidden[start:end])
+            elif grad_weight is not None:
                 grad_weight.addmm_(grad_logits.t(), hidden[start:end])
             del grad_logits
         return grad_hidden, grad_weight, None, None
