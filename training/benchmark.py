@@ -49,6 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--warmup", type=int, default=3, help="Warm-up steps left out of the figures.")
     parser.add_argument(
+        "--loss-chunk-tokens",
+        type=int,
+        default=contract.LOSS_CHUNK_TOKENS_DEFAULT,
+        help="Tokens per chunk of the LM head and loss (0: unchunked). Default: the contract's.",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=3 if gpu else 5,
@@ -78,6 +84,7 @@ def make_config(
             "seq_length": args.seq_length,
             "batch_size": batch,
             "activation_checkpointing": ac,
+            "loss_chunk_tokens": args.loss_chunk_tokens,
             "max_steps": args.steps,
             "throughput_warmup_steps": args.warmup,
             "log_interval": args.steps,
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     say(
         f"benchmark: {args.preset or 'tiny custom'} model ({shape.parameter_count() / 1e6:.1f}M parameters), "
         f"seq {args.seq_length}, {args.steps} steps ({args.warmup} warm-up), median of {args.repeats} alternating "
-        f"runs, world size {env.world_size}, {gpu}"
+        f"runs, world size {env.world_size}, {gpu}, loss_chunk_tokens {args.loss_chunk_tokens}"
     )
     say(
         "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS"

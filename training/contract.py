@@ -329,7 +329,7 @@ def _fmt(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else repr(number)
 
 
-LOSS_CHUNK_TOKENS_DEFAULT = 4096
+LOSS_CHUNK_TOKENS_DEFAULT = 2048
 """Chosen by measurement (README, "Chunked loss"): the traced peak memory and the CPU benchmark's throughput."""
 
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (

@@ -52,6 +52,18 @@ def test_activation_checkpointing_gives_the_same_losses(reference, tmp_path):
         )
 
 
+def test_chunked_loss_gives_the_same_training(reference, tmp_path):
+    """128 tokens per rank in chunks of 48, 48 and 32 (recomputed in backward) against the reference's one chunk."""
+    _, output = reference
+    chunked = run_trainer(settings(tmp_path, "chunk", loss_chunk_tokens="48"))
+    assert "loss_chunk_tokens=48" in chunked
+    assert losses(chunked) == losses(output)
+    for name, tensor in load_weights(tmp_path / "model_chunk").items():
+        torch.testing.assert_close(
+            tensor, load_weights(reference[0] / "model_ref")[name], rtol=1e-5, atol=1e-5
+        )
+
+
 def resume_from_step_6(reference, tmp_path: Path, name: str) -> tuple[str, Path]:
     ref_dir, _ = reference
     ckpt = tmp_path / f"ckpt_{name}"

@@ -8,7 +8,9 @@ per token and the targets; forward and backward each compute the head's logits o
 tokens at a time (the fp32 logits of one chunk, then its softmax in place, then its gradient in the compute dtype),
 so the vocabulary-sized memory is about 6 bytes x chunk_tokens x vocab_size whatever the micro-batch.
 
-The price is one extra head GEMM (the logits again in backward: 2 x tokens x hidden x vocab FLOPs). The head's
+The price is the logits again in backward for every chunk but the last (whose softmax forward keeps, alive only
+until backward has used it, when the activations are alive anyway): 2 x hidden x vocab FLOPs per token outside
+the last chunk, none when the micro-batch fits in one chunk. The head's
 weight is used directly (no module call per chunk), so FSDP2's hooks and its one all-gather of the root's
 parameters are untouched, and autograd accumulates one weight gradient (in the weight's dtype) as it does for
 ``nn.Linear``. Gradients are scaled by the incoming gradient in backward, so fp16 loss scaling works unchanged.
@@ -59,16 +61,22 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         log_sum_exp = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         valid = targets != IGNORE_INDEX
-        for start in range(0, tokens, chunk_tokens):
+        starts = range(0, tokens, chunk_tokens)
+        for start in starts:
             end = min(start + chunk_tokens, tokens)
             logits = _chunk_logits(hidden[start:end], weight)
-            target = targets[start:end].clamp(min=0).unsqueeze(1)
-            target_logit = logits.gather(1, target).squeeze(1)
+            target_logit = logits.gather(1, targets[start:end].clamp(min=0).unsqueeze(1)).squeeze(1)
             row_max = logits.amax(dim=1, keepdim=True)
-            lse = logits.sub_(row_max).exp_().sum(dim=1).log_().add_(row_max.squeeze(1))
+            exp = logits.sub_(row_max).exp_()
+            row_sum = exp.sum(dim=1)
+            lse = row_sum.log().add_(row_max.squeeze(1))
             log_sum_exp[start:end] = lse
             total += ((lse - target_logit) * valid[start:end]).sum()
-            del logits
+            if start == starts[-1] and any(ctx.needs_input_grad[:2]):
+                # The last chunk's softmax is what backward starts from: kept, not recomputed. It is alive only
+                # until backward has used it, when the activations are alive anyway (same peak as recomputing).
+                ctx.last_softmax = exp.div_(row_sum.unsqueeze(1))
+            del logits, exp
         count = valid.sum()
         ctx.chunk_tokens = chunk_tokens
         ctx.save_for_backward(hidden, weight, targets, log_sum_exp, count)
@@ -79,21 +87,27 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         hidden, weight, targets, log_sum_exp, count = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[:2]
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = torch.zeros_like(weight) if need_weight else None
+        grad_weight: torch.Tensor | None = None  # the first chunk's GEMM writes it, the others add into it
         # d loss / d logit = (softmax - one_hot(target)) * grad_loss / count, zero for ignored tokens.
         row_scale = (targets != IGNORE_INDEX) * (grad_loss.float() / count)
         tokens, chunk = hidden.shape[0], ctx.chunk_tokens
-        for start in range(0, tokens, chunk):
+        for start in reversed(range(0, tokens, chunk)):  # the last chunk first: its softmax was kept
             end = min(start + chunk, tokens)
-            grad_logits = _chunk_logits(hidden[start:end], weight)
-            grad_logits.sub_(log_sum_exp[start:end].unsqueeze(1)).exp_()
+            grad_logits = getattr(ctx, "last_softmax", None)
+            if grad_logits is None:
+                grad_logits = _chunk_logits(hidden[start:end], weight)
+                grad_logits.sub_(log_sum_exp[start:end].unsqueeze(1)).exp_()
+            else:
+                del ctx.last_softmax
             target = targets[start:end].clamp(min=0).unsqueeze(1)
             grad_logits.scatter_add_(1, target, torch.full_like(target, -1, dtype=grad_logits.dtype))
             grad_logits.mul_(row_scale[start:end].unsqueeze(1))
             grad_logits = grad_logits.to(hidden.dtype)
             if grad_hidden is not None:
                 torch.mm(grad_logits, weight, out=grad_hidden[start:end])
-            if grad_weight is not None:
+            if need_weight and grad_weight is None:
+                grad_weight = torch.mm(grad_logits.t(), hidden[start:end])
+            elif grad_weight is not None:
                 grad_weight.addmm_(grad_logits.t(), hidden[start:end])
             del grad_logits
         return grad_hidden, grad_weight, None, None

@@ -1,0 +1,70 @@
+"""Time one training step with the loss unchunked and chunked, by process CPU time: the benchmark's tiny model
+(forward, backward, gradient clipping, AdamW), one thread, interleaved rounds, so that other processes on a shared
+machine do not decide the comparison (``make bench``'s wall-clock figures move by tens of percent there).
+
+    python -m training.loss_step_time            # loss_chunk_tokens 0, the default, and 32 (several chunks)
+
+Prints the median step time per cell and the change against unchunked; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from training import contract
+from training.benchmark import TINY
+from training.trainer import model
+
+SEQ = 64
+CHUNKS = (0, contract.LOSS_CHUNK_TOKENS_DEFAULT, 32)
+
+
+def median_step_seconds(chunk: int, batch: int, ac: bool, steps: int = 60, skip: int = 5) -> float:
+    shape = contract.ModelShape(**{dim: TINY[dim] for dim in contract.MODEL_DIM_NAMES})
+    torch.manual_seed(0)
+    net = model.build_model(
+        shape,
+        use_te=False,
+        activation_checkpointing=ac,
+        te_params_dtype=torch.float32,
+        loss_chunk_tokens=chunk,
+    )
+    net.to_empty(device="cpu")
+    model.init_weights(net, 1)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    tokens = torch.randint(0, shape.vocab_size, (batch, SEQ))
+    targets = torch.randint(0, shape.vocab_size, (batch, SEQ))
+    times = []
+    for _ in range(steps):
+        start = time.process_time()
+        net(tokens, targets).backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.process_time() - start)
+    return statistics.median(times[skip:])
+
+
+def main(rounds: int = 5) -> int:
+    torch.set_num_threads(1)
+    print(f"tiny model, seq {SEQ}, fp32, 1 thread, median of {rounds} interleaved rounds of 55 timed steps")
+    for batch in (1, 4):
+        for ac in (False, True):
+            runs: dict[int, list[float]] = {chunk: [] for chunk in CHUNKS}
+            for _ in range(rounds):
+                for chunk in CHUNKS:
+                    runs[chunk].append(median_step_seconds(chunk, batch, ac))
+            base = statistics.median(runs[0])
+            cells = [
+                f"chunk {chunk}: {statistics.median(v) * 1e3:.2f} ms ({100 * (statistics.median(v) / base - 1):+.1f}%)"
+                for chunk, v in runs.items()
+            ]
+            print(f"batch {batch} ac {'on' if ac else 'off'}: " + ", ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
