@@ -57,7 +57,12 @@ def test_chunked_loss_gives_the_same_training(reference, tmp_path):
     _, output = reference
     chunked = run_trainer(settings(tmp_path, "chunk", loss_chunk_tokens="48"))
     assert "loss_chunk_tokens=48" in chunked
-    assert losses(chunked) == losses(output)
+    # fp32 round-off: the chunked sum adds the per-token losses in another order, so the 6th printed digit may
+    # differ by one (seen: 4.68609 against 4.68608 at step 6)
+    chunked_losses, reference_losses = losses(chunked), losses(output)
+    assert chunked_losses.keys() == reference_losses.keys()
+    for step, loss in chunked_losses.items():
+        assert float(loss) == pytest.approx(float(reference_losses[step]), rel=1e-5, abs=2e-5), step
     for name, tensor in load_weights(tmp_path / "model_chunk").items():
         torch.testing.assert_close(
             tensor, load_weights(reference[0] / "model_ref")[name], rtol=1e-5, atol=1e-5
