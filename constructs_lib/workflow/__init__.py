@@ -9,7 +9,11 @@ job with capacity retries, and reports how it ended.
 * ``request_function``: ``RequestValidator``, the Lambda function that runs the check; ``request_states``: the
   states that call it first;
 * ``states``: preparation, capacity mode and the launch loop; ``launch_retry``: which refused launches are retried;
-* ``observability``: the alarm, the notification topic and rule, and the EventBridge trigger.
+* ``observability``: the alarm, the notification topic and rule, and the EventBridge trigger; ``dashboard``: the
+  CloudWatch dashboard;
+* ``permissions``: the IAM grants (state machine, data sources, remote debugging, MLflow); ``props``: the checks
+  of the construct's props;
+* ``launch_request``: the request rendered from a deployed definition (the SDK path).
 
 Names are re-exported lazily, so importing ``request_check`` loads no aws_cdk.
 """

@@ -16,7 +16,8 @@ Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONat
 This module checks the props and composes the parts of this package, each a function or construct that takes what
 it uses and returns what it builds: the request (``request``), its check (``request_check``, its Lambda function
 ``request_function``, the states that call it ``request_states``), the states (``states``, ``launch_retry``) and
-observability (``observability``). Only this module holds the workflow's attributes.
+observability (``observability``, ``dashboard``), and its IAM (``permissions``); ``props`` checks the props. Only
+this module holds the workflow's attributes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from aws_cdk import ArnFormat, Duration, Names, RemovalPolicy, Stack, Tags
+from aws_cdk import Duration, Names, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
@@ -42,17 +43,31 @@ from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
     NIST_800_53_R5,
     acknowledge,
-    acknowledge_role_policy,
-    arn_evidence,
-    policy_scope,
-    rendered,
 )
 from constructs_lib._shared.subnets import subnet_selection_kwargs
-from constructs_lib.identity.execution_role import SAGEMAKER_SERVICE, SageMakerExecutionRole
+from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
 from constructs_lib.workflow.observability import FAILED_STATUSES, alarm_and_notifications, trigger
-from constructs_lib.workflow.request import MLFLOW_ARN, resource_config, training_job_request
+from constructs_lib.workflow.permissions import (
+    SYNC_EVENTS_RULE,
+    data_prefixes,
+    grant_data_sources,
+    grant_mlflow,
+    grant_remote_debug,
+    grant_sagemaker,
+)
+from constructs_lib.workflow.props import (
+    checked_remote_debug,
+    int_in,
+    key_prefix,
+    mlflow_arn,
+    removal_and_isolation,
+    role_of,
+    run_segment_of,
+    seconds_in,
+)
+from constructs_lib.workflow.request import resource_config, training_job_request
 from constructs_lib.workflow.request_check import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     MAX_RUNTIME_SECONDS_LIMIT,
@@ -84,10 +99,6 @@ __all__ = [
     "WorkflowDefaults",
 ]
 """Also re-exported from their own modules, so that this module keeps the names it has always had."""
-
-SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
-"""The EventBridge rule Step Functions manages in the account to learn when a training job ends."""
-RUN_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def _default(name: str) -> Any:
@@ -266,11 +277,11 @@ class TrainingWorkflow(Construct):
         else:
             assert bucket is not None
             self.bucket = bucket
-            checkpoint_prefix = _prefix("checkpoint_prefix", checkpoint_prefix or CHECKPOINT_PREFIX)
-            output_prefix = _prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
+            checkpoint_prefix = key_prefix("checkpoint_prefix", checkpoint_prefix or CHECKPOINT_PREFIX)
+            output_prefix = key_prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
         if train_data_prefix is not None:
-            train_data_prefix = _prefix("train_data_prefix", train_data_prefix)
-        self.execution_role: iam.IRole = _role_of(execution_role)
+            train_data_prefix = key_prefix("train_data_prefix", train_data_prefix)
+        self.execution_role: iam.IRole = role_of(execution_role)
 
         allowed = (
             tuple(allowed_instance_types) if allowed_instance_types is not None else tuple(GPU_INSTANCE_TYPES)
@@ -281,28 +292,26 @@ class TrainingWorkflow(Construct):
                 "TrainingWorkflow: allowed_instance_types must be distinct names from "
                 f"training.contract.GPU_INSTANCE_TYPES ({', '.join(GPU_INSTANCE_TYPES)}); got {list(allowed)}"
             )
-        max_count = _int_in("max_instance_count", max_instance_count, 4, 1, 64)
-        retries = _int_in("max_capacity_retries", max_capacity_retries, 3, 0, 20)
-        retry_wait = _seconds_in("capacity_retry_wait", capacity_retry_wait, 600, 1, 365 * 86400)
-        pending = _seconds_in(
-            "max_pending_time", max_pending_time, 2 * 86400, 7200, MAX_RUNTIME_SECONDS_LIMIT
-        )
-        timeout = _seconds_in("state_machine_timeout", state_machine_timeout, 7 * 86400, 3600, 365 * 86400)
-        volume = _int_in("volume_size_gb", volume_size_gb, 512, 1, 16384)
-        internal_retries = _int_in("internal_retry_attempts", internal_retry_attempts, 2, 1, 30)
+        max_count = int_in("max_instance_count", max_instance_count, 4, 1, 64)
+        retries = int_in("max_capacity_retries", max_capacity_retries, 3, 0, 20)
+        retry_wait = seconds_in("capacity_retry_wait", capacity_retry_wait, 600, 1, 365 * 86400)
+        pending = seconds_in("max_pending_time", max_pending_time, 2 * 86400, 7200, MAX_RUNTIME_SECONDS_LIMIT)
+        timeout = seconds_in("state_machine_timeout", state_machine_timeout, 7 * 86400, 3600, 365 * 86400)
+        volume = int_in("volume_size_gb", volume_size_gb, 512, 1, 16384)
+        internal_retries = int_in("internal_retry_attempts", internal_retry_attempts, 2, 1, 30)
         if vpc is None and (subnets is not None or security_groups is not None):
             raise ValueError("TrainingWorkflow: subnets and security_groups need vpc")
         if event_bus is not None and event_pattern is None:
             raise ValueError("TrainingWorkflow: event_bus was given without event_pattern (nothing to match)")
         tags = dict(tags or {})
-        policy = _removal_and_isolation(removal_policy, network_isolation)
-        self.mlflow_tracking_server_arn = _mlflow_arn(mlflow_tracking_server_arn, network_isolation)
-        self.launch_retry_backoff = _seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
-        self.run_segment = _run_segment(run_segment, self.node.path)
+        policy = removal_and_isolation(removal_policy, network_isolation)
+        self.mlflow_tracking_server_arn = mlflow_arn(mlflow_tracking_server_arn, network_isolation)
+        self.launch_retry_backoff = seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
+        self.run_segment = run_segment_of(run_segment, self.node.path)
         self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
         self.defaults = defaults or WorkflowDefaults()
         limits = (allowed, max_count, min(MAX_RUNTIME_SECONDS_LIMIT, timeout), retries)
-        self.remote_debug = _remote_debug(remote_debug, network_isolation)
+        self.remote_debug = checked_remote_debug(remote_debug, network_isolation)
         self.request_rules = self._request_rules(
             stack,
             data_sources,
@@ -339,10 +348,7 @@ class TrainingWorkflow(Construct):
         # ---- state machine ----------------------------------------------------------------------------------
         self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
         self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
-        self._grant_sagemaker(stack, execution_role, volume_kms_key, output_kms_key)
-        self._grant_data_sources(execution_role, checkpoint_bucket)
-        if self.remote_debug:
-            _grant_remote_debug(self, self.execution_role)
+        self._grant(execution_role, checkpoint_bucket, volume_kms_key, output_kms_key)
 
         self._observability(notification_topic, notifications, event_pattern, event_bus, dashboard)
         if self.mlflow_tracking_server_arn is not None:
@@ -350,6 +356,35 @@ class TrainingWorkflow(Construct):
 
         for key_name, value in tags.items():
             Tags.of(self).add(key_name, value)
+
+    def _grant(
+        self,
+        execution_role: SageMakerExecutionRole | iam.IRole,
+        checkpoint_bucket: CheckpointBucket | None,
+        volume_kms_key: kms.IKey | None,
+        output_kms_key: kms.IKey | None,
+    ) -> None:
+        """The state machine's permissions, and the jobs' data sources and remote debugging (``permissions``)."""
+        grant_sagemaker(
+            self,
+            role=self.state_machine.role,
+            execution_role=execution_role,
+            job_role=self.execution_role,
+            validator_function=self.validator.function,
+            max_keep_alive_seconds=self.request_rules.max_keep_alive_seconds,
+            volume_kms_key=volume_kms_key,
+            output_kms_key=output_kms_key,
+        )
+        grant_data_sources(
+            self,
+            data_sources=self.data_sources,
+            bucket=self.bucket,
+            job_role=self.execution_role,
+            execution_role=execution_role,
+            checkpoint_bucket=checkpoint_bucket,
+        )
+        if self.remote_debug:
+            grant_remote_debug(self, self.execution_role)
 
     def _launch_params(
         self,
@@ -507,7 +542,7 @@ class TrainingWorkflow(Construct):
             "RequestValidator",
             bucket=self.bucket,
             runs_prefix=self.runs_prefix,
-            data_prefixes=self._data_prefixes(),
+            data_prefixes=data_prefixes(self, self.data_sources, self.bucket),
             log_retention=log_retention,
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
@@ -571,7 +606,7 @@ class TrainingWorkflow(Construct):
         keep_alive_limit = int(rules.sagemaker()["KeepAlivePeriodInSeconds"]["max"])
         rules = replace(
             rules,
-            max_keep_alive_seconds=_int_in(
+            max_keep_alive_seconds=int_in(
                 "max_keep_alive_seconds",
                 max_keep_alive_seconds,
                 DEFAULT_MAX_KEEP_ALIVE_SECONDS,
@@ -584,310 +619,3 @@ class TrainingWorkflow(Construct):
         if problems:
             raise ValueError(f"TrainingWorkflow: defaults.{problems[0]}")
         return rules
-
-    def _grant_sagemaker(
-        self,
-        stack: Stack,
-        execution_role: SageMakerExecutionRole | iam.IRole,
-        volume_kms_key: kms.IKey | None,
-        output_kms_key: kms.IKey | None,
-    ) -> None:
-        """What ``createTrainingJob.sync`` needs (CustomState grants nothing by itself)."""
-        role = self.state_machine.role
-        # The warm-pool ceiling in IAM too (the sagemaker:KeepAlivePeriod condition key of CreateTrainingJob, in
-        # SageMaker's "Use SageMaker AI managed warm pools"); IfExists: the other actions do not carry the key.
-        keep_alive_cap = {
-            "NumericLessThanEqualsIfExists": {
-                "sagemaker:KeepAlivePeriod": self.request_rules.max_keep_alive_seconds
-            }
-        }
-        training_jobs = stack.format_arn(
-            service="sagemaker",
-            resource="training-job",
-            resource_name="*",
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="RunTrainingJobs",
-                actions=[
-                    "sagemaker:CreateTrainingJob",
-                    "sagemaker:DescribeTrainingJob",
-                    "sagemaker:StopTrainingJob",
-                    "sagemaker:AddTags",
-                    "sagemaker:ListTags",
-                ],
-                resources=[training_jobs],
-                conditions=keep_alive_cap,
-            )
-        )
-        # A request naming ResourceConfig.TrainingPlanArn is taken to be authorized against that plan too, so
-        # CreateTrainingJob is granted on this stack's plans (plans are chosen per execution). Sources: the SageMaker
-        # guide "IAM for SageMaker training plans" (plan users get their own permission to use a plan in training
-        # jobs) and AmazonSageMakerTrainingPlanCreateAccess, which scopes plan actions to training-plan/*. Not
-        # confirmed: the CreateTrainingJob row of the Service Authorization Reference (list_amazonsagemaker) could
-        # not be read in full here; re-check that training-plan is listed there when touching this grant.
-        training_plans = stack.format_arn(
-            service="sagemaker",
-            resource="training-plan",
-            resource_name="*",
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="LaunchOnTrainingPlans",
-                actions=["sagemaker:CreateTrainingJob"],
-                resources=[training_plans],
-                conditions=keep_alive_cap,
-            )
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="SyncIntegrationEventsRule",
-                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
-                resources=[
-                    stack.format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)
-                ],
-            )
-        )
-        if isinstance(execution_role, SageMakerExecutionRole):
-            execution_role.grant_pass_role(role)
-        else:
-            iam.Grant.add_to_principal(
-                grantee=role,
-                actions=["iam:PassRole"],
-                resource_arns=[execution_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": SAGEMAKER_SERVICE}},
-            )
-        if volume_kms_key is not None:
-            for grantee in (role, self.execution_role):
-                volume_kms_key.grant(grantee, "kms:DescribeKey")
-                # Grants only for AWS resources (SageMaker's EBS volumes), never to a principal of the caller's choice.
-                iam.Grant.add_to_principal(
-                    grantee=grantee,
-                    actions=["kms:CreateGrant"],
-                    resource_arns=[volume_kms_key.key_arn],
-                    conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
-                )
-        if output_kms_key is not None:
-            # SSE-KMS uploads of the model artifacts (named actions: no kms:ReEncrypt*/GenerateDataKey* wildcards).
-            output_kms_key.grant(
-                self.execution_role, "kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"
-            )
-
-        scope = policy_scope(role)
-        acknowledge_role_policy(scope)
-        acknowledge(
-            scope,
-            f"IAM5[Resource::{rendered(self, training_jobs)}]",
-            "Training job names are generated per execution (<prefix>-<UUID>), so the state machine may "
-            "create, describe, stop and tag only training jobs of this account and region.",
-        )
-        acknowledge(
-            scope,
-            f"IAM5[Resource::{rendered(self, training_plans)}]",
-            "Each execution may name any Flexible Training Plan of this account and region (the input field "
-            "training_plan_arn, checked against SageMaker's pattern and this region before launch); only "
-            "CreateTrainingJob is allowed on plans.",
-        )
-        acknowledge(
-            scope,
-            f"IAM5[Resource::{arn_evidence(self.validator.function, ':*')}]",
-            "Step Functions' Lambda integration invokes the workflow's own request-validation function, "
-            "including its versions and aliases (<function ARN>:*); no other function.",
-        )
-        acknowledge(
-            scope,
-            "IAM5[Resource::*]",
-            "Step Functions log delivery (logs:*LogDelivery, DescribeLogGroups, ...) and X-Ray "
-            "(PutTraceSegments, PutTelemetryRecords, GetSampling*) accept only Resource '*'.",
-        )
-
-    def _data_prefixes(self) -> list[tuple[str, str]]:
-        """``(bucket ARN, key prefix)`` of each data source (for the validator's listing)."""
-        located = []
-        for source in self.data_sources:
-            if source.startswith("s3://"):
-                name, _, prefix = source[5:].partition("/")
-                arn = Stack.of(self).format_arn(service="s3", region="", account="", resource=name)
-                located.append((arn, prefix))
-            else:
-                located.append((self.bucket.bucket_arn, source))
-        return located
-
-    def _grant_data_sources(
-        self, execution_role: SageMakerExecutionRole | iam.IRole, checkpoint_bucket: CheckpointBucket | None
-    ) -> None:
-        """Let the jobs read exactly the data sources (the checkpoint bucket's ``data/`` is already granted)."""
-        for index, source in enumerate(self.data_sources):
-            if source.startswith("s3://"):
-                bucket_name, _, prefix = source[5:].partition("/")
-                bucket: s3.IBucket = s3.Bucket.from_bucket_name(self, f"DataSource{index}", bucket_name)
-            elif checkpoint_bucket is not None:
-                if source != checkpoint_bucket.data_prefix or not isinstance(
-                    execution_role, SageMakerExecutionRole
-                ):
-                    checkpoint_bucket.grant_read(self.execution_role, prefix=source)
-                continue
-            else:
-                bucket, prefix = self.bucket, source
-            objects = bucket.arn_for_objects(f"{prefix}*")
-            self.execution_role.add_to_principal_policy(
-                iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects])
-            )
-            self.execution_role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    actions=["s3:ListBucket"],
-                    resources=[bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}},
-                )
-            )
-            acknowledge(
-                policy_scope(self.execution_role),
-                f"IAM5[Resource::{rendered(self, objects)}]",
-                f"Training data may be read only under the data source {source} (the dataSources setting); the "
-                "files below it are chosen per execution.",
-            )
-
-
-REMOTE_DEBUG_ACTIONS = (
-    "ssmmessages:CreateControlChannel",
-    "ssmmessages:CreateDataChannel",
-    "ssmmessages:OpenControlChannel",
-    "ssmmessages:OpenDataChannel",
-)
-"""What the job's role needs for SageMaker remote debugging (an SSM session into the training container)."""
-
-
-def _remote_debug(remote_debug: object, network_isolation: bool) -> bool:
-    if not isinstance(remote_debug, bool):
-        raise ValueError(f"TrainingWorkflow: remote_debug must be True or False; got {remote_debug!r}")
-    if remote_debug and network_isolation:
-        raise ValueError(
-            "TrainingWorkflow: remote_debug needs the network (an SSM session into the container), which "
-            "network_isolation takes away; turn one of them off"
-        )
-    return remote_debug
-
-
-def _grant_remote_debug(scope: Construct, role: iam.IRole) -> None:
-    """The four ``ssmmessages`` actions of an SSM session (they accept only Resource '*'), in a policy of their
-    own so that its acknowledgement covers nothing else."""
-    policy = iam.Policy(
-        scope,
-        "RemoteDebugPolicy",
-        statements=[
-            iam.PolicyStatement(
-                sid="RemoteDebugSessions", actions=list(REMOTE_DEBUG_ACTIONS), resources=["*"]
-            )
-        ],
-    )
-    role.attach_inline_policy(policy)
-    acknowledge_role_policy(policy)
-    acknowledge(
-        policy,
-        "IAM5[Resource::*]",
-        "SageMaker remote debugging opens SSM Session Manager channels from the training container; the "
-        "ssmmessages Create/Open Control/Data Channel actions support no resource-level permissions.",
-    )
-
-
-def _run_segment(given: str | None, path: str) -> str:
-    segment = given if given is not None else re.sub(r"[^A-Za-z0-9_.-]", "-", path)
-    if not RUN_SEGMENT.match(segment):
-        raise ValueError(
-            "TrainingWorkflow: run_segment must be 1 to 128 of letters, digits, _ . and -, starting with a "
-            f"letter or digit; got {segment!r}"
-        )
-    return segment
-
-
-def _removal_and_isolation(removal_policy: RemovalPolicy | None, network_isolation: object) -> RemovalPolicy:
-    """The checked ``removal_policy`` (default RETAIN); refuses a ``network_isolation`` that is not a bool."""
-    policy = removal_policy or RemovalPolicy.RETAIN
-    if policy not in (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY):
-        raise ValueError(f"TrainingWorkflow: removal_policy must be RETAIN or DESTROY; got {policy}")
-    if not isinstance(network_isolation, bool):
-        raise ValueError(
-            f"TrainingWorkflow: network_isolation must be True or False; got {network_isolation!r}"
-        )
-    return policy
-
-
-def _role_of(execution_role: SageMakerExecutionRole | iam.IRole) -> iam.IRole:
-    if isinstance(execution_role, SageMakerExecutionRole):
-        return execution_role.role
-    if hasattr(execution_role, "role_arn") and hasattr(execution_role, "grant_pass_role"):
-        return execution_role
-    raise ValueError("TrainingWorkflow: execution_role must be a SageMakerExecutionRole or an iam.IRole")
-
-
-def _prefix(name: str, value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9!_.()-]+(/[A-Za-z0-9!_.()-]+)*/", value or ""):
-        raise ValueError(
-            f"TrainingWorkflow: {name} must be a relative S3 key prefix ending in '/' (letters, digits, "
-            f"!_.()- and '/'), such as 'checkpoints/'; got {value!r}"
-        )
-    return value
-
-
-def _int_in(name: str, value: int | None, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"TrainingWorkflow: {name} must be an integer in [{low}, {high}]; got {value!r}")
-    return value
-
-
-def _seconds_in(name: str, value: Duration | None, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    if not isinstance(value, Duration):
-        raise ValueError(f"TrainingWorkflow: {name} must be a Duration; got {value!r}")
-    seconds = int(value.to_seconds())
-    if not low <= seconds <= high:
-        raise ValueError(f"TrainingWorkflow: {name} must be between {low} and {high} seconds; got {seconds}")
-    return seconds
-
-
-MLFLOW_ACTIONS = tuple(
-    f"sagemaker-mlflow:{action}"
-    for action in (
-        "GetExperimentByName",
-        "GetExperiment",
-        "CreateExperiment",
-        "SearchRuns",
-        "GetRun",
-        "CreateRun",
-        "UpdateRun",
-        "LogBatch",
-        "LogMetric",
-        "LogParam",
-        "SetTag",
-    )
-)
-"""What ``training.trainer.mlflow_log`` calls (experiment by name or created, run searched, created or updated,
-batches of parameters and metrics; the rest is what MLflow's client may call for the same operations)."""
-
-
-def _mlflow_arn(arn: str | None, network_isolation: bool) -> str | None:
-    if arn is None:
-        return None
-    if not isinstance(arn, str) or not MLFLOW_ARN.match(arn):
-        raise ValueError(
-            "TrainingWorkflow: mlflow_tracking_server_arn must be a SageMaker MLflow tracking server or app ARN "
-            f"(arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>); got {arn!r}"
-        )
-    if network_isolation:
-        raise ValueError(
-            "TrainingWorkflow: mlflow_tracking_server_arn needs network access from the training container, "
-            "which network_isolation=True removes; turn one of them off"
-        )
-    return arn
-
-
-def grant_mlflow(role: iam.IRole, arn: str) -> None:
-    """Let ``role`` (the jobs' execution role) log to the MLflow tracking server ``arn``, and nothing else."""
-    role.add_to_principal_policy(
-        iam.PolicyStatement(sid="LogToMlflowTrackingServer", actions=list(MLFLOW_ACTIONS), resources=[arn])
-    )

@@ -10,8 +10,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 
-from constructs_lib.workflow.construct import MLFLOW_ACTIONS
 from constructs_lib.workflow.dashboard import search_terms
+from constructs_lib.workflow.permissions import MLFLOW_ACTIONS
 from constructs_lib.workflow.request_check import RequestRules, job_fields, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve
