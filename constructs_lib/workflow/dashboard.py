@@ -2,8 +2,13 @@
 
 Job metrics are the trainer's ``MetricDefinitions`` (``/aws/sagemaker/TrainingJobs``, dimension ``TrainingJobName``)
 and SageMaker's per-host GPU metrics (same namespace, dimension ``Host`` = ``<job>/algo-<n>``), drawn with metric
-math ``SEARCH`` so that every job appears without knowing its name; each search is scoped to this workflow's job
-names by the alphanumeric tokens of its ``job_name_prefix`` (CloudWatch search matches dimension values by token).
+math ``SEARCH`` so that every job appears without knowing its name. CloudWatch search matches a dimension value
+by its tokens (AWS's "CloudWatch search expression syntax": split at non-alphanumeric characters, at case changes
+and at digits), never by prefix; a search term with a hyphen, ``TrainingJobName=blackwell-training``, matches only
+those tokens next to each other and in that order. So each search is scoped to the workflow's default
+``job_name_prefix`` as closely as CloudWatch allows, and no closer: an execution that sets another
+``job_name_prefix`` is not drawn, and a job of any other workflow (or any job) whose name holds the same tokens in
+a row is (two deployments with the same default prefix in one account and region share their curves).
 Every metric name comes from ``training.contract`` (``metric_name``, ``HOST_GPU_METRICS``): a renamed metric fails
 at synth. The executions come from Step Functions (``AWS/States``).
 """
@@ -30,11 +35,16 @@ PERIOD = Duration.minutes(1)
 
 
 def search_terms(dimension: str, job_name_prefix: str) -> str:
-    """``TrainingJobName=blackwell AND TrainingJobName=training`` for prefix ``blackwell-training``."""
-    tokens = re.findall(r"[A-Za-z0-9]+", job_name_prefix)
-    if not tokens:
-        raise ValueError(f"job_name_prefix {job_name_prefix!r} has no letters or digits to search by")
-    return " AND ".join(f"{dimension}={token}" for token in tokens)
+    """``TrainingJobName=blackwell-training`` for prefix ``blackwell-training``: a partial match of the prefix's
+    tokens next to each other and in order (``blackwell`` then ``training``), which ``TrainingJobName=blackwell AND
+    TrainingJobName=training`` is not (it also matches ``training-blackwell-...``)."""
+    term = job_name_prefix.rstrip("-")  # a job name's hyphens are delimiters, never tokens
+    if not re.fullmatch(r"[A-Za-z0-9]+(-+[A-Za-z0-9]+)*", term):
+        raise ValueError(
+            f"job_name_prefix {job_name_prefix!r}: the dashboard searches by it, so it must be letters, digits "
+            "and hyphens, starting with a letter or digit"
+        )
+    return f"{dimension}={term}"
 
 
 def search(metric: str, dimension: str, job_name_prefix: str, statistic: str = "Average") -> str:
@@ -68,9 +78,11 @@ def training_dashboard(
     rows: list[list[cloudwatch.IWidget]] = [
         [
             cloudwatch.TextWidget(
-                markdown=f"**Training jobs `{job_name_prefix}-*`** of this workflow: the trainer's metric lines "
-                "(one line per job; the curves of one run across its launches: `blackwell-training curves RUN`). "
-                "GPU and GPU memory utilization are per host, summed over its GPUs (0-800% on 8 GPUs).",
+                markdown=f"**Training jobs whose names hold `{job_name_prefix}`** (the workflow's default "
+                "`job_name_prefix`; CloudWatch searches names by their words, not by prefix, so an execution with "
+                "another `job_name_prefix` is not here: edit a widget's search to see it): the trainer's metric "
+                "lines, one line per job (one run across its launches: `blackwell-training curves RUN`). GPU and "
+                "GPU memory utilization are per host, summed over its GPUs (0-800% on 8 GPUs).",
                 width=24,
                 height=2,
             )

@@ -55,7 +55,7 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
             namespace, dimension, name, terms, _statistic = match.groups()
             assert namespace == contract.TRAINING_METRICS_NAMESPACE
             assert terms == search_terms(dimension, "blackwell-training")
-            assert terms == f"{dimension}=blackwell AND {dimension}=training"
+            assert terms == f"{dimension}=blackwell-training"  # tokens next to each other, in order
             searched.append((dimension, name))
         else:
             namespace, name = metric[0], metric[1]
@@ -73,6 +73,20 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
         "ExecutionsFailed",
         "ExecutionsTimedOut",
     }
+
+
+@pytest.mark.parametrize(
+    ("prefix", "term"),
+    [("blackwell-training", "blackwell-training"), ("llama-1b--", "llama-1b"), ("Nightly2", "Nightly2")],
+)
+def test_the_search_term_is_the_prefix_whole_so_its_tokens_match_in_a_row(prefix, term):
+    assert search_terms("TrainingJobName", prefix) == f"TrainingJobName={term}"
+
+
+@pytest.mark.parametrize("prefix", ["", "-x", "a_b", "a b", "a'b"])
+def test_a_prefix_the_dashboard_cannot_search_by_is_refused(prefix):
+    with pytest.raises(ValueError, match="the dashboard searches by it"):
+        search_terms("TrainingJobName", prefix)
 
 
 def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
