@@ -37,6 +37,9 @@ _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 _EVENT_BUS_NAME = re.compile(r"^[A-Za-z0-9._\-/]{1,256}$")
+_JOB_NAME_PREFIX = re.compile(r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,25}$")
+"""Fits ``<prefix>-<UUID>`` in SageMaker's 63-character job name, and ends in a letter or digit (the dashboard's
+search term)."""
 _COMPUTE_TYPES = {
     "small": codebuild.ComputeType.SMALL,
     "medium": codebuild.ComputeType.MEDIUM,
@@ -52,6 +55,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "workflowTimeoutHours",
     "defaultInstanceType",
     "defaultPrecision",
+    "defaultJobNamePrefix",
     "notifications",
     "networkIsolation",
     "workflowTrigger",
@@ -200,6 +204,9 @@ class WorkflowSettings:
     timeout_hours: int = 168
     default_instance_type: str = DEFAULT_INSTANCE_TYPE
     default_precision: str = HYPERPARAMETERS_BY_NAME["precision"].default
+    default_job_name_prefix: str = "blackwell-training"
+    """The ``job_name_prefix`` of an execution that sets none (``defaultJobNamePrefix``), which the dashboard searches
+    by: give each deployment in an account and region its own to keep their dashboards apart."""
     notifications: bool = True
     network_isolation: bool = False
     trigger: bool = False
@@ -279,6 +286,12 @@ class WorkflowSettings:
             ),
             default_instance_type=instance_type,
             default_precision=precision,
+            default_job_name_prefix=_match(
+                "defaultJobNamePrefix",
+                get("defaultJobNamePrefix") or cls.default_job_name_prefix,
+                _JOB_NAME_PREFIX,
+                "be 1 to 26 of a-z, A-Z, 0-9 and '-', starting and ending with a letter or digit",
+            ),
             notifications=_bool("notifications", get("notifications"), cls.notifications),
             network_isolation=_bool("networkIsolation", get("networkIsolation"), cls.network_isolation),
             trigger=trigger,

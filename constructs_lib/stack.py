@@ -121,7 +121,11 @@ class BlackwellTrainingStack(Stack):
             image_uri=self.image_build.image_uri,
             execution_role=self.execution_role,
             checkpoint_bucket=self.checkpoints,
-            defaults=WorkflowDefaults(instance_type=wf.default_instance_type, precision=wf.default_precision),
+            defaults=WorkflowDefaults(
+                instance_type=wf.default_instance_type,
+                precision=wf.default_precision,
+                job_name_prefix=wf.default_job_name_prefix,
+            ),
             max_instance_count=wf.max_instance_count,
             max_capacity_retries=wf.max_capacity_retries,
             data_sources=wf.data_sources,

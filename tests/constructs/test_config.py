@@ -162,6 +162,14 @@ def test_data_sources():
         _settings(dataSources=["s3://corpora/tokens"])
 
 
+def test_default_job_name_prefix_the_dashboard_searches_by():
+    assert _settings().workflow.default_job_name_prefix == "blackwell-training"
+    assert _settings(defaultJobNamePrefix="team-a").workflow.default_job_name_prefix == "team-a"
+    for bad in ("team-a-", "-a", "a_b", "x" * 27):
+        with pytest.raises(ConfigError, match="^context defaultJobNamePrefix: must be 1 to 26 of a-z"):
+            _settings(defaultJobNamePrefix=bad)
+
+
 def test_dashboard_and_mlflow_settings():
     assert _settings().workflow.dashboard is True and _settings().workflow.mlflow_tracking_server_arn is None
     assert _settings(dashboard="false").workflow.dashboard is False

@@ -89,6 +89,14 @@ def test_a_prefix_the_dashboard_cannot_search_by_is_refused(prefix):
         search_terms("TrainingJobName", prefix)
 
 
+def test_the_dashboard_searches_by_the_workflows_own_default_prefix():
+    from constructs_lib.workflow.construct import WorkflowDefaults
+
+    body = _body(_template(defaults=WorkflowDefaults(job_name_prefix="team-a")))
+    expressions = [m[-1]["expression"] for m in _metrics(body) if "expression" in m[-1]]
+    assert expressions and all(SEARCH.match(e).group(4).endswith("=team-a") for e in expressions)
+
+
 def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
     monkeypatch.setattr(contract, "STEP_METRICS", tuple(m for m in contract.STEP_METRICS if m != "mfu"))
     with pytest.raises(ValueError, match="no metric definition for train field 'mfu'"):
