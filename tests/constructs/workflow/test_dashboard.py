@@ -186,6 +186,15 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
     (statement,) = statements
     assert statement["Resource"] == MLFLOW and sorted(statement["Action"]) == sorted(MLFLOW_ACTIONS)
     assert not any(a.endswith("*") for a in statement["Action"])
+    assert {a.split(":")[1] for a in statement["Action"]} == {
+        "GetExperimentByName",
+        "CreateExperiment",
+        "SearchRuns",
+        "CreateRun",
+        "GetRun",
+        "UpdateRun",
+        "LogBatch",
+    }
 
 
 @pytest.mark.parametrize(
