@@ -37,7 +37,7 @@ _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 _EVENT_BUS_NAME = re.compile(r"^[A-Za-z0-9._\-/]{1,256}$")
-_JOB_NAME_PREFIX = re.compile(r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,25}$")
+_JOB_NAME_PREFIX = re.compile(r"^(?=.{1,26}$)[A-Za-z0-9](-*[A-Za-z0-9])*$")
 """Fits ``<prefix>-<UUID>`` in SageMaker's 63-character job name, and ends in a letter or digit (the dashboard's
 search term)."""
 _COMPUTE_TYPES = {

@@ -165,7 +165,8 @@ def test_data_sources():
 def test_default_job_name_prefix_the_dashboard_searches_by():
     assert _settings().workflow.default_job_name_prefix == "blackwell-training"
     assert _settings(defaultJobNamePrefix="team-a").workflow.default_job_name_prefix == "team-a"
-    for bad in ("team-a-", "-a", "a_b", "x" * 27):
+    assert _settings(defaultJobNamePrefix="x" * 26).workflow.default_job_name_prefix == "x" * 26
+    for bad in ("team-a-", "-a", "a_b", "x" * 27, "a" + "-" * 25 + "b"):
         with pytest.raises(ConfigError, match="^context defaultJobNamePrefix: must be 1 to 26 of a-z"):
             _settings(defaultJobNamePrefix=bad)
 
