@@ -191,8 +191,10 @@ class TrainingWorkflow(Construct):
     :param state_machine_name: physical name. Default: generated.
     :param tags: tags for the workflow's resources and every training job. Default: none.
     :param dashboard: build a CloudWatch dashboard of the workflow (loss and val_loss, tokens/s, MFU, peak memory
-        of its jobs, GPU and GPU-memory utilization per host, executions); ``dashboard_url`` is its address.
-        Default True.
+        of its jobs, GPU and GPU-memory utilization per host, executions); ``dashboard_url`` is its address. Its job
+        widgets find jobs by the words of ``defaults.job_name_prefix`` (CloudWatch search has no prefix match): an
+        execution with another prefix is not on it, another workflow's job with the same words in a row is
+        (``constructs_lib.workflow.dashboard``). Default True.
     :param tensorboard: give every job a ``TensorBoardOutputConfig``: the trainer's event files go to
         ``s3://<bucket>/<output_prefix>tensorboard/<run_segment>/<execution name>/`` while it trains. Default True.
     :param mlflow_tracking_server_arn: a SageMaker managed MLflow tracking server (or MLflow app) ARN: the jobs log
