@@ -64,6 +64,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "triggerDetailType",
     "dataSources",
     "dashboard",
+    "dashboardJobNamePrefixes",
     "mlflowTrackingServerArn",
     "maxKeepAliveSeconds",
     "remoteDebug",
@@ -218,6 +219,8 @@ class WorkflowSettings:
     prefixes of the checkpoint bucket; the execution role may read exactly these."""
     dashboard: bool = True
     """A CloudWatch dashboard of the workflow (``dashboard``; stack output ``DashboardUrl``)."""
+    dashboard_job_name_prefixes: tuple[str, ...] = ()
+    """Further ``job_name_prefix`` values whose jobs the dashboard shows (``dashboardJobNamePrefixes``, at most 9)."""
     mlflow_tracking_server_arn: str | None = None
     """A SageMaker managed MLflow tracking server the jobs log to (``mlflowTrackingServerArn``). Default: none."""
     max_keep_alive_seconds: int = DEFAULT_MAX_KEEP_ALIVE_SECONDS
@@ -252,6 +255,13 @@ class WorkflowSettings:
             raise ConfigError(
                 "context remoteDebug: needs the network (an SSM session into the container), which "
                 "networkIsolation takes away; set one of them to false"
+            )
+        dashboard = _bool("dashboard", get("dashboard"), cls.dashboard)
+        prefixes = _prefixes(get("dashboardJobNamePrefixes"))
+        if prefixes and not dashboard:
+            raise ConfigError(
+                "context dashboardJobNamePrefixes: only used by the dashboard, which is off; "
+                "set dashboard to true or remove dashboardJobNamePrefixes"
             )
         texts = {}
         for key, default in (
@@ -299,7 +309,8 @@ class WorkflowSettings:
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
             data_sources=parse_data_sources(get("dataSources")),
-            dashboard=_bool("dashboard", get("dashboard"), cls.dashboard),
+            dashboard=dashboard,
+            dashboard_job_name_prefixes=prefixes,
             mlflow_tracking_server_arn=_mlflow(get),
             max_keep_alive_seconds=_int(
                 "maxKeepAliveSeconds",
@@ -310,6 +321,19 @@ class WorkflowSettings:
             ),
             remote_debug=remote_debug,
         )
+
+
+def _prefixes(value: Any) -> tuple[str, ...]:
+    """``dashboardJobNamePrefixes``: a JSON list (or, from ``-c``, a comma-separated string) of job name prefixes."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or len(items) > 9:
+        raise ConfigError(
+            f"context dashboardJobNamePrefixes: must be a list of at most 9 prefixes; got {value!r}"
+        )
+    expected = "be 1 to 26 of a-z, A-Z, 0-9 and '-', starting and ending with a letter or digit"
+    return tuple(_match("dashboardJobNamePrefixes", item, _JOB_NAME_PREFIX, expected) for item in items)
 
 
 def _mlflow(get: Callable[[str], Any]) -> str | None:

@@ -135,6 +135,7 @@ class BlackwellTrainingStack(Stack):
             notifications=wf.notifications,
             network_isolation=wf.network_isolation,
             dashboard=wf.dashboard,
+            dashboard_job_name_prefixes=wf.dashboard_job_name_prefixes,
             mlflow_tracking_server_arn=wf.mlflow_tracking_server_arn,
             max_keep_alive_seconds=wf.max_keep_alive_seconds,
             remote_debug=wf.remote_debug,

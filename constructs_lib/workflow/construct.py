@@ -195,6 +195,8 @@ class TrainingWorkflow(Construct):
         widgets find jobs by the words of ``defaults.job_name_prefix`` (CloudWatch search has no prefix match): an
         execution with another prefix is not on it, another workflow's job with the same words in a row is
         (``constructs_lib.workflow.dashboard``). Default True.
+    :param dashboard_job_name_prefixes: further ``job_name_prefix`` values whose jobs the dashboard shows (those
+        executions set themselves), at most 9. Only with ``dashboard``. Default: none.
     :param tensorboard: give every job a ``TensorBoardOutputConfig``: the trainer's event files go to
         ``s3://<bucket>/<output_prefix>tensorboard/<run_segment>/<execution name>/`` while it trains. Default True.
     :param mlflow_tracking_server_arn: a SageMaker managed MLflow tracking server (or MLflow app) ARN: the jobs log
@@ -245,6 +247,7 @@ class TrainingWorkflow(Construct):
         state_machine_name: str | None = None,
         tags: Mapping[str, str] | None = None,
         dashboard: bool = True,
+        dashboard_job_name_prefixes: Sequence[str] = (),
         tensorboard: bool = True,
         mlflow_tracking_server_arn: str | None = None,
     ) -> None:
@@ -345,7 +348,7 @@ class TrainingWorkflow(Construct):
         self._grant_data_sources(execution_role, checkpoint_bucket)
         if self.remote_debug:
             _grant_remote_debug(self, self.execution_role)
-
+        self.dashboard_job_name_prefixes = _dashboard_prefixes(dashboard_job_name_prefixes, dashboard)
         self._observability(notification_topic, notifications, event_pattern, event_bus, dashboard)
         if self.mlflow_tracking_server_arn is not None:
             grant_mlflow(self.execution_role, self.mlflow_tracking_server_arn)
@@ -386,10 +389,15 @@ class TrainingWorkflow(Construct):
         event_bus: events.IEventBus | None,
         dashboard: bool,
     ) -> None:
-        """The alarm, the notifications, the trigger (``observability``) and the dashboard (``dashboard``), kept
-        as attributes."""
+        """The alarm, the notifications, the trigger (``observability``) and the dashboard (``dashboard``, also
+        searching ``dashboard_job_name_prefixes``), kept as attributes."""
         self.dashboard: cloudwatch.Dashboard | None = (
-            training_dashboard(self, self.state_machine, job_name_prefix=self.defaults.job_name_prefix)
+            training_dashboard(
+                self,
+                self.state_machine,
+                job_name_prefix=self.defaults.job_name_prefix,
+                more_prefixes=self.dashboard_job_name_prefixes,
+            )
             if dashboard
             else None
         )
@@ -792,6 +800,16 @@ def _grant_remote_debug(scope: Construct, role: iam.IRole) -> None:
         "SageMaker remote debugging opens SSM Session Manager channels from the training container; the "
         "ssmmessages Create/Open Control/Data Channel actions support no resource-level permissions.",
     )
+
+
+def _dashboard_prefixes(prefixes: Sequence[str], dashboard: bool) -> tuple[str, ...]:
+    if isinstance(prefixes, str) or not all(isinstance(p, str) for p in prefixes):
+        raise ValueError(
+            f"TrainingWorkflow: dashboard_job_name_prefixes must be a list of strings; got {prefixes!r}"
+        )
+    if prefixes and not dashboard:
+        raise ValueError("TrainingWorkflow: dashboard_job_name_prefixes needs dashboard=True")
+    return tuple(prefixes)
 
 
 def _run_segment(given: str | None, path: str) -> str:

@@ -97,6 +97,32 @@ def test_the_dashboard_searches_by_the_workflows_own_default_prefix():
     assert expressions and all(SEARCH.match(e).group(4).endswith("=team-a") for e in expressions)
 
 
+def test_executions_with_their_own_prefixes_are_searched_when_named():
+    body = _body(_template(dashboard_job_name_prefixes=["nightly", "llama-1b-mxfp8"]))
+    expressions = [m[-1]["expression"] for m in _metrics(body) if "expression" in m[-1]]
+    for expression in expressions:
+        dimension = SEARCH.match(expression).group(2)
+        assert SEARCH.match(expression).group(4) == (
+            f"({dimension}=blackwell-training OR {dimension}=nightly OR {dimension}=llama-1b-mxfp8)"
+        )
+    assert search_terms("Host", "a", "a-", "b") == "(Host=a OR Host=b)"
+    with pytest.raises(ValueError, match="1 to 10 job name prefixes; got 11"):
+        search_terms("Host", *[f"p{i}" for i in range(11)])
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"dashboard_job_name_prefixes": "nightly"}, "must be a list of strings"),
+        ({"dashboard_job_name_prefixes": ["nightly"], "dashboard": False}, "needs dashboard=True"),
+        ({"dashboard_job_name_prefixes": ["night_ly"]}, "'night_ly': the dashboard searches by it"),
+    ],
+)
+def test_impossible_dashboard_prefixes_are_refused_at_synth(props, message):
+    with pytest.raises(ValueError, match=message):
+        build_workflow(cdk.App(), **props)
+
+
 def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
     monkeypatch.setattr(contract, "STEP_METRICS", tuple(m for m in contract.STEP_METRICS if m != "mfu"))
     with pytest.raises(ValueError, match="no metric definition for train field 'mfu'"):
