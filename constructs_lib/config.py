@@ -37,6 +37,9 @@ _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
 _EVENT_BUS_NAME = re.compile(r"^[A-Za-z0-9._\-/]{1,256}$")
+_JOB_NAME_PREFIX = re.compile(r"^(?=.{1,26}$)[A-Za-z0-9](-*[A-Za-z0-9])*$")
+"""Fits ``<prefix>-<UUID>`` in SageMaker's 63-character job name, and ends in a letter or digit (the dashboard's
+search term)."""
 _COMPUTE_TYPES = {
     "small": codebuild.ComputeType.SMALL,
     "medium": codebuild.ComputeType.MEDIUM,
@@ -52,6 +55,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "workflowTimeoutHours",
     "defaultInstanceType",
     "defaultPrecision",
+    "defaultJobNamePrefix",
     "notifications",
     "networkIsolation",
     "workflowTrigger",
@@ -60,6 +64,7 @@ WORKFLOW_CONTEXT_KEYS = (
     "triggerDetailType",
     "dataSources",
     "dashboard",
+    "dashboardJobNamePrefixes",
     "mlflowTrackingServerArn",
     "maxKeepAliveSeconds",
     "remoteDebug",
@@ -200,6 +205,9 @@ class WorkflowSettings:
     timeout_hours: int = 168
     default_instance_type: str = DEFAULT_INSTANCE_TYPE
     default_precision: str = HYPERPARAMETERS_BY_NAME["precision"].default
+    default_job_name_prefix: str = "blackwell-training"
+    """The ``job_name_prefix`` of an execution that sets none (``defaultJobNamePrefix``), which the dashboard searches
+    by: give each deployment in an account and region its own to keep their dashboards apart."""
     notifications: bool = True
     network_isolation: bool = False
     trigger: bool = False
@@ -211,6 +219,8 @@ class WorkflowSettings:
     prefixes of the checkpoint bucket; the execution role may read exactly these."""
     dashboard: bool = True
     """A CloudWatch dashboard of the workflow (``dashboard``; stack output ``DashboardUrl``)."""
+    dashboard_job_name_prefixes: tuple[str, ...] = ()
+    """Further ``job_name_prefix`` values whose jobs the dashboard shows (``dashboardJobNamePrefixes``, at most 9)."""
     mlflow_tracking_server_arn: str | None = None
     """A SageMaker managed MLflow tracking server the jobs log to (``mlflowTrackingServerArn``). Default: none."""
     max_keep_alive_seconds: int = DEFAULT_MAX_KEEP_ALIVE_SECONDS
@@ -246,6 +256,13 @@ class WorkflowSettings:
                 "context remoteDebug: needs the network (an SSM session into the container), which "
                 "networkIsolation takes away; set one of them to false"
             )
+        dashboard = _bool("dashboard", get("dashboard"), cls.dashboard)
+        prefixes = _prefixes(get("dashboardJobNamePrefixes"))
+        if prefixes and not dashboard:
+            raise ConfigError(
+                "context dashboardJobNamePrefixes: only used by the dashboard, which is off; "
+                "set dashboard to true or remove dashboardJobNamePrefixes"
+            )
         texts = {}
         for key, default in (
             ("triggerSource", cls.trigger_source),
@@ -279,6 +296,12 @@ class WorkflowSettings:
             ),
             default_instance_type=instance_type,
             default_precision=precision,
+            default_job_name_prefix=_match(
+                "defaultJobNamePrefix",
+                get("defaultJobNamePrefix") or cls.default_job_name_prefix,
+                _JOB_NAME_PREFIX,
+                "be 1 to 26 of a-z, A-Z, 0-9 and '-', starting and ending with a letter or digit",
+            ),
             notifications=_bool("notifications", get("notifications"), cls.notifications),
             network_isolation=_bool("networkIsolation", get("networkIsolation"), cls.network_isolation),
             trigger=trigger,
@@ -286,7 +309,8 @@ class WorkflowSettings:
             trigger_source=texts["triggerSource"],
             trigger_detail_type=texts["triggerDetailType"],
             data_sources=parse_data_sources(get("dataSources")),
-            dashboard=_bool("dashboard", get("dashboard"), cls.dashboard),
+            dashboard=dashboard,
+            dashboard_job_name_prefixes=prefixes,
             mlflow_tracking_server_arn=_mlflow(get),
             max_keep_alive_seconds=_int(
                 "maxKeepAliveSeconds",
@@ -297,6 +321,19 @@ class WorkflowSettings:
             ),
             remote_debug=remote_debug,
         )
+
+
+def _prefixes(value: Any) -> tuple[str, ...]:
+    """``dashboardJobNamePrefixes``: a JSON list (or, from ``-c``, a comma-separated string) of job name prefixes."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or len(items) > 9:
+        raise ConfigError(
+            f"context dashboardJobNamePrefixes: must be a list of at most 9 prefixes; got {value!r}"
+        )
+    expected = "be 1 to 26 of a-z, A-Z, 0-9 and '-', starting and ending with a letter or digit"
+    return tuple(_match("dashboardJobNamePrefixes", item, _JOB_NAME_PREFIX, expected) for item in items)
 
 
 def _mlflow(get: Callable[[str], Any]) -> str | None:

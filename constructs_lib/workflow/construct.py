@@ -59,6 +59,7 @@ from constructs_lib.workflow.permissions import (
 )
 from constructs_lib.workflow.props import (
     checked_remote_debug,
+    dashboard_prefixes,
     int_in,
     key_prefix,
     mlflow_arn,
@@ -202,8 +203,12 @@ class TrainingWorkflow(Construct):
     :param state_machine_name: physical name. Default: generated.
     :param tags: tags for the workflow's resources and every training job. Default: none.
     :param dashboard: build a CloudWatch dashboard of the workflow (loss and val_loss, tokens/s, MFU, peak memory
-        of its jobs, GPU and GPU-memory utilization per host, executions); ``dashboard_url`` is its address.
-        Default True.
+        of its jobs, GPU and GPU-memory utilization per host, executions); ``dashboard_url`` is its address. Its job
+        widgets find jobs by the words of ``defaults.job_name_prefix`` (CloudWatch search has no prefix match): an
+        execution with another prefix is not on it, another workflow's job with the same words in a row is
+        (``constructs_lib.workflow.dashboard``). Default True.
+    :param dashboard_job_name_prefixes: further ``job_name_prefix`` values whose jobs the dashboard shows (those
+        executions set themselves), at most 9. Only with ``dashboard``. Default: none.
     :param tensorboard: give every job a ``TensorBoardOutputConfig``: the trainer's event files go to
         ``s3://<bucket>/<output_prefix>tensorboard/<run_segment>/<execution name>/`` while it trains. Default True.
     :param mlflow_tracking_server_arn: a SageMaker managed MLflow tracking server (or MLflow app) ARN: the jobs log
@@ -254,6 +259,7 @@ class TrainingWorkflow(Construct):
         state_machine_name: str | None = None,
         tags: Mapping[str, str] | None = None,
         dashboard: bool = True,
+        dashboard_job_name_prefixes: Sequence[str] = (),
         tensorboard: bool = True,
         mlflow_tracking_server_arn: str | None = None,
     ) -> None:
@@ -349,7 +355,7 @@ class TrainingWorkflow(Construct):
         self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
         self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
         self._grant(execution_role, checkpoint_bucket, volume_kms_key, output_kms_key)
-
+        self.dashboard_job_name_prefixes = dashboard_prefixes(dashboard_job_name_prefixes, dashboard)
         self._observability(notification_topic, notifications, event_pattern, event_bus, dashboard)
         if self.mlflow_tracking_server_arn is not None:
             grant_mlflow(self.execution_role, self.mlflow_tracking_server_arn)
@@ -419,10 +425,15 @@ class TrainingWorkflow(Construct):
         event_bus: events.IEventBus | None,
         dashboard: bool,
     ) -> None:
-        """The alarm, the notifications, the trigger (``observability``) and the dashboard (``dashboard``), kept
-        as attributes."""
+        """The alarm, the notifications, the trigger (``observability``) and the dashboard (``dashboard``, also
+        searching ``dashboard_job_name_prefixes``), kept as attributes."""
         self.dashboard: cloudwatch.Dashboard | None = (
-            training_dashboard(self, self.state_machine, job_name_prefix=self.defaults.job_name_prefix)
+            training_dashboard(
+                self,
+                self.state_machine,
+                job_name_prefix=self.defaults.job_name_prefix,
+                more_prefixes=self.dashboard_job_name_prefixes,
+            )
             if dashboard
             else None
         )

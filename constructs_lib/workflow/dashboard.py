@@ -2,8 +2,14 @@
 
 Job metrics are the trainer's ``MetricDefinitions`` (``/aws/sagemaker/TrainingJobs``, dimension ``TrainingJobName``)
 and SageMaker's per-host GPU metrics (same namespace, dimension ``Host`` = ``<job>/algo-<n>``), drawn with metric
-math ``SEARCH`` so that every job appears without knowing its name; each search is scoped to this workflow's job
-names by the alphanumeric tokens of its ``job_name_prefix`` (CloudWatch search matches dimension values by token).
+math ``SEARCH`` so that every job appears without knowing its name. CloudWatch search matches a dimension value
+by its tokens (AWS's "CloudWatch search expression syntax": split at non-alphanumeric characters, at case changes
+and at digits), never by prefix; a search term with a hyphen, ``TrainingJobName=blackwell-training``, matches only
+those tokens next to each other and in that order. So each search is scoped to the workflow's default
+``job_name_prefix`` as closely as CloudWatch allows, and no closer: an execution that sets another
+``job_name_prefix`` is not drawn, and a job of any other workflow (or any job) whose name holds the same tokens in
+a row is (two deployments with the same default prefix in one account and region share their curves). Further
+prefixes (``more_prefixes``, the ``dashboardJobNamePrefixes`` setting) are searched too, any of them matching.
 Every metric name comes from ``training.contract`` (``metric_name``, ``HOST_GPU_METRICS``): a renamed metric fails
 at synth. The executions come from Step Functions (``AWS/States``).
 """
@@ -29,18 +35,36 @@ from training.contract import (
 PERIOD = Duration.minutes(1)
 
 
-def search_terms(dimension: str, job_name_prefix: str) -> str:
-    """``TrainingJobName=blackwell AND TrainingJobName=training`` for prefix ``blackwell-training``."""
-    tokens = re.findall(r"[A-Za-z0-9]+", job_name_prefix)
-    if not tokens:
-        raise ValueError(f"job_name_prefix {job_name_prefix!r} has no letters or digits to search by")
-    return " AND ".join(f"{dimension}={token}" for token in tokens)
+MAX_PREFIXES = 10
+"""The most job-name prefixes one dashboard searches by (each search stays far below CloudWatch's 1,024 characters)."""
 
 
-def search(metric: str, dimension: str, job_name_prefix: str, statistic: str = "Average") -> str:
+def search_terms(dimension: str, *prefixes: str) -> str:
+    """``TrainingJobName=blackwell-training`` for prefix ``blackwell-training``: a partial match of the prefix's
+    tokens next to each other and in order (``blackwell`` then ``training``), which ``TrainingJobName=blackwell AND
+    TrainingJobName=training`` is not (it also matches ``training-blackwell-...``). With several prefixes, any of
+    them: ``(TrainingJobName=a OR TrainingJobName=b)``."""
+    if not 1 <= len(prefixes) <= MAX_PREFIXES:
+        raise ValueError(
+            f"the dashboard searches by 1 to {MAX_PREFIXES} job name prefixes; got {len(prefixes)}"
+        )
+    terms = []
+    for prefix in prefixes:
+        term = prefix.rstrip("-") if isinstance(prefix, str) else ""  # hyphens are delimiters, never tokens
+        if not re.fullmatch(r"[A-Za-z0-9]+(-+[A-Za-z0-9]+)*", term):
+            raise ValueError(
+                f"job_name_prefix {prefix!r}: the dashboard searches by it, so it must be letters, digits "
+                "and hyphens, starting with a letter or digit"
+            )
+        if f"{dimension}={term}" not in terms:
+            terms.append(f"{dimension}={term}")
+    return terms[0] if len(terms) == 1 else f"({' OR '.join(terms)})"
+
+
+def search(metric: str, dimension: str, prefixes: tuple[str, ...], statistic: str = "Average") -> str:
     """A ``SEARCH`` expression for ``metric`` of this workflow's jobs (or hosts), one series per job (host)."""
     schema = f'{{"{TRAINING_METRICS_NAMESPACE}",{dimension}}}'
-    terms = search_terms(dimension, job_name_prefix)
+    terms = search_terms(dimension, *prefixes)
     return f"SEARCH('{schema} MetricName=\"{metric}\" {terms}', '{statistic}', {int(PERIOD.to_seconds())})"
 
 
@@ -60,17 +84,26 @@ def _graph(
 
 
 def training_dashboard(
-    scope: Construct, state_machine: sfn.StateMachine, *, job_name_prefix: str
+    scope: Construct,
+    state_machine: sfn.StateMachine,
+    *,
+    job_name_prefix: str,
+    more_prefixes: tuple[str, ...] = (),
 ) -> cloudwatch.Dashboard:
-    """The dashboard of the workflow ``state_machine`` whose jobs are named ``<job_name_prefix>-<uuid>``."""
+    """The dashboard of the workflow ``state_machine`` whose jobs are named ``<job_name_prefix>-<uuid>`` (and
+    ``<p>-<uuid>`` for each ``p`` of ``more_prefixes``: the executions that set their own ``job_name_prefix``)."""
+    prefixes = (job_name_prefix, *more_prefixes)
+    search_terms(TRAINING_JOB_DIMENSION, *prefixes)  # refuses a prefix it cannot search by, at synth
     job, host = TRAINING_JOB_DIMENSION, HOST_DIMENSION
     gpu, gpu_memory = HOST_GPU_METRICS
     rows: list[list[cloudwatch.IWidget]] = [
         [
             cloudwatch.TextWidget(
-                markdown=f"**Training jobs `{job_name_prefix}-*`** of this workflow: the trainer's metric lines "
-                "(one line per job; the curves of one run across its launches: `blackwell-training curves RUN`). "
-                "GPU and GPU memory utilization are per host, summed over its GPUs (0-800% on 8 GPUs).",
+                markdown=f"**Training jobs whose names hold `{'`, `'.join(prefixes)}`** (job name prefixes; "
+                "CloudWatch searches names by their words, not by prefix, so an execution with another "
+                "`job_name_prefix` is not here: add it to `dashboardJobNamePrefixes`): the trainer's metric "
+                "lines, one line per job (one run across its launches: `blackwell-training curves RUN`). GPU and "
+                "GPU memory utilization are per host, summed over its GPUs (0-800% on 8 GPUs).",
                 width=24,
                 height=2,
             )
@@ -79,33 +112,33 @@ def training_dashboard(
             _graph(
                 "Loss and val_loss",
                 [
-                    (search(metric_name("loss"), job, job_name_prefix), "loss"),
-                    (search(metric_name("val_loss", "validation"), job, job_name_prefix), "val_loss"),
+                    (search(metric_name("loss"), job, prefixes), "loss"),
+                    (search(metric_name("val_loss", "validation"), job, prefixes), "val_loss"),
                 ],
                 "loss",
             ),
             _graph(
                 "Tokens/s (per GPU)",
-                [(search(metric_name("tokens_per_sec"), job, job_name_prefix), "")],
+                [(search(metric_name("tokens_per_sec"), job, prefixes), "")],
                 "tokens/s",
             ),
-            _graph("MFU", [(search(metric_name("mfu"), job, job_name_prefix), "")], "fraction of peak"),
+            _graph("MFU", [(search(metric_name("mfu"), job, prefixes), "")], "fraction of peak"),
             _graph(
                 "Peak GPU memory (GB)",
-                [(search(metric_name("peak_mem_gb"), job, job_name_prefix, "Maximum"), "")],
+                [(search(metric_name("peak_mem_gb"), job, prefixes, "Maximum"), "")],
                 "GB",
             ),
         ],
         [
             _graph(
                 "GPU utilization per host",
-                [(search(gpu, host, job_name_prefix), "")],
+                [(search(gpu, host, prefixes), "")],
                 "% (sum over GPUs)",
                 12,
             ),
             _graph(
                 "GPU memory utilization per host",
-                [(search(gpu_memory, host, job_name_prefix), "")],
+                [(search(gpu_memory, host, prefixes), "")],
                 "% (sum over GPUs)",
                 12,
             ),

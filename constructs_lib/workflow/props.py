@@ -5,6 +5,7 @@ the checked value, or raises a ``ValueError`` that names the prop, what is allow
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
@@ -98,3 +99,13 @@ def mlflow_arn(arn: str | None, network_isolation: bool) -> str | None:
             "which network_isolation=True removes; turn one of them off"
         )
     return arn
+
+
+def dashboard_prefixes(prefixes: Sequence[str], dashboard: bool) -> tuple[str, ...]:
+    if isinstance(prefixes, str) or not all(isinstance(p, str) for p in prefixes):
+        raise ValueError(
+            f"TrainingWorkflow: dashboard_job_name_prefixes must be a list of strings; got {prefixes!r}"
+        )
+    if prefixes and not dashboard:
+        raise ValueError("TrainingWorkflow: dashboard_job_name_prefixes needs dashboard=True")
+    return tuple(prefixes)

@@ -350,8 +350,11 @@ class RequestRules:
             raise ValueError(
                 f"context defaultPrecision: must be one of {', '.join(PRECISIONS)}; got {precision!r}"
             )
+        defaults = {"instance_type": instance_type, "precision": precision}
+        if get("defaultJobNamePrefix", None) is not None:
+            defaults["job_name_prefix"] = get("defaultJobNamePrefix", None)
         return cls(
-            defaults={"instance_type": instance_type, "precision": precision},
+            defaults=defaults,
             max_instance_count=count,
             max_runtime_seconds=min(MAX_RUNTIME_SECONDS_LIMIT, hours * 3600),
             region=get("region", None),

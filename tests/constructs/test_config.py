@@ -162,6 +162,33 @@ def test_data_sources():
         _settings(dataSources=["s3://corpora/tokens"])
 
 
+def test_default_job_name_prefix_the_dashboard_searches_by():
+    assert _settings().workflow.default_job_name_prefix == "blackwell-training"
+    assert _settings(defaultJobNamePrefix="team-a").workflow.default_job_name_prefix == "team-a"
+    assert _settings(defaultJobNamePrefix="x" * 26).workflow.default_job_name_prefix == "x" * 26
+    for bad in ("team-a-", "-a", "a_b", "x" * 27, "a" + "-" * 25 + "b"):
+        with pytest.raises(ConfigError, match="^context defaultJobNamePrefix: must be 1 to 26 of a-z"):
+            _settings(defaultJobNamePrefix=bad)
+
+
+def test_dashboard_job_name_prefixes():
+    assert _settings().workflow.dashboard_job_name_prefixes == ()
+    assert _settings(dashboardJobNamePrefixes=["nightly", "a-b"]).workflow.dashboard_job_name_prefixes == (
+        "nightly",
+        "a-b",
+    )
+    assert _settings(dashboardJobNamePrefixes="nightly,a-b").workflow.dashboard_job_name_prefixes == (
+        "nightly",
+        "a-b",
+    )
+    with pytest.raises(ConfigError, match="^context dashboardJobNamePrefixes: must be 1 to 26 of a-z.*'a_b'"):
+        _settings(dashboardJobNamePrefixes=["a_b"])
+    with pytest.raises(ConfigError, match="^context dashboardJobNamePrefixes: must be a list of at most 9"):
+        _settings(dashboardJobNamePrefixes=[f"p{i}" for i in range(10)])
+    with pytest.raises(ConfigError, match="^context dashboardJobNamePrefixes: only used by the dashboard"):
+        _settings(dashboardJobNamePrefixes=["nightly"], dashboard="false")
+
+
 def test_dashboard_and_mlflow_settings():
     assert _settings().workflow.dashboard is True and _settings().workflow.mlflow_tracking_server_arn is None
     assert _settings(dashboard="false").workflow.dashboard is False

@@ -55,7 +55,7 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
             namespace, dimension, name, terms, _statistic = match.groups()
             assert namespace == contract.TRAINING_METRICS_NAMESPACE
             assert terms == search_terms(dimension, "blackwell-training")
-            assert terms == f"{dimension}=blackwell AND {dimension}=training"
+            assert terms == f"{dimension}=blackwell-training"  # tokens next to each other, in order
             searched.append((dimension, name))
         else:
             namespace, name = metric[0], metric[1]
@@ -73,6 +73,54 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
         "ExecutionsFailed",
         "ExecutionsTimedOut",
     }
+
+
+@pytest.mark.parametrize(
+    ("prefix", "term"),
+    [("blackwell-training", "blackwell-training"), ("llama-1b--", "llama-1b"), ("Nightly2", "Nightly2")],
+)
+def test_the_search_term_is_the_prefix_whole_so_its_tokens_match_in_a_row(prefix, term):
+    assert search_terms("TrainingJobName", prefix) == f"TrainingJobName={term}"
+
+
+@pytest.mark.parametrize("prefix", ["", "-x", "a_b", "a b", "a'b"])
+def test_a_prefix_the_dashboard_cannot_search_by_is_refused(prefix):
+    with pytest.raises(ValueError, match="the dashboard searches by it"):
+        search_terms("TrainingJobName", prefix)
+
+
+def test_the_dashboard_searches_by_the_workflows_own_default_prefix():
+    from constructs_lib.workflow.construct import WorkflowDefaults
+
+    body = _body(_template(defaults=WorkflowDefaults(job_name_prefix="team-a")))
+    expressions = [m[-1]["expression"] for m in _metrics(body) if "expression" in m[-1]]
+    assert expressions and all(SEARCH.match(e).group(4).endswith("=team-a") for e in expressions)
+
+
+def test_executions_with_their_own_prefixes_are_searched_when_named():
+    body = _body(_template(dashboard_job_name_prefixes=["nightly", "llama-1b-mxfp8"]))
+    expressions = [m[-1]["expression"] for m in _metrics(body) if "expression" in m[-1]]
+    for expression in expressions:
+        dimension = SEARCH.match(expression).group(2)
+        assert SEARCH.match(expression).group(4) == (
+            f"({dimension}=blackwell-training OR {dimension}=nightly OR {dimension}=llama-1b-mxfp8)"
+        )
+    assert search_terms("Host", "a", "a-", "b") == "(Host=a OR Host=b)"
+    with pytest.raises(ValueError, match="1 to 10 job name prefixes; got 11"):
+        search_terms("Host", *[f"p{i}" for i in range(11)])
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"dashboard_job_name_prefixes": "nightly"}, "must be a list of strings"),
+        ({"dashboard_job_name_prefixes": ["nightly"], "dashboard": False}, "needs dashboard=True"),
+        ({"dashboard_job_name_prefixes": ["night_ly"]}, "'night_ly': the dashboard searches by it"),
+    ],
+)
+def test_impossible_dashboard_prefixes_are_refused_at_synth(props, message):
+    with pytest.raises(ValueError, match=message):
+        build_workflow(cdk.App(), **props)
 
 
 def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
@@ -164,6 +212,15 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
     (statement,) = statements
     assert statement["Resource"] == MLFLOW and sorted(statement["Action"]) == sorted(MLFLOW_ACTIONS)
     assert not any(a.endswith("*") for a in statement["Action"])
+    assert {a.split(":")[1] for a in statement["Action"]} == {
+        "GetExperimentByName",
+        "CreateExperiment",
+        "SearchRuns",
+        "CreateRun",
+        "GetRun",
+        "UpdateRun",
+        "LogBatch",
+    }
 
 
 @pytest.mark.parametrize(

@@ -306,6 +306,11 @@ def test_rules_round_trip_and_from_cdk_context(rules):
     assert from_context.max_runtime_seconds == context["workflowTimeoutHours"] * 3600
     assert from_context.defaults["instance_type"] == context["defaultInstanceType"]
     assert from_context.data_sources == ("data/",)
+    assert "job_name_prefix" not in from_context.defaults
+    assert (
+        RequestRules.from_cdk_context({"defaultJobNamePrefix": "team-a"}).defaults["job_name_prefix"]
+        == "team-a"
+    )
     with pytest.raises(ValueError, match="context maxInstanceCount: must be an integer in \\[1, 64\\]"):
         RequestRules.from_cdk_context({"maxInstanceCount": 0})
     with pytest.raises(ValueError, match="RequestRules.defaults: unknown fields \\['typo'\\]"):
