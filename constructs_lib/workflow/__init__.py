@@ -4,8 +4,9 @@ job with capacity retries, and reports how it ended.
 * ``construct``: ``TrainingWorkflow`` and ``WorkflowDefaults``; checks the props and composes the parts below
   (the only module that holds the workflow's attributes);
 * ``request``: the ``CreateTrainingJob`` request, a pure function of the workflow's settings;
-* ``request_check``: **the request check** (``RequestRules``, ``validate_request``, the Lambda ``handler``): pure
-  Python, no aws_cdk, shared by the Lambda function, the operator CLI and the construct;
+* ``request_check``: **the request check** (``validate_request``, the Lambda ``handler``; ``RequestRules`` from
+  ``request_rules``, the per-field checks in ``request_fields``): pure Python, no aws_cdk, shared by the Lambda
+  function, the operator CLI and the construct;
 * ``request_function``: ``RequestValidator``, the Lambda function that runs the check; ``request_states``: the
   states that call it first;
 * ``states``: preparation, capacity mode and the launch loop; ``launch_retry``: which refused launches are retried;

@@ -38,6 +38,8 @@ def test_asset_holds_only_what_the_handler_imports():
         "constructs_lib/__init__.py",
         "constructs_lib/workflow/__init__.py",
         "constructs_lib/workflow/request_check.py",
+        "constructs_lib/workflow/request_fields.py",
+        "constructs_lib/workflow/request_rules.py",
         "training/__init__.py",
         "training/contract.py",
         "training/plan.py",
