@@ -18,8 +18,10 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   weight gradient 2Vh (kept until the root's reduce-scatter at the end);
 * saved activations per layer (``training/trainer/model.TorchBlock`` with CUDA's flash attention and fused
   RMSNorm): 2(8h + 4f) + 4nh + 8 bytes per token without activation checkpointing (block input, normed input,
-  QKV, attention output and its contiguous copy, residual, normed input, gate/up, SiLU, product; log-sum-exp and
-  two rstd in fp32), 2h with it (the checkpoint's input);
+  QKV, attention output (flash returns it sequence-major: the reshape is a view), residual, normed input, gate/up,
+  SiLU, product; log-sum-exp and two rstd in fp32), 2h with it (the checkpoint's input); RoPE
+  (``position_encoding`` rope, the default) adds the rotated query and key (4h per token) and, per layer, cos and
+  sin for the query and the key (4 x 2 bytes x seq x head_dim); fp32 runs hold every activation, gathered weight and unsharded gradient in 4 bytes instead of 2;
 * the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
   (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
   chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
