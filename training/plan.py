@@ -25,8 +25,8 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
 * the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
   (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
   chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
-  compute dtype (6V per token of the chunk), an fp32 log-sum-exp per token, and the head's weight gradient and
-  input gradient made in the loss's own backward;
+  compute dtype (6V per token of the chunk), an fp32 log-sum-exp per token, and the head's weight gradient (summed
+  in fp32 over the chunks: 4Vh) and input gradient made in the loss's own backward;
 * the peak is the largest of six moments: the loss's backward, inside the last block's backward (its MLP's
   gradients out, the next block prefetched), a block's reduce-scatter (without activation checkpointing), right
   after a block's recompute and at the end of its backward (with it), the root's reduce-scatter (FSDP2 frees the
@@ -273,9 +273,24 @@ def loss_bytes(s: Setup) -> float:
     and their compute-dtype gradient (6 bytes per token and entry) plus the fp32 log-sum-exp of every token."""
     if s.loss_chunk_tokens <= 0:
         return LOSS_BYTES_PER_V * s.shape.vocab_size * s.tokens
-    # fp32 runs: the gradient is already in the compute dtype (no second copy), 4 bytes per entry
-    per_entry = CHUNKED_LOSS_BYTES_PER_V if s.compute_bytes == 2 else 4
-    return per_entry * s.shape.vocab_size * min(s.tokens, s.loss_chunk_tokens) + 4.0 * s.tokens
+    v, chunk = s.shape.vocab_size, min(s.tokens, s.loss_chunk_tokens)
+    if (
+        s.compute_bytes == 4
+    ):  # fp32: the gradient is already in the compute dtype, the head's sum made in place
+        return 4.0 * v * chunk + 4.0 * s.tokens
+    # the head gradient's fp32 sum is counted apart (``head_gradient_sum_bytes``); next to it either one chunk's
+    # logits and gradient (6 bytes per entry), or one chunk's gradient and its product with the chunk's input (2Vh)
+    return (
+        max(CHUNKED_LOSS_BYTES_PER_V * v * chunk, 2.0 * v * chunk + 2.0 * v * s.shape.hidden_size)
+        + 4.0 * s.tokens
+    )
+
+
+def head_gradient_bytes_in_loss(s: Setup) -> float:
+    """The head's weight gradient while the loss's backward runs: the chunked loss sums it in fp32 for 16-bit
+    weights (``training/trainer/loss.py``), otherwise it is the gradient itself in the weight's dtype."""
+    vh = s.shape.vocab_size * s.shape.hidden_size
+    return 4.0 * vh if s.loss_chunk_tokens > 0 else float(s.compute_bytes * vh)
 
 
 def _moments(s: Setup) -> dict[str, dict[str, float]]:
@@ -315,7 +330,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             "loss (vocabulary-sized)": loss_bytes(s),
             # the chunked loss's backward makes the head's weight gradient and the head input's gradient itself
             **(
-                {"head gradient": wt["head gradient"], "loss input gradient": c * h * t}
+                {"head gradient": head_gradient_bytes_in_loss(s), "loss input gradient": c * h * t}
                 if s.loss_chunk_tokens > 0
                 else {}
             ),
