@@ -84,10 +84,21 @@ def test_the_issues_two_examples_are_refused_with_advice_that_fits():
     assert any(a.startswith("instance_count 3 with activation_checkpointing true") for a in sixty_four.advice)
 
 
-@pytest.mark.parametrize("request_", [EIGHT_B_NO_AC_B200, SIXTY_FOUR_B_P5])
+EIGHT_B_BATCH_2_P5 = {**EIGHT_B_NO_AC_B200, "batch_size": 2, "instance_type": "ml.p5.48xlarge"}
+"""Refused on an H100 (80 GB), fits on GPUs with more memory: the advice names instance types too."""
+
+
+@pytest.mark.parametrize("request_", [EIGHT_B_NO_AC_B200, SIXTY_FOUR_B_P5, EIGHT_B_BATCH_2_P5])
 def test_every_suggestion_fits_when_applied(request_):
     setup = plan.setup_from_request(request_)
-    for line in plan.advice(setup, max_instance_count=4):
+    lines = plan.advice(setup, max_instance_count=4, instance_types=tuple(contract.GPU_INSTANCE_TYPES))
+    for line in lines:
+        if line.startswith("instance_type "):
+            names = line.removeprefix("instance_type ").split(" or ")
+            assert names and all(plan.estimate_memory(replace(setup, instance_type=n)).fits for n in names), (
+                line
+            )
+            continue
         changed = setup
         for field, value in (
             ("activation_checkpointing", "activation_checkpointing true" in line),
@@ -97,6 +108,9 @@ def test_every_suggestion_fits_when_applied(request_):
             if value:
                 changed = replace(changed, **{field: value})
         assert changed != setup and plan.estimate_memory(changed).fits, line
+    assert lines and not plan.estimate_memory(setup).fits
+    if request_ is EIGHT_B_BATCH_2_P5:
+        assert any(line.startswith("instance_type ml.p6-b200.48xlarge") for line in lines), lines
 
 
 def test_the_seed_headline_configuration_is_accepted():
