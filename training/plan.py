@@ -18,13 +18,15 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   weight gradient 2Vh (kept until the root's reduce-scatter at the end);
 * saved activations per layer (``training/trainer/model.TorchBlock`` with CUDA's flash attention and fused
   RMSNorm): 2(8h + 4f) + 4nh + 8 bytes per token without activation checkpointing (block input, normed input,
-  QKV, attention output and its contiguous copy, residual, normed input, gate/up, SiLU, product; log-sum-exp and
-  two rstd in fp32), 2h with it (the checkpoint's input);
+  QKV, attention output (flash returns it sequence-major: the reshape is a view), residual, normed input, gate/up,
+  SiLU, product; log-sum-exp and two rstd in fp32), 2h with it (the checkpoint's input); RoPE
+  (``position_encoding`` rope, the default) adds the rotated query and key (4h per token) and, per layer, cos and
+  sin for the query and the key (4 x 2 bytes x seq x head_dim); fp32 runs hold every activation, gathered weight and unsharded gradient in 4 bytes instead of 2;
 * the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
   (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
   chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
-  compute dtype (6V per token of the chunk), an fp32 log-sum-exp per token, and the head's weight gradient and
-  input gradient made in the loss's own backward;
+  compute dtype (6V per token of the chunk), an fp32 log-sum-exp per token, and the head's weight gradient (summed
+  in fp32 over the chunks: 4Vh) and input gradient made in the loss's own backward;
 * the peak is the largest of six moments: the loss's backward, inside the last block's backward (its MLP's
   gradients out, the next block prefetched), a block's reduce-scatter (without activation checkpointing), right
   after a block's recompute and at the end of its backward (with it), the root's reduce-scatter (FSDP2 frees the
@@ -119,6 +121,13 @@ class Setup:
     max_steps: int
     loss_chunk_tokens: int = 0
     max_runtime_seconds: int | None = None
+    position_encoding: str = "rope"
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per value of activations and gathered weights: fp32 runs compute in fp32 (no MixedPrecisionPolicy
+        cast, ``parallel.mixed_precision``); every other precision computes in 16 bits."""
+        return 4 if self.precision == "fp32" else 2
 
     @property
     def gpus_per_instance(self) -> int:
@@ -166,6 +175,7 @@ def setup_from_request(request: Mapping[str, Any]) -> Setup:
         max_steps=values["max_steps"],
         loss_chunk_tokens=int(values.get("loss_chunk_tokens") or 0),
         max_runtime_seconds=request.get("max_runtime_seconds"),
+        position_encoding=values["position_encoding"],
     )
 
 
@@ -201,15 +211,37 @@ def root_params(shape: contract.ModelShape) -> int:
 
 
 def layer_activation_bytes(s: Setup) -> float:
-    """Bytes per token one block saves for its backward pass without activation checkpointing."""
+    """Bytes per token one block saves for its backward pass without activation checkpointing.
+
+    RoPE (``position_encoding`` rope) adds the rotated query and key (2h values): new tensors that attention
+    saves, while the QKV projection's output stays alive through the value, a view of it (torch path: traced;
+    TE path: its fused RoPE also returns new query and key tensors, assumed to be saved the same way)."""
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
+    c = s.compute_bytes
     stats = 4 * nh + 8  # flash attention's fp32 log-sum-exp per head, two RMSNorm rstd
+    rope = 2 * c * h if s.position_encoding == "rope" else 0
     if s.precision in QUANTIZED_BYTES:
         q = QUANTIZED_BYTES[s.precision]
         # x, q/k/v, attention output, residual in bf16 (12h); three GEMM inputs quantized (3qh); fc1 output in
         # bf16 for SwiGLU's backward (4f); fc2's input quantized (qf)
-        return (12 + 3 * q) * h + (4 + q) * f + stats
-    return 2 * (8 * h + 4 * f) + stats
+        return (12 + 3 * q) * h + (4 + q) * f + stats + rope
+    return c * (8 * h + 4 * f) + stats + rope
+
+
+def rope_layer_bytes(s: Setup) -> float:
+    """Per block, independent of the micro-batch: the torch block's RoPE saves cos and sin (in the compute
+    dtype, ``[seq, head_dim]``) once for the query and once for the key (``rotary.apply_rotary``). TE's fused RoPE
+    saves only the shared fp32 frequencies (``rope_table_bytes``)."""
+    if s.position_encoding != "rope" or s.precision in QUANTIZED_BYTES:
+        return 0.0
+    return 4.0 * s.compute_bytes * s.seq_length * (s.shape.hidden_size // s.shape.num_heads)
+
+
+def rope_table_bytes(s: Setup) -> float:
+    """The rotary frequencies every block gets (``rotary.Rope``: ``[seq, 1, 1, head_dim]`` fp32, cached)."""
+    if s.position_encoding != "rope":
+        return 0.0
+    return 4.0 * s.seq_length * (s.shape.hidden_size // s.shape.num_heads)
 
 
 def _weights(s: Setup) -> dict[str, float]:
@@ -219,17 +251,18 @@ def _weights(s: Setup) -> dict[str, float]:
     blocks = p - pr
     quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
     q = QUANTIZED_BYTES.get(s.precision, 0.0)
-    gathered = 2 * q if quantized else 2.0  # bytes per value of a gathered block weight
+    c = s.compute_bytes
+    gathered = 2 * q if quantized else float(c)  # bytes per value of a gathered block weight
     return {
         "sharded parameters": ((2 * q if quantized else 4) * blocks + 4 * pr) / w,
         "AdamW state": 8 * p / w,
         "block gradient (sharded)": (2 if quantized else 4) * pb / w,
-        "root weights (unsharded)": 2 * pr,
+        "root weights (unsharded)": c * pr,
         "block weights (unsharded)": gathered * pb,
         "prefetched all-gather": gathered * pb if shape.num_layers > 1 else 0.0,
         "reduce-scatter input": 4 * pb,
         "quantized weight copy (per layer)": q * pb if s.precision in QUANTIZED_BYTES else 0.0,
-        "head gradient": 2 * shape.vocab_size * shape.hidden_size,
+        "head gradient": c * shape.vocab_size * shape.hidden_size,
         "all gradients (sharded)": ((2 if quantized else 4) * blocks + 4 * pr) / w,
     }
 
@@ -240,7 +273,24 @@ def loss_bytes(s: Setup) -> float:
     and their compute-dtype gradient (6 bytes per token and entry) plus the fp32 log-sum-exp of every token."""
     if s.loss_chunk_tokens <= 0:
         return LOSS_BYTES_PER_V * s.shape.vocab_size * s.tokens
-    return CHUNKED_LOSS_BYTES_PER_V * s.shape.vocab_size * min(s.tokens, s.loss_chunk_tokens) + 4.0 * s.tokens
+    v, chunk = s.shape.vocab_size, min(s.tokens, s.loss_chunk_tokens)
+    if (
+        s.compute_bytes == 4
+    ):  # fp32: the gradient is already in the compute dtype, the head's sum made in place
+        return 4.0 * v * chunk + 4.0 * s.tokens
+    # the head gradient's fp32 sum is counted apart (``head_gradient_sum_bytes``); next to it either one chunk's
+    # logits and gradient (6 bytes per entry), or one chunk's gradient and its product with the chunk's input (2Vh)
+    return (
+        max(CHUNKED_LOSS_BYTES_PER_V * v * chunk, 2.0 * v * chunk + 2.0 * v * s.shape.hidden_size)
+        + 4.0 * s.tokens
+    )
+
+
+def head_gradient_bytes_in_loss(s: Setup) -> float:
+    """The head's weight gradient while the loss's backward runs: the chunked loss sums it in fp32 for 16-bit
+    weights (``training/trainer/loss.py``), otherwise it is the gradient itself in the weight's dtype."""
+    vh = s.shape.vocab_size * s.shape.hidden_size
+    return 4.0 * vh if s.loss_chunk_tokens > 0 else float(s.compute_bytes * vh)
 
 
 def _moments(s: Setup) -> dict[str, dict[str, float]]:
@@ -248,14 +298,16 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
     wt = _weights(s)
     shape, t = s.shape, s.tokens
     h, f, layers = shape.hidden_size, shape.ffn_hidden_size, shape.num_layers
+    c = s.compute_bytes
     act_layer = layer_activation_bytes(s)
+    per_layer = rope_layer_bytes(s)
     base = {k: wt[k] for k in ("sharded parameters", "AdamW state", "root weights (unsharded)")}
-    inputs = {"inputs (tokens, targets)": 16.0 * t}
+    inputs = {"inputs (tokens, targets)": 16.0 * t, "rotary frequencies": rope_table_bytes(s)}
     if s.activation_checkpointing:
-        saved = {"saved activations": 2.0 * h * t * layers}
+        saved = {"saved activations": float(c * h * t * layers)}
         qcopies = {"quantized weight copies": wt["quantized weight copy (per layer)"]}
     else:
-        saved = {"saved activations": act_layer * t * layers}
+        saved = {"saved activations": (act_layer * t + per_layer) * layers}
         qcopies = {"quantized weight copies": wt["quantized weight copy (per layer)"] * layers}
     last_block = {"block weights (unsharded)": wt["block weights (unsharded)"]}
     # With AC the peak comes in the second block's backward (the first one's reduce-scatter input still held),
@@ -274,11 +326,11 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             **last_block,
             **saved,
             **qcopies,
-            "final norm and head inputs": 4.0 * h * t,
+            "final norm and head inputs": 2.0 * c * h * t,
             "loss (vocabulary-sized)": loss_bytes(s),
             # the chunked loss's backward makes the head's weight gradient and the head input's gradient itself
             **(
-                {"head gradient": wt["head gradient"], "loss input gradient": 2.0 * h * t}
+                {"head gradient": head_gradient_bytes_in_loss(s), "loss input gradient": c * h * t}
                 if s.loss_chunk_tokens > 0
                 else {}
             ),
@@ -292,8 +344,8 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             "gradients (sharded, so far)": 2 * wt["block gradient (sharded)"],
             **saved,
             **qcopies,
-            "recomputed block": act_layer * t,
-            "gradients in flight": AC_RECOMPUTE_BYTES_PER_H * h * t,
+            "recomputed block": act_layer * t + per_layer,
+            "gradients in flight": AC_RECOMPUTE_BYTES_PER_H * c / 2 * h * t,
             **inputs,
         }
         moments["block backward, its end"] = {
@@ -301,8 +353,8 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             **in_backward,
             **saved,
             **qcopies,
-            "unsharded gradients": 2.0 * block_params(shape),
-            "gradients in flight": AC_TAIL_BYTES_PER_HF * (h + f) * t,
+            "unsharded gradients": c * block_params(shape),
+            "gradients in flight": AC_TAIL_BYTES_PER_HF * c / 2 * (h + f) * t,
             **inputs,
         }
     else:
@@ -316,24 +368,24 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             **saved,
             **qcopies,
             "head gradient": wt["head gradient"],
-            "gradients in flight": (4.0 * f + 2.0 * h) * t,
+            "gradients in flight": c * (2.0 * f + h) * t,
             **inputs,
         }
         if layers > 1:
             moments["block backward, its reduce-scatter"] = {
                 **base,
                 **in_backward,
-                "unsharded gradients": 2.0 * block_params(shape),
-                "saved activations": act_layer * t * (layers - 2),
+                "unsharded gradients": c * block_params(shape),
+                "saved activations": (act_layer * t + per_layer) * (layers - 2),
                 "quantized weight copies": wt["quantized weight copy (per layer)"] * (layers - 2),
-                "gradients in flight": 18.0 * h * t,
+                "gradients in flight": 9.0 * c * h * t,
                 **inputs,
             }
     moments["root reduce-scatter"] = {  # FSDP2 reshards (frees the root's gathered weights) before it reduces
         "sharded parameters": wt["sharded parameters"],
         "AdamW state": wt["AdamW state"],
         "gradients (sharded)": wt["all gradients (sharded)"],
-        "root gradients (unsharded, bf16)": 2.0 * root_params(shape),
+        "root gradients (unsharded)": c * root_params(shape),
         "reduce-scatter input": 4.0 * root_params(shape),
         **inputs,
     }
@@ -463,15 +515,23 @@ def _reference_mfu(step_flops: float) -> float:
 
 
 def estimate_time(s: Setup) -> Timing:
-    """Tokens/s per GPU from the model FLOPs at the reference MFU (counted against the GPU's bf16 peak: the seed
-    finds low precisions' gains modest for small models, so none is assumed), step time, time for
-    ``max_steps``, and the on-demand cost (``contract.estimate_cost_usd``)."""
+    """Tokens/s per GPU from the model FLOPs at the reference MFU, step time, time for ``max_steps``, and the
+    on-demand cost (``contract.estimate_cost_usd``).
+
+    The MFU is counted against the GPU's bf16 peak for every 16-bit and lower precision (the seed finds low
+    precisions' gains modest for small models, so none is assumed) and against its fp32 peak for fp32 (the
+    trainer's fp32 GEMMs do not use TF32: 30x below bf16 on B200). Work the model FLOPs leave out slows it down:
+    activation checkpointing's recompute (``AC_OVERHEAD``) and the chunked loss's second head GEMM in backward
+    (2 x hidden x vocabulary FLOPs per token, ``training/trainer/loss.py``)."""
     gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
     flops = contract.flops_per_token(s.shape, s.seq_length)
     mfu = _reference_mfu(s.tokens * flops)
-    tps = mfu * contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12 / flops
+    peak = contract.PEAK_TFLOPS[gpu]["fp32" if s.precision == "fp32" else "bf16"]
+    tps = mfu * peak * 1e12 / flops
     if s.activation_checkpointing:
         tps /= AC_OVERHEAD
+    if s.loss_chunk_tokens > 0:
+        tps /= 1 + 2.0 * s.shape.hidden_size * s.shape.vocab_size / flops
     step = s.tokens / tps
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
@@ -518,6 +578,7 @@ class Plan:
             "warning": t.warning,
             "advice": self.advice,
             "throughput_source": t.source,
+            "price_source": contract.PRICES_AS_OF,
         }
 
 
@@ -593,7 +654,11 @@ def format_plan(plan: Plan) -> str:
     lines.append(
         f"throughput ~{d['tokens_per_sec_per_gpu']} tokens/s per GPU, step {d['step_seconds']:.3f} s, "
         f"run {contract.format_duration(d['run_seconds'])}, cost "
-        + ("unknown (no price)" if d["cost_usd"] is None else f"${d['cost_usd']:,.2f}")
+        + (
+            "unknown (no price)"
+            if d["cost_usd"] is None
+            else f"${d['cost_usd']:,.2f} (prices of {d['price_source']})"
+        )
     )
     if d["warning"]:
         lines.append(f"warning: {d['warning']}")

@@ -33,12 +33,15 @@ class Row:
     seq: int = 8192
     precision: str = "bf16"
     loss_chunk_tokens: int | None = None
+    position_encoding: str | None = None
 
     def request(self) -> dict[str, Any]:
         """The execution input of this row (on ml.p6-b200.48xlarge: 8 GPUs per instance)."""
         hyperparameters: dict[str, Any] = {"model_preset": self.preset, "vocab_size": self.vocab}
         if self.loss_chunk_tokens is not None:
             hyperparameters["loss_chunk_tokens"] = self.loss_chunk_tokens
+        if self.position_encoding is not None:
+            hyperparameters["position_encoding"] = self.position_encoding
         return {
             "precision": self.precision,
             "num_layers": self.layers,
@@ -61,9 +64,10 @@ class Row:
         if tokens is None:
             tokens = contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
         chunk = " loss unchunked" if tokens == 0 else f" loss chunk {tokens}"
+        position = "" if self.position_encoding in (None, "rope") else f" {self.position_encoding} position"
         return (
             f"{self.preset} L{layers} V{self.vocab} mb{self.batch} {'AC' if self.ac else 'no AC'} "
-            f"W{self.world} {self.precision}{chunk}"
+            f"W{self.world} {self.precision}{chunk}{position}"
         )
 
 
@@ -84,13 +88,17 @@ ROWS: tuple[Row, ...] = (
     Row("8b", 8, 128_256, 1, False, 8),
     Row("1b", 16, 32_000, 4, True, 8, loss_chunk_tokens=0),
     Row("8b", 4, 128_256, 1, False, 16, loss_chunk_tokens=0),
+    Row("1b", 4, 32_000, 2, True, 8, precision="fp32"),
+    Row("8b", 2, 128_256, 1, False, 16, precision="fp32"),
+    Row("1b", 16, 32_000, 1, False, 8, position_encoding="none"),
     Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
     Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
     Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
 )
 """At least 12 traced configurations: presets 1b and 8b, micro-batch 1 and 4, AC on and off, world size 8 and 16,
 vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers), the loss chunked (the contract's default) and
-unchunked; then TE rows (closed form only)."""
+unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default) and none; then TE rows (closed
+form only)."""
 
 
 def closed_form_gib(row: Row) -> float:

@@ -617,7 +617,11 @@ def _print_plan(out: Any, planned: dict[str, Any]) -> None:
     )
     table.add_row(Text("estimated peak", style="bold"), Text(f"{planned['peak_gib']:.2f}", style="bold"))
     out.print(table)
-    cost = "unknown (no on-demand price)" if planned["cost_usd"] is None else f"${planned['cost_usd']:,.2f}"
+    cost = (
+        "unknown (no on-demand price)"
+        if planned["cost_usd"] is None
+        else f"${planned['cost_usd']:,.2f} (on-demand prices of {planned.get('price_source', 'unknown date')})"
+    )
     out.print(
         f"{planned['world_size']} GPUs; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU; step "
         f"{planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost {cost} "

@@ -39,7 +39,7 @@ def test_sharded_parameters_and_adamw_state_are_exact():
 def test_activation_checkpointing_and_batch_move_the_peak():
     plain = memory_trace.trace_step(TINY, world_size=WORLD)["parts_gib"]
     checkpointed = memory_trace.trace_step({**TINY, "activation_checkpointing": True}, world_size=WORLD)
-    bigger = memory_trace.trace_step({**TINY, "batch_size": 8}, world_size=WORLD)["parts_gib"]
+    bigger = memory_trace.trace_step({**TINY, "batch_size": 16}, world_size=WORLD)["parts_gib"]
     assert checkpointed["parts_gib"]["activations"] < plain["activations"]
     assert bigger["activations"] > 3 * plain["activations"]
 

@@ -41,6 +41,11 @@ def test_plan_imports_no_torch():
         plan_agreement.Row("1b", 2, 32_000, 1, True, 8),
         plan_agreement.Row("8b", 2, 128_256, 1, False, 16),
         plan_agreement.Row("8b", 2, 256, 1, True, 8, seq=4096),
+        # fp32 computes in 4 bytes (activations, gathered weights, gradients): 44% under when taken as bf16
+        plan_agreement.Row("1b", 2, 32_000, 2, True, 8, precision="fp32"),
+        plan_agreement.Row("1b", 2, 32_000, 1, False, 8, precision="fp32", loss_chunk_tokens=0),
+        # RoPE's rotated query and key are saved per layer (the default); NoPE saves neither
+        plan_agreement.Row("1b", 2, 32_000, 2, False, 8, position_encoding="none"),
     ],
     ids=lambda row: row.label(),
 )
@@ -79,10 +84,21 @@ def test_the_issues_two_examples_are_refused_with_advice_that_fits():
     assert any(a.startswith("instance_count 3 with activation_checkpointing true") for a in sixty_four.advice)
 
 
-@pytest.mark.parametrize("request_", [EIGHT_B_NO_AC_B200, SIXTY_FOUR_B_P5])
+EIGHT_B_BATCH_2_P5 = {**EIGHT_B_NO_AC_B200, "batch_size": 2, "instance_type": "ml.p5.48xlarge"}
+"""Refused on an H100 (80 GB), fits on GPUs with more memory: the advice names instance types too."""
+
+
+@pytest.mark.parametrize("request_", [EIGHT_B_NO_AC_B200, SIXTY_FOUR_B_P5, EIGHT_B_BATCH_2_P5])
 def test_every_suggestion_fits_when_applied(request_):
     setup = plan.setup_from_request(request_)
-    for line in plan.advice(setup, max_instance_count=4):
+    lines = plan.advice(setup, max_instance_count=4, instance_types=tuple(contract.GPU_INSTANCE_TYPES))
+    for line in lines:
+        if line.startswith("instance_type "):
+            names = line.removeprefix("instance_type ").split(" or ")
+            assert names and all(plan.estimate_memory(replace(setup, instance_type=n)).fits for n in names), (
+                line
+            )
+            continue
         changed = setup
         for field, value in (
             ("activation_checkpointing", "activation_checkpointing true" in line),
@@ -92,6 +108,9 @@ def test_every_suggestion_fits_when_applied(request_):
             if value:
                 changed = replace(changed, **{field: value})
         assert changed != setup and plan.estimate_memory(changed).fits, line
+    assert lines and not plan.estimate_memory(setup).fits
+    if request_ is EIGHT_B_BATCH_2_P5:
+        assert any(line.startswith("instance_type ml.p6-b200.48xlarge") for line in lines), lines
 
 
 def test_the_seed_headline_configuration_is_accepted():
@@ -113,6 +132,17 @@ def test_loss_term_is_bounded_by_the_chunk():
     assert plan.setup_from_request(request).loss_chunk_tokens == 0
 
 
+def test_rope_and_fp32_terms():
+    bf16 = plan.setup_from_request({**SEED_HEADLINE, "precision": "bf16", "activation_checkpointing": False})
+    nope = replace(bf16, position_encoding="none")
+    h = bf16.shape.hidden_size
+    assert plan.layer_activation_bytes(bf16) - plan.layer_activation_bytes(nope) == 4 * h  # rotated q and k
+    assert plan.rope_layer_bytes(nope) == plan.rope_table_bytes(nope) == 0
+    fp32 = replace(bf16, precision="fp32")
+    assert fp32.compute_bytes == 4 and bf16.compute_bytes == 2
+    assert plan.estimate_memory(fp32).tensors_gib > 1.5 * plan.estimate_memory(bf16).tensors_gib
+
+
 def test_te_precisions_add_quantized_weight_copies_and_shrink_saved_inputs():
     bf16 = plan.setup_from_request({**SEED_HEADLINE, "precision": "bf16", "activation_checkpointing": False})
     mxfp8 = replace(bf16, precision="mxfp8")
@@ -128,10 +158,19 @@ def test_te_precisions_add_quantized_weight_copies_and_shrink_saved_inputs():
 
 
 def test_throughput_reproduces_the_seed_figures_and_cost_is_price_times_time():
-    headline = plan.setup_from_request(SEED_HEADLINE)
+    # The seed's runs had an unchunked loss; the chunked one adds a second head GEMM (2hV FLOPs per token).
+    headline = replace(plan.setup_from_request(SEED_HEADLINE), loss_chunk_tokens=0)
     assert plan.estimate_time(headline).tokens_per_sec_per_gpu == pytest.approx(51_000)
     batch_one = replace(headline, batch_size=1, activation_checkpointing=False)
     assert plan.estimate_time(batch_one).tokens_per_sec_per_gpu == pytest.approx(6_000)
+    chunked = replace(headline, loss_chunk_tokens=4096)
+    extra = 2 * 2048 * 32_000 / contract.flops_per_token(headline.shape, 8192)
+    assert plan.estimate_time(chunked).tokens_per_sec_per_gpu == pytest.approx(51_000 / (1 + extra))
+    # fp32 GEMMs run at the GPU's fp32 peak (no TF32), not its bf16 peak
+    fp32 = plan.estimate_time(replace(headline, precision="fp32")).tokens_per_sec_per_gpu
+    assert fp32 == pytest.approx(
+        51_000 * contract.PEAK_TFLOPS["B200"]["fp32"] / contract.PEAK_TFLOPS["B200"]["bf16"]
+    )
     timing = plan.estimate_time(replace(headline, instance_count=2, max_steps=500))
     assert timing.step_seconds == pytest.approx(16 * 8192 / timing.tokens_per_sec_per_gpu)
     assert timing.run_seconds == pytest.approx(500 * timing.step_seconds)

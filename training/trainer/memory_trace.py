@@ -161,6 +161,7 @@ _REPORTED = (
     "activation_checkpointing",
     "precision",
     "loss_chunk_tokens",
+    "position_encoding",
 )
 
 
@@ -184,6 +185,8 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
             activation_checkpointing=values["activation_checkpointing"],
             te_params_dtype=torch.float32,
             loss_chunk_tokens=values["loss_chunk_tokens"],
+            position_encoding=values["position_encoding"],
+            rope_theta=values["rope_theta"],
         )
         use_fused_rms_norm(net)
         dtype = precision.compute_dtype(values["precision"])
