@@ -82,7 +82,6 @@ def test_every_package_the_image_installs_is_pinned_with_a_hash():
         "transformer-engine-cu13": ("2.11.0", [Match_any]),
         "transformer-engine-torch": ("2.11.0", [Match_any]),
         "nvidia-cuda-runtime-cu12": ("12.9.79", [Match_any]),
-        "safetensors": ("0.8.0", [Match_any]),
     }
 
 
@@ -198,9 +197,9 @@ def _pins(path: Path) -> dict[str, tuple[str, list[str]]]:
     return found
 
 
-def test_tensorboard_and_mlflow_packages_are_hash_pinned_at_the_versions_the_tests_use():
+def test_the_trainers_packages_are_hash_pinned_at_the_versions_the_tests_use():
     image = _pins(TRAINING / "requirements.txt")
-    assert {"tensorboardx", "mlflow-skinny", "sagemaker-mlflow"} <= image.keys()
+    assert {"safetensors", "tensorboardx", "mlflow-skinny", "sagemaker-mlflow"} <= image.keys()
     dev = {}
     extras = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
@@ -208,7 +207,7 @@ def test_tensorboard_and_mlflow_packages_are_hash_pinned_at_the_versions_the_tes
     for entry in extras["train"] + extras["dev"]:
         requirement = Requirement(entry)
         dev[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
-    for name in ("tensorboardx", "mlflow-skinny", "sagemaker-mlflow"):
+    for name in ("safetensors", "tensorboardx", "mlflow-skinny", "sagemaker-mlflow"):
         assert image[name][0] == dev[name], name
     # the trainer imports exactly these, and the build's self-check imports them
     assert set(selfcheck.TRACKING_MODULES) == {"tensorboardX", "mlflow", "sagemaker_mlflow"}
