@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.records import Job, Run
-from constructs_lib.cli.request import new_run_name
+from constructs_lib.cli.request import new_run_name, validate
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -132,13 +132,17 @@ def direct_request(
     problem = _job_name_problem(name, rules.sagemaker().get("TrainingJobName", {}))
     if problem is not None:
         raise InvalidRequest([problem])
-    try:
-        decided = decide(
-            {"input": dict(request), "rules": rules.to_json(), "execution": name}, s3=runs.client("s3")
-        )
-    except ClientError as error:
-        raise OperatorError(f"cannot read the checkpoints of resume_from in S3: {error}") from None
-    problems = [] if decided["valid"] else decided["cause"].split("; ")
+    # Every problem one line each (validate), then what the workflow reads from S3 (decide), as TrainingRuns.check.
+    problems = validate(dict(request), rules)
+    decided: dict[str, Any] = {}
+    if not problems:
+        try:
+            decided = decide(
+                {"input": dict(request), "rules": rules.to_json(), "execution": name}, s3=runs.client("s3")
+            )
+        except ClientError as error:
+            raise OperatorError(f"cannot read the checkpoints of resume_from in S3: {error}") from None
+        problems = [] if decided["valid"] else [decided["cause"]]
     taken = _name_taken(runs, name)
     if problems or taken:
         raise InvalidRequest(problems + ([taken] if taken else []))

@@ -49,17 +49,10 @@ class Job:
 
     @classmethod
     def from_request(cls, request: Mapping[str, Any]) -> Job:
-        resources = request.get("ResourceConfig") or {}
-        return cls(
-            name=str(request.get("TrainingJobName")),
-            instance_type=resources.get("InstanceType"),
-            instance_count=int(resources.get("InstanceCount") or 1),
-            capacity=_capacity(request),
-            hyperparameters=dict(request.get("HyperParameters") or {}),
-            checkpoint_uri=(request.get("CheckpointConfig") or {}).get("S3Uri"),
-            keep_alive_seconds=int(resources.get("KeepAlivePeriodInSeconds") or 0),
-            remote_debug=bool((request.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug")),
-        )
+        """The job a ``CreateTrainingJob`` request describes (before SageMaker says more)."""
+        job = cls(name=str(request.get("TrainingJobName")))
+        job.update(request)
+        return job
 
     def update(self, described: Mapping[str, Any]) -> None:
         """Take what ``DescribeTrainingJob`` says."""
@@ -76,6 +69,8 @@ class Job:
         self.model_artifacts = (described.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
         self.checkpoint_uri = (described.get("CheckpointConfig") or {}).get("S3Uri", self.checkpoint_uri)
         self.keep_alive_seconds = int(resources.get("KeepAlivePeriodInSeconds") or self.keep_alive_seconds)
+        if "RemoteDebugConfig" in described:  # moto's DescribeTrainingJob leaves it out
+            self.remote_debug = bool(described["RemoteDebugConfig"].get("EnableRemoteDebug"))
         warm_pool = described.get("WarmPoolStatus") or {}
         self.warm_pool_status = warm_pool.get("Status")
         self.warm_pool_billable_seconds = warm_pool.get("ResourceRetainedBillableTimeInSeconds")
