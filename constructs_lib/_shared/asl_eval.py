@@ -100,10 +100,15 @@ def _format(template: str, *args: Any) -> str:
     pieces = re.split(r"(?<!\\)\{\}", template)
     if len(pieces) - 1 != len(args):
         raise AslPathError(f"States.Format: {len(pieces) - 1} placeholders, {len(args)} arguments")
-    text = pieces[0]
+    # The template's escapes (\\, \', \{, \}: ``asl.literal``) are undone piece by piece, never in the values.
+    text = _unescape(pieces[0])
     for arg, piece in zip(args, pieces[1:], strict=True):
-        text += (arg if isinstance(arg, str) else json.dumps(arg, separators=(",", ":"))) + piece
-    return re.sub(r"\\([\\'{}])", r"\1", text)
+        text += (arg if isinstance(arg, str) else json.dumps(arg, separators=(",", ":"))) + _unescape(piece)
+    return text
+
+
+def _unescape(piece: str) -> str:
+    return re.sub(r"\\([\\'{}])", r"\1", piece)
 
 
 def _merge(left: Any, right: Any, deep: bool) -> Any:

@@ -187,8 +187,7 @@ def direct_run(runs: TrainingRuns, run: str) -> Run | None:
         return None  # not launched with this workflow's request
     job = Job(name=run)
     job.update(described)
-    status = described["TrainingJobStatus"]
-    ended = status in ("Completed", "Failed", "Stopped")
+    status, ended = job.status, job.ended
     return Run(
         name=run,
         arn=described["TrainingJobArn"],
@@ -243,26 +242,22 @@ def launch_direct(
     the summary ``result`` gives a workflow run.
 
     The request goes out unchanged through sagemaker-core's own client (``SageMakerClient``, signed with the runs'
-    session), and the job is then read back as a sagemaker-core ``TrainingJob``. Not through
+    session). Not through
     ``TrainingJob.create``: its serializer (``sagemaker.core.utils.utils._serialize_shape`` in sagemaker-core
     2.27.0) drops every false or zero value inside a nested shape, so ``InfraCheckConfig: {EnableInfraCheck:
     false}`` would arrive as ``{}``, and it fills fields from an SDK defaults file when one exists. The logs are
     read with the runs' own boto3 session (:meth:`TrainingRuns.log_events`): ``TrainingJob.wait(logs=True)`` reads
     them with a process-wide default ``boto3.Session()``, so another region or profile than the one given."""
     boto3_request = direct_request(runs, request, name=name)
-    resources = _import_sdk("sagemaker.core.resources")
-    from sagemaker.core.utils.utils import SageMakerClient
-
-    client = SageMakerClient(session=runs.session, region_name=runs.region).sagemaker_client
+    sdk = _import_sdk("sagemaker.core.utils.utils")
+    client = sdk.SageMakerClient(session=runs.session, region_name=runs.region).sagemaker_client
     client.create_training_job(**boto3_request)
-    job = resources.TrainingJob.get(
-        boto3_request["TrainingJobName"], session=runs.session, region=runs.region
-    )
+    job_name = boto3_request["TrainingJobName"]
     if wait:
-        for event in runs.log_events(job.training_job_name, follow=True):
+        for event in runs.log_events(job_name, follow=True):
             if logs:
                 out(f"[{event.host}] {event.message}")
-    return runs.result(job.training_job_name)
+    return runs.result(job_name)
 
 
 SHAPES_MODEL_TRAINER_CANNOT_CARRY = ("EnableSageMakerMetricsTimeSeries",)

@@ -144,3 +144,10 @@ def test_walk_stops_at_the_state_asked_for_and_refuses_other_state_types():
         walk(definition, "Start", {}, CONTEXT, lambda name, _s: name == "Task")
     with pytest.raises(AslUnsupported, match="JSONata"):
         walk({**definition, "QueryLanguage": "JSONata"}, "Start", {}, CONTEXT, lambda *_: True)
+
+
+def test_format_undoes_the_templates_escapes_but_never_those_in_a_value():
+    from constructs_lib._shared.asl import format_intrinsic
+
+    expression = format_intrinsic("lit{x}'s-{}", "$.a")
+    assert evaluate_intrinsic(expression, {"a": "x\\{y"}, {}) == "lit{x}'s-x\\{y"
