@@ -417,11 +417,6 @@ def estimate_memory(s: Setup) -> Memory:
     )
 
 
-def tensors_only_gib(s: Setup) -> float:
-    """The live tensors at the peak (what the traced reference measures: no allowance)."""
-    return estimate_memory(s).tensors_gib
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Advice: the smallest changes that fit
 # ----------------------------------------------------------------------------------------------------------

@@ -48,9 +48,8 @@ from constructs_lib._shared.subnets import subnet_selection_kwargs
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
-from constructs_lib.workflow.observability import FAILED_STATUSES, alarm_and_notifications, trigger
+from constructs_lib.workflow.observability import alarm_and_notifications, trigger
 from constructs_lib.workflow.permissions import (
-    SYNC_EVENTS_RULE,
     data_prefixes,
     grant_data_sources,
     grant_mlflow,
@@ -79,7 +78,6 @@ from constructs_lib.workflow.request_check import (
 from constructs_lib.workflow.request_function import RequestValidator
 from constructs_lib.workflow.request_states import decide_request
 from constructs_lib.workflow.states import (
-    CAPACITY_ERROR_MARKER,
     CREATE_TRAINING_JOB_SYNC,
     capacity_states,
     launch_loop,
@@ -92,14 +90,11 @@ from training.contract import (
 )
 
 __all__ = [
-    "CAPACITY_ERROR_MARKER",
     "CREATE_TRAINING_JOB_SYNC",
-    "FAILED_STATUSES",
-    "SYNC_EVENTS_RULE",
     "TrainingWorkflow",
     "WorkflowDefaults",
 ]
-"""Also re-exported from their own modules, so that this module keeps the names it has always had."""
+"""``CREATE_TRAINING_JOB_SYNC`` is ``states``'s, re-exported for the tests that read the definition."""
 
 
 def _default(name: str) -> Any:

@@ -4,7 +4,6 @@ bounded by the chunk, and the same numbers and collectives under FSDP2 with 2 gl
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -187,14 +186,8 @@ def _worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_chunked_loss_under_fsdp2_with_two_processes():
     """fp32 and bf16 mixed precision, AC off and on: per-rank losses equal to round-off, every full gradient
     within tolerance, and the same collectives (no all-gather per chunk) as the unchunked loss."""
-    mp.spawn(_worker, args=(_free_port(),), nprocs=2, join=True)
+    mp.spawn(_worker, args=(parallel._free_port(),), nprocs=2, join=True)

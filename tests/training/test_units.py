@@ -119,7 +119,7 @@ def test_only_complete_checkpoints_count(tmp_path):
 
 def test_flops_formula():
     n = SHAPE.parameter_count() - 256 * 64
-    assert metrics.flops_per_token(SHAPE, 32) == 6 * n + 12 * 2 * 64 * 32
+    assert contract.flops_per_token(SHAPE, 32) == 6 * n + 12 * 2 * 64 * 32
 
 
 def test_throughput_leaves_out_warmup_and_has_no_mfu_on_cpu():

@@ -43,9 +43,8 @@ from typing import Any
 import torch
 
 from training import contract
+from training.trainer.model import INIT_STD, NORM_EPS
 
-NORM_EPS = 1e-5
-"""The trainer's RMSNorm epsilon (``model.NORM_EPS``; repeated here so that exporting does not import the model)."""
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
 """Hugging Face's own default shard limit for ``save_pretrained`` (5 GB)."""
@@ -237,7 +236,7 @@ def hf_config(config: dict[str, Any], dtype: str, eos_id: int | None) -> dict[st
         "attention_dropout": 0.0,
         "mlp_bias": False,
         "tie_word_embeddings": False,
-        "initializer_range": 0.02,
+        "initializer_range": INIT_STD,
         "bos_token_id": None,
         "eos_token_id": eos_id,
         "pad_token_id": None,

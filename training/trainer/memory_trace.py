@@ -34,8 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from training import contract
-
-GIB = 1024**3
+from training.plan import GIB
 
 PARTS: Mapping[str, str] = {
     "Sharded Param": "sharded_parameters",

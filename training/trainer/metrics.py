@@ -25,10 +25,6 @@ import torch
 from training import contract
 
 
-def flops_per_token(shape: contract.ModelShape, seq_length: int) -> float:
-    return contract.flops_per_token(shape, seq_length)
-
-
 def gpu_name(device: torch.device) -> str | None:
     """The contract.PEAK_TFLOPS key of this GPU (e.g. "B200"), or None on CPU / an unlisted GPU."""
     if device.type != "cuda":
@@ -64,7 +60,7 @@ class Throughput:
         precision: str,
     ):
         self.tokens_per_step, self.warmup_steps, self.device = tokens_per_step, warmup_steps, device
-        self.flops_per_token = flops_per_token(shape, seq_length)
+        self.flops_per_token = contract.flops_per_token(shape, seq_length)
         self.peak = peak_tflops(device, precision)
         self.interval_start = 0.0
         self.steps_done = self.interval_steps = self.measured_steps = 0
