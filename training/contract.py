@@ -205,10 +205,15 @@ class ModelShape:
 
     def parameter_count(self) -> int:
         """Parameters of the decoder-only LM (untied embedding and head, RMSNorm, SwiGLU MLP, no biases)."""
-        per_block = (
-            4 * self.hidden_size**2 + 3 * self.hidden_size * self.ffn_hidden_size + 2 * self.hidden_size
-        )
-        return self.num_layers * per_block + 2 * self.vocab_size * self.hidden_size + self.hidden_size
+        return self.num_layers * self.block_parameter_count() + self.root_parameter_count()
+
+    def block_parameter_count(self) -> int:
+        """Parameters of one block: attention's four projections, the SwiGLU MLP's three, two RMSNorm weights."""
+        return 4 * self.hidden_size**2 + 3 * self.hidden_size * self.ffn_hidden_size + 2 * self.hidden_size
+
+    def root_parameter_count(self) -> int:
+        """Parameters outside the blocks: the embedding, the untied LM head and the final RMSNorm."""
+        return 2 * self.vocab_size * self.hidden_size + self.hidden_size
 
 
 MODEL_PRESETS: Mapping[str, ModelShape] = {

@@ -201,15 +201,6 @@ class Memory:
         return self.peak_gib <= self.limit_gib
 
 
-def block_params(shape: contract.ModelShape) -> int:
-    h, f = shape.hidden_size, shape.ffn_hidden_size
-    return 4 * h * h + 3 * h * f + 2 * h
-
-
-def root_params(shape: contract.ModelShape) -> int:
-    return 2 * shape.vocab_size * shape.hidden_size + shape.hidden_size
-
-
 def layer_activation_bytes(s: Setup) -> float:
     """Bytes per token one block saves for its backward pass without activation checkpointing.
 
@@ -247,7 +238,7 @@ def rope_table_bytes(s: Setup) -> float:
 def _weights(s: Setup) -> dict[str, float]:
     """Per-GPU bytes of the weight-sized terms (independent of the micro-batch)."""
     shape, w = s.shape, s.world_size
-    p, pb, pr = shape.parameter_count(), block_params(shape), root_params(shape)
+    p, pb, pr = shape.parameter_count(), shape.block_parameter_count(), shape.root_parameter_count()
     blocks = p - pr
     quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
     q = QUANTIZED_BYTES.get(s.precision, 0.0)
@@ -353,7 +344,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             **in_backward,
             **saved,
             **qcopies,
-            "unsharded gradients": c * block_params(shape),
+            "unsharded gradients": c * shape.block_parameter_count(),
             "gradients in flight": AC_TAIL_BYTES_PER_HF * c / 2 * (h + f) * t,
             **inputs,
         }
@@ -375,7 +366,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             moments["block backward, its reduce-scatter"] = {
                 **base,
                 **in_backward,
-                "unsharded gradients": c * block_params(shape),
+                "unsharded gradients": c * shape.block_parameter_count(),
                 "saved activations": (act_layer * t + per_layer) * (layers - 2),
                 "quantized weight copies": wt["quantized weight copy (per layer)"] * (layers - 2),
                 "gradients in flight": 9.0 * c * h * t,
@@ -385,8 +376,8 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         "sharded parameters": wt["sharded parameters"],
         "AdamW state": wt["AdamW state"],
         "gradients (sharded)": wt["all gradients (sharded)"],
-        "root gradients (unsharded)": c * root_params(shape),
-        "reduce-scatter input": 4.0 * root_params(shape),
+        "root gradients (unsharded)": c * shape.root_parameter_count(),
+        "reduce-scatter input": 4.0 * shape.root_parameter_count(),
         **inputs,
     }
     moments["optimizer step"] = {

@@ -148,7 +148,7 @@ def test_te_precisions_add_quantized_weight_copies_and_shrink_saved_inputs():
     mxfp8 = replace(bf16, precision="mxfp8")
     assert plan.layer_activation_bytes(mxfp8) < plan.layer_activation_bytes(bf16)
     assert plan.estimate_memory(mxfp8).parts["quantized weight copies"] == pytest.approx(
-        16 * (1 + 1 / 32) * plan.block_params(bf16.shape) / plan.GIB
+        16 * (1 + 1 / 32) * bf16.shape.block_parameter_count() / plan.GIB
     )
     quantized = replace(mxfp8, quantized_model_init=True)
     assert (
