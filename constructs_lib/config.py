@@ -20,8 +20,8 @@ from constructs import Node
 from constructs_lib.workflow.request import MLFLOW_ARN
 from constructs_lib.workflow.request_check import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+    RequestRules,
     parse_data_sources,
-    sagemaker_limits,
 )
 from training.contract import (
     DEFAULT_INSTANCE_TYPE,
@@ -317,7 +317,7 @@ class WorkflowSettings:
                 get("maxKeepAliveSeconds"),
                 cls.max_keep_alive_seconds,
                 0,
-                int(sagemaker_limits()["KeepAlivePeriodInSeconds"]["max"]),
+                int(RequestRules().sagemaker()["KeepAlivePeriodInSeconds"]["max"]),
             ),
             remote_debug=remote_debug,
         )

@@ -8,6 +8,7 @@ Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_fun
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -286,8 +287,9 @@ class RequestRules:
             ) from None
 
     def with_limits(self) -> RequestRules:
-        """These rules with SageMaker's constraints read now (so they travel with the rules)."""
-        return replace(self, limits=sagemaker_limits())
+        """These rules with SageMaker's constraints (so they travel with the rules): botocore's service model is
+        read once per process (a copy each time, so no rules share a dict)."""
+        return replace(self, limits=copy.deepcopy(_cached_limits()))
 
     @classmethod
     def from_cdk_context(cls, context: Mapping[str, Any]) -> RequestRules:
