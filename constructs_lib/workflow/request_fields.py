@@ -23,6 +23,7 @@ from constructs_lib.workflow.request_rules import (
     EXECUTION_NAME,
     INSTANCE_STORAGE_TYPES,
     MAX_RUNTIME_SECONDS_LIMIT,
+    MLFLOW_ENVIRONMENT,
     PLATFORM_ENVIRONMENT,
     PLATFORM_HYPERPARAMETERS,
     TOP_LEVEL_HYPERPARAMETERS,
@@ -266,9 +267,7 @@ def map_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
                 f"tags.{key}: value must be at most {value_limits['max']} {TAG_CHARACTERS}; got {show(value)}"
             )
     environment = config["environment"]
-    room = limits["Environment"]["max"] - (
-        3 if rules.mlflow_tracking_server_arn else 0
-    )  # job_fields adds MLflow's
+    room = limits["Environment"]["max"] - (len(MLFLOW_ENVIRONMENT) if rules.mlflow_tracking_server_arn else 0)
     if len(environment) > room:
         problems.append(f"environment: at most {room} variables; got {len(environment)}")
     key_limits, value_limits = limits["EnvironmentKey"], limits["EnvironmentValue"]

@@ -21,6 +21,9 @@ from training.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
+    MLFLOW_EXPERIMENT_ENV,
+    MLFLOW_RUN_NAME_ENV,
+    MLFLOW_TRACKING_URI_ENV,
     MODEL_DIR,
     PRECISIONS,
 )
@@ -87,6 +90,8 @@ EXECUTION_TAG = "training-workflow-execution"
 """The tags every job gets first: the workflow's construct path and the execution's name."""
 ENVIRONMENT_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVTE_", "FI_")
 """Names an execution's ``environment`` may set: NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs."""
+MLFLOW_ENVIRONMENT = (MLFLOW_TRACKING_URI_ENV, MLFLOW_EXPERIMENT_ENV, MLFLOW_RUN_NAME_ENV)
+"""The variables ``request_check.job_fields`` adds to a job's environment when the workflow logs to MLflow."""
 PLATFORM_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
     {
         "NVTE_FRAMEWORK": "set by the training image (training/Dockerfile)",
