@@ -83,6 +83,15 @@ GPU_INSTANCE_TYPES: Mapping[str, GpuInstance] = {
 }
 """GPU training instance types the workflow may launch (botocore's enum, November 2026), with their GPUs."""
 
+TOP_LEVEL_SETTINGS: tuple[str, ...] = (
+    "precision",
+    "num_layers",
+    "batch_size",
+    "seq_length",
+    "activation_checkpointing",
+)
+"""Trainer settings that are top-level fields of the workflow's execution input (not inside ``hyperparameters``):
+the request check and ``training.plan`` merge them over the ``hyperparameters`` the same way."""
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 
 

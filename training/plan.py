@@ -143,17 +143,17 @@ class Setup:
         return self.batch_size * self.seq_length
 
 
-TOP_LEVEL = ("precision", "num_layers", "batch_size", "seq_length", "activation_checkpointing")
+def _trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The trainer's settings of an execution input: its ``hyperparameters`` with the top-level ones set over them."""
+    settings = dict(request.get("hyperparameters") or {})
+    settings.update({k: request[k] for k in contract.TOP_LEVEL_SETTINGS if request.get(k) is not None})
+    return settings
 
 
 def setup_from_request(request: Mapping[str, Any]) -> Setup:
     """A :class:`Setup` from an execution input (the workflow's fields; absent ones take the trainer's and the
     workflow's defaults). Raises ``contract.ContractError`` naming a bad setting."""
-    settings = dict(request.get("hyperparameters") or {})
-    for name in TOP_LEVEL:
-        if request.get(name) is not None:
-            settings[name] = request[name]
-    values = contract.parse_hyperparameters(settings)
+    values = contract.parse_hyperparameters(_trainer_settings(request))
     instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
     if instance_type not in contract.GPU_INSTANCE_TYPES:
         raise contract.ContractError(
@@ -612,9 +612,7 @@ def measure(request: Mapping[str, Any]) -> dict[str, Any]:
     size of the request's instance type and count."""
     memory_trace = importlib.import_module("training.trainer.memory_trace")  # torch: only when measuring
     setup = setup_from_request(request)
-    settings = dict(request.get("hyperparameters") or {})
-    settings.update({k: request[k] for k in TOP_LEVEL if request.get(k) is not None})
-    return memory_trace.trace_step(settings, world_size=setup.world_size)
+    return memory_trace.trace_step(_trainer_settings(request), world_size=setup.world_size)
 
 
 def format_measured(measured: Mapping[str, Any]) -> str:

@@ -26,6 +26,7 @@ from training.contract import (
     MLFLOW_TRACKING_URI_ENV,
     MODEL_DIR,
     PRECISIONS,
+    TOP_LEVEL_SETTINGS,
 )
 
 INVALID_INPUT_ERROR = "InvalidInput"
@@ -43,13 +44,7 @@ PLATFORM_HYPERPARAMETERS: Mapping[str, str] = MappingProxyType(
     {"checkpoint_dir": CHECKPOINT_LOCAL_PATH, "model_dir": MODEL_DIR}
 )
 """Set by the platform: SageMaker syncs only its own paths, so moving them breaks spot resume and model upload."""
-TOP_LEVEL_HYPERPARAMETERS = (
-    "precision",
-    "num_layers",
-    "batch_size",
-    "seq_length",
-    "activation_checkpointing",
-)
+TOP_LEVEL_HYPERPARAMETERS = TOP_LEVEL_SETTINGS
 """Trainer settings that are top-level input fields (so they are refused inside ``hyperparameters``)."""
 DATA_HYPERPARAMETER = "dataset"
 
