@@ -72,9 +72,8 @@ SDK_EXTRA = "pip install 'blackwell-training-cdk[sdk]'"
 
 def _job_name_problem(name: str, limits: Mapping[str, Any]) -> str | None:
     """Why ``name`` cannot name a training job (SageMaker's own length and pattern), or None."""
-    low, high = int(limits.get("min", 1)), int(limits.get("max", 63))
-    pattern = limits.get("pattern", r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-    if not (low <= len(name) <= high and re.fullmatch(pattern.lstrip("^").rstrip("$"), name)):
+    low, high, pattern = int(limits["min"]), int(limits["max"]), limits["pattern"]
+    if not (low <= len(name) <= high and re.fullmatch(pattern, name)):
         return (
             f"name: must be a SageMaker training job name, {low} to {high} of A-Z a-z 0-9 and inner hyphens "
             f"(pattern {pattern}); got {name!r}"
@@ -129,7 +128,7 @@ def direct_request(
 
     name = name or new_run_name(request)
     rules = runs.rules
-    problem = _job_name_problem(name, rules.sagemaker().get("TrainingJobName", {}))
+    problem = _job_name_problem(name, rules.sagemaker()["TrainingJobName"])
     if problem is not None:
         raise InvalidRequest([problem])
     # Every problem one line each (validate), then what the workflow reads from S3 (decide), as TrainingRuns.check.
@@ -165,7 +164,7 @@ def direct_run(runs: TrainingRuns, run: str) -> Run | None:
         if ":training-job/" not in run:
             return None
         run = run.split(":training-job/", 1)[1]
-    if _job_name_problem(run, {}) is not None:
+    if _job_name_problem(run, runs.rules.sagemaker()["TrainingJobName"]) is not None:
         return None
     sagemaker = runs.client("sagemaker")
     try:
