@@ -183,7 +183,9 @@ class TrainingRuns:
         """The ARN of run ``run`` (an execution name or ARN)."""
         if run.startswith("arn:"):
             return run
-        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{run}"
+        from constructs_lib.workflow.launch_request import execution_arn
+
+        return execution_arn(self.state_machine_arn, run)
 
     # ---- submit -------------------------------------------------------------------------------------------------
     def submit(

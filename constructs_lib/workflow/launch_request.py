@@ -29,6 +29,11 @@ def _is_launch(_name: str, state: Mapping[str, Any]) -> bool:
     return state.get("Type") == "Task" and resource.split(".sync")[0] == CREATE_TRAINING_JOB_RESOURCE
 
 
+def execution_arn(state_machine_arn: str, name: str) -> str:
+    """The ARN of the execution ``name`` of ``state_machine_arn``."""
+    return f"{state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
+
+
 def execution_context(
     *, name: str, execution_input: Any, state_machine_arn: str | None = None, start: datetime | None = None
 ) -> dict[str, Any]:
@@ -37,7 +42,7 @@ def execution_context(
     started = (start or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
     return {
         "Execution": {
-            "Id": arn.replace(":stateMachine:", ":execution:", 1) + f":{name}",
+            "Id": execution_arn(arn, name),
             "Name": name,
             "Input": execution_input,
             "StartTime": started,
