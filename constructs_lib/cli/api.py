@@ -371,9 +371,13 @@ class TrainingRuns:
     def curve(self, run: str) -> RunCurve:
         """The run's loss, ``val_loss`` and tokens/s over every launch, from its jobs' log lines
         (:func:`constructs_lib.cli.curves.curve_of`)."""
+        return self.result_and_curve(run)[1]
+
+    def result_and_curve(self, run: str) -> tuple[dict[str, Any], RunCurve]:
+        """:meth:`result` and :meth:`curve` of ``run`` from one read of the run and of each job's log lines."""
         current = self.run(run)
         launches = [(job, _LogCursor(self.client("logs"), job.name).read()) for job in current.jobs]
-        return curve_of(current.name, launches)
+        return self._result(current, launches[-1][1] if launches else []), curve_of(current.name, launches)
 
     # ---- remote debugging ---------------------------------------------------------------------------------------
     def shell_command(self, run: str, host: int = 1) -> list[str]:
@@ -427,12 +431,16 @@ class TrainingRuns:
         ``none (N checkpoints unusable)`` when the trainer found checkpoints and none was usable (the job's
         ``final:unusable_checkpoints`` metric, or its summary line), else None."""
         current = self.run(run)
+        events = _LogCursor(self.client("logs"), current.job.name).read() if current.job else []
+        return self._result(current, events)
+
+    def _result(self, current: Run, events: list[LogEvent]) -> dict[str, Any]:
+        """:meth:`result` of the run ``current`` whose last job logged ``events``."""
         job = current.job
         summary = current.summary or {}
         progress = Progress()
-        if job is not None:
-            for event in _LogCursor(self.client("logs"), job.name).read():
-                progress.feed(event.message)
+        for event in events:
+            progress.feed(event.message)
         final_metrics = summary.get("final_metrics")
         if isinstance(final_metrics, list):
             final_metrics = {m["MetricName"]: m.get("Value") for m in final_metrics if "MetricName" in m}

@@ -454,13 +454,13 @@ class _Shell:
         return subprocess.call(command)
 
     def do_result(self) -> int:
-        result = self.runs.result(self.args.run)
         if self.args.json:
+            result = self.runs.result(self.args.run)
             self.emit(result)
         else:
             from constructs_lib.cli.plots import sparkline
 
-            curve = self.runs.curve(self.args.run)
+            result, curve = self.runs.result_and_curve(self.args.run)
             _print_result(self.out, result, sparkline(curve.series("loss", "step")[1]))
         return EXIT_OK if result["status"] in ("SUCCEEDED", "RUNNING") else EXIT_RUN_FAILED
 
