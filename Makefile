@@ -49,10 +49,10 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy constructs_lib training/contract.py
+	$(BIN)/mypy constructs_lib training/request/contract.py
 
 bench: setup
-	$(BIN)/python -m training.benchmark
+	$(BIN)/python -m training.measure.benchmark
 
 deploy: setup
 	$(CDK) deploy --require-approval broadening

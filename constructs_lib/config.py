@@ -23,7 +23,7 @@ from constructs_lib.workflow.request_check import (
     RequestRules,
     parse_data_sources,
 )
-from training.contract import (
+from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,

@@ -26,3 +26,17 @@ def test_no_function_longer_than_limit(package: str) -> None:
     assert files, f"no Python files under {package}/"
     offenders = [entry for path in files for entry in _long_functions(path)]
     assert not offenders, f"functions over {MAX_LINES} lines:\n" + "\n".join(offenders)
+
+
+MAX_CLI_MODULE_LINES = 400
+
+
+def test_no_cli_module_is_a_list_of_everything() -> None:
+    """The operator CLI is grouped by what the user does (``constructs_lib/cli/commands/``): no module of it grows
+    past 400 lines."""
+    long = {
+        str(path.relative_to(ROOT)): length
+        for path in sorted((ROOT / "constructs_lib" / "cli").rglob("*.py"))
+        if (length := len(path.read_text().splitlines())) > MAX_CLI_MODULE_LINES
+    }
+    assert not long, f"CLI modules over {MAX_CLI_MODULE_LINES} lines: {long}"

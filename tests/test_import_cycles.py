@@ -1,11 +1,14 @@
-"""The import graph of ``constructs_lib`` has no circle, and the workflow's and the image build's units do not
-reach back into the construct that composes them.
+"""The import graph of the project (``constructs_lib`` and ``training``) has no circle, its arrows point one way
+between the parts, and the workflow's and the image build's units do not reach back into the construct that
+composes them.
 
 Imports are read from the source (ast), every ``import`` and ``from ... import`` anywhere in a module: at the top,
 inside functions and under ``if TYPE_CHECKING:`` (a type-only import counts: a reader still has to open both sides).
-``from package import name`` is an edge to ``package.name`` when that is a module, else to ``package``. Running a
-package's ``__init__`` when one of its modules is imported is not counted as an edge: the ``__init__`` files
-re-export lazily (names in strings, imported on first use), so they import no part at import time.
+An import by name counts too: ``importlib.import_module("a.b")`` / ``import_module(NAME)`` / ``__import__("a.b")``
+with a literal string (or a module-level constant holding one), and a package ``__init__``'s lazy re-export table
+(``_EXPORTS = {"Name": ".module"}``: an edge from the package to the module). ``from package import name`` is an
+edge to ``package.name`` when that is a module, else to ``package``. Running a package's ``__init__`` when one of its
+modules is imported is not counted as an edge (it would make every module of a package import its siblings).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = "constructs_lib"
+PACKAGES = ("constructs_lib", "training")
 
 COMPOSERS = {
     "TrainingWorkflow": {"constructs_lib.workflow.construct", "constructs_lib.stack"},
@@ -33,15 +36,80 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(path): path for path in sorted((ROOT / PACKAGE).rglob("*.py"))}
+    return {
+        _module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+_IMPORTERS = {"import_module", "__import__"}
+"""Calls that import a module by name: ``importlib.import_module`` (however it is reached) and ``__import__``."""
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "text"`` assignments (a name passed to ``import_module`` is read through them)."""
+    constants: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and isinstance(node.value.value, str):
+                    constants[target.id] = node.value.value
+    return constants
+
+
+def _by_name(node: ast.Call, constants: dict[str, str], package: str) -> str | None:
+    """The module a call imports by name, when the name is known without running the code."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if called not in _IMPORTERS or not node.args:
+        return None
+    arg = node.args[0]
+    text = (
+        arg.value
+        if isinstance(arg, ast.Constant)
+        else constants.get(arg.id)
+        if isinstance(arg, ast.Name)
+        else None
+    )
+    if not isinstance(text, str):
+        return None
+    return package + text if text.startswith(".") else text
+
+
+def _lazy_exports(tree: ast.Module, package: str) -> list[str]:
+    """The modules of a package ``__init__``'s lazy re-export table (``_EXPORTS = {"Name": ".module"}``)."""
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
+            return sorted(
+                {
+                    package + v.value
+                    for v in node.value.values
+                    if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                }
+            )
+    return []
 
 
 def _imports(name: str, path: Path, known: set[str]) -> list[tuple[str, list[str]]]:
-    """``(module imported, names imported from it)`` for every import statement of the module."""
+    """``(module imported, names imported from it)`` for every import statement of the module, every literal
+    import by name, and (for a package) its lazy re-exports."""
     is_package = path.name == "__init__.py"
+    package = name if is_package else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    constants = _string_constants(tree)
     found: list[tuple[str, list[str]]] = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
+    if is_package:
+        found.extend((module, []) for module in _lazy_exports(tree, package))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            module = _by_name(node, constants, package)
+            if module is not None:
+                found.append((module, []))
+        elif isinstance(node, ast.Import):
             found.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -106,11 +174,41 @@ def test_the_graph_is_read():
     assert "constructs_lib.workflow.request_check" in graph["constructs_lib.workflow.construct"]
     assert "constructs_lib.image.repository" in graph["constructs_lib.image.build"]
     assert "constructs_lib._shared.console_links" in graph["constructs_lib.workflow.states"]
+    assert "training.request.contract" in graph["training.trainer.config"]
+    assert "training.trainer.loop" in graph["training.measure.benchmark"]
+    assert "constructs_lib.workflow.construct" in graph["constructs_lib.workflow"]  # a lazy re-export
 
 
-def test_no_import_cycle_in_constructs_lib():
+def test_imports_by_name_are_read(tmp_path):
+    """``importlib.import_module`` of a literal, of a module-level constant, and ``__import__``, are edges."""
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "import importlib\nfrom importlib import import_module\nNAME = 'pkg.c'\n"
+        "def f():\n    importlib.import_module('pkg.a')\n    import_module(NAME)\n    __import__('pkg.b')\n"
+        "    importlib.import_module(f'pkg.{x}')\n"
+    )
+    known = {"pkg.a", "pkg.b", "pkg.c", "pkg.mod"}
+    found = {target for target, _ in _imports("pkg.mod", source, known)}
+    assert {"pkg.a", "pkg.b", "pkg.c"} <= found
+
+
+def test_no_import_cycle_in_the_project():
     cycles = _cycles(_graph())
     assert cycles == [], "import circles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_training_parts_point_one_way():
+    """``training/request`` (what decides a request; in the Lambda asset) imports nothing else of the project;
+    the image's code (``training/trainer``) does not import the development measurements; nothing in
+    ``training`` imports ``constructs_lib``."""
+    graph = _graph()
+    for name, targets in graph.items():
+        if name.startswith("training.request"):
+            assert {t for t in targets if not t.startswith("training.request")} == set(), name
+        if name.startswith("training.trainer"):
+            assert not {t for t in targets if t.startswith("training.measure")}, name
+        if name.startswith("training"):
+            assert not {t for t in targets if t.startswith("constructs_lib")}, name
 
 
 def test_the_cycle_finder_finds_a_cycle():

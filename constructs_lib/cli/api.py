@@ -31,18 +31,18 @@ from typing import TYPE_CHECKING, Any
 
 from constructs_lib.cli.curves import RunCurve, curve_of
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
+from constructs_lib.cli.history import execution_jobs
+from constructs_lib.cli.job_logs import LogCursor
 from constructs_lib.cli.progress import Progress
-from constructs_lib.cli.records import Job, LogEvent, Run, Snapshot
+from constructs_lib.cli.records import LogEvent, Run, Snapshot
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
-from training.contract import HF_EXPORT_DIR, restarted_from_none
+from constructs_lib.cli.summary import run_result
 
 if TYPE_CHECKING:
     from constructs_lib.workflow.request_check import RequestRules
 
 STATE_MACHINE_OUTPUT = "StateMachineArn"
 BUCKET_OUTPUT = "CheckpointBucketName"
-LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-TRAINING_JOB_RESOURCE = "createTrainingJob"
 STOP_ERROR = "StoppedByUser"
 
 
@@ -287,7 +287,7 @@ class TrainingRuns:
                 result.summary = output if isinstance(output, dict) else None
             except ValueError:
                 result.summary = None
-        result.jobs = self._jobs(arn)
+        result.jobs = execution_jobs(self.client("stepfunctions"), self.client("sagemaker"), arn)
         return result
 
     def _direct_run(self, run: str) -> Run | None:
@@ -296,37 +296,6 @@ class TrainingRuns:
         from constructs_lib.cli.direct import direct_run
 
         return direct_run(self, run)
-
-    def _jobs(self, execution_arn: str) -> list[Job]:
-        """The execution's training jobs in launch order, from its history, each described."""
-        sfn, jobs = self.client("stepfunctions"), []
-        kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
-        while True:
-            page = sfn.get_execution_history(**kwargs)
-            for event in page["events"]:
-                details = event.get("taskScheduledEventDetails") or {}
-                if details.get("resourceType") == "sagemaker" and str(details.get("resource", "")).startswith(
-                    TRAINING_JOB_RESOURCE
-                ):
-                    request = json.loads(details.get("parameters") or "{}")
-                    if request.get("TrainingJobName"):
-                        jobs.append(Job.from_request(request))
-            if not page.get("nextToken"):
-                break
-            kwargs["nextToken"] = page["nextToken"]
-        from botocore.exceptions import ClientError
-
-        sagemaker = self.client("sagemaker")
-        for job in jobs:
-            try:
-                job.update(sagemaker.describe_training_job(TrainingJobName=job.name))
-            except ClientError as error:  # a job that CreateTrainingJob refused was never created
-                if error.response.get("Error", {}).get("Code") not in (
-                    "ValidationException",
-                    "ResourceNotFound",
-                ):
-                    raise
-        return jobs
 
     def runs(self, limit: int = 20) -> list[Run]:
         """The ``limit`` most recent runs, newest first."""
@@ -341,11 +310,11 @@ class TrainingRuns:
     def log_events(self, run: str, *, follow: bool = False) -> Iterator[LogEvent]:
         """The log lines of every job of the run (all hosts), oldest first per poll; with ``follow``, keep polling
         until the run ends, then read what is left."""
-        cursors: dict[str, _LogCursor] = {}
+        cursors: dict[str, LogCursor] = {}
         while True:
             current = self.run(run)
             for job in current.jobs:
-                cursor = cursors.setdefault(job.name, _LogCursor(self.client("logs"), job.name))
+                cursor = cursors.setdefault(job.name, LogCursor(self.client("logs"), job.name))
                 yield from cursor.read()
             if not follow or not current.running:
                 return
@@ -354,13 +323,13 @@ class TrainingRuns:
     def watch(self, run: str) -> Iterator[Snapshot]:
         """A snapshot (run state, job status, trainer progress) per poll, until the run ends (the last one is the
         end state)."""
-        cursors: dict[str, _LogCursor] = {}
+        cursors: dict[str, LogCursor] = {}
         progress = Progress()
         while True:
             current = self.run(run)
             for job in current.jobs:
                 progress.expect(job.hyperparameters)
-                cursor = cursors.setdefault(job.name, _LogCursor(self.client("logs"), job.name))
+                cursor = cursors.setdefault(job.name, LogCursor(self.client("logs"), job.name))
                 for event in cursor.read():
                     progress.feed(event.message)
             yield Snapshot(current, progress)
@@ -376,39 +345,17 @@ class TrainingRuns:
     def result_and_curve(self, run: str) -> tuple[dict[str, Any], RunCurve]:
         """:meth:`result` and :meth:`curve` of ``run`` from one read of the run and of each job's log lines."""
         current = self.run(run)
-        launches = [(job, _LogCursor(self.client("logs"), job.name).read()) for job in current.jobs]
-        return self._result(current, launches[-1][1] if launches else []), curve_of(current.name, launches)
+        launches = [(job, LogCursor(self.client("logs"), job.name).read()) for job in current.jobs]
+        return run_result(current, launches[-1][1] if launches else []), curve_of(current.name, launches)
 
     # ---- remote debugging ---------------------------------------------------------------------------------------
     def shell_command(self, run: str, host: int = 1) -> list[str]:
-        """``aws ssm start-session`` into host ``host`` (1-based) of the run's running training job: the target is
-        ``sagemaker-training-job:<job>_algo-<host>``. Refused with a one-line reason when the run has no job, the
-        job did not ask for ``remote_debug`` or is not running, or has fewer hosts."""
-        current = self.run(run)
-        job = current.job
-        if job is None:
-            raise OperatorError(f"run {current.name} has no training job yet ({current.status})")
-        if not job.remote_debug:
-            raise OperatorError(
-                f"training job {job.name} was started without remote debugging: submit with remote_debug true "
-                "(the stack needs remoteDebug in cdk.json)"
-            )
-        if job.status != "InProgress":
-            raise OperatorError(
-                f"training job {job.name} is {job.status}, not running: there is no shell to open"
-            )
-        if not 1 <= host <= job.instance_count:
-            raise OperatorError(f"--host: must be in [1, {job.instance_count}] (the job's hosts); got {host}")
-        command = [
-            "aws",
-            "ssm",
-            "start-session",
-            "--target",
-            f"sagemaker-training-job:{job.name}_algo-{host}",
-        ]
-        command += ["--region", self.region]
+        """``aws ssm start-session`` into host ``host`` (1-based) of the run's running training job
+        (:func:`constructs_lib.cli.remote_shell.session_command`)."""
+        from constructs_lib.cli.remote_shell import session_command
+
         profile = self.session.profile_name if hasattr(self.session, "profile_name") else None
-        return command + (["--profile", profile] if profile and profile != "default" else [])
+        return session_command(self.run(run), host, region=self.region, profile=profile)
 
     # ---- act ----------------------------------------------------------------------------------------------------
     def stop(self, run: str) -> Run:
@@ -431,95 +378,5 @@ class TrainingRuns:
         ``none (N checkpoints unusable)`` when the trainer found checkpoints and none was usable (the job's
         ``final:unusable_checkpoints`` metric, or its summary line), else None."""
         current = self.run(run)
-        events = _LogCursor(self.client("logs"), current.job.name).read() if current.job else []
-        return self._result(current, events)
-
-    def _result(self, current: Run, events: list[LogEvent]) -> dict[str, Any]:
-        """:meth:`result` of the run ``current`` whose last job logged ``events``."""
-        job = current.job
-        summary = current.summary or {}
-        progress = Progress()
-        for event in events:
-            progress.feed(event.message)
-        final_metrics = summary.get("final_metrics")
-        if isinstance(final_metrics, list):
-            final_metrics = {m["MetricName"]: m.get("Value") for m in final_metrics if "MetricName" in m}
-        if final_metrics is None:
-            final_metrics = job.final_metrics if job else {}
-        unusable = final_metrics.get(
-            "final:unusable_checkpoints", (progress.summary or {}).get("unusable_checkpoints")
-        )
-        return {
-            "name": current.name,
-            "status": current.status,
-            "error": current.error,
-            "cause": current.cause,
-            "job": job.name if job else None,
-            "failure_reason": job.failure_reason if job else None,
-            "final_metrics": final_metrics,
-            "trainer_summary": progress.summary,
-            "restarted_from": None if unusable is None else restarted_from_none(int(unusable)),
-            "model_artifacts": summary.get("model_artifacts") or (job.model_artifacts if job else None),
-            "hugging_face_model": _hugging_face_model(summary, job),
-            "checkpoint_uri": summary.get("checkpoint_uri") or (job.checkpoint_uri if job else None),
-            "training_seconds": sum(j.training_seconds or 0 for j in current.jobs),
-            "billable_seconds": current.billable_seconds,
-            "instance_type": job.instance_type if job else None,
-            "instance_count": job.instance_count if job else None,
-            "launches": len(current.jobs),
-            "capacity": job.capacity if job else None,
-            "cost_usd": current.cost_usd,
-            "duration_seconds": current.duration_seconds,
-            "links": current.links,
-            "plan": summary.get("plan"),
-            "memory_estimate_ignored": summary.get("memory_estimate_ignored"),
-        }
-
-
-def _hugging_face_model(summary: Mapping[str, Any], job: Job | None) -> dict[str, Any] | None:
-    """Where the run's Hugging Face folder is: the workflow summary's, or (for a run whose summary is not there
-    yet) the job's model archive and the trainer's folder in it."""
-    if summary.get("hugging_face_model"):
-        return dict(summary["hugging_face_model"])
-    archive = job.model_artifacts if job else None
-    return {"archive": archive, "folder": f"{HF_EXPORT_DIR}/"} if archive else None
-
-
-class _LogCursor:
-    """Reads a training job's log streams (one per host) from where it left off."""
-
-    def __init__(self, logs: Any, job_name: str) -> None:
-        self.logs = logs
-        self.job_name = job_name
-        self.tokens: dict[str, str | None] = {}
-
-    def streams(self) -> list[str]:
-        names: list[str] = []
-        kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{self.job_name}/"}
-        while True:
-            try:
-                page = self.logs.describe_log_streams(**kwargs)
-            except self.logs.exceptions.ResourceNotFoundException:
-                return names  # no job has logged in this account and region yet
-            names += [s["logStreamName"] for s in page.get("logStreams", [])]
-            if not page.get("nextToken"):
-                return names
-            kwargs["nextToken"] = page["nextToken"]
-
-    def read(self) -> list[LogEvent]:
-        """New events of every stream, ordered by time (stable within a stream)."""
-        found: list[LogEvent] = []
-        for stream in self.streams():
-            token = self.tokens.get(stream)
-            while True:
-                kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamName": stream}
-                kwargs.update({"nextToken": token} if token else {"startFromHead": True})
-                page = self.logs.get_log_events(**kwargs)
-                found += [LogEvent(stream, e["timestamp"], e["message"]) for e in page.get("events", [])]
-                if page.get("nextForwardToken") in (None, token):
-                    break
-                token = page["nextForwardToken"]
-                if not page.get("events"):
-                    break
-            self.tokens[stream] = token
-        return sorted(found, key=lambda e: e.timestamp)
+        events = LogCursor(self.client("logs"), current.job.name).read() if current.job else []
+        return run_result(current, events)

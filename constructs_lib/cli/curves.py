@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from constructs_lib.cli.records import Job, LogEvent
-from training.contract import (
+from training.request.contract import (
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
     estimate_cost_usd,

@@ -1,6 +1,6 @@
 """The trainer's progress (step N of M, loss, tokens/s, MFU, ETA), read from its log lines.
 
-The lines are the contract's (``training/contract.py``: ``config ...``, ``step=N ...``, ``summary ...``), parsed
+The lines are the contract's (``training/request/contract.py``: ``config ...``, ``step=N ...``, ``summary ...``), parsed
 with the contract's own parsers, so the CLI and the trainer cannot disagree on a format.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.contract import (
+from training.request.contract import (
     HYPERPARAMETERS_BY_NAME,
     ContractError,
     parse_config_line,

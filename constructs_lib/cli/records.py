@@ -11,7 +11,7 @@ from typing import Any
 
 from constructs_lib._shared.console_links import run_links
 from constructs_lib.cli.progress import Progress
-from training.contract import estimate_cost_usd
+from training.request.contract import estimate_cost_usd
 
 JOB_ENDED = frozenset({"Completed", "Failed", "Stopped"})
 

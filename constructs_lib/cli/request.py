@@ -137,11 +137,11 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
 
 
 def plan_request(request: object, rules: Any) -> dict[str, Any]:
-    """The memory, time and cost plan (``training.plan``) of ``request`` merged over ``rules``' defaults, as a
+    """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
     JSON-ready dict. Raises ``InvalidRequest`` with every problem other than the memory estimate's own (a plan
     that does not fit is still shown, with its advice)."""
     from constructs_lib.workflow.request_check import prepare_request
-    from training.plan import make_plan
+    from training.request.plan import make_plan
 
     prepared = prepare_request(request, rules)
     problems = [p for p in prepared.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]

@@ -39,8 +39,10 @@ SOURCE_EXCLUDES = [
     "**/.ipynb_checkpoints",
     "**/.DS_Store",
     ".image-exists",
+    "measure",
 ]
-"""Left out of the source asset, so local caches neither enter the image nor change its tag."""
+"""Left out of the source asset, so local caches and the development measurements (``training/measure/``, which
+``.dockerignore`` also leaves out of the image) neither enter the image nor change its tag."""
 
 
 @dataclass(frozen=True)

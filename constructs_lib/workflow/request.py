@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from training.contract import (
+from training.request.contract import (
     CHECKPOINT_LOCAL_PATH,
     TENSORBOARD_LOCAL_PATH,
     metric_definitions,

@@ -9,12 +9,12 @@ value and what is allowed. Three callers share it, so they cannot disagree:
 * the construct checks its own defaults with it at synth time.
 
 Why a Lambda function and not JSONata states: the checks that matter are the trainer's own rules (every setting of
-``training/contract.py``, its parsers and its cross-setting rules), and importing the contract runs exactly those
+``training/request/contract.py``, its parsers and its cross-setting rules), and importing the contract runs exactly those
 rules, so a new trainer setting is checked with no edit here. A JSONata copy of them would be a second
 implementation to keep in step, could not list S3 to decide ``resume_from`` on its own, and is not evaluated by
 moto 5.2.5 (the tests would need a second evaluator). The Lambda asset holds only this module, the rules
-(``request_rules``) and the per-field checks (``request_fields``) it runs, ``training/contract.py`` and
-``training/plan.py`` (standard library only; ``boto3`` from the Lambda runtime is imported only to list S3).
+(``request_rules``) and the per-field checks (``request_fields``) it runs, ``training/request/contract.py`` and
+``training/request/plan.py`` (standard library only; ``boto3`` from the Lambda runtime is imported only to list S3).
 
 SageMaker's request constraints (name length and pattern, hyperparameter count and sizes, S3 URI length and
 pattern, input modes, training plan ARN pattern, tag and environment counts, patterns and lengths, the warm-pool
@@ -60,7 +60,7 @@ from constructs_lib.workflow.request_rules import (
     parse_data_sources,
     sagemaker_limits,
 )
-from training.contract import (
+from training.request.contract import (
     CHECKPOINT_DIR_NAME,
     HYPERPARAMETERS_BY_NAME,
     MLFLOW_EXPERIMENT_ENV,
@@ -70,7 +70,7 @@ from training.contract import (
     SET_ASIDE_SUFFIX,
     TRAIN_CHANNEL,
 )
-from training.plan import make_plan, refusal
+from training.request.plan import make_plan, refusal
 
 __all__ = [
     "CHECKPOINT_MARKER",
@@ -115,7 +115,7 @@ class PreparedRequest:
     problems: list[str]
     channels: list[dict[str, Any]] = field(default_factory=list)
     plan: dict[str, Any] | None = None
-    """``training.plan``'s estimate (memory by part, time, cost; ``ignored`` when launched although it did not
+    """``training.request.plan``'s estimate (memory by part, time, cost; ``ignored`` when launched although it did not
     fit); None when the request has other problems."""
 
     @property
@@ -169,7 +169,7 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
 
 def _memory_plan(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, Any], str | None]:
     """The plan of a request with no other problem, and its refusal when its estimated per-GPU peak exceeds the
-    GPU's memory with headroom (``training.plan``), unless ``ignore_memory_estimate`` is true."""
+    GPU's memory with headroom (``training.request.plan``), unless ``ignore_memory_estimate`` is true."""
     estimate = make_plan(
         config, max_instance_count=rules.max_instance_count, instance_types=rules.allowed_instance_types
     )

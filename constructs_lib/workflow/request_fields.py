@@ -30,7 +30,7 @@ from constructs_lib.workflow.request_rules import (
     UUID_LENGTH,
     RequestRules,
 )
-from training.contract import (
+from training.request.contract import (
     HYPERPARAMETERS_BY_NAME,
     PRECISIONS,
     ContractError,

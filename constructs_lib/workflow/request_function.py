@@ -3,7 +3,7 @@
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py`` and
-``request_fields.py``, ``training/contract.py``, ``training/plan.py`` (the memory, time and cost estimate; standard
+``request_fields.py``, ``training/request/contract.py``, ``training/request/plan.py`` (the memory, time and cost estimate; standard
 library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
 own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
 decide ``resume_from``, and list the allowed data prefixes (a ``train_data_uri`` must hold an object); nothing else.
@@ -25,8 +25,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-import training.contract
-import training.plan
+import training.request.contract
+import training.request.plan
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
     NIST_800_53_R5,
@@ -43,8 +43,8 @@ ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
     "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
     "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),
-    "training/contract.py": Path(training.contract.__file__),
-    "training/plan.py": Path(training.plan.__file__),
+    "training/request/contract.py": Path(training.request.contract.__file__),
+    "training/request/plan.py": Path(training.request.plan.__file__),
 }
 
 

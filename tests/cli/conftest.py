@@ -17,7 +17,7 @@ import boto3
 import pytest
 from moto.sagemaker.models import sagemaker_backends
 
-from constructs_lib.cli.api import LOG_GROUP
+from constructs_lib.cli.job_logs import LOG_GROUP
 from constructs_lib.cli.main import main
 from constructs_lib.workflow.request_check import RequestRules
 from tests.cdk_helpers import synth_with_nag

@@ -14,7 +14,7 @@ from constructs_lib.cli.plots import SPARK_BARS, sparkline
 from constructs_lib.cli.records import Job, LogEvent
 from tests.cli.conftest import LOG_GROUP
 from tests.workflow.harness import Outcome
-from training.contract import (
+from training.request.contract import (
     format_config_line,
     format_step_line,
     format_summary_line,

@@ -24,7 +24,7 @@ from constructs_lib.cli.errors import InvalidRequest
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, STACK
 from tests.workflow.harness import ACCOUNT, OUTCOMES, REGION
 from tests.workflow.test_requests import _seal_checkpoint
-from training.contract import format_summary_line
+from training.request.contract import format_summary_line
 
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200"
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from training import contract
+from training.request import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

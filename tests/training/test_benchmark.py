@@ -1,4 +1,4 @@
-"""training/benchmark.py runs its grid and prints a row per loop and cell, with the trainer's overhead."""
+"""training/measure/benchmark.py runs its grid and prints a row per loop and cell, with the trainer's overhead."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .runner import ROOT, env
 
 def test_benchmark_prints_trainer_and_bare_rows_for_every_cell():
     proc = subprocess.run(
-        [sys.executable, "-m", "training.benchmark", "--steps", "4", "--warmup", "1", "--repeats", "1",
+        [sys.executable, "-m", "training.measure.benchmark", "--steps", "4", "--warmup", "1", "--repeats", "1",
          "--batch-sizes", "1,2"],
         env=env(), cwd=ROOT, capture_output=True, text=True, timeout=180,
     )  # fmt: skip

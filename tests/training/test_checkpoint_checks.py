@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from training import contract
+from training.request import contract
 from training.trainer import checkpoint, config, sagemaker_job
 from training.trainer.__main__ import main
 from training.trainer.checkpoint import MARKER, checksum_problem, size_problem

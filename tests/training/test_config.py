@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from training import contract
+from training.request import contract
 from training.trainer import config
 from training.trainer.__main__ import main
 

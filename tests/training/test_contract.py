@@ -1,4 +1,4 @@
-"""training/contract.py: the names, types and regexes both wings rely on."""
+"""training/request/contract.py: the names, types and regexes both wings rely on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from training import contract as c
+from training.request import contract as c
 
 
 def test_both_spellings_and_sagemaker_strings_parse():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training import contract
+from training.request import contract
 from training.trainer.checkpoint import complete_checkpoints
 
 from .runner import (

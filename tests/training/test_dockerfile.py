@@ -12,7 +12,7 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from training import contract
+from training.request import contract
 from training.trainer import selfcheck
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
@@ -167,6 +167,13 @@ def test_requirements_copy_tolerates_a_missing_requirements_file(instructions):
 def test_dockerignore_keeps_caches_out():
     ignored = (TRAINING / ".dockerignore").read_text().split()
     assert "**/__pycache__" in ignored and "**/*.py[cod]" in ignored
+
+
+def test_the_development_measurements_stay_out_of_the_image():
+    from constructs_lib.image.project import SOURCE_EXCLUDES
+
+    assert "measure" in (TRAINING / ".dockerignore").read_text().split()
+    assert "measure" in SOURCE_EXCLUDES
 
 
 def test_the_build_passes_every_arg_the_dockerfile_declares_before_from(instructions):

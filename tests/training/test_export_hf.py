@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from training import contract
+from training.request import contract
 from training.trainer import export_hf, model, prepare, rotary
 
 from .runner import TINY, run_single

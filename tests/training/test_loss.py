@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from training.contract import ModelShape
+from training.request.contract import ModelShape
 from training.trainer import model, parallel
 from training.trainer.loss import IGNORE_INDEX, linear_cross_entropy
 

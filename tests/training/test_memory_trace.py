@@ -1,4 +1,4 @@
-"""The FSDP2 step memory tracer (training.trainer.memory_trace): exact parameter/optimizer bytes, what the
+"""The FSDP2 step memory tracer (training.measure.memory_trace): exact parameter/optimizer bytes, what the
 CUDA stand-ins save, and the CLI."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training import contract
-from training.trainer import memory_trace
+from training.measure import memory_trace
+from training.request import contract
 
 TINY = {"model_preset": "custom", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 128,
         "vocab_size": 256, "seq_length": 32, "batch_size": 2, "precision": "bf16"}  # fmt: skip

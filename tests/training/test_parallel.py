@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from training.contract import ModelShape
+from training.request.contract import ModelShape
 from training.trainer import model, parallel
 
 SHAPE = ModelShape(num_layers=2, hidden_size=16, num_heads=2, ffn_hidden_size=32, vocab_size=64)

@@ -1,4 +1,4 @@
-"""The memory/time/cost plan (training.plan): its closed form against traced steps, the issue's refusals and
+"""The memory/time/cost plan (training.request.plan): its closed form against traced steps, the issue's refusals and
 acceptance, the advice (each suggestion is re-checked to fit), the time and cost arithmetic, and its CLI."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from training import contract, plan, plan_agreement
+from training.measure import plan_agreement
+from training.request import contract, plan
 
 EIGHT_B_NO_AC_B200 = {  # the issue's first example: ~290+ GB of activations per GPU against 180 GB
     "hyperparameters": {"model_preset": "8b"},
@@ -31,7 +32,7 @@ SEED_HEADLINE = {  # 1b, mxfp8, 8192 tokens, batch 16, AC, one B200 node
 
 
 def test_plan_imports_no_torch():
-    code = "import sys, training.plan; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, training.request.plan; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

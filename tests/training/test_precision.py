@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from training import contract
+from training.request import contract
 from training.trainer import precision, selfcheck
 
 

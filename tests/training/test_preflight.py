@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
-from training import contract
+from training.request import contract
 from training.trainer import config, preflight, prepare, sagemaker_job
 from training.trainer.__main__ import main
 

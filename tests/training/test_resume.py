@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from training import contract
+from training.request import contract
 from training.trainer import checkpoint, prepare
 from training.trainer.checkpoint import complete_checkpoints
 

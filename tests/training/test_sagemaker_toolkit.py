@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from training import contract
+from training.request import contract
 from training.trainer import checkpoint
 
 from .runner import TINY, fields, toolkit_job

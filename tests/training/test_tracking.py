@@ -13,7 +13,7 @@ import pytest
 from mlflow import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from training import contract
+from training.request import contract
 from training.trainer import tensorboard
 from training.trainer.mlflow_log import MlflowLog
 

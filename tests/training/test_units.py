@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from training import contract
+from training.request import contract
 from training.trainer import checkpoint, data, loop, metrics, model
 
 SHAPE = contract.ModelShape(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256)

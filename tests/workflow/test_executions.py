@@ -28,8 +28,13 @@ from tests.workflow.harness import (
     moto_workflow,
 )
 from tests.workflow.stacks import build_workflow
-from training.contract import CHECKPOINT_LOCAL_PATH, DEFAULT_INSTANCE_TYPE, MODEL_DIR, metric_definitions
-from training.plan import make_plan
+from training.request.contract import (
+    CHECKPOINT_LOCAL_PATH,
+    DEFAULT_INSTANCE_TYPE,
+    MODEL_DIR,
+    metric_definitions,
+)
+from training.request.plan import make_plan
 
 MAX_CAPACITY_RETRIES = 2
 PLAN_ARN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"
@@ -249,7 +254,7 @@ def test_without_num_layers_the_model_preset_decides_the_depth(workflow):
     assert "num_layers" not in request["HyperParameters"]
     assert request["HyperParameters"]["model_preset"] == "8b"
     # ... and the trainer then takes the preset's 32 layers.
-    from training.contract import parse_hyperparameters
+    from training.request.contract import parse_hyperparameters
 
     assert parse_hyperparameters(request["HyperParameters"])["num_layers"] == 32
 

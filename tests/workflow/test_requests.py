@@ -19,7 +19,7 @@ from constructs_lib.workflow.request_check import RequestRules, decide, job_fiel
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
-from training.contract import RESUME_CHANNEL, TRAIN_CHANNEL
+from training.request.contract import RESUME_CHANNEL, TRAIN_CHANNEL
 
 CORPUS_SIZE = 220
 

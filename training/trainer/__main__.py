@@ -25,7 +25,7 @@ import sys
 
 import torch.distributed as dist
 
-from training import contract
+from training.request import contract
 from training.trainer import checkpoint, config, loop, parallel, precision, preflight, sagemaker_job
 
 

@@ -53,7 +53,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from training import contract
+from training.request import contract
 from training.trainer import sagemaker_job
 
 MARKER = "COMPLETE"

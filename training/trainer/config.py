@@ -1,6 +1,6 @@
 """Command line -> validated, frozen ``TrainConfig``.
 
-The options are generated from ``training.contract.HYPERPARAMETERS`` (both ``--num_layers`` and ``--num-layers``
+The options are generated from ``training.request.contract.HYPERPARAMETERS`` (both ``--num_layers`` and ``--num-layers``
 spellings, values as strings such as ``True``/``true``), so the trainer accepts exactly what the CDK side sends.
 Every error names the setting and exits non-zero before any process group is started.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from training import contract
+from training.request import contract
 from training.trainer.sagemaker_job import in_sagemaker, refuse
 
 # Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training import contract
+from training.request import contract
 
 
 class _PositionedBatches:

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from training import contract
+from training.request import contract
 from training.trainer.model import INIT_STD, NORM_EPS
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from training import contract
+from training.request import contract
 from training.trainer import checkpoint, data, export_hf, metrics, model, parallel, precision
 from training.trainer.config import TrainConfig
 from training.trainer.progress import Progress

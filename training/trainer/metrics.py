@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from training import contract
+from training.request import contract
 
 
 def gpu_name(device: torch.device) -> str | None:

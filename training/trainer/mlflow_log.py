@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from training import contract
+from training.request import contract
 
 DEFAULT_EXPERIMENT = "blackwell-training"
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from training.contract import POSITION_ENCODINGS, ModelShape
+from training.request.contract import POSITION_ENCODINGS, ModelShape
 from training.trainer.loss import linear_cross_entropy
 from training.trainer.rotary import Rope, apply_rotary
 

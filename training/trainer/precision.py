@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from training import contract
+from training.request import contract
 
 TE_RECIPE_MODULE = "transformer_engine.common.recipe"
 TE_TORCH_MODULE = "transformer_engine.pytorch"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training import contract
+from training.request import contract
 from training.trainer import checkpoint, data
 
 SCAN_CHUNK = 1 << 24

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from training import contract
+from training.request import contract
 
 RESOURCE_CONFIG = Path("/opt/ml/input/config/resourceconfig.json")
 """Written by SageMaker into every training container."""

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-from training import contract
+from training.request import contract
 
 EXPECTED_TE_VERSION = "2.11.0"
 TRAINER_MODULES = (

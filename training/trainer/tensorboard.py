@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from training import contract
+from training.request import contract
 
 
 def log_dir(requested: str | None, config_file: str = contract.TENSORBOARD_CONFIG_FILE) -> str | None:

@@ -586,6 +586,9 @@ def test_tag_follows_the_content_of_training(tmp_path):
     (copy / "trainer" / "__pycache__").mkdir(exist_ok=True)
     (copy / "trainer" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"cache")
     assert _tag_of(copy) == first  # caches are excluded
+    bench = copy / "measure" / "benchmark.py"
+    bench.write_text(bench.read_text() + "\n# changed\n")
+    assert _tag_of(copy) == first  # development measurements are not in the image
     loop = copy / "trainer" / "loop.py"
     loop.write_text(loop.read_text() + "\n# changed\n")
     changed = _tag_of(copy)

@@ -16,7 +16,7 @@ from constructs_lib.workflow.request_check import RequestRules, job_fields, vali
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve
 from tests.workflow.stacks import build_workflow
-from training import contract
+from training.request import contract
 
 MLFLOW = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team"
 SEARCH = re.compile(r"""^SEARCH\('\{"([^"]+)",(\w+)\} MetricName="([^"]+)" (.+)', '(\w+)', 60\)$""")

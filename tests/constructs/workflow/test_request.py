@@ -2,7 +2,7 @@
 
 from constructs_lib.workflow.request import resource_config, training_job_request
 from constructs_lib.workflow.request_check import RequestRules, job_fields, prepare_request
-from training.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
+from training.request.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
 
 BASE = dict(
     role_arn="arn:aws:iam::123456789012:role/exec",
@@ -91,7 +91,7 @@ def _create_training_job_member(name: str):
 def test_tensorboard_output_goes_under_the_output_prefix_per_execution_and_fits_the_api() -> None:
     import re
 
-    from training.contract import TENSORBOARD_LOCAL_PATH
+    from training.request.contract import TENSORBOARD_LOCAL_PATH
 
     assert "TensorBoardOutputConfig" not in training_job_request(**BASE)
     config = training_job_request(**BASE, tensorboard_segment="Stack-Workflow")["TensorBoardOutputConfig"]

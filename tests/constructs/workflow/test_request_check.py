@@ -23,7 +23,7 @@ from constructs_lib.workflow.request_check import (
     sagemaker_limits,
     validate_request,
 )
-from training import contract
+from training.request import contract
 
 REGION = "us-west-2"
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200-week"
@@ -455,7 +455,7 @@ def test_limits_and_rules_of_an_earlier_deployment_still_check_the_new_fields():
     assert validate_request({"tags": {"aws:x": "1"}}, rules)[0].startswith("tags.aws:x: reserved")
 
 
-# ---- the memory plan (training.plan) ------------------------------------------------------------------------------
+# ---- the memory plan (training.request.plan) ------------------------------------------------------------------------------
 
 EIGHT_B_NO_AC = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8}
 

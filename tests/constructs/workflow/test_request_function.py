@@ -41,8 +41,9 @@ def test_asset_holds_only_what_the_handler_imports():
         "constructs_lib/workflow/request_fields.py",
         "constructs_lib/workflow/request_rules.py",
         "training/__init__.py",
-        "training/contract.py",
-        "training/plan.py",
+        "training/request/__init__.py",
+        "training/request/contract.py",
+        "training/request/plan.py",
     ]
     for package in ("constructs_lib", "constructs_lib/workflow", "training"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
@@ -64,7 +65,7 @@ def test_handler_runs_from_the_asset_alone(tmp_path):
 
 
 def test_memory_estimate_runs_from_the_asset_alone(tmp_path):
-    """The plan (training/plan.py, standard library only) refuses what cannot fit, inside the asset, with -S."""
+    """The plan (training/request/plan.py, standard library only) refuses what cannot fit, inside the asset, with -S."""
     rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
     requests = [
         {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8},

@@ -1,10 +1,11 @@
 """Know before paying: one request's per-GPU peak memory by part, its time and its cost, in closed form.
 
-Pure Python (standard library and ``training.contract`` only, no torch): it runs in the request-check Lambda, in
-the operator CLI and at synth. ``python -m training.plan RUN.json [--json]`` prints the closed form;
-``--measure`` traces one real FSDP2 step of the trainer's own model on this CPU instead (the reference the closed
-form is checked against, ``training.trainer.memory_trace``, imported only then); ``--table`` prints the agreement
-table of :mod:`training.plan_agreement`.
+Pure Python (standard library and ``training.request.contract`` only, no torch): it runs in the request-check Lambda, in
+the operator CLI and at synth. ``python -m training.request.plan RUN.json [--json]`` prints the closed form. The
+measured reference it is checked against lives with the development measurements, which import this module and
+never the other way round: ``python -m training.measure.memory_trace --request RUN.json`` traces one real FSDP2 step
+of the trainer's own model on this CPU, and ``python -m training.measure.plan_agreement`` prints the agreement
+table.
 
 The memory model (bytes per GPU; P parameters, Pb one block's, Pr the root's = embedding + head + final norm,
 W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V/nh the model's widths):
@@ -32,7 +33,7 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   after a block's recompute and at the end of its backward (with it), the root's reduce-scatter (FSDP2 frees the
   gathered weights first) and the optimizer step. The per-token gradients in flight inside a block's backward
   (4f + 2h and 18h bytes without activation checkpointing, 9h and 8(h + f) with it) are fitted to the traced
-  reference (``python -m training.plan_agreement``); every other term is derived tensor by tensor.
+  reference (``python -m training.measure.plan_agreement``); every other term is derived tensor by tensor.
 * Transformer Engine precisions (not traceable here: no GPU, no TE), checked at TE tag v2.11: GEMM inputs saved
   quantized (1 byte per value for fp8, 1 + 1/32 for mxfp8's E8M0 block scales, 0.5 + 1/16 for nvfp4;
   ``module/linear.py`` keeps only the column-wise usage of the saved input, lines 396-399), each layer's quantized
@@ -53,7 +54,6 @@ A request fits when the estimate is at most ``HEADROOM`` x the GPU's memory (the
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import sys
@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from training import contract
+from training.request import contract
 
 GIB = 2**30
 HEADROOM = 0.95
@@ -143,7 +143,7 @@ class Setup:
         return self.batch_size * self.seq_length
 
 
-def _trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
+def trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
     """The trainer's settings of an execution input: its ``hyperparameters`` with the top-level ones set over them."""
     settings = dict(request.get("hyperparameters") or {})
     settings.update({k: request[k] for k in contract.TOP_LEVEL_SETTINGS if request.get(k) is not None})
@@ -153,7 +153,7 @@ def _trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
 def setup_from_request(request: Mapping[str, Any]) -> Setup:
     """A :class:`Setup` from an execution input (the workflow's fields; absent ones take the trainer's and the
     workflow's defaults). Raises ``contract.ContractError`` naming a bad setting."""
-    values = contract.parse_hyperparameters(_trainer_settings(request))
+    values = contract.parse_hyperparameters(trainer_settings(request))
     instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
     if instance_type not in contract.GPU_INSTANCE_TYPES:
         raise contract.ContractError(
@@ -606,23 +606,6 @@ def refusal(plan: Plan) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def measure(request: Mapping[str, Any]) -> dict[str, Any]:
-    """Trace one FSDP2 step of the trainer's own model for an execution input on this CPU (needs torch, imported
-    only here): ``{"peak_gib", "parts_gib", ...}`` of ``training.trainer.memory_trace.trace_step``, with the world
-    size of the request's instance type and count."""
-    memory_trace = importlib.import_module("training.trainer.memory_trace")  # torch: only when measuring
-    setup = setup_from_request(request)
-    return memory_trace.trace_step(_trainer_settings(request), world_size=setup.world_size)
-
-
-def format_measured(measured: Mapping[str, Any]) -> str:
-    lines = [f"traced peak {measured['peak_gib']:.2f} GiB per GPU (live tensors; no allowance)"]
-    for name, gib in sorted(measured["parts_gib"].items(), key=lambda kv: -kv[1]):
-        if gib > 0:
-            lines.append(f"  {name:<40} {gib:9.3f} GiB")
-    return "\n".join(lines)
-
-
 def format_plan(plan: Plan) -> str:
     """The plan as plain text (the operator CLI draws its own rich table from :meth:`Plan.to_dict`)."""
     d = plan.to_dict()
@@ -652,28 +635,17 @@ def format_plan(plan: Plan) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("file", nargs="?", help="the execution input (JSON file; - for standard input)")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument(
-        "--measure", action="store_true", help="trace one FSDP2 step on this CPU (needs torch)"
+    parser = argparse.ArgumentParser(
+        prog="python -m training.request.plan", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--table", action="store_true", help="print the closed form against traced steps")
+    parser.add_argument("file", help="the execution input (JSON file; - for standard input)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
-    if args.table:
-        agreement = importlib.import_module("training.plan_agreement")  # traces: needs torch
-        return agreement.main(["--json"] if args.json else [])
-    if not args.file:
-        parser.error("give the execution input file (or --table)")
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
         request = json.loads(text)
         if not isinstance(request, dict):
             raise ValueError("the execution input must be a JSON object")
-        if args.measure:
-            measured = measure(request)
-            print(json.dumps(measured, indent=2) if args.json else format_measured(measured))
-            return 0
         plan = make_plan(request)
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Exit-status check: run many finished 2-process trainer runs under torchrun and count their exit codes.
 
-    python -m training.exit_status_check                 # 30 runs of a tiny CPU model (gloo), a few minutes
-    python -m training.exit_status_check --runs 60 --nproc 2
+    python -m training.measure.exit_status_check                 # 30 runs of a tiny CPU model (gloo), a few minutes
+    python -m training.measure.exit_status_check --runs 60 --nproc 2
 
 Each run trains a tiny model for a few steps with a checkpoint mid-run and at the end, saves the model, and
 exits. A finished run must exit 0 every time; the script prints one line per run, then the count of each exit

@@ -91,7 +91,7 @@ TOP_LEVEL_SETTINGS: tuple[str, ...] = (
     "activation_checkpointing",
 )
 """Trainer settings that are top-level fields of the workflow's execution input (not inside ``hyperparameters``):
-the request check and ``training.plan`` merge them over the ``hyperparameters`` the same way."""
+the request check and ``training.request.plan`` merge them over the ``hyperparameters`` the same way."""
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 
 
@@ -242,7 +242,7 @@ def flops_per_token(shape: ModelShape, seq_length: int) -> float:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
     ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
     lookup; the LM head counts). The second term is attention's QK^T and AV matmuls, counted in full although the
-    causal mask skips about half. Used by the trainer's MFU and by ``training.plan``'s time estimate."""
+    causal mask skips about half. Used by the trainer's MFU and by ``training.request.plan``'s time estimate."""
     matmul_params = shape.parameter_count() - shape.vocab_size * shape.hidden_size
     return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
 

@@ -1,8 +1,8 @@
 """Throughput benchmark: our trainer next to a bare FSDP2 loop on the same model, over a grid.
 
-    python -m training.benchmark                      # CPU: a tiny model, fp32, 5 alternating runs (about a minute)
-    python -m training.benchmark --preset 1b          # GPU default: the 1B preset at seq 8192
-    torchrun --nproc-per-node 8 -m training.benchmark --preset 1b --seq-length 4096 --batch-sizes 1,4,16
+    python -m training.measure.benchmark                      # CPU: a tiny model, fp32, 5 alternating runs (about a minute)
+    python -m training.measure.benchmark --preset 1b          # GPU default: the 1B preset at seq 8192
+    torchrun --nproc-per-node 8 -m training.measure.benchmark --preset 1b --seq-length 4096 --batch-sizes 1,4,16
 
 Grid: batch size x activation checkpointing x precision (GPU: bf16 and fp16, plus fp8/mxfp8/nvfp4 when
 Transformer Engine is installed and the GPU supports them; CPU: fp32). For each cell it prints tokens/s per GPU,
@@ -23,7 +23,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from training import contract
+from training.request import contract
 from training.trainer import config, data, loop, metrics, parallel, precision
 
 TINY = {"model_preset": "custom", "num_layers": 2, "hidden_size": 128, "num_heads": 4, "ffn_hidden_size": 256,

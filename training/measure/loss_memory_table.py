@@ -1,8 +1,8 @@
 """Print the README's chunked-loss table: the traced per-GPU peak memory of one training step with the loss
-unchunked and chunked (``training.trainer.memory_trace``), over micro-batch sizes and vocabularies.
+unchunked and chunked (``training.measure.memory_trace``), over micro-batch sizes and vocabularies.
 
-    python -m training.loss_memory_table                  # 1b, seq 8192, AC, world 8, micro-batch 1/4/16
-    python -m training.loss_memory_table --layers 4       # a shallower model, where tracing takes too long
+    python -m training.measure.loss_memory_table                  # 1b, seq 8192, AC, world 8, micro-batch 1/4/16
+    python -m training.measure.loss_memory_table --layers 4       # a shallower model, where tracing takes too long
 
 Each row is one trace (about 5-15 s on a 2-core CPU); nothing is asserted, numbers are printed.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from training import contract
-from training.trainer import memory_trace
+from training.measure import memory_trace
+from training.request import contract
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

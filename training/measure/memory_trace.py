@@ -1,7 +1,8 @@
 """Measure one FSDP2 training step's per-GPU memory on a CPU machine, without a GPU: the measured reference for
 memory estimates.
 
-    python -m training.trainer.memory_trace --preset 1b --seq 8192 --batch 4 --ac --world 8 --json
+    python -m training.measure.memory_trace --preset 1b --seq 8192 --batch 4 --ac --world 8 --json
+    python -m training.measure.memory_trace --request run.json    # an execution input, as `plan` reads it
 
 The trainer's own model code (the torch path: ``model.build_model``, ``parallel.shard_model``, the trainer's AdamW
 and gradient clipping) runs one step for rank 0 of ``world`` ranks, on fake tensors (``FakeTensorMode``: shapes and
@@ -27,14 +28,15 @@ import math
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from training import contract
-from training.plan import GIB
+from training.request import contract, plan
+from training.request.plan import GIB
 
 PARTS: Mapping[str, str] = {
     "Sharded Param": "sharded_parameters",
@@ -152,6 +154,13 @@ def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[s
     }
 
 
+def trace_request(request: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`trace_step` for an execution input (the workflow's fields, as ``training.request.plan`` reads them),
+    with the world size of its instance type and count: the measured reference of that request's plan."""
+    world_size = plan.setup_from_request(request).world_size
+    return trace_step(plan.trainer_settings(request), world_size=world_size)
+
+
 _REPORTED = (
     "model_preset",
     *contract.MODEL_DIM_NAMES,
@@ -235,7 +244,7 @@ def _module_peaks(tracker: Any) -> dict[str, float]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m training.trainer.memory_trace", description=__doc__.splitlines()[0]
+        prog="python -m training.measure.memory_trace", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--preset", default="1b", help=f"One of {', '.join(contract.MODEL_PRESET_NAMES)}.")
     parser.add_argument("--layers", type=int, default=None, help="num_layers (default: the preset's).")
@@ -250,6 +259,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="Tokens per loss chunk (0: unchunked; default: the contract's).",
+    )
+    parser.add_argument(
+        "--request",
+        metavar="FILE",
+        help="Trace an execution input (a JSON file, as `plan` reads it) instead of the options above.",
     )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     return parser.parse_args(argv)
@@ -269,14 +283,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     settings = {key: value for key, value in settings.items() if value is not None}
     try:
-        result = trace_step(settings, world_size=args.world)
-    except contract.ContractError as err:
+        if args.request:
+            request = json.loads(Path(args.request).read_text(encoding="utf-8"))
+            if not isinstance(request, dict):
+                raise contract.ContractError("request", "the execution input must be a JSON object")
+            result = trace_request(request)
+        else:
+            result = trace_step(settings, world_size=args.world)
+    except (contract.ContractError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return 0
-    print(f"peak {result['peak_gib']:.3f} GiB per GPU (rank 0 of {args.world}), traced in "
+    print(f"peak {result['peak_gib']:.3f} GiB per GPU (rank 0 of {result['world_size']}), traced in "
           f"{result['trace_seconds']:.1f} s")  # fmt: skip
     for part, gib in sorted(result["parts_gib"].items(), key=lambda item: -item[1]):
         print(f"  {part:<24} {gib:8.3f} GiB")

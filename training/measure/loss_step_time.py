@@ -2,7 +2,7 @@
 (forward, backward, gradient clipping, AdamW), one thread, interleaved rounds, so that other processes on a shared
 machine do not decide the comparison (``make bench``'s wall-clock figures move by tens of percent there).
 
-    python -m training.loss_step_time            # loss_chunk_tokens 0, the default, and 32 (several chunks)
+    python -m training.measure.loss_step_time            # loss_chunk_tokens 0, the default, and 32 (several chunks)
 
 Prints the median step time per cell and the change against unchunked; asserts nothing.
 """
@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from training import contract
-from training.benchmark import TINY
+from training.measure.benchmark import TINY
+from training.request import contract
 from training.trainer import model
 
 SEQ = 64

@@ -1,6 +1,6 @@
-"""The memory plan's closed form (``training.plan``) against traced FSDP2 steps (``training.trainer.memory_trace``).
+"""The memory plan's closed form (``training.request.plan``) against traced FSDP2 steps (``training.measure.memory_trace``).
 
-``python -m training.plan_agreement [--json] [--rows N,M]`` traces each configuration of :data:`ROWS` on this CPU
+``python -m training.measure.plan_agreement [--json] [--rows N,M]`` traces each configuration of :data:`ROWS` on this CPU
 (a few seconds each) and prints the closed form's live tensors next to the traced peak (both without the
 allowance, which no tracer sees) and their difference. Layer counts are shrunk where noted (``layers``): the
 trace's time grows with the layers, the agreement does not depend on them (every per-layer term is traced in
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from training import contract, plan
+from training.request import contract, plan
 
 TOLERANCE = 0.05
 """The closed form must be within 5% of every traced row."""
@@ -112,7 +112,9 @@ def evaluate(row: Row) -> dict[str, Any]:
     if not row.traceable:
         result.update(traced_gib=None, difference=None, note="TE precision: not traceable without a GPU")
         return result
-    traced = plan.measure(row.request())
+    from training.measure import memory_trace  # torch: only for the traced rows
+
+    traced = memory_trace.trace_request(row.request())
     result.update(
         traced_gib=round(traced["peak_gib"], 3),
         difference=round(estimate / traced["peak_gib"] - 1, 4),
@@ -135,7 +137,7 @@ def format_table(results: Sequence[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m training.plan_agreement", description=__doc__.splitlines()[0]
+        prog="python -m training.measure.plan_agreement", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--rows", help="comma-separated row numbers (0-based) to run; default all")

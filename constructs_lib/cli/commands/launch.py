@@ -1,0 +1,98 @@
+"""Before and at launch: ``validate`` (the workflow's own check, offline or against the deployed rules), ``plan``
+(memory, time and cost before paying) and ``submit`` (check with the deployed rules, then start a run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from constructs_lib.cli import render
+from constructs_lib.cli.commands.follow import watch_until_ended
+from constructs_lib.cli.errors import InvalidRequest
+from constructs_lib.cli.request import plan_request, validate
+from constructs_lib.cli.shell import EXIT_INVALID, EXIT_OK, Parents, Shell
+
+
+def register(sub: Any, parents: Parents) -> dict[str, Any]:
+    """Add ``validate``, ``plan`` and ``submit`` to the subcommands; their handlers by name."""
+    common, request, polling = parents.common, parents.request, parents.polling
+    validate_cmd = sub.add_parser(
+        "validate",
+        parents=[common, request],
+        help="check a request: offline with cdk.json's settings, or with --deployed the deployed workflow's rules",
+        description="Check a request with the workflow's own validation. By default offline, no AWS call: under "
+        "the rules cdk.json deploys. With --deployed (or --stack), under the exact rules of the deployed "
+        "workflow, read from its state machine (what submit checks). Exit 0 valid, 2 with every problem listed.",
+    )
+    validate_cmd.add_argument(
+        "--deployed",
+        action="store_true",
+        help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
+        "implied by --stack",
+    )
+    plan = sub.add_parser(
+        "plan",
+        parents=[common, request],
+        help="a request's per-GPU peak memory by part, time and cost, before paying",
+        description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
+        "headroom), its throughput, run time and on-demand cost (training/request/plan.py's closed form), and when it "
+        "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or "
+        "--stack) under the deployed workflow's rules. Exit 0 when it fits, 2 when it does not or is invalid.",
+    )
+    plan.add_argument(
+        "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
+    )
+    submit = sub.add_parser(
+        "submit",
+        parents=[common, request, polling],
+        help="validate with the deployed workflow's rules, then start a run",
+        description="Check the request with the deployed workflow's own rules (read from its state machine: "
+        "nothing starts when it would be refused; exit 2 lists every problem), then start it and print its "
+        "name and console link. No FILE: the workflow's defaults plus --set.",
+    )
+    submit.add_argument("--name", help="run (execution) name (default: <job_name_prefix>-<UTC time>-<hex>)")
+    submit.add_argument("--wait", action="store_true", help="then watch it until it ends")
+    return {"validate": do_validate, "plan": do_plan, "submit": do_submit}
+
+
+def do_validate(shell: Shell) -> int:
+    request = shell.request()
+    if shell.args.deployed or shell.args.stack:
+        problems = shell.runs.check(request)
+    else:
+        problems = validate(request, shell.project.rules())
+    if problems:
+        raise InvalidRequest(problems)
+    if shell.args.json:
+        shell.emit({"valid": True, "problems": []})
+    else:
+        shell.out.print("valid", markup=False)
+    return EXIT_OK
+
+
+def do_plan(shell: Shell) -> int:
+    request = shell.request()
+    rules = shell.runs.rules if shell.args.deployed or shell.args.stack else shell.project.rules()
+    planned = plan_request(request, rules)
+    if shell.args.json:
+        shell.emit(planned)
+    else:
+        render.print_plan(shell.out, planned)
+    return EXIT_OK if planned["fits"] else EXIT_INVALID
+
+
+def do_submit(shell: Shell) -> int:
+    request = shell.request()
+    try:
+        planned: dict[str, Any] | None = plan_request(request, shell.runs.rules)
+    except InvalidRequest:
+        planned = None  # submit's own check lists every problem
+    if planned is not None and not shell.args.json:
+        render.print_plan(shell.out, planned)
+    run = shell.runs.submit(request, name=shell.args.name)
+    if shell.args.json and not shell.args.wait:
+        shell.emit({"name": run.name, "arn": run.arn, "links": run.links, "plan": planned})
+    elif not shell.args.json:
+        shell.out.print(f"started run {run.name}", markup=False)
+        shell.out.print(f"  execution: {run.links['execution']}", markup=False)
+        shell.out.print(f"  follow it: blackwell-training watch {run.name}", markup=False)
+    return watch_until_ended(shell, run.name) if shell.args.wait else EXIT_OK
