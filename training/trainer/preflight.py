@@ -1,6 +1,7 @@
-"""Checks before step 1, before any process group: output folders writable, the checkpoint to resume of the run's
-model shape, data present and consistent with the settings (metadata, token ids below the vocabulary), enough
-tokens for one global batch.
+"""Checks before step 1, before any process group: the ``init_from`` model's weights
+(``weights.check_init_from``), output folders writable, the checkpoint to resume of the run's model shape, data
+present and consistent with the settings (metadata, token ids below the vocabulary), enough tokens for one global
+batch.
 
 Each check raises ``contract.ContractError`` naming the setting and what is allowed, so a bad run fails in
 seconds instead of at its first checkpoint or mid-run.
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from training.request import contract
-from training.trainer import checkpoint, data
+from training.trainer import checkpoint, data, weights
 
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time by the full scan of files without metadata."""
@@ -23,6 +24,7 @@ SCAN_CHUNK = 1 << 24
 
 def check(cfg, world_size: int) -> None:
     """Every check, for a run of ``world_size`` processes."""
+    weights.check_init_from(cfg)  # first: a refused init_from folder leaves nothing written
     for field in ("checkpoint_dir", "model_dir"):
         check_writable(getattr(cfg, field), field)
     check_checkpoint_shape(cfg)
