@@ -66,3 +66,31 @@ def tiny_llama(folder: Path, *, tied: bool, seed: int = 0, **changes) -> LlamaFo
 
 def tokens(batch: int = 2, seq: int = SEQ, vocab: int = 96, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+BROKEN = {
+    "missing tensor": "has no tensor model.layers.1.mlp.up_proj.weight",
+    "wrong shape": "model.layers.1.mlp.up_proj.weight in wrong.safetensors has shape (96, 32)",
+    "unsupported model_type": "model_type 'mistral' is not supported; supported: llama",
+}
+"""Folders the trainer must refuse before step 1, and a fragment of each refusal."""
+
+
+def broken_llama(folder: Path, kind: str) -> Path:
+    """A tiny Llama folder with one of the ``BROKEN`` faults."""
+    from safetensors.torch import save_file
+
+    tiny_llama(folder, tied=False)
+    index_file = folder / "model.safetensors.index.json"
+    index = json.loads(index_file.read_text())
+    key = "model.layers.1.mlp.up_proj.weight"
+    if kind == "missing tensor":
+        del index["weight_map"][key]
+    elif kind == "wrong shape":
+        save_file({key: torch.zeros(96, 32)}, str(folder / "wrong.safetensors"))
+        index["weight_map"][key] = "wrong.safetensors"
+    else:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
+    index_file.write_text(json.dumps(index))
+    return folder

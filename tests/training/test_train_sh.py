@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from .hf_models import BROKEN, broken_llama
 from .runner import ROOT, env
 
 TRAIN_SH = ROOT / "training" / "train.sh"
@@ -94,3 +95,23 @@ def test_gpus_and_multi_node_layout_from_sm_hosts(stub_env, tmp_path):
     )
     proc = train_sh(GOOD, {**environment, "MASTER_PORT": "6000"})
     assert "--master-port=6000 " in torchrun_line(proc)
+
+
+@pytest.mark.parametrize("kind", list(BROKEN))
+def test_an_unusable_init_from_folder_fails_before_torchrun_and_becomes_the_failure_reason(
+    stub_env, tmp_path, kind
+):
+    folder = broken_llama(tmp_path / "source", kind)
+    output = tmp_path / "output"
+    environment = {**stub_env, "SM_MODEL_DIR": str(tmp_path / "sm_model"), "SM_OUTPUT_DIR": str(output)}
+    args = ["--init_from", str(folder), "--precision", "fp32", "--seq-length", "32",
+            "--checkpoint_dir", str(tmp_path / "ckpt"), "--model_dir", str(tmp_path / "model")]  # fmt: skip
+    proc = train_sh(args, environment)
+    assert proc.returncode == 2 and "TORCHRUN" not in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: invalid setting init_from: {folder}: "), (
+        proc.stderr
+    )
+    assert BROKEN[kind] in errors[0]
+    assert (output / "failure").read_text() == errors[0].removeprefix("error: ") + "\n"
+    assert not any((tmp_path / name).exists() for name in ("ckpt", "model", "sm_model"))  # nothing else written

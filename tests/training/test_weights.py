@@ -10,10 +10,13 @@ collectives do nothing, and none is needed: every rank makes its shard from the 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +29,7 @@ from training.request import contract, hf_config
 from training.trainer import export_hf, llama_layout, model, parallel, rotary, weights
 
 from .hf_models import ORIGINAL_MAX_POSITIONS, tiny_llama, tokens
+from .runner import ROOT, cli_args, env
 
 SHAPE = contract.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
 """42 vocabulary rows and 64-row fused QKV: uneven shards at world size 4 (11, 11, 11, 9 rows)."""
@@ -350,3 +354,56 @@ def test_a_sharded_parameter_takes_the_torch_chunk_of_its_rank():
     assert weights.seed_of(1, "a") != weights.seed_of(1, "b") and weights.seed_of(1, "a") == weights.seed_of(
         1, "a"
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Under torchrun on gloo: the trainer's own build, sharded forward and gathered state
+# ---------------------------------------------------------------------------------------------------------------
+
+PROBE_SETTINGS = {"precision": "fp32", "seq_length": "32", "deterministic": "true"}
+
+
+def probe(tmp_path, settings: dict[str, str], nproc: int) -> dict:
+    """``weights_probe`` under torchrun with ``nproc`` gloo ranks: rank 0's saved state, logits and loss."""
+    out = tmp_path / f"probe_{nproc}.pt"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               str(Path(__file__).with_name("weights_probe.py")), str(out), *cli_args(settings)]  # fmt: skip
+    proc = subprocess.run(command, env=env(), cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return torch.load(out, weights_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_on_two_gloo_ranks_an_imported_llama_gives_transformers_logits_and_loss(tmp_path, tied):
+    reference = tiny_llama(tmp_path / "hf", tied=tied)
+    result = probe(tmp_path, {**PROBE_SETTINGS, "init_from": str(tmp_path / "hf")}, nproc=2)
+    inputs, targets = result["tokens"][:, :-1], result["tokens"][:, 1:]
+    assert inputs.shape[1] > ORIGINAL_MAX_POSITIONS
+    with torch.no_grad():
+        theirs = reference(inputs).logits
+        their_loss = torch.nn.functional.cross_entropy(theirs.reshape(-1, 96), targets.reshape(-1))
+    torch.testing.assert_close(result["logits"], theirs, rtol=0, atol=1e-5)
+    torch.testing.assert_close(result["loss"], their_loss, rtol=0, atol=1e-5)
+    llama = export_hf.to_hf_state_dict(result["state"], contract.model_shape(reference_settings(tied)))
+    assert all(
+        torch.equal(llama[name], value) for name, value in reference.state_dict().items() if name in llama
+    )
+
+
+def reference_settings(tied: bool) -> dict:
+    return {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 96, "vocab_size": 96,
+            "num_kv_heads": 2, "tie_embeddings": tied}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_gathered_initial_model_is_bit_identical_for_world_sizes_1_2_and_4(tmp_path):
+    settings = {**PROBE_SETTINGS, **TINY_GQA}
+    states = {nproc: probe(tmp_path, settings, nproc)["state"] for nproc in (1, 2, 4)}
+    assert states[1].keys() == states[2].keys() == states[4].keys()
+    for nproc in (2, 4):
+        assert all(torch.equal(states[nproc][name], value) for name, value in states[1].items()), nproc
+
+
+TINY_GQA = {"model_preset": "custom", "num_layers": "2", "hidden_size": "64", "num_heads": "4", "num_kv_heads": "2",
+            "ffn_hidden_size": "96", "vocab_size": "90"}  # fmt: skip
