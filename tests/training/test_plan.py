@@ -47,6 +47,10 @@ def test_plan_imports_no_torch():
         plan_agreement.Row("1b", 2, 32_000, 1, False, 8, precision="fp32", loss_chunk_tokens=0),
         # RoPE's rotated query and key are saved per layer (the default); NoPE saves neither
         plan_agreement.Row("1b", 2, 32_000, 2, False, 8, position_encoding="none"),
+        # grouped-query attention (8 key/value heads: narrower QKV, key and value) and tied embeddings (Llama 3.2)
+        plan_agreement.Row("llama3.1-8b", 2, 128_256, 1, False, 8),
+        plan_agreement.Row("llama3.2-1b", 2, 128_256, 1, False, 16),
+        plan_agreement.Row("llama3.2-3b", 2, 128_256, 2, True, 8),
     ],
     ids=lambda row: row.label(),
 )

@@ -33,7 +33,9 @@ def test_torch_model_matches_the_contract_parameter_count():
 @pytest.mark.parametrize("tied", [False, True])
 def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
     shape = contract.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
-    net = model.build_model(shape, use_te=False, activation_checkpointing=False, te_params_dtype=torch.float32)
+    net = model.build_model(
+        shape, use_te=False, activation_checkpointing=False, te_params_dtype=torch.float32
+    )
     assert sum(p.numel() for p in net.parameters()) == shape.parameter_count()
     assert ("head.weight" in dict(net.named_parameters())) is not tied
 

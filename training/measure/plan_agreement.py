@@ -91,14 +91,21 @@ ROWS: tuple[Row, ...] = (
     Row("1b", 4, 32_000, 2, True, 8, precision="fp32"),
     Row("8b", 2, 128_256, 1, False, 16, precision="fp32"),
     Row("1b", 16, 32_000, 1, False, 8, position_encoding="none"),
+    Row("llama3.1-8b", 4, 128_256, 1, False, 8),
+    Row("llama3.1-8b", 4, 128_256, 1, True, 16),
+    Row("llama3.1-70b", 2, 128_256, 1, True, 16),
+    Row("llama3.2-1b", 16, 128_256, 1, False, 8),
+    Row("llama3.2-1b", 16, 128_256, 4, True, 16),
+    Row("llama3.2-3b", 4, 128_256, 2, False, 8),
     Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
     Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
     Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
 )
 """At least 12 traced configurations: presets 1b and 8b, micro-batch 1 and 4, AC on and off, world size 8 and 16,
 vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers), the loss chunked (the contract's default) and
-unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default) and none; then TE rows (closed
-form only)."""
+unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default) and none; the Llama 3.x presets
+(grouped-query attention with 8 key/value heads, llama3 RoPE scaling; 3.2 1B and 3B with tied embeddings); then TE
+rows (closed form only)."""
 
 
 def closed_form_gib(row: Row) -> float:
