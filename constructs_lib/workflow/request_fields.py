@@ -21,6 +21,7 @@ from constructs_lib.workflow.request_rules import (
     DATA_INPUT_MODES,
     ENVIRONMENT_PREFIXES,
     EXECUTION_NAME,
+    INPUT_FIELD_HYPERPARAMETERS,
     INSTANCE_STORAGE_TYPES,
     MAX_RUNTIME_SECONDS_LIMIT,
     MLFLOW_ENVIRONMENT,
@@ -30,9 +31,11 @@ from constructs_lib.workflow.request_rules import (
     UUID_LENGTH,
     RequestRules,
 )
+from training.request import hf_config
 from training.request.contract import (
     HYPERPARAMETERS_BY_NAME,
     PRECISIONS,
+    WEIGHTS_CHANNEL_DIR,
     ContractError,
     instance_types_supporting,
     normalize_name,
@@ -65,7 +68,7 @@ def check_field(name: str, value: Any, rules: RequestRules) -> str | None:
 
 
 _OPTIONAL = frozenset(  # null allowed
-    {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from"}
+    {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from", "init_from"}
 )
 
 
@@ -153,6 +156,7 @@ _FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
     "train_data_uri": _data_uri_ok,
     "train_data_input_mode": lambda v, r: v in DATA_INPUT_MODES and v in r.sagemaker()["TrainingInputMode"],
     "resume_from": _execution_name_ok,
+    "init_from": _data_uri_ok,
     "keep_alive_seconds": _int_between(lambda r: 0, lambda r: r.max_keep_alive_seconds),
     "infra_check": lambda v, r: isinstance(v, bool),
     "tags": lambda v, r: _string_map(v),
@@ -203,6 +207,12 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
         text = f"a training plan ARN arn:aws:sagemaker:{region}:<12 digits>:training-plan/<name>"
     elif name == "train_data_uri":
         text = "an s3:// prefix ending in '/' under one of " + ", ".join(rules.data_source_uris())
+    elif name == "init_from":
+        text = (
+            "an s3:// prefix ending in '/' under one of "
+            + ", ".join(rules.data_source_uris())
+            + f" holding a Hugging Face {hf_config.ARCHITECTURE} folder (config.json and safetensors)"
+        )
     elif name == "train_data_input_mode":
         text = "one of " + ", ".join(DATA_INPUT_MODES)
     else:  # resume_from
@@ -345,6 +355,10 @@ def setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[
                 f"{where}: set by the platform ({PLATFORM_HYPERPARAMETERS[name]}, the path SageMaker syncs); "
                 "it cannot be set from an execution"
             )
+        elif name in INPUT_FIELD_HYPERPARAMETERS:
+            problems.append(
+                f"{where}: set by the platform from {INPUT_FIELD_HYPERPARAMETERS[name]}; set that field"
+            )
         elif name in TOP_LEVEL_HYPERPARAMETERS:
             problems.append(
                 f"{where}: is the top-level input field {name}; set it there, not in hyperparameters"
@@ -361,7 +375,9 @@ def setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[
         settable = [
             n
             for n in HYPERPARAMETERS_BY_NAME
-            if n not in PLATFORM_HYPERPARAMETERS and n not in TOP_LEVEL_HYPERPARAMETERS
+            if n not in PLATFORM_HYPERPARAMETERS
+            and n not in TOP_LEVEL_HYPERPARAMETERS
+            and n not in INPUT_FIELD_HYPERPARAMETERS
         ]
         problems.insert(
             0,
@@ -371,13 +387,19 @@ def setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[
     return given, problems
 
 
-def hyperparameter_map(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, str], list[str]]:
-    """The ``HyperParameters`` map: the input's trainer settings, the top-level ones, the data switch and the
-    platform's paths; checked by the trainer's own parsers and cross-setting rules and SageMaker's sizes."""
+def hyperparameter_map(
+    config: Mapping[str, Any], rules: RequestRules, architecture: Mapping[str, Any] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """The ``HyperParameters`` map: the input's trainer settings, the top-level ones, the data switch, the
+    ``init_from`` channel's folder and the platform's paths; checked by the trainer's own parsers and
+    cross-setting rules (with ``init_from``: against ``architecture``, the settings of the folder's config.json;
+    left to the trainer when it was not read) and SageMaker's sizes."""
     given, problems = setting_problems(config["hyperparameters"])
     for name in TOP_LEVEL_HYPERPARAMETERS:
         if config[name] is not None:
             given[name] = config[name]
+    if config["init_from"] is not None:
+        given["init_from"] = WEIGHTS_CHANNEL_DIR
     has_data = config["train_data_uri"] is not None
     dataset = str(given.get(DATA_HYPERPARAMETER, "channel" if has_data else "synthetic")).strip().lower()
     if dataset == "channel" and not has_data:
@@ -394,7 +416,8 @@ def hyperparameter_map(config: Mapping[str, Any], rules: RequestRules) -> tuple[
     if problems:
         return {}, problems
     try:
-        parse_hyperparameters(given)
+        if config["init_from"] is None or architecture is not None:
+            parse_hyperparameters(given, architecture)
     except ContractError as err:
         return {}, [f"hyperparameters.{err}"]
     rendered = {**to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
