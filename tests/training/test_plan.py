@@ -210,3 +210,17 @@ def test_cli_prints_the_plan_and_json(tmp_path, capsys):
     assert as_json["fits"] is False and as_json["parts_gib"]["saved activations"] > 300
     path.write_text("[1]")
     assert plan.main([str(path)]) == 2
+
+
+def test_the_llama_plans_table_says_what_fits_on_one_and_two_b200_instances(capsys):
+    from training.measure import preset_plans
+
+    assert (
+        preset_plans.main(["--presets", "llama3.1-8b,llama3.1-70b", "--seq", "8192", "--instances", "1,2"])
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + 8 and lines[0].startswith("| preset | instances (GPUs) | AC |")
+    seventy = [line for line in lines if line.startswith("| llama3.1-70b |")]
+    assert [("| yes |" in line) for line in seventy] == [False, False, False, True]  # 2 instances with AC
+    assert all("| yes |" in line for line in lines if line.startswith("| llama3.1-8b |"))

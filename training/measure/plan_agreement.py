@@ -1,6 +1,6 @@
 """The memory plan's closed form (``training.request.plan``) against traced FSDP2 steps (``training.measure.memory_trace``).
 
-``python -m training.measure.plan_agreement [--json] [--rows N,M]`` traces each configuration of :data:`ROWS` on this CPU
+``python -m training.measure.plan_agreement [--json] [--rows N,M] [--presets A,B]`` traces each configuration of :data:`ROWS` on this CPU
 (a few seconds each) and prints the closed form's live tensors next to the traced peak (both without the
 allowance, which no tracer sees) and their difference. Layer counts are shrunk where noted (``layers``): the
 trace's time grows with the layers, the agreement does not depend on them (every per-layer term is traced in
@@ -148,8 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--rows", help="comma-separated row numbers (0-based) to run; default all")
+    parser.add_argument("--presets", help="comma-separated model presets: only their rows (e.g. llama3.1-8b)")
     args = parser.parse_args(argv)
     rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else list(ROWS)
+    if args.presets:
+        rows = [row for row in rows if row.preset in args.presets.split(",")]
     results = [evaluate(row) for row in rows]
     print(json.dumps(results, indent=2) if args.json else format_table(results))
     worst = max((abs(r["difference"]) for r in results if r["difference"] is not None), default=0.0)
