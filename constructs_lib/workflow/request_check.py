@@ -302,7 +302,8 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     holds data, to read the ``init_from`` folder's config.json and to decide ``resume_from``."""
     rules = RequestRules.from_json(event["rules"])
     raw = event.get("input")
-    architecture, weights_problems = None, []
+    architecture: dict[str, Any] | None = None
+    weights_problems: list[str] = []
     uri = raw.get("init_from") if isinstance(raw, Mapping) else None
     if uri is not None and check_field("init_from", uri, rules) is None:
         s3 = s3 or _s3_client(rules)
