@@ -19,12 +19,14 @@ from constructs_lib.workflow.request_check import RequestRules, decide, job_fiel
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
+from training.request import hf_config
 from training.request.contract import (
     MODEL_PRESETS,
     RESUME_CHANNEL,
     TRAIN_CHANNEL,
     WEIGHTS_CHANNEL,
     WEIGHTS_CHANNEL_DIR,
+    parse_hyperparameters,
 )
 
 CORPUS_SIZE = 220
@@ -84,21 +86,8 @@ def _prefix() -> str:
     return "t" + uuid.uuid4().hex[:12]
 
 
-LLAMA_8B_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "rms_norm_eps": 1e-05,
-    "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    "tie_word_embeddings": False,
-}  # fmt: skip
-"""meta-llama/Llama-3.1-8B's architecture, in transformers 5's spelling."""
+LLAMA_8B_CONFIG = hf_config.to_config(parse_hyperparameters({"model_preset": "llama3.1-8b"}))
+"""A config.json of Llama 3.1 8B's architecture, as the export writes it."""
 
 
 def _model_folder(s3, bucket: str, key: str, config: dict | None) -> str:

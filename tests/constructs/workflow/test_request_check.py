@@ -493,22 +493,8 @@ def test_the_seed_headline_configuration_is_accepted_with_its_plan(rules):
 
 # ---- init_from: a Hugging Face model folder under the data sources -----------------------------------------------
 
-LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 500000.0,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-    "tie_word_embeddings": False,
-}  # fmt: skip
-"""meta-llama/Llama-3.1-8B's architecture fields."""
+LLAMA_CONFIG = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.1-8b"}))
+"""A config.json of Llama 3.1 8B's architecture, as the export writes it."""
 FOLDER = "s3://my-bucket/data/llama-3.1-8b/"
 
 
