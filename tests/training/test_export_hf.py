@@ -329,6 +329,8 @@ def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tm
     with torch.no_grad():
         ids = tokens()
         torch.testing.assert_close(loaded(ids).logits, reference(ids).logits, rtol=0, atol=0)
+    gone = export_hf.source_info(str(tmp_path / "gone"))  # at the end of a run: never raises on rank 0 alone
+    assert gone["config"] is None and gone["files"] == {} and "is not a folder" in gone["unreadable"]
     readme_text = (out / "README.md").read_text()
     assert "2 key/value heads (grouped-query attention)" in readme_text and "llama3 scaling" in readme_text
     assert f"{'tied' if tied else 'untied'} input and output embeddings" in readme_text

@@ -232,10 +232,15 @@ TRAVELLING_FILES: tuple[str, ...] = (
 
 def source_info(folder: str) -> dict[str, Any]:
     """What ``model.pt`` keeps of the ``init_from`` folder for the export: its path, its config.json and the bytes
-    of its ``TRAVELLING_FILES`` that exist."""
+    of its ``TRAVELLING_FILES`` that exist. A folder gone unreadable since the start (checked then) gives none of
+    them, and the export writes its own config.json: the model file is still saved (rank 0 alone runs this,
+    between collectives, so it must not raise)."""
     path = Path(folder)
-    files = {name: (path / name).read_bytes() for name in TRAVELLING_FILES if (path / name).is_file()}
-    return {"path": folder, "config": hf_config.read_local(path), "files": files}
+    try:
+        files = {name: (path / name).read_bytes() for name in TRAVELLING_FILES if (path / name).is_file()}
+        return {"path": folder, "config": hf_config.read_local(path), "files": files}
+    except (OSError, contract.ContractError) as err:
+        return {"path": folder, "config": None, "files": {}, "unreadable": str(err)}
 
 
 def write_source_files(data: dict[str, Any] | None, out: Path) -> list[str]:
