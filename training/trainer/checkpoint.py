@@ -534,14 +534,24 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def _shape_text(shape: dict[str, int]) -> str:
-    return "(" + ", ".join(f"{key}={value}" for key, value in shape.items()) + ")"
+def _shape_text(shape: dict[str, Any]) -> str:
+    """``(num_layers=2, ...)``; key/value heads only when fewer than the heads (grouped-query attention), tying
+    only when tied (the defaults of every model before they existed)."""
+    shown = {
+        key: value
+        for key, value in shape.items()
+        if not (key == "num_kv_heads" and value == shape.get("num_heads"))
+        and not (key == "tie_embeddings" and not value)
+    }
+    return "(" + ", ".join(f"{key}={value}" for key, value in shown.items()) + ")"
 
 
 def _settings_text(settings: dict[str, Any]) -> str:
+    """``position_encoding=rope, rope_theta=10000``; RoPE scaling only when there is one."""
     return ", ".join(
         f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
         for key, value in settings.items()
+        if not (key == "rope_scaling" and value == "none")
     )
 
 
