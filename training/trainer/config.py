@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from training.request import contract
-from training.trainer.sagemaker_job import in_sagemaker, refuse
+from training.trainer.refusal import refuse
+from training.trainer.sagemaker_job import in_sagemaker
 
 # Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.
 _EXTRAS = (
@@ -107,12 +108,11 @@ class TrainConfig:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, whose command-line errors (an unknown option, a missing value) also become the SageMaker job's
-    failure reason."""
+    """argparse, whose command-line errors (an unknown option, a missing value) are refusals like any other: one
+    ``error:`` line (not argparse's usage block), exit status 2, the SageMaker job's failure reason."""
 
     def error(self, message: str):  # type: ignore[override]
-        refuse(f"invalid command line: {message}", report=False)  # argparse prints its own usage and error
-        super().error(message)
+        raise SystemExit(refuse(f"invalid command line: {message} (see --help)"))
 
 
 def build_parser() -> argparse.ArgumentParser:
