@@ -107,6 +107,28 @@ def check_known_keys(keys: Iterable[str]) -> None:
         raise ConfigError(f"context {key}: unknown key; {hint}")
 
 
+def check_vpc_lookup(vpc_id: str | None, account: str | None, region: str | None) -> None:
+    """Refuse a ``vpcId`` that cannot be looked up: ``Vpc.from_lookup`` reads the VPC from the account at synth
+    time, so the synth needs both the account (the CDK CLI sets ``CDK_DEFAULT_ACCOUNT`` from AWS credentials) and
+    the region (context ``region`` or ``CDK_DEFAULT_REGION``). Without them CDK itself fails with a
+    ``StackAccountRegionNotSpecified`` traceback that names neither ``vpcId`` nor what is missing."""
+    if vpc_id is None or (account and region):
+        return
+    missing = " and ".join(
+        what
+        for what, given in (
+            ("no account (CDK_DEFAULT_ACCOUNT, which the CDK CLI sets from your AWS credentials)", account),
+            ("no region (context region or CDK_DEFAULT_REGION)", region),
+        )
+        if not given
+    )
+    raise ConfigError(
+        f"context vpcId: looking up {vpc_id} needs AWS credentials and an explicit account and region, and this "
+        f"synth has {missing}; run cdk with credentials for the VPC's account (or set CDK_DEFAULT_ACCOUNT when "
+        "cdk.context.json already holds the lookup), or remove vpcId"
+    )
+
+
 @dataclass(frozen=True)
 class StackSettings:
     stack_name: str = "BlackwellTraining"
