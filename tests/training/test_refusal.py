@@ -79,6 +79,7 @@ def test_the_launcher_calls_a_failed_run_a_refusal_only_when_recorded_and_every_
 def test_a_failure_during_training_is_raised_with_its_reason_as_the_jobs(monkeypatch, tmp_path):
     monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))
     monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(
         "training.trainer.parallel.init_distributed",
         lambda: SimpleNamespace(rank=1, local_rank=1, is_main=False),

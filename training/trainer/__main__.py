@@ -44,13 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         for note in notes:
             print(note)
         return 0
-    env = parallel.init_distributed()
     try:
+        env = parallel.init_distributed()
         loop.run(cfg, env)
-    except refusal.Refusal as err:  # raised on every rank together
+    except refusal.Refusal as err:  # raised on every rank together, so the process group exists
         return _refuse_together(str(err), env)
-    except Exception as err:
-        sagemaker_job.write_failure(refusal.failure_reason(err, env.rank))
+    except Exception as err:  # a failure: Python prints the traceback and exits 1
+        sagemaker_job.write_failure(refusal.failure_reason(err))
         raise
     # Leave together: a rank that tears gloo down while a peer is still in its last collective (the final model
     # gather) makes that peer fail.

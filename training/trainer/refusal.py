@@ -93,10 +93,11 @@ def refuse(message: str, *, report: bool | None = None) -> int:
     return REFUSED
 
 
-def failure_reason(err: BaseException, rank: int) -> str:
-    """One line for the job's failure reason: where and what failed (the traceback stays on stderr)."""
+def failure_reason(err: BaseException) -> str:
+    """One line for the job's failure reason: which rank (``RANK``) and what failed (the traceback stays on
+    stderr)."""
     text = (str(err).strip().splitlines() or [""])[0]
-    return f"training failed on rank {rank}: {type(err).__name__}: {text}"[:1000]
+    return f"training failed on rank {os.environ.get('RANK', '0')}: {type(err).__name__}: {text}"[:1000]
 
 
 def _write_quietly(path: Path, text: str) -> None:
