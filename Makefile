@@ -14,7 +14,7 @@ export CDK_CLI_NOTICES := false
 CDK := $(BIN)/node node_modules/aws-cdk/bin/cdk
 PYTEST_ARGS ?=
 
-.PHONY: setup synth test lint bench deploy destroy clean
+.PHONY: setup synth test lint docs bench deploy destroy clean
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy constructs_lib training/request/contract.py
+
+# docs/reference.md from the code's tables (input fields, trainer settings, cdk.json keys); a test fails when stale.
+docs: setup
+	$(BIN)/python -m constructs_lib.reference
 
 bench: setup
 	$(BIN)/python -m training.measure.benchmark
