@@ -359,7 +359,9 @@ FIELDS: tuple[InputField, ...] = (
     InputField(
         "environment",
         {},
-        "Container variables (Environment): NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs.",
+        "Container variables (Environment): NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs. "
+        "NVTE_FRAMEWORK is set by the image, and CUDA_VISIBLE_DEVICES would break train.sh's one process per "
+        "visible GPU.",
         _string_map,
         _environment_allowed,
     ),
