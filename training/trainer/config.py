@@ -147,7 +147,8 @@ def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
     """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError."""
     raw = dict(raw)
     extras = {
-        spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default for spec in TRAINER_ONLY_SETTINGS
+        spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
+        for spec in TRAINER_ONLY_SETTINGS
     }
     return TrainConfig(**contract.parse_hyperparameters(raw), **extras)
 
