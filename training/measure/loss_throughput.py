@@ -6,8 +6,9 @@ a CPU), so that drift on a shared machine hits both alike.
     python -m training.measure.loss_throughput --rounds 5 --chunk 1024
 
 Per cell (batch size x activation checkpointing): the median tokens/s of each, the change, and how far the runs of
-each spread (largest / smallest). Wall-clock figures: on a shared 2-core machine they move by tens of percent, which
-the spread column shows; ``python -m training.measure.loss_step_time`` times the same steps by CPU time instead.
+each spread (largest / smallest). One thread (as ``OMP_NUM_THREADS=1``): on a shared 2-core machine a second thread
+per process only contends. Wall-clock figures still move with the machine's load, which the spread column shows;
+``python -m training.measure.loss_step_time`` times the same steps by CPU time instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import statistics
 import tempfile
 from collections.abc import Sequence
 
+import torch
 import torch.distributed as dist
 
 from training.measure import benchmark
@@ -51,9 +53,10 @@ def tokens_per_sec(env: parallel.DistEnv, batch: int, ac: bool, chunk: int) -> f
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    torch.set_num_threads(1)
     env = parallel.init_distributed()
     print(
-        f"benchmark's tiny model, fp32, CPU; trainer tokens/s, median of {args.rounds} alternating rounds "
+        f"benchmark's tiny model, fp32, CPU, 1 thread; trainer tokens/s, median of {args.rounds} alternating rounds "
         f"(loss_chunk_tokens 0, then {args.chunk})"
     )
     print(
