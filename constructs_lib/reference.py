@@ -33,8 +33,13 @@ COMMAND = "make docs"
 
 INTRO = f"""# Reference
 
-Every execution-input field, trainer setting and `cdk.json` key, each with its default, what it allows and what it
-does. This page is generated from the tables in the code (`{COMMAND}`, i.e. `python -m constructs_lib.reference`);
+```json input
+{{"precision": "mxfp8", "batch_size": 4, "activation_checkpointing": true, "hyperparameters": {{"model_preset": "8b", "max_steps": "2000"}}}}
+```
+
+An execution input sets [input fields](#execution-input-fields), and [trainer settings](#trainer-settings) inside its
+`hyperparameters`; a deployment's [`cdk.json` keys](#cdkjson-keys) set what the workflow allows. Below, each with its
+default, what it allows and what it does. This page is generated from the tables in the code (`{COMMAND}`, i.e. `python -m constructs_lib.reference`);
 do not edit it by hand: a test fails when it is stale. The task pages link here rather than repeat it.
 
 - [Execution input fields](#execution-input-fields)
