@@ -93,6 +93,7 @@ def test_te_precision_without_te_or_gpu_fails_before_any_process_group(capsys, m
 
 
 def test_check_only_prints_the_settings(capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)  # its default ./trainer-output: not the checkout's (the README's first run writes there)
+    # Its default ./trainer-output, not the checkout's (the README's first run writes a checkpoint there).
+    monkeypatch.chdir(tmp_path)
     assert main([*cli_args(TINY), "--check-only"]) == 0
     assert "settings ok: " in capsys.readouterr().out
