@@ -44,7 +44,8 @@ def check_agreement(module: ModuleType, argv: list[str], table: Table) -> list[s
         if first >= len(expected) or first >= len(shown)
         else f"row {first + 1} shows {shown[first]}, the closed form gives {expected[first]}"
     )
-    return [f"{_rerun('python -m ' + module.__name__ + ' ' + shlex.join(argv), table)} ({detail})"]
+    command = " ".join(["python -m", module.__name__, *map(shlex.quote, argv)])
+    return [f"{_rerun(command, table)} ({detail})"]
 
 
 def check_loss_table(module: ModuleType, argv: list[str], table: Table) -> list[str]:
