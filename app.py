@@ -2,7 +2,7 @@
 """The deployable app: one ``BlackwellTrainingStack``, checked by cdk-nag's AwsSolutions, NIST 800-53 R5 and
 Serverless rule packs (an unacknowledged finding fails synthesis).
 
-Settings come from ``cdk.json`` context (override with ``cdk deploy -c key=value``); see README.md. A wrong setting
+Settings come from ``cdk.json`` context (override with ``cdk deploy -c key=value``); every key is in docs/reference.md. A wrong setting
 stops synthesis with one line naming the key, and a non-zero exit.
 """
 

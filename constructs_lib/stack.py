@@ -25,7 +25,7 @@ class BlackwellTrainingStack(Stack):
 
     :param removal_policy: for the bucket and repository, and for the KMS key and log groups: ``RETAIN`` (default)
         or ``DESTROY`` (which also empties bucket and repository on stack deletion: meant for throw-away test
-        accounts). README "Clean-up" lists what each leaves behind.
+        accounts). docs/deploy.md "Clean-up" lists what each leaves behind.
     :param kms_key_arn: a customer managed key for the bucket and repository. Default: a key is created only when
         ``use_kms`` is true; otherwise S3-managed / ECR-managed encryption.
     :param use_kms: create a customer managed key (with rotation) for bucket and repository. Default False.

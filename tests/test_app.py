@@ -304,7 +304,7 @@ def test_the_trigger_may_start_the_encrypted_state_machine(kms_app_nag):
     assert any(s["Action"] == "states:StartExecution" for s in statements)
 
 
-# What the README's clean-up table calls each resource the stack can leave behind (by logical-id prefix).
+# What the clean-up table of docs/deploy.md calls each resource the stack can leave behind (by logical-id prefix).
 CLEAN_UP_NAMES = {
     "CheckpointsAccessLogs": "access-log bucket",
     "CheckpointsBucket": "checkpoint bucket",
@@ -317,12 +317,12 @@ CLEAN_UP_NAMES = {
 }
 
 
-def test_the_readme_clean_up_table_names_everything_the_default_stack_leaves(app_nag):
-    """Every resource that `cdk destroy` leaves with cdk.json's settings has its row in the README."""
+def test_the_clean_up_table_names_everything_the_default_stack_leaves(app_nag):
+    """Every resource that `cdk destroy` leaves with cdk.json's settings has its row in docs/deploy.md."""
     ((_, template),) = app_nag.templates.items()
     retained = [k for k, r in template["Resources"].items() if r.get("DeletionPolicy", "Delete") != "Delete"]
-    readme = (CDK_JSON.parent / "README.md").read_text()
-    section = readme.split("### Clean-up", 1)[1].split("\n## ", 1)[0]
+    page = (CDK_JSON.parent / "docs" / "deploy.md").read_text()
+    section = page.split("\n## Clean-up", 1)[1].split("\n## ", 1)[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("| "))
     unnamed = [k for k in retained if not any(k.startswith(prefix) for prefix in CLEAN_UP_NAMES)]
     assert retained and unnamed == []

@@ -94,6 +94,8 @@ def test_te_precision_without_te_or_gpu_fails_before_any_process_group(capsys, m
     assert "error: invalid setting precision: fp8 needs NVIDIA Transformer Engine" in capsys.readouterr().err
 
 
-def test_check_only_prints_the_settings(capsys):
+def test_check_only_prints_the_settings(capsys, monkeypatch, tmp_path):
+    # Its default ./trainer-output, not the checkout's (the README's first run writes a checkpoint there).
+    monkeypatch.chdir(tmp_path)
     assert main([*cli_args(TINY), "--check-only"]) == 0
     assert "settings ok: " in capsys.readouterr().out

@@ -17,7 +17,7 @@ from training.trainer.refusal import refuse
 from training.trainer.sagemaker_job import in_sagemaker
 
 # Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.
-_EXTRAS = (
+TRAINER_ONLY_SETTINGS = (
     contract.Hyperparameter(
         "deterministic",
         "bool",
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m training.trainer",
         description="FSDP2 decoder-only LM trainer. Every option accepts --snake_case and --kebab-case.",
     )
-    for spec in (*contract.HYPERPARAMETERS, *_EXTRAS):
+    for spec in (*contract.HYPERPARAMETERS, *TRAINER_ONLY_SETTINGS):
         default = spec.default
         if default is None:
             default = "preset" if spec.name in contract.MODEL_DIM_NAMES else "unset"
@@ -147,7 +147,8 @@ def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
     """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError."""
     raw = dict(raw)
     extras = {
-        spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default for spec in _EXTRAS
+        spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
+        for spec in TRAINER_ONLY_SETTINGS
     }
     return TrainConfig(**contract.parse_hyperparameters(raw), **extras)
 
