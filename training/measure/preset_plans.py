@@ -73,7 +73,7 @@ def format_table(rows: Sequence[dict[str, Any]], seq: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m training.measure.preset_plans", description=__doc__.splitlines()[0]
     )
@@ -83,14 +83,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--instances", default="1,2", help=f"comma-separated counts of {contract.DEFAULT_INSTANCE_TYPE}"
     )
     parser.add_argument("--precision", default="bf16", help="precision")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def table(args: argparse.Namespace) -> str:
     rows = [
         row(preset, args.seq, int(instances), ac, args.precision)
         for preset in args.presets.split(",")
         for instances in args.instances.split(",")
         for ac in (False, True)
     ]
-    print(format_table(rows, args.seq))
+    return format_table(rows, args.seq)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    print(table(parse_args(argv)))
     return 0
 
 
