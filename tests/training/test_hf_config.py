@@ -71,6 +71,8 @@ def test_the_transformers_5_spelling_and_the_old_type_key_give_the_same_settings
     assert hf_config.architecture(plain)["rope_scaling"] == "none"
     without_theta = {k: v for k, v in plain.items() if k != "rope_theta"}
     assert hf_config.architecture(without_theta)["rope_theta"] == hf_config.DEFAULT_ROPE_THETA
+    nulls = {**plain, "rope_theta": None, "num_key_value_heads": None}  # transformers' "the default"
+    assert hf_config.architecture(nulls)["num_kv_heads"] == plain["num_attention_heads"]
 
 
 @pytest.mark.parametrize(

@@ -143,7 +143,9 @@ def _rope(config: Mapping[str, Any], where: str) -> dict[str, Any]:
     if scaling is not None and not isinstance(scaling, Mapping):
         raise refuse(where, f"rope_scaling must be an object or null; got {scaling!r}")
     merged: dict[str, Any] = {**(scaling or {}), **(parameters or {})}
-    theta = merged.get("rope_theta", config.get("rope_theta", DEFAULT_ROPE_THETA))
+    theta = next(
+        (t for t in (merged.get("rope_theta"), config.get("rope_theta")) if t is not None), DEFAULT_ROPE_THETA
+    )
     rope_type = merged.get("rope_type", merged.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         raise refuse(where, f"RoPE type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}")
@@ -166,7 +168,8 @@ def _rope(config: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    value = config.get(key, default)
+    value = config.get(key)
+    value = default if value is None else value  # null is transformers' "the default" (num_key_value_heads)
     if value is None:
         raise KeyError(f"{key} is missing")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
