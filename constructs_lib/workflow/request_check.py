@@ -13,8 +13,9 @@ Why a Lambda function and not JSONata states: the checks that matter are the tra
 rules, so a new trainer setting is checked with no edit here. A JSONata copy of them would be a second
 implementation to keep in step, could not list S3 to decide ``resume_from`` on its own, and is not evaluated by
 moto 5.2.5 (the tests would need a second evaluator). The Lambda asset holds only this module, the rules
-(``request_rules``), the input fields' table (``input_fields``) and the per-field checks (``request_fields``) it runs, ``training/request/contract.py`` and
-``training/request/plan.py`` (standard library only; ``boto3`` from the Lambda runtime is imported only to list S3).
+(``request_rules``), the input fields' table (``input_fields``) and the per-field checks (``request_fields``) it
+runs, ``training/request/contract.py``, ``training/request/hf_config.py`` and ``training/request/plan.py``
+(standard library only; ``boto3`` from the Lambda runtime is imported only to read S3).
 
 SageMaker's request constraints (name length and pattern, hyperparameter count and sizes, S3 URI length and
 pattern, input modes, training plan ARN pattern, tag and environment counts, patterns and lengths, the warm-pool
@@ -23,7 +24,9 @@ the rules, so the Lambda needs no botocore of a particular version.
 
 Besides the checked input, the decision carries the per-execution fields of the request (:func:`job_fields`:
 ``Tags``, ``Environment``, ``InfraCheckConfig``, ``RemoteDebugConfig``) and, before launch, lists S3 once for a
-``train_data_uri`` (it must hold an object) and for ``resume_from``.
+``train_data_uri`` (it must hold an object) and for ``resume_from``, and for ``init_from`` lists the folder and
+reads its ``config.json`` (:func:`read_init_from`), so that the trainer settings are checked and the plan made
+with the model's real shape.
 
 Nothing here imports ``aws_cdk``.
 """
@@ -60,6 +63,7 @@ from constructs_lib.workflow.request_rules import (
     parse_data_sources,
     sagemaker_limits,
 )
+from training.request import hf_config
 from training.request.contract import (
     CHECKPOINT_DIR_NAME,
     HYPERPARAMETERS_BY_NAME,
@@ -69,6 +73,8 @@ from training.request.contract import (
     RESUME_CHANNEL,
     SET_ASIDE_SUFFIX,
     TRAIN_CHANNEL,
+    WEIGHTS_CHANNEL,
+    ContractError,
 )
 from training.request.plan import make_plan, refusal
 
@@ -92,6 +98,7 @@ __all__ = [
     "newest_complete_checkpoint",
     "parse_data_sources",
     "prepare_request",
+    "read_init_from",
     "resume_problems",
     "sagemaker_limits",
     "validate_request",
@@ -128,8 +135,13 @@ def validate_request(raw: object, rules: RequestRules) -> list[str]:
     return prepare_request(raw, rules).problems
 
 
-def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
-    """Merge ``raw`` over the defaults, check every field, the trainer settings and SageMaker's constraints."""
+def prepare_request(
+    raw: object, rules: RequestRules, architecture: Mapping[str, Any] | None = None
+) -> PreparedRequest:
+    """Merge ``raw`` over the defaults, check every field, the trainer settings and SageMaker's constraints.
+    ``architecture``: the settings of the ``init_from`` folder's config.json (:func:`read_init_from`), which give
+    the model's shape to the checks and the plan; with ``init_from`` and no architecture (no S3 read, e.g. the
+    CLI offline), the shape checks and the memory plan wait for :func:`decide`."""
     if not isinstance(raw, Mapping):
         return PreparedRequest({}, {}, [f"input: must be a JSON object of input fields; got {show(raw)}"])
     problems: list[str] = []
@@ -150,7 +162,7 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
         problems += cross_field_problems(config, rules)
     hyperparameters: dict[str, str] = {}
     if not field_problems:
-        hyperparameters, hp_problems = hyperparameter_map(config, rules)
+        hyperparameters, hp_problems = hyperparameter_map(config, rules, architecture)
         problems += hp_problems
     elif not any(p.startswith("hyperparameters") for p in field_problems):
         problems += setting_problems(config["hyperparameters"])[1]  # the rest needs the other fields valid
@@ -158,20 +170,29 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
         config["max_wait_seconds"] = config["max_runtime_seconds"]
     if problems:
         return PreparedRequest(config, {}, problems)
-    estimate, refused = _memory_plan(config, rules)
+    estimate, refused = None, None
+    if config["init_from"] is None or architecture is not None:
+        estimate, refused = _memory_plan(config, rules, architecture)
     if refused:
         return PreparedRequest(config, {}, [refused], plan=estimate)
     channels = []
     if config["train_data_uri"] is not None:
         channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
+    if config["init_from"] is not None:
+        channels.append(channel(WEIGHTS_CHANNEL, config["init_from"], "File"))
     return PreparedRequest(config, hyperparameters, problems, channels, estimate)
 
 
-def _memory_plan(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, Any], str | None]:
+def _memory_plan(
+    config: Mapping[str, Any], rules: RequestRules, architecture: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], str | None]:
     """The plan of a request with no other problem, and its refusal when its estimated per-GPU peak exceeds the
     GPU's memory with headroom (``training.request.plan``), unless ``ignore_memory_estimate`` is true."""
     estimate = make_plan(
-        config, max_instance_count=rules.max_instance_count, instance_types=rules.allowed_instance_types
+        config,
+        max_instance_count=rules.max_instance_count,
+        instance_types=rules.allowed_instance_types,
+        architecture=architecture,
     )
     ignored = bool(config["ignore_memory_estimate"]) and not estimate.memory.fits
     line = None if config["ignore_memory_estimate"] else refusal(estimate)
@@ -278,9 +299,17 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
     "channels", "resume", "request", "plan"}`` (all but the first two null when not valid; ``request``:
     :func:`job_fields`); ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri``
-    holds data and to decide ``resume_from``."""
+    holds data, to read the ``init_from`` folder's config.json and to decide ``resume_from``."""
     rules = RequestRules.from_json(event["rules"])
-    prepared = prepare_request(event.get("input"), rules)
+    raw = event.get("input")
+    architecture: dict[str, Any] | None = None
+    weights_problems: list[str] = []
+    uri = raw.get("init_from") if isinstance(raw, Mapping) else None
+    if uri is not None and check_field("init_from", uri, rules) is None:
+        s3 = s3 or _s3_client(rules)
+        architecture, weights_problems = read_init_from(s3, uri)
+    prepared = prepare_request(raw, rules, architecture)
+    prepared.problems[:0] = weights_problems
     resume = None
     if not prepared.problems and prepared.config["train_data_uri"] is not None:
         s3 = s3 or _s3_client(rules)
@@ -317,6 +346,37 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
         "request": job_fields(prepared.config, rules, str(event.get("execution"))) if valid else None,
         "plan": prepared.plan if valid else None,
     }
+
+
+def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The settings of the ``init_from`` folder's config.json (``hf_config.architecture``), or the problem of a
+    folder the trainer cannot start from: nothing under the prefix, no config.json or no safetensors file
+    directly in it, a config.json that cannot be read or describes an architecture the trainer cannot load. One
+    listing of the prefix (the data sources' ``s3:ListBucket``) and one ``GetObject`` of its config.json."""
+    bucket, _, prefix = uri[5:].partition("/")
+    names = {key[len(prefix) :] for key in _list_run(s3, bucket, prefix)}
+    if not names:
+        return None, [
+            f"init_from: must be a Hugging Face model folder, but no object is under it; got {show(uri)}"
+        ]
+    if hf_config.CONFIG_FILE not in names:
+        return None, [
+            f"init_from: holds no {hf_config.CONFIG_FILE} (a Hugging Face model folder has one); got {show(uri)}"
+        ]
+    if not any("/" not in name and name.endswith(".safetensors") for name in names):
+        return None, [
+            "init_from: holds no safetensors weights (model.safetensors, or shards with "
+            f"model.safetensors.index.json); got {show(uri)}"
+        ]
+    try:
+        body = s3.get_object(Bucket=bucket, Key=prefix + hf_config.CONFIG_FILE)["Body"].read()
+        return hf_config.architecture(hf_config.parse(body, uri), uri), []
+    except ContractError as err:
+        return None, [str(err)]
+    except (
+        Exception
+    ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda asset
+        return None, [f"init_from: cannot read {uri}{hf_config.CONFIG_FILE}: {type(err).__name__}: {err}"]
 
 
 def data_problems(s3: Any, uri: str) -> list[str]:
