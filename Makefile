@@ -14,7 +14,7 @@ export CDK_CLI_NOTICES := false
 CDK := $(BIN)/node node_modules/aws-cdk/bin/cdk
 PYTEST_ARGS ?=
 
-.PHONY: setup synth test lint bench deploy destroy clean
+.PHONY: setup synth test lint bench compat deploy destroy clean
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ $(VENV)/.stamp: pyproject.toml
 $(VENV)/checkov/.stamp: pyproject.toml $(VENV)/.stamp
 	test -x $(VENV)/checkov/bin/python || $(BIN)/python -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/python -m pip install --quiet $$($(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["scan"])')
+	touch $@
+
+# The trainer's tests under the image's torch (pyproject.toml's `compat` extra: the DLC's 2.9.0) in a venv of their own,
+# with the train extra's other pins and the dev extra; the repository is put on the path, not installed into it.
+COMPAT := $(VENV)/compat
+$(COMPAT)/.stamp: pyproject.toml
+	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip==25.3
+	$(COMPAT)/bin/python -m pip install --quiet $$($(PYTHON) -c 'import tomllib; e = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(*e["compat"], *(r for r in e["train"] if not r.startswith("torch==")), *e["dev"])')
 	touch $@
 
 node_modules/.stamp: package.json package-lock.json $(VENV)/.stamp
@@ -50,6 +59,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy constructs_lib training/request/contract.py
+
+compat: $(COMPAT)/.stamp
+	@$(COMPAT)/bin/python -c 'import torch; print("make compat: torch", torch.__version__)'
+	PYTHONPATH=$(CURDIR) $(COMPAT)/bin/python -m pytest -n 2 -p no:cacheprovider $(PYTEST_ARGS) tests/training
 
 bench: setup
 	$(BIN)/python -m training.measure.benchmark

@@ -18,7 +18,6 @@ def tiny_model() -> model.Transformer:
     net = model.build_model(
         SHAPE,
         use_te=False,
-        activation_checkpointing=False,
         te_params_dtype=torch.float32,
     )
     net.to_empty(device="cpu")

@@ -32,7 +32,7 @@ from training.trainer import checkpoint, config, loop, parallel, precision, pref
 def main(argv: list[str] | None = None) -> int:
     cfg, check_only = config.parse_args(argv)
     try:
-        precision.check_this_machine(cfg.precision)
+        precision.check_run(cfg)
         preflight.check(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     except contract.ContractError as err:
         return sagemaker_job.refuse(f"invalid setting {err}")
