@@ -31,6 +31,7 @@ from constructs_lib.workflow.request_rules import (
     RequestRules,
 )
 from training.request.contract import (
+    AC_MODES,
     HYPERPARAMETERS_BY_NAME,
     PRECISIONS,
     ContractError,
@@ -141,7 +142,8 @@ _FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
     "num_layers": _contract_int("num_layers"),
     "batch_size": _contract_int("batch_size"),
     "seq_length": _contract_int("seq_length"),
-    "activation_checkpointing": lambda v, r: isinstance(v, bool),
+    # true/false (the historical toggle: full/none) or a mode name
+    "activation_checkpointing": lambda v, r: isinstance(v, bool) or v in AC_MODES,
     "instance_type": lambda v, r: isinstance(v, str) and v in r.allowed_instance_types,
     "instance_count": _int_between(lambda r: 1, lambda r: r.max_instance_count),
     "training_plan_arn": _plan_arn_ok,
@@ -176,7 +178,9 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
         text = f"an integer in [1, {rules.max_runtime_seconds}]"
     elif name == "max_wait_seconds":
         text = f"an integer in [1, {MAX_RUNTIME_SECONDS_LIMIT}]"
-    elif name in ("activation_checkpointing", "use_spot", "infra_check", "ignore_memory_estimate"):
+    elif name == "activation_checkpointing":
+        text = f"true, false or one of {', '.join(AC_MODES)} (true = full, false = none)"
+    elif name in ("use_spot", "infra_check", "ignore_memory_estimate"):
         text = "true or false"
     elif name == "keep_alive_seconds":
         most = rules.max_keep_alive_seconds
