@@ -1,0 +1,224 @@
+"""The speed levers change no number they must not: gradient accumulation against one larger batch, each
+activation checkpointing mode against none, compiled blocks against eager ones, async checkpoint saves against
+synchronous ones. One process (world size 1, FSDP2 on gloo) unless marked slow."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from training.trainer import (
+    activation_checkpoint,
+    checkpoint,
+    config,
+    levers,
+    loop,
+    model,
+    parallel,
+    precision,
+)
+from training.trainer import compile as compiling
+
+from .runner import TINY, losses, reference_settings, run_trainer, step_lines
+
+SETTINGS = {**TINY, "max_steps": "4", "learning_rate": "0.01"}
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
+    environment = parallel.init_distributed()
+    torch.use_deterministic_algorithms(True)
+    yield environment
+    torch.use_deterministic_algorithms(False)
+    compiling.reset()
+    dist.destroy_process_group()
+
+
+def fresh(cfg: config.TrainConfig, env: parallel.DistEnv):
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    torch.manual_seed(cfg.seed)
+    net = loop.build(cfg, env, plan)
+    optimizer = levers.build_optimizer(net.parameters(), "foreach", cfg.learning_rate, cfg.weight_decay)
+    return net, optimizer, plan
+
+
+def train(
+    cfg: config.TrainConfig, env: parallel.DistEnv, steps: int
+) -> tuple[list[float], model.Transformer]:
+    """``steps`` optimizer steps of ``loop.train_step`` on the synthetic data (one data batch per step, cut into
+    ``grad_accum_steps`` micro-batches, as ``loop.run`` does)."""
+    from training.trainer import data
+
+    net, optimizer, plan = fresh(cfg, env)
+    dataset = data.make_dataset(
+        dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps), env.rank, env.world_size
+    )
+    params = [p for p in net.parameters() if p.requires_grad]
+    out = []
+    for _ in range(steps):
+        micro, shares = loop._micro_batches(dataset, cfg.grad_accum_steps, env.device)
+        loss, _ = loop.train_step(net, optimizer, None, plan, micro, shares, params, 1.0)
+        out.append(float(loss))
+    return out, net
+
+
+def full_state(net: model.Transformer) -> dict[str, torch.Tensor]:
+    return {name: p.full_tensor().detach().clone() for name, p in net.named_parameters()}
+
+
+def step_gradients(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, torch.Tensor]:
+    """The gradients ``loop.train_step`` has made when it calls the optimizer (which does nothing here)."""
+    from types import SimpleNamespace
+
+    from training.trainer import data
+
+    net, _, plan = fresh(cfg, env)
+    idle = SimpleNamespace(step=lambda: None, zero_grad=lambda set_to_none: None)
+    step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
+    micro, shares = loop._micro_batches(data.make_dataset(step_batch, 0, 1), cfg.grad_accum_steps, env.device)
+    loop.train_step(net, idle, None, plan, micro, shares, list(net.parameters()), float("inf"))
+    return {name: p.grad.full_tensor() for name, p in net.named_parameters()}
+
+
+def test_accumulating_micro_batches_equals_one_larger_batch(env):
+    larger = config.config_from_mapping({**SETTINGS, "batch_size": "4"})
+    micro = config.config_from_mapping({**SETTINGS, "batch_size": "1", "grad_accum_steps": "4"})
+    one, four = step_gradients(larger, env), step_gradients(micro, env)
+    for name, grad in one.items():
+        torch.testing.assert_close(four[name], grad, rtol=1e-6, atol=1e-6)
+    # and the loss of every optimizer step (AdamW amplifies fp32 round-off in near-zero gradients, so the
+    # weights after several steps are compared in the slow end-to-end test, at 1e-5)
+    assert train(micro, env, 3)[0] == pytest.approx(train(larger, env, 3)[0], rel=1e-6)
+
+
+@pytest.mark.parametrize(("mode", "interval"), [("full", 1), ("selective", 1), ("full", 2), ("selective", 2)])
+def test_each_activation_checkpointing_mode_gives_the_gradients_of_none(env, mode, interval):
+    def gradients(ac: str, every: int) -> dict[str, torch.Tensor]:
+        cfg = config.config_from_mapping(
+            {**SETTINGS, "num_layers": "3", "activation_checkpointing": ac,
+             "activation_checkpointing_interval": str(every)}
+        )  # fmt: skip
+        net, _, _ = fresh(cfg, env)
+        tokens = torch.randint(
+            0, cfg.vocab_size, (2, cfg.seq_length), generator=torch.Generator().manual_seed(5)
+        )
+        net(tokens, tokens.roll(-1, 1)).backward()
+        return {name: p.grad.full_tensor() for name, p in net.named_parameters()}
+
+    reference, checkpointed = gradients("none", 1), gradients(mode, interval)
+    assert checkpointed.keys() == reference.keys()
+    for name, grad in reference.items():
+        torch.testing.assert_close(checkpointed[name], grad, rtol=1e-6, atol=1e-7)
+
+
+def test_selective_keeps_matmul_and_attention_outputs_and_recomputes_the_rest():
+    saved = activation_checkpoint.save_ops()
+    assert torch.ops.aten.mm.default in saved
+    assert torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default in saved
+    assert torch.ops.aten.mul.Tensor not in saved
+    assert activation_checkpoint.checkpointed_blocks(7, "full", 3) == [0, 3, 6]
+    assert activation_checkpoint.checkpointed_blocks(7, "none", 1) == []
+
+
+def test_a_failed_compile_runs_eagerly_with_one_warning(capsys):
+    compiling.reset()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler\nmore detail")
+
+    calls = compiling.guarded(broken, lambda x: x + 1)
+    assert calls(1) == 2 and calls(2) == 3
+    err = capsys.readouterr().err
+    assert err.count("warning: torch.compile failed (RuntimeError: no C++ compiler); running eagerly") == 1
+    compiling.reset()
+
+
+@pytest.mark.slow
+def test_compiled_blocks_and_loss_chunks_train_like_eager_ones(env):
+    base = {**SETTINGS, "loss_chunk_tokens": "48"}
+    eager, _ = train(config.config_from_mapping({**base, "compile": "false"}), env, 3)
+    compiled, _ = train(config.config_from_mapping({**base, "compile": "true"}), env, 3)
+    assert compiling.failure() is None
+    assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file but DCP's ``.metadata`` (it records a fresh save id each time) and the marker."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+        if p.name not in (".metadata", checkpoint.MARKER)
+    }
+
+
+def test_an_async_save_writes_the_files_a_synchronous_one_does(env, tmp_path):
+    cfg = config.config_from_mapping(SETTINGS)
+    _, net = train(cfg, env, 2)
+    optimizer = levers.build_optimizer(net.parameters(), "foreach", cfg.learning_rate, cfg.weight_decay)
+    state = {"step": 2}
+    folders = {}
+    for name, background in (("sync", False), ("async", True)):
+        manager = checkpoint.CheckpointManager(str(tmp_path / name), 3, env)
+        torch.manual_seed(0)  # the RNG state each rank file records
+        started = manager.save(2, net, optimizer, state, background=background)
+        assert manager.pending == background
+        if background:  # training goes on while the files are written: the save holds its own copy
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.add_(1.0)
+            started = manager.seal_pending()[0]
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.sub_(1.0)
+        folders[name] = started
+        assert checkpoint.size_problem(started) is None
+    assert folders["async"].name == folders["sync"].name == "step_00000002"
+    assert digests(folders["async"]) == digests(folders["sync"])
+    assert sorted(p.name for p in folders["async"].iterdir()) == sorted(
+        p.name for p in folders["sync"].iterdir()
+    )
+
+
+@pytest.mark.slow
+def test_accumulation_resumed_mid_run_and_async_saves_after_sigterm_match_the_reference(reference, tmp_path):
+    """The session's reference is batch 4 per rank; 2 micro-batches of 2 give its losses and (after 12 AdamW
+    steps) its weights within 1e-5, and a resume from step 6 of that run continues it bit for bit."""
+    ref_dir, _ = reference
+    accumulated = run_trainer(reference_settings(tmp_path, "acc", batch_size="2", grad_accum_steps="2"))
+    assert "grad_accum_steps=2" in accumulated
+    weights = torch.load(tmp_path / "model_acc" / "model.pt", weights_only=False)["state_dict"]
+    uninterrupted = torch.load(ref_dir / "model_ref" / "model.pt", weights_only=False)["state_dict"]
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, uninterrupted[name], rtol=1e-5, atol=1e-5)
+    (tmp_path / "ckpt_resumed").mkdir()
+    shutil.copytree(tmp_path / "ckpt_acc" / "step_00000006", tmp_path / "ckpt_resumed" / "step_00000006")
+    resumed = run_trainer(reference_settings(tmp_path, "resumed", batch_size="2", grad_accum_steps="2"))
+    assert "at step 6" in resumed and sorted(step_lines(resumed)) == list(range(7, 13))
+    assert losses(resumed) == {s: v for s, v in losses(accumulated).items() if s > 6}
+    again = torch.load(tmp_path / "model_resumed" / "model.pt", weights_only=False)["state_dict"]
+    assert all(torch.equal(again[name], tensor) for name, tensor in weights.items())
+
+
+@pytest.mark.slow
+def test_sigterm_during_async_saves_ends_sealed_and_the_resume_continues_bit_for_bit(reference, tmp_path):
+    from .test_distributed import run_until_sigterm
+
+    _, ref_output = reference
+    cfg = reference_settings(tmp_path, "term", checkpoint_interval="2")  # async_checkpoint is the default
+    first = run_until_sigterm(cfg, after_step_seen=3)
+    assert "stopping at step" in first, first
+    stopped_at = max(step_lines(first))
+    assert max(step for step, _ in checkpoint.complete_checkpoints(cfg["checkpoint_dir"])) == stopped_at
+    assert not list(Path(cfg["checkpoint_dir"]).glob("*.tmp"))
+    second = run_trainer(cfg)
+    assert f"at step {stopped_at}" in second
+    assert losses(second) == {s: v for s, v in losses(ref_output).items() if s > stopped_at}
