@@ -69,7 +69,10 @@ def test_frozen():
         (["--grad_accum_steps", "0"], "grad_accum_steps"),
         (["--activation-checkpointing", "everything"], "activation_checkpointing"),
         (["--precision", "fp8", "--compile", "true"], "compile"),
-        (["--precision", "fp8", "--quantized_model_init", "true", "--master_weights", "false"], "master_weights"),
+        (
+            ["--precision", "fp8", "--quantized_model_init", "true", "--master_weights", "false"],
+            "master_weights",
+        ),
     ],
 )
 def test_bad_setting_names_the_field_and_exits_2(args, field, capsys):

@@ -206,7 +206,9 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
         parallel.shard_model(net, mesh, parallel.mixed_precision(dtype), device)
         # The trainer's optimizer on a GPU (loop._fresh_state): adamw_impl auto is the fused kernel on CUDA.
         impl = levers.adamw_impl(values["adamw_impl"], torch.device("cuda"), False)
-        optimizer = levers.build_optimizer(net.parameters(), impl, values["learning_rate"], values["weight_decay"])
+        optimizer = levers.build_optimizer(
+            net.parameters(), impl, values["learning_rate"], values["weight_decay"]
+        )
         batch = (values["batch_size"] * values["grad_accum_steps"], values["seq_length"])
         tokens = torch.randint(0, shape.vocab_size, batch, device=device)
         targets = torch.randint(0, shape.vocab_size, batch, device=device)
@@ -266,7 +268,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seq", type=int, default=8192, help="seq_length.")
     parser.add_argument("--batch", type=int, default=1, help="Micro-batch size per GPU.")
     parser.add_argument(
-        "--ac", nargs="?", const="full", default=None, help="Activation checkpointing: full (bare --ac) or selective."
+        "--ac",
+        nargs="?",
+        const="full",
+        default=None,
+        help="Activation checkpointing: full (bare --ac) or selective.",
     )
     parser.add_argument("--ac-interval", type=int, default=None, help="Checkpoint every k-th block.")
     parser.add_argument("--accum", type=int, default=None, help="grad_accum_steps (micro-batches per step).")

@@ -305,7 +305,9 @@ class Hyperparameter:
     def allowed(self) -> str:
         """Human description of the allowed values, used in every error message."""
         if self.kind == "choice":
-            spelled = sorted({v: k for k, v in (self.aliases or {}).items() if k in ("true", "false")}.items())
+            spelled = sorted(
+                {v: k for k, v in (self.aliases or {}).items() if k in ("true", "false")}.items()
+            )
             extra = f" ({', '.join(f'{alias} = {value}' for value, alias in spelled)})" if spelled else ""
             return "one of " + ", ".join(self.choices) + extra
         if self.kind == "bool":

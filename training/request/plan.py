@@ -346,7 +346,10 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
     per_layer = rope_layer_bytes(s)
     base = {k: wt[k] for k in ("sharded parameters", "AdamW state", "root weights (unsharded)")}
     # the whole optimizer step's tokens are on the device (every micro-batch copied at its start)
-    inputs = {"inputs (tokens, targets)": 16.0 * t * s.grad_accum_steps, "rotary frequencies": rope_table_bytes(s)}
+    inputs = {
+        "inputs (tokens, targets)": 16.0 * t * s.grad_accum_steps,
+        "rotary frequencies": rope_table_bytes(s),
+    }
     blocks = saved_per_block(s)
     checkpointed = s.checkpointed_blocks
     saved = {"saved activations": sum(blocks)}
@@ -437,7 +440,8 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
                 **in_backward,
                 "unsharded gradients": c * pb,
                 "saved activations": sum(blocks[: layers - 2]),
-                "quantized weight copies": wt["quantized weight copy (per layer)"] * max(uncheckpointed - 2, 0),
+                "quantized weight copies": wt["quantized weight copy (per layer)"]
+                * max(uncheckpointed - 2, 0),
                 "gradients in flight": 9.0 * c * h * t,
                 **inputs,
                 **accumulation,
@@ -456,7 +460,9 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         "gradients (sharded)": wt["all gradients (sharded)"],
         # torch.optim.AdamW's foreach path makes one temporary per moment list; the fused kernel (adamw_impl
         # auto on a GPU) none
-        "AdamW temporaries": 0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.world_size,
+        "AdamW temporaries": 0.0
+        if s.adamw_impl in ("auto", "fused")
+        else 4.0 * shape.parameter_count() / s.world_size,
     }
     return moments
 

@@ -81,9 +81,7 @@ def _te_checkpoint(forward: Callable, *args: Any, **kwargs: Any) -> torch.Tensor
 def _selective(forward: Callable, *args: Any, **kwargs: Any) -> torch.Tensor:
     if not torch.is_grad_enabled():
         return forward(*args, **kwargs)
-    return checkpoint(
-        forward, *args, use_reentrant=False, context_fn=_selective_contexts, **kwargs
-    )
+    return checkpoint(forward, *args, use_reentrant=False, context_fn=_selective_contexts, **kwargs)
 
 
 @functools.cache

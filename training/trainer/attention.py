@@ -29,13 +29,17 @@ BACKENDS: dict[str, SDPBackend] = {
 _NAMES = {backend.value: name for name, backend in BACKENDS.items()}
 
 
-def priority(setting: str, capability: tuple[int, int] | None, deterministic: bool = False) -> list[str] | None:
+def priority(
+    setting: str, capability: tuple[int, int] | None, deterministic: bool = False
+) -> list[str] | None:
     """The backends in priority order for ``setting`` on a GPU of ``capability`` (None: CPU, torch decides)."""
     if setting != "auto":
         return [setting, *(name for name in BACKENDS if name != setting)]
     if capability is None:
         return None
-    order = ["cudnn", "flash", "efficient", "math"] if capability >= (9, 0) else ["flash", "efficient", "math"]
+    order = (
+        ["cudnn", "flash", "efficient", "math"] if capability >= (9, 0) else ["flash", "efficient", "math"]
+    )
     if deterministic:  # cuDNN's SDPA backward has no deterministic kernel; torch skips it anyway
         order.remove("cudnn")
     return order

@@ -34,6 +34,7 @@ first; set-aside, incomplete and other folders are never touched.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -248,14 +249,18 @@ class CheckpointManager:
         self.loaded: Path | None = None  # the checkpoint load_latest restored, if any
         self._ours: set[str] = set()  # the checkpoints this run loaded or wrote: the only ones pruning counts
         self._async_group: dist.ProcessGroup | None = None  # made by the first background save (a collective)
-        self._pending: tuple[int, Path, Path, Any] | None = None  # (step, final, tmp, future) of a background save
+        self._pending: tuple[int, Path, Path, Any] | None = (
+            None  # (step, final, tmp, future) of a background save
+        )
 
     @property
     def skipped(self) -> list[tuple[str, str]]:
         """(folder, reason) of every folder ``load_latest`` did not load: set aside or failed, then incomplete."""
         return [*self.set_aside, *self.incomplete]
 
-    def save(self, step: int, model, optimizer, trainer_state: dict[str, Any], background: bool = False) -> Path:
+    def save(
+        self, step: int, model, optimizer, trainer_state: dict[str, Any], background: bool = False
+    ) -> Path:
         """Write a fresh ``step_XXXXXXXX.tmp`` (a free name: never an existing folder), then (after a barrier) hash
         it and have each node's local rank 0 seal and rename it (each node's ``/opt/ml/checkpoints`` is its own
         disk, synced to the same S3 prefix), then prune. Returns the sealed folder.
@@ -277,7 +282,9 @@ class CheckpointManager:
             if self._async_group is None:
                 self._async_group = dist.new_group(backend="gloo")
             future = dcp.async_save(
-                {"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp), process_group=self._async_group
+                {"model": model_sd, "optim": optim_sd},
+                checkpoint_id=str(tmp),
+                process_group=self._async_group,
             )
             self._pending = (step, final, tmp, future)
             return tmp
@@ -308,10 +315,8 @@ class CheckpointManager:
         gone, so the folder stays an interrupted write, as the rules say)."""
         if self._pending is not None:
             future, self._pending = self._pending[3], None
-            try:
+            with contextlib.suppress(Exception, CheckpointException):  # the run is failing already
                 future.result()
-            except (Exception, CheckpointException):  # noqa: BLE001 - the run is failing already
-                pass
 
     def _seal(self, step: int, final: Path, tmp: Path) -> Path:
         dist.barrier(group=self.cpu_group)

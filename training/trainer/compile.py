@@ -38,7 +38,9 @@ class _State:
 def _warn(err: BaseException) -> None:
     if _State.failed is None:
         _State.failed = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
-        print(f"warning: torch.compile failed ({_State.failed}); running eagerly", file=sys.stderr, flush=True)
+        print(
+            f"warning: torch.compile failed ({_State.failed}); running eagerly", file=sys.stderr, flush=True
+        )
 
 
 def guarded(compiled: Callable, eager: Callable) -> Callable:

@@ -3,10 +3,10 @@ the validation loss, checkpoint, stop on SIGTERM, save the model."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +14,20 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from training.request import contract
-from training.trainer import activation_checkpoint, attention, checkpoint, data, export_hf, levers, metrics, model
+from training.trainer import (
+    activation_checkpoint,
+    attention,
+    checkpoint,
+    data,
+    export_hf,
+    levers,
+    metrics,
+    model,
+    parallel,
+    precision,
+)
 from training.trainer import compile as compiling
 from training.trainer import loss as loss_module
-from training.trainer import parallel, precision
 from training.trainer.config import TrainConfig
 from training.trainer.progress import Progress
 from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
@@ -235,7 +245,9 @@ def run(
     return summary
 
 
-def levers_line(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan, allocator: str) -> str:
+def levers_line(
+    cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan, allocator: str
+) -> str:
     """``levers key=value ...``: what each speed lever resolved to on this machine (``auto`` values included)."""
     use_te = plan.recipe is not None
     sm = torch.cuda.get_device_capability(env.device) if env.device.type == "cuda" else None
@@ -264,7 +276,9 @@ def levers_line(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.Precisi
     else:
         heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
         attention_plan = attention.plan(cfg.attention_backend, env.device, cfg.deterministic)
-        resolved["attention"] = attention_plan.in_effect(1, heads, cfg.seq_length, head_dim, plan.dtype, env.device)
+        resolved["attention"] = attention_plan.in_effect(
+            1, heads, cfg.seq_length, head_dim, plan.dtype, env.device
+        )
         resolved["attention_priority"] = ",".join(attention_plan.order or ["torch_default"])
     return "levers " + " ".join(f"{key}={contract._fmt_config(value)}" for key, value in resolved.items())
 
@@ -309,7 +323,17 @@ def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, sh
 
 
 def _train(
-    cfg, env, plan, state: _State, dataset, manager, val_batches, say, final_save, tracking: Tracking, collector
+    cfg,
+    env,
+    plan,
+    state: _State,
+    dataset,
+    manager,
+    val_batches,
+    say,
+    final_save,
+    tracking: Tracking,
+    collector,
 ) -> dict[str, Any]:
     """The step loop from ``state.step`` to ``cfg.max_steps`` (or SIGTERM), then the final save and summary."""
     warmup = cfg.throughput_warmup_steps
@@ -362,7 +386,12 @@ def _train(
             te_attention_unlogged = False
 
         if step % cfg.log_interval == 0 or step == cfg.max_steps:
-            line = {"loss": progress.mean_loss(), "lr": lr, "grad_norm": _value(grad_norm), **meter.interval()}
+            line = {
+                "loss": progress.mean_loss(),
+                "lr": lr,
+                "grad_norm": _value(grad_norm),
+                **meter.interval(),
+            }
             line["peak_mem_gb"] = metrics.peak_memory_gb(env.device)
             elapsed, eta = progress.timing(step)
             say(contract.format_step_line(step, line, cfg.max_steps, elapsed, eta))

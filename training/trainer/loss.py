@@ -143,7 +143,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             if softmax is not None:
                 del ctx.last_softmax
             grad_logits = gradient(
-                hidden[start:end], weight, targets[start:end], log_sum_exp[start:end], row_scale[start:end], softmax
+                hidden[start:end],
+                weight,
+                targets[start:end],
+                log_sum_exp[start:end],
+                row_scale[start:end],
+                softmax,
             )
             del softmax
             if grad_hidden is not None:

@@ -174,7 +174,9 @@ class PrecisionPlan:
         if self.recipe is None:
             return contextlib.nullcontext()
         te = importlib.import_module(TE_TORCH_MODULE)
-        return te.autocast(enabled=enabled, recipe=self.recipe, amax_reduction_group=self.amax_reduction_group)
+        return te.autocast(
+            enabled=enabled, recipe=self.recipe, amax_reduction_group=self.amax_reduction_group
+        )
 
     def keep_edge_blocks_high_precision(self, layers: Sequence[torch.nn.Module], count: int) -> list[int]:
         """Run the first and last ``count`` blocks outside quantization (``te.autocast(enabled=False)`` nested in
@@ -221,7 +223,9 @@ def plan(
         sm = torch.cuda.get_device_capability()
     spec = recipe_spec(precision, fp8_recipe, sm)
     recipe = build_recipe(spec) if spec is not None else None
-    return PrecisionPlan(precision, compute_dtype(precision), recipe, quantized_model_init, amax_reduction_group)
+    return PrecisionPlan(
+        precision, compute_dtype(precision), recipe, quantized_model_init, amax_reduction_group
+    )
 
 
 def nondeterministic_op(cfg: Any, capability: tuple[int, int] | None) -> str | None:
