@@ -264,7 +264,7 @@ def saved_per_block(s: Setup) -> list[float]:
     or ``selective_saved_bytes``, the others every activation (``layer_activation_bytes`` and RoPE's cos/sin)."""
     t, checkpointed = s.tokens, set(s.checkpointed_blocks)
     whole = layer_activation_bytes(s) * t + rope_layer_bytes(s)
-    kept = s.compute_bytes * s.shape.hidden_size * t
+    kept = float(s.compute_bytes * s.shape.hidden_size * t)
     if s.activation_checkpointing == "selective":
         kept = selective_saved_bytes(s) * t
     return [kept if index in checkpointed else whole for index in range(s.shape.num_layers)]
