@@ -34,12 +34,13 @@ $(VENV)/checkov/.stamp: pyproject.toml $(VENV)/.stamp
 	touch $@
 
 # The trainer's tests under the image's torch (pyproject.toml's `compat` extra: the DLC's 2.9.0) in a venv of their own,
-# with the train extra's other pins and the dev extra; the repository is put on the path, not installed into it.
+# with the project's own dependencies, the train extra's other pins and the dev extra; the repository is put on the
+# path, not installed into it.
 COMPAT := $(VENV)/compat
 $(COMPAT)/.stamp: pyproject.toml
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
 	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip==25.3
-	$(COMPAT)/bin/python -m pip install --quiet $$($(PYTHON) -c 'import tomllib; e = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print(*e["compat"], *(r for r in e["train"] if not r.startswith("torch==")), *e["dev"])')
+	$(COMPAT)/bin/python -m pip install --quiet $$($(PYTHON) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; e = p["optional-dependencies"]; print(*p["dependencies"], *e["compat"], *(r for r in e["train"] if not r.startswith("torch==")), *e["dev"])')
 	touch $@
 
 node_modules/.stamp: package.json package-lock.json $(VENV)/.stamp
