@@ -156,6 +156,12 @@ def test_te_precisions_add_quantized_weight_copies_and_shrink_saved_inputs():
         plan.estimate_memory(quantized).parts["sharded parameters"]
         < plan.estimate_memory(mxfp8).parts["sharded parameters"]
     )
+    # quantized primary weights: the blocks' fp32 masters sit with AdamW's moments (master_weights.py)
+    blocks = bf16.shape.parameter_count() - bf16.shape.root_parameter_count()
+    step = plan._moments(quantized)["optimizer step"]
+    assert step["AdamW state"] - plan._moments(mxfp8)["optimizer step"]["AdamW state"] == pytest.approx(
+        4 * blocks / quantized.world_size
+    )
 
 
 def test_throughput_reproduces_the_seed_figures_and_cost_is_price_times_time():

@@ -205,7 +205,7 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
         dtype = precision.compute_dtype(values["precision"])
         parallel.shard_model(net, mesh, parallel.mixed_precision(dtype), device)
         # The trainer's optimizer on a GPU (loop._fresh_state): adamw_impl auto is the fused kernel on CUDA.
-        impl = levers.adamw_impl(values["adamw_impl"], torch.device("cuda"), False)
+        impl = levers.adamw_impl(values["adamw_impl"], torch.device("cuda"))
         optimizer = levers.build_optimizer(
             net.parameters(), impl, values["learning_rate"], values["weight_decay"]
         )

@@ -418,15 +418,16 @@ LEVERS: tuple[Hyperparameter, ...] = (
         "adamw_impl",
         "choice",
         "auto",
-        "AdamW kernels: auto is fused on CUDA (foreach on CPU); with quantized_model_init, TE's FusedAdam.",
+        "AdamW kernels: auto is fused on CUDA (foreach on CPU); with quantized_model_init they update fp32 master "
+        "weights.",
         choices=("auto", "fused", "foreach"),
     ),
     Hyperparameter(
         "master_weights",
         "bool",
         True,
-        "With quantized_model_init: keep fp32 master weights in TE's FusedAdam (false is refused: FP8 primary "
-        "weights alone round small updates away).",
+        "With quantized_model_init: AdamW updates fp32 master weights and writes them back into the quantized "
+        "ones (false is refused: FP8 primary weights alone round small updates away).",
     ),
     Hyperparameter(
         "nvfp4_bf16_blocks",
@@ -664,7 +665,8 @@ def check_levers(values: Mapping[str, Any]) -> None:
         raise ContractError(
             "master_weights",
             "must be true with quantized_model_init: FP8 primary weights without fp32 master weights round "
-            "small updates away (TE's FusedAdam keeps them); set master_weights true or quantized_model_init false",
+            "small updates away (the trainer's AdamW keeps fp32 masters); set master_weights true or "
+            "quantized_model_init false",
         )
     if precision in TE_PRECISIONS and values["compile"] == "true":
         raise ContractError(

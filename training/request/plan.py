@@ -43,7 +43,9 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   makes the weight's copy, the backward uses its column-wise usage, ``module/linear.py`` line 695), and with
   ``quantized_model_init`` (``quantization.py``: primary weights stored quantized; the high-precision initial
   value only with ``preserve_high_precision_init_val``, and then in CPU memory) the blocks' sharded and gathered
-  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32. The seed article:
+  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32, plus the blocks'
+  fp32 master weights (``training/trainer/master_weights.py``) and, in the step, their gradients' fp32 copies.
+  The seed article:
   "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
 * the speed levers (``docs/performance.md``): ``selective`` activation checkpointing keeps per token the block's
   input, the QKV and gate/up projections' outputs and attention's output and log-sum-exp
@@ -297,7 +299,8 @@ def _weights(s: Setup) -> dict[str, float]:
     gathered = 2 * q if quantized else float(c)  # bytes per value of a gathered block weight
     return {
         "sharded parameters": ((2 * q if quantized else 4) * blocks + 4 * pr) / w,
-        "AdamW state": 8 * p / w,
+        # the moments, and with quantized primary weights the blocks' fp32 masters (``master_weights.py``)
+        "AdamW state": (8 * p + (4 * blocks if quantized else 0)) / w,
         "block gradient (sharded)": (2 if quantized else 4) * pb / w,
         "root weights (unsharded)": c * pr,
         "block weights (unsharded)": gathered * pb,
@@ -342,6 +345,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
     h, f, layers = shape.hidden_size, shape.ffn_hidden_size, shape.num_layers
     c = s.compute_bytes
     pb = shape.block_parameter_count()
+    quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
     act_layer = layer_activation_bytes(s)
     per_layer = rope_layer_bytes(s)
     base = {k: wt[k] for k in ("sharded parameters", "AdamW state", "root weights (unsharded)")}
@@ -459,10 +463,15 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         "AdamW state": wt["AdamW state"],
         "gradients (sharded)": wt["all gradients (sharded)"],
         # torch.optim.AdamW's foreach path makes one temporary per moment list; the fused kernel (adamw_impl
-        # auto on a GPU) none
-        "AdamW temporaries": 0.0
-        if s.adamw_impl in ("auto", "fused")
-        else 4.0 * shape.parameter_count() / s.world_size,
+        # auto on a GPU) none; with master weights, each block gradient's fp32 copy on its master
+        "AdamW temporaries": (
+            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.world_size
+        )
+        + (
+            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.world_size
+            if quantized
+            else 0.0
+        ),
     }
     return moments
 

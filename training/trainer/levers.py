@@ -6,21 +6,21 @@ allocator's expandable segments, Python's garbage collector run on a schedule, a
 * ``gc_interval`` N: the collector is disabled and run (generation 1) every N steps, torchtitan's
   ``tools/utils.GarbageCollection``; 0 leaves Python's automatic collection on.
 * ``adamw_impl``: ``torch.optim.AdamW(fused=True)`` on CUDA (one kernel for every parameter; no foreach
-  temporaries), ``foreach`` elsewhere. With ``quantized_model_init`` the primary weights are FP8, so the optimizer
-  is Transformer Engine's ``FusedAdam(master_weights=True, master_weight_dtype=torch.float32)`` (TE v2.11
-  ``optimizers/fused_adam.py``: it keeps an fp32 master copy of every parameter and writes the updated value
-  back into the FP8 weight; its ``initialize_state`` copies the master from the parameter it is given).
+  temporaries), ``foreach`` elsewhere. With ``quantized_model_init`` the primary weights are FP8 or MXFP8, so the
+  optimizer is ``master_weights.MasterWeightAdamW`` (the same kernels on fp32 master copies, written back into
+  the quantized weights; TE 2.11's ``FusedAdam`` cannot shard its states with FSDP2, that module says why).
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import time
 from collections.abc import Iterable
 
 import torch
+
+from training.trainer.master_weights import MasterWeightAdamW
 
 ALLOC_ENV = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
@@ -66,26 +66,23 @@ class GarbageCollection:
         return f"every_{interval}_steps" if interval else "python_automatic"
 
 
-def adamw_impl(setting: str, device: torch.device, quantized_init: bool) -> str:
-    """``te_fused_master`` with quantized primary weights, else ``fused`` on CUDA and ``foreach`` elsewhere
-    (``auto``), or the named one."""
-    if quantized_init:
-        return "te_fused_master"
+def adamw_impl(setting: str, device: torch.device) -> str:
+    """The AdamW kernels: ``fused`` on CUDA and ``foreach`` elsewhere (``auto``), or the named ones."""
     if setting == "auto":
         return "fused" if device.type == "cuda" else "foreach"
     return setting
 
 
 def build_optimizer(
-    params: Iterable[torch.nn.Parameter], impl: str, lr: float, weight_decay: float
+    params: Iterable[torch.nn.Parameter],
+    impl: str,
+    lr: float,
+    weight_decay: float,
+    *,
+    master_weights: bool = False,
 ) -> torch.optim.Optimizer:
-    """AdamW (betas 0.9/0.95) with the kernels ``impl`` names (``adamw_impl``'s result)."""
-    params = list(params)
-    if impl == "te_fused_master":
-        optimizers = importlib.import_module("transformer_engine.pytorch.optimizers")
-        return optimizers.FusedAdam(
-            params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, adam_w_mode=True,
-            master_weights=True, master_weight_dtype=torch.float32,
-        )  # fmt: skip
+    """AdamW (betas 0.9/0.95) with the kernels ``impl`` names (``adamw_impl``'s result); ``master_weights``
+    (``quantized_model_init``): on fp32 master copies of the parameters (``master_weights.MasterWeightAdamW``)."""
     kernels = {"fused": True} if impl == "fused" else {"foreach": True}
-    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, **kernels)
+    adamw = MasterWeightAdamW if master_weights else torch.optim.AdamW
+    return adamw(list(params), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, **kernels)

@@ -91,8 +91,10 @@ class _State:
 
 def _fresh_state(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> _State:
     net = build(cfg, env, plan)
-    impl = levers.adamw_impl(cfg.adamw_impl, env.device, plan.quantized_init)
-    optimizer = levers.build_optimizer(net.parameters(), impl, cfg.learning_rate, cfg.weight_decay)
+    impl = levers.adamw_impl(cfg.adamw_impl, env.device)
+    optimizer = levers.build_optimizer(
+        net.parameters(), impl, cfg.learning_rate, cfg.weight_decay, master_weights=plan.quantized_init
+    )
     warmup, _ = warmup_for(cfg.lr_warmup_steps, cfg.max_steps)
     state = _State(net, optimizer, Schedule(cfg.max_steps, warmup), None, plan.grad_scaler())  # type: ignore[arg-type]
     state.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: state.schedule.factor(s))
@@ -261,7 +263,8 @@ def levers_line(
         "grad_accum_steps": cfg.grad_accum_steps,
         "tokens_per_optimizer_step": cfg.batch_size * cfg.seq_length * cfg.grad_accum_steps * env.world_size,
         "compile": compiling.resolve(cfg.compile, env.device, use_te),
-        "adamw": levers.adamw_impl(cfg.adamw_impl, env.device, plan.quantized_init),
+        "adamw": levers.adamw_impl(cfg.adamw_impl, env.device),
+        "master_weights": "fp32" if plan.quantized_init else "none",
         "allocator": allocator,
         "gc": levers.GarbageCollection.describe_interval(cfg.gc_interval),
         "async_checkpoint": cfg.async_checkpoint,
