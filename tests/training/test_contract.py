@@ -190,10 +190,13 @@ def test_metric_lines_round_trip_through_the_regexes():
             "tokens_per_sec": 51234.5,
             "tflops_per_gpu": 812.3,
             "mfu": 0.361,
+            "mfu_bf16": 0.722,
             "peak_mem_gb": 22.8,
             "step_time": 2.56,
         },
     )
+    assert " mfu=0.361 mfu_bf16=0.722 " in step
+    assert c.parse_step_line(step)[1]["mfu_bf16"] == 0.722  # the trainer's own parser reads it too
     parsed = c.parse_metric_line(step)
     assert parsed == {
         "train:loss": 2.34568,
@@ -202,9 +205,13 @@ def test_metric_lines_round_trip_through_the_regexes():
         "train:tokens_per_sec": 51234.5,
         "train:tflops_per_gpu": 812.3,
         "train:mfu": 0.361,
+        "train:mfu_bf16": 0.722,
         "train:peak_mem_gb": 22.8,
         "train:step_time": 2.56,
     }
+    # a bf16 run prints no mfu_bf16, and its mfu= is never read as mfu_bf16= (nor the other way round)
+    assert c.parse_metric_line("step=3 mfu=0.4") == {"train:mfu": 0.4}
+    assert c.parse_metric_line("summary mfu_bf16=0.5") == {"final:mfu_bf16": 0.5}
     summary = c.format_summary_line(
         {"steps": 1000, "final_loss": 1.5, "tokens_per_sec": 6000.0, "train_seconds": 3600}
     )

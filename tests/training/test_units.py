@@ -134,6 +134,22 @@ def test_throughput_leaves_out_warmup_and_has_no_mfu_on_cpu():
     assert metrics.peak_memory_gb(torch.device("cpu")) > 0
 
 
+@pytest.mark.parametrize(
+    ("gpu", "prec", "own_peak"),
+    [("H100", "fp8", 1979.0), ("B200", "mxfp8", 4500.0), ("B200", "nvfp4", 9000.0)],
+)
+def test_low_precision_runs_also_report_a_bf16_equivalent_mfu(monkeypatch, gpu, prec, own_peak):
+    monkeypatch.setattr(metrics, "gpu_name", lambda device: gpu)  # as torch.cuda names that GPU
+    low = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), prec).rates(10**9, 1.0)
+    tflops = low["tflops_per_gpu"]
+    assert low["mfu"] == pytest.approx(tflops / own_peak)
+    assert low["mfu_bf16"] == pytest.approx(tflops / contract.PEAK_TFLOPS[gpu]["bf16"])
+    step = contract.format_step_line(5, low)
+    assert contract.parse_metric_line(step)["train:mfu_bf16"] == pytest.approx(low["mfu_bf16"], rel=1e-5)
+    bf16 = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), "bf16").rates(10**9, 1.0)
+    assert "mfu_bf16" not in bf16 and bf16["mfu"] == pytest.approx(tflops / contract.PEAK_TFLOPS[gpu]["bf16"])
+
+
 def test_lr_schedule_warms_up_then_decays_to_the_floor():
     factors = [loop.lr_factor(s, 4, 20) for s in range(25)]
     assert factors[:4] == [0.25, 0.5, 0.75, 1.0]

@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         f"runs, world size {env.world_size}, {gpu}, loss_chunk_tokens {args.loss_chunk_tokens}"
     )
     say(
-        "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS"
+        "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS "
+        "(fp8/mxfp8/nvfp4: own peak/bf16 peak)"
     )
     say(
         row(
@@ -320,12 +321,19 @@ def main(argv: list[str] | None = None) -> int:
                             overhead += f" {100 * (1 - result['tokens_per_sec'] / external['tokens_per_sec']):+.1f}%ext"
                         overhead += f" {spread}"
                     say(row([*head, f"{result['tokens_per_sec']:.0f}", f"{result['tflops_per_gpu']:.3f}",
-                             f"{result['mfu']:.3f}" if "mfu" in result else "n/a", f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
+                             mfu_cell(result), f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
     if args.lever_repeats:
         lever_effects(args, env, precisions[0], say)
     say("effects on a GPU are to be measured by issue #36 (docs/performance.md)")
     dist.destroy_process_group()
     return 0
+
+
+def mfu_cell(result: dict[str, float]) -> str:
+    """MFU against the precision's own peak; a low precision's bf16-equivalent MFU after a slash."""
+    if "mfu" not in result:
+        return "n/a"
+    return f"{result['mfu']:.3f}" + (f"/{result['mfu_bf16']:.3f}" if "mfu_bf16" in result else "")
 
 
 def _spread(runs: list[dict[str, float] | None]) -> str:

@@ -722,10 +722,14 @@ STEP_METRICS: tuple[str, ...] = (
     "tokens_per_sec",
     "tflops_per_gpu",
     "mfu",
+    "mfu_bf16",
     "peak_mem_gb",
     "step_time",
 )
-"""Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps."""
+"""Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps. ``mfu`` is against
+the peak of the run's own precision (``PEAK_TFLOPS``); ``mfu_bf16``, printed for the low precisions
+(``TE_PRECISIONS``: fp8, mxfp8, nvfp4), is the same TFLOP/s against the GPU's bf16 peak: the bf16-equivalent MFU,
+comparable with a bf16 run's ``mfu``."""
 
 SUMMARY_METRICS: tuple[str, ...] = (
     "steps",
@@ -733,12 +737,14 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "tokens_per_sec",
     "tflops_per_gpu",
     "mfu",
+    "mfu_bf16",
     "peak_mem_gb",
     "train_seconds",
     "val_loss",
     "unusable_checkpoints",
 )
-"""Fields of the final ``summary ...`` line (``val_loss`` only when the data has a validation split;
+"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` only when the data
+has a validation split;
 ``unusable_checkpoints`` only when checkpoints were found and none was usable, so the run restarted from step 0:
 the line then ends ``restarted_from: none (N checkpoints unusable)``)."""
 
@@ -868,8 +874,8 @@ def parse_metric_line(line: str) -> dict[str, float]:
     return found
 
 
-_STEP_LINE = re.compile(r"(?<!validation )\bstep=([0-9]+)(?:/[0-9]+ [0-9.]+%)?((?: [a-z_]+=\S+)*)")
-_SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z_]+=\S+)+)")
+_STEP_LINE = re.compile(r"(?<!validation )\bstep=([0-9]+)(?:/[0-9]+ [0-9.]+%)?((?: [a-z0-9_]+=\S+)*)")
+_SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z0-9_]+=\S+)+)")
 _CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z0-9_]+=\S*)+)\s*$")
 
 
