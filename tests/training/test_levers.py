@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from training.trainer import (
     activation_checkpoint,
+    attention,
     checkpoint,
     config,
     levers,
@@ -145,6 +146,62 @@ def test_selective_keeps_matmul_and_attention_outputs_and_recomputes_the_rest():
     assert torch.ops.aten.mul.Tensor not in saved
     assert activation_checkpoint.checkpointed_blocks(7, "full", 3) == [0, 3, 6]
     assert activation_checkpoint.checkpointed_blocks(7, "none", 1) == []
+
+
+def test_the_attention_kernel_is_pinned_per_gpu_generation_and_the_one_in_effect_is_probed():
+    assert attention.priority("auto", (10, 0)) == ["cudnn", "flash", "efficient", "math"]  # Blackwell
+    assert attention.priority("auto", (9, 0), deterministic=True) == ["flash", "efficient", "math"]
+    assert (
+        attention.priority("auto", (8, 0))
+        == attention.priority("auto", (8, 6), True)
+        == ["flash", "efficient", "math"]
+    )
+    assert attention.priority("auto", None) is None  # CPU: torch's own choice
+    assert attention.priority("cudnn", (9, 0)) == ["cudnn", "math"] and attention.priority("math", None) == [
+        "math"
+    ]
+    cpu = torch.device("cpu")
+    probe = (1, 4, 32, 16, torch.float32, cpu)
+    assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel
+    assert attention.plan("math", cpu).in_effect(*probe) == "math"  # sdpa_kernel(set_priority=True) applied
+    with attention.plan("math", cpu).context():
+        assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled()  # restored on exit
+
+
+def test_the_levers_line_says_what_each_lever_resolved_to_here(env):
+    cfg = config.config_from_mapping({**SETTINGS, "grad_accum_steps": "2", "activation_checkpointing": "full",
+                                      "activation_checkpointing_interval": "2", "attention_backend": "math"})  # fmt: skip
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    line = loop.levers_line(cfg, env, plan, levers.configure_allocator(True, env.device))
+    fields = dict(item.split("=", 1) for item in line.split()[1:])
+    assert line.startswith("levers ") and fields == {
+        "activation_checkpointing": "full", "checkpointed_blocks": "1", "grad_accum_steps": "2",
+        "tokens_per_optimizer_step": str(2 * cfg.batch_size * cfg.seq_length), "compile": "false",
+        "adamw": "foreach", "master_weights": "none", "allocator": "n/a_(cpu)", "gc": "every_50_steps",
+        "async_checkpoint": "true", "attention": "math", "attention_priority": "math",
+    }  # fmt: skip
+    assert compiling.resolve("auto", torch.device("cuda"), use_te=False)  # a GPU compiles by default ...
+    assert not compiling.resolve("auto", torch.device("cuda"), use_te=True)  # ... but not TE's layers
+    assert levers.adamw_impl("auto", torch.device("cuda")) == "fused"
+
+
+def test_the_garbage_collector_runs_on_schedule_and_is_given_back(monkeypatch):
+    import gc
+
+    collected = []
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collected.append(generation) or 0)
+    collector = levers.GarbageCollection(3)
+    try:
+        assert not gc.isenabled() and collected == [1]  # off, after one collection at start
+        for step in range(1, 8):
+            collector.step(step)
+        assert collected == [1, 1, 1]  # steps 3 and 6
+    finally:
+        collector.close()
+    assert gc.isenabled()
+    levers.GarbageCollection(0).close()
+    assert gc.isenabled() and collected == [1, 1, 1]  # 0: Python's own, untouched
 
 
 def test_a_failed_compile_runs_eagerly_with_one_warning(capsys):

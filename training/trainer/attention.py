@@ -2,9 +2,11 @@
 
 ``attention_backend`` ``auto`` pins, in this order of priority, cuDNN then Flash then memory-efficient then math
 on Hopper and Blackwell (SM 9.0+: cuDNN's SDPA is the fastest there, torchtitan PR #1209 for B200), Flash first
-on Ampere, and leaves the CPU to torch's own choice. A named backend is put first, the others after it, so an
-input it cannot take still runs. ``torch.nn.attention.sdpa_kernel(..., set_priority=True)`` (torch 2.9 has it)
-applies the order around the forward pass; the backward pass runs the kernel the forward chose.
+on Ampere, and leaves the CPU to torch's own choice. A named backend is the only one enabled besides math, the
+fallback that takes every input (on a CPU, where torch ignores the priority order and picks Flash whenever it is
+enabled, that is what makes ``math`` mean math). ``torch.nn.attention.sdpa_kernel(..., set_priority=True)``
+(torch 2.9 has it) enables the backends and sets their order around the forward pass; the backward pass runs the
+kernel the forward chose.
 
 The kernel actually selected is probed at start with ``torch._fused_sdp_choice`` on the run's query shape and
 logged. Transformer Engine chooses its own kernel (FlashAttention, cuDNN FusedAttention, or unfused); the trainer
@@ -32,16 +34,17 @@ _NAMES = {backend.value: name for name, backend in BACKENDS.items()}
 def priority(
     setting: str, capability: tuple[int, int] | None, deterministic: bool = False
 ) -> list[str] | None:
-    """The backends in priority order for ``setting`` on a GPU of ``capability`` (None: CPU, torch decides)."""
+    """The enabled backends in priority order for ``setting`` on a GPU of ``capability`` (None: CPU, torch
+    decides)."""
     if setting != "auto":
-        return [setting, *(name for name in BACKENDS if name != setting)]
+        return list(dict.fromkeys((setting, "math")))
     if capability is None:
         return None
     order = (
         ["cudnn", "flash", "efficient", "math"] if capability >= (9, 0) else ["flash", "efficient", "math"]
     )
     if deterministic:  # cuDNN's SDPA backward has no deterministic kernel; torch skips it anyway
-        order.remove("cudnn")
+        order = [name for name in order if name != "cudnn"]
     return order
 
 
