@@ -99,15 +99,24 @@ def test_te_precision_without_te_or_gpu_fails_before_any_process_group(capsys, m
     assert "error: invalid setting precision: fp8 needs NVIDIA Transformer Engine" in capsys.readouterr().err
 
 
-def test_deterministic_on_a_gpu_names_the_op_without_a_deterministic_kernel():
+def test_deterministic_on_a_gpu_names_the_op_without_a_deterministic_kernel(monkeypatch):
     from training.trainer import precision
 
-    cfg = config.config_from_mapping({**TINY, "loss_chunk_tokens": "0"})
-    assert precision.nondeterministic_op(cfg, None) is None  # CPU: every op is deterministic
-    assert "aten::nll_loss" in precision.nondeterministic_op(cfg, (9, 0))
-    cudnn = config.config_from_mapping({**TINY, "attention_backend": "cudnn"})
-    assert "_scaled_dot_product_cudnn_attention" in precision.nondeterministic_op(cudnn, (9, 0))
-    assert precision.nondeterministic_op(config.config_from_mapping(TINY), (9, 0)) is None
+    def op(sm, **settings):
+        return precision.nondeterministic_op(config.config_from_mapping({**TINY, **settings}), sm)
+
+    assert op(None, loss_chunk_tokens="0") is None  # CPU: every op is deterministic
+    assert "aten::nll_loss" in op((9, 0), loss_chunk_tokens="0")
+    assert "_scaled_dot_product_cudnn_attention" in op((9, 0), attention_backend="cudnn")
+    assert "FusedAttention" in op((10, 0), precision="mxfp8") and op((9, 0), precision="fp8") is None
+    assert op((9, 0)) is None and op((10, 0)) is None
+    # the trainer refuses it at start for the GPU it finds
+    monkeypatch.setattr(precision, "check_this_machine", lambda _: None)
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    cfg = config.config_from_mapping({**TINY, "deterministic": "true", "loss_chunk_tokens": "0"})
+    with pytest.raises(contract.ContractError, match="deterministic: true cannot be honoured on this GPU: "):
+        precision.check_run(cfg)
 
 
 def test_check_only_prints_the_settings(capsys):
