@@ -52,7 +52,8 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   (``selective_saved_bytes``); ``activation_checkpointing_interval`` k checkpoints blocks 0, k, 2k, ... and the
   others keep every activation (``saved_per_block``); ``grad_accum_steps`` above 1 holds every parameter's
   unsharded fp32 gradient between micro-batches (4P, less the blocks already reduced on the last micro-batch) and
-  the whole step's tokens; the fused AdamW of a GPU run makes no temporaries. ``torch.compile`` is not counted:
+  the whole step's tokens; the fused AdamW of a GPU run makes no temporaries; ``nvfp4_bf16_blocks``' first and
+  last blocks of an NVFP4 run save bf16 activations (``high_precision_blocks``). ``torch.compile`` is not counted:
   the closed form is eager memory, which compile's fusions only lower. Traced rows for each in
   ``python -m training.measure.plan_agreement``.
 * an allowance for what no tensor tracker sees: the CUDA context, cuBLAS and TE workspaces, NCCL buffers and the
@@ -136,6 +137,7 @@ class Setup:
     activation_checkpointing_interval: int = 1
     grad_accum_steps: int = 1
     adamw_impl: str = "auto"
+    nvfp4_bf16_blocks: int = 1
 
     def __post_init__(self) -> None:
         mode = self.activation_checkpointing
@@ -152,6 +154,14 @@ class Setup:
         if not self.ac_on:
             return []
         return list(range(0, self.shape.num_layers, self.activation_checkpointing_interval))
+
+    @property
+    def high_precision_blocks(self) -> set[int]:
+        """NVFP4's first and last ``nvfp4_bf16_blocks`` blocks, which run in bf16 (``precision.py``)."""
+        if self.precision != "nvfp4":
+            return set()
+        k, layers = self.nvfp4_bf16_blocks, self.shape.num_layers
+        return {*range(k), *range(layers - k, layers)} if k else set()
 
     @property
     def compute_bytes(self) -> int:
@@ -209,6 +219,7 @@ def setup_from_request(request: Mapping[str, Any]) -> Setup:
         activation_checkpointing_interval=values["activation_checkpointing_interval"],
         grad_accum_steps=values["grad_accum_steps"],
         adamw_impl=values["adamw_impl"],
+        nvfp4_bf16_blocks=values["nvfp4_bf16_blocks"],
     )
 
 
@@ -263,13 +274,18 @@ def selective_saved_bytes(s: Setup) -> float:
 
 def saved_per_block(s: Setup) -> list[float]:
     """Bytes each block keeps for its backward pass through the forward: checkpointed blocks their input (full)
-    or ``selective_saved_bytes``, the others every activation (``layer_activation_bytes`` and RoPE's cos/sin)."""
-    t, checkpointed = s.tokens, set(s.checkpointed_blocks)
+    or ``selective_saved_bytes``, the others every activation (``layer_activation_bytes`` and RoPE's cos/sin; in
+    bf16 for NVFP4's ``high_precision_blocks``)."""
+    t, checkpointed, edges = s.tokens, set(s.checkpointed_blocks), s.high_precision_blocks
     whole = layer_activation_bytes(s) * t + rope_layer_bytes(s)
+    whole_bf16 = layer_activation_bytes(replace(s, precision="bf16")) * t + rope_layer_bytes(s)
     kept = float(s.compute_bytes * s.shape.hidden_size * t)
     if s.activation_checkpointing == "selective":
         kept = selective_saved_bytes(s) * t
-    return [kept if index in checkpointed else whole for index in range(s.shape.num_layers)]
+    return [
+        kept if index in checkpointed else whole_bf16 if index in edges else whole
+        for index in range(s.shape.num_layers)
+    ]
 
 
 def rope_layer_bytes(s: Setup) -> float:
