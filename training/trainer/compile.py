@@ -6,7 +6,9 @@ one compiled graph serves them all, and the FSDP2 hooks stay outside the compile
 call. ``loop.build`` applies it to the meta-device model before sharding.
 
 Compilation happens at the first call. If it fails there (no C++ compiler, an unsupported op, an old torch), the
-trainer prints one warning line and every block runs eagerly from then on: a compile problem never ends a run.
+trainer prints one warning line and every block runs eagerly from then on. Not caught: a failure that shows only
+when AOTAutograd lowers the backward graph, which it does lazily at the first backward pass (the graph itself is
+traced in the forward pass, so tracing problems are caught).
 """
 
 from __future__ import annotations
