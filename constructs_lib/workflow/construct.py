@@ -67,7 +67,8 @@ from constructs_lib.workflow.props import (
     run_segment_of,
     seconds_in,
 )
-from constructs_lib.workflow.request import resource_config, training_job_request
+from constructs_lib.workflow.evaluation_states import evaluation_states
+from constructs_lib.workflow.request import evaluation_job_request, resource_config, training_job_request
 from constructs_lib.workflow.request_check import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     MAX_RUNTIME_SECONDS_LIMIT,
@@ -82,6 +83,7 @@ from constructs_lib.workflow.states import (
     capacity_states,
     launch_loop,
     prepare_state,
+    training_summary,
 )
 from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
@@ -542,7 +544,8 @@ class TrainingWorkflow(Construct):
         pending: int,
         log_retention: logs.RetentionDays | None,
     ) -> sfn.IChainable:
-        """Decide the request (``self.validator``), prepare, capacity mode, then the launch loop."""
+        """Decide the request (``self.validator``); then the training job (prepare, capacity mode, launch loop,
+        summary) and, when asked, the evaluation job after it; or the evaluation job only."""
         self.validator = RequestValidator(
             self,
             "RequestValidator",
@@ -553,16 +556,39 @@ class TrainingWorkflow(Construct):
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
         )
-        loop = launch_loop(self, launch_params, retries=retries, retry_wait=retry_wait)
+        evaluation = evaluation_states(
+            self,
+            evaluation_job_request(launch_params, network_isolation=self.mlflow_tracking_server_arn is None),
+            resources,
+            retries=retries,
+            retry_wait=retry_wait,
+            pending=pending,
+            launch_retry_backoff=self.launch_retry_backoff,
+        )
+        then = sfn.Choice(self, "Evaluate after training?")
+        then.when(sfn.Condition.is_null("$.evaluation"), sfn.Succeed(self, "Training job completed"))
+        then.otherwise(evaluation.after_training)
+        loop = launch_loop(
+            self,
+            launch_params,
+            retries=retries,
+            retry_wait=retry_wait,
+            after=training_summary(self).next(then),
+        )
         self.launch: sfn.CustomState = loop.launch
         self.launch_without_data: sfn.CustomState = loop.launch_without_data
         mode = capacity_states(self, resources, pending=pending, launch=loop.entry)
         prepare = prepare_state(self, launch_retry_backoff=self.launch_retry_backoff)
+        route = sfn.Choice(
+            self, "Train first?", comment="An evaluation-only request (evaluate.training_job) skips training."
+        )
+        route.when(sfn.Condition.boolean_equals("$.evaluation_only", True), evaluation.only)
+        route.otherwise(prepare.next(mode))
         return decide_request(
             self,
             validator=self.validator,
             rules_json=self.request_rules.to_json(),
-            next_state=prepare.next(mode),
+            next_state=route,
         )
 
     def _request_rules(

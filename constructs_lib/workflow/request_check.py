@@ -35,8 +35,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from constructs_lib.workflow import request_evaluation
 from constructs_lib.workflow.request_fields import (
     check_field,
+    data_uri_ok,
     cross_field_problems,
     hyperparameter_map,
     map_problems,
@@ -148,6 +150,7 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
         problems += map_problems(config, rules)
     if not field_problems:
         problems += cross_field_problems(config, rules)
+    problems += _evaluate_problems(raw, config, rules, field_problems)
     hyperparameters: dict[str, str] = {}
     if not field_problems:
         hyperparameters, hp_problems = hyperparameter_map(config, rules)
@@ -165,6 +168,24 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
     if config["train_data_uri"] is not None:
         channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
     return PreparedRequest(config, hyperparameters, problems, channels, estimate)
+
+
+def _evaluate_problems(
+    raw: Mapping[str, Any], config: Mapping[str, Any], rules: RequestRules, field_problems: list[str]
+) -> list[str]:
+    """The ``evaluate`` block's problems (``request_evaluation``), and the run's model's when it trains one."""
+    block = config["evaluate"]
+    if not isinstance(block, Mapping):
+        return []
+    problems = request_evaluation.block_problems(raw, block, rules, data_uri_ok)
+    most = rules.sagemaker()["Tags"]["max"] - len(rules.fixed_tags()) - 1
+    if isinstance(config["tags"], Mapping) and len(config["tags"]) > most:
+        problems.append(
+            f"tags: at most {most} with evaluate (its job is also tagged with the run it evaluates)"
+        )
+    if not problems and not field_problems and block.get("training_job") is None:
+        problems += request_evaluation.training_model_problems(config)
+    return problems
 
 
 def _memory_plan(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, Any], str | None]:
@@ -273,17 +294,19 @@ def _list_run(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
     return objects
 
 
-def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
+def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> dict[str, Any]:
     """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
-    "channels", "resume", "request", "plan"}`` (all but the first two null when not valid; ``request``:
-    :func:`job_fields`); ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri``
-    holds data and to decide ``resume_from``."""
+    "channels", "resume", "request", "plan", "evaluation"}`` (all but the first two null when not valid;
+    ``request``: :func:`job_fields`; ``evaluation``: the evaluation job's decided parts, null without ``evaluate``);
+    ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri`` holds data, to decide
+    ``resume_from`` and to read the evaluation's task folder and the model's tokenizer; ``sagemaker``: a SageMaker
+    client for an evaluation-only request's training job."""
     rules = RequestRules.from_json(event["rules"])
     prepared = prepare_request(event.get("input"), rules)
     resume = None
     if not prepared.problems and prepared.config["train_data_uri"] is not None:
-        s3 = s3 or _s3_client(rules)
+        s3 = s3 or _client("s3", rules)
         prepared.problems += data_problems(s3, prepared.config["train_data_uri"])
     if not prepared.problems and prepared.config["resume_from"] is not None:
         name = prepared.config["resume_from"]
@@ -296,7 +319,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
                 f"resume_from: must name an earlier execution, not this one; got {show(name)}"
             )
         else:
-            s3 = s3 or _s3_client(rules)
+            s3 = s3 or _client("s3", rules)
             bucket, _, run_key = run_uri[5:].partition("/")
             objects = _list_run(s3, bucket, run_key)
             found = newest_complete_checkpoint(
@@ -306,6 +329,11 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
             if found is not None:
                 resume = {"step": found[0], "uri": f"s3://{bucket}/{found[1]}", "execution": name}
                 prepared.channels.append(channel(RESUME_CHANNEL, resume["uri"], "File"))
+    evaluation = None
+    if not prepared.problems and prepared.config["evaluate"] is not None:
+        s3 = s3 or _client("s3", rules)
+        evaluation, problems = _evaluation(prepared.config, rules, str(event.get("execution")), s3, sagemaker)
+        prepared.problems += problems
     valid = not prepared.problems
     return {
         "valid": valid,
@@ -316,7 +344,32 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
         "resume": resume if valid else None,
         "request": job_fields(prepared.config, rules, str(event.get("execution"))) if valid else None,
         "plan": prepared.plan if valid else None,
+        "evaluation": evaluation if valid else None,
+        "evaluation_only": bool(valid and evaluation and evaluation["only"]),
     }
+
+
+def _evaluation(
+    config: Mapping[str, Any], rules: RequestRules, execution: str, s3: Any, sagemaker: Any
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The evaluation's decided parts, after what only S3 and SageMaker can tell: the task folder defines the
+    tasks, the model has a tokenizer (and, evaluation only, the training job is a finished one of this workflow)."""
+    block = request_evaluation.merged(config["evaluate"])
+    problems = request_evaluation.task_problems(s3, block)
+    facts = None
+    if block["training_job"] is not None:
+        facts, job_problems = request_evaluation.training_job_facts(
+            sagemaker or _client("sagemaker", rules), block["training_job"], rules
+        )
+        problems += job_problems
+        if not job_problems:
+            where = f"training job {block['training_job']}"
+            problems += request_evaluation.tokenizer_problems(s3, facts["data_uri"], where)
+    else:
+        problems += request_evaluation.tokenizer_problems(s3, config["train_data_uri"], "this run")
+    if problems:
+        return None, problems
+    return request_evaluation.decided(config, rules, execution, facts, channel), []
 
 
 def data_problems(s3: Any, uri: str) -> list[str]:
@@ -327,10 +380,10 @@ def data_problems(s3: Any, uri: str) -> list[str]:
     return [f"train_data_uri: must hold the training data, but no object is under it; got {show(uri)}"]
 
 
-def _s3_client(rules: RequestRules) -> Any:
-    import boto3  # noqa: PLC0415 - in the Lambda runtime; the CLI passes its own client
+def _client(service: str, rules: RequestRules) -> Any:
+    import boto3  # noqa: PLC0415 - in the Lambda runtime; the CLI passes its own clients
 
-    return boto3.client("s3", region_name=rules.region) if rules.region else boto3.client("s3")
+    return boto3.client(service, region_name=rules.region) if rules.region else boto3.client(service)
 
 
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from constructs_lib.workflow.request_evaluation import EVALUATE_DEFAULTS
 from constructs_lib.workflow.request_rules import (
     DATA_HYPERPARAMETER,
     DATA_INPUT_MODES,
@@ -65,7 +66,7 @@ def check_field(name: str, value: Any, rules: RequestRules) -> str | None:
 
 
 _OPTIONAL = frozenset(  # null allowed
-    {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from"}
+    {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from", "evaluate"}
 )
 
 
@@ -97,7 +98,8 @@ def _plan_arn_ok(value: Any, rules: RequestRules) -> bool:
     return rules.region is None or value.split(":")[3] == rules.region
 
 
-def _data_uri_ok(value: Any, rules: RequestRules) -> bool:
+def data_uri_ok(value: Any, rules: RequestRules) -> bool:
+    """An ``s3://`` prefix (ending in ``/``) under one of the workflow's data sources."""
     limits = rules.sagemaker()["S3Uri"]
     if not isinstance(value, str) or len(value) > limits["max"] or not re.fullmatch(limits["pattern"], value):
         return False
@@ -150,7 +152,7 @@ _FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
     "max_wait_seconds": _int_between(lambda r: 1, lambda r: MAX_RUNTIME_SECONDS_LIMIT),
     "hyperparameters": _hyperparameters_shape_ok,
     "job_name_prefix": _job_name_prefix_ok,
-    "train_data_uri": _data_uri_ok,
+    "train_data_uri": data_uri_ok,
     "train_data_input_mode": lambda v, r: v in DATA_INPUT_MODES and v in r.sagemaker()["TrainingInputMode"],
     "resume_from": _execution_name_ok,
     "keep_alive_seconds": _int_between(lambda r: 0, lambda r: r.max_keep_alive_seconds),
@@ -159,6 +161,7 @@ _FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
     "remote_debug": lambda v, r: v is False or (v is True and r.remote_debug and not r.network_isolation),
     "environment": lambda v, r: _string_map(v),
     "ignore_memory_estimate": lambda v, r: isinstance(v, bool),
+    "evaluate": lambda v, r: isinstance(v, Mapping),  # its fields: request_evaluation.block_problems
 }
 
 
@@ -203,6 +206,8 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
         text = f"a training plan ARN arn:aws:sagemaker:{region}:<12 digits>:training-plan/<name>"
     elif name == "train_data_uri":
         text = "an s3:// prefix ending in '/' under one of " + ", ".join(rules.data_source_uris())
+    elif name == "evaluate":
+        text = f"an object of evaluation fields ({', '.join(EVALUATE_DEFAULTS)}; see docs/evaluation.md)"
     elif name == "train_data_input_mode":
         text = "one of " + ", ".join(DATA_INPUT_MODES)
     else:  # resume_from

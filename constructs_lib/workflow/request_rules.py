@@ -72,6 +72,7 @@ DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType(
         "remote_debug": False,
         "environment": {},
         "ignore_memory_estimate": False,
+        "evaluate": None,
     }
 )
 """Every execution-input field and its value when neither the input nor the workflow's defaults give one."""

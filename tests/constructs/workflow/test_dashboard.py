@@ -138,13 +138,16 @@ def test_the_dashboard_can_be_turned_off():
     assert workflow.dashboard is None and workflow.dashboard_url is None
 
 
-def _launches(template: dict) -> list[dict]:
+def _launches(template: dict, kind: str = "training") -> list[dict]:
+    """The ``Parameters`` of the launch states of ``kind`` (training or evaluation)."""
     states = definition_of(template)["States"]
     found = []
 
     def walk(node):
         if isinstance(node, dict):
-            if str(node.get("Resource", "")).startswith("arn:aws:states:::sagemaker:createTrainingJob"):
+            if str(node.get("Resource", "")).startswith("arn:aws:states:::sagemaker:createTrainingJob") and (
+                "CheckpointConfig" in node["Parameters"]
+            ) == (kind == "training"):
                 found.append(node["Parameters"])
             for value in node.values():
                 walk(value)
@@ -180,6 +183,9 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
             "MlflowExperimentName": "Test-Workflow",
             "MlflowRunName.$": "$$.Execution.Name",
         }
+    (evaluation, _) = _launches(template, "evaluation")
+    # the evaluation job logs to the evaluated run's MLflow run itself (its environment), so it needs the network
+    assert "MlflowConfig" not in evaluation and "EnableNetworkIsolation" not in evaluation
     # the decided request's Environment carries the trainer's MLflow variables (and the execution's own)
     rules = RequestRules.from_state_machine_definition(definition_of(template))
     assert rules.mlflow_tracking_server_arn == MLFLOW
