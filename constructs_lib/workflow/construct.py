@@ -48,6 +48,7 @@ from constructs_lib._shared.subnets import subnet_selection_kwargs
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
+from constructs_lib.workflow.evaluation_states import evaluation_states
 from constructs_lib.workflow.observability import alarm_and_notifications, trigger
 from constructs_lib.workflow.permissions import (
     data_prefixes,
@@ -67,7 +68,6 @@ from constructs_lib.workflow.props import (
     run_segment_of,
     seconds_in,
 )
-from constructs_lib.workflow.evaluation_states import evaluation_states
 from constructs_lib.workflow.request import evaluation_job_request, resource_config, training_job_request
 from constructs_lib.workflow.request_check import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,

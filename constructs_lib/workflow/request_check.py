@@ -38,8 +38,8 @@ from typing import Any
 from constructs_lib.workflow import request_evaluation
 from constructs_lib.workflow.request_fields import (
     check_field,
-    data_uri_ok,
     cross_field_problems,
+    data_uri_ok,
     hyperparameter_map,
     map_problems,
     setting_problems,
