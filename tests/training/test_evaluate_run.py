@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from training.evaluate import model_folder, run
 from training.request import contract
 from training.trainer import export_hf, prepare
 
-from .runner import ROOT, TINY, env, run_single
+from .runner import ROOT, TINY, env, run_single, toolkit_job
 
 COLOURS = ["red", "blue", "green", "yellow"]
 ITEMS = 24
@@ -116,6 +117,63 @@ def test_a_memorized_task_scores_1_and_shuffled_answers_score_chance(trained, tm
     assert scores["shuffled"]["acc_stderr"] > 0.05
     results = json.loads((out / "results.json").read_text())
     assert results["lm_eval_version"] == "0.4.13" and set(results["results"]) == {"memorized", "shuffled"}
+
+
+@pytest.mark.slow
+def test_the_sagemaker_toolkit_runs_evaluate_sh_with_the_jobs_channels_and_reports_a_refusal(
+    trained, tmp_path
+):
+    """The real sagemaker-training toolkit, as in an evaluation job: SAGEMAKER_PROGRAM=evaluate.sh (the job's
+    Environment), the hyperparameters as Step Functions sends them, the model and tasks channels; a refusal becomes
+    the job's failure reason."""
+    command, child_env = toolkit_job(tmp_path, {"tasks": "memorized", "batch_size": "16"})
+    base = tmp_path / "opt_ml"
+    data = base / "input" / "data"
+    (data / contract.MODEL_CHANNEL).mkdir(parents=True)
+    (data / contract.MODEL_CHANNEL / "model.tar.gz").write_bytes(
+        (trained["channel"] / "model.tar.gz").read_bytes()
+    )
+    shutil.copytree(trained["tasks"], data / contract.TASKS_CHANNEL)
+    (base / "input" / "config" / "inputdataconfig.json").write_text(
+        json.dumps(
+            {name: {"TrainingInputMode": "File"} for name in (contract.MODEL_CHANNEL, contract.TASKS_CHANNEL)}
+        )
+    )
+    child_env.update({k: v for k, v in _offline_env(tmp_path).items() if k.startswith(("HF_", "HTTP"))})
+    child_env[contract.PROGRAM_ENV] = contract.EVALUATE_ENTRY_POINT
+    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "evaluation task=memorized acc=1 acc_stderr=0 acc_norm=1" in proc.stdout
+    scores = json.loads((base / "output" / "data" / "scores.json").read_text())
+    assert scores["memorized"]["acc"] == 1.0
+    (base / "input" / "config" / "hyperparameters.json").write_text(json.dumps({"tasks": "mmlu"}))
+    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    failure = (base / "output" / contract.FAILURE_FILE).read_text()
+    assert (
+        failure.startswith("invalid setting tasks: mmlu not defined in ")
+        and "(its YAML files define: " in failure
+    )
+
+
+def test_scores_go_to_the_evaluated_runs_mlflow_run_when_its_variables_are_set(tmp_path, monkeypatch):
+    """The MLflow client the image has, on a file store standing in for the tracking server: the run named by
+    the workflow (the evaluated run) gets eval/<task>/<field> metrics and the evaluation's settings."""
+    import mlflow
+
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store for tests behind a flag
+    monkeypatch.setenv(contract.MLFLOW_TRACKING_URI_ENV, uri)
+    monkeypatch.setenv(contract.MLFLOW_EXPERIMENT_ENV, "Test-Workflow")
+    monkeypatch.setenv(contract.MLFLOW_RUN_NAME_ENV, "run-1")
+    scores = {"piqa": {"acc": 0.6, "acc_stderr": 0.01, "samples": 1838}}
+    settings = {"tasks": ["piqa"], "limit": None, "batch_size": 32, "dtype": "auto", "seed": 1234}
+    run.report(scores, {"results": {}}, tmp_path / "out", settings)
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    (found,) = client.search_runs([client.get_experiment_by_name("Test-Workflow").experiment_id])
+    assert found.info.run_name == "run-1" and found.info.status == "FINISHED"
+    assert found.data.metrics == {"eval/piqa/acc": 0.6, "eval/piqa/acc_stderr": 0.01}
+    assert found.data.params["eval_tasks"] == "piqa" and found.data.params["eval_batch_size"] == "32"
 
 
 def _hf_folder(tmp_path: Path, readme: str = "") -> Path:

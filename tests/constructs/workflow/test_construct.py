@@ -362,6 +362,28 @@ def test_network_isolation_is_off_by_default_for_training_and_always_on_for_eval
     assert len(launches) == 4
 
 
+def test_the_evaluation_job_gets_the_task_channel_and_the_trained_model_read_only(plain):
+    _, template = plain
+    states = definition_of(template.to_json())["States"]
+    prepare = states["Prepare evaluation"]["Parameters"]
+    assert prepare["channels.$"] == "States.Array($.evaluation.tasks_channel, $.evaluation.model_channel)"
+    model = states["Model channel"]
+    assert model["ResultPath"] == "$.evaluation.model_channel"
+    assert model["Parameters"] == {
+        "ChannelName": "model",
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri.$": "$.model_artifacts",
+                                        "S3DataDistributionType": "FullyReplicated"}},
+        "InputMode": "File",
+    }  # fmt: skip
+    launch = states["Run evaluation job"]["Parameters"]
+    assert launch["InputDataConfig.$"] == "$.channels" and launch["EnableNetworkIsolation"] is True
+    assert launch["AlgorithmSpecification"]["MetricDefinitions.$"] == "$.request.MetricDefinitions"
+    assert (
+        launch["Environment.$"] == "$.request.Environment"
+    )  # SAGEMAKER_PROGRAM=evaluate.sh, decided per run
+    assert not {"CheckpointConfig", "TensorBoardOutputConfig", "MlflowConfig"} & set(launch)
+
+
 def test_trigger_rule_passes_the_event_detail(notified):
     workflow, template = notified
     (rule,) = template.find_resources(

@@ -64,8 +64,17 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
     defined = {definition.name for definition in contract.metric_definitions()}
     job_metrics = {name for dimension, name in searched if dimension == contract.TRAINING_JOB_DIMENSION}
     host_metrics = {name for dimension, name in searched if dimension == contract.HOST_DIMENSION}
-    assert job_metrics <= defined
-    assert job_metrics == {"train:loss", "val_loss", "train:tokens_per_sec", "train:mfu", "train:peak_mem_gb"}
+    scores = {
+        d.name
+        for d in contract.evaluation_metric_definitions(contract.DEFAULT_EVALUATION_TASKS)
+        if "stderr" not in d.name
+    }
+    assert job_metrics <= defined | scores
+    assert (
+        job_metrics
+        == {"train:loss", "val_loss", "train:tokens_per_sec", "train:mfu", "train:peak_mem_gb"} | scores
+    )
+    assert len(scores) == 8  # acc and acc_norm of the four standard tasks
     assert host_metrics == set(contract.HOST_GPU_METRICS)
     assert set(plain) == {
         "ExecutionsStarted",
@@ -127,6 +136,22 @@ def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
     monkeypatch.setattr(contract, "STEP_METRICS", tuple(m for m in contract.STEP_METRICS if m != "mfu"))
     with pytest.raises(ValueError, match="no metric definition for train field 'mfu'"):
         build_workflow(cdk.App())
+
+
+def test_the_evaluation_scores_are_bars_of_the_latest_value_between_0_and_1(template):
+    widgets = [
+        w for w in _body(template)["widgets"] if w["properties"].get("title", "").startswith("Evaluation")
+    ]
+    assert [w["properties"]["title"] for w in widgets] == [
+        "Evaluation acc (standard tasks, per job)", "Evaluation acc_norm (standard tasks, per job)"
+    ]  # fmt: skip
+    for widget in widgets:
+        props = widget["properties"]
+        assert props["view"] == "bar" and props["setPeriodToTimeRange"] is True
+        assert props["yAxis"]["left"]["min"] == 0 and props["yAxis"]["left"]["max"] == 1
+        assert [m[-1]["label"] for m in props["metrics"]] == [
+            f"{task} ${{PROP('Dim.TrainingJobName')}}" for task in contract.DEFAULT_EVALUATION_TASKS
+        ]  # each bar says its task and (CloudWatch's dynamic label) its job
 
 
 def test_the_dashboard_can_be_turned_off():
