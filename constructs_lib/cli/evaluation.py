@@ -18,7 +18,7 @@ from typing import Any
 from constructs_lib.cli.errors import OperatorError
 from constructs_lib.cli.records import Job, Run
 from constructs_lib.workflow.request_evaluation import EVALUATED_TAG
-from training.request.contract import EVALUATION_METRICS, STANDARD_TASK_CHANCE
+from training.request.contract import EVALUATION_METRICS, HYPERPARAMETERS_BY_NAME, STANDARD_TASK_CHANCE
 
 TrainingRuns = Any
 """A ``constructs_lib.cli.api.TrainingRuns`` (not imported: the API imports this module)."""
@@ -134,7 +134,9 @@ def compare_row(runs: TrainingRuns, name: str) -> dict[str, Any]:
         "trained_run": trained.name,
         "status": current.status,
         "precision": job.hyperparameters.get("precision") if job else None,
-        "steps": job.hyperparameters.get("max_steps") if job else None,
+        "max_steps": job.hyperparameters.get("max_steps", str(HYPERPARAMETERS_BY_NAME["max_steps"].default))
+        if job
+        else None,
         "final_loss": metrics.get("final:final_loss"),
         "val_loss": metrics.get("final:val_loss"),
         "evaluation_job": (evaluation or {}).get("job"),

@@ -172,7 +172,7 @@ def evaluation_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, Any]]:
 
 
 def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
-    """Runs side by side: precision, steps, final and validation loss, then each task's acc / acc_norm."""
+    """Runs side by side: precision, max_steps, final and validation loss, then each task's acc / acc_norm."""
     from rich.table import Table
     from rich.text import Text
 
@@ -180,14 +180,14 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
 
     tasks = sorted({task for row in rows for task in row["scores"]})
     table = Table(title="Runs compared (acc / acc_norm ± standard error; chance in the header)")
-    for column in ("run", "precision", "steps", "final loss", "val loss"):
+    for column in ("run", "precision", "max_steps", "final loss", "val loss"):
         table.add_column(column, justify="left" if column == "run" else "right")
     for task in tasks:
         level = chance(task)
         table.add_column(f"{task}" + (f" (chance {level:.2f})" if level else ""), justify="right")
     for row in rows:
         cells = [row["run"] + (f" (of {row['trained_run']})" if row["trained_run"] != row["run"] else "")]
-        cells += [str(row["precision"] or "-"), str(row["steps"] or "-")]
+        cells += [str(row["precision"] or "-"), str(row["max_steps"] or "-")]
         cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("final_loss", "val_loss")]
         for task in tasks:
             values = row["scores"].get(task, {})

@@ -162,7 +162,9 @@ def test_scores_go_to_the_evaluated_runs_mlflow_run_when_its_variables_are_set(t
     import mlflow
 
     uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store for tests behind a flag
+    monkeypatch.setenv(
+        "MLFLOW_ALLOW_FILE_STORE", "true"
+    )  # MLflow 3 keeps the file store for tests behind a flag
     monkeypatch.setenv(contract.MLFLOW_TRACKING_URI_ENV, uri)
     monkeypatch.setenv(contract.MLFLOW_EXPERIMENT_ENV, "Test-Workflow")
     monkeypatch.setenv(contract.MLFLOW_RUN_NAME_ENV, "run-1")

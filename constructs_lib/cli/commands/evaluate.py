@@ -59,7 +59,7 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         "compare",
         parents=[common],
         help="runs side by side: precision, final and validation loss, evaluation scores",
-        description="Runs side by side: precision, steps, final training loss and validation loss, and each "
+        description="Runs side by side: precision, max_steps, final training loss and validation loss, and each "
         "evaluated task's acc and acc_norm with their standard errors (from the run's own evaluation, the "
         "evaluation-only run named, or the newest evaluation of the run started later).",
     )
