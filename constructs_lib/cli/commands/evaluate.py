@@ -7,19 +7,7 @@ from typing import Any
 
 from constructs_lib.cli import render
 from constructs_lib.cli.commands.follow import watch_until_ended
-from constructs_lib.cli.shell import EXIT_OK, RUN_HELP, Parents, Shell
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
+from constructs_lib.cli.shell import EXIT_OK, RUN_HELP, Parents, Shell, positive_integer
 
 
 def register(sub: Any, parents: Parents) -> dict[str, Any]:
@@ -45,13 +33,15 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     evaluate.add_argument(
         "--tasks", nargs="+", help="task names (default: hellaswag arc_easy piqa winogrande)"
     )
-    evaluate.add_argument("--limit", type=_positive, help="examples per task (for trying a set-up only)")
     evaluate.add_argument(
-        "--batch-size", dest="batch_size", type=_positive, help="lm-eval batch size (default 32)"
+        "--limit", type=positive_integer, help="examples per task (for trying a set-up only)"
+    )
+    evaluate.add_argument(
+        "--batch-size", dest="batch_size", type=positive_integer, help="lm-eval batch size (default 32)"
     )
     evaluate.add_argument("--instance-type", dest="instance_type", help="default: the workflow's default")
     evaluate.add_argument(
-        "--max-runtime-seconds", dest="max_runtime_seconds", type=_positive, help="default 14400"
+        "--max-runtime-seconds", dest="max_runtime_seconds", type=positive_integer, help="default 14400"
     )
     evaluate.add_argument("--name", help="the evaluation run's name (default: <run>-eval-<UTC time>)")
     evaluate.add_argument("--wait", action="store_true", help="then watch it until it ends")
