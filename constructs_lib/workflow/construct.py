@@ -7,7 +7,10 @@ data location, ``resume_from``), turned into a ``CreateTrainingJob`` request for
 Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
 ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
 checkpoint prefix (so it resumes), a bounded number of times; any other failure ends the execution with the job
-name and SageMaker's ``FailureReason``. Success ends with a summary. Checkpoints live under
+name and SageMaker's ``FailureReason``. Success ends with a summary; with an ``evaluate`` block, an evaluation job
+(lm-evaluation-harness on the run's Hugging Face export, network-isolated, the same launch loop:
+``evaluation_states``) runs first and its scores join the summary; ``evaluate.training_job`` evaluates a finished
+run without training (docs/evaluation.md). Checkpoints live under
 ``<checkpoint_prefix><run_segment>/<execution name>/``: the per-workflow segment keeps workflows sharing a bucket
 apart.
 
@@ -15,7 +18,8 @@ Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONat
 
 This module checks the props and composes the parts of this package, each a function or construct that takes what
 it uses and returns what it builds: the request (``request``), its check (``request_check``, its Lambda function
-``request_function``, the states that call it ``request_states``), the states (``states``, ``launch_retry``) and
+``request_function``, the states that call it ``request_states``), the states (``states``, ``evaluation_states``,
+``launch_retry``) and
 observability (``observability``, ``dashboard``), and its IAM (``permissions``); ``props`` checks the props. Only
 this module holds the workflow's attributes.
 """

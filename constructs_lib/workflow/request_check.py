@@ -183,6 +183,11 @@ def _evaluate_problems(
         problems.append(
             f"tags: at most {most} with evaluate (its job is also tagged with the run it evaluates)"
         )
+    room = rules.sagemaker()["Environment"]["max"] - request_evaluation.environment_room(rules)
+    if isinstance(config["environment"], Mapping) and len(config["environment"]) > room:
+        problems.append(
+            f"environment: at most {room} variables with evaluate (its job also gets SAGEMAKER_PROGRAM)"
+        )
     if not problems and not field_problems and block.get("training_job") is None:
         problems += request_evaluation.training_model_problems(config)
     return problems

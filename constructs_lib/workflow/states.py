@@ -1,6 +1,9 @@
-"""The training workflow's states after the request is decided (``request_states``): the launch preparation,
-capacity mode, and the launch loop (launch with or without input data, refused-request and capacity relaunches,
-failure and summary). Each function adds its states to the scope it is given and returns them."""
+"""The workflow's job states after the request is decided (``request_states``): the launch preparation, capacity
+mode, and the launch loop (launch with or without input data, refused-request and capacity relaunches, failure),
+and the training summary. Every kind of job goes through the same ``capacity_states`` and ``launch_loop``, named by
+its ``JobKind`` (training's names have no suffix; evaluation's end in `` (evaluation)``): a new kind adds its own
+entry and summary states and calls these two (``evaluation_states`` does). Each function adds its states to the
+scope it is given and returns them."""
 
 from __future__ import annotations
 
