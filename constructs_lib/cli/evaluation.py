@@ -59,14 +59,22 @@ def evaluation_of(current: Run) -> dict[str, Any] | None:
 
 
 def later_evaluation(runs: TrainingRuns, run: str) -> dict[str, Any] | None:
-    """The newest completed evaluation job tagged as evaluating ``run`` (SageMaker Search by that tag)."""
-    found = runs.client("sagemaker").search(
-        Resource="TrainingJob",
-        SearchExpression={"Filters": [{"Name": f"Tags.{EVALUATED_TAG}", "Operator": "Equals", "Value": run}]},
-        SortBy="CreationTime",
-        SortOrder="Descending",
-        MaxResults=20,
-    )["Results"]
+    """The newest completed evaluation job tagged as evaluating ``run`` (SageMaker Search by that tag); None when
+    there is none, or the caller may not search (``sagemaker:Search``: ``result`` then shows no later scores)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        found = runs.client("sagemaker").search(
+            Resource="TrainingJob",
+            SearchExpression={
+                "Filters": [{"Name": f"Tags.{EVALUATED_TAG}", "Operator": "Equals", "Value": run}]
+            },
+            SortBy="CreationTime",
+            SortOrder="Descending",
+            MaxResults=20,
+        )["Results"]
+    except ClientError:
+        return None
     for item in found:
         described = item["TrainingJob"]
         if described.get("TrainingJobStatus") == "Completed":

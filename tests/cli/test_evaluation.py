@@ -102,3 +102,19 @@ def test_a_run_without_an_exported_model_is_refused_before_anything_starts(deplo
     outside = cli("evaluate", byte_level, "--tasks-uri", "s3://elsewhere/tasks/")
     assert outside.status == 2 and "evaluate.task_data_uri: must be the task folder" in outside.err
     assert set(deployed.executions()) - before == {byte_level}  # no evaluation started
+
+
+def test_result_shows_no_later_scores_when_the_caller_may_not_search():
+    from botocore.exceptions import ClientError
+
+    from constructs_lib.cli.evaluation import later_evaluation
+
+    class Refusing:
+        def search(self, **_kwargs):
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Search")
+
+    class Runs:
+        def client(self, _service):
+            return Refusing()
+
+    assert later_evaluation(Runs(), "run-1") is None
