@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS
 from constructs_lib.workflow.request_rules import (
     EXECUTION_TAG,
     MLFLOW_ENVIRONMENT,
@@ -50,17 +51,6 @@ from training.request.contract import (
 EVALUATED_TAG = "training-workflow-evaluates"
 """An evaluation job's tag: the run (execution) whose model it evaluates (``blackwell-training compare`` finds a
 run's evaluations by it)."""
-DEFAULT_EVALUATION_SECONDS = 4 * 3600
-EVALUATE_DEFAULTS: Mapping[str, Any] = {
-    "tasks": list(DEFAULT_EVALUATION_TASKS),
-    "task_data_uri": None,
-    "limit": None,
-    "batch_size": EVALUATION_SETTINGS_BY_NAME["batch_size"].default,
-    "instance_type": None,
-    "max_runtime_seconds": DEFAULT_EVALUATION_SECONDS,
-    "training_job": None,
-}
-"""The ``evaluate`` block's fields and their values when left out (``task_data_uri`` must be given)."""
 EVALUATION_ONLY_FIELDS = (
     "evaluate",
     "job_name_prefix",

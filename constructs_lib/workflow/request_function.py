@@ -3,7 +3,7 @@
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
-``request_fields.py`` and ``request_evaluation.py``, ``training/request/contract.py``, ``training/request/plan.py`` (the memory, time and cost estimate; standard
+``request_fields.py``, ``input_fields.py`` and ``request_evaluation.py``, ``training/request/contract.py``, ``training/request/plan.py`` (the memory, time and cost estimate; standard
 library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
 own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
 decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an object), read there only the
@@ -38,12 +38,19 @@ from constructs_lib._shared.nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow import request_check, request_evaluation, request_fields, request_rules
+from constructs_lib.workflow import (
+    input_fields,
+    request_check,
+    request_evaluation,
+    request_fields,
+    request_rules,
+)
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
 EVALUATION_READS = ("metadata.json", ".yaml", ".yml")
 """Object name endings the check may read under a data prefix (an evaluation's tokenizer and tasks)."""
 ASSET_FILES = {
+    "constructs_lib/workflow/input_fields.py": Path(input_fields.__file__),
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
     "constructs_lib/workflow/request_evaluation.py": Path(request_evaluation.__file__),
     "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
