@@ -261,3 +261,24 @@ def test_the_folder_itself_or_its_hf_folder_is_used_as_it_is(tmp_path):
     folder = _hf_folder(tmp_path)
     assert model_folder.locate(folder, tmp_path / "w") == folder
     assert model_folder.locate(tmp_path, tmp_path / "w") == folder
+
+
+def test_a_failure_of_lm_eval_itself_becomes_the_jobs_failure_reason(tmp_path, monkeypatch, offline):
+    from training.evaluate import harness
+
+    folder = _hf_folder(tmp_path)
+    (folder / "tokenizer.json").write_text("{}")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    _task(tasks, "memorized", ANSWERS)
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))  # as under the SageMaker toolkit
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("CUDA out of memory\nmore detail")
+
+    monkeypatch.setattr(harness, "run", broken)
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        run.main(["--tasks", "memorized", "--model_dir", str(folder), "--tasks_dir", str(tasks)])
+    failure = (tmp_path / "output" / contract.FAILURE_FILE).read_text()
+    assert failure == "evaluation failed: RuntimeError: CUDA out of memory\n"

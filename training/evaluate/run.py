@@ -12,7 +12,8 @@
    are set (``training.trainer.mlflow_log``: the run being evaluated, metrics ``eval/<task>/<field>``).
 
 A refusal (bad setting, no model, no tokenizer, unknown task) is one ``error: ...`` line, exit status 2 and, in a
-SageMaker job, the job's failure reason.
+SageMaker job, the job's failure reason (``training.trainer.refusal``, docs/exit-status.md); a failure of lm-eval
+itself is exit status 1 with ``evaluation failed: <error>`` as the failure reason.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def report(
 def main(argv: list[str] | None = None) -> int:
     os.environ.update(OFFLINE)
     from training.evaluate import harness, model_folder
-    from training.trainer.sagemaker_job import refuse
+    from training.trainer.refusal import refuse
 
     args = parser().parse_args(argv)
     try:
@@ -112,13 +113,20 @@ def main(argv: list[str] | None = None) -> int:
         folder = model_folder.locate(args.model_dir, work)
         model_folder.check_tokenizer(folder)
     except contract.ContractError as err:
-        return refuse(f"invalid setting {err}")
+        return refuse(f"invalid setting {err}", report=True)
     except model_folder.ModelFolderError as err:
-        return refuse(str(err))
+        return refuse(str(err), report=True)
     print(f"evaluating {folder} on {', '.join(settings['tasks'])} (limit {settings['limit']})", flush=True)
-    results = harness.run(folder, tasks_dir, settings["tasks"], settings)
-    scores = harness.scores(results)
-    report(scores, results, Path(args.output_dir), settings)
+    try:
+        results = harness.run(folder, tasks_dir, settings["tasks"], settings)
+    except Exception as err:  # the traceback stays on stderr; its first line becomes the job's failure reason
+        from training.trainer.sagemaker_job import write_failure
+
+        write_failure(
+            f"evaluation failed: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:1000]
+        )
+        raise
+    report(harness.scores(results), results, Path(args.output_dir), settings)
     return 0
 
 
