@@ -199,7 +199,7 @@ def _evaluate_problems(
         problems.append(
             f"tags: at most {most} with evaluate (its job is also tagged with the run it evaluates)"
         )
-    room = rules.sagemaker()["Environment"]["max"] - request_evaluation.environment_room(rules)
+    room = rules.sagemaker()["Environment"]["max"] - len(request_evaluation.ADDED_ENVIRONMENT)
     if isinstance(config["environment"], Mapping) and len(config["environment"]) > room:
         problems.append(
             f"environment: at most {room} variables with evaluate (its job also gets SAGEMAKER_PROGRAM)"

@@ -25,21 +25,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS
-from constructs_lib.workflow.request_rules import (
-    EXECUTION_TAG,
-    MLFLOW_ENVIRONMENT,
-    WORKFLOW_TAG,
-    RequestRules,
-)
+from constructs_lib.workflow.request_rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 from training.request.contract import (
     DEFAULT_EVALUATION_TASKS,
     EVALUATE_ENTRY_POINT,
     EVALUATION_SETTINGS_BY_NAME,
     HYPERPARAMETERS_BY_NAME,
     MAX_EVALUATION_TASKS,
-    MLFLOW_EXPERIMENT_ENV,
-    MLFLOW_RUN_NAME_ENV,
-    MLFLOW_TRACKING_URI_ENV,
     MODEL_CHANNEL,
     PROGRAM_ENV,
     TASK_NAME,
@@ -63,6 +55,9 @@ EVALUATION_ONLY_FIELDS = (
 TASK_LINE = re.compile(r"^(?:task|group|tag):\s*['\"]?([A-Za-z0-9][A-Za-z0-9_.-]*)['\"]?\s*$", re.MULTILINE)
 TASK_LIST_ITEM = re.compile(r"^tag:\s*\n((?:\s+-\s*\S+\s*\n?)+)", re.MULTILINE)
 MAX_TASK_FILES = 200
+ADDED_ENVIRONMENT = (PROGRAM_ENV,)
+"""Variables the evaluation job adds to the input's ``environment``: the program only. No MLflow variables, whatever
+the workflow's ``mlflow_tracking_server_arn``: the job runs network-isolated and could not reach a tracking server."""
 
 
 def merged(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -250,10 +245,6 @@ def decided(
     run = facts["run"] if facts else execution
     spot = bool(config["use_spot"])
     environment = {**config["environment"], PROGRAM_ENV: EVALUATE_ENTRY_POINT}
-    if rules.mlflow_tracking_server_arn:  # the evaluated run's MLflow run gets the scores
-        environment.update({MLFLOW_TRACKING_URI_ENV: rules.mlflow_tracking_server_arn,
-                            MLFLOW_EXPERIMENT_ENV: rules.workflow_segment or rules.workflow_path,
-                            MLFLOW_RUN_NAME_ENV: run})  # fmt: skip
     fixed = [(WORKFLOW_TAG, rules.workflow_path), (EXECUTION_TAG, execution), (EVALUATED_TAG, run)]
     tags = [*fixed, *sorted(rules.tags.items()), *sorted(config["tags"].items())]
     return {
@@ -281,8 +272,3 @@ def decided(
         "evaluated": {"run": run, "training_job": facts["training_job"] if facts else None},
         "tasks": list(block["tasks"]),
     }
-
-
-def environment_room(rules: RequestRules) -> int:
-    """Variables the evaluation job adds to the input's ``environment``: the program, and MLflow's."""
-    return 1 + (len(MLFLOW_ENVIRONMENT) if rules.mlflow_tracking_server_arn else 0)

@@ -18,8 +18,9 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         parents=[common, polling],
         help="score a finished run's model on evaluation tasks (lm-evaluation-harness)",
         description="Start an evaluation-only run of the workflow: a job in the training image runs "
-        "lm-evaluation-harness, offline and network-isolated, on the run's Hugging Face export, over the tasks of "
-        "the task folder (python -m training.evaluate.prepare_tasks writes the standard set: hellaswag, arc_easy, "
+        "lm-evaluation-harness, offline and always network-isolated (its scores go to the run's summary and "
+        "metrics, not to MLflow), on the run's Hugging Face export, over the tasks of the task folder "
+        "(python -m training.evaluate.prepare_tasks writes the standard set: hellaswag, arc_easy, "
         "piqa, winogrande). Checked first like submit: an unknown task, a folder outside the data prefixes or a "
         "model without a tokenizer is refused before anything starts (exit 2). See docs/evaluation.md.",
     )
