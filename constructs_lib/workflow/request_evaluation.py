@@ -27,6 +27,7 @@ from typing import Any
 from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS
 from constructs_lib.workflow.request_rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 from training.request.contract import (
+    DATA_METADATA_FILE,
     DEFAULT_EVALUATION_TASKS,
     EVALUATE_ENTRY_POINT,
     EVALUATION_SETTINGS_BY_NAME,
@@ -144,7 +145,7 @@ def tokenizer_problems(s3: Any, data_uri: str, where: str) -> list[str]:
     from the data's ``metadata.json``, written by ``training.trainer.prepare``)."""
     bucket, _, prefix = data_uri[5:].partition("/")
     try:
-        meta = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}metadata.json")["Body"].read())
+        meta = json.loads(s3.get_object(Bucket=bucket, Key=prefix + DATA_METADATA_FILE)["Body"].read())
         tokenizer = meta.get("tokenizer") or {}
     except Exception:  # noqa: BLE001 - missing, unreadable or not JSON: the reason is the same
         return [f"evaluate: {where} was trained on {data_uri}, which has no readable metadata.json (not prepared "

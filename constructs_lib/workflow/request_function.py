@@ -49,11 +49,15 @@ from constructs_lib.workflow import (
     request_fields,
     request_rules,
 )
+from training.request.contract import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
-EVALUATION_READS = ("metadata.json", ".yaml", ".yml")
-"""Object name endings the check may read under a data prefix (an evaluation's tokenizer and tasks)."""
+TASK_FILE_SUFFIXES = (".yaml", ".yml")
+"""Endings of the task files the check may read under a data prefix (an evaluation's task names: any file name)."""
+NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE)
+"""Exact object names the check may read in a folder under a data prefix (the folder itself or any below it): an
+``init_from`` model's ``config.json`` and prepared data's ``metadata.json`` (an evaluated model's tokenizer)."""
 ASSET_FILES = {
     "constructs_lib/workflow/input_fields.py": Path(input_fields.__file__),
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
@@ -163,7 +167,7 @@ class RequestValidator(Construct):
                     conditions={"StringLike": {"s3:prefix": patterns}},
                 )
             )
-        self._grant_model_configs(data_prefixes)
+        self._grant_named_files(data_prefixes)
         if bucket.encryption_key is not None:
             bucket.encryption_key.grant(self.role, "kms:Decrypt")
         self.function = lambda_.Function(
@@ -189,41 +193,45 @@ class RequestValidator(Construct):
             "step folder names in between are created at run time.",
         )
 
-    def _grant_model_configs(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
-        """Read the ``config.json`` of an ``init_from`` model folder under a data source (the folder itself or any
-        folder below it), and no other object there."""
+    def _grant_named_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
+        """Read the ``NAMED_FILES`` of a folder under a data source (the folder itself or any folder below it) and
+        no other object there: an ``init_from`` model's ``config.json`` (one statement), prepared data's
+        ``metadata.json`` (another)."""
         if not data_prefixes:
             return
-        configs = [
-            f"{bucket_arn}/{prefix}{pattern}"
-            for bucket_arn, prefix in data_prefixes
-            for pattern in (CONFIG_FILE, f"*/{CONFIG_FILE}")
-        ]
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(sid="ReadModelConfigs", actions=["s3:GetObject"], resources=configs)
-        )
-        for resource in configs[1::2]:
-            acknowledge(
-                policy_scope(self.role),
-                f"IAM5[Resource::{rendered(self, resource)}]",
-                "Reads only the config.json of the Hugging Face model folder an execution names in init_from "
-                "(under an allowed data source); the folders below the data source are chosen per execution.",
+        for sid, name in (("ReadModelConfigs", CONFIG_FILE), ("ReadDataMetadata", DATA_METADATA_FILE)):
+            resources = [
+                f"{bucket_arn}/{prefix}{pattern}"
+                for bucket_arn, prefix in data_prefixes
+                for pattern in (name, f"*/{name}")
+            ]
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(sid=sid, actions=["s3:GetObject"], resources=resources)
             )
+            why = (
+                "the Hugging Face model folder an execution names in init_from"
+                if name == CONFIG_FILE
+                else "the prepared training data an evaluated run was trained on (its tokenizer)"
+            )
+            for resource in resources[1::2]:
+                acknowledge(
+                    policy_scope(self.role),
+                    f"IAM5[Resource::{rendered(self, resource)}]",
+                    f"Reads only objects named exactly {name} of {why}, under an allowed data source; the folders "
+                    "below the data source are chosen per execution.",
+                )
 
     def _grant_evaluation_reads(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
-        """What the evaluation check reads: under the data prefixes only the prepared data's ``metadata.json``
-        (its tokenizer) and task YAML files (their task names); and the training job an evaluation-only request
-        names (``DescribeTrainingJob``)."""
+        """What else the evaluation check reads: the task YAML files under the data prefixes (their task names),
+        and the training job an evaluation-only request names (``DescribeTrainingJob``)."""
         objects = [
             f"{bucket_arn}/{prefix}*{suffix}"
             for bucket_arn, prefix in data_prefixes
-            for suffix in EVALUATION_READS
+            for suffix in TASK_FILE_SUFFIXES
         ]
         if objects:
             self.role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    sid="ReadDataMetadataAndTaskFiles", actions=["s3:GetObject"], resources=objects
-                )
+                iam.PolicyStatement(sid="ReadTaskFiles", actions=["s3:GetObject"], resources=objects)
             )
         jobs = Stack.of(self).format_arn(
             service="sagemaker",
@@ -241,8 +249,9 @@ class RequestValidator(Construct):
             acknowledge(
                 scope_,
                 f"IAM5[Resource::{rendered(self, resource)}]",
-                "An evaluation's check reads only these file names (prepared data's metadata.json, task YAML) under "
-                "an allowed data prefix; the folders in between are chosen per execution.",
+                "An evaluation's check reads only task YAML files (any name: lm-eval's task files) under an allowed "
+                "data prefix, to refuse a task the folder does not define; the folders in between are chosen per "
+                "execution.",
             )
         acknowledge(
             scope_,

@@ -188,6 +188,22 @@ WEIGHTS_CHANNEL = "weights"
 """Read-only input channel with the Hugging Face model folder the run starts from (the workflow's ``init_from``,
 an S3 prefix; the trainer's ``init_from`` is then ``SM_CHANNEL_WEIGHTS``, ``/opt/ml/input/data/weights``)."""
 WEIGHTS_CHANNEL_DIR = f"/opt/ml/input/data/{WEIGHTS_CHANNEL}"
+DATA_METADATA_FILE = "metadata.json"
+"""Written by ``training.trainer.prepare`` next to the token files (token dtype, vocabulary size, tokenizer, token
+counts, the files of each split); the request check reads exactly this name to learn a run's tokenizer."""
+INIT_FROM_TRAVELLING_FILES: tuple[str, ...] = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+"""Files of an ``init_from`` model folder that travel to the run's Hugging Face export (``training.trainer.export_hf``:
+its tokenizer and generation settings). When any but ``generation_config.json`` is there, the export's tokenizer is
+the folder's (not the data's)."""
+INIT_FROM_TOKENIZERS: tuple[str, ...] = ("tokenizer.json", "tokenizer.model")
+"""Of those, the files that make a tokenizer ``AutoTokenizer`` can load (a fast tokenizer, or SentencePiece)."""
 ENTRY_POINT = "train.sh"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 """Where the trainer writes TensorBoard event files in a job: the workflow's ``TensorBoardOutputConfig.LocalPath``

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import subprocess
 import sys
@@ -133,15 +134,38 @@ def test_role_lists_only_the_allowed_data_prefixes():
     by_sid = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert by_sid["ListTrainingData0"]["Action"] == "s3:ListBucket"
     assert by_sid["ListTrainingData0"]["Condition"] == {"StringLike": {"s3:prefix": ["data/*"]}}
-    # under the data prefixes it may read only prepared data's metadata.json and task YAML files (evaluation)
-    reads = by_sid["ReadDataMetadataAndTaskFiles"]
+    # under the data prefixes it may read only task YAML files (evaluation's task names) by their ending
+    reads = by_sid["ReadTaskFiles"]
     assert reads["Action"] == "s3:GetObject"
     rendered = json.dumps(reads["Resource"])
-    for prefix in ("/data/*metadata.json", "/data/*.yaml", "/data/*.yml"):
+    for prefix in ("/data/*.yaml", "/data/*.yml"):
         assert prefix in rendered
     assert [r for r in reads["Resource"] if isinstance(r, str)] == [
-        f"{other}/{p}*{s}" for p in ("tokens/", "text/") for s in ("metadata.json", ".yaml", ".yml")
+        f"{other}/{p}*{s}" for p in ("tokens/", "text/") for s in (".yaml", ".yml")
     ]
+    # and prepared data's metadata.json by its exact name: in a data prefix or any folder below it, nothing else
+    metadata = by_sid["ReadDataMetadata"]
+    assert metadata["Action"] == "s3:GetObject"
+    assert [r for r in metadata["Resource"] if isinstance(r, str)] == [
+        f"{other}/{p}{s}" for p in ("tokens/", "text/") for s in ("metadata.json", "*/metadata.json")
+    ]
+    readable = [r for st in by_sid.values() if st["Action"] == "s3:GetObject" for r in st["Resource"]]
+    readable = [r for r in readable if isinstance(r, str)]  # the other bucket's: plain ARNs
+
+    def may_read(key: str) -> bool:  # IAM's '*' matches any characters, '/' included, as fnmatch's does
+        return any(fnmatch.fnmatchcase(f"{other}/{key}", r) for r in readable)
+
+    for key in ("tokens/metadata.json", "tokens/corpus/metadata.json", "tokens/a/b/metadata.json"):
+        assert may_read(key), key
+    for key in (
+        "tokens/corpus/old-metadata.json",  # the loose pattern '*metadata.json' let these through
+        "tokens/secret_metadata.json",
+        "tokens/corpus/metadata.json.bak",
+        "tokens/corpus/train.bin",
+        "tokens/model/model.safetensors",
+        "elsewhere/metadata.json",
+    ):
+        assert not may_read(key), key
     assert by_sid["ListTrainingData1"] == {
         "Sid": "ListTrainingData1",
         "Action": "s3:ListBucket",
