@@ -81,6 +81,7 @@ from constructs_lib.workflow.request_check import (
     validate_request,
 )
 from constructs_lib.workflow.request_function import RequestValidator
+from constructs_lib.workflow.request_rules import WORKFLOW_TAG
 from constructs_lib.workflow.request_states import decide_request
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
@@ -558,6 +559,7 @@ class TrainingWorkflow(Construct):
             bucket=self.bucket,
             runs_prefix=self.runs_prefix,
             data_prefixes=data_prefixes(self, self.data_sources, self.bucket),
+            training_job_tag=(WORKFLOW_TAG, self.node.path),
             log_retention=log_retention,
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,

@@ -200,7 +200,12 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
 
     try:
         described = sagemaker.describe_training_job(TrainingJobName=job)
-    except ClientError:
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("AccessDenied", "AccessDeniedException"):
+            # the workflow's check may describe only jobs with its tag; IAM cannot tell a missing job apart
+            return {}, [f"evaluate.training_job: {job} is not a training job of this workflow, or there is none of "
+                        f"that name (the check may describe only jobs tagged {WORKFLOW_TAG}="
+                        f"{rules.workflow_path})"]  # fmt: skip
         return {}, [f"evaluate.training_job: no training job {job} in this account and region"]
     runs_uri = rules.runs_uri() or ""
     checkpoints = (described.get("CheckpointConfig") or {}).get("S3Uri", "")

@@ -10,9 +10,9 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 
+from constructs_lib.workflow import request_check, request_evaluation
 from constructs_lib.workflow.dashboard import search_terms
 from constructs_lib.workflow.permissions import MLFLOW_ACTIONS
-from constructs_lib.workflow import request_check, request_evaluation
 from constructs_lib.workflow.request_check import RequestRules, job_fields, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve

@@ -652,3 +652,37 @@ def test_an_evaluate_block_with_its_defaults_is_valid_offline():
 def test_evaluate_problems_name_the_field(change, problem):
     problems = validate_request({**EVALUATE, **change}, RequestRules())
     assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflows():
+    """The deployed check may describe only jobs with the workflow's tag (RequestValidator's aws:ResourceTag
+    condition), so AccessDenied means another workflow's job (or none: IAM cannot tell); a missing job that may be
+    described is SageMaker's ValidationException. A real botocore client, its responses stubbed."""
+    from botocore.stub import Stubber
+
+    from constructs_lib.workflow import request_evaluation
+
+    client = botocore.session.get_session().create_client(
+        "sagemaker", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    rules = RequestRules(region=REGION, bucket_name="b", workflow_path="Stack/Workflow")
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "describe_training_job",
+            service_error_code="AccessDeniedException",
+            service_message="User is not authorized to perform: sagemaker:DescribeTrainingJob",
+            expected_params={"TrainingJobName": "their-job"},
+        )
+        stub.add_client_error(
+            "describe_training_job",
+            service_error_code="ValidationException",
+            service_message="Requested resource not found.",
+            expected_params={"TrainingJobName": "gone"},
+        )
+        _, denied = request_evaluation.training_job_facts(client, "their-job", rules)
+        _, missing = request_evaluation.training_job_facts(client, "gone", rules)
+    assert denied == [
+        "evaluate.training_job: their-job is not a training job of this workflow, or there is none of that name "
+        "(the check may describe only jobs tagged training-workflow=Stack/Workflow)"
+    ]
+    assert missing == ["evaluate.training_job: no training job gone in this account and region"]

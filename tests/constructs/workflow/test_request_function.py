@@ -13,9 +13,11 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
-from constructs_lib.workflow.request_check import RequestRules
+from constructs_lib.workflow.request_check import RequestRules, job_fields
 from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
 from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
+from tests.workflow.harness import definition_of
+from tests.workflow.stacks import build_workflow
 
 
 def _validator(stack: cdk.Stack) -> RequestValidator:
@@ -112,11 +114,32 @@ def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
     actions = {
         a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
-    assert actions <= {
-        "s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents", "sagemaker:DescribeTrainingJob"
-    }  # fmt: skip
-    (jobs,) = [s for s in by_sid.values() if s["Action"] == "sagemaker:DescribeTrainingJob"]
+    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
+    # no training_job_tag: it may describe no training job at all
+
+
+def test_role_describes_only_the_training_jobs_with_the_workflows_tag_nag_clean():
+    """In a workflow: DescribeTrainingJob on training-job/* only where aws:ResourceTag/training-workflow is the tag
+    value every job of that workflow gets (the request rules' workflow_path), and cdk-nag acknowledges exactly
+    that resource."""
+    result = synth_with_nag(lambda app: build_workflow(app))
+    assert result.violations == ()
+    template = result.templates["Test.template.json"]
+    (policy,) = [
+        p
+        for lid, p in template["Resources"].items()
+        if p["Type"] == "AWS::IAM::Policy" and lid.startswith("WorkflowRequestValidatorRoleDefaultPolicy")
+    ]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    (jobs,) = [s for s in statements if "sagemaker:DescribeTrainingJob" in json.dumps(s["Action"])]
+    rules = RequestRules.from_state_machine_definition(definition_of(template))
+    assert jobs["Action"] == "sagemaker:DescribeTrainingJob"
+    assert jobs["Condition"] == {"StringEquals": {"aws:ResourceTag/training-workflow": rules.workflow_path}}
+    assert rules.workflow_path == "Test/Workflow"
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
+    assert {"Key": "training-workflow", "Value": rules.workflow_path} in job_fields(
+        rules.full_defaults(), rules, "run-1"
+    )["Tags"]
 
 
 def test_role_lists_only_the_allowed_data_prefixes():
