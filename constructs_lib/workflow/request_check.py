@@ -429,9 +429,13 @@ def _evaluation(
         problems += job_problems
         if not job_problems:
             where = f"training job {block['training_job']}"
-            problems += request_evaluation.tokenizer_problems(s3, facts["data_uri"], where)
+            problems += request_evaluation.export_tokenizer_problems(
+                s3, facts["init_from"], facts["data_uri"], where
+            )
     else:
-        problems += request_evaluation.tokenizer_problems(s3, config["train_data_uri"], "this run")
+        problems += request_evaluation.export_tokenizer_problems(
+            s3, config["init_from"], config["train_data_uri"], "this run"
+        )
     if problems:
         return None, problems
     return request_evaluation.decided(config, rules, execution, facts, channel), []

@@ -10,9 +10,12 @@ Two ways in, one check:
 
 Refused before launch: a malformed block, an unknown task (one the task folder's YAML files do not define), a task
 folder outside the allowed data prefixes, and a model that cannot be evaluated: one with no Hugging Face export
-(not rotary, the job not completed, not this workflow's) or no tokenizer (trained on synthetic or byte-level data:
-read from the ``metadata.json`` that ``training.trainer.prepare`` wrote beside the training data, which is what
-``training.trainer.export_hf`` takes the tokenizer from).
+(not rotary, the job not completed, not this workflow's) or none with a tokenizer. The tokenizer is decided as
+``training.trainer.export_hf`` decides it: a run started from ``init_from`` takes the tokenizer files of that
+folder (``contract.INIT_FROM_TRAVELLING_FILES``: ``tokenizer.json`` or ``tokenizer.model`` make one lm-eval can
+load); any other run, or one whose ``init_from`` folder has no tokenizer file at all, takes the training data's
+(read from the ``metadata.json`` that ``training.trainer.prepare`` wrote beside it: none for synthetic or
+byte-level data).
 
 Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``); boto3 clients are passed in.
 """
@@ -32,12 +35,15 @@ from training.request.contract import (
     EVALUATE_ENTRY_POINT,
     EVALUATION_SETTINGS_BY_NAME,
     HYPERPARAMETERS_BY_NAME,
+    INIT_FROM_TOKENIZERS,
+    INIT_FROM_TRAVELLING_FILES,
     MAX_EVALUATION_TASKS,
     MODEL_CHANNEL,
     PROGRAM_ENV,
     TASK_NAME,
     TASKS_CHANNEL,
     TRAIN_CHANNEL,
+    WEIGHTS_CHANNEL,
     evaluation_metric_definitions,
 )
 
@@ -132,7 +138,8 @@ def training_model_problems(config: Mapping[str, Any]) -> list[str]:
             "evaluate: the run trains with position_encoding=none, and such a model has no Hugging Face export "
             "(LlamaForCausalLM always applies rotary embeddings), so there is nothing to evaluate"
         ]
-    if config["train_data_uri"] is None:
+    # with init_from the export may take that folder's tokenizer: decided in S3 (export_tokenizer_problems)
+    if config["train_data_uri"] is None and config["init_from"] is None:
         return [
             "evaluate: the run trains on synthetic tokens (no train_data_uri): its model has no tokenizer and has "
             "learnt no language; evaluate a run trained on data prepared with --tokenizer tokenizer.json"
@@ -161,6 +168,33 @@ def tokenizer_problems(s3: Any, data_uri: str, where: str) -> list[str]:
         return [f"evaluate: {where} was trained on {data_uri}, which has no tokenizer.json beside its tokens, "
                 "so its Hugging Face export has no tokenizer files; evaluation needs them"]  # fmt: skip
     return []
+
+
+def export_tokenizer_problems(s3: Any, init_from: str | None, data_uri: str | None, where: str) -> list[str]:
+    """Whether the export of a run started from ``init_from`` (or None) and trained on ``data_uri`` (None:
+    synthetic tokens) has a tokenizer lm-eval can load, decided as ``export_hf.write_tokenizer`` decides it: the
+    ``init_from`` folder's own tokenizer files when it has any, else the data's (:func:`tokenizer_problems`).
+    One listing of the folder's top level (the data sources' ``s3:ListBucket``)."""
+    if init_from is not None:
+        bucket, _, prefix = init_from[5:].partition("/")
+        names: set[str] = set()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            names |= {o["Key"][len(prefix) :] for o in page.get("Contents", [])}
+        if names & set(INIT_FROM_TOKENIZERS):
+            return []
+        travelling = sorted(names & (set(INIT_FROM_TRAVELLING_FILES) - {"generation_config.json"}))
+        if travelling:
+            return [f"evaluate: {where} started from init_from {init_from}, whose {', '.join(travelling)} become its "
+                    f"export's tokenizer files, but it has no {' or '.join(INIT_FROM_TOKENIZERS)}, so lm-eval cannot "
+                    "load a tokenizer; add the model's tokenizer.json to that folder"]  # fmt: skip
+        if data_uri is None:
+            return [f"evaluate: {where} started from init_from {init_from}, which has no tokenizer file "
+                    f"({' or '.join(INIT_FROM_TOKENIZERS)}), and trains on synthetic tokens (no train_data_uri), so "
+                    "its export has no tokenizer; add the model's tokenizer.json to that folder"]  # fmt: skip
+    if data_uri is None:
+        return [f"evaluate: {where} trained on synthetic tokens: its model has no tokenizer and has learnt no "
+                "language"]  # fmt: skip
+    return tokenizer_problems(s3, data_uri, where)
 
 
 def defined_tasks(s3: Any, task_uri: str) -> list[str]:
@@ -219,16 +253,19 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
         return {}, [
             f"evaluate.training_job: {job} ended {status}, not Completed, so it wrote no exported model"
         ]
-    facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None}
+    facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None, "init_from": None}
     hp = described.get("HyperParameters") or {}
     if str(hp.get("position_encoding", "rope")).lower() != "rope":
         return facts, [f"evaluate.training_job: {job} trained with position_encoding=none, which has no Hugging "
                        "Face export (LlamaForCausalLM always applies rotary embeddings)"]  # fmt: skip
-    channels = {c["ChannelName"]: c for c in described.get("InputDataConfig") or []}
-    if TRAIN_CHANNEL not in channels:
-        return facts, [f"evaluate.training_job: {job} trained on synthetic tokens (no train channel): its model "
-                       "has no tokenizer and has learnt no language"]  # fmt: skip
-    facts["data_uri"] = channels[TRAIN_CHANNEL]["DataSource"]["S3DataSource"]["S3Uri"]
+    channels = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"]
+        for c in described.get("InputDataConfig") or []
+    }
+    facts["data_uri"], facts["init_from"] = channels.get(TRAIN_CHANNEL), channels.get(WEIGHTS_CHANNEL)
+    if facts["data_uri"] is None and facts["init_from"] is None:
+        return facts, [f"evaluate.training_job: {job} trained on synthetic tokens (no train channel) from random "
+                       "weights: its model has no tokenizer and has learnt no language"]  # fmt: skip
     return facts, []
 
 

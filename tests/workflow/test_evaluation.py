@@ -13,6 +13,7 @@ import pytest
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import build_workflow
+from training.request import contract, hf_config
 from training.request.contract import (
     EVALUATE_ENTRY_POINT,
     MODEL_CHANNEL,
@@ -21,6 +22,7 @@ from training.request.contract import (
     evaluation_metric_definitions,
 )
 
+SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
 SCORES = (("eval:piqa:acc", 0.61), ("eval:piqa:acc_stderr", 0.011), ("eval:piqa:acc_norm", 0.62),
           ("eval:piqa:acc_norm_stderr", 0.011), ("eval:hellaswag:acc", 0.29))  # fmt: skip
 
@@ -40,6 +42,13 @@ def deployed():
             s3.put_object(Bucket=bucket, Key=f"data/{folder}/metadata.json", Body=json.dumps(meta))
             s3.put_object(Bucket=bucket, Key=f"data/{folder}/train.bin", Body=b"tokens")
         s3.put_object(Bucket=bucket, Key="data/words/tokenizer.json", Body=b"{}")  # "lost" has none
+        for folder in (
+            "llama",
+            "llama-bare",
+        ):  # open weights to start from: with and without a tokenizer.json
+            s3.put_object(Bucket=bucket, Key=f"data/{folder}/config.json", Body=json.dumps(SMALL_LLAMA))
+            s3.put_object(Bucket=bucket, Key=f"data/{folder}/model.safetensors", Body=b"weights")
+        s3.put_object(Bucket=bucket, Key="data/llama/tokenizer.json", Body=b"{}")
         for task in ("hellaswag", "piqa"):
             s3.put_object(
                 Bucket=bucket, Key=f"data/tasks/{task}.yaml", Body=f"task: {task}\ndataset_path: json\n"
@@ -148,6 +157,36 @@ def test_evaluate_only_a_finished_run(deployed):
     ] == f"run-{prefix}"
     assert list(result["summary"]) == ["evaluation"]
     assert result["summary"]["evaluation"]["evaluated"] == {"run": f"run-{prefix}", "training_job": job}
+
+
+def test_a_run_started_from_open_weights_is_evaluated_with_their_tokenizer(deployed):
+    """init_from: the export takes the folder's tokenizer.json, so the run is evaluated after training even on
+    byte-level data, and again later as an evaluation only (its weights channel names the folder)."""
+    workflow, base = deployed
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(), Outcome(final_metrics=SCORES))
+    name = f"run-{prefix}"
+    execution_input = {"job_name_prefix": prefix, "init_from": f"{base}data/llama/",
+                       "train_data_uri": f"{base}data/bytes/", "evaluate": _evaluate(base)}  # fmt: skip
+    result = _run(workflow, execution_input, name)
+    assert result["status"] == "SUCCEEDED", result
+    train, evaluation = OUTCOMES.requests[prefix]
+    assert {c["ChannelName"] for c in train["InputDataConfig"]} == {TRAIN_CHANNEL, contract.WEIGHTS_CHANNEL}
+    assert {t["Key"]: t["Value"] for t in evaluation["Tags"]}["training-workflow-evaluates"] == name
+    OUTCOMES.plan(prefix, Outcome(final_metrics=SCORES))
+    only = {"job_name_prefix": prefix, "evaluate": _evaluate(base, training_job=train["TrainingJobName"])}
+    later = _run(workflow, only, f"eval-{prefix}")
+    assert later["status"] == "SUCCEEDED", later
+    assert later["summary"]["evaluation"]["evaluated"] == {
+        "run": name,
+        "training_job": train["TrainingJobName"],
+    }
+    # without a tokenizer file in the folder and on synthetic tokens, nothing has one: refused before launch
+    bare = {"job_name_prefix": prefix, "init_from": f"{base}data/llama-bare/", "evaluate": _evaluate(base)}
+    refused = _run(workflow, bare, f"bad-{prefix}")
+    assert (refused["status"], refused["error"]) == ("FAILED", "InvalidInput"), refused
+    assert "started from init_from" in refused["cause"] and "has no tokenizer file" in refused["cause"]
+    assert len(workflow.jobs(prefix)) == 3  # the training, its evaluation and the later one: nothing more
 
 
 @pytest.mark.parametrize(

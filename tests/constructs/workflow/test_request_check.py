@@ -686,3 +686,65 @@ def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflow
         "(the check may describe only jobs tagged training-workflow=Stack/Workflow)"
     ]
     assert missing == ["evaluate.training_job: no training job gone in this account and region"]
+
+
+# ---- evaluate a run started from init_from: the export's tokenizer is the folder's (export_hf.write_tokenizer) ----
+
+SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
+
+
+def _evaluation_world(s3) -> None:
+    """A task folder, byte-level data, data with its tokenizer.json, and init_from folders with and without one."""
+    s3.put_object(Bucket="my-bucket", Key="data/tasks/piqa.yaml", Body=b"task: piqa\ndataset_path: json\n")
+    for folder, kind in (("bytes", "byte-level UTF-8"), ("words", "tokenizers")):
+        meta = {"tokenizer": {"kind": kind, "file": "tokenizer.json"}}
+        s3.put_object(Bucket="my-bucket", Key=f"data/{folder}/metadata.json", Body=json.dumps(meta).encode())
+        s3.put_object(Bucket="my-bucket", Key=f"data/{folder}/train.bin", Body=b"tokens")
+    s3.put_object(Bucket="my-bucket", Key="data/words/tokenizer.json", Body=b"{}")
+    put_folder(s3, "data/llama/", SMALL_LLAMA)  # with tokenizer.json
+    for name, extra in (("bare", None), ("half", "tokenizer_config.json"), ("spm", "tokenizer.model")):
+        key = f"data/llama-{name}/"
+        s3.put_object(Bucket="my-bucket", Key=f"{key}config.json", Body=json.dumps(SMALL_LLAMA).encode())
+        s3.put_object(Bucket="my-bucket", Key=f"{key}model.safetensors", Body=b"w")
+        s3.put_object(
+            Bucket="my-bucket", Key=f"{key}nested/tokenizer.json", Body=b"{}"
+        )  # not the folder's own
+        if extra:
+            s3.put_object(Bucket="my-bucket", Key=f"{key}{extra}", Body=b"{}")
+
+
+@pytest.mark.parametrize(
+    ("init_from", "data", "refusal"),
+    [
+        ("llama", None, None),  # synthetic tokens: the folder's tokenizer.json is the export's
+        ("llama", "bytes", None),  # byte-level data's metadata is not what the export takes: the folder's is
+        ("llama-spm", None, None),  # a SentencePiece tokenizer.model travels too
+        ("llama-bare", "words", None),  # no tokenizer file in the folder: the data's tokenizer.json
+        (
+            "llama-bare",
+            None,
+            "which has no tokenizer file (tokenizer.json or tokenizer.model), and trains on",
+        ),
+        ("llama-bare", "bytes", "was trained on byte-level tokens"),
+        (
+            "llama-half",
+            "words",
+            "whose tokenizer_config.json become its export's tokenizer files, but it has no",
+        ),
+        (None, "bytes", "was trained on byte-level tokens"),
+    ],
+)
+def test_evaluating_a_run_from_init_from_looks_for_the_folders_tokenizer(s3, rules, init_from, data, refusal):
+    _evaluation_world(s3)
+    raw = {"evaluate": {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa"]}}
+    if init_from:
+        raw["init_from"] = f"s3://my-bucket/data/{init_from}/"
+    if data:
+        raw["train_data_uri"] = f"s3://my-bucket/data/{data}/"
+    decided = decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+    if refusal is None:
+        assert decided["valid"], decided["cause"]
+        assert decided["evaluation"]["evaluated"] == {"run": "run-1", "training_job": None}
+    else:
+        assert not decided["valid"] and refusal in decided["cause"], decided["cause"]
+        assert decided["cause"].startswith("evaluate: this run ")
