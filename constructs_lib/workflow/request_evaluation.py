@@ -15,7 +15,9 @@ folder outside the allowed data prefixes, and a model that cannot be evaluated: 
 folder (``contract.INIT_FROM_TRAVELLING_FILES``: ``tokenizer.json`` or ``tokenizer.model`` make one lm-eval can
 load); any other run, or one whose ``init_from`` folder has no tokenizer file at all, takes the training data's
 (read from the ``metadata.json`` that ``training.trainer.prepare`` wrote beside it: none for synthetic or
-byte-level data).
+byte-level data). The evaluation job's instance type is decided here too (:func:`evaluation_instance_type`: one
+GPU when the exported weights fit one, the plan's with a training plan) and refused when it cannot hold the
+weights or, with a training plan, is not the training's (:func:`plan_problems`).
 
 Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``); boto3 clients are passed in.
 """
@@ -33,7 +35,10 @@ from training.request.contract import (
     DATA_METADATA_FILE,
     DEFAULT_EVALUATION_TASKS,
     EVALUATE_ENTRY_POINT,
+    EVALUATION_INSTANCE_TYPE,
     EVALUATION_SETTINGS_BY_NAME,
+    EVALUATION_WEIGHTS_SHARE,
+    GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
     INIT_FROM_TOKENIZERS,
     INIT_FROM_TRAVELLING_FILES,
@@ -44,6 +49,7 @@ from training.request.contract import (
     TASKS_CHANNEL,
     TRAIN_CHANNEL,
     WEIGHTS_CHANNEL,
+    evaluation_fits,
     evaluation_metric_definitions,
 )
 
@@ -253,8 +259,9 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
         return {}, [
             f"evaluate.training_job: {job} ended {status}, not Completed, so it wrote no exported model"
         ]
-    facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None, "init_from": None}
     hp = described.get("HyperParameters") or {}
+    facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None, "init_from": None,
+             "instance_type": (described.get("ResourceConfig") or {}).get("InstanceType"), "hyperparameters": hp}  # fmt: skip
     if str(hp.get("position_encoding", "rope")).lower() != "rope":
         return facts, [f"evaluate.training_job: {job} trained with position_encoding=none, which has no Hugging "
                        "Face export (LlamaForCausalLM always applies rotary embeddings)"]  # fmt: skip
@@ -269,6 +276,60 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
     return facts, []
 
 
+def plan_problems(config: Mapping[str, Any]) -> list[str]:
+    """With ``training_plan_arn``, a train-then-evaluate request may not ask for another evaluation instance type
+    than the training's: SageMaker runs a job on a plan only on the plan's instance type (its ``InstanceType``
+    must match the plan's), and the training's is the plan's. Known from the input alone."""
+    block = merged(config["evaluate"])
+    chosen, trained_on = block["instance_type"], config["instance_type"]
+    if (
+        config["training_plan_arn"] is None
+        or chosen in (None, trained_on)
+        or block["training_job"] is not None
+    ):
+        return []
+    return [f"evaluate.instance_type: with training_plan_arn the evaluation job runs on the plan's reserved "
+            f"capacity, and SageMaker runs a job on a plan only on the plan's instance type (the training's "
+            f"instance_type, {trained_on}); must be {trained_on} or null; got {json.dumps(chosen)} (to evaluate "
+            "on another type, leave evaluate out and evaluate the finished run later without training_plan_arn)"]  # fmt: skip
+
+
+def evaluation_instance_type(
+    block: Mapping[str, Any],
+    config: Mapping[str, Any],
+    rules: RequestRules,
+    trained_on: str,
+    weight_bytes: int | None,
+) -> tuple[str | None, list[str]]:
+    """The evaluation job's instance type, or the problem of the one asked for. ``trained_on``: the evaluated run's
+    instance type; ``weight_bytes``: its exported weights' size (None: unknown, e.g. a job of an older workflow).
+
+    Left out (null): with ``training_plan_arn``, ``trained_on`` (a job on a plan runs on the plan's instance type,
+    :func:`plan_problems`, and the plan's capacity is paid for); else ``EVALUATION_INSTANCE_TYPE`` (one GPU) when
+    the workflow allows it and the weights fit one of its GPUs; else ``trained_on`` (the weights were trained
+    there). Refused: a type whose GPUs together cannot hold the weights (``contract.evaluation_fits``)."""
+    chosen = block["instance_type"]
+    if chosen is None:
+        single = (
+            config["training_plan_arn"] is None
+            and EVALUATION_INSTANCE_TYPE in rules.allowed_instance_types
+            and weight_bytes is not None
+            and evaluation_fits(EVALUATION_INSTANCE_TYPE, weight_bytes, one_gpu=True)
+        )
+        chosen = EVALUATION_INSTANCE_TYPE if single else trained_on
+    if weight_bytes is None or chosen not in GPU_INSTANCE_TYPES or evaluation_fits(chosen, weight_bytes):
+        return chosen, []
+    fitting = [
+        t
+        for t in rules.allowed_instance_types
+        if t in GPU_INSTANCE_TYPES and evaluation_fits(t, weight_bytes)
+    ]
+    gpu = GPU_INSTANCE_TYPES[chosen]
+    return None, [f"evaluate.instance_type: {chosen}'s {gpu.gpus} x {gpu.gpu_memory_gb} GB of GPU memory cannot hold "
+                  f"the model's exported weights ({weight_bytes / 1e9:.1f} GB: more than {EVALUATION_WEIGHTS_SHARE:.0%} "
+                  f"of it); must be one of {', '.join(fitting) or 'none of the allowed types'}, or null"]  # fmt: skip
+
+
 def job_settings(block: Mapping[str, Any]) -> dict[str, str]:
     """The evaluation job's ``HyperParameters`` (the contract's evaluation settings, as text)."""
     values = {"tasks": ",".join(block["tasks"]), "batch_size": block["batch_size"], "limit": block["limit"]}
@@ -281,9 +342,12 @@ def decided(
     execution: str,
     facts: Mapping[str, Any] | None,
     channel: Any,
+    *,
+    instance_type: str,
 ) -> dict[str, Any]:
     """The evaluation's decided parts (the state machine takes them from ``$.evaluation``). ``facts``: the
-    evaluated training job's (evaluation only), else None (the execution's own model, after training)."""
+    evaluated training job's (evaluation only), else None (the execution's own model, after training);
+    ``instance_type``: the job's (:func:`instance_type_problems`)."""
     block = merged(config["evaluate"])
     run = facts["run"] if facts else execution
     spot = bool(config["use_spot"])
@@ -293,7 +357,7 @@ def decided(
     return {
         "only": facts is not None,
         "config": {
-            "instance_type": block["instance_type"] or config["instance_type"],
+            "instance_type": instance_type,
             "instance_count": 1,
             "training_plan_arn": config["training_plan_arn"],
             "use_spot": spot,

@@ -40,7 +40,11 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     evaluate.add_argument(
         "--batch-size", dest="batch_size", type=positive_integer, help="lm-eval batch size (default 32)"
     )
-    evaluate.add_argument("--instance-type", dest="instance_type", help="default: the workflow's default")
+    evaluate.add_argument(
+        "--instance-type",
+        dest="instance_type",
+        help="default: ml.p5.4xlarge (one H100) when the model's weights fit one GPU, else the run's own",
+    )
     evaluate.add_argument(
         "--max-runtime-seconds", dest="max_runtime_seconds", type=positive_integer, help="default 14400"
     )

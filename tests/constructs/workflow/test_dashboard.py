@@ -230,7 +230,9 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
         {"environment": too_many}, rules
     )
     evaluate = {**config, "evaluate": {"task_data_uri": "s3://b/data/tasks/"}}
-    decided = request_evaluation.decided(evaluate, rules, "run-7", None, request_check.channel)
+    decided = request_evaluation.decided(
+        evaluate, rules, "run-7", None, request_check.channel, instance_type="ml.p5.4xlarge"
+    )
     assert decided["request"]["Environment"] == {"NCCL_DEBUG": "INFO", "SAGEMAKER_PROGRAM": "evaluate.sh"}
     plain = RequestRules.from_state_machine_definition(definition_of(_template()))
     assert plain.mlflow_tracking_server_arn is None

@@ -748,3 +748,84 @@ def test_evaluating_a_run_from_init_from_looks_for_the_folders_tokenizer(s3, rul
     else:
         assert not decided["valid"] and refusal in decided["cause"], decided["cause"]
         assert decided["cause"].startswith("evaluate: this run ")
+
+
+# ---- the evaluation job's instance type: one GPU when the weights fit, the plan's with a training plan ----------
+
+
+def _decide_evaluation(s3, rules, **fields) -> dict:
+    _evaluation_world(s3)
+    block = {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa"], **fields.pop("evaluate", {})}
+    raw = {"train_data_uri": "s3://my-bucket/data/words/", "evaluate": block, **fields}
+    return decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, "ml.p5.4xlarge"),  # 1b in bf16: 1.9 GB on one H100 rather than 8 B200s
+        ({"hyperparameters": {"model_preset": "14b"}, "ignore_memory_estimate": True}, "ml.p5.4xlarge"),
+        (
+            {"precision": "fp32", "hyperparameters": {"model_preset": "8b"}, "ignore_memory_estimate": True},
+            "ml.p5.4xlarge",
+        ),  # fmt: skip
+        # 32b's bf16 export (68.4 GB) is more than 80% of one H100: the training's instance type, all its GPUs
+        ({"hyperparameters": {"model_preset": "32b"}, "ignore_memory_estimate": True}, "ml.p6-b200.48xlarge"),
+        ({"training_plan_arn": PLAN}, "ml.p6-b200.48xlarge"),  # the plan's capacity, its instance type
+        ({"evaluate": {"instance_type": "ml.p5.48xlarge"}}, "ml.p5.48xlarge"),  # asked for: kept
+    ],
+)
+def test_the_evaluation_instance_type_defaults_to_one_gpu_when_the_weights_fit(s3, rules, fields, expected):
+    decided = _decide_evaluation(s3, rules, **fields)
+    assert decided["valid"], decided["cause"]
+    assert decided["evaluation"]["config"]["instance_type"] == expected
+    assert decided["evaluation"]["config"]["training_plan_arn"] == fields.get("training_plan_arn")
+
+
+def test_a_workflow_that_does_not_allow_the_single_gpu_type_evaluates_on_the_trainings(s3):
+    rules = RequestRules(
+        region=REGION,
+        bucket_name="my-bucket",
+        workflow_segment="Test-Workflow",
+        allowed_instance_types=("ml.p6-b200.48xlarge", "ml.p5.48xlarge"),
+    ).with_limits()
+    decided = _decide_evaluation(s3, rules, instance_type="ml.p5.48xlarge")
+    assert decided["valid"], decided["cause"]
+    assert decided["evaluation"]["config"]["instance_type"] == "ml.p5.48xlarge"
+
+
+def test_an_instance_type_that_cannot_hold_the_weights_is_refused_naming_those_that_can(s3, rules):
+    decided = _decide_evaluation(
+        s3,
+        rules,
+        hyperparameters={"model_preset": "llama3.1-70b"},
+        ignore_memory_estimate=True,
+        evaluate={"instance_type": "ml.p5.4xlarge"},
+    )
+    assert not decided["valid"]
+    assert decided["cause"] == (
+        "evaluate.instance_type: ml.p5.4xlarge's 1 x 80 GB of GPU memory cannot hold the model's exported weights "
+        "(141.1 GB: more than 80% of it); must be one of ml.p6-b200.48xlarge, ml.p6-b300.48xlarge, "
+        "ml.p6e-gb200.36xlarge, ml.p5.48xlarge, ml.p5e.48xlarge, ml.p5en.48xlarge, ml.p4d.24xlarge, ml.p4de.24xlarge, "
+        "or null"
+    )
+
+
+def test_with_a_training_plan_another_evaluation_instance_type_is_refused_offline():
+    """SageMaker runs a job on a plan only on the plan's instance type (the training's here): refused before
+    anything, naming both fields and the allowed values; the same type, or none, is accepted."""
+    rules = RequestRules(region=REGION)
+    raw = {
+        **EVALUATE,
+        "training_plan_arn": PLAN,
+        "evaluate": {**EVALUATE["evaluate"], "instance_type": "ml.p5.4xlarge"},
+    }
+    assert validate_request(raw, rules) == [
+        "evaluate.instance_type: with training_plan_arn the evaluation job runs on the plan's reserved capacity, and "
+        "SageMaker runs a job on a plan only on the plan's instance type (the training's instance_type, "
+        'ml.p6-b200.48xlarge); must be ml.p6-b200.48xlarge or null; got "ml.p5.4xlarge" (to evaluate on another '
+        "type, leave evaluate out and evaluate the finished run later without training_plan_arn)"
+    ]
+    same = {**raw, "evaluate": {**raw["evaluate"], "instance_type": "ml.p6-b200.48xlarge"}}
+    assert validate_request(same, rules) == []
+    assert validate_request({**EVALUATE, "training_plan_arn": PLAN}, rules) == []
