@@ -347,7 +347,7 @@ def decided(
 ) -> dict[str, Any]:
     """The evaluation's decided parts (the state machine takes them from ``$.evaluation``). ``facts``: the
     evaluated training job's (evaluation only), else None (the execution's own model, after training);
-    ``instance_type``: the job's (:func:`instance_type_problems`)."""
+    ``instance_type``: the job's (:func:`evaluation_instance_type`)."""
     block = merged(config["evaluate"])
     run = facts["run"] if facts else execution
     spot = bool(config["use_spot"])
