@@ -225,7 +225,8 @@ CONTEXT: tuple[ContextKey, ...] = (
         "bool",
         False,
         "Start the training jobs with EnableNetworkIsolation (no network from the container; SageMaker still "
-        "moves data, checkpoints and output). Not with remoteDebug or mlflowTrackingServerArn.",
+        "moves data, checkpoints and output); evaluation jobs always have it. Not with remoteDebug or "
+        "mlflowTrackingServerArn.",
     ),
     ContextKey(
         "workflowTrigger",
@@ -280,8 +281,8 @@ CONTEXT: tuple[ContextKey, ...] = (
         "mlflowTrackingServerArn",
         "text",
         None,
-        "A SageMaker managed MLflow tracking server (or MLflow app) the jobs log their settings and metrics to "
-        "(not with networkIsolation).",
+        "A SageMaker managed MLflow tracking server (or MLflow app) the training jobs log their settings and "
+        "metrics to (not with networkIsolation); evaluation jobs, always network-isolated, log nothing there.",
         allowed="arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name> (or mlflow-app/<name>)",
     ),
     ContextKey(
@@ -465,7 +466,8 @@ class WorkflowSettings:
     dashboard_job_name_prefixes: tuple[str, ...] = ()
     """Further ``job_name_prefix`` values whose jobs the dashboard shows (``dashboardJobNamePrefixes``, at most 9)."""
     mlflow_tracking_server_arn: str | None = None
-    """A SageMaker managed MLflow tracking server the jobs log to (``mlflowTrackingServerArn``). Default: none."""
+    """A SageMaker managed MLflow tracking server the training jobs log to (``mlflowTrackingServerArn``). Default:
+    none."""
     max_keep_alive_seconds: int = DEFAULTS["maxKeepAliveSeconds"]
     """The largest ``keep_alive_seconds`` (warm pool) an execution may ask for (``maxKeepAliveSeconds``, 0 to
     SageMaker's maximum from botocore); 0 turns warm pools off."""

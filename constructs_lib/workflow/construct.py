@@ -81,6 +81,7 @@ from constructs_lib.workflow.request_check import (
     validate_request,
 )
 from constructs_lib.workflow.request_function import RequestValidator
+from constructs_lib.workflow.request_rules import WORKFLOW_TAG
 from constructs_lib.workflow.request_states import decide_request
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
@@ -194,8 +195,9 @@ class TrainingWorkflow(Construct):
         (Step Functions ``EncryptionConfiguration``) and a created notification topic; its policy gets what
         CloudWatch Logs, Step Functions log delivery, EventBridge and CloudWatch alarms need (a no-op on an
         imported key, whose own policy must allow them). Default: AWS owned keys for logs and state machine.
-    :param network_isolation: run the jobs with ``EnableNetworkIsolation`` (no outbound network from the
-        container; SageMaker still moves the data, checkpoints and output). Default False.
+    :param network_isolation: run the training jobs with ``EnableNetworkIsolation`` (no outbound network from the
+        container; SageMaker still moves the data, checkpoints and output). Evaluation jobs always run with it,
+        whatever this says. Default False.
     :param removal_policy: of the log group and a created notification key: ``RETAIN`` (default) or ``DESTROY``.
     :param event_pattern: start an execution for each event matching this pattern, with the event's ``detail``
         as input. Default: no trigger.
@@ -212,10 +214,11 @@ class TrainingWorkflow(Construct):
         executions set themselves), at most 9. Only with ``dashboard``. Default: none.
     :param tensorboard: give every job a ``TensorBoardOutputConfig``: the trainer's event files go to
         ``s3://<bucket>/<output_prefix>tensorboard/<run_segment>/<execution name>/`` while it trains. Default True.
-    :param mlflow_tracking_server_arn: a SageMaker managed MLflow tracking server (or MLflow app) ARN: the jobs log
-        their settings and metrics there (experiment: ``run_segment``; run: the execution name), and the execution
-        role may call the ``sagemaker-mlflow`` actions the trainer uses on that ARN only. Needs network access
-        (not with ``network_isolation``). Default: no MLflow.
+    :param mlflow_tracking_server_arn: a SageMaker managed MLflow tracking server (or MLflow app) ARN: the training
+        jobs log their settings and metrics there (experiment: ``run_segment``; run: the execution name), and the
+        execution role may call the ``sagemaker-mlflow`` actions the trainer uses on that ARN only. Needs network
+        access (not with ``network_isolation``). Evaluation jobs, always network-isolated, log nothing there: their
+        scores are in the summary, the job metrics (dashboard) and ``result``. Default: no MLflow.
     """
 
     def __init__(
@@ -556,13 +559,14 @@ class TrainingWorkflow(Construct):
             bucket=self.bucket,
             runs_prefix=self.runs_prefix,
             data_prefixes=data_prefixes(self, self.data_sources, self.bucket),
+            training_job_tag=(WORKFLOW_TAG, self.node.path),
             log_retention=log_retention,
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
         )
         evaluation = evaluation_states(
             self,
-            evaluation_job_request(launch_params, network_isolation=self.mlflow_tracking_server_arn is None),
+            evaluation_job_request(launch_params),
             resources,
             retries=retries,
             retry_wait=retry_wait,

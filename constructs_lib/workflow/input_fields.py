@@ -415,9 +415,10 @@ FIELDS: tuple[InputField, ...] = (
     InputField(
         "evaluate",
         None,
-        "Evaluate the model with lm-evaluation-harness after training (an evaluation job: offline, "
-        "network-isolated, over the task folder task_data_uri), or, with training_job, evaluate that finished "
-        "training job instead of training; see docs/evaluation.md.",
+        "Evaluate the model with lm-evaluation-harness after training (an evaluation job: offline and always "
+        "network-isolated, also with MLflow configured, over the task folder task_data_uri; its scores join the "
+        "summary, not MLflow), or, with training_job, evaluate that finished training job instead of training; "
+        "see docs/evaluation.md.",
         lambda v, r: isinstance(v, Mapping),  # its own fields: request_evaluation.block_problems
         lambda r: f"an object of evaluation fields ({', '.join(EVALUATE_DEFAULTS)}; see docs/evaluation.md)",
         nullable=True,

@@ -121,26 +121,28 @@ def training_job_request(
     return request
 
 
-EVALUATION_JOB_OMITS = ("CheckpointConfig", "TensorBoardOutputConfig", "MlflowConfig")
-"""Training-only parts of the request: an evaluation job writes no checkpoints and no TensorBoard files, and logs
-to MLflow itself (the evaluated run's MLflow run, named in its environment by the request check)."""
+EVALUATION_JOB_OMITS = (
+    "CheckpointConfig",
+    "TensorBoardOutputConfig",
+    "MlflowConfig",
+    "EnableNetworkIsolation",
+)
+"""Training-only parts of the request: an evaluation job writes no checkpoints, no TensorBoard files and logs
+nothing to MLflow (it has no network); its ``EnableNetworkIsolation`` is its own, always true."""
 
 
-def evaluation_job_request(training_request: Mapping[str, Any], *, network_isolation: bool) -> dict[str, Any]:
+def evaluation_job_request(training_request: Mapping[str, Any]) -> dict[str, Any]:
     """The ``Parameters`` of the evaluation job's ``createTrainingJob.sync`` task, from the training job's
     (``training_job_request``): the same image, role, outputs, VPC, retry strategy and per-launch fields, its own
     ``MetricDefinitions`` (the tasks' scores, decided per execution: ``$.request.MetricDefinitions``), no
-    checkpoints, TensorBoard output nor ``MlflowConfig``; ``EnableNetworkIsolation`` when ``network_isolation``
-    (the model and the tasks arrive as channels; only a job that logs to MLflow needs the network)."""
-    request = {
-        k: v
-        for k, v in training_request.items()
-        if k not in (*EVALUATION_JOB_OMITS, "EnableNetworkIsolation")
-    }
+    checkpoints, TensorBoard output nor ``MlflowConfig``, and ``EnableNetworkIsolation`` always, whatever the
+    training job's: the job runs lm-eval over a task folder that may hold the user's own Python (``!function``
+    helpers), and its model and tasks arrive as channels, so it needs no network. Its scores leave through the
+    job's metrics and ``output.tar.gz``, which SageMaker moves (the summary, the dashboard, ``result``)."""
+    request = {k: v for k, v in training_request.items() if k not in EVALUATION_JOB_OMITS}
     algorithm = {
         k: v for k, v in training_request["AlgorithmSpecification"].items() if k != "MetricDefinitions"
     }
     request["AlgorithmSpecification"] = {**algorithm, "MetricDefinitions.$": "$.request.MetricDefinitions"}
-    if network_isolation:
-        request["EnableNetworkIsolation"] = True
+    request["EnableNetworkIsolation"] = True
     return request

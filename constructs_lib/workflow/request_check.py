@@ -77,6 +77,9 @@ from training.request.contract import (
     TRAIN_CHANNEL,
     WEIGHTS_CHANNEL,
     ContractError,
+    export_weight_bytes,
+    model_shape,
+    parse_hyperparameters,
 )
 from training.request.plan import make_plan, refusal
 
@@ -199,13 +202,15 @@ def _evaluate_problems(
         problems.append(
             f"tags: at most {most} with evaluate (its job is also tagged with the run it evaluates)"
         )
-    room = rules.sagemaker()["Environment"]["max"] - request_evaluation.environment_room(rules)
+    room = rules.sagemaker()["Environment"]["max"] - len(request_evaluation.ADDED_ENVIRONMENT)
     if isinstance(config["environment"], Mapping) and len(config["environment"]) > room:
         problems.append(
             f"environment: at most {room} variables with evaluate (its job also gets SAGEMAKER_PROGRAM)"
         )
-    if not problems and not field_problems and block.get("training_job") is None:
-        problems += request_evaluation.training_model_problems(config)
+    if not problems and not field_problems:
+        problems += request_evaluation.plan_problems(config)
+        if block.get("training_job") is None:
+            problems += request_evaluation.training_model_problems(config)
     return problems
 
 
@@ -366,7 +371,10 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
     evaluation = None
     if not prepared.problems and prepared.config["evaluate"] is not None:
         s3 = s3 or _client("s3", rules)
-        evaluation, problems = _evaluation(prepared.config, rules, str(event.get("execution")), s3, sagemaker)
+        parameters = (prepared.plan or {}).get("parameters")
+        evaluation, problems = _evaluation(
+            prepared.config, rules, str(event.get("execution")), (s3, sagemaker), parameters
+        )
         prepared.problems += problems
     valid = not prepared.problems
     return {
@@ -415,13 +423,21 @@ def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]
 
 
 def _evaluation(
-    config: Mapping[str, Any], rules: RequestRules, execution: str, s3: Any, sagemaker: Any
+    config: Mapping[str, Any],
+    rules: RequestRules,
+    execution: str,
+    clients: tuple[Any, Any],
+    parameters: int | None,
 ) -> tuple[dict[str, Any] | None, list[str]]:
-    """The evaluation's decided parts, after what only S3 and SageMaker can tell: the task folder defines the
-    tasks, the model has a tokenizer (and, evaluation only, the training job is a finished one of this workflow)."""
+    """The evaluation's decided parts, after what only S3 and SageMaker (``clients``) can tell: the task folder
+    defines the tasks, the model has a tokenizer (and, evaluation only, the training job is a finished one of this
+    workflow), and the instance type holds its weights (``parameters``: the run's model, from its plan; evaluation
+    only: read from the training job)."""
+    s3, sagemaker = clients
     block = request_evaluation.merged(config["evaluate"])
     problems = request_evaluation.task_problems(s3, block)
-    facts = None
+    facts: dict[str, Any] | None = None
+    precision, trained_on = config["precision"], config["instance_type"]
     if block["training_job"] is not None:
         facts, job_problems = request_evaluation.training_job_facts(
             sagemaker or _client("sagemaker", rules), block["training_job"], rules
@@ -429,12 +445,44 @@ def _evaluation(
         problems += job_problems
         if not job_problems:
             where = f"training job {block['training_job']}"
-            problems += request_evaluation.tokenizer_problems(s3, facts["data_uri"], where)
+            problems += request_evaluation.export_tokenizer_problems(
+                s3, facts["init_from"], facts["data_uri"], where
+            )
+            parameters = _trained_parameters(s3, facts)
+            precision = facts["hyperparameters"].get(
+                "precision", HYPERPARAMETERS_BY_NAME["precision"].default
+            )
+            trained_on = facts["instance_type"] or trained_on
     else:
-        problems += request_evaluation.tokenizer_problems(s3, config["train_data_uri"], "this run")
-    if problems:
+        problems += request_evaluation.export_tokenizer_problems(
+            s3, config["init_from"], config["train_data_uri"], "this run"
+        )
+    weight_bytes = export_weight_bytes(parameters, str(precision)) if parameters else None
+    instance_type, type_problems = request_evaluation.evaluation_instance_type(
+        block, config, rules, trained_on, weight_bytes
+    )
+    problems += type_problems
+    if problems or instance_type is None:
         return None, problems
-    return request_evaluation.decided(config, rules, execution, facts, channel), []
+    return request_evaluation.decided(
+        config, rules, execution, facts, channel, instance_type=instance_type
+    ), []
+
+
+def _trained_parameters(s3: Any, facts: Mapping[str, Any]) -> int | None:
+    """The parameter count of a finished training job's model: its settings (``HyperParameters``), with the shape of
+    its ``init_from`` folder's config.json when it started from one; None when they no longer parse (a job of an
+    older version of the workflow): its evaluation then defaults to its own instance type."""
+    architecture = None
+    if facts["init_from"] is not None:
+        architecture, problems = read_init_from(s3, facts["init_from"])
+        if problems:
+            return None
+    try:
+        values = parse_hyperparameters(dict(facts["hyperparameters"]), architecture)
+        return model_shape(values).parameter_count()
+    except ContractError:
+        return None
 
 
 def data_problems(s3: Any, uri: str) -> list[str]:

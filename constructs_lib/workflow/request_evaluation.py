@@ -10,9 +10,14 @@ Two ways in, one check:
 
 Refused before launch: a malformed block, an unknown task (one the task folder's YAML files do not define), a task
 folder outside the allowed data prefixes, and a model that cannot be evaluated: one with no Hugging Face export
-(not rotary, the job not completed, not this workflow's) or no tokenizer (trained on synthetic or byte-level data:
-read from the ``metadata.json`` that ``training.trainer.prepare`` wrote beside the training data, which is what
-``training.trainer.export_hf`` takes the tokenizer from).
+(not rotary, the job not completed, not this workflow's) or none with a tokenizer. The tokenizer is decided as
+``training.trainer.export_hf`` decides it: a run started from ``init_from`` takes the tokenizer files of that
+folder (``contract.INIT_FROM_TRAVELLING_FILES``: ``tokenizer.json`` or ``tokenizer.model`` make one lm-eval can
+load); any other run, or one whose ``init_from`` folder has no tokenizer file at all, takes the training data's
+(read from the ``metadata.json`` that ``training.trainer.prepare`` wrote beside it: none for synthetic or
+byte-level data). The evaluation job's instance type is decided here too (:func:`evaluation_instance_type`: one
+GPU when the exported weights fit one, the plan's with a training plan) and refused when it cannot hold the
+weights or, with a training plan, is not the training's (:func:`plan_problems`).
 
 Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``); boto3 clients are passed in.
 """
@@ -25,26 +30,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS
-from constructs_lib.workflow.request_rules import (
-    EXECUTION_TAG,
-    MLFLOW_ENVIRONMENT,
-    WORKFLOW_TAG,
-    RequestRules,
-)
+from constructs_lib.workflow.request_rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 from training.request.contract import (
+    DATA_METADATA_FILE,
     DEFAULT_EVALUATION_TASKS,
     EVALUATE_ENTRY_POINT,
+    EVALUATION_INSTANCE_TYPE,
     EVALUATION_SETTINGS_BY_NAME,
+    EVALUATION_WEIGHTS_SHARE,
+    GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
+    INIT_FROM_TOKENIZERS,
+    INIT_FROM_TRAVELLING_FILES,
     MAX_EVALUATION_TASKS,
-    MLFLOW_EXPERIMENT_ENV,
-    MLFLOW_RUN_NAME_ENV,
-    MLFLOW_TRACKING_URI_ENV,
     MODEL_CHANNEL,
     PROGRAM_ENV,
     TASK_NAME,
     TASKS_CHANNEL,
     TRAIN_CHANNEL,
+    WEIGHTS_CHANNEL,
+    evaluation_fits,
     evaluation_metric_definitions,
 )
 
@@ -63,6 +68,9 @@ EVALUATION_ONLY_FIELDS = (
 TASK_LINE = re.compile(r"^(?:task|group|tag):\s*['\"]?([A-Za-z0-9][A-Za-z0-9_.-]*)['\"]?\s*$", re.MULTILINE)
 TASK_LIST_ITEM = re.compile(r"^tag:\s*\n((?:\s+-\s*\S+\s*\n?)+)", re.MULTILINE)
 MAX_TASK_FILES = 200
+ADDED_ENVIRONMENT = (PROGRAM_ENV,)
+"""Variables the evaluation job adds to the input's ``environment``: the program only. No MLflow variables, whatever
+the workflow's ``mlflow_tracking_server_arn``: the job runs network-isolated and could not reach a tracking server."""
 
 
 def merged(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,7 +144,8 @@ def training_model_problems(config: Mapping[str, Any]) -> list[str]:
             "evaluate: the run trains with position_encoding=none, and such a model has no Hugging Face export "
             "(LlamaForCausalLM always applies rotary embeddings), so there is nothing to evaluate"
         ]
-    if config["train_data_uri"] is None:
+    # with init_from the export may take that folder's tokenizer: decided in S3 (export_tokenizer_problems)
+    if config["train_data_uri"] is None and config["init_from"] is None:
         return [
             "evaluate: the run trains on synthetic tokens (no train_data_uri): its model has no tokenizer and has "
             "learnt no language; evaluate a run trained on data prepared with --tokenizer tokenizer.json"
@@ -149,7 +158,7 @@ def tokenizer_problems(s3: Any, data_uri: str, where: str) -> list[str]:
     from the data's ``metadata.json``, written by ``training.trainer.prepare``)."""
     bucket, _, prefix = data_uri[5:].partition("/")
     try:
-        meta = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}metadata.json")["Body"].read())
+        meta = json.loads(s3.get_object(Bucket=bucket, Key=prefix + DATA_METADATA_FILE)["Body"].read())
         tokenizer = meta.get("tokenizer") or {}
     except Exception:  # noqa: BLE001 - missing, unreadable or not JSON: the reason is the same
         return [f"evaluate: {where} was trained on {data_uri}, which has no readable metadata.json (not prepared "
@@ -165,6 +174,33 @@ def tokenizer_problems(s3: Any, data_uri: str, where: str) -> list[str]:
         return [f"evaluate: {where} was trained on {data_uri}, which has no tokenizer.json beside its tokens, "
                 "so its Hugging Face export has no tokenizer files; evaluation needs them"]  # fmt: skip
     return []
+
+
+def export_tokenizer_problems(s3: Any, init_from: str | None, data_uri: str | None, where: str) -> list[str]:
+    """Whether the export of a run started from ``init_from`` (or None) and trained on ``data_uri`` (None:
+    synthetic tokens) has a tokenizer lm-eval can load, decided as ``export_hf.write_tokenizer`` decides it: the
+    ``init_from`` folder's own tokenizer files when it has any, else the data's (:func:`tokenizer_problems`).
+    One listing of the folder's top level (the data sources' ``s3:ListBucket``)."""
+    if init_from is not None:
+        bucket, _, prefix = init_from[5:].partition("/")
+        names: set[str] = set()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            names |= {o["Key"][len(prefix) :] for o in page.get("Contents", [])}
+        if names & set(INIT_FROM_TOKENIZERS):
+            return []
+        travelling = sorted(names & (set(INIT_FROM_TRAVELLING_FILES) - {"generation_config.json"}))
+        if travelling:
+            return [f"evaluate: {where} started from init_from {init_from}, whose {', '.join(travelling)} become its "
+                    f"export's tokenizer files, but it has no {' or '.join(INIT_FROM_TOKENIZERS)}, so lm-eval cannot "
+                    "load a tokenizer; add the model's tokenizer.json to that folder"]  # fmt: skip
+        if data_uri is None:
+            return [f"evaluate: {where} started from init_from {init_from}, which has no tokenizer file "
+                    f"({' or '.join(INIT_FROM_TOKENIZERS)}), and trains on synthetic tokens (no train_data_uri), so "
+                    "its export has no tokenizer; add the model's tokenizer.json to that folder"]  # fmt: skip
+    if data_uri is None:
+        return [f"evaluate: {where} trained on synthetic tokens: its model has no tokenizer and has learnt no "
+                "language"]  # fmt: skip
+    return tokenizer_problems(s3, data_uri, where)
 
 
 def defined_tasks(s3: Any, task_uri: str) -> list[str]:
@@ -204,7 +240,12 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
 
     try:
         described = sagemaker.describe_training_job(TrainingJobName=job)
-    except ClientError:
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("AccessDenied", "AccessDeniedException"):
+            # the workflow's check may describe only jobs with its tag; IAM cannot tell a missing job apart
+            return {}, [f"evaluate.training_job: {job} is not a training job of this workflow, or there is none of "
+                        f"that name (the check may describe only jobs tagged {WORKFLOW_TAG}="
+                        f"{rules.workflow_path})"]  # fmt: skip
         return {}, [f"evaluate.training_job: no training job {job} in this account and region"]
     runs_uri = rules.runs_uri() or ""
     checkpoints = (described.get("CheckpointConfig") or {}).get("S3Uri", "")
@@ -218,17 +259,75 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
         return {}, [
             f"evaluate.training_job: {job} ended {status}, not Completed, so it wrote no exported model"
         ]
-    facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None}
     hp = described.get("HyperParameters") or {}
+    facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None, "init_from": None,
+             "instance_type": (described.get("ResourceConfig") or {}).get("InstanceType"), "hyperparameters": hp}  # fmt: skip
     if str(hp.get("position_encoding", "rope")).lower() != "rope":
         return facts, [f"evaluate.training_job: {job} trained with position_encoding=none, which has no Hugging "
                        "Face export (LlamaForCausalLM always applies rotary embeddings)"]  # fmt: skip
-    channels = {c["ChannelName"]: c for c in described.get("InputDataConfig") or []}
-    if TRAIN_CHANNEL not in channels:
-        return facts, [f"evaluate.training_job: {job} trained on synthetic tokens (no train channel): its model "
-                       "has no tokenizer and has learnt no language"]  # fmt: skip
-    facts["data_uri"] = channels[TRAIN_CHANNEL]["DataSource"]["S3DataSource"]["S3Uri"]
+    channels = {
+        c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"]
+        for c in described.get("InputDataConfig") or []
+    }
+    facts["data_uri"], facts["init_from"] = channels.get(TRAIN_CHANNEL), channels.get(WEIGHTS_CHANNEL)
+    if facts["data_uri"] is None and facts["init_from"] is None:
+        return facts, [f"evaluate.training_job: {job} trained on synthetic tokens (no train channel) from random "
+                       "weights: its model has no tokenizer and has learnt no language"]  # fmt: skip
     return facts, []
+
+
+def plan_problems(config: Mapping[str, Any]) -> list[str]:
+    """With ``training_plan_arn``, a train-then-evaluate request may not ask for another evaluation instance type
+    than the training's: SageMaker runs a job on a plan only on the plan's instance type (its ``InstanceType``
+    must match the plan's), and the training's is the plan's. Known from the input alone."""
+    block = merged(config["evaluate"])
+    chosen, trained_on = block["instance_type"], config["instance_type"]
+    if (
+        config["training_plan_arn"] is None
+        or chosen in (None, trained_on)
+        or block["training_job"] is not None
+    ):
+        return []
+    return [f"evaluate.instance_type: with training_plan_arn the evaluation job runs on the plan's reserved "
+            f"capacity, and SageMaker runs a job on a plan only on the plan's instance type (the training's "
+            f"instance_type, {trained_on}); must be {trained_on} or null; got {json.dumps(chosen)} (to evaluate "
+            "on another type, leave evaluate out and evaluate the finished run later without training_plan_arn)"]  # fmt: skip
+
+
+def evaluation_instance_type(
+    block: Mapping[str, Any],
+    config: Mapping[str, Any],
+    rules: RequestRules,
+    trained_on: str,
+    weight_bytes: int | None,
+) -> tuple[str | None, list[str]]:
+    """The evaluation job's instance type, or the problem of the one asked for. ``trained_on``: the evaluated run's
+    instance type; ``weight_bytes``: its exported weights' size (None: unknown, e.g. a job of an older workflow).
+
+    Left out (null): with ``training_plan_arn``, ``trained_on`` (a job on a plan runs on the plan's instance type,
+    :func:`plan_problems`, and the plan's capacity is paid for); else ``EVALUATION_INSTANCE_TYPE`` (one GPU) when
+    the workflow allows it and the weights fit one of its GPUs; else ``trained_on`` (the weights were trained
+    there). Refused: a type whose GPUs together cannot hold the weights (``contract.evaluation_fits``)."""
+    chosen = block["instance_type"]
+    if chosen is None:
+        single = (
+            config["training_plan_arn"] is None
+            and EVALUATION_INSTANCE_TYPE in rules.allowed_instance_types
+            and weight_bytes is not None
+            and evaluation_fits(EVALUATION_INSTANCE_TYPE, weight_bytes, one_gpu=True)
+        )
+        chosen = EVALUATION_INSTANCE_TYPE if single else trained_on
+    if weight_bytes is None or chosen not in GPU_INSTANCE_TYPES or evaluation_fits(chosen, weight_bytes):
+        return chosen, []
+    fitting = [
+        t
+        for t in rules.allowed_instance_types
+        if t in GPU_INSTANCE_TYPES and evaluation_fits(t, weight_bytes)
+    ]
+    gpu = GPU_INSTANCE_TYPES[chosen]
+    return None, [f"evaluate.instance_type: {chosen}'s {gpu.gpus} x {gpu.gpu_memory_gb} GB of GPU memory cannot hold "
+                  f"the model's exported weights ({weight_bytes / 1e9:.1f} GB: more than {EVALUATION_WEIGHTS_SHARE:.0%} "
+                  f"of it); must be one of {', '.join(fitting) or 'none of the allowed types'}, or null"]  # fmt: skip
 
 
 def job_settings(block: Mapping[str, Any]) -> dict[str, str]:
@@ -243,23 +342,22 @@ def decided(
     execution: str,
     facts: Mapping[str, Any] | None,
     channel: Any,
+    *,
+    instance_type: str,
 ) -> dict[str, Any]:
     """The evaluation's decided parts (the state machine takes them from ``$.evaluation``). ``facts``: the
-    evaluated training job's (evaluation only), else None (the execution's own model, after training)."""
+    evaluated training job's (evaluation only), else None (the execution's own model, after training);
+    ``instance_type``: the job's (:func:`evaluation_instance_type`)."""
     block = merged(config["evaluate"])
     run = facts["run"] if facts else execution
     spot = bool(config["use_spot"])
     environment = {**config["environment"], PROGRAM_ENV: EVALUATE_ENTRY_POINT}
-    if rules.mlflow_tracking_server_arn:  # the evaluated run's MLflow run gets the scores
-        environment.update({MLFLOW_TRACKING_URI_ENV: rules.mlflow_tracking_server_arn,
-                            MLFLOW_EXPERIMENT_ENV: rules.workflow_segment or rules.workflow_path,
-                            MLFLOW_RUN_NAME_ENV: run})  # fmt: skip
     fixed = [(WORKFLOW_TAG, rules.workflow_path), (EXECUTION_TAG, execution), (EVALUATED_TAG, run)]
     tags = [*fixed, *sorted(rules.tags.items()), *sorted(config["tags"].items())]
     return {
         "only": facts is not None,
         "config": {
-            "instance_type": block["instance_type"] or config["instance_type"],
+            "instance_type": instance_type,
             "instance_count": 1,
             "training_plan_arn": config["training_plan_arn"],
             "use_spot": spot,
@@ -281,8 +379,3 @@ def decided(
         "evaluated": {"run": run, "training_job": facts["training_job"] if facts else None},
         "tasks": list(block["tasks"]),
     }
-
-
-def environment_room(rules: RequestRules) -> int:
-    """Variables the evaluation job adds to the input's ``environment``: the program, and MLflow's."""
-    return 1 + (len(MLFLOW_ENVIRONMENT) if rules.mlflow_tracking_server_arn else 0)

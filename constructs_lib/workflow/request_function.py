@@ -8,10 +8,10 @@ wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` 
 cost estimate; standard library only) and an empty ``__init__.py`` in each of their folders (the real package
 ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
 checkpoint prefix only, the listing and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data
-prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only the
-``config.json`` files (an ``init_from`` model's architecture), the ``metadata.json`` of prepared data and task YAML
-files (an evaluation's model tokenizer and tasks), and describe this account's training jobs (an evaluation-only
-request's job); nothing else.
+prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only objects
+named exactly ``config.json`` (an ``init_from`` model's architecture) or ``metadata.json`` (prepared data's
+tokenizer) and task YAML files (an evaluation's tasks), use the bucket's key to decrypt, and describe only the
+training jobs tagged as the workflow's (an evaluation-only request's job); nothing else.
 """
 
 from __future__ import annotations
@@ -49,11 +49,15 @@ from constructs_lib.workflow import (
     request_fields,
     request_rules,
 )
+from training.request.contract import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
-EVALUATION_READS = ("metadata.json", ".yaml", ".yml")
-"""Object name endings the check may read under a data prefix (an evaluation's tokenizer and tasks)."""
+TASK_FILE_SUFFIXES = (".yaml", ".yml")
+"""Endings of the task files the check may read under a data prefix (an evaluation's task names: any file name)."""
+NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE)
+"""Exact object names the check may read in a folder under a data prefix (the folder itself or any below it): an
+``init_from`` model's ``config.json`` and prepared data's ``metadata.json`` (an evaluated model's tokenizer)."""
 ASSET_FILES = {
     "constructs_lib/workflow/input_fields.py": Path(input_fields.__file__),
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
@@ -97,7 +101,11 @@ class RequestValidator(Construct):
         execution, each with ``step_XXXXXXXX/COMPLETE`` markers. The function may list it and read the markers.
     :param data_prefixes: ``(bucket ARN, key prefix)`` of each allowed data source: the function may list them
         (``s3:ListBucket`` with an ``s3:prefix`` condition), to refuse a ``train_data_uri`` with no object, and read
-        the ``config.json`` files under them (``s3:GetObject``), to decide an ``init_from`` model. Default: none.
+        exactly the ``config.json`` and ``metadata.json`` files under them and the task YAML files
+        (``s3:GetObject``), to decide an ``init_from`` model and an evaluation. Default: none.
+    :param training_job_tag: ``(key, value)`` of the tag every training job of the workflow carries: the function
+        may describe (``DescribeTrainingJob``) only jobs with that tag (``aws:ResourceTag`` condition), to decide an
+        evaluation-only request. Default: none, and it may describe no training job.
     :param log_retention: retention of the function's log group. Default six months.
     :param encryption_key: customer managed key for the function's log group. Default: CloudWatch Logs' own.
     :param removal_policy: of the log group: ``RETAIN`` (default) or ``DESTROY``.
@@ -111,6 +119,7 @@ class RequestValidator(Construct):
         bucket: s3.IBucket,
         runs_prefix: str,
         data_prefixes: Sequence[tuple[str, str]] = (),
+        training_job_tag: tuple[str, str] | None = None,
         log_retention: logs.RetentionDays | None = None,
         encryption_key: kms.IKey | None = None,
         removal_policy: RemovalPolicy | None = None,
@@ -153,7 +162,9 @@ class RequestValidator(Construct):
         by_bucket: dict[str, list[str]] = {}
         for bucket_arn, prefix in data_prefixes:
             by_bucket.setdefault(bucket_arn, []).append(f"{prefix}*")
-        self._grant_evaluation_reads(data_prefixes)
+        self._grant_task_files(data_prefixes)
+        if training_job_tag is not None:
+            self._grant_describe_jobs(*training_job_tag)
         for index, (bucket_arn, patterns) in enumerate(by_bucket.items()):
             self.role.add_to_principal_policy(
                 iam.PolicyStatement(
@@ -163,7 +174,7 @@ class RequestValidator(Construct):
                     conditions={"StringLike": {"s3:prefix": patterns}},
                 )
             )
-        self._grant_model_configs(data_prefixes)
+        self._grant_named_files(data_prefixes)
         if bucket.encryption_key is not None:
             bucket.encryption_key.grant(self.role, "kms:Decrypt")
         self.function = lambda_.Function(
@@ -189,42 +200,59 @@ class RequestValidator(Construct):
             "step folder names in between are created at run time.",
         )
 
-    def _grant_model_configs(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
-        """Read the ``config.json`` of an ``init_from`` model folder under a data source (the folder itself or any
-        folder below it), and no other object there."""
+    def _grant_named_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
+        """Read the ``NAMED_FILES`` of a folder under a data source (the folder itself or any folder below it) and
+        no other object there: an ``init_from`` model's ``config.json`` (one statement), prepared data's
+        ``metadata.json`` (another)."""
         if not data_prefixes:
             return
-        configs = [
-            f"{bucket_arn}/{prefix}{pattern}"
-            for bucket_arn, prefix in data_prefixes
-            for pattern in (CONFIG_FILE, f"*/{CONFIG_FILE}")
-        ]
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(sid="ReadModelConfigs", actions=["s3:GetObject"], resources=configs)
-        )
-        for resource in configs[1::2]:
-            acknowledge(
-                policy_scope(self.role),
-                f"IAM5[Resource::{rendered(self, resource)}]",
-                "Reads only the config.json of the Hugging Face model folder an execution names in init_from "
-                "(under an allowed data source); the folders below the data source are chosen per execution.",
+        for sid, name in (("ReadModelConfigs", CONFIG_FILE), ("ReadDataMetadata", DATA_METADATA_FILE)):
+            resources = [
+                f"{bucket_arn}/{prefix}{pattern}"
+                for bucket_arn, prefix in data_prefixes
+                for pattern in (name, f"*/{name}")
+            ]
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(sid=sid, actions=["s3:GetObject"], resources=resources)
             )
+            why = (
+                "the Hugging Face model folder an execution names in init_from"
+                if name == CONFIG_FILE
+                else "the prepared training data an evaluated run was trained on (its tokenizer)"
+            )
+            for resource in resources[1::2]:
+                acknowledge(
+                    policy_scope(self.role),
+                    f"IAM5[Resource::{rendered(self, resource)}]",
+                    f"Reads only objects named exactly {name} of {why}, under an allowed data source; the folders "
+                    "below the data source are chosen per execution.",
+                )
 
-    def _grant_evaluation_reads(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
-        """What the evaluation check reads: under the data prefixes only the prepared data's ``metadata.json``
-        (its tokenizer) and task YAML files (their task names); and the training job an evaluation-only request
-        names (``DescribeTrainingJob``)."""
+    def _grant_task_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
+        """Read the task YAML files under the data prefixes (an evaluation's task names), and no other object."""
         objects = [
             f"{bucket_arn}/{prefix}*{suffix}"
             for bucket_arn, prefix in data_prefixes
-            for suffix in EVALUATION_READS
+            for suffix in TASK_FILE_SUFFIXES
         ]
-        if objects:
-            self.role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    sid="ReadDataMetadataAndTaskFiles", actions=["s3:GetObject"], resources=objects
-                )
+        if not objects:
+            return
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(sid="ReadTaskFiles", actions=["s3:GetObject"], resources=objects)
+        )
+        for resource in objects:
+            acknowledge(
+                policy_scope(self.role),
+                f"IAM5[Resource::{rendered(self, resource)}]",
+                "An evaluation's check reads only task YAML files (any name: lm-eval's task files) under an allowed "
+                "data prefix, to refuse a task the folder does not define; the folders in between are chosen per "
+                "execution.",
             )
+
+    def _grant_describe_jobs(self, key: str, value: str) -> None:
+        """Describe the training jobs tagged ``key=value`` (the workflow's own), to decide an evaluation-only
+        request; the Service Authorization Reference lists ``aws:ResourceTag/${TagKey}`` for the ``training-job``
+        resource type that ``DescribeTrainingJob`` acts on."""
         jobs = Stack.of(self).format_arn(
             service="sagemaker",
             resource="training-job",
@@ -233,22 +261,17 @@ class RequestValidator(Construct):
         )
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
-                sid="DescribeTrainingJobs", actions=["sagemaker:DescribeTrainingJob"], resources=[jobs]
+                sid="DescribeWorkflowTrainingJobs",
+                actions=["sagemaker:DescribeTrainingJob"],
+                resources=[jobs],
+                conditions={"StringEquals": {f"aws:ResourceTag/{key}": value}},
             )
         )
-        scope_ = policy_scope(self.role)
-        for resource in objects:
-            acknowledge(
-                scope_,
-                f"IAM5[Resource::{rendered(self, resource)}]",
-                "An evaluation's check reads only these file names (prepared data's metadata.json, task YAML) under "
-                "an allowed data prefix; the folders in between are chosen per execution.",
-            )
         acknowledge(
-            scope_,
+            policy_scope(self.role),
             f"IAM5[Resource::{rendered(self, jobs)}]",
-            "An evaluation-only request names a finished training job of this account and region; the check may "
-            "only describe it (read-only), to find its model, its data and its run.",
+            f"Describes (read-only) only training jobs tagged {key}={value} (aws:ResourceTag condition): the jobs "
+            "of this workflow, whose names are made per execution; an evaluation-only request names one.",
         )
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:

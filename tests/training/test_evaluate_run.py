@@ -144,8 +144,9 @@ def test_a_memorized_task_scores_1_and_shuffled_answers_score_chance(trained, tm
 
 
 def test_scores_go_to_the_evaluated_runs_mlflow_run_when_its_variables_are_set(tmp_path, monkeypatch):
-    """The MLflow client the image has, on a file store standing in for the tracking server: the run named by
-    the workflow (the evaluated run) gets eval/<task>/<field> metrics and the evaluation's settings."""
+    """Run by hand with MLflow's variables set (the workflow's evaluation jobs, always network-isolated, get none):
+    the MLflow client the image has, on a file store standing in for the tracking server, and the run named
+    gets eval/<task>/<field> metrics and the evaluation's settings."""
     import mlflow
 
     uri = (tmp_path / "mlruns").as_uri()

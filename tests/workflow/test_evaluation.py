@@ -13,6 +13,7 @@ import pytest
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import build_workflow
+from training.request import contract, hf_config
 from training.request.contract import (
     EVALUATE_ENTRY_POINT,
     MODEL_CHANNEL,
@@ -21,6 +22,8 @@ from training.request.contract import (
     evaluation_metric_definitions,
 )
 
+PLAN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"
+SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
 SCORES = (("eval:piqa:acc", 0.61), ("eval:piqa:acc_stderr", 0.011), ("eval:piqa:acc_norm", 0.62),
           ("eval:piqa:acc_norm_stderr", 0.011), ("eval:hellaswag:acc", 0.29))  # fmt: skip
 
@@ -40,6 +43,13 @@ def deployed():
             s3.put_object(Bucket=bucket, Key=f"data/{folder}/metadata.json", Body=json.dumps(meta))
             s3.put_object(Bucket=bucket, Key=f"data/{folder}/train.bin", Body=b"tokens")
         s3.put_object(Bucket=bucket, Key="data/words/tokenizer.json", Body=b"{}")  # "lost" has none
+        for folder in (
+            "llama",
+            "llama-bare",
+        ):  # open weights to start from: with and without a tokenizer.json
+            s3.put_object(Bucket=bucket, Key=f"data/{folder}/config.json", Body=json.dumps(SMALL_LLAMA))
+            s3.put_object(Bucket=bucket, Key=f"data/{folder}/model.safetensors", Body=b"weights")
+        s3.put_object(Bucket=bucket, Key="data/llama/tokenizer.json", Body=b"{}")
         for task in ("hellaswag", "piqa"):
             s3.put_object(
                 Bucket=bucket, Key=f"data/tasks/{task}.yaml", Body=f"task: {task}\ndataset_path: json\n"
@@ -92,6 +102,11 @@ def test_train_then_evaluate_from_one_input(deployed):
     assert "CheckpointConfig" not in evaluation and "TensorBoardOutputConfig" not in evaluation
     assert {t["Key"]: t["Value"] for t in evaluation["Tags"]}["training-workflow-evaluates"] == name
     assert evaluation["ResourceConfig"]["InstanceCount"] == 1
+    # one H100 for a 1B model's 1.9 GB of bf16 weights, not the training's eight B200s
+    assert (train["ResourceConfig"]["InstanceType"], evaluation["ResourceConfig"]["InstanceType"]) == (
+        "ml.p6-b200.48xlarge",
+        "ml.p5.4xlarge",
+    )
     assert evaluation["StoppingCondition"] == {"MaxRuntimeInSeconds": 4 * 3600}
     summary = result["summary"]
     assert summary["job_name"] == train["TrainingJobName"] and summary["model_artifacts"] == model
@@ -150,6 +165,76 @@ def test_evaluate_only_a_finished_run(deployed):
     assert result["summary"]["evaluation"]["evaluated"] == {"run": f"run-{prefix}", "training_job": job}
 
 
+def test_a_run_started_from_open_weights_is_evaluated_with_their_tokenizer(deployed):
+    """init_from: the export takes the folder's tokenizer.json, so the run is evaluated after training even on
+    byte-level data, and again later as an evaluation only (its weights channel names the folder)."""
+    workflow, base = deployed
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(), Outcome(final_metrics=SCORES))
+    name = f"run-{prefix}"
+    execution_input = {"job_name_prefix": prefix, "init_from": f"{base}data/llama/",
+                       "train_data_uri": f"{base}data/bytes/", "evaluate": _evaluate(base)}  # fmt: skip
+    result = _run(workflow, execution_input, name)
+    assert result["status"] == "SUCCEEDED", result
+    train, evaluation = OUTCOMES.requests[prefix]
+    assert {c["ChannelName"] for c in train["InputDataConfig"]} == {TRAIN_CHANNEL, contract.WEIGHTS_CHANNEL}
+    assert {t["Key"]: t["Value"] for t in evaluation["Tags"]}["training-workflow-evaluates"] == name
+    OUTCOMES.plan(prefix, Outcome(final_metrics=SCORES))
+    only = {"job_name_prefix": prefix, "evaluate": _evaluate(base, training_job=train["TrainingJobName"])}
+    later = _run(workflow, only, f"eval-{prefix}")
+    assert later["status"] == "SUCCEEDED", later
+    assert later["summary"]["evaluation"]["evaluated"] == {
+        "run": name,
+        "training_job": train["TrainingJobName"],
+    }
+    # without a tokenizer file in the folder and on synthetic tokens, nothing has one: refused before launch
+    bare = {"job_name_prefix": prefix, "init_from": f"{base}data/llama-bare/", "evaluate": _evaluate(base)}
+    refused = _run(workflow, bare, f"bad-{prefix}")
+    assert (refused["status"], refused["error"]) == ("FAILED", "InvalidInput"), refused
+    assert "started from init_from" in refused["cause"] and "has no tokenizer file" in refused["cause"]
+    assert len(workflow.jobs(prefix)) == 3  # the training, its evaluation and the later one: nothing more
+
+
+def test_on_a_training_plan_the_evaluation_runs_on_the_plans_instance_type(deployed):
+    workflow, base = deployed
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(), Outcome(final_metrics=SCORES))
+    execution_input = {"job_name_prefix": prefix, "train_data_uri": f"{base}data/words/", "training_plan_arn": PLAN,
+                       "evaluate": _evaluate(base)}  # fmt: skip
+    result = _run(workflow, execution_input, f"run-{prefix}")
+    assert result["status"] == "SUCCEEDED", result
+    train, evaluation = OUTCOMES.requests[prefix]
+    for job in (train, evaluation):
+        assert job["ResourceConfig"]["TrainingPlanArn"] == PLAN
+        assert job["ResourceConfig"]["InstanceType"] == "ml.p6-b200.48xlarge"
+
+
+def test_a_model_too_big_for_one_gpu_is_evaluated_later_on_its_own_instance_type(deployed):
+    """Evaluation only: the size comes from the finished job's settings (32b: 68 GB of bf16 weights, more than 80%
+    of one H100), so the default is the instance type it trained on; one GPU is refused by name."""
+    workflow, base = deployed
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome())
+    big = {"job_name_prefix": prefix, "train_data_uri": f"{base}data/words/", "instance_type": "ml.p5.48xlarge",
+           "hyperparameters": {"model_preset": "32b"}, "ignore_memory_estimate": True}  # fmt: skip
+    trained = _run(workflow, big, f"run-{prefix}")
+    assert trained["status"] == "SUCCEEDED", trained
+    job = trained["summary"]["job_name"]
+    OUTCOMES.plan(prefix, Outcome(final_metrics=SCORES))
+    only = {"job_name_prefix": prefix, "evaluate": _evaluate(base, training_job=job)}
+    result = _run(workflow, only, f"eval-{prefix}")
+    assert result["status"] == "SUCCEEDED", result
+    (_, evaluation) = OUTCOMES.requests[prefix]
+    assert evaluation["ResourceConfig"]["InstanceType"] == "ml.p5.48xlarge"
+    one_gpu = {**only, "evaluate": _evaluate(base, training_job=job, instance_type="ml.p5.4xlarge")}
+    refused = _run(workflow, one_gpu, f"bad-{prefix}")
+    assert (refused["status"], refused["error"]) == ("FAILED", "InvalidInput")
+    assert refused["cause"].startswith(
+        "evaluate.instance_type: ml.p5.4xlarge's 1 x 80 GB of GPU memory cannot hold"
+    )
+    assert len(workflow.jobs(prefix)) == 2
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [
@@ -171,6 +256,10 @@ def test_evaluate_only_a_finished_run(deployed):
         ),
         ({"evaluate": {"training_job": "no-such-job"}}, "evaluate.training_job: no training job no-such-job"),
         ({"evaluate": {"training_job": "j"}, "precision": "fp8"}, "precision: applies to training"),
+        (
+            {"training_plan_arn": PLAN, "evaluate": {"instance_type": "ml.p5.4xlarge"}},
+            "evaluate.instance_type: with training_plan_arn the evaluation job runs on the plan's reserved capacity",
+        ),
     ],
 )
 def test_each_refusal_ends_in_invalid_input_before_anything_launches(deployed, change, words):

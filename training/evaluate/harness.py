@@ -40,14 +40,14 @@ def known_tasks(tasks_dir: Path) -> list[str]:
 
 def device_and_args(folder: Path) -> tuple[str, dict[str, Any]]:
     """``cuda`` when a GPU is visible (split over all of them, ``parallelize``, when the weights take more than
-    80% of one), else ``cpu``."""
+    ``contract.EVALUATION_WEIGHTS_SHARE`` of one), else ``cpu``."""
     import torch
 
     if not torch.cuda.is_available():
         return "cpu", {}
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     per_gpu = torch.cuda.get_device_properties(0).total_memory
-    if torch.cuda.device_count() > 1 and weights > 0.8 * per_gpu:
+    if torch.cuda.device_count() > 1 and weights > contract.EVALUATION_WEIGHTS_SHARE * per_gpu:
         return "cuda", {"parallelize": True}
     return "cuda", {}
 

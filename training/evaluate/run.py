@@ -9,7 +9,8 @@
 4. lm-eval scores them (``harness``); each task's scores are printed as one ``evaluation task=...`` line (the
    contract's format, which the job's metric definitions read), written to ``scores.json`` and lm-eval's whole
    ``results.json`` in the output folder (the job's ``output.tar.gz``), and logged to MLflow when its variables
-   are set (``training.trainer.mlflow_log``: the run being evaluated, metrics ``eval/<task>/<field>``).
+   are set (``training.trainer.mlflow_log``: the run being evaluated, metrics ``eval/<task>/<field>``): only when
+   run by hand, since the workflow's evaluation job is always network-isolated and is given no MLflow variables.
 
 A refusal (bad setting, no model, no tokenizer, unknown task) is one ``error: ...`` line, exit status 2 and, in a
 SageMaker job, the job's failure reason (``training.trainer.refusal``, docs/exit-status.md); a failure of lm-eval

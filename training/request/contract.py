@@ -188,6 +188,22 @@ WEIGHTS_CHANNEL = "weights"
 """Read-only input channel with the Hugging Face model folder the run starts from (the workflow's ``init_from``,
 an S3 prefix; the trainer's ``init_from`` is then ``SM_CHANNEL_WEIGHTS``, ``/opt/ml/input/data/weights``)."""
 WEIGHTS_CHANNEL_DIR = f"/opt/ml/input/data/{WEIGHTS_CHANNEL}"
+DATA_METADATA_FILE = "metadata.json"
+"""Written by ``training.trainer.prepare`` next to the token files (token dtype, vocabulary size, tokenizer, token
+counts, the files of each split); the request check reads exactly this name to learn a run's tokenizer."""
+INIT_FROM_TRAVELLING_FILES: tuple[str, ...] = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+"""Files of an ``init_from`` model folder that travel to the run's Hugging Face export (``training.trainer.export_hf``:
+its tokenizer and generation settings). When any but ``generation_config.json`` is there, the export's tokenizer is
+the folder's (not the data's)."""
+INIT_FROM_TOKENIZERS: tuple[str, ...] = ("tokenizer.json", "tokenizer.model")
+"""Of those, the files that make a tokenizer ``AutoTokenizer`` can load (a fast tokenizer, or SentencePiece)."""
 ENTRY_POINT = "train.sh"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 """Where the trainer writes TensorBoard event files in a job: the workflow's ``TensorBoardOutputConfig.LocalPath``
@@ -1170,6 +1186,33 @@ EVALUATE_ENTRY_POINT = "evaluate.sh"
 """The evaluation job's program (``training/evaluate.sh``): ``python -m training.evaluate`` with its settings."""
 MODEL_CHANNEL = "model"
 """Read-only channel of an evaluation job: the evaluated training job's ``model.tar.gz`` (its ``hf/`` folder)."""
+EVALUATION_INSTANCE_TYPE = "ml.p5.4xlarge"
+"""The evaluation job's instance type when the request names none, no training plan holds the capacity and the
+model's exported weights fit one GPU: one H100 (80 GB). lm-eval scores one model replica, on one GPU unless its
+weights do not fit there (``training.evaluate.harness``), so the other GPUs of an 8-GPU training instance would sit
+idle; this is the one single-GPU type of ``GPU_INSTANCE_TYPES`` (botocore's ``TrainingInstanceType`` also lists
+single-GPU ``ml.g6e``/``ml.g7e`` sizes, which the workflow does not allow), at 6.88 USD an hour against 113.93 for
+``ml.p6-b200.48xlarge`` (``ON_DEMAND_USD_PER_HOUR``). It holds the bf16 export of every preset up to 14b
+(``evaluation_fits``); the 32b, 64b and 70b presets are evaluated on the training's instance type."""
+EVALUATION_WEIGHTS_SHARE = 0.8
+"""The share of GPU memory an evaluated model's weights may take: above it of one GPU, the harness spreads the
+model over all the instance's GPUs; above it of all of them, the request check refuses the instance type (the rest
+holds lm-eval's batch: activations and the log-probabilities over the vocabulary)."""
+
+
+def export_weight_bytes(parameters: int, precision: str) -> int:
+    """Bytes of a run's exported weights (``training.trainer.export_hf``): float32 for fp32 runs, else bfloat16."""
+    return parameters * (4 if precision == "fp32" else 2)
+
+
+def evaluation_fits(instance_type: str, weight_bytes: int, *, one_gpu: bool = False) -> bool:
+    """Whether weights of ``weight_bytes`` fit ``instance_type`` for an evaluation: within
+    ``EVALUATION_WEIGHTS_SHARE`` of one GPU's memory (``one_gpu``) or of all its GPUs' together."""
+    gpu = GPU_INSTANCE_TYPES[instance_type]
+    memory = gpu.gpu_memory_gb * 1e9 * (1 if one_gpu else gpu.gpus)
+    return weight_bytes <= EVALUATION_WEIGHTS_SHARE * memory
+
+
 TASKS_CHANNEL = "tasks"
 """Read-only channel of an evaluation job: the task folder (lm-eval task YAML files and their local data)."""
 STANDARD_TASK_CHANCE: Mapping[str, float] = {

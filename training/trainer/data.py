@@ -142,7 +142,7 @@ def _names(paths: list[Path]) -> str:
     return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
-METADATA_FILE = "metadata.json"
+METADATA_FILE = contract.DATA_METADATA_FILE
 """Written by ``training.trainer.prepare`` next to the token files: token dtype, vocabulary size, tokenizer,
 token counts and the files of each split (``train``, ``validation``)."""
 

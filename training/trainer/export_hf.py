@@ -219,15 +219,9 @@ def write_weights(
     return [*names, "model.safetensors.index.json"]
 
 
-TRAVELLING_FILES: tuple[str, ...] = (
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "chat_template.jinja",
-)
-"""Files of an ``init_from`` model folder that travel to the export (its tokenizer and generation settings)."""
+TRAVELLING_FILES = contract.INIT_FROM_TRAVELLING_FILES
+"""Files of an ``init_from`` model folder that travel to the export (its tokenizer and generation settings; the
+contract's, since the request check reads the same names to decide whether the export will have a tokenizer)."""
 
 
 def source_info(folder: str) -> dict[str, Any]:

@@ -18,8 +18,9 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         parents=[common, polling],
         help="score a finished run's model on evaluation tasks (lm-evaluation-harness)",
         description="Start an evaluation-only run of the workflow: a job in the training image runs "
-        "lm-evaluation-harness, offline and network-isolated, on the run's Hugging Face export, over the tasks of "
-        "the task folder (python -m training.evaluate.prepare_tasks writes the standard set: hellaswag, arc_easy, "
+        "lm-evaluation-harness, offline and always network-isolated (its scores go to the run's summary and "
+        "metrics, not to MLflow), on the run's Hugging Face export, over the tasks of the task folder "
+        "(python -m training.evaluate.prepare_tasks writes the standard set: hellaswag, arc_easy, "
         "piqa, winogrande). Checked first like submit: an unknown task, a folder outside the data prefixes or a "
         "model without a tokenizer is refused before anything starts (exit 2). See docs/evaluation.md.",
     )
@@ -39,7 +40,11 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     evaluate.add_argument(
         "--batch-size", dest="batch_size", type=positive_integer, help="lm-eval batch size (default 32)"
     )
-    evaluate.add_argument("--instance-type", dest="instance_type", help="default: the workflow's default")
+    evaluate.add_argument(
+        "--instance-type",
+        dest="instance_type",
+        help="default: ml.p5.4xlarge (one H100) when the model's weights fit one GPU, else the run's own",
+    )
     evaluate.add_argument(
         "--max-runtime-seconds", dest="max_runtime_seconds", type=positive_integer, help="default 14400"
     )

@@ -10,6 +10,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 
+from constructs_lib.workflow import request_check, request_evaluation
 from constructs_lib.workflow.dashboard import search_terms
 from constructs_lib.workflow.permissions import MLFLOW_ACTIONS
 from constructs_lib.workflow.request_check import RequestRules, job_fields, validate_request
@@ -208,9 +209,10 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
             "MlflowExperimentName": "Test-Workflow",
             "MlflowRunName.$": "$$.Execution.Name",
         }
-    (evaluation, _) = _launches(template, "evaluation")
-    # the evaluation job logs to the evaluated run's MLflow run itself (its environment), so it needs the network
-    assert "MlflowConfig" not in evaluation and "EnableNetworkIsolation" not in evaluation
+    # the evaluation jobs stay network-isolated with a tracking server too: no MlflowConfig, no MLflow variables
+    evaluations = _launches(template, "evaluation")
+    assert len(evaluations) == 2
+    assert all("MlflowConfig" not in e and e["EnableNetworkIsolation"] is True for e in evaluations)
     # the decided request's Environment carries the trainer's MLflow variables (and the execution's own)
     rules = RequestRules.from_state_machine_definition(definition_of(template))
     assert rules.mlflow_tracking_server_arn == MLFLOW
@@ -227,6 +229,11 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
     assert f"environment: at most {room} variables; got {room + 1}" in validate_request(
         {"environment": too_many}, rules
     )
+    evaluate = {**config, "evaluate": {"task_data_uri": "s3://b/data/tasks/"}}
+    decided = request_evaluation.decided(
+        evaluate, rules, "run-7", None, request_check.channel, instance_type="ml.p5.4xlarge"
+    )
+    assert decided["request"]["Environment"] == {"NCCL_DEBUG": "INFO", "SAGEMAKER_PROGRAM": "evaluate.sh"}
     plain = RequestRules.from_state_machine_definition(definition_of(_template()))
     assert plain.mlflow_tracking_server_arn is None
     assert job_fields(config, plain, "run-7")["Environment"] == {"NCCL_DEBUG": "INFO"}

@@ -652,3 +652,180 @@ def test_an_evaluate_block_with_its_defaults_is_valid_offline():
 def test_evaluate_problems_name_the_field(change, problem):
     problems = validate_request({**EVALUATE, **change}, RequestRules())
     assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflows():
+    """The deployed check may describe only jobs with the workflow's tag (RequestValidator's aws:ResourceTag
+    condition), so AccessDenied means another workflow's job (or none: IAM cannot tell); a missing job that may be
+    described is SageMaker's ValidationException. A real botocore client, its responses stubbed."""
+    from botocore.stub import Stubber
+
+    from constructs_lib.workflow import request_evaluation
+
+    client = botocore.session.get_session().create_client(
+        "sagemaker", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    rules = RequestRules(region=REGION, bucket_name="b", workflow_path="Stack/Workflow")
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "describe_training_job",
+            service_error_code="AccessDeniedException",
+            service_message="User is not authorized to perform: sagemaker:DescribeTrainingJob",
+            expected_params={"TrainingJobName": "their-job"},
+        )
+        stub.add_client_error(
+            "describe_training_job",
+            service_error_code="ValidationException",
+            service_message="Requested resource not found.",
+            expected_params={"TrainingJobName": "gone"},
+        )
+        _, denied = request_evaluation.training_job_facts(client, "their-job", rules)
+        _, missing = request_evaluation.training_job_facts(client, "gone", rules)
+    assert denied == [
+        "evaluate.training_job: their-job is not a training job of this workflow, or there is none of that name "
+        "(the check may describe only jobs tagged training-workflow=Stack/Workflow)"
+    ]
+    assert missing == ["evaluate.training_job: no training job gone in this account and region"]
+
+
+# ---- evaluate a run started from init_from: the export's tokenizer is the folder's (export_hf.write_tokenizer) ----
+
+SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
+
+
+def _evaluation_world(s3) -> None:
+    """A task folder, byte-level data, data with its tokenizer.json, and init_from folders with and without one."""
+    s3.put_object(Bucket="my-bucket", Key="data/tasks/piqa.yaml", Body=b"task: piqa\ndataset_path: json\n")
+    for folder, kind in (("bytes", "byte-level UTF-8"), ("words", "tokenizers")):
+        meta = {"tokenizer": {"kind": kind, "file": "tokenizer.json"}}
+        s3.put_object(Bucket="my-bucket", Key=f"data/{folder}/metadata.json", Body=json.dumps(meta).encode())
+        s3.put_object(Bucket="my-bucket", Key=f"data/{folder}/train.bin", Body=b"tokens")
+    s3.put_object(Bucket="my-bucket", Key="data/words/tokenizer.json", Body=b"{}")
+    put_folder(s3, "data/llama/", SMALL_LLAMA)  # with tokenizer.json
+    for name, extra in (("bare", None), ("half", "tokenizer_config.json"), ("spm", "tokenizer.model")):
+        key = f"data/llama-{name}/"
+        s3.put_object(Bucket="my-bucket", Key=f"{key}config.json", Body=json.dumps(SMALL_LLAMA).encode())
+        s3.put_object(Bucket="my-bucket", Key=f"{key}model.safetensors", Body=b"w")
+        s3.put_object(
+            Bucket="my-bucket", Key=f"{key}nested/tokenizer.json", Body=b"{}"
+        )  # not the folder's own
+        if extra:
+            s3.put_object(Bucket="my-bucket", Key=f"{key}{extra}", Body=b"{}")
+
+
+@pytest.mark.parametrize(
+    ("init_from", "data", "refusal"),
+    [
+        ("llama", None, None),  # synthetic tokens: the folder's tokenizer.json is the export's
+        ("llama", "bytes", None),  # byte-level data's metadata is not what the export takes: the folder's is
+        ("llama-spm", None, None),  # a SentencePiece tokenizer.model travels too
+        ("llama-bare", "words", None),  # no tokenizer file in the folder: the data's tokenizer.json
+        (
+            "llama-bare",
+            None,
+            "which has no tokenizer file (tokenizer.json or tokenizer.model), and trains on",
+        ),
+        ("llama-bare", "bytes", "was trained on byte-level tokens"),
+        (
+            "llama-half",
+            "words",
+            "whose tokenizer_config.json become its export's tokenizer files, but it has no",
+        ),
+        (None, "bytes", "was trained on byte-level tokens"),
+    ],
+)
+def test_evaluating_a_run_from_init_from_looks_for_the_folders_tokenizer(s3, rules, init_from, data, refusal):
+    _evaluation_world(s3)
+    raw = {"evaluate": {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa"]}}
+    if init_from:
+        raw["init_from"] = f"s3://my-bucket/data/{init_from}/"
+    if data:
+        raw["train_data_uri"] = f"s3://my-bucket/data/{data}/"
+    decided = decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+    if refusal is None:
+        assert decided["valid"], decided["cause"]
+        assert decided["evaluation"]["evaluated"] == {"run": "run-1", "training_job": None}
+    else:
+        assert not decided["valid"] and refusal in decided["cause"], decided["cause"]
+        assert decided["cause"].startswith("evaluate: this run ")
+
+
+# ---- the evaluation job's instance type: one GPU when the weights fit, the plan's with a training plan ----------
+
+
+def _decide_evaluation(s3, rules, **fields) -> dict:
+    _evaluation_world(s3)
+    block = {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa"], **fields.pop("evaluate", {})}
+    raw = {"train_data_uri": "s3://my-bucket/data/words/", "evaluate": block, **fields}
+    return decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, "ml.p5.4xlarge"),  # 1b in bf16: 1.9 GB on one H100 rather than 8 B200s
+        ({"hyperparameters": {"model_preset": "14b"}, "ignore_memory_estimate": True}, "ml.p5.4xlarge"),
+        (
+            {"precision": "fp32", "hyperparameters": {"model_preset": "8b"}, "ignore_memory_estimate": True},
+            "ml.p5.4xlarge",
+        ),  # fmt: skip
+        # 32b's bf16 export (68.4 GB) is more than 80% of one H100: the training's instance type, all its GPUs
+        ({"hyperparameters": {"model_preset": "32b"}, "ignore_memory_estimate": True}, "ml.p6-b200.48xlarge"),
+        ({"training_plan_arn": PLAN}, "ml.p6-b200.48xlarge"),  # the plan's capacity, its instance type
+        ({"evaluate": {"instance_type": "ml.p5.48xlarge"}}, "ml.p5.48xlarge"),  # asked for: kept
+    ],
+)
+def test_the_evaluation_instance_type_defaults_to_one_gpu_when_the_weights_fit(s3, rules, fields, expected):
+    decided = _decide_evaluation(s3, rules, **fields)
+    assert decided["valid"], decided["cause"]
+    assert decided["evaluation"]["config"]["instance_type"] == expected
+    assert decided["evaluation"]["config"]["training_plan_arn"] == fields.get("training_plan_arn")
+
+
+def test_a_workflow_that_does_not_allow_the_single_gpu_type_evaluates_on_the_trainings(s3):
+    rules = RequestRules(
+        region=REGION,
+        bucket_name="my-bucket",
+        workflow_segment="Test-Workflow",
+        allowed_instance_types=("ml.p6-b200.48xlarge", "ml.p5.48xlarge"),
+    ).with_limits()
+    decided = _decide_evaluation(s3, rules, instance_type="ml.p5.48xlarge")
+    assert decided["valid"], decided["cause"]
+    assert decided["evaluation"]["config"]["instance_type"] == "ml.p5.48xlarge"
+
+
+def test_an_instance_type_that_cannot_hold_the_weights_is_refused_naming_those_that_can(s3, rules):
+    decided = _decide_evaluation(
+        s3,
+        rules,
+        hyperparameters={"model_preset": "llama3.1-70b"},
+        ignore_memory_estimate=True,
+        evaluate={"instance_type": "ml.p5.4xlarge"},
+    )
+    assert not decided["valid"]
+    assert decided["cause"] == (
+        "evaluate.instance_type: ml.p5.4xlarge's 1 x 80 GB of GPU memory cannot hold the model's exported weights "
+        "(141.1 GB: more than 80% of it); must be one of ml.p6-b200.48xlarge, ml.p6-b300.48xlarge, "
+        "ml.p6e-gb200.36xlarge, ml.p5.48xlarge, ml.p5e.48xlarge, ml.p5en.48xlarge, ml.p4d.24xlarge, ml.p4de.24xlarge, "
+        "or null"
+    )
+
+
+def test_with_a_training_plan_another_evaluation_instance_type_is_refused_offline():
+    """SageMaker runs a job on a plan only on the plan's instance type (the training's here): refused before
+    anything, naming both fields and the allowed values; the same type, or none, is accepted."""
+    rules = RequestRules(region=REGION)
+    raw = {
+        **EVALUATE,
+        "training_plan_arn": PLAN,
+        "evaluate": {**EVALUATE["evaluate"], "instance_type": "ml.p5.4xlarge"},
+    }
+    assert validate_request(raw, rules) == [
+        "evaluate.instance_type: with training_plan_arn the evaluation job runs on the plan's reserved capacity, and "
+        "SageMaker runs a job on a plan only on the plan's instance type (the training's instance_type, "
+        'ml.p6-b200.48xlarge); must be ml.p6-b200.48xlarge or null; got "ml.p5.4xlarge" (to evaluate on another '
+        "type, leave evaluate out and evaluate the finished run later without training_plan_arn)"
+    ]
+    same = {**raw, "evaluate": {**raw["evaluate"], "instance_type": "ml.p6-b200.48xlarge"}}
+    assert validate_request(same, rules) == []
+    assert validate_request({**EVALUATE, "training_plan_arn": PLAN}, rules) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import subprocess
 import sys
@@ -12,9 +13,11 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
-from constructs_lib.workflow.request_check import RequestRules
+from constructs_lib.workflow.request_check import RequestRules, job_fields
 from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
 from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
+from tests.workflow.harness import definition_of
+from tests.workflow.stacks import build_workflow
 
 
 def _validator(stack: cdk.Stack) -> RequestValidator:
@@ -111,11 +114,32 @@ def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
     actions = {
         a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
-    assert actions <= {
-        "s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents", "sagemaker:DescribeTrainingJob"
-    }  # fmt: skip
-    (jobs,) = [s for s in by_sid.values() if s["Action"] == "sagemaker:DescribeTrainingJob"]
+    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
+    # no training_job_tag: it may describe no training job at all
+
+
+def test_role_describes_only_the_training_jobs_with_the_workflows_tag_nag_clean():
+    """In a workflow: DescribeTrainingJob on training-job/* only where aws:ResourceTag/training-workflow is the tag
+    value every job of that workflow gets (the request rules' workflow_path), and cdk-nag acknowledges exactly
+    that resource."""
+    result = synth_with_nag(lambda app: build_workflow(app))
+    assert result.violations == ()
+    template = result.templates["Test.template.json"]
+    (policy,) = [
+        p
+        for lid, p in template["Resources"].items()
+        if p["Type"] == "AWS::IAM::Policy" and lid.startswith("WorkflowRequestValidatorRoleDefaultPolicy")
+    ]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    (jobs,) = [s for s in statements if "sagemaker:DescribeTrainingJob" in json.dumps(s["Action"])]
+    rules = RequestRules.from_state_machine_definition(definition_of(template))
+    assert jobs["Action"] == "sagemaker:DescribeTrainingJob"
+    assert jobs["Condition"] == {"StringEquals": {"aws:ResourceTag/training-workflow": rules.workflow_path}}
+    assert rules.workflow_path == "Test/Workflow"
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
+    assert {"Key": "training-workflow", "Value": rules.workflow_path} in job_fields(
+        rules.full_defaults(), rules, "run-1"
+    )["Tags"]
 
 
 def test_role_lists_only_the_allowed_data_prefixes():
@@ -133,15 +157,38 @@ def test_role_lists_only_the_allowed_data_prefixes():
     by_sid = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert by_sid["ListTrainingData0"]["Action"] == "s3:ListBucket"
     assert by_sid["ListTrainingData0"]["Condition"] == {"StringLike": {"s3:prefix": ["data/*"]}}
-    # under the data prefixes it may read only prepared data's metadata.json and task YAML files (evaluation)
-    reads = by_sid["ReadDataMetadataAndTaskFiles"]
+    # under the data prefixes it may read only task YAML files (evaluation's task names) by their ending
+    reads = by_sid["ReadTaskFiles"]
     assert reads["Action"] == "s3:GetObject"
     rendered = json.dumps(reads["Resource"])
-    for prefix in ("/data/*metadata.json", "/data/*.yaml", "/data/*.yml"):
+    for prefix in ("/data/*.yaml", "/data/*.yml"):
         assert prefix in rendered
     assert [r for r in reads["Resource"] if isinstance(r, str)] == [
-        f"{other}/{p}*{s}" for p in ("tokens/", "text/") for s in ("metadata.json", ".yaml", ".yml")
+        f"{other}/{p}*{s}" for p in ("tokens/", "text/") for s in (".yaml", ".yml")
     ]
+    # and prepared data's metadata.json by its exact name: in a data prefix or any folder below it, nothing else
+    metadata = by_sid["ReadDataMetadata"]
+    assert metadata["Action"] == "s3:GetObject"
+    assert [r for r in metadata["Resource"] if isinstance(r, str)] == [
+        f"{other}/{p}{s}" for p in ("tokens/", "text/") for s in ("metadata.json", "*/metadata.json")
+    ]
+    readable = [r for st in by_sid.values() if st["Action"] == "s3:GetObject" for r in st["Resource"]]
+    readable = [r for r in readable if isinstance(r, str)]  # the other bucket's: plain ARNs
+
+    def may_read(key: str) -> bool:  # IAM's '*' matches any characters, '/' included, as fnmatch's does
+        return any(fnmatch.fnmatchcase(f"{other}/{key}", r) for r in readable)
+
+    for key in ("tokens/metadata.json", "tokens/corpus/metadata.json", "tokens/a/b/metadata.json"):
+        assert may_read(key), key
+    for key in (
+        "tokens/corpus/old-metadata.json",  # the loose pattern '*metadata.json' let these through
+        "tokens/secret_metadata.json",
+        "tokens/corpus/metadata.json.bak",
+        "tokens/corpus/train.bin",
+        "tokens/model/model.safetensors",
+        "elsewhere/metadata.json",
+    ):
+        assert not may_read(key), key
     assert by_sid["ListTrainingData1"] == {
         "Sid": "ListTrainingData1",
         "Action": "s3:ListBucket",
