@@ -197,7 +197,9 @@ def _check_consumer_template(template: dict, outdir: Path, scratch: Path) -> Non
     assert staged.is_dir(), f"no staged build context for tag {variables['IMAGE_TAG']}"
     # The checkout's build context, staged by the same construct (training/ less its .dockerignore's entries).
     tag, context = staged_context(ROOT / "training", scratch / "checkout.out")
-    assert variables["IMAGE_TAG"] == tag, "the packaged context hashes to another image tag than the checkout's"
+    assert variables["IMAGE_TAG"] == tag, (
+        "the packaged context hashes to another image tag than the checkout's"
+    )
     in_image = {name: (ROOT / "training" / name).read_bytes() for name in context}
     assert _asset_files(staged) == in_image, "build context differs from the checkout's"
     # The workflow launches the jobs in the team's VPC.
