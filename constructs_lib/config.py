@@ -260,7 +260,8 @@ CONTEXT: tuple[ContextKey, ...] = (
         "dataSources",
         "text",
         ["data/"],
-        "Where an execution's train_data_uri may point; the execution role may read exactly these.",
+        "Where an execution's data may come from: its train_data_uri, init_from and evaluate.task_data_uri must "
+        "each be under one of these; the jobs' role may read exactly these.",
         allowed="a JSON list of s3://<bucket>/<prefix>/ URIs or key prefixes of the checkpoint bucket, each ending "
         "in /",
     ),
@@ -459,8 +460,9 @@ class WorkflowSettings:
     trigger_source: str = DEFAULTS["triggerSource"]
     trigger_detail_type: str = DEFAULTS["triggerDetailType"]
     data_sources: tuple[str, ...] = tuple(DEFAULTS["dataSources"])
-    """Where an execution's ``train_data_uri`` may point (``dataSources``): ``s3://bucket/prefix/`` URIs or key
-    prefixes of the checkpoint bucket; the execution role may read exactly these."""
+    """Where an execution's ``train_data_uri``, ``init_from`` and ``evaluate.task_data_uri`` may point
+    (``dataSources``): ``s3://bucket/prefix/`` URIs or key prefixes of the checkpoint bucket; the jobs' role may read
+    exactly these."""
     dashboard: bool = DEFAULTS["dashboard"]
     """A CloudWatch dashboard of the workflow (``dashboard``; stack output ``DashboardUrl``)."""
     dashboard_job_name_prefixes: tuple[str, ...] = ()

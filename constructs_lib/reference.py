@@ -1,5 +1,7 @@
 """Write ``docs/reference.md`` from the code's tables, so that the reference cannot drift from what the code
-checks: the execution-input fields (``constructs_lib.workflow.input_fields.FIELDS``), the trainer settings
+checks: the execution-input fields (``constructs_lib.workflow.input_fields.FIELDS``), the ``evaluate`` block's
+fields (their defaults ``input_fields.EVALUATE_DEFAULTS``, their rows ``request_evaluation.EVALUATE_FIELDS``), the
+trainer settings
 (``training.request.contract.HYPERPARAMETERS`` and ``training.trainer.config.TRAINER_ONLY_SETTINGS``) and the
 ``cdk.json`` keys (``constructs_lib.config.CONTEXT``).
 
@@ -23,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from constructs_lib.config import CONTEXT, ContextKey
-from constructs_lib.workflow.input_fields import FIELDS
+from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS, FIELDS
+from constructs_lib.workflow.request_evaluation import EVALUATE_FIELDS_BY_NAME
 from constructs_lib.workflow.request_rules import PLATFORM_HYPERPARAMETERS, RequestRules
 from training.request.contract import HYPERPARAMETERS, TOP_LEVEL_SETTINGS, Hyperparameter
 from training.trainer.config import TRAINER_ONLY_SETTINGS
@@ -43,6 +46,7 @@ default, what it allows and what it does. This page is generated from the tables
 do not edit it by hand: a test fails when it is stale. The task pages link here rather than repeat it.
 
 - [Execution input fields](#execution-input-fields)
+- [The `evaluate` block's fields](#the-evaluate-blocks-fields)
 - [Trainer settings](#trainer-settings)
 - [Trainer-only switches](#trainer-only-switches)
 - [`cdk.json` keys](#cdkjson-keys)
@@ -91,6 +95,32 @@ def input_fields_section() -> list[str]:
             default += f" (cdk.json {code(spec.context_key)})"
         rows.append([code(spec.name), default, spec.allowed_text(rules), spec.description])
     return lines + table(["field", "default", "allowed", "what it does"], rows)
+
+
+def evaluate_section() -> list[str]:
+    """The ``evaluate`` block's own fields: every name of ``EVALUATE_DEFAULTS`` (its default from there), with its
+    row of ``request_evaluation.EVALUATE_FIELDS``."""
+    rules = reference_rules()
+    missing = [name for name in EVALUATE_DEFAULTS if name not in EVALUATE_FIELDS_BY_NAME]
+    extra = [name for name in EVALUATE_FIELDS_BY_NAME if name not in EVALUATE_DEFAULTS]
+    if missing or extra:
+        raise ValueError(
+            f"EVALUATE_DEFAULTS and request_evaluation.EVALUATE_FIELDS differ: no row for {missing}, no default "
+            f"for {extra}"
+        )
+    lines = [
+        "## The `evaluate` block's fields",
+        "",
+        "The input field `evaluate` is an object of these fields ([evaluating a trained model](evaluation.md)); "
+        "any other field is refused.",
+        "",
+    ]
+    rows = []
+    for name, default in EVALUATE_DEFAULTS.items():
+        spec = EVALUATE_FIELDS_BY_NAME[name]
+        shown = "required" if spec.required else code(json.dumps(default))
+        rows.append([code(f"evaluate.{name}"), shown, spec.allowed(rules), spec.description])
+    return lines + table(["evaluate field", "default", "allowed", "what it does"], rows)
 
 
 def _where(name: str) -> str:
@@ -161,7 +191,16 @@ def _context_default(key: ContextKey) -> str:
 
 
 def render() -> str:
-    parts = [INTRO, *input_fields_section(), "", *trainer_sections(), "", *context_section()]
+    parts = [
+        INTRO,
+        *input_fields_section(),
+        "",
+        *evaluate_section(),
+        "",
+        *trainer_sections(),
+        "",
+        *context_section(),
+    ]
     return "\n".join(parts) + "\n"
 
 

@@ -253,28 +253,67 @@ def test_a_bad_setting_is_one_line_and_a_non_zero_exit(context, line):
     assert errors == [line], done.stderr[-2000:]
 
 
-def test_a_vpc_lookup_without_credentials_is_one_line_naming_vpcid():
-    """`cdk synth -c vpcId=...` without AWS credentials: the CLI sets no CDK_DEFAULT_ACCOUNT, and CDK's own
-    StackAccountRegionNotSpecified traceback named neither vpcId nor what a lookup needs."""
+CDK_CLI = CDK_JSON.parent / "node_modules" / "aws-cdk" / "bin" / "cdk"
+"""The pinned CDK CLI (package.json), what `make synth` runs (node_modules/.bin/cdk links to it)."""
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+)
+
+
+def test_a_vpc_lookup_without_credentials_is_one_line_naming_vpcid(tmp_path):
+    """`cdk synth -c vpcId=...` through the real CDK CLI, without AWS credentials (none in the environment, empty
+    config and credentials files, no instance metadata): the CLI sets no CDK_DEFAULT_ACCOUNT, and CDK's own
+    StackAccountRegionNotSpecified traceback named neither vpcId nor what a lookup needs. What the user sees is the
+    app's one line, then the CLI's own line saying the app failed."""
     root = CDK_JSON.parent
-    context = {**json.loads(CDK_JSON.read_text())["context"], "vpcId": "vpc-0123456789abcdef0"}
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("CDK_DEFAULT_")}
+    node = Path(sys.executable).parent / "node"
+    assert node.is_file() and CDK_CLI.is_file(), "run `make setup` (the venv's Node and node_modules)"
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("CDK_DEFAULT_") and key not in CREDENTIAL_VARIABLES
+    }
+    (tmp_path / "aws").mkdir()
+    (tmp_path / "aws" / "config").write_text("")
+    (tmp_path / "aws" / "credentials").write_text("")
+    environment.update(
+        AWS_CONFIG_FILE=str(tmp_path / "aws" / "config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "aws" / "credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+        CDK_DISABLE_VERSION_CHECK="1",
+        CDK_CLI_NOTICES="false",
+    )
     done = subprocess.run(
-        [sys.executable, str(root / "app.py")],
+        [str(node), str(CDK_CLI), "synth", "--quiet", "--no-notices", "--no-version-reporting"]
+        + ["-c", "vpcId=vpc-0123456789abcdef0", "-o", str(tmp_path / "cdk.out")],
         cwd=root,
-        env={**environment, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": tempfile.mkdtemp()},
+        env=environment,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
-    assert done.returncode == 1
-    errors = [text for text in done.stderr.splitlines() if not text.startswith("b'")]  # jsii's Node banner
-    assert errors == [
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    app_command = json.loads(CDK_JSON.read_text())["app"]
+    lines = [
+        text for text in done.stderr.splitlines() if text.strip() and not text.startswith("b'")
+    ]  # jsii's banner
+    assert lines == [
         "error: context vpcId: looking up vpc-0123456789abcdef0 needs AWS credentials and an explicit account and "
         "region, and this synth has no account (CDK_DEFAULT_ACCOUNT, which the CDK CLI sets from your AWS "
         "credentials); run cdk with credentials for the VPC's account (or set CDK_DEFAULT_ACCOUNT when "
-        "cdk.context.json already holds the lookup), or remove vpcId"
-    ], done.stderr[-2000:]
+        "cdk.context.json already holds the lookup), or remove vpcId",
+        f"{app_command}: Subprocess exited with error 1",
+    ], done.stderr[-3000:]
+    assert (
+        "Traceback" not in done.stdout + done.stderr and not (tmp_path / "cdk.out" / "manifest.json").exists()
+    )
 
 
 def test_cdk_nag_check_is_live():

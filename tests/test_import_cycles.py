@@ -5,8 +5,10 @@ composes them.
 Imports are read from the source (ast), every ``import`` and ``from ... import`` anywhere in a module: at the top,
 inside functions and under ``if TYPE_CHECKING:`` (a type-only import counts: a reader still has to open both sides).
 An import by name counts too: ``importlib.import_module("a.b")`` / ``import_module(NAME)`` / ``__import__("a.b")``
-with a literal string (or a module-level constant holding one), and a package ``__init__``'s lazy re-export table
-(``_EXPORTS = {"Name": ".module"}``: an edge from the package to the module). ``from package import name`` is an
+with a literal string (or a module-level constant holding one), a name bound by a loop over literal names (``for
+name in ("a.b", "c.d"): import_module(name)``, a comprehension, or a loop over a module-level tuple or list constant
+of strings), ``map(import_module, NAMES)``, and a package ``__init__``'s lazy re-export table (``_EXPORTS =
+{"Name": ".module"}``: an edge from the package to the module). ``from package import name`` is an
 edge to ``package.name`` when that is a module, else to ``package``. Running a package's ``__init__`` when one of its
 modules is imported is not counted as an edge (it would make every module of a package import its siblings).
 """
@@ -28,16 +30,18 @@ COMPOSERS = {
 """Where each composing construct may be named: its own module, and the stack that composes the parts."""
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     return {
-        _module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+        _module_name(path, root): path
+        for package in packages
+        for path in sorted((root / package).rglob("*.py"))
     }
 
 
@@ -45,35 +49,62 @@ _IMPORTERS = {"import_module", "__import__"}
 """Calls that import a module by name: ``importlib.import_module`` (however it is reached) and ``__import__``."""
 
 
-def _string_constants(tree: ast.Module) -> dict[str, str]:
-    """Module-level ``NAME = "text"`` assignments (a name passed to ``import_module`` is read through them)."""
-    constants: dict[str, str] = {}
+def _literal_names(node: ast.expr | None, constants: dict[str, list[str]]) -> list[str] | None:
+    """The strings a literal stands for: a string, a tuple or list of them (``*NAMES`` of a constant spliced in),
+    ``A + B`` of such, or a name bound to one; None when it is anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _literal_names(node.left, constants), _literal_names(node.right, constants)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.Tuple | ast.List):
+        names: list[str] = []
+        for element in node.elts:
+            found = _literal_names(element.value if isinstance(element, ast.Starred) else element, constants)
+            if found is None or (len(found) != 1 and not isinstance(element, ast.Starred)):
+                return None
+            names += found
+        return names
+    return None
+
+
+def _string_constants(tree: ast.Module) -> dict[str, list[str]]:
+    """Names bound to literal module names without running the code: module-level ``NAME = "text"`` and ``NAMES =
+    ("a", "b")`` (a tuple or list of strings), then every loop variable over such a literal or constant (``for
+    name in NAMES``, in a statement or a comprehension, anywhere in the module)."""
+    constants: dict[str, list[str]] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = _literal_names(node.value, constants)
             for target in targets:
-                if isinstance(target, ast.Name) and isinstance(node.value.value, str):
-                    constants[target.id] = node.value.value
+                if isinstance(target, ast.Name) and names is not None:
+                    constants[target.id] = names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension) and isinstance(node.target, ast.Name):
+            names = _literal_names(node.iter, constants)
+            if names is not None:
+                constants.setdefault(node.target.id, []).extend(names)
     return constants
 
 
-def _by_name(node: ast.Call, constants: dict[str, str], package: str) -> str | None:
-    """The module a call imports by name, when the name is known without running the code."""
-    func = node.func
-    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-    if called not in _IMPORTERS or not node.args:
-        return None
-    arg = node.args[0]
-    text = (
-        arg.value
-        if isinstance(arg, ast.Constant)
-        else constants.get(arg.id)
-        if isinstance(arg, ast.Name)
-        else None
-    )
-    if not isinstance(text, str):
-        return None
-    return package + text if text.startswith(".") else text
+def _called(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def _by_name(node: ast.Call, constants: dict[str, list[str]], package: str) -> list[str]:
+    """The modules a call imports by name, when the names are known without running the code: ``import_module``
+    or ``__import__`` of a literal or a name bound to literals, and ``map(import_module, NAMES)``."""
+    called = _called(node.func)
+    if called == "map" and len(node.args) == 2 and _called(node.args[0]) in _IMPORTERS:
+        texts = _literal_names(node.args[1], constants)
+    elif called in _IMPORTERS and node.args:
+        texts = _literal_names(node.args[0], constants)
+    else:
+        return []
+    return [package + text if text.startswith(".") else text for text in texts or []]
 
 
 def _lazy_exports(tree: ast.Module, package: str) -> list[str]:
@@ -106,9 +137,7 @@ def _imports(name: str, path: Path, known: set[str]) -> list[tuple[str, list[str
         found.extend((module, []) for module in _lazy_exports(tree, package))
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            module = _by_name(node, constants, package)
-            if module is not None:
-                found.append((module, []))
+            found.extend((module, []) for module in _by_name(node, constants, package))
         elif isinstance(node, ast.Import):
             found.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -124,8 +153,8 @@ def _imports(name: str, path: Path, known: set[str]) -> list[tuple[str, list[str
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+def _graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    modules = _modules(root, packages)
     known = set(modules)
     return {
         name: {target for target, _ in _imports(name, path, known) if target in known and target != name}
@@ -177,6 +206,8 @@ def test_the_graph_is_read():
     assert "training.request.contract" in graph["training.trainer.config"]
     assert "training.trainer.loop" in graph["training.measure.benchmark"]
     assert "constructs_lib.workflow.construct" in graph["constructs_lib.workflow"]  # a lazy re-export
+    # the image's self-check imports these by name: for name in (*TRAINER_MODULES, *EVALUATION_MODULES, ...)
+    assert {"training.trainer.loop", "training.evaluate.run"} <= graph["training.trainer.selfcheck"]
 
 
 def test_imports_by_name_are_read(tmp_path):
@@ -190,6 +221,41 @@ def test_imports_by_name_are_read(tmp_path):
     known = {"pkg.a", "pkg.b", "pkg.c", "pkg.mod"}
     found = {target for target, _ in _imports("pkg.mod", source, known)}
     assert {"pkg.a", "pkg.b", "pkg.c"} <= found
+
+
+def test_imports_by_names_from_a_literal_list_are_read(tmp_path):
+    """A loop (statement or comprehension) over a literal tuple or list of names, or over a module-level constant
+    holding one, and ``map(import_module, NAMES)``: each name is an edge."""
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "import importlib\nfrom importlib import import_module\nNAMES = ('pkg.c', 'pkg.d')\n"
+        "LATER: list[str] = ['pkg.e']\nALL = (*NAMES, 'pkg.g') + ('pkg.h',)\n"
+        "def f():\n    for name in ('pkg.a', 'pkg.b'):\n        importlib.import_module(name)\n"
+        "    for other in NAMES:\n        import_module(other)\n"
+        "    return [importlib.import_module(n) for n in LATER], list(map(import_module, ['pkg.f']))\n"
+        "def g(names):\n    for unknown in names:\n        importlib.import_module(unknown)\n"
+        "    for every in (*ALL, *LATER):\n        import_module(every)\n"
+    )
+    known = {f"pkg.{x}" for x in "abcdefgh"} | {"pkg.mod"}
+    found = {target for target, _ in _imports("pkg.mod", source, known)}
+    assert found >= {f"pkg.{x}" for x in "abcdefgh"}, found
+
+
+def test_a_planted_cycle_through_a_list_of_names_is_found(tmp_path):
+    """The whole test on a planted package: ``a`` imports ``b`` plainly, ``b`` imports ``a`` only through
+    importlib over a constant tuple of names; the cycle finder must report it."""
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from planted import b\n")
+    (package / "b.py").write_text(
+        "import importlib\nPLUGINS = ('planted.c', 'planted.a')\n"
+        "def load():\n    return [importlib.import_module(name) for name in PLUGINS]\n"
+    )
+    (package / "c.py").write_text("for name in ('planted.b',):\n    __import__(name)\n")
+    graph = _graph(tmp_path, ("planted",))
+    assert graph["planted.b"] == {"planted.a", "planted.c"}
+    assert _cycles(graph) == [["planted.a", "planted.b", "planted.c"]]
 
 
 def test_no_import_cycle_in_the_project():

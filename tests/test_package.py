@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.constructs.image.test_build_context import staged as staged_context
+
 ROOT = Path(__file__).resolve().parent.parent
 REUSE_PAGE = ROOT / "docs" / "reuse.md"
 REUSE_SECTION = "## A team's app"
@@ -183,22 +185,23 @@ def test_reuse_example_synthesizes_from_a_fresh_install(dist, tmp_path):
     assert "Node 20 is end-of-life" not in output, "jsii ran on a system Node"
 
     template = json.loads((consumer / "cdk.out" / f"{CONSUMER_STACK}.template.json").read_text())
-    _check_consumer_template(template, consumer / "cdk.out")
+    _check_consumer_template(template, consumer / "cdk.out", tmp_path)
 
 
-def _check_consumer_template(template: dict, outdir: Path) -> None:
+def _check_consumer_template(template: dict, outdir: Path, scratch: Path) -> None:
     resources = template["Resources"]
     # The image is built from the packaged training/, file for file the checkout's.
     (project,) = [r for r in resources.values() if r["Type"] == "AWS::CodeBuild::Project"]
     variables = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
     staged = outdir / f"asset.{variables['IMAGE_TAG']}"
     assert staged.is_dir(), f"no staged build context for tag {variables['IMAGE_TAG']}"
-    in_image = {
-        name: data
-        for name, data in _asset_files(ROOT / "training").items()
-        if not name.startswith("measure/")  # development measurements: left out of the image's source asset
-    }
-    assert _asset_files(staged) == in_image, "build context differs from training/ less measure/"
+    # The checkout's build context, staged by the same construct (training/ less its .dockerignore's entries).
+    tag, context = staged_context(ROOT / "training", scratch / "checkout.out")
+    assert variables["IMAGE_TAG"] == tag, (
+        "the packaged context hashes to another image tag than the checkout's"
+    )
+    in_image = {name: (ROOT / "training" / name).read_bytes() for name in context}
+    assert _asset_files(staged) == in_image, "build context differs from the checkout's"
     # The workflow launches the jobs in the team's VPC.
     (definition,) = [
         json.dumps(r["Properties"]["DefinitionString"])

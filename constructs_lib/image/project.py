@@ -1,5 +1,6 @@
-"""The training-image build's CodeBuild project: the source asset (``training/``, whose content hash is the image
-tag), the project with its buildspec, and its role with one policy that spells out each action the build uses.
+"""The training-image build's CodeBuild project: the source asset (``training/`` less what its ``.dockerignore``
+leaves out of the image; its content hash is the image tag), the project with its buildspec, and its role with one
+policy that spells out each action the build uses.
 
 The project gets its role without policy updates: CDK's automatic grants (S3 source read with
 ``s3:GetObject*``/``s3:GetBucket*``/``s3:List*``, the key's ``kms:ReEncrypt*``/``kms:GenerateDataKey*``, the default
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import Aws, Duration, Stack
+from aws_cdk import Aws, Duration, IgnoreMode, Stack
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -28,21 +29,20 @@ from constructs_lib.image.network import BuildNetwork
 from constructs_lib.image.repository import TrainingImageRepository
 
 DLC_REPOSITORY = "pytorch-training"
-SOURCE_EXCLUDES = [
-    "**/__pycache__",
-    "**/*.pyc",
-    "**/*.pyo",
-    "**/.pytest_cache",
-    "**/.mypy_cache",
-    "**/.ruff_cache",
-    "**/*.egg-info",
-    "**/.ipynb_checkpoints",
-    "**/.DS_Store",
-    ".image-exists",
-    "measure",
-]
-"""Left out of the source asset, so local caches and the development measurements (``training/measure/``, which
-``.dockerignore`` also leaves out of the image) neither enter the image nor change its tag."""
+BUILD_FILES = ("Dockerfile", ".dockerignore")
+"""Files the build reads itself: in the source asset even where ``.dockerignore`` leaves them out of the context."""
+
+
+def source_excludes(source: Path) -> list[str]:
+    """What the source asset leaves out: exactly what ``source/.dockerignore`` leaves out of the Docker build context
+    (the one list; read with Docker's rules, ``IgnoreMode.DOCKER``), except the build's own files, as CDK's
+    ``DockerImageAsset`` does. So a file that is not in the image neither travels with the source nor changes the
+    image tag (the asset's hash). No ``.dockerignore``: nothing is left out."""
+    ignore = source / ".dockerignore"
+    if not ignore.is_file():
+        return []
+    patterns = [line.strip() for line in ignore.read_text().splitlines()]
+    return [p for p in patterns if p and not p.startswith("#")] + [f"!{name}" for name in BUILD_FILES]
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,9 @@ def source_and_project(
     role's one policy ``BuildPermissions``, in ``scope``; the build logs to ``log_group`` and encrypts with
     ``encryption_key``."""
     stack = Stack.of(scope)
-    source_asset = s3_assets.Asset(scope, "Source", path=str(source), exclude=SOURCE_EXCLUDES)
+    source_asset = s3_assets.Asset(
+        scope, "Source", path=str(source), exclude=source_excludes(source), ignore_mode=IgnoreMode.DOCKER
+    )
     image_tag: str = source_asset.asset_hash
     repository = image_repository.repository
     environment = {

@@ -155,8 +155,9 @@ class TrainingWorkflow(Construct):
     :param train_data_prefix: a key prefix of the bucket with pre-tokenized data to mount as the ``train``
         channel when an execution gives no ``train_data_uri`` (added to ``data_sources``). Default: none (the
         trainer's synthetic data).
-    :param data_sources: where an execution's ``train_data_uri`` may point: ``s3://bucket/prefix/`` URIs or key
-        prefixes of the bucket; the execution role is granted read on exactly these. Default ``("data/",)``.
+    :param data_sources: where an execution's ``train_data_uri``, ``init_from`` and ``evaluate.task_data_uri`` may
+        point: ``s3://bucket/prefix/`` URIs or key prefixes of the bucket; the jobs' role is granted read on exactly
+        these. Default ``("data/",)``.
     :param run_segment: the workflow's folder under the checkpoint prefix (letters, digits, ``_.-``): two
         workflows sharing a bucket must differ. Default: the construct path with ``/`` as ``-``.
     :param launch_retry_backoff: first wait before relaunching a throttled ``CreateTrainingJob`` (doubled each

@@ -54,7 +54,7 @@ EVALUATE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     }
 )
 """The ``evaluate`` field's own fields and their values when left out (``task_data_uri`` must be given); each is
-checked by ``request_evaluation.block_problems`` and described in docs/evaluation.md."""
+checked by ``request_evaluation.block_problems`` and described by its ``EVALUATE_FIELDS`` (docs/reference.md)."""
 
 Check = Callable[[Any, Any], bool]
 """``(value, rules) -> bool``: whether a non-null value is allowed."""

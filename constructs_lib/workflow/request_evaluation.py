@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS
@@ -73,6 +75,81 @@ ADDED_ENVIRONMENT = (PROGRAM_ENV,)
 the workflow's ``mlflow_tracking_server_arn``: the job runs network-isolated and could not reach a tracking server."""
 
 
+LIMIT_MAX = 10**8
+BATCH_SIZE_MAX = 4096
+
+
+@dataclass(frozen=True)
+class EvaluateField:
+    """One field of the ``evaluate`` block: what it allows under one deployment's rules (the words its refusal says
+    after "must be") and what it does. Its default is ``input_fields.EVALUATE_DEFAULTS[name]``; ``required``: it
+    has none. docs/reference.md is written from this table (``make docs``)."""
+
+    name: str
+    allowed: Callable[[RequestRules], str]
+    description: str
+    required: bool = False
+
+
+EVALUATE_FIELDS: tuple[EvaluateField, ...] = (
+    EvaluateField(
+        "tasks",
+        lambda r: (
+            f"a list of 1 to {MAX_EVALUATION_TASKS} distinct task names (letters, digits, _ . -), such as "
+            f"{json.dumps(list(DEFAULT_EVALUATION_TASKS))}"
+        ),
+        "The lm-eval tasks (or groups) to run; each must be defined by a YAML file of the task folder (a "
+        "top-level task:, group: or tag:).",
+    ),
+    EvaluateField(
+        "task_data_uri",
+        lambda r: (
+            "the task folder, an s3:// prefix ending in '/' under one of "
+            f"{', '.join(r.data_source_uris())} (python -m training.evaluate.prepare_tasks writes one)"
+        ),
+        "The task folder (task YAML files and their data), mounted read-only as the evaluation job's tasks "
+        "channel.",
+        required=True,
+    ),
+    EvaluateField(
+        "limit",
+        lambda r: f"an integer in [1, {LIMIT_MAX}], or null",
+        "Examples per task; null: all. For trying a set-up only, never for scores you compare.",
+    ),
+    EvaluateField(
+        "batch_size",
+        lambda r: f"an integer in [1, {BATCH_SIZE_MAX}]",
+        "lm-eval's batch size (scores can move slightly with it: lm-eval issues #1645, #3055).",
+    ),
+    EvaluateField(
+        "instance_type",
+        lambda r: f"one of {', '.join(r.allowed_instance_types)}, or null (chosen for the model)",
+        "The evaluation job's instance type (one instance); null: one GPU "
+        f"({EVALUATION_INSTANCE_TYPE}) when the exported weights fit it and the workflow allows it, else "
+        "the instance type the run trained on; with training_plan_arn, the plan's (the training's).",
+    ),
+    EvaluateField(
+        "max_runtime_seconds",
+        lambda r: f"an integer in [1, {r.max_runtime_seconds}]",
+        "The evaluation job's time limit (StoppingCondition.MaxRuntimeInSeconds).",
+    ),
+    EvaluateField(
+        "training_job",
+        lambda r: "the name of a finished training job of this workflow, or null",
+        "Evaluate this finished training job of the workflow instead of training (what blackwell-training "
+        "evaluate sets); the input may then set, besides evaluate, only "
+        f"{', '.join(f for f in EVALUATION_ONLY_FIELDS if f != 'evaluate')}.",
+    ),
+)
+"""The ``evaluate`` block's fields, in ``EVALUATE_DEFAULTS``' order (a test checks that each has one row)."""
+EVALUATE_FIELDS_BY_NAME: Mapping[str, EvaluateField] = MappingProxyType({f.name: f for f in EVALUATE_FIELDS})
+
+
+def _must(name: str, rules: RequestRules, value: Any) -> str:
+    """The refusal of ``evaluate.<name>``: what the field allows, and what it got."""
+    return f"evaluate.{name}: must be {EVALUATE_FIELDS_BY_NAME[name].allowed(rules)}; got {json.dumps(value, default=repr)}"
+
+
 def merged(value: Mapping[str, Any]) -> dict[str, Any]:
     return {**EVALUATE_DEFAULTS, **value}
 
@@ -94,38 +171,21 @@ def block_problems(raw: Mapping[str, Any], value: Any, rules: RequestRules, data
         or not all(isinstance(t, str) and TASK_NAME.match(t) for t in tasks)
         or len(set(tasks)) != len(tasks)
     ):
-        problems.append(
-            f"evaluate.tasks: must be a list of 1 to {MAX_EVALUATION_TASKS} distinct task names (letters, digits, "
-            f"_ . -), such as {json.dumps(list(DEFAULT_EVALUATION_TASKS))}; got {json.dumps(tasks, default=repr)}"
-        )
+        problems.append(_must("tasks", rules, tasks))
     if not data_uri_ok(block["task_data_uri"], rules):
-        problems.append(
-            "evaluate.task_data_uri: must be the task folder, an s3:// prefix ending in '/' under one of "
-            f"{', '.join(rules.data_source_uris())} (python -m training.evaluate.prepare_tasks writes one); "
-            f"got {json.dumps(block['task_data_uri'])}"
-        )
-    for name, low, high in (("limit", 1, 10**8), ("batch_size", 1, 4096)):
-        if not (block[name] is None and name == "limit") and not _int_in(block[name], low, high):
-            problems.append(
-                f"evaluate.{name}: must be an integer in [{low}, {high}]{', or null' if name == 'limit' else ''}; got {json.dumps(block[name])}"
-            )
+        problems.append(_must("task_data_uri", rules, block["task_data_uri"]))
+    for name, high in (("limit", LIMIT_MAX), ("batch_size", BATCH_SIZE_MAX)):
+        if not (block[name] is None and name == "limit") and not _int_in(block[name], 1, high):
+            problems.append(_must(name, rules, block[name]))
     if not _int_in(block["max_runtime_seconds"], 1, rules.max_runtime_seconds):
-        problems.append(
-            f"evaluate.max_runtime_seconds: must be an integer in [1, {rules.max_runtime_seconds}]; "
-            f"got {json.dumps(block['max_runtime_seconds'])}"
-        )
+        problems.append(_must("max_runtime_seconds", rules, block["max_runtime_seconds"]))
     if block["instance_type"] is not None and block["instance_type"] not in rules.allowed_instance_types:
-        problems.append(
-            f"evaluate.instance_type: must be one of {', '.join(rules.allowed_instance_types)}, or null (the "
-            f"training's); got {json.dumps(block['instance_type'])}"
-        )
+        problems.append(_must("instance_type", rules, block["instance_type"]))
     job = block["training_job"]
     if job is not None and not (
         isinstance(job, str) and re.fullmatch(rules.sagemaker()["TrainingJobName"]["pattern"], job)
     ):
-        problems.append(
-            f"evaluate.training_job: must be the name of a finished training job of this workflow, or null; got {json.dumps(job)}"
-        )
+        problems.append(_must("training_job", rules, job))
     if job is not None:
         problems += [
             f"{k}: applies to training, and evaluate.training_job asks for an evaluation only; leave {k} out"

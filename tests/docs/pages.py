@@ -1,11 +1,13 @@
 """The documentation as the doc tests read it: README.md and docs/*.md, parsed with markdown-it-py (CommonMark plus
-tables, as GitHub renders them) into what the tests check: fenced blocks, tables, links, headings' anchors, inline
-code, and the figure markers (``<!-- figure: COMMAND -->`` right before a table or a block)."""
+tables, as GitHub renders them) into what the tests check: fenced blocks, tables, links (Markdown's and raw HTML's
+``href``/``src``), headings' anchors (and raw HTML's ``<a name>``/``id``), inline code, and the figure markers
+(``<!-- figure: COMMAND -->`` right before a table or a block)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 
 from markdown_it import MarkdownIt
@@ -74,6 +76,8 @@ class Page:
             if token.type == "html_block" and token.map and (match := FIGURE.match(token.content.strip())):
                 figures[token.map[1]] = match.group(1)
                 page.markers.append((match.group(1), line))
+            elif token.type == "html_block":
+                page._read_html(token.content, line)
             elif token.type == "fence":
                 language, *flags = token.info.split() or [""]
                 figure = figures.get(line - 1)
@@ -94,6 +98,34 @@ class Page:
                 self.links.append((str(child.attrs.get("src", "")), line))
             elif child.type == "code_inline":
                 self.inline_code.append((child.content, line))
+            elif child.type == "html_inline":
+                self._read_html(child.content, line)
+
+    def _read_html(self, html: str, line: int) -> None:
+        """Raw HTML: each tag's ``href`` and ``src`` is a link; ``<a name>`` and any ``id`` an anchor (GitHub keeps
+        both, and ``#name`` scrolls to them)."""
+        reader = _HtmlReader()
+        reader.feed(html)
+        reader.close()
+        for tag, attrs, offset in reader.tags:
+            for name, value in attrs:
+                if name in ("href", "src") and value is not None:
+                    self.links.append((value, line + offset))
+                elif value and (name == "id" or (name == "name" and tag == "a")):
+                    self.anchors.add(value)
+
+
+class _HtmlReader(HTMLParser):
+    """The tags of a piece of HTML: ``(tag, attributes, line offset)``."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]], int]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs, self.getpos()[0] - 1))
+
+    handle_startendtag = handle_starttag
 
 
 def _table(tokens: list[Token], start: int, page: str, line: int, figure: str | None) -> Table:

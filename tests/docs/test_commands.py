@@ -125,6 +125,33 @@ def test_the_pages_show_command_lines(pages):
     assert ["submit", "run.json", "--name", "llama-1b-run-1", "--wait"] in found
 
 
+def subcommands() -> list[str]:
+    parser, _ = build_parser()
+    (choices,) = [a.choices for a in parser._subparsers._group_actions if a.choices]  # type: ignore[union-attr]
+    return list(choices)
+
+
+def unshown_subcommands(pages: list[Page], page_name: str) -> list[str]:
+    """The CLI's subcommands that no command line of ``page_name`` runs."""
+    shown = {
+        argv[0] for page in pages if page.name == page_name for _, _, argv in command_lines(page) if argv
+    }
+    return [name for name in subcommands() if name not in shown]
+
+
+def test_every_subcommand_is_in_the_cli_page(pages):
+    """docs/running-jobs.md's CLI section shows every subcommand the parser has (a new one cannot go unlisted)."""
+    assert len(subcommands()) >= 12
+    missing = unshown_subcommands(pages, "docs/running-jobs.md")
+    assert not missing, f"docs/running-jobs.md shows no command line of: {missing}"
+
+
+def test_an_unlisted_subcommand_is_found(tmp_path):
+    page = Page.parse("```bash\nblackwell-training runs\n```\n", tmp_path / "p.md", "p.md")
+    missing = unshown_subcommands([page], "p.md")
+    assert "runs" not in missing and {"submit", "evaluate", "compare"} <= set(missing)
+
+
 def test_an_unknown_subcommand_or_option_is_found(tmp_path):
     page = Page.parse(
         "```bash\n"

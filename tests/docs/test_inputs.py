@@ -11,12 +11,21 @@ How a page marks its JSON blocks (the words after the language are invisible on 
 
 An untagged ``json`` block fails (so a new example cannot escape the check). Inputs inside shell lines are checked
 too: ``aws stepfunctions start-execution --input '{...}'`` and each ``Detail`` of ``aws events put-events``.
+
+So are the inputs of ```` ```python ```` blocks: the first argument of a call that submits one (``runs.submit``,
+``launch_direct``, ``model_trainer``, ``direct_request``; boto3's ``start_execution(input=json.dumps(...))``) must
+be accepted; that of a call that checks one (``runs.check``, ``validate_request``, ``validate``) is accepted, or is
+refused with exactly what it returns shown in a ``# [...]`` comment on the line after the call (``...`` there stands
+for any text). The argument is a dict literal or a name the block binds to one, read with ``ast.literal_eval``
+(nothing is run).
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -61,12 +70,104 @@ def shell_inputs(block: Block) -> Iterator[tuple[int, Any]]:
                 yield line, json.loads(entry["Detail"])
 
 
+SUBMITTING = {"submit", "launch_direct", "model_trainer", "direct_request", "start_execution"}
+"""Calls whose input must be accepted (their first argument, or ``input=json.dumps(...)``)."""
+CHECKING = {"check", "validate", "validate_request"}
+"""Calls that show a check's answer: the input may be refused, with the answer shown after the call."""
+
+
+def _literal(node: ast.expr | None, bound: dict[str, ast.expr]) -> tuple[bool, Any]:
+    """``(found, value)`` of a dict literal, ``json.dumps(<literal>)``, or a name bound to one in the block."""
+    if isinstance(node, ast.Name) and node.id in bound:
+        node = bound[node.id]
+    if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "dumps" and node.args:
+        node = node.args[0]
+    if not isinstance(node, ast.Dict):
+        return False, None
+    try:
+        return True, ast.literal_eval(node)
+    except ValueError:
+        return False, None
+
+
+def python_inputs(block: Block) -> Iterator[tuple[int, str, Any, str | None]]:
+    """``(line, call, input, comment shown after the call)`` of each input a python block submits or checks."""
+    try:
+        tree = ast.parse(block.text)
+    except SyntaxError as error:
+        yield block.line + (error.lineno or 0), "<not Python>", str(error), None
+        return
+    bound = {
+        target.id: node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    lines = block.text.splitlines()
+    calls = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset)
+    )
+    for node in calls:
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if called not in SUBMITTING | CHECKING:
+            continue
+        keyword = next((k.value for k in node.keywords if k.arg in ("request", "input")), None)
+        found, value = _literal(node.args[0] if node.args else keyword, bound)
+        if found:
+            yield (
+                block.line + node.lineno,
+                called,
+                value,
+                _comment_after(lines, node.end_lineno or node.lineno),
+            )
+
+
+def _comment_after(lines: list[str], last: int) -> str | None:
+    """The ``# ...`` lines right after line ``last`` (1-based) of the block, joined; None when there are none."""
+    shown = []
+    for text in lines[last:]:
+        if not text.lstrip().startswith("#"):
+            break
+        shown.append(text.lstrip()[1:].strip())
+    return " ".join(shown) or None
+
+
+def _shows(comment: str | None, answer: list[str]) -> bool:
+    """The comment shows ``answer`` as Python prints it (whitespace may wrap differently; ``...`` elides)."""
+    if comment is None or not comment.startswith("["):
+        return False
+    pattern = ".*".join(re.escape("".join(part.split())) for part in comment.split("..."))
+    return re.fullmatch(pattern, "".join(repr(answer).split()), re.DOTALL) is not None
+
+
+def python_problems(page: Page, block: Block, rules: Any) -> list[str]:
+    problems = []
+    for line, called, value, comment in python_inputs(block):
+        where = f"{page.name}:{line}"
+        if called == "<not Python>":
+            problems.append(f"{where}: a python block that does not parse ({value})")
+            continue
+        found = validate(value, rules)
+        if called in SUBMITTING and found:
+            problems.append(f"{where}: {called}() of an input the check refuses: " + "; ".join(found))
+        elif found and not _shows(comment, found):
+            problems.append(
+                f"{where}: {called}() refuses this input; show what it returns on the line after it: # {found!r}"
+            )
+    return problems
+
+
 def input_problems(pages: list[Page], rules: Any) -> list[str]:
     problems = []
     for page in pages:
         blocks = page.blocks
         for index, block in enumerate(blocks):
             where = block.where()
+            if block.language == "python":
+                problems += python_problems(page, block, rules)
+                continue
             if block.language in SHELL_LANGUAGES:
                 for line, value in shell_inputs(block):
                     found = validate(value, rules)
@@ -124,6 +225,10 @@ def test_the_pages_show_inputs_of_each_kind(pages):
     assert sum("input" in b.flags for b in blocks) >= 4
     assert sum("refused" in b.flags for b in blocks) >= 2
     assert sum(len(list(shell_inputs(b))) for b in blocks if b.language in SHELL_LANGUAGES) >= 3
+    python = [found for b in blocks if b.language == "python" for found in python_inputs(b)]
+    assert {"submit", "check", "validate_request", "launch_direct", "direct_request"} <= {
+        c for _, c, _, _ in python
+    }
 
 
 @pytest.mark.parametrize(
@@ -147,6 +252,48 @@ def test_an_invalid_example_is_found(tmp_path, markdown, expected):
     page = Page.parse(markdown, tmp_path / "page.md", "page.md")
     problems = input_problems([page], rules())
     assert len(problems) == 1 and expected in problems[0], problems
+
+
+PYTHON_CASES = [
+    (
+        'runs.submit({"precison": "bf16"})\n',
+        "submit() of an input the check refuses: precison: unknown input",
+    ),
+    (
+        'request = {"use_spot": "yes"}\nruns.launch_direct(request, name="x")\n',
+        "page.md:3: launch_direct() of an input the check refuses: use_spot: must be true or false",
+    ),
+    (
+        'sfn.start_execution(stateMachineArn=arn, input=json.dumps({"batch_size": 0}))\n',
+        "start_execution() of an input the check refuses: batch_size",
+    ),
+    ('print(runs.check({"batch_size": 0}))\n', "check() refuses this input; show what it returns"),
+    (
+        "print(validate_request({\"batch_size\": 0}, rules))\n# ['batch_size: must be 2']\n",
+        "validate_request() refuses this input",
+    ),
+    ("runs.submit({'precision': \n", "a python block that does not parse"),
+]
+
+
+@pytest.mark.parametrize(("code", "expected"), PYTHON_CASES)
+def test_an_invalid_python_input_is_found(tmp_path, code, expected):
+    page = Page.parse(f"```python\n{code}```\n", tmp_path / "page.md", "page.md")
+    problems = input_problems([page], rules())
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_python_inputs_accepted_or_shown_refused_pass(tmp_path):
+    shown = repr(validate({"instance_count": 99}, rules()))
+    code = (
+        'runs.submit({"precision": "mxfp8"}, name="ok")\n'
+        'request = {"use_spot": True}\nruns.direct_request(request)\n'
+        f'print(runs.check({{"instance_count": 99}}))\n# {shown[:30]}\n#   ...{shown[-10:]}\n'
+        "runs.submit(json.load(open('run.json')))  # not a literal: not read\n"
+    )
+    page = Page.parse(f"```python\n{code}```\n", tmp_path / "page.md", "page.md")
+    assert [c for _, c, _, _ in python_inputs(page.blocks[0])] == ["submit", "direct_request", "check"]
+    assert input_problems([page], rules()) == []
 
 
 def test_a_refusal_shown_as_printed_passes(tmp_path):

@@ -1,5 +1,7 @@
-"""Every relative link and ``#anchor`` in README.md and docs/*.md resolves: the file exists, and the anchor is a
-heading of the page it points to, by GitHub's anchor rules (:func:`tests.docs.pages.slug`)."""
+"""Every relative link and ``#anchor`` in README.md and docs/*.md resolves, Markdown's (``[text](target)``,
+``![alt](image)``) and raw HTML's (``<a href>``, ``<img src>``, any tag's ``href`` or ``src``): the file exists, and
+the anchor is a heading of the page it points to, by GitHub's anchor rules (:func:`tests.docs.pages.slug`), or an
+``<a name>``/``id`` of its HTML."""
 
 from __future__ import annotations
 
@@ -69,6 +71,27 @@ def test_a_broken_link_or_anchor_is_found(tmp_path):
     )
     problems = link_problems([page])
     assert [p.split(": ", 2)[1] for p in problems] == ["missing.md", "other.md#nope", "#nowhere"], problems
+
+
+def test_a_broken_raw_html_link_or_image_is_found(tmp_path):
+    """Raw HTML, in a block of its own and inline in a paragraph: its ``href`` and ``src`` are checked like
+    Markdown's links, and ``<a name>`` is an anchor."""
+    (tmp_path / "logo.png").write_bytes(b"png")
+    (tmp_path / "other.md").write_text('# Other page\n\n<a name="kept"></a>\n')
+    page = Page.parse(
+        '<p align="center">\n  <img src="logo.png" alt="ok">\n  <img src="missing.png" alt="gone">\n</p>\n\n'
+        'Text with <a href="other.md#kept">an ok anchor</a>, <a href="other.md#nope">a bad one</a>,\n'
+        '<a href="https://example.com/x">the web</a> and <a href="gone.md">a missing page</a>.\n',
+        tmp_path / "page.md",
+        "page.md",
+    )
+    assert ("logo.png", 2) in page.links and ("other.md#kept", 6) in page.links
+    problems = link_problems([page])
+    assert [p.split(": ", 2)[:2] for p in problems] == [
+        ["page.md:3", "missing.png"],
+        ["page.md:6", "other.md#nope"],
+        ["page.md:6", "gone.md"],  # a paragraph's links are on its first line, as Markdown's are
+    ], problems
 
 
 def test_github_anchor_rules():

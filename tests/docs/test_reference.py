@@ -1,6 +1,7 @@
 """Every ``cdk.json`` key, execution-input field and trainer setting is documented exactly once, in docs/reference.md,
 and that page is what ``make docs`` (``python -m constructs_lib.reference``) writes from the code's one table of each:
-``constructs_lib.config.CONTEXT``, ``constructs_lib.workflow.input_fields.FIELDS``,
+``constructs_lib.config.CONTEXT``, ``constructs_lib.workflow.input_fields.FIELDS`` (and the ``evaluate`` block's
+``EVALUATE_DEFAULTS``, each with its row of ``request_evaluation.EVALUATE_FIELDS``),
 ``training.request.contract.HYPERPARAMETERS`` (and ``training.trainer.config.TRAINER_ONLY_SETTINGS``).
 
 A new field, key or setting is a row in its table and ``make docs``; this test says so when it is forgotten."""
@@ -10,9 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from constructs_lib import reference
 from constructs_lib.config import CONTEXT_KEYS
-from constructs_lib.workflow.input_fields import INPUT_FIELDS
+from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS, INPUT_FIELDS
+from constructs_lib.workflow.request_evaluation import EVALUATE_FIELDS
 from tests.docs.pages import Page
 from training.request.contract import HYPERPARAMETERS
 from training.trainer.config import TRAINER_ONLY_SETTINGS
@@ -20,6 +24,7 @@ from training.trainer.config import TRAINER_ONLY_SETTINGS
 REFERENCE = "docs/reference.md"
 SECTIONS = {
     "field": INPUT_FIELDS,
+    "evaluate field": tuple(f"evaluate.{name}" for name in EVALUATE_DEFAULTS),
     "setting": tuple(spec.name for spec in HYPERPARAMETERS),
     "switch": tuple(spec.name for spec in TRAINER_ONLY_SETTINGS),
     "key": CONTEXT_KEYS,
@@ -100,11 +105,29 @@ def test_a_stale_reference_is_found(monkeypatch):
     assert stale_problem(text) is not None
 
 
+def test_every_evaluate_default_has_one_row_and_a_changed_one_is_found(monkeypatch):
+    """The ``evaluate`` block: ``EVALUATE_DEFAULTS`` (what the check merges) and ``EVALUATE_FIELDS`` (what the
+    reference says) name the same fields in the same order; a changed default makes the page stale, and a new
+    default without a row stops ``make docs`` with the field's name."""
+    assert [f.name for f in EVALUATE_FIELDS] == list(EVALUATE_DEFAULTS)
+    text = reference.render()
+    assert "| `evaluate.batch_size` | `32` |" in text
+    monkeypatch.setattr(reference, "EVALUATE_DEFAULTS", {**EVALUATE_DEFAULTS, "batch_size": 16})
+    assert "run `make docs`" in (stale_problem(text) or "")
+    monkeypatch.setattr(reference, "EVALUATE_DEFAULTS", {**EVALUATE_DEFAULTS, "num_fewshot": 0})
+    with pytest.raises(ValueError, match=r"no row for \['num_fewshot'\]"):
+        reference.render()
+
+
 def test_a_row_elsewhere_or_a_missing_row_is_found(tmp_path: Path):
     other = Page.parse(
         "| key | what |\n| --- | --- |\n| `useKms` | again |\n", tmp_path / "x.md", "docs/x.md"
     )
     assert len(elsewhere_problems([other])) == 1
+    evaluation = Page.parse(
+        "| field | what |\n| --- | --- |\n| `evaluate.limit` | again |\n", tmp_path / "y.md", "docs/y.md"
+    )
+    assert len(elsewhere_problems([evaluation])) == 1
     text = reference.render()
     shortened = "\n".join(line for line in text.splitlines() if not line.startswith("| `remoteDebug` |"))
     page = Page.parse(shortened, tmp_path / "reference.md", REFERENCE)

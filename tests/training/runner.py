@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from training.request import contract
@@ -90,17 +92,26 @@ def losses(output: str) -> dict[int, str]:
     return {step: fields(line)["loss"] for step, line in step_lines(output).items()}
 
 
+@functools.cache
+def build_context() -> Path:
+    """training/ as the image build gets it: the folder CDK stages for ``TrainingImageBuild`` (less what
+    training/.dockerignore lists), once per test process."""
+    from tests.constructs.image.test_build_context import staged
+
+    outdir = Path(tempfile.mkdtemp(prefix="build-context-"))
+    tag, _ = staged(ROOT / "training", outdir)
+    return outdir / f"asset.{tag}"
+
+
 def container_code_dir(code: Path) -> None:
-    """Lay out /opt/ml/code like the image: train.sh, evaluate.sh and entrypoint.sh next to a copy of the training/
-    package."""
+    """Lay out /opt/ml/code as the image does (training/Dockerfile's COPY lines): the build context in training/
+    (no Dockerfile or .dockerignore: Docker keeps those out), train.sh, evaluate.sh and entrypoint.sh beside it. So
+    a job run from here fails as the image would when .dockerignore leaves out something it needs."""
     code.mkdir(parents=True)
+    context = build_context()
     for script in (contract.ENTRY_POINT, contract.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
-        shutil.copy2(ROOT / "training" / script, code / script)
-    shutil.copytree(
-        ROOT / "training",
-        code / "training",
-        ignore=shutil.ignore_patterns("__pycache__", "Dockerfile", "*.sh"),
-    )
+        shutil.copy2(context / script, code / script)
+    shutil.copytree(context, code / "training", ignore=shutil.ignore_patterns("Dockerfile", ".dockerignore"))
 
 
 def toolkit_job(tmp_path: Path, hyperparameters: dict[str, str]) -> tuple[list[str], dict[str, str]]:

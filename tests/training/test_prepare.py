@@ -55,6 +55,17 @@ def test_byte_level_splits_every_kth_block_and_loses_no_token(tmp_path):
     assert data.split_files(out, "validation") == [out / "validation.bin"]
 
 
+def test_without_metadata_every_token_file_is_training_data(tmp_path):
+    """docs/trainer.md: the validation split is what metadata.json lists; without one, validation.bin is trained on
+    like any other token file, and there is no validation split."""
+    out = tmp_path / "out"
+    prepare.prepare([str(write_inputs(tmp_path))], str(out), block_tokens=64, validation_fraction=0.25)
+    assert data.split_files(out, "train") == [out / "train.bin"]
+    (out / data.METADATA_FILE).unlink()
+    assert data.split_files(out, "train") == [out / "train.bin", out / "validation.bin"]
+    assert data.split_files(out, "validation") == []
+
+
 def tiny_tokenizer_json(tmp_path) -> str:
     """A word-level tokenizer.json built here with the tokenizers library (no download)."""
     tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
