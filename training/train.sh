@@ -9,6 +9,9 @@
 #   NPROC_PER_NODE=2 train.sh ...   processes per node when there is no GPU (default 1, gloo on CPU)
 #   MASTER_PORT=29500               multi-node rendezvous port on the master (the first host in SM_HOSTS);
 #                                   one node runs torchrun --standalone (a free local port)
+#   train.sh --tune_trials ... ...  a tuning job: runs the tuning driver (python -m training.tune), which runs
+#                                   each trial as a fresh `train.sh` with TRAINER_MODULE=training.tune.trial
+#   TRAINER_MODULE                  what torchrun starts: training.trainer (default) or training.tune.trial
 set -eu
 
 # Package root: next to this script in the container (/opt/ml/code/train.sh, /opt/ml/code/training/),
@@ -33,8 +36,19 @@ processes when there is none), across the hosts in SM_HOSTS. The trainer's optio
 USAGE
             exec "$python" -m training.trainer --help
             ;;
+        --tune_trials | --tune-trials)
+            exec "$python" -m training.tune "$@"
+            ;;
     esac
 done
+module=${TRAINER_MODULE:-training.trainer}
+case $module in
+    training.trainer | training.tune.trial) ;;
+    *)
+        echo "train.sh: TRAINER_MODULE must be training.trainer or training.tune.trial; got $module" >&2
+        exit 2
+        ;;
+esac
 
 # Fail fast, before torchrun: a bad setting, a precision this machine cannot run, an unwritable output folder,
 # missing or inconsistent data, or a checkpoint of another model shape exits here with its error (status 2). In a
@@ -60,10 +74,10 @@ rank = hosts.index(sys.argv[2]) if sys.argv[2] in hosts else 0
 print(len(hosts), rank, hosts[0])' "$hosts" "$current")
 nnodes=${layout%% *}
 if [ "$nnodes" -eq 1 ]; then
-    set -- --standalone --nproc-per-node="$nproc" -m training.trainer "$@"
+    set -- --standalone --nproc-per-node="$nproc" -m "$module" "$@"
 else
     set -- --nnodes="$nnodes" --node-rank="$(echo "$layout" | cut -d' ' -f2)" --master-addr="${layout##* }" \
-        --master-port="${MASTER_PORT:-29500}" --nproc-per-node="$nproc" -m training.trainer "$@"
+        --master-port="${MASTER_PORT:-29500}" --nproc-per-node="$nproc" -m "$module" "$@"
 fi
 
 echo "train.sh: torchrun $*"

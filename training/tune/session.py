@@ -1,0 +1,247 @@
+"""One tuning session, start to report: every host runs the trials in order; the leader ranks them and hands the
+winner to the other hosts; every host runs the convergence runs on it (when asked); the leader writes the report
+(tables, charts, winner, winning request, measurement records, logs) and uploads it."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from training.request import contract
+from training.trainer import sagemaker_job
+from training.trainer.checkpoint import PID_DIR_ENV
+from training.tune import charts, convergence, report, runner, upload
+from training.tune.driver import Job, run_trial, say, scratch_root, where
+from training.tune.hosts import Hosts
+from training.tune.outcome import TrialResult
+
+REPORT_FOLDER = "tune"
+TAIL_LINES = 15
+
+
+def report_folder(model_dir: str) -> Path:
+    """``<model_dir>/tune``, or ``tune-2``, ``tune-3``, ... when an earlier report is there (never written over)."""
+    root = Path(model_dir)
+    for number in range(1, 1000):
+        folder = root / (REPORT_FOLDER if number == 1 else f"{REPORT_FOLDER}-{number}")
+        if not folder.exists() or not any(folder.iterdir()):
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder
+    raise RuntimeError(f"{root}: 999 tuning reports already; choose another model_dir")
+
+
+def register_pid() -> None:
+    """Let the container's PID-1 entry point forward SageMaker's SIGTERM to this driver too."""
+    pid_dir = os.environ.get(PID_DIR_ENV)
+    if pid_dir:
+        pid_file = Path(pid_dir) / str(os.getpid())
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.touch()
+        atexit.register(pid_file.unlink, missing_ok=True)
+
+
+def said(result: TrialResult) -> str:
+    """One line about a finished trial."""
+    head = f"trial {result.index} {report.describe(result.settings)}: {result.status}"
+    if result.seconds is not None:
+        head += f" after {result.seconds:.0f} s" + (
+            f" (first step at {result.first_step_seconds:.1f} s)" if result.first_step_seconds else ""
+        )
+    if result.spread is not None and result.ran:
+        s = result.spread
+        head += (f", step {s.median:.4g} s median [{s.p10:.4g}-{s.p90:.4g}] cv {s.cv:.1%} over {s.steps} timed "
+                 f"steps{' (stable, stopped early)' if result.stopped_early else ''}")  # fmt: skip
+    if result.summary.get("max_allocated_gb") is not None:
+        head += f", peak {result.summary['max_allocated_gb']:.2f} GB"
+    if result.error:
+        head += f": {result.error}"
+    return head
+
+
+def run_trials(job: Job, logs: Path, gpu_memory_gb: float | None) -> list[TrialResult]:
+    results = []
+    for index, trial in enumerate(job.trials, start=1):
+        probe = " (probe past the predicted memory edge)" if trial.get(contract.TRIAL_PROBE) else ""
+        say(f"trial {index}/{len(job.trials)}: {report.describe(trial)}{probe}")
+        result = run_trial(job, index, trial, logs, gpu_memory_gb=gpu_memory_gb)
+        results.append(result)
+        say(said(result))
+        if result.status not in ("ok", "near-oom", "not-run") and result.log and Path(result.log).is_file():
+            for line in Path(result.log).read_text(errors="replace").splitlines()[-TAIL_LINES:]:
+                print(f"  | {line}", flush=True)
+    return results
+
+
+def run_convergence(job: Job, settings: Mapping[str, Any], logs: Path) -> dict[str, TrialResult]:
+    """The winner's settings in the reference precision and each asked one, same seed and data, fixed steps."""
+    precisions = [p for p in str(job.options["tune_convergence_precisions"] or "").split(",") if p]
+    reference = job.options["tune_convergence_reference"]
+    runs = {}
+    for offset, precision in enumerate([reference, *[p for p in precisions if p != reference]], start=1):
+        say(f"convergence run {precision}: {job.options['tune_convergence_steps']} steps of the winner")
+        runs[precision] = run_trial(
+            job, 100 + offset, {**settings, "precision": precision}, logs, convergence=True
+        )
+        say(f"convergence run {precision}: {runs[precision].status}"
+            + (f": {runs[precision].error}" if runs[precision].error else ""))  # fmt: skip
+    return runs
+
+
+def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
+    register_pid()
+    runner.become_subreaper()
+    folder = report_folder(job.base.get("model_dir", contract.MODEL_DIR)) if hosts.leader else None
+    logs = folder / "trials" if folder else scratch_root() / "tune-logs"
+    instance = contract.GPU_INSTANCE_TYPES.get(job.options.get("tune_instance_type") or "")
+    say(
+        f"{len(job.trials)} trials, each a fresh train.sh on {hosts.count} host(s); report in {folder or 'the leader'}"
+    )
+    results = run_trials(job, logs, instance.gpu_memory_gb if instance else None)
+    base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
+    place = where(job, hosts, results)
+    rows = report.rank([report.make_row(r, base, place) for r in results]) if hosts.leader else []
+    best = report.winner(rows)
+    chosen = hosts.share(None if best is None else best.settings, share_port)
+    runs = run_convergence(job, chosen, logs) if chosen and job.options["tune_convergence_precisions"] else {}
+    if not hosts.leader:
+        return 0
+    assert folder is not None
+    write(folder, job, rows, place, runs, instance.gpu_memory_gb if instance else None)
+    say("ranked trials:\n" + report.plain(rows))
+    problems = publish(folder, job, rows, place, base)
+    if best is None:
+        reason = f"tune: no trial ran ok ({len(rows)} tried); the report is in {folder}"
+        sagemaker_job.write_failure(reason)
+        print(f"error: {reason}", file=__import__("sys").stderr, flush=True)
+        return 1
+    say(
+        f"winner: trial {best.trial} {best.configuration}: {best.measured_tokens_per_sec:,.0f} tokens/s per GPU"
+    )
+    return 1 if problems else 0
+
+
+def compare_runs(job: Job, runs: Mapping[str, TrialResult]) -> list[dict[str, Any]]:
+    reference = job.options["tune_convergence_reference"]
+    ref = runs.get(reference)
+    out = []
+    for precision, result in runs.items():
+        if precision == reference:
+            continue
+        if ref is None or not ref.ran or not result.ran:
+            failed = [
+                f"{p}: {r.status} ({r.error})"
+                for p, r in ((reference, ref), (precision, result))
+                if r and not r.ran
+            ]
+            out.append({"precision": precision, "reference": reference, "passed": False,
+                        "why": "not compared: " + "; ".join(failed)})  # fmt: skip
+            continue
+        out.append(convergence.compare(precision, result.losses, reference, ref.losses).as_dict())
+    return out
+
+
+def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Where,
+          runs: Mapping[str, TrialResult], gpu_memory_gb: float | None) -> None:  # fmt: skip
+    """Every file of the report into ``folder``."""
+    best = report.winner(rows)
+    comparisons = compare_runs(job, runs)
+    notes = [
+        "tokens per optimizer step kept by grad_accum_steps" if contract.has_grad_accumulation() else
+        "tokens per optimizer step NOT kept: the trainer has no grad_accum_steps yet, so each candidate's "
+        "micro-batch changes them; the full-run projection trains the base request's tokens",
+        f"measured on {place.device} ({place.gpu or 'no GPU'}, world size {place.world_size}) for "
+        f"{place.instance_count} x {place.instance_type}"
+        + ("" if place.on_target else ": not the instance's GPUs, so no costs are projected"),
+    ]  # fmt: skip
+    extra = {"convergence": comparisons, "notes": notes, "report_uri": job.options.get("tune_report_uri"),
+             "options": {k: v for k, v in job.options.items() if k != contract.TUNE_TRIALS}}  # fmt: skip
+    (folder / "report.json").write_text(report.report_json(rows, place, extra))
+    heading = f"# Tuning: {len(rows)} trials ({notes[1]})"
+    (folder / "table.md").write_text(report.markdown(rows, heading))
+    (folder / "table.csv").write_text(report.csv_text(rows))
+    (folder / "table.txt").write_text(report.plain(rows))
+    charts.throughput_and_memory(rows, place, folder / "throughput_memory.png", gpu_memory_gb)
+    charts.throughput_vs_memory(rows, place, folder / "throughput_vs_memory.png", gpu_memory_gb)
+    if runs:
+        curves = {p: r.losses for p, r in runs.items()}
+        title = "Loss from the same weights and data: " + ", ".join(
+            f"{c['precision']} {'passes' if c['passed'] else 'FAILS'}" for c in comparisons
+        )
+        charts.loss_curves(curves, convergence.SKIP_FRACTION, title, folder / "convergence.png")
+    base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
+    (folder / "winner.json").write_text(
+        json.dumps(winner_summary(best, job, place), indent=2, default=str) + "\n"
+    )
+    if best is not None:
+        request = winning_request(base, best.settings, place)
+        (folder / "winning_request.json").write_text(json.dumps(request, indent=2) + "\n")
+    records = report.records(rows, base, place)
+    (folder / "measurements.json").write_text(json.dumps({"records": records}, indent=1, default=str) + "\n")
+
+
+def winner_summary(best: report.Row | None, job: Job, place: report.Where) -> dict[str, Any]:
+    """``winner.json``: what the workflow's summary shows (small, flat)."""
+    if best is None:
+        return {"trial": None, "settings": None, "report_uri": job.options.get("tune_report_uri")}
+    return {
+        "trial": best.trial,
+        "settings": best.settings,
+        "configuration": best.configuration,
+        "measured_tokens_per_sec_per_gpu": round(best.measured_tokens_per_sec or 0.0, 1),
+        "predicted_tokens_per_sec_per_gpu": round(best.predicted_tokens_per_sec or 0.0, 1),
+        "step_seconds_median": (best.step_seconds or {}).get("median"),
+        "max_allocated_gb": best.measured_allocated_gb,
+        "max_reserved_gb": best.measured_reserved_gb,
+        "mfu": best.mfu,
+        "usd_per_billion_tokens": best.usd_per_billion_tokens,
+        "full_run_seconds": best.full_run_seconds,
+        "full_run_usd": best.full_run_usd,
+        "measured_on": f"{place.device} {place.gpu or ''}".strip(),
+        "report_uri": job.options.get("tune_report_uri"),
+    }
+
+
+def winning_request(
+    base: Mapping[str, str], settings: Mapping[str, Any], place: report.Where
+) -> dict[str, Any]:
+    """An execution input for the winner: the instance, the top-level settings, the rest as hyperparameters (the
+    platform's folders and the data switch left to the workflow; a run on channel data needs its
+    ``train_data_uri`` added: ``blackwell-training tune-apply`` writes the complete request from the run's input)."""
+    merged = {**base, **{k: contract.format_setting(v) for k, v in settings.items()}}
+    request: dict[str, Any] = {"instance_type": place.instance_type, "instance_count": place.instance_count}
+    hyperparameters = {}
+    for name, value in merged.items():
+        if name in ("checkpoint_dir", "model_dir", "dataset"):
+            continue
+        if name in contract.TOP_LEVEL_SETTINGS:
+            request[name] = contract.HYPERPARAMETERS_BY_NAME[name].parse(value)
+        else:
+            hyperparameters[name] = value
+    request["hyperparameters"] = hyperparameters
+    return request
+
+
+def publish(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Where,
+            base: Mapping[str, str]) -> list[str]:  # fmt: skip
+    """Upload the report and the records where the workflow asked (nothing for a local run); the problems."""
+    problems = []
+    for option, action in (
+        ("tune_report_uri", lambda uri: upload.upload_folder(folder, uri)),
+        ("tune_measurements_uri", lambda uri: upload.put_records(report.records(rows, base, place), uri)),
+    ):
+        uri = job.options.get(option)
+        if not uri:
+            continue
+        try:
+            action(uri)
+            say(f"uploaded to {uri}")
+        except Exception as err:  # the report stays in the model folder; the job says why it failed
+            problems.append(f"upload to {uri} failed: {type(err).__name__}: {err}")
+            say(problems[-1])
+    if problems:
+        sagemaker_job.write_failure("tune: " + "; ".join(problems))
+    return problems
