@@ -108,8 +108,8 @@ def find(
 def same_hardware(
     records: Iterable[Mapping[str, Any]], *, instance_type: str, image_tag: str | None
 ) -> list[dict[str, Any]]:
-    """Every usable record of this instance type and image (any settings): the plan's memory error is checked
-    against them."""
+    """Every record of this instance type and image measured on its GPUs (any settings, any status): the plan's
+    memory error is checked against them."""
     if image_tag is None:
         return []
     gpu = contract.GPU_INSTANCE_TYPES.get(instance_type)
@@ -121,5 +121,4 @@ def same_hardware(
         and (r.get("where") or {}).get("gpu") == gpu.gpu
         and (r.get("key") or {}).get("instance_type") == instance_type
         and (r.get("key") or {}).get("image_tag") == image_tag
-        and (r.get("measured") or {}).get("max_allocated_gb") is not None
     ]
