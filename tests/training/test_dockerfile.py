@@ -211,10 +211,11 @@ def test_the_trainers_packages_are_hash_pinned_at_the_versions_the_tests_use():
     extras = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    for entry in extras["train"] + extras["dev"]:
+    project = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    for entry in extras["train"] + extras["dev"] + project:
         requirement = Requirement(entry)
         dev[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
-    for name in ("safetensors", "tensorboardx", "mlflow-skinny", "sagemaker-mlflow"):
+    for name in ("safetensors", "tensorboardx", "mlflow-skinny", "sagemaker-mlflow", "matplotlib"):
         assert image[name][0] == dev[name], name
     # the trainer imports exactly these, and the build's self-check imports them
     assert set(selfcheck.TRACKING_MODULES) == {"tensorboardX", "mlflow", "sagemaker_mlflow"}

@@ -109,3 +109,20 @@ def test_the_trial_entry_point_exists_where_train_sh_starts_it():
     text = (ROOT / "training" / "train.sh").read_text()
     assert "training.tune.trial" in text and 'exec "$python" -m training.tune' in text
     assert Path(driver.__file__).with_name("trial.py").is_file()
+
+
+@pytest.mark.slow
+def test_the_overhead_benchmark_prints_each_phase(capsys):
+    from training.measure import tune_overhead
+
+    assert tune_overhead.main(["--repeats", "1", "--nproc", "1"]) == 0
+    out = capsys.readouterr().out
+    for phase in (
+        "settings checked",
+        "workers up",
+        "first step",
+        "after the last step",
+        "start to first step",
+    ):
+        line = next(line for line in out.splitlines() if line.startswith(phase))
+        assert float(line[len(phase) :].split()[0]) > 0

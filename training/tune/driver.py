@@ -18,6 +18,7 @@ import importlib.metadata
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -139,6 +140,7 @@ def trial_settings(job: Job, overrides: Mapping[str, Any], folder: Path, *, step
 def trial_environment(job: Job, index: int, folder: Path, cv_target: float) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in MLFLOW_ENVIRONMENT}
     base_port = int(os.environ.get("MASTER_PORT", "29500"))
+    env.setdefault("PYTHON", sys.executable)  # train.sh's interpreter: the driver's own
     env.update(
         TRAINER_MODULE="training.tune.trial",
         PYTHONUNBUFFERED="1",
