@@ -1,5 +1,5 @@
 """The tuning report from trial results: predicted next to measured, ranking, winner, costs only on the target
-GPUs, the table's four forms, the records the planner reads back, the winning request, and the S3 upload."""
+GPUs, the table's four forms, the records the planner reads back, the winning request and where it is written."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import io
 import json
 import threading
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from training.request import contract, measured, plan
-from training.tune import report, session, upload
+from training.tune import report, session
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult
 from training.tune.stability import Spread
@@ -119,27 +117,15 @@ def test_the_winning_request_is_an_execution_input_of_the_winners_settings():
     }  # fmt: skip
 
 
-def test_a_report_folder_is_never_written_over(tmp_path):
+def test_a_local_report_folder_is_never_written_over_and_a_jobs_is_the_one_the_workflow_reads(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("SM_MODEL_DIR", raising=False)
     first = session.report_folder(str(tmp_path))
     (first / "report.json").write_text("{}")
     assert first.name == "tune" and session.report_folder(str(tmp_path)).name == "tune-2"
-
-
-def test_the_report_and_the_records_go_to_s3(tmp_path):
-    (tmp_path / "trials").mkdir()
-    (tmp_path / "table.md").write_text("| a |\n")
-    (tmp_path / "trials" / "trial-01.log").write_text("step=1\n")
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket="bucket")
-        keys = upload.upload_folder(tmp_path, "s3://bucket/tuning/wf/run-1", s3)
-        assert keys == ["tuning/wf/run-1/table.md", "tuning/wf/run-1/trials/trial-01.log"]
-        assert s3.head_object(Bucket="bucket", Key=keys[0])["ContentType"] == "text/markdown"
-        key = upload.put_records([{"schema": 1}], "s3://bucket/tuning/measurements/abc/wf/run-1.json", s3)
-        body = json.loads(s3.get_object(Bucket="bucket", Key=key)["Body"].read())
-        assert body == {"records": [{"schema": 1}]}
-    with pytest.raises(ValueError, match="not an s3://bucket/key URI"):
-        upload.split_uri("bucket/key")
+    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")  # in a job: an earlier attempt's report is replaced
+    assert session.report_folder(str(tmp_path)) == first
 
 
 def test_the_leader_hands_the_winner_to_every_other_host():

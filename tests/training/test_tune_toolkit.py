@@ -72,8 +72,7 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
         "checkpoint_dir": str(tmp_path / "checkpoints"),
         "model_dir": str(tmp_path / "model"),
         **tuning.job_hyperparameters(
-            planned, instance_type=INSTANCE, image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:abc123",
-            report_uri=None, measurements_uri=None,
+            planned, instance_type=INSTANCE, image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:abc123"
         ),
         contract.TUNE_TRIALS: contract.format_trials(TRIALS),
         "tune_trial_memory_limit_gb": str(MEMORY_LIMIT_GB),
@@ -87,7 +86,7 @@ def test_a_tuning_job_under_the_toolkit_ranks_its_trials_through_an_oom_and_a_ti
     proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=540)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
-    folder = tmp_path / "model" / "tune"
+    folder = tmp_path / "checkpoints" / "tune"  # the job's checkpoint folder: SageMaker uploads it
     report = json.loads((folder / "report.json").read_text())
     by_trial = {row["trial"]: row for row in report["rows"]}
     assert by_trial[1]["status"] == "oom", by_trial[1]

@@ -134,8 +134,7 @@ def test_a_cost_bound_needs_a_price():
 def test_the_jobs_hyperparameters_carry_the_ordered_trials_the_driver_parses_back():
     tuned = tuning.plan_tuning(BASE, settings(max_trials=4, convergence={"precisions": ["mxfp8"], "steps": 50}),
                                max_runtime_seconds=86_400)  # fmt: skip
-    hyperparameters = tuning.job_hyperparameters(tuned, instance_type=B200, image_uri="r/x:tag1",
-                                                 report_uri="s3://b/tuning/", measurements_uri=None)  # fmt: skip
+    hyperparameters = tuning.job_hyperparameters(tuned, instance_type=B200, image_uri="r/x:tag1")
     trials = contract.parse_trials(hyperparameters[contract.TUNE_TRIALS])
     assert trials == [c.trial() for c in tuned.trials]
     assert set(hyperparameters) <= set(contract.TUNE_HYPERPARAMETERS_BY_NAME)

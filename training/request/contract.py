@@ -603,14 +603,12 @@ TUNE_HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "int",
         None,
         "Seconds after the driver starts by which every trial must have ended (a trial whose timeout would pass "
-        "it is not started): the job's time budget less the report's upload.",
+        "it is not started): the job's time budget less the time to write the report.",
         1,
         28 * 86_400,
     ),
     Hyperparameter("tune_instance_type", "str", None, "The instance type the trials run on (for costs)."),
     Hyperparameter("tune_image_uri", "str", None, "The training image (its tag keys the measurements)."),
-    Hyperparameter("tune_report_uri", "str", None, "s3:// prefix the report is uploaded to."),
-    Hyperparameter("tune_measurements_uri", "str", None, "s3:// object the measurement records go to."),
     Hyperparameter(
         "tune_convergence_precisions",
         "str",

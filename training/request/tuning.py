@@ -41,7 +41,7 @@ sharding the model). On this project's 2-core CPU machine the driver's own overh
 SAVE_GB_PER_SECOND_PER_GPU = 1.0
 """Assumed local write speed of one rank's checkpoint shard (the trial's one save)."""
 REPORT_SECONDS = 120.0
-"""Kept at the end of the job's time for the report and its upload."""
+"""Kept at the end of the job's time for the report and SageMaker's last upload of the checkpoint folder."""
 CONVERGENCE_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
 
 
@@ -508,8 +508,6 @@ def job_hyperparameters(
     *,
     instance_type: str,
     image_uri: str | None,
-    report_uri: str | None,
-    measurements_uri: str | None,
 ) -> dict[str, str]:
     """The ``tune_*`` hyperparameters of the tuning job (``contract.TUNE_HYPERPARAMETERS``), as strings."""
     s = tuned.settings
@@ -523,12 +521,8 @@ def job_hyperparameters(
         "tune_deadline_seconds": str(max(1, tuned.max_runtime_seconds - int(REPORT_SECONDS))),
         "tune_instance_type": instance_type,
     }
-    optional = {
-        "tune_image_uri": image_uri,
-        "tune_report_uri": report_uri,
-        "tune_measurements_uri": measurements_uri,
-    }
-    out.update({k: v for k, v in optional.items() if v})
+    if image_uri:
+        out["tune_image_uri"] = image_uri
     if s.convergence is not None and tuned.trials:
         out.update(
             tune_convergence_precisions=",".join(s.convergence.precisions),

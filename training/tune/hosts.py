@@ -1,6 +1,6 @@
 """The hosts of a tuning job: every host runs the driver and the same ordered trials (each trial is one torchrun
 over all of them); the first host (``SM_HOSTS[0]``, where rank 0 runs and prints) leads: it measures, writes the
-report and uploads it. What only the leader knows and every host needs (the winner, for the convergence runs) it
+report. What only the leader knows and every host needs (the winner, for the convergence runs) it
 hands to the others over one small TCP exchange."""
 
 from __future__ import annotations

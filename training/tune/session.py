@@ -1,6 +1,11 @@
 """One tuning session, start to report: every host runs the trials in order; the leader ranks them and hands the
 winner to the other hosts; every host runs the convergence runs on it (when asked); the leader writes the report
-(tables, charts, winner, winning request, measurement records, logs) and uploads it."""
+(tables, charts, winner, winning request, measurement records, logs) into ``<checkpoint_dir>/tune/``.
+
+In a job that folder is the job's ``CheckpointConfig`` local path, which SageMaker uploads to the execution's
+checkpoint prefix (``checkpoints/<segment>/<execution>/tune/``) while the job runs and at its end: no S3 call and
+no permission of the container's own, so it works with network isolation too. The workflow then reads the winner
+from there and stores the measurement records where the request check reads them."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Any
 from training.request import contract
 from training.trainer import sagemaker_job
 from training.trainer.checkpoint import PID_DIR_ENV
-from training.tune import charts, convergence, report, runner, upload
+from training.tune import charts, convergence, report, runner
 from training.tune.driver import Job, run_trial, say, scratch_root, where
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult
@@ -23,15 +28,26 @@ REPORT_FOLDER = "tune"
 TAIL_LINES = 15
 
 
-def report_folder(model_dir: str) -> Path:
-    """``<model_dir>/tune``, or ``tune-2``, ``tune-3``, ... when an earlier report is there (never written over)."""
-    root = Path(model_dir)
+def report_folder(checkpoint_dir: str) -> Path:
+    """``<checkpoint_dir>/tune``. Outside SageMaker an earlier report there is never written over (``tune-2``,
+    ``tune-3``, ... instead). In a job the folder is where the workflow reads the winner; one found there comes from
+    an earlier attempt of this same job (SageMaker restores the checkpoint folder from S3 when it retries an
+    internal error): it is replaced, saying so, and the bucket's versioning keeps the earlier objects."""
+    root = Path(checkpoint_dir)
+    first = root / REPORT_FOLDER
+    if sagemaker_job.in_sagemaker():
+        if first.is_dir() and any(first.iterdir()):
+            say(
+                f"{first} holds the report of an earlier attempt of this job: replacing it (S3 keeps its versions)"
+            )
+        first.mkdir(parents=True, exist_ok=True)
+        return first
     for number in range(1, 1000):
         folder = root / (REPORT_FOLDER if number == 1 else f"{REPORT_FOLDER}-{number}")
         if not folder.exists() or not any(folder.iterdir()):
             folder.mkdir(parents=True, exist_ok=True)
             return folder
-    raise RuntimeError(f"{root}: 999 tuning reports already; choose another model_dir")
+    raise RuntimeError(f"{root}: 999 tuning reports already; choose another checkpoint_dir")
 
 
 def register_pid() -> None:
@@ -94,7 +110,7 @@ def run_convergence(job: Job, settings: Mapping[str, Any], logs: Path) -> dict[s
 def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
     register_pid()
     runner.become_subreaper()
-    folder = report_folder(job.base.get("model_dir", contract.MODEL_DIR)) if hosts.leader else None
+    folder = report_folder(job.base["checkpoint_dir"]) if hosts.leader else None
     logs = folder / "trials" if folder else scratch_root() / "tune-logs"
     instance = contract.GPU_INSTANCE_TYPES.get(job.options.get("tune_instance_type") or "")
     say(
@@ -112,7 +128,6 @@ def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
     assert folder is not None
     write(folder, job, rows, place, runs, instance.gpu_memory_gb if instance else None)
     say("ranked trials:\n" + report.plain(rows))
-    problems = publish(folder, job, rows, place, base)
     if best is None:
         reason = f"tune: no trial ran ok ({len(rows)} tried); the report is in {folder}"
         sagemaker_job.write_failure(reason)
@@ -121,7 +136,7 @@ def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
     say(
         f"winner: trial {best.trial} {best.configuration}: {best.measured_tokens_per_sec:,.0f} tokens/s per GPU"
     )
-    return 1 if problems else 0
+    return 0
 
 
 def compare_runs(job: Job, runs: Mapping[str, TrialResult]) -> list[dict[str, Any]]:
@@ -157,8 +172,8 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
         f"{place.instance_count} x {place.instance_type}"
         + ("" if place.on_target else ": not the instance's GPUs, so no costs are projected"),
     ]  # fmt: skip
-    extra = {"convergence": comparisons, "notes": notes, "report_uri": job.options.get("tune_report_uri"),
-             "options": {k: v for k, v in job.options.items() if k != contract.TUNE_TRIALS}}  # fmt: skip
+    options = {k: v for k, v in job.options.items() if k != contract.TUNE_TRIALS}
+    extra = {"convergence": comparisons, "notes": notes, "options": options}
     (folder / "report.json").write_text(report.report_json(rows, place, extra))
     heading = f"# Tuning: {len(rows)} trials ({notes[1]})"
     (folder / "table.md").write_text(report.markdown(rows, heading))
@@ -186,7 +201,7 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
 def winner_summary(best: report.Row | None, job: Job, place: report.Where) -> dict[str, Any]:
     """``winner.json``: what the workflow's summary shows (small, flat)."""
     if best is None:
-        return {"trial": None, "settings": None, "report_uri": job.options.get("tune_report_uri")}
+        return {"trial": None, "settings": None}
     return {
         "trial": best.trial,
         "settings": best.settings,
@@ -201,7 +216,6 @@ def winner_summary(best: report.Row | None, job: Job, place: report.Where) -> di
         "full_run_seconds": best.full_run_seconds,
         "full_run_usd": best.full_run_usd,
         "measured_on": f"{place.device} {place.gpu or ''}".strip(),
-        "report_uri": job.options.get("tune_report_uri"),
     }
 
 
@@ -223,25 +237,3 @@ def winning_request(
             hyperparameters[name] = value
     request["hyperparameters"] = hyperparameters
     return request
-
-
-def publish(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Where,
-            base: Mapping[str, str]) -> list[str]:  # fmt: skip
-    """Upload the report and the records where the workflow asked (nothing for a local run); the problems."""
-    problems = []
-    for option, action in (
-        ("tune_report_uri", lambda uri: upload.upload_folder(folder, uri)),
-        ("tune_measurements_uri", lambda uri: upload.put_records(report.records(rows, base, place), uri)),
-    ):
-        uri = job.options.get(option)
-        if not uri:
-            continue
-        try:
-            action(uri)
-            say(f"uploaded to {uri}")
-        except Exception as err:  # the report stays in the model folder; the job says why it failed
-            problems.append(f"upload to {uri} failed: {type(err).__name__}: {err}")
-            say(problems[-1])
-    if problems:
-        sagemaker_job.write_failure("tune: " + "; ".join(problems))
-    return problems
