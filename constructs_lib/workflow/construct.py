@@ -46,7 +46,12 @@ from constructs_lib._shared.nag import (
 )
 from constructs_lib._shared.subnets import subnet_selection_kwargs
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
-from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
+from constructs_lib.storage.checkpoint_bucket import (
+    CHECKPOINT_PREFIX,
+    OUTPUT_PREFIX,
+    TUNING_PREFIX,
+    CheckpointBucket,
+)
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
 from constructs_lib.workflow.observability import alarm_and_notifications, trigger
 from constructs_lib.workflow.permissions import (
@@ -55,6 +60,7 @@ from constructs_lib.workflow.permissions import (
     grant_mlflow,
     grant_remote_debug,
     grant_sagemaker,
+    grant_tuning_reads,
 )
 from constructs_lib.workflow.props import (
     checked_remote_debug,
@@ -76,13 +82,17 @@ from constructs_lib.workflow.request_check import (
     validate_request,
 )
 from constructs_lib.workflow.request_function import RequestValidator
+from constructs_lib.workflow.request_rules import measurements_root
 from constructs_lib.workflow.request_states import decide_request
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
     capacity_states,
     launch_loop,
     prepare_state,
+    summary_parameters,
+    training_summary,
 )
+from constructs_lib.workflow.tuning_states import after_job, record_objects, report_objects
 from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
@@ -143,8 +153,9 @@ class TrainingWorkflow(Construct):
         machine may pass it to SageMaker only.
     :param checkpoint_bucket: the ``CheckpointBucket`` (its ``checkpoints/`` and ``output/`` prefixes are used).
         Give either this or ``bucket``.
-    :param bucket: an existing bucket instead, with ``checkpoint_prefix`` (default ``checkpoints/``) and
-        ``output_prefix`` (default ``output/``). The execution role must already be allowed to use them.
+    :param bucket: an existing bucket instead, with ``checkpoint_prefix`` (default ``checkpoints/``),
+        ``output_prefix`` (default ``output/``) and ``tuning_prefix`` (default ``tuning/``: where the workflow
+        stores tuning measurements). The execution role must already be allowed to use the first two.
     :param train_data_prefix: a key prefix of the bucket with pre-tokenized data to mount as the ``train``
         channel when an execution gives no ``train_data_uri`` (added to ``data_sources``). Default: none (the
         trainer's synthetic data).
@@ -223,6 +234,7 @@ class TrainingWorkflow(Construct):
         bucket: s3.IBucket | None = None,
         checkpoint_prefix: str | None = None,
         output_prefix: str | None = None,
+        tuning_prefix: str | None = None,
         train_data_prefix: str | None = None,
         data_sources: Sequence[str] | None = None,
         run_segment: str | None = None,
@@ -267,19 +279,23 @@ class TrainingWorkflow(Construct):
         if (checkpoint_bucket is None) == (bucket is None):
             raise ValueError("TrainingWorkflow: give exactly one of checkpoint_bucket or bucket")
         if checkpoint_bucket is not None:
-            if checkpoint_prefix is not None or output_prefix is not None:
+            if checkpoint_prefix is not None or output_prefix is not None or tuning_prefix is not None:
                 raise ValueError(
-                    "TrainingWorkflow: checkpoint_prefix and output_prefix go with bucket; a checkpoint_bucket "
-                    "brings its own prefixes"
+                    "TrainingWorkflow: checkpoint_prefix, output_prefix and tuning_prefix go with bucket; a "
+                    "checkpoint_bucket brings its own prefixes"
                 )
             self.bucket: s3.IBucket = checkpoint_bucket.bucket
             checkpoint_prefix = checkpoint_bucket.checkpoint_prefix
             output_prefix = checkpoint_bucket.output_prefix
+            tuning_prefix = checkpoint_bucket.tuning_prefix
         else:
             assert bucket is not None
             self.bucket = bucket
             checkpoint_prefix = key_prefix("checkpoint_prefix", checkpoint_prefix or CHECKPOINT_PREFIX)
             output_prefix = key_prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
+            tuning_prefix = key_prefix("tuning_prefix", tuning_prefix or TUNING_PREFIX)
+        self.measurements_prefix = measurements_root(tuning_prefix)
+        """Where the workflow stores the tuning runs' measurement records (``<tuning_prefix>measurements/``)."""
         if train_data_prefix is not None:
             train_data_prefix = key_prefix("train_data_prefix", train_data_prefix)
         self.execution_role: iam.IRole = role_of(execution_role)
@@ -326,6 +342,8 @@ class TrainingWorkflow(Construct):
             workflow_path=self.node.path,
             tags=tags,
             mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
+            image_uri=image_uri,
+            tuning_prefix=tuning_prefix,
         )
         self.allowed_instance_types = allowed
         self.max_instance_count = max_count
@@ -386,6 +404,13 @@ class TrainingWorkflow(Construct):
         )
         if self.remote_debug:
             grant_remote_debug(self, self.execution_role)
+        grant_tuning_reads(
+            self,
+            role=self.state_machine.role,
+            bucket=self.bucket,
+            report_objects=report_objects(self.bucket, self.runs_prefix),
+            record_objects=record_objects(self.bucket, self.measurements_prefix),
+        )
 
     def _launch_params(
         self,
@@ -549,11 +574,20 @@ class TrainingWorkflow(Construct):
             bucket=self.bucket,
             runs_prefix=self.runs_prefix,
             data_prefixes=data_prefixes(self, self.data_sources, self.bucket),
+            measurements_prefix=self.measurements_prefix,
             log_retention=log_retention,
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
         )
-        loop = launch_loop(self, launch_params, retries=retries, retry_wait=retry_wait)
+        after = after_job(
+            self,
+            bucket=self.bucket,
+            runs_prefix=self.runs_prefix,
+            measurements_prefix=self.measurements_prefix,
+            summary=summary_parameters(self),
+            training=training_summary(self),
+        )
+        loop = launch_loop(self, launch_params, retries=retries, retry_wait=retry_wait, after=after)
         self.launch: sfn.CustomState = loop.launch
         self.launch_without_data: sfn.CustomState = loop.launch_without_data
         mode = capacity_states(self, resources, pending=pending, launch=loop.entry)

@@ -23,7 +23,10 @@ the rules, so the Lambda needs no botocore of a particular version.
 
 Besides the checked input, the decision carries the per-execution fields of the request (:func:`job_fields`:
 ``Tags``, ``Environment``, ``InfraCheckConfig``, ``RemoteDebugConfig``) and, before launch, lists S3 once for a
-``train_data_uri`` (it must hold an object) and for ``resume_from``.
+``train_data_uri`` (it must hold an object) and for ``resume_from``, and reads the stored tuning measurements of
+the workflow's image (``request_tune.read_measurements``): the plan uses measured throughput where one stands for
+the request. An input with a ``tune`` block is a tuning run, decided by ``request_tune``: its candidates, cost
+bound and the tuning job's hyperparameters.
 
 Nothing here imports ``aws_cdk``.
 """
@@ -31,7 +34,7 @@ Nothing here imports ``aws_cdk``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,7 @@ from constructs_lib.workflow.request_fields import (
     map_problems,
     setting_problems,
     show,
+    size_problems,
     suggest,
 )
 from constructs_lib.workflow.request_rules import (
@@ -60,6 +64,7 @@ from constructs_lib.workflow.request_rules import (
     parse_data_sources,
     sagemaker_limits,
 )
+from constructs_lib.workflow.request_tune import decide_tune, read_measurements
 from training.request.contract import (
     CHECKPOINT_DIR_NAME,
     HYPERPARAMETERS_BY_NAME,
@@ -116,7 +121,10 @@ class PreparedRequest:
     channels: list[dict[str, Any]] = field(default_factory=list)
     plan: dict[str, Any] | None = None
     """``training.request.plan``'s estimate (memory by part, time, cost; ``ignored`` when launched although it did not
-    fit); None when the request has other problems."""
+    fit); None when the request has other problems, or is a tuning run (each trial has its own plan in ``tune``)."""
+    tune: dict[str, Any] | None = None
+    """A tuning run's decided part (``request_tune.decide_tune``): where its report and records go and its plan of
+    trials and cost; None for a training run."""
 
     @property
     def cause(self) -> str:
@@ -128,8 +136,16 @@ def validate_request(raw: object, rules: RequestRules) -> list[str]:
     return prepare_request(raw, rules).problems
 
 
-def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
-    """Merge ``raw`` over the defaults, check every field, the trainer settings and SageMaker's constraints."""
+def prepare_request(
+    raw: object,
+    rules: RequestRules,
+    *,
+    measurements: Sequence[Mapping[str, Any]] = (),
+    execution: str | None = None,
+) -> PreparedRequest:
+    """Merge ``raw`` over the defaults, check every field, the trainer settings and SageMaker's constraints.
+    ``measurements``: stored tuning records (:func:`request_tune.read_measurements`) for the plan; ``execution``:
+    this execution's name (a tuning run's report and records are named by it)."""
     if not isinstance(raw, Mapping):
         return PreparedRequest({}, {}, [f"input: must be a JSON object of input fields; got {show(raw)}"])
     problems: list[str] = []
@@ -154,24 +170,46 @@ def prepare_request(raw: object, rules: RequestRules) -> PreparedRequest:
         problems += hp_problems
     elif not any(p.startswith("hyperparameters") for p in field_problems):
         problems += setting_problems(config["hyperparameters"])[1]  # the rest needs the other fields valid
+    tune = None
+    if not problems and config["tune"] is not None:
+        decided = decide_tune(
+            config, rules, hyperparameters, measurements=list(measurements), execution=execution
+        )
+        problems += decided.problems
+        if not decided.problems:
+            problems += size_problems(decided.hyperparameters, rules)
+            hyperparameters, tune = decided.hyperparameters, decided.tune
+            config["max_runtime_seconds"] = decided.max_runtime_seconds  # the cost bound, kept by SageMaker
     if not problems and config["use_spot"] and config["max_wait_seconds"] is None:
         config["max_wait_seconds"] = config["max_runtime_seconds"]
     if problems:
         return PreparedRequest(config, {}, problems)
-    estimate, refused = _memory_plan(config, rules)
+    if tune is not None:
+        return PreparedRequest(config, hyperparameters, problems, _channels(config), None, tune)
+    estimate, refused = _memory_plan(config, rules, measurements)
     if refused:
         return PreparedRequest(config, {}, [refused], plan=estimate)
-    channels = []
-    if config["train_data_uri"] is not None:
-        channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
-    return PreparedRequest(config, hyperparameters, problems, channels, estimate)
+    return PreparedRequest(config, hyperparameters, problems, _channels(config), estimate)
 
 
-def _memory_plan(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, Any], str | None]:
-    """The plan of a request with no other problem, and its refusal when its estimated per-GPU peak exceeds the
-    GPU's memory with headroom (``training.request.plan``), unless ``ignore_memory_estimate`` is true."""
+def _channels(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if config["train_data_uri"] is None:
+        return []
+    return [channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"])]
+
+
+def _memory_plan(
+    config: Mapping[str, Any], rules: RequestRules, measurements: Sequence[Mapping[str, Any]] = ()
+) -> tuple[dict[str, Any], str | None]:
+    """The plan of a request with no other problem (throughput measured when a stored record stands for it), and
+    its refusal when its estimated per-GPU peak exceeds the GPU's memory with headroom (``training.request.plan``),
+    unless ``ignore_memory_estimate`` is true."""
     estimate = make_plan(
-        config, max_instance_count=rules.max_instance_count, instance_types=rules.allowed_instance_types
+        config,
+        max_instance_count=rules.max_instance_count,
+        instance_types=rules.allowed_instance_types,
+        measurements=measurements,
+        image_tag=rules.image_tag(),
     )
     ignored = bool(config["ignore_memory_estimate"]) and not estimate.memory.fits
     line = None if config["ignore_memory_estimate"] else refusal(estimate)
@@ -276,11 +314,14 @@ def _list_run(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
 def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
-    "channels", "resume", "request", "plan"}`` (all but the first two null when not valid; ``request``:
-    :func:`job_fields`); ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri``
-    holds data and to decide ``resume_from``."""
+    "channels", "resume", "request", "plan", "tune"}`` (all but the first two null when not valid; ``request``:
+    :func:`job_fields`; ``tune``: a tuning run's decided part, null for a training run); ``s3``: a boto3 S3 client
+    to read the stored tuning measurements for the plan (without one: the published figures), check
+    ``train_data_uri`` holds data and decide ``resume_from`` (default for those two: one for the rules' region)."""
     rules = RequestRules.from_json(event["rules"])
-    prepared = prepare_request(event.get("input"), rules)
+    measurements = read_measurements(s3, rules) if s3 is not None else []
+    execution = event.get("execution")
+    prepared = prepare_request(event.get("input"), rules, measurements=measurements, execution=execution)
     resume = None
     if not prepared.problems and prepared.config["train_data_uri"] is not None:
         s3 = s3 or _s3_client(rules)
@@ -316,6 +357,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
         "resume": resume if valid else None,
         "request": job_fields(prepared.config, rules, str(event.get("execution"))) if valid else None,
         "plan": prepared.plan if valid else None,
+        "tune": prepared.tune if valid else None,
     }
 
 
@@ -333,6 +375,19 @@ def _s3_client(rules: RequestRules) -> Any:
     return boto3.client("s3", region_name=rules.region) if rules.region else boto3.client("s3")
 
 
+class _S3OnFirstUse:
+    """The rules' S3 client, made on first use (boto3 is imported only when S3 is read)."""
+
+    def __init__(self, rules: RequestRules) -> None:
+        self._rules, self._client = rules, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._client is None:
+            self._client = _s3_client(self._rules)
+        return getattr(self._client, name)
+
+
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda entry point (see :func:`decide`)."""
-    return decide(event)
+    """Lambda entry point (see :func:`decide`): with an S3 client, so that the plan reads the stored measurements."""
+    rules = RequestRules.from_json(event["rules"])
+    return decide(event, _S3OnFirstUse(rules) if rules.bucket_name is not None else None)

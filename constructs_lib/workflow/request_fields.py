@@ -39,6 +39,7 @@ from training.request.contract import (
     parse_hyperparameters,
     to_sagemaker_hyperparameters,
 )
+from training.request.tuning import TUNE_KEYS
 
 
 def show(value: Any) -> str:
@@ -65,7 +66,7 @@ def check_field(name: str, value: Any, rules: RequestRules) -> str | None:
 
 
 _OPTIONAL = frozenset(  # null allowed
-    {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from"}
+    {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from", "tune"}
 )
 
 
@@ -159,6 +160,7 @@ _FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
     "remote_debug": lambda v, r: v is False or (v is True and r.remote_debug and not r.network_isolation),
     "environment": lambda v, r: _string_map(v),
     "ignore_memory_estimate": lambda v, r: isinstance(v, bool),
+    "tune": lambda v, r: isinstance(v, Mapping),  # its fields: training.request.tuning.parse_tune
 }
 
 
@@ -205,6 +207,10 @@ def _field_allowed(name: str, rules: RequestRules) -> str:
         text = "an s3:// prefix ending in '/' under one of " + ", ".join(rules.data_source_uris())
     elif name == "train_data_input_mode":
         text = "one of " + ", ".join(DATA_INPUT_MODES)
+    elif name == "tune":
+        text = (
+            "an object of tuning settings (" + ", ".join(TUNE_KEYS) + ", all optional; {} tunes the defaults)"
+        )
     else:  # resume_from
         most = rules.sagemaker()["ExecutionName"]["max"]
         text = f"the name of an earlier execution of this workflow (1 to {most} characters of a-z, A-Z, 0-9, _ and -)"
@@ -398,10 +404,10 @@ def hyperparameter_map(config: Mapping[str, Any], rules: RequestRules) -> tuple[
     except ContractError as err:
         return {}, [f"hyperparameters.{err}"]
     rendered = {**to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
-    return rendered, _size_problems(rendered, rules)
+    return rendered, size_problems(rendered, rules)
 
 
-def _size_problems(rendered: Mapping[str, str], rules: RequestRules) -> list[str]:
+def size_problems(rendered: Mapping[str, str], rules: RequestRules) -> list[str]:
     limits = rules.sagemaker()
     problems = []
     most = limits["HyperParameters"]["max"]

@@ -2,11 +2,13 @@
 
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
-wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py`` and
-``request_fields.py``, ``training/request/contract.py``, ``training/request/plan.py`` (the memory, time and cost estimate; standard
-library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
+wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
+``request_fields.py`` and ``request_tune.py``, ``training/request/contract.py``, ``training/request/plan.py`` (the
+memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard library only) and an empty
+``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
 own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
-decide ``resume_from``, and list the allowed data prefixes (a ``train_data_uri`` must hold an object); nothing else.
+decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an object), and list and
+read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 import training.request.contract
+import training.request.measured
 import training.request.plan
+import training.request.tuning
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
     NIST_800_53_R5,
@@ -36,15 +40,18 @@ from constructs_lib._shared.nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow import request_check, request_fields, request_rules
+from constructs_lib.workflow import request_check, request_fields, request_rules, request_tune
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
     "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
     "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),
+    "constructs_lib/workflow/request_tune.py": Path(request_tune.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
+    "training/request/measured.py": Path(training.request.measured.__file__),
+    "training/request/tuning.py": Path(training.request.tuning.__file__),
 }
 
 
@@ -80,6 +87,8 @@ class RequestValidator(Construct):
     :param data_prefixes: ``(bucket ARN, key prefix)`` of each allowed data source: the function may list them
         (``s3:ListBucket`` with an ``s3:prefix`` condition), to refuse a ``train_data_uri`` with no object. Default:
         none.
+    :param measurements_prefix: where the workflow stores the tuning runs' measurement records
+        (``tuning/measurements/``): the function may list and read them, for the plan. Default: none.
     :param log_retention: retention of the function's log group. Default six months.
     :param encryption_key: customer managed key for the function's log group. Default: CloudWatch Logs' own.
     :param removal_policy: of the log group: ``RETAIN`` (default) or ``DESTROY``.
@@ -93,6 +102,7 @@ class RequestValidator(Construct):
         bucket: s3.IBucket,
         runs_prefix: str,
         data_prefixes: Sequence[tuple[str, str]] = (),
+        measurements_prefix: str | None = None,
         log_retention: logs.RetentionDays | None = None,
         encryption_key: kms.IKey | None = None,
         removal_policy: RemovalPolicy | None = None,
@@ -144,6 +154,7 @@ class RequestValidator(Construct):
                     conditions={"StringLike": {"s3:prefix": patterns}},
                 )
             )
+        records = self._read_measurements(bucket, measurements_prefix) if measurements_prefix else None
         if bucket.encryption_key is not None:
             bucket.encryption_key.grant(self.role, "kms:Decrypt")
         self.function = lambda_.Function(
@@ -168,6 +179,33 @@ class RequestValidator(Construct):
             "Reads only the COMPLETE marker files of the workflow's own checkpoint folders; the execution and "
             "step folder names in between are created at run time.",
         )
+        if records is not None:
+            acknowledge(
+                scope_,
+                f"IAM5[Resource::{rendered(self, records)}]",
+                "Reads only the tuning measurement records the workflow stores (one JSON file per tuning run, "
+                "under a folder per image tag and workflow, named at run time), for the plan of each request.",
+            )
+
+    def _read_measurements(self, bucket: s3.IBucket, prefix: str) -> str:
+        """List and read the stored tuning measurement records (under ``prefix``); the objects' ARN pattern."""
+        if not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix:
+            raise ValueError(
+                f"RequestValidator: measurements_prefix must be a key prefix ending in '/'; got {prefix!r}"
+            )
+        objects = bucket.arn_for_objects(f"{prefix}*")
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(sid="ReadTuningMeasurements", actions=["s3:GetObject"], resources=[objects])
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListTuningMeasurements",
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            )
+        )
+        return objects
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         return self.function.grant_invoke(grantee)

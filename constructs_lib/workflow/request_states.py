@@ -4,7 +4,8 @@
 value, so a non-object input is an ``InvalidInput`` like any other), this execution's name and the workflow's
 :class:`~constructs_lib.workflow.request_check.RequestRules` (a JSON string fixed at synth time). Its result replaces
 the state: ``config`` (every input field), ``hyperparameters`` (the exact ``HyperParameters`` map), ``channels``
-(``InputDataConfig``), ``resume`` and ``request`` (the per-execution request fields). ``Request valid?`` ends a bad request in ``InvalidInput`` with every problem
+(``InputDataConfig``), ``resume``, ``request`` (the per-execution request fields), ``plan`` and ``tune`` (a tuning
+run's decided part, or null). ``Request valid?`` ends a bad request in ``InvalidInput`` with every problem
 in the cause, before any SageMaker call; a validator that fails itself ends in ``RequestValidationFailed``.
 """
 
@@ -60,6 +61,7 @@ def decide_request(
             "resume.$": "$.Payload.resume",
             "request.$": "$.Payload.request",
             "plan.$": "$.Payload.plan",
+            "tune.$": "$.Payload.tune",
         },
         result_path="$",
         task_timeout=sfn.Timeout.duration(Duration.minutes(2)),

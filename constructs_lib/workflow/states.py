@@ -68,6 +68,7 @@ def prepare_state(workflow: Construct, *, launch_retry_backoff: int) -> sfn.Pass
             "resume.$": "$.resume",
             "request.$": "$.request",
             "plan.$": "$.plan",
+            "tune.$": "$.tune",
             "launch_count": 1,
             **launch_retry.initial_state(launch_retry_backoff),
             "result_defaults": _with_nulls(result_defaults),
@@ -107,38 +108,52 @@ class LaunchLoop:
     """The same without ``InputDataConfig`` (SageMaker refuses an empty one)."""
 
 
+def summary_parameters(workflow: Construct) -> dict[str, Any]:
+    """The parameters of ``Summarize``: a job's compact, readable result (the tuning summary keeps those that
+    apply to a tuning job, ``tuning_states``)."""
+    return {
+        "job_name.$": "$.job.TrainingJobName",
+        "status.$": "$.job.TrainingJobStatus",
+        "training_seconds.$": "$.job.TrainingTimeInSeconds",
+        "billable_seconds.$": "$.job.BillableTimeInSeconds",
+        "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+        # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
+        "hugging_face_model": {
+            "archive.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+            "folder": f"{HF_EXPORT_DIR}/",
+        },
+        "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
+        "final_metrics.$": "$.job.FinalMetricDataList",
+        "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
+        "instance_type.$": "$.config.instance_type",
+        "instance_count.$": "$.config.instance_count",
+        "launches.$": "$.launch_count",
+        "resumed_from.$": "$.resume",
+        "plan.$": "$.plan",
+        "memory_estimate_ignored.$": "$.config.ignore_memory_estimate",
+        "links": summary_links(Stack.of(workflow).region),
+    }
+
+
+def training_summary(workflow: Construct) -> sfn.IChainable:
+    """``Summarize`` a training job, then ``Training job completed``."""
+    return sfn.Pass(
+        workflow, "Summarize", comment="A compact, readable result.", parameters=summary_parameters(workflow)
+    ).next(sfn.Succeed(workflow, "Training job completed"))
+
+
 def launch_loop(
-    workflow: Construct, launch_params: dict[str, Any], *, retries: int, retry_wait: int
+    workflow: Construct,
+    launch_params: dict[str, Any],
+    *,
+    retries: int,
+    retry_wait: int,
+    after: sfn.IChainable | None = None,
 ) -> LaunchLoop:
     """The launch loop: ``Input data?`` picks the launch with or without ``InputDataConfig``; then relaunch (at
-    most ``retries`` capacity relaunches, ``retry_wait`` seconds apart), failure and summary states."""
-    summarize = sfn.Pass(
-        workflow,
-        "Summarize",
-        comment="A compact, readable result.",
-        parameters={
-            "job_name.$": "$.job.TrainingJobName",
-            "status.$": "$.job.TrainingJobStatus",
-            "training_seconds.$": "$.job.TrainingTimeInSeconds",
-            "billable_seconds.$": "$.job.BillableTimeInSeconds",
-            "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
-            # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
-            "hugging_face_model": {
-                "archive.$": "$.job.ModelArtifacts.S3ModelArtifacts",
-                "folder": f"{HF_EXPORT_DIR}/",
-            },
-            "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
-            "final_metrics.$": "$.job.FinalMetricDataList",
-            "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
-            "instance_type.$": "$.config.instance_type",
-            "instance_count.$": "$.config.instance_count",
-            "launches.$": "$.launch_count",
-            "resumed_from.$": "$.resume",
-            "plan.$": "$.plan",
-            "memory_estimate_ignored.$": "$.config.ignore_memory_estimate",
-            "links": summary_links(Stack.of(workflow).region),
-        },
-    ).next(sfn.Succeed(workflow, "Training job completed"))
+    most ``retries`` capacity relaunches, ``retry_wait`` seconds apart) and failure states; a job that completes
+    goes through ``Normalize result`` to ``after`` (default: :func:`training_summary`; the construct passes
+    ``tuning_states.after_job``, which summarizes a tuning job its own way and a training job with it)."""
     normalize_result = sfn.Pass(
         workflow,
         "Normalize result",
@@ -148,8 +163,9 @@ def launch_loop(
             "launch_count.$": "$.launch_count",
             "resume.$": "$.resume",
             "plan.$": "$.plan",
+            "tune.$": "$.tune",
         },
-    ).next(summarize)
+    ).next(after if after is not None else training_summary(workflow))
 
     def launch_state(name: str, channels: bool) -> sfn.CustomState:
         return sfn.CustomState(

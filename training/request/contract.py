@@ -568,6 +568,15 @@ TUNABLE_SETTINGS: tuple[str, ...] = (
 TUNE_TRIALS = "tune_trials"
 """The hyperparameter that makes ``train.sh`` run the tuning driver (``python -m training.tune``) instead of one
 training run: the ordered trial list, :func:`format_trials`."""
+TUNE_REPORT_FOLDER = "tune"
+"""The tuning report's folder in the job's checkpoint folder (``<checkpoint_dir>/tune/``; SageMaker uploads it to
+the execution's checkpoint prefix), where the workflow reads :data:`TUNE_WINNER_FILE` and copies
+:data:`TUNE_RECORDS_FILE` to the measurements the request check reads."""
+TUNE_WINNER_FILE = "winner.json"
+TUNE_RECORDS_FILE = "measurements.json"
+TUNE_REPORT_FILE = "report.json"
+"""The whole report (every row, where it was measured, convergence): what ``blackwell-training result`` reads."""
+TUNE_REQUEST_FILE = "winning_request.json"
 TRIAL_PROBE = "probe"
 """``probe=true`` in a trial: the plan predicts it does not fit (just past the memory edge); it is run to test that
 edge, and never chosen as the winner unless it ran ``ok``."""

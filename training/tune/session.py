@@ -24,7 +24,7 @@ from training.tune.driver import Job, run_trial, say, scratch_root, where
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult
 
-REPORT_FOLDER = "tune"
+REPORT_FOLDER = contract.TUNE_REPORT_FOLDER
 TAIL_LINES = 15
 
 
@@ -174,7 +174,7 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
     ]  # fmt: skip
     options = {k: v for k, v in job.options.items() if k != contract.TUNE_TRIALS}
     extra = {"convergence": comparisons, "notes": notes, "options": options}
-    (folder / "report.json").write_text(report.report_json(rows, place, extra))
+    (folder / contract.TUNE_REPORT_FILE).write_text(report.report_json(rows, place, extra))
     heading = f"# Tuning: {len(rows)} trials ({notes[1]})"
     (folder / "table.md").write_text(report.markdown(rows, heading))
     (folder / "table.csv").write_text(report.csv_text(rows))
@@ -188,14 +188,16 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
         )
         charts.loss_curves(curves, convergence.SKIP_FRACTION, title, folder / "convergence.png")
     base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
-    (folder / "winner.json").write_text(
+    (folder / contract.TUNE_WINNER_FILE).write_text(
         json.dumps(winner_summary(best, job, place), indent=2, default=str) + "\n"
     )
     if best is not None:
         request = winning_request(base, best.settings, place)
-        (folder / "winning_request.json").write_text(json.dumps(request, indent=2) + "\n")
+        (folder / contract.TUNE_REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n")
     records = report.records(rows, base, place)
-    (folder / "measurements.json").write_text(json.dumps({"records": records}, indent=1, default=str) + "\n")
+    (folder / contract.TUNE_RECORDS_FILE).write_text(
+        json.dumps({"records": records}, indent=1, default=str) + "\n"
+    )
 
 
 def winner_summary(best: report.Row | None, job: Job, place: report.Where) -> dict[str, Any]:
