@@ -20,6 +20,8 @@ Example::
     print(runs.result(run.name))
     curve = runs.curve(run.name)  # loss, val_loss and tokens/s of every launch (constructs_lib.cli.curves)
     print(curve.series("loss", "tokens"))
+    tuning = runs.tune({"precision": "mxfp8", "tune": {"max_cost_usd": 300}})  # the plan's candidates, measured
+    print(runs.tune_report(tuning.name)["winner"], runs.winning_request(tuning.name))
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import LogEvent, Run, Snapshot
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
 from constructs_lib.cli.summary import run_result
+from constructs_lib.cli.tuning import TuningOperations
 
 if TYPE_CHECKING:
     from constructs_lib.workflow.request_check import RequestRules
@@ -46,8 +49,9 @@ BUCKET_OUTPUT = "CheckpointBucketName"
 STOP_ERROR = "StoppedByUser"
 
 
-class TrainingRuns:
-    """Operate the runs of one deployed ``BlackwellTrainingStack`` (keyword-only settings).
+class TrainingRuns(TuningOperations):
+    """Operate the runs of one deployed ``BlackwellTrainingStack`` (keyword-only settings); tuning runs too
+    (``tune_plan``, ``tune``, ``tune_report``, ``winning_request``, ``measurements``: ``constructs_lib.cli.tuning``).
 
     :param stack_name: the CloudFormation stack. Default ``BlackwellTraining``.
     :param region: AWS region. Default: the profile's or ``AWS_REGION``.

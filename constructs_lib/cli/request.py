@@ -136,10 +136,13 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
     return f"{prefix[:59]}-{stamp}-{secrets.token_hex(2)}"
 
 
-def plan_request(request: object, rules: Any) -> dict[str, Any]:
+def plan_request(
+    request: object, rules: Any, measurements: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
-    JSON-ready dict. Raises ``InvalidRequest`` with every problem other than the memory estimate's own (a plan
-    that does not fit is still shown, with its advice)."""
+    JSON-ready dict; throughput measured where one of ``measurements`` (stored tuning records) stands for it on the
+    rules' image, else published. Raises ``InvalidRequest`` with every problem other than the memory estimate's
+    own (a plan that does not fit is still shown, with its advice)."""
     from constructs_lib.workflow.request_check import prepare_request
     from training.request.plan import make_plan
 
@@ -151,5 +154,7 @@ def plan_request(request: object, rules: Any) -> dict[str, Any]:
         prepared.config,
         max_instance_count=rules.max_instance_count,
         instance_types=rules.allowed_instance_types,
+        measurements=measurements,
+        image_tag=rules.image_tag(),
     )
     return plan.to_dict()

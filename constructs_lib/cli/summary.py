@@ -50,6 +50,7 @@ def run_result(current: Run, events: list[LogEvent]) -> dict[str, Any]:
         "links": current.links,
         "plan": summary.get("plan"),
         "memory_estimate_ignored": summary.get("memory_estimate_ignored"),
+        "tune": summary.get("tune"),
     }
 
 

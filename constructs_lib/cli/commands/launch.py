@@ -35,8 +35,10 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="a request's per-GPU peak memory by part, time and cost, before paying",
         description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
         "headroom), its throughput, run time and on-demand cost (training/request/plan.py's closed form), and when it "
-        "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or "
-        "--stack) under the deployed workflow's rules. Exit 0 when it fits, 2 when it does not or is invalid.",
+        "does not fit the smallest changes that do. Offline with cdk.json's settings (throughput: the published "
+        "points); with --deployed (or --stack) under the deployed workflow's rules, with the throughput a tuning run "
+        "measured for this configuration and image where there is one ('measured'). Exit 0 when it fits, 2 when "
+        "it does not or is invalid.",
     )
     plan.add_argument(
         "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
@@ -71,8 +73,9 @@ def do_validate(shell: Shell) -> int:
 
 def do_plan(shell: Shell) -> int:
     request = shell.request()
-    rules = shell.runs.rules if shell.args.deployed or shell.args.stack else shell.project.rules()
-    planned = plan_request(request, rules)
+    deployed = shell.args.deployed or shell.args.stack
+    rules = shell.runs.rules if deployed else shell.project.rules()
+    planned = plan_request(request, rules, shell.runs.measurements() if deployed else ())
     if shell.args.json:
         shell.emit(planned)
     else:
@@ -83,7 +86,7 @@ def do_plan(shell: Shell) -> int:
 def do_submit(shell: Shell) -> int:
     request = shell.request()
     try:
-        planned: dict[str, Any] | None = plan_request(request, shell.runs.rules)
+        planned: dict[str, Any] | None = plan_request(request, shell.runs.rules, shell.runs.measurements())
     except InvalidRequest:
         planned = None  # submit's own check lists every problem
     if planned is not None and not shell.args.json:

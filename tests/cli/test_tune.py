@@ -1,0 +1,149 @@
+"""``blackwell-training tune`` / ``tune-apply`` / ``result`` / ``plan`` against the workflow in moto: the trials and
+cost before launch (offline and deployed), a tuning run followed to its ranked table, the winning request written
+from the run's own input, and the plan's throughput "published" before a tuning run's records exist and
+"measured" after."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.workflow.harness import Outcome
+from tests.workflow.stacks import IMAGE_TAG
+from training.request import contract
+from training.tune import report
+from training.tune.outcome import TrialResult
+from training.tune.stability import Spread
+
+B200 = contract.DEFAULT_INSTANCE_TYPE
+TUNE = {"search_space": {"batch_size": [1, 2, 4], "activation_checkpointing": [True]}, "max_trials": 3}
+
+
+def tuning_report(name: str, bucket: str) -> dict[str, str]:
+    """The files a tuning job on 8 x B200 leaves in its checkpoint folder's tune/ (the driver's own functions)."""
+    base = {"precision": "bf16", "batch_size": "1", "seq_length": "8192", "activation_checkpointing": "false",
+            "max_steps": "1000"}  # fmt: skip
+    place = report.Where(B200, 1, "cuda", "B200", 8, IMAGE_TAG, "2.9.0", "2.11.0", "tune-job-7",
+                         "2026-11-23T10:00:00+00:00", "algo-1")  # fmt: skip
+    rows = []
+    for index, (batch, seconds) in enumerate(((4, 1.2), (2, 0.5), (1, None)), start=1):
+        result = TrialResult(index, {"batch_size": batch, "activation_checkpointing": True}, status="ok")
+        if seconds is None:
+            result.status, result.error = "oom", "torch.OutOfMemoryError: CUDA out of memory"
+        else:
+            result.step_times = [seconds] * 12
+            result.spread = Spread.of(result.step_times)
+            result.summary, result.config = (
+                {"max_allocated_gb": 30.0, "max_reserved_gb": 34.0},
+                {"world_size": "8"},
+            )
+        rows.append(report.make_row(result, base, place))
+    rows = report.rank(rows)
+    best = report.winner(rows)
+    return {
+        "report.json": report.report_json(
+            rows, place, {"notes": ["measured on 8 x B200"], "convergence": []}
+        ),
+        "winner.json": json.dumps({"trial": best.trial, "settings": best.settings}),
+        "measurements.json": json.dumps({"records": report.records(rows, base, place)}),
+    }
+
+
+def test_tune_dry_run_shows_the_trials_and_the_cost_offline(cli, tmp_path):
+    request = tmp_path / "run.json"
+    request.write_text(json.dumps({"precision": "bf16", "tune": {**TUNE, "max_cost_usd": 150}}))
+    result = cli("tune", str(request), "--dry-run")
+    assert result.status == 0, result.err
+    assert "Tuning plan: 3 trials of 3 combinations on 1 x ml.p6-b200.48xlarge" in result.out
+    assert (
+        "(published)" in result.out
+        and "at most $" in result.out
+        and "left out: 0 predicted not to fit" in result.out
+    )
+    data = json.loads(cli("tune", str(request), "--dry-run", "--json").out)
+    assert [t["settings"]["batch_size"] for t in data["plan"]["trials"]] == [4, 2, 1]
+    assert data["plan"]["max_cost_usd"] <= 150
+
+
+def test_tune_refuses_before_starting_naming_the_field(deployed, cli):
+    prefix = deployed.prefix()
+    for tune, words in (
+        ({"search_space": {}}, "tune.search_space: must name at least one setting"),
+        ({"max_trials": 99}, "tune.max_trials: must be an integer in [1, 32]; got 99"),
+        ({"max_cost_usd": 2}, "tune.max_cost_usd: must cover at least one trial"),
+    ):
+        result = cli("tune", "-", "--set", f"job_name_prefix={prefix}", stdin=json.dumps({"tune": tune}))
+        assert result.status == 2 and words in result.err, result.err
+    assert (
+        deployed.workflow.jobs(prefix) == []
+        and deployed.executions() == []
+        or all(not e.startswith(prefix) for e in deployed.executions())
+    )
+
+
+def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(deployed, cli, tmp_path):
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome("InProgress"))
+    name = f"tune-{prefix}"
+    folder = f"checkpoints/Test-Workflow/{name}/tune/"
+
+    def job_runs(_seconds: float) -> None:
+        """The job writes its report into its checkpoint folder (SageMaker uploads it), then completes."""
+        job = deployed.wait_for_job(prefix)
+        if not deployed.workflow.s3.list_objects_v2(Bucket=deployed.bucket, Prefix=folder).get("KeyCount"):
+            for file, body in tuning_report(name, deployed.bucket).items():
+                deployed.workflow.s3.put_object(Bucket=deployed.bucket, Key=folder + file, Body=body)
+            deployed.finish(job)
+        time.sleep(0.05)
+
+    before = json.loads(cli("plan", "--deployed", "--json", "--set", "batch_size=2",
+                            "--set", "activation_checkpointing=true").out)  # fmt: skip
+    assert before["throughput_basis"] == "published"
+    request = {"job_name_prefix": prefix, "precision": "bf16", "tags": {"team": "llm"}, "tune": TUNE}
+    out = tmp_path / "winner.json"
+    result = cli("tune", "-", "--name", name, "--wait", "--interval", "1", "--apply", str(out),
+                 stdin=json.dumps(request), sleep=job_runs)  # fmt: skip
+    assert result.status == 0, result.err + result.out
+    assert "Tuning plan: 3 trials" in result.out and f"started tuning run {name}" in result.out
+    assert "Tuning: measured on 8 x B200 for 1 x ml.p6-b200.48xlarge (image v1" in result.out
+    assert "oom: torch.OutOfMemoryError: CUDA out of memory" in result.out
+    assert 'winner: {"batch_size": 2, "activation_checkpointing": true}' in result.out
+    (job,) = deployed.workflow.jobs(prefix)
+    assert json.loads(out.read_text()) == {
+        "job_name_prefix": prefix, "precision": "bf16", "tags": {"team": "llm"}, "batch_size": 2,
+        "activation_checkpointing": True, "hyperparameters": {},
+    }  # fmt: skip
+    assert cli("validate", str(out)).status == 0  # ready to submit
+    again = cli("tune-apply", name, str(out))
+    assert again.status == 3 and "exists already" in again.err
+    shown = cli("result", name)
+    assert (
+        shown.status == 0
+        and "Tuning: measured on 8 x B200" in shown.out
+        and f"report: s3://{deployed.bucket}/{folder}" in shown.out
+    )
+    assert (
+        json.loads(cli("result", name, "--json").out)["tune_report"]["winner"]["settings"]["batch_size"] == 2
+    )
+    after = json.loads(cli("plan", "--deployed", "--json", "--set", "batch_size=2",
+                           "--set", "activation_checkpointing=true").out)  # fmt: skip
+    assert after["throughput_basis"] == "measured" and after["tokens_per_sec_per_gpu"] == round(
+        2 * 8192 / 0.5
+    )
+    assert "tuning job tune-job-7" in after["throughput_source"]
+    text = cli("plan", "--deployed", "--set", "batch_size=2", "--set", "activation_checkpointing=true").out
+    assert "tokens/s per GPU (measured)" in text and "memory estimate against 2 stored measurement(s)" in text
+    offline = json.loads(
+        cli("plan", "--json", "--set", "batch_size=2", "--set", "activation_checkpointing=true").out
+    )
+    assert offline["throughput_basis"] == "published"  # offline: no image, no records
+
+
+def test_tune_apply_of_a_run_without_a_report_says_so(deployed, cli, tmp_path):
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome("Completed"))
+    name = f"run-{prefix}"
+    assert cli("submit", "--name", name, "--set", f"job_name_prefix={prefix}").status == 0
+    deployed.wait_until_ended(name)
+    result = cli("tune-apply", name, str(tmp_path / "w.json"))
+    assert result.status == 3 and f"run {name} has no tuning report at s3://" in result.err
