@@ -14,7 +14,7 @@ Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_fun
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,7 @@ def decide_tune(
     rules: RequestRules,
     hyperparameters: Mapping[str, str],
     *,
-    measurements: list[dict[str, Any]],
+    measurements: Sequence[Mapping[str, Any]],
     execution: str | None,
 ) -> TuneDecision:
     """The tuning run of a request whose other fields are valid (``config`` merged, ``hyperparameters`` its

@@ -230,7 +230,7 @@ def parse_convergence(raw: Any, instance_type: str) -> tuple[Convergence | None,
         problems.append(
             f"tune.convergence.steps: must be {CONVERGENCE_FIELDS['steps'].allowed()}; got {_show(steps)}"
         )
-    if problems:
+    if problems or not isinstance(precisions, list):
         return None, problems
     return Convergence(tuple(dict.fromkeys(precisions)), steps, reference), []
 
@@ -321,7 +321,9 @@ def candidates(
     """Every combination of ``space`` over ``request`` (an execution input), planned and ranked."""
     values = contract.parse_hyperparameters(plan.trainer_settings(request))
     names = list(space)
-    fitting, not_fitting, refused = [], [], []
+    fitting: list[Candidate] = []
+    not_fitting: list[Candidate] = []
+    refused: list[str] = []
     combinations = list(itertools.product(*(space[name] for name in names)))
     for combination in combinations:
         overrides = dict(zip(names, combination, strict=True))
