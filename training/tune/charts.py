@@ -4,7 +4,7 @@ convergence runs' loss curves overlaid."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,10 @@ def throughput_and_memory(rows: Sequence[Row], where: Where, path: Path, gpu_mem
     speed.set_ylim(0, top * 1.2)
     memory.set_ylim(0, max([*peaks, (gpu_memory_gb or 0.0) if where.device == "cuda" else 0.0, 1e-9]) * 1.2)
     handles = speed.get_legend_handles_labels()[0] + memory.get_legend_handles_labels()[0]
+    from matplotlib.patches import Patch
+
+    for status in dict.fromkeys(r.status for r in rows if r.measured_tokens_per_sec and r.status != "ok"):
+        handles.append(Patch(color=STATUS_COLORS.get(status, "black"), label=f"{status} (ran, not chosen)"))
     fig.legend(
         handles, [h.get_label() for h in handles], loc="lower center", ncol=2, fontsize=8, frameon=False
     )
@@ -124,13 +128,13 @@ def throughput_vs_memory(rows: Sequence[Row], where: Where, path: Path, gpu_memo
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 5.8))
     ran = [r for r in rows if r.measured_tokens_per_sec and r.measured_allocated_gb]
-    for row in ran:
+    for order, row in enumerate(sorted(ran, key=lambda r: r.measured_tokens_per_sec or 0.0)):
         color = STATUS_COLORS.get(row.status, "black")
         marker = "*" if row.rank == 1 and row.status == "ok" else "o"
         ax.scatter(row.measured_allocated_gb, row.measured_tokens_per_sec, color=color, marker=marker,
                    s=180 if marker == "*" else 50, zorder=3)  # fmt: skip
         ax.annotate(_label(row), (row.measured_allocated_gb, row.measured_tokens_per_sec), fontsize=8,
-                    xytext=(5, 4), textcoords="offset points")  # fmt: skip
+                    xytext=(6, 4) if order % 2 else (6, -11), textcoords="offset points")  # fmt: skip
     if where.device == "cuda":  # predicted against measured only means something on the target hardware
         for row in ran:
             if row.predicted_tensors_gb and row.predicted_tokens_per_sec:
@@ -168,26 +172,46 @@ def throughput_vs_memory(rows: Sequence[Row], where: Where, path: Path, gpu_memo
 
 
 def loss_curves(
-    curves: Mapping[str, Sequence[tuple[int, float]]], skip_fraction: float, title: str, path: Path
+    curves: Mapping[str, Sequence[tuple[int, float]]],
+    reference: str,
+    skip_fraction: float,
+    tolerance: Callable[[float], float],
+    title: str,
+    path: Path,
 ) -> Path:
-    """The convergence runs' losses per step, one line per precision; the first ``skip_fraction`` of the steps
-    (not compared) shaded."""
+    """The convergence runs' losses per step, one line per precision (above), and each one's relative difference
+    from the ``reference`` run with the tolerance band of the reference's loss (below); the first
+    ``skip_fraction`` of the steps (not compared) shaded in both."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, (loss_ax, diff_ax) = plt.subplots(2, 1, figsize=(8.5, 7), sharex=True, height_ratios=(3, 2))
+    ref = dict(curves.get(reference, ()))
     last = 0
     for name, points in curves.items():
-        if points:
-            ax.plot([s for s, _ in points], [v for _, v in points], label=name, linewidth=1.2)
-            last = max(last, points[-1][0])
-    if last:
-        ax.axvspan(
-            0, skip_fraction * last, color="gray", alpha=0.12, label=f"first {skip_fraction:.0%} not compared"
+        if not points:
+            continue
+        loss_ax.plot([s for s, _ in points], [v for _, v in points], label=name, linewidth=1.4,
+                     linestyle="-" if name == reference else "--")  # fmt: skip
+        last = max(last, points[-1][0])
+        if name != reference and ref:
+            common = [(s, v) for s, v in points if s in ref]
+            diff_ax.plot([s for s, _ in common], [(v - ref[s]) / ref[s] for s, v in common], label=f"{name}")
+    if ref:
+        steps = sorted(ref)
+        band = [tolerance(ref[s]) for s in steps]
+        diff_ax.fill_between(
+            steps, [-b for b in band], band, color="#2ecc71", alpha=0.15, label="tolerance", step="mid"
         )
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
+    for ax in (loss_ax, diff_ax):
+        if last:
+            ax.axvspan(0, skip_fraction * last, color="gray", alpha=0.12)
+        ax.grid(alpha=0.3)
+    loss_ax.set_ylabel("training loss")
+    diff_ax.set_ylabel(f"(loss - {reference}) / {reference}")
+    diff_ax.set_xlabel(f"step (shaded: the first {skip_fraction:.0%}, not compared)")
+    diff_ax.yaxis.set_major_formatter(lambda value, _pos: f"{value:.1%}")
+    loss_ax.legend(fontsize=8)
+    diff_ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

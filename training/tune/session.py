@@ -183,10 +183,12 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
     charts.throughput_vs_memory(rows, place, folder / "throughput_vs_memory.png", gpu_memory_gb)
     if runs:
         curves = {p: r.losses for p, r in runs.items()}
-        title = "Loss from the same weights and data: " + ", ".join(
+        reference = job.options["tune_convergence_reference"]
+        title = f"Loss from the same weights and data, against {reference}: " + ", ".join(
             f"{c['precision']} {'passes' if c['passed'] else 'FAILS'}" for c in comparisons
         )
-        charts.loss_curves(curves, convergence.SKIP_FRACTION, title, folder / "convergence.png")
+        charts.loss_curves(curves, reference, convergence.SKIP_FRACTION, convergence.tolerance, title,
+                           folder / "convergence.png")  # fmt: skip
     base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
     (folder / contract.TUNE_WINNER_FILE).write_text(
         json.dumps(winner_summary(best, job, place), indent=2, default=str) + "\n"

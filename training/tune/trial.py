@@ -26,8 +26,10 @@ class StopWhenStable:
     """An ``emit`` for the trainer's lines (rank 0's): prints each line, keeps the timed step times, and asks the
     run to stop (SIGTERM to this process) the first time they are stable."""
 
-    def __init__(self, stability: Stability, emit: Callable[[str], None] = print) -> None:
-        self.stability, self.emit = stability, emit
+    def __init__(
+        self, stability: Stability, emit: Callable[[str], None] = print, max_steps: int | None = None
+    ) -> None:
+        self.stability, self.emit, self.max_steps = stability, emit, max_steps
         self.times: list[float] = []
         self.asked = False
 
@@ -37,7 +39,8 @@ class StopWhenStable:
         if parsed is None or "step_time" not in parsed[1]:
             return
         self.times.append(parsed[1]["step_time"])
-        if not self.asked and self.stability.stable(self.times):
+        last = self.max_steps is not None and parsed[0] >= self.max_steps  # the run ends there anyway
+        if not self.asked and not last and self.stability.stable(self.times):
             self.asked = True
             window = self.times[-self.stability.window :]
             self.emit(
@@ -50,7 +53,9 @@ class StopWhenStable:
 def main(argv: list[str] | None = None) -> int:
     cfg, _ = config.parse_args(argv)
     env = parallel.init_distributed()
-    watcher = StopWhenStable(from_environment(dict(os.environ)), lambda line: print(line, flush=True))
+    watcher = StopWhenStable(
+        from_environment(dict(os.environ)), lambda line: print(line, flush=True), max_steps=cfg.max_steps
+    )
     loop.run(cfg, env, emit=watcher, final_save=False)
     dist.barrier(group=env.cpu_group)
     dist.destroy_process_group()
