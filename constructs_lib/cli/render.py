@@ -168,7 +168,7 @@ def print_tune_plan(out: Any, planned: dict[str, Any]) -> None:
         f"{planned['instance_count']} x {planned['instance_type']}"
     )
     for heading in ("#", "settings", "predicted tok/s/GPU", "predicted peak GiB", "expected s"):
-        table.add_column(heading, justify="left" if heading == "settings" else "right")
+        table.add_column(heading, justify="left" if heading == "settings" else "right", overflow="fold")
     for number, trial in enumerate(planned["trials"], start=1):
         settings = " ".join(f"{k}={json.dumps(v)}" for k, v in trial["settings"].items())
         probe = " (probe: predicted not to fit)" if trial["probe"] else ""
