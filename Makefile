@@ -13,8 +13,10 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_CLI_NOTICES := false
 CDK := $(BIN)/node node_modules/aws-cdk/bin/cdk
 PYTEST_ARGS ?=
+# Extra CDK CLI arguments, e.g. make deploy CDK_ARGS='-c useKms=true' (any cdk.json key, docs/reference.md).
+CDK_ARGS ?=
 
-.PHONY: setup synth test lint bench deploy destroy clean
+.PHONY: setup synth test lint docs bench deploy destroy clean
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +42,7 @@ node_modules/.stamp: package.json package-lock.json $(VENV)/.stamp
 setup: $(VENV)/.stamp $(VENV)/checkov/.stamp node_modules/.stamp
 
 synth: setup
-	$(CDK) synth --quiet --no-notices --no-version-reporting
+	$(CDK) synth --quiet --no-notices --no-version-reporting $(CDK_ARGS)
 	@ls cdk.out/*.template.json
 
 test: setup
@@ -51,14 +53,18 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy constructs_lib training/request/contract.py
 
+# docs/reference.md from the code's tables (input fields, trainer settings, cdk.json keys); a test fails when stale.
+docs: setup
+	$(BIN)/python -m constructs_lib.reference
+
 bench: setup
 	$(BIN)/python -m training.measure.benchmark
 
 deploy: setup
-	$(CDK) deploy --require-approval broadening
+	$(CDK) deploy --require-approval broadening $(CDK_ARGS)
 
 destroy: setup
-	$(CDK) destroy
+	$(CDK) destroy $(CDK_ARGS)
 
 clean:
 	rm -rf cdk.out .pytest_cache

@@ -2,7 +2,7 @@
 """The deployable app: one ``BlackwellTrainingStack``, checked by cdk-nag's AwsSolutions, NIST 800-53 R5 and
 Serverless rule packs (an unacknowledged finding fails synthesis).
 
-Settings come from ``cdk.json`` context (override with ``cdk deploy -c key=value``); see README.md. A wrong setting
+Settings come from ``cdk.json`` context (override with ``cdk deploy -c key=value``); every key is in docs/reference.md. A wrong setting
 stops synthesis with one line naming the key, and a non-zero exit.
 """
 
@@ -14,7 +14,7 @@ import sys
 import aws_cdk as cdk
 
 from constructs_lib._shared.nag import nag_packs
-from constructs_lib.config import StackSettings
+from constructs_lib.config import StackSettings, check_vpc_lookup
 from constructs_lib.stack import BlackwellTrainingStack
 
 
@@ -24,6 +24,7 @@ def add_stacks(app: cdk.App) -> list[cdk.Stack]:
     settings = StackSettings.from_context(app.node, default_region=default_region)
     account = os.environ.get("CDK_DEFAULT_ACCOUNT")
     region = settings.region or default_region
+    check_vpc_lookup(settings.vpc_id, account, region)
     env = cdk.Environment(account=account, region=region) if (account or region) else None
     return [BlackwellTrainingStack(app, settings.stack_name, env=env, **settings.stack_kwargs())]
 

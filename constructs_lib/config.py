@@ -48,42 +48,265 @@ _COMPUTE_TYPES = {
     "2x_large": codebuild.ComputeType.X2_LARGE,
 }
 
-WORKFLOW_CONTEXT_KEYS = (
-    "maxInstanceCount",
-    "maxCapacityRetries",
-    "capacityRetryWaitMinutes",
-    "workflowTimeoutHours",
-    "defaultInstanceType",
-    "defaultPrecision",
-    "defaultJobNamePrefix",
-    "notifications",
-    "networkIsolation",
-    "workflowTrigger",
-    "eventBusName",
-    "triggerSource",
-    "triggerDetailType",
-    "dataSources",
-    "dashboard",
-    "dashboardJobNamePrefixes",
-    "mlflowTrackingServerArn",
-    "maxKeepAliveSeconds",
-    "remoteDebug",
-)
 
-# THE table of known keys: the unknown-key check and its suggestions are derived from it.
-CONTEXT_KEYS = (
-    "stackName",
-    "region",
-    "removalPolicy",
-    "useKms",
-    "kmsKeyArn",
-    "vpcId",
-    "buildInVpc",
-    "buildComputeType",
-    "buildTimeoutMinutes",
-    "baseImageAccount",
-    *WORKFLOW_CONTEXT_KEYS,
+@dataclass(frozen=True)
+class ContextKey:
+    """One ``cdk.json`` context key: its default (None: not set, see ``shown_default``), what it allows and what it
+    does. ``kind`` bool, int (``low`` to ``high``; ``high`` may be a function, for a limit read from botocore),
+    choice (``choices``) or text (``allowed`` says what; checked by the code of :class:`StackSettings`)."""
+
+    name: str
+    kind: str
+    default: Any
+    description: str
+    low: int = 0
+    high: int | Callable[[], int] = 0
+    choices: tuple[str, ...] = ()
+    allowed: str = ""
+    shown_default: str | None = None
+
+    def high_value(self) -> int:
+        return self.high() if callable(self.high) else self.high
+
+    def allowed_text(self) -> str:
+        """What the key allows, in words (the reference page's column)."""
+        if self.kind == "bool":
+            return "true, false"
+        if self.kind == "int":
+            return f"integer {self.low} to {self.high_value():,}"
+        if self.kind == "choice":
+            return ", ".join(self.choices)
+        return self.allowed
+
+
+def _keep_alive_ceiling() -> int:
+    """SageMaker's largest ``KeepAlivePeriodInSeconds``, from botocore's service model."""
+    return int(RequestRules().sagemaker()["KeepAlivePeriodInSeconds"]["max"])
+
+
+_JOB_NAME_PREFIX_TEXT = "1 to 26 of a-z, A-Z, 0-9 and '-', starting and ending with a letter or digit"
+
+CONTEXT: tuple[ContextKey, ...] = (
+    ContextKey(
+        "stackName",
+        "text",
+        "BlackwellTraining",
+        "CloudFormation stack name (the CLI finds the stack by it).",
+        allowed=f"matches {_STACK_NAME.pattern}",
+    ),
+    ContextKey(
+        "region",
+        "text",
+        None,
+        "Target region (this repository's cdk.json sets us-west-2). Needs P6-B200 capacity for SageMaker training.",
+        allowed="an AWS region name such as us-west-2",
+        shown_default="the CDK CLI's `CDK_DEFAULT_REGION`",
+    ),
+    ContextKey(
+        "removalPolicy",
+        "choice",
+        "retain",
+        "retain keeps bucket, repository, KMS key and log groups (and their data) when the stack is deleted; "
+        "destroy deletes them and empties bucket and repository (test accounts only). See "
+        "[Clean-up](deploy.md#clean-up).",
+        choices=("retain", "destroy"),
+    ),
+    ContextKey(
+        "useKms",
+        "bool",
+        False,
+        "Create a customer managed KMS key (rotation on) for bucket and repository too (the stack always has one "
+        "key, see [What gets created](deploy.md#what-gets-created)). kmsKeyArn implies it.",
+    ),
+    ContextKey(
+        "kmsKeyArn",
+        "text",
+        None,
+        "Use this existing key instead (same region as the stack; with useKms true or unset).",
+        allowed="a KMS key ARN arn:aws:kms:<region>:<account>:key/<uuid>",
+    ),
+    ContextKey(
+        "vpcId",
+        "text",
+        None,
+        "Run training jobs in this VPC's private subnets (looked up at synth time: needs credentials).",
+        allowed="vpc-0123456789abcdef0",
+    ),
+    ContextKey(
+        "buildInVpc",
+        "bool",
+        False,
+        "Run the image build and its deploy-time functions in vpcId's private subnets too (they need a NAT "
+        "gateway or VPC endpoints for ECR, S3, CloudWatch Logs, CodeBuild). Needs vpcId.",
+    ),
+    ContextKey(
+        "buildComputeType",
+        "choice",
+        None,
+        "CodeBuild compute type of the image build (more cores compile Transformer Engine faster).",
+        choices=tuple(_COMPUTE_TYPES),
+        shown_default="`large` (the construct's default)",
+    ),
+    ContextKey(
+        "buildTimeoutMinutes",
+        "int",
+        None,
+        "CodeBuild build timeout (the deployment itself waits at most 60 minutes).",
+        low=5,
+        high=2160,
+        shown_default="120 (the construct's default)",
+    ),
+    ContextKey(
+        "baseImageAccount",
+        "text",
+        None,
+        "The account of the region's AWS Deep Learning Containers registry, needed where CDK does not know it "
+        "(e.g. af-south-1, ca-west-1: synthesis stops with a message naming it).",
+        allowed="12 digits",
+        shown_default="CDK's table of DLC accounts",
+    ),
+    ContextKey(
+        "maxInstanceCount", "int", 4, "The largest instance_count an execution may ask for.", low=1, high=64
+    ),
+    ContextKey(
+        "maxCapacityRetries",
+        "int",
+        3,
+        "How many times a job that failed with CapacityError is relaunched (from the same checkpoints).",
+        low=0,
+        high=20,
+    ),
+    ContextKey(
+        "capacityRetryWaitMinutes",
+        "int",
+        10,
+        "The wait before a capacity relaunch.",
+        low=1,
+        high=1440,
+    ),
+    ContextKey(
+        "workflowTimeoutHours",
+        "int",
+        168,
+        "The state machine's timeout: bounds an execution with all its relaunches, and max_runtime_seconds.",
+        low=1,
+        high=8760,
+    ),
+    ContextKey(
+        "defaultInstanceType",
+        "choice",
+        DEFAULT_INSTANCE_TYPE,
+        "The instance_type of an execution that sets none.",
+        choices=tuple(GPU_INSTANCE_TYPES),
+    ),
+    ContextKey(
+        "defaultPrecision",
+        "choice",
+        HYPERPARAMETERS_BY_NAME["precision"].default,
+        "The precision of an execution that sets none (it must run on defaultInstanceType's GPUs).",
+        choices=PRECISIONS,
+    ),
+    ContextKey(
+        "defaultJobNamePrefix",
+        "text",
+        "blackwell-training",
+        "The job_name_prefix of an execution that sets none, and what the dashboard searches job names by: one "
+        "per deployment in an account and region keeps their dashboards apart.",
+        allowed=_JOB_NAME_PREFIX_TEXT,
+    ),
+    ContextKey(
+        "notifications",
+        "bool",
+        True,
+        "An encrypted SNS topic (stack output NotificationTopicArn) told of every execution that ends.",
+    ),
+    ContextKey(
+        "networkIsolation",
+        "bool",
+        False,
+        "Start the training jobs with EnableNetworkIsolation (no network from the container; SageMaker still "
+        "moves data, checkpoints and output). Not with remoteDebug or mlflowTrackingServerArn.",
+    ),
+    ContextKey(
+        "workflowTrigger",
+        "bool",
+        False,
+        "An EventBridge rule that starts an execution per matching event (the event's detail is the input).",
+    ),
+    ContextKey(
+        "eventBusName",
+        "text",
+        None,
+        "The event bus of the trigger rule (needs workflowTrigger).",
+        allowed=f"matches {_EVENT_BUS_NAME.pattern}",
+        shown_default="the default bus",
+    ),
+    ContextKey(
+        "triggerSource",
+        "text",
+        "blackwell-training",
+        "The event source the trigger rule matches (changed only with workflowTrigger).",
+        allowed="1 to 256 characters",
+    ),
+    ContextKey(
+        "triggerDetailType",
+        "text",
+        "Start training job",
+        "The event detail-type the trigger rule matches (changed only with workflowTrigger).",
+        allowed="1 to 256 characters",
+    ),
+    ContextKey(
+        "dataSources",
+        "text",
+        ["data/"],
+        "Where an execution's train_data_uri may point; the execution role may read exactly these.",
+        allowed="a JSON list of s3://<bucket>/<prefix>/ URIs or key prefixes of the checkpoint bucket, each ending "
+        "in /",
+    ),
+    ContextKey(
+        "dashboard",
+        "bool",
+        True,
+        "A CloudWatch dashboard of the workflow (stack output DashboardUrl).",
+    ),
+    ContextKey(
+        "dashboardJobNamePrefixes",
+        "text",
+        [],
+        "Further job_name_prefix values whose executions' jobs the dashboard shows too (needs dashboard).",
+        allowed=f"a JSON list (or a,b with -c) of at most 9, each {_JOB_NAME_PREFIX_TEXT}",
+    ),
+    ContextKey(
+        "mlflowTrackingServerArn",
+        "text",
+        None,
+        "A SageMaker managed MLflow tracking server (or MLflow app) the jobs log their settings and metrics to "
+        "(not with networkIsolation).",
+        allowed="arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name> (or mlflow-app/<name>)",
+    ),
+    ContextKey(
+        "maxKeepAliveSeconds",
+        "int",
+        DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+        "The largest keep_alive_seconds (warm pool) an execution may ask for; 0 turns warm pools off. The upper "
+        "limit is SageMaker's, read from botocore.",
+        low=0,
+        high=_keep_alive_ceiling,
+    ),
+    ContextKey(
+        "remoteDebug",
+        "bool",
+        False,
+        "Let executions ask for remote_debug: grants the execution role exactly the four ssmmessages channel "
+        "actions (nothing when false). Not with networkIsolation.",
+    ),
 )
+"""THE table of known keys: the unknown-key check, its suggestions, the defaults and the int, bool and choice
+checks are read from it, and so is the reference page (``make docs``)."""
+
+CONTEXT_BY_NAME = {key.name: key for key in CONTEXT}
+CONTEXT_KEYS = tuple(CONTEXT_BY_NAME)
+DEFAULTS: dict[str, Any] = {key.name: key.default for key in CONTEXT}
 
 
 class ConfigError(ValueError):
@@ -107,9 +330,31 @@ def check_known_keys(keys: Iterable[str]) -> None:
         raise ConfigError(f"context {key}: unknown key; {hint}")
 
 
+def check_vpc_lookup(vpc_id: str | None, account: str | None, region: str | None) -> None:
+    """Refuse a ``vpcId`` that cannot be looked up: ``Vpc.from_lookup`` reads the VPC from the account at synth
+    time, so the synth needs both the account (the CDK CLI sets ``CDK_DEFAULT_ACCOUNT`` from AWS credentials) and
+    the region (context ``region`` or ``CDK_DEFAULT_REGION``). Without them CDK itself fails with a
+    ``StackAccountRegionNotSpecified`` traceback that names neither ``vpcId`` nor what is missing."""
+    if vpc_id is None or (account and region):
+        return
+    missing = " and ".join(
+        what
+        for what, given in (
+            ("no account (CDK_DEFAULT_ACCOUNT, which the CDK CLI sets from your AWS credentials)", account),
+            ("no region (context region or CDK_DEFAULT_REGION)", region),
+        )
+        if not given
+    )
+    raise ConfigError(
+        f"context vpcId: looking up {vpc_id} needs AWS credentials and an explicit account and region, and this "
+        f"synth has {missing}; run cdk with credentials for the VPC's account (or set CDK_DEFAULT_ACCOUNT when "
+        "cdk.context.json already holds the lookup), or remove vpcId"
+    )
+
+
 @dataclass(frozen=True)
 class StackSettings:
-    stack_name: str = "BlackwellTraining"
+    stack_name: str = DEFAULTS["stackName"]
     region: str | None = None
     removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
     use_kms: bool = False
@@ -132,13 +377,14 @@ class StackSettings:
             return None if value in (None, "") else value
 
         stack_name = _match(
-            "stackName", get("stackName") or cls.stack_name, _STACK_NAME, f"match {_STACK_NAME.pattern}"
+            "stackName",
+            get("stackName") or DEFAULTS["stackName"],
+            _STACK_NAME,
+            f"match {_STACK_NAME.pattern}",
         )
         region = _match("region", get("region"), _REGION, "be an AWS region name such as us-west-2")
-        removal = _choice(
-            "removalPolicy", get("removalPolicy") or "retain", ("retain", "destroy"), lower=True
-        )
-        use_kms = _bool("useKms", get("useKms"), None)
+        removal = _checked("removalPolicy", get, lower=True)
+        use_kms = _bool("useKms", get("useKms"), None)  # None (unset) and false differ: see _check_key
         kms_key_arn = _match(
             "kmsKeyArn",
             get("kmsKeyArn"),
@@ -148,17 +394,13 @@ class StackSettings:
         if kms_key_arn is not None:
             _check_key(kms_key_arn, use_kms, region or default_region)
         vpc_id = _match("vpcId", get("vpcId"), _VPC_ID, "look like vpc-0123456789abcdef0")
-        build_in_vpc = _bool("buildInVpc", get("buildInVpc"), False)
+        build_in_vpc = _checked("buildInVpc", get)
         if build_in_vpc and vpc_id is None:
             raise ConfigError(
                 "context buildInVpc: needs vpcId (the VPC to build in); set vpcId or remove buildInVpc"
             )
-        compute = get("buildComputeType")
-        if compute is not None:
-            compute = _choice("buildComputeType", str(compute), tuple(_COMPUTE_TYPES), lower=True)
-        build_timeout = get("buildTimeoutMinutes")
-        if build_timeout is not None:
-            build_timeout = _int("buildTimeoutMinutes", build_timeout, 0, 5, 2160)
+        compute = _checked("buildComputeType", get, lower=True)
+        build_timeout = _checked("buildTimeoutMinutes", get)
         base_account = get("baseImageAccount")
         if base_account is not None:
             base_account = _match(
@@ -197,66 +439,63 @@ class StackSettings:
 
 @dataclass(frozen=True)
 class WorkflowSettings:
-    """Settings of the training workflow (``TrainingWorkflow``) from context; see README "Training workflow"."""
+    """Settings of the training workflow (``TrainingWorkflow``) from context; each key's row of :data:`CONTEXT`
+    (and docs/reference.md) says what it does."""
 
-    max_instance_count: int = 4
-    max_capacity_retries: int = 3
-    capacity_retry_wait_minutes: int = 10
-    timeout_hours: int = 168
-    default_instance_type: str = DEFAULT_INSTANCE_TYPE
-    default_precision: str = HYPERPARAMETERS_BY_NAME["precision"].default
-    default_job_name_prefix: str = "blackwell-training"
+    max_instance_count: int = DEFAULTS["maxInstanceCount"]
+    max_capacity_retries: int = DEFAULTS["maxCapacityRetries"]
+    capacity_retry_wait_minutes: int = DEFAULTS["capacityRetryWaitMinutes"]
+    timeout_hours: int = DEFAULTS["workflowTimeoutHours"]
+    default_instance_type: str = DEFAULTS["defaultInstanceType"]
+    default_precision: str = DEFAULTS["defaultPrecision"]
+    default_job_name_prefix: str = DEFAULTS["defaultJobNamePrefix"]
     """The ``job_name_prefix`` of an execution that sets none (``defaultJobNamePrefix``), which the dashboard searches
     by: give each deployment in an account and region its own to keep their dashboards apart."""
-    notifications: bool = True
-    network_isolation: bool = False
-    trigger: bool = False
+    notifications: bool = DEFAULTS["notifications"]
+    network_isolation: bool = DEFAULTS["networkIsolation"]
+    trigger: bool = DEFAULTS["workflowTrigger"]
     event_bus_name: str | None = None
-    trigger_source: str = "blackwell-training"
-    trigger_detail_type: str = "Start training job"
-    data_sources: tuple[str, ...] = ("data/",)
+    trigger_source: str = DEFAULTS["triggerSource"]
+    trigger_detail_type: str = DEFAULTS["triggerDetailType"]
+    data_sources: tuple[str, ...] = tuple(DEFAULTS["dataSources"])
     """Where an execution's ``train_data_uri`` may point (``dataSources``): ``s3://bucket/prefix/`` URIs or key
     prefixes of the checkpoint bucket; the execution role may read exactly these."""
-    dashboard: bool = True
+    dashboard: bool = DEFAULTS["dashboard"]
     """A CloudWatch dashboard of the workflow (``dashboard``; stack output ``DashboardUrl``)."""
     dashboard_job_name_prefixes: tuple[str, ...] = ()
     """Further ``job_name_prefix`` values whose jobs the dashboard shows (``dashboardJobNamePrefixes``, at most 9)."""
     mlflow_tracking_server_arn: str | None = None
     """A SageMaker managed MLflow tracking server the jobs log to (``mlflowTrackingServerArn``). Default: none."""
-    max_keep_alive_seconds: int = DEFAULT_MAX_KEEP_ALIVE_SECONDS
+    max_keep_alive_seconds: int = DEFAULTS["maxKeepAliveSeconds"]
     """The largest ``keep_alive_seconds`` (warm pool) an execution may ask for (``maxKeepAliveSeconds``, 0 to
     SageMaker's maximum from botocore); 0 turns warm pools off."""
-    remote_debug: bool = False
+    remote_debug: bool = DEFAULTS["remoteDebug"]
     """Let executions ask for ``remote_debug`` (``remoteDebug``): grants the execution role the four
     ``ssmmessages`` actions of an SSM session. Refused together with ``networkIsolation``."""
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> WorkflowSettings:
-        instance_type = _choice(
-            "defaultInstanceType",
-            get("defaultInstanceType") or cls.default_instance_type,
-            tuple(GPU_INSTANCE_TYPES),
-        )
-        precision = _choice("defaultPrecision", get("defaultPrecision") or cls.default_precision, PRECISIONS)
+        instance_type = _checked("defaultInstanceType", get)
+        precision = _checked("defaultPrecision", get)
         if not GPU_INSTANCE_TYPES[instance_type].supports(precision):
             raise ConfigError(
                 f"context defaultPrecision: {precision} cannot run on defaultInstanceType {instance_type}; "
                 f"it needs one of {', '.join(instance_types_supporting(precision))}"
             )
         bus = _match("eventBusName", get("eventBusName"), _EVENT_BUS_NAME, f"match {_EVENT_BUS_NAME.pattern}")
-        trigger = _bool("workflowTrigger", get("workflowTrigger"), cls.trigger)
+        trigger = _checked("workflowTrigger", get)
         if bus is not None and not trigger:
             raise ConfigError(
                 "context eventBusName: only used by the trigger rule, which is off; "
                 "set workflowTrigger to true or remove eventBusName"
             )
-        remote_debug = _bool("remoteDebug", get("remoteDebug"), cls.remote_debug)
-        if remote_debug and _bool("networkIsolation", get("networkIsolation"), cls.network_isolation):
+        remote_debug = _checked("remoteDebug", get)
+        if remote_debug and _checked("networkIsolation", get):
             raise ConfigError(
                 "context remoteDebug: needs the network (an SSM session into the container), which "
                 "networkIsolation takes away; set one of them to false"
             )
-        dashboard = _bool("dashboard", get("dashboard"), cls.dashboard)
+        dashboard = _checked("dashboard", get)
         prefixes = _prefixes(get("dashboardJobNamePrefixes"))
         if prefixes and not dashboard:
             raise ConfigError(
@@ -278,32 +517,20 @@ class WorkflowSettings:
                 )
             texts[key] = value
         return cls(
-            max_instance_count=_int(
-                "maxInstanceCount", get("maxInstanceCount"), cls.max_instance_count, 1, 64
-            ),
-            max_capacity_retries=_int(
-                "maxCapacityRetries", get("maxCapacityRetries"), cls.max_capacity_retries, 0, 20
-            ),
-            capacity_retry_wait_minutes=_int(
-                "capacityRetryWaitMinutes",
-                get("capacityRetryWaitMinutes"),
-                cls.capacity_retry_wait_minutes,
-                1,
-                1440,
-            ),
-            timeout_hours=_int(
-                "workflowTimeoutHours", get("workflowTimeoutHours"), cls.timeout_hours, 1, 8760
-            ),
+            max_instance_count=_checked("maxInstanceCount", get),
+            max_capacity_retries=_checked("maxCapacityRetries", get),
+            capacity_retry_wait_minutes=_checked("capacityRetryWaitMinutes", get),
+            timeout_hours=_checked("workflowTimeoutHours", get),
             default_instance_type=instance_type,
             default_precision=precision,
             default_job_name_prefix=_match(
                 "defaultJobNamePrefix",
                 get("defaultJobNamePrefix") or cls.default_job_name_prefix,
                 _JOB_NAME_PREFIX,
-                "be 1 to 26 of a-z, A-Z, 0-9 and '-', starting and ending with a letter or digit",
+                f"be {_JOB_NAME_PREFIX_TEXT}",
             ),
-            notifications=_bool("notifications", get("notifications"), cls.notifications),
-            network_isolation=_bool("networkIsolation", get("networkIsolation"), cls.network_isolation),
+            notifications=_checked("notifications", get),
+            network_isolation=_checked("networkIsolation", get),
             trigger=trigger,
             event_bus_name=bus,
             trigger_source=texts["triggerSource"],
@@ -312,13 +539,7 @@ class WorkflowSettings:
             dashboard=dashboard,
             dashboard_job_name_prefixes=prefixes,
             mlflow_tracking_server_arn=_mlflow(get),
-            max_keep_alive_seconds=_int(
-                "maxKeepAliveSeconds",
-                get("maxKeepAliveSeconds"),
-                cls.max_keep_alive_seconds,
-                0,
-                int(RequestRules().sagemaker()["KeepAlivePeriodInSeconds"]["max"]),
-            ),
+            max_keep_alive_seconds=_checked("maxKeepAliveSeconds", get),
             remote_debug=remote_debug,
         )
 
@@ -332,7 +553,7 @@ def _prefixes(value: Any) -> tuple[str, ...]:
         raise ConfigError(
             f"context dashboardJobNamePrefixes: must be a list of at most 9 prefixes; got {value!r}"
         )
-    expected = "be 1 to 26 of a-z, A-Z, 0-9 and '-', starting and ending with a letter or digit"
+    expected = f"be {_JOB_NAME_PREFIX_TEXT}"
     return tuple(_match("dashboardJobNamePrefixes", item, _JOB_NAME_PREFIX, expected) for item in items)
 
 
@@ -349,6 +570,18 @@ def _mlflow(get: Callable[[str], Any]) -> str | None:
             "set networkIsolation to false or remove mlflowTrackingServerArn"
         )
     return arn
+
+
+def _checked(key: str, get: Callable[[str], Any], *, lower: bool = False) -> Any:
+    """A bool, int or choice key's value (its default when unset), checked by its row of :data:`CONTEXT`."""
+    row, value = CONTEXT_BY_NAME[key], get(key)
+    if row.kind == "bool":
+        return _bool(key, value, row.default)
+    if row.kind == "int":
+        return _int(key, value, row.default, row.low, row.high_value())
+    if value is None:
+        return row.default
+    return _choice(key, str(value) if lower else value, row.choices, lower=lower)
 
 
 def _match(key: str, value: Any, pattern: re.Pattern[str], expected: str) -> Any:

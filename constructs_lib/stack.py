@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
@@ -25,7 +25,7 @@ class BlackwellTrainingStack(Stack):
 
     :param removal_policy: for the bucket and repository, and for the KMS key and log groups: ``RETAIN`` (default)
         or ``DESTROY`` (which also empties bucket and repository on stack deletion: meant for throw-away test
-        accounts). README "Clean-up" lists what each leaves behind.
+        accounts). docs/deploy.md "Clean-up" lists what each leaves behind.
     :param kms_key_arn: a customer managed key for the bucket and repository. Default: a key is created only when
         ``use_kms`` is true; otherwise S3-managed / ECR-managed encryption.
     :param use_kms: create a customer managed key (with rotation) for bucket and repository. Default False.
@@ -64,6 +64,12 @@ class BlackwellTrainingStack(Stack):
         destroy = removal_policy == RemovalPolicy.DESTROY
         if build_in_vpc and not vpc_id:
             raise ValueError("BlackwellTrainingStack: build_in_vpc needs vpc_id (the VPC to build in)")
+        if vpc_id and (Token.is_unresolved(self.account) or Token.is_unresolved(self.region)):
+            raise ValueError(
+                f"BlackwellTrainingStack: vpc_id {vpc_id} is looked up at synth time (ec2.Vpc.from_lookup), which "
+                "needs the stack's account and region: pass env=cdk.Environment(account=..., region=...) and run "
+                "cdk with AWS credentials for that account"
+            )
 
         key: kms.IKey | None = None
         if kms_key_arn:

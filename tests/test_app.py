@@ -253,6 +253,30 @@ def test_a_bad_setting_is_one_line_and_a_non_zero_exit(context, line):
     assert errors == [line], done.stderr[-2000:]
 
 
+def test_a_vpc_lookup_without_credentials_is_one_line_naming_vpcid():
+    """`cdk synth -c vpcId=...` without AWS credentials: the CLI sets no CDK_DEFAULT_ACCOUNT, and CDK's own
+    StackAccountRegionNotSpecified traceback named neither vpcId nor what a lookup needs."""
+    root = CDK_JSON.parent
+    context = {**json.loads(CDK_JSON.read_text())["context"], "vpcId": "vpc-0123456789abcdef0"}
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CDK_DEFAULT_")}
+    done = subprocess.run(
+        [sys.executable, str(root / "app.py")],
+        cwd=root,
+        env={**environment, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": tempfile.mkdtemp()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    errors = [text for text in done.stderr.splitlines() if not text.startswith("b'")]  # jsii's Node banner
+    assert errors == [
+        "error: context vpcId: looking up vpc-0123456789abcdef0 needs AWS credentials and an explicit account and "
+        "region, and this synth has no account (CDK_DEFAULT_ACCOUNT, which the CDK CLI sets from your AWS "
+        "credentials); run cdk with credentials for the VPC's account (or set CDK_DEFAULT_ACCOUNT when "
+        "cdk.context.json already holds the lookup), or remove vpcId"
+    ], done.stderr[-2000:]
+
+
 def test_cdk_nag_check_is_live():
     """A deliberately insecure bucket beside the app's stack must make the check fail."""
 
@@ -280,7 +304,7 @@ def test_the_trigger_may_start_the_encrypted_state_machine(kms_app_nag):
     assert any(s["Action"] == "states:StartExecution" for s in statements)
 
 
-# What the README's clean-up table calls each resource the stack can leave behind (by logical-id prefix).
+# What the clean-up table of docs/deploy.md calls each resource the stack can leave behind (by logical-id prefix).
 CLEAN_UP_NAMES = {
     "CheckpointsAccessLogs": "access-log bucket",
     "CheckpointsBucket": "checkpoint bucket",
@@ -293,12 +317,12 @@ CLEAN_UP_NAMES = {
 }
 
 
-def test_the_readme_clean_up_table_names_everything_the_default_stack_leaves(app_nag):
-    """Every resource that `cdk destroy` leaves with cdk.json's settings has its row in the README."""
+def test_the_clean_up_table_names_everything_the_default_stack_leaves(app_nag):
+    """Every resource that `cdk destroy` leaves with cdk.json's settings has its row in docs/deploy.md."""
     ((_, template),) = app_nag.templates.items()
     retained = [k for k, r in template["Resources"].items() if r.get("DeletionPolicy", "Delete") != "Delete"]
-    readme = (CDK_JSON.parent / "README.md").read_text()
-    section = readme.split("### Clean-up", 1)[1].split("\n## ", 1)[0]
+    page = (CDK_JSON.parent / "docs" / "deploy.md").read_text()
+    section = page.split("\n## Clean-up", 1)[1].split("\n## ", 1)[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("| "))
     unnamed = [k for k in retained if not any(k.startswith(prefix) for prefix in CLEAN_UP_NAMES)]
     assert retained and unnamed == []

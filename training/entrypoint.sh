@@ -9,10 +9,17 @@
 # signals the trainer's worker processes directly: each registers its PID as a file in $TRAINER_PID_DIR. torchrun
 # is deliberately not signalled: its own shutdown kills the workers after 30 s, too soon for a large checkpoint.
 # The workers save at the next step boundary and exit 0; this script then exits with the child's status.
+#
+# Exit status: the child's, except for a refusal before training. The sagemaker-training toolkit exits 1 whenever
+# train.sh fails (its ExecuteUserScriptError), so the trainer's status 2 would be lost; a refusing trainer records
+# its reason in $TRAINER_REFUSAL_FILE, and when the child fails with that file present this script exits 2
+# (docs/exit-status.md).
 set -u
 TRAINER_PID_DIR=${TRAINER_PID_DIR:-/tmp/trainer-pids}
-export TRAINER_PID_DIR
+TRAINER_REFUSAL_FILE=${TRAINER_REFUSAL_FILE:-/tmp/trainer-refusal}
+export TRAINER_PID_DIR TRAINER_REFUSAL_FILE
 mkdir -p "$TRAINER_PID_DIR"
+rm -f "$TRAINER_REFUSAL_FILE"
 
 forward() {
     echo "entrypoint: $1 received, asking the trainer to checkpoint and stop" >&2
@@ -29,5 +36,9 @@ while :; do
     wait "$child"
     status=$?
     # A trapped signal interrupts `wait` (status > 128) while the child still runs: wait again.
-    kill -0 "$child" 2>/dev/null || exit "$status"
+    kill -0 "$child" 2>/dev/null && continue
+    if [ "$status" -ne 0 ] && [ -f "$TRAINER_REFUSAL_FILE" ]; then
+        exit 2
+    fi
+    exit "$status"
 done

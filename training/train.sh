@@ -50,11 +50,6 @@ case $module in
         ;;
 esac
 
-# Fail fast, before torchrun: a bad setting, a precision this machine cannot run, an unwritable output folder,
-# missing or inconsistent data, or a checkpoint of another model shape exits here with its error (status 2). In a
-# SageMaker job the trainer also writes it to $SM_OUTPUT_DIR/failure, the job's FailureReason.
-"$python" -m training.trainer --check-only "$@"
-
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
@@ -73,6 +68,13 @@ hosts = json.loads(sys.argv[1]) or ["localhost"]
 rank = hosts.index(sys.argv[2]) if sys.argv[2] in hosts else 0
 print(len(hosts), rank, hosts[0])' "$hosts" "$current")
 nnodes=${layout%% *}
+
+# Fail fast, before torchrun, for the world size torchrun will start: a bad setting, a precision this machine
+# cannot run, an unwritable output folder, missing, damaged or inconsistent data, too little data for one global
+# batch, or a checkpoint of another model shape exits here with one `error:` line (status 2). In a SageMaker job the
+# trainer also writes it to $SM_OUTPUT_DIR/failure, the job's FailureReason.
+WORLD_SIZE=$((nnodes * nproc)) "$python" -m training.trainer --check-only "$@"
+
 if [ "$nnodes" -eq 1 ]; then
     set -- --standalone --nproc-per-node="$nproc" -m "$module" "$@"
 else
@@ -80,5 +82,8 @@ else
         --master-port="${MASTER_PORT:-29500}" --nproc-per-node="$nproc" -m "$module" "$@"
 fi
 
+# torchrun, through training.trainer.launch: a refusal the workers can only make once they run together (a
+# checkpoint that does not load, on_unusable_checkpoints=fail) exits 2 with their one `error:` line, where torchrun
+# alone would exit 1 after its failure report; a failure during training exits 1 (docs/exit-status.md).
 echo "train.sh: torchrun $*"
-exec "$python" -m torch.distributed.run "$@"
+exec "$python" -m training.trainer.launch "$@"

@@ -278,22 +278,9 @@ class TrainingWorkflow(Construct):
             raise ValueError("TrainingWorkflow: image_uri must be a non-empty image URI")
         if (checkpoint_bucket is None) == (bucket is None):
             raise ValueError("TrainingWorkflow: give exactly one of checkpoint_bucket or bucket")
-        if checkpoint_bucket is not None:
-            if checkpoint_prefix is not None or output_prefix is not None or tuning_prefix is not None:
-                raise ValueError(
-                    "TrainingWorkflow: checkpoint_prefix, output_prefix and tuning_prefix go with bucket; a "
-                    "checkpoint_bucket brings its own prefixes"
-                )
-            self.bucket: s3.IBucket = checkpoint_bucket.bucket
-            checkpoint_prefix = checkpoint_bucket.checkpoint_prefix
-            output_prefix = checkpoint_bucket.output_prefix
-            tuning_prefix = checkpoint_bucket.tuning_prefix
-        else:
-            assert bucket is not None
-            self.bucket = bucket
-            checkpoint_prefix = key_prefix("checkpoint_prefix", checkpoint_prefix or CHECKPOINT_PREFIX)
-            output_prefix = key_prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
-            tuning_prefix = key_prefix("tuning_prefix", tuning_prefix or TUNING_PREFIX)
+        checkpoint_prefix, output_prefix, tuning_prefix = self._bucket_prefixes(
+            checkpoint_bucket, bucket, (checkpoint_prefix, output_prefix, tuning_prefix)
+        )
         self.measurements_prefix = measurements_root(tuning_prefix)
         """Where the workflow stores the tuning runs' measurement records (``<tuning_prefix>measurements/``)."""
         if train_data_prefix is not None:
@@ -375,6 +362,33 @@ class TrainingWorkflow(Construct):
 
         for key_name, value in tags.items():
             Tags.of(self).add(key_name, value)
+
+    def _bucket_prefixes(
+        self,
+        checkpoint_bucket: CheckpointBucket | None,
+        bucket: s3.IBucket | None,
+        given: tuple[str | None, str | None, str | None],
+    ) -> tuple[str, str, str]:
+        """The bucket (``self.bucket``) and its checkpoint, output and tuning prefixes: a ``CheckpointBucket``'s
+        own, or those given with ``bucket`` (defaults ``checkpoints/``, ``output/``, ``tuning/``)."""
+        if checkpoint_bucket is not None:
+            if any(prefix is not None for prefix in given):
+                raise ValueError(
+                    "TrainingWorkflow: checkpoint_prefix, output_prefix and tuning_prefix go with bucket; a "
+                    "checkpoint_bucket brings its own prefixes"
+                )
+            self.bucket: s3.IBucket = checkpoint_bucket.bucket
+            cb = checkpoint_bucket
+            return cb.checkpoint_prefix, cb.output_prefix, cb.tuning_prefix
+        assert bucket is not None
+        self.bucket = bucket
+        names = ("checkpoint_prefix", "output_prefix", "tuning_prefix")
+        defaults = (CHECKPOINT_PREFIX, OUTPUT_PREFIX, TUNING_PREFIX)
+        checkpoint, output, tuning = (
+            key_prefix(name, prefix or default)
+            for name, prefix, default in zip(names, given, defaults, strict=True)
+        )
+        return checkpoint, output, tuning
 
     def _grant(
         self,

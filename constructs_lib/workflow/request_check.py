@@ -13,7 +13,7 @@ Why a Lambda function and not JSONata states: the checks that matter are the tra
 rules, so a new trainer setting is checked with no edit here. A JSONata copy of them would be a second
 implementation to keep in step, could not list S3 to decide ``resume_from`` on its own, and is not evaluated by
 moto 5.2.5 (the tests would need a second evaluator). The Lambda asset holds only this module, the rules
-(``request_rules``) and the per-field checks (``request_fields``) it runs, ``training/request/contract.py`` and
+(``request_rules``), the input fields' table (``input_fields``) and the per-field checks (``request_fields``) it runs, ``training/request/contract.py`` and
 ``training/request/plan.py`` (standard library only; ``boto3`` from the Lambda runtime is imported only to list S3).
 
 SageMaker's request constraints (name length and pattern, hyperparameter count and sizes, S3 URI length and

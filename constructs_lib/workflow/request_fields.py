@@ -1,4 +1,4 @@
-"""The request check's per-field rules: each input field's check and its one-line "allowed" text, the tags and
+"""The request check's per-field rules: each input field's check (the table of ``input_fields``), the tags and
 environment maps, the cross-field rules (capacity mode, spot, warm pools, remote debugging, keys), the trainer's
 settings inside ``hyperparameters`` (the contract's own parsers) and the rendered ``HyperParameters`` map's sizes.
 :func:`constructs_lib.workflow.request_check.prepare_request` runs them in order.
@@ -10,36 +10,33 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from constructs_lib.workflow.input_fields import (
+    ENVIRONMENT_PREFIXES,
+    FIELDS_BY_NAME,
+    PLATFORM_ENVIRONMENT,
+    TAG_CHARACTERS,
+)
 from constructs_lib.workflow.request_rules import (
     DATA_HYPERPARAMETER,
-    DATA_INPUT_MODES,
-    ENVIRONMENT_PREFIXES,
-    EXECUTION_NAME,
     INSTANCE_STORAGE_TYPES,
-    MAX_RUNTIME_SECONDS_LIMIT,
     MLFLOW_ENVIRONMENT,
-    PLATFORM_ENVIRONMENT,
     PLATFORM_HYPERPARAMETERS,
     TOP_LEVEL_HYPERPARAMETERS,
-    UUID_LENGTH,
     RequestRules,
 )
 from training.request.contract import (
     HYPERPARAMETERS_BY_NAME,
-    PRECISIONS,
     ContractError,
     instance_types_supporting,
     normalize_name,
     parse_hyperparameters,
     to_sagemaker_hyperparameters,
 )
-from training.request.tuning import TUNE_KEYS
 
 
 def show(value: Any) -> str:
@@ -52,188 +49,14 @@ def suggest(name: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_field(name: str, value: Any, rules: RequestRules) -> str | None:
-    """The problem of one field's value, or None."""
-    allowed = _field_allowed(name, rules)
+    """The problem of one field's value, or None (the field's row of ``input_fields.FIELDS``)."""
+    spec = FIELDS_BY_NAME[name]
     if value is None:
-        return None if name in _OPTIONAL else f"{name}: must be {allowed}; got null"
-    ok = _FIELD_CHECKS[name](value, rules)
-    return None if ok else f"{name}: must be {allowed}; got {show(value)}"
-
-
-_OPTIONAL = frozenset(  # null allowed
-    {"num_layers", "training_plan_arn", "max_wait_seconds", "train_data_uri", "resume_from", "tune"}
-)
-
-
-def _int_between(
-    low: Callable[[RequestRules], int], high: Callable[[RequestRules], int]
-) -> Callable[..., bool]:
-    return lambda v, r: is_int(v) and low(r) <= v <= high(r)
-
-
-def _contract_int(name: str) -> Callable[..., bool]:
-    spec = HYPERPARAMETERS_BY_NAME[name]
-    return lambda v, r: is_int(v) and spec.minimum <= v <= spec.maximum  # type: ignore[operator]
-
-
-def _job_name_prefix_ok(value: Any, rules: RequestRules) -> bool:
-    limits = rules.sagemaker()["TrainingJobName"]
-    if not isinstance(value, str) or not value or len(value) + 1 + UUID_LENGTH > limits["max"]:
-        return False
-    example = f"{value}-{'0' * 8}-{'0' * 4}-{'0' * 4}-{'0' * 4}-{'0' * 12}"
-    return re.fullmatch(limits["pattern"], example) is not None
-
-
-def _plan_arn_ok(value: Any, rules: RequestRules) -> bool:
-    limits = rules.sagemaker()["TrainingPlanArn"]
-    if not isinstance(value, str) or not limits.get("min", 0) <= len(value) <= limits["max"]:
-        return False
-    if re.fullmatch(limits["pattern"], value) is None:
-        return False
-    return rules.region is None or value.split(":")[3] == rules.region
-
-
-def _data_uri_ok(value: Any, rules: RequestRules) -> bool:
-    limits = rules.sagemaker()["S3Uri"]
-    if not isinstance(value, str) or len(value) > limits["max"] or not re.fullmatch(limits["pattern"], value):
-        return False
-    if not value.startswith("s3://") or not value.endswith("/") or "//" in value[5:] or "/../" in value:
-        return False
-    return any(_under(value, source) for source in rules.data_source_uris())
-
-
-def _under(uri: str, source: str) -> bool:
-    if source.startswith("s3://*/"):
-        key = uri[5:].partition("/")[2]
-        return key.startswith(source[len("s3://*/") :])
-    return uri.startswith(source)
-
-
-def _execution_name_ok(value: Any, rules: RequestRules) -> bool:
-    limits = rules.sagemaker()["ExecutionName"]
+        return None if spec.nullable else f"{name}: must be {spec.allowed_text(rules)}; got null"
     return (
-        isinstance(value, str)
-        and 1 <= len(value) <= limits["max"]
-        and EXECUTION_NAME.match(value) is not None
+        None if spec.check(value, rules) else f"{name}: must be {spec.allowed_text(rules)}; got {show(value)}"
     )
-
-
-def _string_map(value: Any) -> bool:
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
-
-
-def _hyperparameters_shape_ok(value: Any, rules: RequestRules) -> bool:
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str)
-        and (isinstance(v, str | bool) or (isinstance(v, int | float) and math.isfinite(v)))
-        for k, v in value.items()
-    )
-
-
-_FIELD_CHECKS: Mapping[str, Callable[[Any, RequestRules], bool]] = {
-    "precision": lambda v, r: v in PRECISIONS,
-    "num_layers": _contract_int("num_layers"),
-    "batch_size": _contract_int("batch_size"),
-    "seq_length": _contract_int("seq_length"),
-    "activation_checkpointing": lambda v, r: isinstance(v, bool),
-    "instance_type": lambda v, r: isinstance(v, str) and v in r.allowed_instance_types,
-    "instance_count": _int_between(lambda r: 1, lambda r: r.max_instance_count),
-    "training_plan_arn": _plan_arn_ok,
-    "use_spot": lambda v, r: isinstance(v, bool),
-    "max_runtime_seconds": _int_between(lambda r: 1, lambda r: r.max_runtime_seconds),
-    "max_wait_seconds": _int_between(lambda r: 1, lambda r: MAX_RUNTIME_SECONDS_LIMIT),
-    "hyperparameters": _hyperparameters_shape_ok,
-    "job_name_prefix": _job_name_prefix_ok,
-    "train_data_uri": _data_uri_ok,
-    "train_data_input_mode": lambda v, r: v in DATA_INPUT_MODES and v in r.sagemaker()["TrainingInputMode"],
-    "resume_from": _execution_name_ok,
-    "keep_alive_seconds": _int_between(lambda r: 0, lambda r: r.max_keep_alive_seconds),
-    "infra_check": lambda v, r: isinstance(v, bool),
-    "tags": lambda v, r: _string_map(v),
-    "remote_debug": lambda v, r: v is False or (v is True and r.remote_debug and not r.network_isolation),
-    "environment": lambda v, r: _string_map(v),
-    "ignore_memory_estimate": lambda v, r: isinstance(v, bool),
-    "tune": lambda v, r: isinstance(v, Mapping),  # its fields: training.request.tuning.parse_tune
-}
-
-
-def _field_allowed(name: str, rules: RequestRules) -> str:
-    """What ``name`` allows, in words (every problem line says it)."""
-    if name in ("num_layers", "batch_size", "seq_length"):
-        text = HYPERPARAMETERS_BY_NAME[name].allowed()
-    elif name == "precision":
-        text = "one of " + ", ".join(PRECISIONS)
-    elif name == "instance_type":
-        text = "one of " + ", ".join(rules.allowed_instance_types)
-    elif name == "instance_count":
-        text = f"an integer in [1, {rules.max_instance_count}]"
-    elif name == "max_runtime_seconds":
-        text = f"an integer in [1, {rules.max_runtime_seconds}]"
-    elif name == "max_wait_seconds":
-        text = f"an integer in [1, {MAX_RUNTIME_SECONDS_LIMIT}]"
-    elif name in ("activation_checkpointing", "use_spot", "infra_check", "ignore_memory_estimate"):
-        text = "true or false"
-    elif name == "keep_alive_seconds":
-        most = rules.max_keep_alive_seconds
-        text = (
-            f"an integer in [0, {most}] (seconds the instances stay in a warm pool after the job)"
-            if most
-            else "0 (this workflow is deployed without warm pools: maxKeepAliveSeconds is 0)"
-        )
-    elif name == "remote_debug":
-        text = "true or false"
-        if rules.network_isolation:
-            text = "false (the jobs run with network isolation, and remote debugging needs the network)"
-        elif not rules.remote_debug:
-            text = "false (this workflow is deployed without remote debugging: set remoteDebug in cdk.json)"
-    elif name in ("tags", "environment"):
-        text = f"a JSON object of string values ({_map_allowed(name, rules)})"
-    elif name == "hyperparameters":
-        text = "a JSON object of trainer settings (string, number or boolean values)"
-    elif name == "job_name_prefix":
-        most = rules.sagemaker()["TrainingJobName"]["max"] - 1 - UUID_LENGTH
-        text = f"1 to {most} characters of a-z, A-Z, 0-9 and hyphen, starting with a letter or digit"
-    elif name == "training_plan_arn":
-        region = rules.region or "<region>"
-        text = f"a training plan ARN arn:aws:sagemaker:{region}:<12 digits>:training-plan/<name>"
-    elif name == "train_data_uri":
-        text = "an s3:// prefix ending in '/' under one of " + ", ".join(rules.data_source_uris())
-    elif name == "train_data_input_mode":
-        text = "one of " + ", ".join(DATA_INPUT_MODES)
-    elif name == "tune":
-        text = (
-            "an object of tuning settings (" + ", ".join(TUNE_KEYS) + ", all optional; {} tunes the defaults)"
-        )
-    else:  # resume_from
-        most = rules.sagemaker()["ExecutionName"]["max"]
-        text = f"the name of an earlier execution of this workflow (1 to {most} characters of a-z, A-Z, 0-9, _ and -)"
-    return f"{text}, or null" if name in _OPTIONAL else text
-
-
-def _map_allowed(name: str, rules: RequestRules) -> str:
-    limits = rules.sagemaker()
-    if name == "tags":
-        most = limits["Tags"]["max"] - len(rules.fixed_tags())
-        return (
-            f"at most {most} tags; keys of {limits['TagKey'].get('min', 1)} to {limits['TagKey']['max']} and values "
-            f"of up to {limits['TagValue']['max']} {TAG_CHARACTERS}; keys not starting with aws: "
-            f"nor one of the workflow's own: {', '.join(rules.fixed_tags())}"
-        )
-    return (
-        f"at most {limits['Environment']['max']} variables whose names start with {', '.join(ENVIRONMENT_PREFIXES)} "
-        f"(letters, digits and _, at most {limits['EnvironmentKey']['max']} characters), values of up to "
-        f"{limits['EnvironmentValue']['max']} characters; not {', '.join(PLATFORM_ENVIRONMENT)}"
-    )
-
-
-TAG_CHARACTERS = "letters, digits, spaces and _.:/=+-@"
 
 
 def _tag_text_ok(text: str, pattern: str, low: int, high: int) -> bool:

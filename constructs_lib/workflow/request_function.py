@@ -3,9 +3,9 @@
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
-``request_fields.py`` and ``request_tune.py``, ``training/request/contract.py``, ``training/request/plan.py`` (the
-memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard library only) and an empty
-``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
+``request_fields.py``, ``input_fields.py`` and ``request_tune.py``, ``training/request/contract.py``,
+``training/request/plan.py`` (the memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard
+library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
 own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
 decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an object), and list and
 read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
@@ -40,10 +40,11 @@ from constructs_lib._shared.nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow import request_check, request_fields, request_rules, request_tune
+from constructs_lib.workflow import input_fields, request_check, request_fields, request_rules, request_tune
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
 ASSET_FILES = {
+    "constructs_lib/workflow/input_fields.py": Path(input_fields.__file__),
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
     "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
     "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),

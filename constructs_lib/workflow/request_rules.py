@@ -1,6 +1,7 @@
-"""What one deployed workflow allows (``RequestRules``) and the constants of the request check: the input fields and
-their defaults, the names the platform owns, and SageMaker's ``CreateTrainingJob`` constraints read from botocore's
-service model (:func:`sagemaker_limits`, at synth time; the rules carry them to the Lambda function).
+"""What one deployed workflow allows (``RequestRules``) and the constants of the request check: the names the
+platform owns, and SageMaker's ``CreateTrainingJob`` constraints read from botocore's service model
+(:func:`sagemaker_limits`, at synth time; the rules carry them to the Lambda function). The input fields and their
+defaults are ``input_fields``' table.
 
 Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``).
 """
@@ -16,11 +17,11 @@ from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from constructs_lib.workflow.input_fields import DEFAULT_INPUT, INPUT_FIELDS, MAX_RUNTIME_SECONDS_LIMIT
 from training.request.contract import (
     CHECKPOINT_LOCAL_PATH,
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
-    HYPERPARAMETERS_BY_NAME,
     MLFLOW_EXPERIMENT_ENV,
     MLFLOW_RUN_NAME_ENV,
     MLFLOW_TRACKING_URI_ENV,
@@ -35,15 +36,8 @@ from training.request.contract import (
 
 INVALID_INPUT_ERROR = "InvalidInput"
 MEASUREMENTS_FOLDER = "measurements"
-MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
-"""SageMaker's ceiling for ``MaxRuntimeInSeconds`` and ``MaxWaitTimeInSeconds`` (28 days)."""
-UUID_LENGTH = 36
-"""Job names are ``<job_name_prefix>-<UUID>``."""
 CHECKPOINT_MARKER = "COMPLETE"
 """The file the trainer writes last into a finished checkpoint (``training/trainer/checkpoint.py``)."""
-DATA_INPUT_MODES = ("FastFile", "File")
-"""Input modes of the train channel (``Pipe`` is not something the trainer reads)."""
-EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 PLATFORM_HYPERPARAMETERS: Mapping[str, str] = MappingProxyType(
     {"checkpoint_dir": CHECKPOINT_LOCAL_PATH, "model_dir": MODEL_DIR}
@@ -53,35 +47,6 @@ TOP_LEVEL_HYPERPARAMETERS = TOP_LEVEL_SETTINGS
 """Trainer settings that are top-level input fields (so they are refused inside ``hyperparameters``)."""
 DATA_HYPERPARAMETER = "dataset"
 
-DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType(
-    {
-        "precision": HYPERPARAMETERS_BY_NAME["precision"].default,
-        "num_layers": None,
-        "batch_size": HYPERPARAMETERS_BY_NAME["batch_size"].default,
-        "seq_length": HYPERPARAMETERS_BY_NAME["seq_length"].default,
-        "activation_checkpointing": HYPERPARAMETERS_BY_NAME["activation_checkpointing"].default,
-        "instance_type": DEFAULT_INSTANCE_TYPE,
-        "instance_count": 1,
-        "training_plan_arn": None,
-        "use_spot": False,
-        "max_runtime_seconds": 24 * 3600,
-        "max_wait_seconds": None,
-        "hyperparameters": {},
-        "job_name_prefix": "blackwell-training",
-        "train_data_uri": None,
-        "train_data_input_mode": "FastFile",
-        "resume_from": None,
-        "keep_alive_seconds": 0,
-        "infra_check": False,
-        "tags": {},
-        "remote_debug": False,
-        "environment": {},
-        "ignore_memory_estimate": False,
-        "tune": None,
-    }
-)
-"""Every execution-input field and its value when neither the input nor the workflow's defaults give one."""
-INPUT_FIELDS: tuple[str, ...] = tuple(DEFAULT_INPUT)
 DEFAULT_MAX_KEEP_ALIVE_SECONDS = 3600
 """The deployment's default ceiling of ``keep_alive_seconds`` (SageMaker's own, from botocore, is 21,600)."""
 DECIDE_STATE = "Decide request"
@@ -89,17 +54,8 @@ DECIDE_STATE = "Decide request"
 WORKFLOW_TAG = "training-workflow"
 EXECUTION_TAG = "training-workflow-execution"
 """The tags every job gets first: the workflow's construct path and the execution's name."""
-ENVIRONMENT_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVTE_", "FI_")
-"""Names an execution's ``environment`` may set: NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs."""
 MLFLOW_ENVIRONMENT = (MLFLOW_TRACKING_URI_ENV, MLFLOW_EXPERIMENT_ENV, MLFLOW_RUN_NAME_ENV)
 """The variables ``request_check.job_fields`` adds to a job's environment when the workflow logs to MLflow."""
-PLATFORM_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
-    {
-        "NVTE_FRAMEWORK": "set by the training image (training/Dockerfile)",
-        "CUDA_VISIBLE_DEVICES": "train.sh starts one process per visible GPU; hiding GPUs breaks that count",
-    }
-)
-"""Names under the allowed prefixes that the platform sets itself (refused, with the reason)."""
 INSTANCE_STORAGE_TYPES = frozenset(
     {
         "ml.p4d.24xlarge",

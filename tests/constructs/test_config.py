@@ -151,6 +151,29 @@ def test_stack_builds_in_the_vpc_and_isolates_the_jobs_when_asked():
         BlackwellTrainingStack(cdk.App(), "T", build_in_vpc=True)
 
 
+def test_a_vpc_lookup_without_an_account_or_region_is_refused_naming_what_is_missing():
+    from constructs_lib.stack import BlackwellTrainingStack
+
+    with pytest.raises(ValueError) as refused:  # CDK itself: StackAccountRegionNotSpecified, deep in jsii
+        BlackwellTrainingStack(
+            cdk.App(), "T", vpc_id="vpc-0123456789abcdef0", env=cdk.Environment(region="us-west-2")
+        )
+    assert str(refused.value).startswith(
+        "BlackwellTrainingStack: vpc_id vpc-0123456789abcdef0 is looked up at synth time (ec2.Vpc.from_lookup), "
+        "which needs the stack's account and region: pass env=cdk.Environment(account=..., region=...)"
+    )
+    from constructs_lib.config import check_vpc_lookup
+
+    with pytest.raises(
+        ConfigError,
+        match=r"^context vpcId: looking up vpc-1 needs AWS credentials and an explicit "
+        r"account and region, and this synth has no region \(context region or CDK_DEFAULT_REGION\);",
+    ):
+        check_vpc_lookup("vpc-1", "123456789012", None)
+    check_vpc_lookup("vpc-1", "123456789012", "us-west-2")
+    check_vpc_lookup(None, None, None)
+
+
 def test_data_sources():
     assert _settings().workflow.data_sources == ("data/",)
     sources = ["data/", "s3://corpora/tokens/"]

@@ -122,8 +122,15 @@ def toolkit_job(tmp_path: Path, hyperparameters: dict[str, str]) -> tuple[list[s
         SAGEMAKER_SUBMIT_DIRECTORY=str(base / "code"),
         SM_STUDIO_LOCAL_MODE="true",  # skips the toolkit's DNS wait for algo-1
         NPROC_PER_NODE="2",
+        TRAINER_PID_DIR=str(tmp_path / "pids"),  # entrypoint.sh's files, per test (not /tmp's defaults)
+        TRAINER_REFUSAL_FILE=str(tmp_path / "refused"),
     )
     return [str(VENV_BIN / "train")], child_env
+
+
+def container_command(command: list[str]) -> list[str]:
+    """``command`` under the container's PID-1 entry point (training/entrypoint.sh), as the image runs it."""
+    return [str(ROOT / "training" / "entrypoint.sh"), *command]
 
 
 REFERENCE_STEPS = 12

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from training.request import contract
-from training.trainer import checkpoint, config, sagemaker_job
+from training.trainer import checkpoint, config, refusal, sagemaker_job
 from training.trainer.__main__ import main
 from training.trainer.checkpoint import MARKER, checksum_problem, size_problem
 
@@ -163,15 +163,15 @@ def test_outside_sagemaker_a_refusal_is_only_its_line(monkeypatch, tmp_path, cap
     monkeypatch.delenv("SM_MODEL_DIR", raising=False)
     monkeypatch.setattr(sagemaker_job, "RESOURCE_CONFIG", tmp_path / "absent.json")
     assert sagemaker_job.failure_file() is None
-    assert sagemaker_job.refuse("batch_size: no") == 2
+    assert refusal.refuse("batch_size: no") == 2
     assert capsys.readouterr().err == "error: batch_size: no\n"
     assert list(tmp_path.iterdir()) == []
 
 
 def test_in_a_job_the_first_refusal_is_the_failure_reason_and_is_never_overwritten(in_job, capsys):
     assert sagemaker_job.failure_file() == in_job
-    sagemaker_job.refuse("first reason")
-    sagemaker_job.refuse("second reason", report=False)
+    refusal.refuse("first reason")
+    refusal.refuse("second reason", report=False)
     assert in_job.read_text() == "first reason\n"
     assert capsys.readouterr().err == "error: first reason\n"
 
@@ -200,7 +200,7 @@ def test_main_writes_a_failed_check_to_the_failure_file(in_job, tmp_path, capsys
 def test_an_unknown_option_is_written_to_the_failure_file(in_job):
     with pytest.raises(SystemExit):
         config.parse_args(["--num_layerz", "2"])
-    assert in_job.read_text() == "invalid command line: unrecognized arguments: --num_layerz 2\n"
+    assert in_job.read_text() == "invalid command line: unrecognized arguments: --num_layerz 2 (see --help)\n"
 
 
 @pytest.fixture

@@ -60,8 +60,14 @@ def test_sigterm_to_the_entrypoint_checkpoints_and_stops_the_job(tmp_path):
     assert os.listdir(tmp_path / "pids") == []  # workers removed their PID files on exit
 
 
-def test_entrypoint_passes_the_child_exit_status_through(tmp_path):
+def test_entrypoint_passes_the_child_exit_status_through_except_for_a_refusal(tmp_path):
     script = ROOT / "training" / "entrypoint.sh"
-    env = {**os.environ, "TRAINER_PID_DIR": str(tmp_path / "pids")}
+    refused = tmp_path / "refused"
+    env = {**os.environ, "TRAINER_PID_DIR": str(tmp_path / "pids"), "TRAINER_REFUSAL_FILE": str(refused)}
     assert subprocess.run([str(script), "sh", "-c", "exit 7"], env=env).returncode == 7
     assert subprocess.run([str(script), "true"], env=env).returncode == 0
+    # the toolkit exits 1 for any failed train.sh; a refusal the trainer recorded makes the container's status 2
+    refuse = 'echo reason > "$TRAINER_REFUSAL_FILE"; exit 1'
+    assert subprocess.run([str(script), "sh", "-c", refuse], env=env).returncode == 2
+    refused.write_text("an earlier container's\n")  # removed at start: only this run's refusal counts
+    assert subprocess.run([str(script), "sh", "-c", "exit 1"], env=env).returncode == 1

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch.distributed as dist
 
 from training.request import contract
-from training.trainer import config, preflight, prepare, sagemaker_job
+from training.trainer import config, data, preflight, prepare, sagemaker_job
 from training.trainer.__main__ import main
 
 from .runner import TINY, cli_args
@@ -33,14 +34,20 @@ def field_of(cfg, world_size: int = 2) -> str:
     return f"{info.value.field}: {info.value}"
 
 
-def test_output_folders_must_be_writable(tmp_path):
+def test_output_folders_must_be_writable_and_the_check_creates_nothing(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     message = field_of(cfg_for(tmp_path, model_dir=str(tmp_path / "file" / "model")))
-    assert message.startswith("model_dir: ") and "is not a writable folder" in message
+    assert (
+        message
+        == f"model_dir: model_dir: {tmp_path}/file/model is not a writable folder: {tmp_path}/file is not a folder"
+    )
     message = field_of(cfg_for(tmp_path, checkpoint_dir=str(tmp_path / "file")))
-    assert message.startswith("checkpoint_dir: ")
-    preflight.check(cfg_for(tmp_path), 2)  # creates both, leaves nothing in them
-    assert list((tmp_path / "ckpt").iterdir()) == [] and list((tmp_path / "model").iterdir()) == []
+    assert message.endswith(f"{tmp_path}/file is not a writable folder: it is not a folder")
+    assert preflight.check(cfg_for(tmp_path, model_dir=str(tmp_path / "deep" / "er" / "model")), 2) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no folder made, no probe left behind
+    (tmp_path / "ckpt").mkdir()
+    preflight.check(cfg_for(tmp_path), 2)
+    assert list((tmp_path / "ckpt").iterdir()) == []
 
 
 def test_prepared_data_passes_and_its_metadata_is_checked_against_the_settings(tmp_path):
@@ -80,8 +87,34 @@ def test_without_metadata_every_token_id_is_scanned_once(tmp_path, monkeypatch):
     tokens[-1] = 300
     tokens.tofile(tmp_path / "tokens.bin")
     message = field_of(cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path)))
-    assert message.startswith("vocab_size: ") and "holds id 300, got 256" in message
-    preflight.check(cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path), vocab_size="301"), 2)
+    assert message.startswith("vocab_size: ") and "tokens.bin holds id 300 (token 4999), got 256" in message
+    (note,) = preflight.check(
+        cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path), vocab_size="301"), 2
+    )
+    assert note == (
+        f"data ok: 1 files of 5000 tokens in {tmp_path}; every token id read: the largest, 300, is below "
+        "vocab_size 301"
+    )
+
+
+def test_large_data_is_sampled_and_the_note_says_how_much(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "ID_CHECK_TOKENS", 1000)  # the data holds 10,000 + 5,000 tokens
+    monkeypatch.setattr(preflight, "ID_CHECK_BLOCK", 100)
+    big, small = np.full(10_000, 7, dtype=np.uint16), np.full(5_000, 9, dtype=np.uint16)
+    big[5_500] = 300  # between two sampled blocks (4,950-5,049 and 6,600-6,699)
+    big.tofile(tmp_path / "a.bin")
+    small.tofile(tmp_path / "b.bin")
+    cfg = cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path))
+    (note,) = preflight.check(cfg, 2)
+    # shares in proportion to size: 666 tokens of a.bin (7 blocks), 333 of b.bin (4 blocks)
+    assert note.endswith(
+        "token ids sampled: 1100 of 15000 read (7.3%, in blocks of 100 spread over each file), the largest, 9, is "
+        "below vocab_size 256; training checks the ids of every batch it reads"
+    )
+    assert preflight._ranges(10_000, 666)[::6] == [(0, 100), (9_900, 10_000)]  # the first token to the last
+    big[-1] = 400  # in the last block
+    big.tofile(tmp_path / "a.bin")
+    assert "a.bin holds id 400 (token 9999), got 256" in field_of(cfg)
 
 
 def test_a_metadata_max_id_beyond_the_vocabulary_is_refused(tmp_path):
@@ -141,3 +174,77 @@ def test_a_checkpoint_of_other_position_settings_is_refused_and_one_without_them
         "holds a model trained with position_encoding=none, but this run has position_encoding=rope"
         in message
     )
+
+
+def channel(tmp_path, **extra) -> config.TrainConfig:
+    return cfg_for(tmp_path, dataset="channel", data_dir=str(tmp_path / "data"), **extra)
+
+
+def data_file(tmp_path, name: str) -> Path:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    return tmp_path / "data" / name
+
+
+def test_a_bin_file_that_is_not_a_whole_number_of_tokens_is_refused_naming_it(tmp_path):
+    path = data_file(tmp_path, "train.bin")
+    path.write_bytes(np.arange(5000, dtype=np.uint16).tobytes() + b"x")  # 10,001 bytes
+    assert field_of(channel(tmp_path)) == (
+        f"dataset: dataset: {path} has 10001 bytes, not a whole number of uint16 tokens (2 bytes each): the file is "
+        "cut short, or was written in another dtype than token_dtype=uint16"
+    )
+    assert "not a whole number of uint32 tokens (4 bytes each)" in field_of(
+        channel(tmp_path, token_dtype="uint32")
+    )
+
+
+@pytest.mark.parametrize(
+    ("array", "expected"),
+    [
+        (np.zeros(6000, dtype=np.float32), "holds float32 values; token files hold unsigned integers"),
+        (np.zeros(6000, dtype=np.int64), "holds int64 values; token files hold unsigned integers"),
+        (
+            np.zeros((60, 100), dtype=np.uint16),
+            "holds a 2-D array of shape (60, 100) (6000 tokens); a token file holds one stream of token ids (1-D)",
+        ),
+    ],
+)
+def test_an_npy_file_must_hold_one_dimension_of_unsigned_integers(tmp_path, array, expected):
+    path = data_file(tmp_path, "tokens.npy")
+    np.save(path, array)
+    message = field_of(channel(tmp_path))
+    assert message.startswith(f"dataset: dataset: {path} {expected}"), message
+
+
+def test_a_damaged_npy_file_is_refused_naming_it(tmp_path):
+    path = data_file(tmp_path, "tokens.npy")
+    path.write_bytes(b"not numpy at all")
+    assert field_of(channel(tmp_path)).endswith(
+        f"cannot read {path} as token ids: it is not a .npy file (no NumPy header)"
+    )
+    np.save(path, np.arange(1000, dtype=np.uint16))
+    path.write_bytes(path.read_bytes()[:-10])  # cut short
+    assert field_of(channel(tmp_path)).endswith(
+        f"cannot read {path} as token ids: mmap length is greater than file size"
+    )
+
+
+def test_tokens_are_counted_by_element_and_checked_against_the_metadata(tmp_path):
+    path = data_file(tmp_path, "tokens.npy")
+    np.save(path, np.arange(6000, dtype=np.uint16) % 200)
+    assert data.token_count(path, "uint16") == 6000
+    (note,) = preflight.check(channel(tmp_path), 2)
+    assert note.startswith("data ok: 1 files of 6000 tokens in ")
+    data_dir = prepared(tmp_path)  # train.bin 2401 tokens (with the end-of-document), validation.bin 600
+    with open(f"{data_dir}/train.bin", "r+b") as handle:
+        handle.truncate(4000)  # cut short to 2000 tokens
+    assert field_of(channel(tmp_path, vocab_size="512")) == (
+        f"dataset: dataset: {data_dir}/metadata.json records 2401 tokens in the train split, but its files "
+        "(train.bin) hold 2000: a file is cut short or was replaced"
+    )
+
+
+def test_the_batch_check_counts_the_processes_train_sh_will_start(tmp_path):
+    path = data_file(tmp_path, "tokens.bin")
+    (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(path)  # 8 sequences of seq_length + 1 = 33
+    preflight.check(channel(tmp_path, batch_size="4"), 2)
+    assert "needs 12" in field_of(channel(tmp_path, batch_size="4"), world_size=3)

@@ -1,4 +1,5 @@
-"""The real sagemaker-training toolkit (``train`` console script) drives train.sh in a container-shaped layout."""
+"""The real sagemaker-training toolkit (``train`` console script) drives train.sh in a container-shaped layout;
+refusals go through the container's entry point (entrypoint.sh), whose exit status is the contract's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from training.request import contract
 from training.trainer import checkpoint
 
-from .runner import TINY, fields, toolkit_job
+from .runner import TINY, container_command, fields, toolkit_job
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +58,12 @@ def test_a_start_up_refusal_becomes_the_jobs_failure_reason(reference, tmp_path)
     (tmp_path / "opt_ml" / "input" / "config" / "inputdataconfig.json").write_text(
         json.dumps({contract.RESUME_CHANNEL: {"TrainingInputMode": "File"}})
     )
-    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        container_command(command), env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output
+    assert proc.returncode == 2, output  # the toolkit itself exits 1 ("Encountered exit_code 1")
+    assert "ExitCode 2" in output  # train.sh's status, as the toolkit reports it
     reason = (
         f"invalid setting resume_from: {channel} holds a model of shape (num_layers=2, hidden_size=64, num_heads=4, "
         "ffn_hidden_size=128, vocab_size=256), but this run's shape is (num_layers=3, hidden_size=64, num_heads=4, "
@@ -67,7 +71,7 @@ def test_a_start_up_refusal_becomes_the_jobs_failure_reason(reference, tmp_path)
         "run's model settings"
     )
     assert (tmp_path / "opt_ml" / "output" / "failure").read_text() == reason + "\n"
-    assert f"error: {reason}" in output
+    assert [line for line in output.splitlines() if "error:" in line] == [f"error: {reason}"]
     assert "Failure file exists. Skipping creation" in output  # the toolkit kept the trainer's reason
     assert "train.sh: torchrun" not in output  # refused before any process group
 
@@ -89,9 +93,12 @@ def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_f
     hyperparameters = {**TINY, "max_steps": "20", "on_unusable_checkpoints": "fail", "checkpoint_dir": str(ckpt),
                        "model_dir": str(tmp_path / "model")}  # fmt: skip
     command, child_env = toolkit_job(tmp_path, hyperparameters)
-    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        container_command(command), env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output
+    assert proc.returncode == 2, output
+    assert "ExitCode 2" in output and "ChildFailedError" not in output
     reason = (tmp_path / "opt_ml" / "output" / "failure").read_text()
     assert reason == (
         f"on_unusable_checkpoints=fail: no usable checkpoint in {ckpt}, 3 skipped, not training: step_00000012 "
@@ -99,7 +106,8 @@ def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_f
         f"(unreadable COMPLETE marker (JSONDecodeError: {unreadable.value}); set aside, left as it is: "
         "step_00000006.unusable says why); step_00000003 (set aside earlier: load failed on rank 1: OSError: x)\n"
     )
-    assert len(reason.splitlines()) == 1 and f"error: {reason}" in output
+    assert len(reason.splitlines()) == 1
+    assert [line for line in output.splitlines() if "error:" in line] == [f"error: {reason.strip()}"]
     assert "train.sh: torchrun" in output and "step=1/" not in output  # refused in the trainer, before step 1
     after = {p.relative_to(ckpt): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
     assert {key: after.get(key) for key in before} == before  # nothing moved, changed or deleted

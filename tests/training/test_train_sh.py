@@ -1,18 +1,23 @@
-"""train.sh under dash: help, fail-fast validation, GPU counting, multi-node layout, argument forwarding.
+"""train.sh under dash: help, fail-fast validation (settings and data, for the world size it will start), GPU
+counting, multi-node layout, argument forwarding, and the exit status of a refusal made by the running workers.
 
-torchrun is replaced by a recording stub (PYTHON points at a wrapper that prints the torchrun command line and
-runs everything else with the real interpreter), so these tests check what train.sh would start.
+Except in the last test, torchrun is replaced by a recording stub (PYTHON points at a wrapper that prints the
+launcher's command line and runs everything else with the real interpreter), so these tests check what train.sh
+would start.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from .runner import ROOT, env
+from .runner import ROOT, TINY, cli_args, env
 
 TRAIN_SH = ROOT / "training" / "train.sh"
 GOOD = ["--model_preset", "custom", "--num-layers", "2", "--hidden_size", "64", "--num_heads", "4",
@@ -25,7 +30,7 @@ def stub_env(tmp_path: Path) -> dict[str, str]:
     wrapper = tmp_path / "python"
     wrapper.write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = "-m" ] && [ "$2" = "torch.distributed.run" ]; then shift 2; echo "TORCHRUN $*"; exit 0; fi\n'
+        'if [ "$1" = "-m" ] && [ "$2" = "training.trainer.launch" ]; then shift 2; echo "TORCHRUN $*"; exit 0; fi\n'
         f'exec {sys.executable} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -94,3 +99,88 @@ def test_gpus_and_multi_node_layout_from_sm_hosts(stub_env, tmp_path):
     )
     proc = train_sh(GOOD, {**environment, "MASTER_PORT": "6000"})
     assert "--master-port=6000 " in torchrun_line(proc)
+
+
+def files_in(folder: Path) -> dict[str, str]:
+    """{relative path: SHA-256} of every file under ``folder``."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def bad_bin(path: Path) -> str:
+    path.write_bytes(np.arange(5000, dtype=np.uint16).tobytes() + b"x")  # 10,001 bytes of uint16
+    return f"{path} has 10001 bytes, not a whole number of uint16 tokens"
+
+
+def float_npy(path: Path) -> str:
+    np.save(path.with_suffix(".npy"), np.zeros(6000, dtype=np.float32))
+    return f"{path.with_suffix('.npy')} holds float32 values; token files hold unsigned integers"
+
+
+def two_d_npy(path: Path) -> str:
+    np.save(path.with_suffix(".npy"), np.zeros((60, 100), dtype=np.uint16))
+    return f"{path.with_suffix('.npy')} holds a 2-D array of shape (60, 100) (6000 tokens); a token file holds one"
+
+
+@pytest.mark.parametrize("damage", [bad_bin, float_npy, two_d_npy])
+def test_bad_data_is_one_line_and_exit_2_before_torchrun_creating_nothing(stub_env, tmp_path, damage):
+    (tmp_path / "data").mkdir()
+    expected = damage(tmp_path / "data" / "train.bin")
+    before = files_in(tmp_path)
+    settings = {**TINY, "dataset": "channel", "data_dir": str(tmp_path / "data"),
+                "checkpoint_dir": str(tmp_path / "out" / "ckpt"), "model_dir": str(tmp_path / "out" / "model")}  # fmt: skip
+    proc = train_sh(cli_args(settings), {**stub_env, "NPROC_PER_NODE": "2"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [proc.stderr.strip()]
+    assert proc.stderr.startswith(f"error: invalid setting dataset: {expected}")
+    assert "TORCHRUN" not in proc.stdout
+    assert files_in(tmp_path) == before and not (tmp_path / "out").exists()  # nothing lost, nothing created
+
+
+def test_the_check_before_torchrun_counts_every_process_torchrun_will_start(stub_env, tmp_path):
+    (tmp_path / "data").mkdir()
+    (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(tmp_path / "data" / "train.bin")  # 8 sequences of 33
+    settings = {**TINY, "dataset": "channel", "data_dir": str(tmp_path / "data"),
+                "checkpoint_dir": str(tmp_path / "ckpt"), "model_dir": str(tmp_path / "model")}  # fmt: skip
+    proc = train_sh(cli_args(settings), {**stub_env, "NPROC_PER_NODE": "2"})  # 2 x 4 = 8 sequences
+    assert proc.returncode == 0 and "TORCHRUN" in proc.stdout
+    assert f"data ok: 1 files of 264 tokens in {tmp_path / 'data'}; every token id read" in proc.stdout
+    proc = train_sh(cli_args(settings), {**stub_env, "NPROC_PER_NODE": "3"})
+    assert proc.returncode == 2 and "TORCHRUN" not in proc.stdout
+    assert "one global batch (batch_size 4 x 3 processes) needs 12" in proc.stderr
+
+
+@pytest.mark.slow
+def test_on_unusable_checkpoints_fail_with_2_processes_is_one_line_and_exit_2(reference, tmp_path):
+    """A refusal only the running workers can make (no checkpoint loads): train.sh exits 2 with one line, not
+    torchrun's 1 and its failure report; nothing is lost, the model folder is not created."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(reference[0] / "ckpt_ref", ckpt)
+    (ckpt / "step_00000012" / "__0_0.distcp").unlink()
+    (ckpt / "step_00000006" / "__1_0.distcp").unlink()
+    before = files_in(ckpt)
+    settings = {**TINY, "max_steps": "20", "on_unusable_checkpoints": "fail", "checkpoint_dir": str(ckpt),
+                "model_dir": str(tmp_path / "model")}  # fmt: skip
+    environment = {**env(), "NPROC_PER_NODE": "2"}
+    environment.pop("PYTHONPATH")
+    proc = subprocess.run(
+        ["dash", str(TRAIN_SH), *cli_args(settings)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: on_unusable_checkpoints=fail: no usable checkpoint in {ckpt}, 2 skipped, not training: "
+        "step_00000012 (__0_0.distcp is missing; set aside, left as it is: step_00000012.unusable says why); "
+        "step_00000006 (__1_0.distcp is missing; set aside, left as it is: step_00000006.unusable says why)\n"
+    )
+    assert "train.sh: torchrun" in proc.stdout and "step=1/" not in proc.stdout
+    after = files_in(ckpt)
+    assert {name: after.get(name) for name in before} == before
+    assert sorted(set(after) - set(before)) == ["step_00000006.unusable", "step_00000012.unusable"]
+    assert not (tmp_path / "model").exists()

@@ -67,6 +67,9 @@ def test_a_trial_runs_the_base_with_its_own_settings_and_the_trials_mechanics(tm
     monkeypatch.setenv("MASTER_PORT", "29500")
     trial_env = driver.trial_environment(job, 3, tmp_path, 0.05)
     assert contract.MLFLOW_TRACKING_URI_ENV not in trial_env  # a trial is not a tracked run
+    # a trial's failure reason and refusal are its own, not the tuning job's
+    assert trial_env["SM_OUTPUT_DIR"] == str(tmp_path / "output")
+    assert trial_env["TRAINER_REFUSAL_FILE"] == str(tmp_path / "refusal")
     assert (trial_env["TRAINER_MODULE"], trial_env["MASTER_PORT"]) == ("training.tune.trial", "29504")
     assert (trial_env[stability.CV_ENV], trial_env[stability.WINDOW_ENV]) == ("0.05", "6")
     assert driver.train_sh() == ROOT / "training" / "train.sh"

@@ -64,7 +64,7 @@ def test_synthetic_data_is_learnable_deterministic_and_resumable():
 def write_token_files(directory) -> None:
     """Two files of distinct, consecutive token ids, with a jump between the files (ids < 2000)."""
     np.arange(600, dtype=np.uint32).tofile(directory / "a.bin")
-    np.save(directory / "b.npy", np.arange(1000, 1400, dtype=np.int64))
+    np.save(directory / "b.npy", np.arange(1000, 1400, dtype=np.uint64))  # .npy: its own unsigned dtype
 
 
 def test_token_files_are_sharded_across_ranks_and_resumable(tmp_path):

@@ -1,4 +1,5 @@
-"""The memory plan's closed form (``training.request.plan``) against traced FSDP2 steps (``training.measure.memory_trace``).
+"""The memory plan's closed form (``training.request.plan``) against traced FSDP2 steps (``training.measure.memory_trace``):
+the agreement table of docs/measurements.md (a docs test recomputes its configurations and closed-form column).
 
 ``python -m training.measure.plan_agreement [--json] [--rows N,M]`` traces each configuration of :data:`ROWS` on this CPU
 (a few seconds each) and prints the closed form's live tensors next to the traced peak (both without the
@@ -135,14 +136,23 @@ def format_table(results: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m training.measure.plan_agreement", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--rows", help="comma-separated row numbers (0-based) to run; default all")
-    args = parser.parse_args(argv)
-    rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else list(ROWS)
+    return parser.parse_args(argv)
+
+
+def selected(args: argparse.Namespace) -> list[Row]:
+    """The rows ``--rows`` names (all by default)."""
+    return [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else list(ROWS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    rows = selected(args)
     results = [evaluate(row) for row in rows]
     print(json.dumps(results, indent=2) if args.json else format_table(results))
     worst = max((abs(r["difference"]) for r in results if r["difference"] is not None), default=0.0)

@@ -71,11 +71,15 @@ def one_trial(job: driver.Job, index: int, scratch: Path) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--nproc", type=int, default=2, help="CPU processes per trial (NPROC_PER_NODE)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     os.environ["NPROC_PER_NODE"] = str(args.nproc)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     runner.become_subreaper()

@@ -344,7 +344,7 @@ def _fmt(number: float) -> str:
 
 
 LOSS_CHUNK_TOKENS_DEFAULT = 2048
-"""Chosen by measurement (README, "Chunked loss"): the traced peak memory and the CPU benchmark's throughput."""
+"""Chosen by measurement (docs/measurements.md, "Chunked loss"): the traced peak memory and the CPU throughput."""
 
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("precision", "choice", "bf16", "Numeric format of the GEMMs.", choices=PRECISIONS),

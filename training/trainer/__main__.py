@@ -2,9 +2,11 @@
 
 Settings are validated, the precision checked against this machine, and the output folders and data checked
 (``preflight``), before any process group starts. ``--check-only`` stops there (``train.sh`` runs it before
-starting torchrun). Every refusal before training (a bad setting, a failed check, a checkpoint of another model
-shape, ``on_unusable_checkpoints=fail``) is one ``error: ...`` line, exit status 2, and under SageMaker the job's
-failure reason (``sagemaker_job.refuse``).
+starting torchrun) and says how much of the data it read. Every refusal before training (any
+``contract.ContractError`` before the process group; a ``refusal.Refusal`` after it, such as a checkpoint of
+another model shape or ``on_unusable_checkpoints=fail``) is one ``error: ...`` line, exit status 2, and under
+SageMaker the job's failure reason; a failure during training is exit status 1 with its reason in the failure
+file (``training.trainer.refusal``; docs/exit-status.md).
 
 Leaving: every rank meets at a barrier, destroys the process group, flushes its output and ends the process with
 ``os._exit``, skipping interpreter finalization. Why: ``destroy_process_group`` does not stop gloo's threads
@@ -20,39 +22,55 @@ written and closed, and the PID file is removed explicitly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 import torch.distributed as dist
 
 from training.request import contract
-from training.trainer import checkpoint, config, loop, parallel, precision, preflight, sagemaker_job
+from training.trainer import config, loop, parallel, precision, preflight, refusal, sagemaker_job
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg, check_only = config.parse_args(argv)
     try:
         precision.check_this_machine(cfg.precision)
-        preflight.check(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        notes = preflight.check(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     except contract.ContractError as err:
-        return sagemaker_job.refuse(f"invalid setting {err}")
+        return refusal.refuse(f"invalid setting {err}")
     if check_only:
         print("settings ok: " + contract.format_config_line(cfg.as_dict()).removeprefix("config "))
+        for note in notes:
+            print(note)
         return 0
-    env = parallel.init_distributed()
     try:
+        env = parallel.init_distributed()
         loop.run(cfg, env)
-    except (checkpoint.CheckpointShapeError, checkpoint.UnusableCheckpointsError) as err:
-        # every rank raises it; rank 0 prints it, each node's local rank 0 writes its failure file
-        if env.local_rank == 0:
-            sagemaker_job.refuse(str(err), report=env.is_main)
-        dist.destroy_process_group()
-        return 2
+    except refusal.Refusal as err:  # raised on every rank together, so the process group exists
+        return _refuse_together(str(err), env)
+    except Exception as err:  # a failure: Python prints the traceback and exits 1
+        sagemaker_job.write_failure(refusal.failure_reason(err))
+        raise
     # Leave together: a rank that tears gloo down while a peer is still in its last collective (the final model
     # gather) makes that peer fail.
     dist.barrier(group=env.cpu_group)
     dist.destroy_process_group()
     return 0
+
+
+def _refuse_together(message: str, env: parallel.DistEnv) -> int:
+    """A refusal every rank raised: rank 0 prints it, each node's local rank 0 writes its failure file, every rank
+    records it for the launcher; nobody leaves before all of that is done (torchrun stops the other workers as
+    soon as one exits)."""
+    if env.local_rank == 0:
+        refusal.refuse(message, report=env.is_main)
+    else:
+        refusal.record(message)
+    with contextlib.suppress(RuntimeError):  # a peer already gone: nothing left to wait for
+        dist.barrier(group=env.cpu_group)
+    dist.destroy_process_group()
+    return refusal.REFUSED
 
 
 def exit_now(code: int) -> None:

@@ -55,6 +55,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from training.request import contract
 from training.trainer import sagemaker_job
+from training.trainer.refusal import Refusal
 
 MARKER = "COMPLETE"
 _NAME = contract.CHECKPOINT_DIR_NAME
@@ -204,12 +205,14 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-class CheckpointShapeError(ValueError):
-    """The checkpoint holds a model of another shape (or position encoding) than the run's settings."""
+class CheckpointShapeError(Refusal, ValueError):
+    """The checkpoint holds a model of another shape (or position encoding) than the run's settings (raised on
+    every rank together: a refusal, exit status 2)."""
 
 
-class UnusableCheckpointsError(RuntimeError):
-    """``on_unusable_checkpoints=fail``: ``checkpoint_dir`` holds checkpoints and none of them is usable."""
+class UnusableCheckpointsError(Refusal, RuntimeError):
+    """``on_unusable_checkpoints=fail``: ``checkpoint_dir`` holds checkpoints and none of them is usable (raised on
+    every rank together: a refusal, exit status 2)."""
 
 
 INCOMPLETE = "incomplete: {why}an interrupted write; left as it is"

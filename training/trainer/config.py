@@ -13,10 +13,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from training.request import contract
-from training.trainer.sagemaker_job import in_sagemaker, refuse
+from training.trainer.refusal import refuse
+from training.trainer.sagemaker_job import in_sagemaker
 
 # Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.
-_EXTRAS = (
+TRAINER_ONLY_SETTINGS = (
     contract.Hyperparameter(
         "deterministic",
         "bool",
@@ -107,12 +108,11 @@ class TrainConfig:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, whose command-line errors (an unknown option, a missing value) also become the SageMaker job's
-    failure reason."""
+    """argparse, whose command-line errors (an unknown option, a missing value) are refusals like any other: one
+    ``error:`` line (not argparse's usage block), exit status 2, the SageMaker job's failure reason."""
 
     def error(self, message: str):  # type: ignore[override]
-        refuse(f"invalid command line: {message}", report=False)  # argparse prints its own usage and error
-        super().error(message)
+        raise SystemExit(refuse(f"invalid command line: {message} (see --help)"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m training.trainer",
         description="FSDP2 decoder-only LM trainer. Every option accepts --snake_case and --kebab-case.",
     )
-    for spec in (*contract.HYPERPARAMETERS, *_EXTRAS):
+    for spec in (*contract.HYPERPARAMETERS, *TRAINER_ONLY_SETTINGS):
         default = spec.default
         if default is None:
             default = "preset" if spec.name in contract.MODEL_DIM_NAMES else "unset"
@@ -147,7 +147,8 @@ def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
     """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError."""
     raw = dict(raw)
     extras = {
-        spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default for spec in _EXTRAS
+        spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
+        for spec in TRAINER_ONLY_SETTINGS
     }
     return TrainConfig(**contract.parse_hyperparameters(raw), **extras)
 

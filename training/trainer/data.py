@@ -81,12 +81,12 @@ class TokenFiles(_PositionedBatches):
         shuffle: bool = True,
     ):
         paths = split_files(source, "train") if isinstance(source, str) else list(source)
-        paths = [
-            p for p in paths if p.suffix != ".bin" or p.stat().st_size > 0
-        ]  # an empty file holds no window
-        if not paths:
+        opened = [(p, open_tokens(p, token_dtype)) for p in paths]
+        opened = [(p, tokens) for p, tokens in opened if len(tokens)]  # an empty file holds no window
+        if not opened:
             raise contract.ContractError("dataset", f"no non-empty .bin or .npy token files in {source}")
-        self.arrays = [_open_tokens(p, token_dtype) for p in paths]
+        paths = [p for p, _ in opened]
+        self.arrays = [tokens for _, tokens in opened]
         self.window = seq_length + 1
         counts = np.array([len(a) // self.window for a in self.arrays], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)])
@@ -174,15 +174,60 @@ def split_files(directory: str | Path, split: str) -> list[Path]:
     return sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
 
 
-def _open_tokens(path: Path, token_dtype: str) -> np.ndarray:
-    if path.suffix == ".npy":
-        array = np.load(path, mmap_mode="r")
-        if array.ndim != 1 or array.dtype.kind not in "iu":
-            raise contract.ContractError(
-                "dataset", f"{path} must hold a 1-D integer array; got {array.dtype}"
-            )
-        return array
+NPY_MAGIC = b"\x93NUMPY"
+"""The first bytes of every .npy file."""
+
+
+def open_tokens(path: Path, token_dtype: str) -> np.ndarray:
+    """The token ids of one file, memory-mapped (nothing is read yet): a ``.bin`` of raw ``token_dtype`` values,
+    or a ``.npy`` of a 1-D array of an unsigned integer type (its own dtype). Raises ``ContractError`` naming the
+    file and what is wrong with it."""
+    try:
+        if path.suffix == ".npy":
+            return _open_npy(path)
+        size, itemsize = path.stat().st_size, np.dtype(token_dtype).itemsize
+    except contract.ContractError:
+        raise
+    except (OSError, ValueError, EOFError) as err:  # what numpy raises for a damaged or cut-short .npy
+        raise contract.ContractError("dataset", f"cannot read {path} as token ids: {_why(err)}") from None
+    if size % itemsize:
+        raise contract.ContractError(
+            "dataset",
+            f"{path} has {size} bytes, not a whole number of {token_dtype} tokens ({itemsize} bytes each): the file "
+            f"is cut short, or was written in another dtype than token_dtype={token_dtype}",
+        )
+    if size == 0:  # np.memmap refuses an empty file
+        return np.empty(0, dtype=np.dtype(token_dtype))
     return np.memmap(path, dtype=np.dtype(token_dtype), mode="r")
+
+
+def _open_npy(path: Path) -> np.ndarray:
+    with open(path, "rb") as handle:
+        if handle.read(len(NPY_MAGIC)) != NPY_MAGIC:
+            raise ValueError("it is not a .npy file (no NumPy header)")
+    array = np.load(path, mmap_mode="r", allow_pickle=False)
+    if array.dtype.kind != "u":
+        raise contract.ContractError(
+            "dataset",
+            f"{path} holds {array.dtype} values; token files hold unsigned integers (uint8, uint16, uint32, uint64): "
+            "save it with array.astype(np.uint32), or np.uint16 when every id is below 65536",
+        )
+    if array.ndim != 1:
+        raise contract.ContractError(
+            "dataset",
+            f"{path} holds a {array.ndim}-D array of shape {tuple(array.shape)} ({array.size} tokens); a token file "
+            "holds one stream of token ids (1-D): save it with array.reshape(-1)",
+        )
+    return array
+
+
+def _why(err: BaseException) -> str:
+    return (getattr(err, "strerror", None) or str(err) or type(err).__name__).strip()
+
+
+def token_count(path: Path, token_dtype: str) -> int:
+    """How many tokens the file holds (its elements; ``open_tokens``'s checks apply)."""
+    return int(open_tokens(path, token_dtype).size)
 
 
 def channel_dir(cfg=None) -> str:

@@ -1,13 +1,15 @@
-"""Checks before step 1, before any process group: output folders writable, the checkpoint to resume of the run's
-model shape, data present and consistent with the settings (metadata, token ids below the vocabulary), enough
-tokens for one global batch.
+"""Checks before step 1, before any process group, creating nothing: output folders writable (probed without
+creating them; the run creates them when it first writes), the checkpoint to resume of the run's model shape, every
+data file the run will read readable as tokens and consistent with the settings and its metadata (token ids below
+the vocabulary: read in full, or sampled when the data is large), enough tokens for one global batch.
 
-Each check raises ``contract.ContractError`` naming the setting and what is allowed, so a bad run fails in
-seconds instead of at its first checkpoint or mid-run.
+Each check raises ``contract.ContractError`` naming the setting (and the file) and what is allowed, so a bad run
+fails in seconds instead of at its first checkpoint or mid-run.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -18,16 +20,26 @@ from training.request import contract
 from training.trainer import checkpoint, data
 
 SCAN_CHUNK = 1 << 24
-"""Tokens read at a time by the full scan of files without metadata."""
+"""Tokens read at a time when every token id is read."""
+
+ID_CHECK_TOKENS = 1 << 26
+"""Token ids read by the vocabulary check: all of them when the data holds at most this many (67,108,864 tokens,
+128 MiB of uint16), else a sample of this many, shared by the files in proportion to their size."""
+
+ID_CHECK_BLOCK = 1 << 16
+"""A sample is read in blocks of this many consecutive tokens, spread evenly over each file from its first token to
+its last."""
 
 
-def check(cfg, world_size: int) -> None:
-    """Every check, for a run of ``world_size`` processes."""
+def check(cfg, world_size: int) -> list[str]:
+    """Every check, for a run of ``world_size`` processes; returns notes on what was checked (how much of the data
+    was read), for ``--check-only`` to print."""
     for field in ("checkpoint_dir", "model_dir"):
         check_writable(getattr(cfg, field), field)
     check_checkpoint_shape(cfg)
     if cfg.dataset == "channel":
-        check_data(cfg, world_size)
+        return [check_data(cfg, world_size)]
+    return []
 
 
 def check_checkpoint_shape(cfg) -> None:
@@ -48,10 +60,17 @@ def check_checkpoint_shape(cfg) -> None:
 
 
 def check_writable(directory: str, field: str) -> None:
-    """Create ``directory`` if needed and write (then remove) a probe file in it."""
+    """``directory`` is a writable folder, or can be made one: a probe file is written (and removed) in it or, when
+    it does not exist yet, in its nearest existing parent. Nothing is created."""
+    path = Path(directory)
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "it is not a folder" if existing == path else f"{existing} is not a folder"
+        raise contract.ContractError(field, f"{directory} is not a writable folder: {where}")
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-check-"):
             pass
     except OSError as err:
         raise contract.ContractError(
@@ -59,38 +78,38 @@ def check_writable(directory: str, field: str) -> None:
         ) from None
 
 
-def check_data(cfg, world_size: int) -> None:
-    """The token files exist, match the metadata and the settings, and hold one global batch per split."""
+def check_data(cfg, world_size: int) -> str:
+    """The token files exist, are readable as tokens, match the metadata and the settings, and hold one global
+    batch per split; returns what was checked."""
     directory = data.channel_dir(cfg)
     if not Path(directory).is_dir():
         raise contract.ContractError("dataset", f"the data folder {directory} does not exist")
     meta = data.read_metadata(directory)
-    train = data.split_files(directory, "train")
-    if not train:
+    splits = {split: data.split_files(directory, split) for split in ("train", "validation")}
+    if not splits["train"]:
         raise contract.ContractError("dataset", f"no .bin or .npy token files under {directory}")
-    missing = [str(p) for p in (*train, *data.split_files(directory, "validation")) if not p.is_file()]
+    missing = [str(p) for files in splits.values() for p in files if not p.is_file()]
     if missing:
         raise contract.ContractError(
             "dataset", f"{data.METADATA_FILE} lists missing files: {', '.join(missing)}"
         )
     if meta is not None:
         _check_metadata(cfg, meta, directory)
-    else:
-        _check_ids_by_scan(cfg, train)
+    counts = {p: data.token_count(p, cfg.token_dtype) for files in splits.values() for p in files}
+    if meta is not None:
+        _check_split_sizes(meta, directory, splits, counts)
+    note = _check_ids(cfg, counts)
     need = world_size * cfg.batch_size
-    for split in ("train", "validation"):
-        files = data.split_files(directory, split)
-        if not files:
-            continue
-        windows = sum(_length(p, cfg.token_dtype) // (cfg.seq_length + 1) for p in files)
-        if windows < need:
-            tokens = sum(_length(p, cfg.token_dtype) for p in files)
+    for split, files in splits.items():
+        windows = sum(counts[p] // (cfg.seq_length + 1) for p in files)
+        if files and windows < need:
             raise contract.ContractError(
                 "batch_size",
-                f"the {split} split in {directory} holds {tokens} tokens, {windows} sequences of seq_length + 1 = "
-                f"{cfg.seq_length + 1}; one global batch (batch_size {cfg.batch_size} x {world_size} processes) "
-                f"needs {need}: lower batch_size or seq_length, or add data",
+                f"the {split} split in {directory} holds {sum(counts[p] for p in files)} tokens, {windows} sequences "
+                f"of seq_length + 1 = {cfg.seq_length + 1}; one global batch (batch_size {cfg.batch_size} x "
+                f"{world_size} processes) needs {need}: lower batch_size or seq_length, or add data",
             )
+    return f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}"
 
 
 def _check_metadata(cfg, meta: dict, directory: str) -> None:
@@ -118,28 +137,57 @@ def _check_metadata(cfg, meta: dict, directory: str) -> None:
         )
 
 
-def _check_ids_by_scan(cfg, files: list[Path]) -> None:
-    """No metadata: read every token once and compare the largest id with vocab_size."""
-    for path in files:
-        if _length(path, cfg.token_dtype) == 0:
+def _check_split_sizes(meta: dict, directory: str, splits: dict, counts: dict) -> None:
+    """Each split's files hold the number of tokens ``metadata.json`` recorded (a file cut short or replaced
+    does not)."""
+    for split, files in splits.items():
+        recorded = (meta["splits"].get(split) or {}).get("tokens")
+        held = sum(counts[p] for p in files)
+        if recorded is not None and int(recorded) != held:
+            raise contract.ContractError(
+                "dataset",
+                f"{directory}/{data.METADATA_FILE} records {recorded} tokens in the {split} split, but its files "
+                f"({', '.join(p.name for p in files)}) hold {held}: a file is cut short or was replaced",
+            )
+
+
+def _check_ids(cfg, counts: dict[Path, int]) -> str:
+    """Every token id read (or, for large data, a sample of ``ID_CHECK_TOKENS``) is below vocab_size; says how
+    many were read."""
+    total = sum(counts.values())
+    read, largest = 0, -1
+    for path, count in counts.items():
+        if count == 0:
             continue
-        tokens = _open(path, cfg.token_dtype)
-        for begin in range(0, len(tokens), SCAN_CHUNK):
-            largest = int(np.max(tokens[begin : begin + SCAN_CHUNK]))
-            if largest >= cfg.vocab_size:
+        tokens = data.open_tokens(path, cfg.token_dtype)
+        share = count if total <= ID_CHECK_TOKENS else max(ID_CHECK_BLOCK, ID_CHECK_TOKENS * count // total)
+        for begin, end in _ranges(count, share):
+            block = tokens[begin:end]
+            peak = int(np.max(block))
+            if peak >= cfg.vocab_size:
+                at = begin + int(np.argmax(block))
                 raise contract.ContractError(
                     "vocab_size",
-                    f"must be above every token id in the data; {path} holds id {largest}, got {cfg.vocab_size}",
+                    f"must be above every token id in the data; {path} holds id {peak} (token {at}), "
+                    f"got {cfg.vocab_size}",
                 )
+            read, largest = read + end - begin, max(largest, peak)
+    if read == total:
+        return f"every token id read: the largest, {largest}, is below vocab_size {cfg.vocab_size}"
+    return (
+        f"token ids sampled: {read} of {total} read ({100 * read / total:.2g}%, in blocks of {ID_CHECK_BLOCK} "
+        f"spread over each file), the largest, {largest}, is below vocab_size {cfg.vocab_size}; training checks "
+        "the ids of every batch it reads"
+    )
 
 
-def _open(path: Path, token_dtype: str) -> np.ndarray:
-    if path.suffix == ".npy":
-        return np.load(path, mmap_mode="r")
-    return np.memmap(path, dtype=np.dtype(token_dtype), mode="r")
-
-
-def _length(path: Path, token_dtype: str) -> int:
-    if path.suffix == ".npy":
-        return len(np.load(path, mmap_mode="r"))
-    return os.path.getsize(path) // np.dtype(token_dtype).itemsize
+def _ranges(count: int, share: int) -> list[tuple[int, int]]:
+    """(begin, end) token ranges to read: the whole file in chunks when ``share`` covers it, else ``share`` tokens
+    in blocks spread evenly from the first token to the last."""
+    blocks = math.ceil(share / ID_CHECK_BLOCK)
+    if blocks * ID_CHECK_BLOCK >= count:
+        return [(begin, min(begin + SCAN_CHUNK, count)) for begin in range(0, count, SCAN_CHUNK)]
+    if blocks == 1:
+        return [(0, ID_CHECK_BLOCK)]
+    starts = [i * (count - ID_CHECK_BLOCK) // (blocks - 1) for i in range(blocks)]
+    return [(begin, begin + ID_CHECK_BLOCK) for begin in starts]

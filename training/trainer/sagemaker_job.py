@@ -1,11 +1,11 @@
-"""The SageMaker job the trainer may run in: whether it runs in one, the job's name, and how a refusal before
-training reaches the job's ``FailureReason`` (the ``failure`` file in SageMaker's output folder).
+"""The SageMaker job the trainer may run in: whether it runs in one, the job's name, and how the reason a run
+stops (a refusal, a failure) reaches the job's ``FailureReason`` (the ``failure`` file in SageMaker's output folder).
 
 SageMaker returns the first 1024 characters of ``/opt/ml/output/failure`` as the job's ``FailureReason``, which the
 workflow reports as its error cause and ``blackwell-training result`` shows. The sagemaker-training toolkit writes
 that file only when it does not exist yet (its own text for a failed entry point is just the exit code), so the
-trainer's reason, written first, is the one the job reports. Outside SageMaker a refusal is only its one line on
-stderr.
+trainer's reason, written first, is the one the job reports. Outside SageMaker there is no such file
+(``training.trainer.refusal`` prints the line).
 """
 
 from __future__ import annotations
@@ -56,12 +56,3 @@ def write_failure(message: str) -> Path | None:
         print(f"note: could not write the failure reason to {path}: {err.strerror or err}", file=sys.stderr)
         return None
     return path
-
-
-def refuse(message: str, *, report: bool = True) -> int:
-    """A refusal before training: ``error: <message>`` on stderr when ``report`` (the process that speaks for the
-    run), the same text as the job's failure reason under SageMaker; returns the exit status 2."""
-    if report:
-        print(f"error: {message}", file=sys.stderr)
-    write_failure(message)
-    return 2

@@ -1,7 +1,7 @@
 """The learning-rate schedule: linear warm-up, then cosine decay to ``MIN_LR_RATIO`` of the peak, and what a
 resume with a different ``max_steps`` does to it.
 
-Continuation rule (documented in the README): when a run resumes with a ``max_steps`` other than the one its
+Continuation rule (documented in docs/trainer.md, "What resume does"): when a run resumes with a ``max_steps`` other than the one its
 checkpoint was trained towards, the schedule continues from the learning rate already reached, without a jump:
 from the resumed step it follows a new cosine from that rate down to the floor at the new ``max_steps``. A run
 that had finished (at the floor) therefore continues at the floor; a run stopped mid-decay decays more slowly

@@ -8,7 +8,7 @@ import signal
 import sys
 
 from training.request import contract
-from training.trainer import sagemaker_job
+from training.trainer import refusal
 from training.tune import driver, session
 from training.tune.hosts import SHARE_PORT_OFFSET, Hosts
 
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = driver.parse_args(list(sys.argv[1:] if argv is None else argv))
     except contract.ContractError as err:
-        return sagemaker_job.refuse(f"invalid setting {err}")
+        return refusal.refuse(f"invalid setting {err}", report=True)
     signal.signal(signal.SIGTERM, driver.on_sigterm(job))
     share_port = int(os.environ.get("MASTER_PORT", "29500")) + SHARE_PORT_OFFSET
     return session.run(job, Hosts.from_environment(), share_port=share_port)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from training.request import contract
-from training.trainer import config, sagemaker_job
+from training.trainer import config, refusal, sagemaker_job
 from training.trainer.checkpoint import PID_DIR_ENV
 from training.tune import runner, stability
 from training.tune.hosts import Hosts
@@ -145,7 +145,9 @@ def trial_environment(job: Job, index: int, folder: Path, cv_target: float) -> d
         TRAINER_MODULE="training.tune.trial",
         PYTHONUNBUFFERED="1",
         MASTER_PORT=str(base_port + 1 + index),  # a fresh rendezvous port per trial across hosts
-        **{PID_DIR_ENV: str(folder / "pids")},
+        # the trial's own failure reason, refusal record and PIDs: a trial's failure is not the job's
+        SM_OUTPUT_DIR=str(folder / "output"),
+        **{PID_DIR_ENV: str(folder / "pids"), refusal.MARKER_ENV: str(folder / "refusal")},
         **{stability.WINDOW_ENV: str(job.options["tune_window_steps"]), stability.CV_ENV: repr(cv_target)},
     )
     return env

@@ -99,17 +99,21 @@ def kill_tree(root: int) -> None:
                 kill(pid, signal.SIGKILL)
 
 
-def sweep() -> None:
-    """Kill and reap whatever a finished trial left below this process (orphans re-parented to it as subreaper)."""
-    for pid in descendants(os.getpid()):
+def sweep(before: set[int]) -> None:
+    """Kill whatever a finished trial left below this process (orphans re-parented to it as subreaper), that is
+    every descendant that was not there ``before`` the trial, and reap them."""
+    victims = [pid for pid in descendants(os.getpid()) if pid not in before]
+    for pid in victims:
         kill_tree(pid)
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    deadline = time.monotonic() + KILL_GRACE_SECONDS
+    for pid in victims:  # our own children among them (re-parented orphans): reap each, no one else's
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:  # not our child, or already reaped
+                break
+            time.sleep(0.01)
 
 
 def run(
@@ -126,6 +130,7 @@ def run(
     (and, in any case, once it has ended); ``echo`` sees every line as it comes, ``on_start`` the group's id (the
     process's pid: a new session leads its own group), e.g. to kill it from a signal handler."""
     started = time.monotonic()
+    before = set(descendants(os.getpid()))  # this process's own other children are none of the trial's
     lines: list[str] = []
     first_step: list[float] = []
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,7 +171,7 @@ def run(
             proc.wait()
         reader.join(KILL_GRACE_SECONDS)
         log.flush()
-    sweep()
+    sweep(before)
     notes = (
         [] if not reader.is_alive() else ["output pipe still open after the kill (a process left the group)"]
     )

@@ -37,6 +37,7 @@ def test_asset_holds_only_what_the_handler_imports():
     assert files == [
         "constructs_lib/__init__.py",
         "constructs_lib/workflow/__init__.py",
+        "constructs_lib/workflow/input_fields.py",
         "constructs_lib/workflow/request_check.py",
         "constructs_lib/workflow/request_fields.py",
         "constructs_lib/workflow/request_rules.py",

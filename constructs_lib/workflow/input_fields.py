@@ -1,0 +1,394 @@
+"""The execution input's fields, in ONE table (:data:`FIELDS`): each field's default, what it does, its check and
+what it allows, in words. The request check (``request_fields.check_field``), the defaults (:data:`DEFAULT_INPUT`,
+which ``RequestRules`` merges) and the reference page (``docs/reference.md``, written by ``make docs``) are read
+from it: a new input field is one row here (then ``make docs``).
+
+Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``). ``rules`` below is a
+``request_rules.RequestRules`` (not imported: that module reads this one).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from training.request.contract import DEFAULT_INSTANCE_TYPE, HYPERPARAMETERS_BY_NAME, PRECISIONS
+from training.request.tuning import TUNE_KEYS
+
+MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
+"""SageMaker's ceiling for ``MaxRuntimeInSeconds`` and ``MaxWaitTimeInSeconds`` (28 days)."""
+UUID_LENGTH = 36
+"""Job names are ``<job_name_prefix>-<UUID>``."""
+DATA_INPUT_MODES = ("FastFile", "File")
+"""Input modes of the train channel (``Pipe`` is not something the trainer reads)."""
+EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+ENVIRONMENT_PREFIXES = ("NCCL_", "TORCH_", "PYTORCH_", "CUDA_", "NVTE_", "FI_")
+"""Names an execution's ``environment`` may set: NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs."""
+PLATFORM_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
+    {
+        "NVTE_FRAMEWORK": "set by the training image (training/Dockerfile)",
+        "CUDA_VISIBLE_DEVICES": "train.sh starts one process per visible GPU; hiding GPUs breaks that count",
+    }
+)
+"""Names under the allowed prefixes that the platform sets itself (refused, with the reason)."""
+TAG_CHARACTERS = "letters, digits, spaces and _.:/=+-@"
+
+Check = Callable[[Any, Any], bool]
+"""``(value, rules) -> bool``: whether a non-null value is allowed."""
+
+
+@dataclass(frozen=True)
+class InputField:
+    """One execution-input field. ``allowed(rules)``: what it allows, in words, under one deployment's rules (every
+    problem line says it); ``nullable``: null is allowed (", or null" is added); ``context_key``: the ``cdk.json``
+    key that sets the workflow's default for it, if any."""
+
+    name: str
+    default: Any
+    description: str
+    check: Check
+    allowed: Callable[[Any], str]
+    nullable: bool = False
+    context_key: str | None = None
+
+    def allowed_text(self, rules: Any) -> str:
+        text = self.allowed(rules)
+        return f"{text}, or null" if self.nullable else text
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_bool(value: Any, rules: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _true_or_false(rules: Any) -> str:
+    return "true or false"
+
+
+def _int_between(low: Callable[[Any], int], high: Callable[[Any], int]) -> Check:
+    return lambda v, r: is_int(v) and low(r) <= v <= high(r)
+
+
+def _contract_int(name: str) -> Check:
+    spec = HYPERPARAMETERS_BY_NAME[name]
+    return lambda v, r: is_int(v) and spec.minimum <= v <= spec.maximum  # type: ignore[operator]
+
+
+def _contract_allowed(name: str) -> Callable[[Any], str]:
+    return lambda r: HYPERPARAMETERS_BY_NAME[name].allowed()
+
+
+def _one_of(choices: Callable[[Any], tuple[str, ...]]) -> Callable[[Any], str]:
+    return lambda r: "one of " + ", ".join(choices(r))
+
+
+def _job_name_prefix_ok(value: Any, rules: Any) -> bool:
+    limits = rules.sagemaker()["TrainingJobName"]
+    if not isinstance(value, str) or not value or len(value) + 1 + UUID_LENGTH > limits["max"]:
+        return False
+    example = f"{value}-{'0' * 8}-{'0' * 4}-{'0' * 4}-{'0' * 4}-{'0' * 12}"
+    return re.fullmatch(limits["pattern"], example) is not None
+
+
+def _job_name_prefix_allowed(rules: Any) -> str:
+    most = rules.sagemaker()["TrainingJobName"]["max"] - 1 - UUID_LENGTH
+    return f"1 to {most} characters of a-z, A-Z, 0-9 and hyphen, starting with a letter or digit"
+
+
+def _plan_arn_ok(value: Any, rules: Any) -> bool:
+    limits = rules.sagemaker()["TrainingPlanArn"]
+    if not isinstance(value, str) or not limits.get("min", 0) <= len(value) <= limits["max"]:
+        return False
+    if re.fullmatch(limits["pattern"], value) is None:
+        return False
+    return rules.region is None or value.split(":")[3] == rules.region
+
+
+def _data_uri_ok(value: Any, rules: Any) -> bool:
+    limits = rules.sagemaker()["S3Uri"]
+    if not isinstance(value, str) or len(value) > limits["max"] or not re.fullmatch(limits["pattern"], value):
+        return False
+    if not value.startswith("s3://") or not value.endswith("/") or "//" in value[5:] or "/../" in value:
+        return False
+    return any(_under(value, source) for source in rules.data_source_uris())
+
+
+def _under(uri: str, source: str) -> bool:
+    if source.startswith("s3://*/"):
+        key = uri[5:].partition("/")[2]
+        return key.startswith(source[len("s3://*/") :])
+    return uri.startswith(source)
+
+
+def _execution_name_ok(value: Any, rules: Any) -> bool:
+    limits = rules.sagemaker()["ExecutionName"]
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= limits["max"]
+        and EXECUTION_NAME.match(value) is not None
+    )
+
+
+def _string_map(value: Any, rules: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _hyperparameters_shape_ok(value: Any, rules: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str)
+        and (isinstance(v, str | bool) or (isinstance(v, int | float) and math.isfinite(v)))
+        for k, v in value.items()
+    )
+
+
+def _keep_alive_allowed(rules: Any) -> str:
+    most = rules.max_keep_alive_seconds
+    if not most:
+        return "0 (this workflow is deployed without warm pools: maxKeepAliveSeconds is 0)"
+    return f"an integer in [0, {most}] (seconds the instances stay in a warm pool after the job)"
+
+
+def _remote_debug_allowed(rules: Any) -> str:
+    if rules.network_isolation:
+        return "false (the jobs run with network isolation, and remote debugging needs the network)"
+    if not rules.remote_debug:
+        return "false (this workflow is deployed without remote debugging: set remoteDebug in cdk.json)"
+    return "true or false"
+
+
+def _tags_allowed(rules: Any) -> str:
+    limits = rules.sagemaker()
+    most = limits["Tags"]["max"] - len(rules.fixed_tags())
+    return (
+        f"a JSON object of string values (at most {most} tags; keys of {limits['TagKey'].get('min', 1)} to "
+        f"{limits['TagKey']['max']} and values of up to {limits['TagValue']['max']} {TAG_CHARACTERS}; keys not "
+        f"starting with aws: nor one of the workflow's own: {', '.join(rules.fixed_tags())})"
+    )
+
+
+def _environment_allowed(rules: Any) -> str:
+    limits = rules.sagemaker()
+    return (
+        f"a JSON object of string values (at most {limits['Environment']['max']} variables whose names start "
+        f"with {', '.join(ENVIRONMENT_PREFIXES)} (letters, digits and _, at most "
+        f"{limits['EnvironmentKey']['max']} characters), values of up to {limits['EnvironmentValue']['max']} "
+        f"characters; not {', '.join(PLATFORM_ENVIRONMENT)})"
+    )
+
+
+def _resume_from_allowed(rules: Any) -> str:
+    most = rules.sagemaker()["ExecutionName"]["max"]
+    return f"the name of an earlier execution of this workflow (1 to {most} characters of a-z, A-Z, 0-9, _ and -)"
+
+
+FIELDS: tuple[InputField, ...] = (
+    InputField(
+        "precision",
+        HYPERPARAMETERS_BY_NAME["precision"].default,
+        "Numeric format of the GEMMs. mxfp8 and nvfp4 need a Blackwell instance, fp8 Hopper or newer; a "
+        "precision the instance's GPUs cannot run is refused.",
+        lambda v, r: v in PRECISIONS,
+        _one_of(lambda r: PRECISIONS),
+        context_key="defaultPrecision",
+    ),
+    InputField(
+        "num_layers",
+        None,
+        "Transformer blocks; null: the model preset's depth.",
+        _contract_int("num_layers"),
+        _contract_allowed("num_layers"),
+        nullable=True,
+    ),
+    InputField(
+        "batch_size",
+        HYPERPARAMETERS_BY_NAME["batch_size"].default,
+        "Micro-batch per GPU (sequences).",
+        _contract_int("batch_size"),
+        _contract_allowed("batch_size"),
+    ),
+    InputField(
+        "seq_length",
+        HYPERPARAMETERS_BY_NAME["seq_length"].default,
+        "Tokens per sequence.",
+        _contract_int("seq_length"),
+        _contract_allowed("seq_length"),
+    ),
+    InputField(
+        "activation_checkpointing",
+        HYPERPARAMETERS_BY_NAME["activation_checkpointing"].default,
+        "Recompute each block's activations in the backward pass (less memory, about 20% more compute).",
+        _is_bool,
+        _true_or_false,
+    ),
+    InputField(
+        "instance_type",
+        DEFAULT_INSTANCE_TYPE,
+        "The SageMaker instance type: a GPU type of training/request/contract.py that the workflow allows.",
+        lambda v, r: isinstance(v, str) and v in r.allowed_instance_types,
+        _one_of(lambda r: r.allowed_instance_types),
+        context_key="defaultInstanceType",
+    ),
+    InputField(
+        "instance_count",
+        1,
+        "Instances (nodes). Traffic between them is encrypted when more than 1. At most the cdk.json key "
+        "maxInstanceCount.",
+        _int_between(lambda r: 1, lambda r: r.max_instance_count),
+        lambda r: f"an integer in [1, {r.max_instance_count}]",
+    ),
+    InputField(
+        "training_plan_arn",
+        None,
+        "A SageMaker Flexible Training Plan to run in (the job waits for the plan to become active); in the "
+        "stack's region; not with use_spot.",
+        _plan_arn_ok,
+        lambda r: (
+            f"a training plan ARN arn:aws:sagemaker:{r.region or '<region>'}:<12 digits>:training-plan/<name>"
+        ),
+        nullable=True,
+    ),
+    InputField(
+        "use_spot",
+        False,
+        "Managed spot capacity: on reclaim the trainer gets SIGTERM, seals a checkpoint, and the job resumes "
+        "from it.",
+        _is_bool,
+        _true_or_false,
+    ),
+    InputField(
+        "max_runtime_seconds",
+        24 * 3600,
+        "Training time limit (StoppingCondition.MaxRuntimeInSeconds); at most min(28 days, workflowTimeoutHours).",
+        _int_between(lambda r: 1, lambda r: r.max_runtime_seconds),
+        lambda r: f"an integer in [1, {r.max_runtime_seconds}]",
+    ),
+    InputField(
+        "max_wait_seconds",
+        None,
+        "Spot only: training plus waiting for spot capacity (MaxWaitTimeInSeconds), at least max_runtime_seconds; "
+        "null: max_runtime_seconds.",
+        _int_between(lambda r: 1, lambda r: MAX_RUNTIME_SECONDS_LIMIT),
+        lambda r: f"an integer in [1, {MAX_RUNTIME_SECONDS_LIMIT}]",
+        nullable=True,
+    ),
+    InputField(
+        "hyperparameters",
+        {},
+        "Trainer settings (the trainer settings table below; either spelling, num_layers or num-layers), each "
+        "parsed by the trainer's own rules. Not the top-level fields of this table, and not checkpoint_dir or "
+        "model_dir (the paths SageMaker syncs).",
+        _hyperparameters_shape_ok,
+        lambda r: "a JSON object of trainer settings (string, number or boolean values)",
+    ),
+    InputField(
+        "job_name_prefix",
+        "blackwell-training",
+        "Prefix of the training job names (<prefix>-<UUID> fits SageMaker's 63 characters). The dashboard "
+        "finds jobs by the deployment's defaultJobNamePrefix (and dashboardJobNamePrefixes).",
+        _job_name_prefix_ok,
+        _job_name_prefix_allowed,
+        context_key="defaultJobNamePrefix",
+    ),
+    InputField(
+        "train_data_uri",
+        None,
+        "Pre-tokenized data for the train channel: an s3:// prefix under one of the deployment's dataSources "
+        "that holds at least one object (listed once before launch: ListObjectsV2, MaxKeys 1); null: synthetic "
+        "data.",
+        _data_uri_ok,
+        lambda r: "an s3:// prefix ending in '/' under one of " + ", ".join(r.data_source_uris()),
+        nullable=True,
+    ),
+    InputField(
+        "train_data_input_mode",
+        "FastFile",
+        "How the train channel reaches the container: FastFile streams it, File copies it first.",
+        lambda v, r: v in DATA_INPUT_MODES and v in r.sagemaker()["TrainingInputMode"],
+        _one_of(lambda r: DATA_INPUT_MODES),
+    ),
+    InputField(
+        "resume_from",
+        None,
+        "An earlier execution of this workflow: the job starts from its newest complete checkpoint (mounted "
+        "read-only as the resume channel; refused before launch when there is none, or when max_steps is not "
+        "above its step).",
+        _execution_name_ok,
+        _resume_from_allowed,
+        nullable=True,
+    ),
+    InputField(
+        "keep_alive_seconds",
+        0,
+        "Keep the instances in a SageMaker warm pool this long after the job "
+        "(ResourceConfig.KeepAlivePeriodInSeconds); not with use_spot; at most the cdk.json key "
+        "maxKeepAliveSeconds.",
+        _int_between(lambda r: 0, lambda r: r.max_keep_alive_seconds),
+        _keep_alive_allowed,
+    ),
+    InputField(
+        "infra_check",
+        False,
+        "SageMaker's instance and network health check before training (InfraCheckConfig.EnableInfraCheck).",
+        _is_bool,
+        _true_or_false,
+    ),
+    InputField(
+        "tags",
+        {},
+        "Run tags (Tags, e.g. for cost allocation), after the workflow's own (training-workflow, "
+        "training-workflow-execution) and the construct's tags.",
+        _string_map,
+        _tags_allowed,
+    ),
+    InputField(
+        "remote_debug",
+        False,
+        "A shell in the running container (RemoteDebugConfig): only where the stack is deployed with "
+        "remoteDebug, never with networkIsolation.",
+        lambda v, r: v is False or (v is True and r.remote_debug and not r.network_isolation),
+        _remote_debug_allowed,
+    ),
+    InputField(
+        "environment",
+        {},
+        "Container variables (Environment): NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs. "
+        "NVTE_FRAMEWORK is set by the image, and CUDA_VISIBLE_DEVICES would break train.sh's one process per "
+        "visible GPU.",
+        _string_map,
+        _environment_allowed,
+    ),
+    InputField(
+        "ignore_memory_estimate",
+        False,
+        "Launch even when the memory plan says the request cannot fit (recorded in the run's summary).",
+        _is_bool,
+        _true_or_false,
+    ),
+    InputField(
+        "tune",
+        None,
+        "A tuning run instead of a training run (docs/tuning.md): one job, the same image, instance type and "
+        "count, measures the configurations the plan picks from this block's search space, and ranks them; its "
+        "fields (search_space, max_trials, max_cost_usd, ...) are checked before launch. null: a training run.",
+        lambda v, r: isinstance(v, Mapping),  # its own fields: training.request.tuning.parse_tune
+        lambda r: (
+            "an object of tuning settings (" + ", ".join(TUNE_KEYS) + "; all optional, {} tunes the defaults)"
+        ),
+        nullable=True,
+    ),
+)
+"""THE table of execution-input fields, in the order problems are listed."""
+
+FIELDS_BY_NAME: Mapping[str, InputField] = MappingProxyType({f.name: f for f in FIELDS})
+DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType({f.name: f.default for f in FIELDS})
+"""Every execution-input field and its value when neither the input nor the workflow's defaults give one."""
+INPUT_FIELDS: tuple[str, ...] = tuple(DEFAULT_INPUT)

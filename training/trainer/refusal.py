@@ -1,0 +1,107 @@
+"""The exit-status contract: a refusal before training is one ``error:`` line and exit status 2; a failure during
+training is exit status 1 with its reason as the SageMaker job's failure reason. See docs/exit-status.md.
+
+Two kinds of refusal reach here:
+
+* before the process group: any ``contract.ContractError`` (a bad setting, a failed preflight check). Each process
+  decides it alone. Under ``torchrun`` every worker decides the same, so only the node's first worker
+  (``LOCAL_RANK`` 0, or a process not under torchrun) prints the line; the others wait ``QUIET_WAIT_SECONDS`` for
+  it to go first (torchrun then stops them) and print their own line only if it did not.
+* after the process group: a ``Refusal`` (``checkpoint.CheckpointShapeError``, ``UnusableCheckpointsError``, or
+  any new subclass), raised on every rank together, after the ranks agreed. Rank 0 prints the line, each node's
+  local rank 0 writes the failure file, and every rank waits at a barrier until both are out.
+
+Either way every refusing process records the reason in ``$TRAINER_REFUSAL_FILE`` (when set) and in torchrun's
+per-worker error file (``TORCHELASTIC_ERROR_FILE``): the first tells ``training.trainer.launch`` and the container's
+``entrypoint.sh`` that the workers refused (so they exit 2, where torchrun and the toolkit would exit 1), the second
+puts the reason into torchrun's own failure report under a bare ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from training.trainer import sagemaker_job
+
+REFUSED = 2
+"""Exit status of a refusal before training (nothing was trained or written)."""
+
+FAILED = 1
+"""Exit status of a failure during training (Python's own status for an uncaught exception)."""
+
+MARKER_ENV = "TRAINER_REFUSAL_FILE"
+"""Environment variable naming the file a refusing process writes its reason into (set by ``training.trainer.launch``
+and ``entrypoint.sh``; unset: nothing is written)."""
+
+QUIET_WAIT_SECONDS = 10.0
+"""How long a worker that refuses silently waits for its node's first worker to print the line and exit."""
+
+
+class Refusal(Exception):
+    """A reason not to train found after the process group exists (for example a checkpoint of another model
+    shape). Raise it on every rank together, once the ranks agree (e.g. after an ``all_gather_object`` of each
+    rank's verdict): ``training.trainer.__main__`` turns it into one ``error:`` line and exit status 2. A rank that
+    raises it alone leaves the others waiting in their next collective."""
+
+
+def speaking_process() -> bool:
+    """Whether this process prints a refusal found before the process group: the node's first worker under
+    torchrun (``LOCAL_RANK`` 0), or a process not under torchrun."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
+def record(message: str) -> None:
+    """Record a refusal where a launcher can see it: ``$TRAINER_REFUSAL_FILE`` and torchrun's error file."""
+    marker = os.environ.get(MARKER_ENV)
+    if marker:
+        _write_quietly(Path(marker), message.strip() + "\n")
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if (
+        error_file
+    ):  # torchrun's report shows it as the worker's traceback (the format of torch's ErrorHandler)
+        text = message.strip()
+        info = {"py_callstack": text, "timestamp": str(int(time.time()))}
+        _write_quietly(Path(error_file), json.dumps({"message": {"message": text, "extraInfo": info}}))
+
+
+def refused() -> str | None:
+    """The reason in ``$TRAINER_REFUSAL_FILE``, or None when no process has refused."""
+    marker = os.environ.get(MARKER_ENV)
+    try:
+        return Path(marker).read_text().strip() if marker else None
+    except OSError:
+        return None
+
+
+def refuse(message: str, *, report: bool | None = None) -> int:
+    """A refusal before the process group: ``error: <message>`` on stderr from the speaking process (``report``
+    overrides who speaks), the job's failure reason under SageMaker, the records for a launcher; returns
+    ``REFUSED``. A silent worker waits for the speaking one first, and speaks after all if it is still running."""
+    record(message)
+    if report is None:
+        report = speaking_process()
+        if not report:
+            time.sleep(QUIET_WAIT_SECONDS)  # torchrun stops this worker once the speaking one has exited
+            report = True
+    if report:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sagemaker_job.write_failure(message)
+    return REFUSED
+
+
+def failure_reason(err: BaseException) -> str:
+    """One line for the job's failure reason: which rank (``RANK``) and what failed (the traceback stays on
+    stderr)."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"training failed on rank {os.environ.get('RANK', '0')}: {type(err).__name__}: {text}"[:1000]
+
+
+def _write_quietly(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:  # the line is still printed; only the launcher's view of it is lost
+        print(f"note: could not record the refusal in {path}: {err.strerror or err}", file=sys.stderr)
