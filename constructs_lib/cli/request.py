@@ -136,17 +136,31 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
     return f"{prefix[:59]}-{stamp}-{secrets.token_hex(2)}"
 
 
-def plan_request(
-    request: object, rules: Any, measurements: Sequence[Mapping[str, Any]] = ()
-) -> dict[str, Any]:
+def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
     """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
-    JSON-ready dict; throughput measured where one of ``measurements`` (stored tuning records) stands for it on the
-    rules' image, else published. Raises ``InvalidRequest`` with every problem other than the memory estimate's
-    own (a plan that does not fit is still shown, with its advice)."""
-    from constructs_lib.workflow.request_check import prepare_request
+    JSON-ready dict. Raises ``InvalidRequest`` with every problem other than the memory estimate's own (a plan
+    that does not fit is still shown, with its advice). A request with ``init_from`` is planned with the shape of
+    that model folder's config.json, read with the S3 client ``s3`` (without one, it is refused: its shape is not
+    known offline). With ``s3`` the throughput is measured where a stored tuning record of the rules' image stands
+    for the request (``request_tune.read_measurements``), else published."""
+    from constructs_lib.workflow.request_check import prepare_request, read_init_from
+    from constructs_lib.workflow.request_tune import read_measurements
     from training.request.plan import make_plan
 
-    prepared = prepare_request(request, rules)
+    architecture = None
+    uri = request.get("init_from") if isinstance(request, Mapping) else None
+    if isinstance(uri, str):
+        if s3 is None:
+            raise InvalidRequest(
+                [
+                    "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
+                    "--deployed or --stack"
+                ]
+            )
+        architecture, problems = read_init_from(s3, uri)
+        if problems:
+            raise InvalidRequest(problems)
+    prepared = prepare_request(request, rules, architecture)
     problems = [p for p in prepared.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)
@@ -154,7 +168,8 @@ def plan_request(
         prepared.config,
         max_instance_count=rules.max_instance_count,
         instance_types=rules.allowed_instance_types,
-        measurements=measurements,
+        architecture=architecture,
+        measurements=read_measurements(s3, rules) if s3 is not None else (),
         image_tag=rules.image_tag(),
     )
     return plan.to_dict()

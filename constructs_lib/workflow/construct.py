@@ -3,7 +3,7 @@
 One execution = one validated, cost-bounded, monitored training job. The execution input (snake_case, every
 field optional) is decided before anything launches by the workflow's ``RequestValidator`` Lambda function
 (``request_check``: every field, the trainer's settings and rules from the contract, SageMaker's limits, the
-data location, ``resume_from``), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
+data location, ``resume_from``, the ``init_from`` model folder's config.json), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
 Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
 ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
 checkpoint prefix (so it resumes), a bounded number of times; any other failure ends the execution with the job

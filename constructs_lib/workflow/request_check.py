@@ -13,8 +13,9 @@ Why a Lambda function and not JSONata states: the checks that matter are the tra
 rules, so a new trainer setting is checked with no edit here. A JSONata copy of them would be a second
 implementation to keep in step, could not list S3 to decide ``resume_from`` on its own, and is not evaluated by
 moto 5.2.5 (the tests would need a second evaluator). The Lambda asset holds only this module, the rules
-(``request_rules``), the input fields' table (``input_fields``) and the per-field checks (``request_fields``) it runs, ``training/request/contract.py`` and
-``training/request/plan.py`` (standard library only; ``boto3`` from the Lambda runtime is imported only to list S3).
+(``request_rules``), the input fields' table (``input_fields``) and the per-field checks (``request_fields``) it
+runs, ``training/request/contract.py``, ``training/request/hf_config.py`` and ``training/request/plan.py``
+(standard library only; ``boto3`` from the Lambda runtime is imported only to read S3).
 
 SageMaker's request constraints (name length and pattern, hyperparameter count and sizes, S3 URI length and
 pattern, input modes, training plan ARN pattern, tag and environment counts, patterns and lengths, the warm-pool
@@ -23,10 +24,12 @@ the rules, so the Lambda needs no botocore of a particular version.
 
 Besides the checked input, the decision carries the per-execution fields of the request (:func:`job_fields`:
 ``Tags``, ``Environment``, ``InfraCheckConfig``, ``RemoteDebugConfig``) and, before launch, lists S3 once for a
-``train_data_uri`` (it must hold an object) and for ``resume_from``, and reads the stored tuning measurements of
-the workflow's image (``request_tune.read_measurements``): the plan uses measured throughput where one stands for
-the request. An input with a ``tune`` block is a tuning run, decided by ``request_tune``: its candidates, cost
-bound and the tuning job's hyperparameters.
+``train_data_uri`` (it must hold an object) and for ``resume_from``, and for ``init_from`` lists the folder and
+reads its ``config.json`` (:func:`read_init_from`), so that the trainer settings are checked and the plan made
+with the model's real shape; and it reads the stored tuning measurements of the workflow's image
+(``request_tune.read_measurements``): the plan uses measured throughput where one stands for the request. An input
+with a ``tune`` block is a tuning run, decided by ``request_tune``: its candidates, cost bound and the tuning job's
+hyperparameters.
 
 Nothing here imports ``aws_cdk``.
 """
@@ -65,6 +68,7 @@ from constructs_lib.workflow.request_rules import (
     sagemaker_limits,
 )
 from constructs_lib.workflow.request_tune import decide_tune, read_measurements
+from training.request import hf_config
 from training.request.contract import (
     CHECKPOINT_DIR_NAME,
     HYPERPARAMETERS_BY_NAME,
@@ -74,6 +78,8 @@ from training.request.contract import (
     RESUME_CHANNEL,
     SET_ASIDE_SUFFIX,
     TRAIN_CHANNEL,
+    WEIGHTS_CHANNEL,
+    ContractError,
 )
 from training.request.plan import make_plan, refusal
 
@@ -97,6 +103,7 @@ __all__ = [
     "newest_complete_checkpoint",
     "parse_data_sources",
     "prepare_request",
+    "read_init_from",
     "resume_problems",
     "sagemaker_limits",
     "validate_request",
@@ -139,13 +146,17 @@ def validate_request(raw: object, rules: RequestRules) -> list[str]:
 def prepare_request(
     raw: object,
     rules: RequestRules,
+    architecture: Mapping[str, Any] | None = None,
     *,
     measurements: Sequence[Mapping[str, Any]] = (),
     execution: str | None = None,
 ) -> PreparedRequest:
     """Merge ``raw`` over the defaults, check every field, the trainer settings and SageMaker's constraints.
-    ``measurements``: stored tuning records (:func:`request_tune.read_measurements`) for the plan; ``execution``:
-    this execution's name (a tuning run's report and records are named by it)."""
+    ``architecture``: the settings of the ``init_from`` folder's config.json (:func:`read_init_from`), which give
+    the model's shape to the checks and the plan; with ``init_from`` and no architecture (no S3 read, e.g. the
+    CLI offline), the shape checks and the memory plan wait for :func:`decide`. ``measurements``: stored tuning
+    records (:func:`request_tune.read_measurements`) for the plan; ``execution``: this execution's name (a tuning
+    run's report and records are named by it)."""
     if not isinstance(raw, Mapping):
         return PreparedRequest({}, {}, [f"input: must be a JSON object of input fields; got {show(raw)}"])
     problems: list[str] = []
@@ -166,15 +177,14 @@ def prepare_request(
         problems += cross_field_problems(config, rules)
     hyperparameters: dict[str, str] = {}
     if not field_problems:
-        hyperparameters, hp_problems = hyperparameter_map(config, rules)
+        hyperparameters, hp_problems = hyperparameter_map(config, rules, architecture)
         problems += hp_problems
     elif not any(p.startswith("hyperparameters") for p in field_problems):
         problems += setting_problems(config["hyperparameters"])[1]  # the rest needs the other fields valid
     tune = None
     if not problems and config["tune"] is not None:
-        decided = decide_tune(
-            config, rules, hyperparameters, measurements=list(measurements), execution=execution
-        )
+        decided = decide_tune(config, rules, hyperparameters, architecture, measurements=measurements,
+                              execution=execution)  # fmt: skip
         problems += decided.problems
         if not decided.problems:
             problems += size_problems(decided.hyperparameters, rules)
@@ -186,20 +196,29 @@ def prepare_request(
         return PreparedRequest(config, {}, problems)
     if tune is not None:
         return PreparedRequest(config, hyperparameters, problems, _channels(config), None, tune)
-    estimate, refused = _memory_plan(config, rules, measurements)
+    estimate, refused = None, None
+    if config["init_from"] is None or architecture is not None:
+        estimate, refused = _memory_plan(config, rules, architecture, measurements)
     if refused:
         return PreparedRequest(config, {}, [refused], plan=estimate)
     return PreparedRequest(config, hyperparameters, problems, _channels(config), estimate)
 
 
 def _channels(config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    if config["train_data_uri"] is None:
-        return []
-    return [channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"])]
+    """The ``InputDataConfig`` of a request: its data (``train_data_uri``) and its starting weights (``init_from``)."""
+    channels = []
+    if config["train_data_uri"] is not None:
+        channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
+    if config["init_from"] is not None:
+        channels.append(channel(WEIGHTS_CHANNEL, config["init_from"], "File"))
+    return channels
 
 
 def _memory_plan(
-    config: Mapping[str, Any], rules: RequestRules, measurements: Sequence[Mapping[str, Any]] = ()
+    config: Mapping[str, Any],
+    rules: RequestRules,
+    architecture: Mapping[str, Any] | None = None,
+    measurements: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[dict[str, Any], str | None]:
     """The plan of a request with no other problem (throughput measured when a stored record stands for it), and
     its refusal when its estimated per-GPU peak exceeds the GPU's memory with headroom (``training.request.plan``),
@@ -208,6 +227,7 @@ def _memory_plan(
         config,
         max_instance_count=rules.max_instance_count,
         instance_types=rules.allowed_instance_types,
+        architecture=architecture,
         measurements=measurements,
         image_tag=rules.image_tag(),
     )
@@ -317,11 +337,21 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     "channels", "resume", "request", "plan", "tune"}`` (all but the first two null when not valid; ``request``:
     :func:`job_fields`; ``tune``: a tuning run's decided part, null for a training run); ``s3``: a boto3 S3 client
     to read the stored tuning measurements for the plan (without one: the published figures), check
-    ``train_data_uri`` holds data and decide ``resume_from`` (default for those two: one for the rules' region)."""
+    ``train_data_uri`` holds data, read the ``init_from`` folder's config.json and decide ``resume_from`` (default
+    for those: one for the rules' region)."""
     rules = RequestRules.from_json(event["rules"])
     measurements = read_measurements(s3, rules) if s3 is not None else []
-    execution = event.get("execution")
-    prepared = prepare_request(event.get("input"), rules, measurements=measurements, execution=execution)
+    raw = event.get("input")
+    architecture: dict[str, Any] | None = None
+    weights_problems: list[str] = []
+    uri = raw.get("init_from") if isinstance(raw, Mapping) else None
+    if uri is not None and check_field("init_from", uri, rules) is None:
+        s3 = s3 or _s3_client(rules)
+        architecture, weights_problems = read_init_from(s3, uri)
+    prepared = prepare_request(
+        raw, rules, architecture, measurements=measurements, execution=event.get("execution")
+    )
+    prepared.problems[:0] = weights_problems
     resume = None
     if not prepared.problems and prepared.config["train_data_uri"] is not None:
         s3 = s3 or _s3_client(rules)
@@ -359,6 +389,37 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
         "plan": prepared.plan if valid else None,
         "tune": prepared.tune if valid else None,
     }
+
+
+def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The settings of the ``init_from`` folder's config.json (``hf_config.architecture``), or the problem of a
+    folder the trainer cannot start from: nothing under the prefix, no config.json or no safetensors file
+    directly in it, a config.json that cannot be read or describes an architecture the trainer cannot load. One
+    listing of the prefix (the data sources' ``s3:ListBucket``) and one ``GetObject`` of its config.json."""
+    bucket, _, prefix = uri[5:].partition("/")
+    names = {key[len(prefix) :] for key in _list_run(s3, bucket, prefix)}
+    if not names:
+        return None, [
+            f"init_from: must be a Hugging Face model folder, but no object is under it; got {show(uri)}"
+        ]
+    if hf_config.CONFIG_FILE not in names:
+        return None, [
+            f"init_from: holds no {hf_config.CONFIG_FILE} (a Hugging Face model folder has one); got {show(uri)}"
+        ]
+    if not any("/" not in name and name.endswith(".safetensors") for name in names):
+        return None, [
+            "init_from: holds no safetensors weights (model.safetensors, or shards with "
+            f"model.safetensors.index.json); got {show(uri)}"
+        ]
+    try:
+        body = s3.get_object(Bucket=bucket, Key=prefix + hf_config.CONFIG_FILE)["Body"].read()
+        return hf_config.architecture(hf_config.parse(body, uri), uri), []
+    except ContractError as err:
+        return None, [str(err)]
+    except (
+        Exception
+    ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda asset
+        return None, [f"init_from: cannot read {uri}{hf_config.CONFIG_FILE}: {type(err).__name__}: {err}"]
 
 
 def data_problems(s3: Any, uri: str) -> list[str]:

@@ -23,6 +23,7 @@ from constructs_lib.workflow.input_fields import (
 )
 from constructs_lib.workflow.request_rules import (
     DATA_HYPERPARAMETER,
+    INPUT_FIELD_HYPERPARAMETERS,
     INSTANCE_STORAGE_TYPES,
     MLFLOW_ENVIRONMENT,
     PLATFORM_HYPERPARAMETERS,
@@ -31,6 +32,7 @@ from constructs_lib.workflow.request_rules import (
 )
 from training.request.contract import (
     HYPERPARAMETERS_BY_NAME,
+    WEIGHTS_CHANNEL_DIR,
     ContractError,
     instance_types_supporting,
     normalize_name,
@@ -174,6 +176,10 @@ def setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[
                 f"{where}: set by the platform ({PLATFORM_HYPERPARAMETERS[name]}, the path SageMaker syncs); "
                 "it cannot be set from an execution"
             )
+        elif name in INPUT_FIELD_HYPERPARAMETERS:
+            problems.append(
+                f"{where}: set by the platform from {INPUT_FIELD_HYPERPARAMETERS[name]}; set that field"
+            )
         elif name in TOP_LEVEL_HYPERPARAMETERS:
             problems.append(
                 f"{where}: is the top-level input field {name}; set it there, not in hyperparameters"
@@ -190,7 +196,9 @@ def setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[
         settable = [
             n
             for n in HYPERPARAMETERS_BY_NAME
-            if n not in PLATFORM_HYPERPARAMETERS and n not in TOP_LEVEL_HYPERPARAMETERS
+            if n not in PLATFORM_HYPERPARAMETERS
+            and n not in TOP_LEVEL_HYPERPARAMETERS
+            and n not in INPUT_FIELD_HYPERPARAMETERS
         ]
         problems.insert(
             0,
@@ -200,13 +208,19 @@ def setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[
     return given, problems
 
 
-def hyperparameter_map(config: Mapping[str, Any], rules: RequestRules) -> tuple[dict[str, str], list[str]]:
-    """The ``HyperParameters`` map: the input's trainer settings, the top-level ones, the data switch and the
-    platform's paths; checked by the trainer's own parsers and cross-setting rules and SageMaker's sizes."""
+def hyperparameter_map(
+    config: Mapping[str, Any], rules: RequestRules, architecture: Mapping[str, Any] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """The ``HyperParameters`` map: the input's trainer settings, the top-level ones, the data switch, the
+    ``init_from`` channel's folder and the platform's paths; checked by the trainer's own parsers and
+    cross-setting rules (with ``init_from``: against ``architecture``, the settings of the folder's config.json;
+    left to the trainer when it was not read) and SageMaker's sizes."""
     given, problems = setting_problems(config["hyperparameters"])
     for name in TOP_LEVEL_HYPERPARAMETERS:
         if config[name] is not None:
             given[name] = config[name]
+    if config["init_from"] is not None:
+        given["init_from"] = WEIGHTS_CHANNEL_DIR
     has_data = config["train_data_uri"] is not None
     dataset = str(given.get(DATA_HYPERPARAMETER, "channel" if has_data else "synthetic")).strip().lower()
     if dataset == "channel" and not has_data:
@@ -223,7 +237,8 @@ def hyperparameter_map(config: Mapping[str, Any], rules: RequestRules) -> tuple[
     if problems:
         return {}, problems
     try:
-        parse_hyperparameters(given)
+        if config["init_from"] is None or architecture is not None:
+            parse_hyperparameters(given, architecture)
     except ContractError as err:
         return {}, [f"hyperparameters.{err}"]
     rendered = {**to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}

@@ -4,11 +4,13 @@ It runs :func:`constructs_lib.workflow.request_check.handler` (see that module f
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
 ``request_fields.py``, ``input_fields.py`` and ``request_tune.py``, ``training/request/contract.py``,
-``training/request/plan.py`` (the memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard
-library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may write its
+``training/request/hf_config.py`` (a model folder's config.json), ``training/request/plan.py`` (the memory, time
+and cost estimate), ``measured.py`` and ``tuning.py`` (standard library only) and an empty ``__init__.py`` in each
+of their folders (the real package ``__init__`` files are not needed there). Its role may write its
 own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
-decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an object), and list and
-read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
+decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an object, an ``init_from``
+folder its files) and read the ``config.json`` files under them (an ``init_from`` model's architecture), and list
+and read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 import training.request.contract
+import training.request.hf_config
 import training.request.measured
 import training.request.plan
 import training.request.tuning
@@ -41,6 +44,7 @@ from constructs_lib._shared.nag import (
     rendered,
 )
 from constructs_lib.workflow import input_fields, request_check, request_fields, request_rules, request_tune
+from training.request.hf_config import CONFIG_FILE
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
 ASSET_FILES = {
@@ -50,6 +54,7 @@ ASSET_FILES = {
     "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),
     "constructs_lib/workflow/request_tune.py": Path(request_tune.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
+    "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
     "training/request/measured.py": Path(training.request.measured.__file__),
     "training/request/tuning.py": Path(training.request.tuning.__file__),
@@ -86,8 +91,8 @@ class RequestValidator(Construct):
     :param runs_prefix: the workflow's own checkpoint prefix (``checkpoints/<segment>/``): one folder per
         execution, each with ``step_XXXXXXXX/COMPLETE`` markers. The function may list it and read the markers.
     :param data_prefixes: ``(bucket ARN, key prefix)`` of each allowed data source: the function may list them
-        (``s3:ListBucket`` with an ``s3:prefix`` condition), to refuse a ``train_data_uri`` with no object. Default:
-        none.
+        (``s3:ListBucket`` with an ``s3:prefix`` condition), to refuse a ``train_data_uri`` with no object, and read
+        the ``config.json`` files under them (``s3:GetObject``), to decide an ``init_from`` model. Default: none.
     :param measurements_prefix: where the workflow stores the tuning runs' measurement records
         (``tuning/measurements/``): the function may list and read them, for the plan. Default: none.
     :param log_retention: retention of the function's log group. Default six months.
@@ -155,6 +160,7 @@ class RequestValidator(Construct):
                     conditions={"StringLike": {"s3:prefix": patterns}},
                 )
             )
+        self._grant_model_configs(data_prefixes)
         records = self._read_measurements(bucket, measurements_prefix) if measurements_prefix else None
         if bucket.encryption_key is not None:
             bucket.encryption_key.grant(self.role, "kms:Decrypt")
@@ -164,7 +170,7 @@ class RequestValidator(Construct):
             runtime=lambda_.Runtime.PYTHON_3_14,
             code=lambda_.Code.from_asset(str(build_asset())),
             handler=HANDLER,
-            description="Decides a training request (contract settings, SageMaker limits, resume_from) before launch",
+            description="Decides a training request (contract settings, SageMaker limits, resume_from, init_from) before launch",
             timeout=Duration.seconds(30),
             memory_size=256,
             role=self.role,
@@ -207,6 +213,27 @@ class RequestValidator(Construct):
             )
         )
         return objects
+
+    def _grant_model_configs(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
+        """Read the ``config.json`` of an ``init_from`` model folder under a data source (the folder itself or any
+        folder below it), and no other object there."""
+        if not data_prefixes:
+            return
+        configs = [
+            f"{bucket_arn}/{prefix}{pattern}"
+            for bucket_arn, prefix in data_prefixes
+            for pattern in (CONFIG_FILE, f"*/{CONFIG_FILE}")
+        ]
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(sid="ReadModelConfigs", actions=["s3:GetObject"], resources=configs)
+        )
+        for resource in configs[1::2]:
+            acknowledge(
+                policy_scope(self.role),
+                f"IAM5[Resource::{rendered(self, resource)}]",
+                "Reads only the config.json of the Hugging Face model folder an execution names in init_from "
+                "(under an allowed data source); the folders below the data source are chosen per execution.",
+            )
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         return self.function.grant_invoke(grantee)

@@ -31,6 +31,7 @@ from training.request.contract import (
     TUNE_RECORDS_FILE,
     TUNE_REPORT_FOLDER,
     TUNE_WINNER_FILE,
+    WEIGHTS_CHANNEL_DIR,
     image_tag,
 )
 
@@ -43,6 +44,10 @@ PLATFORM_HYPERPARAMETERS: Mapping[str, str] = MappingProxyType(
     {"checkpoint_dir": CHECKPOINT_LOCAL_PATH, "model_dir": MODEL_DIR}
 )
 """Set by the platform: SageMaker syncs only its own paths, so moving them breaks spot resume and model upload."""
+INPUT_FIELD_HYPERPARAMETERS: Mapping[str, str] = MappingProxyType(
+    {"init_from": f"the input field init_from, an S3 prefix mounted at {WEIGHTS_CHANNEL_DIR}"}
+)
+"""Trainer settings the workflow sets from an input field of another kind (refused inside ``hyperparameters``)."""
 TOP_LEVEL_HYPERPARAMETERS = TOP_LEVEL_SETTINGS
 """Trainer settings that are top-level input fields (so they are refused inside ``hyperparameters``)."""
 DATA_HYPERPARAMETER = "dataset"

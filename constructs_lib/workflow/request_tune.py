@@ -40,12 +40,20 @@ def decide_tune(
     config: Mapping[str, Any],
     rules: RequestRules,
     hyperparameters: Mapping[str, str],
+    architecture: Mapping[str, Any] | None = None,
     *,
     measurements: Sequence[Mapping[str, Any]],
     execution: str | None,
 ) -> TuneDecision:
     """The tuning run of a request whose other fields are valid (``config`` merged, ``hyperparameters`` its
-    rendered trainer settings)."""
+    rendered trainer settings, ``architecture`` the ``init_from`` model's settings when it has one)."""
+    if config["init_from"] is not None and architecture is None:
+        return TuneDecision(
+            [
+                "tune: with init_from, the candidates are planned with the model's config.json, which is read before "
+                "launch (blackwell-training tune --deployed, or the workflow itself)"
+            ]  # fmt: skip
+        )
     if config["resume_from"] is not None:
         return TuneDecision(
             [
@@ -62,6 +70,7 @@ def decide_tune(
         max_runtime_seconds=config["max_runtime_seconds"],
         measurements=measurements,
         image_tag=rules.image_tag(),
+        architecture=architecture,
     )
     if tuned.problems:
         return TuneDecision(tuned.problems)

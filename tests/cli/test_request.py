@@ -17,6 +17,7 @@ from constructs_lib.cli.request import (
     apply_settings,
     load_request,
     new_run_name,
+    plan_request,
 )
 
 
@@ -105,3 +106,28 @@ def test_unreadable_cdk_json_is_one_line(tmp_path):
     (tmp_path / "cdk.json").write_text("{")
     with pytest.raises(OperatorError, match="cdk.json: not readable as JSON"):
         Project.find(tmp_path)
+
+
+def test_a_plan_of_an_init_from_request_reads_the_models_config_or_says_why_it_cannot(tmp_path):
+    import boto3
+    from moto import mock_aws
+
+    from constructs_lib.workflow.request_check import RequestRules
+    from training.request import contract
+
+    rules = RequestRules(region="us-west-2", bucket_name="model-bucket").with_limits()
+    request = {"init_from": "s3://model-bucket/data/llama/", "activation_checkpointing": True}
+    with pytest.raises(InvalidRequest, match="init_from: the plan needs the model folder's config.json"):
+        plan_request(request, rules)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-west-2")
+        s3.create_bucket(Bucket="model-bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        config = {"model_type": "llama", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
+                  "num_attention_heads": 24, "num_key_value_heads": 8, "vocab_size": 128256,
+                  "tie_word_embeddings": True, "rope_theta": 500000.0}  # fmt: skip
+        s3.put_object(Bucket="model-bucket", Key="data/llama/config.json", Body=json.dumps(config).encode())
+        s3.put_object(Bucket="model-bucket", Key="data/llama/model.safetensors", Body=b"w")
+        planned = plan_request(request, rules, s3=s3)
+        assert planned["parameters"] == contract.MODEL_PRESETS["llama3.2-3b"].parameter_count()
+        with pytest.raises(InvalidRequest, match="init_from: holds no config.json"):
+            plan_request({"init_from": "s3://model-bucket/data/"}, rules, s3=s3)

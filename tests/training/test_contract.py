@@ -82,7 +82,7 @@ def test_instance_types_by_precision():
 def test_parameter_counts_match_the_preset_names():
     billions = {name: shape.parameter_count() / 1e9 for name, shape in c.MODEL_PRESETS.items()}
     for name, count in billions.items():
-        nominal = float(name.rstrip("b"))
+        nominal = float(re.search(r"([0-9.]+)b$", name).group(1))
         assert 0.7 * nominal <= count <= 1.3 * nominal, (name, count)
 
 
@@ -221,3 +221,97 @@ def test_every_instance_type_has_a_price_entry_and_costs_scale_with_count_and_ti
     unpriced = [name for name, usd in c.ON_DEMAND_USD_PER_HOUR.items() if usd is None]
     assert unpriced and c.estimate_cost_usd(unpriced[0], 1, 3600) is None
     assert c.estimate_cost_usd("ml.m5.large", 1, 3600) is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Llama 3.x: grouped-query attention, tied embeddings, RoPE scaling
+# ---------------------------------------------------------------------------------------------------------------
+
+LLAMA = {  # (layers, hidden, heads, kv heads, intermediate, tied, rope factor) of each model's config.json
+    "llama3.2-1b": (16, 2048, 32, 8, 8192, True, 32.0),
+    "llama3.2-3b": (28, 3072, 24, 8, 8192, True, 32.0),
+    "llama3.1-8b": (32, 4096, 32, 8, 14336, False, 8.0),
+    "llama3.1-70b": (80, 8192, 64, 8, 28672, False, 8.0),
+}
+PUBLISHED_BILLIONS = {"llama3.2-1b": 1.23, "llama3.2-3b": 3.21, "llama3.1-8b": 8.03, "llama3.1-70b": 70.6}
+"""Meta's model cards (Llama 3.2: 1.23B and 3.21B) and Hugging Face's model pages (8.03B, 70.6B)."""
+
+
+@pytest.mark.parametrize("name", LLAMA)
+def test_the_llama_presets_are_the_published_models(name):
+    layers, hidden, heads, kv, ffn, tied, factor = LLAMA[name]
+    shape = c.MODEL_PRESETS[name]
+    assert (shape.num_layers, shape.hidden_size, shape.num_heads, shape.kv_heads) == (
+        layers,
+        hidden,
+        heads,
+        kv,
+    )
+    assert (shape.ffn_hidden_size, shape.vocab_size, shape.tie_embeddings) == (ffn, 128_256, tied)
+    published = PUBLISHED_BILLIONS[name] * 1e9
+    assert abs(shape.parameter_count() - published) / published < 0.005  # the cards round (1.2358B: "1.23B")
+    values = c.parse_hyperparameters({"model_preset": name})
+    assert (values["rope_theta"], values["rope_scaling"], values["rope_scaling_factor"]) == (
+        500000.0,
+        "llama3",
+        factor,
+    )
+    assert (values["rope_low_freq_factor"], values["rope_high_freq_factor"]) == (1.0, 4.0)
+    assert values["rope_original_max_position_embeddings"] == 8192 and values["num_kv_heads"] == kv
+
+
+def test_grouped_query_attention_and_tying_are_counted():
+    mha = c.ModelShape(2, 64, 8, 128, 100)
+    gqa = c.ModelShape(2, 64, 8, 128, 100, num_kv_heads=2)
+    tied = c.ModelShape(2, 64, 8, 128, 100, num_kv_heads=2, tie_embeddings=True)
+    assert mha.block_parameter_count() - gqa.block_parameter_count() == 2 * 64 * (64 - 16)
+    assert gqa.root_parameter_count() - tied.root_parameter_count() == 100 * 64
+    assert c.ModelShape(2, 64, 8, 128, 100, num_kv_heads=8) == c.ModelShape(
+        2, 64, 8, 128, 100, num_kv_heads=8
+    )
+    # the tied head is still a matmul: the same FLOPs as untied
+    assert c.flops_per_token(tied, 128) == c.flops_per_token(gqa, 128) < c.flops_per_token(mha, 128)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "fragment"),
+    [
+        ({"num_kv_heads": "3"}, "num_kv_heads", "must divide num_heads (16); got 3"),
+        ({"rope_scaling": "llama3"}, "rope_scaling_factor", "must be set when rope_scaling=llama3"),
+        ({"rope_scaling_factor": "8"}, "rope_scaling_factor", "only with rope_scaling=llama3"),
+        (
+            {"model_preset": "llama3.1-8b", "rope_low_freq_factor": "4"},
+            "rope_high_freq_factor",
+            "must be above rope_low_freq_factor (4); got 4",
+        ),
+        (
+            {"model_preset": "llama3.1-8b", "position_encoding": "none"},
+            "rope_scaling",
+            "llama3 needs position_encoding=rope",
+        ),
+        ({"rope_scaling": "yarn"}, "rope_scaling", "one of none, llama3"),
+    ],
+)
+def test_grouped_query_attention_and_rope_scaling_are_checked(raw, field, fragment):
+    with pytest.raises(c.ContractError) as info:
+        c.parse_hyperparameters(raw)
+    assert info.value.field == field and fragment in str(info.value)
+
+
+def test_presets_fill_only_what_the_request_leaves_out():
+    mine = c.parse_hyperparameters({"model_preset": "llama3.1-8b", "rope_scaling": "none", "num_heads": "16"})
+    assert (
+        mine["rope_scaling"] == "none"
+        and mine["rope_scaling_factor"] is None
+        and mine["rope_theta"] == 500000.0
+    )
+    assert mine["num_kv_heads"] == 8  # the preset's key/value heads, which divide the 16 heads asked for
+    assert c.parse_hyperparameters({"model_preset": "8b", "num_heads": "16"})["num_kv_heads"] == 16
+    custom = {
+        "model_preset": "custom",
+        "num_layers": 2,
+        "hidden_size": 64,
+        "num_heads": 4,
+        "ffn_hidden_size": 64,
+    }
+    assert c.parse_hyperparameters({**custom, "vocab_size": 10})["tie_embeddings"] is False

@@ -14,9 +14,10 @@ from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from training.request import contract
-from training.trainer import export_hf, model, prepare, rotary
+from training.trainer import data, export_hf, model, prepare, rotary
 
-from .runner import TINY, run_single
+from .hf_models import TOKENIZER_FILES, tiny_llama, tokens
+from .runner import TINY, fields, run_single, run_trainer, step_lines
 from .test_prepare import DOCS, tiny_tokenizer_json, write_inputs
 
 SETTINGS = {
@@ -45,7 +46,7 @@ def trainer_model(model_file: Path) -> model.Transformer:
     saved = torch.load(model_file, weights_only=True)
     config = saved["config"]
     shape = export_hf.shape_of(config)
-    rope = rotary.Rope(shape.hidden_size // shape.num_heads, config["rope_theta"])
+    rope = rotary.Rope(shape.head_dim, config["rope_theta"], rotary.Llama3Scaling.from_settings(config))
     net = model.Transformer(shape, [model.TorchBlock(shape) for _ in range(shape.num_layers)], rope=rope)
     net.load_state_dict(saved["state_dict"])
     return net.eval()
@@ -71,7 +72,7 @@ def test_a_finished_run_holds_the_hf_folder_and_transformers_gives_the_trainers_
     assert hf.config.rope_parameters["rope_theta"] == 5000.0 and hf.config.rms_norm_eps == model.NORM_EPS
     targets = TOKENS.roll(-1, dims=1)
     with torch.no_grad():
-        our_logits = ours.head(ours.norm(ours.hidden_states(TOKENS)))
+        our_logits = ours.logits(TOKENS)
         their = hf(TOKENS)
         assert (our_logits - their.logits).abs().max() <= 1e-4
         their_loss = F.cross_entropy(their.logits.view(-1, 256), targets.reshape(-1))
@@ -79,7 +80,7 @@ def test_a_finished_run_holds_the_hf_folder_and_transformers_gives_the_trainers_
         assert their.logits.std() > 0.1  # trained weights, not near-zero initial ones
         # The comparison can fail: the same weights without rotary embeddings give other logits.
         ours.rope = None
-        assert (ours.head(ours.norm(ours.hidden_states(TOKENS))) - their.logits).abs().max() > 1e-2
+        assert (ours.logits(TOKENS) - their.logits).abs().max() > 1e-2
 
 
 def test_the_cli_exports_bfloat16_shards_with_an_index_under_a_size_limit(trained, tmp_path, capsys):
@@ -209,7 +210,7 @@ def test_transformer_engine_parameters_map_onto_llamas_projections():
     assert torch.equal(hf["lm_head.weight"], state["head.weight"])
     assert len(hf) == 3 + 9 * SHAPE.num_layers  # every Llama tensor, nothing else
     llama = LlamaForCausalLM._from_config(
-        __import__("transformers").LlamaConfig(**export_hf.hf_config(_config(), "float32", None))
+        __import__("transformers").LlamaConfig(**export_hf.hf_config_json(_config(), "float32", None))
     )
     assert set(hf) == set(llama.state_dict())
     assert {k: tuple(v.shape) for k, v in hf.items()} == {
@@ -275,3 +276,112 @@ def test_a_byte_level_model_says_so_and_has_no_tokenizer_files(tmp_path):
         "tokenizer_json": None,
     }
     assert "copy that `tokenizer.json` into this folder" in export_hf.write_tokenizer(missing, tmp_path, 64)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A run that started from a Hugging Face model (init_from): grouped-query attention, tying, llama3 RoPE scaling
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def imported_model_file(tmp_path: Path, tied: bool) -> tuple[Path, LlamaForCausalLM]:
+    """What a run of 0 steps from a tiny Llama would save: ``model.pt`` of the imported weights."""
+    from training.trainer import config, weights
+
+    source = tmp_path / "source"
+    reference = tiny_llama(source, tied=tied)
+    cfg = config.config_from_mapping(
+        {"init_from": str(source), "precision": "fp32", "seq_length": "32", "model_dir": str(tmp_path / "m")}
+    )
+    net = model.build_model(cfg.shape, use_te=False, activation_checkpointing=False, te_params_dtype=torch.float32,
+                            rope_theta=cfg.rope_theta, rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()))  # fmt: skip
+    net.to_empty(device="cpu")
+    weights.initialize(net, seed=0, init_from=str(source))
+    path = tmp_path / "model.pt"
+    torch.save(
+        {
+            "config": cfg.as_dict(),
+            "step": 0,
+            "state_dict": net.state_dict(),
+            "data": export_hf.data_info(cfg),
+        },
+        path,
+    )
+    return path, reference
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tmp_path, tied):
+    path, reference = imported_model_file(tmp_path, tied)
+    out = tmp_path / "hf"
+    files = export_hf.export(path, out, "float32")
+    source = tmp_path / "source"
+    assert set(TOKENIZER_FILES) | {"generation_config.json"} <= set(files)
+    for name in (*TOKENIZER_FILES, "generation_config.json"):
+        assert (out / name).read_bytes() == (source / name).read_bytes()
+    exported = {name: t for shard in out.glob("*.safetensors") for name, t in load_file(shard).items()}
+    original = {name: t for shard in source.glob("*.safetensors") for name, t in load_file(shard).items()}
+    assert exported.keys() == original.keys() and ("lm_head.weight" in exported) is not tied
+    assert all(torch.equal(exported[name], original[name]) for name in original)
+    assert json.loads((out / "config.json").read_text()) == json.loads((source / "config.json").read_text())
+    loaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert loaded.config.num_key_value_heads == 2 and loaded.config.tie_word_embeddings is tied
+    assert loaded.config.rope_parameters["rope_type"] == "llama3"
+    with torch.no_grad():
+        ids = tokens()
+        torch.testing.assert_close(loaded(ids).logits, reference(ids).logits, rtol=0, atol=0)
+    gone = export_hf.source_info(str(tmp_path / "gone"))  # at the end of a run: never raises on rank 0 alone
+    assert gone["config"] is None and gone["files"] == {} and "is not a folder" in gone["unreadable"]
+    readme_text = (out / "README.md").read_text()
+    assert "2 key/value heads (grouped-query attention)" in readme_text and "llama3 scaling" in readme_text
+    assert f"{'tied' if tied else 'untied'} input and output embeddings" in readme_text
+
+
+def test_a_model_of_our_own_with_grouped_query_attention_and_tying_exports_its_architecture(
+    trained, tmp_path
+):
+    saved = torch.load(trained[0] / "model.pt", weights_only=True)
+    config = {
+        **saved["config"],
+        **dict.fromkeys(("num_kv_heads", "tie_embeddings")),
+    }  # as saved before they existed
+    assert export_hf.hf_config_json(config, "float32", None)["num_key_value_heads"] == 4
+    settings = {**saved["config"], "num_kv_heads": 2, "tie_embeddings": True, "rope_scaling": "llama3",
+                "rope_scaling_factor": 8.0, "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0,
+                "rope_original_max_position_embeddings": 16}  # fmt: skip
+    written = export_hf.hf_config_json(settings, "bfloat16", 3)
+    assert (written["num_key_value_heads"], written["tie_word_embeddings"], written["eos_token_id"]) == (
+        2,
+        True,
+        3,
+    )
+    assert written["rope_scaling"]["rope_type"] == "llama3" and written["rope_parameters"]["factor"] == 8.0
+    assert written["max_position_embeddings"] == int(saved["config"]["seq_length"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_import_train_on_two_ranks_export_and_from_pretrained_reproduces_the_trainers_logits(tmp_path, tied):
+    """The step-1 line's loss (the imported model's, before any update) is transformers' on both ranks' first
+    batches; after 3 steps the exported folder gives the trainer's logits past the original context."""
+    reference = tiny_llama(tmp_path / "source", tied=tied)
+    settings = {"init_from": str(tmp_path / "source"), "precision": "fp32", "seq_length": "32",
+                "batch_size": "2", "max_steps": "3", "learning_rate": "0.01", "lr_warmup_steps": "0",
+                "log_interval": "1", "throughput_warmup_steps": "1", "checkpoint_interval": "0",
+                "deterministic": "true", "checkpoint_dir": str(tmp_path / "ckpt"),
+                "model_dir": str(tmp_path / "model")}  # fmt: skip
+    output = run_trainer(settings)
+    first = [data.SyntheticTokens(96, 32, 2, 1234, rank, 2).next_batch() for rank in range(2)]
+    with torch.no_grad():
+        losses = [F.cross_entropy(reference(t).logits.reshape(-1, 96), y.reshape(-1)) for t, y in first]
+    printed = float(fields(step_lines(output)[1])["loss"])
+    assert abs(printed - float(sum(losses) / 2)) < 2e-5, (printed, losses)
+    hf_dir = tmp_path / "model" / export_hf.HF_DIR
+    assert {"tokenizer_config.json", "special_tokens_map.json"} <= {p.name for p in hf_dir.iterdir()}
+    ours = trainer_model(tmp_path / "model" / "model.pt")
+    theirs = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    assert theirs.config.num_key_value_heads == 2 and theirs.config.tie_word_embeddings is tied
+    ids = tokens()
+    with torch.no_grad():
+        trained = ours.logits(ids)
+        torch.testing.assert_close(theirs(ids).logits, trained, rtol=0, atol=1e-5)
+        assert (trained - reference(ids).logits).abs().max() > 1e-3  # it trained: not the imported weights

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from training.request.contract import ModelShape
-from training.trainer import model, parallel
+from training.trainer import model, parallel, weights
 from training.trainer.loss import IGNORE_INDEX, linear_cross_entropy
 
 FP32 = {"atol": 1e-6, "rtol": 1e-5}
@@ -149,7 +149,7 @@ def _fsdp_step(mesh, dtype, ac: bool, chunk: int, rank: int):
         loss_chunk_tokens=chunk,
     )
     parallel.shard_model(net, mesh, parallel.mixed_precision(dtype), torch.device("cpu"))
-    model.init_weights(net, seed=3)
+    weights.initialize(net, seed=3)
     gen = torch.Generator().manual_seed(10 + rank)
     tokens = torch.randint(0, SHAPE.vocab_size, (3, 40), generator=gen)
     targets = torch.randint(0, SHAPE.vocab_size, (3, 40), generator=gen)

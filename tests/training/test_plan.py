@@ -47,6 +47,10 @@ def test_plan_imports_no_torch():
         plan_agreement.Row("1b", 2, 32_000, 1, False, 8, precision="fp32", loss_chunk_tokens=0),
         # RoPE's rotated query and key are saved per layer (the default); NoPE saves neither
         plan_agreement.Row("1b", 2, 32_000, 2, False, 8, position_encoding="none"),
+        # grouped-query attention (8 key/value heads: narrower QKV, key and value) and tied embeddings (Llama 3.2)
+        plan_agreement.Row("llama3.1-8b", 2, 128_256, 1, False, 8),
+        plan_agreement.Row("llama3.2-1b", 2, 128_256, 1, False, 16),
+        plan_agreement.Row("llama3.2-3b", 2, 128_256, 2, True, 8),
     ],
     ids=lambda row: row.label(),
 )
@@ -206,3 +210,17 @@ def test_cli_prints_the_plan_and_json(tmp_path, capsys):
     assert as_json["fits"] is False and as_json["parts_gib"]["saved activations"] > 300
     path.write_text("[1]")
     assert plan.main([str(path)]) == 2
+
+
+def test_the_llama_plans_table_says_what_fits_on_one_and_two_b200_instances(capsys):
+    from training.measure import preset_plans
+
+    assert (
+        preset_plans.main(["--presets", "llama3.1-8b,llama3.1-70b", "--seq", "8192", "--instances", "1,2"])
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + 8 and lines[0].startswith("| preset | instances (GPUs) | AC |")
+    seventy = [line for line in lines if line.startswith("| llama3.1-70b |")]
+    assert [("| yes |" in line) for line in seventy] == [False, False, False, True]  # 2 instances with AC
+    assert all("| yes |" in line for line in lines if line.startswith("| llama3.1-8b |"))

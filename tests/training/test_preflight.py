@@ -13,7 +13,8 @@ from training.request import contract
 from training.trainer import config, data, preflight, prepare, sagemaker_job
 from training.trainer.__main__ import main
 
-from .runner import TINY, cli_args
+from .hf_models import BROKEN, broken_llama
+from .runner import TINY, cli_args, run_single
 
 
 def cfg_for(tmp_path, **extra):
@@ -248,3 +249,17 @@ def test_the_batch_check_counts_the_processes_train_sh_will_start(tmp_path):
     (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(path)  # 8 sequences of seq_length + 1 = 33
     preflight.check(channel(tmp_path, batch_size="4"), 2)
     assert "needs 12" in field_of(channel(tmp_path, batch_size="4"), world_size=3)
+
+
+@pytest.mark.parametrize("kind", list(BROKEN))
+def test_an_unusable_init_from_folder_fails_before_step_1_with_one_line_and_writes_nothing(tmp_path, kind):
+    folder = broken_llama(tmp_path / "source", kind)
+    outputs = {"checkpoint_dir": str(tmp_path / "ckpt"), "model_dir": str(tmp_path / "model")}
+    status, output = run_single(
+        {"init_from": str(folder), "precision": "fp32", "seq_length": "32", **outputs}
+    )
+    assert status == 2, output
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: invalid setting init_from: {folder}: "), output
+    assert BROKEN[kind] in errors[0]
+    assert "step=" not in output and sorted(p.name for p in tmp_path.iterdir()) == ["source"]

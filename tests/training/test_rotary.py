@@ -9,7 +9,7 @@ from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama
 
 from training.request.contract import ModelShape
-from training.trainer import model, parallel, rotary
+from training.trainer import model, parallel, rotary, weights
 
 HEAD_DIM, THETA, SEQ = 16, 500000.0, 64
 
@@ -93,7 +93,7 @@ def test_blocks_get_fp32_frequencies_under_a_bf16_fsdp_policy(monkeypatch):
             shape, use_te=False, activation_checkpointing=True, te_params_dtype=torch.float32
         )
         parallel.shard_model(net, env.mesh, parallel.mixed_precision(torch.bfloat16), env.device)
-        model.init_weights(net, seed=1)
+        weights.initialize(net, seed=1)
         seen = []
         for layer in net.layers:
             layer.register_forward_pre_hook(

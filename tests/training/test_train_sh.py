@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .hf_models import BROKEN, broken_llama
 from .runner import ROOT, TINY, cli_args, env
 
 TRAIN_SH = ROOT / "training" / "train.sh"
@@ -184,3 +185,24 @@ def test_on_unusable_checkpoints_fail_with_2_processes_is_one_line_and_exit_2(re
     assert {name: after.get(name) for name in before} == before
     assert sorted(set(after) - set(before)) == ["step_00000006.unusable", "step_00000012.unusable"]
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("kind", list(BROKEN))
+def test_an_unusable_init_from_folder_fails_before_torchrun_and_becomes_the_failure_reason(
+    stub_env, tmp_path, kind
+):
+    folder = broken_llama(tmp_path / "source", kind)
+    output = tmp_path / "output"
+    environment = {**stub_env, "SM_MODEL_DIR": str(tmp_path / "sm_model"), "SM_OUTPUT_DIR": str(output)}
+    args = ["--init_from", str(folder), "--precision", "fp32", "--seq-length", "32",
+            "--checkpoint_dir", str(tmp_path / "ckpt"), "--model_dir", str(tmp_path / "model")]  # fmt: skip
+    proc = train_sh(args, environment)
+    assert proc.returncode == 2 and "TORCHRUN" not in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: invalid setting init_from: {folder}: "), (
+        proc.stderr
+    )
+    assert BROKEN[kind] in errors[0]
+    assert (output / "failure").read_text() == errors[0].removeprefix("error: ") + "\n"
+    written = [name for name in ("ckpt", "model", "sm_model") if (tmp_path / name).exists()]
+    assert written == []  # nothing but the failure reason

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from training.request import contract
-from training.trainer import checkpoint, data, loop, metrics, model
+from training.trainer import checkpoint, data, loop, metrics, model, weights
 
 SHAPE = contract.ModelShape(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256)
 
@@ -22,12 +22,22 @@ def tiny_model() -> model.Transformer:
         te_params_dtype=torch.float32,
     )
     net.to_empty(device="cpu")
-    model.init_weights(net, seed=1)
+    weights.initialize(net, seed=1)
     return net
 
 
 def test_torch_model_matches_the_contract_parameter_count():
     assert sum(p.numel() for p in tiny_model().parameters()) == SHAPE.parameter_count()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
+    shape = contract.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
+    net = model.build_model(
+        shape, use_te=False, activation_checkpointing=False, te_params_dtype=torch.float32
+    )
+    assert sum(p.numel() for p in net.parameters()) == shape.parameter_count()
+    assert ("head.weight" in dict(net.named_parameters())) is not tied
 
 
 def test_init_is_seeded_and_loss_starts_near_log_vocab():

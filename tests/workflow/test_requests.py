@@ -19,7 +19,15 @@ from constructs_lib.workflow.request_check import RequestRules, decide, job_fiel
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
-from training.request.contract import RESUME_CHANNEL, TRAIN_CHANNEL
+from training.request import hf_config
+from training.request.contract import (
+    MODEL_PRESETS,
+    RESUME_CHANNEL,
+    TRAIN_CHANNEL,
+    WEIGHTS_CHANNEL,
+    WEIGHTS_CHANNEL_DIR,
+    parse_hyperparameters,
+)
 
 CORPUS_SIZE = 220
 
@@ -59,6 +67,7 @@ def workflows(synthesized):
             Bucket=synthesized["bucket"], CreateBucketConfiguration={"LocationConstraint": REGION}
         )
         machines["first"].s3.put_object(Bucket=synthesized["bucket"], Key="data/c/part-0.bin", Body=b"t")
+        _model_folder(machines["first"].s3, synthesized["bucket"], "data/llama/", LLAMA_8B_CONFIG)
         yield machines
 
 
@@ -75,6 +84,19 @@ def rules(synthesized) -> RequestRules:
 
 def _prefix() -> str:
     return "t" + uuid.uuid4().hex[:12]
+
+
+LLAMA_8B_CONFIG = hf_config.to_config(parse_hyperparameters({"model_preset": "llama3.1-8b"}))
+"""A config.json of Llama 3.1 8B's architecture, as the export writes it."""
+
+
+def _model_folder(s3, bucket: str, key: str, config: dict | None) -> str:
+    """A Hugging Face model folder in S3 (config.json, two safetensors shards, a tokenizer) under ``key``."""
+    if config is not None:
+        s3.put_object(Bucket=bucket, Key=f"{key}config.json", Body=json.dumps(config).encode())
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "tokenizer.json"):
+        s3.put_object(Bucket=bucket, Key=f"{key}{name}", Body=b"x")
+    return f"s3://{bucket}/{key}"
 
 
 def _failed(result: dict, error: str) -> str:
@@ -294,6 +316,69 @@ def test_summary_carries_the_plan_and_an_ignored_estimate_is_recorded(workflow):
     assert len(OUTCOMES.requests[prefix]) == 1  # launched
 
 
+# ---- start from open weights (init_from) ---------------------------------------------------------------------------
+
+
+def test_init_from_mounts_the_model_read_only_and_the_plan_is_the_models(workflow, synthesized):
+    prefix, uri = _prefix(), f"s3://{synthesized['bucket']}/data/llama/"
+    result = workflow.run({"job_name_prefix": prefix, "init_from": uri, "activation_checkpointing": True})
+    assert result["status"] == "SUCCEEDED", result
+    (request,) = OUTCOMES.requests[prefix]
+    assert request["InputDataConfig"] == [
+        {
+            "ChannelName": WEIGHTS_CHANNEL,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": uri,
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": "File",
+        }
+    ]
+    assert request["HyperParameters"]["init_from"] == WEIGHTS_CHANNEL_DIR
+    plan = json.loads(result["output"])["plan"]
+    assert plan["parameters"] == MODEL_PRESETS["llama3.1-8b"].parameter_count() and plan["fits"]
+
+
+@pytest.mark.parametrize(
+    ("folder", "settings", "cause"),
+    [
+        ("s3://elsewhere/models/llama/", {}, "init_from: must be an s3:// prefix ending in '/' under one of"),
+        ("data/no-config/", {}, "init_from: holds no config.json (a Hugging Face model folder has one)"),
+        ("data/mistral/", {}, "model_type 'mistral' is not supported; supported: llama (LlamaForCausalLM"),
+        (
+            "data/llama/",
+            {"hyperparameters": {"num_kv_heads": "32"}},
+            "hyperparameters.num_kv_heads: must be 8 or left out: the init_from model's config.json has "
+            "num_kv_heads=8; got 32",
+        ),
+        (
+            "data/llama/",
+            {"hyperparameters": {"model_preset": "llama3.1-70b"}},
+            "hyperparameters.model_preset: llama3.1-70b is not the init_from model",
+        ),
+    ],
+    ids=[
+        "outside the data sources",
+        "no config.json",
+        "unsupported architecture",
+        "contradicting kv heads",
+        "contradicting preset",
+    ],  # fmt: skip
+)
+def test_init_from_is_refused_before_launch_naming_the_field(workflow, synthesized, folder, settings, cause):
+    bucket = synthesized["bucket"]
+    _model_folder(workflow.s3, bucket, "data/no-config/", None)
+    _model_folder(workflow.s3, bucket, "data/mistral/", {**LLAMA_8B_CONFIG, "model_type": "mistral"})
+    uri = folder if folder.startswith("s3://") else f"s3://{bucket}/{folder}"
+    prefix = _prefix()
+    result = workflow.run({"job_name_prefix": prefix, "init_from": uri, **settings})
+    assert cause in _failed(result, "InvalidInput")
+    assert prefix not in OUTCOMES.requests  # refused before any SageMaker call
+
+
 # ---- continue an earlier run ---------------------------------------------------------------------------------------
 
 
@@ -452,6 +537,7 @@ CANDIDATES: dict[str, list] = {
     ],
     "train_data_input_mode": ["FastFile", "File", "Pipe"],
     "resume_from": [None, "a/b", ""],
+    "init_from": [None, "s3://{bucket}/data/llama/", "s3://{bucket}/data/c/", "s3://elsewhere/models/"],
     "keep_alive_seconds": [0, 60, 3600, 3601, -1, True],
     "infra_check": [True, False, "true"],
     "tags": [{}, {"team": "llm"}, {"aws:x": "1"}, {"team": 3}, {"a b": "c d"}, {"training-workflow": "x"}],
@@ -471,6 +557,7 @@ CAPACITY_CASES: list[dict] = [
     {"train_data_uri": "s3://{bucket}/data/c/", "train_data_input_mode": "File"},
     {"train_data_uri": "s3://{bucket}/data/c/", "use_spot": True, "instance_count": 2},
     {"train_data_uri": "s3://{bucket}/data/c/", "training_plan_arn": PLAN, "precision": "mxfp8"},
+    {"init_from": "s3://{bucket}/data/llama/", "train_data_uri": "s3://{bucket}/data/c/", "use_spot": True},
 ]
 """Valid inputs the agreement test always has: spot, training plan and data, one and several nodes."""
 
@@ -504,7 +591,7 @@ def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow,
     ``launch_request`` renders from the deployed definition (the SDK path's single source), job name aside."""
     bucket = synthesized["bucket"]
     explicit = [
-        {k: v.format(bucket=bucket) if k == "train_data_uri" else v for k, v in case.items()}
+        {k: v.format(bucket=bucket) if k in ("train_data_uri", "init_from") else v for k, v in case.items()}
         for case in CAPACITY_CASES
     ]
     inputs = corpus(bucket) + explicit

@@ -16,7 +16,7 @@ import torch
 
 from training.measure.benchmark import TINY
 from training.request import contract
-from training.trainer import model
+from training.trainer import model, weights
 
 SEQ = 64
 CHUNKS = (0, contract.LOSS_CHUNK_TOKENS_DEFAULT, 32)
@@ -33,7 +33,7 @@ def median_step_seconds(chunk: int, batch: int, ac: bool, steps: int = 60, skip:
         loss_chunk_tokens=chunk,
     )
     net.to_empty(device="cpu")
-    model.init_weights(net, 1)
+    weights.initialize(net, seed=1)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
     tokens = torch.randint(0, shape.vocab_size, (batch, SEQ))
     targets = torch.randint(0, shape.vocab_size, (batch, SEQ))

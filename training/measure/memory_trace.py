@@ -163,7 +163,7 @@ def trace_request(request: Mapping[str, Any]) -> dict[str, Any]:
 
 _REPORTED = (
     "model_preset",
-    *contract.MODEL_DIM_NAMES,
+    *contract.ARCHITECTURE_NAMES,
     "seq_length",
     "batch_size",
     "activation_checkpointing",
@@ -181,9 +181,9 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.trainer import model, parallel, precision
+    from training.trainer import model, parallel, precision, rotary
 
-    shape = contract.ModelShape(**{dim: values[dim] for dim in contract.MODEL_DIM_NAMES})
+    shape = contract.model_shape(values)
     mesh = init_device_mesh("cpu", (world_size,))
     device = torch.device("cpu")
     with FakeTensorMode(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -195,6 +195,7 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
             loss_chunk_tokens=values["loss_chunk_tokens"],
             position_encoding=values["position_encoding"],
             rope_theta=values["rope_theta"],
+            rope_scaling=rotary.Llama3Scaling.from_settings(values),
         )
         use_fused_rms_norm(net)
         dtype = precision.compute_dtype(values["precision"])

@@ -1,7 +1,7 @@
 """The memory plan's closed form (``training.request.plan``) against traced FSDP2 steps (``training.measure.memory_trace``):
 the agreement table of docs/measurements.md (a docs test recomputes its configurations and closed-form column).
 
-``python -m training.measure.plan_agreement [--json] [--rows N,M]`` traces each configuration of :data:`ROWS` on this CPU
+``python -m training.measure.plan_agreement [--json] [--rows N,M] [--presets A,B]`` traces each configuration of :data:`ROWS` on this CPU
 (a few seconds each) and prints the closed form's live tensors next to the traced peak (both without the
 allowance, which no tracer sees) and their difference. Layer counts are shrunk where noted (``layers``): the
 trace's time grows with the layers, the agreement does not depend on them (every per-layer term is traced in
@@ -92,14 +92,21 @@ ROWS: tuple[Row, ...] = (
     Row("1b", 4, 32_000, 2, True, 8, precision="fp32"),
     Row("8b", 2, 128_256, 1, False, 16, precision="fp32"),
     Row("1b", 16, 32_000, 1, False, 8, position_encoding="none"),
+    Row("llama3.1-8b", 4, 128_256, 1, False, 8),
+    Row("llama3.1-8b", 4, 128_256, 1, True, 16),
+    Row("llama3.1-70b", 2, 128_256, 1, True, 16),
+    Row("llama3.2-1b", 16, 128_256, 1, False, 8),
+    Row("llama3.2-1b", 16, 128_256, 4, True, 16),
+    Row("llama3.2-3b", 4, 128_256, 2, False, 8),
     Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
     Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
     Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
 )
 """At least 12 traced configurations: presets 1b and 8b, micro-batch 1 and 4, AC on and off, world size 8 and 16,
 vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers), the loss chunked (the contract's default) and
-unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default) and none; then TE rows (closed
-form only)."""
+unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default) and none; the Llama 3.x presets
+(grouped-query attention with 8 key/value heads, llama3 RoPE scaling; 3.2 1B and 3B with tied embeddings); then TE
+rows (closed form only)."""
 
 
 def closed_form_gib(row: Row) -> float:
@@ -142,12 +149,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--rows", help="comma-separated row numbers (0-based) to run; default all")
+    parser.add_argument("--presets", help="comma-separated model presets: only their rows (e.g. llama3.1-8b)")
     return parser.parse_args(argv)
 
 
 def selected(args: argparse.Namespace) -> list[Row]:
-    """The rows ``--rows`` names (all by default)."""
-    return [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else list(ROWS)
+    """The rows ``--rows`` names (all by default), of the presets ``--presets`` names (all by default)."""
+    rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else list(ROWS)
+    presets = getattr(args, "presets", None)
+    return [row for row in rows if row.preset in presets.split(",")] if presets else rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -161,6 +161,10 @@ MODEL_DIR = "/opt/ml/model"
 TRAIN_CHANNEL = "train"
 RESUME_CHANNEL = "resume"
 """Read-only input channel with one complete checkpoint of an earlier run (the workflow's ``resume_from``)."""
+WEIGHTS_CHANNEL = "weights"
+"""Read-only input channel with the Hugging Face model folder the run starts from (the workflow's ``init_from``,
+an S3 prefix; the trainer's ``init_from`` is then ``SM_CHANNEL_WEIGHTS``, ``/opt/ml/input/data/weights``)."""
+WEIGHTS_CHANNEL_DIR = f"/opt/ml/input/data/{WEIGHTS_CHANNEL}"
 ENTRY_POINT = "train.sh"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 """Where the trainer writes TensorBoard event files in a job: the workflow's ``TensorBoardOutputConfig.LocalPath``
@@ -206,23 +210,42 @@ HF_EXPORT_DIR = "hf"
 
 @dataclass(frozen=True)
 class ModelShape:
+    """A Llama-style decoder's shape. ``num_kv_heads``: key/value heads of grouped-query attention (None: one per
+    query head, multi-head attention); ``tie_embeddings``: the LM head is the input embedding's matrix."""
+
     num_layers: int
     hidden_size: int
     num_heads: int
     ffn_hidden_size: int
     vocab_size: int = 32_000
+    num_kv_heads: int | None = None
+    tie_embeddings: bool = False
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads in effect (``num_heads`` when ``num_kv_heads`` is None)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
 
     def parameter_count(self) -> int:
-        """Parameters of the decoder-only LM (untied embedding and head, RMSNorm, SwiGLU MLP, no biases)."""
+        """Parameters of the decoder-only LM (embedding, head unless tied, RMSNorm, SwiGLU MLP, no biases)."""
         return self.num_layers * self.block_parameter_count() + self.root_parameter_count()
 
     def block_parameter_count(self) -> int:
-        """Parameters of one block: attention's four projections, the SwiGLU MLP's three, two RMSNorm weights."""
-        return 4 * self.hidden_size**2 + 3 * self.hidden_size * self.ffn_hidden_size + 2 * self.hidden_size
+        """Parameters of one block: attention's query and output projections (h x h each), key and value
+        projections (h x kv_heads * head_dim each), the SwiGLU MLP's three, two RMSNorm weights."""
+        h = self.hidden_size
+        kv_width = self.kv_heads * self.head_dim
+        return 2 * h * h + 2 * h * kv_width + 3 * h * self.ffn_hidden_size + 2 * h
 
     def root_parameter_count(self) -> int:
-        """Parameters outside the blocks: the embedding, the untied LM head and the final RMSNorm."""
-        return 2 * self.vocab_size * self.hidden_size + self.hidden_size
+        """Parameters outside the blocks: the embedding, the LM head (none of its own when tied) and the final
+        RMSNorm."""
+        matrices = 1 if self.tie_embeddings else 2
+        return matrices * self.vocab_size * self.hidden_size + self.hidden_size
 
 
 MODEL_PRESETS: Mapping[str, ModelShape] = {
@@ -231,8 +254,50 @@ MODEL_PRESETS: Mapping[str, ModelShape] = {
     "14b": ModelShape(num_layers=40, hidden_size=5120, num_heads=40, ffn_hidden_size=17920),
     "32b": ModelShape(num_layers=64, hidden_size=6144, num_heads=48, ffn_hidden_size=20480),
     "64b": ModelShape(num_layers=80, hidden_size=8192, num_heads=64, ffn_hidden_size=22016),
+    # Meta's Llama 3.x, exactly (docs/open-weights.md says how each value was checked): hidden_size,
+    # num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size and
+    # tie_word_embeddings of each model's config.json; their RoPE settings are in PRESET_SETTINGS.
+    "llama3.2-1b": ModelShape(16, 2048, 32, 8192, 128_256, num_kv_heads=8, tie_embeddings=True),
+    "llama3.2-3b": ModelShape(28, 3072, 24, 8192, 128_256, num_kv_heads=8, tie_embeddings=True),
+    "llama3.1-8b": ModelShape(32, 4096, 32, 14336, 128_256, num_kv_heads=8),
+    "llama3.1-70b": ModelShape(80, 8192, 64, 28672, 128_256, num_kv_heads=8),
 }
 MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
+
+ROPE_SCALINGS: tuple[str, ...] = ("none", "llama3")
+"""``rope_scaling`` values: none, or Llama 3.1's frequency-dependent scaling (Hugging Face ``rope_type`` llama3)."""
+LLAMA3_ROPE_SETTINGS: tuple[str, ...] = (
+    "rope_scaling_factor",
+    "rope_low_freq_factor",
+    "rope_high_freq_factor",
+    "rope_original_max_position_embeddings",
+)
+"""The four parameters of ``rope_scaling=llama3`` (Hugging Face's ``factor``, ``low_freq_factor``,
+``high_freq_factor``, ``original_max_position_embeddings``)."""
+
+
+def _llama3_rope(factor: float) -> Mapping[str, Any]:
+    return {
+        "rope_theta": 500_000.0,
+        "rope_scaling": "llama3",
+        "rope_scaling_factor": factor,
+        "rope_low_freq_factor": 1.0,
+        "rope_high_freq_factor": 4.0,
+        "rope_original_max_position_embeddings": 8192,
+    }
+
+
+PRESET_SETTINGS: Mapping[str, Mapping[str, Any]] = {
+    "llama3.2-1b": _llama3_rope(32.0),
+    "llama3.2-3b": _llama3_rope(32.0),
+    "llama3.1-8b": _llama3_rope(8.0),
+    "llama3.1-70b": _llama3_rope(8.0),
+}
+"""Settings other than the shape that a preset gives when the request leaves them out: the Llama presets' RoPE
+(``rope_theta`` 500000 and ``rope_scaling`` llama3 with factor 32 for 3.2, 8 for 3.1, as their config.json)."""
+
+NORM_EPS = 1e-5
+"""Epsilon of every RMSNorm of the model (Llama 3's ``rms_norm_eps``)."""
 
 POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
@@ -241,9 +306,12 @@ POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 def flops_per_token(shape: ModelShape, seq_length: int) -> float:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
     ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
-    lookup; the LM head counts). The second term is attention's QK^T and AV matmuls, counted in full although the
-    causal mask skips about half. Used by the trainer's MFU and by ``training.request.plan``'s time estimate."""
-    matmul_params = shape.parameter_count() - shape.vocab_size * shape.hidden_size
+    lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
+    AV matmuls, counted in full although the causal mask skips about half (grouped-query attention changes
+    neither: every query head attends over the whole head_dim). Used by the trainer's MFU and by
+    ``training.request.plan``'s time estimate."""
+    lm_head = shape.vocab_size * shape.hidden_size  # a matmul whether or not it shares the embedding's matrix
+    matmul_params = shape.num_layers * shape.block_parameter_count() + shape.hidden_size + lm_head
     return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
 
 
@@ -366,6 +434,29 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("ffn_hidden_size", "int", None, "MLP width (overrides the preset).", 8, 262144),
     Hyperparameter("vocab_size", "int", None, "Vocabulary size (overrides the preset).", 2, 1_048_576),
     Hyperparameter(
+        "num_kv_heads",
+        "int",
+        None,
+        "Key/value heads of grouped-query attention; must divide num_heads (overrides the preset; presets "
+        "without grouped-query attention and custom shapes: num_heads).",
+        1,
+        512,
+    ),
+    Hyperparameter(
+        "tie_embeddings",
+        "bool",
+        None,
+        "The LM head uses the input embedding's matrix (overrides the preset; custom shapes: false).",
+    ),
+    Hyperparameter(
+        "init_from",
+        "str",
+        None,
+        "A Hugging Face LlamaForCausalLM folder (config.json and safetensors) to start from instead of random "
+        "weights: the model's shape and RoPE settings come from its config.json (explicit settings must agree). "
+        "In the workflow: the input field init_from, an S3 prefix mounted as the weights channel.",
+    ),
+    Hyperparameter(
         "position_encoding",
         "choice",
         "rope",
@@ -381,6 +472,36 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "RoPE base (Llama 2: 10000, Llama 3: 500000); used when position_encoding=rope.",
         1.0,
         1e12,
+    ),
+    Hyperparameter(
+        "rope_scaling",
+        "choice",
+        "none",
+        "RoPE frequency scaling: none, or llama3 (Llama 3.1's, with the four rope_* settings below; the Llama "
+        "presets set it).",
+        choices=ROPE_SCALINGS,
+    ),
+    Hyperparameter(
+        "rope_scaling_factor", "float", None, "rope_scaling=llama3: factor (3.1: 8, 3.2: 32).", 1.0, 1e6
+    ),
+    Hyperparameter(
+        "rope_low_freq_factor", "float", None, "rope_scaling=llama3: low_freq_factor (Llama: 1).", 1e-6, 1e6
+    ),
+    Hyperparameter(
+        "rope_high_freq_factor",
+        "float",
+        None,
+        "rope_scaling=llama3: high_freq_factor, above rope_low_freq_factor (Llama: 4).",
+        1e-6,
+        1e6,
+    ),
+    Hyperparameter(
+        "rope_original_max_position_embeddings",
+        "int",
+        None,
+        "rope_scaling=llama3: original_max_position_embeddings, the context it was pretrained at (Llama: 8192).",
+        1,
+        16_777_216,
     ),
     Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
     Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
@@ -478,11 +599,15 @@ def normalize_name(name: str) -> str:
     return name.lstrip("-").replace("-", "_").lower()
 
 
-def parse_hyperparameters(raw: Mapping[str, Any]) -> dict[str, Any]:
+def parse_hyperparameters(
+    raw: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Parse and cross-check raw settings (names in either spelling); return every setting with defaults filled.
 
     Raises ContractError naming the first bad field. Model dims come from ``model_preset`` unless set explicitly;
-    with ``model_preset=custom`` all five dims must be given.
+    with ``model_preset=custom`` all five dims must be given. ``architecture``: the settings an ``init_from``
+    model's config.json gives (``training.request.hf_config.architecture``); they replace the preset's, and an
+    explicit setting (or preset) that contradicts them is refused, naming it and the folder's value.
     """
     values: dict[str, Any] = {}
     for key, value in raw.items():
@@ -491,18 +616,97 @@ def parse_hyperparameters(raw: Mapping[str, Any]) -> dict[str, Any]:
         if spec is None:
             raise ContractError(name, f"unknown setting; allowed: {', '.join(HYPERPARAMETERS_BY_NAME)}")
         values[name] = spec.parse(value)
+    if architecture is not None:
+        _take_architecture(values, architecture)
+    preset = values.get("model_preset") or HYPERPARAMETERS_BY_NAME["model_preset"].default
+    _fill_preset_settings(values, preset)
     for spec in HYPERPARAMETERS:
         if values.get(spec.name) is None:
             values[spec.name] = spec.default
-
-    preset = values["model_preset"]
     for dim in MODEL_DIM_NAMES:
         if values[dim] is None:
             if preset == "custom":
                 raise ContractError(dim, "must be set when model_preset=custom")
             values[dim] = getattr(MODEL_PRESETS[preset], dim)
+    shaped = MODEL_PRESETS.get(preset)
+    if values["num_kv_heads"] is None:
+        values["num_kv_heads"] = (shaped and shaped.num_kv_heads) or values["num_heads"]
+    if values["tie_embeddings"] is None:
+        values["tie_embeddings"] = bool(shaped and shaped.tie_embeddings)
     check_consistency(values)
     return values
+
+
+ARCHITECTURE_NAMES: tuple[str, ...] = (*MODEL_DIM_NAMES, "num_kv_heads", "tie_embeddings")
+"""Every setting of the model's shape (the fields of ``ModelShape``)."""
+ROPE_NAMES: tuple[str, ...] = ("position_encoding", "rope_theta", "rope_scaling", *LLAMA3_ROPE_SETTINGS)
+"""Every setting of the position encoding."""
+
+
+def model_shape(values: Mapping[str, Any]) -> ModelShape:
+    """The ``ModelShape`` of parsed settings (``parse_hyperparameters``' result, or a saved run's config; a config
+    saved before grouped-query attention and tying existed has neither)."""
+    shape = {name: values[name] for name in MODEL_DIM_NAMES}
+    return ModelShape(
+        **{name: int(value) for name, value in shape.items()},
+        num_kv_heads=int(values.get("num_kv_heads") or values["num_heads"]),
+        tie_embeddings=bool(values.get("tie_embeddings") or False),
+    )
+
+
+def _fill_preset_settings(values: dict[str, Any], preset: str) -> None:
+    """The preset's other settings (``PRESET_SETTINGS``) where the request leaves them out; its llama3 RoPE
+    parameters only while ``rope_scaling`` is the preset's."""
+    settings = PRESET_SETTINGS.get(preset, {})
+    own_scaling = values.get("rope_scaling") in (None, settings.get("rope_scaling"))
+    for name, value in settings.items():
+        if values.get(name) is None and (own_scaling or name not in LLAMA3_ROPE_SETTINGS):
+            values[name] = value
+
+
+def _take_architecture(values: dict[str, Any], architecture: Mapping[str, Any]) -> None:
+    """Set ``architecture``'s settings into ``values``, refusing an explicit setting or preset that differs."""
+    for name, value in architecture.items():
+        given = values.get(name)
+        if given is not None and given != value:
+            wanted = "left out" if value is None else f"{_fmt_value(value)} or left out"
+            raise ContractError(
+                name,
+                f"must be {wanted}: the init_from model's config.json has {name}={_fmt_value(value)}; got "
+                f"{_fmt_value(given)}",
+            )
+    preset = values.get("model_preset")
+    matching = [name for name in MODEL_PRESETS if _preset_settings(name) == _preset_view(architecture, name)]
+    if preset not in (None, "custom") and preset not in matching:
+        shape = ", ".join(f"{n}={_fmt_value(architecture[n])}" for n in ARCHITECTURE_NAMES)
+        raise ContractError(
+            "model_preset",
+            f"{preset} is not the init_from model (its config.json: {shape}); leave model_preset out or use "
+            f"{matching[0] if matching else 'custom'}",
+        )
+    values.update(architecture)
+    values["model_preset"] = preset or (matching[0] if matching else "custom")
+
+
+def _preset_settings(preset: str) -> dict[str, Any]:
+    """A preset's architecture and RoPE settings, as an ``init_from`` architecture would give them."""
+    shape = MODEL_PRESETS[preset]
+    settings: dict[str, Any] = {name: getattr(shape, name) for name in ARCHITECTURE_NAMES}
+    settings["num_kv_heads"] = shape.kv_heads
+    rope = {"rope_theta": HYPERPARAMETERS_BY_NAME["rope_theta"].default, "rope_scaling": "none"}
+    return {**settings, **rope, **PRESET_SETTINGS.get(preset, {})}
+
+
+def _preset_view(architecture: Mapping[str, Any], preset: str) -> dict[str, Any]:
+    return {name: architecture.get(name) for name in _preset_settings(preset)}
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def check_consistency(values: Mapping[str, Any]) -> None:
@@ -525,6 +729,36 @@ def check_consistency(values: Mapping[str, Any]) -> None:
         raise ContractError(
             "quantized_model_init",
             f"works only with precision {' or '.join(sorted(QUANTIZED_INIT_PRECISIONS))}; got precision={precision}",
+        )
+    if values["num_heads"] % values["num_kv_heads"]:
+        raise ContractError(
+            "num_kv_heads", f"must divide num_heads ({values['num_heads']}); got {values['num_kv_heads']}"
+        )
+    _check_rope_scaling(values)
+
+
+def _check_rope_scaling(values: Mapping[str, Any]) -> None:
+    """``rope_scaling=llama3`` needs RoPE and its four parameters (high above low); ``none`` takes none of them."""
+    if values["rope_scaling"] == "none":
+        for name in LLAMA3_ROPE_SETTINGS:
+            if values.get(name) is not None:
+                raise ContractError(
+                    name, f"only with rope_scaling=llama3; got {values[name]!r} with rope_scaling=none"
+                )
+        return
+    if values["position_encoding"] != "rope":
+        raise ContractError(
+            "rope_scaling",
+            f"{values['rope_scaling']} needs position_encoding=rope; got {values['position_encoding']}",
+        )
+    for name in LLAMA3_ROPE_SETTINGS:
+        if values.get(name) is None:
+            raise ContractError(name, f"must be set when rope_scaling={values['rope_scaling']}")
+    if values["rope_high_freq_factor"] <= values["rope_low_freq_factor"]:
+        raise ContractError(
+            "rope_high_freq_factor",
+            f"must be above rope_low_freq_factor ({values['rope_low_freq_factor']:g}); got "
+            f"{values['rope_high_freq_factor']:g}",
         )
 
 
@@ -694,7 +928,7 @@ def parse_trials(text: str) -> list[dict[str, Any]]:
 
 
 MEASUREMENT_KEY_SETTINGS: tuple[str, ...] = (
-    *MODEL_DIM_NAMES,
+    *ARCHITECTURE_NAMES,
     "position_encoding",
     "precision",
     "fp8_recipe",

@@ -18,11 +18,12 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   block's fp32 reduce-scatter input 4Pb (FSDP2 frees it only at the next reduce-scatter) and the head's bf16
   weight gradient 2Vh (kept until the root's reduce-scatter at the end);
 * saved activations per layer (``training/trainer/model.TorchBlock`` with CUDA's flash attention and fused
-  RMSNorm): 2(8h + 4f) + 4nh + 8 bytes per token without activation checkpointing (block input, normed input,
-  QKV, attention output (flash returns it sequence-major: the reshape is a view), residual, normed input, gate/up,
-  SiLU, product; log-sum-exp and two rstd in fp32), 2h with it (the checkpoint's input); RoPE
-  (``position_encoding`` rope, the default) adds the rotated query and key (4h per token) and, per layer, cos and
-  sin for the query and the key (4 x 2 bytes x seq x head_dim); fp32 runs hold every activation, gathered weight and unsharded gradient in 4 bytes instead of 2;
+  RMSNorm): 2(6h + 2kv + 4f) + 4nh + 8 bytes per token without activation checkpointing, with kv = kv_heads x
+  head_dim the key and value width (h without grouped-query attention): block input, normed input, QKV (h + 2kv),
+  attention output (flash returns it sequence-major: the reshape is a view), residual, normed input, gate/up,
+  SiLU, product; log-sum-exp and two rstd in fp32. 2h with it (the checkpoint's input). RoPE
+  (``position_encoding`` rope, the default) adds the rotated query and key (2(h + kv) per token) and, per layer,
+  cos and sin for the query and the key (4 x 2 bytes x seq x head_dim); fp32 runs hold every activation, gathered weight and unsharded gradient in 4 bytes instead of 2;
 * the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
   (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
   chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
@@ -155,10 +156,12 @@ def trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def setup_from_request(request: Mapping[str, Any]) -> Setup:
+def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None) -> Setup:
     """A :class:`Setup` from an execution input (the workflow's fields; absent ones take the trainer's and the
-    workflow's defaults). Raises ``contract.ContractError`` naming a bad setting."""
-    values = contract.parse_hyperparameters(trainer_settings(request))
+    workflow's defaults). ``architecture``: the settings of the ``init_from`` model's config.json
+    (``training.request.hf_config.architecture``), which give the shape. Raises ``contract.ContractError`` naming
+    a bad setting."""
+    values = contract.parse_hyperparameters(trainer_settings(request), architecture)
     instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
     if instance_type not in contract.GPU_INSTANCE_TYPES:
         raise contract.ContractError(
@@ -167,7 +170,7 @@ def setup_from_request(request: Mapping[str, Any]) -> Setup:
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
-    shape = contract.ModelShape(*(values[d] for d in contract.MODEL_DIM_NAMES))
+    shape = contract.model_shape(values)
     return Setup(
         shape=shape,
         precision=values["precision"],
@@ -209,19 +212,22 @@ class Memory:
 def layer_activation_bytes(s: Setup) -> float:
     """Bytes per token one block saves for its backward pass without activation checkpointing.
 
-    RoPE (``position_encoding`` rope) adds the rotated query and key (2h values): new tensors that attention
+    Grouped-query attention makes the key and value ``kv_heads * head_dim`` wide (h without it). RoPE
+    (``position_encoding`` rope) adds the rotated query and key (h + kv values): new tensors that attention
     saves, while the QKV projection's output stays alive through the value, a view of it (torch path: traced;
     TE path: its fused RoPE also returns new query and key tensors, assumed to be saved the same way)."""
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
+    kv = s.shape.kv_heads * s.shape.head_dim  # key (and value) width: h without grouped-query attention
     c = s.compute_bytes
-    stats = 4 * nh + 8  # flash attention's fp32 log-sum-exp per head, two RMSNorm rstd
-    rope = 2 * c * h if s.position_encoding == "rope" else 0
+    stats = 4 * nh + 8  # flash attention's fp32 log-sum-exp per query head, two RMSNorm rstd
+    rope = c * (h + kv) if s.position_encoding == "rope" else 0  # the rotated query and key
     if s.precision in QUANTIZED_BYTES:
         q = QUANTIZED_BYTES[s.precision]
-        # x, q/k/v, attention output, residual in bf16 (12h); three GEMM inputs quantized (3qh); fc1 output in
-        # bf16 for SwiGLU's backward (4f); fc2's input quantized (qf)
-        return (12 + 3 * q) * h + (4 + q) * f + stats + rope
-    return c * (8 * h + 4 * f) + stats + rope
+        # x, q/k/v (h + 2kv), attention output, residual in bf16; three GEMM inputs quantized (3qh); fc1 output
+        # in bf16 for SwiGLU's backward (4f); fc2's input quantized (qf)
+        return 2 * (4 * h + 2 * kv) + 3 * q * h + (4 + q) * f + stats + rope
+    # block input, normed input, QKV (h + 2kv), attention output, residual, normed input; gate/up, SiLU, product
+    return c * (6 * h + 2 * kv + 4 * f) + stats + rope
 
 
 def rope_layer_bytes(s: Setup) -> float:
@@ -644,17 +650,19 @@ def make_plan(
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
     versions: Mapping[str, str | None] | None = None,
+    architecture: Mapping[str, Any] | None = None,
 ) -> Plan:
-    """The plan of one execution input (advice only when it does not fit). ``measurements``: stored tuning records
+    """The plan of one execution input (advice only when it does not fit); ``architecture``: the ``init_from``
+    model's settings (``setup_from_request``). ``measurements``: stored tuning records
     (:mod:`training.request.measured`); the one that stands for this request on the image ``image_tag`` (and
     ``versions``) gives the throughput instead of the published points, and all of that instance and image
     check the memory estimate."""
-    s = setup_from_request(request)
+    s = setup_from_request(request, architecture)
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
     )
-    values = contract.parse_hyperparameters(trainer_settings(request))
+    values = contract.parse_hyperparameters(trainer_settings(request), architecture)
     record = measured.find(
         measurements,
         values,

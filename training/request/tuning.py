@@ -317,9 +317,11 @@ def candidates(
     *,
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
+    architecture: Mapping[str, Any] | None = None,
 ) -> Candidates:
-    """Every combination of ``space`` over ``request`` (an execution input), planned and ranked."""
-    values = contract.parse_hyperparameters(plan.trainer_settings(request))
+    """Every combination of ``space`` over ``request`` (an execution input; ``architecture``: its ``init_from``
+    model's settings), planned and ranked."""
+    values = contract.parse_hyperparameters(plan.trainer_settings(request), architecture)
     names = list(space)
     fitting: list[Candidate] = []
     not_fitting: list[Candidate] = []
@@ -333,7 +335,10 @@ def candidates(
             continue
         try:
             planned = plan.make_plan(
-                with_settings(request, overrides), measurements=measurements, image_tag=image_tag
+                with_settings(request, overrides),
+                measurements=measurements,
+                image_tag=image_tag,
+                architecture=architecture,
             )
         except contract.ContractError as err:
             refused.append(f"{_describe(overrides)}: {err}")
@@ -450,10 +455,17 @@ def plan_tuning(
     max_runtime_seconds: int,
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
+    architecture: Mapping[str, Any] | None = None,
 ) -> TunePlan:
     """The tuning run of ``request`` (an execution input, merged over the workflow's defaults) under ``settings``;
     ``problems`` lists what refuses it (no candidate fits, a cost bound below one trial, a trial list too long)."""
-    found = candidates(request, settings.search_space, measurements=measurements, image_tag=image_tag)
+    found = candidates(
+        request,
+        settings.search_space,
+        measurements=measurements,
+        image_tag=image_tag,
+        architecture=architecture,
+    )
     chosen = found.ranked[: settings.max_trials]
     if settings.probe_memory_edge and found.edge is not None and chosen:
         chosen.append(found.edge)

@@ -470,21 +470,35 @@ REMEDY = {
 """What the user can change when a checkpoint's model shape differs, by the setting that chose the checkpoint."""
 
 
-POSITION_SETTINGS = ("position_encoding", "rope_theta")
+POSITION_SETTINGS = ("position_encoding", "rope_theta", "rope_scaling", *contract.LLAMA3_ROPE_SETTINGS)
 """Model settings recorded next to the shape: a model trained with one cannot continue with another."""
 
-LEGACY_MODEL_SETTINGS: dict[str, Any] = {"position_encoding": "none"}
-"""What a checkpoint written before a setting was recorded holds: every model before RoPE was NoPE."""
+LEGACY_MODEL_SETTINGS: dict[str, Any] = {"position_encoding": "none", "tie_embeddings": False}
+"""What a checkpoint written before a setting was recorded holds: every model before RoPE was NoPE, before tying
+untied (and before grouped-query attention, one key/value head per query head; before RoPE scaling, none)."""
 
 
 def model_identity(cfg) -> dict[str, Any]:
-    """What a checkpoint of ``cfg``'s model records and a resume must match: the shape (``MODEL_DIM_NAMES``),
-    ``position_encoding`` and, with RoPE, ``rope_theta``."""
-    identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in contract.MODEL_DIM_NAMES}
+    """What a checkpoint of ``cfg``'s model records and a resume must match: the shape (``ARCHITECTURE_NAMES``:
+    the dims, key/value heads, tying), ``position_encoding`` and, with RoPE, ``rope_theta`` and ``rope_scaling``
+    (with llama3's four parameters)."""
+    identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in contract.ARCHITECTURE_NAMES}
     identity["position_encoding"] = cfg.position_encoding
     if cfg.position_encoding == "rope":
         identity["rope_theta"] = float(cfg.rope_theta)
+        identity["rope_scaling"] = cfg.rope_scaling
+        if cfg.rope_scaling != "none":
+            identity |= {name: getattr(cfg, name) for name in contract.LLAMA3_ROPE_SETTINGS}
     return identity
+
+
+def _with_legacy(stored: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's recorded identity with what checkpoints of earlier versions left out."""
+    stored = {**LEGACY_MODEL_SETTINGS, **stored}
+    stored.setdefault("num_kv_heads", stored.get("num_heads"))
+    if stored["position_encoding"] == "rope":
+        stored.setdefault("rope_scaling", "none")
+    return stored
 
 
 def shape_mismatch(
@@ -498,7 +512,7 @@ def shape_mismatch(
         return None  # unreadable marker: verification reports it
     if shape is None or not isinstance(stored, dict):
         return None
-    stored = {**LEGACY_MODEL_SETTINGS, **stored}
+    stored = _with_legacy(stored)
     dims = [name for name in shape if name not in POSITION_SETTINGS]
     stored_dims = {name: stored.get(name) for name in dims}
     if stored_dims != {name: shape[name] for name in dims}:
@@ -523,14 +537,24 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def _shape_text(shape: dict[str, int]) -> str:
-    return "(" + ", ".join(f"{key}={value}" for key, value in shape.items()) + ")"
+def _shape_text(shape: dict[str, Any]) -> str:
+    """``(num_layers=2, ...)``; key/value heads only when fewer than the heads (grouped-query attention), tying
+    only when tied (the defaults of every model before they existed)."""
+    shown = {
+        key: value
+        for key, value in shape.items()
+        if not (key == "num_kv_heads" and value == shape.get("num_heads"))
+        and not (key == "tie_embeddings" and not value)
+    }
+    return "(" + ", ".join(f"{key}={value}" for key, value in shown.items()) + ")"
 
 
 def _settings_text(settings: dict[str, Any]) -> str:
+    """``position_encoding=rope, rope_theta=10000``; RoPE scaling only when there is one."""
     return ", ".join(
         f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
         for key, value in settings.items()
+        if not (key == "rope_scaling" and value == "none")
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from training.request import contract
+from training.request import contract, hf_config
 from training.trainer.refusal import refuse
 from training.trainer.sagemaker_job import in_sagemaker
 
@@ -66,8 +66,16 @@ class TrainConfig:
     num_heads: int
     ffn_hidden_size: int
     vocab_size: int
+    num_kv_heads: int
+    tie_embeddings: bool
+    init_from: str | None
     position_encoding: str
     rope_theta: float
+    rope_scaling: str
+    rope_scaling_factor: float | None
+    rope_low_freq_factor: float | None
+    rope_high_freq_factor: float | None
+    rope_original_max_position_embeddings: int | None
     seq_length: int
     batch_size: int
     activation_checkpointing: bool
@@ -95,13 +103,7 @@ class TrainConfig:
 
     @property
     def shape(self) -> contract.ModelShape:
-        return contract.ModelShape(
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_heads=self.num_heads,
-            ffn_hidden_size=self.ffn_hidden_size,
-            vocab_size=self.vocab_size,
-        )
+        return contract.model_shape(self.as_dict())
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in (*contract.HYPERPARAMETERS, *TRAINER_ONLY_SETTINGS):
         default = spec.default
         if default is None:
-            default = "preset" if spec.name in contract.MODEL_DIM_NAMES else "unset"
+            default = "preset" if spec.name in contract.ARCHITECTURE_NAMES else "unset"
         elif spec.name in _LOCAL_DIRS:
             default = f"{default} in SageMaker, ./{_LOCAL_DIRS[spec.name]} elsewhere"
         parser.add_argument(
@@ -144,13 +146,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
-    """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError."""
+    """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError. With
+    ``init_from``, the model's shape and RoPE settings come from that folder's config.json."""
     raw = dict(raw)
     extras = {
         spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
         for spec in TRAINER_ONLY_SETTINGS
     }
-    return TrainConfig(**contract.parse_hyperparameters(raw), **extras)
+    return TrainConfig(**contract.parse_hyperparameters(raw, init_from_architecture(raw)), **extras)
+
+
+def init_from_architecture(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The settings the ``init_from`` folder's config.json gives (None without ``init_from``)."""
+    given = [value for key, value in raw.items() if contract.normalize_name(key) == "init_from"]
+    folder = contract.HYPERPARAMETERS_BY_NAME["init_from"].parse(given[0]) if given else None
+    if folder is None:
+        return None
+    return hf_config.architecture(hf_config.read_local(folder), folder)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:

@@ -3,29 +3,22 @@
 Reads ``model.pt`` (``checkpoint.save_model``: ``{"config", "step", "state_dict", "data"}``) and writes into
 ``OUT_DIR`` (which must not exist, or be empty; nothing is overwritten):
 
-* ``config.json``: a ``LlamaForCausalLM`` config (sizes, heads, ``num_key_value_heads`` = heads, since the model
-  has no grouped-query attention, ``intermediate_size``, ``rms_norm_eps``, ``rope_theta``, vocabulary, untied
-  embeddings, no biases, dtype);
+* ``config.json``: a ``LlamaForCausalLM`` config (sizes, heads, ``num_key_value_heads``, ``intermediate_size``,
+  ``rms_norm_eps``, ``rope_theta`` with the RoPE scaling in both spellings, ``rope_scaling`` and
+  ``rope_parameters``, vocabulary, ``tie_word_embeddings``, no biases, dtype). A run that started from a Hugging
+  Face model (``init_from``) writes that model's own config.json back, with only the dtype changed, so import ->
+  train -> export keeps every field (its ``max_position_embeddings``, token ids, ...);
 * ``model.safetensors``, or above ``--max-shard-size`` shards ``model-0000i-of-0000n.safetensors`` and
-  ``model.safetensors.index.json`` (``{"metadata": {"total_size"}, "weight_map"}``, Hugging Face's layout);
-* ``generation_config.json`` (end-of-text id when the data had one);
-* ``tokenizer.json`` and ``tokenizer_config.json`` when the data was prepared with a ``tokenizer.json``
-  (``training.trainer.prepare``; the trainer stores it in ``model.pt``);
+  ``model.safetensors.index.json`` (``{"metadata": {"total_size"}, "weight_map"}``, Hugging Face's layout); a tied
+  model has no ``lm_head.weight`` (as ``save_pretrained`` writes it);
+* ``generation_config.json`` (end-of-text id when the data had one; the ``init_from`` model's own when it had one);
+* the tokenizer: the ``init_from`` model's tokenizer files (``TRAVELLING_FILES``), or ``tokenizer.json`` and
+  ``tokenizer_config.json`` when the data was prepared with a ``tokenizer.json`` (``training.trainer.prepare``; the
+  trainer stores them in ``model.pt``);
 * ``README.md``: what the model is, how it was trained, how to load it, and its tokenizer (byte-level: say so).
 
-Weight mapping. The torch block's fused ``qkv`` is ``[q; k; v]`` (rows ``0:h``, ``h:2h``, ``2h:3h``), ``gate_up``
-is ``[gate; up]`` (``silu(gate) * up``). Transformer Engine 2.11's ``TransformerLayer`` (``fuse_qkv_params=True``,
-``qkv_weight_interleaved=True``, RMSNorm, SwiGLU, no bias) names them
-``self_attention.layernorm_qkv.{layer_norm_weight,weight}``, ``self_attention.proj.weight``,
-``layernorm_mlp.{layer_norm_weight,fc1_weight,fc2_weight}`` (``module/layernorm_linear.py``: ``weight_names =
-["weight"]`` without ``parameters_split``; ``module/layernorm_mlp.py``: ``fc1_weight`` is ``[2 * ffn, hidden]`` for
-swiglu, ``fc2_weight`` ``[hidden, ffn]``), plus ``_extra_state`` entries (FP8 metadata, skipped). Its fused QKV
-rows are interleaved per query group: ``[groups, heads/groups + 2, head_dim, hidden]`` with each group's query
-heads, then its key, then its value (``attention/multi_head_attention.py``, forward: ``[sq, b, ng * (np/ng + 2)
-* hn] --> [sq, b, ng, (np/ng + 2), hn]``, split ``(np/ng, 1, 1)`` along dim -2). SwiGLU gates the FIRST half of
-``fc1``'s output (``ops/basic/activation.py``, ``SwiGLU``: "Transformer Engine applies the gating function to the
-first half"), so ``fc1 = [gate; up]``. Rotary embeddings are rotate-half in both blocks and in Llama
-(``training.trainer.rotary``), so query and key projections map over unpermuted.
+Weight mapping: ``training.trainer.llama_layout`` (torch blocks and Transformer Engine 2.11 blocks, grouped-query
+attention, tying), the same table the import (``training.trainer.weights``) reads.
 """
 
 from __future__ import annotations
@@ -42,8 +35,9 @@ from typing import Any
 
 import torch
 
-from training.request import contract
-from training.trainer.model import INIT_STD, NORM_EPS
+from training.request import contract, hf_config
+from training.trainer import llama_layout
+from training.trainer.weights import INIT_STD
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
@@ -113,7 +107,7 @@ def check_exportable(config: dict[str, Any], path: Path) -> None:
 
 
 def shape_of(config: dict[str, Any]) -> contract.ModelShape:
-    return contract.ModelShape(**{name: int(config[name]) for name in contract.MODEL_DIM_NAMES})
+    return contract.model_shape(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -121,90 +115,39 @@ def shape_of(config: dict[str, Any]) -> contract.ModelShape:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _take(state: dict[str, torch.Tensor], used: set[str], name: str, shape: tuple[int, ...]) -> torch.Tensor:
-    if name not in state:
-        raise ExportError(f"state_dict: {name} is missing")
-    tensor = state[name]
+def _value(tensor: torch.Tensor) -> torch.Tensor:
     dequantize = getattr(tensor, "dequantize", None)  # TE's quantized primary weights (quantized_model_init)
     if callable(dequantize) and type(tensor) is not torch.Tensor:
-        tensor = dequantize()
-    if tuple(tensor.shape) != shape:
-        raise ExportError(f"state_dict: {name} has shape {tuple(tensor.shape)}; expected {shape}")
-    used.add(name)
+        return dequantize()
     return tensor
-
-
-def _torch_layer(state, used, prefix: str, shape: contract.ModelShape) -> dict[str, torch.Tensor]:
-    h, f = shape.hidden_size, shape.ffn_hidden_size
-    q, k, v = _take(state, used, f"{prefix}qkv.weight", (3 * h, h)).split(h, dim=0)
-    gate, up = _take(state, used, f"{prefix}gate_up.weight", (2 * f, h)).split(f, dim=0)
-    return {
-        "input_layernorm.weight": _take(state, used, f"{prefix}attention_norm.weight", (h,)),
-        "self_attn.q_proj.weight": q,
-        "self_attn.k_proj.weight": k,
-        "self_attn.v_proj.weight": v,
-        "self_attn.o_proj.weight": _take(state, used, f"{prefix}out_proj.weight", (h, h)),
-        "post_attention_layernorm.weight": _take(state, used, f"{prefix}ffn_norm.weight", (h,)),
-        "mlp.gate_proj.weight": gate,
-        "mlp.up_proj.weight": up,
-        "mlp.down_proj.weight": _take(state, used, f"{prefix}down.weight", (h, f)),
-    }
-
-
-def split_te_qkv(
-    weight: torch.Tensor, num_heads: int, num_groups: int, head_dim: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """TE's interleaved fused QKV weight ``[groups * (heads/groups + 2) * head_dim, hidden]`` -> q, k, v weights
-    ``[heads * head_dim, hidden]``, ``[groups * head_dim, hidden]`` twice (see the module doc)."""
-    per_group = num_heads // num_groups
-    grouped = weight.view(num_groups, per_group + 2, head_dim, weight.shape[-1])
-    q, k, v = grouped.split((per_group, 1, 1), dim=1)
-    return tuple(t.reshape(-1, weight.shape[-1]) for t in (q, k, v))  # type: ignore[return-value]
-
-
-def _te_layer(state, used, prefix: str, shape: contract.ModelShape) -> dict[str, torch.Tensor]:
-    h, f, n = shape.hidden_size, shape.ffn_hidden_size, shape.num_heads
-    qkv = _take(state, used, f"{prefix}self_attention.layernorm_qkv.weight", (3 * h, h))
-    q, k, v = split_te_qkv(qkv, n, n, h // n)
-    gate, up = _take(state, used, f"{prefix}layernorm_mlp.fc1_weight", (2 * f, h)).split(f, dim=0)
-    return {
-        "input_layernorm.weight": _take(
-            state, used, f"{prefix}self_attention.layernorm_qkv.layer_norm_weight", (h,)
-        ),
-        "self_attn.q_proj.weight": q,
-        "self_attn.k_proj.weight": k,
-        "self_attn.v_proj.weight": v,
-        "self_attn.o_proj.weight": _take(state, used, f"{prefix}self_attention.proj.weight", (h, h)),
-        "post_attention_layernorm.weight": _take(
-            state, used, f"{prefix}layernorm_mlp.layer_norm_weight", (h,)
-        ),
-        "mlp.gate_proj.weight": gate,
-        "mlp.up_proj.weight": up,
-        "mlp.down_proj.weight": _take(state, used, f"{prefix}layernorm_mlp.fc2_weight", (h, f)),
-    }
 
 
 def to_hf_state_dict(state: dict[str, torch.Tensor], shape: contract.ModelShape) -> dict[str, torch.Tensor]:
     """The trainer's state dict (torch or Transformer Engine blocks) under ``LlamaForCausalLM``'s names.
 
-    Every entry must be used (TE's ``_extra_state`` excepted): an unknown name is an error, not a silent drop."""
-    used: set[str] = set()
-    h, vocab = shape.hidden_size, shape.vocab_size
-    out = {
-        "model.embed_tokens.weight": _take(state, used, "embed.weight", (vocab, h)),
-        "model.norm.weight": _take(state, used, "norm.weight", (h,)),
-        "lm_head.weight": _take(state, used, "head.weight", (vocab, h)),
-    }
-    for index in range(shape.num_layers):
-        prefix = f"layers.{index}."
-        layer = _te_layer if f"{prefix}self_attention.layernorm_qkv.weight" in state else _torch_layer
-        for name, tensor in layer(state, used, prefix, shape).items():
-            out[f"model.layers.{index}.{name}"] = tensor
-    unused = sorted(name for name in state if name not in used and not name.endswith("_extra_state"))
+    Every entry must be used (TE's ``_extra_state`` excepted) and every Llama tensor made: an unknown name is an
+    error, not a silent drop."""
+    out: dict[str, torch.Tensor] = {}
+    unused = []
+    for name, tensor in state.items():
+        layout = llama_layout.parts(name, shape)
+        if layout is None:
+            if not name.endswith("_extra_state"):
+                unused.append(name)
+            continue
+        value = _value(tensor)
+        dims = [llama_layout.dims_of(n, shape) for n in layout.names]
+        expected = (sum(d[0] for d in dims), *dims[0][1:])
+        if tuple(value.shape) != expected:
+            raise ExportError(f"state_dict: {name} has shape {tuple(value.shape)}; expected {expected}")
+        out.update(llama_layout.split(layout, value, shape))
     if unused:
-        shown = ", ".join(unused[:5]) + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
+        shown = ", ".join(sorted(unused)[:5]) + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
         raise ExportError(f"state_dict: entries with no Llama counterpart: {shown}")
-    return out
+    missing = [name for name in llama_layout.llama_tensors(shape) if name not in out]
+    if missing:
+        raise ExportError(f"state_dict: no entry holds {missing[0]}")
+    return {name: out[name] for name in llama_layout.llama_tensors(shape)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -212,30 +155,19 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], shape: contract.ModelShape)
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def hf_config(config: dict[str, Any], dtype: str, eos_id: int | None) -> dict[str, Any]:
-    """``config.json`` of ``LlamaForCausalLM`` for the trainer's settings ``config``."""
-    shape = shape_of(config)
-    theta = float(config["rope_theta"])
+def hf_config_json(
+    config: dict[str, Any], dtype: str, eos_id: int | None, source: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``config.json`` of ``LlamaForCausalLM`` for the trainer's settings ``config``; the ``init_from`` model's
+    own config.json (``source``) when the run started from one, with the dtype changed."""
+    if source is not None:  # its own dtype key(s): transformers 5 writes dtype, 4 torch_dtype
+        keys = [key for key in ("dtype", "torch_dtype") if key in source] or ["dtype", "torch_dtype"]
+        return {**source, **dict.fromkeys(keys, dtype)}
+    settings = {"rope_theta": 10000.0, **config}  # a model.pt saved before rope_theta was recorded
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": shape.vocab_size,
-        "hidden_size": shape.hidden_size,
-        "intermediate_size": shape.ffn_hidden_size,
-        "num_hidden_layers": shape.num_layers,
-        "num_attention_heads": shape.num_heads,
-        "num_key_value_heads": shape.num_heads,
-        "head_dim": shape.hidden_size // shape.num_heads,
-        "hidden_act": "silu",
+        **hf_config.to_config(settings),
         "max_position_embeddings": int(config["seq_length"]),
-        "rms_norm_eps": NORM_EPS,
-        # rope_theta at the top level for readers before transformers 5, rope_parameters for 5.x.
-        "rope_theta": theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": theta},
-        "attention_bias": False,
         "attention_dropout": 0.0,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
         "initializer_range": INIT_STD,
         "bos_token_id": None,
         "eos_token_id": eos_id,
@@ -287,8 +219,46 @@ def write_weights(
     return [*names, "model.safetensors.index.json"]
 
 
+TRAVELLING_FILES: tuple[str, ...] = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+"""Files of an ``init_from`` model folder that travel to the export (its tokenizer and generation settings)."""
+
+
+def source_info(folder: str) -> dict[str, Any]:
+    """What ``model.pt`` keeps of the ``init_from`` folder for the export: its path, its config.json and the bytes
+    of its ``TRAVELLING_FILES`` that exist. A folder gone unreadable since the start (checked then) gives none of
+    them, and the export writes its own config.json: the model file is still saved (rank 0 alone runs this,
+    between collectives, so it must not raise)."""
+    path = Path(folder)
+    try:
+        files = {name: (path / name).read_bytes() for name in TRAVELLING_FILES if (path / name).is_file()}
+        return {"path": folder, "config": hf_config.read_local(path), "files": files}
+    except (OSError, contract.ContractError) as err:
+        return {"path": folder, "config": None, "files": {}, "unreadable": str(err)}
+
+
+def write_source_files(data: dict[str, Any] | None, out: Path) -> list[str]:
+    """The ``init_from`` model's travelling files, written into ``out``; returns their names."""
+    files = ((data or {}).get("init_from") or {}).get("files") or {}
+    for name, content in files.items():
+        (out / name).write_bytes(content)
+    return sorted(files)
+
+
 def write_tokenizer(data: dict[str, Any] | None, out: Path, max_length: int) -> str:
-    """Tokenizer files when the data had a ``tokenizer.json``; returns the README's tokenizer paragraph."""
+    """Tokenizer files when the data had a ``tokenizer.json`` (unless the ``init_from`` model's own tokenizer
+    files travelled, ``write_source_files``); returns the README's tokenizer paragraph."""
+    source = (data or {}).get("init_from") or {}
+    travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
+    if travelled:
+        names = ", ".join(f"`{name}`" for name in sorted(travelled))
+        return f"The tokenizer of the model this run started from (`init_from` {source['path']}): {names} are here."
     if data is None:
         return "Unknown: this model file was saved before the trainer recorded how its data was tokenized."
     if data.get("dataset") == "synthetic":
@@ -342,13 +312,24 @@ def _token_name(tokenizer_json: str, token_id: int | None) -> str | None:
 
 def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], tokenizer_text: str) -> str:
     shape = shape_of(config)
+    attention = (
+        f"{shape.kv_heads} key/value heads (grouped-query attention)"
+        if shape.kv_heads != shape.num_heads
+        else "no grouped-query attention"
+    )
+    scaling = config.get("rope_scaling", "none")
+    rope = f"rope_theta={float(config['rope_theta']):g}" + (
+        f", {scaling} scaling" if scaling != "none" else ""
+    )
+    embeddings = "tied" if shape.tie_embeddings else "untied"
+    origin = f", starting from `{config['init_from']}`" if config.get("init_from") else ""
     return f"""# Llama-architecture model exported by `training.trainer.export_hf`
 
-Trained by this project's FSDP2 trainer for {step} steps (precision `{config.get("precision")}`,
-`seq_length={config.get("seq_length")}`, rotary embeddings with `rope_theta={float(config["rope_theta"]):g}`),
+Trained by this project's FSDP2 trainer for {step} steps{origin} (precision `{config.get("precision")}`,
+`seq_length={config.get("seq_length")}`, rotary embeddings with `{rope}`),
 {shape.parameter_count():,} parameters: {shape.num_layers} layers, hidden size {shape.hidden_size},
-{shape.num_heads} heads (no grouped-query attention), MLP {shape.ffn_hidden_size}, vocabulary {shape.vocab_size},
-untied input and output embeddings. Weights in `{dtype}`: {", ".join(f"`{f}`" for f in files)}.
+{shape.num_heads} heads ({attention}), MLP {shape.ffn_hidden_size}, vocabulary {shape.vocab_size},
+{embeddings} input and output embeddings. Weights in `{dtype}`: {", ".join(f"`{f}`" for f in files)}.
 
 ## Tokenizer
 
@@ -403,9 +384,13 @@ def export(
     data = saved.get("data")
     eos_id = ((data or {}).get("tokenizer") or {}).get("eos_id")
     files = write_weights(tensors, tmp, max_shard_bytes, DTYPES[dtype])
-    (tmp / "config.json").write_text(json.dumps(hf_config(config, dtype, eos_id), indent=2) + "\n")
-    generation = {"bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": None}
-    (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    source = ((data or {}).get("init_from") or {}).get("config")
+    (tmp / "config.json").write_text(
+        json.dumps(hf_config_json(config, dtype, eos_id, source), indent=2) + "\n"
+    )
+    if "generation_config.json" not in write_source_files(data, tmp):
+        generation = {"bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": None}
+        (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     tokenizer_text = write_tokenizer(data, tmp, int(config["seq_length"]))
     (tmp / "README.md").write_text(readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text))
     mode = (
@@ -420,10 +405,12 @@ def export(
 
 
 def data_info(cfg) -> dict[str, Any]:
-    """What ``model.pt`` records about the run's data for the export: the dataset kind, the tokenizer description
-    from ``metadata.json`` and, for a Hugging Face tokenizer, the text of its ``tokenizer.json`` (looked for in
+    """What ``model.pt`` records about the run's data for the export: the ``init_from`` model's config.json and
+    travelling files (``source_info``), the dataset kind, the tokenizer description from ``metadata.json`` and, for a Hugging Face tokenizer, the text of its ``tokenizer.json`` (looked for in
     the data folder, where ``prepare`` copies it, then at the path ``prepare`` read it from)."""
     info: dict[str, Any] = {"dataset": cfg.dataset}
+    if getattr(cfg, "init_from", None):
+        info["init_from"] = source_info(cfg.init_from)
     if cfg.dataset != "channel":
         return info
     from training.trainer import data  # numpy; only a training run gets here

@@ -13,7 +13,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from training.request import contract
-from training.trainer import checkpoint, data, export_hf, metrics, model, parallel, precision
+from training.trainer import checkpoint, data, export_hf, metrics, model, parallel, precision, rotary, weights
 from training.trainer.config import TrainConfig
 from training.trainer.progress import Progress
 from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
@@ -30,7 +30,8 @@ def set_determinism(cfg: TrainConfig) -> None:
 
 
 def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> model.Transformer:
-    """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop)."""
+    """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): random, or the
+    ``init_from`` model's weights."""
     with plan.init_context():
         net = model.build_model(
             cfg.shape,
@@ -40,10 +41,11 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             te_params_dtype=torch.bfloat16 if plan.quantized_init else torch.float32,
             position_encoding=cfg.position_encoding,
             rope_theta=cfg.rope_theta,
+            rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()),
         )
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
-    model.init_weights(net, cfg.seed)
+    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from)
     return net
 
 

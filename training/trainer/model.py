@@ -3,20 +3,28 @@ and the loss in chunks of tokens, ``loss.linear_cross_entropy``).
 
 Two interchangeable blocks with the same parameter count (``contract.ModelShape.parameter_count``):
 
-* ``TorchBlock``: pre-norm RMSNorm, fused QKV, SDPA causal attention, SwiGLU MLP, no biases (fp32/fp16/bf16).
+* ``TorchBlock``: pre-norm RMSNorm, fused QKV, SDPA causal attention with grouped-query attention
+  (``num_kv_heads`` key/value heads shared by ``num_heads / num_kv_heads`` query heads each, as Llama's
+  ``repeat_kv``), SwiGLU MLP, no biases (fp32/fp16/bf16).
 * ``te_block``: ``transformer_engine.pytorch.TransformerLayer`` with the same structure (fp8/mxfp8/nvfp4),
   imported lazily. kwargs checked against TE tag v2.11 ``transformer_engine/pytorch/transformer.py``.
 
+``tie_embeddings``: the LM head is the embedding's matrix (Llama 3.2 1B/3B); the model then has no ``head``
+module and no ``head.weight`` in its state dict.
+
 Position encoding (``position_encoding``): ``rope`` (default) rotates query and key as Llama does
-(``training.trainer.rotary``; no parameters, so the count is unchanged), and the model maps onto Hugging Face's
-``LlamaForCausalLM`` (``training.trainer.export_hf``); ``none`` is NoPE (causal attention alone lets a decoder
-infer positions), the behaviour of models trained before RoPE existed here.
+(``training.trainer.rotary``, with Llama 3.1's frequency scaling when ``rope_scaling=llama3``; no parameters, so
+the count is unchanged), and the model maps onto Hugging Face's ``LlamaForCausalLM``
+(``training.trainer.export_hf``); ``none`` is NoPE (causal attention alone lets a decoder infer positions), the
+behaviour of models trained before RoPE existed here.
+
+Every parameter's value comes from ``training.trainer.weights`` (an imported model, or a generator seeded by the
+seed and the parameter's name), after FSDP2 has sharded the meta-device model.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable
 
 import torch
@@ -24,23 +32,23 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from training.request.contract import POSITION_ENCODINGS, ModelShape
+from training.request.contract import NORM_EPS, POSITION_ENCODINGS, ModelShape
 from training.trainer.loss import linear_cross_entropy
-from training.trainer.rotary import Rope, apply_rotary
+from training.trainer.rotary import Llama3Scaling, Rope, apply_rotary
 
-INIT_STD = 0.02
-NORM_EPS = 1e-5
+__all__ = ["NORM_EPS", "TorchBlock", "Transformer", "build_model", "te_block"]
 
 
 class TorchBlock(nn.Module):
-    """Pre-norm transformer block in plain PyTorch."""
+    """Pre-norm transformer block in plain PyTorch. The fused ``qkv`` weight is ``[q; k; v]``: ``num_heads *
+    head_dim`` query rows, then ``num_kv_heads * head_dim`` rows each for key and value."""
 
     def __init__(self, shape: ModelShape):
         super().__init__()
         h, f = shape.hidden_size, shape.ffn_hidden_size
-        self.num_heads = shape.num_heads
+        self.num_heads, self.num_kv_heads, self.head_dim = shape.num_heads, shape.kv_heads, shape.head_dim
         self.attention_norm = nn.RMSNorm(h, eps=NORM_EPS)
-        self.qkv = nn.Linear(h, 3 * h, bias=False)
+        self.qkv = nn.Linear(h, h + 2 * self.num_kv_heads * self.head_dim, bias=False)
         self.out_proj = nn.Linear(h, h, bias=False)
         self.ffn_norm = nn.RMSNorm(h, eps=NORM_EPS)
         self.gate_up = nn.Linear(h, 2 * f, bias=False)
@@ -49,13 +57,18 @@ class TorchBlock(nn.Module):
     def forward(self, x: torch.Tensor, rotary_pos_emb: torch.Tensor | None = None) -> torch.Tensor:
         """``rotary_pos_emb``: the ``rotary.Rope`` frequencies (``[seq, 1, 1, head_dim]``), or None for NoPE."""
         b, s, h = x.shape
-        q, k, v = (
-            self.qkv(self.attention_norm(x)).view(b, s, 3, self.num_heads, h // self.num_heads).unbind(2)
-        )
+        kv_width = self.num_kv_heads * self.head_dim
+        q, k, v = self.qkv(self.attention_norm(x)).split((h, kv_width, kv_width), dim=-1)
+        q = q.view(b, s, self.num_heads, self.head_dim)
+        k, v = k.view(b, s, self.num_kv_heads, self.head_dim), v.view(b, s, self.num_kv_heads, self.head_dim)
         if rotary_pos_emb is not None:
             q, k = apply_rotary(q, rotary_pos_emb), apply_rotary(k, rotary_pos_emb)
         attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            is_causal=True,
+            enable_gqa=self.num_kv_heads != self.num_heads,
         )
         x = x + self.out_proj(attn.transpose(1, 2).reshape(b, s, h))
         gate, up = self.gate_up(self.ffn_norm(x)).chunk(2, dim=-1)
@@ -63,21 +76,23 @@ class TorchBlock(nn.Module):
 
 
 def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) -> nn.Module:
-    """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, SwiGLU).
+    """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, SwiGLU,
+    ``num_gqa_groups`` = the key/value heads: TE's ``MultiheadAttention`` then makes its fused QKV weight
+    ``hidden + 2 * groups * head_dim`` rows, interleaved per group, ``attention/multi_head_attention.py``).
 
     RoPE: ``forward(x, rotary_pos_emb=freqs)`` with ``rotary_pos_interleaved`` left at its default False
     (rotate-half, Llama's convention; transformer_engine/pytorch/transformer.py and
-    attention/multi_head_attention.py at v2.11 apply it to query and key after the fused QKV projection)."""
+    attention/multi_head_attention.py at v2.11 apply it to query and key after the fused QKV projection).
+    No ``init_method``: values never come from TE (``training.trainer.weights`` sets each one)."""
     te = importlib.import_module("transformer_engine.pytorch")
     return te.TransformerLayer(
         hidden_size=shape.hidden_size,
         ffn_hidden_size=shape.ffn_hidden_size,
         num_attention_heads=shape.num_heads,
+        num_gqa_groups=shape.kv_heads,
         layernorm_epsilon=NORM_EPS,
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        init_method=lambda w: nn.init.normal_(w, std=INIT_STD),
-        output_layer_init_method=lambda w: nn.init.normal_(w, std=INIT_STD / math.sqrt(2 * shape.num_layers)),
         layer_number=layer_number,
         self_attn_mask_type="causal",
         params_dtype=params_dtype,
@@ -86,10 +101,9 @@ def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) ->
         activation="swiglu",
         normalization="RMSNorm",
         attn_input_format="bshd",
-        # Built on meta like the rest of the model; after fully_shard, TE's reset_parameters() materializes
-        # and initializes each rank's shard (DTensor-aware, quantizing when quantized_model_init is on).
-        # Checked: transformer_engine/pytorch/module/base.py reset_parameters and
-        # tests/pytorch/distributed/run_fsdp2_model.py at tag v2.11.
+        # Built on meta like the rest of the model; after fully_shard, weights.initialize has TE's
+        # reset_parameters() materialize (and, under quantized_model_init, quantize) each rank's shard with the
+        # values weights.py gives it (transformer_engine/pytorch/module/base.py reset_parameters at v2.11).
         device="meta",
     )
 
@@ -114,7 +128,9 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(shape.vocab_size, shape.hidden_size)
         self.layers = nn.ModuleList(blocks)
         self.norm = nn.RMSNorm(shape.hidden_size, eps=NORM_EPS)
-        self.head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
+        self.head = (
+            None if shape.tie_embeddings else nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
+        )
         self.activation_checkpointing = activation_checkpointing
         self.checkpoint_fn: Callable = _torch_checkpoint
 
@@ -129,10 +145,20 @@ class Transformer(nn.Module):
                 x = layer(x, **kwargs)
         return x
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's matrix: the embedding's when tied."""
+        return self.embed.weight if self.head is None else self.head.weight
+
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         x = self.hidden_states(tokens)
         # The head's weight, not a call of the head: FSDP2 has gathered it with the root's parameters.
-        return linear_cross_entropy(self.norm(x), self.head.weight, targets, self.loss_chunk_tokens)
+        return linear_cross_entropy(self.norm(x), self.head_weight, targets, self.loss_chunk_tokens)
+
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The next-token logits of every position (``[batch, seq, vocab]``, unchunked; for checks and
+        comparisons with Hugging Face, not for training). Under FSDP2, ``unshard()`` the root first."""
+        return self.norm(self.hidden_states(tokens)) @ self.head_weight.T
 
 
 def _torch_checkpoint(layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
@@ -155,18 +181,17 @@ def build_model(
     position_encoding: str = "rope",
     rope_theta: float = 10000.0,
     loss_chunk_tokens: int = 0,
+    rope_scaling: Llama3Scaling | None = None,
 ) -> Transformer:
     """Build the model on the meta device (no memory until FSDP2 has sharded it; then
-    ``parallel.shard_model`` materializes each rank's shard and ``init_weights`` fills it).
+    ``parallel.shard_model`` materializes each rank's shard and ``weights.initialize`` fills it).
     ``loss_chunk_tokens``: the contract's setting (0: the LM head and loss unchunked).
-
-    TE blocks are initialized by TE itself during materialization; the rest by ``init_weights``.
-    ``position_encoding`` is ``rope`` (rotary embeddings with base ``rope_theta``) or ``none``.
+    ``position_encoding`` is ``rope`` (rotary embeddings with base ``rope_theta`` and ``rope_scaling``) or
+    ``none``.
     """
     if position_encoding not in POSITION_ENCODINGS:
         raise ValueError(f"position_encoding must be one of {POSITION_ENCODINGS}; got {position_encoding!r}")
-    head_dim = shape.hidden_size // shape.num_heads
-    rope = Rope(head_dim, rope_theta, use_te=use_te) if position_encoding == "rope" else None
+    rope = Rope(shape.head_dim, rope_theta, rope_scaling) if position_encoding == "rope" else None
     blocks: list[nn.Module]
     if use_te:
         blocks = [te_block(shape, i + 1, te_params_dtype) for i in range(shape.num_layers)]
@@ -179,41 +204,3 @@ def build_model(
     if use_te:
         model.checkpoint_fn = _te_checkpoint
     return model
-
-
-def _init_value(name: str, param: torch.Tensor, num_layers: int, generator: torch.Generator) -> torch.Tensor:
-    """The full initial value of one parameter: ones for norms, N(0, 0.02) for weights, output projections of
-    each block scaled by 1/sqrt(2 * num_layers) (GPT-2 style)."""
-    if name.endswith("norm.weight"):
-        return torch.ones(param.shape, device=param.device, dtype=param.dtype)
-    std = (
-        INIT_STD / math.sqrt(2 * num_layers)
-        if name.endswith(("out_proj.weight", "down.weight"))
-        else INIT_STD
-    )
-    full = torch.empty(param.shape, device=param.device, dtype=torch.float32)
-    return full.normal_(0.0, std, generator=generator).to(param.dtype)
-
-
-@torch.no_grad()
-def init_weights(model: Transformer, seed: int) -> None:
-    """Initialize the (materialized, possibly sharded) parameters: each parameter's FULL value is
-    drawn from a generator seeded by (seed, parameter index), then this rank keeps its shard. The result does
-    not depend on the world size. TE layers (already initialized by TE) are skipped."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    for index, (name, param) in enumerate(model.named_parameters()):
-        if name.startswith("layers.") and not isinstance(_owner(model, name), TorchBlock):
-            continue
-        generator = torch.Generator(device=param.device).manual_seed(seed * 1_000_003 + index)
-        if isinstance(param, DTensor):
-            full = _init_value(
-                name, param.to_local().new_empty(param.shape), model.shape.num_layers, generator
-            )
-            param.copy_(distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None))
-        else:
-            param.copy_(_init_value(name, param, model.shape.num_layers, generator))
-
-
-def _owner(model: Transformer, param_name: str) -> nn.Module:
-    return model.layers[int(param_name.split(".")[1])]

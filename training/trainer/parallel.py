@@ -70,13 +70,13 @@ def shard_model(
     model: Transformer, mesh: DeviceMesh, policy: MixedPrecisionPolicy, device: torch.device
 ) -> None:
     """``fully_shard`` each block (its own all-gather/reduce-scatter unit), then the root (embedding, norm, head),
-    and materialize each rank's shard of the meta-device model on ``device``.
+    and materialize each rank's shard of the meta-device model's non-TE modules on ``device`` (uninitialized).
 
     The last block keeps its parameters gathered after forward (backward needs them right away). Transformer
-    Engine modules materialize and initialize their own shards (``reset_parameters`` is DTensor-aware and
-    quantizes primary weights under ``quantized_model_init``); everything else is materialized uninitialized
-    (see ``model.init_weights``). Attributes TE keeps on its parameters are carried across ``fully_shard``,
-    which replaces every parameter by a DTensor.
+    Engine modules stay on meta here: ``weights.initialize`` has their own ``reset_parameters`` materialize
+    (and, under ``quantized_model_init``, quantize) each shard with the values it gives, and fills the rest.
+    Attributes TE keeps on its parameters are carried across ``fully_shard``, which replaces every parameter by
+    a DTensor.
     """
     te_attrs = {name: dict(vars(p)) for name, p in model.named_parameters() if _is_te_param(model, name)}
     # Blocks take their input as it comes (already in the compute dtype: the embedding's output) and, above all,
@@ -91,11 +91,10 @@ def shard_model(
     for name, param in model.named_parameters():
         for key, value in te_attrs.get(name, {}).items():
             setattr(param, key, value)
-    te_modules = [m for m in model.modules() if hasattr(m, "param_init_meta")]
-    for module in te_modules:
-        module.reset_parameters()
     for module in model.modules():
-        if module not in te_modules and any(p.is_meta for p in module.parameters(recurse=False)):
+        if hasattr(module, "param_init_meta"):
+            continue
+        if any(p.is_meta for p in module.parameters(recurse=False)):
             module.to_empty(device=device, recurse=False)
 
 

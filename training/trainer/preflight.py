@@ -1,7 +1,8 @@
-"""Checks before step 1, before any process group, creating nothing: output folders writable (probed without
-creating them; the run creates them when it first writes), the checkpoint to resume of the run's model shape, every
-data file the run will read readable as tokens and consistent with the settings and its metadata (token ids below
-the vocabulary: read in full, or sampled when the data is large), enough tokens for one global batch.
+"""Checks before step 1, before any process group, creating nothing: the ``init_from`` model's weights (its
+safetensors headers: ``weights.check_init_from``), output folders writable (probed without creating them; the run
+creates them when it first writes), the checkpoint to resume of the run's model shape, every data file the run will
+read readable as tokens and consistent with the settings and its metadata (token ids below the vocabulary: read in
+full, or sampled when the data is large), enough tokens for one global batch.
 
 Each check raises ``contract.ContractError`` naming the setting (and the file) and what is allowed, so a bad run
 fails in seconds instead of at its first checkpoint or mid-run.
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from training.request import contract
-from training.trainer import checkpoint, data
+from training.trainer import checkpoint, data, weights
 
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time when every token id is read."""
@@ -34,6 +35,7 @@ its last."""
 def check(cfg, world_size: int) -> list[str]:
     """Every check, for a run of ``world_size`` processes; returns notes on what was checked (how much of the data
     was read), for ``--check-only`` to print."""
+    weights.check_init_from(cfg)
     for field in ("checkpoint_dir", "model_dir"):
         check_writable(getattr(cfg, field), field)
     check_checkpoint_shape(cfg)

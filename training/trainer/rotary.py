@@ -13,33 +13,94 @@ maps onto ``LlamaForCausalLM`` with no permutation of the query and key projecti
 The torch block applies the same rotation itself (``apply_rotary``, cos/sin cast to the activations' dtype as
 Hugging Face does). Frequencies are never parameters or buffers: nothing in the state dict, nothing for FSDP to
 shard or for meta-device initialization to fill.
+
+Both paths take their frequencies from ``frequencies`` here. For TE that is the tensor TE's own
+``RotaryPositionEmbedding`` would build (its ``inv_freq`` is ``1 / base ** (arange(0, dim, 2, float32) / dim)``,
+the same fp32 values as ``inverse_frequencies``, and its ``einsum("i , j -> i j", seq, inv_freq)`` is the same
+single product per entry as ``torch.outer``), and it also carries Llama 3.1's frequency scaling
+(``Llama3Scaling``, Hugging Face's ``rope_type`` llama3), which TE's module does not have (it knows only linear
+position interpolation, ``seq_len_interpolation_factor``).
 """
 
 from __future__ import annotations
 
-import importlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 
+@dataclass(frozen=True)
+class Llama3Scaling:
+    """Llama 3.1's RoPE scaling (Meta's ``apply_scaling``; Hugging Face ``rope_type`` llama3): wavelengths above
+    ``original_max_position_embeddings / low_freq_factor`` are stretched by ``factor``, those below
+    ``original_max_position_embeddings / high_freq_factor`` kept, the ones between interpolated smoothly."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> Llama3Scaling | None:
+        """The scaling of a run's settings (``rope_scaling`` and its four ``rope_*`` parameters), or None."""
+        if settings.get("rope_scaling", "none") != "llama3":
+            return None
+        return cls(
+            float(settings["rope_scaling_factor"]),
+            float(settings["rope_low_freq_factor"]),
+            float(settings["rope_high_freq_factor"]),
+            int(settings["rope_original_max_position_embeddings"]),
+        )
+
+    def apply(self, inv_freq: torch.Tensor) -> torch.Tensor:
+        """The scaled inverse frequencies, computed in the order of the published formula (so that the fp32
+        results equal Hugging Face's ``_compute_llama3_parameters`` bit for bit)."""
+        context = self.original_max_position_embeddings
+        low_wavelength = context / self.low_freq_factor
+        high_wavelength = context / self.high_freq_factor
+        wavelength = 2 * math.pi / inv_freq
+        long = torch.where(wavelength > low_wavelength, inv_freq / self.factor, inv_freq)
+        smooth = (context / wavelength - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor
+        )
+        blended = (1 - smooth) * long / self.factor + smooth * long
+        between = (wavelength >= high_wavelength) & (wavelength <= low_wavelength)
+        return torch.where(between, blended, long)
+
+
 def inverse_frequencies(
-    head_dim: int, theta: float, device: torch.device | str | None = None
+    head_dim: int,
+    theta: float,
+    device: torch.device | str | None = None,
+    scaling: Llama3Scaling | None = None,
 ) -> torch.Tensor:
-    """``theta ** (-2i / head_dim)`` for i in [0, head_dim / 2), fp32 (Llama's, and TE's, formula)."""
+    """``theta ** (-2i / head_dim)`` for i in [0, head_dim / 2), fp32 (Llama's, and TE's, formula), scaled by
+    ``scaling`` when given."""
     if head_dim % 2:
         raise ValueError(f"head_dim must be even for rotary embeddings; got {head_dim}")
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
-    return 1.0 / (theta**exponents)
+    inv = 1.0 / (theta**exponents)
+    return inv if scaling is None else scaling.apply(inv)
 
 
 def frequencies(
-    seq_len: int, head_dim: int, theta: float, device: torch.device | str | None = None
+    seq_len: int,
+    head_dim: int,
+    theta: float,
+    device: torch.device | str | None = None,
+    scaling: Llama3Scaling | None = None,
 ) -> torch.Tensor:
-    """The rotation angles of positions ``0 .. seq_len-1``: ``[seq_len, 1, 1, head_dim]`` fp32, halves repeated."""
-    inv = inverse_frequencies(head_dim, theta, device)
-    positions = torch.arange(seq_len, dtype=torch.float32, device=device)
-    freqs = torch.outer(positions, inv)
-    return torch.cat((freqs, freqs), dim=-1).view(seq_len, 1, 1, head_dim)
+    """The rotation angles of positions ``0 .. seq_len-1``: ``[seq_len, 1, 1, head_dim]`` fp32, halves repeated
+    (computed in fp32 whatever autocast is in effect)."""
+    kind = torch.device(device).type if device is not None else "cpu"
+    with torch.autocast(kind, enabled=False):
+        inv = inverse_frequencies(head_dim, theta, device, scaling)
+        positions = torch.arange(seq_len, dtype=torch.float32, device=device)
+        freqs = torch.outer(positions, inv)
+        return torch.cat((freqs, freqs), dim=-1).view(seq_len, 1, 1, head_dim)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -58,24 +119,16 @@ def apply_rotary(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
 
 
 class Rope:
-    """The frequencies one forward passes to every block, cached by (sequence length, device).
+    """The frequencies one forward passes to every block (torch or Transformer Engine: the same tensor, see the
+    module doc), cached by (sequence length, device)."""
 
-    ``use_te``: built by Transformer Engine's own ``RotaryPositionEmbedding`` (the tensor its ``TransformerLayer``
-    expects; TE builds it on the current CUDA device). Otherwise by ``frequencies``.
-    """
-
-    def __init__(self, head_dim: int, theta: float, use_te: bool = False):
+    def __init__(self, head_dim: int, theta: float, scaling: Llama3Scaling | None = None):
         inverse_frequencies(head_dim, theta)  # refuses an odd head_dim now, not at the first forward
-        self.head_dim, self.theta, self.use_te = head_dim, float(theta), use_te
+        self.head_dim, self.theta, self.scaling = head_dim, float(theta), scaling
         self._cache: dict[tuple[int, str], torch.Tensor] = {}
 
     def __call__(self, seq_len: int, device: torch.device) -> torch.Tensor:
         key = (seq_len, str(device))
         if key not in self._cache:
-            if self.use_te:
-                rope = importlib.import_module("transformer_engine.pytorch.attention.rope")
-                module = rope.RotaryPositionEmbedding(self.head_dim, rotary_base=self.theta)
-                self._cache[key] = module(seq_len).to(device=device, dtype=torch.float32)
-            else:
-                self._cache[key] = frequencies(seq_len, self.head_dim, self.theta, device)
+            self._cache[key] = frequencies(seq_len, self.head_dim, self.theta, device, self.scaling)
         return self._cache[key]

@@ -28,6 +28,9 @@ TRAINER_MODULES = (
     "training.trainer.tracking",
     "training.trainer.rotary",
     "training.trainer.export_hf",
+    "training.trainer.weights",
+    "training.trainer.llama_layout",
+    "training.request.hf_config",
     "safetensors.torch",
 )
 TRACKING_MODULES = ("tensorboardX", "mlflow", "sagemaker_mlflow")

@@ -138,7 +138,7 @@ def _throughput(
     assert result.spread is not None
     tps = tokens_per_step(values) / result.spread.median
     row.measured_tokens_per_sec = tps
-    shape = contract.ModelShape(*(values[d] for d in contract.MODEL_DIM_NAMES))
+    shape = contract.model_shape(values)
     peak = contract.PEAK_TFLOPS.get(where.gpu or "", {}).get(values["precision"])
     if peak and where.device == "cuda":
         row.mfu = tps * contract.flops_per_token(shape, values["seq_length"]) / (peak * 1e12)

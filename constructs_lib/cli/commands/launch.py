@@ -75,7 +75,7 @@ def do_plan(shell: Shell) -> int:
     request = shell.request()
     deployed = shell.args.deployed or shell.args.stack
     rules = shell.runs.rules if deployed else shell.project.rules()
-    planned = plan_request(request, rules, shell.runs.measurements() if deployed else ())
+    planned = plan_request(request, rules, s3=shell.runs.client("s3") if deployed else None)
     if shell.args.json:
         shell.emit(planned)
     else:
@@ -86,7 +86,7 @@ def do_plan(shell: Shell) -> int:
 def do_submit(shell: Shell) -> int:
     request = shell.request()
     try:
-        planned: dict[str, Any] | None = plan_request(request, shell.runs.rules, shell.runs.measurements())
+        planned: dict[str, Any] | None = plan_request(request, shell.runs.rules, s3=shell.runs.client("s3"))
     except InvalidRequest:
         planned = None  # submit's own check lists every problem
     if planned is not None and not shell.args.json:

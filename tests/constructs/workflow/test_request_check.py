@@ -16,14 +16,16 @@ from constructs_lib.workflow.request_check import (
     INPUT_FIELDS,
     PLATFORM_HYPERPARAMETERS,
     RequestRules,
+    decide,
     newest_complete_checkpoint,
     parse_data_sources,
     prepare_request,
+    read_init_from,
     resume_problems,
     sagemaker_limits,
     validate_request,
 )
-from training.request import contract
+from training.request import contract, hf_config
 
 REGION = "us-west-2"
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200-week"
@@ -487,3 +489,94 @@ def test_the_seed_headline_configuration_is_accepted_with_its_plan(rules):
     assert prepared.problems == []
     assert prepared.plan is not None and prepared.plan["fits"] and prepared.plan["ignored"] is False
     assert prepared.plan["world_size"] == 8 and prepared.plan["cost_usd"] > 0
+
+
+# ---- init_from: a Hugging Face model folder under the data sources -----------------------------------------------
+
+LLAMA_CONFIG = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.1-8b"}))
+"""A config.json of Llama 3.1 8B's architecture, as the export writes it."""
+FOLDER = "s3://my-bucket/data/llama-3.1-8b/"
+
+
+@pytest.fixture
+def s3():
+    from moto import mock_aws
+
+    with mock_aws():
+        import boto3
+
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket="my-bucket", CreateBucketConfiguration={"LocationConstraint": REGION})
+        yield client
+
+
+def put_folder(s3, key: str, config: dict | None, weights: bool = True) -> str:
+    if config is not None:
+        s3.put_object(Bucket="my-bucket", Key=f"{key}config.json", Body=json.dumps(config).encode())
+    if weights:
+        s3.put_object(Bucket="my-bucket", Key=f"{key}model-00001-of-00002.safetensors", Body=b"w")
+    s3.put_object(Bucket="my-bucket", Key=f"{key}tokenizer.json", Body=b"{}")
+    return f"s3://my-bucket/{key}"
+
+
+def test_init_from_is_a_read_only_weights_channel_and_the_trainers_setting_points_at_it(rules):
+    prepared = prepare_request({"init_from": FOLDER}, rules)  # offline: the folder's shape is not known yet
+    assert prepared.problems == [] and prepared.plan is None
+    assert prepared.hyperparameters["init_from"] == contract.WEIGHTS_CHANNEL_DIR
+    (weights,) = prepared.channels
+    assert weights["ChannelName"] == contract.WEIGHTS_CHANNEL == "weights" and weights["InputMode"] == "File"
+    assert weights["DataSource"]["S3DataSource"]["S3Uri"] == FOLDER
+    assert one({"hyperparameters": {"init_from": "/opt/x"}}, rules).startswith(
+        "hyperparameters.init_from: set by the platform from the input field init_from"
+    )
+    assert one({"init_from": "s3://elsewhere/models/llama/"}, rules).startswith(
+        "init_from: must be an s3:// prefix ending in '/' under one of s3://my-bucket/data/"
+    )
+
+
+def test_the_folders_shape_makes_the_plan_and_refuses_a_contradicting_request(rules):
+    architecture = hf_config.architecture(LLAMA_CONFIG)
+    prepared = prepare_request({"init_from": FOLDER, "activation_checkpointing": True}, rules, architecture)
+    assert prepared.problems == []
+    assert prepared.plan["parameters"] == contract.MODEL_PRESETS["llama3.1-8b"].parameter_count()
+    refused = prepare_request(
+        {"init_from": FOLDER, "hyperparameters": {"num_kv_heads": "32"}}, rules, architecture
+    )
+    assert refused.problems == [
+        "hyperparameters.num_kv_heads: must be 8 or left out: the init_from model's config.json has num_kv_heads=8; "
+        "got 32"
+    ]
+    too_big = prepare_request({"init_from": FOLDER, "batch_size": 8}, rules, architecture)
+    assert too_big.problems[0].startswith("memory: estimated peak")  # the 8B's memory, not the default 1b's
+
+
+def test_read_init_from_reads_the_config_and_refuses_what_cannot_be_started_from(s3):
+    good = put_folder(s3, "data/good/", LLAMA_CONFIG)
+    architecture, problems = read_init_from(s3, good)
+    assert problems == [] and architecture["num_kv_heads"] == 8 and architecture["rope_scaling_factor"] == 8.0
+    cases = {
+        "s3://my-bucket/data/nothing/": "init_from: must be a Hugging Face model folder, but no object is under it",
+        put_folder(s3, "data/no-config/", None): "init_from: holds no config.json",
+        put_folder(
+            s3, "data/no-weights/", LLAMA_CONFIG, weights=False
+        ): "init_from: holds no safetensors weights",
+        put_folder(s3, "data/mistral/", {**LLAMA_CONFIG, "model_type": "mistral"}): (
+            "init_from: s3://my-bucket/data/mistral/: model_type 'mistral' is not supported; supported: llama"
+        ),
+    }
+    for uri, start in cases.items():
+        architecture, problems = read_init_from(s3, uri)
+        assert architecture is None and len(problems) == 1 and problems[0].startswith(start), problems
+
+
+def test_decide_reads_the_folder_before_anything_else_and_plans_its_shape(s3, rules):
+    uri = put_folder(s3, "data/llama/", LLAMA_CONFIG)
+    decided = decide({"input": {"init_from": uri}, "rules": rules.to_json(), "execution": "e"}, s3=s3)
+    assert decided["valid"], decided["cause"]
+    assert decided["plan"]["parameters"] == contract.MODEL_PRESETS["llama3.1-8b"].parameter_count()
+    assert [c["ChannelName"] for c in decided["channels"]] == ["weights"]
+    mismatch = decide({"input": {"init_from": uri, "num_layers": 4}, "rules": rules.to_json()}, s3=s3)
+    assert mismatch["cause"] == (
+        "hyperparameters.num_layers: must be 32 or left out: the init_from model's config.json has num_layers=32; "
+        "got 4"
+    )

@@ -45,6 +45,7 @@ def test_asset_holds_only_what_the_handler_imports():
         "training/__init__.py",
         "training/request/__init__.py",
         "training/request/contract.py",
+        "training/request/hf_config.py",
         "training/request/measured.py",
         "training/request/plan.py",
         "training/request/tuning.py",
@@ -159,6 +160,18 @@ def test_role_lists_only_the_allowed_data_prefixes():
         "Resource": other,
         "Condition": {"StringLike": {"s3:prefix": ["tokens/*", "text/*"]}},
     }
+    # init_from: the config.json of a model folder under a data source (the source itself or below), nothing else
+    configs = by_sid["ReadModelConfigs"]
+    assert configs["Action"] == "s3:GetObject"
+    rendered = [json.dumps(r) for r in configs["Resource"]]
+    assert len(rendered) == 6 and all(
+        r.endswith('config.json"]]}') or r.endswith('config.json"') for r in rendered
+    )
+    assert f"{other}/tokens/config.json" in configs["Resource"]
+    assert f"{other}/tokens/*/config.json" in configs["Resource"]
+    assert any('"/data/*/config.json"' in r for r in rendered) and any(
+        '"/data/config.json"' in r for r in rendered
+    )
 
 
 def test_function_uses_its_own_log_group_and_the_handler(template):
