@@ -170,3 +170,11 @@ def test_a_tune_cannot_resume(workflow):
         result["error"] == "InvalidInput"
         and "tune: a tuning run starts every trial afresh" in result["cause"]
     )
+
+
+def test_a_tune_with_init_from_needs_the_models_config_which_only_the_workflow_reads(rules):
+    from constructs_lib.workflow.request_check import prepare_request
+
+    offline = prepare_request({"tune": {}, "init_from": f"s3://{rules.bucket_name}/data/llama/"}, rules)
+    assert any(p.startswith("tune: with init_from, the candidates are planned with the model's config.json")
+               for p in offline.problems), offline.problems  # fmt: skip
