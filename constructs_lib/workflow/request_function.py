@@ -140,26 +140,12 @@ class RequestValidator(Construct):
                 resources=[markers],
             )
         )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListWorkflowRuns",
-                actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{runs_prefix}*"]}},
-            )
-        )
+        self._allow_listing("ListWorkflowRuns", bucket.bucket_arn, [f"{runs_prefix}*"])
         by_bucket: dict[str, list[str]] = {}
         for bucket_arn, prefix in data_prefixes:
             by_bucket.setdefault(bucket_arn, []).append(f"{prefix}*")
         for index, (bucket_arn, patterns) in enumerate(by_bucket.items()):
-            self.role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    sid=f"ListTrainingData{index}",
-                    actions=["s3:ListBucket"],
-                    resources=[bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": patterns}},
-                )
-            )
+            self._allow_listing(f"ListTrainingData{index}", bucket_arn, patterns)
         self._grant_model_configs(data_prefixes)
         records = self._read_measurements(bucket, measurements_prefix) if measurements_prefix else None
         if bucket.encryption_key is not None:
@@ -204,15 +190,19 @@ class RequestValidator(Construct):
         self.role.add_to_principal_policy(
             iam.PolicyStatement(sid="ReadTuningMeasurements", actions=["s3:GetObject"], resources=[objects])
         )
+        self._allow_listing("ListTuningMeasurements", bucket.bucket_arn, [f"{prefix}*"])
+        return objects
+
+    def _allow_listing(self, sid: str, bucket_arn: str, patterns: list[str]) -> None:
+        """``s3:ListBucket`` on one bucket, only for keys matching ``patterns`` (the ``s3:prefix`` condition)."""
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
-                sid="ListTuningMeasurements",
+                sid=sid,
                 actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+                resources=[bucket_arn],
+                conditions={"StringLike": {"s3:prefix": patterns}},
             )
         )
-        return objects
 
     def _grant_model_configs(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
         """Read the ``config.json`` of an ``init_from`` model folder under a data source (the folder itself or any

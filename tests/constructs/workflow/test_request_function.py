@@ -54,18 +54,25 @@ def test_asset_holds_only_what_the_handler_imports():
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
 
 
-def test_handler_runs_from_the_asset_alone(tmp_path):
-    """No site-packages at all (-S): the handler needs neither aws_cdk nor botocore when the rules carry the limits."""
-    rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
+def _handler_from_the_asset(event: dict, cwd: Path) -> dict:
+    """The handler's result for ``event``, run from the asset alone: no site-packages at all (-S)."""
     code = (
         f"import sys, json; sys.path.insert(0, {str(build_asset())!r}); "
         f"mod, fn = {HANDLER!r}.rsplit('.', 1); import importlib; "
         "handler = getattr(importlib.import_module(mod), fn); "
-        f"print(json.dumps(handler({{'input': {{'hyperparameters': {{'max_step': '5'}}}}, 'rules': {rules!r}}})))"
+        f"print(json.dumps(handler({event!r})))"
     )
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_handler_runs_from_the_asset_alone(tmp_path):
+    """No site-packages at all (-S): the handler needs neither aws_cdk nor botocore when the rules carry the limits."""
+    rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
+    result = _handler_from_the_asset(
+        {"input": {"hyperparameters": {"max_step": "5"}}, "rules": rules}, tmp_path
+    )
     assert result["valid"] is False and "did you mean max_steps?" in result["cause"]
 
 
@@ -77,15 +84,7 @@ def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
         "rules": rules,
         "execution": "run-1",
     }
-    code = (
-        f"import sys, json; sys.path.insert(0, {str(build_asset())!r}); "
-        f"mod, fn = {HANDLER!r}.rsplit('.', 1); import importlib; "
-        "handler = getattr(importlib.import_module(mod), fn); "
-        f"print(json.dumps(handler({event!r})))"
-    )
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    result = _handler_from_the_asset(event, tmp_path)
     assert result["valid"] is True, result["cause"]
     assert result["hyperparameters"]["tune_trials"] == "batch_size=2;batch_size=1"
     assert result["tune"]["winner_key"] == "checkpoints/run-1/tune/winner.json"
