@@ -129,3 +129,27 @@ def test_the_overhead_benchmark_prints_each_phase(capsys):
     ):
         line = next(line for line in out.splitlines() if line.startswith(phase))
         assert float(line[len(phase) :].split()[0]) > 0
+
+
+def test_a_base_that_starts_from_a_model_folder_takes_its_shape_for_the_trials_plans(tmp_path):
+    from training.request import hf_config
+    from training.tune import report
+    from training.tune.outcome import TrialResult
+
+    from .hf_models import tiny_config
+
+    tiny_config(tied=True).save_pretrained(tmp_path)  # config.json only: the shape is all the driver reads
+    job = driver.parse_args(
+        ["--tune_trials", "batch_size=2", "--init_from", str(tmp_path), "--seq_length", "32"]
+    )
+    assert job.architecture == hf_config.architecture(hf_config.read_local(tmp_path), str(tmp_path))
+    where = report.Where("ml.p6-b200.48xlarge", 1, "cpu", None, 2, "local", None, None, None, "now", "h")
+    row = report.make_row(TrialResult(1, {"batch_size": 2}, status="oom"), job.base, where, job.architecture)
+    planned = contract.model_shape(contract.parse_hyperparameters({}, job.architecture))
+    assert (planned.num_layers, planned.hidden_size, planned.num_kv_heads, planned.tie_embeddings) == (
+        2,
+        64,
+        2,
+        True,
+    )
+    assert row.predicted_tensors_gb < 0.1  # the tiny model's plan, not the 1b preset's

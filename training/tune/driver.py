@@ -56,6 +56,8 @@ class Job:
     base: dict[str, str]
     options: dict[str, Any]
     trials: list[dict[str, Any]]
+    architecture: dict[str, Any] | None = None
+    """The ``init_from`` model's settings (its config.json), when the base starts from one: they give the shape."""
     started: float = field(default_factory=time.monotonic)
     stop_requested: bool = False
     current_group: int | None = None
@@ -82,7 +84,7 @@ def parse_args(argv: list[str]) -> Job:
     trials = contract.parse_trials(options[contract.TUNE_TRIALS] or "")
     base = config.local_defaults(raw)
     config.config_from_mapping(base)  # every base setting checked by the trainer's own rules
-    return Job(base, options, trials)
+    return Job(base, options, trials, config.init_from_architecture(base))
 
 
 def versions() -> tuple[str | None, str | None]:
@@ -185,7 +187,7 @@ def run_trial(job: Job, index: int, overrides: Mapping[str, Any], logs: Path, *,
     result.log = str(log_path)
     try:
         contract.parse_hyperparameters(
-            {k: v for k, v in settings.items() if k in contract.HYPERPARAMETERS_BY_NAME}
+            {k: v for k, v in settings.items() if k in contract.HYPERPARAMETERS_BY_NAME}, job.architecture
         )
     except contract.ContractError as err:
         result.status, result.error = "failed", f"invalid setting {err}"

@@ -97,12 +97,15 @@ def tokens_per_step(values: Mapping[str, Any]) -> int:
     )
 
 
-def make_row(result: TrialResult, base: Mapping[str, Any], where: Where) -> Row:
-    """A trial's row: its plan (the published figures, as the request check saw it) next to what it measured."""
+def make_row(
+    result: TrialResult, base: Mapping[str, Any], where: Where, architecture: Mapping[str, Any] | None = None
+) -> Row:
+    """A trial's row: its plan (the published figures, as the request check saw it) next to what it measured.
+    ``architecture``: the ``init_from`` model's settings, when the base has one (they give the shape)."""
     request = trial_request(base, result.settings, where)
-    values = contract.parse_hyperparameters(plan.trainer_settings(request))
+    values = contract.parse_hyperparameters(plan.trainer_settings(request), architecture)
     try:
-        planned: plan.Plan | None = plan.make_plan(request)
+        planned: plan.Plan | None = plan.make_plan(request, architecture=architecture)
     except (contract.ContractError, KeyError):
         planned = None
     row = Row(
@@ -126,12 +129,12 @@ def make_row(result: TrialResult, base: Mapping[str, Any], where: Where) -> Row:
             100.0 * (row.predicted_tensors_gb - row.measured_allocated_gb) / row.measured_allocated_gb
         )
     if result.ran and result.spread is not None:
-        _throughput(row, values, base, result, where)
+        _throughput(row, values, contract.parse_hyperparameters(dict(base), architecture), result, where)
     return row
 
 
 def _throughput(
-    row: Row, values: Mapping[str, Any], base: Mapping[str, Any], result: TrialResult, where: Where
+    row: Row, values: Mapping[str, Any], base_values: Mapping[str, Any], result: TrialResult, where: Where
 ) -> None:
     """Measured tokens/s per GPU from the median step time; MFU against the GPU's peak at the precision; the
     cost per billion tokens and the base request's full run at that speed (on the target hardware only)."""
@@ -142,7 +145,6 @@ def _throughput(
     peak = contract.PEAK_TFLOPS.get(where.gpu or "", {}).get(values["precision"])
     if peak and where.device == "cuda":
         row.mfu = tps * contract.flops_per_token(shape, values["seq_length"]) / (peak * 1e12)
-    base_values = contract.parse_hyperparameters(dict(base))
     gpus = (result.config and int(result.config.get("world_size", 0))) or where.world_size or 1
     run_tokens = tokens_per_step(base_values) * int(base_values["max_steps"]) * gpus
     row.full_run_seconds = run_tokens / (tps * gpus)
@@ -178,14 +180,16 @@ def winner(rows: Sequence[Row]) -> Row | None:
     return next((row for row in rows if row.status == "ok"), None)
 
 
-def records(rows: Sequence[Row], base: Mapping[str, Any], where: Where) -> list[dict[str, Any]]:
+def records(
+    rows: Sequence[Row], base: Mapping[str, Any], where: Where, architecture: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The measurement records of every trial that ran or ran out of memory (``training.request.measured``)."""
     out = []
     for row in rows:
         if row.status not in ("ok", "near-oom", "oom"):
             continue
         values = contract.parse_hyperparameters(
-            plan.trainer_settings(trial_request(base, row.settings, where))
+            plan.trainer_settings(trial_request(base, row.settings, where)), architecture
         )
         key = measured.make_key(
             values, instance_type=where.instance_type, instance_count=where.instance_count,

@@ -119,7 +119,11 @@ def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
     results = run_trials(job, logs, instance.gpu_memory_gb if instance else None)
     base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
     place = where(job, hosts, results)
-    rows = report.rank([report.make_row(r, base, place) for r in results]) if hosts.leader else []
+    rows = (
+        report.rank([report.make_row(r, base, place, job.architecture) for r in results])
+        if hosts.leader
+        else []
+    )
     best = report.winner(rows)
     chosen = hosts.share(None if best is None else best.settings, share_port)
     runs = run_convergence(job, chosen, logs) if chosen and job.options["tune_convergence_precisions"] else {}
@@ -196,7 +200,7 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
     if best is not None:
         request = winning_request(base, best.settings, place)
         (folder / contract.TUNE_REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n")
-    records = report.records(rows, base, place)
+    records = report.records(rows, base, place, job.architecture)
     (folder / contract.TUNE_RECORDS_FILE).write_text(
         json.dumps({"records": records}, indent=1, default=str) + "\n"
     )
