@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # Extra CDK CLI arguments, e.g. make deploy CDK_ARGS='-c useKms=true' (any cdk.json key, docs/reference.md).
 CDK_ARGS ?=
 
-.PHONY: setup synth test lint docs bench deploy destroy clean
+.PHONY: setup synth test lint docs bench compat deploy destroy clean
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ $(VENV)/.stamp: pyproject.toml
 $(VENV)/checkov/.stamp: pyproject.toml $(VENV)/.stamp
 	test -x $(VENV)/checkov/bin/python || $(BIN)/python -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/python -m pip install --quiet $$($(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["scan"])')
+	touch $@
+
+# The trainer's tests under the image's torch (pyproject.toml's `compat` extra: the DLC's 2.9.0) in a venv of their own,
+# with the project's own dependencies, the train extra's other pins and the dev extra; the repository is put on the
+# path, not installed into it.
+COMPAT := $(VENV)/compat
+$(COMPAT)/.stamp: pyproject.toml
+	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip==25.3
+	$(COMPAT)/bin/python -m pip install --quiet $$($(PYTHON) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; e = p["optional-dependencies"]; print(*p["dependencies"], *e["compat"], *(r for r in e["train"] if not r.startswith("torch==")), *e["dev"])')
 	touch $@
 
 node_modules/.stamp: package.json package-lock.json $(VENV)/.stamp
@@ -56,6 +66,10 @@ lint: setup
 # docs/reference.md from the code's tables (input fields, trainer settings, cdk.json keys); a test fails when stale.
 docs: setup
 	$(BIN)/python -m constructs_lib.reference
+
+compat: $(COMPAT)/.stamp
+	@$(COMPAT)/bin/python -c 'import torch; print("make compat: torch", torch.__version__)'
+	PYTHONPATH=$(CURDIR) $(COMPAT)/bin/python -m pytest -n 2 -p no:cacheprovider $(PYTEST_ARGS) tests/training
 
 bench: setup
 	$(BIN)/python -m training.measure.benchmark

@@ -86,6 +86,8 @@ class Progress:
             parts.append(f"tokens/s {self.metrics['tokens_per_sec']:,.0f}")
         if "mfu" in self.metrics:
             parts.append(f"MFU {100 * self.metrics['mfu']:.1f}%")
+        if "mfu_bf16" in self.metrics:  # a low-precision run: its MFU against the bf16 peak too
+            parts.append(f"(bf16-equivalent {100 * self.metrics['mfu_bf16']:.1f}%)")
         if self.eta_seconds is not None:
             parts.append(f"ETA {format_duration(self.eta_seconds)}")
         return " ".join(parts)

@@ -121,7 +121,7 @@ class WorkflowDefaults:
     num_layers: int | None = None
     batch_size: int = _default("batch_size")
     seq_length: int = _default("seq_length")
-    activation_checkpointing: bool = _default("activation_checkpointing")
+    activation_checkpointing: bool | str = _default("activation_checkpointing")
     instance_type: str = DEFAULT_INSTANCE_TYPE
     instance_count: int = 1
     training_plan_arn: str | None = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from training.request.contract import DEFAULT_INSTANCE_TYPE, HYPERPARAMETERS_BY_NAME, PRECISIONS
+from training.request.contract import AC_MODES, DEFAULT_INSTANCE_TYPE, HYPERPARAMETERS_BY_NAME, PRECISIONS
 from training.request.tuning import TUNE_KEYS
 
 MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
@@ -225,9 +225,12 @@ FIELDS: tuple[InputField, ...] = (
     InputField(
         "activation_checkpointing",
         HYPERPARAMETERS_BY_NAME["activation_checkpointing"].default,
-        "Recompute each block's activations in the backward pass (less memory, about 20% more compute).",
-        _is_bool,
-        _true_or_false,
+        "Recompute activations in the backward pass (less memory, more compute): none, full (each block's, "
+        "about a third more FLOPs), or selective (op-level: matmul and attention outputs kept, the rest recomputed); "
+        "true means full and false none. Every k-th block only: the trainer setting "
+        "activation_checkpointing_interval.",
+        lambda v, r: isinstance(v, bool) or v in AC_MODES,
+        lambda r: f"true, false or one of {', '.join(AC_MODES)} (true = full, false = none)",
     ),
     InputField(
         "instance_type",

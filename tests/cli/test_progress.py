@@ -29,6 +29,13 @@ def test_progress_follows_config_step_and_summary_lines():
     assert progress.eta_seconds is None or progress.eta_seconds == 0.0
 
 
+def test_a_low_precision_run_shows_its_bf16_equivalent_mfu_beside_its_own():
+    progress = Progress()
+    progress.feed(format_config_line({"max_steps": 100, "precision": "fp8"}))
+    progress.feed(format_step_line(10, {"loss": 2.5, "mfu": 0.21, "mfu_bf16": 0.42}, max_steps=100))
+    assert progress.describe() == "step 10/100 loss 2.5 MFU 21.0% (bf16-equivalent 42.0%)"
+
+
 def test_max_steps_from_the_job_hyperparameters_until_the_trainer_says_it():
     progress = Progress()
     progress.expect({"precision": "bf16"})

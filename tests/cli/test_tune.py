@@ -16,18 +16,20 @@ from training.tune.outcome import TrialResult
 from training.tune.stability import Spread
 
 B200 = contract.DEFAULT_INSTANCE_TYPE
-TUNE = {"search_space": {"batch_size": [1, 2, 4], "activation_checkpointing": [True]}, "max_trials": 3}
+TUNE = {"search_space": {"batch_size": [1, 2, 4], "activation_checkpointing": ["full"]}, "max_trials": 3}
+"""With a request of batch_size 4: 4 sequences per optimizer step, split by each candidate's accumulation."""
 
 
 def tuning_report(name: str, bucket: str) -> dict[str, str]:
     """The files a tuning job on 8 x B200 leaves in its checkpoint folder's tune/ (the driver's own functions)."""
-    base = {"precision": "bf16", "batch_size": "1", "seq_length": "8192", "activation_checkpointing": "false",
+    base = {"precision": "bf16", "batch_size": "4", "seq_length": "8192", "activation_checkpointing": "none",
             "max_steps": "1000"}  # fmt: skip
     place = report.Where(B200, 1, "cuda", "B200", 8, IMAGE_TAG, "2.9.0", "2.11.0", "tune-job-7",
                          "2026-11-23T10:00:00+00:00", "algo-1")  # fmt: skip
     rows = []
-    for index, (batch, seconds) in enumerate(((4, 1.2), (2, 0.5), (1, None)), start=1):
-        result = TrialResult(index, {"batch_size": batch, "activation_checkpointing": True}, status="ok")
+    for index, (batch, seconds) in enumerate(((4, 1.2), (2, 0.9), (1, None)), start=1):
+        settings = {"batch_size": batch, "activation_checkpointing": "full", "grad_accum_steps": 4 // batch}
+        result = TrialResult(index, settings, status="ok")
         if seconds is None:
             result.status, result.error = "oom", "torch.OutOfMemoryError: CUDA out of memory"
         else:
@@ -51,7 +53,9 @@ def tuning_report(name: str, bucket: str) -> dict[str, str]:
 
 def test_tune_dry_run_shows_the_trials_and_the_cost_offline(cli, tmp_path):
     request = tmp_path / "run.json"
-    request.write_text(json.dumps({"precision": "bf16", "tune": {**TUNE, "max_cost_usd": 150}}))
+    request.write_text(
+        json.dumps({"precision": "bf16", "batch_size": 4, "tune": {**TUNE, "max_cost_usd": 150}})
+    )
     result = cli("tune", str(request), "--dry-run")
     assert result.status == 0, result.err
     assert "Tuning plan: 3 trials of 3 combinations on 1 x ml.p6-b200.48xlarge" in result.out
@@ -96,10 +100,17 @@ def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(de
             deployed.finish(job)
         time.sleep(0.05)
 
-    before = json.loads(cli("plan", "--deployed", "--json", "--set", "batch_size=2",
-                            "--set", "activation_checkpointing=true").out)  # fmt: skip
+    winner_settings = ("--set", "batch_size=2", "--set", "activation_checkpointing=full",
+                       "--set", "hyperparameters.grad_accum_steps=2")  # fmt: skip
+    before = json.loads(cli("plan", "--deployed", "--json", *winner_settings).out)
     assert before["throughput_basis"] == "published"
-    request = {"job_name_prefix": prefix, "precision": "bf16", "tags": {"team": "llm"}, "tune": TUNE}
+    request = {
+        "job_name_prefix": prefix,
+        "precision": "bf16",
+        "batch_size": 4,
+        "tags": {"team": "llm"},
+        "tune": TUNE,
+    }
     out = tmp_path / "winner.json"
     result = cli("tune", "-", "--name", name, "--wait", "--interval", "1", "--apply", str(out),
                  stdin=json.dumps(request), sleep=job_runs)  # fmt: skip
@@ -107,11 +118,13 @@ def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(de
     assert "Tuning plan: 3 trials" in result.out and f"started tuning run {name}" in result.out
     assert "Tuning: measured on 8 x B200 for 1 x ml.p6-b200.48xlarge (image v1" in result.out
     assert "oom: torch.OutOfMemoryError: CUDA out of memory" in result.out
-    assert 'winner: {"batch_size": 2, "activation_checkpointing": true}' in result.out
+    assert (
+        'winner: {"batch_size": 2, "activation_checkpointing": "full", "grad_accum_steps": 2}' in result.out
+    )
     (job,) = deployed.workflow.jobs(prefix)
     assert json.loads(out.read_text()) == {
         "job_name_prefix": prefix, "precision": "bf16", "tags": {"team": "llm"}, "batch_size": 2,
-        "activation_checkpointing": True, "hyperparameters": {},
+        "activation_checkpointing": "full", "hyperparameters": {"grad_accum_steps": 2},
     }  # fmt: skip
     assert cli("validate", str(out)).status == 0  # ready to submit
     again = cli("tune-apply", name, str(out))
@@ -125,17 +138,14 @@ def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(de
     assert (
         json.loads(cli("result", name, "--json").out)["tune_report"]["winner"]["settings"]["batch_size"] == 2
     )
-    after = json.loads(cli("plan", "--deployed", "--json", "--set", "batch_size=2",
-                           "--set", "activation_checkpointing=true").out)  # fmt: skip
+    after = json.loads(cli("plan", "--deployed", "--json", *winner_settings).out)
     assert after["throughput_basis"] == "measured" and after["tokens_per_sec_per_gpu"] == round(
-        2 * 8192 / 0.5
+        4 * 8192 / 0.9
     )
     assert "tuning job tune-job-7" in after["throughput_source"]
-    text = cli("plan", "--deployed", "--set", "batch_size=2", "--set", "activation_checkpointing=true").out
+    text = cli("plan", "--deployed", *winner_settings).out
     assert "tokens/s per GPU (measured)" in text and "memory estimate against 2 stored measurement(s)" in text
-    offline = json.loads(
-        cli("plan", "--json", "--set", "batch_size=2", "--set", "activation_checkpointing=true").out
-    )
+    offline = json.loads(cli("plan", "--json", *winner_settings).out)
     assert offline["throughput_basis"] == "published"  # offline: no image, no records
 
 

@@ -37,7 +37,7 @@ def test_both_spellings_and_string_booleans():
         ]  # fmt: skip
     )
     assert (cfg.num_layers, cfg.activation_checkpointing, cfg.quantized_model_init, cfg.seq_length) == (
-        3, True, False, 1024,
+        3, "full", False, 1024,
     )  # fmt: skip
     assert check_only
     assert cfg.hidden_size == contract.MODEL_PRESETS["1b"].hidden_size  # the rest comes from the preset
@@ -66,6 +66,13 @@ def test_frozen():
         (["--activation_checkpointing", "maybe"], "activation_checkpointing"),
         (["--num_heads", "7", "--hidden_size", "64", "--ffn_hidden_size", "128"], "num_heads"),
         (["--deterministic", "sometimes"], "deterministic"),
+        (["--grad_accum_steps", "0"], "grad_accum_steps"),
+        (["--activation-checkpointing", "everything"], "activation_checkpointing"),
+        (["--precision", "fp8", "--compile", "true"], "compile"),
+        (
+            ["--precision", "fp8", "--quantized_model_init", "true", "--master_weights", "false"],
+            "master_weights",
+        ),
     ],
 )
 def test_bad_setting_names_the_field_and_exits_2(args, field, capsys):
@@ -92,6 +99,26 @@ def test_te_precision_without_te_or_gpu_fails_before_any_process_group(capsys, m
     code = main(cli_args({**TINY, "precision": "fp8", "seq_length": "32"}))
     assert code == 2
     assert "error: invalid setting precision: fp8 needs NVIDIA Transformer Engine" in capsys.readouterr().err
+
+
+def test_deterministic_on_a_gpu_names_the_op_without_a_deterministic_kernel(monkeypatch):
+    from training.trainer import precision
+
+    def op(sm, **settings):
+        return precision.nondeterministic_op(config.config_from_mapping({**TINY, **settings}), sm)
+
+    assert op(None, loss_chunk_tokens="0") is None  # CPU: every op is deterministic
+    assert "aten::nll_loss" in op((9, 0), loss_chunk_tokens="0")
+    assert "_scaled_dot_product_cudnn_attention" in op((9, 0), attention_backend="cudnn")
+    assert "FusedAttention" in op((10, 0), precision="mxfp8") and op((9, 0), precision="fp8") is None
+    assert op((9, 0)) is None and op((10, 0)) is None
+    # the trainer refuses it at start for the GPU it finds
+    monkeypatch.setattr(precision, "check_this_machine", lambda _: None)
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    cfg = config.config_from_mapping({**TINY, "deterministic": "true", "loss_chunk_tokens": "0"})
+    with pytest.raises(contract.ContractError, match="deterministic: true cannot be honoured on this GPU: "):
+        precision.check_run(cfg)
 
 
 def test_check_only_prints_the_settings(capsys, monkeypatch, tmp_path):

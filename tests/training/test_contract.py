@@ -14,7 +14,7 @@ def test_both_spellings_and_sagemaker_strings_parse():
         {"num-layers": "4", "--batch_size": "2", "activation_checkpointing": "True", "learning_rate": "1e-3"}
     )
     assert values["num_layers"] == 4 and values["batch_size"] == 2
-    assert values["activation_checkpointing"] is True and values["learning_rate"] == pytest.approx(1e-3)
+    assert values["activation_checkpointing"] == "full" and values["learning_rate"] == pytest.approx(1e-3)
     # JSON values (from a Step Functions input) parse too.
     assert c.parse_hyperparameters({"num_layers": 3, "activation_checkpointing": False})["num_layers"] == 3
 
@@ -38,7 +38,37 @@ def test_defaults_and_presets_fill_the_dims():
         ({"batch_size": "0"}, "batch_size", "an integer in [1, 4096]"),
         ({"batch_size": "2.5"}, "batch_size", "an integer"),
         ({"num_layers": True}, "num_layers", "an integer"),
-        ({"activation_checkpointing": "maybe"}, "activation_checkpointing", "true or false"),
+        ({"activation_checkpointing": "maybe"}, "activation_checkpointing", "one of none, full, selective"),
+        ({"grad_accum_steps": "0"}, "grad_accum_steps", "an integer in [1, 65536]"),
+        ({"activation_checkpointing": "partial"}, "activation_checkpointing", "(true = full, false = none)"),
+        ({"compile": "sometimes"}, "compile", "one of auto, true, false"),
+        ({"precision": "fp8", "compile": "true"}, "compile", "Transformer Engine 2.11's layers run eagerly"),
+        (
+            {"precision": "mxfp8", "quantized_model_init": "true", "master_weights": "false"},
+            "master_weights",
+            "round small updates away",
+        ),
+        (
+            {"precision": "fp8", "activation_checkpointing": "selective"},
+            "activation_checkpointing",
+            "te.distributed.checkpoint",
+        ),
+        (
+            {"precision": "fp8", "attention_backend": "flash"},
+            "attention_backend",
+            "Transformer Engine chooses",
+        ),
+        (
+            {"precision": "nvfp4", "num_layers": "2", "nvfp4_bf16_blocks": "1"},
+            "nvfp4_bf16_blocks",
+            "must leave a block in nvfp4",
+        ),
+        (
+            {"num_layers": "2", "activation_checkpointing_interval": "3"},
+            "activation_checkpointing_interval",
+            "at most num_layers",
+        ),
+        ({"attention_backend": "xformers"}, "attention_backend", "one of auto, cudnn, flash"),
         ({"learning_rate": "nan"}, "learning_rate", "a number"),
         ({"colour": "red"}, "colour", "unknown setting"),
         (
@@ -84,6 +114,21 @@ def test_parameter_counts_match_the_preset_names():
     for name, count in billions.items():
         nominal = float(re.search(r"([0-9.]+)b$", name).group(1))
         assert 0.7 * nominal <= count <= 1.3 * nominal, (name, count)
+
+
+def test_activation_checkpointing_keeps_true_and_false_and_names_its_modes():
+    spec = c.HYPERPARAMETERS_BY_NAME["activation_checkpointing"]
+    assert [spec.parse(v) for v in (True, False, "true", "False", "full", "selective", "none")] == [
+        "full",
+        "none",
+        "full",
+        "none",
+        "full",
+        "selective",
+        "none",
+    ]
+    assert c.fp8_recipe_for("auto", (9, 0)) == "current" and c.fp8_recipe_for("auto", (10, 0)) == "mxfp8"
+    assert c.fp8_recipe_for("delayed", (10, 0)) == "delayed"
 
 
 def test_sagemaker_hyperparameters_are_strings_with_contract_names():
@@ -145,10 +190,13 @@ def test_metric_lines_round_trip_through_the_regexes():
             "tokens_per_sec": 51234.5,
             "tflops_per_gpu": 812.3,
             "mfu": 0.361,
+            "mfu_bf16": 0.722,
             "peak_mem_gb": 22.8,
             "step_time": 2.56,
         },
     )
+    assert " mfu=0.361 mfu_bf16=0.722 " in step
+    assert c.parse_step_line(step)[1]["mfu_bf16"] == 0.722  # the trainer's own parser reads it too
     parsed = c.parse_metric_line(step)
     assert parsed == {
         "train:loss": 2.34568,
@@ -157,9 +205,13 @@ def test_metric_lines_round_trip_through_the_regexes():
         "train:tokens_per_sec": 51234.5,
         "train:tflops_per_gpu": 812.3,
         "train:mfu": 0.361,
+        "train:mfu_bf16": 0.722,
         "train:peak_mem_gb": 22.8,
         "train:step_time": 2.56,
     }
+    # a bf16 run prints no mfu_bf16, and its mfu= is never read as mfu_bf16= (nor the other way round)
+    assert c.parse_metric_line("step=3 mfu=0.4") == {"train:mfu": 0.4}
+    assert c.parse_metric_line("summary mfu_bf16=0.5") == {"final:mfu_bf16": 0.5}
     summary = c.format_summary_line(
         {"steps": 1000, "final_loss": 1.5, "tokens_per_sec": 6000.0, "train_seconds": 3600}
     )
@@ -195,7 +247,7 @@ def test_step_summary_and_config_lines_parse_back():
     assert c.parse_config_line(full) == {
         hp.name: full.split(f" {hp.name}=")[1].split()[0] for hp in c.HYPERPARAMETERS
     }
-    assert c.parse_config_line(full)["fp8_recipe"] == "delayed"
+    assert c.parse_config_line(full)["fp8_recipe"] == "auto"
     validation = c.format_validation_line(40, 100, 2.125)
     assert c.parse_validation_line(f"[rank0]: {validation}") == (40, {"val_loss": 2.125})
     assert c.parse_validation_line(step) is None and c.parse_step_line(validation) is None

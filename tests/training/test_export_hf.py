@@ -292,7 +292,7 @@ def imported_model_file(tmp_path: Path, tied: bool) -> tuple[Path, LlamaForCausa
     cfg = config.config_from_mapping(
         {"init_from": str(source), "precision": "fp32", "seq_length": "32", "model_dir": str(tmp_path / "m")}
     )
-    net = model.build_model(cfg.shape, use_te=False, activation_checkpointing=False, te_params_dtype=torch.float32,
+    net = model.build_model(cfg.shape, use_te=False, te_params_dtype=torch.float32,
                             rope_theta=cfg.rope_theta, rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()))  # fmt: skip
     net.to_empty(device="cpu")
     weights.initialize(net, seed=0, init_from=str(source))

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from training.request.contract import ModelShape
-from training.trainer import model, parallel, weights
+from training.trainer import activation_checkpoint, model, parallel, weights
 from training.trainer.loss import IGNORE_INDEX, linear_cross_entropy
 
 FP32 = {"atol": 1e-6, "rtol": 1e-5}
@@ -144,10 +144,10 @@ def _fsdp_step(mesh, dtype, ac: bool, chunk: int, rank: int):
     net = model.build_model(
         SHAPE,
         use_te=False,
-        activation_checkpointing=ac,
         te_params_dtype=torch.float32,
         loss_chunk_tokens=chunk,
     )
+    activation_checkpoint.apply(net.layers, "full" if ac else "none")
     parallel.shard_model(net, mesh, parallel.mixed_precision(dtype), torch.device("cpu"))
     weights.initialize(net, seed=3)
     gen = torch.Generator().manual_seed(10 + rank)

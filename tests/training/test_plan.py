@@ -160,6 +160,19 @@ def test_te_precisions_add_quantized_weight_copies_and_shrink_saved_inputs():
         plan.estimate_memory(quantized).parts["sharded parameters"]
         < plan.estimate_memory(mxfp8).parts["sharded parameters"]
     )
+    # NVFP4 keeps its first and last nvfp4_bf16_blocks in bf16: they save bf16 activations
+    nvfp4 = replace(bf16, precision="nvfp4")
+    edges = plan.saved_per_block(nvfp4)
+    assert nvfp4.high_precision_blocks == {0, nvfp4.shape.num_layers - 1}
+    per_token = plan.layer_activation_bytes(bf16) - plan.layer_activation_bytes(nvfp4)
+    assert edges[0] == edges[-1] == edges[1] + per_token * nvfp4.tokens and per_token > 0
+    assert plan.saved_per_block(replace(nvfp4, nvfp4_bf16_blocks=0))[0] == edges[1]
+    # quantized primary weights: the blocks' fp32 masters sit with AdamW's moments (master_weights.py)
+    blocks = bf16.shape.parameter_count() - bf16.shape.root_parameter_count()
+    step = plan._moments(quantized)["optimizer step"]
+    assert step["AdamW state"] - plan._moments(mxfp8)["optimizer step"]["AdamW state"] == pytest.approx(
+        4 * blocks / quantized.world_size
+    )
 
 
 def test_throughput_reproduces_the_seed_figures_and_cost_is_price_times_time():
@@ -222,5 +235,6 @@ def test_the_llama_plans_table_says_what_fits_on_one_and_two_b200_instances(caps
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + 8 and lines[0].startswith("| preset | instances (GPUs) | AC |")
     seventy = [line for line in lines if line.startswith("| llama3.1-70b |")]
-    assert [("| yes |" in line) for line in seventy] == [False, False, False, True]  # 2 instances with AC
+    # with AC only: on one instance at the edge (fused AdamW, no foreach temporaries), on two with room
+    assert [("| yes |" in line) for line in seventy] == [False, True, False, True]
     assert all("| yes |" in line for line in lines if line.startswith("| llama3.1-8b |"))

@@ -76,6 +76,7 @@ def fake_te(monkeypatch):
         ("fp8", "delayed", "DelayedScaling",
          {"fp8_format": Format.HYBRID, "amax_history_len": 1024, "amax_compute_algo": "max"}),
         ("fp8", "current", "Float8CurrentScaling", {"fp8_format": Format.HYBRID}),
+        ("fp8", "mxfp8", "MXFP8BlockScaling", {"fp8_format": Format.E4M3}),
         ("mxfp8", "delayed", "MXFP8BlockScaling", {"fp8_format": Format.E4M3}),
         ("nvfp4", "delayed", "NVFP4BlockScaling", {}),
     ],
@@ -97,13 +98,30 @@ def test_torch_precisions_need_no_te(prec, dtype):
         pass
 
 
+def test_fp8_auto_is_current_scaling_on_hopper_and_mxfp8_on_blackwell(fake_te):
+    assert type(precision.plan("fp8", "auto", False, sm=(9, 0)).recipe).__name__ == "Float8CurrentScaling"
+    assert type(precision.plan("fp8", "auto", False, sm=(10, 0)).recipe).__name__ == "MXFP8BlockScaling"
+
+
 def test_te_autocast_and_quantized_init_contexts(fake_te):
-    plan = precision.plan("mxfp8", "delayed", True)
+    group = object()  # the FSDP mesh's group, passed explicitly as TE's amax reduction group
+    plan = precision.plan("mxfp8", "delayed", True, amax_reduction_group=group)
     with plan.init_context(), plan.autocast():
         pass
     assert fake_te == [
         ("quantized_model_init", {"enabled": True, "recipe": plan.recipe}),
-        ("autocast", {"enabled": True, "recipe": plan.recipe}),
+        ("autocast", {"enabled": True, "recipe": plan.recipe, "amax_reduction_group": group}),
+    ]
+
+
+def test_nvfp4_keeps_the_first_and_last_blocks_out_of_quantization(fake_te):
+    plan = precision.plan("nvfp4", "auto", False, sm=(10, 0))
+    layers = [torch.nn.Identity() for _ in range(6)]
+    assert plan.keep_edge_blocks_high_precision(layers, 1) == [0, 5]
+    layers[0](torch.ones(1))
+    layers[2](torch.ones(1))
+    assert [call for call in fake_te if call[0] == "autocast"] == [
+        ("autocast", {"enabled": False, "recipe": plan.recipe, "amax_reduction_group": None})
     ]
 
 

@@ -9,7 +9,7 @@ from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama
 
 from training.request.contract import ModelShape
-from training.trainer import model, parallel, rotary, weights
+from training.trainer import activation_checkpoint, model, parallel, rotary, weights
 
 HEAD_DIM, THETA, SEQ = 16, 500000.0, 64
 
@@ -72,7 +72,6 @@ def test_bad_settings_are_refused_before_anything_is_built():
         model.build_model(
             ModelShape(1, 32, 2, 64, 16),
             use_te=False,
-            activation_checkpointing=False,
             te_params_dtype=torch.float32,
             position_encoding="alibi",
         )
@@ -89,9 +88,8 @@ def test_blocks_get_fp32_frequencies_under_a_bf16_fsdp_policy(monkeypatch):
     env = parallel.init_distributed()
     try:
         shape = ModelShape(num_layers=2, hidden_size=32, num_heads=2, ffn_hidden_size=64, vocab_size=16)
-        net = model.build_model(
-            shape, use_te=False, activation_checkpointing=True, te_params_dtype=torch.float32
-        )
+        net = model.build_model(shape, use_te=False, te_params_dtype=torch.float32)
+        activation_checkpoint.apply(net.layers, "full")
         parallel.shard_model(net, env.mesh, parallel.mixed_precision(torch.bfloat16), env.device)
         weights.initialize(net, seed=1)
         seen = []

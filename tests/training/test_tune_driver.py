@@ -21,7 +21,7 @@ ARGS = ["--tune_trials", "batch_size=4,activation_checkpointing=true;batch_size=
 def test_the_arguments_split_into_tune_options_base_settings_and_trials():
     job = driver.parse_args(ARGS)
     assert job.trials == [
-        {"batch_size": 4, "activation_checkpointing": True},
+        {"batch_size": 4, "activation_checkpointing": "full"},  # the trainer's name for true
         {"batch_size": 8, "probe": True},
     ]
     assert job.options["tune_cv_target"] == 0.05 and job.options["tune_window_steps"] == 6

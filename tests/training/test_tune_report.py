@@ -113,7 +113,7 @@ def test_the_winning_request_is_an_execution_input_of_the_winners_settings():
                                       where())  # fmt: skip
     assert request == {
         "instance_type": B200, "instance_count": 1, "precision": "bf16", "seq_length": 8192, "batch_size": 8,
-        "activation_checkpointing": True, "hyperparameters": {"max_steps": "1000"},
+        "activation_checkpointing": "full", "hyperparameters": {"max_steps": "1000"},
     }  # fmt: skip
 
 

@@ -63,7 +63,6 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
     assert not problems
     planned = tuning.plan_tuning(request, settings, max_runtime_seconds=86_400)
     assert not planned.problems
-    assert {tuple(c.overrides.values()) for c in planned.trials} >= {tuple(t.values()) for t in TRIALS}
     top_level = {k: contract.format_setting(request[k]) for k in contract.TOP_LEVEL_SETTINGS if k in request}
     return {
         **request["hyperparameters"],

@@ -13,8 +13,10 @@ BASE = {
     "instance_type": B200,
     "precision": "bf16",
     "seq_length": 8192,
+    "batch_size": 64,
     "hyperparameters": {"max_steps": 1000},
 }
+"""64 sequences per optimizer step: each candidate's micro-batch, with its grad_accum_steps making up the rest."""
 
 
 def settings(**block) -> tuning.TuneSettings:
@@ -26,7 +28,7 @@ def settings(**block) -> tuning.TuneSettings:
 def test_the_default_space_is_micro_batch_ac_and_the_precisions_the_gpu_runs():
     assert settings().search_space == {
         "batch_size": (1, 2, 4, 8, 16, 32),
-        "activation_checkpointing": (False, True),
+        "activation_checkpointing": ("none", "full", "selective"),
         "precision": ("bf16", "fp8", "mxfp8", "nvfp4"),
     }
     assert tuning.default_space("ml.p5.48xlarge")["precision"] == ("bf16", "fp8")  # Hopper: no MXFP8, NVFP4
@@ -69,17 +71,20 @@ def test_each_refusal_names_its_field(block, problem):
 
 
 def test_candidates_are_ranked_by_predicted_throughput_with_the_non_fits_dropped_and_one_probe():
-    space = {"batch_size": (1, 4, 16, 64), "activation_checkpointing": (False, True)}
+    space = {"batch_size": (1, 4, 16, 64), "activation_checkpointing": ("none", "full")}
     found = tuning.candidates(BASE, space)
     assert found.considered == 8
     speeds = [c.tokens_per_sec for c in found.ranked]
     assert speeds == sorted(speeds, reverse=True) and all(c.plan.memory.fits for c in found.ranked)
-    assert {tuple(c.overrides.values()) for c in found.not_fitting} == {(16, False), (64, False)}
-    assert (
-        found.edge is not None
-        and found.edge.probe
-        and found.edge.overrides == {"batch_size": 16, "activation_checkpointing": False}
-    )
+    # every candidate trains the request's 64 sequences per optimizer step
+    assert all(c.overrides["batch_size"] * c.overrides["grad_accum_steps"] == 64 for c in found.ranked)
+    assert {tuple(c.overrides.values()) for c in found.not_fitting} == {(16, "none", 4), (64, "none", 1)}
+    assert found.edge is not None and found.edge.probe
+    assert found.edge.overrides == {
+        "batch_size": 16,
+        "activation_checkpointing": "none",
+        "grad_accum_steps": 4,
+    }
     tuned = tuning.plan_tuning(BASE, settings(search_space={k: list(v) for k, v in space.items()}, max_trials=3),
                                max_runtime_seconds=86_400)  # fmt: skip
     assert [c.probe for c in tuned.trials] == [False, False, False, True]
@@ -87,7 +92,7 @@ def test_candidates_are_ranked_by_predicted_throughput_with_the_non_fits_dropped
 
 
 def test_a_space_with_no_candidate_that_fits_is_refused_naming_the_nearest():
-    tuned = tuning.plan_tuning({**BASE, "hyperparameters": {"model_preset": "64b"}},
+    tuned = tuning.plan_tuning({**BASE, "batch_size": 128, "hyperparameters": {"model_preset": "64b"}},
                                settings(search_space={"batch_size": [64, 128]}), max_runtime_seconds=86_400)  # fmt: skip
     (problem,) = tuned.problems
     assert problem.startswith("tune.search_space: no candidate of the 2 combinations is predicted to fit")
@@ -95,10 +100,16 @@ def test_a_space_with_no_candidate_that_fits_is_refused_naming_the_nearest():
 
 
 def test_combinations_the_trainer_refuses_are_left_out_with_the_reason():
-    found = tuning.candidates({**BASE, "seq_length": 8200}, {"precision": ("bf16", "mxfp8")})
-    assert [c.overrides for c in found.ranked] == [{"precision": "bf16"}]
+    found = tuning.candidates({**BASE, "seq_length": 8200, "batch_size": 1}, {"precision": ("bf16", "mxfp8")})
+    assert [c.overrides for c in found.ranked] == [{"precision": "bf16", "grad_accum_steps": 1}]
     assert found.refused == [
         "precision=mxfp8: seq_length: must be a multiple of 32 for precision=mxfp8; got 8200"
+    ]
+    split = tuning.candidates({**BASE, "batch_size": 8}, {"batch_size": (2, 16)})
+    assert [c.overrides for c in split.ranked] == [{"batch_size": 2, "grad_accum_steps": 4}]
+    assert split.refused == [
+        "batch_size=16: batch_size 16 x seq_length 8192 does not divide the request's 65536 tokens per optimizer "
+        "step per GPU (batch_size x grad_accum_steps x seq_length; give it the global batch to split)"
     ]
 
 
@@ -154,33 +165,20 @@ def test_trial_lists_refuse_settings_a_trial_may_not_change():
         contract.parse_trials("")
 
 
-def test_with_grad_accumulation_a_candidate_keeps_the_tokens_per_optimizer_step(monkeypatch):
-    """Issue 33's ``grad_accum_steps`` is not on this branch yet: the path that uses it is checked with the setting
-    as the contract will have it (an int, default 1)."""
-    spec = contract.Hyperparameter(
-        contract.GRAD_ACCUM_SETTING, "int", 1, "Micro-batches per optimizer step.", 1, 1024
-    )
-    monkeypatch.setattr(
-        contract, "HYPERPARAMETERS_BY_NAME", {**contract.HYPERPARAMETERS_BY_NAME, spec.name: spec}
-    )
-    assert (
-        contract.has_grad_accumulation()
-        and contract.GRAD_ACCUM_SETTING in contract.measurement_key_settings()
-    )
+def test_a_candidate_keeps_the_requests_tokens_per_optimizer_step_by_accumulation():
     base = {**BASE, "batch_size": 8, "hyperparameters": {"grad_accum_steps": 2}}  # 16 sequences per step
     found = tuning.candidates(base, {"batch_size": (1, 4, 16, 32)})
-    kept = {
-        c.overrides["batch_size"]: c.overrides[contract.GRAD_ACCUM_SETTING]
-        for c in [*found.ranked, *found.not_fitting]
-    }
-    assert kept == {1: 16, 4: 4, 16: 1}
-    assert found.refused == [
-        "batch_size=32: batch_size 32 x seq_length 8192 does not divide the base request's 131072 tokens per "
-        "optimizer step per GPU"
-    ]
+    everyone = [*found.ranked, *found.not_fitting]
+    assert {c.overrides["batch_size"]: c.overrides[contract.GRAD_ACCUM_SETTING] for c in everyone} == {
+        1: 16, 4: 4, 16: 1
+    }  # fmt: skip
+    assert [r.split(":")[0] for r in found.refused] == ["batch_size=32"]
     one = next(c for c in found.ranked if c.overrides["batch_size"] == 4)
-    assert one.step_seconds() == pytest.approx(4 * one.plan.timing.step_seconds)
+    assert one.plan.setup.grad_accum_steps == 4
+    # an optimizer step is its 4 micro-batches (the plan counts them)
+    assert one.step_seconds() == pytest.approx(4 * 4 * 8192 / one.plan.timing.tokens_per_sec_per_gpu)
     assert contract.parse_trials(contract.format_trials([one.trial()])) == [one.trial()]
+    assert contract.GRAD_ACCUM_SETTING in contract.measurement_key_settings()
 
 
 def test_with_settings_puts_top_level_fields_on_top():

@@ -18,7 +18,6 @@ def tiny_model() -> model.Transformer:
     net = model.build_model(
         SHAPE,
         use_te=False,
-        activation_checkpointing=False,
         te_params_dtype=torch.float32,
     )
     net.to_empty(device="cpu")
@@ -33,9 +32,7 @@ def test_torch_model_matches_the_contract_parameter_count():
 @pytest.mark.parametrize("tied", [False, True])
 def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
     shape = contract.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
-    net = model.build_model(
-        shape, use_te=False, activation_checkpointing=False, te_params_dtype=torch.float32
-    )
+    net = model.build_model(shape, use_te=False, te_params_dtype=torch.float32)
     assert sum(p.numel() for p in net.parameters()) == shape.parameter_count()
     assert ("head.weight" in dict(net.named_parameters())) is not tied
 
@@ -143,6 +140,22 @@ def test_throughput_leaves_out_warmup_and_has_no_mfu_on_cpu():
     assert meter.measured_steps == 2 and "mfu" not in rates and rates["tokens_per_sec"] > 0
     assert rates["tflops_per_gpu"] == pytest.approx(rates["tokens_per_sec"] * meter.flops_per_token / 1e12)
     assert metrics.peak_memory_gb(torch.device("cpu")) > 0
+
+
+@pytest.mark.parametrize(
+    ("gpu", "prec", "own_peak"),
+    [("H100", "fp8", 1979.0), ("B200", "mxfp8", 4500.0), ("B200", "nvfp4", 9000.0)],
+)
+def test_low_precision_runs_also_report_a_bf16_equivalent_mfu(monkeypatch, gpu, prec, own_peak):
+    monkeypatch.setattr(metrics, "gpu_name", lambda device: gpu)  # as torch.cuda names that GPU
+    low = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), prec).rates(10**9, 1.0)
+    tflops = low["tflops_per_gpu"]
+    assert low["mfu"] == pytest.approx(tflops / own_peak)
+    assert low["mfu_bf16"] == pytest.approx(tflops / contract.PEAK_TFLOPS[gpu]["bf16"])
+    step = contract.format_step_line(5, low)
+    assert contract.parse_metric_line(step)["train:mfu_bf16"] == pytest.approx(low["mfu_bf16"], rel=1e-5)
+    bf16 = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), "bf16").rates(10**9, 1.0)
+    assert "mfu_bf16" not in bf16 and bf16["mfu"] == pytest.approx(tflops / contract.PEAK_TFLOPS[gpu]["bf16"])
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():

@@ -63,9 +63,7 @@ def gathered(build: Callable[[], model.Transformer], world: int, **init) -> dict
 
 
 def torch_model(shape: contract.ModelShape = SHAPE) -> model.Transformer:
-    return model.build_model(
-        shape, use_te=False, activation_checkpointing=False, te_params_dtype=torch.float32
-    )
+    return model.build_model(shape, use_te=False, te_params_dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -193,7 +191,6 @@ def imported(folder, shape_changes: dict | None = None) -> tuple[model.Transform
     net = model.build_model(
         shape,
         use_te=False,
-        activation_checkpointing=False,
         te_params_dtype=torch.float32,
         rope_theta=values["rope_theta"],
         rope_scaling=rotary.Llama3Scaling.from_settings(values),

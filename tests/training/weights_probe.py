@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from training.trainer import config, loop, parallel, precision
+from training.trainer.__main__ import exit_now
 
 PROBE_SEQ = 40
 
@@ -40,3 +41,6 @@ def main(out: str, argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:])
+    # Leave as the trainer does (training/trainer/__main__.py): without interpreter finalization, which can abort
+    # with "terminate called without an active exception" while gloo's threads are torn down.
+    exit_now(0)

@@ -111,7 +111,7 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
         "precision": "bf16",
         "batch_size": "1",
         "seq_length": "8192",
-        "activation_checkpointing": "false",
+        "activation_checkpointing": "none",
         "checkpoint_dir": CHECKPOINT_LOCAL_PATH,
         "model_dir": MODEL_DIR,
     }

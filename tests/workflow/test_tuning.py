@@ -22,7 +22,9 @@ from training.tune.outcome import TrialResult
 from training.tune.stability import Spread
 
 SEGMENT = "Test-Workflow"
-TUNE = {"search_space": {"batch_size": [1, 2, 4], "activation_checkpointing": [True]}, "max_trials": 3}
+TUNE = {"search_space": {"batch_size": [1, 2, 4], "activation_checkpointing": ["full"]}, "max_trials": 3}
+BASE = {"batch_size": 4}
+"""4 sequences per optimizer step, which each candidate's micro-batch and accumulation split."""
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +89,15 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     folder = f"checkpoints/{SEGMENT}/{name}/tune/"
     winner = {"trial": 2, "settings": {"batch_size": 2, "activation_checkpointing": True}, "mfu": 0.31}
     workflow.s3.put_object(Bucket=bucket, Key=folder + "winner.json", Body=json.dumps(winner))
-    result = workflow.run({"job_name_prefix": prefix, "tune": TUNE}, name)
+    result = workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name)
     summary = _summary(result)
     (request,) = OUTCOMES.requests[prefix]  # one job for every trial
     tuned = tuning.plan_tuning(
-        {**rules.full_defaults(), "tune": TUNE}, tuning.parse_tune(TUNE, contract.DEFAULT_INSTANCE_TYPE)[0],
+        {**rules.full_defaults(), **BASE, "tune": TUNE}, tuning.parse_tune(TUNE, contract.DEFAULT_INSTANCE_TYPE)[0],
         max_runtime_seconds=86_400,
     )  # fmt: skip
     hyperparameters = request["HyperParameters"]
+    assert len(tuned.trials) == 3 and {c.overrides["grad_accum_steps"] for c in tuned.trials} == {1, 2, 4}
     assert contract.parse_trials(hyperparameters["tune_trials"]) == [c.trial() for c in tuned.trials]
     assert hyperparameters["tune_image_uri"] == request["AlgorithmSpecification"]["TrainingImage"]
     assert hyperparameters["tune_instance_type"] == request["ResourceConfig"]["InstanceType"]
@@ -122,7 +125,7 @@ def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(w
     workflow.s3.put_object(Bucket=bucket, Key=folder + "winner.json", Body=json.dumps({"trial": 1}))
     records = records_file(hyperparameters, {2: 0.5, 4: 0.9})
     workflow.s3.put_object(Bucket=bucket, Key=folder + "measurements.json", Body=records)
-    tuned = _summary(workflow.run({"job_name_prefix": prefix, "tune": TUNE}, name))["tune"]
+    tuned = _summary(workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name))["tune"]
     key = f"tuning/measurements/{IMAGE_TAG}/{SEGMENT}/{name}.json"
     assert tuned["records_key"] == key and tuned["measurements"]["etag"]
     assert workflow.s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode() == records
@@ -138,7 +141,7 @@ def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(w
 
 
 def test_a_missing_winner_is_reported_not_failed(workflow):
-    summary = _summary(workflow.run({"job_name_prefix": _prefix(), "tune": TUNE}))
+    summary = _summary(workflow.run({"job_name_prefix": _prefix(), **BASE, "tune": TUNE}))
     assert "Error" in summary["tune"]["winner"] and summary["status"] == "Completed"
 
 

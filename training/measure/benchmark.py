@@ -1,4 +1,5 @@
-"""Throughput benchmark: our trainer next to a bare FSDP2 loop on the same model, over a grid.
+"""Throughput benchmark: our trainer next to a bare FSDP2 loop on the same model and an external one, over a grid,
+then each speed lever's effect.
 
     python -m training.measure.benchmark                      # CPU: a tiny model, fp32, 5 alternating runs (about a minute)
     python -m training.measure.benchmark --preset 1b          # GPU default: the 1B preset at seq 8192
@@ -8,14 +9,19 @@ Grid: batch size x activation checkpointing x precision (GPU: bf16 and fp16, plu
 Transformer Engine is installed and the GPU supports them; CPU: fp32). For each cell it prints tokens/s per GPU,
 TFLOP/s per GPU, MFU and peak memory for the trainer (``training.trainer.loop.run``: logging, stop-flag
 agreement, LR schedule) and for a bare loop (forward, backward, clip, AdamW step; nothing else), and the
-trainer's overhead. It prints numbers and asserts nothing about speed. A cell that runs out of GPU memory
-prints ``OOM`` and the grid goes on.
+trainer's overhead against both: the bare loop shares our model, so only ``external``
+(``training.measure.external_baseline``, a loop written from torchtitan's recipe with its own model) can show an
+overhead in the model itself. Then, for each lever (``LEVER_CASES``), the trainer's tokens/s with each of its
+values, alternating, with the median and the spread (min to max) of the repeats and the effect against the first
+value. It prints numbers and asserts nothing about speed. A cell that runs out of GPU memory prints ``OOM`` and
+the grid goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
 import tempfile
 import time
@@ -23,7 +29,9 @@ import time
 import torch
 import torch.distributed as dist
 
+from training.measure import external_baseline
 from training.request import contract
+from training.trainer import compile as compiling
 from training.trainer import config, data, loop, metrics, parallel, precision
 
 TINY = {"model_preset": "custom", "num_layers": 2, "hidden_size": 128, "num_heads": 4, "ffn_hidden_size": 256,
@@ -55,6 +63,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Tokens per chunk of the LM head and loss (0: unchunked). Default: the contract's.",
     )
     parser.add_argument(
+        "--lever-repeats", type=int, default=3, help="Runs of each lever value (0: skip the levers)."
+    )
+    parser.add_argument(
+        "--levers",
+        default=None,
+        help="Comma-separated lever names to measure (default: every one of LEVER_CASES).",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=3 if gpu else 5,
@@ -74,7 +90,7 @@ def default_precisions(device: torch.device) -> list[str]:
 
 
 def make_config(
-    args: argparse.Namespace, prec: str, batch: int, ac: bool, workdir: str
+    args: argparse.Namespace, prec: str, batch: int, ac: bool, workdir: str, **levers: str
 ) -> config.TrainConfig:
     shape = {"model_preset": args.preset} if args.preset else TINY
     return config.config_from_mapping(
@@ -92,6 +108,7 @@ def make_config(
             "checkpoint_interval": 0,
             "checkpoint_dir": f"{workdir}/checkpoints",
             "model_dir": f"{workdir}/model",
+            **levers,
         }
     )
 
@@ -160,6 +177,78 @@ def median_run(runs: list[dict[str, float] | None]) -> dict[str, float] | None:
     return ordered[len(ordered) // 2]
 
 
+def external_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float]:
+    """``external_baseline.train`` on this cell's shape, batch and precision (no activation checkpointing)."""
+    shape = {dim: getattr(cfg, dim) for dim in contract.MODEL_DIM_NAMES}
+    tokens_per_sec = external_baseline.train(
+        shape, cfg.seq_length, cfg.batch_size, cfg.max_steps, cfg.throughput_warmup_steps, env.mesh,
+        precision.compute_dtype(cfg.precision),
+    )  # fmt: skip
+    meter = metrics.Throughput(cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision)
+    return {**meter.rates(int(tokens_per_sec), 1.0), "peak_mem_gb": metrics.peak_memory_gb(env.device)}
+
+
+LEVER_CASES: tuple[tuple[str, tuple[tuple[str, dict[str, str]], ...]], ...] = (
+    ("grad_accum_steps", (("1 x batch 4", {"batch_size": "4"}),
+                          ("4 x batch 1", {"batch_size": "1", "grad_accum_steps": "4"}))),
+    ("activation_checkpointing", (("none", {}), ("full", {"activation_checkpointing": "full"}),
+                                  ("selective", {"activation_checkpointing": "selective"}),
+                                  ("full every 2", {"activation_checkpointing": "full",
+                                                    "activation_checkpointing_interval": "2"}))),
+    ("compile", (("false", {"compile": "false"}), ("true", {"compile": "true"}))),
+    ("attention_backend", (("math", {"attention_backend": "math"}), ("flash", {"attention_backend": "flash"}))),
+    ("adamw_impl", (("foreach", {"adamw_impl": "foreach"}), ("fused", {"adamw_impl": "fused"}))),
+    ("gc_interval", (("0 (automatic)", {"gc_interval": "0"}), ("50", {"gc_interval": "50"}))),
+    ("async_checkpoint", (("false, save every 5", {"async_checkpoint": "false", "checkpoint_interval": "5"}),
+                          ("true, save every 5", {"async_checkpoint": "true", "checkpoint_interval": "5"}))),
+)  # fmt: skip
+"""Each lever and its values; the first is the reference of the effect column. Checkpoint saves are left out of
+the trainer's tokens/s, so ``async_checkpoint`` is timed by wall clock over the whole run (saves included)."""
+
+
+def lever_effects(args: argparse.Namespace, env: parallel.DistEnv, prec: str, say) -> None:
+    """Print each lever's tokens/s per value: median and spread of ``--lever-repeats`` alternating runs."""
+    say(f"levers ({prec}, batch {args.batch_sizes.split(',')[0]} unless set, median of {args.lever_repeats} "
+        "alternating runs, spread = min..max):")  # fmt: skip
+    say(f"{'lever':>24} {'value':>22} {'tokens/s/GPU':>13} {'spread':>17} {'effect':>8}")
+    batch = int(args.batch_sizes.split(",")[0])
+    chosen = args.levers.split(",") if args.levers else [lever for lever, _ in LEVER_CASES]
+    for lever, values in LEVER_CASES:
+        if lever not in chosen:
+            continue
+        wall = lever == "async_checkpoint"
+        runs: dict[str, list[float]] = {label: [] for label, _ in values}
+        for _ in range(args.lever_repeats):
+            for label, overrides in values:
+                with tempfile.TemporaryDirectory() as workdir:
+                    cfg = make_config(args, prec, batch, False, workdir, **overrides)
+                    runs[label].append(_lever_run(cfg, env, wall))
+        reference = statistics.median(runs[values[0][0]])
+        for label, _ in values:
+            median = statistics.median(runs[label])
+            spread = f"{min(runs[label]):.0f}..{max(runs[label]):.0f}"
+            say(
+                f"{lever:>24} {label:>22} {median:>13.0f} {spread:>17} {100 * (median / reference - 1):>+7.1f}%"
+            )
+
+
+def _lever_run(cfg: config.TrainConfig, env: parallel.DistEnv, wall: bool) -> float:
+    compiling.reset()
+    started = time.perf_counter()
+    summary = measure(lambda: loop.run(cfg, env, emit=lambda _: None, final_save=False), env)
+    if summary is None:
+        return float("nan")
+    if wall:  # every step and every save, from the first step on
+        return (
+            cfg.max_steps
+            * cfg.batch_size
+            * cfg.grad_accum_steps
+            * cfg.seq_length
+            / (time.perf_counter() - started)
+        )
+    return summary["tokens_per_sec"]
+
+
 def row(cells: list[str]) -> str:
     widths = (9, 6, 4, 8, 13, 12, 7, 11, 9)
     return " ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
@@ -181,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         f"runs, world size {env.world_size}, {gpu}, loss_chunk_tokens {args.loss_chunk_tokens}"
     )
     say(
-        "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS"
+        "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS "
+        "(fp8/mxfp8/nvfp4: own peak/bf16 peak)"
     )
     say(
         row(
@@ -201,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     for prec in precisions:
         for batch in batch_sizes:
             for ac in (False, True):
-                ours_runs, bare_runs = [], []
-                for _ in range(args.repeats):  # alternating, so drift and noise hit both loops alike
+                ours_runs, bare_runs, external_runs = [], [], []
+                for _ in range(args.repeats):  # alternating, so drift and noise hit every loop alike
                     with tempfile.TemporaryDirectory() as workdir:
                         cfg = make_config(args, prec, batch, ac, workdir)
                         ours_runs.append(
@@ -211,8 +301,15 @@ def main(argv: list[str] | None = None) -> int:
                             )
                         )
                         bare_runs.append(measure(lambda cfg=cfg: bare_loop(cfg, env), env))
+                        if not ac:
+                            external_runs.append(measure(lambda cfg=cfg: external_loop(cfg, env), env))
                 ours, bare = median_run(ours_runs), median_run(bare_runs)
-                for name, result in (("trainer", ours), ("bare", bare)):
+                external = median_run(external_runs) if external_runs else None
+                spread = _spread(ours_runs)
+                cells = [("trainer", ours), ("bare", bare)] + (
+                    [("external", external)] if external_runs else []
+                )
+                for name, result in cells:
                     head = [prec, str(batch), "on" if ac else "off", name]
                     if result is None:
                         say(row([*head, "OOM", "", "", "", ""]))
@@ -220,10 +317,29 @@ def main(argv: list[str] | None = None) -> int:
                     overhead = ""
                     if name == "trainer" and bare:
                         overhead = f"{100 * (1 - result['tokens_per_sec'] / bare['tokens_per_sec']):+.1f}%"
+                        if external:
+                            overhead += f" {100 * (1 - result['tokens_per_sec'] / external['tokens_per_sec']):+.1f}%ext"
+                        overhead += f" {spread}"
                     say(row([*head, f"{result['tokens_per_sec']:.0f}", f"{result['tflops_per_gpu']:.3f}",
-                             f"{result['mfu']:.3f}" if "mfu" in result else "n/a", f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
+                             mfu_cell(result), f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
+    if args.lever_repeats:
+        lever_effects(args, env, precisions[0], say)
+    say("effects on a GPU are to be measured by issue #36 (docs/performance.md)")
     dist.destroy_process_group()
     return 0
+
+
+def mfu_cell(result: dict[str, float]) -> str:
+    """MFU against the precision's own peak; a low precision's bf16-equivalent MFU after a slash."""
+    if "mfu" not in result:
+        return "n/a"
+    return f"{result['mfu']:.3f}" + (f"/{result['mfu_bf16']:.3f}" if "mfu_bf16" in result else "")
+
+
+def _spread(runs: list[dict[str, float] | None]) -> str:
+    """``[min..max]`` tokens/s of the repeats."""
+    values = [run["tokens_per_sec"] for run in runs if run is not None]
+    return f"[{min(values):.0f}..{max(values):.0f}]" if values else ""
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch
 
 from training.measure.benchmark import TINY
 from training.request import contract
-from training.trainer import model, weights
+from training.trainer import activation_checkpoint, model, weights
 
 SEQ = 64
 CHUNKS = (0, contract.LOSS_CHUNK_TOKENS_DEFAULT, 32)
@@ -28,10 +28,10 @@ def median_step_seconds(chunk: int, batch: int, ac: bool, steps: int = 60, skip:
     net = model.build_model(
         shape,
         use_te=False,
-        activation_checkpointing=ac,
         te_params_dtype=torch.float32,
         loss_chunk_tokens=chunk,
     )
+    activation_checkpoint.apply(net.layers, "full" if ac else "none")
     net.to_empty(device="cpu")
     weights.initialize(net, seed=1)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)

@@ -2,6 +2,7 @@
 memory estimates.
 
     python -m training.measure.memory_trace --preset 1b --seq 8192 --batch 4 --ac --world 8 --json
+    python -m training.measure.memory_trace --preset 1b --seq 8192 --batch 2 --ac selective --accum 4
     python -m training.measure.memory_trace --request run.json    # an execution input, as `plan` reads it
 
 The trainer's own model code (the torch path: ``model.build_model``, ``parallel.shard_model``, the trainer's AdamW
@@ -167,6 +168,8 @@ _REPORTED = (
     "seq_length",
     "batch_size",
     "activation_checkpointing",
+    "activation_checkpointing_interval",
+    "grad_accum_steps",
     "precision",
     "loss_chunk_tokens",
     "position_encoding",
@@ -181,7 +184,7 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.trainer import model, parallel, precision, rotary
+    from training.trainer import activation_checkpoint, levers, model, parallel, precision, rotary
 
     shape = contract.model_shape(values)
     mesh = init_device_mesh("cpu", (world_size,))
@@ -190,30 +193,33 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
         net = model.build_model(
             shape,
             use_te=False,
-            activation_checkpointing=values["activation_checkpointing"],
             te_params_dtype=torch.float32,
             loss_chunk_tokens=values["loss_chunk_tokens"],
             position_encoding=values["position_encoding"],
             rope_theta=values["rope_theta"],
             rope_scaling=rotary.Llama3Scaling.from_settings(values),
         )
+        activation_checkpoint.apply(
+            net.layers, values["activation_checkpointing"], values["activation_checkpointing_interval"]
+        )
         use_fused_rms_norm(net)
         dtype = precision.compute_dtype(values["precision"])
         parallel.shard_model(net, mesh, parallel.mixed_precision(dtype), device)
-        # The trainer's optimizer (loop._fresh_state); foreach=True is what AdamW picks on CUDA (its temporaries).
-        optimizer = torch.optim.AdamW(
-            net.parameters(), lr=values["learning_rate"], betas=(0.9, 0.95),
-            weight_decay=values["weight_decay"], foreach=True,
-        )  # fmt: skip
-        batch = (values["batch_size"], values["seq_length"])
+        # The trainer's optimizer on a GPU (loop._fresh_state): adamw_impl auto is the fused kernel on CUDA.
+        impl = levers.adamw_impl(values["adamw_impl"], torch.device("cuda"))
+        optimizer = levers.build_optimizer(
+            net.parameters(), impl, values["learning_rate"], values["weight_decay"]
+        )
+        batch = (values["batch_size"] * values["grad_accum_steps"], values["seq_length"])
         tokens = torch.randint(0, shape.vocab_size, batch, device=device)
         targets = torch.randint(0, shape.vocab_size, batch, device=device)
         max_norm = values["grad_clip"] if values["grad_clip"] > 0 else math.inf
-        _step(net, optimizer, tokens, targets, max_norm)  # warm-up, outside the tracker
+        micro = values["grad_accum_steps"]
+        _step(net, optimizer, tokens, targets, max_norm, micro)  # warm-up, outside the tracker
         tracker = FSDPMemTracker(net, optimizer)
         tracker.track_inputs((tokens, targets))
         with tracker:
-            _step(net, optimizer, tokens, targets, max_norm)
+            _step(net, optimizer, tokens, targets, max_norm, micro, tracker)
         peak = tracker.get_tracker_snapshot("peak")
         modules = _module_peaks(tracker)
     return dict(next(iter(peak.values()))), modules
@@ -225,10 +231,20 @@ def _step(
     tokens: torch.Tensor,
     targets: torch.Tensor,
     max_norm: float,
+    micro_batches: int = 1,
+    tracker: Any = None,
 ) -> None:
-    """One training step as ``loop._train`` runs it (no loss scaler: fp16 is traced as bf16's memory)."""
-    loss = net(tokens, targets)
-    loss.backward()
+    """One training step as ``loop.train_step`` runs it (no loss scaler: fp16 is traced as bf16's memory): each
+    micro-batch's forward and backward, gradients reduced on the last only, then clipping and AdamW. The
+    tracker's per-module statistics are reset between micro-batches (it follows one forward per module); its
+    peak covers them all."""
+    pieces = list(zip(tokens.chunk(micro_batches), targets.chunk(micro_batches), strict=True))
+    for index, (x, y) in enumerate(pieces):
+        if micro_batches > 1:
+            net.set_requires_gradient_sync(index == micro_batches - 1)
+        if index and tracker is not None:
+            tracker.reset_mod_stats()
+        (net(x, y) / micro_batches).backward()
     torch.nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], max_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -252,7 +268,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=None, help="vocab_size (default: the preset's).")
     parser.add_argument("--seq", type=int, default=8192, help="seq_length.")
     parser.add_argument("--batch", type=int, default=1, help="Micro-batch size per GPU.")
-    parser.add_argument("--ac", action="store_true", help="Activation checkpointing on.")
+    parser.add_argument(
+        "--ac",
+        nargs="?",
+        const="full",
+        default=None,
+        help="Activation checkpointing: full (bare --ac) or selective.",
+    )
+    parser.add_argument("--ac-interval", type=int, default=None, help="Checkpoint every k-th block.")
+    parser.add_argument("--accum", type=int, default=None, help="grad_accum_steps (micro-batches per step).")
     parser.add_argument("--world", type=int, default=8, help="World size (GPUs in all).")
     parser.add_argument("--precision", default="bf16", help="fp32, fp16 or bf16.")
     parser.add_argument(
@@ -279,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         "seq_length": args.seq,
         "batch_size": args.batch,
         "activation_checkpointing": args.ac,
+        "activation_checkpointing_interval": args.ac_interval,
+        "grad_accum_steps": args.accum,
         "precision": args.precision,
         "loss_chunk_tokens": args.loss_chunk_tokens,
     }

@@ -29,12 +29,14 @@ class Row:
     layers: int
     vocab: int
     batch: int
-    ac: bool
+    ac: bool | str
     world: int
     seq: int = 8192
     precision: str = "bf16"
     loss_chunk_tokens: int | None = None
     position_encoding: str | None = None
+    ac_interval: int = 1
+    accum: int = 1
 
     def request(self) -> dict[str, Any]:
         """The execution input of this row (on ml.p6-b200.48xlarge: 8 GPUs per instance)."""
@@ -43,6 +45,10 @@ class Row:
             hyperparameters["loss_chunk_tokens"] = self.loss_chunk_tokens
         if self.position_encoding is not None:
             hyperparameters["position_encoding"] = self.position_encoding
+        if self.ac_interval != 1:
+            hyperparameters["activation_checkpointing_interval"] = self.ac_interval
+        if self.accum != 1:
+            hyperparameters["grad_accum_steps"] = self.accum
         return {
             "precision": self.precision,
             "num_layers": self.layers,
@@ -66,9 +72,13 @@ class Row:
             tokens = contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
         chunk = " loss unchunked" if tokens == 0 else f" loss chunk {tokens}"
         position = "" if self.position_encoding in (None, "rope") else f" {self.position_encoding} position"
+        ac = {True: "AC", False: "no AC", "full": "AC", "none": "no AC"}.get(self.ac, f"{self.ac} AC")
+        if self.ac_interval != 1:
+            ac += f" every {self.ac_interval}"
+        accum = f" accum {self.accum}" if self.accum != 1 else ""
         return (
-            f"{self.preset} L{layers} V{self.vocab} mb{self.batch} {'AC' if self.ac else 'no AC'} "
-            f"W{self.world} {self.precision}{chunk}{position}"
+            f"{self.preset} L{layers} V{self.vocab} mb{self.batch} {ac} "
+            f"W{self.world} {self.precision}{chunk}{position}{accum}"
         )
 
 
@@ -98,6 +108,14 @@ ROWS: tuple[Row, ...] = (
     Row("llama3.2-1b", 16, 128_256, 1, False, 8),
     Row("llama3.2-1b", 16, 128_256, 4, True, 16),
     Row("llama3.2-3b", 4, 128_256, 2, False, 8),
+    Row("1b", 16, 32_000, 2, "selective", 8),
+    Row("8b", 4, 128_256, 1, "selective", 16),
+    Row("1b", 16, 32_000, 2, "full", 8, ac_interval=2),
+    Row("8b", 4, 32_000, 1, "full", 8, ac_interval=3),
+    Row("1b", 8, 32_000, 2, "selective", 8, ac_interval=2),
+    Row("1b", 16, 32_000, 1, False, 8, accum=4),
+    Row("1b", 16, 32_000, 2, "full", 8, accum=2),
+    Row("8b", 4, 128_256, 1, "selective", 16, accum=2),
     Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
     Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
     Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
@@ -105,8 +123,9 @@ ROWS: tuple[Row, ...] = (
 """At least 12 traced configurations: presets 1b and 8b, micro-batch 1 and 4, AC on and off, world size 8 and 16,
 vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers), the loss chunked (the contract's default) and
 unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default) and none; the Llama 3.x presets
-(grouped-query attention with 8 key/value heads, llama3 RoPE scaling; 3.2 1B and 3B with tied embeddings); then TE
-rows (closed form only)."""
+(grouped-query attention with 8 key/value heads, llama3 RoPE scaling; 3.2 1B and 3B with tied embeddings); each
+activation checkpointing mode (selective, full on every k-th block, selective on every other block) and gradient
+accumulation (without AC, with full AC, with selective AC); then TE rows (closed form only)."""
 
 
 def closed_form_gib(row: Row) -> float:

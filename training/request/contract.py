@@ -33,8 +33,31 @@ TE_PRECISIONS: frozenset[str] = frozenset({"fp8", "mxfp8", "nvfp4"})
 BLACKWELL_ONLY_PRECISIONS: frozenset[str] = frozenset({"mxfp8", "nvfp4"})
 """Precisions whose TE recipes need a data-centre Blackwell GPU (SM 10.x)."""
 
-FP8_RECIPES: tuple[str, ...] = ("delayed", "current")
-"""For ``precision=fp8``: TE ``DelayedScaling`` (delayed) or ``Float8CurrentScaling`` (current)."""
+FP8_RECIPES: tuple[str, ...] = ("auto", "current", "delayed", "mxfp8")
+"""For ``precision=fp8``: ``auto`` (the default) is ``Float8CurrentScaling`` on Ada and Hopper and
+``MXFP8BlockScaling`` on data-centre Blackwell (SM 10.x), the fastest stable recipe of each generation (Megatron's
+``low_precision_training.md``; torchtitan's float8 and mxfp8 recipes); ``current`` is TE ``Float8CurrentScaling``,
+``delayed`` TE ``DelayedScaling`` (amax history 1024) and ``mxfp8`` TE ``MXFP8BlockScaling`` (SM 10.x only)."""
+
+
+def fp8_recipe_for(fp8_recipe: str, sm: tuple[int, int] | None) -> str:
+    """The recipe ``fp8_recipe`` means on a GPU of compute capability ``sm``: ``auto`` resolves to ``mxfp8`` on
+    SM 10.x and to ``current`` elsewhere (and without a GPU, where nothing runs fp8)."""
+    if fp8_recipe != "auto":
+        return fp8_recipe
+    return "mxfp8" if sm is not None and sm[0] == 10 else "current"
+
+
+AC_MODES: tuple[str, ...] = ("none", "full", "selective")
+"""``activation_checkpointing``: ``none``; ``full`` recomputes a whole block in backward (saving only its input);
+``selective`` is op-level (torchtitan's policy): the outputs of matmuls and attention are saved (every second
+matmul recomputed), everything else (norms, RoPE, SwiGLU's activation, residual adds) recomputed. ``true`` and
+``false`` (the execution input's historical booleans) mean ``full`` and ``none``."""
+AC_ALIASES: Mapping[str, str] = {"true": "full", "false": "none", "yes": "full", "no": "none", "1": "full",
+                                 "0": "none"}  # fmt: skip
+
+SWITCH_CHOICES: tuple[str, ...] = ("auto", "true", "false")
+"""A lever's switch: ``auto`` resolves at start from the hardware (and is logged), or forced on or off."""
 
 QUANTIZED_INIT_PRECISIONS: frozenset[str] = frozenset({"fp8", "mxfp8"})
 """Precisions whose quantized primary weights work with FSDP2 in TE 2.11 (Float8Tensor and MXFP8Tensor only)."""
@@ -339,6 +362,8 @@ class Hyperparameter:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] = ()
+    aliases: Mapping[str, str] | None = None
+    """For a choice: other spellings accepted for a choice (``true`` for ``full``)."""
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -348,7 +373,11 @@ class Hyperparameter:
     def allowed(self) -> str:
         """Human description of the allowed values, used in every error message."""
         if self.kind == "choice":
-            return "one of " + ", ".join(self.choices)
+            spelled = sorted(
+                {v: k for k, v in (self.aliases or {}).items() if k in ("true", "false")}.items()
+            )
+            extra = f" ({', '.join(f'{alias} = {value}' for value, alias in spelled)})" if spelled else ""
+            return "one of " + ", ".join(self.choices) + extra
         if self.kind == "bool":
             return "true or false"
         if self.kind in ("int", "float"):
@@ -366,6 +395,7 @@ class Hyperparameter:
                 return _parse_bool(raw)
             if self.kind == "choice":
                 value = str(raw).strip().lower()
+                value = (self.aliases or {}).get(value, value)
                 if value not in self.choices:
                     raise ValueError
                 return value
@@ -411,13 +441,103 @@ def _fmt(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else repr(number)
 
 
+ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "cudnn", "flash", "efficient", "math")
+"""``attention_backend`` values (``torch.nn.attention.SDPBackend``'s CUDNN_ATTENTION, FLASH_ATTENTION,
+EFFICIENT_ATTENTION, MATH); ``auto`` resolves at start to the fastest the GPU supports and is logged."""
+
 LOSS_CHUNK_TOKENS_DEFAULT = 2048
 """Chosen by measurement (docs/measurements.md, "Chunked loss"): the traced peak memory and the CPU throughput."""
+
+LEVERS: tuple[Hyperparameter, ...] = (
+    Hyperparameter(
+        "activation_checkpointing_interval",
+        "int",
+        1,
+        "Apply activation_checkpointing to every k-th block only (blocks 0, k, 2k, ...); 1: every block.",
+        1,
+        512,
+    ),
+    Hyperparameter(
+        "grad_accum_steps",
+        "int",
+        1,
+        "Micro-batches per optimizer step (gradient accumulation; gradients are reduced once, on the last).",
+        1,
+        65_536,
+    ),
+    Hyperparameter(
+        "compile",
+        "choice",
+        "auto",
+        "torch.compile each block and the loss chunk: auto is on with a GPU on the torch path (fp32/fp16/bf16) "
+        "and off on CPU; Transformer Engine precisions run eagerly.",
+        choices=SWITCH_CHOICES,
+        aliases={"yes": "true", "1": "true", "no": "false", "0": "false"},
+    ),
+    Hyperparameter(
+        "attention_backend",
+        "choice",
+        "auto",
+        "Scaled-dot-product attention kernel on the torch path: auto pins cuDNN then Flash on Hopper and "
+        "Blackwell, Flash on Ampere; or one of cudnn, flash, efficient, math.",
+        choices=ATTENTION_BACKENDS,
+    ),
+    Hyperparameter(
+        "adamw_impl",
+        "choice",
+        "auto",
+        "AdamW kernels: auto is fused on CUDA (foreach on CPU); with quantized_model_init they update fp32 master "
+        "weights.",
+        choices=("auto", "fused", "foreach"),
+    ),
+    Hyperparameter(
+        "master_weights",
+        "bool",
+        True,
+        "With quantized_model_init: AdamW updates fp32 master weights and writes them back into the quantized "
+        "ones (false is refused: FP8 primary weights alone round small updates away).",
+    ),
+    Hyperparameter(
+        "nvfp4_bf16_blocks",
+        "int",
+        1,
+        "precision=nvfp4: this many first and last blocks run in bf16 (Megatron keeps them so); 0: none.",
+        0,
+        256,
+    ),
+    Hyperparameter(
+        "gc_interval",
+        "int",
+        50,
+        "Python's garbage collector is disabled and run (generation 1) every N steps, as torchtitan does; 0: "
+        "Python's own automatic collection.",
+        0,
+        1_000_000,
+    ),
+    Hyperparameter(
+        "async_checkpoint",
+        "bool",
+        True,
+        "Save checkpoints with DCP's async_save: training continues while the files are written; sealed "
+        "(checksums, COMPLETE) as soon as every rank's write has finished.",
+    ),
+    Hyperparameter(
+        "expandable_segments",
+        "bool",
+        True,
+        "PyTorch's CUDA caching allocator with expandable segments (less fragmentation).",
+    ),
+)
+"""The speed levers (docs/performance.md): each resolved at start where it says ``auto`` and logged."""
 
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("precision", "choice", "bf16", "Numeric format of the GEMMs.", choices=PRECISIONS),
     Hyperparameter(
-        "fp8_recipe", "choice", "delayed", "Scaling recipe when precision=fp8.", choices=FP8_RECIPES
+        "fp8_recipe",
+        "choice",
+        "auto",
+        "Scaling recipe when precision=fp8: auto is current scaling on Ada/Hopper, MXFP8 on Blackwell (SM 10.x).",
+        choices=FP8_RECIPES,
     ),
     Hyperparameter(
         "quantized_model_init",
@@ -505,7 +625,15 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
     Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
-    Hyperparameter("activation_checkpointing", "bool", False, "Recompute each block's activations."),
+    Hyperparameter(
+        "activation_checkpointing",
+        "choice",
+        "none",
+        "Recompute activations in backward: none, full (whole blocks) or selective (op-level: matmul and attention "
+        "outputs kept, the rest recomputed).",
+        choices=AC_MODES,
+        aliases=AC_ALIASES,
+    ),
     Hyperparameter(
         "loss_chunk_tokens",
         "int",
@@ -515,6 +643,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         0,
         1_048_576,
     ),
+    *LEVERS,
     Hyperparameter("max_steps", "int", 1000, "Optimizer steps to train for.", 1, 100_000_000),
     Hyperparameter("learning_rate", "float", 3e-4, "Peak learning rate (AdamW).", 0.0, 10.0),
     Hyperparameter("lr_warmup_steps", "int", 100, "Linear learning-rate warm-up steps.", 0, 100_000_000),
@@ -735,6 +864,7 @@ def check_consistency(values: Mapping[str, Any]) -> None:
             "num_kv_heads", f"must divide num_heads ({values['num_heads']}); got {values['num_kv_heads']}"
         )
     _check_rope_scaling(values)
+    check_levers(values)
 
 
 def _check_rope_scaling(values: Mapping[str, Any]) -> None:
@@ -762,6 +892,48 @@ def _check_rope_scaling(values: Mapping[str, Any]) -> None:
         )
 
 
+def check_levers(values: Mapping[str, Any]) -> None:
+    """The speed levers' cross-field rules (``LEVERS``): combinations that cannot run are refused by name."""
+    precision = values["precision"]
+    if values["quantized_model_init"] and not values["master_weights"]:
+        raise ContractError(
+            "master_weights",
+            "must be true with quantized_model_init: FP8 primary weights without fp32 master weights round "
+            "small updates away (the trainer's AdamW keeps fp32 masters); set master_weights true or "
+            "quantized_model_init false",
+        )
+    if precision in TE_PRECISIONS and values["compile"] == "true":
+        raise ContractError(
+            "compile",
+            f"true cannot compile precision={precision}: Transformer Engine 2.11's layers run eagerly "
+            "(torch.compile breaks its graph at every TE module); use compile auto or false",
+        )
+    if precision in TE_PRECISIONS and values["activation_checkpointing"] == "selective":
+        raise ContractError(
+            "activation_checkpointing",
+            f"selective cannot run with precision={precision}: Transformer Engine's GEMMs are not ATen ops an "
+            "op-level policy can save, and only te.distributed.checkpoint keeps its FP8 scaling state across a "
+            "recompute; use full (optionally with activation_checkpointing_interval)",
+        )
+    if precision in TE_PRECISIONS and values["attention_backend"] != "auto":
+        raise ContractError(
+            "attention_backend",
+            f"must be auto with precision={precision}: Transformer Engine chooses its own attention kernel "
+            f"(logged at start); got {values['attention_backend']}",
+        )
+    if precision == "nvfp4" and 2 * values["nvfp4_bf16_blocks"] >= values["num_layers"]:
+        raise ContractError(
+            "nvfp4_bf16_blocks",
+            f"must leave a block in nvfp4: 2 x {values['nvfp4_bf16_blocks']} first and last blocks is not "
+            f"below num_layers {values['num_layers']}",
+        )
+    if values["activation_checkpointing_interval"] > values["num_layers"]:
+        raise ContractError(
+            "activation_checkpointing_interval",
+            f"must be at most num_layers ({values['num_layers']}); got {values['activation_checkpointing_interval']}",
+        )
+
+
 def to_sagemaker_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
     """Render settings as SageMaker ``HyperParameters`` (string to string), with the contract's names."""
     out: dict[str, str] = {}
@@ -778,15 +950,8 @@ def to_sagemaker_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------------------
 
 GRAD_ACCUM_SETTING = "grad_accum_steps"
-"""The trainer setting (issue 33) that keeps tokens per optimizer step while a trial changes the micro-batch. Used
-only where the contract has it (:func:`has_grad_accumulation`): until then a trial's micro-batch changes the
-tokens per optimizer step, and the tuning report says so."""
-
-
-def has_grad_accumulation() -> bool:
-    """Whether the trainer can accumulate gradients over micro-batches (``grad_accum_steps`` is a setting)."""
-    return GRAD_ACCUM_SETTING in HYPERPARAMETERS_BY_NAME
-
+"""The lever that keeps a candidate's tokens per optimizer step those of the request it tunes, whatever its
+micro-batch (``training.request.tuning``)."""
 
 TUNABLE_SETTINGS: tuple[str, ...] = (
     "batch_size",
@@ -796,8 +961,10 @@ TUNABLE_SETTINGS: tuple[str, ...] = (
     "loss_chunk_tokens",
     "fp8_recipe",
     "quantized_model_init",
+    *(lever.name for lever in LEVERS if lever.name != GRAD_ACCUM_SETTING),
 )
-"""Trainer settings a tuning run's search space may vary; every other setting is the base request's."""
+"""Trainer settings a tuning run's search space may vary (every speed lever but the accumulation, which each
+candidate sets to keep the request's tokens per optimizer step); every other setting is the base request's."""
 
 TUNE_TRIALS = "tune_trials"
 """The hyperparameter that makes ``train.sh`` run the tuning driver (``python -m training.tune``) instead of one
@@ -889,7 +1056,7 @@ TUNE_HYPERPARAMETERS_BY_NAME: Mapping[str, Hyperparameter] = {hp.name: hp for hp
 
 def trial_settings() -> tuple[str, ...]:
     """The settings a trial may set: the tunable ones, and the accumulation that keeps tokens per step."""
-    return (*TUNABLE_SETTINGS, *((GRAD_ACCUM_SETTING,) if has_grad_accumulation() else ()))
+    return (*TUNABLE_SETTINGS, GRAD_ACCUM_SETTING)
 
 
 def format_setting(value: Any) -> str:
@@ -937,14 +1104,16 @@ MEASUREMENT_KEY_SETTINGS: tuple[str, ...] = (
     "batch_size",
     "seq_length",
     "loss_chunk_tokens",
+    *(lever.name for lever in LEVERS),
 )
-"""The trainer settings that change a measured throughput or peak memory: with the instance type and count, the
-image tag and its torch and Transformer Engine versions they key a measurement (``training.request.measured``);
-``grad_accum_steps`` joins them where the trainer has it (:func:`measurement_key_settings`)."""
+"""The trainer settings that change a measured throughput or peak memory (the model's shape, the precision, the
+micro-batch and sequence, activation checkpointing, the chunked loss and every speed lever, accumulation
+included): with the instance type and count, the image tag and its torch and Transformer Engine versions they key a
+measurement (``training.request.measured``)."""
 
 
 def measurement_key_settings() -> tuple[str, ...]:
-    return (*MEASUREMENT_KEY_SETTINGS, *((GRAD_ACCUM_SETTING,) if has_grad_accumulation() else ()))
+    return MEASUREMENT_KEY_SETTINGS
 
 
 def image_tag(image_uri: str) -> str:
@@ -967,10 +1136,14 @@ STEP_METRICS: tuple[str, ...] = (
     "tokens_per_sec",
     "tflops_per_gpu",
     "mfu",
+    "mfu_bf16",
     "peak_mem_gb",
     "step_time",
 )
-"""Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps."""
+"""Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps. ``mfu`` is against
+the peak of the run's own precision (``PEAK_TFLOPS``); ``mfu_bf16``, printed for the low precisions
+(``TE_PRECISIONS``: fp8, mxfp8, nvfp4), is the same TFLOP/s against the GPU's bf16 peak: the bf16-equivalent MFU,
+comparable with a bf16 run's ``mfu``."""
 
 SUMMARY_METRICS: tuple[str, ...] = (
     "steps",
@@ -978,6 +1151,7 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "tokens_per_sec",
     "tflops_per_gpu",
     "mfu",
+    "mfu_bf16",
     "peak_mem_gb",
     "max_allocated_gb",
     "max_reserved_gb",
@@ -987,7 +1161,8 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "val_loss",
     "unusable_checkpoints",
 )
-"""Fields of the final ``summary ...`` line (``val_loss`` only when the data has a validation split;
+"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` only when the data
+has a validation split;
 ``unusable_checkpoints`` only when checkpoints were found and none was usable, so the run restarted from step 0:
 the line then ends ``restarted_from: none (N checkpoints unusable)``). ``peak_mem_gb`` is rank 0's; the
 :data:`MEMORY_SUMMARY_METRICS` are over every rank."""
@@ -1131,8 +1306,8 @@ def parse_metric_line(line: str) -> dict[str, float]:
     return found
 
 
-_STEP_LINE = re.compile(r"(?<!validation )\bstep=([0-9]+)(?:/[0-9]+ [0-9.]+%)?((?: [a-z_]+=\S+)*)")
-_SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z_]+=\S+)+)")
+_STEP_LINE = re.compile(r"(?<!validation )\bstep=([0-9]+)(?:/[0-9]+ [0-9.]+%)?((?: [a-z0-9_]+=\S+)*)")
+_SUMMARY_LINE = re.compile(r"\bsummary((?: [a-z0-9_]+=\S+)+)")
 _CONFIG_LINE = re.compile(r"^(?:.*?[:\]] )?config((?: [a-z0-9_]+=\S*)+)\s*$")
 
 

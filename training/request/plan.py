@@ -44,8 +44,19 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   makes the weight's copy, the backward uses its column-wise usage, ``module/linear.py`` line 695), and with
   ``quantized_model_init`` (``quantization.py``: primary weights stored quantized; the high-precision initial
   value only with ``preserve_high_precision_init_val``, and then in CPU memory) the blocks' sharded and gathered
-  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32. The seed article:
+  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32, plus the blocks'
+  fp32 master weights (``training/trainer/master_weights.py``) and, in the step, their gradients' fp32 copies.
+  The seed article:
   "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
+* the speed levers (``docs/performance.md``): ``selective`` activation checkpointing keeps per token the block's
+  input, the QKV and gate/up projections' outputs and attention's output and log-sum-exp
+  (``selective_saved_bytes``); ``activation_checkpointing_interval`` k checkpoints blocks 0, k, 2k, ... and the
+  others keep every activation (``saved_per_block``); ``grad_accum_steps`` above 1 holds every parameter's
+  unsharded fp32 gradient between micro-batches (4P, less the blocks already reduced on the last micro-batch) and
+  the whole step's tokens; the fused AdamW of a GPU run makes no temporaries; ``nvfp4_bf16_blocks``' first and
+  last blocks of an NVFP4 run save bf16 activations (``high_precision_blocks``). ``torch.compile`` is not counted:
+  the closed form is eager memory, which compile's fusions only lower. Traced rows for each in
+  ``python -m training.measure.plan_agreement``.
 * an allowance for what no tensor tracker sees: the CUDA context, cuBLAS and TE workspaces, NCCL buffers and the
   caching allocator's fragmentation: ``ALLOWANCE_FIXED_GIB`` plus ``ALLOWANCE_FRACTION`` of the tensors.
 
@@ -121,13 +132,42 @@ class Setup:
     quantized_model_init: bool
     batch_size: int
     seq_length: int
-    activation_checkpointing: bool
+    activation_checkpointing: str | bool
+    """none, full or selective (``contract.AC_MODES``); True and False are taken as full and none."""
     instance_type: str
     instance_count: int
     max_steps: int
     loss_chunk_tokens: int = 0
     max_runtime_seconds: int | None = None
     position_encoding: str = "rope"
+    activation_checkpointing_interval: int = 1
+    grad_accum_steps: int = 1
+    adamw_impl: str = "auto"
+    nvfp4_bf16_blocks: int = 1
+
+    def __post_init__(self) -> None:
+        mode = self.activation_checkpointing
+        if isinstance(mode, bool):
+            object.__setattr__(self, "activation_checkpointing", "full" if mode else "none")
+
+    @property
+    def ac_on(self) -> bool:
+        return self.activation_checkpointing != "none"
+
+    @property
+    def checkpointed_blocks(self) -> list[int]:
+        """Blocks 0, k, 2k, ... (``activation_checkpoint.checkpointed_blocks`` in the trainer)."""
+        if not self.ac_on:
+            return []
+        return list(range(0, self.shape.num_layers, self.activation_checkpointing_interval))
+
+    @property
+    def high_precision_blocks(self) -> set[int]:
+        """NVFP4's first and last ``nvfp4_bf16_blocks`` blocks, which run in bf16 (``precision.py``)."""
+        if self.precision != "nvfp4":
+            return set()
+        k, layers = self.nvfp4_bf16_blocks, self.shape.num_layers
+        return {*range(k), *range(layers - k, layers)} if k else set()
 
     @property
     def compute_bytes(self) -> int:
@@ -177,13 +217,17 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
         quantized_model_init=bool(values["quantized_model_init"]),
         batch_size=values["batch_size"],
         seq_length=values["seq_length"],
-        activation_checkpointing=bool(values["activation_checkpointing"]),
+        activation_checkpointing=values["activation_checkpointing"],
         instance_type=instance_type,
         instance_count=count,
         max_steps=values["max_steps"],
         loss_chunk_tokens=int(values.get("loss_chunk_tokens") or 0),
         max_runtime_seconds=request.get("max_runtime_seconds"),
         position_encoding=values["position_encoding"],
+        activation_checkpointing_interval=values["activation_checkpointing_interval"],
+        grad_accum_steps=values["grad_accum_steps"],
+        adamw_impl=values["adamw_impl"],
+        nvfp4_bf16_blocks=values["nvfp4_bf16_blocks"],
     )
 
 
@@ -230,6 +274,31 @@ def layer_activation_bytes(s: Setup) -> float:
     return c * (6 * h + 2 * kv + 4 * f) + stats + rope
 
 
+def selective_saved_bytes(s: Setup) -> float:
+    """Bytes per token a ``selective`` block keeps (``training/trainer/activation_checkpoint.py``, torchtitan's
+    op-level policy): its input (h), the QKV projection's output (3h), attention's output (h) and fp32 log-sum-exp
+    (4 bytes per head), the gate/up projection's output (2f); the output and down projections (every second
+    matmul) and everything else are recomputed."""
+    h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
+    return s.compute_bytes * (5 * h + 2 * f) + 4 * nh
+
+
+def saved_per_block(s: Setup) -> list[float]:
+    """Bytes each block keeps for its backward pass through the forward: checkpointed blocks their input (full)
+    or ``selective_saved_bytes``, the others every activation (``layer_activation_bytes`` and RoPE's cos/sin; in
+    bf16 for NVFP4's ``high_precision_blocks``)."""
+    t, checkpointed, edges = s.tokens, set(s.checkpointed_blocks), s.high_precision_blocks
+    whole = layer_activation_bytes(s) * t + rope_layer_bytes(s)
+    whole_bf16 = layer_activation_bytes(replace(s, precision="bf16")) * t + rope_layer_bytes(s)
+    kept = float(s.compute_bytes * s.shape.hidden_size * t)
+    if s.activation_checkpointing == "selective":
+        kept = selective_saved_bytes(s) * t
+    return [
+        kept if index in checkpointed else whole_bf16 if index in edges else whole
+        for index in range(s.shape.num_layers)
+    ]
+
+
 def rope_layer_bytes(s: Setup) -> float:
     """Per block, independent of the micro-batch: the torch block's RoPE saves cos and sin (in the compute
     dtype, ``[seq, head_dim]``) once for the query and once for the key (``rotary.apply_rotary``). TE's fused RoPE
@@ -257,7 +326,8 @@ def _weights(s: Setup) -> dict[str, float]:
     gathered = 2 * q if quantized else float(c)  # bytes per value of a gathered block weight
     return {
         "sharded parameters": ((2 * q if quantized else 4) * blocks + 4 * pr) / w,
-        "AdamW state": 8 * p / w,
+        # the moments, and with quantized primary weights the blocks' fp32 masters (``master_weights.py``)
+        "AdamW state": (8 * p + (4 * blocks if quantized else 0)) / w,
         "block gradient (sharded)": (2 if quantized else 4) * pb / w,
         "root weights (unsharded)": c * pr,
         "block weights (unsharded)": gathered * pb,
@@ -301,20 +371,30 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
     shape, t = s.shape, s.tokens
     h, f, layers = shape.hidden_size, shape.ffn_hidden_size, shape.num_layers
     c = s.compute_bytes
+    pb = shape.block_parameter_count()
+    quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
     act_layer = layer_activation_bytes(s)
     per_layer = rope_layer_bytes(s)
     base = {k: wt[k] for k in ("sharded parameters", "AdamW state", "root weights (unsharded)")}
-    inputs = {"inputs (tokens, targets)": 16.0 * t, "rotary frequencies": rope_table_bytes(s)}
-    if s.activation_checkpointing:
-        saved = {"saved activations": float(c * h * t * layers)}
-        qcopies = {"quantized weight copies": wt["quantized weight copy (per layer)"]}
-    else:
-        saved = {"saved activations": (act_layer * t + per_layer) * layers}
-        qcopies = {"quantized weight copies": wt["quantized weight copy (per layer)"] * layers}
+    # the whole optimizer step's tokens are on the device (every micro-batch copied at its start)
+    inputs = {
+        "inputs (tokens, targets)": 16.0 * t * s.grad_accum_steps,
+        "rotary frequencies": rope_table_bytes(s),
+    }
+    blocks = saved_per_block(s)
+    checkpointed = s.checkpointed_blocks
+    saved = {"saved activations": sum(blocks)}
+    uncheckpointed = layers - len(checkpointed)
+    qcopies = {"quantized weight copies": wt["quantized weight copy (per layer)"] * (uncheckpointed or 1)}
+    # gradient accumulation: FSDP2 keeps every parameter's unsharded gradient, in the fp32 reduce dtype, from one
+    # micro-batch to the next (set_requires_gradient_sync(False)); the last micro-batch frees each block's as it is
+    # reduce-scattered (the blocks above the moment's block are done)
+    accumulated = 4.0 * shape.parameter_count() if s.grad_accum_steps > 1 else 0.0
+    accumulation = {"accumulated gradients (fp32, unsharded)": accumulated}
     last_block = {"block weights (unsharded)": wt["block weights (unsharded)"]}
     # With AC the peak comes in the second block's backward (the first one's reduce-scatter input still held),
     # with a third block's all-gather prefetched when there is one; without AC at the first block's reduce-scatter.
-    prefetch_at = 2 if s.activation_checkpointing else 1
+    prefetch_at = 2 if s.ac_on else 1
     in_backward = {
         "block weights (unsharded)": wt["block weights (unsharded)"],
         "prefetched all-gather": wt["prefetched all-gather"] if layers > prefetch_at else 0.0,
@@ -337,29 +417,40 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
                 else {}
             ),
             **inputs,
+            **accumulation,
         },
     }
-    if s.activation_checkpointing:
+    if checkpointed:
+        # the topmost checkpointed block's backward: the blocks above it are done (their activations freed)
+        top = checkpointed[-1]
+        held = {"saved activations": sum(blocks[: top + 1])}
+        cached = selective_saved_bytes(s) - c * h if s.activation_checkpointing == "selective" else 0.0
+        done = {"accumulated gradients (fp32, unsharded)": max(accumulated - 4.0 * pb * (layers - top), 0.0)}
+        if s.activation_checkpointing_interval > 1 and top == layers - 1:
+            # the top block is the first backward: no earlier block's reduce-scatter input is held yet
+            in_backward = {**in_backward, "reduce-scatter input": 0.0}
         moments["block backward, after its recompute"] = {
             **base,
             **in_backward,
             "gradients (sharded, so far)": 2 * wt["block gradient (sharded)"],
-            **saved,
+            **held,
             **qcopies,
-            "recomputed block": act_layer * t + per_layer,
+            "recomputed block": (act_layer - cached) * t + per_layer,
             "gradients in flight": AC_RECOMPUTE_BYTES_PER_H * c / 2 * h * t,
             **inputs,
+            **done,
         }
         moments["block backward, its end"] = {
             **base,
             **in_backward,
-            **saved,
+            **held,
             **qcopies,
-            "unsharded gradients": c * shape.block_parameter_count(),
+            "unsharded gradients": c * pb,
             "gradients in flight": AC_TAIL_BYTES_PER_HF * c / 2 * (h + f) * t,
             **inputs,
+            **done,
         }
-    else:
+    if uncheckpointed:
         moments[
             "last block backward"
         ] = {  # inside its MLP: SwiGLU's gradients out, the next block prefetched
@@ -372,16 +463,19 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             "head gradient": wt["head gradient"],
             "gradients in flight": c * (2.0 * f + h) * t,
             **inputs,
+            **accumulation,
         }
         if layers > 1:
             moments["block backward, its reduce-scatter"] = {
                 **base,
                 **in_backward,
-                "unsharded gradients": c * shape.block_parameter_count(),
-                "saved activations": (act_layer * t + per_layer) * (layers - 2),
-                "quantized weight copies": wt["quantized weight copy (per layer)"] * (layers - 2),
+                "unsharded gradients": c * pb,
+                "saved activations": sum(blocks[: layers - 2]),
+                "quantized weight copies": wt["quantized weight copy (per layer)"]
+                * max(uncheckpointed - 2, 0),
                 "gradients in flight": 9.0 * c * h * t,
                 **inputs,
+                **accumulation,
             }
     moments["root reduce-scatter"] = {  # FSDP2 reshards (frees the root's gathered weights) before it reduces
         "sharded parameters": wt["sharded parameters"],
@@ -395,8 +489,16 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         "sharded parameters": wt["sharded parameters"],
         "AdamW state": wt["AdamW state"],
         "gradients (sharded)": wt["all gradients (sharded)"],
-        # torch.optim.AdamW's foreach path (the default on CUDA) makes one temporary per moment list
-        "AdamW temporaries": 4.0 * shape.parameter_count() / s.world_size,
+        # torch.optim.AdamW's foreach path makes one temporary per moment list; the fused kernel (adamw_impl
+        # auto on a GPU) none; with master weights, each block gradient's fp32 copy on its master
+        "AdamW temporaries": (
+            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.world_size
+        )
+        + (
+            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.world_size
+            if quantized
+            else 0.0
+        ),
     }
     return moments
 
@@ -432,10 +534,10 @@ def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[s
         memory = estimate_memory(candidate)
         return memory if memory.fits else None
 
-    ac_alone = not s.activation_checkpointing and fits(replace(s, activation_checkpointing=True))
+    ac_alone = not s.ac_on and fits(replace(s, activation_checkpointing="full"))
     if ac_alone:
         out.append(f"activation_checkpointing true ({ac_alone.peak_gib:.1f} GiB)")
-    for ac in dict.fromkeys((s.activation_checkpointing, True)):
+    for ac in dict.fromkeys((s.activation_checkpointing, "full")):
         batch = next(
             (
                 b
@@ -446,11 +548,11 @@ def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[s
         )
         if batch is not None:
             m = estimate_memory(replace(s, batch_size=batch, activation_checkpointing=ac))
-            with_ac = " with activation_checkpointing true" if ac and not s.activation_checkpointing else ""
+            with_ac = " with activation_checkpointing true" if ac == "full" and not s.ac_on else ""
             out.append(f"batch_size {batch}{with_ac} ({m.peak_gib:.1f} GiB)")
             break
-    for ac in dict.fromkeys((s.activation_checkpointing, True)):
-        if ac and ac_alone:
+    for ac in dict.fromkeys((s.activation_checkpointing, "full")):
+        if ac == "full" and ac_alone:
             break  # more instances on top of a change that already fits is not a smallest change
         more = replace(s, activation_checkpointing=ac)
         count = next(
@@ -463,7 +565,7 @@ def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[s
         )
         if count is not None:
             m = estimate_memory(replace(more, instance_count=count))
-            with_ac = " with activation_checkpointing true" if ac and not s.activation_checkpointing else ""
+            with_ac = " with activation_checkpointing true" if ac == "full" and not s.ac_on else ""
             out.append(f"instance_count {count}{with_ac} ({m.peak_gib:.1f} GiB)")
             break
     bigger = [
@@ -514,6 +616,20 @@ def _reference_mfu(step_flops: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+def recompute_overhead(s: Setup) -> float:
+    """The slow-down activation checkpointing's recompute costs: ``AC_OVERHEAD`` (a whole block's forward again)
+    for every checkpointed block's share of the blocks; ``selective`` recomputes only the output and down
+    projections of the matmuls (and cheap element-wise work), so its share of a block's forward FLOPs,
+    (h^2 + hf) / (4h^2 + 3hf + 2hS) per token, scales the overhead."""
+    if not s.ac_on:
+        return 1.0
+    share = len(s.checkpointed_blocks) / s.shape.num_layers
+    if s.activation_checkpointing == "selective":
+        h, f = s.shape.hidden_size, s.shape.ffn_hidden_size
+        share *= (h * h + h * f) / (4 * h * h + 3 * h * f + 2 * h * s.seq_length)
+    return 1.0 + (AC_OVERHEAD - 1.0) * share
+
+
 def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing:
     """Tokens/s per GPU from the model FLOPs at the reference MFU (or, given a ``measured`` record that stands
     for this request, :func:`training.request.measured.find`, its measured tokens/s), step time, time for
@@ -522,15 +638,14 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
     The MFU is counted against the GPU's bf16 peak for every 16-bit and lower precision (the seed finds low
     precisions' gains modest for small models, so none is assumed) and against its fp32 peak for fp32 (the
     trainer's fp32 GEMMs do not use TF32: 30x below bf16 on B200). Work the model FLOPs leave out slows it down:
-    activation checkpointing's recompute (``AC_OVERHEAD``) and the chunked loss's second head GEMM in backward
+    activation checkpointing's recompute (``recompute_overhead``) and the chunked loss's second head GEMM in backward
     (2 x hidden x vocabulary FLOPs per token, ``training/trainer/loss.py``)."""
     gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
     flops = contract.flops_per_token(s.shape, s.seq_length)
     mfu = _reference_mfu(s.tokens * flops)
     peak = contract.PEAK_TFLOPS[gpu]["fp32" if s.precision == "fp32" else "bf16"]
     tps = mfu * peak * 1e12 / flops
-    if s.activation_checkpointing:
-        tps /= AC_OVERHEAD
+    tps /= recompute_overhead(s)
     if s.loss_chunk_tokens > 0:
         tps /= 1 + 2.0 * s.shape.hidden_size * s.shape.vocab_size / flops
     source, basis = REFERENCE_SOURCE, "published"
@@ -538,7 +653,7 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         mfu = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
         source, basis = measured_source(measured), "measured"
-    step = s.tokens / tps
+    step = s.tokens * s.grad_accum_steps / tps
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None

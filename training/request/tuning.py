@@ -5,9 +5,10 @@ hyperparameters of the one SageMaker job that runs them (``training.tune`` in th
 The candidates: every combination of the search space's values over the base request, each planned
 (``training.request.plan``: memory, and throughput from the published points or a stored measurement); those
 predicted not to fit are dropped, the rest ranked by predicted tokens/s per GPU, the top ``max_trials`` kept,
-plus one probe just past the predicted memory edge (the dropped candidate nearest to the limit). Where the trainer
-accumulates gradients (``contract.has_grad_accumulation``) each candidate keeps the base request's tokens per
-optimizer step through ``grad_accum_steps``, and a micro-batch that cannot divide them is left out.
+plus one probe just past the predicted memory edge (the dropped candidate nearest to the limit). Each candidate
+keeps the base request's tokens per optimizer step (its ``batch_size`` x ``grad_accum_steps`` x ``seq_length``)
+through its own ``grad_accum_steps``: a micro-batch that cannot divide them is left out, with the reason (give the
+request the global batch to split: ``batch_size`` 32, or 8 with ``grad_accum_steps`` 4).
 
 The cost: one job start-up plus each trial's start-up, warm-up and timed steps at the predicted step time and its
 one checkpoint save, plus the convergence runs; ``max_cost_usd`` keeps the top trials that fit in it and bounds
@@ -118,7 +119,7 @@ def default_space(instance_type: str) -> dict[str, tuple[Any, ...]]:
     gpu = contract.GPU_INSTANCE_TYPES[instance_type]
     return {
         "batch_size": DEFAULT_BATCH_SIZES,
-        "activation_checkpointing": (False, True),
+        "activation_checkpointing": contract.AC_MODES,
         "precision": tuple(p for p in DEFAULT_PRECISIONS if gpu.supports(p)),
     }
 
@@ -260,9 +261,8 @@ class Candidate:
         return self.plan.timing.tokens_per_sec_per_gpu
 
     def step_seconds(self) -> float:
-        """Predicted seconds of one optimizer step (every micro-batch of it)."""
-        accumulation = int(self.overrides.get(contract.GRAD_ACCUM_SETTING, 1))
-        return self.plan.timing.step_seconds * accumulation
+        """Predicted seconds of one optimizer step (every micro-batch of it: the plan counts the accumulation)."""
+        return self.plan.timing.step_seconds
 
     def trial(self) -> dict[str, Any]:
         return {**self.overrides, **({contract.TRIAL_PROBE: True} if self.probe else {})}
@@ -283,17 +283,15 @@ def with_settings(request: Mapping[str, Any], overrides: Mapping[str, Any]) -> d
 
 
 def _keep_tokens_per_step(values: Mapping[str, Any], overrides: dict[str, Any]) -> str | None:
-    """Set ``grad_accum_steps`` so that the candidate trains the base request's tokens per optimizer step (only
-    where the trainer accumulates); the reason when its micro-batch cannot."""
-    if not contract.has_grad_accumulation():
-        return None
+    """Set ``grad_accum_steps`` so that the candidate trains the base request's tokens per optimizer step; the
+    reason when its micro-batch cannot."""
     tokens = values["batch_size"] * int(values.get(contract.GRAD_ACCUM_SETTING) or 1) * values["seq_length"]
     batch = overrides.get("batch_size", values["batch_size"])
     seq = overrides.get("seq_length", values["seq_length"])
     if tokens % (batch * seq):
         return (
-            f"batch_size {batch} x seq_length {seq} does not divide the base request's {tokens} tokens per "
-            "optimizer step per GPU"
+            f"batch_size {batch} x seq_length {seq} does not divide the request's {tokens} tokens per optimizer "
+            "step per GPU (batch_size x grad_accum_steps x seq_length; give it the global batch to split)"
         )
     overrides[contract.GRAD_ACCUM_SETTING] = tokens // (batch * seq)
     return None
@@ -329,9 +327,10 @@ def candidates(
     combinations = list(itertools.product(*(space[name] for name in names)))
     for combination in combinations:
         overrides = dict(zip(names, combination, strict=True))
+        asked = _describe(overrides)
         reason = _keep_tokens_per_step(values, overrides)
         if reason is not None:
-            refused.append(f"{_describe(overrides)}: {reason}")
+            refused.append(f"{asked}: {reason}")
             continue
         try:
             planned = plan.make_plan(
@@ -341,7 +340,7 @@ def candidates(
                 architecture=architecture,
             )
         except contract.ContractError as err:
-            refused.append(f"{_describe(overrides)}: {err}")
+            refused.append(f"{asked}: {err}")
             continue
         (fitting if planned.memory.fits else not_fitting).append(Candidate(overrides, planned))
     fitting.sort(key=lambda c: (-c.tokens_per_sec, c.plan.memory.peak_gib))

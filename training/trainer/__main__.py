@@ -35,7 +35,7 @@ from training.trainer import config, loop, parallel, precision, preflight, refus
 def main(argv: list[str] | None = None) -> int:
     cfg, check_only = config.parse_args(argv)
     try:
-        precision.check_this_machine(cfg.precision)
+        precision.check_run(cfg)
         notes = preflight.check(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     except contract.ContractError as err:
         return refusal.refuse(f"invalid setting {err}")

@@ -34,6 +34,7 @@ first; set-aside, incomplete and other folders are never touched.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -250,24 +251,77 @@ class CheckpointManager:
         self.touched_model = False
         self.loaded: Path | None = None  # the checkpoint load_latest restored, if any
         self._ours: set[str] = set()  # the checkpoints this run loaded or wrote: the only ones pruning counts
+        self._async_group: dist.ProcessGroup | None = None  # made by the first background save (a collective)
+        self._pending: tuple[int, Path, Path, Any] | None = (
+            None  # (step, final, tmp, future) of a background save
+        )
 
     @property
     def skipped(self) -> list[tuple[str, str]]:
         """(folder, reason) of every folder ``load_latest`` did not load: set aside or failed, then incomplete."""
         return [*self.set_aside, *self.incomplete]
 
-    def save(self, step: int, model, optimizer, trainer_state: dict[str, Any]) -> Path:
+    def save(
+        self, step: int, model, optimizer, trainer_state: dict[str, Any], background: bool = False
+    ) -> Path:
         """Write a fresh ``step_XXXXXXXX.tmp`` (a free name: never an existing folder), then (after a barrier) hash
         it and have each node's local rank 0 seal and rename it (each node's ``/opt/ml/checkpoints`` is its own
-        disk, synced to the same S3 prefix), then prune."""
+        disk, synced to the same S3 prefix), then prune. Returns the sealed folder.
+
+        ``background`` (``async_checkpoint``): DCP's ``async_save`` copies the model and optimizer state to host
+        memory and returns; a thread writes the files (over a gloo group of its own, so the main thread's
+        collectives never interleave with its), and the folder is sealed by ``seal_pending`` once every rank's
+        write has finished (the loop asks at each step boundary). Returns the ``.tmp`` folder being written. The
+        files, their checksums and the ``COMPLETE`` rules are those of a synchronous save."""
+        self.seal_pending()  # an earlier save still in flight is finished and sealed first
         final = self.root / self._free_name(step)
         tmp = final.with_name(final.name + _TMP)
         if self.node_leader:
             tmp.mkdir(parents=True)
         dist.barrier(group=self.cpu_group)
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
         torch.save({**trainer_state, "rng": rng_state(self.device)}, tmp / f"rank_{self.rank:05d}.pt")
+        if background:
+            if self._async_group is None:
+                self._async_group = dist.new_group(backend="gloo")
+            future = dcp.async_save(
+                {"model": model_sd, "optim": optim_sd},
+                checkpoint_id=str(tmp),
+                process_group=self._async_group,
+            )
+            self._pending = (step, final, tmp, future)
+            return tmp
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+        return self._seal(step, final, tmp)
+
+    @property
+    def pending(self) -> bool:
+        """Whether a background save is being written (or written and not sealed yet)."""
+        return self._pending is not None
+
+    def pending_written(self) -> bool | None:
+        """This rank's view: None without a background save, else whether its write has finished."""
+        return None if self._pending is None else self._pending[3].done()
+
+    def seal_pending(self) -> list[Path]:
+        """Wait for the background save (if any) on every rank, then seal it as ``save`` does (a collective);
+        the sealed folder, or nothing."""
+        if self._pending is None:
+            return []
+        step, final, tmp, future = self._pending
+        self._pending = None
+        future.result()  # a failed write raises here, as dcp.save would have
+        return [self._seal(step, final, tmp)]
+
+    def close(self) -> None:
+        """At the end of a run that failed: let a background write finish (never sealed: another rank may be
+        gone, so the folder stays an interrupted write, as the rules say)."""
+        if self._pending is not None:
+            future, self._pending = self._pending[3], None
+            with contextlib.suppress(Exception, CheckpointException):  # the run is failing already
+                future.result()
+
+    def _seal(self, step: int, final: Path, tmp: Path) -> Path:
         dist.barrier(group=self.cpu_group)
         digests = self._node_digests(tmp)
         self._ours.add(final.name)
@@ -624,7 +678,9 @@ class StopFlag:
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = True
 
-    def agreed(self) -> bool:
-        flag = torch.tensor([1 if self.received else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(flag.item())
+    def agreed(self, written: bool | None = None) -> tuple[bool, bool]:
+        """(whether any rank received SIGTERM, whether every rank's background save has been written); one
+        host-side all-reduce on the gloo group. ``written``: this rank's ``pending_written()``."""
+        flags = torch.tensor([1 if self.received else 0, 0 if written else 1], dtype=torch.int32)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(flags[0].item()), not bool(flags[1].item())

@@ -78,7 +78,7 @@ class TrainConfig:
     rope_original_max_position_embeddings: int | None
     seq_length: int
     batch_size: int
-    activation_checkpointing: bool
+    activation_checkpointing: str
     loss_chunk_tokens: int
     max_steps: int
     learning_rate: float
@@ -97,6 +97,16 @@ class TrainConfig:
     checkpoint_dir: str
     model_dir: str
     on_unusable_checkpoints: str
+    activation_checkpointing_interval: int = 1
+    grad_accum_steps: int = 1
+    compile: str = "auto"
+    attention_backend: str = "auto"
+    adamw_impl: str = "auto"
+    master_weights: bool = True
+    nvfp4_bf16_blocks: int = 1
+    gc_interval: int = 50
+    async_checkpoint: bool = True
+    expandable_segments: bool = True
     deterministic: bool = False
     data_dir: str | None = None
     tensorboard_dir: str | None = None

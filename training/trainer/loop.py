@@ -3,6 +3,7 @@ the validation loss, checkpoint, stop on SIGTERM, save the model."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -13,7 +14,22 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from training.request import contract
-from training.trainer import checkpoint, data, export_hf, metrics, model, parallel, precision, rotary, weights
+from training.trainer import (
+    activation_checkpoint,
+    attention,
+    checkpoint,
+    data,
+    export_hf,
+    levers,
+    metrics,
+    model,
+    parallel,
+    precision,
+    rotary,
+    weights,
+)
+from training.trainer import compile as compiling
+from training.trainer import loss as loss_module
 from training.trainer.config import TrainConfig
 from training.trainer.progress import Progress
 from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
@@ -26,23 +42,34 @@ def set_determinism(cfg: TrainConfig) -> None:
     torch.manual_seed(cfg.seed)
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # Transformer Engine picks deterministic attention kernels only when told (TE v2.11
+        # attention/dot_product_attention/dot_product_attention.py reads it)
+        os.environ.setdefault("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "0")
         torch.use_deterministic_algorithms(True)
 
 
 def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> model.Transformer:
-    """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): random, or the
-    ``init_from`` model's weights."""
+    """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): built on the meta
+    device, its blocks wrapped (activation checkpointing, then ``torch.compile``, then NVFP4's bf16 edge blocks)
+    before FSDP2 shards it, then given its values: random, or the ``init_from`` model's weights."""
+    use_te = plan.recipe is not None
     with plan.init_context():
         net = model.build_model(
             cfg.shape,
-            use_te=plan.recipe is not None,
-            activation_checkpointing=cfg.activation_checkpointing,
+            use_te=use_te,
             loss_chunk_tokens=cfg.loss_chunk_tokens,
             te_params_dtype=torch.bfloat16 if plan.quantized_init else torch.float32,
             position_encoding=cfg.position_encoding,
             rope_theta=cfg.rope_theta,
             rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()),
         )
+    activation_checkpoint.apply(
+        net.layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval, use_te=use_te
+    )
+    if compiling.resolve(cfg.compile, env.device, use_te):
+        compiling.apply(net.layers, loss_chunks=cfg.loss_chunk_tokens > 0)
+    if cfg.precision == "nvfp4":
+        plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
     weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from)
@@ -67,8 +94,9 @@ class _State:
 
 def _fresh_state(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> _State:
     net = build(cfg, env, plan)
-    optimizer = torch.optim.AdamW(
-        net.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
+    impl = levers.adamw_impl(cfg.adamw_impl, env.device)
+    optimizer = levers.build_optimizer(
+        net.parameters(), impl, cfg.learning_rate, cfg.weight_decay, master_weights=plan.quantized_init
     )
     warmup, _ = warmup_for(cfg.lr_warmup_steps, cfg.max_steps)
     state = _State(net, optimizer, Schedule(cfg.max_steps, warmup), None, plan.grad_scaler())  # type: ignore[arg-type]
@@ -181,12 +209,19 @@ def run(
     lines. ``final_save=False`` (the benchmark) skips the end-of-run checkpoint and model file. Returns the
     summary metrics (on every rank); an empty dict when the run was already complete."""
     set_determinism(cfg)
-    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    allocator = levers.configure_allocator(cfg.expandable_segments, env.device)
+    plan = precision.plan(
+        cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init, amax_reduction_group=env.mesh.get_group()
+    )
     say = emit if env.is_main else (lambda _line: None)
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
     settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
     say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
-    dataset = data.make_dataset(cfg, env.rank, env.world_size)
+    say(levers_line(cfg, env, plan, allocator))
+    # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
+    # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
+    step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
+    dataset = data.make_dataset(step_batch, env.rank, env.world_size)
     validation = data.make_validation(cfg, env.rank, env.world_size)
     shape = checkpoint.model_identity(cfg)
     manager = checkpoint.CheckpointManager(
@@ -198,17 +233,113 @@ def run(
         return {}
     val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
+    collector = levers.GarbageCollection(cfg.gc_interval)
+    attention_plan = attention.plan(cfg.attention_backend, env.device, cfg.deterministic)
     try:
-        summary = _train(cfg, env, plan, state, dataset, manager, val_batches, say, final_save, tracking)
+        with attention_plan.context():  # forward, recompute and validation all run the pinned kernel
+            summary = _train(
+                cfg, env, plan, state, dataset, manager, val_batches, say, final_save, tracking, collector
+            )
     except BaseException:
         tracking.close(failed=True)
         raise
+    finally:
+        collector.close()
+        manager.close()
     tracking.close()
     return summary
 
 
+def levers_line(
+    cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan, allocator: str
+) -> str:
+    """``levers key=value ...``: what each speed lever resolved to on this machine (``auto`` values included)."""
+    use_te = plan.recipe is not None
+    sm = torch.cuda.get_device_capability(env.device) if env.device.type == "cuda" else None
+    resolved: dict[str, Any] = {
+        "activation_checkpointing": cfg.activation_checkpointing,
+        "checkpointed_blocks": len(
+            activation_checkpoint.checkpointed_blocks(
+                cfg.num_layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval
+            )
+        ),
+        "grad_accum_steps": cfg.grad_accum_steps,
+        "tokens_per_optimizer_step": cfg.batch_size * cfg.seq_length * cfg.grad_accum_steps * env.world_size,
+        "compile": compiling.resolve(cfg.compile, env.device, use_te),
+        "adamw": levers.adamw_impl(cfg.adamw_impl, env.device),
+        "master_weights": "fp32" if plan.quantized_init else "none",
+        "allocator": allocator,
+        "gc": levers.GarbageCollection.describe_interval(cfg.gc_interval),
+        "async_checkpoint": cfg.async_checkpoint,
+    }
+    if use_te:
+        resolved["recipe"] = type(plan.recipe).__name__
+        resolved["attention"] = "transformer_engine (its choice is logged after step 1)"
+        if cfg.precision == "fp8":
+            resolved["fp8_recipe"] = contract.fp8_recipe_for(cfg.fp8_recipe, sm)
+        if cfg.precision == "nvfp4":
+            resolved["bf16_blocks"] = cfg.nvfp4_bf16_blocks
+    else:
+        heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
+        attention_plan = attention.plan(cfg.attention_backend, env.device, cfg.deterministic)
+        resolved["attention"] = attention_plan.in_effect(
+            1, heads, cfg.seq_length, head_dim, plan.dtype, env.device
+        )
+        resolved["attention_priority"] = ",".join(attention_plan.order or ["torch_default"])
+    return "levers " + " ".join(f"{key}={contract._fmt_config(value)}" for key, value in resolved.items())
+
+
+def _micro_batches(
+    dataset: Any, count: int, device: torch.device
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[float]]:
+    """One optimizer step's batch cut into ``count`` micro-batches on ``device``, and each one's share of the
+    step's loss (its targets that count, over the step's, counted on the host before the copy: no device sync)."""
+    tokens, targets = dataset.next_batch()
+    pieces = list(zip(tokens.chunk(count), targets.chunk(count), strict=True))
+    counted = [int((t != loss_module.IGNORE_INDEX).sum()) for _, t in pieces]
+    total = max(sum(counted), 1)
+    on_device = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in pieces]
+    return on_device, [c / total for c in counted]
+
+
+def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, shares: list[float], params: list,
+               max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Forward and backward of every micro-batch (gradients reduced only on the last: FSDP2's
+    ``set_requires_gradient_sync``), each loss weighted by its share of the step's tokens, then clip and step.
+    Returns the step's loss and gradient norm as device tensors (nothing here waits on the device)."""
+    step_loss = torch.zeros((), device=micro[0][0].device)
+    last = len(micro) - 1
+    for index, ((tokens, targets), share) in enumerate(zip(micro, shares, strict=True)):
+        if last:
+            net.set_requires_gradient_sync(index == last)
+        with plan.autocast():
+            loss = net(tokens, targets) * share if last else net(tokens, targets)
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        step_loss += loss.detach().float()
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return step_loss, grad_norm
+
+
 def _train(
-    cfg, env, plan, state: _State, dataset, manager, val_batches, say, final_save, tracking: Tracking
+    cfg,
+    env,
+    plan,
+    state: _State,
+    dataset,
+    manager,
+    val_batches,
+    say,
+    final_save,
+    tracking: Tracking,
+    collector,
 ) -> dict[str, Any]:
     """The step loop from ``state.step`` to ``cfg.max_steps`` (or SIGTERM), then the final save and summary."""
     warmup = cfg.throughput_warmup_steps
@@ -216,7 +347,7 @@ def _train(
         warmup = max(0, cfg.max_steps - state.step - 1)
         say(f"note: throughput_warmup_steps={cfg.throughput_warmup_steps} is not below the {cfg.max_steps - state.step} "
             f"steps this run trains; leaving out {warmup} warm-up steps from the throughput instead")  # fmt: skip
-    tokens_per_step = cfg.batch_size * cfg.seq_length
+    tokens_per_step = cfg.batch_size * cfg.seq_length * cfg.grad_accum_steps  # per GPU and optimizer step
     meter = metrics.Throughput(cfg.shape, cfg.seq_length, tokens_per_step, warmup, env.device, cfg.precision)
     progress = Progress(state.step, cfg.max_steps, env.world_size)
     stop = checkpoint.StopFlag(env.cpu_group)
@@ -224,13 +355,20 @@ def _train(
     params = [p for p in net.parameters() if p.requires_grad]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     last_saved, stopped, val_loss = state.step, False, None
+    te_attention_unlogged = plan.recipe is not None
 
     def save() -> None:
         trainer_state = {"step": state.step, "data": dataset.state_dict(), "scheduler": scheduler.state_dict(),
                          "schedule": state.schedule.state_dict()}  # fmt: skip
         if scaler is not None:
             trainer_state["scaler"] = scaler.state_dict()
-        say(f"checkpoint saved to {manager.save(state.step, net, optimizer, trainer_state)}")
+        started = manager.save(state.step, net, optimizer, trainer_state, background=cfg.async_checkpoint)
+        say(f"checkpoint {'started' if manager.pending else 'saved'}: {started}" if cfg.async_checkpoint
+            else f"checkpoint saved to {started}")  # fmt: skip
+
+    def sealed(paths: list) -> None:
+        for path in paths:
+            say(f"checkpoint saved to {path}")
 
     def validate() -> float:
         loss = evaluate(net, val_batches, env, plan)
@@ -240,28 +378,18 @@ def _train(
 
     meter.start()
     while state.step < cfg.max_steps:
-        tokens, targets = dataset.next_batch()
-        tokens = tokens.to(env.device, non_blocking=True)
-        targets = targets.to(env.device, non_blocking=True)
         lr = scheduler.get_last_lr()[0]
-        with plan.autocast():
-            loss = net(tokens, targets)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-            optimizer.step()
+        micro, shares = _micro_batches(dataset, cfg.grad_accum_steps, env.device)
+        loss, grad_norm = train_step(net, optimizer, scaler, plan, micro, shares, params, max_norm)
         scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
         state.step += 1
         meter.step_done()
         progress.add(loss)
+        collector.step(state.step)
         step = state.step
+        if te_attention_unlogged:
+            say(f"attention (Transformer Engine, after the first step): {attention.te_backend()}")
+            te_attention_unlogged = False
 
         if step % cfg.log_interval == 0 or step == cfg.max_steps:
             line = {
@@ -283,9 +411,13 @@ def _train(
             val_loss = validate()
             meter.reset_interval()
 
-        stopped = stop.agreed()
+        stopped, written = stop.agreed(manager.pending_written())
+        if written:
+            sealed(manager.seal_pending())
         if stopped or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0):
             save()
+            if stopped:  # SIGTERM: the checkpoint is sealed and verified before the process ends
+                sealed(manager.seal_pending())
             last_saved = step
             meter.reset_interval()
         if stopped:
@@ -299,10 +431,12 @@ def _train(
     if not stopped and final_save:
         if last_saved != state.step:
             save()
+        sealed(manager.seal_pending())
         saved = _save_model(cfg, env, state)
         if saved is not None:
             say(f"model saved to {saved}")
             say(export_hf.export_after_training(saved, cfg))
+    sealed(manager.seal_pending())  # a save still in flight is waited for and sealed before the summary
     stop.close()
     summary = {
         "steps": state.step,

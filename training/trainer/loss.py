@@ -52,6 +52,48 @@ def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return logits.float() if logits.dtype != torch.float32 else logits
 
 
+def chunk_forward(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, keep_softmax: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One chunk's forward body: each token's fp32 log-sum-exp and target logit, and (``keep_softmax``) the
+    chunk's softmax. ``compile.apply`` may replace it with its compiled version (``set_chunk_functions``)."""
+    logits = _chunk_logits(hidden, weight)
+    target_logit = logits.gather(1, targets.clamp(min=0).unsqueeze(1)).squeeze(1)
+    row_max = logits.amax(dim=1, keepdim=True)
+    exp = logits.sub_(row_max).exp_()
+    row_sum = exp.sum(dim=1)
+    lse = row_sum.log().add_(row_max.squeeze(1))
+    return lse, target_logit, exp.div_(row_sum.unsqueeze(1)) if keep_softmax else None
+
+
+def chunk_gradient(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    log_sum_exp: torch.Tensor,
+    row_scale: torch.Tensor,
+    softmax: torch.Tensor | None,
+) -> torch.Tensor:
+    """One chunk's d loss / d logits in the compute dtype: (softmax - one_hot(target)) x ``row_scale``, the softmax
+    recomputed from the saved log-sum-exp unless given."""
+    grad_logits = softmax
+    if grad_logits is None:
+        grad_logits = _chunk_logits(hidden, weight)
+        grad_logits.sub_(log_sum_exp.unsqueeze(1)).exp_()
+    target = targets.clamp(min=0).unsqueeze(1)
+    grad_logits.scatter_add_(1, target, torch.full_like(target, -1, dtype=grad_logits.dtype))
+    grad_logits.mul_(row_scale.unsqueeze(1))
+    return grad_logits.to(hidden.dtype)
+
+
+_CHUNK_FUNCTIONS: dict[str, Any] = {"forward": chunk_forward, "gradient": chunk_gradient}
+
+
+def set_chunk_functions(forward: Any, gradient: Any) -> None:
+    """The per-chunk bodies the chunked loss calls (``chunk_forward``/``chunk_gradient`` or compiled versions)."""
+    _CHUNK_FUNCTIONS.update(forward=forward, gradient=gradient)
+
+
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """``linear_cross_entropy`` for ``chunk_tokens`` > 0 (see the module docstring)."""
 
@@ -64,21 +106,18 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         valid = targets != IGNORE_INDEX
         starts = range(0, tokens, chunk_tokens)
+        forward = _CHUNK_FUNCTIONS["forward"]
         for start in starts:
             end = min(start + chunk_tokens, tokens)
-            logits = _chunk_logits(hidden[start:end], weight)
-            target_logit = logits.gather(1, targets[start:end].clamp(min=0).unsqueeze(1)).squeeze(1)
-            row_max = logits.amax(dim=1, keepdim=True)
-            exp = logits.sub_(row_max).exp_()
-            row_sum = exp.sum(dim=1)
-            lse = row_sum.log().add_(row_max.squeeze(1))
+            # The last chunk's softmax is what backward starts from: kept, not recomputed. It is alive only
+            # until backward has used it, when the activations are alive anyway (same peak as recomputing).
+            keep = start == starts[-1] and any(ctx.needs_input_grad[:2])
+            lse, target_logit, softmax = forward(hidden[start:end], weight, targets[start:end], keep)
             log_sum_exp[start:end] = lse
             total += ((lse - target_logit) * valid[start:end]).sum()
-            if start == starts[-1] and any(ctx.needs_input_grad[:2]):
-                # The last chunk's softmax is what backward starts from: kept, not recomputed. It is alive only
-                # until backward has used it, when the activations are alive anyway (same peak as recomputing).
-                ctx.last_softmax = exp.div_(row_sum.unsqueeze(1))
-            del logits, exp
+            if keep:
+                ctx.last_softmax = softmax
+            del softmax
         count = valid.sum()
         ctx.chunk_tokens = chunk_tokens
         ctx.save_for_backward(hidden, weight, targets, log_sum_exp, count)
@@ -97,18 +136,21 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         # d loss / d logit = (softmax - one_hot(target)) * grad_loss / count, zero for ignored tokens.
         row_scale = (targets != IGNORE_INDEX) * (grad_loss.float() / count)
         tokens, chunk = hidden.shape[0], ctx.chunk_tokens
+        gradient = _CHUNK_FUNCTIONS["gradient"]
         for start in reversed(range(0, tokens, chunk)):  # the last chunk first: its softmax was kept
             end = min(start + chunk, tokens)
-            grad_logits = getattr(ctx, "last_softmax", None)
-            if grad_logits is None:
-                grad_logits = _chunk_logits(hidden[start:end], weight)
-                grad_logits.sub_(log_sum_exp[start:end].unsqueeze(1)).exp_()
-            else:
+            softmax = getattr(ctx, "last_softmax", None)
+            if softmax is not None:
                 del ctx.last_softmax
-            target = targets[start:end].clamp(min=0).unsqueeze(1)
-            grad_logits.scatter_add_(1, target, torch.full_like(target, -1, dtype=grad_logits.dtype))
-            grad_logits.mul_(row_scale[start:end].unsqueeze(1))
-            grad_logits = grad_logits.to(hidden.dtype)
+            grad_logits = gradient(
+                hidden[start:end],
+                weight,
+                targets[start:end],
+                log_sum_exp[start:end],
+                row_scale[start:end],
+                softmax,
+            )
+            del softmax
             if grad_hidden is not None:
                 torch.mm(grad_logits, weight, out=grad_hidden[start:end])
             if need_weight and grad_weight is None:

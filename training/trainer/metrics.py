@@ -9,9 +9,11 @@ L layers, H hidden size, S sequence length: the second term is attention's QK^T 
 multiply-adds per token per layer, x3 for training), counted in full although the causal mask skips about half.
 
 MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (contract.PEAK_TFLOPS);
-left out (not printed as 0) on a CPU or an unknown GPU, which have no peak to divide by. A low-precision run is counted against its own precision's peak (fp8 and mxfp8
-against the FP8 peak, nvfp4 against the FP4 peak), so its MFU is comparable across precisions only as "share of
-what that format can do": the same TFLOP/s gives an fp8 run half the MFU of a bf16 run.
+left out (not printed as 0) on a CPU or an unknown GPU, which have no peak to divide by. A low-precision run is
+counted against its own precision's peak (fp8 and mxfp8 against the FP8 peak, nvfp4 against the FP4 peak), so its
+MFU is comparable across precisions only as "share of what that format can do": the same TFLOP/s gives an fp8 run
+half the MFU of a bf16 run. So low-precision runs also report ``mfu_bf16``: the same TFLOP/s against the GPU's bf16
+peak (the bf16-equivalent MFU, comparable with a bf16 run's MFU).
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class Throughput:
         self.tokens_per_step, self.warmup_steps, self.device = tokens_per_step, warmup_steps, device
         self.flops_per_token = contract.flops_per_token(shape, seq_length)
         self.peak = peak_tflops(device, precision)
+        self.bf16_peak = peak_tflops(device, "bf16") if precision in contract.TE_PRECISIONS else None
         self.interval_start = 0.0
         self.steps_done = self.interval_steps = self.measured_steps = 0
         self.measured_seconds = 0.0
@@ -145,4 +148,6 @@ class Throughput:
         out = {"tokens_per_sec": tokens_per_sec, "tflops_per_gpu": tflops}
         if self.peak:
             out["mfu"] = tflops / self.peak
+        if self.bf16_peak:
+            out["mfu_bf16"] = tflops / self.bf16_peak
         return out

@@ -25,12 +25,10 @@ seed and the parameter's name), after FSDP2 has sharded the meta-device model.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from training.request.contract import NORM_EPS, POSITION_ENCODINGS, ModelShape
 from training.trainer.loss import linear_cross_entropy
@@ -116,7 +114,6 @@ class Transformer(nn.Module):
         self,
         shape: ModelShape,
         blocks: list[nn.Module],
-        activation_checkpointing: bool = False,
         rope: Rope | None = None,
         loss_chunk_tokens: int = 0,
     ):
@@ -131,18 +128,13 @@ class Transformer(nn.Module):
         self.head = (
             None if shape.tie_embeddings else nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
         )
-        self.activation_checkpointing = activation_checkpointing
-        self.checkpoint_fn: Callable = _torch_checkpoint
 
     def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
         """The last block's output (before the final norm) for ``tokens`` (``[batch, seq]``)."""
         x = self.embed(tokens)
         kwargs = {} if self.rope is None else {"rotary_pos_emb": self.rope(tokens.size(1), tokens.device)}
-        for layer in self.layers:
-            if self.activation_checkpointing and self.training:
-                x = self.checkpoint_fn(layer, x, **kwargs)
-            else:
-                x = layer(x, **kwargs)
+        for layer in self.layers:  # activation checkpointing and compile wrap a block's forward in place
+            x = layer(x, **kwargs)
         return x
 
     @property
@@ -161,22 +153,10 @@ class Transformer(nn.Module):
         return self.norm(self.hidden_states(tokens)) @ self.head_weight.T
 
 
-def _torch_checkpoint(layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
-    return checkpoint(layer, x, use_reentrant=False, **kwargs)
-
-
-def _te_checkpoint(layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
-    # te.distributed.checkpoint keeps FP8 scaling state consistent between the forward and the recompute; other
-    # keyword arguments (rotary_pos_emb) reach the layer (transformer_engine/pytorch/distributed.py at v2.11).
-    te = importlib.import_module("transformer_engine.pytorch")
-    return te.distributed.checkpoint(layer, x, use_reentrant=False, **kwargs)
-
-
 def build_model(
     shape: ModelShape,
     *,
     use_te: bool,
-    activation_checkpointing: bool,
     te_params_dtype: torch.dtype,
     position_encoding: str = "rope",
     rope_theta: float = 10000.0,
@@ -185,7 +165,8 @@ def build_model(
 ) -> Transformer:
     """Build the model on the meta device (no memory until FSDP2 has sharded it; then
     ``parallel.shard_model`` materializes each rank's shard and ``weights.initialize`` fills it).
-    ``loss_chunk_tokens``: the contract's setting (0: the LM head and loss unchunked).
+    ``loss_chunk_tokens``: the contract's setting (0: the LM head and loss unchunked). Activation checkpointing
+    and ``torch.compile`` are applied to the blocks afterwards (``activation_checkpoint``, ``compile``).
     ``position_encoding`` is ``rope`` (rotary embeddings with base ``rope_theta`` and ``rope_scaling``) or
     ``none``.
     """
@@ -198,9 +179,5 @@ def build_model(
     else:
         blocks = [TorchBlock(shape) for _ in range(shape.num_layers)]
     with torch.device("meta"):
-        model = Transformer(
-            shape, blocks, activation_checkpointing, rope=rope, loss_chunk_tokens=loss_chunk_tokens
-        )
-    if use_te:
-        model.checkpoint_fn = _te_checkpoint
+        model = Transformer(shape, blocks, rope=rope, loss_chunk_tokens=loss_chunk_tokens)
     return model

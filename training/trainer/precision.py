@@ -17,7 +17,9 @@ Transformer Engine is imported lazily, only by the functions that need it, so ev
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -49,9 +51,16 @@ class RecipeSpec:
     formats: dict[str, str] = field(default_factory=dict)
 
 
-def recipe_spec(precision: str, fp8_recipe: str = "delayed") -> RecipeSpec | None:
-    """The TE recipe for ``precision`` (None for fp32/fp16/bf16, which run without TE)."""
+def recipe_spec(
+    precision: str, fp8_recipe: str = "auto", sm: tuple[int, int] | None = None
+) -> RecipeSpec | None:
+    """The TE recipe for ``precision`` (None for fp32/fp16/bf16, which run without TE); for fp8, ``fp8_recipe``
+    on a GPU of compute capability ``sm`` (``auto``: current scaling, MXFP8 on SM 10.x;
+    ``contract.fp8_recipe_for``)."""
     if precision == "fp8":
+        fp8_recipe = contract.fp8_recipe_for(fp8_recipe, sm)
+        if fp8_recipe == "mxfp8":
+            return RecipeSpec("MXFP8BlockScaling", {}, {"fp8_format": "E4M3"})
         if fp8_recipe == "delayed":
             return RecipeSpec(
                 "DelayedScaling",
@@ -151,16 +160,37 @@ class PrecisionPlan:
     dtype: torch.dtype
     recipe: Any
     quantized_init: bool
+    amax_reduction_group: Any = None
+    """The data-parallel group over which TE reduces amaxes (DelayedScaling's at the end of each autocast region;
+    ``quantization.py`` ``reduce_and_update_fp8_tensors`` at v2.11): the FSDP mesh's group, named explicitly so a
+    second mesh dimension never widens or narrows it by accident (None would mean the whole world)."""
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """Forward-pass context: ``te.autocast(recipe=...)`` for TE precisions, nothing otherwise.
+    def autocast(self, enabled: bool = True) -> contextlib.AbstractContextManager:
+        """Forward-pass context: ``te.autocast(recipe=..., amax_reduction_group=...)`` for TE precisions, nothing
+        otherwise (``enabled=False``: a region of a TE run in bf16).
 
         fp16/bf16 need no torch autocast: FSDP2's MixedPrecisionPolicy casts the parameters.
         """
         if self.recipe is None:
             return contextlib.nullcontext()
         te = importlib.import_module(TE_TORCH_MODULE)
-        return te.autocast(enabled=True, recipe=self.recipe)
+        return te.autocast(
+            enabled=enabled, recipe=self.recipe, amax_reduction_group=self.amax_reduction_group
+        )
+
+    def keep_edge_blocks_high_precision(self, layers: Sequence[torch.nn.Module], count: int) -> list[int]:
+        """Run the first and last ``count`` blocks outside quantization (``te.autocast(enabled=False)`` nested in
+        the step's region: TE restores the outer state on exit), as Megatron keeps NVFP4's first and last layers
+        in bf16. Returns their indices."""
+        edges = sorted({*range(count), *range(len(layers) - count, len(layers))}) if count else []
+        for index in edges:
+            block = layers[index]
+            block.forward = functools.partial(self._unquantized, block.forward)
+        return edges
+
+    def _unquantized(self, forward: Any, *args: Any, **kwargs: Any) -> Any:
+        with self.autocast(enabled=False):
+            return forward(*args, **kwargs)
 
     def init_context(self) -> contextlib.AbstractContextManager:
         """Model-construction context: ``te.quantized_model_init`` keeps primary weights quantized."""
@@ -179,8 +209,56 @@ class PrecisionPlan:
         return ShardedGradScaler(device="cuda" if torch.cuda.is_available() else "cpu")
 
 
-def plan(precision: str, fp8_recipe: str, quantized_model_init: bool) -> PrecisionPlan:
-    """Build the precision plan (constructs the TE recipe, importing TE, only for TE precisions)."""
-    spec = recipe_spec(precision, fp8_recipe)
+def plan(
+    precision: str,
+    fp8_recipe: str,
+    quantized_model_init: bool,
+    *,
+    sm: tuple[int, int] | None = None,
+    amax_reduction_group: Any = None,
+) -> PrecisionPlan:
+    """Build the precision plan (constructs the TE recipe, importing TE, only for TE precisions) for a GPU of
+    compute capability ``sm`` (None: this process's GPU 0, if any)."""
+    if sm is None and torch.cuda.is_available():
+        sm = torch.cuda.get_device_capability()
+    spec = recipe_spec(precision, fp8_recipe, sm)
     recipe = build_recipe(spec) if spec is not None else None
-    return PrecisionPlan(precision, compute_dtype(precision), recipe, quantized_model_init)
+    return PrecisionPlan(
+        precision, compute_dtype(precision), recipe, quantized_model_init, amax_reduction_group
+    )
+
+
+def nondeterministic_op(cfg: Any, capability: tuple[int, int] | None) -> str | None:
+    """The op of ``cfg``'s run that has no deterministic kernel on a CUDA GPU of ``capability``, or None (always
+    None on CPU). From torch 2.9's ``use_deterministic_algorithms`` documentation and its SDPA selection, and TE
+    v2.11's ``attention/dot_product_attention/utils.py`` (determinism filter)."""
+    if capability is None:
+        return None
+    if cfg.loss_chunk_tokens == 0:
+        return (
+            "loss_chunk_tokens=0: F.cross_entropy's aten::nll_loss forward on CUDA (torch documents it as raising "
+            "under deterministic algorithms); use the chunked loss (loss_chunk_tokens > 0)"
+        )
+    if not uses_te(cfg.precision) and cfg.attention_backend == "cudnn":
+        return (
+            "attention_backend=cudnn: aten::_scaled_dot_product_cudnn_attention's backward (torch: 'cuDNN SDPA is "
+            "not deterministic'); use attention_backend auto or flash"
+        )
+    if uses_te(cfg.precision) and capability[0] >= 10:
+        return (
+            f"precision={cfg.precision} on SM {capability[0]}.{capability[1]}: Transformer Engine's FusedAttention "
+            "(cuDNN) backward, which TE 2.11 disables for determinism on Blackwell (falling back to an unfused "
+            "attention that holds seq_length^2 scores per head)"
+        )
+    return None
+
+
+def check_run(cfg: Any) -> None:
+    """Everything about ``cfg`` this machine can refuse before any process starts: the precision's hardware
+    (``check_this_machine``) and ``deterministic=true`` with an op that has no deterministic kernel here."""
+    check_this_machine(cfg.precision)
+    capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    if cfg.deterministic:
+        op = nondeterministic_op(cfg, capability)
+        if op is not None:
+            raise contract.ContractError("deterministic", f"true cannot be honoured on this GPU: {op}")

@@ -169,9 +169,8 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
     best = report.winner(rows)
     comparisons = compare_runs(job, runs)
     notes = [
-        "tokens per optimizer step kept by grad_accum_steps" if contract.has_grad_accumulation() else
-        "tokens per optimizer step NOT kept: the trainer has no grad_accum_steps yet, so each candidate's "
-        "micro-batch changes them; the full-run projection trains the base request's tokens",
+        "every trial trains the base request's tokens per optimizer step (its grad_accum_steps makes up for its "
+        "micro-batch)",
         f"measured on {place.device} ({place.gpu or 'no GPU'}, world size {place.world_size}) for "
         f"{place.instance_count} x {place.instance_type}"
         + ("" if place.on_target else ": not the instance's GPUs, so no costs are projected"),

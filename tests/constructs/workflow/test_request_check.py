@@ -59,7 +59,7 @@ def test_empty_input_is_the_defaults(rules):
         "precision": "bf16",
         "batch_size": "1",
         "seq_length": "8192",
-        "activation_checkpointing": "false",
+        "activation_checkpointing": "none",
         **PLATFORM_HYPERPARAMETERS,
     }
 
@@ -129,11 +129,41 @@ def test_a_new_contract_setting_is_checked_with_no_other_edit(monkeypatch, rules
         ({"quantized_model_init": "true"}, "quantized_model_init", "works only with precision fp8 or mxfp8"),
         ({"num_heads": "512"}, "num_heads", "hidden_size / num_heads must be a multiple of 8"),
         ({"model_preset": "custom"}, "num_layers", "must be set when model_preset=custom"),
+        ({"grad_accum_steps": 0}, "grad_accum_steps", "an integer in [1, 65536]"),
+        (
+            {"activation_checkpointing_interval": 17},
+            "activation_checkpointing_interval",
+            "at most num_layers",
+        ),
+        ({"compile": "always"}, "compile", "one of auto, true, false"),
     ],
 )
 def test_the_trainers_cross_setting_rules(settings, field, words, rules):
     problem = one({"hyperparameters": settings}, rules)
     assert problem.startswith(f"hyperparameters.{field}: ") and words in problem
+
+
+def test_lever_refusals_that_need_the_top_level_precision(rules):
+    problem = one({"precision": "fp8", "instance_type": "ml.p5.48xlarge", "hyperparameters": {"compile": "true"}},
+                  rules)  # fmt: skip
+    assert problem.startswith("hyperparameters.compile: true cannot compile precision=fp8")
+    selective = one({"precision": "mxfp8", "activation_checkpointing": "selective"}, rules)
+    assert "activation_checkpointing: selective cannot run with precision=mxfp8" in selective
+    masters = one({"precision": "mxfp8", "hyperparameters": {"quantized_model_init": True, "master_weights": False}},
+                  rules)  # fmt: skip
+    assert masters.startswith("hyperparameters.master_weights: must be true with quantized_model_init")
+
+
+@pytest.mark.parametrize("value", [True, False, "none", "full", "selective"])
+def test_activation_checkpointing_takes_true_false_and_its_modes(value, rules):
+    prepared = prepare_request({"activation_checkpointing": value, "batch_size": 1}, rules)
+    expected = {True: "full", False: "none"}.get(value, value)
+    assert contract.parse_hyperparameters(prepared.hyperparameters)["activation_checkpointing"] == expected
+
+
+def test_an_unknown_activation_checkpointing_mode_is_refused_naming_the_field(rules):
+    problem = one({"activation_checkpointing": "partial"}, rules)
+    assert problem.startswith("activation_checkpointing: must be true, false or one of none, full, selective")
 
 
 def test_channel_dataset_needs_training_data_and_data_switches_it(rules):

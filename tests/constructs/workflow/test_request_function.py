@@ -80,13 +80,15 @@ def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
     """The tuning plan (candidates, cost, the job's hyperparameters) needs nothing beyond the asset either."""
     rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
     event = {
-        "input": {"tune": {"search_space": {"batch_size": [1, 2]}}},
+        "input": {"batch_size": 2, "tune": {"search_space": {"batch_size": [1, 2]}}},
         "rules": rules,
         "execution": "run-1",
     }
     result = _handler_from_the_asset(event, tmp_path)
     assert result["valid"] is True, result["cause"]
-    assert result["hyperparameters"]["tune_trials"] == "batch_size=2;batch_size=1"
+    assert result["hyperparameters"]["tune_trials"] == (
+        "batch_size=2,grad_accum_steps=1;batch_size=1,grad_accum_steps=2"
+    )
     assert result["tune"]["winner_key"] == "checkpoints/run-1/tune/winner.json"
 
 

@@ -1,0 +1,299 @@
+"""The speed levers change no number they must not: gradient accumulation against one larger batch, each
+activation checkpointing mode against none, compiled blocks against eager ones, async checkpoint saves against
+synchronous ones. One process (world size 1, FSDP2 on gloo) unless marked slow."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from training.trainer import (
+    activation_checkpoint,
+    attention,
+    checkpoint,
+    config,
+    levers,
+    loop,
+    model,
+    parallel,
+    precision,
+)
+from training.trainer import compile as compiling
+
+from .runner import TINY, losses, reference_settings, run_trainer, step_lines
+
+SETTINGS = {**TINY, "max_steps": "4", "learning_rate": "0.01"}
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
+    environment = parallel.init_distributed()
+    torch.use_deterministic_algorithms(True)
+    yield environment
+    torch.use_deterministic_algorithms(False)
+    compiling.reset()
+    dist.destroy_process_group()
+
+
+def fresh(cfg: config.TrainConfig, env: parallel.DistEnv):
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    torch.manual_seed(cfg.seed)
+    net = loop.build(cfg, env, plan)
+    optimizer = levers.build_optimizer(net.parameters(), "foreach", cfg.learning_rate, cfg.weight_decay)
+    return net, optimizer, plan
+
+
+def train(
+    cfg: config.TrainConfig,
+    env: parallel.DistEnv,
+    steps: int,
+    manager: checkpoint.CheckpointManager | None = None,
+    save_at: int | None = None,
+) -> tuple[list[float], model.Transformer]:
+    """``steps`` optimizer steps of ``loop.train_step`` on the synthetic data (one data batch per step, cut into
+    ``grad_accum_steps`` micro-batches, as ``loop.run`` does). With ``manager``: resumed from its newest checkpoint
+    (model, optimizer, data position) if it has one, and a checkpoint saved after step ``save_at``."""
+    from training.trainer import data
+
+    net, optimizer, plan = fresh(cfg, env)
+    dataset = data.make_dataset(
+        dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps), env.rank, env.world_size
+    )
+    done = 0
+    resumed = manager.load_latest(net, optimizer) if manager is not None else None
+    if resumed is not None:
+        dataset.load_state_dict(resumed["data"])
+        done = resumed["step"]
+    params = [p for p in net.parameters() if p.requires_grad]
+    out = []
+    for step in range(done + 1, done + steps + 1):
+        micro, shares = loop._micro_batches(dataset, cfg.grad_accum_steps, env.device)
+        loss, _ = loop.train_step(net, optimizer, None, plan, micro, shares, params, 1.0)
+        out.append(float(loss))
+        if manager is not None and step == save_at:
+            manager.save(step, net, optimizer, {"step": step, "data": dataset.state_dict()})
+    return out, net
+
+
+def full_state(net: model.Transformer) -> dict[str, torch.Tensor]:
+    return {name: p.full_tensor().detach().clone() for name, p in net.named_parameters()}
+
+
+def step_gradients(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, torch.Tensor]:
+    """The gradients ``loop.train_step`` has made when it calls the optimizer (which does nothing here)."""
+    from types import SimpleNamespace
+
+    from training.trainer import data
+
+    net, _, plan = fresh(cfg, env)
+    idle = SimpleNamespace(step=lambda: None, zero_grad=lambda set_to_none: None)
+    step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
+    micro, shares = loop._micro_batches(data.make_dataset(step_batch, 0, 1), cfg.grad_accum_steps, env.device)
+    loop.train_step(net, idle, None, plan, micro, shares, list(net.parameters()), float("inf"))
+    return {name: p.grad.full_tensor() for name, p in net.named_parameters()}
+
+
+def test_accumulating_micro_batches_equals_one_larger_batch_also_after_a_resume(env, tmp_path):
+    larger = config.config_from_mapping({**SETTINGS, "batch_size": "4"})
+    micro = config.config_from_mapping({**SETTINGS, "batch_size": "1", "grad_accum_steps": "4"})
+    one, four = step_gradients(larger, env), step_gradients(micro, env)
+    for name, grad in one.items():
+        torch.testing.assert_close(four[name], grad, rtol=1e-6, atol=1e-6)
+    # every optimizer step's loss, over a run resumed from a checkpoint in its middle (weights, AdamW state and the
+    # data position), equals the uninterrupted larger batch's. The weights after several AdamW steps differ by a
+    # few 1e-6 (AdamW divides the round-off of near-zero gradients by their own size): the slow end-to-end test
+    # compares them at 1e-5.
+    reference, _ = train(larger, env, 6)
+    first, _ = train(micro, env, 3, checkpoint.CheckpointManager(str(tmp_path), 2, env), save_at=3)
+    second, _ = train(micro, env, 3, checkpoint.CheckpointManager(str(tmp_path), 2, env))
+    assert first + second == pytest.approx(reference, rel=1e-6)
+    assert second != pytest.approx(first, rel=1e-3)  # it went on from step 3, not from the start
+
+
+@pytest.mark.parametrize(("mode", "interval"), [("full", 1), ("selective", 1), ("full", 2), ("selective", 2)])
+def test_each_activation_checkpointing_mode_gives_the_gradients_of_none(env, mode, interval):
+    def gradients(ac: str, every: int) -> dict[str, torch.Tensor]:
+        cfg = config.config_from_mapping(
+            {**SETTINGS, "num_layers": "3", "activation_checkpointing": ac,
+             "activation_checkpointing_interval": str(every)}
+        )  # fmt: skip
+        net, _, _ = fresh(cfg, env)
+        tokens = torch.randint(
+            0, cfg.vocab_size, (2, cfg.seq_length), generator=torch.Generator().manual_seed(5)
+        )
+        net(tokens, tokens.roll(-1, 1)).backward()
+        return {name: p.grad.full_tensor() for name, p in net.named_parameters()}
+
+    reference, checkpointed = gradients("none", 1), gradients(mode, interval)
+    assert checkpointed.keys() == reference.keys()
+    for name, grad in reference.items():
+        torch.testing.assert_close(checkpointed[name], grad, rtol=1e-6, atol=1e-7)
+
+
+def test_selective_keeps_matmul_and_attention_outputs_and_recomputes_the_rest():
+    saved = activation_checkpoint.save_ops()
+    assert torch.ops.aten.mm.default in saved
+    assert torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default in saved
+    assert torch.ops.aten.mul.Tensor not in saved
+    assert activation_checkpoint.checkpointed_blocks(7, "full", 3) == [0, 3, 6]
+    assert activation_checkpoint.checkpointed_blocks(7, "none", 1) == []
+
+
+def test_the_attention_kernel_is_pinned_per_gpu_generation_and_the_one_in_effect_is_probed():
+    assert attention.priority("auto", (10, 0)) == ["cudnn", "flash", "efficient", "math"]  # Blackwell
+    assert attention.priority("auto", (9, 0), deterministic=True) == ["flash", "efficient", "math"]
+    assert (
+        attention.priority("auto", (8, 0))
+        == attention.priority("auto", (8, 6), True)
+        == ["flash", "efficient", "math"]
+    )
+    assert attention.priority("auto", None) is None  # CPU: torch's own choice
+    assert attention.priority("cudnn", (9, 0)) == ["cudnn", "math"] and attention.priority("math", None) == [
+        "math"
+    ]
+    cpu = torch.device("cpu")
+    probe = (1, 4, 32, 16, torch.float32, cpu)
+    assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel
+    assert attention.plan("math", cpu).in_effect(*probe) == "math"  # sdpa_kernel(set_priority=True) applied
+    with attention.plan("math", cpu).context():
+        assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled()  # restored on exit
+
+
+def test_the_levers_line_says_what_each_lever_resolved_to_here(env):
+    cfg = config.config_from_mapping({**SETTINGS, "grad_accum_steps": "2", "activation_checkpointing": "full",
+                                      "activation_checkpointing_interval": "2", "attention_backend": "math"})  # fmt: skip
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    line = loop.levers_line(cfg, env, plan, levers.configure_allocator(True, env.device))
+    fields = dict(item.split("=", 1) for item in line.split()[1:])
+    assert line.startswith("levers ") and fields == {
+        "activation_checkpointing": "full", "checkpointed_blocks": "1", "grad_accum_steps": "2",
+        "tokens_per_optimizer_step": str(2 * cfg.batch_size * cfg.seq_length), "compile": "false",
+        "adamw": "foreach", "master_weights": "none", "allocator": "n/a_(cpu)", "gc": "every_50_steps",
+        "async_checkpoint": "true", "attention": "math", "attention_priority": "math",
+    }  # fmt: skip
+    assert compiling.resolve("auto", torch.device("cuda"), use_te=False)  # a GPU compiles by default ...
+    assert not compiling.resolve("auto", torch.device("cuda"), use_te=True)  # ... but not TE's layers
+    assert levers.adamw_impl("auto", torch.device("cuda")) == "fused"
+
+
+def test_the_garbage_collector_runs_on_schedule_and_is_given_back(monkeypatch):
+    import gc
+
+    collected = []
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collected.append(generation) or 0)
+    collector = levers.GarbageCollection(3)
+    try:
+        assert not gc.isenabled() and collected == [1]  # off, after one collection at start
+        for step in range(1, 8):
+            collector.step(step)
+        assert collected == [1, 1, 1]  # steps 3 and 6
+    finally:
+        collector.close()
+    assert gc.isenabled()
+    levers.GarbageCollection(0).close()
+    assert gc.isenabled() and collected == [1, 1, 1]  # 0: Python's own, untouched
+
+
+def test_a_failed_compile_runs_eagerly_with_one_warning(capsys):
+    compiling.reset()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler\nmore detail")
+
+    calls = compiling.guarded(broken, lambda x: x + 1)
+    assert calls(1) == 2 and calls(2) == 3
+    err = capsys.readouterr().err
+    assert err.count("warning: torch.compile failed (RuntimeError: no C++ compiler); running eagerly") == 1
+    compiling.reset()
+
+
+@pytest.mark.slow
+def test_compiled_blocks_and_loss_chunks_train_like_eager_ones(env):
+    base = {**SETTINGS, "loss_chunk_tokens": "48"}
+    eager, _ = train(config.config_from_mapping({**base, "compile": "false"}), env, 3)
+    compiled, _ = train(config.config_from_mapping({**base, "compile": "true"}), env, 3)
+    assert compiling.failure() is None
+    assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file but DCP's ``.metadata`` (it records a fresh save id each time) and the marker."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+        if p.name not in (".metadata", checkpoint.MARKER)
+    }
+
+
+def test_an_async_save_writes_the_files_a_synchronous_one_does(env, tmp_path):
+    cfg = config.config_from_mapping(SETTINGS)
+    _, net = train(cfg, env, 2)
+    optimizer = levers.build_optimizer(net.parameters(), "foreach", cfg.learning_rate, cfg.weight_decay)
+    state = {"step": 2}
+    folders = {}
+    for name, background in (("sync", False), ("async", True)):
+        manager = checkpoint.CheckpointManager(str(tmp_path / name), 3, env)
+        torch.manual_seed(0)  # the RNG state each rank file records
+        started = manager.save(2, net, optimizer, state, background=background)
+        assert manager.pending == background
+        if background:  # training goes on while the files are written: the save holds its own copy
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.add_(1.0)
+            started = manager.seal_pending()[0]
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.sub_(1.0)
+        folders[name] = started
+        assert checkpoint.size_problem(started) is None
+    assert folders["async"].name == folders["sync"].name == "step_00000002"
+    assert digests(folders["async"]) == digests(folders["sync"])
+    assert sorted(p.name for p in folders["async"].iterdir()) == sorted(
+        p.name for p in folders["sync"].iterdir()
+    )
+
+
+@pytest.mark.slow
+def test_accumulation_resumed_mid_run_and_async_saves_after_sigterm_match_the_reference(reference, tmp_path):
+    """The session's reference is batch 4 per rank; 2 micro-batches of 2 give its losses and (after 12 AdamW
+    steps) its weights within 1e-5, and a resume from step 6 of that run continues it bit for bit."""
+    ref_dir, _ = reference
+    accumulated = run_trainer(reference_settings(tmp_path, "acc", batch_size="2", grad_accum_steps="2"))
+    assert "grad_accum_steps=2" in accumulated
+    weights = torch.load(tmp_path / "model_acc" / "model.pt", weights_only=False)["state_dict"]
+    uninterrupted = torch.load(ref_dir / "model_ref" / "model.pt", weights_only=False)["state_dict"]
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, uninterrupted[name], rtol=1e-5, atol=1e-5)
+    (tmp_path / "ckpt_resumed").mkdir()
+    shutil.copytree(tmp_path / "ckpt_acc" / "step_00000006", tmp_path / "ckpt_resumed" / "step_00000006")
+    resumed = run_trainer(reference_settings(tmp_path, "resumed", batch_size="2", grad_accum_steps="2"))
+    assert "at step 6" in resumed and sorted(step_lines(resumed)) == list(range(7, 13))
+    assert losses(resumed) == {s: v for s, v in losses(accumulated).items() if s > 6}
+    again = torch.load(tmp_path / "model_resumed" / "model.pt", weights_only=False)["state_dict"]
+    assert all(torch.equal(again[name], tensor) for name, tensor in weights.items())
+
+
+@pytest.mark.slow
+def test_sigterm_during_async_saves_ends_sealed_and_the_resume_continues_bit_for_bit(reference, tmp_path):
+    from .test_distributed import run_until_sigterm
+
+    _, ref_output = reference
+    cfg = reference_settings(tmp_path, "term", checkpoint_interval="2")  # async_checkpoint is the default
+    first = run_until_sigterm(cfg, after_step_seen=3)
+    assert "stopping at step" in first, first
+    stopped_at = max(step_lines(first))
+    assert max(step for step, _ in checkpoint.complete_checkpoints(cfg["checkpoint_dir"])) == stopped_at
+    assert not list(Path(cfg["checkpoint_dir"]).glob("*.tmp"))
+    second = run_trainer(cfg)
+    assert f"at step {stopped_at}" in second
+    assert losses(second) == {s: v for s, v in losses(ref_output).items() if s > stopped_at}
