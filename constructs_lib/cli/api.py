@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from constructs_lib.cli.curves import RunCurve, curve_of
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
+from constructs_lib.cli.evaluation import with_later_evaluation
 from constructs_lib.cli.history import execution_jobs
 from constructs_lib.cli.job_logs import LogCursor
 from constructs_lib.cli.progress import Progress
@@ -176,9 +177,8 @@ class TrainingRuns(TuningOperations):
         from constructs_lib.workflow.request_check import decide
 
         try:
-            decided = decide(
-                {"input": dict(request), "rules": rules.to_json(), "execution": name}, s3=self.client("s3")
-            )
+            event = {"input": dict(request), "rules": rules.to_json(), "execution": name}
+            decided = decide(event, s3=self.client("s3"), sagemaker=self.client("sagemaker"))
         except ClientError:
             return []
         return [] if decided["valid"] else [decided["cause"]]
@@ -350,7 +350,9 @@ class TrainingRuns(TuningOperations):
         """:meth:`result` and :meth:`curve` of ``run`` from one read of the run and of each job's log lines."""
         current = self.run(run)
         launches = [(job, LogCursor(self.client("logs"), job.name).read()) for job in current.jobs]
-        return run_result(current, launches[-1][1] if launches else []), curve_of(current.name, launches)
+        training = [events for job, events in launches if job.kind == "training"]
+        result = with_later_evaluation(self, run_result(current, training[-1] if training else []))
+        return result, curve_of(current.name, launches)
 
     # ---- remote debugging ---------------------------------------------------------------------------------------
     def shell_command(self, run: str, host: int = 1) -> list[str]:
@@ -376,6 +378,21 @@ class TrainingRuns(TuningOperations):
         )
         return current
 
+    # ---- evaluation (constructs_lib.cli.evaluation) --------------------------------------------------------------
+    def evaluate(self, run: str, *, name: str | None = None, **options: Any) -> Run:
+        """Start an evaluation-only run of the finished run ``run``'s model (``options``: the ``evaluate`` block's
+        fields, e.g. ``tasks``, ``task_data_uri``, ``limit``), named ``name`` (default ``<run>-eval-<time>``)."""
+        from constructs_lib.cli.evaluation import evaluation_input, evaluation_name
+
+        current = self.run(run)
+        return self.submit(evaluation_input(current, options), name=name or evaluation_name(current.name))
+
+    def compare(self, runs: list[str]) -> list[dict[str, Any]]:
+        """Each run's precision, steps, final and validation loss and evaluation scores, side by side."""
+        from constructs_lib.cli.evaluation import compare_row
+
+        return [compare_row(self, name) for name in dict.fromkeys(runs)]
+
     def result(self, run: str) -> dict[str, Any]:
         """The run's summary: status, final metrics, artifact and checkpoint URIs, training and billable time, the
         cost estimate, the trainer's own summary line, and console links. ``restarted_from`` is
@@ -383,4 +400,4 @@ class TrainingRuns(TuningOperations):
         ``final:unusable_checkpoints`` metric, or its summary line), else None."""
         current = self.run(run)
         events = LogCursor(self.client("logs"), current.job.name).read() if current.job else []
-        return run_result(current, events)
+        return with_later_evaluation(self, run_result(current, events))

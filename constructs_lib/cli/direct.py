@@ -133,6 +133,11 @@ def direct_request(
         raise InvalidRequest([problem])
     # Every problem one line each (validate), then what the workflow reads from S3 (decide), as TrainingRuns.check.
     problems = validate(dict(request), rules)
+    if request.get("evaluate") is not None:  # the workflow's evaluation states have no direct counterpart
+        problems.append(
+            "evaluate: a direct run launches its training job only; submit it through the workflow to evaluate "
+            "after training, or evaluate it when it ends with `blackwell-training evaluate RUN`"
+        )
     decided: dict[str, Any] = {}
     if not problems:
         try:

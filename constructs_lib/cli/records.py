@@ -11,7 +11,7 @@ from typing import Any
 
 from constructs_lib._shared.console_links import run_links
 from constructs_lib.cli.progress import Progress
-from training.request.contract import estimate_cost_usd
+from training.request.contract import EVALUATE_ENTRY_POINT, PROGRAM_ENV, estimate_cost_usd
 
 JOB_ENDED = frozenset({"Completed", "Failed", "Stopped"})
 
@@ -46,6 +46,8 @@ class Job:
     warm_pool_status: str | None = None
     warm_pool_billable_seconds: int | None = None
     warm_pool_reused_by: str | None = None
+    kind: str = "training"
+    """``evaluation`` for an evaluation job (its ``Environment`` runs ``evaluate.sh``), else ``training``."""
 
     @classmethod
     def from_request(cls, request: Mapping[str, Any]) -> Job:
@@ -66,6 +68,9 @@ class Job:
         self.training_seconds = described.get("TrainingTimeInSeconds")
         self.billable_seconds = described.get("BillableTimeInSeconds")
         self.hyperparameters = dict(described.get("HyperParameters") or self.hyperparameters)
+        if "Environment" in described:
+            program = (described.get("Environment") or {}).get(PROGRAM_ENV)
+            self.kind = "evaluation" if program == EVALUATE_ENTRY_POINT else "training"
         self.model_artifacts = (described.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
         self.checkpoint_uri = (described.get("CheckpointConfig") or {}).get("S3Uri", self.checkpoint_uri)
         self.keep_alive_seconds = int(resources.get("KeepAlivePeriodInSeconds") or self.keep_alive_seconds)
@@ -139,7 +144,15 @@ class Run:
 
     @property
     def job(self) -> Job | None:
-        return self.jobs[-1] if self.jobs else None
+        """The last training job (None for an execution that only evaluated)."""
+        training = [job for job in self.jobs if job.kind == "training"]
+        return training[-1] if training else None
+
+    @property
+    def evaluation_job(self) -> Job | None:
+        """The last evaluation job, if the run has one."""
+        evaluations = [job for job in self.jobs if job.kind == "evaluation"]
+        return evaluations[-1] if evaluations else None
 
     @property
     def running(self) -> bool:
@@ -165,7 +178,8 @@ class Run:
     @property
     def links(self) -> dict[str, str]:
         execution = None if self.direct else self.arn
-        return console_links(self.region, execution, self.job.name if self.job else None)
+        job = self.job or self.evaluation_job
+        return console_links(self.region, execution, job.name if job else None)
 
     def as_dict(self) -> dict[str, Any]:
         job = self.job

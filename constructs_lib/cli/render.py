@@ -21,7 +21,8 @@ def print_problems(problems: Sequence[str], err: Any, json_out: Any) -> None:
 
 
 def status_line(snapshot: Snapshot) -> str:
-    run, job = snapshot.run, snapshot.run.job
+    run = snapshot.run
+    job = run.jobs[-1] if run.jobs else None  # the job running now: training, then its evaluation
     parts = [run.status]
     if job is None:
         parts.append("no training job yet")
@@ -29,9 +30,11 @@ def status_line(snapshot: Snapshot) -> str:
         secondary = (
             f"/{job.secondary_status}" if job.secondary_status and job.secondary_status != job.status else ""
         )
-        parts.append(f"job {job.name} {job.status}{secondary}")
-        if len(run.jobs) > 1:
-            parts.append(f"launch {len(run.jobs)}")
+        word = "evaluation job" if job.kind == "evaluation" else "job"
+        parts.append(f"{word} {job.name} {job.status}{secondary}")
+        launches = len([j for j in run.jobs if j.kind == job.kind])
+        if launches > 1:
+            parts.append(f"launch {launches}")
     parts.append(snapshot.progress.describe())
     return " | ".join(parts)
 
@@ -77,6 +80,7 @@ def print_result(out: Any, result: dict[str, Any], loss_sparkline: str = "") -> 
         rows.append(("loss so far", loss_sparkline))
     rows += [(f"trainer {k}", f"{v:.6g}") for k, v in trainer.items()]
     rows += _estimate_rows(result)
+    rows += evaluation_rows(result.get("evaluation"))
     rows += [(f"link {k}", v) for k, v in result["links"].items()]
     for key, value in rows:
         if value is not None:  # Text: a failure reason's "[/opt/ml/...]" is not rich markup
@@ -229,3 +233,56 @@ def print_tune_report(out: Any, report: dict[str, Any]) -> None:
     )
     if report.get("report_uri"):
         out.print(f"report: {report['report_uri']}", markup=False)
+
+
+def score_text(values: dict[str, float], field: str) -> str | None:
+    """``0.612 ± 0.011`` (the score and its standard error), or None when the task has no such score."""
+    if field not in values:
+        return None
+    error = values.get(f"{field}_stderr")
+    return f"{values[field]:.3f}" + (f" ± {error:.3f}" if error is not None else "")
+
+
+def evaluation_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The evaluation's job, the run it evaluated, and each task's acc and acc_norm against chance."""
+    from constructs_lib.cli.evaluation import chance
+
+    if not evaluation:
+        return []
+    evaluated = (evaluation.get("evaluated") or {}).get("run")
+    rows: list[tuple[str, Any]] = [
+        ("evaluation job", f"{evaluation['job']} ({evaluation.get('status')})"),
+        ("evaluated run", evaluated),
+        ("evaluation failure", evaluation.get("failure_reason")),
+    ]
+    for task, values in sorted(evaluation["scores"].items()):
+        parts = [f"{f} {text}" for f in ("acc", "acc_norm") if (text := score_text(values, f))]
+        level = chance(task)
+        rows.append((f"score {task}", ", ".join(parts) + (f" (chance {level:.2f})" if level else "")))
+    return rows
+
+
+def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
+    """Runs side by side: precision, max_steps, final and validation loss, then each task's acc / acc_norm."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from constructs_lib.cli.evaluation import chance
+
+    tasks = sorted({task for row in rows for task in row["scores"]})
+    table = Table(title="Runs compared (acc / acc_norm ± standard error; chance in the header)")
+    for column in ("run", "precision", "max_steps", "final loss", "val loss"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for task in tasks:
+        level = chance(task)
+        table.add_column(f"{task}" + (f" (chance {level:.2f})" if level else ""), justify="right")
+    for row in rows:
+        cells = [row["run"] + (f" (of {row['trained_run']})" if row["trained_run"] != row["run"] else "")]
+        cells += [str(row["precision"] or "-"), str(row["max_steps"] or "-")]
+        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("final_loss", "val_loss")]
+        for task in tasks:
+            values = row["scores"].get(task, {})
+            texts = [score_text(values, f) or "-" for f in ("acc", "acc_norm")]
+            cells.append(" / ".join(texts) if values else "-")
+        table.add_row(*(Text(c) for c in cells))
+    out.print(table)

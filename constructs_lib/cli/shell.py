@@ -97,14 +97,22 @@ def session_region(profile: str | None) -> str | None:
         raise OperatorError(explain(error)) from None
 
 
-def host_number(text: str) -> int:
+def _integer_at_least_1(text: str, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a host number, 1 or more; got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {what}, 1 or more; got {text!r}")
     return value
+
+
+def host_number(text: str) -> int:
+    return _integer_at_least_1(text, "a host number")
+
+
+def positive_integer(text: str) -> int:
+    return _integer_at_least_1(text, "an integer")
 
 
 def positive_seconds(text: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from constructs_lib.cli.evaluation import evaluation_of
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import Job, LogEvent, Run
 from training.request.contract import HF_EXPORT_DIR, restarted_from_none
@@ -39,17 +40,18 @@ def run_result(current: Run, events: list[LogEvent]) -> dict[str, Any]:
         "model_artifacts": summary.get("model_artifacts") or (job.model_artifacts if job else None),
         "hugging_face_model": _hugging_face_model(summary, job),
         "checkpoint_uri": summary.get("checkpoint_uri") or (job.checkpoint_uri if job else None),
-        "training_seconds": sum(j.training_seconds or 0 for j in current.jobs),
+        "training_seconds": sum(j.training_seconds or 0 for j in current.jobs if j.kind == "training"),
         "billable_seconds": current.billable_seconds,
         "instance_type": job.instance_type if job else None,
         "instance_count": job.instance_count if job else None,
-        "launches": len(current.jobs),
+        "launches": len([j for j in current.jobs if j.kind == "training"]),
         "capacity": job.capacity if job else None,
         "cost_usd": current.cost_usd,
         "duration_seconds": current.duration_seconds,
         "links": current.links,
         "plan": summary.get("plan"),
         "memory_estimate_ignored": summary.get("memory_estimate_ignored"),
+        "evaluation": evaluation_of(current),
         "tune": summary.get("tune"),
     }
 

@@ -5,11 +5,14 @@ job with capacity retries, and reports how it ended.
   (the only module that holds the workflow's attributes);
 * ``request``: the ``CreateTrainingJob`` request, a pure function of the workflow's settings;
 * ``request_check``: **the request check** (``validate_request``, the Lambda ``handler``; ``RequestRules`` from
-  ``request_rules``, the per-field checks in ``request_fields``): pure Python, no aws_cdk, shared by the Lambda
-  function, the operator CLI and the construct;
+  ``request_rules``, the per-field checks in ``request_fields``, the ``evaluate`` block's in
+  ``request_evaluation``): pure Python, no aws_cdk, shared by the Lambda function, the operator CLI and the
+  construct;
 * ``request_function``: ``RequestValidator``, the Lambda function that runs the check; ``request_states``: the
   states that call it first;
-* ``states``: preparation, capacity mode and the launch loop; ``launch_retry``: which refused launches are retried;
+* ``states``: preparation, capacity mode and the launch loop, one per kind of job (``JobKind``: training,
+  evaluation); ``evaluation_states``: the evaluation job's entries and summary; ``launch_retry``: which refused
+  launches are retried;
 * ``observability``: the alarm, the notification topic and rule, and the EventBridge trigger; ``dashboard``: the
   CloudWatch dashboard;
 * ``permissions``: the IAM grants (state machine, data sources, remote debugging, MLflow); ``props``: the checks

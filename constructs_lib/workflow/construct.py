@@ -7,7 +7,10 @@ data location, ``resume_from``, the ``init_from`` model folder's config.json), t
 Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
 ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
 checkpoint prefix (so it resumes), a bounded number of times; any other failure ends the execution with the job
-name and SageMaker's ``FailureReason``. Success ends with a summary. Checkpoints live under
+name and SageMaker's ``FailureReason``. Success ends with a summary; with an ``evaluate`` block, an evaluation job
+(lm-evaluation-harness on the run's Hugging Face export, network-isolated, the same launch loop:
+``evaluation_states``) runs first and its scores join the summary; ``evaluate.training_job`` evaluates a finished
+run without training (docs/evaluation.md). Checkpoints live under
 ``<checkpoint_prefix><run_segment>/<execution name>/``: the per-workflow segment keeps workflows sharing a bucket
 apart.
 
@@ -15,7 +18,8 @@ Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONat
 
 This module checks the props and composes the parts of this package, each a function or construct that takes what
 it uses and returns what it builds: the request (``request``), its check (``request_check``, its Lambda function
-``request_function``, the states that call it ``request_states``), the states (``states``, ``launch_retry``) and
+``request_function``, the states that call it ``request_states``), the states (``states``, ``evaluation_states``,
+``launch_retry``) and
 observability (``observability``, ``dashboard``), and its IAM (``permissions``); ``props`` checks the props. Only
 this module holds the workflow's attributes.
 """
@@ -53,6 +57,7 @@ from constructs_lib.storage.checkpoint_bucket import (
     CheckpointBucket,
 )
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
+from constructs_lib.workflow.evaluation_states import evaluation_states
 from constructs_lib.workflow.observability import alarm_and_notifications, trigger
 from constructs_lib.workflow.permissions import (
     data_prefixes,
@@ -73,7 +78,7 @@ from constructs_lib.workflow.props import (
     run_segment_of,
     seconds_in,
 )
-from constructs_lib.workflow.request import resource_config, training_job_request
+from constructs_lib.workflow.request import evaluation_job_request, resource_config, training_job_request
 from constructs_lib.workflow.request_check import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     MAX_RUNTIME_SECONDS_LIMIT,
@@ -89,10 +94,9 @@ from constructs_lib.workflow.states import (
     capacity_states,
     launch_loop,
     prepare_state,
-    summary_parameters,
     training_summary,
 )
-from constructs_lib.workflow.tuning_states import after_job, record_objects, report_objects
+from constructs_lib.workflow.tuning_states import TuningStorage, record_objects, report_objects, tuning_states
 from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
@@ -581,7 +585,8 @@ class TrainingWorkflow(Construct):
         pending: int,
         log_retention: logs.RetentionDays | None,
     ) -> sfn.IChainable:
-        """Decide the request (``self.validator``), prepare, capacity mode, then the launch loop."""
+        """Decide the request (``self.validator``); then the training job (prepare, capacity mode, launch loop,
+        summary) and, when asked, the evaluation job after it; or the evaluation job only."""
         self.validator = RequestValidator(
             self,
             "RequestValidator",
@@ -593,24 +598,56 @@ class TrainingWorkflow(Construct):
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
         )
-        after = after_job(
+        evaluation = evaluation_states(
             self,
-            bucket=self.bucket,
-            runs_prefix=self.runs_prefix,
-            measurements_prefix=self.measurements_prefix,
-            summary=summary_parameters(self),
-            training=training_summary(self),
+            evaluation_job_request(launch_params, network_isolation=self.mlflow_tracking_server_arn is None),
+            resources,
+            retries=retries,
+            retry_wait=retry_wait,
+            pending=pending,
+            launch_retry_backoff=self.launch_retry_backoff,
         )
-        loop = launch_loop(self, launch_params, retries=retries, retry_wait=retry_wait, after=after)
+        then = sfn.Choice(self, "Evaluate after training?")
+        then.when(sfn.Condition.is_null("$.evaluation"), sfn.Succeed(self, "Training job completed"))
+        then.otherwise(evaluation.after_training)
+        loop = launch_loop(
+            self,
+            launch_params,
+            retries=retries,
+            retry_wait=retry_wait,
+            after=training_summary(self).next(then),
+        )
         self.launch: sfn.CustomState = loop.launch
         self.launch_without_data: sfn.CustomState = loop.launch_without_data
         mode = capacity_states(self, resources, pending=pending, launch=loop.entry)
         prepare = prepare_state(self, launch_retry_backoff=self.launch_retry_backoff)
+        tuning = tuning_states(
+            self,
+            launch_params,
+            resources,
+            retries=retries,
+            retry_wait=retry_wait,
+            pending=pending,
+            launch_retry_backoff=self.launch_retry_backoff,
+            storage=TuningStorage(self.bucket, self.runs_prefix, self.measurements_prefix),
+        )
+        route = sfn.Choice(
+            self,
+            "Train first?",
+            comment="A tuning run (tune) runs its tuning job instead; an evaluation-only request "
+            "(evaluate.training_job) skips training.",
+        )
+        route.when(
+            sfn.Condition.and_(sfn.Condition.is_present("$.tune"), sfn.Condition.is_not_null("$.tune")),
+            tuning,
+        )
+        route.when(sfn.Condition.boolean_equals("$.evaluation_only", True), evaluation.only)
+        route.otherwise(prepare.next(mode))
         return decide_request(
             self,
             validator=self.validator,
             rules_json=self.request_rules.to_json(),
-            next_state=prepare.next(mode),
+            next_state=route,
         )
 
     def _request_rules(

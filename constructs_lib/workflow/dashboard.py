@@ -25,10 +25,12 @@ from constructs import Construct
 
 from constructs_lib._shared.console_links import DASHBOARD, console_host_of_region
 from training.request.contract import (
+    DEFAULT_EVALUATION_TASKS,
     HOST_DIMENSION,
     HOST_GPU_METRICS,
     TRAINING_JOB_DIMENSION,
     TRAINING_METRICS_NAMESPACE,
+    evaluation_metric_name,
     metric_name,
 )
 
@@ -143,6 +145,7 @@ def training_dashboard(
                 12,
             ),
         ],
+        evaluation_row(prefixes),
         [
             cloudwatch.GraphWidget(
                 title="Executions",
@@ -164,6 +167,38 @@ def training_dashboard(
         ],
     ]
     return cloudwatch.Dashboard(scope, "Dashboard", widgets=rows, default_interval=Duration.days(1))
+
+
+def evaluation_row(prefixes: tuple[str, ...]) -> list[cloudwatch.IWidget]:
+    """The evaluation jobs' scores on the standard tasks (``eval:<task>:acc`` and ``acc_norm``, the metric definitions
+    of their ``evaluation task=...`` lines), one bar per job and task: the latest value over the dashboard's time
+    range. Tasks of a user's own folder are in each run's summary and ``blackwell-training result``, not here (a
+    dashboard's metrics are fixed at synth)."""
+    row: list[cloudwatch.IWidget] = []
+    for field in ("acc", "acc_norm"):
+        expressions = [
+            cloudwatch.MathExpression(
+                expression=search(
+                    evaluation_metric_name(task, field), TRAINING_JOB_DIMENSION, prefixes, "Maximum"
+                ),
+                label=f"{task} ${{PROP('Dim.{TRAINING_JOB_DIMENSION}')}}",  # CloudWatch's dynamic label: the job
+                period=PERIOD,
+                using_metrics={},
+            )
+            for task in DEFAULT_EVALUATION_TASKS
+        ]
+        row.append(
+            cloudwatch.GraphWidget(
+                title=f"Evaluation {field} (standard tasks, per job)",
+                left=expressions,
+                view=cloudwatch.GraphWidgetView.BAR,
+                set_period_to_time_range=True,
+                left_y_axis=cloudwatch.YAxisProps(label=field, min=0, max=1, show_units=False),
+                width=12,
+                height=6,
+            )
+        )
+    return row
 
 
 def dashboard_url(scope: Construct, dashboard: cloudwatch.Dashboard) -> str:

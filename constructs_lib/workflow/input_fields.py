@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from training.request.contract import AC_MODES, DEFAULT_INSTANCE_TYPE, HYPERPARAMETERS_BY_NAME, PRECISIONS
+from training.request.contract import (
+    AC_MODES,
+    DEFAULT_EVALUATION_TASKS,
+    DEFAULT_INSTANCE_TYPE,
+    EVALUATION_SETTINGS_BY_NAME,
+    HYPERPARAMETERS_BY_NAME,
+    PRECISIONS,
+)
 from training.request.tuning import TUNE_KEYS
 
 MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
@@ -36,6 +43,19 @@ PLATFORM_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
 )
 """Names under the allowed prefixes that the platform sets itself (refused, with the reason)."""
 TAG_CHARACTERS = "letters, digits, spaces and _.:/=+-@"
+EVALUATE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "tasks": list(DEFAULT_EVALUATION_TASKS),
+        "task_data_uri": None,
+        "limit": None,
+        "batch_size": EVALUATION_SETTINGS_BY_NAME["batch_size"].default,
+        "instance_type": None,
+        "max_runtime_seconds": 4 * 3600,
+        "training_job": None,
+    }
+)
+"""The ``evaluate`` field's own fields and their values when left out (``task_data_uri`` must be given); each is
+checked by ``request_evaluation.block_problems`` and described in docs/evaluation.md."""
 
 Check = Callable[[Any, Any], bool]
 """``(value, rules) -> bool``: whether a non-null value is allowed."""
@@ -111,7 +131,8 @@ def _plan_arn_ok(value: Any, rules: Any) -> bool:
     return rules.region is None or value.split(":")[3] == rules.region
 
 
-def _data_uri_ok(value: Any, rules: Any) -> bool:
+def data_uri_ok(value: Any, rules: Any) -> bool:
+    """An ``s3://`` prefix (ending in ``/``) under one of the workflow's data sources."""
     limits = rules.sagemaker()["S3Uri"]
     if not isinstance(value, str) or len(value) > limits["max"] or not re.fullmatch(limits["pattern"], value):
         return False
@@ -307,7 +328,7 @@ FIELDS: tuple[InputField, ...] = (
         "Pre-tokenized data for the train channel: an s3:// prefix under one of the deployment's dataSources "
         "that holds at least one object (listed once before launch: ListObjectsV2, MaxKeys 1); null: synthetic "
         "data.",
-        _data_uri_ok,
+        data_uri_ok,
         lambda r: "an s3:// prefix ending in '/' under one of " + ", ".join(r.data_source_uris()),
         nullable=True,
     ),
@@ -336,7 +357,7 @@ FIELDS: tuple[InputField, ...] = (
         "read-only as the weights channel (File mode). Its config.json is read before launch: the model's shape "
         "and RoPE replace the preset's, and a request that contradicts them or an architecture the trainer "
         "cannot load is refused (docs/open-weights.md).",
-        _data_uri_ok,
+        data_uri_ok,
         lambda r: (
             "an s3:// prefix ending in '/' under one of "
             + ", ".join(r.data_source_uris())
@@ -391,6 +412,16 @@ FIELDS: tuple[InputField, ...] = (
         "Launch even when the memory plan says the request cannot fit (recorded in the run's summary).",
         _is_bool,
         _true_or_false,
+    ),
+    InputField(
+        "evaluate",
+        None,
+        "Evaluate the model with lm-evaluation-harness after training (an evaluation job: offline, "
+        "network-isolated, over the task folder task_data_uri), or, with training_job, evaluate that finished "
+        "training job instead of training; see docs/evaluation.md.",
+        lambda v, r: isinstance(v, Mapping),  # its own fields: request_evaluation.block_problems
+        lambda r: f"an object of evaluation fields ({', '.join(EVALUATE_DEFAULTS)}; see docs/evaluation.md)",
+        nullable=True,
     ),
     InputField(
         "tune",

@@ -54,16 +54,17 @@ def initial_state(first_backoff: int = FIRST_BACKOFF_SECONDS) -> dict[str, int]:
 
 
 def api_error_states(
-    scope: Construct, *, relaunch: sfn.IChainable, launch_failed: sfn.IChainable
+    scope: Construct, *, relaunch: sfn.IChainable, launch_failed: sfn.IChainable, suffix: str = ""
 ) -> sfn.Choice:
     """Catch target for :data:`API_ERROR` (``result_path="$.failure"``): wait and ``relaunch`` when the cause is
-    retryable and retries are left, else ``launch_failed``."""
+    retryable and retries are left, else ``launch_failed``. ``suffix`` ends every state name (one set of these
+    states per kind of job)."""
     retryable = sfn.Condition.or_(
         *(sfn.Condition.string_matches("$.failure.Cause", pattern) for pattern in RETRYABLE_CAUSES)
     )
     count = sfn.Pass(
         scope,
-        "Count launch error",
+        f"Count launch error{suffix}",
         parameters={
             "errors.$": "States.MathAdd($.launch_errors, 1)",
             "backoff.$": "States.MathAdd($.launch_backoff, $.launch_backoff)",
@@ -71,29 +72,32 @@ def api_error_states(
         result_path="$.launch_retry",
     )
     store_errors = sfn.Pass(
-        scope, "Store launch errors", input_path="$.launch_retry.errors", result_path="$.launch_errors"
+        scope,
+        f"Store launch errors{suffix}",
+        input_path="$.launch_retry.errors",
+        result_path="$.launch_errors",
     )
     wait = sfn.Wait(
         scope,
-        "Back off before relaunch",
+        f"Back off before relaunch{suffix}",
         comment="Throttled or a SageMaker server error: the same request may succeed later.",
         time=sfn.WaitTime.seconds_path("$.launch_backoff"),
     )
-    grow = sfn.Choice(scope, "Backoff at its ceiling?")
+    grow = sfn.Choice(scope, f"Backoff at its ceiling?{suffix}")
     keep = sfn.Pass(
         scope,
-        "Keep backoff ceiling",
+        f"Keep backoff ceiling{suffix}",
         result=sfn.Result.from_number(MAX_BACKOFF_SECONDS),
         result_path="$.launch_backoff",
     )
     double = sfn.Pass(
-        scope, "Double backoff", input_path="$.launch_retry.backoff", result_path="$.launch_backoff"
+        scope, f"Double backoff{suffix}", input_path="$.launch_retry.backoff", result_path="$.launch_backoff"
     )
     grow.when(
         sfn.Condition.number_greater_than("$.launch_retry.backoff", MAX_BACKOFF_SECONDS), keep.next(relaunch)
     )
     grow.otherwise(double.next(relaunch))
-    choice = sfn.Choice(scope, "Retryable launch error?")
+    choice = sfn.Choice(scope, f"Retryable launch error?{suffix}")
     choice.when(
         sfn.Condition.and_(retryable, sfn.Condition.number_less_than("$.launch_errors", LAUNCH_RETRIES)),
         wait.next(count).next(store_errors).next(grow),

@@ -119,3 +119,28 @@ def training_job_request(
     if network_isolation:
         request["EnableNetworkIsolation"] = True
     return request
+
+
+EVALUATION_JOB_OMITS = ("CheckpointConfig", "TensorBoardOutputConfig", "MlflowConfig")
+"""Training-only parts of the request: an evaluation job writes no checkpoints and no TensorBoard files, and logs
+to MLflow itself (the evaluated run's MLflow run, named in its environment by the request check)."""
+
+
+def evaluation_job_request(training_request: Mapping[str, Any], *, network_isolation: bool) -> dict[str, Any]:
+    """The ``Parameters`` of the evaluation job's ``createTrainingJob.sync`` task, from the training job's
+    (``training_job_request``): the same image, role, outputs, VPC, retry strategy and per-launch fields, its own
+    ``MetricDefinitions`` (the tasks' scores, decided per execution: ``$.request.MetricDefinitions``), no
+    checkpoints, TensorBoard output nor ``MlflowConfig``; ``EnableNetworkIsolation`` when ``network_isolation``
+    (the model and the tasks arrive as channels; only a job that logs to MLflow needs the network)."""
+    request = {
+        k: v
+        for k, v in training_request.items()
+        if k not in (*EVALUATION_JOB_OMITS, "EnableNetworkIsolation")
+    }
+    algorithm = {
+        k: v for k, v in training_request["AlgorithmSpecification"].items() if k != "MetricDefinitions"
+    }
+    request["AlgorithmSpecification"] = {**algorithm, "MetricDefinitions.$": "$.request.MetricDefinitions"}
+    if network_isolation:
+        request["EnableNetworkIsolation"] = True
+    return request

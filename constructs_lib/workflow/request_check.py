@@ -41,6 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from constructs_lib.workflow import request_evaluation
+from constructs_lib.workflow.input_fields import data_uri_ok
 from constructs_lib.workflow.request_fields import (
     check_field,
     cross_field_problems,
@@ -175,6 +177,9 @@ def prepare_request(
         problems += map_problems(config, rules)
     if not field_problems:
         problems += cross_field_problems(config, rules)
+    problems += _evaluate_problems(raw, config, rules, field_problems)
+    if not field_problems and config["tune"] is not None and config["evaluate"] is not None:
+        problems.append("tune: a tuning run trains no model to evaluate; leave out evaluate (or tune)")
     hyperparameters: dict[str, str] = {}
     if not field_problems:
         hyperparameters, hp_problems = hyperparameter_map(config, rules, architecture)
@@ -212,6 +217,29 @@ def _channels(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     if config["init_from"] is not None:
         channels.append(channel(WEIGHTS_CHANNEL, config["init_from"], "File"))
     return channels
+
+
+def _evaluate_problems(
+    raw: Mapping[str, Any], config: Mapping[str, Any], rules: RequestRules, field_problems: list[str]
+) -> list[str]:
+    """The ``evaluate`` block's problems (``request_evaluation``), and the run's model's when it trains one."""
+    block = config["evaluate"]
+    if not isinstance(block, Mapping):
+        return []
+    problems = request_evaluation.block_problems(raw, block, rules, data_uri_ok)
+    most = rules.sagemaker()["Tags"]["max"] - len(rules.fixed_tags()) - 1
+    if isinstance(config["tags"], Mapping) and len(config["tags"]) > most:
+        problems.append(
+            f"tags: at most {most} with evaluate (its job is also tagged with the run it evaluates)"
+        )
+    room = rules.sagemaker()["Environment"]["max"] - request_evaluation.environment_room(rules)
+    if isinstance(config["environment"], Mapping) and len(config["environment"]) > room:
+        problems.append(
+            f"environment: at most {room} variables with evaluate (its job also gets SAGEMAKER_PROGRAM)"
+        )
+    if not problems and not field_problems and block.get("training_job") is None:
+        problems += request_evaluation.training_model_problems(config)
+    return problems
 
 
 def _memory_plan(
@@ -331,14 +359,16 @@ def _list_run(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
     return objects
 
 
-def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
+def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> dict[str, Any]:
     """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
-    "channels", "resume", "request", "plan", "tune"}`` (all but the first two null when not valid; ``request``:
-    :func:`job_fields`; ``tune``: a tuning run's decided part, null for a training run); ``s3``: a boto3 S3 client
-    to read the stored tuning measurements for the plan (without one: the published figures), check
-    ``train_data_uri`` holds data, read the ``init_from`` folder's config.json and decide ``resume_from`` (default
-    for those: one for the rules' region)."""
+    "channels", "resume", "request", "plan", "evaluation", "evaluation_only", "tune"}`` (all but the first two
+    null when not valid; ``request``: :func:`job_fields`; ``evaluation``: the evaluation job's decided parts, null
+    without ``evaluate``; ``tune``: a tuning run's decided part, null for a training run); ``s3``: a boto3 S3 client
+    to read the stored tuning measurements for the plan (without one: the published figures), and (default: one for
+    the rules' region) to check ``train_data_uri`` holds data, to read the ``init_from`` folder's config.json, to
+    decide ``resume_from`` and to read the evaluation's task folder and the model's tokenizer; ``sagemaker``: a
+    SageMaker client for an evaluation-only request's training job."""
     rules = RequestRules.from_json(event["rules"])
     measurements = read_measurements(s3, rules) if s3 is not None else []
     raw = event.get("input")
@@ -346,7 +376,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     weights_problems: list[str] = []
     uri = raw.get("init_from") if isinstance(raw, Mapping) else None
     if uri is not None and check_field("init_from", uri, rules) is None:
-        s3 = s3 or _s3_client(rules)
+        s3 = s3 or _client("s3", rules)
         architecture, weights_problems = read_init_from(s3, uri)
     prepared = prepare_request(
         raw, rules, architecture, measurements=measurements, execution=event.get("execution")
@@ -354,7 +384,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
     prepared.problems[:0] = weights_problems
     resume = None
     if not prepared.problems and prepared.config["train_data_uri"] is not None:
-        s3 = s3 or _s3_client(rules)
+        s3 = s3 or _client("s3", rules)
         prepared.problems += data_problems(s3, prepared.config["train_data_uri"])
     if not prepared.problems and prepared.config["resume_from"] is not None:
         name = prepared.config["resume_from"]
@@ -367,7 +397,7 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
                 f"resume_from: must name an earlier execution, not this one; got {show(name)}"
             )
         else:
-            s3 = s3 or _s3_client(rules)
+            s3 = s3 or _client("s3", rules)
             bucket, _, run_key = run_uri[5:].partition("/")
             objects = _list_run(s3, bucket, run_key)
             found = newest_complete_checkpoint(
@@ -377,6 +407,11 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
             if found is not None:
                 resume = {"step": found[0], "uri": f"s3://{bucket}/{found[1]}", "execution": name}
                 prepared.channels.append(channel(RESUME_CHANNEL, resume["uri"], "File"))
+    evaluation = None
+    if not prepared.problems and prepared.config["evaluate"] is not None:
+        s3 = s3 or _client("s3", rules)
+        evaluation, problems = _evaluation(prepared.config, rules, str(event.get("execution")), s3, sagemaker)
+        prepared.problems += problems
     valid = not prepared.problems
     return {
         "valid": valid,
@@ -387,6 +422,8 @@ def decide(event: Mapping[str, Any], s3: Any = None) -> dict[str, Any]:
         "resume": resume if valid else None,
         "request": job_fields(prepared.config, rules, str(event.get("execution"))) if valid else None,
         "plan": prepared.plan if valid else None,
+        "evaluation": evaluation if valid else None,
+        "evaluation_only": bool(valid and evaluation and evaluation["only"]),
         "tune": prepared.tune if valid else None,
     }
 
@@ -422,6 +459,29 @@ def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]
         return None, [f"init_from: cannot read {uri}{hf_config.CONFIG_FILE}: {type(err).__name__}: {err}"]
 
 
+def _evaluation(
+    config: Mapping[str, Any], rules: RequestRules, execution: str, s3: Any, sagemaker: Any
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The evaluation's decided parts, after what only S3 and SageMaker can tell: the task folder defines the
+    tasks, the model has a tokenizer (and, evaluation only, the training job is a finished one of this workflow)."""
+    block = request_evaluation.merged(config["evaluate"])
+    problems = request_evaluation.task_problems(s3, block)
+    facts = None
+    if block["training_job"] is not None:
+        facts, job_problems = request_evaluation.training_job_facts(
+            sagemaker or _client("sagemaker", rules), block["training_job"], rules
+        )
+        problems += job_problems
+        if not job_problems:
+            where = f"training job {block['training_job']}"
+            problems += request_evaluation.tokenizer_problems(s3, facts["data_uri"], where)
+    else:
+        problems += request_evaluation.tokenizer_problems(s3, config["train_data_uri"], "this run")
+    if problems:
+        return None, problems
+    return request_evaluation.decided(config, rules, execution, facts, channel), []
+
+
 def data_problems(s3: Any, uri: str) -> list[str]:
     """The problem of a ``train_data_uri`` prefix that holds no object (one ``ListObjectsV2``, ``MaxKeys`` 1)."""
     bucket, _, prefix = uri[5:].partition("/")
@@ -430,10 +490,10 @@ def data_problems(s3: Any, uri: str) -> list[str]:
     return [f"train_data_uri: must hold the training data, but no object is under it; got {show(uri)}"]
 
 
-def _s3_client(rules: RequestRules) -> Any:
-    import boto3  # noqa: PLC0415 - in the Lambda runtime; the CLI passes its own client
+def _client(service: str, rules: RequestRules) -> Any:
+    import boto3  # noqa: PLC0415 - in the Lambda runtime; the CLI passes its own clients
 
-    return boto3.client("s3", region_name=rules.region) if rules.region else boto3.client("s3")
+    return boto3.client(service, region_name=rules.region) if rules.region else boto3.client(service)
 
 
 class _S3OnFirstUse:
@@ -444,7 +504,7 @@ class _S3OnFirstUse:
 
     def __getattr__(self, name: str) -> Any:
         if self._client is None:
-            self._client = _s3_client(self._rules)
+            self._client = _client("s3", self._rules)
         return getattr(self._client, name)
 
 

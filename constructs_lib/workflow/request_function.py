@@ -3,14 +3,16 @@
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
-``request_fields.py``, ``input_fields.py`` and ``request_tune.py``, ``training/request/contract.py``,
-``training/request/hf_config.py`` (a model folder's config.json), ``training/request/plan.py`` (the memory, time
-and cost estimate), ``measured.py`` and ``tuning.py`` (standard library only) and an empty ``__init__.py`` in each
-of their folders (the real package ``__init__`` files are not needed there). Its role may write its
-own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers that
-decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an object, an ``init_from``
-folder its files) and read the ``config.json`` files under them (an ``init_from`` model's architecture), and list
-and read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
+``request_fields.py``, ``input_fields.py``, ``request_evaluation.py`` and ``request_tune.py``,
+``training/request/contract.py``, ``training/request/hf_config.py`` (a model folder's config.json),
+``training/request/plan.py`` (the memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard
+library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not
+needed there). Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing
+and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must
+hold an object, an ``init_from`` folder its files), read there only the ``config.json`` files (an ``init_from``
+model's architecture), the ``metadata.json`` of prepared data and task YAML files (an evaluation's model tokenizer
+and tasks), describe this account's training jobs (an evaluation-only request's job), and list and read the stored
+tuning measurements (``<tuning prefix>measurements/``); nothing else.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -43,13 +45,23 @@ from constructs_lib._shared.nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow import input_fields, request_check, request_fields, request_rules, request_tune
+from constructs_lib.workflow import (
+    input_fields,
+    request_check,
+    request_evaluation,
+    request_fields,
+    request_rules,
+    request_tune,
+)
 from training.request.hf_config import CONFIG_FILE
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
+EVALUATION_READS = ("metadata.json", ".yaml", ".yml")
+"""Object name endings the check may read under a data prefix (an evaluation's tokenizer and tasks)."""
 ASSET_FILES = {
     "constructs_lib/workflow/input_fields.py": Path(input_fields.__file__),
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "constructs_lib/workflow/request_evaluation.py": Path(request_evaluation.__file__),
     "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
     "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),
     "constructs_lib/workflow/request_tune.py": Path(request_tune.__file__),
@@ -144,6 +156,7 @@ class RequestValidator(Construct):
         by_bucket: dict[str, list[str]] = {}
         for bucket_arn, prefix in data_prefixes:
             by_bucket.setdefault(bucket_arn, []).append(f"{prefix}*")
+        self._grant_evaluation_reads(data_prefixes)
         for index, (bucket_arn, patterns) in enumerate(by_bucket.items()):
             self._allow_listing(f"ListTrainingData{index}", bucket_arn, patterns)
         self._grant_model_configs(data_prefixes)
@@ -224,6 +237,47 @@ class RequestValidator(Construct):
                 "Reads only the config.json of the Hugging Face model folder an execution names in init_from "
                 "(under an allowed data source); the folders below the data source are chosen per execution.",
             )
+
+    def _grant_evaluation_reads(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
+        """What the evaluation check reads: under the data prefixes only the prepared data's ``metadata.json``
+        (its tokenizer) and task YAML files (their task names); and the training job an evaluation-only request
+        names (``DescribeTrainingJob``)."""
+        objects = [
+            f"{bucket_arn}/{prefix}*{suffix}"
+            for bucket_arn, prefix in data_prefixes
+            for suffix in EVALUATION_READS
+        ]
+        if objects:
+            self.role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid="ReadDataMetadataAndTaskFiles", actions=["s3:GetObject"], resources=objects
+                )
+            )
+        jobs = Stack.of(self).format_arn(
+            service="sagemaker",
+            resource="training-job",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="DescribeTrainingJobs", actions=["sagemaker:DescribeTrainingJob"], resources=[jobs]
+            )
+        )
+        scope_ = policy_scope(self.role)
+        for resource in objects:
+            acknowledge(
+                scope_,
+                f"IAM5[Resource::{rendered(self, resource)}]",
+                "An evaluation's check reads only these file names (prepared data's metadata.json, task YAML) under "
+                "an allowed data prefix; the folders in between are chosen per execution.",
+            )
+        acknowledge(
+            scope_,
+            f"IAM5[Resource::{rendered(self, jobs)}]",
+            "An evaluation-only request names a finished training job of this account and region; the check may "
+            "only describe it (read-only), to find its model, its data and its run.",
+        )
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         return self.function.grant_invoke(grantee)

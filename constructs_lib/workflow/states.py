@@ -1,6 +1,10 @@
-"""The training workflow's states after the request is decided (``request_states``): the launch preparation,
-capacity mode, and the launch loop (launch with or without input data, refused-request and capacity relaunches,
-failure and summary). Each function adds its states to the scope it is given and returns them."""
+"""The workflow's job states after the request is decided (``request_states``): the launch preparation, capacity
+mode, and the launch loop (launch with or without input data, refused-request and capacity relaunches, failure),
+and the training summary. Every kind of job goes through the same ``capacity_states`` and ``launch_loop``, named by
+its ``JobKind`` (training's names have no suffix; evaluation's end in `` (evaluation)``, tuning's in
+`` (tuning)``): a new kind adds its own entry and summary states and calls these two (``evaluation_states`` and
+``tuning_states`` do). Each function adds its states to the
+scope it is given and returns them."""
 
 from __future__ import annotations
 
@@ -45,6 +49,25 @@ def _with_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
 def prepare_state(workflow: Construct, *, launch_retry_backoff: int) -> sfn.Pass:
     """After the request is decided: its parts, the launch counters (the first refused-launch backoff is
     ``launch_retry_backoff`` seconds) and the defaults of the result."""
+    return sfn.Pass(
+        workflow,
+        "Prepare launch",
+        parameters={
+            "config.$": "$.config",
+            "hyperparameters.$": "$.hyperparameters",
+            "channels.$": "$.channels",
+            "resume.$": "$.resume",
+            "request.$": "$.request",
+            "plan.$": "$.plan",
+            "evaluation.$": "$.evaluation",
+            **loop_start(launch_retry_backoff),
+        },
+    )
+
+
+def loop_start(launch_retry_backoff: int) -> dict[str, Any]:
+    """The launch loop's own starting fields: the launch counters and the defaults of the result and of a
+    failed job's description."""
     result_defaults: dict[str, Any] = {
         "TrainingJobName": None,
         "TrainingJobStatus": None,
@@ -58,23 +81,12 @@ def prepare_state(workflow: Construct, *, launch_retry_backoff: int) -> sfn.Pass
         "TrainingJobStatus": "Failed",
         "FailureReason": "(SageMaker gave no FailureReason)",
     }
-    return sfn.Pass(
-        workflow,
-        "Prepare launch",
-        parameters={
-            "config.$": "$.config",
-            "hyperparameters.$": "$.hyperparameters",
-            "channels.$": "$.channels",
-            "resume.$": "$.resume",
-            "request.$": "$.request",
-            "plan.$": "$.plan",
-            "tune.$": "$.tune",
-            "launch_count": 1,
-            **launch_retry.initial_state(launch_retry_backoff),
-            "result_defaults": _with_nulls(result_defaults),
-            "failure_defaults": _with_nulls(failure_defaults),
-        },
-    )
+    return {
+        "launch_count": 1,
+        **launch_retry.initial_state(launch_retry_backoff),
+        "result_defaults": _with_nulls(result_defaults),
+        "failure_defaults": _with_nulls(failure_defaults),
+    }
 
 
 EXECUTION_REGION = "States.ArrayGetItem(States.StringSplit($$.Execution.Id, ':'), 3)"
@@ -97,6 +109,29 @@ def summary_links(region: str | None) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class JobKind:
+    """One kind of job the workflow launches through the same launch loop (training, evaluation, ...): its word,
+    and the suffix that keeps its copies of the loop's shared state names unique in the state machine (training's
+    names, the first kind's, have none)."""
+
+    label: str
+    suffix: str = ""
+
+    def name(self, base: str) -> str:
+        """``Count launch`` for training, ``Count launch (evaluation)`` for evaluation."""
+        return f"{base}{self.suffix}"
+
+    @property
+    def title(self) -> str:
+        return self.label.capitalize()
+
+
+TRAINING = JobKind("training")
+EVALUATION = JobKind("evaluation", " (evaluation)")
+TUNING = JobKind("tuning", " (tuning)")
+
+
+@dataclass(frozen=True)
 class LaunchLoop:
     """What :func:`launch_loop` built: its entry and its two launch states."""
 
@@ -108,38 +143,49 @@ class LaunchLoop:
     """The same without ``InputDataConfig`` (SageMaker refuses an empty one)."""
 
 
-def summary_parameters(workflow: Construct) -> dict[str, Any]:
-    """The parameters of ``Summarize``: a job's compact, readable result (the tuning summary keeps those that
-    apply to a tuning job, ``tuning_states``)."""
+TRAINING_CARRY = ("config", "launch_count", "resume", "plan", "evaluation")
+"""What training's ``Normalize result`` keeps beside the job for its summary."""
+
+
+def job_summary(workflow: Construct) -> dict[str, Any]:
+    """The summary fields of any job that ran through the launch loop: its name, status, times, checkpoint
+    folder, metrics, image, instances, launches and console links."""
     return {
         "job_name.$": "$.job.TrainingJobName",
         "status.$": "$.job.TrainingJobStatus",
         "training_seconds.$": "$.job.TrainingTimeInSeconds",
         "billable_seconds.$": "$.job.BillableTimeInSeconds",
-        "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
-        # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
-        "hugging_face_model": {
-            "archive.$": "$.job.ModelArtifacts.S3ModelArtifacts",
-            "folder": f"{HF_EXPORT_DIR}/",
-        },
         "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
         "final_metrics.$": "$.job.FinalMetricDataList",
         "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
         "instance_type.$": "$.config.instance_type",
         "instance_count.$": "$.config.instance_count",
         "launches.$": "$.launch_count",
-        "resumed_from.$": "$.resume",
-        "plan.$": "$.plan",
-        "memory_estimate_ignored.$": "$.config.ignore_memory_estimate",
         "links": summary_links(Stack.of(workflow).region),
     }
 
 
-def training_summary(workflow: Construct) -> sfn.IChainable:
-    """``Summarize`` a training job, then ``Training job completed``."""
+def training_summary(workflow: Construct) -> sfn.Pass:
+    """``Summarize``: a training job's compact, readable result (the execution's output when nothing follows);
+    ``evaluation`` is the evaluation still to run (its decided parts), or null."""
     return sfn.Pass(
-        workflow, "Summarize", comment="A compact, readable result.", parameters=summary_parameters(workflow)
-    ).next(sfn.Succeed(workflow, "Training job completed"))
+        workflow,
+        "Summarize",
+        comment="A compact, readable result.",
+        parameters={
+            **job_summary(workflow),
+            "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+            # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
+            "hugging_face_model": {
+                "archive.$": "$.job.ModelArtifacts.S3ModelArtifacts",
+                "folder": f"{HF_EXPORT_DIR}/",
+            },
+            "resumed_from.$": "$.resume",
+            "plan.$": "$.plan",
+            "memory_estimate_ignored.$": "$.config.ignore_memory_estimate",
+            "evaluation.$": "$.evaluation",
+        },
+    )
 
 
 def launch_loop(
@@ -148,24 +194,23 @@ def launch_loop(
     *,
     retries: int,
     retry_wait: int,
-    after: sfn.IChainable | None = None,
+    after: sfn.IChainable,
+    kind: JobKind = TRAINING,
+    carry: tuple[str, ...] = TRAINING_CARRY,
 ) -> LaunchLoop:
-    """The launch loop: ``Input data?`` picks the launch with or without ``InputDataConfig``; then relaunch (at
-    most ``retries`` capacity relaunches, ``retry_wait`` seconds apart) and failure states; a job that completes
-    goes through ``Normalize result`` to ``after`` (default: :func:`training_summary`; the construct passes
-    ``tuning_states.after_job``, which summarizes a tuning job its own way and a training job with it)."""
+    """The launch loop of one kind of job: ``Input data?`` picks the launch with or without ``InputDataConfig``;
+    then relaunch (at most ``retries`` capacity relaunches, ``retry_wait`` seconds apart) and failure states; a
+    job that completes goes through ``Normalize result`` (its description over the result defaults, with the
+    ``carry`` fields of the state) to ``after``. The state it starts from holds ``config``, ``hyperparameters``,
+    ``channels``, ``request``, the launch counters and the result and failure defaults (``prepare_state``)."""
     normalize_result = sfn.Pass(
         workflow,
-        "Normalize result",
+        kind.name("Normalize result"),
         parameters={
             "job.$": "States.JsonMerge($.result_defaults, $.job, false)",
-            "config.$": "$.config",
-            "launch_count.$": "$.launch_count",
-            "resume.$": "$.resume",
-            "plan.$": "$.plan",
-            "tune.$": "$.tune",
+            **{f"{key}.$": f"$.{key}" for key in carry},
         },
-    ).next(after if after is not None else training_summary(workflow))
+    ).next(after)
 
     def launch_state(name: str, channels: bool) -> sfn.CustomState:
         return sfn.CustomState(
@@ -180,25 +225,53 @@ def launch_loop(
             },
         )
 
-    with_data = launch_state("Run training job", True)
-    without_data = launch_state("Run training job (no input data)", False)
-    launch_data = sfn.Choice(workflow, "Input data?", comment="SageMaker refuses an empty InputDataConfig.")
+    with_data = launch_state(f"Run {kind.label} job", True)
+    without_data = launch_state(f"Run {kind.label} job (no input data)", False)
+    launch_data = sfn.Choice(
+        workflow, kind.name("Input data?"), comment="SageMaker refuses an empty InputDataConfig."
+    )
     launch_data.when(sfn.Condition.is_present("$.channels[0]"), with_data)
     launch_data.otherwise(without_data)
-
     launch_failed = sfn.Fail(
         workflow,
-        "Launch failed",
+        kind.name("Launch failed"),
         comment="CreateTrainingJob was refused, or the integration failed in another way.",
         error="LaunchFailed",
         cause_path=format_intrinsic("{}: {}", "$.failure.Error", "$.failure.Cause"),
     )
+    failure = _failure_states(workflow, kind, retries=retries, retry_wait=retry_wait, relaunch=launch_data)
+    inspect_failure = sfn.Choice(workflow, kind.name("Job description in cause?"))
+    inspect_failure.when(
+        sfn.Condition.and_(
+            sfn.Condition.is_string("$.failure.Cause"),
+            sfn.Condition.string_matches("$.failure.Cause", "{*"),
+        ),
+        failure,
+    )
+    inspect_failure.otherwise(launch_failed)
+    refused = launch_retry.api_error_states(
+        workflow, relaunch=launch_data, launch_failed=launch_failed, suffix=kind.suffix
+    )
+    for launch in (with_data, without_data):
+        launch_retry.add_quota_retry(launch)
+        launch.add_catch(refused, errors=[launch_retry.API_ERROR], result_path="$.failure")
+        launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
+        launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
+        launch.next(normalize_result)
+    return LaunchLoop(entry=launch_data, launch=with_data, launch_without_data=without_data)
+
+
+def _failure_states(
+    workflow: Construct, kind: JobKind, *, retries: int, retry_wait: int, relaunch: sfn.IChainable
+) -> sfn.IChainable:
+    """A job that ended Failed or Stopped (its description in the failure's cause): relaunched after a capacity
+    error while relaunches are left, else the kind's job-failed or ``No capacity`` end."""
     job_failed = sfn.Fail(
         workflow,
-        "Training job failed",
-        error="TrainingJobFailed",
+        f"{kind.title} job failed",
+        error=f"{kind.title}JobFailed",
         cause_path=format_intrinsic(
-            "Training job {} ended {}: {}",
+            f"{kind.title} job {{}} ended {{}}: {{}}",
             "$.failed_job.TrainingJobName",
             "$.failed_job.TrainingJobStatus",
             "$.failed_job.FailureReason",
@@ -206,7 +279,7 @@ def launch_loop(
     )
     no_capacity = sfn.Fail(
         workflow,
-        "No capacity",
+        kind.name("No capacity"),
         error="CapacityError",
         cause_path=format_intrinsic(
             "Gave up after {} launches without capacity; last job {}: {}",
@@ -217,21 +290,24 @@ def launch_loop(
     )
     count_launch = sfn.Pass(
         workflow,
-        "Count launch",
+        kind.name("Count launch"),
         parameters={"value.$": "States.MathAdd($.launch_count, 1)"},
         result_path="$.launch_count_next",
     )
     store_count = sfn.Pass(
-        workflow, "Store launch count", input_path="$.launch_count_next.value", result_path="$.launch_count"
+        workflow,
+        kind.name("Store launch count"),
+        input_path="$.launch_count_next.value",
+        result_path="$.launch_count",
     )
     wait = sfn.Wait(
         workflow,
-        "Wait for capacity",
+        kind.name("Wait for capacity"),
         comment="Same execution name, so the relaunch uses the same checkpoint prefix and resumes.",
         time=sfn.WaitTime.duration(Duration.seconds(retry_wait)),
     )
-    wait.next(count_launch).next(store_count).next(launch_data)
-    capacity = sfn.Choice(workflow, "Capacity error?")
+    wait.next(count_launch).next(store_count).next(relaunch)
+    capacity = sfn.Choice(workflow, kind.name("Capacity error?"))
     is_capacity = sfn.Condition.string_matches("$.failed_job.FailureReason", f"*{CAPACITY_ERROR_MARKER}*")
     capacity.when(
         sfn.Condition.and_(is_capacity, sfn.Condition.number_less_than_equals("$.launch_count", retries)),
@@ -241,46 +317,38 @@ def launch_loop(
     capacity.otherwise(job_failed)
     parse_failure = sfn.Pass(
         workflow,
-        "Read failed job",
+        kind.name("Read failed job"),
         parameters={
             "value.$": "States.JsonMerge($.failure_defaults, States.StringToJson($.failure.Cause), false)"
         },
         result_path="$.failed_job_raw",
     )
     pick_failure = sfn.Pass(
-        workflow, "Keep failed job", input_path="$.failed_job_raw.value", result_path="$.failed_job"
+        workflow,
+        kind.name("Keep failed job"),
+        input_path="$.failed_job_raw.value",
+        result_path="$.failed_job",
     )
-    inspect_failure = sfn.Choice(workflow, "Job description in cause?")
-    inspect_failure.when(
-        sfn.Condition.and_(
-            sfn.Condition.is_string("$.failure.Cause"),
-            sfn.Condition.string_matches("$.failure.Cause", "{*"),
-        ),
-        parse_failure.next(pick_failure).next(capacity),
-    )
-    inspect_failure.otherwise(launch_failed)
-    refused = launch_retry.api_error_states(workflow, relaunch=launch_data, launch_failed=launch_failed)
-    for launch in (with_data, without_data):
-        launch_retry.add_quota_retry(launch)
-        launch.add_catch(refused, errors=[launch_retry.API_ERROR], result_path="$.failure")
-        launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
-        launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
-        launch.next(normalize_result)
-    return LaunchLoop(entry=launch_data, launch=with_data, launch_without_data=without_data)
+    return parse_failure.next(pick_failure).next(capacity)
 
 
 def capacity_states(
-    workflow: Construct, resources: dict[str, Any], *, pending: int, launch: sfn.IChainable
+    workflow: Construct,
+    resources: dict[str, Any],
+    *,
+    pending: int,
+    launch: sfn.IChainable,
+    kind: JobKind = TRAINING,
 ) -> sfn.Choice:
     """Capacity mode and node count states that fill ``$.launch``, then ``launch`` (returns ``Capacity mode``).
     ``resources`` is the ``ResourceConfig`` before the mode's fields; ``pending`` the training-plan jobs'
     ``MaxPendingTimeInSeconds``."""
-    multi_node = sfn.Choice(workflow, "Several instances?")
+    multi_node = sfn.Choice(workflow, kind.name("Several instances?"))
     multi_node.when(
         sfn.Condition.number_greater_than("$.config.instance_count", 1),
         sfn.Pass(
             workflow,
-            "Encrypt traffic between nodes",
+            kind.name("Encrypt traffic between nodes"),
             result=sfn.Result.from_boolean(True),
             result_path="$.launch.encrypt_inter_node",
         ).next(launch),
@@ -288,7 +356,7 @@ def capacity_states(
     multi_node.otherwise(
         sfn.Pass(
             workflow,
-            "One node",
+            kind.name("One node"),
             result=sfn.Result.from_boolean(False),
             result_path="$.launch.encrypt_inter_node",
         ).next(launch)
@@ -309,11 +377,11 @@ def capacity_states(
             result_path="$.launch",
         )
 
-    mode = sfn.Choice(workflow, "Capacity mode")
+    mode = sfn.Choice(workflow, kind.name("Capacity mode"))
     mode.when(
         sfn.Condition.not_(sfn.Condition.is_null("$.config.training_plan_arn")),
         capacity_pass(
-            "Training plan capacity",
+            kind.name("Training plan capacity"),
             {"TrainingPlanArn.$": "$.config.training_plan_arn", **WARM_POOL},
             {"MaxPendingTimeInSeconds": pending},
             False,
@@ -322,9 +390,12 @@ def capacity_states(
     mode.when(
         sfn.Condition.boolean_equals("$.config.use_spot", True),
         capacity_pass(
-            "Managed spot capacity", {}, {"MaxWaitTimeInSeconds.$": "$.config.max_wait_seconds"}, True
+            kind.name("Managed spot capacity"),
+            {},
+            {"MaxWaitTimeInSeconds.$": "$.config.max_wait_seconds"},
+            True,
         ).next(multi_node),
     )
-    mode.otherwise(capacity_pass("On-demand capacity", WARM_POOL, {}, False).next(multi_node))
+    mode.otherwise(capacity_pass(kind.name("On-demand capacity"), WARM_POOL, {}, False).next(multi_node))
 
     return mode

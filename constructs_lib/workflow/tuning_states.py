@@ -1,18 +1,19 @@
-"""The workflow's states after a tuning job: the same launch loop ran it (``states.launch_loop``: the same image,
-instance type and count, capacity modes and relaunches as a training run, with the request check's tuning
-hyperparameters), and a completed job comes here instead of the training summary.
+"""The tuning job's states: a job kind of its own (``states.TUNING``) through the same capacity states and launch
+loop as training (``states.capacity_states``, ``states.launch_loop``: the same image, instance type and count,
+capacity modes and relaunches, with the request check's tuning hyperparameters and run-time bound), entered
+straight after the request is decided when it has a ``tune`` block.
 
-``Tuning run?`` (the decision's ``tune`` is set) -> ``Read tuning winner`` (its report's ``winner.json``, which the
-job wrote into its checkpoint folder and SageMaker uploaded) -> ``Store tuning measurements`` (its
-``measurements.json`` copied to ``<tuning prefix>measurements/<image tag>/<segment>/<execution>.json``, where the
-request check reads them for every later request's plan) -> ``Summarize tuning`` (the report's S3 location, the
-winner, the records' place, the tuning plan) -> ``Tuning job completed``. A missing winner or a failed copy is
+After the job completes: ``Read tuning winner`` (its report's ``winner.json``, which the job wrote into its
+checkpoint folder and SageMaker uploaded) -> ``Store tuning measurements`` (its ``measurements.json`` copied to
+``<tuning prefix>measurements/<image tag>/<segment>/<execution>.json``, where the request check reads them for every
+later request's plan) -> ``Summarize (tuning)`` (the job's summary fields, the report's S3 location, the winner,
+where the records went, the tuning plan) -> ``Tuning job completed``. A missing winner or a failed copy is
 reported in the summary, never a failed execution: the job itself completed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import aws_iam as iam
@@ -21,16 +22,20 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from constructs_lib.workflow.states import TUNING, capacity_states, job_summary, launch_loop, loop_start
 from training.request.contract import TUNE_REPORT_FOLDER
 
-TRAINING_ONLY_SUMMARY = (
-    "model_artifacts",
-    "hugging_face_model",
-    "plan",
-    "memory_estimate_ignored",
-    "resumed_from",
-)
-"""Fields of the training summary that say nothing about a tuning job (it trains no model to keep)."""
+TUNING_CARRY = ("config", "launch_count", "tune")
+"""What the tuning's ``Normalize result`` keeps beside the job for its summary."""
+
+
+@dataclass(frozen=True)
+class TuningStorage:
+    """Where a tuning job's report is read (its runs' checkpoint folders) and its records stored."""
+
+    bucket: s3.IBucket
+    runs_prefix: str
+    measurements_prefix: str
 
 
 def report_objects(bucket: s3.IBucket, runs_prefix: str) -> str:
@@ -42,17 +47,46 @@ def record_objects(bucket: s3.IBucket, measurements_prefix: str) -> str:
     return bucket.arn_for_objects(f"{measurements_prefix}*")
 
 
-def after_job(
+def tuning_states(
     workflow: Construct,
+    launch_params: dict[str, Any],
+    resources: dict[str, Any],
     *,
-    bucket: s3.IBucket,
-    runs_prefix: str,
-    measurements_prefix: str,
-    summary: Mapping[str, Any],
-    training: sfn.IChainable,
-) -> sfn.Choice:
-    """``Tuning run?``: a tuning job's states (above), or ``training`` (the training summary). ``summary`` is the
-    training summary's parameters (the tuning summary keeps those that apply)."""
+    retries: int,
+    retry_wait: int,
+    pending: int,
+    launch_retry_backoff: int,
+    storage: TuningStorage,
+) -> sfn.IChainable:
+    """The tuning job's entry (``Prepare launch (tuning)``), its capacity states and launch loop, and the states
+    after it (above)."""
+    prepare = sfn.Pass(
+        workflow,
+        TUNING.name("Prepare launch"),
+        parameters={
+            "config.$": "$.config",
+            "hyperparameters.$": "$.hyperparameters",
+            "channels.$": "$.channels",
+            "request.$": "$.request",
+            "tune.$": "$.tune",
+            **loop_start(launch_retry_backoff),
+        },
+    )
+    loop = launch_loop(
+        workflow,
+        launch_params,
+        retries=retries,
+        retry_wait=retry_wait,
+        after=_after_job(workflow, storage),
+        kind=TUNING,
+        carry=TUNING_CARRY,
+    )
+    return prepare.next(capacity_states(workflow, resources, pending=pending, launch=loop.entry, kind=TUNING))
+
+
+def _after_job(workflow: Construct, storage: TuningStorage) -> sfn.IChainable:
+    """Read the winner, store the records, summarize: each read or write that fails is reported, not fatal."""
+    reports = report_objects(storage.bucket, storage.runs_prefix)
     read_winner = tasks.CallAwsService(
         workflow,
         "Read tuning winner",
@@ -61,7 +95,7 @@ def after_job(
         action="getObject",
         parameters={"Bucket.$": "$.tune.bucket", "Key.$": "$.tune.winner_key"},
         iam_action="s3:GetObject",  # the action's canonical name (the default would be s3:getObject)
-        iam_resources=[report_objects(bucket, runs_prefix)],
+        iam_resources=[reports],
         result_selector={"value.$": "States.StringToJson($.Body)"},
         result_path="$.winner",
     )
@@ -77,20 +111,17 @@ def after_job(
             "CopySource.$": "$.tune.records_source",
         },
         iam_action="s3:PutObject",
-        iam_resources=[record_objects(bucket, measurements_prefix)],
-        additional_iam_statements=[
-            iam.PolicyStatement(actions=["s3:GetObject"], resources=[report_objects(bucket, runs_prefix)])
-        ],
+        iam_resources=[record_objects(storage.bucket, storage.measurements_prefix)],
+        additional_iam_statements=[iam.PolicyStatement(actions=["s3:GetObject"], resources=[reports])],
         result_selector={"etag.$": "$.CopyObjectResult.ETag"},
         result_path="$.records",
     )
-    kept = {k: v for k, v in summary.items() if k.removesuffix(".$") not in TRAINING_ONLY_SUMMARY}
     summarize = sfn.Pass(
         workflow,
-        "Summarize tuning",
+        TUNING.name("Summarize"),
         comment="The tuning job's result: where its report is, the winner, where its measurements were stored.",
         parameters={
-            **kept,
+            **job_summary(workflow),
             "tune": {
                 "report_uri.$": "$.tune.report_uri",
                 "winner.$": "$.winner",
@@ -103,10 +134,4 @@ def after_job(
     read_winner.add_catch(store, errors=["States.ALL"], result_path="$.winner")
     store.add_catch(summarize, errors=["States.ALL"], result_path="$.records")
     read_winner.next(store).next(summarize)
-    choice = sfn.Choice(workflow, "Tuning run?", comment="A tuning job's summary reads its report.")
-    choice.when(
-        sfn.Condition.and_(sfn.Condition.is_present("$.tune"), sfn.Condition.is_not_null("$.tune")),
-        read_winner,
-    )
-    choice.otherwise(training)
-    return choice
+    return read_winner

@@ -91,9 +91,10 @@ def losses(output: str) -> dict[int, str]:
 
 
 def container_code_dir(code: Path) -> None:
-    """Lay out /opt/ml/code like the image: train.sh and entrypoint.sh next to a copy of the training/ package."""
+    """Lay out /opt/ml/code like the image: train.sh, evaluate.sh and entrypoint.sh next to a copy of the training/
+    package."""
     code.mkdir(parents=True)
-    for script in (contract.ENTRY_POINT, "entrypoint.sh"):
+    for script in (contract.ENTRY_POINT, contract.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
         shutil.copy2(ROOT / "training" / script, code / script)
     shutil.copytree(
         ROOT / "training",

@@ -110,7 +110,7 @@ def test_slow_layers_come_before_the_trainer_code(instructions):
     te = _index(instructions, "RUN", r"image-requirements\.txt")
     requirements = _index(instructions, "COPY", r"requirements\.tx\[t\]")
     trainer = _index(instructions, "COPY", r"^\. /opt/ml/code/training/$")
-    entry = _index(instructions, "COPY", r"train\.sh entrypoint\.sh /opt/ml/code/$")
+    entry = _index(instructions, "COPY", r"train\.sh evaluate\.sh entrypoint\.sh /opt/ml/code/$")
     assert te < requirements < trainer < entry
     # Nothing before the trainer COPY copies the trainer itself (which would void the TE layer cache).
     for kind, value in instructions[:trainer]:
@@ -123,8 +123,11 @@ def test_layout_and_sagemaker_settings_match_the_contract(parser, instructions):
     assert parser.envs["SAGEMAKER_SUBMIT_DIRECTORY"] == contract.CONTAINER_CODE_DIR
     assert parser.envs["PYTHONPATH"] == contract.CONTAINER_CODE_DIR
     entry = instructions[_index(instructions, "COPY", r"train\.sh")][1]
-    assert entry == f"--chmod=0755 {contract.ENTRY_POINT} entrypoint.sh {contract.CONTAINER_CODE_DIR}/"
-    assert (TRAINING / "train.sh").is_file() and (TRAINING / "entrypoint.sh").is_file()
+    assert entry == (
+        f"--chmod=0755 {contract.ENTRY_POINT} {contract.EVALUATE_ENTRY_POINT} entrypoint.sh {contract.CONTAINER_CODE_DIR}/"
+    )
+    for script in (contract.ENTRY_POINT, contract.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
+        assert (TRAINING / script).is_file() and (TRAINING / script).stat().st_mode & 0o111, script
 
 
 def test_pid1_entrypoint_wraps_the_dlc_entrypoint(parser, instructions):
@@ -144,7 +147,9 @@ def test_pid1_entrypoint_wraps_the_dlc_entrypoint(parser, instructions):
 def test_build_time_self_checks_run_after_the_code_is_in(instructions):
     trainer = _index(instructions, "COPY", r"^\. /opt/ml/code/training/$")
     check = _index(instructions, "RUN", r"python -m training\.trainer\.selfcheck")
-    help_run = _index(instructions, "RUN", r"^/opt/ml/code/train\.sh --help")
+    help_run = _index(
+        instructions, "RUN", r"^/opt/ml/code/train\.sh --help && /opt/ml/code/evaluate\.sh --help"
+    )
     assert trainer < check and trainer < help_run
     command = instructions[check][1]
     assert "--expected-te-version 2.11.0" in command
@@ -206,16 +211,32 @@ def _pins(path: Path) -> dict[str, tuple[str, list[str]]]:
 
 def test_the_trainers_packages_are_hash_pinned_at_the_versions_the_tests_use():
     image = _pins(TRAINING / "requirements.txt")
-    assert {"safetensors", "tensorboardx", "mlflow-skinny", "sagemaker-mlflow"} <= image.keys()
+    shared = (
+        "safetensors",
+        "tensorboardx",
+        "mlflow-skinny",
+        "sagemaker-mlflow",
+        "lm-eval",
+        "transformers",
+        "tokenizers",
+    )
+    assert set(shared) <= image.keys()
     dev = {}
     extras = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
     project = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"]["dependencies"]
-    for entry in extras["train"] + extras["dev"] + project:
+    for entry in extras["train"] + extras["dev"] + extras["eval"] + project:
         requirement = Requirement(entry)
         dev[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
-    for name in ("safetensors", "tensorboardx", "mlflow-skinny", "sagemaker-mlflow", "matplotlib"):
+    for name in (*shared, "matplotlib"):  # matplotlib: the tuning report's charts, at the CLI's own pin
         assert image[name][0] == dev[name], name
     # the trainer imports exactly these, and the build's self-check imports them
     assert set(selfcheck.TRACKING_MODULES) == {"tensorboardX", "mlflow", "sagemaker_mlflow"}
+    assert {"lm_eval", "training.evaluate.run"} <= set(selfcheck.EVALUATION_MODULES)
+
+
+def test_the_requirements_install_builds_sdists_with_the_dlcs_own_setuptools(instructions):
+    """--require-hashes does not cover build dependencies; without build isolation pip fetches none."""
+    install = instructions[_index(instructions, "RUN", r"/tmp/requirements/requirements\.txt")][1]
+    assert "--require-hashes" in install and "--no-build-isolation" in install

@@ -52,9 +52,13 @@ def _states(definition):
 def test_two_launch_states_with_sync_integration_retry_and_catch(definition):
     """With and without InputDataConfig (SageMaker refuses an empty list); the same retry and catch policy."""
     launches = {n: s for n, s in _states(definition).items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
-    assert sorted(launches) == ["Run training job", "Run training job (no input data)"]
-    assert launches["Run training job"]["Parameters"]["InputDataConfig.$"] == "$.channels"
-    assert "InputDataConfig" not in json.dumps(launches["Run training job (no input data)"]["Parameters"])
+    kinds = ("evaluation", "training", "tuning")
+    assert sorted(launches) == [
+        f"Run {kind} job{tail}" for kind in kinds for tail in ("", " (no input data)")
+    ]
+    for kind in kinds:
+        assert launches[f"Run {kind} job"]["Parameters"]["InputDataConfig.$"] == "$.channels"
+        assert "InputDataConfig" not in json.dumps(launches[f"Run {kind} job (no input data)"]["Parameters"])
     for launch in launches.values():
         (retry,) = launch["Retry"]
         assert retry["ErrorEquals"] == list(launch_retry.QUOTA_ERRORS)
@@ -86,6 +90,8 @@ def test_failures_end_in_named_errors(definition):
         "RequestValidationFailed",
         "LaunchFailed",
         "TrainingJobFailed",
+        "EvaluationJobFailed",
+        "TuningJobFailed",
         "CapacityError",
     }
 
@@ -106,7 +112,7 @@ def test_no_sagemaker_state_is_reachable_without_a_valid_decision(definition):
     states = _states(definition)
     launches = {n for n, s in states.items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
     (valid_rule,) = states["Request valid?"]["Choices"]
-    assert valid_rule == {"Variable": "$.valid", "BooleanEquals": True, "Next": "Prepare launch"}
+    assert valid_rule == {"Variable": "$.valid", "BooleanEquals": True, "Next": "Train first?"}
     assert states["Request valid?"]["Default"] == "Invalid input"
 
     def successors(name):
@@ -127,8 +133,24 @@ def test_no_sagemaker_state_is_reachable_without_a_valid_decision(definition):
     found = 0
     for seen in paths(definition["StartAt"], frozenset({definition["StartAt"]})):
         found += 1
-        assert {"Request valid?", "Prepare launch"} <= seen
+        prepared = {"Prepare launch", "Prepare evaluation", "Prepare launch (tuning)"}
+        assert "Request valid?" in seen and prepared & seen
     assert found >= 6  # three capacity modes, one or several nodes
+
+
+def test_training_and_evaluation_share_the_launch_loop_under_their_own_names(definition):
+    """One launch loop, three kinds of job: every shared state exists once per kind (evaluation's and tuning's
+    with a suffix); a tuning input goes to its own job before anything else."""
+    states = _states(definition)
+    for base in ("Input data?", "Capacity mode", "Count launch", "Wait for capacity", "Retryable launch error?",
+                 "Normalize result", "Launch failed", "No capacity"):  # fmt: skip
+        assert base in states and f"{base} (evaluation)" in states and f"{base} (tuning)" in states
+    tuning = {"And": [{"Variable": "$.tune", "IsPresent": True}, {"Variable": "$.tune", "IsNull": False}]}
+    assert states["Train first?"]["Choices"] == [
+        {**tuning, "Next": "Prepare launch (tuning)"},
+        {"Variable": "$.evaluation_only", "BooleanEquals": True, "Next": "Evaluate only"},
+    ]
+    assert states["Evaluate after training?"]["Choices"][0]["IsNull"] is True
 
 
 def test_timeout_bounds_every_execution(definition):
@@ -137,7 +159,7 @@ def test_timeout_bounds_every_execution(definition):
 
 def test_state_names_fit_asl_limits(definition):
     assert all(len(name) <= 80 for name in _states(definition))
-    assert len(_states(definition)) < 120
+    assert len(_states(definition)) < 150
 
 
 def test_hopper_only_workflow_carries_its_instance_types_in_the_rules():

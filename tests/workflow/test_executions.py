@@ -165,6 +165,7 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
             execution_arn=result["executionArn"],
             job=request["TrainingJobName"],
         ),
+        "evaluation": None,  # none asked for
     }
     assert [m["MetricName"] for m in summary["final_metrics"]] == ["train:progress"]  # moto's canned metric
     assert summary["plan"] == {**make_plan({}).to_dict(), "ignored": False}  # the defaults' plan, as launched

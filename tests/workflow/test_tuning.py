@@ -181,3 +181,12 @@ def test_a_tune_with_init_from_needs_the_models_config_which_only_the_workflow_r
     offline = prepare_request({"tune": {}, "init_from": f"s3://{rules.bucket_name}/data/llama/"}, rules)
     assert any(p.startswith("tune: with init_from, the candidates are planned with the model's config.json")
                for p in offline.problems), offline.problems  # fmt: skip
+
+
+def test_a_tune_does_not_evaluate(rules):
+    from constructs_lib.workflow.request_check import prepare_request
+
+    both = prepare_request({"tune": {}, "evaluate": {"tasks": ["hellaswag"]}}, rules)
+    assert any(p.startswith("tune: a tuning run trains no model to evaluate") for p in both.problems), (
+        both.problems
+    )

@@ -1355,3 +1355,100 @@ def parse_config_line(line: str) -> dict[str, str] | None:
     if not match:
         return None
     return dict(item.partition("=")[::2] for item in match.group(1).split())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Evaluation: lm-evaluation-harness on a finished run's Hugging Face export (training/evaluate/), in the same image
+# --------------------------------------------------------------------------------------------------------------
+
+PROGRAM_ENV = "SAGEMAKER_PROGRAM"
+"""The variable that names the job's program to the SageMaker toolkit; a job's ``Environment`` overrides the
+image's own (``ENTRY_POINT``), which is how one image runs both kinds of job."""
+EVALUATE_ENTRY_POINT = "evaluate.sh"
+"""The evaluation job's program (``training/evaluate.sh``): ``python -m training.evaluate`` with its settings."""
+MODEL_CHANNEL = "model"
+"""Read-only channel of an evaluation job: the evaluated training job's ``model.tar.gz`` (its ``hf/`` folder)."""
+TASKS_CHANNEL = "tasks"
+"""Read-only channel of an evaluation job: the task folder (lm-eval task YAML files and their local data)."""
+STANDARD_TASK_CHANCE: Mapping[str, float] = {
+    "hellaswag": 0.25,
+    "arc_easy": 0.25,
+    "piqa": 0.5,
+    "winogrande": 0.5,
+}
+"""The standard small-model set (``python -m training.evaluate.prepare_tasks``) and each task's accuracy by chance:
+one over the number of choices (4 endings; ARC-Easy's 4 options on almost every question; 2 solutions; 2
+options). Zero-shot log-likelihood (rank) classification, as lm-eval and OLMo-core's small-model groups score it."""
+DEFAULT_EVALUATION_TASKS: tuple[str, ...] = tuple(STANDARD_TASK_CHANCE)
+EVALUATION_METRICS: tuple[str, ...] = ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")
+"""Fields of an ``evaluation task=...`` line: lm-eval's accuracy, its length-normalized accuracy (by the choice's
+characters) and their standard errors (a task whose YAML lists no acc_norm, such as winogrande, has none)."""
+MAX_EVALUATION_TASKS = 10
+"""At most this many tasks per evaluation: 4 metric definitions each, and SageMaker allows 40 per job."""
+TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""A task (or group) name an evaluation may ask for: as lm-eval names its tasks, and safe in a metric name."""
+
+
+def evaluation_metric_name(task: str, field: str) -> str:
+    """``eval:hellaswag:acc``: the CloudWatch (and summary) name of one task's score."""
+    if field not in EVALUATION_METRICS:
+        raise ValueError(f"no evaluation metric {field!r}; defined: {', '.join(EVALUATION_METRICS)}")
+    return f"eval:{task}:{field}"
+
+
+def format_evaluation_line(task: str, scores: Mapping[str, float], samples: int | None = None) -> str:
+    """``evaluation task=hellaswag acc=0.2512 acc_stderr=0.00433 ... samples=10042`` (fields in EVALUATION_METRICS
+    order, absent ones left out)."""
+    parts = ["evaluation", f"task={task}"]
+    parts += [f"{k}={_fmt_metric(float(scores[k]))}" for k in EVALUATION_METRICS if scores.get(k) is not None]
+    if samples is not None:
+        parts.append(f"samples={samples}")
+    return " ".join(parts)
+
+
+_EVALUATION_LINE = re.compile(r"\bevaluation task=(\S+)((?: [a-z_]+=\S+)*)")
+
+
+def parse_evaluation_line(line: str) -> tuple[str, dict[str, float]] | None:
+    """``(task, {field: value})`` of a line made by :func:`format_evaluation_line`; None for any other line."""
+    match = _EVALUATION_LINE.search(line)
+    return (match.group(1), _fields(match.group(2), EVALUATION_METRICS)) if match else None
+
+
+def evaluation_metric_definitions(tasks: tuple[str, ...] | list[str]) -> tuple[MetricDefinition, ...]:
+    """SageMaker ``MetricDefinitions`` of an evaluation job of ``tasks``: ``eval:<task>:<field>`` read from that
+    task's ``evaluation task=<task> ...`` line (the word boundary keeps ``acc=`` out of ``acc_norm=``)."""
+    return tuple(
+        MetricDefinition(
+            evaluation_metric_name(task, field),
+            rf"\bevaluation task={re.escape(task)} .*?\b{field}={_NUMBER}",
+        )
+        for task in tasks
+        for field in EVALUATION_METRICS
+    )
+
+
+EVALUATION_SETTINGS: tuple[Hyperparameter, ...] = (
+    Hyperparameter("tasks", "str", ",".join(DEFAULT_EVALUATION_TASKS), "Comma-separated task names."),
+    Hyperparameter(
+        "limit", "int", None, "Examples per task (for trying a set-up; scores need all).", 1, 10**8
+    ),
+    Hyperparameter(
+        "batch_size",
+        "int",
+        32,
+        "Requests per forward pass (scores can move slightly with it: lm-eval #1645).",
+        1,
+        4096,
+    ),
+    Hyperparameter(
+        "dtype",
+        "choice",
+        "auto",
+        "Weights' dtype in the evaluation (auto: as exported).",
+        choices=("auto", "bfloat16", "float16", "float32"),
+    ),
+    Hyperparameter("seed", "int", 1234, "lm-eval's random, numpy and torch seeds.", 0, 2**31 - 1),
+)
+"""The evaluation job's settings (its ``HyperParameters``, the arguments of ``evaluate.sh``)."""
+EVALUATION_SETTINGS_BY_NAME: Mapping[str, Hyperparameter] = {s.name: s for s in EVALUATION_SETTINGS}

@@ -364,11 +364,39 @@ def test_customer_key_encrypts_logs_state_machine_and_topic_and_the_removal_poli
     assert launches and all(launch["Parameters"]["EnableNetworkIsolation"] is True for launch in launches)
 
 
-def test_network_isolation_is_off_by_default(plain):
+def test_network_isolation_is_off_by_default_for_training_and_always_on_for_evaluation(plain):
+    """A tuning job is launched as the training run it tunes: isolated only where the stack isolates training."""
     _, template = plain
     request = definition_of(template.to_json())["States"]
-    launches = [state for state in request.values() if state.get("Resource") == CREATE_TRAINING_JOB_SYNC]
-    assert launches and all("EnableNetworkIsolation" not in launch["Parameters"] for launch in launches)
+    launches = {name: s for name, s in request.items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
+    for kind in ("training", "tuning"):
+        for name in (f"Run {kind} job", f"Run {kind} job (no input data)"):
+            assert "EnableNetworkIsolation" not in launches[name]["Parameters"]
+    for name in ("Run evaluation job", "Run evaluation job (no input data)"):
+        assert launches[name]["Parameters"]["EnableNetworkIsolation"] is True
+    assert len(launches) == 6
+
+
+def test_the_evaluation_job_gets_the_task_channel_and_the_trained_model_read_only(plain):
+    _, template = plain
+    states = definition_of(template.to_json())["States"]
+    prepare = states["Prepare evaluation"]["Parameters"]
+    assert prepare["channels.$"] == "States.Array($.evaluation.tasks_channel, $.evaluation.model_channel)"
+    model = states["Model channel"]
+    assert model["ResultPath"] == "$.evaluation.model_channel"
+    assert model["Parameters"] == {
+        "ChannelName": "model",
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri.$": "$.model_artifacts",
+                                        "S3DataDistributionType": "FullyReplicated"}},
+        "InputMode": "File",
+    }  # fmt: skip
+    launch = states["Run evaluation job"]["Parameters"]
+    assert launch["InputDataConfig.$"] == "$.channels" and launch["EnableNetworkIsolation"] is True
+    assert launch["AlgorithmSpecification"]["MetricDefinitions.$"] == "$.request.MetricDefinitions"
+    assert (
+        launch["Environment.$"] == "$.request.Environment"
+    )  # SAGEMAKER_PROGRAM=evaluate.sh, decided per run
+    assert not {"CheckpointConfig", "TensorBoardOutputConfig", "MlflowConfig"} & set(launch)
 
 
 def test_trigger_rule_passes_the_event_detail(notified):

@@ -64,8 +64,17 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
     defined = {definition.name for definition in contract.metric_definitions()}
     job_metrics = {name for dimension, name in searched if dimension == contract.TRAINING_JOB_DIMENSION}
     host_metrics = {name for dimension, name in searched if dimension == contract.HOST_DIMENSION}
-    assert job_metrics <= defined
-    assert job_metrics == {"train:loss", "val_loss", "train:tokens_per_sec", "train:mfu", "train:peak_mem_gb"}
+    scores = {
+        d.name
+        for d in contract.evaluation_metric_definitions(contract.DEFAULT_EVALUATION_TASKS)
+        if "stderr" not in d.name
+    }
+    assert job_metrics <= defined | scores
+    assert (
+        job_metrics
+        == {"train:loss", "val_loss", "train:tokens_per_sec", "train:mfu", "train:peak_mem_gb"} | scores
+    )
+    assert len(scores) == 8  # acc and acc_norm of the four standard tasks
     assert host_metrics == set(contract.HOST_GPU_METRICS)
     assert set(plain) == {
         "ExecutionsStarted",
@@ -129,6 +138,22 @@ def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
         build_workflow(cdk.App())
 
 
+def test_the_evaluation_scores_are_bars_of_the_latest_value_between_0_and_1(template):
+    widgets = [
+        w for w in _body(template)["widgets"] if w["properties"].get("title", "").startswith("Evaluation")
+    ]
+    assert [w["properties"]["title"] for w in widgets] == [
+        "Evaluation acc (standard tasks, per job)", "Evaluation acc_norm (standard tasks, per job)"
+    ]  # fmt: skip
+    for widget in widgets:
+        props = widget["properties"]
+        assert props["view"] == "bar" and props["setPeriodToTimeRange"] is True
+        assert props["yAxis"]["left"]["min"] == 0 and props["yAxis"]["left"]["max"] == 1
+        assert [m[-1]["label"] for m in props["metrics"]] == [
+            f"{task} ${{PROP('Dim.TrainingJobName')}}" for task in contract.DEFAULT_EVALUATION_TASKS
+        ]  # each bar says its task and (CloudWatch's dynamic label) its job
+
+
 def test_the_dashboard_can_be_turned_off():
     app = cdk.App()
     workflow = build_workflow(app, dashboard=False)
@@ -138,13 +163,16 @@ def test_the_dashboard_can_be_turned_off():
     assert workflow.dashboard is None and workflow.dashboard_url is None
 
 
-def _launches(template: dict) -> list[dict]:
+def _launches(template: dict, kind: str = "training") -> list[dict]:
+    """The ``Parameters`` of the launch states of ``kind`` (training or evaluation)."""
     states = definition_of(template)["States"]
     found = []
 
     def walk(node):
         if isinstance(node, dict):
-            if str(node.get("Resource", "")).startswith("arn:aws:states:::sagemaker:createTrainingJob"):
+            if str(node.get("Resource", "")).startswith("arn:aws:states:::sagemaker:createTrainingJob") and (
+                "CheckpointConfig" in node["Parameters"]
+            ) == (kind == "training"):
                 found.append(node["Parameters"])
             for value in node.values():
                 walk(value)
@@ -180,6 +208,9 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
             "MlflowExperimentName": "Test-Workflow",
             "MlflowRunName.$": "$$.Execution.Name",
         }
+    (evaluation, _) = _launches(template, "evaluation")
+    # the evaluation job logs to the evaluated run's MLflow run itself (its environment), so it needs the network
+    assert "MlflowConfig" not in evaluation and "EnableNetworkIsolation" not in evaluation
     # the decided request's Environment carries the trainer's MLflow variables (and the execution's own)
     rules = RequestRules.from_state_machine_definition(definition_of(template))
     assert rules.mlflow_tracking_server_arn == MLFLOW

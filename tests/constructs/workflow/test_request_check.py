@@ -610,3 +610,45 @@ def test_decide_reads_the_folder_before_anything_else_and_plans_its_shape(s3, ru
         "hyperparameters.num_layers: must be 32 or left out: the init_from model's config.json has num_layers=32; "
         "got 4"
     )
+
+
+# ---- evaluate ----------------------------------------------------------------------------------------------------
+
+EVALUATE = {"train_data_uri": "s3://b/data/corpus/", "evaluate": {"task_data_uri": "s3://b/data/tasks/"}}
+
+
+def test_an_evaluate_block_with_its_defaults_is_valid_offline():
+    prepared = prepare_request(EVALUATE, RequestRules())
+    assert prepared.problems == [] and prepared.config["evaluate"] == EVALUATE["evaluate"]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            {"environment": {f"NCCL_{i}": "x" for i in range(100)}},
+            "environment: at most 99 variables with evaluate",
+        ),
+        ({"tags": {f"k{i}": "x" for i in range(48)}}, "tags: at most 47 with evaluate"),
+        ({"evaluate": "yes"}, "evaluate: must be an object of evaluation fields (tasks, task_data_uri"),
+        (
+            {"evaluate": {"task_data_uri": "s3://b/data/t/", "tasks": ["a b"]}},
+            "evaluate.tasks: must be a list",
+        ),
+        (
+            {"evaluate": {"task_data_uri": "s3://b/data/t/", "instance_type": "ml.g5.xlarge"}},
+            "evaluate.instance_type",
+        ),
+        (
+            {"evaluate": {"task_data_uri": "s3://b/data/t/", "max_runtime_seconds": 0}},
+            "evaluate.max_runtime_seconds",
+        ),
+        (
+            {"evaluate": {"task_data_uri": "s3://b/data/t/", "training_job": "bad name!"}},
+            "evaluate.training_job",
+        ),
+    ],
+)
+def test_evaluate_problems_name_the_field(change, problem):
+    problems = validate_request({**EVALUATE, **change}, RequestRules())
+    assert any(p.startswith(problem) for p in problems), problems

@@ -39,6 +39,7 @@ def test_asset_holds_only_what_the_handler_imports():
         "constructs_lib/workflow/__init__.py",
         "constructs_lib/workflow/input_fields.py",
         "constructs_lib/workflow/request_check.py",
+        "constructs_lib/workflow/request_evaluation.py",
         "constructs_lib/workflow/request_fields.py",
         "constructs_lib/workflow/request_rules.py",
         "constructs_lib/workflow/request_tune.py",
@@ -136,7 +137,11 @@ def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
     actions = {
         a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
-    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
+    assert actions <= {
+        "s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents", "sagemaker:DescribeTrainingJob"
+    }  # fmt: skip
+    (jobs,) = [s for s in by_sid.values() if s["Action"] == "sagemaker:DescribeTrainingJob"]
+    assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
 
 
 def test_role_lists_only_the_allowed_data_prefixes():
@@ -154,6 +159,15 @@ def test_role_lists_only_the_allowed_data_prefixes():
     by_sid = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert by_sid["ListTrainingData0"]["Action"] == "s3:ListBucket"
     assert by_sid["ListTrainingData0"]["Condition"] == {"StringLike": {"s3:prefix": ["data/*"]}}
+    # under the data prefixes it may read only prepared data's metadata.json and task YAML files (evaluation)
+    reads = by_sid["ReadDataMetadataAndTaskFiles"]
+    assert reads["Action"] == "s3:GetObject"
+    rendered = json.dumps(reads["Resource"])
+    for prefix in ("/data/*metadata.json", "/data/*.yaml", "/data/*.yml"):
+        assert prefix in rendered
+    assert [r for r in reads["Resource"] if isinstance(r, str)] == [
+        f"{other}/{p}*{s}" for p in ("tokens/", "text/") for s in ("metadata.json", ".yaml", ".yml")
+    ]
     assert by_sid["ListTrainingData1"] == {
         "Sid": "ListTrainingData1",
         "Action": "s3:ListBucket",

@@ -1,0 +1,157 @@
+"""Evaluation for ``blackwell-training``: the execution input that evaluates a finished run (``evaluate``), a run's
+scores (``result``), and runs side by side with their final losses (``compare``). No AWS call here but through the
+``TrainingRuns`` passed in.
+
+A run's scores are its evaluation job's final metrics (``eval:<task>:<field>``, read by SageMaker from the job's
+``evaluation task=...`` lines): the evaluation of its own execution (train, then evaluate), of an evaluation-only
+execution (the run named is that execution), or the newest evaluation job tagged as evaluating it (an evaluation
+started later with ``blackwell-training evaluate``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from constructs_lib.cli.errors import OperatorError
+from constructs_lib.cli.records import Job, Run
+from constructs_lib.workflow.request_evaluation import EVALUATED_TAG
+from training.request.contract import EVALUATION_METRICS, HYPERPARAMETERS_BY_NAME, STANDARD_TASK_CHANCE
+
+TrainingRuns = Any
+"""A ``constructs_lib.cli.api.TrainingRuns`` (not imported: the API imports this module)."""
+
+METRIC = re.compile(r"^eval:(.+):([a-z_]+)$")
+
+
+def scores_from_metrics(metrics: Mapping[str, Any] | list[Any]) -> dict[str, dict[str, float]]:
+    """``{"eval:piqa:acc": 0.6, ...}`` (or a ``FinalMetricDataList``) -> ``{"piqa": {"acc": 0.6, ...}}``."""
+    if isinstance(metrics, list):
+        metrics = {m["MetricName"]: m.get("Value") for m in metrics if "MetricName" in m}
+    scores: dict[str, dict[str, float]] = {}
+    for name, value in metrics.items():
+        match = METRIC.match(name)
+        if match and match.group(2) in EVALUATION_METRICS and value is not None:
+            scores.setdefault(match.group(1), {})[match.group(2)] = float(value)
+    return scores
+
+
+def evaluation_of(current: Run) -> dict[str, Any] | None:
+    """The run's own evaluation: its execution summary's, or (not ended, or a direct run) its evaluation job's."""
+    summary = (current.summary or {}).get("evaluation")
+    job = current.evaluation_job
+    if isinstance(summary, dict) and summary.get("job_name"):
+        return {
+            "job": summary["job_name"],
+            "status": summary.get("status"),
+            "tasks": summary.get("tasks"),
+            "evaluated": summary.get("evaluated"),
+            "scores": scores_from_metrics(summary.get("scores") or []),
+            "results": summary.get("results"),
+        }
+    if job is None:
+        return None
+    return {"job": job.name, "status": job.status, "tasks": job.hyperparameters.get("tasks", "").split(","),
+            "evaluated": None, "scores": scores_from_metrics(job.final_metrics), "results": None,
+            "failure_reason": job.failure_reason}  # fmt: skip
+
+
+def later_evaluation(runs: TrainingRuns, run: str) -> dict[str, Any] | None:
+    """The newest completed evaluation job tagged as evaluating ``run`` (SageMaker Search by that tag); None when
+    there is none, or the caller may not search (``sagemaker:Search``: ``result`` then shows no later scores)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        found = runs.client("sagemaker").search(
+            Resource="TrainingJob",
+            SearchExpression={
+                "Filters": [{"Name": f"Tags.{EVALUATED_TAG}", "Operator": "Equals", "Value": run}]
+            },
+            SortBy="CreationTime",
+            SortOrder="Descending",
+            MaxResults=20,
+        )["Results"]
+    except ClientError:
+        return None
+    for item in found:
+        described = item["TrainingJob"]
+        if described.get("TrainingJobStatus") == "Completed":
+            job = Job(name=described["TrainingJobName"])
+            job.update(described)
+            return {"job": job.name, "status": job.status, "tasks": job.hyperparameters.get("tasks", "").split(","),
+                    "evaluated": {"run": run}, "scores": scores_from_metrics(job.final_metrics), "results": None}  # fmt: skip
+    return None
+
+
+def with_later_evaluation(runs: TrainingRuns, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` (``TrainingRuns.result``) with the newest later evaluation of the run when it has none of its
+    own (asked only of a run that trained and succeeded)."""
+    if result.get("evaluation") is None and result["status"] == "SUCCEEDED" and result.get("job"):
+        result["evaluation"] = later_evaluation(runs, result["name"])
+    return result
+
+
+def evaluation_input(current: Run, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The execution input that evaluates the finished run ``current`` (``options``: the ``evaluate`` block's
+    fields given on the command line); refused with the reason when the run has no exported model to evaluate."""
+    job = current.job
+    if current.status not in ("SUCCEEDED", "Completed") or job is None or job.status != "Completed":
+        state = (
+            f"{current.status}{f', its training job {job.name} {job.status}' if job else ', no training job'}"
+        )
+        raise OperatorError(
+            f"run {current.name} has no exported model to evaluate ({state}): only a run whose training job "
+            "completed wrote one"
+        )
+    if str(job.hyperparameters.get("position_encoding", "rope")).lower() != "rope":
+        raise OperatorError(
+            f"run {current.name} trained with position_encoding=none: it has no Hugging Face export to evaluate"
+        )
+    block = {key: value for key, value in options.items() if value is not None}
+    request: dict[str, Any] = {"evaluate": {**block, "training_job": job.name}}
+    prefix = re.fullmatch(r"(.+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", job.name)
+    if (
+        prefix
+    ):  # the workflow named it <job_name_prefix>-<UUID>: the evaluation job shares its prefix (dashboard)
+        request["job_name_prefix"] = prefix.group(1)
+    return request
+
+
+def evaluation_name(run: str, now: datetime | None = None) -> str:
+    """``<run>-eval-<UTC yyyymmdd-hhmmss>``, at most 80 characters (the run's name cut to fit)."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return f"{run[: 80 - len(stamp) - 6]}-eval-{stamp}"
+
+
+def compare_row(runs: TrainingRuns, name: str) -> dict[str, Any]:
+    """One run for ``compare``: its training (precision, steps, final and validation loss) and its scores."""
+    current = runs.run(name)
+    evaluation = evaluation_of(current)
+    trained = current
+    evaluated = (evaluation or {}).get("evaluated") or {}
+    if current.job is None and evaluated.get("run"):  # an evaluation-only execution: the run it evaluated
+        trained = runs.run(evaluated["run"])
+    if evaluation is None or not evaluation["scores"]:
+        evaluation = later_evaluation(runs, current.name) or evaluation
+    job = trained.job
+    metrics = (job.final_metrics if job else {}) or {}
+    return {
+        "run": current.name,
+        "trained_run": trained.name,
+        "status": current.status,
+        "precision": job.hyperparameters.get("precision") if job else None,
+        "max_steps": job.hyperparameters.get("max_steps", str(HYPERPARAMETERS_BY_NAME["max_steps"].default))
+        if job
+        else None,
+        "final_loss": metrics.get("final:final_loss"),
+        "val_loss": metrics.get("final:val_loss"),
+        "evaluation_job": (evaluation or {}).get("job"),
+        "scores": (evaluation or {}).get("scores") or {},
+    }
+
+
+def chance(task: str) -> float | None:
+    """A standard task's accuracy by chance (``training.request.contract.STANDARD_TASK_CHANCE``)."""
+    return STANDARD_TASK_CHANCE.get(task)

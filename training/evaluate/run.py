@@ -1,0 +1,134 @@
+"""The evaluation job: ``python -m training.evaluate --tasks hellaswag,piqa [--limit N] ...`` (``evaluate.sh``).
+
+1. Offline: ``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are set to 1 before lm-eval,
+   ``datasets`` or ``transformers`` is imported, so nothing is fetched from the Hub (the job also runs with network
+   isolation); the task data comes only from the task folder.
+2. The model: the ``model`` channel (a training job's ``model.tar.gz``: its ``hf/`` folder is extracted), or any
+   Hugging Face folder given as ``--model_dir``; refused without tokenizer files (``model_folder``).
+3. The tasks: every name must be defined by the task folder's YAML (the ``tasks`` channel, or ``--tasks_dir``).
+4. lm-eval scores them (``harness``); each task's scores are printed as one ``evaluation task=...`` line (the
+   contract's format, which the job's metric definitions read), written to ``scores.json`` and lm-eval's whole
+   ``results.json`` in the output folder (the job's ``output.tar.gz``), and logged to MLflow when its variables
+   are set (``training.trainer.mlflow_log``: the run being evaluated, metrics ``eval/<task>/<field>``).
+
+A refusal (bad setting, no model, no tokenizer, unknown task) is one ``error: ...`` line, exit status 2 and, in a
+SageMaker job, the job's failure reason (``training.trainer.refusal``, docs/exit-status.md); a failure of lm-eval
+itself is exit status 1 with ``evaluation failed: <error>`` as the failure reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from training.request import contract
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _channel(name: str) -> str:
+    return os.environ.get(f"SM_CHANNEL_{name.upper()}", f"/opt/ml/input/data/{name}")
+
+
+def parser() -> argparse.ArgumentParser:
+    parse = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__.splitlines()[0])
+    for spec in contract.EVALUATION_SETTINGS:
+        parse.add_argument(*spec.cli_flags, dest=spec.name, default=spec.default, help=spec.help)
+    parse.add_argument("--model_dir", "--model-dir", default=_channel(contract.MODEL_CHANNEL),
+                       help="A Hugging Face folder, a model folder holding hf/, or a model.tar.gz (or its folder).")  # fmt: skip
+    parse.add_argument("--tasks_dir", "--tasks-dir", default=_channel(contract.TASKS_CHANNEL),
+                       help="The task folder: lm-eval task YAML files and their data files.")  # fmt: skip
+    parse.add_argument("--output_dir", "--output-dir", default=os.environ.get("SM_OUTPUT_DATA_DIR", "evaluation"),
+                       help="Where scores.json and results.json are written.")  # fmt: skip
+    return parse
+
+
+def settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The contract's evaluation settings, parsed (raises ``ContractError`` naming the first bad one)."""
+    values = {spec.name: spec.parse(getattr(args, spec.name)) for spec in contract.EVALUATION_SETTINGS}
+    tasks = [t.strip() for t in str(values["tasks"]).split(",") if t.strip()]
+    bad = [t for t in tasks if not contract.TASK_NAME.match(t)]
+    if not tasks or bad or len(tasks) > contract.MAX_EVALUATION_TASKS or len(set(tasks)) != len(tasks):
+        raise contract.ContractError(
+            "tasks",
+            f"must be 1 to {contract.MAX_EVALUATION_TASKS} distinct task names (letters, digits, _ . -), comma "
+            f"separated; got {values['tasks']!r}",
+        )
+    values["tasks"] = tasks
+    return values
+
+
+def check_tasks(tasks: list[str], tasks_dir: Path) -> None:
+    from training.evaluate import harness
+
+    if not tasks_dir.is_dir():
+        raise contract.ContractError(
+            "tasks_dir", f"{tasks_dir} is not a folder (the '{contract.TASKS_CHANNEL}' channel)"
+        )
+    known = harness.known_tasks(tasks_dir)
+    unknown = [t for t in tasks if t not in known]
+    if unknown:
+        raise contract.ContractError(
+            "tasks",
+            f"{', '.join(unknown)} not defined in {tasks_dir} (its YAML files define: {', '.join(known) or 'nothing'})",
+        )
+
+
+def report(
+    scores: dict[str, dict[str, Any]], results: dict[str, Any], output_dir: Path, settings: dict
+) -> None:
+    """Print the metric lines, write scores.json and results.json, log to MLflow when configured."""
+    for task, values in scores.items():
+        print(contract.format_evaluation_line(task, values, values.get("samples")), flush=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
+    kept = {k: v for k, v in results.items() if k != "samples"}
+    (output_dir / "results.json").write_text(json.dumps(kept, indent=2, default=str) + "\n")
+    from training.trainer.mlflow_log import MlflowLog
+
+    mlflow = MlflowLog.from_environment(print)
+    if mlflow is not None:
+        mlflow.start({f"eval_{k}": (",".join(v) if isinstance(v, list) else v) for k, v in settings.items()})
+        metrics = {f"eval/{t}/{f}": v for t, vs in scores.items() for f, v in vs.items() if f != "samples"}
+        mlflow.metrics(0, metrics)
+        mlflow.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.update(OFFLINE)
+    from training.evaluate import harness, model_folder
+    from training.trainer.refusal import refuse
+
+    args = parser().parse_args(argv)
+    try:
+        settings = settings_of(args)
+        tasks_dir = Path(args.tasks_dir).resolve()
+        check_tasks(settings["tasks"], tasks_dir)
+        work = Path(tempfile.mkdtemp(prefix="evaluate-model-"))
+        folder = model_folder.locate(args.model_dir, work)
+        model_folder.check_tokenizer(folder)
+    except contract.ContractError as err:
+        return refuse(f"invalid setting {err}", report=True)
+    except model_folder.ModelFolderError as err:
+        return refuse(str(err), report=True)
+    print(f"evaluating {folder} on {', '.join(settings['tasks'])} (limit {settings['limit']})", flush=True)
+    try:
+        results = harness.run(folder, tasks_dir, settings["tasks"], settings)
+    except Exception as err:  # the traceback stays on stderr; its first line becomes the job's failure reason
+        from training.trainer.sagemaker_job import write_failure
+
+        write_failure(
+            f"evaluation failed: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:1000]
+        )
+        raise
+    report(harness.scores(results), results, Path(args.output_dir), settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
