@@ -20,8 +20,6 @@ Example::
     print(runs.result(run.name))
     curve = runs.curve(run.name)  # loss, val_loss and tokens/s of every launch (constructs_lib.cli.curves)
     print(curve.series("loss", "tokens"))
-    tuning = runs.tune({"precision": "mxfp8", "tune": {"max_cost_usd": 300}})  # the plan's candidates, measured
-    print(runs.tune_report(tuning.name)["winner"], runs.winning_request(tuning.name))
 """
 
 from __future__ import annotations
@@ -51,8 +49,7 @@ STOP_ERROR = "StoppedByUser"
 
 
 class TrainingRuns(TuningOperations):
-    """Operate the runs of one deployed ``BlackwellTrainingStack`` (keyword-only settings); tuning runs too
-    (``tune_plan``, ``tune``, ``tune_report``, ``winning_request``, ``measurements``: ``constructs_lib.cli.tuning``).
+    """Operate the runs of one deployed ``BlackwellTrainingStack`` (keyword-only settings; tuning runs too).
 
     :param stack_name: the CloudFormation stack. Default ``BlackwellTraining``.
     :param region: AWS region. Default: the profile's or ``AWS_REGION``.

@@ -1,7 +1,14 @@
 """Tuning runs for the CLI and the Python API: the tuning plan of a request (its trials and cost, before paying),
 the stored measurements the plan uses, a finished tuning run's report (read from the run's checkpoint folder,
 where SageMaker uploaded the job's ``tune/``), and its winning request (the run's own input with the winner's
-settings, ready to submit). ``TrainingRuns`` keeps thin methods over these; nothing here prints."""
+settings, ready to submit). ``TrainingRuns`` keeps thin methods over these; nothing here prints.
+
+Example::
+
+    runs = TrainingRuns()
+    tuning = runs.tune({"precision": "mxfp8", "tune": {"max_cost_usd": 300}})  # the plan's candidates, measured
+    print(runs.tune_report(tuning.name)["winner"], runs.winning_request(tuning.name))
+"""
 
 from __future__ import annotations
 
