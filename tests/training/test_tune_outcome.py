@@ -114,6 +114,7 @@ def test_step_time_statistics():
     assert stability.stable([3.0, 1.0, 1.0, 1.01])  # the last window only
     assert not stability.stable([1.0, 1.2, 0.9])
     assert not Stability(3, 0.0).stable([1.0, 1.0, 1.0])  # 0: never early
+    assert Spread.of([2.0]).as_dict()["cv"] is None  # one timed step has no spread: null in report.json, '-'
 
 
 def curve(final: float, noise: float = 0.0, points: int = 50) -> list[tuple[int, float]]:

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from training.request import contract, measured, plan
-from training.tune import report, session
+from training.tune import charts, report, session
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult
 from training.tune.stability import Spread
@@ -45,10 +45,10 @@ def result(
 
 def rows(place: report.Where) -> list[report.Row]:
     results = [
-        result(1, {"batch_size": 16, "activation_checkpointing": False}, "oom", None),
-        result(2, {"batch_size": 4, "activation_checkpointing": True}, median=0.5),
-        result(3, {"batch_size": 8, "activation_checkpointing": True}, median=0.8),
-        result(4, {"batch_size": 2, "activation_checkpointing": False}, "near-oom", median=0.1),
+        result(1, {"batch_size": 16, "activation_checkpointing": "none"}, "oom", None),
+        result(2, {"batch_size": 4, "activation_checkpointing": "full"}, median=0.5),
+        result(3, {"batch_size": 8, "activation_checkpointing": "full"}, median=0.8),
+        result(4, {"batch_size": 2, "activation_checkpointing": "none"}, "near-oom", median=0.1),
     ]
     return report.rank([report.make_row(r, BASE, place) for r in results])
 
@@ -67,7 +67,7 @@ def test_rows_rank_ok_by_measured_throughput_then_near_oom_then_failures():
     assert best.full_run_seconds == pytest.approx(1000 * 8192 / best.measured_tokens_per_sec)
     assert best.full_run_usd == pytest.approx(best.full_run_seconds * per_second)
     planned = plan.make_plan({"instance_type": B200, "hyperparameters": {**BASE, "batch_size": "8",
-                                                                         "activation_checkpointing": "true"}})  # fmt: skip
+                                                                         "activation_checkpointing": "full"}})  # fmt: skip
     assert best.predicted_tokens_per_sec == pytest.approx(planned.timing.tokens_per_sec_per_gpu)
     assert best.memory_error_pct == pytest.approx(100 * (planned.memory.tensors_gib * 2**30 / 1e9 - 40) / 40)
 
@@ -82,14 +82,14 @@ def test_the_table_in_markdown_csv_text_and_json():
     ranked = rows(where())
     markdown = report.markdown(ranked, "# Tuning")
     assert markdown.splitlines()[2].startswith("| # | configuration | status | predicted tok/s/GPU |")
-    assert "- #4 batch_size=16 activation_checkpointing=false: oom: oom happened" in markdown
+    assert "- #4 batch_size=16 activation_checkpointing=none: oom: oom happened" in markdown
     parsed = list(csv.DictReader(io.StringIO(report.csv_text(ranked))))
     assert [r["status"] for r in parsed] == ["ok", "ok", "near-oom", "oom"] and parsed[0][
         "step_median_s"
     ] == "0.8"
     assert report.plain(ranked).splitlines()[0].split()[:3] == ["#", "configuration", "status"]
     data = json.loads(report.report_json(ranked, where(), {"notes": []}))
-    assert data["winner"] == {"trial": 3, "settings": {"batch_size": 8, "activation_checkpointing": True}}
+    assert data["winner"] == {"trial": 3, "settings": {"batch_size": 8, "activation_checkpointing": "full"}}
     assert data["measured_on_target"] is True
 
 
@@ -98,7 +98,7 @@ def test_the_records_of_a_run_are_what_the_planner_matches():
     records = report.records(rows(place), BASE, place)
     assert {r["measured"]["status"] for r in records} == {"ok", "near-oom", "oom"}
     request = {"instance_type": B200, "precision": "bf16", "seq_length": 8192, "batch_size": 8,
-               "activation_checkpointing": True}  # fmt: skip
+               "activation_checkpointing": "full"}  # fmt: skip
     planned = plan.make_plan(request, measurements=records, image_tag="abc123")
     assert planned.timing.basis == "measured"
     assert planned.timing.tokens_per_sec_per_gpu == pytest.approx(8 * 8192 / 0.8)
@@ -109,7 +109,7 @@ def test_the_records_of_a_run_are_what_the_planner_matches():
 
 
 def test_the_winning_request_is_an_execution_input_of_the_winners_settings():
-    request = session.winning_request({**BASE, "dataset": "channel"}, {"batch_size": 8, "activation_checkpointing": True},
+    request = session.winning_request({**BASE, "dataset": "channel"}, {"batch_size": 8, "activation_checkpointing": "full"},
                                       where())  # fmt: skip
     assert request == {
         "instance_type": B200, "instance_count": 1, "precision": "bf16", "seq_length": 8192, "batch_size": 8,
@@ -147,3 +147,15 @@ def test_the_leader_hands_the_winner_to_every_other_host():
         is False
     )
     assert Hosts.from_environment({}).names == ("localhost",)
+
+
+def test_chart_labels_name_the_activation_checkpointing_mode():
+    labels = [charts._label(r) for r in rows(where())]
+    assert labels == ["#1 bs8 AC full", "#2 bs4 AC full", "#3 bs2 AC none", "#4 bs16 AC none"]
+
+
+def test_a_trial_with_one_timed_step_shows_no_spread_and_its_json_is_standard():
+    one = report.make_row(result(1, {"batch_size": 8}, "timeout", median=None), BASE, where())
+    one.step_seconds = Spread.of([13.25]).as_dict()
+    assert json.loads(json.dumps(one.step_seconds, allow_nan=False))["cv"] is None
+    assert report.cells(one)["step"] == "13.25 [13.25-13.25], - (1 steps)"

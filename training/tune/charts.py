@@ -29,13 +29,13 @@ def _pyplot() -> Any:
 
 
 def _label(row: Row) -> str:
-    """A short label: ``bs16 AC bf16`` (with the other settings the trial changes)."""
+    """A short label: ``bs16 AC full bf16`` (with the other settings the trial changes)."""
     parts = []
     for key, value in row.settings.items():
         if key == "batch_size":
             parts.append(f"bs{value}")
         elif key == "activation_checkpointing":
-            parts.append("AC" if value else "no AC")
+            parts.append(f"AC {value}")
         elif key in ("precision", "fp8_recipe"):
             parts.append(str(value))
         elif key == "seq_length":

@@ -61,7 +61,7 @@ class Row:
     basis: str
     predicted_tokens_per_sec: float | None
     measured_tokens_per_sec: float | None
-    step_seconds: dict[str, float] | None
+    step_seconds: dict[str, float | None] | None
     predicted_tensors_gb: float | None
     predicted_peak_gb: float | None
     measured_allocated_gb: float | None
@@ -243,7 +243,8 @@ def cells(row: Row) -> dict[str, str]:
     step = "-"
     if row.step_seconds:
         s = row.step_seconds
-        step = f"{s['median']:.4g} [{s['p10']:.4g}-{s['p90']:.4g}], {s['cv']:.1%} ({s['steps']:.0f} steps)"
+        spread = "-" if s["cv"] is None else f"{s['cv']:.1%}"
+        step = f"{s['median']:.4g} [{s['p10']:.4g}-{s['p90']:.4g}], {spread} ({s['steps']:.0f} steps)"
     status = row.status + (" (probe)" if row.probe else "")
     full = "-"
     if row.full_run_seconds is not None:

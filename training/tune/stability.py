@@ -46,8 +46,10 @@ class Spread:
             len(times), statistics.median(times), percentile(times, 10), percentile(times, 90), cv(times)
         )
 
-    def as_dict(self) -> dict[str, float]:
-        return {"steps": self.steps, "median": self.median, "p10": self.p10, "p90": self.p90, "cv": self.cv}
+    def as_dict(self) -> dict[str, float | None]:
+        """The figures for the report; a CV that has no value (fewer than 2 steps) is None, JSON's null."""
+        cv_value = self.cv if math.isfinite(self.cv) else None
+        return {"steps": self.steps, "median": self.median, "p10": self.p10, "p90": self.p90, "cv": cv_value}
 
 
 @dataclass(frozen=True)
