@@ -166,7 +166,7 @@ class TrainingRuns(TuningOperations):
         and, for ``resume_from``, that the run has a complete checkpoint (skipped when S3 refuses the read: the
         workflow still decides both before launching)."""
         rules = self.rules if rules is None else rules
-        problems = validate(dict(request), rules)
+        problems = validate(dict(request), rules, self.client("s3") if rules.bucket_name else None)
         if problems or rules.bucket_name is None:
             return problems
         from botocore.exceptions import ClientError

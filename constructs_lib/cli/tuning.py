@@ -22,15 +22,21 @@ from training.request.tuning import with_settings
 
 
 def tune_plan(
-    request: Mapping[str, Any], rules: Any, measurements: list[dict[str, Any]] | None = None
+    request: Mapping[str, Any], rules: Any, measurements: list[dict[str, Any]] | None = None, s3: Any = None
 ) -> dict[str, Any]:
     """The tuning plan of ``request`` (a ``tune`` block of ``{}`` when it has none: the default search space)
-    under ``rules``: the trials, their predicted figures and expected seconds, the cost and its bound. Raises
-    ``InvalidRequest`` with every problem the workflow would refuse it for."""
+    under ``rules``: the trials, their predicted figures and expected seconds, the cost and its bound. With the
+    S3 client ``s3``, an ``init_from`` model's config.json is read first, as the workflow does (without it such a
+    request is refused: its shape is not known offline). Raises ``InvalidRequest`` with every problem the workflow
+    would refuse it for."""
+    from constructs_lib.cli.request import init_from_architecture
     from constructs_lib.workflow.request_check import prepare_request
 
     tuned = with_tune(request)
-    prepared = prepare_request(tuned, rules, measurements=measurements or ())
+    architecture, problems = init_from_architecture(tuned, rules, s3)
+    if problems:
+        raise InvalidRequest(problems)
+    prepared = prepare_request(tuned, rules, architecture, measurements=measurements or ())
     if prepared.problems:
         raise InvalidRequest(prepared.problems)
     assert prepared.tune is not None
@@ -106,8 +112,8 @@ class TuningOperations:
         """The tuning plan of ``request`` under ``rules`` (default: the deployed workflow's, with its stored
         measurements): trials, predicted figures, cost. ``InvalidRequest`` when the workflow would refuse it."""
         rules = self.rules if rules is None else rules
-        stored = measurements(self.client("s3"), rules) if rules.bucket_name else []
-        return tune_plan(request, rules, stored)
+        s3 = self.client("s3") if rules.bucket_name else None
+        return tune_plan(request, rules, measurements(s3, rules) if s3 else [], s3)
 
     def tune(self: Any, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> Any:
         """Start a tuning run of ``request`` (``{}`` as its ``tune`` block when it has none), checked like

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import time
 
-from tests.workflow.harness import Outcome
+from moto.sagemaker.models import sagemaker_backends
+
+from tests.workflow.harness import ACCOUNT, REGION, Outcome
 from tests.workflow.stacks import IMAGE_TAG
 from training.request import contract
 from training.tune import report
@@ -157,3 +159,49 @@ def test_tune_apply_of_a_run_without_a_report_says_so(deployed, cli, tmp_path):
     deployed.wait_until_ended(name)
     result = cli("tune-apply", name, str(tmp_path / "w.json"))
     assert result.status == 3 and f"run {name} has no tuning report at s3://" in result.err
+
+
+def test_a_tuning_run_starting_from_init_from_plans_with_the_models_config_and_starts(deployed, cli):
+    """The CLI reads the init_from folder's config.json (as the workflow does) before it plans and checks the
+    tuning run, so `tune` with init_from is shown and started; offline it is refused, naming init_from."""
+    from training.request import hf_config
+    from training.request.contract import parse_hyperparameters
+
+    prefix = deployed.prefix()
+    folder = f"corpus/{prefix}/llama/"
+    config = hf_config.to_config(parse_hyperparameters({"model_preset": "llama3.2-3b"}))
+    deployed.workflow.s3.put_object(
+        Bucket=deployed.bucket, Key=f"{folder}config.json", Body=json.dumps(config)
+    )
+    deployed.workflow.s3.put_object(Bucket=deployed.bucket, Key=f"{folder}model.safetensors", Body=b"w")
+    request = {"job_name_prefix": prefix, "init_from": f"s3://{deployed.bucket}/{folder}", "batch_size": 2,
+               "tune": {"search_space": {"batch_size": [1, 2]}, "max_trials": 2}}  # fmt: skip
+    offline_request = {
+        **request,
+        "init_from": f"s3://{deployed.bucket}/data/llama/",
+    }  # cdk.json's data source
+    offline = cli("tune", "-", "--dry-run", stdin=json.dumps(offline_request))
+    assert offline.status == 2 and "tune: with init_from, the candidates are planned" in offline.err, (
+        offline.err
+    )
+    shown = json.loads(cli("tune", "-", "--dry-run", "--deployed", "--json", stdin=json.dumps(request)).out)
+    assert [t["settings"]["batch_size"] for t in shown["plan"]["trials"]] == [2, 1]
+    same_shape = {k: v for k, v in request.items() if k != "init_from"}
+    same_shape["hyperparameters"] = {"model_preset": "llama3.2-3b"}
+    preset = json.loads(cli("tune", "-", "--dry-run", "--json", stdin=json.dumps(same_shape)).out)
+    default = json.loads(
+        cli("tune", "-", "--dry-run", "--json", stdin=json.dumps(same_shape | {"hyperparameters": {}})).out
+    )
+    peaks = [t["predicted_peak_gib"] for t in shown["plan"]["trials"]]
+    assert peaks == [t["predicted_peak_gib"] for t in preset["plan"]["trials"]]  # planned with the 3B's shape
+    assert peaks != [t["predicted_peak_gib"] for t in default["plan"]["trials"]]
+    deployed.plan(prefix, Outcome("InProgress"))
+    name = f"tune-{prefix}"
+    started = cli("tune", "-", "--name", name, stdin=json.dumps(request))
+    assert started.status == 0, started.err
+    job = deployed.wait_for_job(prefix)
+    hyperparameters = sagemaker_backends[ACCOUNT][REGION].training_jobs[job].hyper_parameters
+    assert hyperparameters["tune_trials"] == "batch_size=2,grad_accum_steps=1;batch_size=1,grad_accum_steps=2"
+    assert hyperparameters["init_from"] == "/opt/ml/input/data/weights"  # the model folder's channel
+    deployed.finish(job)
+    assert deployed.wait_until_ended(name)["status"] == "SUCCEEDED"
