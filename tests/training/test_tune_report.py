@@ -159,3 +159,31 @@ def test_a_trial_with_one_timed_step_shows_no_spread_and_its_json_is_standard():
     one.step_seconds = Spread.of([13.25]).as_dict()
     assert json.loads(json.dumps(one.step_seconds, allow_nan=False))["cv"] is None
     assert report.cells(one)["step"] == "13.25 [13.25-13.25], - (1 steps)"
+
+
+def test_tokens_per_optimizer_step_are_checked_on_every_trial_not_asserted():
+    base = {**BASE, "batch_size": "8"}
+    kept = [result(1, {"batch_size": 4, "grad_accum_steps": 2}), result(2, {"batch_size": 8})]
+    kept_rows = [report.make_row(r, base, where()) for r in kept]
+    assert [r.tokens_per_step for r in kept_rows] == [8 * 8192, 8 * 8192] and not any(r.notes for r in kept_rows)
+    (note,) = report.tokens_per_step_notes(kept_rows, base)
+    assert note.startswith("every trial trains the base request's 65,536 tokens per optimizer step per GPU")
+    other = report.make_row(result(3, {"batch_size": 2}), base, where())  # no accumulation: 4x fewer tokens
+    (warning,) = report.tokens_per_step_notes([*kept_rows, other], base)
+    assert warning.startswith("WARNING: 1 of 3 trials train other tokens per optimizer step per GPU than the base "
+                              "request's 65,536 (trial 3 16,384)")  # fmt: skip
+    assert other.notes == ["16384 tokens per optimizer step per GPU, not the base request's 65536"]
+    assert "- WARNING: 1 of 3 trials" in report.markdown([*kept_rows, other], "# Tuning", [warning])
+
+
+def test_mfu_has_one_denominator_the_gpus_bf16_peak_in_the_report_and_the_plan():
+    """A low-precision trial's MFU against the bf16 peak (bf16-equivalent), as the plan shows the same measurement."""
+    place = where()
+    trial = report.make_row(result(1, {"batch_size": 1, "precision": "mxfp8"}, median=0.25), BASE, place)
+    bf16_peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
+    flops = contract.flops_per_token(contract.MODEL_PRESETS["1b"], 8192)
+    assert trial.mfu == pytest.approx(trial.measured_tokens_per_sec * flops / bf16_peak)
+    records = report.records([trial], BASE, place)
+    request = {"instance_type": B200, "precision": "mxfp8", "seq_length": 8192, "batch_size": 1}
+    planned = plan.make_plan(request, measurements=records, image_tag="abc123")
+    assert planned.timing.basis == "measured" and planned.timing.mfu_bf16 == pytest.approx(trial.mfu)

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
+
+from training.request import contract
 
 SKIP_FRACTION = 0.20
 MIN_CORRELATION = 0.95
@@ -92,3 +95,37 @@ def compare(
     )
     return Comparison(precision, reference, len(kept), correlation, final, ref_final, difference, allowed,
                       outliers, not failures, why)  # fmt: skip
+
+
+def run_settings(
+    base: Mapping[str, str], settings: Mapping[str, Any], precision: str
+) -> tuple[dict[str, Any], list[str]]:
+    """The winner's ``settings`` in ``precision`` for one convergence run, with every setting that only the other
+    kind of precision runs set to what this one can (the trainer's rules, ``contract.check_levers``):
+    ``quantized_model_init`` off outside fp8/mxfp8; on the Transformer Engine path (fp8, mxfp8, nvfp4) ``compile``
+    true -> auto, selective activation checkpointing -> full, ``attention_backend`` -> auto. Returns the settings
+    and one note per change (the report shows them: the runs differ in that too)."""
+    merged = {**base, **{k: contract.format_setting(v) for k, v in settings.items()}}
+
+    def value(name: str) -> Any:
+        spec = contract.HYPERPARAMETERS_BY_NAME[name]
+        return spec.parse(merged[name]) if name in merged else spec.default
+
+    out, notes = {**settings, "precision": precision}, []
+    changes = []
+    if precision not in contract.QUANTIZED_INIT_PRECISIONS and value("quantized_model_init"):
+        changes.append(("quantized_model_init", False))
+    if precision in contract.TE_PRECISIONS:
+        if value("compile") == "true":
+            changes.append(("compile", "auto"))
+        if value("activation_checkpointing") == "selective":
+            changes.append(("activation_checkpointing", "full"))
+        if value("attention_backend") != "auto":
+            changes.append(("attention_backend", "auto"))
+    for name, new in changes:
+        out[name] = new
+        notes.append(
+            f"convergence run {precision}: {name}={contract.format_setting(value(name))} cannot run in "
+            f"{precision}; it ran with {name}={contract.format_setting(new)}"
+        )
+    return out, notes

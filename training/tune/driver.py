@@ -7,8 +7,9 @@ Each trial is a fresh ``train.sh`` of :mod:`training.tune.trial` in a process gr
 the step time is stable or the cap), one checkpoint save, into a scratch folder removed afterwards. A trial that
 fails, runs out of memory or out of time never stops the next one. Then, optionally, the convergence runs; then
 the report (table, charts, winner, winning request, measurement records, every trial's log) in
-``<checkpoint_dir>/tune/`` (in a job SageMaker uploads it with the checkpoints). Exit 0 with a winner; 1 when no trial ran (the
-report still written); 2 for bad settings (nothing run). SIGTERM (the job stopped) ends the current trial and
+``<checkpoint_dir>/tune/`` (in a job SageMaker uploads it with the checkpoints). Exit 0 once the report is written,
+with a winner or without one (``winner.json`` then names none: no trial ran ok; the workflow summarizes it so);
+2 for bad settings (nothing run). SIGTERM (the job stopped) ends the current trial and
 writes the report of what ran.
 """
 

@@ -14,6 +14,9 @@ from typing import Any
 
 SHARE_PORT_OFFSET = 997
 """The leader's port for the exchange: ``MASTER_PORT`` (train.sh's rendezvous port) plus this."""
+SHARE_TIMEOUT_SECONDS = 600.0
+"""How long the exchange waits for the other side (every host ends its trials within a trial timeout of the
+others: each trial is one torchrun over all of them)."""
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,13 @@ class Hosts:
     def leader(self) -> bool:
         return self.current == self.names[0]
 
-    def share(self, value: Any, port: int, timeout: float = 600.0) -> Any:
+    def share(self, value: Any, port: int, timeout: float | None = None) -> Any:
         """The leader's ``value`` on every host: the leader serves it to each other host once, the others fetch
-        it (retrying until the leader listens). One host: ``value`` itself."""
+        it (retrying until the leader listens), each side waiting at most ``timeout`` seconds (default
+        ``SHARE_TIMEOUT_SECONDS``; then ``TimeoutError`` or the connection's ``OSError``). One host: ``value``."""
         if self.count == 1:
             return value
+        timeout = SHARE_TIMEOUT_SECONDS if timeout is None else timeout
         if self.leader:
             payload = (json.dumps(value) + "\n").encode()
             with socket.create_server(("", port)) as server:

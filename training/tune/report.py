@@ -77,6 +77,8 @@ class Row:
     first_step_seconds: float | None = None
     log: str | None = None
     notes: list[str] = field(default_factory=list)
+    tokens_per_step: int | None = None
+    """Tokens of one optimizer step per GPU: batch_size x grad_accum_steps x seq_length of the trial's settings."""
 
 
 def trial_request(base: Mapping[str, Any], overrides: Mapping[str, Any], where: Where) -> dict[str, Any]:
@@ -103,11 +105,13 @@ def make_row(
     """A trial's row: its plan (the published figures, as the request check saw it) next to what it measured.
     ``architecture``: the ``init_from`` model's settings, when the base has one (they give the shape)."""
     request = trial_request(base, result.settings, where)
-    values = contract.parse_hyperparameters(plan.trainer_settings(request), architecture)
-    try:
+    try:  # a trial the trainer refused (its status says why) has no plan and no figures
+        values: Mapping[str, Any] | None = contract.parse_hyperparameters(
+            plan.trainer_settings(request), architecture
+        )
         planned: plan.Plan | None = plan.make_plan(request, architecture=architecture)
     except (contract.ContractError, KeyError):
-        planned = None
+        values, planned = None, None
     row = Row(
         rank=0, trial=result.index, configuration=describe(result.settings), settings=dict(result.settings),
         status=result.status, probe=result.probe, error=result.error,
@@ -121,14 +125,20 @@ def make_row(
         memory_error_pct=None, mfu=None, usd_per_billion_tokens=None, full_run_seconds=None, full_run_usd=None,
         alloc_retries=result.summary.get("alloc_retries"), stopped_early=result.stopped_early,
         seconds=result.seconds, first_step_seconds=result.first_step_seconds, log=result.log,
+        tokens_per_step=None if values is None else tokens_per_step(values),
     )  # fmt: skip
+    base_tokens = tokens_per_step(contract.parse_hyperparameters(dict(base), architecture))
+    if row.tokens_per_step not in (None, base_tokens):
+        row.notes.append(
+            f"{row.tokens_per_step} tokens per optimizer step per GPU, not the base request's {base_tokens}"
+        )
     if (
         row.measured_allocated_gb and row.predicted_tensors_gb and where.device == "cuda"
     ):  # RSS is not tensors
         row.memory_error_pct = (
             100.0 * (row.predicted_tensors_gb - row.measured_allocated_gb) / row.measured_allocated_gb
         )
-    if result.ran and result.spread is not None:
+    if result.ran and result.spread is not None and values is not None:
         _throughput(row, values, contract.parse_hyperparameters(dict(base), architecture), result, where)
     return row
 
@@ -136,13 +146,15 @@ def make_row(
 def _throughput(
     row: Row, values: Mapping[str, Any], base_values: Mapping[str, Any], result: TrialResult, where: Where
 ) -> None:
-    """Measured tokens/s per GPU from the median step time; MFU against the GPU's peak at the precision; the
-    cost per billion tokens and the base request's full run at that speed (on the target hardware only)."""
+    """Measured tokens/s per GPU from the median step time; MFU against the GPU's dense bf16 peak whatever the
+    trial's precision (the bf16-equivalent MFU: one denominator for every row, as the plan's ``mfu_bf16`` and the
+    trainer's ``mfu_bf16``, so rows of different precisions compare); the cost per billion tokens and the base
+    request's full run at that speed (on the target hardware only)."""
     assert result.spread is not None
     tps = tokens_per_step(values) / result.spread.median
     row.measured_tokens_per_sec = tps
     shape = contract.model_shape(values)
-    peak = contract.PEAK_TFLOPS.get(where.gpu or "", {}).get(values["precision"])
+    peak = contract.PEAK_TFLOPS.get(where.gpu or "", {}).get("bf16")
     if peak and where.device == "cuda":
         row.mfu = tps * contract.flops_per_token(shape, values["seq_length"]) / (peak * 1e12)
     gpus = (result.config and int(result.config.get("world_size", 0))) or where.world_size or 1
@@ -153,6 +165,29 @@ def _throughput(
         per_second = price * where.instance_count / 3600.0
         row.usd_per_billion_tokens = per_second * 1e9 / (tps * gpus)
         row.full_run_usd = per_second * row.full_run_seconds
+
+
+def tokens_per_step_notes(
+    rows: Sequence[Row], base: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
+) -> list[str]:
+    """What the report says of the tokens per optimizer step, checked on every row (batch_size x
+    grad_accum_steps x seq_length): that every trial kept the base request's, or which did not (their throughput
+    still compares; their loss per step and their projected full run are of another batch)."""
+    values = {k: v for k, v in base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
+    wanted = tokens_per_step(contract.parse_hyperparameters(values, architecture))
+    other = [row for row in rows if row.tokens_per_step is not None and row.tokens_per_step != wanted]
+    if not other:
+        return [
+            f"every trial trains the base request's {wanted:,} tokens per optimizer step per GPU (batch_size x "
+            "grad_accum_steps x seq_length: its grad_accum_steps makes up for its micro-batch)"
+        ]
+    listed = ", ".join(
+        f"trial {row.trial} {row.tokens_per_step:,}" for row in sorted(other, key=lambda r: r.trial)
+    )
+    return [
+        f"WARNING: {len(other)} of {len(rows)} trials train other tokens per optimizer step per GPU than the base "
+        f"request's {wanted:,} ({listed}): their throughput compares, their loss per step does not"
+    ]
 
 
 def describe(settings: Mapping[str, Any]) -> str:
@@ -271,8 +306,9 @@ def cells(row: Row) -> dict[str, str]:
     }
 
 
-def markdown(rows: Sequence[Row], heading: str) -> str:
-    lines = [heading, "", "| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def markdown(rows: Sequence[Row], heading: str, notes: Sequence[str] = ()) -> str:
+    lines = [heading, "", *[f"- {note}" for note in notes], *([""] if notes else [])]
+    lines += ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
         text = cells(row)
         lines.append("| " + " | ".join(text[k].replace("|", "/") for k, _ in COLUMNS) + " |")

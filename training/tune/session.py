@@ -92,31 +92,58 @@ def run_trials(job: Job, logs: Path, gpu_memory_gb: float | None) -> list[TrialR
     return results
 
 
-def run_convergence(job: Job, settings: Mapping[str, Any], logs: Path) -> dict[str, TrialResult]:
-    """The winner's settings in the reference precision and each asked one, same seed and data, fixed steps."""
+def run_convergence(
+    job: Job, settings: Mapping[str, Any], logs: Path
+) -> tuple[dict[str, TrialResult], list[str]]:
+    """The winner's settings in the reference precision and each asked one, same seed and data, fixed steps
+    (settings that only the other kind of precision runs adapted: ``convergence.run_settings``, noted)."""
     precisions = [p for p in str(job.options["tune_convergence_precisions"] or "").split(",") if p]
     reference = job.options["tune_convergence_reference"]
-    runs = {}
+    runs, notes = {}, []
     for offset, precision in enumerate([reference, *[p for p in precisions if p != reference]], start=1):
         say(f"convergence run {precision}: {job.options['tune_convergence_steps']} steps of the winner")
-        runs[precision] = run_trial(
-            job, 100 + offset, {**settings, "precision": precision}, logs, convergence=True
-        )
+        overrides, changed = convergence.run_settings(job.base, settings, precision)
+        for note in changed:
+            say(note)
+        notes += changed
+        runs[precision] = run_trial(job, 100 + offset, overrides, logs, convergence=True)
         say(f"convergence run {precision}: {runs[precision].status}"
             + (f": {runs[precision].error}" if runs[precision].error else ""))  # fmt: skip
-    return runs
+    return runs, notes
+
+
+def converge(
+    job: Job, hosts: Hosts, best: report.Row | None, logs: Path, share_port: int
+) -> tuple[dict[str, TrialResult], list[str]]:
+    """The convergence runs (when asked for): the leader hands its winner to the other hosts, then every host runs
+    them. A failed hand-over (a host gone, the exchange timed out) skips them, with a note for the report."""
+    if not job.options["tune_convergence_precisions"]:
+        return {}, []
+    try:
+        chosen = hosts.share(None if best is None else best.settings, share_port)
+    except (OSError, ValueError) as error:  # TimeoutError is an OSError; ValueError: a torn message
+        note = f"convergence runs skipped: the hand-over of the winner between hosts failed ({type(error).__name__}: {error})"
+        say(note)
+        return {}, [note]
+    if not chosen:
+        return {}, ["convergence runs skipped: no trial ran ok"]
+    return run_convergence(job, chosen, logs)
 
 
 def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
+    """Every trial, the report (written before any exchange between hosts, so a failed hand-over loses nothing),
+    the convergence runs when asked for (then the report again, with them). Exit 0 whenever the report was
+    written, with or without a winner (``winner.json`` says which): the workflow reads it either way."""
     register_pid()
     runner.become_subreaper()
     folder = report_folder(job.base["checkpoint_dir"]) if hosts.leader else None
     logs = folder / "trials" if folder else scratch_root() / "tune-logs"
     instance = contract.GPU_INSTANCE_TYPES.get(job.options.get("tune_instance_type") or "")
+    gpu_memory_gb = instance.gpu_memory_gb if instance else None
     say(
         f"{len(job.trials)} trials, each a fresh train.sh on {hosts.count} host(s); report in {folder or 'the leader'}"
     )
-    results = run_trials(job, logs, instance.gpu_memory_gb if instance else None)
+    results = run_trials(job, logs, gpu_memory_gb)
     base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
     place = where(job, hosts, results)
     rows = (
@@ -125,18 +152,23 @@ def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
         else []
     )
     best = report.winner(rows)
-    chosen = hosts.share(None if best is None else best.settings, share_port)
-    runs = run_convergence(job, chosen, logs) if chosen and job.options["tune_convergence_precisions"] else {}
-    if not hosts.leader:
+    for note in report.tokens_per_step_notes(rows, job.base, job.architecture) if rows else ():
+        if note.startswith("WARNING"):
+            say(note)
+    if folder is not None:
+        write(folder, job, rows, place, {}, gpu_memory_gb)
+    runs, notes = converge(job, hosts, best, logs, share_port)
+    if folder is None:
         return 0
-    assert folder is not None
-    write(folder, job, rows, place, runs, instance.gpu_memory_gb if instance else None)
+    if runs or notes:
+        write(folder, job, rows, place, runs, gpu_memory_gb, notes)
     say("ranked trials:\n" + report.plain(rows))
     if best is None:
-        reason = f"tune: no trial ran ok ({len(rows)} tried); the report is in {folder}"
-        sagemaker_job.write_failure(reason)
-        print(f"error: {reason}", file=__import__("sys").stderr, flush=True)
-        return 1
+        say(
+            f"no winner: no trial ran ok ({len(rows)} tried); the report (every trial's status, error and log) is "
+            f"in {folder}, which SageMaker uploads to the run's checkpoint prefix ({REPORT_FOLDER}/)"
+        )
+        return 0
     say(
         f"winner: trial {best.trial} {best.configuration}: {best.measured_tokens_per_sec:,.0f} tokens/s per GPU"
     )
@@ -164,22 +196,22 @@ def compare_runs(job: Job, runs: Mapping[str, TrialResult]) -> list[dict[str, An
 
 
 def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Where,
-          runs: Mapping[str, TrialResult], gpu_memory_gb: float | None) -> None:  # fmt: skip
-    """Every file of the report into ``folder``."""
+          runs: Mapping[str, TrialResult], gpu_memory_gb: float | None,
+          run_notes: Sequence[str] = ()) -> None:  # fmt: skip
+    """Every file of the report into ``folder`` (``run_notes``: what the convergence runs changed or skipped)."""
     best = report.winner(rows)
     comparisons = compare_runs(job, runs)
-    notes = [
-        "every trial trains the base request's tokens per optimizer step (its grad_accum_steps makes up for its "
-        "micro-batch)",
+    measured_on = (
         f"measured on {place.device} ({place.gpu or 'no GPU'}, world size {place.world_size}) for "
         f"{place.instance_count} x {place.instance_type}"
-        + ("" if place.on_target else ": not the instance's GPUs, so no costs are projected"),
-    ]  # fmt: skip
+        + ("" if place.on_target else ": not the instance's GPUs, so no costs are projected")
+    )  # fmt: skip
+    notes = [*report.tokens_per_step_notes(rows, job.base, job.architecture), measured_on, *run_notes]
     options = {k: v for k, v in job.options.items() if k != contract.TUNE_TRIALS}
     extra = {"convergence": comparisons, "notes": notes, "options": options}
     (folder / contract.TUNE_REPORT_FILE).write_text(report.report_json(rows, place, extra))
-    heading = f"# Tuning: {len(rows)} trials ({notes[1]})"
-    (folder / "table.md").write_text(report.markdown(rows, heading))
+    heading = f"# Tuning: {len(rows)} trials ({measured_on})"
+    (folder / "table.md").write_text(report.markdown(rows, heading, notes))
     (folder / "table.csv").write_text(report.csv_text(rows))
     (folder / "table.txt").write_text(report.plain(rows))
     charts.throughput_and_memory(rows, place, folder / "throughput_memory.png", gpu_memory_gb)
