@@ -6,8 +6,9 @@ straight after the request is decided when it has a ``tune`` block.
 After the job completes: ``Read tuning winner`` (its report's ``winner.json``, which the job wrote into its
 checkpoint folder and SageMaker uploaded) -> ``Store tuning measurements`` (its ``measurements.json`` copied to
 ``<tuning prefix>measurements/<image tag>/<segment>/<execution>.json``, where the request check reads them for every
-later request's plan) -> ``Summarize (tuning)`` (the job's summary fields, the report's S3 location, the winner,
-where the records went, the tuning plan) -> ``Tuning job completed``. A missing winner or a failed copy is
+later request's plan) -> ``Tuning winner?`` (a one-line ``outcome``: the winner, or none when no trial ran ok, naming the
+report's S3 location) -> ``Summarize (tuning)`` (the job's summary fields, the outcome, the report's S3 location,
+the winner, where the records went, the tuning plan) -> ``Tuning job completed``. A missing winner or a failed copy is
 reported in the summary, never a failed execution: the job itself completed.
 """
 
@@ -123,6 +124,7 @@ def _after_job(workflow: Construct, storage: TuningStorage) -> sfn.IChainable:
         parameters={
             **job_summary(workflow),
             "tune": {
+                "outcome.$": "$.outcome.text",
                 "report_uri.$": "$.tune.report_uri",
                 "winner.$": "$.winner",
                 "measurements.$": "$.records",
@@ -131,7 +133,46 @@ def _after_job(workflow: Construct, storage: TuningStorage) -> sfn.IChainable:
             },
         },
     ).next(sfn.Succeed(workflow, "Tuning job completed"))
+    outcome = _outcome(workflow, summarize)
     read_winner.add_catch(store, errors=["States.ALL"], result_path="$.winner")
-    store.add_catch(summarize, errors=["States.ALL"], result_path="$.records")
-    read_winner.next(store).next(summarize)
+    store.add_catch(outcome, errors=["States.ALL"], result_path="$.records")
+    read_winner.next(store).next(outcome)
     return read_winner
+
+
+def _outcome(workflow: Construct, summarize: sfn.IChainable) -> sfn.IChainable:
+    """One line for the summary: the winner, or no winner (no trial ran ok: the report, every trial's status and
+    error, is at the report's S3 location), or no ``winner.json`` read at all."""
+
+    def line(name: str, text: str, *paths: str) -> sfn.Pass:
+        return sfn.Pass(
+            workflow,
+            name,
+            parameters={"text.$": f"States.Format('{text}', {', '.join(paths)})"},
+            result_path="$.outcome",
+        ).next(summarize)
+
+    winner = line("Tuning outcome: winner", "winner: trial {}; the report is at {}", "$.winner.value.trial",
+                  "$.tune.report_uri")  # fmt: skip
+    none = line(
+        "Tuning outcome: no winner",
+        "no winner: no trial ran ok; the status, error and log of every trial are in the report at {}",
+        "$.tune.report_uri",
+    )
+    unread = line(
+        "Tuning outcome: no report",
+        "no winner read: the job left no {}winner.json (see its logs)",
+        "$.tune.report_uri",
+    )
+    return (
+        sfn.Choice(workflow, "Tuning winner?")
+        .when(
+            sfn.Condition.and_(
+                sfn.Condition.is_present("$.winner.value.trial"),
+                sfn.Condition.is_not_null("$.winner.value.trial"),
+            ),
+            winner,
+        )  # fmt: skip
+        .when(sfn.Condition.is_present("$.winner.value"), none)
+        .otherwise(unread)
+    )

@@ -17,7 +17,7 @@ from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, definition_of, moto_workflow
 from tests.workflow.stacks import IMAGE_TAG, build_workflow
 from training.request import contract, tuning
-from training.tune import report
+from training.tune import report, session
 from training.tune.outcome import TrialResult
 from training.tune.stability import Spread
 
@@ -107,6 +107,7 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     tune = summary["tune"]
     assert tune["report_uri"] == f"s3://{bucket}/{folder}"
     assert tune["winner"] == {"value": winner}
+    assert tune["outcome"] == f"winner: trial 2; the report is at s3://{bucket}/{folder}"
     assert tune["plan"]["trials"][0]["settings"] == tuned.trials[0].overrides
     assert "model_artifacts" not in summary and summary["job_name"] == workflow.jobs(prefix)[0]
     # no measurements.json was written by this (moto) job: the copy failed, and the summary says so
@@ -143,6 +144,39 @@ def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(w
 def test_a_missing_winner_is_reported_not_failed(workflow):
     summary = _summary(workflow.run({"job_name_prefix": _prefix(), **BASE, "tune": TUNE}))
     assert "Error" in summary["tune"]["winner"] and summary["status"] == "Completed"
+    assert summary["tune"]["outcome"].startswith("no winner read: the job left no s3://")
+
+
+def test_a_tuning_job_where_no_trial_ran_ok_summarizes_no_winner_with_its_report_and_stored_records(
+    workflow, synthesized, rules
+):
+    """The driver's own files when every trial ran out of memory: winner.json names none, the records of the OOM
+    trials are there. The execution succeeds, its summary says 'no winner' with the report's S3 location, and the
+    OOM records are stored where the planner reads them."""
+    _, _, bucket = synthesized
+    name = f"tune-{uuid.uuid4().hex[:8]}"
+    folder = f"checkpoints/{SEGMENT}/{name}/tune/"
+    base = {k: v for k, v in {**rules.full_defaults()["hyperparameters"], "precision": "bf16", "seq_length": "8192",
+            "batch_size": "4"}.items() if k in contract.HYPERPARAMETERS_BY_NAME}  # fmt: skip
+    place = report.Where(contract.DEFAULT_INSTANCE_TYPE, 1, "cuda", "B200", 8, IMAGE_TAG, "2.9.0", "2.11.0",
+                         "tune-job", "2026-11-23T10:00:00+00:00", "algo-1")  # fmt: skip
+    results = [TrialResult(i, {"batch_size": b, "grad_accum_steps": 4 // b}, status="oom", error="CUDA out of memory")
+               for i, b in enumerate((4, 2), start=1)]  # fmt: skip
+    rows = report.rank([report.make_row(r, base, place) for r in results])
+    winner = session.winner_summary(report.winner(rows), None, place)
+    workflow.s3.put_object(Bucket=bucket, Key=folder + contract.TUNE_WINNER_FILE, Body=json.dumps(winner))
+    records = json.dumps({"records": report.records(rows, base, place)})
+    workflow.s3.put_object(Bucket=bucket, Key=folder + contract.TUNE_RECORDS_FILE, Body=records)
+    summary = _summary(workflow.run({"job_name_prefix": _prefix(), **BASE, "tune": TUNE}, name))
+    tune = summary["tune"]
+    assert summary["status"] == "Completed" and tune["winner"] == {"value": {"trial": None, "settings": None}}
+    assert tune["outcome"] == (
+        "no winner: no trial ran ok; the status, error and log of every trial are in the report at "
+        f"s3://{bucket}/{folder}"
+    )
+    assert tune["report_uri"] == f"s3://{bucket}/{folder}" and tune["measurements"]["etag"]
+    stored = json.loads(workflow.s3.get_object(Bucket=bucket, Key=tune["records_key"])["Body"].read())
+    assert [r["measured"]["status"] for r in stored["records"]] == ["oom", "oom"]
 
 
 @pytest.mark.parametrize(
