@@ -66,3 +66,26 @@ def test_cli_args_print_booleans_as_the_contract_does():
     assert runner.cli_args({"batch_size": 4, "activation_checkpointing": True}) == [
         "--batch_size", "4", "--activation_checkpointing", "true"
     ]  # fmt: skip
+
+
+# A parent that leaves an orphan holding its output pipe (a worker whose torchrun already exited), then exits 0.
+ORPHAN_HOLDS_THE_PIPE = """
+import subprocess, sys, time
+code = "import os, time; print(f'orphan {os.getpid()}', flush=True); time.sleep(600)"
+subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+time.sleep(1.0)
+print("parent done", flush=True)
+"""
+
+
+def test_an_orphan_holding_the_pipe_is_swept_at_once_and_every_line_reaches_the_open_log(tmp_path):
+    assert runner.become_subreaper()
+    started = time.monotonic()
+    finished = runner.run([sys.executable, "-c", ORPHAN_HOLDS_THE_PIPE], env=dict(os.environ),
+                          log_path=tmp_path / "t.log", timeout=60)  # fmt: skip
+    took = time.monotonic() - started
+    assert finished.exit_code == 0 and finished.notes == []  # the reader saw the pipe's end
+    assert took < runner.KILL_GRACE_SECONDS, took  # not the grace period spent waiting on the orphan's pipe
+    orphan = int(next(line for line in finished.lines if line.startswith("orphan")).split()[1])
+    assert not alive(orphan) and orphan not in runner.descendants(os.getpid())
+    assert sorted((tmp_path / "t.log").read_text().splitlines()) == sorted(finished.lines)

@@ -169,9 +169,11 @@ def run(
         kill_tree(proc.pid)  # torchrun, its workers (each in a session of its own), anything they started
         if timed_out:
             proc.wait()
+        # orphans that left the tree before the kill (re-parented to this subreaper) may hold the output pipe:
+        # killed now, so the reader sees its end at once and writes its last lines while the log is open
+        sweep(before)
         reader.join(KILL_GRACE_SECONDS)
         log.flush()
-    sweep(before)
     notes = (
         [] if not reader.is_alive() else ["output pipe still open after the kill (a process left the group)"]
     )
