@@ -95,3 +95,26 @@ def test_the_plan_reports_its_memory_error_against_the_stored_measurements():
     assert check["records"] == 1 and check["this_request_error_pct"] == pytest.approx(-20.0, abs=0.1)
     assert check["mean_abs_error_pct"] == pytest.approx(20.0, abs=0.1)
     assert check["oom_predicted_to_fit"] == 1  # batch 2 with AC is predicted to fit, and it ran out of memory
+
+
+@pytest.mark.parametrize("tag", ["latest", None])
+def test_no_record_is_matched_under_a_mutable_or_missing_image_tag(tag):
+    """An image without a tag or tagged latest (contract.image_tag says 'latest' for both) moves with each push:
+    its records could be of an older image, so none stands for a request and none checks the memory estimate."""
+    assert contract.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo") == "latest"
+    assert contract.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo:latest") == "latest"
+    planned = plan.make_plan(REQUEST, measurements=[record(tag="latest")], image_tag=tag)
+    assert planned.timing.basis == "published" and planned.memory_check is None
+
+
+def test_an_image_tag_pushed_again_with_other_versions_makes_its_older_records_stale():
+    """Without versions from the caller, the tag's newest record says what the image holds now: a record of the
+    same tag with another torch (e.g. the same training/ built on another base image) is not used."""
+    older = record(tps=20_000.0, torch_version="2.8.0", at="2026-11-01T00:00:00+00:00")
+    newer_other_settings = record({**REQUEST, "batch_size": 8}, at="2026-11-21T00:00:00+00:00")
+    planned = plan.make_plan(REQUEST, measurements=[older, newer_other_settings], image_tag="abc123")
+    assert planned.timing.basis == "published"  # the only record of these settings is of the older build
+    assert planned.memory_check["records"] == 1  # only the current build's record checks the estimate
+    current = record(tps=25_000.0, at="2026-11-22T00:00:00+00:00")
+    planned = plan.make_plan(REQUEST, measurements=[older, newer_other_settings, current], image_tag="abc123")
+    assert planned.timing.basis == "measured" and planned.timing.tokens_per_sec_per_gpu == 25_000.0

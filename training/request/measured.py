@@ -5,9 +5,16 @@ A record (JSON, one per trial, ``training.tune`` writes them) holds the key (eve
 throughput or memory, :func:`training.request.contract.measurement_key_settings`; the instance type and count; the
 image tag and the torch and Transformer Engine versions in that image), what was measured and where. A record
 stands for a request only when every part of the key is equal, it was measured on the GPU of the request's
-instance type (never a CPU run), and it comes from the image the request would run (its tag; and its versions,
-when the caller knows them): a record of another image or other versions is stale and never used. Of several
-records for one key the newest wins.
+instance type (never a CPU run), and it comes from the image the request would run:
+
+* its tag, and only a tag that names one image: none is matched for an image without a tag or tagged ``latest``
+  (``MUTABLE_TAGS``: a tag that moves to each new push would match the records of an older image);
+* its torch and Transformer Engine versions: the caller's when it knows them (``versions``), else those of the
+  newest record of that tag (a tag pushed again with other versions, e.g. the same ``training/`` on another base
+  image, makes the records of the earlier build stale).
+
+A record of another image or other versions is stale and never used. Of several records for one key the newest
+wins.
 
 Pure Python (standard library and ``contract`` only): the request-check Lambda and the CLI pass the records they
 read from S3 to ``training.request.plan``; nothing here reads S3.
@@ -21,6 +28,9 @@ from typing import Any
 from training.request import contract
 
 SCHEMA = 1
+MUTABLE_TAGS = frozenset({"latest"})
+"""Image tags that move to each new push (``contract.image_tag`` gives ``latest`` for an URI without a tag): no
+record is matched under them."""
 THROUGHPUT_STATUSES = ("ok", "near-oom")
 """Records whose throughput stands (a run that ended with its summary)."""
 
@@ -81,6 +91,25 @@ def _matches(
     return key.get("settings") == dict(settings)
 
 
+def matchable_tag(image_tag: str | None) -> bool:
+    """Whether records can be matched under ``image_tag``: a tag is known and names one image (not ``latest``)."""
+    return bool(image_tag) and image_tag not in MUTABLE_TAGS
+
+
+def _newest(records: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    return max(records, key=lambda r: str((r.get("where") or {}).get("measured_at", "")), default=None)
+
+
+def image_versions(records: Iterable[Mapping[str, Any]], image_tag: str) -> dict[str, str | None] | None:
+    """The torch and Transformer Engine versions of the image ``image_tag`` as its newest record says (None
+    without one): what the image holds now, as far as the records can tell."""
+    newest = _newest(r for r in records if (r.get("key") or {}).get("image_tag") == image_tag)
+    if newest is None:
+        return None
+    key = newest["key"]
+    return {"torch": key.get("torch"), "transformer_engine": key.get("transformer_engine")}
+
+
 def find(
     records: Iterable[Mapping[str, Any]],
     values: Mapping[str, Any],
@@ -91,10 +120,14 @@ def find(
     versions: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any] | None:
     """The newest record that stands for parsed settings ``values`` on ``instance_count`` x ``instance_type`` with
-    the image ``image_tag`` (and, when given, ``versions``: ``{"torch": ..., "transformer_engine": ...}``); None
-    when there is none, or ``image_tag`` is None (the image is not known: nothing can be matched)."""
-    if image_tag is None:
+    the image ``image_tag`` and ``versions`` (``{"torch": ..., "transformer_engine": ...}``; default: those of the
+    tag's newest record); None when there is none, or ``image_tag`` is None or mutable (nothing can be matched)."""
+    if not matchable_tag(image_tag):
         return None
+    assert image_tag is not None
+    records = list(records)
+    if versions is None:
+        versions = image_versions(records, image_tag)
     settings = key_settings(values)
     found = [
         dict(r)
@@ -108,10 +141,13 @@ def find(
 def same_hardware(
     records: Iterable[Mapping[str, Any]], *, instance_type: str, image_tag: str | None
 ) -> list[dict[str, Any]]:
-    """Every record of this instance type and image measured on its GPUs (any settings, any status): the plan's
-    memory error is checked against them."""
-    if image_tag is None:
+    """Every record of this instance type and image (its tag and current versions, as :func:`find`) measured on
+    its GPUs (any settings, any status): the plan's memory error is checked against them."""
+    if not matchable_tag(image_tag):
         return []
+    assert image_tag is not None
+    records = list(records)
+    versions = image_versions(records, image_tag) or {}
     gpu = contract.GPU_INSTANCE_TYPES.get(instance_type)
     return [
         dict(r)
@@ -121,4 +157,5 @@ def same_hardware(
         and (r.get("where") or {}).get("gpu") == gpu.gpu
         and (r.get("key") or {}).get("instance_type") == instance_type
         and (r.get("key") or {}).get("image_tag") == image_tag
+        and all((r.get("key") or {}).get(name) == value for name, value in versions.items())
     ]
