@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from constructs_lib.workflow.request_rules import RequestRules
-from training.request import tuning
+from training.request import measured, tuning
 
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""
@@ -101,9 +101,11 @@ def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:
         for item in listed[:MAX_RECORD_FILES]:
             body = s3.get_object(Bucket=rules.bucket_name, Key=item["Key"])["Body"].read()
             try:
-                records += [r for r in json.loads(body).get("records", []) if isinstance(r, dict)]
+                listed_records = json.loads(body).get("records", [])
             except (ValueError, AttributeError):
                 continue  # not a record file: skipped, never fatal to a request
+            if isinstance(listed_records, list):
+                records += [r for r in listed_records if measured.well_formed(r)]  # malformed records skipped
         return records
     except (ClientError, BotoCoreError):
         return []

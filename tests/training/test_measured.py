@@ -118,3 +118,35 @@ def test_an_image_tag_pushed_again_with_other_versions_makes_its_older_records_s
     current = record(tps=25_000.0, at="2026-11-22T00:00:00+00:00")
     planned = plan.make_plan(REQUEST, measurements=[older, newer_other_settings, current], image_tag="abc123")
     assert planned.timing.basis == "measured" and planned.timing.tokens_per_sec_per_gpu == 25_000.0
+
+
+def test_malformed_stored_records_are_skipped_when_read_never_fatal():
+    import json
+
+    import boto3
+    from moto import mock_aws
+
+    from constructs_lib.workflow.request_rules import RequestRules
+    from constructs_lib.workflow.request_tune import read_measurements
+
+    good = record()
+    bad = [
+        {**good, "schema": 99},
+        {**good, "key": "not a key"},
+        {**good, "key": {**good["key"], "instance_count": "1"}},
+        {**good, "measured": {**good["measured"], "tokens_per_sec_per_gpu": "fast"}},
+        {**good, "measured": {**good["measured"], "max_allocated_gb": "60"}},
+        "a string",
+    ]
+    assert measured.well_formed(good) and not any(measured.well_formed(r) for r in bad)
+    assert measured.well_formed({**good, "measured": {"status": "oom", "tokens_per_sec_per_gpu": None}})
+    rules = RequestRules(region="us-west-2", bucket_name="records-bucket",
+                         image_uri="1.dkr.ecr.us-west-2.amazonaws.com/r:abc123").with_limits()  # fmt: skip
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-west-2")
+        s3.create_bucket(Bucket="records-bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        prefix = rules.measurements_prefix()
+        s3.put_object(Bucket="records-bucket", Key=f"{prefix}a.json", Body=json.dumps({"records": [good, *bad]}))
+        s3.put_object(Bucket="records-bucket", Key=f"{prefix}b.json", Body=json.dumps({"records": "none"}))
+        s3.put_object(Bucket="records-bucket", Key=f"{prefix}c.json", Body=b"not json")
+        assert read_measurements(s3, rules) == [good]

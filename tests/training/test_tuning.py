@@ -97,6 +97,17 @@ def test_a_space_with_no_candidate_that_fits_is_refused_naming_the_nearest():
     (problem,) = tuned.problems
     assert problem.startswith("tune.search_space: no candidate of the 2 combinations is predicted to fit")
     assert "nearest: batch_size=64" in problem
+    assert problem.endswith("add smaller batch_size values or activation_checkpointing full (or selective), or "
+                            "choose a larger instance_type")  # fmt: skip
+
+
+def test_a_space_whose_micro_batches_all_exceed_the_requests_batch_advises_raising_it():
+    tuned = tuning.plan_tuning({**BASE, "batch_size": 1}, settings(search_space={"batch_size": [2, 4]}),
+                               max_runtime_seconds=86_400)  # fmt: skip
+    (problem,) = tuned.problems
+    assert "2 are refused by the trainer's rules (first: batch_size=2: batch_size 2 x seq_length" in problem
+    assert problem.endswith("raise the request's batch_size (or grad_accum_steps) to the global batch the "
+                            "micro-batches should split, or list micro-batches that divide it")  # fmt: skip
 
 
 def test_combinations_the_trainer_refuses_are_left_out_with_the_reason():

@@ -60,6 +60,32 @@ def make_key(
     }
 
 
+def well_formed(record: Any) -> bool:
+    """Whether ``record`` has this schema's shape (what :func:`find`, :func:`same_hardware` and the plan read): a
+    stored file from another version or a hand-edited one is skipped, never fatal to a request's check."""
+    if not isinstance(record, Mapping) or record.get("schema") != SCHEMA:
+        return False
+    key, measured, where = record.get("key"), record.get("measured"), record.get("where")
+    if not (isinstance(key, Mapping) and isinstance(measured, Mapping) and isinstance(where, Mapping)):
+        return False
+    shape = (
+        isinstance(key.get("settings"), Mapping)
+        and isinstance(key.get("instance_type"), str)
+        and isinstance(key.get("instance_count"), int)
+        and isinstance(key.get("image_tag"), str)
+        and isinstance(measured.get("status"), str)
+    )
+    tps = measured.get("tokens_per_sec_per_gpu")
+    if not shape or (measured["status"] in THROUGHPUT_STATUSES and not _positive(tps)):
+        return False
+    peak = measured.get("max_allocated_gb")
+    return peak is None or (isinstance(peak, int | float) and not isinstance(peak, bool) and peak >= 0)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
 def make_record(
     key: Mapping[str, Any], measured: Mapping[str, Any], where: Mapping[str, Any]
 ) -> dict[str, Any]:

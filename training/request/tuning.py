@@ -282,6 +282,9 @@ def with_settings(request: Mapping[str, Any], overrides: Mapping[str, Any]) -> d
     return out
 
 
+DOES_NOT_DIVIDE = "does not divide"
+
+
 def _keep_tokens_per_step(values: Mapping[str, Any], overrides: dict[str, Any]) -> str | None:
     """Set ``grad_accum_steps`` so that the candidate trains the base request's tokens per optimizer step; the
     reason when its micro-batch cannot."""
@@ -290,7 +293,7 @@ def _keep_tokens_per_step(values: Mapping[str, Any], overrides: dict[str, Any]) 
     seq = overrides.get("seq_length", values["seq_length"])
     if tokens % (batch * seq):
         return (
-            f"batch_size {batch} x seq_length {seq} does not divide the request's {tokens} tokens per optimizer "
+            f"batch_size {batch} x seq_length {seq} {DOES_NOT_DIVIDE} the request's {tokens} tokens per optimizer "
             "step per GPU (batch_size x grad_accum_steps x seq_length; give it the global batch to split)"
         )
     overrides[contract.GRAD_ACCUM_SETTING] = tokens // (batch * seq)
@@ -439,12 +442,18 @@ def no_fit_problem(found: Candidates) -> str:
         )
     if found.refused:
         parts.append(f"{len(found.refused)} are refused by the trainer's rules (first: {found.refused[0]})")
-    return (
-        "tune.search_space: "
-        + "; ".join(parts)
-        + "; add smaller batch_size values or activation_checkpointing "
-        "true, or choose a larger instance_type"
-    )
+    undivided = [r for r in found.refused if DOES_NOT_DIVIDE in r]
+    if found.refused and len(undivided) == len(found.refused) == found.considered:
+        advice = (
+            "raise the request's batch_size (or grad_accum_steps) to the global batch the micro-batches should "
+            "split, or list micro-batches that divide it"
+        )
+    else:
+        advice = (
+            "add smaller batch_size values or activation_checkpointing full (or selective), or choose a larger "
+            "instance_type"
+        )
+    return "tune.search_space: " + "; ".join(parts) + "; " + advice
 
 
 def plan_tuning(
