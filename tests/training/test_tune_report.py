@@ -124,8 +124,19 @@ def test_a_local_report_folder_is_never_written_over_and_a_jobs_is_the_one_the_w
     first = session.report_folder(str(tmp_path))
     (first / "report.json").write_text("{}")
     assert first.name == "tune" and session.report_folder(str(tmp_path)).name == "tune-2"
-    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")  # in a job: an earlier attempt's report is replaced
-    assert session.report_folder(str(tmp_path)) == first
+    monkeypatch.setenv(
+        "SM_MODEL_DIR", "/opt/ml/model"
+    )  # in a job: an earlier attempt's report is moved aside
+    (first / "winning_request.json").write_text('{"batch_size": 8}')
+    assert session.report_folder(str(tmp_path)) == first and not any(first.iterdir())
+    aside = tmp_path / "tune-attempt-1"
+    assert sorted(p.name for p in aside.iterdir()) == ["report.json", "winning_request.json"]
+    (first / "report.json").write_text("{}")
+    assert (
+        session.report_folder(str(tmp_path)) == first
+        and (tmp_path / "tune-attempt-2" / "report.json").is_file()
+    )
+    assert (aside / "winning_request.json").read_text() == '{"batch_size": 8}'  # never written over
 
 
 def test_the_leader_hands_the_winner_to_every_other_host():
@@ -165,7 +176,9 @@ def test_tokens_per_optimizer_step_are_checked_on_every_trial_not_asserted():
     base = {**BASE, "batch_size": "8"}
     kept = [result(1, {"batch_size": 4, "grad_accum_steps": 2}), result(2, {"batch_size": 8})]
     kept_rows = [report.make_row(r, base, where()) for r in kept]
-    assert [r.tokens_per_step for r in kept_rows] == [8 * 8192, 8 * 8192] and not any(r.notes for r in kept_rows)
+    assert [r.tokens_per_step for r in kept_rows] == [8 * 8192, 8 * 8192] and not any(
+        r.notes for r in kept_rows
+    )
     (note,) = report.tokens_per_step_notes(kept_rows, base)
     assert note.startswith("every trial trains the base request's 65,536 tokens per optimizer step per GPU")
     other = report.make_row(result(3, {"batch_size": 2}), base, where())  # no accumulation: 4x fewer tokens

@@ -32,20 +32,30 @@ def report_folder(checkpoint_dir: str) -> Path:
     """``<checkpoint_dir>/tune``. Outside SageMaker an earlier report there is never written over (``tune-2``,
     ``tune-3``, ... instead). In a job the folder is where the workflow reads the winner; one found there comes from
     an earlier attempt of this same job (SageMaker restores the checkpoint folder from S3 when it retries an
-    internal error): it is replaced, saying so, and the bucket's versioning keeps the earlier objects."""
+    internal error): it is moved aside first, whole, to ``tune-attempt-N`` (uploaded like the rest), so nothing of
+    it is written over or mixed into the new report."""
     root = Path(checkpoint_dir)
     first = root / REPORT_FOLDER
     if sagemaker_job.in_sagemaker():
         if first.is_dir() and any(first.iterdir()):
-            say(
-                f"{first} holds the report of an earlier attempt of this job: replacing it (S3 keeps its versions)"
-            )
+            aside = _free(root, f"{REPORT_FOLDER}-attempt-")
+            first.rename(aside)
+            say(f"{first} held the report of an earlier attempt of this job: moved to {aside}")
         first.mkdir(parents=True, exist_ok=True)
         return first
-    for number in range(1, 1000):
-        folder = root / (REPORT_FOLDER if number == 1 else f"{REPORT_FOLDER}-{number}")
+    if not first.exists() or not any(first.iterdir()):
+        first.mkdir(parents=True, exist_ok=True)
+        return first
+    folder = _free(root, f"{REPORT_FOLDER}-", start=2)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _free(root: Path, stem: str, start: int = 1) -> Path:
+    """The first ``<root>/<stem>N`` (N from ``start``) that does not exist or is empty."""
+    for number in range(start, 1000):
+        folder = root / f"{stem}{number}"
         if not folder.exists() or not any(folder.iterdir()):
-            folder.mkdir(parents=True, exist_ok=True)
             return folder
     raise RuntimeError(f"{root}: 999 tuning reports already; choose another checkpoint_dir")
 
