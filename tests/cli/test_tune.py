@@ -80,11 +80,8 @@ def test_tune_refuses_before_starting_naming_the_field(deployed, cli):
     ):
         result = cli("tune", "-", "--set", f"job_name_prefix={prefix}", stdin=json.dumps({"tune": tune}))
         assert result.status == 2 and words in result.err, result.err
-    assert (
-        deployed.workflow.jobs(prefix) == []
-        and deployed.executions() == []
-        or all(not e.startswith(prefix) for e in deployed.executions())
-    )
+    assert deployed.workflow.jobs(prefix) == []
+    assert not any(e.startswith(prefix) for e in deployed.executions())  # nothing started
 
 
 def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(deployed, cli, tmp_path):
@@ -205,3 +202,29 @@ def test_a_tuning_run_starting_from_init_from_plans_with_the_models_config_and_s
     assert hyperparameters["init_from"] == "/opt/ml/input/data/weights"  # the model folder's channel
     deployed.finish(job)
     assert deployed.wait_until_ended(name)["status"] == "SUCCEEDED"
+
+
+def test_tune_json_wait_apply_prints_one_json_object(deployed, cli, tmp_path):
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome("InProgress"))
+    name = f"tune-{prefix}"
+    folder = f"checkpoints/Test-Workflow/{name}/tune/"
+
+    def job_runs(_seconds: float) -> None:
+        job = deployed.wait_for_job(prefix)
+        if not deployed.workflow.s3.list_objects_v2(Bucket=deployed.bucket, Prefix=folder).get("KeyCount"):
+            for file, body in tuning_report(name, deployed.bucket).items():
+                deployed.workflow.s3.put_object(Bucket=deployed.bucket, Key=folder + file, Body=body)
+            deployed.finish(job)
+        time.sleep(0.05)
+
+    out = tmp_path / "winner.json"
+    request = {"job_name_prefix": prefix, "precision": "bf16", "batch_size": 4, "tune": TUNE}
+    result = cli("tune", "-", "--name", name, "--json", "--wait", "--interval", "1", "--apply", str(out),
+                 stdin=json.dumps(request), sleep=job_runs)  # fmt: skip
+    assert result.status == 0, result.err + result.out
+    data = json.loads(result.out)  # the whole output is one object
+    assert set(data) == {"plan", "name", "arn", "links", "status", "report", "written"}
+    assert data["name"] == name and data["status"]["status"] == "SUCCEEDED"
+    assert data["report"]["winner"]["settings"]["batch_size"] == 2
+    assert data["written"] == {"written": str(out), "request": json.loads(out.read_text())}

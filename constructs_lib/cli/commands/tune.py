@@ -4,13 +4,14 @@ winning request) and ``tune-apply`` (write a finished tuning run's winning reque
 from __future__ import annotations
 
 import json
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from constructs_lib.cli import render
 from constructs_lib.cli.commands.follow import watch_until_ended
 from constructs_lib.cli.errors import OperatorError
-from constructs_lib.cli.shell import EXIT_OK, RUN_HELP, Parents, Shell
+from constructs_lib.cli.shell import EXIT_OK, EXIT_RUN_FAILED, RUN_HELP, Parents, Shell
 from constructs_lib.cli.tuning import tune_plan
 
 
@@ -58,6 +59,8 @@ def _writable(path_text: str | None) -> Path | None:
 
 
 def do_tune(shell: Shell) -> int:
+    """With --json, one JSON object at the end (the plan, the run, with --wait its final status and report, with
+    --apply what was written); without, the plan, the run's progress and its ranked table as they come."""
     args = shell.args
     if args.apply and not args.wait:
         raise OperatorError(
@@ -68,46 +71,60 @@ def do_tune(shell: Shell) -> int:
     offline = args.dry_run and not (args.deployed or args.stack)
     # the deployed rules and their stored measurements, or cdk.json's rules (published figures) offline
     planned = tune_plan(request, shell.project.rules()) if offline else shell.runs.tune_plan(request)
+    result: dict[str, Any] = {"plan": planned}
     if not args.json:
         render.print_tune_plan(shell.out, planned)
     if args.dry_run:
-        if args.json:
-            shell.emit({"plan": planned})
-        return EXIT_OK
+        return _done(shell, result, EXIT_OK)
     run = shell.runs.tune(request, name=args.name)
-    if args.json:
-        shell.emit({"plan": planned, "name": run.name, "arn": run.arn, "links": run.links})
-    else:
+    result.update(name=run.name, arn=run.arn, links=run.links)
+    if not args.json:
         shell.out.print(f"started tuning run {run.name}", markup=False)
         shell.out.print(f"  execution: {run.links['execution']}", markup=False)
     if not args.wait:
-        return EXIT_OK
-    status = watch_until_ended(shell, run.name)
+        return _done(shell, result, EXIT_OK)
+    status = _wait(shell, run.name, result)
     if status != EXIT_OK:
-        return status
-    report = shell.runs.tune_report(run.name)
-    if args.json:
-        shell.emit({"report": report})
-    else:
+        return _done(shell, result, status)
+    result["report"] = report = shell.runs.tune_report(run.name)
+    if not args.json:
         render.print_tune_report(shell.out, report)
     if out_path is not None:
-        _write(shell, out_path, shell.runs.winning_request(run.name))
-    return EXIT_OK
+        result["written"] = _write(shell, out_path, shell.runs.winning_request(run.name))
+    return _done(shell, result, EXIT_OK)
+
+
+def _wait(shell: Shell, name: str, result: dict[str, Any]) -> int:
+    """Follow the run to its end: as ``watch`` does on a terminal; with --json quietly (its last status goes into
+    the one object printed at the end)."""
+    if not shell.args.json:
+        return watch_until_ended(shell, name)
+    (last,) = deque(shell.runs.watch(name), maxlen=1)
+    result["status"] = last.as_dict()
+    return EXIT_OK if last.run.status == "SUCCEEDED" else EXIT_RUN_FAILED
+
+
+def _done(shell: Shell, result: dict[str, Any], status: int) -> int:
+    if shell.args.json:
+        shell.emit(result)
+    return status
 
 
 def do_tune_apply(shell: Shell) -> int:
     out_path = _writable(shell.args.out)
     assert out_path is not None
-    _write(shell, out_path, shell.runs.winning_request(shell.args.run))
+    written = _write(shell, out_path, shell.runs.winning_request(shell.args.run))
+    if shell.args.json:
+        shell.emit(written)
     return EXIT_OK
 
 
-def _write(shell: Shell, path: Path, request: dict[str, Any]) -> None:
+def _write(shell: Shell, path: Path, request: dict[str, Any]) -> dict[str, Any]:
+    """Write the winning request (never over a file); what was written, for --json."""
     with open(path, "x", encoding="utf-8") as handle:  # never over a file created meanwhile
         handle.write(json.dumps(request, indent=2) + "\n")
-    if shell.args.json:
-        shell.emit({"written": str(path), "request": request})
-    else:
+    if not shell.args.json:
         shell.out.print(
             f"wrote the winning request to {path} (submit it: blackwell-training submit {path})", markup=False
         )
+    return {"written": str(path), "request": request}
