@@ -53,6 +53,25 @@ def tuning_report(name: str, bucket: str) -> dict[str, str]:
     }
 
 
+def tuning_job(deployed):
+    """A new tuning run's prefix, name and report folder, and the CLI's sleep while it waits: the job writes its
+    report into its checkpoint folder (SageMaker uploads it), then completes."""
+    prefix = deployed.prefix()
+    deployed.plan(prefix, Outcome("InProgress"))
+    name = f"tune-{prefix}"
+    folder = f"checkpoints/Test-Workflow/{name}/tune/"
+
+    def job_runs(_seconds: float) -> None:
+        job = deployed.wait_for_job(prefix)
+        if not deployed.workflow.s3.list_objects_v2(Bucket=deployed.bucket, Prefix=folder).get("KeyCount"):
+            for file, body in tuning_report(name, deployed.bucket).items():
+                deployed.workflow.s3.put_object(Bucket=deployed.bucket, Key=folder + file, Body=body)
+            deployed.finish(job)
+        time.sleep(0.05)
+
+    return prefix, name, folder, job_runs
+
+
 def test_tune_dry_run_shows_the_trials_and_the_cost_offline(cli, tmp_path):
     request = tmp_path / "run.json"
     request.write_text(
@@ -85,19 +104,7 @@ def test_tune_refuses_before_starting_naming_the_field(deployed, cli):
 
 
 def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(deployed, cli, tmp_path):
-    prefix = deployed.prefix()
-    deployed.plan(prefix, Outcome("InProgress"))
-    name = f"tune-{prefix}"
-    folder = f"checkpoints/Test-Workflow/{name}/tune/"
-
-    def job_runs(_seconds: float) -> None:
-        """The job writes its report into its checkpoint folder (SageMaker uploads it), then completes."""
-        job = deployed.wait_for_job(prefix)
-        if not deployed.workflow.s3.list_objects_v2(Bucket=deployed.bucket, Prefix=folder).get("KeyCount"):
-            for file, body in tuning_report(name, deployed.bucket).items():
-                deployed.workflow.s3.put_object(Bucket=deployed.bucket, Key=folder + file, Body=body)
-            deployed.finish(job)
-        time.sleep(0.05)
+    prefix, name, folder, job_runs = tuning_job(deployed)
 
     winner_settings = ("--set", "batch_size=2", "--set", "activation_checkpointing=full",
                        "--set", "hyperparameters.grad_accum_steps=2")  # fmt: skip
@@ -205,19 +212,7 @@ def test_a_tuning_run_starting_from_init_from_plans_with_the_models_config_and_s
 
 
 def test_tune_json_wait_apply_prints_one_json_object(deployed, cli, tmp_path):
-    prefix = deployed.prefix()
-    deployed.plan(prefix, Outcome("InProgress"))
-    name = f"tune-{prefix}"
-    folder = f"checkpoints/Test-Workflow/{name}/tune/"
-
-    def job_runs(_seconds: float) -> None:
-        job = deployed.wait_for_job(prefix)
-        if not deployed.workflow.s3.list_objects_v2(Bucket=deployed.bucket, Prefix=folder).get("KeyCount"):
-            for file, body in tuning_report(name, deployed.bucket).items():
-                deployed.workflow.s3.put_object(Bucket=deployed.bucket, Key=folder + file, Body=body)
-            deployed.finish(job)
-        time.sleep(0.05)
-
+    prefix, name, _, job_runs = tuning_job(deployed)
     out = tmp_path / "winner.json"
     request = {"job_name_prefix": prefix, "precision": "bf16", "batch_size": 4, "tune": TUNE}
     result = cli("tune", "-", "--name", name, "--json", "--wait", "--interval", "1", "--apply", str(out),
