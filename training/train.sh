@@ -9,6 +9,9 @@
 #   NPROC_PER_NODE=2 train.sh ...   processes per node when there is no GPU (default 1, gloo on CPU)
 #   MASTER_PORT=29500               multi-node rendezvous port on the master (the first host in SM_HOSTS);
 #                                   one node runs torchrun --standalone (a free local port)
+#   train.sh --tune_trials ... ...  a tuning job: runs the tuning driver (python -m training.tune), which runs
+#                                   each trial as a fresh `train.sh` with TRAINER_MODULE=training.tune.trial
+#   TRAINER_MODULE                  what torchrun starts: training.trainer (default) or training.tune.trial
 set -eu
 
 # Package root: next to this script in the container (/opt/ml/code/train.sh, /opt/ml/code/training/),
@@ -33,8 +36,19 @@ processes when there is none), across the hosts in SM_HOSTS. The trainer's optio
 USAGE
             exec "$python" -m training.trainer --help
             ;;
+        --tune_trials | --tune-trials)
+            exec "$python" -m training.tune "$@"
+            ;;
     esac
 done
+module=${TRAINER_MODULE:-training.trainer}
+case $module in
+    training.trainer | training.tune.trial) ;;
+    *)
+        echo "train.sh: TRAINER_MODULE must be training.trainer or training.tune.trial; got $module" >&2
+        exit 2
+        ;;
+esac
 
 gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -62,10 +76,10 @@ nnodes=${layout%% *}
 WORLD_SIZE=$((nnodes * nproc)) "$python" -m training.trainer --check-only "$@"
 
 if [ "$nnodes" -eq 1 ]; then
-    set -- --standalone --nproc-per-node="$nproc" -m training.trainer "$@"
+    set -- --standalone --nproc-per-node="$nproc" -m "$module" "$@"
 else
     set -- --nnodes="$nnodes" --node-rank="$(echo "$layout" | cut -d' ' -f2)" --master-addr="${layout##* }" \
-        --master-port="${MASTER_PORT:-29500}" --nproc-per-node="$nproc" -m training.trainer "$@"
+        --master-port="${MASTER_PORT:-29500}" --nproc-per-node="$nproc" -m "$module" "$@"
 fi
 
 # torchrun, through training.trainer.launch: a refusal the workers can only make once they run together (a

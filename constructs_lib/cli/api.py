@@ -38,6 +38,7 @@ from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import LogEvent, Run, Snapshot
 from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
 from constructs_lib.cli.summary import run_result
+from constructs_lib.cli.tuning import TuningOperations
 
 if TYPE_CHECKING:
     from constructs_lib.workflow.request_check import RequestRules
@@ -47,8 +48,8 @@ BUCKET_OUTPUT = "CheckpointBucketName"
 STOP_ERROR = "StoppedByUser"
 
 
-class TrainingRuns:
-    """Operate the runs of one deployed ``BlackwellTrainingStack`` (keyword-only settings).
+class TrainingRuns(TuningOperations):
+    """Operate the runs of one deployed ``BlackwellTrainingStack`` (keyword-only settings; tuning runs too).
 
     :param stack_name: the CloudFormation stack. Default ``BlackwellTraining``.
     :param region: AWS region. Default: the profile's or ``AWS_REGION``.
@@ -165,7 +166,7 @@ class TrainingRuns:
         and, for ``resume_from``, that the run has a complete checkpoint (skipped when S3 refuses the read: the
         workflow still decides both before launching)."""
         rules = self.rules if rules is None else rules
-        problems = validate(dict(request), rules)
+        problems = validate(dict(request), rules, self.client("s3") if rules.bucket_name else None)
         if problems or rules.bucket_name is None:
             return problems
         from botocore.exceptions import ClientError

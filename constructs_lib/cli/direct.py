@@ -132,7 +132,7 @@ def direct_request(
     if problem is not None:
         raise InvalidRequest([problem])
     # Every problem one line each (validate), then what the workflow reads from S3 (decide), as TrainingRuns.check.
-    problems = validate(dict(request), rules)
+    problems = validate(dict(request), rules, runs.client("s3"))
     if request.get("evaluate") is not None:  # the workflow's evaluation states have no direct counterpart
         problems.append(
             "evaluate: a direct run launches its training job only; submit it through the workflow to evaluate "

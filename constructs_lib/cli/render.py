@@ -111,12 +111,30 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
         if planned["cost_usd"] is None
         else f"${planned['cost_usd']:,.2f} (on-demand prices of {planned.get('price_source', 'unknown date')})"
     )
+    basis = planned.get("throughput_basis", "published")
     out.print(
-        f"{planned['world_size']} GPUs; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU; step "
+        f"{planned['world_size']} GPUs; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU ({basis}); step "
         f"{planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost {cost} "
-        f"(throughput from the {planned['throughput_source']})",
+        f"(throughput {basis}: {planned['throughput_source']})",
         markup=False,
     )
+    check = planned.get("memory_check")
+    if check:
+        out.print(
+            f"memory estimate against {check['records']} stored measurement(s) of this instance and image: mean "
+            f"error {check['mean_abs_error_pct']}%, largest {check['max_abs_error_pct']}%"
+            + (
+                f", this request {check['this_request_error_pct']:+}%"
+                if check["this_request_error_pct"] is not None
+                else ""
+            )
+            + (
+                f"; {check['oom_predicted_to_fit']} predicted to fit ran out of memory"
+                if check["oom_predicted_to_fit"]
+                else ""
+            ),
+            markup=False,
+        )
     if planned["warning"]:
         out.print(f"warning: {planned['warning']}", markup=False)
     if planned["advice"]:
@@ -142,6 +160,79 @@ def _estimate_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
         ("estimate: throughput", speed),
         ("memory estimate ignored", ignored),
     ]
+
+
+def print_tune_plan(out: Any, planned: dict[str, Any]) -> None:
+    """A tuning run before launch: its trials (best predicted first, the probe last) and what it costs."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(
+        title=f"Tuning plan: {len(planned['trials'])} trials of {planned['considered']} combinations on "
+        f"{planned['instance_count']} x {planned['instance_type']}"
+    )
+    for heading in ("#", "settings", "predicted tok/s/GPU", "predicted peak GiB", "expected s"):
+        table.add_column(heading, justify="left" if heading == "settings" else "right", overflow="fold")
+    for number, trial in enumerate(planned["trials"], start=1):
+        settings = " ".join(f"{k}={json.dumps(v)}" for k, v in trial["settings"].items())
+        probe = " (probe: predicted not to fit)" if trial["probe"] else ""
+        table.add_row(str(number), Text(settings + probe), f"{trial['predicted_tokens_per_sec_per_gpu']:,} "
+                      f"({trial['throughput_basis']})", f"{trial['predicted_peak_gib']:.1f}", str(trial["expected_seconds"]))  # fmt: skip
+    out.print(table)
+    cost = (
+        "unknown (no on-demand price)"
+        if planned["expected_cost_usd"] is None
+        else f"${planned['expected_cost_usd']:,.2f}"
+    )
+    bound = "" if planned["max_cost_usd"] is None else f"; at most ${planned['max_cost_usd']:,.2f}"
+    out.print(f"expected {format_duration(planned['expected_seconds'])}, {cost}{bound} (the job stops after "
+              f"{format_duration(planned['max_runtime_seconds'])}); {planned['cost_basis']}", markup=False)  # fmt: skip
+    left = [f"{planned['predicted_not_to_fit']} predicted not to fit"]
+    if planned["trimmed_by_cost"]:
+        left.append(f"{planned['trimmed_by_cost']} beyond max_cost_usd")
+    if planned["refused_by_the_trainer"]:
+        left.append(f"{len(planned['refused_by_the_trainer'])} refused by the trainer's rules")
+    out.print("left out: " + ", ".join(left), markup=False)
+
+
+def print_tune_report(out: Any, report: dict[str, Any]) -> None:
+    """A tuning run's ranked table (its report), where it was measured, the winner and the convergence check."""
+    from rich.table import Table
+    from rich.text import Text
+
+    where = report["where"]
+    hardware = (
+        f"{where['world_size']} x {where['gpu']}" if where["device"] == "cuda" else f"{where['device']}"
+    )
+    table = Table(title=f"Tuning: measured on {hardware} for {where['instance_count']} x {where['instance_type']} "
+                  f"(image {where['image_tag']}, torch {where['torch_version']}, TE {where['te_version']})")  # fmt: skip
+    from training.tune.report import COLUMNS, Row, cells
+
+    for key, heading in COLUMNS:
+        table.add_column(heading, overflow="fold", min_width=24 if key == "configuration" else None)
+    for row in report["rows"]:
+        text = cells(Row(**row))  # the report's own cells: the same table as its table.md
+        table.add_row(*(Text(text[key]) for key, _ in COLUMNS))
+    out.print(table)
+    for row in report["rows"]:
+        if row.get("error"):
+            out.print(
+                f"  #{row['rank']} {row['configuration']}: {row['status']}: {row['error']}", markup=False
+            )
+    for note in report.get("notes", []):
+        out.print(f"note: {note}", markup=False)
+    for check in report.get("convergence", []):
+        verdict = "passes" if check.get("passed") else "FAILS"
+        out.print(
+            f"convergence {check['precision']} against {check['reference']}: {verdict}: {check['why']}",
+            markup=False,
+        )
+    winner = report.get("winner")
+    out.print(
+        f"winner: {json.dumps(winner['settings'])}" if winner else "no winner: no trial ran ok", markup=False
+    )
+    if report.get("report_uri"):
+        out.print(f"report: {report['report_uri']}", markup=False)
 
 
 def score_text(values: dict[str, float], field: str) -> str | None:

@@ -64,11 +64,26 @@ class Project:
         return replace(rules, bucket_name=bucket_name) if bucket_name else rules
 
 
-def validate(request: object, rules: Any) -> list[str]:
-    """Every problem of ``request`` under ``rules`` (the workflow's own check; no AWS call)."""
-    from constructs_lib.workflow.request_check import validate_request
+def validate(request: object, rules: Any, s3: Any = None) -> list[str]:
+    """Every problem of ``request`` under ``rules`` (the workflow's own check). With the S3 client ``s3``, an
+    ``init_from`` model folder's config.json is read first (:func:`init_from_architecture`), as the workflow does,
+    so that the shape checks and a tuning run's candidates use that model; without it, no AWS call."""
+    from constructs_lib.workflow.request_check import prepare_request
 
-    return validate_request(request, rules)
+    architecture, problems = init_from_architecture(request, rules, s3)
+    return problems or prepare_request(request, rules, architecture).problems
+
+
+def init_from_architecture(request: object, rules: Any, s3: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """The settings of ``request``'s ``init_from`` folder's config.json read with ``s3`` (``read_init_from``), or
+    the problem of that folder; ``(None, [])`` without ``init_from``, without ``s3`` or with an ``init_from`` the
+    field check refuses (it says why)."""
+    from constructs_lib.workflow.request_check import check_field, read_init_from
+
+    uri = request.get("init_from") if isinstance(request, Mapping) else None
+    if s3 is None or uri is None or check_field("init_from", uri, rules) is not None:
+        return None, []
+    return read_init_from(s3, uri)
 
 
 def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:
@@ -141,23 +156,23 @@ def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
     JSON-ready dict. Raises ``InvalidRequest`` with every problem other than the memory estimate's own (a plan
     that does not fit is still shown, with its advice). A request with ``init_from`` is planned with the shape of
     that model folder's config.json, read with the S3 client ``s3`` (without one, it is refused: its shape is not
-    known offline)."""
-    from constructs_lib.workflow.request_check import prepare_request, read_init_from
+    known offline). With ``s3`` the throughput is measured where a stored tuning record of the rules' image stands
+    for the request (``request_tune.read_measurements``), else published."""
+    from constructs_lib.workflow.request_check import prepare_request
+    from constructs_lib.workflow.request_tune import read_measurements
     from training.request.plan import make_plan
 
-    architecture = None
     uri = request.get("init_from") if isinstance(request, Mapping) else None
-    if isinstance(uri, str):
-        if s3 is None:
-            raise InvalidRequest(
-                [
-                    "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
-                    "--deployed or --stack"
-                ]
-            )
-        architecture, problems = read_init_from(s3, uri)
-        if problems:
-            raise InvalidRequest(problems)
+    if isinstance(uri, str) and s3 is None:
+        raise InvalidRequest(
+            [
+                "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
+                "--deployed or --stack"
+            ]
+        )
+    architecture, problems = init_from_architecture(request, rules, s3)
+    if problems:
+        raise InvalidRequest(problems)
     prepared = prepare_request(request, rules, architecture)
     problems = [p for p in prepared.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
@@ -167,5 +182,7 @@ def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
         max_instance_count=rules.max_instance_count,
         instance_types=rules.allowed_instance_types,
         architecture=architecture,
+        measurements=read_measurements(s3, rules) if s3 is not None else (),
+        image_tag=rules.image_tag(),
     )
     return plan.to_dict()

@@ -52,6 +52,7 @@ def run_result(current: Run, events: list[LogEvent]) -> dict[str, Any]:
         "plan": summary.get("plan"),
         "memory_estimate_ignored": summary.get("memory_estimate_ignored"),
         "evaluation": evaluation_of(current),
+        "tune": summary.get("tune"),
     }
 
 

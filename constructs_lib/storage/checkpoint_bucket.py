@@ -8,7 +8,10 @@ Layout (one prefix per use, each granted separately):
 
 * ``checkpoints/`` - ``CheckpointConfig.S3Uri`` of each job, one sub-prefix per workflow execution;
 * ``output/``      - ``OutputDataConfig.S3OutputPath`` (model artifacts, ``output.tar.gz``);
-* ``data/``        - pre-tokenized training data read by the ``train`` channel.
+* ``data/``        - pre-tokenized training data read by the ``train`` channel;
+* ``tuning/``      - the tuning runs' measurement records (``tuning/measurements/<image tag>/...``), which the
+  training workflow stores after each tuning job and its request check reads for the plan (a tuning job's own
+  report stays in its checkpoint folder, ``checkpoints/.../<execution>/tune/``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from constructs_lib._shared.nag import (
 CHECKPOINT_PREFIX = "checkpoints/"
 OUTPUT_PREFIX = "output/"
 DATA_PREFIX = "data/"
+TUNING_PREFIX = "tuning/"
 
 
 class CheckpointBucket(Construct):
@@ -76,6 +80,7 @@ class CheckpointBucket(Construct):
         self.checkpoint_prefix = CHECKPOINT_PREFIX
         self.output_prefix = OUTPUT_PREFIX
         self.data_prefix = DATA_PREFIX
+        self.tuning_prefix = TUNING_PREFIX
 
         if bucket is not None:
             given = {

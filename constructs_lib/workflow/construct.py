@@ -50,7 +50,12 @@ from constructs_lib._shared.nag import (
 )
 from constructs_lib._shared.subnets import subnet_selection_kwargs
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
-from constructs_lib.storage.checkpoint_bucket import CHECKPOINT_PREFIX, OUTPUT_PREFIX, CheckpointBucket
+from constructs_lib.storage.checkpoint_bucket import (
+    CHECKPOINT_PREFIX,
+    OUTPUT_PREFIX,
+    TUNING_PREFIX,
+    CheckpointBucket,
+)
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
 from constructs_lib.workflow.evaluation_states import evaluation_states
 from constructs_lib.workflow.observability import alarm_and_notifications, trigger
@@ -60,6 +65,7 @@ from constructs_lib.workflow.permissions import (
     grant_mlflow,
     grant_remote_debug,
     grant_sagemaker,
+    grant_tuning_reads,
 )
 from constructs_lib.workflow.props import (
     checked_remote_debug,
@@ -81,7 +87,7 @@ from constructs_lib.workflow.request_check import (
     validate_request,
 )
 from constructs_lib.workflow.request_function import RequestValidator
-from constructs_lib.workflow.request_rules import WORKFLOW_TAG
+from constructs_lib.workflow.request_rules import WORKFLOW_TAG, measurements_root
 from constructs_lib.workflow.request_states import decide_request
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
@@ -90,6 +96,7 @@ from constructs_lib.workflow.states import (
     prepare_state,
     training_summary,
 )
+from constructs_lib.workflow.tuning_states import TuningStorage, record_objects, report_objects, tuning_states
 from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
@@ -150,8 +157,9 @@ class TrainingWorkflow(Construct):
         machine may pass it to SageMaker only.
     :param checkpoint_bucket: the ``CheckpointBucket`` (its ``checkpoints/`` and ``output/`` prefixes are used).
         Give either this or ``bucket``.
-    :param bucket: an existing bucket instead, with ``checkpoint_prefix`` (default ``checkpoints/``) and
-        ``output_prefix`` (default ``output/``). The execution role must already be allowed to use them.
+    :param bucket: an existing bucket instead, with ``checkpoint_prefix`` (default ``checkpoints/``),
+        ``output_prefix`` (default ``output/``) and ``tuning_prefix`` (default ``tuning/``: where the workflow
+        stores tuning measurements). The execution role must already be allowed to use the first two.
     :param train_data_prefix: a key prefix of the bucket with pre-tokenized data to mount as the ``train``
         channel when an execution gives no ``train_data_uri`` (added to ``data_sources``). Default: none (the
         trainer's synthetic data).
@@ -233,6 +241,7 @@ class TrainingWorkflow(Construct):
         bucket: s3.IBucket | None = None,
         checkpoint_prefix: str | None = None,
         output_prefix: str | None = None,
+        tuning_prefix: str | None = None,
         train_data_prefix: str | None = None,
         data_sources: Sequence[str] | None = None,
         run_segment: str | None = None,
@@ -276,20 +285,11 @@ class TrainingWorkflow(Construct):
             raise ValueError("TrainingWorkflow: image_uri must be a non-empty image URI")
         if (checkpoint_bucket is None) == (bucket is None):
             raise ValueError("TrainingWorkflow: give exactly one of checkpoint_bucket or bucket")
-        if checkpoint_bucket is not None:
-            if checkpoint_prefix is not None or output_prefix is not None:
-                raise ValueError(
-                    "TrainingWorkflow: checkpoint_prefix and output_prefix go with bucket; a checkpoint_bucket "
-                    "brings its own prefixes"
-                )
-            self.bucket: s3.IBucket = checkpoint_bucket.bucket
-            checkpoint_prefix = checkpoint_bucket.checkpoint_prefix
-            output_prefix = checkpoint_bucket.output_prefix
-        else:
-            assert bucket is not None
-            self.bucket = bucket
-            checkpoint_prefix = key_prefix("checkpoint_prefix", checkpoint_prefix or CHECKPOINT_PREFIX)
-            output_prefix = key_prefix("output_prefix", output_prefix or OUTPUT_PREFIX)
+        checkpoint_prefix, output_prefix, tuning_prefix = self._bucket_prefixes(
+            checkpoint_bucket, bucket, (checkpoint_prefix, output_prefix, tuning_prefix)
+        )
+        self.measurements_prefix = measurements_root(tuning_prefix)
+        """Where the workflow stores the tuning runs' measurement records (``<tuning_prefix>measurements/``)."""
         if train_data_prefix is not None:
             train_data_prefix = key_prefix("train_data_prefix", train_data_prefix)
         self.execution_role: iam.IRole = role_of(execution_role)
@@ -336,6 +336,8 @@ class TrainingWorkflow(Construct):
             workflow_path=self.node.path,
             tags=tags,
             mlflow_tracking_server_arn=self.mlflow_tracking_server_arn,
+            image_uri=image_uri,
+            tuning_prefix=tuning_prefix,
         )
         self.allowed_instance_types = allowed
         self.max_instance_count = max_count
@@ -368,6 +370,33 @@ class TrainingWorkflow(Construct):
         for key_name, value in tags.items():
             Tags.of(self).add(key_name, value)
 
+    def _bucket_prefixes(
+        self,
+        checkpoint_bucket: CheckpointBucket | None,
+        bucket: s3.IBucket | None,
+        given: tuple[str | None, str | None, str | None],
+    ) -> tuple[str, str, str]:
+        """The bucket (``self.bucket``) and its checkpoint, output and tuning prefixes: a ``CheckpointBucket``'s
+        own, or those given with ``bucket`` (defaults ``checkpoints/``, ``output/``, ``tuning/``)."""
+        if checkpoint_bucket is not None:
+            if any(prefix is not None for prefix in given):
+                raise ValueError(
+                    "TrainingWorkflow: checkpoint_prefix, output_prefix and tuning_prefix go with bucket; a "
+                    "checkpoint_bucket brings its own prefixes"
+                )
+            self.bucket: s3.IBucket = checkpoint_bucket.bucket
+            cb = checkpoint_bucket
+            return cb.checkpoint_prefix, cb.output_prefix, cb.tuning_prefix
+        assert bucket is not None
+        self.bucket = bucket
+        names = ("checkpoint_prefix", "output_prefix", "tuning_prefix")
+        defaults = (CHECKPOINT_PREFIX, OUTPUT_PREFIX, TUNING_PREFIX)
+        checkpoint, output, tuning = (
+            key_prefix(name, prefix or default)
+            for name, prefix, default in zip(names, given, defaults, strict=True)
+        )
+        return checkpoint, output, tuning
+
     def _grant(
         self,
         execution_role: SageMakerExecutionRole | iam.IRole,
@@ -396,6 +425,13 @@ class TrainingWorkflow(Construct):
         )
         if self.remote_debug:
             grant_remote_debug(self, self.execution_role)
+        grant_tuning_reads(
+            self,
+            role=self.state_machine.role,
+            bucket=self.bucket,
+            report_objects=report_objects(self.bucket, self.runs_prefix),
+            record_objects=record_objects(self.bucket, self.measurements_prefix),
+        )
 
     def _launch_params(
         self,
@@ -561,6 +597,7 @@ class TrainingWorkflow(Construct):
             runs_prefix=self.runs_prefix,
             data_prefixes=data_prefixes(self, self.data_sources, self.bucket),
             training_job_tag=(WORKFLOW_TAG, self.node.path),
+            measurements_prefix=self.measurements_prefix,
             log_retention=log_retention,
             encryption_key=self.encryption_key,
             removal_policy=self.removal_policy,
@@ -588,8 +625,25 @@ class TrainingWorkflow(Construct):
         self.launch_without_data: sfn.CustomState = loop.launch_without_data
         mode = capacity_states(self, resources, pending=pending, launch=loop.entry)
         prepare = prepare_state(self, launch_retry_backoff=self.launch_retry_backoff)
+        tuning = tuning_states(
+            self,
+            launch_params,
+            resources,
+            retries=retries,
+            retry_wait=retry_wait,
+            pending=pending,
+            launch_retry_backoff=self.launch_retry_backoff,
+            storage=TuningStorage(self.bucket, self.runs_prefix, self.measurements_prefix),
+        )
         route = sfn.Choice(
-            self, "Train first?", comment="An evaluation-only request (evaluate.training_job) skips training."
+            self,
+            "Train first?",
+            comment="A tuning run (tune) runs its tuning job instead; an evaluation-only request "
+            "(evaluate.training_job) skips training.",
+        )
+        route.when(
+            sfn.Condition.and_(sfn.Condition.is_present("$.tune"), sfn.Condition.is_not_null("$.tune")),
+            tuning,
         )
         route.when(sfn.Condition.boolean_equals("$.evaluation_only", True), evaluation.only)
         route.otherwise(prepare.next(mode))

@@ -24,6 +24,7 @@ from training.request.contract import (
     HYPERPARAMETERS_BY_NAME,
     PRECISIONS,
 )
+from training.request.tuning import TUNE_KEYS
 
 MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
 """SageMaker's ceiling for ``MaxRuntimeInSeconds`` and ``MaxWaitTimeInSeconds`` (28 days)."""
@@ -421,6 +422,18 @@ FIELDS: tuple[InputField, ...] = (
         "see docs/evaluation.md.",
         lambda v, r: isinstance(v, Mapping),  # its own fields: request_evaluation.block_problems
         lambda r: f"an object of evaluation fields ({', '.join(EVALUATE_DEFAULTS)}; see docs/evaluation.md)",
+        nullable=True,
+    ),
+    InputField(
+        "tune",
+        None,
+        "A tuning run instead of a training run (docs/tuning.md): one job, the same image, instance type and "
+        "count, measures the configurations the plan picks from this block's search space, and ranks them; its "
+        "fields (search_space, max_trials, max_cost_usd, ...) are checked before launch. null: a training run.",
+        lambda v, r: isinstance(v, Mapping),  # its own fields: training.request.tuning.parse_tune
+        lambda r: (
+            "an object of tuning settings (" + ", ".join(TUNE_KEYS) + "; all optional, {} tunes the defaults)"
+        ),
         nullable=True,
     ),
 )

@@ -256,3 +256,26 @@ def grant_mlflow(role: iam.IRole, arn: str) -> None:
     role.add_to_principal_policy(
         iam.PolicyStatement(sid="LogToMlflowTrackingServer", actions=list(MLFLOW_ACTIONS), resources=[arn])
     )
+
+
+def grant_tuning_reads(
+    scope: Construct, *, role: iam.IRole, bucket: s3.IBucket, report_objects: str, record_objects: str
+) -> None:
+    """What the states after a tuning job need beyond their own statements (``tuning_states``: read the reports'
+    files, write the records): the bucket key's use when it is encrypted, and the acknowledgement of each of the
+    two object patterns."""
+    if bucket.encryption_key is not None:
+        bucket.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey")
+    policy = policy_scope(role)
+    acknowledge(
+        policy,
+        f"IAM5[Resource::{rendered(scope, report_objects)}]",
+        "After a tuning job the workflow reads its report (winner.json, and measurements.json to copy it) from "
+        "the run's checkpoint folder tune/; the execution folder is named at run time.",
+    )
+    acknowledge(
+        policy,
+        f"IAM5[Resource::{rendered(scope, record_objects)}]",
+        "After a tuning job the workflow stores its measurement records under the tuning measurements prefix, "
+        "in a folder per image tag and workflow named at run time; the request check reads them there.",
+    )

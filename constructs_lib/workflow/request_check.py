@@ -26,7 +26,10 @@ Besides the checked input, the decision carries the per-execution fields of the 
 ``Tags``, ``Environment``, ``InfraCheckConfig``, ``RemoteDebugConfig``) and, before launch, lists S3 once for a
 ``train_data_uri`` (it must hold an object) and for ``resume_from``, and for ``init_from`` lists the folder and
 reads its ``config.json`` (:func:`read_init_from`), so that the trainer settings are checked and the plan made
-with the model's real shape.
+with the model's real shape; and it reads the stored tuning measurements of the workflow's image
+(``request_tune.read_measurements``): the plan uses measured throughput where one stands for the request. An input
+with a ``tune`` block is a tuning run, decided by ``request_tune``: its candidates, cost bound and the tuning job's
+hyperparameters.
 
 Nothing here imports ``aws_cdk``.
 """
@@ -34,7 +37,7 @@ Nothing here imports ``aws_cdk``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +50,7 @@ from constructs_lib.workflow.request_fields import (
     map_problems,
     setting_problems,
     show,
+    size_problems,
     suggest,
 )
 from constructs_lib.workflow.request_rules import (
@@ -65,6 +69,7 @@ from constructs_lib.workflow.request_rules import (
     parse_data_sources,
     sagemaker_limits,
 )
+from constructs_lib.workflow.request_tune import decide_tune, read_measurements
 from training.request import hf_config
 from training.request.contract import (
     CHECKPOINT_DIR_NAME,
@@ -128,7 +133,10 @@ class PreparedRequest:
     channels: list[dict[str, Any]] = field(default_factory=list)
     plan: dict[str, Any] | None = None
     """``training.request.plan``'s estimate (memory by part, time, cost; ``ignored`` when launched although it did not
-    fit); None when the request has other problems."""
+    fit); None when the request has other problems, or is a tuning run (each trial has its own plan in ``tune``)."""
+    tune: dict[str, Any] | None = None
+    """A tuning run's decided part (``request_tune.decide_tune``): where its report and records go and its plan of
+    trials and cost; None for a training run."""
 
     @property
     def cause(self) -> str:
@@ -141,12 +149,19 @@ def validate_request(raw: object, rules: RequestRules) -> list[str]:
 
 
 def prepare_request(
-    raw: object, rules: RequestRules, architecture: Mapping[str, Any] | None = None
+    raw: object,
+    rules: RequestRules,
+    architecture: Mapping[str, Any] | None = None,
+    *,
+    measurements: Sequence[Mapping[str, Any]] = (),
+    execution: str | None = None,
 ) -> PreparedRequest:
     """Merge ``raw`` over the defaults, check every field, the trainer settings and SageMaker's constraints.
     ``architecture``: the settings of the ``init_from`` folder's config.json (:func:`read_init_from`), which give
     the model's shape to the checks and the plan; with ``init_from`` and no architecture (no S3 read, e.g. the
-    CLI offline), the shape checks and the memory plan wait for :func:`decide`."""
+    CLI offline), the shape checks and the memory plan wait for :func:`decide`. ``measurements``: stored tuning
+    records (:func:`request_tune.read_measurements`) for the plan; ``execution``: this execution's name (a tuning
+    run's report and records are named by it)."""
     if not isinstance(raw, Mapping):
         return PreparedRequest({}, {}, [f"input: must be a JSON object of input fields; got {show(raw)}"])
     problems: list[str] = []
@@ -166,27 +181,45 @@ def prepare_request(
     if not field_problems:
         problems += cross_field_problems(config, rules)
     problems += _evaluate_problems(raw, config, rules, field_problems)
+    if not field_problems and config["tune"] is not None and config["evaluate"] is not None:
+        problems.append("tune: a tuning run trains no model to evaluate; leave out evaluate (or tune)")
     hyperparameters: dict[str, str] = {}
     if not field_problems:
         hyperparameters, hp_problems = hyperparameter_map(config, rules, architecture)
         problems += hp_problems
     elif not any(p.startswith("hyperparameters") for p in field_problems):
         problems += setting_problems(config["hyperparameters"])[1]  # the rest needs the other fields valid
+    tune = None
+    if not problems and config["tune"] is not None:
+        decided = decide_tune(config, rules, hyperparameters, architecture, measurements=measurements,
+                              execution=execution)  # fmt: skip
+        problems += decided.problems
+        if not decided.problems:
+            problems += size_problems(decided.hyperparameters, rules)
+            hyperparameters, tune = decided.hyperparameters, decided.tune
+            config["max_runtime_seconds"] = decided.max_runtime_seconds  # the cost bound, kept by SageMaker
     if not problems and config["use_spot"] and config["max_wait_seconds"] is None:
         config["max_wait_seconds"] = config["max_runtime_seconds"]
     if problems:
         return PreparedRequest(config, {}, problems)
+    if tune is not None:
+        return PreparedRequest(config, hyperparameters, problems, _channels(config), None, tune)
     estimate, refused = None, None
     if config["init_from"] is None or architecture is not None:
-        estimate, refused = _memory_plan(config, rules, architecture)
+        estimate, refused = _memory_plan(config, rules, architecture, measurements)
     if refused:
         return PreparedRequest(config, {}, [refused], plan=estimate)
+    return PreparedRequest(config, hyperparameters, problems, _channels(config), estimate)
+
+
+def _channels(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``InputDataConfig`` of a request: its data (``train_data_uri``) and its starting weights (``init_from``)."""
     channels = []
     if config["train_data_uri"] is not None:
         channels.append(channel(TRAIN_CHANNEL, config["train_data_uri"], config["train_data_input_mode"]))
     if config["init_from"] is not None:
         channels.append(channel(WEIGHTS_CHANNEL, config["init_from"], "File"))
-    return PreparedRequest(config, hyperparameters, problems, channels, estimate)
+    return channels
 
 
 def _evaluate_problems(
@@ -215,15 +248,21 @@ def _evaluate_problems(
 
 
 def _memory_plan(
-    config: Mapping[str, Any], rules: RequestRules, architecture: Mapping[str, Any] | None = None
+    config: Mapping[str, Any],
+    rules: RequestRules,
+    architecture: Mapping[str, Any] | None = None,
+    measurements: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[dict[str, Any], str | None]:
-    """The plan of a request with no other problem, and its refusal when its estimated per-GPU peak exceeds the
-    GPU's memory with headroom (``training.request.plan``), unless ``ignore_memory_estimate`` is true."""
+    """The plan of a request with no other problem (throughput measured when a stored record stands for it), and
+    its refusal when its estimated per-GPU peak exceeds the GPU's memory with headroom (``training.request.plan``),
+    unless ``ignore_memory_estimate`` is true."""
     estimate = make_plan(
         config,
         max_instance_count=rules.max_instance_count,
         instance_types=rules.allowed_instance_types,
         architecture=architecture,
+        measurements=measurements,
+        image_tag=rules.image_tag(),
     )
     ignored = bool(config["ignore_memory_estimate"]) and not estimate.memory.fits
     line = None if config["ignore_memory_estimate"] else refusal(estimate)
@@ -328,12 +367,15 @@ def _list_run(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
 def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> dict[str, Any]:
     """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
-    "channels", "resume", "request", "plan", "evaluation"}`` (all but the first two null when not valid;
-    ``request``: :func:`job_fields`; ``evaluation``: the evaluation job's decided parts, null without ``evaluate``);
-    ``s3``: a boto3 S3 client (default: one for the rules' region) to check ``train_data_uri`` holds data, to read
-    the ``init_from`` folder's config.json, to decide ``resume_from`` and to read the evaluation's task folder and
-    the model's tokenizer; ``sagemaker``: a SageMaker client for an evaluation-only request's training job."""
+    "channels", "resume", "request", "plan", "evaluation", "evaluation_only", "tune"}`` (all but the first two
+    null when not valid; ``request``: :func:`job_fields`; ``evaluation``: the evaluation job's decided parts, null
+    without ``evaluate``; ``tune``: a tuning run's decided part, null for a training run); ``s3``: a boto3 S3 client
+    to read the stored tuning measurements for the plan (without one: the published figures), and (default: one for
+    the rules' region) to check ``train_data_uri`` holds data, to read the ``init_from`` folder's config.json, to
+    decide ``resume_from`` and to read the evaluation's task folder and the model's tokenizer; ``sagemaker``: a
+    SageMaker client for an evaluation-only request's training job."""
     rules = RequestRules.from_json(event["rules"])
+    measurements = read_measurements(s3, rules) if s3 is not None else []
     raw = event.get("input")
     architecture: dict[str, Any] | None = None
     weights_problems: list[str] = []
@@ -341,7 +383,9 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
     if uri is not None and check_field("init_from", uri, rules) is None:
         s3 = s3 or _client("s3", rules)
         architecture, weights_problems = read_init_from(s3, uri)
-    prepared = prepare_request(raw, rules, architecture)
+    prepared = prepare_request(
+        raw, rules, architecture, measurements=measurements, execution=event.get("execution")
+    )
     prepared.problems[:0] = weights_problems
     resume = None
     if not prepared.problems and prepared.config["train_data_uri"] is not None:
@@ -388,6 +432,7 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
         "plan": prepared.plan if valid else None,
         "evaluation": evaluation if valid else None,
         "evaluation_only": bool(valid and evaluation and evaluation["only"]),
+        "tune": prepared.tune if valid else None,
     }
 
 
@@ -499,6 +544,19 @@ def _client(service: str, rules: RequestRules) -> Any:
     return boto3.client(service, region_name=rules.region) if rules.region else boto3.client(service)
 
 
+class _S3OnFirstUse:
+    """The rules' S3 client, made on first use (boto3 is imported only when S3 is read)."""
+
+    def __init__(self, rules: RequestRules) -> None:
+        self._rules, self._client = rules, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._client is None:
+            self._client = _client("s3", self._rules)
+        return getattr(self._client, name)
+
+
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda entry point (see :func:`decide`)."""
-    return decide(event)
+    """Lambda entry point (see :func:`decide`): with an S3 client, so that the plan reads the stored measurements."""
+    rules = RequestRules.from_json(event["rules"])
+    return decide(event, _S3OnFirstUse(rules) if rules.bucket_name is not None else None)

@@ -242,10 +242,10 @@ def hyperparameter_map(
     except ContractError as err:
         return {}, [f"hyperparameters.{err}"]
     rendered = {**to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
-    return rendered, _size_problems(rendered, rules)
+    return rendered, size_problems(rendered, rules)
 
 
-def _size_problems(rendered: Mapping[str, str], rules: RequestRules) -> list[str]:
+def size_problems(rendered: Mapping[str, str], rules: RequestRules) -> list[str]:
     limits = rules.sagemaker()
     problems = []
     most = limits["HyperParameters"]["max"]

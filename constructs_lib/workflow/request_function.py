@@ -3,15 +3,17 @@
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
-``request_fields.py``, ``input_fields.py`` and ``request_evaluation.py``, ``training/request/contract.py``,
-``training/request/hf_config.py`` (a model folder's config.json), ``training/request/plan.py`` (the memory, time and
-cost estimate; standard library only) and an empty ``__init__.py`` in each of their folders (the real package
-``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
-checkpoint prefix only, the listing and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data
-prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only objects
-named exactly ``config.json`` (an ``init_from`` model's architecture) or ``metadata.json`` (prepared data's
-tokenizer) and task YAML files (an evaluation's tasks), use the bucket's key to decrypt, and describe only the
-training jobs tagged as the workflow's (an evaluation-only request's job); nothing else.
+``request_fields.py``, ``input_fields.py``, ``request_evaluation.py`` and ``request_tune.py``,
+``training/request/contract.py``, ``training/request/hf_config.py`` (a model folder's config.json),
+``training/request/plan.py`` (the memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard
+library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not
+needed there). Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing
+and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must
+hold an object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an
+``init_from`` model's architecture) or ``metadata.json`` (prepared data's tokenizer) and task YAML files (an
+evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged as the workflow's (an
+evaluation-only request's job), and list and read the stored tuning measurements (``<tuning prefix>measurements/``);
+nothing else.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from constructs import Construct
 
 import training.request.contract
 import training.request.hf_config
+import training.request.measured
 import training.request.plan
+import training.request.tuning
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
     NIST_800_53_R5,
@@ -48,6 +52,7 @@ from constructs_lib.workflow import (
     request_evaluation,
     request_fields,
     request_rules,
+    request_tune,
 )
 from training.request.contract import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
@@ -64,9 +69,12 @@ ASSET_FILES = {
     "constructs_lib/workflow/request_evaluation.py": Path(request_evaluation.__file__),
     "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
     "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),
+    "constructs_lib/workflow/request_tune.py": Path(request_tune.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
+    "training/request/measured.py": Path(training.request.measured.__file__),
+    "training/request/tuning.py": Path(training.request.tuning.__file__),
 }
 
 
@@ -106,6 +114,8 @@ class RequestValidator(Construct):
     :param training_job_tag: ``(key, value)`` of the tag every training job of the workflow carries: the function
         may describe (``DescribeTrainingJob``) only jobs with that tag (``aws:ResourceTag`` condition), to decide an
         evaluation-only request. Default: none, and it may describe no training job.
+    :param measurements_prefix: where the workflow stores the tuning runs' measurement records
+        (``tuning/measurements/``): the function may list and read them, for the plan. Default: none.
     :param log_retention: retention of the function's log group. Default six months.
     :param encryption_key: customer managed key for the function's log group. Default: CloudWatch Logs' own.
     :param removal_policy: of the log group: ``RETAIN`` (default) or ``DESTROY``.
@@ -120,6 +130,7 @@ class RequestValidator(Construct):
         runs_prefix: str,
         data_prefixes: Sequence[tuple[str, str]] = (),
         training_job_tag: tuple[str, str] | None = None,
+        measurements_prefix: str | None = None,
         log_retention: logs.RetentionDays | None = None,
         encryption_key: kms.IKey | None = None,
         removal_policy: RemovalPolicy | None = None,
@@ -151,14 +162,7 @@ class RequestValidator(Construct):
                 resources=[markers],
             )
         )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListWorkflowRuns",
-                actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{runs_prefix}*"]}},
-            )
-        )
+        self._allow_listing("ListWorkflowRuns", bucket.bucket_arn, [f"{runs_prefix}*"])
         by_bucket: dict[str, list[str]] = {}
         for bucket_arn, prefix in data_prefixes:
             by_bucket.setdefault(bucket_arn, []).append(f"{prefix}*")
@@ -166,15 +170,9 @@ class RequestValidator(Construct):
         if training_job_tag is not None:
             self._grant_describe_jobs(*training_job_tag)
         for index, (bucket_arn, patterns) in enumerate(by_bucket.items()):
-            self.role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    sid=f"ListTrainingData{index}",
-                    actions=["s3:ListBucket"],
-                    resources=[bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": patterns}},
-                )
-            )
+            self._allow_listing(f"ListTrainingData{index}", bucket_arn, patterns)
         self._grant_named_files(data_prefixes)
+        records = self._read_measurements(bucket, measurements_prefix) if measurements_prefix else None
         if bucket.encryption_key is not None:
             bucket.encryption_key.grant(self.role, "kms:Decrypt")
         self.function = lambda_.Function(
@@ -198,6 +196,37 @@ class RequestValidator(Construct):
             f"IAM5[Resource::{rendered(self, markers)}]",
             "Reads only the COMPLETE marker files of the workflow's own checkpoint folders; the execution and "
             "step folder names in between are created at run time.",
+        )
+        if records is not None:
+            acknowledge(
+                scope_,
+                f"IAM5[Resource::{rendered(self, records)}]",
+                "Reads only the tuning measurement records the workflow stores (one JSON file per tuning run, "
+                "under a folder per image tag and workflow, named at run time), for the plan of each request.",
+            )
+
+    def _read_measurements(self, bucket: s3.IBucket, prefix: str) -> str:
+        """List and read the stored tuning measurement records (under ``prefix``); the objects' ARN pattern."""
+        if not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix:
+            raise ValueError(
+                f"RequestValidator: measurements_prefix must be a key prefix ending in '/'; got {prefix!r}"
+            )
+        objects = bucket.arn_for_objects(f"{prefix}*")
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(sid="ReadTuningMeasurements", actions=["s3:GetObject"], resources=[objects])
+        )
+        self._allow_listing("ListTuningMeasurements", bucket.bucket_arn, [f"{prefix}*"])
+        return objects
+
+    def _allow_listing(self, sid: str, bucket_arn: str, patterns: list[str]) -> None:
+        """``s3:ListBucket`` on one bucket, only for keys matching ``patterns`` (the ``s3:prefix`` condition)."""
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid=sid,
+                actions=["s3:ListBucket"],
+                resources=[bucket_arn],
+                conditions={"StringLike": {"s3:prefix": patterns}},
+            )
         )
 
     def _grant_named_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:

@@ -28,10 +28,15 @@ from training.request.contract import (
     MODEL_DIR,
     PRECISIONS,
     TOP_LEVEL_SETTINGS,
+    TUNE_RECORDS_FILE,
+    TUNE_REPORT_FOLDER,
+    TUNE_WINNER_FILE,
     WEIGHTS_CHANNEL_DIR,
+    image_tag,
 )
 
 INVALID_INPUT_ERROR = "InvalidInput"
+MEASUREMENTS_FOLDER = "measurements"
 CHECKPOINT_MARKER = "COMPLETE"
 """The file the trainer writes last into a finished checkpoint (``training/trainer/checkpoint.py``)."""
 
@@ -144,7 +149,9 @@ class RequestRules:
     ``volume_kms_key``: whether the request names a ``VolumeKmsKeyId`` (refused for instance types with NVMe
     instance storage). ``workflow_path`` and ``tags``: the tags every job gets before the execution's own.
     ``mlflow_tracking_server_arn``: the MLflow tracking server the jobs log to (its variables join every job's
-    ``Environment``, see :func:`job_fields`); None: no MLflow.
+    ``Environment``, see :func:`job_fields`); None: no MLflow. ``image_uri``: the training image the jobs run (its
+    tag keys the tuning measurements the plan may use); None (e.g. the CLI before deployment): no measurement is
+    matched. ``tuning_prefix``: where the workflow stores the tuning runs' measurement records in its bucket.
     """
 
     defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -165,6 +172,8 @@ class RequestRules:
     tags: Mapping[str, str] = field(default_factory=dict)
     limits: Mapping[str, Any] | None = None
     mlflow_tracking_server_arn: str | None = None
+    image_uri: str | None = None
+    tuning_prefix: str = "tuning/"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(INPUT_FIELDS))
@@ -209,6 +218,30 @@ class RequestRules:
         bucket is not known)."""
         bucket = self.bucket_name or "*"
         return tuple(s if s.startswith("s3://") else f"s3://{bucket}/{s}" for s in self.data_sources)
+
+    def image_tag(self) -> str | None:
+        """The tag of the workflow's image (``contract.image_tag``), or None when the image is not known."""
+        return image_tag(self.image_uri) if self.image_uri else None
+
+    def measurements_prefix(self) -> str | None:
+        """``<tuning_prefix>measurements/<image tag>/``: the measurement records of every tuning run of this image
+        (any workflow sharing the bucket), the request check's one listing; None without the image."""
+        tag = self.image_tag()
+        return None if tag is None else f"{measurements_root(self.tuning_prefix)}{tag}/"
+
+    def tuning_paths(self, execution: str) -> dict[str, str | None]:
+        """Where tuning run ``execution`` leaves its report (the ``tune/`` folder the job's checkpoint sync uploads)
+        and where the workflow stores its records (the request check reads them there)."""
+        segment = f"{self.workflow_segment}/" if self.workflow_segment else ""
+        report_key = f"{self.checkpoint_prefix}{segment}{execution}/{TUNE_REPORT_FOLDER}/"
+        records = self.measurements_prefix()
+        return {
+            "bucket": self.bucket_name,
+            "report_uri": f"s3://{self.bucket_name}/{report_key}" if self.bucket_name else None,
+            "winner_key": f"{report_key}{TUNE_WINNER_FILE}",
+            "records_source": f"{self.bucket_name}/{report_key}{TUNE_RECORDS_FILE}",
+            "records_key": None if records is None else f"{records}{segment}{execution}.json",
+        }
 
     def runs_uri(self) -> str | None:
         """``s3://bucket/<checkpoint_prefix><segment>/``: where this workflow's runs keep their checkpoints."""
@@ -296,6 +329,11 @@ class RequestRules:
             network_isolation=_context_bool("networkIsolation", get("networkIsolation", False)),
             workflow_path=f"{get('stackName', 'BlackwellTraining')}/Workflow",
         )
+
+
+def measurements_root(tuning_prefix: str) -> str:
+    """Where a workflow stores the tuning runs' measurement records: ``<tuning_prefix>measurements/``."""
+    return f"{tuning_prefix}{MEASUREMENTS_FOLDER}/"
 
 
 DATA_SOURCE = re.compile(r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/)?([A-Za-z0-9!_.()=-]+/)*$")

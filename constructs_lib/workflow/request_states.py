@@ -4,8 +4,9 @@
 value, so a non-object input is an ``InvalidInput`` like any other), this execution's name and the workflow's
 :class:`~constructs_lib.workflow.request_check.RequestRules` (a JSON string fixed at synth time). Its result replaces
 the state: ``config`` (every input field), ``hyperparameters`` (the exact ``HyperParameters`` map), ``channels``
-(``InputDataConfig``), ``resume``, ``request`` (the per-execution request fields) and ``evaluation`` (the evaluation
-job's parts, or null). ``Request valid?`` ends a bad request in ``InvalidInput`` with every problem
+(``InputDataConfig``), ``resume``, ``request`` (the per-execution request fields), ``evaluation`` (the evaluation
+job's parts, or null) and ``tune`` (a tuning run's decided part, or null). ``Request valid?`` ends a bad request in
+``InvalidInput`` with every problem
 in the cause, before any SageMaker call; a validator that fails itself ends in ``RequestValidationFailed``.
 """
 
@@ -63,6 +64,7 @@ def decide_request(
             "plan.$": "$.Payload.plan",
             "evaluation.$": "$.Payload.evaluation",
             "evaluation_only.$": "$.Payload.evaluation_only",
+            "tune.$": "$.Payload.tune",
         },
         result_path="$",
         task_timeout=sfn.Timeout.duration(Duration.minutes(2)),

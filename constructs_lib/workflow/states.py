@@ -1,8 +1,9 @@
 """The workflow's job states after the request is decided (``request_states``): the launch preparation, capacity
 mode, and the launch loop (launch with or without input data, refused-request and capacity relaunches, failure),
 and the training summary. Every kind of job goes through the same ``capacity_states`` and ``launch_loop``, named by
-its ``JobKind`` (training's names have no suffix; evaluation's end in `` (evaluation)``): a new kind adds its own
-entry and summary states and calls these two (``evaluation_states`` does). Each function adds its states to the
+its ``JobKind`` (training's names have no suffix; evaluation's end in `` (evaluation)``, tuning's in
+`` (tuning)``): a new kind adds its own entry and summary states and calls these two (``evaluation_states`` and
+``tuning_states`` do). Each function adds its states to the
 scope it is given and returns them."""
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class JobKind:
 
 TRAINING = JobKind("training")
 EVALUATION = JobKind("evaluation", " (evaluation)")
+TUNING = JobKind("tuning", " (tuning)")
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,24 @@ TRAINING_CARRY = ("config", "launch_count", "resume", "plan", "evaluation")
 """What training's ``Normalize result`` keeps beside the job for its summary."""
 
 
+def job_summary(workflow: Construct) -> dict[str, Any]:
+    """The summary fields of any job that ran through the launch loop: its name, status, times, checkpoint
+    folder, metrics, image, instances, launches and console links."""
+    return {
+        "job_name.$": "$.job.TrainingJobName",
+        "status.$": "$.job.TrainingJobStatus",
+        "training_seconds.$": "$.job.TrainingTimeInSeconds",
+        "billable_seconds.$": "$.job.BillableTimeInSeconds",
+        "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
+        "final_metrics.$": "$.job.FinalMetricDataList",
+        "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
+        "instance_type.$": "$.config.instance_type",
+        "instance_count.$": "$.config.instance_count",
+        "launches.$": "$.launch_count",
+        "links": summary_links(Stack.of(workflow).region),
+    }
+
+
 def training_summary(workflow: Construct) -> sfn.Pass:
     """``Summarize``: a training job's compact, readable result (the execution's output when nothing follows);
     ``evaluation`` is the evaluation still to run (its decided parts), or null."""
@@ -153,26 +173,16 @@ def training_summary(workflow: Construct) -> sfn.Pass:
         "Summarize",
         comment="A compact, readable result.",
         parameters={
-            "job_name.$": "$.job.TrainingJobName",
-            "status.$": "$.job.TrainingJobStatus",
-            "training_seconds.$": "$.job.TrainingTimeInSeconds",
-            "billable_seconds.$": "$.job.BillableTimeInSeconds",
+            **job_summary(workflow),
             "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
             # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
             "hugging_face_model": {
                 "archive.$": "$.job.ModelArtifacts.S3ModelArtifacts",
                 "folder": f"{HF_EXPORT_DIR}/",
             },
-            "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
-            "final_metrics.$": "$.job.FinalMetricDataList",
-            "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
-            "instance_type.$": "$.config.instance_type",
-            "instance_count.$": "$.config.instance_count",
-            "launches.$": "$.launch_count",
             "resumed_from.$": "$.resume",
             "plan.$": "$.plan",
             "memory_estimate_ignored.$": "$.config.ignore_memory_estimate",
-            "links": summary_links(Stack.of(workflow).region),
             "evaluation.$": "$.evaluation",
         },
     )

@@ -100,8 +100,9 @@ def test_metric_definitions_read_real_trainer_output(reference):
     summary = next(line for line in output.splitlines() if line.startswith("summary "))
     parsed = contract.parse_metric_line(last)
     printed = fields(last)
-    # on a CPU there is no peak, so no MFU (rather than a 0), and fp32 has no bf16-equivalent one; synthetic data has no validation split, so no val_loss;
-    # a first run found no checkpoints at all, so no unusable_checkpoints
+    # on a CPU there is no peak, so no MFU (rather than a 0), and fp32 has no bf16-equivalent one; no caching
+    # allocator either, so of the memory over every rank only the peak resident set; synthetic data has no
+    # validation split, so no val_loss; a first run found no checkpoints at all, so no unusable_checkpoints
     step_keys = [k for k in contract.STEP_METRICS if k not in ("mfu", "mfu_bf16")]
     assert {f"train:{k}" for k in step_keys} == set(parsed)
     for key in step_keys:
@@ -110,13 +111,26 @@ def test_metric_definitions_read_real_trainer_output(reference):
     summary_keys = {
         k
         for k in contract.SUMMARY_METRICS
-        if k not in ("steps", "val_loss", "mfu", "mfu_bf16", "unusable_checkpoints")
+        if k
+        not in (
+            "steps",
+            "val_loss",
+            "mfu",
+            "mfu_bf16",
+            "unusable_checkpoints",
+            "max_reserved_gb",
+            "alloc_retries",
+            "alloc_ooms",
+        )
     }
     assert {f"final:{k}" for k in summary_keys} == set(parsed_summary)
     for key, value in fields(summary).items():
         if key != "steps":
             assert parsed_summary[f"final:{key}"] == float(value)
     assert float(fields(summary)["final_loss"]) == float(printed["loss"])
+    assert float(fields(summary)["max_allocated_gb"]) >= float(
+        fields(summary)["peak_mem_gb"]
+    )  # over every rank
     config = next(line for line in output.splitlines() if line.startswith("config "))
     assert contract.parse_metric_line(config) == {}
 

@@ -226,10 +226,11 @@ def test_the_trainers_packages_are_hash_pinned_at_the_versions_the_tests_use():
     extras = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    for entry in extras["train"] + extras["dev"] + extras["eval"]:
+    project = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    for entry in extras["train"] + extras["dev"] + extras["eval"] + project:
         requirement = Requirement(entry)
         dev[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
-    for name in shared:
+    for name in (*shared, "matplotlib"):  # matplotlib: the tuning report's charts, at the CLI's own pin
         assert image[name][0] == dev[name], name
     # the trainer imports exactly these, and the build's self-check imports them
     assert set(selfcheck.TRACKING_MODULES) == {"tensorboardX", "mlflow", "sagemaker_mlflow"}

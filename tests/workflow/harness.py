@@ -9,6 +9,9 @@
 * :class:`LambdaInProcess` is a test-only ``lambda:invoke`` integration: moto runs Lambda functions only in
   Docker, so it runs the workflow's request-validation handler (``constructs_lib.workflow.request_check.handler``)
   in-process, against moto's own S3, and hands its return value back as the ``Payload``.
+* :class:`AwsSdkAsStepFunctions` runs ``aws-sdk:*`` tasks against moto's backends as Step Functions returns
+  them: an S3 ``GetObject`` ``Body`` as text and every value JSON-ready (moto 5.2.5 hands back the botocore
+  stream and datetimes, which its own engine then fails on).
 * :class:`Outcomes` lets a test choose job outcomes by job-name prefix (each test uses its own prefix, so tests
   can share one state machine and run executions concurrently).
 """
@@ -46,6 +49,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
     state_task_factory,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
+    StateTaskServiceAwsSdk,
+)
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
     StateTaskServiceCallback,
 )
@@ -323,6 +329,17 @@ class LambdaInProcess(StateTaskServiceLambda):
         )
 
 
+class AwsSdkAsStepFunctions(StateTaskServiceAwsSdk):
+    """``arn:aws:states:::aws-sdk:<service>:<action>`` with the response as Step Functions gives it."""
+
+    def _eval_service_task(self, env, **kwargs):
+        super()._eval_service_task(env, **kwargs)
+        response = env.stack[-1]
+        if hasattr(response.get("Body"), "read"):
+            response["Body"] = response["Body"].read().decode()
+        env.stack[-1] = json.loads(to_json_str(response))
+
+
 _original_service_for = state_task_factory.state_task_service_for
 
 
@@ -331,6 +348,8 @@ def _service_for(service_name: str):
         return SageMakerSync()
     if service_name == "lambda":
         return LambdaInProcess()
+    if service_name == "aws-sdk":
+        return AwsSdkAsStepFunctions()
     return _original_service_for(service_name)
 
 

@@ -52,10 +52,11 @@ def _states(definition):
 def test_two_launch_states_with_sync_integration_retry_and_catch(definition):
     """With and without InputDataConfig (SageMaker refuses an empty list); the same retry and catch policy."""
     launches = {n: s for n, s in _states(definition).items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
+    kinds = ("evaluation", "training", "tuning")
     assert sorted(launches) == [
-        "Run evaluation job", "Run evaluation job (no input data)", "Run training job", "Run training job (no input data)"
-    ]  # fmt: skip
-    for kind in ("training", "evaluation"):
+        f"Run {kind} job{tail}" for kind in kinds for tail in ("", " (no input data)")
+    ]
+    for kind in kinds:
         assert launches[f"Run {kind} job"]["Parameters"]["InputDataConfig.$"] == "$.channels"
         assert "InputDataConfig" not in json.dumps(launches[f"Run {kind} job (no input data)"]["Parameters"])
     for launch in launches.values():
@@ -90,6 +91,7 @@ def test_failures_end_in_named_errors(definition):
         "LaunchFailed",
         "TrainingJobFailed",
         "EvaluationJobFailed",
+        "TuningJobFailed",
         "CapacityError",
     }
 
@@ -131,18 +133,22 @@ def test_no_sagemaker_state_is_reachable_without_a_valid_decision(definition):
     found = 0
     for seen in paths(definition["StartAt"], frozenset({definition["StartAt"]})):
         found += 1
-        assert "Request valid?" in seen and ("Prepare launch" in seen or "Prepare evaluation" in seen)
+        prepared = {"Prepare launch", "Prepare evaluation", "Prepare launch (tuning)"}
+        assert "Request valid?" in seen and prepared & seen
     assert found >= 6  # three capacity modes, one or several nodes
 
 
 def test_training_and_evaluation_share_the_launch_loop_under_their_own_names(definition):
-    """One launch loop, two kinds of job: every shared state exists once per kind (evaluation's with a suffix)."""
+    """One launch loop, three kinds of job: every shared state exists once per kind (evaluation's and tuning's
+    with a suffix); a tuning input goes to its own job before anything else."""
     states = _states(definition)
     for base in ("Input data?", "Capacity mode", "Count launch", "Wait for capacity", "Retryable launch error?",
                  "Normalize result", "Launch failed", "No capacity"):  # fmt: skip
-        assert base in states and f"{base} (evaluation)" in states
+        assert base in states and f"{base} (evaluation)" in states and f"{base} (tuning)" in states
+    tuning = {"And": [{"Variable": "$.tune", "IsPresent": True}, {"Variable": "$.tune", "IsNull": False}]}
     assert states["Train first?"]["Choices"] == [
-        {"Variable": "$.evaluation_only", "BooleanEquals": True, "Next": "Evaluate only"}
+        {**tuning, "Next": "Prepare launch (tuning)"},
+        {"Variable": "$.evaluation_only", "BooleanEquals": True, "Next": "Evaluate only"},
     ]
     assert states["Evaluate after training?"]["Choices"][0]["IsNull"] is True
 

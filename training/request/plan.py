@@ -61,6 +61,11 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   caching allocator's fragmentation: ``ALLOWANCE_FIXED_GIB`` plus ``ALLOWANCE_FRACTION`` of the tensors.
 
 A request fits when the estimate is at most ``HEADROOM`` x the GPU's memory (the contract's GB, 10^9 bytes).
+
+Throughput comes from the seed article's two published points, scaled by FLOPs and the GPU's peak
+(``basis`` ``published``), unless a tuning run measured this exact configuration on this instance type with this
+image (``basis`` ``measured``: :mod:`training.request.measured` decides, the caller passes the stored records in).
+Stored records also check the memory estimate: the plan reports its own error against them (:func:`memory_check`).
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from training.request import contract
+from training.request import contract, measured
 
 GIB = 2**30
 HEADROOM = 0.95
@@ -99,7 +104,7 @@ QUANTIZED_BYTES: Mapping[str, float] = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nv
 """Bytes per value of one quantized usage (data + block scales: E8M0 per 32 values for MXFP8, E4M3 per 16 for
 NVFP4; fp8's per-tensor scale is negligible)."""
 
-# Throughput: published measurements until this project has its own GPU figures. The seed article (AWS blog
+# Throughput: published measurements where no tuning run has measured the configuration. The seed article (AWS blog
 # "Optimizing model training on Amazon SageMaker AI with NVIDIA Blackwell GPUs", 2026, Figure 1: 1B LLM, MXFP8,
 # 8K sequence, 8x B200, FSDP): batch 1 without AC ~6,000 tokens/s; batch 16 with AC ~51,000 tokens/s (per GPU: the
 # only reading that gives a plausible MFU). AC's recompute overhead: the seed's "typically 10-30%", taken as 20%.
@@ -591,6 +596,9 @@ class Timing:
     cost_usd: float | None
     warning: str | None
     source: str = REFERENCE_SOURCE
+    basis: str = "published"
+    """``published`` (the seed article's two points, scaled) or ``measured`` (a stored tuning measurement of this
+    exact configuration, image and instance: :mod:`training.request.measured`)."""
 
 
 def _reference_mfu(step_flops: float) -> float:
@@ -622,9 +630,10 @@ def recompute_overhead(s: Setup) -> float:
     return 1.0 + (AC_OVERHEAD - 1.0) * share
 
 
-def estimate_time(s: Setup) -> Timing:
-    """Tokens/s per GPU from the model FLOPs at the reference MFU, step time, time for ``max_steps``, and the
-    on-demand cost (``contract.estimate_cost_usd``).
+def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing:
+    """Tokens/s per GPU from the model FLOPs at the reference MFU (or, given a ``measured`` record that stands
+    for this request, :func:`training.request.measured.find`, its measured tokens/s), step time, time for
+    ``max_steps``, and the on-demand cost (``contract.estimate_cost_usd``).
 
     The MFU is counted against the GPU's bf16 peak for every 16-bit and lower precision (the seed finds low
     precisions' gains modest for small models, so none is assumed) and against its fp32 peak for fp32 (the
@@ -639,6 +648,11 @@ def estimate_time(s: Setup) -> Timing:
     tps /= recompute_overhead(s)
     if s.loss_chunk_tokens > 0:
         tps /= 1 + 2.0 * s.shape.hidden_size * s.shape.vocab_size / flops
+    source, basis = REFERENCE_SOURCE, "published"
+    if measured is not None:
+        tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
+        mfu = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
+        source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
@@ -649,7 +663,54 @@ def estimate_time(s: Setup) -> Timing:
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu, step, run, cost, warning)
+    return Timing(tps, mfu, step, run, cost, warning, source, basis)
+
+
+def measured_source(record: Mapping[str, Any]) -> str:
+    """Where a measured figure comes from, in words: the tuning job, the hardware, the image and its versions."""
+    key, where = record["key"], record["where"]
+    spread = record["measured"].get("step_seconds") or {}
+    return (
+        f"measured by tuning job {where.get('job') or '(local)'} on {key['instance_count']} x "
+        f"{key['instance_type']} ({where.get('world_size')} x {where.get('gpu')}) at {where.get('measured_at')}: "
+        f"median of {spread.get('steps', '?')} timed steps, image {key['image_tag']} (torch {key.get('torch')}, "
+        f"Transformer Engine {key.get('transformer_engine')})"
+    )
+
+
+def memory_check(
+    s: Setup, records: Sequence[Mapping[str, Any]], *, image_tag: str | None, this: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The plan's memory error against the stored measurements of this instance type and image: each record's
+    configuration re-planned now, its tensors estimate (GB) against the measured peak allocated over ranks.
+    ``this`` is the record that stands for ``s`` (its own error is reported apart). None without records."""
+    found = measured.same_hardware(records, instance_type=s.instance_type, image_tag=image_tag)
+    errors, missed = [], 0
+    for record in found:
+        key, peak = record["key"], record["measured"].get("max_allocated_gb")
+        other = setup_from_request(
+            {"instance_type": key["instance_type"], "instance_count": key["instance_count"],
+             "hyperparameters": dict(key["settings"])}
+        )  # fmt: skip
+        estimate = estimate_memory(other)
+        if record["measured"].get("status") == "oom":
+            missed += int(estimate.fits)
+            continue
+        if peak:
+            errors.append((record, 100.0 * (estimate.tensors_gib * GIB / 1e9 - peak) / peak))
+    if not errors and not missed:
+        return None
+    mine = next((error for record, error in errors if this is not None and record is not None and
+                 record["key"] == this["key"]), None)  # fmt: skip
+    absolute = [abs(error) for _, error in errors]
+    return {
+        "records": len(errors),
+        "mean_abs_error_pct": round(sum(absolute) / len(absolute), 1) if absolute else None,
+        "max_abs_error_pct": round(max(absolute), 1) if absolute else None,
+        "this_request_error_pct": None if mine is None else round(mine, 1),
+        "oom_predicted_to_fit": missed,
+        "compared": "the plan's tensors (GB) against the measured peak allocated (max over ranks)",
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -663,6 +724,10 @@ class Plan:
     memory: Memory
     timing: Timing
     advice: list[str] = field(default_factory=list)
+    measured: dict[str, Any] | None = None
+    """The stored record whose measured throughput the timing uses (None: published figures)."""
+    memory_check: dict[str, Any] | None = None
+    """The plan's memory error against the stored measurements of this instance and image (:func:`memory_check`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (what the CLI's --json prints and the execution's summary carries)."""
@@ -685,6 +750,9 @@ class Plan:
             "warning": t.warning,
             "advice": self.advice,
             "throughput_source": t.source,
+            "throughput_basis": t.basis,
+            "measured": None if self.measured is None else self.measured["measured"],
+            "memory_check": self.memory_check,
             "price_source": contract.PRICES_AS_OF,
         }
 
@@ -694,16 +762,32 @@ def make_plan(
     *,
     max_instance_count: int = 64,
     instance_types: Sequence[str] = (),
+    measurements: Sequence[Mapping[str, Any]] = (),
+    image_tag: str | None = None,
+    versions: Mapping[str, str | None] | None = None,
     architecture: Mapping[str, Any] | None = None,
 ) -> Plan:
     """The plan of one execution input (advice only when it does not fit); ``architecture``: the ``init_from``
-    model's settings (``setup_from_request``)."""
+    model's settings (``setup_from_request``). ``measurements``: stored tuning records
+    (:mod:`training.request.measured`); the one that stands for this request on the image ``image_tag`` (and
+    ``versions``) gives the throughput instead of the published points, and all of that instance and image
+    check the memory estimate."""
     s = setup_from_request(request, architecture)
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
     )
-    return Plan(s, memory, estimate_time(s), hints)
+    values = contract.parse_hyperparameters(trainer_settings(request), architecture)
+    record = measured.find(
+        measurements,
+        values,
+        instance_type=s.instance_type,
+        instance_count=s.instance_count,
+        image_tag=image_tag,
+        versions=versions,
+    )
+    check = memory_check(s, measurements, image_tag=image_tag, this=record) if measurements else None
+    return Plan(s, memory, estimate_time(s, record), hints, record, check)
 
 
 def refusal(plan: Plan) -> str | None:
@@ -745,7 +829,8 @@ def format_plan(plan: Plan) -> str:
         f"  {'allowance (context, workspaces, NCCL, fragmentation)':<40} {d['allowance_gib']:9.3f} GiB"
     )
     lines.append(
-        f"throughput ~{d['tokens_per_sec_per_gpu']} tokens/s per GPU, step {d['step_seconds']:.3f} s, "
+        f"throughput ~{d['tokens_per_sec_per_gpu']} tokens/s per GPU ({d['throughput_basis']}: "
+        f"{d['throughput_source']}), step {d['step_seconds']:.3f} s, "
         f"run {contract.format_duration(d['run_seconds'])}, cost "
         + (
             "unknown (no price)"

@@ -443,6 +443,7 @@ def _train(
         "final_loss": progress.last_mean,
         **meter.summary(),
         "peak_mem_gb": metrics.peak_memory_gb(env.device),
+        **metrics.memory_over_ranks(env.device, env.cpu_group),
         "train_seconds": meter.total_seconds(),
     }
     if val_loss is not None:

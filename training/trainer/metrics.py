@@ -23,6 +23,7 @@ import sys
 import time
 
 import torch
+import torch.distributed
 
 from training.request import contract
 
@@ -47,6 +48,26 @@ def peak_memory_gb(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 1e9
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 1e9 if sys.platform == "darwin" else rss * 1024 / 1e9
+
+
+def memory_over_ranks(device: torch.device, group: torch.distributed.ProcessGroup) -> dict[str, float]:
+    """``contract.MEMORY_SUMMARY_METRICS`` of this run: every rank's peaks and allocator counts, reduced over
+    ``group`` (a collective: every rank calls it). On a CPU only ``max_allocated_gb`` (the peak resident set size;
+    there is no caching allocator to reserve or retry)."""
+    if device.type == "cuda":
+        stats = torch.cuda.memory_stats(device)
+        peaks = [torch.cuda.max_memory_allocated(device) / 1e9, torch.cuda.max_memory_reserved(device) / 1e9]
+        counts = [float(stats.get("num_alloc_retries", 0)), float(stats.get("num_ooms", 0))]
+    else:
+        peaks, counts = [peak_memory_gb(device)], []
+    maxima = torch.tensor(peaks, dtype=torch.float64)
+    torch.distributed.all_reduce(maxima, op=torch.distributed.ReduceOp.MAX, group=group)
+    out = dict(zip(("max_allocated_gb", "max_reserved_gb"), maxima.tolist(), strict=False))
+    if counts:
+        sums = torch.tensor(counts, dtype=torch.float64)
+        torch.distributed.all_reduce(sums, group=group)
+        out.update(alloc_retries=int(sums[0].item()), alloc_ooms=int(sums[1].item()))
+    return out
 
 
 class Throughput:

@@ -1,7 +1,7 @@
 """Build-time check of the training image: ``python -m training.trainer.selfcheck [--expected-te-version X]``.
 
 Runs without a GPU. Checks that Transformer Engine imports at the expected version, that the trainer modules, the
-TensorBoard and MLflow packages and the evaluation job (lm-eval and its loaders) import, and that every TE precision's recipe can be constructed; prints one
+TensorBoard and MLflow packages, the tuning driver (with matplotlib) and the evaluation job (lm-eval and its loaders) import, and that every TE precision's recipe can be constructed; prints one
 line per check and exits 1 with the reasons if any fails.
 """
 
@@ -35,6 +35,8 @@ TRAINER_MODULES = (
 )
 TRACKING_MODULES = ("tensorboardX", "mlflow", "sagemaker_mlflow")
 """Imported only when a run asks for TensorBoard or MLflow (training/requirements.txt): checked here, at build."""
+TUNE_MODULES = ("training.tune.driver", "training.tune.session", "training.tune.trial", "matplotlib.pyplot")
+"""The tuning driver and what it imports (matplotlib for the report's charts): checked at build, not in a B200 job."""
 EVALUATION_MODULES = (
     "training.evaluate.run",
     "training.evaluate.harness",
@@ -61,7 +63,7 @@ def run_checks(
             results.append(f"FAILED: transformer_engine is {version}; expected {expected_te_version}")
     except Exception as err:  # any failure to import is the finding
         results.append(f"FAILED: import transformer_engine: {type(err).__name__}: {err}")
-    for name in (*TRAINER_MODULES, *TRACKING_MODULES, *EVALUATION_MODULES):
+    for name in (*TRAINER_MODULES, *TRACKING_MODULES, *TUNE_MODULES, *EVALUATION_MODULES):
         try:
             import_module(name)
             results.append(f"ok: import {name}")

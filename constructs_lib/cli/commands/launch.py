@@ -35,8 +35,10 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="a request's per-GPU peak memory by part, time and cost, before paying",
         description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
         "headroom), its throughput, run time and on-demand cost (training/request/plan.py's closed form), and when it "
-        "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or "
-        "--stack) under the deployed workflow's rules. Exit 0 when it fits, 2 when it does not or is invalid.",
+        "does not fit the smallest changes that do. Offline with cdk.json's settings (throughput: the published "
+        "points); with --deployed (or --stack) under the deployed workflow's rules, with the throughput a tuning run "
+        "measured for this configuration and image where there is one ('measured'). Exit 0 when it fits, 2 when "
+        "it does not or is invalid.",
     )
     plan.add_argument(
         "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"

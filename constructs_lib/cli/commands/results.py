@@ -20,7 +20,8 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         parents=[common],
         help="a run's summary: metrics, artifacts, time, cost",
         description="A run's summary: final metrics, model artifact and checkpoint URIs, training and billable time, "
-        "cost estimate and console links; exits 1 when the run failed, timed out or was stopped.",
+        "cost estimate and console links (a tuning run: its ranked table); exits 1 when the run failed, timed out "
+        "or was stopped.",
     ).add_argument("run", help=RUN_HELP)
     curves = sub.add_parser(
         "curves",
@@ -47,12 +48,16 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
 def do_result(shell: Shell) -> int:
     if shell.args.json:
         result = shell.runs.result(shell.args.run)
+        if result.get("tune"):  # a tuning run: its ranked table too
+            result["tune_report"] = shell.runs.tune_report(shell.args.run)
         shell.emit(result)
     else:
         from constructs_lib.cli.plots import sparkline
 
         result, curve = shell.runs.result_and_curve(shell.args.run)
         render.print_result(shell.out, result, sparkline(curve.series("loss", "step")[1]))
+        if result.get("tune"):
+            render.print_tune_report(shell.out, shell.runs.tune_report(shell.args.run))
     return EXIT_OK if result["status"] in ("SUCCEEDED", "RUNNING") else EXIT_RUN_FAILED
 
 

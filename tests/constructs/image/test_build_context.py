@@ -114,7 +114,7 @@ def test_the_tag_is_the_hash_of_the_context_only(tmp_path):
     copy = tmp_path / "training"
     shutil.copytree(TRAINING_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     first, context = staged(copy, tmp_path / "out0")
-    for index, name in enumerate(["trainer/prepare.py", "evaluate/prepare_tasks.py", "request/plan.py"]):
+    for index, name in enumerate(["trainer/prepare.py", "evaluate/prepare_tasks.py", "request/tuning.py"]):
         (copy / name).write_text((copy / name).read_text() + "\n# changed\n")
         assert staged(copy, tmp_path / f"out-left-{index}")[0] == first, name
     for index, name in enumerate(["train.sh", "requirements.txt", "request/contract.py", "Dockerfile"]):

@@ -93,9 +93,22 @@ def test_state_machine_role_has_exactly_the_sync_permissions(plain):
     function_arn = {"Fn::GetAtt": [logical_id(workflow.validator.function), "Arn"]}
     assert as_list(invoke["Action"]) == ["lambda:InvokeFunction"]
     assert invoke["Resource"] == [function_arn, {"Fn::Join": ["", [function_arn, ":*"]]}]
+    # After a tuning job: read its report in the runs' tune/ folders, store its records under tuning/measurements/
+    bucket_arn = {"Fn::GetAtt": [logical_id(workflow.bucket), "Arn"]}
+    reports = {"Fn::Join": ["", [bucket_arn, f"/{workflow.runs_prefix}*/tune/*"]]}
+    records = {"Fn::Join": ["", [bucket_arn, "/tuning/measurements/*"]]}
+    tuning = [s for s in found if any(a.lower().startswith("s3:") for a in as_list(s["Action"]))]
+    assert sorted(
+        (tuple(as_list(s["Action"])), json.dumps(s["Resource"], sort_keys=True)) for s in tuning
+    ) == sorted(
+        [
+            (("s3:GetObject",), json.dumps(reports, sort_keys=True)),  # the winner, and the copy's source
+            (("s3:PutObject",), json.dumps(records, sort_keys=True)),
+        ]
+    )
     # Everything else is CDK's log delivery and X-Ray, the only statements on Resource '*'.
     named = (by_sid["RunTrainingJobs"], by_sid["LaunchOnTrainingPlans"], by_sid["SyncIntegrationEventsRule"])
-    rest = [s for s in found if s not in (*named, pass_role, invoke)]
+    rest = [s for s in found if s not in (*named, pass_role, invoke, *tuning)]
     actions = {a for s in rest for a in as_list(s["Action"])}
     assert all(s["Resource"] == "*" for s in rest)
     assert {a.split(":")[0] for a in actions} == {"logs", "xray"}
@@ -352,14 +365,16 @@ def test_customer_key_encrypts_logs_state_machine_and_topic_and_the_removal_poli
 
 
 def test_network_isolation_is_off_by_default_for_training_and_always_on_for_evaluation(plain):
+    """A tuning job is launched as the training run it tunes: isolated only where the stack isolates training."""
     _, template = plain
     request = definition_of(template.to_json())["States"]
     launches = {name: s for name, s in request.items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
-    for name in ("Run training job", "Run training job (no input data)"):
-        assert "EnableNetworkIsolation" not in launches[name]["Parameters"]
+    for kind in ("training", "tuning"):
+        for name in (f"Run {kind} job", f"Run {kind} job (no input data)"):
+            assert "EnableNetworkIsolation" not in launches[name]["Parameters"]
     for name in ("Run evaluation job", "Run evaluation job (no input data)"):
         assert launches[name]["Parameters"]["EnableNetworkIsolation"] is True
-    assert len(launches) == 4
+    assert len(launches) == 6
 
 
 def test_the_evaluation_job_gets_the_task_channel_and_the_trained_model_read_only(plain):
@@ -546,7 +561,7 @@ def test_defaults_reach_the_rules():
     [
         ({"image_uri": ""}, "image_uri"),
         ({"bucket": "both"}, "exactly one of checkpoint_bucket or bucket"),
-        ({"checkpoint_prefix": "x/"}, "checkpoint_prefix and output_prefix go with bucket"),
+        ({"checkpoint_prefix": "x/"}, "checkpoint_prefix, output_prefix and tuning_prefix go with bucket"),
         ({"execution_role": "arn:aws:iam::1:role/x"}, "execution_role"),
         ({"allowed_instance_types": ["ml.p3.2xlarge"]}, "allowed_instance_types"),
         ({"allowed_instance_types": []}, "allowed_instance_types"),

@@ -45,29 +45,55 @@ def test_asset_holds_only_what_the_handler_imports():
         "constructs_lib/workflow/request_evaluation.py",
         "constructs_lib/workflow/request_fields.py",
         "constructs_lib/workflow/request_rules.py",
+        "constructs_lib/workflow/request_tune.py",
         "training/__init__.py",
         "training/request/__init__.py",
         "training/request/contract.py",
         "training/request/hf_config.py",
+        "training/request/measured.py",
         "training/request/plan.py",
+        "training/request/tuning.py",
     ]
     for package in ("constructs_lib", "constructs_lib/workflow", "training"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
 
 
-def test_handler_runs_from_the_asset_alone(tmp_path):
-    """No site-packages at all (-S): the handler needs neither aws_cdk nor botocore when the rules carry the limits."""
-    rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
+def _handler_from_the_asset(event: dict, cwd: Path) -> dict:
+    """The handler's result for ``event``, run from the asset alone: no site-packages at all (-S)."""
     code = (
         f"import sys, json; sys.path.insert(0, {str(build_asset())!r}); "
         f"mod, fn = {HANDLER!r}.rsplit('.', 1); import importlib; "
         "handler = getattr(importlib.import_module(mod), fn); "
-        f"print(json.dumps(handler({{'input': {{'hyperparameters': {{'max_step': '5'}}}}, 'rules': {rules!r}}})))"
+        f"print(json.dumps(handler({event!r})))"
     )
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_handler_runs_from_the_asset_alone(tmp_path):
+    """No site-packages at all (-S): the handler needs neither aws_cdk nor botocore when the rules carry the limits."""
+    rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
+    result = _handler_from_the_asset(
+        {"input": {"hyperparameters": {"max_step": "5"}}, "rules": rules}, tmp_path
+    )
     assert result["valid"] is False and "did you mean max_steps?" in result["cause"]
+
+
+def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
+    """The tuning plan (candidates, cost, the job's hyperparameters) needs nothing beyond the asset either."""
+    rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
+    event = {
+        "input": {"batch_size": 2, "tune": {"search_space": {"batch_size": [1, 2]}}},
+        "rules": rules,
+        "execution": "run-1",
+    }
+    result = _handler_from_the_asset(event, tmp_path)
+    assert result["valid"] is True, result["cause"]
+    assert result["hyperparameters"]["tune_trials"] == (
+        "batch_size=2,grad_accum_steps=1;batch_size=1,grad_accum_steps=2"
+    )
+    assert result["tune"]["winner_key"] == "checkpoints/run-1/tune/winner.json"
 
 
 def test_memory_estimate_runs_from_the_asset_alone(tmp_path):
@@ -233,3 +259,26 @@ def test_runs_prefix_must_be_a_key_prefix(prefix):
 def test_asset_is_content_addressed():
     assert build_asset() == build_asset()
     assert Path(build_asset()).name.startswith("request-validator-")
+
+
+def test_role_lists_and_reads_only_the_stored_tuning_measurements():
+    stack = cdk.Stack(cdk.App(), "Test", env=DEFAULT_ENV)
+    bucket = CheckpointBucket(stack, "Checkpoints")
+    RequestValidator(stack, "Validator", bucket=bucket.bucket, runs_prefix="checkpoints/W/",
+                     measurements_prefix="tuning/measurements/")  # fmt: skip
+    template = Template.from_stack(stack)
+    (policy,) = [
+        p
+        for lid, p in template.find_resources("AWS::IAM::Policy").items()
+        if lid.startswith("ValidatorRoleDefaultPolicy")
+    ]
+    by_sid = {s.get("Sid"): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert by_sid["ReadTuningMeasurements"]["Action"] == "s3:GetObject"
+    assert json.dumps(by_sid["ReadTuningMeasurements"]["Resource"]).endswith('"/tuning/measurements/*"]]}')
+    assert by_sid["ListTuningMeasurements"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["tuning/measurements/*"]}
+    }
+    with pytest.raises(ValueError, match="measurements_prefix must be a key prefix ending in '/'"):
+        RequestValidator(
+            stack, "Other", bucket=bucket.bucket, runs_prefix="checkpoints/W/", measurements_prefix="t"
+        )
