@@ -42,10 +42,10 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   ``_columnwise_data`` with their ``_*_scale_inv``, ``tensor/storage/mxfp8_tensor_storage.py``;
   ``Float8TensorStorage`` ``_data`` and ``_transpose``, ``tensor/storage/float8_tensor_storage.py``; the forward
   makes the weight's copy, the backward uses its column-wise usage, ``module/linear.py`` line 695), and with
-  ``quantized_model_init`` (``quantization.py``: primary weights stored quantized; the high-precision initial
-  value only with ``preserve_high_precision_init_val``, and then in CPU memory) the blocks' sharded and gathered
-  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32, plus the blocks'
-  fp32 master weights (``training/trainer/master_weights.py``) and, in the step, their gradients' fp32 copies.
+  ``quantized_model_init`` (``quantization.py``: primary weights stored quantized) the blocks' sharded and
+  gathered weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32, plus the
+  blocks' fp32 master weights (``training/trainer/master_weights.py``; they start from the fp32 values
+  ``weights.py`` keeps until step 1, no memory beyond their own) and, in the step, their gradients' fp32 copies.
   The seed article:
   "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
 * the speed levers (``docs/performance.md``): ``selective`` activation checkpointing keeps per token the block's

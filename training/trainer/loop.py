@@ -72,7 +72,7 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
-    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from)
+    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init)
     return net
 
 
