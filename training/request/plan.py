@@ -49,8 +49,8 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   The seed article:
   "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
 * the speed levers (``docs/performance.md``): ``selective`` activation checkpointing keeps per token the block's
-  input, the QKV and gate/up projections' outputs and attention's output and log-sum-exp
-  (``selective_saved_bytes``); ``activation_checkpointing_interval`` k checkpoints blocks 0, k, 2k, ... and the
+  input, the QKV (h + 2kv) and gate/up projections' outputs and attention's output and log-sum-exp
+  (``selective_saved_bytes``: 2(3h + 2kv + 2f) + 4nh bytes in 16 bits); ``activation_checkpointing_interval`` k checkpoints blocks 0, k, 2k, ... and the
   others keep every activation (``saved_per_block``); ``grad_accum_steps`` above 1 holds every parameter's
   unsharded fp32 gradient between micro-batches (4P, less the blocks already reduced on the last micro-batch) and
   the whole step's tokens; the fused AdamW of a GPU run makes no temporaries; ``nvfp4_bf16_blocks``' first and
@@ -271,11 +271,13 @@ def layer_activation_bytes(s: Setup) -> float:
 
 def selective_saved_bytes(s: Setup) -> float:
     """Bytes per token a ``selective`` block keeps (``training/trainer/activation_checkpoint.py``, torchtitan's
-    op-level policy): its input (h), the QKV projection's output (3h), attention's output (h) and fp32 log-sum-exp
-    (4 bytes per head), the gate/up projection's output (2f); the output and down projections (every second
-    matmul) and everything else are recomputed."""
+    op-level policy): its input (h), the QKV projection's output (h + 2kv: the query, and the key and value
+    ``kv_heads * head_dim`` wide each, h without grouped-query attention), attention's output (h) and fp32
+    log-sum-exp (4 bytes per head), the gate/up projection's output (2f); the output and down projections (every
+    second matmul) and everything else are recomputed."""
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
-    return s.compute_bytes * (5 * h + 2 * f) + 4 * nh
+    kv = s.shape.kv_heads * s.shape.head_dim
+    return s.compute_bytes * (3 * h + 2 * kv + 2 * f) + 4 * nh
 
 
 def saved_per_block(s: Setup) -> list[float]:
@@ -612,13 +614,15 @@ def recompute_overhead(s: Setup) -> float:
     """The slow-down activation checkpointing's recompute costs: ``AC_OVERHEAD`` (a whole block's forward again)
     for every checkpointed block's share of the blocks; ``selective`` recomputes only the output and down
     projections of the matmuls (and cheap element-wise work), so its share of a block's forward FLOPs,
-    (h^2 + hf) / (4h^2 + 3hf + 2hS) per token, scales the overhead."""
+    (h^2 + hf) / (2h^2 + 2h kv + 3hf + 2hS) per token, scales the overhead (QKV h(h + 2kv), output h^2, gate/up
+    2hf, down hf, attention 2hS; kv = kv_heads x head_dim, h without grouped-query attention)."""
     if not s.ac_on:
         return 1.0
     share = len(s.checkpointed_blocks) / s.shape.num_layers
     if s.activation_checkpointing == "selective":
         h, f = s.shape.hidden_size, s.shape.ffn_hidden_size
-        share *= (h * h + h * f) / (4 * h * h + 3 * h * f + 2 * h * s.seq_length)
+        kv = s.shape.kv_heads * s.shape.head_dim
+        share *= (h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h * s.seq_length)
     return 1.0 + (AC_OVERHEAD - 1.0) * share
 
 
