@@ -196,12 +196,13 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
     workflow's defaults). ``architecture``: the settings of the ``init_from`` model's config.json
     (``training.request.hf_config.architecture``), which give the shape. Raises ``contract.ContractError`` naming
     a bad setting."""
-    values = contract.parse_hyperparameters(trainer_settings(request), architecture)
     instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
     if instance_type not in contract.GPU_INSTANCE_TYPES:
         raise contract.ContractError(
             "instance_type", f"must be one of {', '.join(contract.GPU_INSTANCE_TYPES)}; got {instance_type!r}"
         )
+    sm = contract.GPU_INSTANCE_TYPES[instance_type].sm
+    values = contract.parse_hyperparameters(trainer_settings(request), architecture, sm=sm)
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
