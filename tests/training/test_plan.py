@@ -256,3 +256,14 @@ def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
     assert plan.recompute_overhead(llama) == pytest.approx(1 + (plan.AC_OVERHEAD - 1) * share, rel=1e-12)
     without_gqa = replace(llama, shape=replace(llama.shape, num_kv_heads=None))
     assert plan.selective_saved_bytes(without_gqa) == 2 * (5 * h + 2 * f) + 4 * nh
+    # the recompute share slows the step and lowers the MFU the run would report (model FLOPs, GQA's counted)
+    none = plan.estimate_time(replace(llama, activation_checkpointing="none"))
+    selective = plan.estimate_time(llama)
+    slower = plan.recompute_overhead(llama)
+    assert 1.0 < slower < plan.AC_OVERHEAD
+    assert selective.step_seconds == pytest.approx(none.step_seconds * slower, rel=1e-12)
+    assert selective.mfu_bf16 == pytest.approx(none.mfu_bf16 / slower, rel=1e-12)
+    flops = contract.flops_per_token(llama.shape, 8192)
+    assert flops == 6 * (32 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + h + 128_256 * h) + 12 * 32 * h * 8192
+    peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
+    assert selective.mfu_bf16 == pytest.approx(selective.tokens_per_sec_per_gpu * flops / peak, rel=1e-12)

@@ -585,7 +585,12 @@ def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[s
 
 @dataclass(frozen=True)
 class Timing:
-    """Expected throughput, step time, run time and cost; ``warning`` when the run outlasts its time limit."""
+    """Expected throughput, step time, run time and cost; ``warning`` when the run outlasts its time limit.
+
+    ``mfu_bf16``: the model-FLOPs utilization the run would report against the GPU's bf16 peak (the trainer's
+    ``mfu`` for bf16, its ``mfu_bf16`` for lower precisions): the model's FLOPs per token (``flops_per_token``)
+    at ``tokens_per_sec_per_gpu``, so activation checkpointing's recompute and the chunked loss's second head GEMM,
+    which the model FLOPs leave out, lower it."""
 
     tokens_per_sec_per_gpu: float
     mfu_bf16: float
@@ -645,6 +650,7 @@ def estimate_time(s: Setup) -> Timing:
     if s.loss_chunk_tokens > 0:
         tps /= 1 + 2.0 * s.shape.hidden_size * s.shape.vocab_size / flops
     step = s.tokens * s.grad_accum_steps / tps
+    mfu_bf16 = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
@@ -654,7 +660,7 @@ def estimate_time(s: Setup) -> Timing:
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu, step, run, cost, warning)
+    return Timing(tps, mfu_bf16, step, run, cost, warning)
 
 
 # ----------------------------------------------------------------------------------------------------------
