@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from training.request import contract
 from training.trainer import (
     activation_checkpoint,
     attention,
@@ -23,6 +24,7 @@ from training.trainer import (
     model,
     parallel,
     precision,
+    rotary,
 )
 from training.trainer import compile as compiling
 
@@ -161,19 +163,66 @@ def test_the_attention_kernel_is_pinned_per_gpu_generation_and_the_one_in_effect
         "math"
     ]
     cpu = torch.device("cpu")
-    probe = (1, 4, 32, 16, torch.float32, cpu)
-    assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel
+    probe = (contract.ModelShape(2, 64, 4, 128, num_kv_heads=2), 2, 32, torch.float32, cpu)
+    assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel, GQA included
     assert attention.plan("math", cpu).in_effect(*probe) == "math"  # sdpa_kernel(set_priority=True) applied
     with attention.plan("math", cpu).context():
         assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
     assert torch.backends.cuda.flash_sdp_enabled()  # restored on exit
 
 
+def sdpa_calls(monkeypatch, name: str, owner) -> list[dict]:
+    """Record every call of ``owner.name`` (then make it): what each argument is, never its values."""
+    calls, real = [], getattr(owner, name)
+
+    def recording(q, k, v, *args, **kwargs):
+        calls.append({"args": args, "kwargs": kwargs, **{
+            key: (tuple(t.shape), t.stride(), t.dtype, t.requires_grad) for key, t in zip("qkv", (q, k, v))}})  # fmt: skip
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recording)
+    return calls
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
+def test_the_kernel_probe_asks_sdpa_about_exactly_the_inputs_the_block_gives_it(monkeypatch, kv_heads):
+    """Shapes (grouped-query attention's fewer key/value heads and ``enable_gqa``), strides (the fused QKV
+    output's views, the rotated query and key), dtype, causality and grad: each backend's rules read all of them."""
+    cfg = config.config_from_mapping({**SETTINGS, "num_kv_heads": str(kv_heads), "batch_size": "3"})
+    block = model.TorchBlock(cfg.shape).to(torch.bfloat16)
+    freqs = rotary.Rope.from_settings(cfg.as_dict())
+    x = torch.randn(3, cfg.seq_length, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    ran = sdpa_calls(monkeypatch, "scaled_dot_product_attention", model.F)
+    block(x, freqs(cfg.seq_length, x.device))
+    probed = sdpa_calls(monkeypatch, "_fused_sdp_choice", torch)
+    attention.plan("auto", x.device).in_effect(cfg.shape, 3, cfg.seq_length, torch.bfloat16, x.device, freqs)
+    assert len(ran) == len(probed) == 1 and probed == ran
+    assert ran[0]["k"][0] == (3, kv_heads, cfg.seq_length, cfg.hidden_size // cfg.num_heads)
+    assert ran[0]["kwargs"] == {"is_causal": True, "enable_gqa": kv_heads != cfg.num_heads}
+
+
+def test_a_named_kernel_torch_cannot_run_for_the_model_is_refused_on_every_rank(env):
+    shape_settings = {**SETTINGS, "num_kv_heads": "2"}
+    cfg = config.config_from_mapping({**shape_settings, "attention_backend": "flash"})
+    chosen_plan, kernel = attention.resolve(cfg, env.device, torch.float32, env.cpu_group)
+    assert kernel == "flash" and chosen_plan.order == ["flash", "math"]  # torch's CPU flash takes GQA
+    cfg = config.config_from_mapping({**shape_settings, "attention_backend": "efficient"})  # no CPU kernel
+    with pytest.raises(attention.BackendUnavailable) as refused:
+        attention.resolve(cfg, env.device, torch.float32, env.cpu_group)
+    assert str(refused.value).startswith(
+        "attention_backend: efficient cannot run this model's attention on CPU with torch "
+    )
+    assert "(4 query heads, 2 key/value heads (grouped-query attention), head_dim 16, seq_length 32, float32): " \
+        "SDPA would run math instead; use attention_backend auto" in str(refused.value)  # fmt: skip
+    assert attention.unavailable("auto", "math", cfg.shape, 32, torch.float32, env.device) is None
+
+
 def test_the_levers_line_says_what_each_lever_resolved_to_here(env):
     cfg = config.config_from_mapping({**SETTINGS, "grad_accum_steps": "2", "activation_checkpointing": "full",
                                       "activation_checkpointing_interval": "2", "attention_backend": "math"})  # fmt: skip
     plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
-    line = loop.levers_line(cfg, env, plan, levers.configure_allocator(True, env.device))
+    sdpa = attention.resolve(cfg, env.device, plan.dtype, env.cpu_group)
+    line = loop.levers_line(cfg, env, plan, levers.configure_allocator(True, env.device), sdpa)
     fields = dict(item.split("=", 1) for item in line.split()[1:])
     assert line.startswith("levers ") and fields == {
         "activation_checkpointing": "full", "checkpointed_blocks": "1", "grad_accum_steps": "2",

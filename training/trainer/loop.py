@@ -217,7 +217,14 @@ def run(
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
     settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
     say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
-    say(levers_line(cfg, env, plan, allocator))
+    # The torch path's SDPA kernel, probed on the model's own attention inputs; a named one that cannot run them is
+    # refused here, before the model is built (Transformer Engine chooses its own: logged after step 1).
+    attention_plan, kernel = (
+        (attention.plan(cfg.attention_backend, env.device, cfg.deterministic), None)
+        if plan.recipe is not None
+        else attention.resolve(cfg, env.device, plan.dtype, env.cpu_group)
+    )
+    say(levers_line(cfg, env, plan, allocator, (attention_plan, kernel)))
     # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
     # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
@@ -234,7 +241,6 @@ def run(
     val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
     collector = levers.GarbageCollection(cfg.gc_interval)
-    attention_plan = attention.plan(cfg.attention_backend, env.device, cfg.deterministic)
     try:
         with attention_plan.context():  # forward, recompute and validation all run the pinned kernel
             summary = _train(
@@ -251,9 +257,14 @@ def run(
 
 
 def levers_line(
-    cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan, allocator: str
+    cfg: TrainConfig,
+    env: parallel.DistEnv,
+    plan: precision.PrecisionPlan,
+    allocator: str,
+    sdpa: tuple[attention.AttentionPlan, str | None],
 ) -> str:
-    """``levers key=value ...``: what each speed lever resolved to on this machine (``auto`` values included)."""
+    """``levers key=value ...``: what each speed lever resolved to on this machine (``auto`` values included);
+    ``sdpa``: the torch path's attention plan and the kernel in effect (``attention.resolve``)."""
     use_te = plan.recipe is not None
     sm = torch.cuda.get_device_capability(env.device) if env.device.type == "cuda" else None
     resolved: dict[str, Any] = {
@@ -280,12 +291,8 @@ def levers_line(
         if cfg.precision == "nvfp4":
             resolved["bf16_blocks"] = cfg.nvfp4_bf16_blocks
     else:
-        heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
-        attention_plan = attention.plan(cfg.attention_backend, env.device, cfg.deterministic)
-        resolved["attention"] = attention_plan.in_effect(
-            1, heads, cfg.seq_length, head_dim, plan.dtype, env.device
-        )
-        resolved["attention_priority"] = ",".join(attention_plan.order or ["torch_default"])
+        resolved["attention"] = sdpa[1]
+        resolved["attention_priority"] = ",".join(sdpa[0].order or ["torch_default"])
     return "levers " + " ".join(f"{key}={contract._fmt_config(value)}" for key, value in resolved.items())
 
 

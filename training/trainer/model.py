@@ -25,6 +25,8 @@ seed and the parameter's name), after FSDP2 has sharded the meta-device model.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +36,7 @@ from training.request.contract import NORM_EPS, POSITION_ENCODINGS, ModelShape
 from training.trainer.loss import linear_cross_entropy
 from training.trainer.rotary import Llama3Scaling, Rope, apply_rotary
 
-__all__ = ["NORM_EPS", "TorchBlock", "Transformer", "build_model", "te_block"]
+__all__ = ["NORM_EPS", "TorchBlock", "Transformer", "attention_inputs", "build_model", "causal_attention", "te_block"]
 
 
 class TorchBlock(nn.Module):
@@ -55,22 +57,41 @@ class TorchBlock(nn.Module):
     def forward(self, x: torch.Tensor, rotary_pos_emb: torch.Tensor | None = None) -> torch.Tensor:
         """``rotary_pos_emb``: the ``rotary.Rope`` frequencies (``[seq, 1, 1, head_dim]``), or None for NoPE."""
         b, s, h = x.shape
-        kv_width = self.num_kv_heads * self.head_dim
-        q, k, v = self.qkv(self.attention_norm(x)).split((h, kv_width, kv_width), dim=-1)
-        q = q.view(b, s, self.num_heads, self.head_dim)
-        k, v = k.view(b, s, self.num_kv_heads, self.head_dim), v.view(b, s, self.num_kv_heads, self.head_dim)
-        if rotary_pos_emb is not None:
-            q, k = apply_rotary(q, rotary_pos_emb), apply_rotary(k, rotary_pos_emb)
-        attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            is_causal=True,
-            enable_gqa=self.num_kv_heads != self.num_heads,
+        q, k, v = attention_inputs(
+            self.qkv(self.attention_norm(x)), self.num_heads, self.num_kv_heads, self.head_dim, rotary_pos_emb
         )
+        attn = causal_attention(q, k, v)
         x = x + self.out_proj(attn.transpose(1, 2).reshape(b, s, h))
         gate, up = self.gate_up(self.ffn_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
+
+
+def attention_inputs(
+    qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int, rotary_pos_emb: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SDPA's query, key and value (``[batch, heads, seq, head_dim]``: ``num_heads``, ``num_kv_heads`` and
+    ``num_kv_heads`` heads) from the fused QKV projection's output ``qkv`` (``[batch, seq, (num_heads + 2 *
+    num_kv_heads) * head_dim]``), query and key rotated: the shapes, dtypes and memory layout (strides) the kernel
+    gets, which ``attention.AttentionPlan.in_effect`` probes with."""
+    b, s, _ = qkv.shape
+    kv_width = num_kv_heads * head_dim
+    q, k, v = qkv.split((num_heads * head_dim, kv_width, kv_width), dim=-1)
+    q = q.view(b, s, num_heads, head_dim)
+    k, v = k.view(b, s, num_kv_heads, head_dim), v.view(b, s, num_kv_heads, head_dim)
+    if rotary_pos_emb is not None:
+        q, k = apply_rotary(q, rotary_pos_emb), apply_rotary(k, rotary_pos_emb)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sdpa: Callable[..., Any] | None = None
+) -> Any:
+    """The block's attention call: causal SDPA, with grouped-query attention (``enable_gqa``) when key and value
+    have fewer heads than the query. ``sdpa``: what is called with these arguments instead of
+    ``F.scaled_dot_product_attention`` (``attention.AttentionPlan`` passes ``torch._fused_sdp_choice``, which
+    returns the backend SDPA would run for them)."""
+    call = F.scaled_dot_product_attention if sdpa is None else sdpa
+    return call(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
 
 
 def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) -> nn.Module:
