@@ -60,13 +60,14 @@ def train(
     steps: int,
     manager: checkpoint.CheckpointManager | None = None,
     save_at: int | None = None,
+    built: tuple | None = None,
 ) -> tuple[list[float], model.Transformer]:
     """``steps`` optimizer steps of ``loop.train_step`` on the synthetic data (one data batch per step, cut into
     ``grad_accum_steps`` micro-batches, as ``loop.run`` does). With ``manager``: resumed from its newest checkpoint
     (model, optimizer, data position) if it has one, and a checkpoint saved after step ``save_at``."""
     from training.trainer import data
 
-    net, optimizer, plan = fresh(cfg, env)
+    net, optimizer, plan = built or fresh(cfg, env)
     dataset = data.make_dataset(
         dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps), env.rank, env.world_size
     )
@@ -253,26 +254,75 @@ def test_the_garbage_collector_runs_on_schedule_and_is_given_back(monkeypatch):
     assert gc.isenabled() and collected == [1, 1, 1]  # 0: Python's own, untouched
 
 
-def test_a_failed_compile_runs_eagerly_with_one_warning(capsys):
+def test_a_compile_error_runs_eagerly_with_one_warning_and_any_other_error_is_raised(capsys):
+    from torch._inductor.exc import InvalidCxxCompiler
+
     compiling.reset()
 
     def broken(*args, **kwargs):
-        raise RuntimeError("no C++ compiler\nmore detail")
+        raise InvalidCxxCompiler()
 
-    calls = compiling.guarded(broken, lambda x: x + 1)
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):  # not a compile error: raised, never hidden behind eager
+        compiling.guarded(out_of_memory, lambda x: x + 1, "f")(1)
+    with pytest.raises(ValueError, match="a bug"):
+        compiling.guarded(lambda x: (_ for _ in ()).throw(ValueError("a bug")), lambda x: x + 1, "f")(1)
+    assert compiling.failure() is None
+    calls = compiling.guarded(broken, lambda x: x + 1, "a block's forward")
     assert calls(1) == 2 and calls(2) == 3
     err = capsys.readouterr().err
-    assert err.count("warning: torch.compile failed (RuntimeError: no C++ compiler); running eagerly") == 1
+    assert err.count("warning: torch.compile failed compiling a block's forward (InvalidCxxCompiler: No working "
+                     "C++ compiler found in torch._inductor.config.cpp.cxx") == 1  # fmt: skip
+    assert "every block and loss chunk runs eagerly" in err
     compiling.reset()
 
 
+def test_a_compile_error_in_the_backward_pass_shows_in_the_warm_up_and_the_run_goes_on_eagerly(
+    env, monkeypatch, capsys
+):
+    """Real Inductor: the forward graphs compile, then the C++ compiler is gone when AOTAutograd compiles the
+    backward graph, lazily, at the first backward pass: the warm-up's, not the first training step's."""
+    backward = torch.Tensor.backward
+
+    def backward_without_a_compiler(self, *args, **kwargs):
+        with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+            return backward(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "backward", backward_without_a_compiler)
+    base = {**SETTINGS, "loss_chunk_tokens": "0", "activation_checkpointing": "full"}  # only blocks compile
+    torch._dynamo.reset()  # no graph compiled by another test; nothing from Inductor's or AOTAutograd's disk caches
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
+        enable_autograd_cache=False
+    ):
+        fell_back, _ = train(config.config_from_mapping({**base, "compile": "true"}), env, 2)
+    failure = compiling.failure()
+    assert failure is not None and "No working C++ compiler" in failure, failure
+    err = capsys.readouterr().err
+    assert err.count("warning: torch.compile failed compiling a block's backward (full activation "
+                     "checkpointing) in the warm-up (") == 1, err  # fmt: skip
+    eager, _ = train(config.config_from_mapping({**base, "compile": "false"}), env, 2)
+    assert fell_back == eager  # both eager: the same numbers
+
+
 @pytest.mark.slow
-def test_compiled_blocks_and_loss_chunks_train_like_eager_ones(env):
-    base = {**SETTINGS, "loss_chunk_tokens": "48"}
+def test_compiled_blocks_and_loss_chunks_train_like_eager_ones_with_every_graph_compiled_in_the_warm_up(env):
+    from torch._dynamo.utils import counters
+
+    base = {**SETTINGS, "loss_chunk_tokens": "48", "activation_checkpointing": "selective",
+            "activation_checkpointing_interval": "2", "num_layers": "3"}  # fmt: skip
     eager, _ = train(config.config_from_mapping({**base, "compile": "false"}), env, 3)
-    compiled, _ = train(config.config_from_mapping({**base, "compile": "true"}), env, 3)
+    torch._dynamo.reset()
+    cfg = config.config_from_mapping({**base, "compile": "true"})
+    net, optimizer, plan = fresh(cfg, env)  # loop.build: compiles, then warms up forward and backward
+    warmed_up = dict(counters["stats"]), dict(counters["aot_autograd"])
+    assert warmed_up[0]["unique_graphs"] > 0
+    compiled, _ = train(cfg, env, 3, built=(net, optimizer, plan))
     assert compiling.failure() is None
     assert compiled == pytest.approx(eager, rel=1e-5)
+    # the model's blocks (selective and plain) and loss chunks found every graph in Dynamo's cache
+    assert (dict(counters["stats"]), dict(counters["aot_autograd"])) == warmed_up
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -50,8 +50,9 @@ def set_determinism(cfg: TrainConfig) -> None:
 
 def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> model.Transformer:
     """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): built on the meta
-    device, its blocks wrapped (activation checkpointing, then ``torch.compile``, then NVFP4's bf16 edge blocks)
-    before FSDP2 shards it, then given its values: random, or the ``init_from`` model's weights."""
+    device, its blocks wrapped (activation checkpointing, then ``torch.compile``, whose forward and backward graphs
+    are compiled here by ``compile.warm_up``, then NVFP4's bf16 edge blocks) before FSDP2 shards it, then given its
+    values: random, or the ``init_from`` model's weights."""
     use_te = plan.recipe is not None
     with plan.init_context():
         net = model.build_model(
@@ -68,6 +69,12 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
     )
     if compiling.resolve(cfg.compile, env.device, use_te):
         compiling.apply(net.layers, loss_chunks=cfg.loss_chunk_tokens > 0)
+        variants = activation_checkpoint.variants(
+            cfg.num_layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval
+        )
+        compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
+                          device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
+                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype))  # fmt: skip
     if cfg.precision == "nvfp4":
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
