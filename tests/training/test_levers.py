@@ -177,8 +177,11 @@ def sdpa_calls(monkeypatch, name: str, owner) -> list[dict]:
     calls, real = [], getattr(owner, name)
 
     def recording(q, k, v, *args, **kwargs):
-        calls.append({"args": args, "kwargs": kwargs, **{
-            key: (tuple(t.shape), t.stride(), t.dtype, t.requires_grad) for key, t in zip("qkv", (q, k, v))}})  # fmt: skip
+        described = {
+            key: (tuple(x.shape), x.stride(), x.dtype, x.requires_grad)
+            for key, x in zip("qkv", (q, k, v), strict=True)
+        }
+        calls.append({"args": args, "kwargs": kwargs, **described})
         return real(q, k, v, *args, **kwargs)
 
     monkeypatch.setattr(owner, name, recording)
@@ -293,8 +296,9 @@ def test_a_compile_error_in_the_backward_pass_shows_in_the_warm_up_and_the_run_g
     monkeypatch.setattr(torch.Tensor, "backward", backward_without_a_compiler)
     base = {**SETTINGS, "loss_chunk_tokens": "0", "activation_checkpointing": "full"}  # only blocks compile
     torch._dynamo.reset()  # no graph compiled by another test; nothing from Inductor's or AOTAutograd's disk caches
-    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
-        enable_autograd_cache=False
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
     ):
         fell_back, _ = train(config.config_from_mapping({**base, "compile": "true"}), env, 2)
     failure = compiling.failure()

@@ -264,6 +264,9 @@ def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
     assert selective.step_seconds == pytest.approx(none.step_seconds * slower, rel=1e-12)
     assert selective.mfu_bf16 == pytest.approx(none.mfu_bf16 / slower, rel=1e-12)
     flops = contract.flops_per_token(llama.shape, 8192)
-    assert flops == 6 * (32 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + h + 128_256 * h) + 12 * 32 * h * 8192
+    assert (
+        flops
+        == 6 * (32 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + h + 128_256 * h) + 12 * 32 * h * 8192
+    )
     peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
     assert selective.mfu_bf16 == pytest.approx(selective.tokens_per_sec_per_gpu * flops / peak, rel=1e-12)

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
+from transformers import LlamaForCausalLM
 
 from training.request import contract, hf_config
 from training.trainer import export_hf, levers, llama_layout, master_weights, model, parallel, rotary, weights
@@ -254,6 +255,7 @@ def imported(folder, shape_changes: dict | None = None) -> tuple[model.Transform
         te_params_dtype=torch.float32,
         rope_theta=values["rope_theta"],
         rope_scaling=rotary.Llama3Scaling.from_settings(values),
+        norm_eps=values["rms_norm_eps"],
     )
     net.to_empty(device=CPU)
     weights.initialize(net, seed=0, init_from=str(folder))
@@ -276,6 +278,28 @@ def test_an_imported_llama_gives_transformers_logits_past_its_original_context(t
     net.rope = plain
     with torch.no_grad():
         assert (net.logits(ids) - theirs).abs().max() > 1e-3
+
+
+def test_an_imported_llamas_rms_norm_eps_is_its_config_jsons_or_transformers_default(tmp_path):
+    """rms_norm_eps 1e-6 written out (Llama 2's) and left out (transformers' LlamaConfig default, 1e-6): the
+    trainer's logits are transformers' only with that epsilon in every RMSNorm, not the presets' 1e-5."""
+    reference = tiny_llama(tmp_path / "written", tied=False, rms_norm_eps=1e-6)
+    reference.save_pretrained(tmp_path / "left_out", max_shard_size="40KB")
+    config_file = tmp_path / "left_out" / "config.json"
+    config_file.write_text(json.dumps({k: v for k, v in json.loads(config_file.read_text()).items()
+                                       if k != "rms_norm_eps"}))  # fmt: skip
+    ids = tokens()
+    for folder in ("written", "left_out"):
+        net, values = imported(tmp_path / folder)
+        assert values["rms_norm_eps"] == 1e-6
+        with torch.no_grad():
+            theirs = (
+                LlamaForCausalLM.from_pretrained(tmp_path / folder, dtype=torch.float32).eval()(ids).logits
+            )
+            torch.testing.assert_close(net.logits(ids), theirs, rtol=0, atol=1e-5)
+            for norm in [m for m in net.modules() if isinstance(m, nn.RMSNorm)]:
+                norm.eps = contract.NORM_EPS
+            assert (net.logits(ids) - theirs).abs().max() > 1e-4, folder  # the epsilon shows
 
 
 def test_te_named_modules_import_the_same_tensors_for_world_sizes_1_and_2(tmp_path):

@@ -320,7 +320,9 @@ PRESET_SETTINGS: Mapping[str, Mapping[str, Any]] = {
 (``rope_theta`` 500000 and ``rope_scaling`` llama3 with factor 32 for 3.2, 8 for 3.1, as their config.json)."""
 
 NORM_EPS = 1e-5
-"""Epsilon of every RMSNorm of the model (Llama 3's ``rms_norm_eps``)."""
+"""The default epsilon of every RMSNorm of the model (the ``rms_norm_eps`` setting): Llama 3.x's published value
+(``rms_norm_eps`` 1e-05 in each Llama 3.x model's config.json), which every preset keeps. An ``init_from`` model's
+comes from its config.json (``hf_config.architecture``)."""
 
 POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
@@ -567,6 +569,15 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "bool",
         None,
         "The LM head uses the input embedding's matrix (overrides the preset; custom shapes: false).",
+    ),
+    Hyperparameter(
+        "rms_norm_eps",
+        "float",
+        NORM_EPS,
+        "Epsilon of every RMSNorm (Llama 3.x and every preset: 1e-5; Llama 2: 1e-6). With init_from it comes "
+        "from the model's config.json (rms_norm_eps; without one, transformers' LlamaConfig default 1e-6).",
+        1e-12,
+        1e-2,
     ),
     Hyperparameter(
         "init_from",
@@ -861,7 +872,7 @@ def _preset_settings(preset: str) -> dict[str, Any]:
     settings: dict[str, Any] = {name: getattr(shape, name) for name in ARCHITECTURE_NAMES}
     settings["num_kv_heads"] = shape.kv_heads
     rope = {"rope_theta": HYPERPARAMETERS_BY_NAME["rope_theta"].default, "rope_scaling": "none"}
-    return {**settings, **rope, **PRESET_SETTINGS.get(preset, {})}
+    return {**settings, **rope, "rms_norm_eps": NORM_EPS, **PRESET_SETTINGS.get(preset, {})}
 
 
 def _preset_view(architecture: Mapping[str, Any], preset: str) -> dict[str, Any]:

@@ -119,7 +119,9 @@ def unavailable(
     )
 
 
-def resolve(cfg, device: torch.device, dtype: torch.dtype, group: dist.ProcessGroup) -> tuple[AttentionPlan, str]:
+def resolve(
+    cfg, device: torch.device, dtype: torch.dtype, group: dist.ProcessGroup
+) -> tuple[AttentionPlan, str]:
     """The torch path's attention plan for the run ``cfg`` and the kernel in effect (``AttentionPlan.in_effect``
     on the run's shapes); a named backend torch cannot run is refused (``BackendUnavailable``) on every rank
     together: the ranks agree through one all-reduce on ``group`` (the host-side gloo group)."""
@@ -130,7 +132,9 @@ def resolve(cfg, device: torch.device, dtype: torch.dtype, group: dist.ProcessGr
     flag = torch.tensor([0 if problem is None else 1], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     if flag.item():
-        raise BackendUnavailable(problem or f"attention_backend: {cfg.attention_backend} cannot run on another rank")
+        raise BackendUnavailable(
+            problem or f"attention_backend: {cfg.attention_backend} cannot run on another rank"
+        )
     return chosen_plan, chosen
 
 

@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -140,10 +139,11 @@ def warm_up(
     loss_chunk_tokens: int,
     mesh: DeviceMesh,
     policy: MixedPrecisionPolicy,
+    norm_eps: float,
 ) -> None:
     """Compile now, forward and backward, what the run will compile: for each activation checkpointing variant
     in ``checkpointing`` (``none``, ``full``, ``selective``: those the model's blocks have), a stand-in block of
-    ``shape`` with that variant, compiled as ``apply`` compiles the model's and sharded on ``mesh`` with
+    ``shape`` (RMSNorm epsilon ``norm_eps``) with that variant, compiled as ``apply`` compiles the model's and sharded on ``mesh`` with
     ``policy`` as ``parallel.shard_model`` shards them, run on a ``[batch, seq]`` micro-batch in ``dtype`` on
     ``device``, then an LM head and the loss (the compiled loss chunks ``apply`` set), then backward. A collective
     on every rank of ``mesh``. A compile error in either pass (``compile_errors``) switches everything to eager with
@@ -155,7 +155,7 @@ def warm_up(
     kwargs = {} if rope is None else {"rotary_pos_emb": rope(seq, device)}
     for mode in checkpointing:
         with torch.device("meta"):
-            block = model.TorchBlock(shape)
+            block = model.TorchBlock(shape, norm_eps)
         stand_in = nn.ModuleList([block])
         activation_checkpoint.apply(stand_in, mode)
         apply(stand_in, loss_chunks=False)

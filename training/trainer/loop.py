@@ -63,6 +63,7 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             position_encoding=cfg.position_encoding,
             rope_theta=cfg.rope_theta,
             rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()),
+            norm_eps=cfg.rms_norm_eps,
         )
     activation_checkpoint.apply(
         net.layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval, use_te=use_te
@@ -74,7 +75,7 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
         )
         compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
                           device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype))  # fmt: skip
+                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps)  # fmt: skip
     if cfg.precision == "nvfp4":
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
