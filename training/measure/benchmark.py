@@ -127,7 +127,8 @@ def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float
         if step == cfg.throughput_warmup_steps:
             _sync(env.device)
             start = time.perf_counter()
-        tokens, targets = (t.to(env.device, non_blocking=True) for t in dataset.next_batch())
+        sequences = data.to_device(dataset.next_sequences(), env.device)  # as the trainer copies them
+        tokens, targets = sequences[:, :-1], sequences[:, 1:]
         with plan.autocast():
             loss = net(tokens, targets)
         if scaler is not None:

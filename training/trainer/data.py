@@ -29,9 +29,14 @@ class _PositionedBatches:
     def _sequences(self, first_sample: int) -> torch.Tensor:
         raise NotImplementedError
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def next_sequences(self) -> torch.Tensor:
+        """The next batch as one ``(batch_size, seq_length + 1)`` tensor: tokens ``[:, :-1]``, targets ``[:, 1:]``."""
         seq = self._sequences((self.position * self.world_size + self.rank) * self.batch_size)
         self.position += 1
+        return seq
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = self.next_sequences()
         return seq[:, :-1], seq[:, 1:]
 
     def state_dict(self) -> dict[str, int]:
@@ -39,6 +44,23 @@ class _PositionedBatches:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.position = int(state["position"])
+
+
+def pins(device: torch.device) -> bool:
+    """Whether batches for ``device`` go through pinned (page-locked) host memory: for a CUDA device only (pinning
+    needs CUDA; a CPU-only torch refuses it)."""
+    return device.type == "cuda"
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``batch`` (host memory) on ``device``. For a CUDA GPU it is first copied into pinned memory (torch's
+    caching host allocator, so no new page-locking per step), then copied to the GPU with ``non_blocking=True``: an
+    asynchronous copy on the current stream, ordered before the kernels that read it, and the host goes on at
+    once. From ordinary (pageable) memory a ``non_blocking`` copy is not asynchronous: CUDA stages it through a
+    pinned buffer of its own and the host waits. Elsewhere a plain copy."""
+    if pins(device):
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch.to(device)
 
 
 class SyntheticTokens(_PositionedBatches):

@@ -308,12 +308,13 @@ def _micro_batches(
     dataset: Any, count: int, device: torch.device
 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[float]]:
     """One optimizer step's batch cut into ``count`` micro-batches on ``device``, and each one's share of the
-    step's loss (its targets that count, over the step's, counted on the host before the copy: no device sync)."""
-    tokens, targets = dataset.next_batch()
-    pieces = list(zip(tokens.chunk(count), targets.chunk(count), strict=True))
-    counted = [int((t != loss_module.IGNORE_INDEX).sum()) for _, t in pieces]
+    step's loss (its targets that count, over the step's, counted on the host before the copy: no device sync).
+    The batch's sequences go to the device in one copy (``data.to_device``: pinned memory and a non-blocking copy
+    on a GPU); tokens and targets are views of them there."""
+    sequences = dataset.next_sequences()  # [micro-batches x batch_size, seq_length + 1]
+    counted = [int((piece[:, 1:] != loss_module.IGNORE_INDEX).sum()) for piece in sequences.chunk(count)]
     total = max(sum(counted), 1)
-    on_device = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in pieces]
+    on_device = [(piece[:, :-1], piece[:, 1:]) for piece in data.to_device(sequences, device).chunk(count)]
     return on_device, [c / total for c in counted]
 
 
