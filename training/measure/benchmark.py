@@ -179,8 +179,11 @@ def median_run(runs: list[dict[str, float] | None]) -> dict[str, float] | None:
 
 
 def external_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float]:
-    """``external_baseline.train`` on this cell's shape, batch and precision (no activation checkpointing)."""
-    shape = {dim: getattr(cfg, dim) for dim in contract.MODEL_DIM_NAMES}
+    """``external_baseline.train`` on this cell's architecture (grouped-query attention and tying included, so
+    its FLOPs are the ones counted), batch and precision (no activation checkpointing)."""
+    shape = {
+        name: getattr(cfg, name) for name in (*contract.ARCHITECTURE_NAMES, "rope_theta", "rms_norm_eps")
+    }
     tokens_per_sec = external_baseline.train(
         shape, cfg.seq_length, cfg.batch_size, cfg.max_steps, cfg.throughput_warmup_steps, env.mesh,
         precision.compute_dtype(cfg.precision),
