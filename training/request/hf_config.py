@@ -208,6 +208,7 @@ def to_config(settings: Mapping[str, Any]) -> dict[str, Any]:
         for name, key in _LLAMA3_KEYS.items():
             rope_scaling[key] = settings[name]
         rope_parameters = {**rope_scaling, "rope_theta": theta}
+    eps = float(settings.get("rms_norm_eps", contract.NORM_EPS))  # a model.pt from before the setting: 1e-5
     return {
         "architectures": [ARCHITECTURE],
         "model_type": MODEL_TYPE,
@@ -219,9 +220,7 @@ def to_config(settings: Mapping[str, Any]) -> dict[str, Any]:
         "num_key_value_heads": shape.kv_heads,
         "head_dim": shape.head_dim,
         "hidden_act": "silu",
-        "rms_norm_eps": float(
-            settings.get("rms_norm_eps", contract.NORM_EPS)
-        ),  # NORM_EPS: before the setting
+        "rms_norm_eps": eps,
         "rope_theta": theta,
         "rope_scaling": rope_scaling,
         "rope_parameters": rope_parameters,
