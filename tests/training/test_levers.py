@@ -91,8 +91,11 @@ def full_state(net: model.Transformer) -> dict[str, torch.Tensor]:
     return {name: p.full_tensor().detach().clone() for name, p in net.named_parameters()}
 
 
-def step_gradients(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, torch.Tensor]:
-    """The gradients ``loop.train_step`` has made when it calls the optimizer (which does nothing here)."""
+def step_gradients(
+    cfg: config.TrainConfig, env: parallel.DistEnv, dataset=None, shares: list[float] | None = None
+) -> dict[str, torch.Tensor]:
+    """The gradients ``loop.train_step`` has made when it calls the optimizer (which does nothing here), for one
+    step of ``dataset`` (default: the run's data); ``shares`` replace the micro-batches' own."""
     from types import SimpleNamespace
 
     from training.trainer import data
@@ -100,9 +103,36 @@ def step_gradients(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, 
     net, _, plan = fresh(cfg, env)
     idle = SimpleNamespace(step=lambda: None, zero_grad=lambda set_to_none: None)
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
-    micro, shares = loop._micro_batches(data.make_dataset(step_batch, 0, 1), cfg.grad_accum_steps, env.device)
-    loop.train_step(net, idle, None, plan, micro, shares, list(net.parameters()), float("inf"))
+    dataset = dataset or data.make_dataset(step_batch, 0, 1)
+    micro, own = loop._micro_batches(dataset, cfg.grad_accum_steps, env.device)
+    loop.train_step(net, idle, None, plan, micro, shares or own, list(net.parameters()), float("inf"))
     return {name: p.grad.full_tensor() for name, p in net.named_parameters()}
+
+
+def test_micro_batch_losses_are_weighted_per_token_over_the_step_not_per_micro_batch(env):
+    """Micro-batches that count different numbers of targets (some ``IGNORE_INDEX``): the accumulated gradient is
+    the one larger batch's (the mean over every counted target of the step), and the mean of the micro-batch means
+    is not."""
+    from types import SimpleNamespace
+
+    from training.trainer import loss as loss_module
+
+    tokens = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(11))
+    targets = tokens.roll(-1, dims=1)
+    targets[1, 4:] = loss_module.IGNORE_INDEX  # micro-batch 1 counts 4 targets, the others 32
+    targets[2, ::2] = loss_module.IGNORE_INDEX  # micro-batch 2 counts 16
+
+    def batch():
+        return SimpleNamespace(next_batch=lambda: (tokens.clone(), targets.clone()))
+
+    larger = config.config_from_mapping({**SETTINGS, "batch_size": "4"})
+    micro = config.config_from_mapping({**SETTINGS, "batch_size": "1", "grad_accum_steps": "4"})
+    assert loop._micro_batches(batch(), 4, env.device)[1] == [32 / 84, 4 / 84, 16 / 84, 32 / 84]
+    one, four = step_gradients(larger, env, batch()), step_gradients(micro, env, batch())
+    for name, grad in one.items():
+        torch.testing.assert_close(four[name], grad, rtol=1e-6, atol=1e-6)
+    per_micro_batch = step_gradients(micro, env, batch(), shares=[0.25] * 4)
+    assert max((per_micro_batch[n] - g).abs().max() / g.abs().max() for n, g in one.items()) > 0.01
 
 
 def test_accumulating_micro_batches_equals_one_larger_batch_also_after_a_resume(env, tmp_path):

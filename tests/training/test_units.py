@@ -55,14 +55,13 @@ def test_attention_is_causal():
 
 def test_a_steps_batch_goes_to_a_gpu_pinned_and_without_blocking_and_to_a_cpu_as_it_is(monkeypatch):
     dataset = data.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1)
-    sequences = data.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1).next_sequences()
+    tokens, targets = data.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1).next_batch()
     micro, shares = loop._micro_batches(
         dataset, 2, torch.device("cpu")
     )  # never pinned: a CPU-only torch refuses
-    assert [(tuple(x.shape), tuple(y.shape)) for x, y in micro] == [((2, 16), (2, 16))] * 2 and shares == [
-        0.5
-    ] * 2
-    assert all(torch.equal(x, s[:, :-1]) and torch.equal(y, s[:, 1:]) for (x, y), s in zip(micro, sequences.chunk(2), strict=True))  # fmt: skip
+    assert shares == [0.5, 0.5] and len(micro) == 2
+    for (x, y), x_expected, y_expected in zip(micro, tokens.chunk(2), targets.chunk(2), strict=True):
+        assert torch.equal(x, x_expected) and torch.equal(y, y_expected)
     assert not data.pins(torch.device("cpu")) and data.pins(torch.device("cuda", 3))
     # a GPU's path, recorded (none here): into pinned host memory, then one copy that does not block the host
     calls = []
@@ -70,7 +69,8 @@ def test_a_steps_batch_goes_to_a_gpu_pinned_and_without_blocking_and_to_a_cpu_as
     monkeypatch.setattr(
         torch.Tensor, "to", lambda self, *args, **kwargs: calls.append((args, kwargs)) or self
     )
-    assert torch.equal(data.to_device(sequences, torch.device("cuda", 3)), sequences)
+    on_gpu = data.to_device(tokens, targets, torch.device("cuda", 3))
+    assert torch.equal(on_gpu[0], tokens) and torch.equal(on_gpu[1], targets)
     assert calls == ["pin_memory", ((torch.device("cuda", 3),), {"non_blocking": True})]
 
 

@@ -127,8 +127,7 @@ def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float
         if step == cfg.throughput_warmup_steps:
             _sync(env.device)
             start = time.perf_counter()
-        sequences = data.to_device(dataset.next_sequences(), env.device)  # as the trainer copies them
-        tokens, targets = sequences[:, :-1], sequences[:, 1:]
+        tokens, targets = data.to_device(*dataset.next_batch(), env.device)  # as the trainer copies them
         with plan.autocast():
             loss = net(tokens, targets)
         if scaler is not None:

@@ -29,14 +29,9 @@ class _PositionedBatches:
     def _sequences(self, first_sample: int) -> torch.Tensor:
         raise NotImplementedError
 
-    def next_sequences(self) -> torch.Tensor:
-        """The next batch as one ``(batch_size, seq_length + 1)`` tensor: tokens ``[:, :-1]``, targets ``[:, 1:]``."""
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         seq = self._sequences((self.position * self.world_size + self.rank) * self.batch_size)
         self.position += 1
-        return seq
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        seq = self.next_sequences()
         return seq[:, :-1], seq[:, 1:]
 
     def state_dict(self) -> dict[str, int]:
@@ -52,15 +47,18 @@ def pins(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``batch`` (host memory) on ``device``. For a CUDA GPU it is first copied into pinned memory (torch's
-    caching host allocator, so no new page-locking per step), then copied to the GPU with ``non_blocking=True``: an
-    asynchronous copy on the current stream, ordered before the kernels that read it, and the host goes on at
-    once. From ordinary (pageable) memory a ``non_blocking`` copy is not asynchronous: CUDA stages it through a
-    pinned buffer of its own and the host waits. Elsewhere a plain copy."""
-    if pins(device):
-        return batch.pin_memory().to(device, non_blocking=True)
-    return batch.to(device)
+def to_device(
+    tokens: torch.Tensor, targets: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch's ``tokens`` and ``targets`` (host memory, the same shape) on ``device``, in one copy. For a CUDA
+    GPU they are stacked into pinned memory (torch's caching host allocator: no new page-locking per step), then
+    copied to the GPU with ``non_blocking=True``: an asynchronous copy on the current stream, ordered before the
+    kernels that read it, and the host goes on at once. From ordinary (pageable) memory a ``non_blocking`` copy is
+    not asynchronous: CUDA stages it through a pinned buffer of its own and the host waits. Elsewhere a plain
+    copy."""
+    both = torch.stack((tokens, targets))
+    both = both.pin_memory().to(device, non_blocking=True) if pins(device) else both.to(device)
+    return both[0], both[1]
 
 
 class SyntheticTokens(_PositionedBatches):

@@ -308,21 +308,33 @@ def _micro_batches(
     dataset: Any, count: int, device: torch.device
 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[float]]:
     """One optimizer step's batch cut into ``count`` micro-batches on ``device``, and each one's share of the
-    step's loss (its targets that count, over the step's, counted on the host before the copy: no device sync).
-    The batch's sequences go to the device in one copy (``data.to_device``: pinned memory and a non-blocking copy
-    on a GPU); tokens and targets are views of them there."""
-    sequences = dataset.next_sequences()  # [micro-batches x batch_size, seq_length + 1]
-    counted = [int((piece[:, 1:] != loss_module.IGNORE_INDEX).sum()) for piece in sequences.chunk(count)]
+    step's loss: its targets that count (not ``IGNORE_INDEX``) over the step's, counted on the host before the
+    copy (no device sync; ``train_step`` says how the shares weigh the losses). The batch goes to the device in one
+    copy (``data.to_device``: pinned memory and a non-blocking copy on a GPU)."""
+    tokens, targets = dataset.next_batch()
+    counted = [int((piece != loss_module.IGNORE_INDEX).sum()) for piece in targets.chunk(count)]
     total = max(sum(counted), 1)
-    on_device = [(piece[:, :-1], piece[:, 1:]) for piece in data.to_device(sequences, device).chunk(count)]
+    tokens, targets = data.to_device(tokens, targets, device)
+    on_device = list(zip(tokens.chunk(count), targets.chunk(count), strict=True))
     return on_device, [c / total for c in counted]
 
 
 def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, shares: list[float], params: list,
                max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Forward and backward of every micro-batch (gradients reduced only on the last: FSDP2's
-    ``set_requires_gradient_sync``), each loss weighted by its share of the step's tokens, then clip and step.
-    Returns the step's loss and gradient norm as device tensors (nothing here waits on the device)."""
+    ``set_requires_gradient_sync``), then clip and step. Returns the step's loss and gradient norm as device
+    tensors (nothing here waits on the device).
+
+    How the micro-batches' losses are weighted: per target token over the whole optimizer step, not per
+    micro-batch. ``net`` returns a micro-batch's mean cross-entropy over its counted targets (those not
+    ``IGNORE_INDEX``); it is multiplied by ``shares[i]`` = that micro-batch's counted targets / the step's
+    (``_micro_batches``), so the weighted losses, and their gradients, add up to the mean over every counted target
+    of the step: the loss and the gradient of the one batch ``len(micro)`` times larger. The mean of the
+    micro-batch means would differ as soon as the micro-batches count different numbers of targets (it weighs each
+    token of a micro-batch with fewer by more). Across ranks FSDP2's reduce-scatter averages the ranks' gradients:
+    the per-token mean of the global batch when every rank counts the same number of targets, which the trainer's
+    data always does (synthetic and token-file batches have no ignored targets). With one micro-batch its mean is
+    the step's loss as it is."""
     step_loss = torch.zeros((), device=micro[0][0].device)
     last = len(micro) - 1
     for index, ((tokens, targets), share) in enumerate(zip(micro, shares, strict=True)):
