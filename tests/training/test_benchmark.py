@@ -12,11 +12,10 @@ import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from training.measure import benchmark, external_baseline
 from training.request import contract
-from training.trainer import config, parallel
+from training.trainer import config
 
 from .runner import ROOT, TINY, env
 
@@ -83,20 +82,12 @@ def test_the_external_baseline_has_the_runs_architecture_so_its_flops_are_the_co
         assert external_baseline.parameter_count(llama) == contract.MODEL_PRESETS[preset].parameter_count()
 
 
-def test_the_external_loop_trains_a_grouped_query_tied_model(monkeypatch):
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
-    distributed = parallel.init_distributed()
-    try:
-        cfg = config.config_from_mapping({**TINY, "num_kv_heads": "2", "tie_embeddings": "true",
-                                          "seq_length": "16", "batch_size": "2", "max_steps": "3",
-                                          "throughput_warmup_steps": "1"})  # fmt: skip
-        result = benchmark.external_loop(cfg, distributed)
-        assert result["tokens_per_sec"] > 0
-        # the FLOPs counted for it are the GQA, tied model's
-        assert result["tflops_per_gpu"] == pytest.approx(
-            result["tokens_per_sec"] * contract.flops_per_token(cfg.shape, 16) / 1e12, rel=1e-3
-        )
-    finally:
-        dist.destroy_process_group()
+def test_the_external_loop_trains_a_grouped_query_tied_model(process_group):
+    cfg = config.config_from_mapping({**TINY, "num_kv_heads": "2", "tie_embeddings": "true", "seq_length": "16",
+                                      "batch_size": "2", "max_steps": "3", "throughput_warmup_steps": "1"})  # fmt: skip
+    result = benchmark.external_loop(cfg, process_group)
+    assert result["tokens_per_sec"] > 0
+    # the FLOPs counted for it are the GQA, tied model's
+    assert result["tflops_per_gpu"] == pytest.approx(
+        result["tokens_per_sec"] * contract.flops_per_token(cfg.shape, 16) / 1e12, rel=1e-3
+    )

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
@@ -297,17 +296,6 @@ def test_a_byte_level_model_says_so_and_has_no_tokenizer_files(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def env(monkeypatch):
-    """One gloo process group of world size 1: what ``loop.build`` and ``checkpoint.save_model`` run on."""
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
-    environment = parallel.init_distributed()
-    yield environment
-    dist.destroy_process_group()
-
-
 def exported_by_the_trainer(cfg: config.TrainConfig, env: parallel.DistEnv) -> tuple[Path, Path, str]:
     """What a run of 0 steps does at its end, on its real path: ``loop.build`` (FSDP2-sharded, the weights
     imported or generated), ``checkpoint.save_model`` (the full state dict gathered, ``model.pt`` with the data's
@@ -321,13 +309,13 @@ def exported_by_the_trainer(cfg: config.TrainConfig, env: parallel.DistEnv) -> t
 
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tmp_path, env, tied):
+def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tmp_path, process_group, tied):
     source = tmp_path / "source"
     reference = tiny_llama(source, tied=tied)
     cfg = config.config_from_mapping(
         {"init_from": str(source), "precision": "fp32", "seq_length": "32", "model_dir": str(tmp_path / "m")}
     )
-    _, out, line = exported_by_the_trainer(cfg, env)
+    _, out, line = exported_by_the_trainer(cfg, process_group)
     assert line.startswith(f"Hugging Face model (float32) exported to {out}: ")
     files = [p.name for p in out.iterdir()]
     assert set(TOKENIZER_FILES) | {"generation_config.json"} <= set(files)
@@ -353,7 +341,7 @@ def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tm
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_a_model_of_our_own_with_grouped_query_attention_exports_what_transformers_computes_alike(
-    tmp_path, env, tied
+    tmp_path, process_group, tied
 ):
     """No init_from: the export writes its own config.json (key/value heads, tying, llama3 RoPE scaling, the
     RMSNorm epsilon), and transformers' model of that folder gives the saved model's logits."""
@@ -361,7 +349,7 @@ def test_a_model_of_our_own_with_grouped_query_attention_exports_what_transforme
                 "rope_scaling": "llama3", "rope_scaling_factor": "8", "rope_low_freq_factor": "1",
                 "rope_high_freq_factor": "4", "rope_original_max_position_embeddings": "16",
                 "rms_norm_eps": "1e-6", "model_dir": str(tmp_path / "m")}  # fmt: skip
-    model_file, out, _ = exported_by_the_trainer(config.config_from_mapping(settings), env)
+    model_file, out, _ = exported_by_the_trainer(config.config_from_mapping(settings), process_group)
     written = json.loads((out / "config.json").read_text())
     assert (written["num_key_value_heads"], written["tie_word_embeddings"], written["rms_norm_eps"]) == (
         2,

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from training.request import contract
 from training.trainer import (
@@ -34,16 +33,11 @@ SETTINGS = {**TINY, "max_steps": "4", "learning_rate": "0.01"}
 
 
 @pytest.fixture
-def env(monkeypatch):
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
-    environment = parallel.init_distributed()
+def env(process_group):
     torch.use_deterministic_algorithms(True)
-    yield environment
+    yield process_group
     torch.use_deterministic_algorithms(False)
     compiling.reset()
-    dist.destroy_process_group()
 
 
 def fresh(cfg: config.TrainConfig, env: parallel.DistEnv):
