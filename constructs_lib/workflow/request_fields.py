@@ -31,6 +31,7 @@ from constructs_lib.workflow.request_rules import (
     RequestRules,
 )
 from training.request.contract import (
+    GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
     WEIGHTS_CHANNEL_DIR,
     ContractError,
@@ -238,7 +239,8 @@ def hyperparameter_map(
         return {}, problems
     try:
         if config["init_from"] is None or architecture is not None:
-            parse_hyperparameters(given, architecture)
+            gpu = GPU_INSTANCE_TYPES.get(config["instance_type"])
+            parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
     except ContractError as err:
         return {}, [f"hyperparameters.{err}"]
     rendered = {**to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}

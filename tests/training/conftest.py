@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
+
+from training.trainer import parallel
 
 from .runner import reference_settings, run_trainer
 
@@ -15,3 +18,15 @@ def reference(tmp_path_factory) -> tuple[Path, str]:
     model_ref/) and its output, shared by the modules that compare with it."""
     tmp = tmp_path_factory.mktemp("reference")
     return tmp, run_trainer(reference_settings(tmp, "ref"))
+
+
+@pytest.fixture
+def process_group(monkeypatch):
+    """This process as a world of one (gloo, a free port): the ``parallel.DistEnv`` that ``loop.build``,
+    ``checkpoint.save_model`` and the benchmark's loops run on; destroyed afterwards."""
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
+    environment = parallel.init_distributed()
+    yield environment
+    dist.destroy_process_group()

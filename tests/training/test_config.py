@@ -121,6 +121,22 @@ def test_deterministic_on_a_gpu_names_the_op_without_a_deterministic_kernel(monk
         precision.check_run(cfg)
 
 
+def test_fp8_dims_are_refused_at_start_for_the_recipe_this_gpu_runs(monkeypatch):
+    """fp8's auto recipe is MXFP8 on SM 10.x: seq_length 48 (a multiple of 16, not of 32) runs on Hopper only."""
+    from training.trainer import precision
+
+    cfg = config.config_from_mapping({**TINY, "precision": "fp8", "seq_length": "48"})  # GPU not known yet
+    monkeypatch.setattr(precision, "check_this_machine", lambda _: None)
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    precision.check_run(cfg)
+    monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *_: (10, 0))
+    with pytest.raises(
+        contract.ContractError, match=r"^seq_length: must be a multiple of 32 for precision=fp8"
+    ):
+        precision.check_run(cfg)
+
+
 def test_check_only_prints_the_settings(capsys, monkeypatch, tmp_path):
     # Its default ./trainer-output, not the checkout's (the README's first run writes a checkpoint there).
     monkeypatch.chdir(tmp_path)

@@ -367,3 +367,33 @@ def test_presets_fill_only_what_the_request_leaves_out():
         "ffn_hidden_size": 64,
     }
     assert c.parse_hyperparameters({**custom, "vocab_size": 10})["tie_embeddings"] is False
+
+
+def test_fp8_dims_follow_the_recipe_that_runs_mxfp8_on_blackwell_current_scaling_elsewhere():
+    settings = {"precision": "fp8", "model_preset": "custom", "num_layers": 2, "hidden_size": 1040,
+                "num_heads": 10, "ffn_hidden_size": 4096, "vocab_size": 1000}  # fmt: skip
+    assert c.parse_hyperparameters(settings, sm=(9, 0))["hidden_size"] == 1040  # 16 | 1040
+    assert c.parse_hyperparameters(settings)["hidden_size"] == 1040  # GPU not known: the recipe's own rule
+    with pytest.raises(c.ContractError) as info:
+        c.parse_hyperparameters(settings, sm=(10, 0))
+    assert info.value.field == "hidden_size"
+    assert str(info.value) == (
+        "hidden_size: must be a multiple of 32 for precision=fp8 with fp8_recipe=auto (MXFP8BlockScaling on SM "
+        "10.0: blocks of 32 values); got 1040"
+    )
+    with pytest.raises(c.ContractError, match=r"fp8_recipe=mxfp8 \(MXFP8BlockScaling: blocks of 32"):
+        c.parse_hyperparameters({**settings, "fp8_recipe": "mxfp8"}, sm=None)
+    assert c.dims_multiple("fp8", "current", (10, 0)) == 16 and c.dims_multiple("fp8", "auto", (10, 0)) == 32
+    gqa = {**settings, "hidden_size": 1024, "num_heads": 128, "num_kv_heads": 1}  # QKV rows 1024 + 2 x 8
+    with pytest.raises(c.ContractError, match=r"^num_kv_heads: hidden_size \+ 2 x num_kv_heads x head_dim"):
+        c.parse_hyperparameters(gqa, sm=(10, 0))
+    assert c.parse_hyperparameters(gqa, sm=(9, 0))["num_kv_heads"] == 1
+
+
+def test_the_plan_checks_fp8_dims_for_its_instance_types_gpu():
+    from training.request import plan
+
+    request = {"precision": "fp8", "seq_length": 4112, "batch_size": 1}
+    with pytest.raises(c.ContractError, match="^seq_length: must be a multiple of 32 for precision=fp8"):
+        plan.setup_from_request(request)  # ml.p6-b200.48xlarge
+    assert plan.setup_from_request({**request, "instance_type": "ml.p5.48xlarge"}).seq_length == 4112

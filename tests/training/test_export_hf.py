@@ -14,7 +14,18 @@ from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from training.request import contract
-from training.trainer import data, export_hf, model, prepare, rotary
+from training.trainer import (
+    checkpoint,
+    config,
+    data,
+    export_hf,
+    loop,
+    model,
+    parallel,
+    precision,
+    prepare,
+    rotary,
+)
 
 from .hf_models import TOKENIZER_FILES, tiny_llama, tokens
 from .runner import TINY, fields, run_single, run_trainer, step_lines
@@ -47,7 +58,9 @@ def trainer_model(model_file: Path) -> model.Transformer:
     config = saved["config"]
     shape = export_hf.shape_of(config)
     rope = rotary.Rope(shape.head_dim, config["rope_theta"], rotary.Llama3Scaling.from_settings(config))
-    net = model.Transformer(shape, [model.TorchBlock(shape) for _ in range(shape.num_layers)], rope=rope)
+    eps = config.get("rms_norm_eps", model.NORM_EPS)
+    blocks = [model.TorchBlock(shape, eps) for _ in range(shape.num_layers)]
+    net = model.Transformer(shape, blocks, rope=rope, norm_eps=eps)
     net.load_state_dict(saved["state_dict"])
     return net.eval()
 
@@ -283,38 +296,28 @@ def test_a_byte_level_model_says_so_and_has_no_tokenizer_files(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def imported_model_file(tmp_path: Path, tied: bool) -> tuple[Path, LlamaForCausalLM]:
-    """What a run of 0 steps from a tiny Llama would save: ``model.pt`` of the imported weights."""
-    from training.trainer import config, weights
+def exported_by_the_trainer(cfg: config.TrainConfig, env: parallel.DistEnv) -> tuple[Path, Path, str]:
+    """What a run of 0 steps does at its end, on its real path: ``loop.build`` (FSDP2-sharded, the weights
+    imported or generated), ``checkpoint.save_model`` (the full state dict gathered, ``model.pt`` with the data's
+    info, as ``loop`` saves it), then ``export_hf.export_after_training`` into ``hf/`` next to it. Returns the
+    model file, the Hugging Face folder and the line the run prints."""
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    net = loop.build(cfg, env, plan)
+    saved = checkpoint.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank, export_hf.data_info(cfg))
+    assert saved is not None
+    return saved, saved.parent / export_hf.HF_DIR, export_hf.export_after_training(saved, cfg)
 
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tmp_path, process_group, tied):
     source = tmp_path / "source"
     reference = tiny_llama(source, tied=tied)
     cfg = config.config_from_mapping(
         {"init_from": str(source), "precision": "fp32", "seq_length": "32", "model_dir": str(tmp_path / "m")}
     )
-    net = model.build_model(cfg.shape, use_te=False, te_params_dtype=torch.float32,
-                            rope_theta=cfg.rope_theta, rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()))  # fmt: skip
-    net.to_empty(device="cpu")
-    weights.initialize(net, seed=0, init_from=str(source))
-    path = tmp_path / "model.pt"
-    torch.save(
-        {
-            "config": cfg.as_dict(),
-            "step": 0,
-            "state_dict": net.state_dict(),
-            "data": export_hf.data_info(cfg),
-        },
-        path,
-    )
-    return path, reference
-
-
-@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tmp_path, tied):
-    path, reference = imported_model_file(tmp_path, tied)
-    out = tmp_path / "hf"
-    files = export_hf.export(path, out, "float32")
-    source = tmp_path / "source"
+    _, out, line = exported_by_the_trainer(cfg, process_group)
+    assert line.startswith(f"Hugging Face model (float32) exported to {out}: ")
+    files = [p.name for p in out.iterdir()]
     assert set(TOKENIZER_FILES) | {"generation_config.json"} <= set(files)
     for name in (*TOKENIZER_FILES, "generation_config.json"):
         assert (out / name).read_bytes() == (source / name).read_bytes()
@@ -334,6 +337,32 @@ def test_import_then_export_gives_the_same_tensors_config_and_tokenizer_files(tm
     readme_text = (out / "README.md").read_text()
     assert "2 key/value heads (grouped-query attention)" in readme_text and "llama3 scaling" in readme_text
     assert f"{'tied' if tied else 'untied'} input and output embeddings" in readme_text
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_a_model_of_our_own_with_grouped_query_attention_exports_what_transformers_computes_alike(
+    tmp_path, process_group, tied
+):
+    """No init_from: the export writes its own config.json (key/value heads, tying, llama3 RoPE scaling, the
+    RMSNorm epsilon), and transformers' model of that folder gives the saved model's logits."""
+    settings = {**TINY, "num_kv_heads": "2", "tie_embeddings": str(tied).lower(), "rope_theta": "500000",
+                "rope_scaling": "llama3", "rope_scaling_factor": "8", "rope_low_freq_factor": "1",
+                "rope_high_freq_factor": "4", "rope_original_max_position_embeddings": "16",
+                "rms_norm_eps": "1e-6", "model_dir": str(tmp_path / "m")}  # fmt: skip
+    model_file, out, _ = exported_by_the_trainer(config.config_from_mapping(settings), process_group)
+    written = json.loads((out / "config.json").read_text())
+    assert (written["num_key_value_heads"], written["tie_word_embeddings"], written["rms_norm_eps"]) == (
+        2,
+        tied,
+        1e-6,
+    )
+    theirs = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert ("lm_head.weight" in {k for f in out.glob("*.safetensors") for k in load_file(f)}) is not tied
+    ids = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(3))  # past the original 16
+    with torch.no_grad():
+        ours = trainer_model(model_file).logits(ids)
+        assert ours.std() > 0.05
+        torch.testing.assert_close(theirs(ids).logits, ours, rtol=0, atol=1e-5)
 
 
 def test_a_model_of_our_own_with_grouped_query_attention_and_tying_exports_its_architecture(

@@ -85,7 +85,8 @@ def test_the_transformers_5_spelling_and_the_old_type_key_give_the_same_settings
         ),
         ({"attention_bias": True}, "attention_bias=True is not supported"),
         ({"hidden_act": "gelu"}, "hidden_act='gelu' is not supported"),
-        ({"rms_norm_eps": 1e-6}, "rms_norm_eps=1e-06 is not supported; the trainer's RMSNorm uses 1e-05"),
+        ({"rms_norm_eps": 0.5}, "config.json: rms_norm_eps must be a number from 1e-12 to 0.01; got 0.5"),
+        ({"rms_norm_eps": "1e-5"}, "rms_norm_eps must be a number from 1e-12 to 0.01; got '1e-5'"),
         ({"quantization_config": {"quant_method": "fbgemm_fp8"}}, "quantization_config="),
         ({"head_dim": 128}, "head_dim 128 x num_attention_heads 32 is not hidden_size 2048"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE type 'yarn' is not supported"),
@@ -100,6 +101,29 @@ def test_what_the_trainer_cannot_load_is_refused_on_init_from(change, fragment):
         hf_config.architecture(config, "s3://bucket/data/llama/")
     assert info.value.field == "init_from"
     assert str(info.value).startswith("init_from: s3://bucket/data/llama/: ") and fragment in str(info.value)
+
+
+def test_rms_norm_eps_is_the_folders_or_transformers_default_and_the_presets_keep_llama_3s():
+    """A config.json without rms_norm_eps is read as transformers' LlamaConfig reads it (1e-6), not as the
+    presets' 1e-5; an explicit setting that contradicts the folder is refused, naming it."""
+    without = {k: v for k, v in LLAMA_3_2_1B.items() if k != "rms_norm_eps"}
+    assert hf_config.DEFAULT_RMS_NORM_EPS == LlamaConfig.from_dict(without).rms_norm_eps == 1e-6
+    values = contract.parse_hyperparameters({}, hf_config.architecture(without))
+    assert values["rms_norm_eps"] == 1e-6
+    assert values["model_preset"] == "custom"  # not exactly Llama 3.2 1B any more
+    with pytest.raises(contract.ContractError) as info:
+        contract.parse_hyperparameters({"rms_norm_eps": "1e-5"}, hf_config.architecture(without))
+    assert info.value.field == "rms_norm_eps" and "config.json has rms_norm_eps=1e-06; got 1e-05" in str(
+        info.value
+    )
+    llama2 = contract.parse_hyperparameters(
+        {}, hf_config.architecture({**LLAMA_3_2_1B, "rms_norm_eps": 1e-6})
+    )
+    assert llama2["rms_norm_eps"] == 1e-6
+    assert hf_config.architecture(LLAMA_3_2_1B)["rms_norm_eps"] == 1e-5  # the published value
+    for preset in contract.MODEL_PRESETS:
+        assert contract.parse_hyperparameters({"model_preset": preset})["rms_norm_eps"] == 1e-5, preset
+    assert hf_config.to_config(llama2)["rms_norm_eps"] == 1e-6  # and the export writes it back
 
 
 def test_the_written_config_reads_back_the_same_in_this_module_and_in_transformers():

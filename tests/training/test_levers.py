@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
+from training.request import contract
 from training.trainer import (
     activation_checkpoint,
     attention,
@@ -23,6 +23,7 @@ from training.trainer import (
     model,
     parallel,
     precision,
+    rotary,
 )
 from training.trainer import compile as compiling
 
@@ -32,16 +33,11 @@ SETTINGS = {**TINY, "max_steps": "4", "learning_rate": "0.01"}
 
 
 @pytest.fixture
-def env(monkeypatch):
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
-    environment = parallel.init_distributed()
+def env(process_group):
     torch.use_deterministic_algorithms(True)
-    yield environment
+    yield process_group
     torch.use_deterministic_algorithms(False)
     compiling.reset()
-    dist.destroy_process_group()
 
 
 def fresh(cfg: config.TrainConfig, env: parallel.DistEnv):
@@ -58,13 +54,14 @@ def train(
     steps: int,
     manager: checkpoint.CheckpointManager | None = None,
     save_at: int | None = None,
+    built: tuple | None = None,
 ) -> tuple[list[float], model.Transformer]:
     """``steps`` optimizer steps of ``loop.train_step`` on the synthetic data (one data batch per step, cut into
     ``grad_accum_steps`` micro-batches, as ``loop.run`` does). With ``manager``: resumed from its newest checkpoint
     (model, optimizer, data position) if it has one, and a checkpoint saved after step ``save_at``."""
     from training.trainer import data
 
-    net, optimizer, plan = fresh(cfg, env)
+    net, optimizer, plan = built or fresh(cfg, env)
     dataset = data.make_dataset(
         dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps), env.rank, env.world_size
     )
@@ -88,8 +85,11 @@ def full_state(net: model.Transformer) -> dict[str, torch.Tensor]:
     return {name: p.full_tensor().detach().clone() for name, p in net.named_parameters()}
 
 
-def step_gradients(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, torch.Tensor]:
-    """The gradients ``loop.train_step`` has made when it calls the optimizer (which does nothing here)."""
+def step_gradients(
+    cfg: config.TrainConfig, env: parallel.DistEnv, dataset=None, shares: list[float] | None = None
+) -> dict[str, torch.Tensor]:
+    """The gradients ``loop.train_step`` has made when it calls the optimizer (which does nothing here), for one
+    step of ``dataset`` (default: the run's data); ``shares`` replace the micro-batches' own."""
     from types import SimpleNamespace
 
     from training.trainer import data
@@ -97,9 +97,36 @@ def step_gradients(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, 
     net, _, plan = fresh(cfg, env)
     idle = SimpleNamespace(step=lambda: None, zero_grad=lambda set_to_none: None)
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
-    micro, shares = loop._micro_batches(data.make_dataset(step_batch, 0, 1), cfg.grad_accum_steps, env.device)
-    loop.train_step(net, idle, None, plan, micro, shares, list(net.parameters()), float("inf"))
+    dataset = dataset or data.make_dataset(step_batch, 0, 1)
+    micro, own = loop._micro_batches(dataset, cfg.grad_accum_steps, env.device)
+    loop.train_step(net, idle, None, plan, micro, shares or own, list(net.parameters()), float("inf"))
     return {name: p.grad.full_tensor() for name, p in net.named_parameters()}
+
+
+def test_micro_batch_losses_are_weighted_per_token_over_the_step_not_per_micro_batch(env):
+    """Micro-batches that count different numbers of targets (some ``IGNORE_INDEX``): the accumulated gradient is
+    the one larger batch's (the mean over every counted target of the step), and the mean of the micro-batch means
+    is not."""
+    from types import SimpleNamespace
+
+    from training.trainer import loss as loss_module
+
+    tokens = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(11))
+    targets = tokens.roll(-1, dims=1)
+    targets[1, 4:] = loss_module.IGNORE_INDEX  # micro-batch 1 counts 4 targets, the others 32
+    targets[2, ::2] = loss_module.IGNORE_INDEX  # micro-batch 2 counts 16
+
+    def batch():
+        return SimpleNamespace(next_batch=lambda: (tokens.clone(), targets.clone()))
+
+    larger = config.config_from_mapping({**SETTINGS, "batch_size": "4"})
+    micro = config.config_from_mapping({**SETTINGS, "batch_size": "1", "grad_accum_steps": "4"})
+    assert loop._micro_batches(batch(), 4, env.device)[1] == [32 / 84, 4 / 84, 16 / 84, 32 / 84]
+    one, four = step_gradients(larger, env, batch()), step_gradients(micro, env, batch())
+    for name, grad in one.items():
+        torch.testing.assert_close(four[name], grad, rtol=1e-6, atol=1e-6)
+    per_micro_batch = step_gradients(micro, env, batch(), shares=[0.25] * 4)
+    assert max((per_micro_batch[n] - g).abs().max() / g.abs().max() for n, g in one.items()) > 0.01
 
 
 def test_accumulating_micro_batches_equals_one_larger_batch_also_after_a_resume(env, tmp_path):
@@ -161,19 +188,69 @@ def test_the_attention_kernel_is_pinned_per_gpu_generation_and_the_one_in_effect
         "math"
     ]
     cpu = torch.device("cpu")
-    probe = (1, 4, 32, 16, torch.float32, cpu)
-    assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel
+    probe = (contract.ModelShape(2, 64, 4, 128, num_kv_heads=2), 2, 32, torch.float32, cpu)
+    assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel, GQA included
     assert attention.plan("math", cpu).in_effect(*probe) == "math"  # sdpa_kernel(set_priority=True) applied
     with attention.plan("math", cpu).context():
         assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
     assert torch.backends.cuda.flash_sdp_enabled()  # restored on exit
 
 
+def sdpa_calls(monkeypatch, name: str, owner) -> list[dict]:
+    """Record every call of ``owner.name`` (then make it): what each argument is, never its values."""
+    calls, real = [], getattr(owner, name)
+
+    def recording(q, k, v, *args, **kwargs):
+        described = {
+            key: (tuple(x.shape), x.stride(), x.dtype, x.requires_grad)
+            for key, x in zip("qkv", (q, k, v), strict=True)
+        }
+        calls.append({"args": args, "kwargs": kwargs, **described})
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recording)
+    return calls
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
+def test_the_kernel_probe_asks_sdpa_about_exactly_the_inputs_the_block_gives_it(monkeypatch, kv_heads):
+    """Shapes (grouped-query attention's fewer key/value heads and ``enable_gqa``), strides (the fused QKV
+    output's views, the rotated query and key), dtype, causality and grad: each backend's rules read all of them."""
+    cfg = config.config_from_mapping({**SETTINGS, "num_kv_heads": str(kv_heads), "batch_size": "3"})
+    block = model.TorchBlock(cfg.shape).to(torch.bfloat16)
+    freqs = rotary.Rope.from_settings(cfg.as_dict())
+    x = torch.randn(3, cfg.seq_length, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    ran = sdpa_calls(monkeypatch, "scaled_dot_product_attention", model.F)
+    block(x, freqs(cfg.seq_length, x.device))
+    probed = sdpa_calls(monkeypatch, "_fused_sdp_choice", torch)
+    attention.plan("auto", x.device).in_effect(cfg.shape, 3, cfg.seq_length, torch.bfloat16, x.device, freqs)
+    assert len(ran) == len(probed) == 1 and probed == ran
+    assert ran[0]["k"][0] == (3, kv_heads, cfg.seq_length, cfg.hidden_size // cfg.num_heads)
+    assert ran[0]["kwargs"] == {"is_causal": True, "enable_gqa": kv_heads != cfg.num_heads}
+
+
+def test_a_named_kernel_torch_cannot_run_for_the_model_is_refused_on_every_rank(env):
+    shape_settings = {**SETTINGS, "num_kv_heads": "2"}
+    cfg = config.config_from_mapping({**shape_settings, "attention_backend": "flash"})
+    chosen_plan, kernel = attention.resolve(cfg, env.device, torch.float32, env.cpu_group)
+    assert kernel == "flash" and chosen_plan.order == ["flash", "math"]  # torch's CPU flash takes GQA
+    cfg = config.config_from_mapping({**shape_settings, "attention_backend": "efficient"})  # no CPU kernel
+    with pytest.raises(attention.BackendUnavailable) as refused:
+        attention.resolve(cfg, env.device, torch.float32, env.cpu_group)
+    assert str(refused.value).startswith(
+        "attention_backend: efficient cannot run this model's attention on CPU with torch "
+    )
+    assert "(4 query heads, 2 key/value heads (grouped-query attention), head_dim 16, seq_length 32, float32): " \
+        "SDPA would run math instead; use attention_backend auto" in str(refused.value)  # fmt: skip
+    assert attention.unavailable("auto", "math", cfg.shape, 32, torch.float32, env.device) is None
+
+
 def test_the_levers_line_says_what_each_lever_resolved_to_here(env):
     cfg = config.config_from_mapping({**SETTINGS, "grad_accum_steps": "2", "activation_checkpointing": "full",
                                       "activation_checkpointing_interval": "2", "attention_backend": "math"})  # fmt: skip
     plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
-    line = loop.levers_line(cfg, env, plan, levers.configure_allocator(True, env.device))
+    sdpa = attention.resolve(cfg, env.device, plan.dtype, env.cpu_group)
+    line = loop.levers_line(cfg, env, plan, levers.configure_allocator(True, env.device), sdpa)
     fields = dict(item.split("=", 1) for item in line.split()[1:])
     assert line.startswith("levers ") and fields == {
         "activation_checkpointing": "full", "checkpointed_blocks": "1", "grad_accum_steps": "2",
@@ -204,26 +281,76 @@ def test_the_garbage_collector_runs_on_schedule_and_is_given_back(monkeypatch):
     assert gc.isenabled() and collected == [1, 1, 1]  # 0: Python's own, untouched
 
 
-def test_a_failed_compile_runs_eagerly_with_one_warning(capsys):
+def test_a_compile_error_runs_eagerly_with_one_warning_and_any_other_error_is_raised(capsys):
+    from torch._inductor.exc import InvalidCxxCompiler
+
     compiling.reset()
 
     def broken(*args, **kwargs):
-        raise RuntimeError("no C++ compiler\nmore detail")
+        raise InvalidCxxCompiler()
 
-    calls = compiling.guarded(broken, lambda x: x + 1)
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):  # not a compile error: raised, never hidden behind eager
+        compiling.guarded(out_of_memory, lambda x: x + 1, "f")(1)
+    with pytest.raises(ValueError, match="a bug"):
+        compiling.guarded(lambda x: (_ for _ in ()).throw(ValueError("a bug")), lambda x: x + 1, "f")(1)
+    assert compiling.failure() is None
+    calls = compiling.guarded(broken, lambda x: x + 1, "a block's forward")
     assert calls(1) == 2 and calls(2) == 3
     err = capsys.readouterr().err
-    assert err.count("warning: torch.compile failed (RuntimeError: no C++ compiler); running eagerly") == 1
+    assert err.count("warning: torch.compile failed compiling a block's forward (InvalidCxxCompiler: No working "
+                     "C++ compiler found in torch._inductor.config.cpp.cxx") == 1  # fmt: skip
+    assert "every block and loss chunk runs eagerly" in err
     compiling.reset()
 
 
+def test_a_compile_error_in_the_backward_pass_shows_in_the_warm_up_and_the_run_goes_on_eagerly(
+    env, monkeypatch, capsys
+):
+    """Real Inductor: the forward graphs compile, then the C++ compiler is gone when AOTAutograd compiles the
+    backward graph, lazily, at the first backward pass: the warm-up's, not the first training step's."""
+    backward = torch.Tensor.backward
+
+    def backward_without_a_compiler(self, *args, **kwargs):
+        with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+            return backward(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "backward", backward_without_a_compiler)
+    base = {**SETTINGS, "loss_chunk_tokens": "0", "activation_checkpointing": "full"}  # only blocks compile
+    torch._dynamo.reset()  # no graph compiled by another test; nothing from Inductor's or AOTAutograd's disk caches
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        fell_back, _ = train(config.config_from_mapping({**base, "compile": "true"}), env, 2)
+    failure = compiling.failure()
+    assert failure is not None and "No working C++ compiler" in failure, failure
+    err = capsys.readouterr().err
+    assert err.count("warning: torch.compile failed compiling a block's backward (full activation "
+                     "checkpointing) in the warm-up (") == 1, err  # fmt: skip
+    eager, _ = train(config.config_from_mapping({**base, "compile": "false"}), env, 2)
+    assert fell_back == eager  # both eager: the same numbers
+
+
 @pytest.mark.slow
-def test_compiled_blocks_and_loss_chunks_train_like_eager_ones(env):
-    base = {**SETTINGS, "loss_chunk_tokens": "48"}
+def test_compiled_blocks_and_loss_chunks_train_like_eager_ones_with_every_graph_compiled_in_the_warm_up(env):
+    from torch._dynamo.utils import counters
+
+    base = {**SETTINGS, "loss_chunk_tokens": "48", "activation_checkpointing": "selective",
+            "activation_checkpointing_interval": "2", "num_layers": "3"}  # fmt: skip
     eager, _ = train(config.config_from_mapping({**base, "compile": "false"}), env, 3)
-    compiled, _ = train(config.config_from_mapping({**base, "compile": "true"}), env, 3)
+    torch._dynamo.reset()
+    cfg = config.config_from_mapping({**base, "compile": "true"})
+    net, optimizer, plan = fresh(cfg, env)  # loop.build: compiles, then warms up forward and backward
+    warmed_up = dict(counters["stats"]), dict(counters["aot_autograd"])
+    assert warmed_up[0]["unique_graphs"] > 0
+    compiled, _ = train(cfg, env, 3, built=(net, optimizer, plan))
     assert compiling.failure() is None
     assert compiled == pytest.approx(eager, rel=1e-5)
+    # the model's blocks (selective and plain) and loss chunks found every graph in Dynamo's cache
+    assert (dict(counters["stats"]), dict(counters["aot_autograd"])) == warmed_up
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -96,3 +96,23 @@ def test_dcp_state_dicts_carry_the_sharded_masters_by_parameter_name(monkeypatch
         assert torch.equal(loaded[master_weights.MASTER].full_tensor(), expected)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_kept_value_before_quantization_starts_the_master_and_a_loaded_state_replaces_it():
+    exact = torch.randn(16, 8, generator=torch.Generator().manual_seed(5))
+    weight = torch.nn.Parameter(exact.to(torch.float8_e4m3fn).bfloat16())  # the FP8 rounding, as TE stores it
+    master_weights.keep_initial_value(weight, exact)
+    plain = torch.nn.Parameter(exact.clone())
+    master_weights.keep_initial_value(plain, exact)  # an fp32 parameter needs no master: nothing kept
+    assert not hasattr(plain, master_weights.INITIAL)
+    ours = master_weights.MasterWeightAdamW([weight], **{**KW, "lr": 0.0, "weight_decay": 0.0})
+    weight.grad = torch.zeros(16, 8, dtype=torch.bfloat16)
+    ours.step()
+    assert torch.equal(ours.state[weight][master_weights.MASTER], exact)
+    assert not torch.equal(weight.detach().float(), exact) and not hasattr(weight, master_weights.INITIAL)
+    saved = ours.state_dict()
+    master_weights.keep_initial_value(weight, torch.zeros(16, 8))
+    resumed = master_weights.MasterWeightAdamW([weight], **KW)
+    resumed.load_state_dict(saved)  # a checkpoint's masters win; the kept value is dropped, not leaked
+    assert not hasattr(weight, master_weights.INITIAL)
+    assert torch.equal(resumed.state[weight][master_weights.MASTER], exact)

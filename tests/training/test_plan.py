@@ -51,6 +51,8 @@ def test_plan_imports_no_torch():
         plan_agreement.Row("llama3.1-8b", 2, 128_256, 1, False, 8),
         plan_agreement.Row("llama3.2-1b", 2, 128_256, 1, False, 16),
         plan_agreement.Row("llama3.2-3b", 2, 128_256, 2, True, 8),
+        # selective AC keeps the QKV projection's output: h + 2 x key/value width with grouped-query attention
+        plan_agreement.Row("llama3.2-1b", 4, 32_000, 4, "selective", 8),
     ],
     ids=lambda row: row.label(),
 )
@@ -238,3 +240,33 @@ def test_the_llama_plans_table_says_what_fits_on_one_and_two_b200_instances(caps
     # with AC only: on one instance at the edge (fused AdamW, no foreach temporaries), on two with room
     assert [("| yes |" in line) for line in seventy] == [False, True, False, True]
     assert all("| yes |" in line for line in lines if line.startswith("| llama3.1-8b |"))
+
+
+def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
+    """The QKV output a selective block keeps is h + 2kv wide, and the recompute's share of a block's forward
+    FLOPs has 2h^2 + 2h kv (not 4h^2) for the attention projections."""
+    llama = plan.setup_from_request(
+        {"activation_checkpointing": "selective", "seq_length": 8192,
+         "hyperparameters": {"model_preset": "llama3.1-8b"}}
+    )  # fmt: skip
+    h, f, kv, nh = 4096, 14336, 8 * 128, 32
+    assert (llama.shape.hidden_size, llama.shape.kv_heads * llama.shape.head_dim) == (h, kv)
+    assert plan.selective_saved_bytes(llama) == 2 * (3 * h + 2 * kv + 2 * f) + 4 * nh
+    share = (h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h * 8192)
+    assert plan.recompute_overhead(llama) == pytest.approx(1 + (plan.AC_OVERHEAD - 1) * share, rel=1e-12)
+    without_gqa = replace(llama, shape=replace(llama.shape, num_kv_heads=None))
+    assert plan.selective_saved_bytes(without_gqa) == 2 * (5 * h + 2 * f) + 4 * nh
+    # the recompute share slows the step and lowers the MFU the run would report (model FLOPs, GQA's counted)
+    none = plan.estimate_time(replace(llama, activation_checkpointing="none"))
+    selective = plan.estimate_time(llama)
+    slower = plan.recompute_overhead(llama)
+    assert 1.0 < slower < plan.AC_OVERHEAD
+    assert selective.step_seconds == pytest.approx(none.step_seconds * slower, rel=1e-12)
+    assert selective.mfu_bf16 == pytest.approx(none.mfu_bf16 / slower, rel=1e-12)
+    flops = contract.flops_per_token(llama.shape, 8192)
+    assert (
+        flops
+        == 6 * (32 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + h + 128_256 * h) + 12 * 32 * h * 8192
+    )
+    peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
+    assert selective.mfu_bf16 == pytest.approx(selective.tokens_per_sec_per_gpu * flops / peak, rel=1e-12)

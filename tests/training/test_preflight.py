@@ -165,6 +165,12 @@ def test_a_checkpoint_of_other_position_settings_is_refused_and_one_without_them
         "position_encoding=rope, rope_theta=500000; use another checkpoint_dir or the checkpoint's model settings"
     )
     assert "position_encoding=none" in field_of(cfg_for(tmp_path, position_encoding="none"))
+    # written before rms_norm_eps was recorded: 1e-5, the only epsilon there was; another one is refused
+    assert field_of(cfg_for(tmp_path, rms_norm_eps="1e-6")).endswith(
+        "holds a model trained with rms_norm_eps=1e-05, position_encoding=rope, rope_theta=10000, but this run has "
+        "rms_norm_eps=1e-06, position_encoding=rope, rope_theta=10000; use another checkpoint_dir or the "
+        "checkpoint's model settings"
+    )
 
     (tmp_path / "ckpt" / "step_00000003" / "COMPLETE").unlink()
     sealed_checkpoint(tmp_path / "old", dims)  # written before position_encoding was recorded: NoPE

@@ -53,6 +53,27 @@ def test_attention_is_causal():
     torch.testing.assert_close(block(x)[:, :5], block(y)[:, :5])
 
 
+def test_a_steps_batch_goes_to_a_gpu_pinned_and_without_blocking_and_to_a_cpu_as_it_is(monkeypatch):
+    dataset = data.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1)
+    tokens, targets = data.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1).next_batch()
+    micro, shares = loop._micro_batches(
+        dataset, 2, torch.device("cpu")
+    )  # never pinned: a CPU-only torch refuses
+    assert shares == [0.5, 0.5] and len(micro) == 2
+    for (x, y), x_expected, y_expected in zip(micro, tokens.chunk(2), targets.chunk(2), strict=True):
+        assert torch.equal(x, x_expected) and torch.equal(y, y_expected)
+    assert not data.pins(torch.device("cpu")) and data.pins(torch.device("cuda", 3))
+    # a GPU's path, recorded (none here): into pinned host memory, then one copy that does not block the host
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin_memory") or self.clone())
+    monkeypatch.setattr(
+        torch.Tensor, "to", lambda self, *args, **kwargs: calls.append((args, kwargs)) or self
+    )
+    on_gpu = data.to_device(tokens, targets, torch.device("cuda", 3))
+    assert torch.equal(on_gpu[0], tokens) and torch.equal(on_gpu[1], targets)
+    assert calls == ["pin_memory", ((torch.device("cuda", 3),), {"non_blocking": True})]
+
+
 def test_synthetic_data_is_learnable_deterministic_and_resumable():
     ds = data.SyntheticTokens(256, 16, 3, seed=7, rank=1, world_size=2)
     first = [ds.next_batch() for _ in range(3)]

@@ -24,9 +24,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
+from transformers import LlamaForCausalLM
 
 from training.request import contract, hf_config
-from training.trainer import export_hf, llama_layout, model, parallel, rotary, weights
+from training.trainer import export_hf, levers, llama_layout, master_weights, model, parallel, rotary, weights
 
 from .hf_models import ORIGINAL_MAX_POSITIONS, tiny_llama, tokens
 from .runner import ROOT, cli_args, env
@@ -83,14 +84,23 @@ class InitMeta:
 class FakeTEModule(nn.Module):
     """A TE module's parameter handling as ``module/base.py`` has it at v2.11: one ``param_init_meta`` entry per
     parameter; ``reset_parameters`` takes the DTensor's local tensor (materialized when on meta), calls
-    ``init_fn`` on it and wraps it back into a DTensor of the same global shape and placements."""
+    ``init_fn`` on it, and wraps it back into a DTensor of the same global shape and placements.
 
-    def __init__(self, **shapes: tuple[int, ...]):
+    ``quantized`` (``quantized_model_init``, ``primary_weights_in_fp8``): weights (not the norms) are then
+    quantized after ``init_fn``, their quantizer's usage set as TE sets it, ``rowwise=True,
+    columnwise=torch.is_grad_enabled()`` (recorded in ``columnwise``: an MXFP8 weight quantized without
+    column-wise usage has no ``_columnwise_data``, which FSDP2's backward all-gather sends). The stand-in for the
+    FP8 format: values rounded to E4M3 (``torch.float8_e4m3fn``) held in a bf16 tensor."""
+
+    def __init__(self, quantized: bool = False, **shapes: tuple[int, ...]):
         super().__init__()
         self.param_init_meta: dict[str, InitMeta] = {}
+        self.quantized = quantized
+        self.columnwise: dict[str, bool] = {}
+        dtype = torch.bfloat16 if quantized else torch.float32  # loop.build: te_params_dtype
         for name, dims in shapes.items():
-            self.register_parameter(name, nn.Parameter(torch.empty(dims, device="meta")))
-            self.param_init_meta[name] = InitMeta()
+            self.register_parameter(name, nn.Parameter(torch.empty(dims, device="meta", dtype=dtype)))
+            self.param_init_meta[name] = InitMeta(fp8_meta_index=None if "norm" in name else 0)
 
     def reset_parameters(self) -> None:
         for name, param in self.named_parameters(recurse=False):
@@ -98,6 +108,9 @@ class FakeTEModule(nn.Module):
             if local.device == torch.device("meta"):
                 local = torch.empty_like(local, device="cpu")
             self.param_init_meta[name].init_fn(local)
+            if self.quantized and self.param_init_meta[name].fp8_meta_index is not None:
+                self.columnwise[name] = torch.is_grad_enabled()
+                local = local.to(torch.float8_e4m3fn).to(local.dtype)
             if isinstance(param, DTensor):
                 local = DTensor.from_local(
                     local, param.device_mesh, param.placements, shape=param.size(), stride=param.stride()
@@ -111,17 +124,21 @@ class FakeTEBlock(nn.Module):
     + 2 * kv_heads * head_dim`` rows), ``self_attention.proj.weight``, ``layernorm_mlp.{layer_norm_weight,
     fc1_weight, fc2_weight}``."""
 
-    def __init__(self, shape: contract.ModelShape):
+    def __init__(self, shape: contract.ModelShape, quantized: bool = False):
         super().__init__()
         h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
         self.self_attention = nn.Module()
-        self.self_attention.layernorm_qkv = FakeTEModule(layer_norm_weight=(h,), weight=(h + 2 * kv, h))
-        self.self_attention.proj = FakeTEModule(weight=(h, h))
-        self.layernorm_mlp = FakeTEModule(layer_norm_weight=(h,), fc1_weight=(2 * f, h), fc2_weight=(h, f))
+        self.self_attention.layernorm_qkv = FakeTEModule(
+            quantized, layer_norm_weight=(h,), weight=(h + 2 * kv, h)
+        )
+        self.self_attention.proj = FakeTEModule(quantized, weight=(h, h))
+        self.layernorm_mlp = FakeTEModule(
+            quantized, layer_norm_weight=(h,), fc1_weight=(2 * f, h), fc2_weight=(h, f)
+        )
 
 
-def te_model(shape: contract.ModelShape = SHAPE) -> model.Transformer:
-    blocks = [FakeTEBlock(shape) for _ in range(shape.num_layers)]
+def te_model(shape: contract.ModelShape = SHAPE, quantized: bool = False) -> model.Transformer:
+    blocks = [FakeTEBlock(shape, quantized) for _ in range(shape.num_layers)]
     with torch.device("meta"):
         return model.Transformer(shape, blocks)
 
@@ -177,6 +194,50 @@ def test_without_the_mechanism_te_modules_repeat_each_ranks_rows_and_depend_on_t
     assert not torch.equal(te_default(1), two)
 
 
+def te_modules(net: nn.Module) -> dict[str, FakeTEModule]:
+    return {name: module for name, module in net.named_modules() if isinstance(module, FakeTEModule)}
+
+
+def test_te_modules_quantize_their_weights_with_grad_mode_on_so_backward_has_their_columnwise_data():
+    """TE 2.11 sets a primary FP8/MXFP8 weight's column-wise usage from ``torch.is_grad_enabled()`` while
+    ``reset_parameters`` quantizes it: called under no_grad, MXFP8 weights had no column-wise data for the backward
+    pass. Whatever the caller's grad mode, every weight is quantized with it on (and nothing records a graph)."""
+    with fake_rank(0, 2) as mesh:
+        net = te_model(quantized=True)
+        parallel.shard_model(net, mesh, parallel.mixed_precision(torch.bfloat16), CPU)
+        with torch.no_grad():
+            weights.initialize(net, seed=7)
+        usages = {name: module.columnwise for name, module in te_modules(net).items()}
+        assert len(usages) == 3 * SHAPE.num_layers
+        assert all(usage and all(usage.values()) for usage in usages.values()), usages
+        assert all(p.grad_fn is None and p.requires_grad for p in net.parameters())
+
+
+def test_the_masters_of_quantized_weights_start_from_their_values_before_quantization():
+    """``quantized_model_init``: the fp32 masters start from the generated (or imported) values, not from their
+    FP8 rounding; the kept values are dropped once the masters exist."""
+    exact = gathered(te_model, 1, seed=7)
+    with fake_rank(0, 1) as mesh:
+        net = te_model(quantized=True)
+        parallel.shard_model(net, mesh, parallel.mixed_precision(torch.bfloat16), CPU)
+        weights.initialize(net, seed=7, keep_master_values=True)
+        params = dict(net.named_parameters())
+        kept = {name for name, p in params.items() if hasattr(p, master_weights.INITIAL)}
+        assert kept == {name for name in params if ".layers." in f".{name}"}  # every bf16 or quantized one
+        optimizer = levers.build_optimizer(params.values(), "foreach", 0.0, 0.0, master_weights=True)
+        for param in params.values():
+            param.grad = torch.zeros_like(param)
+        optimizer.step()  # lr 0: the masters are made, nothing moves
+        fc2 = "layers.0.layernorm_mlp.fc2_weight"
+        assert not torch.equal(params[fc2].to_local().float(), exact[fc2])  # the weight itself is rounded
+        for name in kept:
+            master = optimizer.state[params[name]][master_weights.MASTER]
+            assert master.dtype == torch.float32 and torch.equal(master.to_local(), exact[name]), name
+            assert not hasattr(params[name], master_weights.INITIAL)
+        weights.initialize(net, seed=7)  # without the setting: nothing kept
+        assert not any(hasattr(p, master_weights.INITIAL) for p in net.parameters())
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Import
 # ---------------------------------------------------------------------------------------------------------------
@@ -194,6 +255,7 @@ def imported(folder, shape_changes: dict | None = None) -> tuple[model.Transform
         te_params_dtype=torch.float32,
         rope_theta=values["rope_theta"],
         rope_scaling=rotary.Llama3Scaling.from_settings(values),
+        norm_eps=values["rms_norm_eps"],
     )
     net.to_empty(device=CPU)
     weights.initialize(net, seed=0, init_from=str(folder))
@@ -216,6 +278,28 @@ def test_an_imported_llama_gives_transformers_logits_past_its_original_context(t
     net.rope = plain
     with torch.no_grad():
         assert (net.logits(ids) - theirs).abs().max() > 1e-3
+
+
+def test_an_imported_llamas_rms_norm_eps_is_its_config_jsons_or_transformers_default(tmp_path):
+    """rms_norm_eps 1e-6 written out (Llama 2's) and left out (transformers' LlamaConfig default, 1e-6): the
+    trainer's logits are transformers' only with that epsilon in every RMSNorm, not the presets' 1e-5."""
+    reference = tiny_llama(tmp_path / "written", tied=False, rms_norm_eps=1e-6)
+    reference.save_pretrained(tmp_path / "left_out", max_shard_size="40KB")
+    config_file = tmp_path / "left_out" / "config.json"
+    config_file.write_text(json.dumps({k: v for k, v in json.loads(config_file.read_text()).items()
+                                       if k != "rms_norm_eps"}))  # fmt: skip
+    ids = tokens()
+    for folder in ("written", "left_out"):
+        net, values = imported(tmp_path / folder)
+        assert values["rms_norm_eps"] == 1e-6
+        with torch.no_grad():
+            theirs = (
+                LlamaForCausalLM.from_pretrained(tmp_path / folder, dtype=torch.float32).eval()(ids).logits
+            )
+            torch.testing.assert_close(net.logits(ids), theirs, rtol=0, atol=1e-5)
+            for norm in [m for m in net.modules() if isinstance(m, nn.RMSNorm)]:
+                norm.eps = contract.NORM_EPS
+            assert (net.logits(ids) - theirs).abs().max() > 1e-4, folder  # the epsilon shows
 
 
 def test_te_named_modules_import_the_same_tensors_for_world_sizes_1_and_2(tmp_path):

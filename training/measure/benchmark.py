@@ -127,7 +127,7 @@ def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float
         if step == cfg.throughput_warmup_steps:
             _sync(env.device)
             start = time.perf_counter()
-        tokens, targets = (t.to(env.device, non_blocking=True) for t in dataset.next_batch())
+        tokens, targets = data.to_device(*dataset.next_batch(), env.device)  # as the trainer copies them
         with plan.autocast():
             loss = net(tokens, targets)
         if scaler is not None:
@@ -178,8 +178,11 @@ def median_run(runs: list[dict[str, float] | None]) -> dict[str, float] | None:
 
 
 def external_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float]:
-    """``external_baseline.train`` on this cell's shape, batch and precision (no activation checkpointing)."""
-    shape = {dim: getattr(cfg, dim) for dim in contract.MODEL_DIM_NAMES}
+    """``external_baseline.train`` on this cell's architecture (grouped-query attention and tying included, so
+    its FLOPs are the ones counted), batch and precision (no activation checkpointing)."""
+    shape = {
+        name: getattr(cfg, name) for name in (*contract.ARCHITECTURE_NAMES, "rope_theta", "rms_norm_eps")
+    }
     tokens_per_sec = external_baseline.train(
         shape, cfg.seq_length, cfg.batch_size, cfg.max_steps, cfg.throughput_warmup_steps, env.mesh,
         precision.compute_dtype(cfg.precision),

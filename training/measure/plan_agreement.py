@@ -110,6 +110,8 @@ ROWS: tuple[Row, ...] = (
     Row("llama3.2-3b", 4, 128_256, 2, False, 8),
     Row("1b", 16, 32_000, 2, "selective", 8),
     Row("8b", 4, 128_256, 1, "selective", 16),
+    Row("llama3.1-8b", 4, 128_256, 1, "selective", 16),
+    Row("llama3.2-1b", 16, 128_256, 2, "selective", 8),
     Row("1b", 16, 32_000, 2, "full", 8, ac_interval=2),
     Row("8b", 4, 32_000, 1, "full", 8, ac_interval=3),
     Row("1b", 8, 32_000, 2, "selective", 8, ac_interval=2),
@@ -124,7 +126,8 @@ ROWS: tuple[Row, ...] = (
 vocabulary 32000 and 128256 (8b with 4 or 8 of its 32 layers), the loss chunked (the contract's default) and
 unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default) and none; the Llama 3.x presets
 (grouped-query attention with 8 key/value heads, llama3 RoPE scaling; 3.2 1B and 3B with tied embeddings); each
-activation checkpointing mode (selective, full on every k-th block, selective on every other block) and gradient
+activation checkpointing mode (selective, also with grouped-query attention; full on every k-th block, selective on
+every other block) and gradient
 accumulation (without AC, with full AC, with selective AC); then TE rows (closed form only)."""
 
 

@@ -336,7 +336,9 @@ PRESET_SETTINGS: Mapping[str, Mapping[str, Any]] = {
 (``rope_theta`` 500000 and ``rope_scaling`` llama3 with factor 32 for 3.2, 8 for 3.1, as their config.json)."""
 
 NORM_EPS = 1e-5
-"""Epsilon of every RMSNorm of the model (Llama 3's ``rms_norm_eps``)."""
+"""The default epsilon of every RMSNorm of the model (the ``rms_norm_eps`` setting): Llama 3.x's published value
+(``rms_norm_eps`` 1e-05 in each Llama 3.x model's config.json), which every preset keeps. An ``init_from`` model's
+comes from its config.json (``hf_config.architecture``)."""
 
 POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
@@ -585,6 +587,15 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "The LM head uses the input embedding's matrix (overrides the preset; custom shapes: false).",
     ),
     Hyperparameter(
+        "rms_norm_eps",
+        "float",
+        NORM_EPS,
+        "Epsilon of every RMSNorm (Llama 3.x and every preset: 1e-5; Llama 2: 1e-6). With init_from it comes "
+        "from the model's config.json (rms_norm_eps; without one, transformers' LlamaConfig default 1e-6).",
+        1e-12,
+        1e-2,
+    ),
+    Hyperparameter(
         "init_from",
         "str",
         None,
@@ -736,7 +747,40 @@ SEQ_LENGTH_MULTIPLE: Mapping[str, int] = {
     "nvfp4": 32,
 }
 """``seq_length`` and model dims must be multiples of this for the precision's kernels (FP8 GEMMs need
-16-aligned dims; MXFP8 and NVFP4 scale blocks of 32 and 16 values, so 32 covers both)."""
+16-aligned dims; MXFP8 and NVFP4 scale blocks of 32 and 16 values, so 32 covers both). ``precision=fp8`` runs
+MXFP8 where its recipe resolves to it (``fp8_recipe`` mxfp8, or auto on SM 10.x): ``dims_multiple``."""
+
+
+def dims_multiple(precision: str, fp8_recipe: str = "auto", sm: tuple[int, int] | None = None) -> int:
+    """The multiple ``seq_length`` and the model's widths need for the recipe that will run: ``precision``'s,
+    or MXFP8's 32 when ``precision=fp8`` resolves to MXFP8 on a GPU of compute capability ``sm``
+    (``fp8_recipe_for``; TE 2.11 ``MXFP8Quantizer.is_quantizable``: both dims multiples of 32). ``sm`` None (the
+    GPU not known yet): what the recipe alone decides; the request check and the trainer know the GPU."""
+    if precision == "fp8" and fp8_recipe_for(fp8_recipe, sm) == "mxfp8":
+        return SEQ_LENGTH_MULTIPLE["mxfp8"]
+    return SEQ_LENGTH_MULTIPLE[precision]
+
+
+def check_dims(values: Mapping[str, Any], sm: tuple[int, int] | None = None) -> None:
+    """``seq_length``, ``hidden_size``, ``ffn_hidden_size`` (and, for block-scaled formats, the fused QKV
+    projection's rows, hidden + 2 x key/value width) are multiples of ``dims_multiple`` on a GPU of ``sm``."""
+    precision = values["precision"]
+    multiple = dims_multiple(precision, values.get("fp8_recipe", "auto"), sm)
+    why = f"precision={precision}"
+    if precision == "fp8" and multiple != SEQ_LENGTH_MULTIPLE["fp8"]:
+        on = f" on SM {sm[0]}.{sm[1]}" if sm is not None and values.get("fp8_recipe") == "auto" else ""
+        why += f" with fp8_recipe={values.get('fp8_recipe')} (MXFP8BlockScaling{on}: blocks of 32 values)"
+    for field in ("seq_length", "hidden_size", "ffn_hidden_size"):
+        if values[field] % multiple:
+            raise ContractError(field, f"must be a multiple of {multiple} for {why}; got {values[field]}")
+    head_dim = values["hidden_size"] // values["num_heads"]
+    qkv_rows = values["hidden_size"] + 2 * values["num_kv_heads"] * head_dim
+    if multiple >= SEQ_LENGTH_MULTIPLE["mxfp8"] and qkv_rows % multiple:
+        raise ContractError(
+            "num_kv_heads",
+            f"hidden_size + 2 x num_kv_heads x head_dim (the fused QKV projection's rows) must be a multiple of "
+            f"{multiple} for {why}; got {qkv_rows} with num_kv_heads={values['num_kv_heads']}",
+        )
 
 
 def normalize_name(name: str) -> str:
@@ -745,14 +789,19 @@ def normalize_name(name: str) -> str:
 
 
 def parse_hyperparameters(
-    raw: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
+    raw: Mapping[str, Any],
+    architecture: Mapping[str, Any] | None = None,
+    *,
+    sm: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Parse and cross-check raw settings (names in either spelling); return every setting with defaults filled.
 
     Raises ContractError naming the first bad field. Model dims come from ``model_preset`` unless set explicitly;
     with ``model_preset=custom`` all five dims must be given. ``architecture``: the settings an ``init_from``
     model's config.json gives (``training.request.hf_config.architecture``); they replace the preset's, and an
-    explicit setting (or preset) that contradicts them is refused, naming it and the folder's value.
+    explicit setting (or preset) that contradicts them is refused, naming it and the folder's value. ``sm``: the
+    compute capability of the GPU the run will have (the request check knows it from the instance type), for the
+    rules that depend on it (``check_dims``).
     """
     values: dict[str, Any] = {}
     for key, value in raw.items():
@@ -778,7 +827,7 @@ def parse_hyperparameters(
         values["num_kv_heads"] = (shaped and shaped.num_kv_heads) or values["num_heads"]
     if values["tie_embeddings"] is None:
         values["tie_embeddings"] = bool(shaped and shaped.tie_embeddings)
-    check_consistency(values)
+    check_consistency(values, sm)
     return values
 
 
@@ -839,7 +888,7 @@ def _preset_settings(preset: str) -> dict[str, Any]:
     settings: dict[str, Any] = {name: getattr(shape, name) for name in ARCHITECTURE_NAMES}
     settings["num_kv_heads"] = shape.kv_heads
     rope = {"rope_theta": HYPERPARAMETERS_BY_NAME["rope_theta"].default, "rope_scaling": "none"}
-    return {**settings, **rope, **PRESET_SETTINGS.get(preset, {})}
+    return {**settings, **rope, "rms_norm_eps": NORM_EPS, **PRESET_SETTINGS.get(preset, {})}
 
 
 def _preset_view(architecture: Mapping[str, Any], preset: str) -> dict[str, Any]:
@@ -854,8 +903,8 @@ def _fmt_value(value: Any) -> str:
     return str(value)
 
 
-def check_consistency(values: Mapping[str, Any]) -> None:
-    """Cross-field rules that no single field can express."""
+def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = None) -> None:
+    """Cross-field rules that no single field can express (``sm``: the run's GPU, when known)."""
     precision = values["precision"]
     if values["hidden_size"] % values["num_heads"]:
         raise ContractError(
@@ -864,20 +913,15 @@ def check_consistency(values: Mapping[str, Any]) -> None:
     head_dim = values["hidden_size"] // values["num_heads"]
     if head_dim % 8:
         raise ContractError("num_heads", f"hidden_size / num_heads must be a multiple of 8; got {head_dim}")
-    multiple = SEQ_LENGTH_MULTIPLE[precision]
-    for field in ("seq_length", "hidden_size", "ffn_hidden_size"):
-        if values[field] % multiple:
-            raise ContractError(
-                field, f"must be a multiple of {multiple} for precision={precision}; got {values[field]}"
-            )
+    if values["num_heads"] % values["num_kv_heads"]:
+        raise ContractError(
+            "num_kv_heads", f"must divide num_heads ({values['num_heads']}); got {values['num_kv_heads']}"
+        )
+    check_dims(values, sm)
     if values["quantized_model_init"] and precision not in QUANTIZED_INIT_PRECISIONS:
         raise ContractError(
             "quantized_model_init",
             f"works only with precision {' or '.join(sorted(QUANTIZED_INIT_PRECISIONS))}; got precision={precision}",
-        )
-    if values["num_heads"] % values["num_kv_heads"]:
-        raise ContractError(
-            "num_kv_heads", f"must divide num_heads ({values['num_heads']}); got {values['num_kv_heads']}"
         )
     _check_rope_scaling(values)
     check_levers(values)

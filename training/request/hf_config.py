@@ -4,8 +4,8 @@ model gives the trainer (shape, grouped-query attention, tying, RoPE), or why it
 Pure Python (standard library and ``training.request.contract`` only): the request check's Lambda reads the folder's
 ``config.json`` from S3 and the trainer from its weights channel, and both turn it into settings here, so the plan
 before launch and the model in the job are the same. Supported: ``LlamaForCausalLM`` (``model_type`` llama) with
-the trainer's block (SiLU/SwiGLU MLP, no biases, RMSNorm epsilon ``contract.NORM_EPS``, head_dim = hidden /
-heads, all of head_dim rotated) and RoPE ``default`` or ``llama3``, spelled the transformers 4 way
+the trainer's block (SiLU/SwiGLU MLP, no biases, head_dim = hidden / heads, all of head_dim rotated), its RMSNorm
+epsilon (``rms_norm_eps``, transformers' default when absent) and RoPE ``default`` or ``llama3``, spelled the transformers 4 way
 (``rope_theta`` and ``rope_scaling``, whose type is ``rope_type`` or the older ``type``) or the transformers 5 way
 (``rope_parameters`` holding ``rope_theta`` too).
 """
@@ -13,7 +13,6 @@ heads, all of head_dim rotated) and RoPE ``default`` or ``llama3``, spelled the 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,10 @@ MODEL_TYPE = "llama"
 ROPE_TYPES: tuple[str, ...] = ("default", "llama3")
 DEFAULT_ROPE_THETA = 10000.0
 """transformers' ``LlamaConfig`` default when a config.json names no ``rope_theta``."""
+DEFAULT_RMS_NORM_EPS = 1e-6
+"""transformers' ``LlamaConfig`` default when a config.json names no ``rms_norm_eps``
+(``models/llama/configuration_llama.py``: ``rms_norm_eps=1e-6`` in 4.x's ``__init__``, ``rms_norm_eps: float = 1e-6``
+in 5.x), so such a folder loads here as it does in ``from_pretrained``. Llama 3.x's own config.json say 1e-05."""
 
 _LLAMA3_KEYS: Mapping[str, str] = {
     "rope_scaling_factor": "factor",
@@ -95,13 +98,27 @@ def architecture(config: Mapping[str, Any], where: str = "init_from") -> dict[st
             f"head_dim {head_dim} x num_attention_heads {heads} is not hidden_size {hidden}; the trainer's "
             "attention needs head_dim = hidden_size / num_attention_heads",
         )
+    settings["rms_norm_eps"] = _norm_eps(config, where)
     settings.update(_rope(config, where))
     return settings
 
 
+def _norm_eps(config: Mapping[str, Any], where: str) -> float:
+    """``rms_norm_eps``, or transformers' default without one; within the contract's range."""
+    eps = config.get("rms_norm_eps")
+    eps = DEFAULT_RMS_NORM_EPS if eps is None else eps
+    spec = contract.HYPERPARAMETERS_BY_NAME["rms_norm_eps"]
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not spec.minimum <= eps <= spec.maximum:
+        raise refuse(
+            where,
+            f"{CONFIG_FILE}: rms_norm_eps must be a number from {spec.minimum:g} to {spec.maximum:g}; got {eps!r}",
+        )
+    return float(eps)
+
+
 def _check_supported(config: Mapping[str, Any], where: str) -> None:
-    """Refuse what the trainer's block is not: another architecture, biases, another activation or epsilon, a
-    quantized checkpoint."""
+    """Refuse what the trainer's block is not: another architecture, biases, another activation, a quantized
+    checkpoint."""
     model_type = config.get("model_type")
     architectures = config.get("architectures")
     if model_type is None and architectures is None:
@@ -127,11 +144,6 @@ def _check_supported(config: Mapping[str, Any], where: str) -> None:
             raise refuse(
                 where, f"{key}={config[key]!r} is not supported (the trainer's block: no biases, SiLU)"
             )
-    eps = config.get("rms_norm_eps", contract.NORM_EPS)
-    if not isinstance(eps, int | float) or not math.isclose(eps, contract.NORM_EPS, rel_tol=1e-9):
-        raise refuse(
-            where, f"rms_norm_eps={eps!r} is not supported; the trainer's RMSNorm uses {contract.NORM_EPS:g}"
-        )
 
 
 def _rope(config: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -196,6 +208,7 @@ def to_config(settings: Mapping[str, Any]) -> dict[str, Any]:
         for name, key in _LLAMA3_KEYS.items():
             rope_scaling[key] = settings[name]
         rope_parameters = {**rope_scaling, "rope_theta": theta}
+    eps = float(settings.get("rms_norm_eps", contract.NORM_EPS))  # a model.pt from before the setting: 1e-5
     return {
         "architectures": [ARCHITECTURE],
         "model_type": MODEL_TYPE,
@@ -207,7 +220,7 @@ def to_config(settings: Mapping[str, Any]) -> dict[str, Any]:
         "num_key_value_heads": shape.kv_heads,
         "head_dim": shape.head_dim,
         "hidden_act": "silu",
-        "rms_norm_eps": contract.NORM_EPS,
+        "rms_norm_eps": eps,
         "rope_theta": theta,
         "rope_scaling": rope_scaling,
         "rope_parameters": rope_parameters,

@@ -42,15 +42,15 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   ``_columnwise_data`` with their ``_*_scale_inv``, ``tensor/storage/mxfp8_tensor_storage.py``;
   ``Float8TensorStorage`` ``_data`` and ``_transpose``, ``tensor/storage/float8_tensor_storage.py``; the forward
   makes the weight's copy, the backward uses its column-wise usage, ``module/linear.py`` line 695), and with
-  ``quantized_model_init`` (``quantization.py``: primary weights stored quantized; the high-precision initial
-  value only with ``preserve_high_precision_init_val``, and then in CPU memory) the blocks' sharded and gathered
-  weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32, plus the blocks'
-  fp32 master weights (``training/trainer/master_weights.py``) and, in the step, their gradients' fp32 copies.
+  ``quantized_model_init`` (``quantization.py``: primary weights stored quantized) the blocks' sharded and
+  gathered weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32, plus the
+  blocks' fp32 master weights (``training/trainer/master_weights.py``; they start from the fp32 values
+  ``weights.py`` keeps until step 1, no memory beyond their own) and, in the step, their gradients' fp32 copies.
   The seed article:
   "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
 * the speed levers (``docs/performance.md``): ``selective`` activation checkpointing keeps per token the block's
-  input, the QKV and gate/up projections' outputs and attention's output and log-sum-exp
-  (``selective_saved_bytes``); ``activation_checkpointing_interval`` k checkpoints blocks 0, k, 2k, ... and the
+  input, the QKV (h + 2kv) and gate/up projections' outputs and attention's output and log-sum-exp
+  (``selective_saved_bytes``: 2(3h + 2kv + 2f) + 4nh bytes in 16 bits); ``activation_checkpointing_interval`` k checkpoints blocks 0, k, 2k, ... and the
   others keep every activation (``saved_per_block``); ``grad_accum_steps`` above 1 holds every parameter's
   unsharded fp32 gradient between micro-batches (4P, less the blocks already reduced on the last micro-batch) and
   the whole step's tokens; the fused AdamW of a GPU run makes no temporaries; ``nvfp4_bf16_blocks``' first and
@@ -201,12 +201,13 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
     workflow's defaults). ``architecture``: the settings of the ``init_from`` model's config.json
     (``training.request.hf_config.architecture``), which give the shape. Raises ``contract.ContractError`` naming
     a bad setting."""
-    values = contract.parse_hyperparameters(trainer_settings(request), architecture)
     instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
     if instance_type not in contract.GPU_INSTANCE_TYPES:
         raise contract.ContractError(
             "instance_type", f"must be one of {', '.join(contract.GPU_INSTANCE_TYPES)}; got {instance_type!r}"
         )
+    sm = contract.GPU_INSTANCE_TYPES[instance_type].sm
+    values = contract.parse_hyperparameters(trainer_settings(request), architecture, sm=sm)
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
@@ -276,11 +277,13 @@ def layer_activation_bytes(s: Setup) -> float:
 
 def selective_saved_bytes(s: Setup) -> float:
     """Bytes per token a ``selective`` block keeps (``training/trainer/activation_checkpoint.py``, torchtitan's
-    op-level policy): its input (h), the QKV projection's output (3h), attention's output (h) and fp32 log-sum-exp
-    (4 bytes per head), the gate/up projection's output (2f); the output and down projections (every second
-    matmul) and everything else are recomputed."""
+    op-level policy): its input (h), the QKV projection's output (h + 2kv: the query, and the key and value
+    ``kv_heads * head_dim`` wide each, h without grouped-query attention), attention's output (h) and fp32
+    log-sum-exp (4 bytes per head), the gate/up projection's output (2f); the output and down projections (every
+    second matmul) and everything else are recomputed."""
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
-    return s.compute_bytes * (5 * h + 2 * f) + 4 * nh
+    kv = s.shape.kv_heads * s.shape.head_dim
+    return s.compute_bytes * (3 * h + 2 * kv + 2 * f) + 4 * nh
 
 
 def saved_per_block(s: Setup) -> list[float]:
@@ -587,7 +590,12 @@ def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[s
 
 @dataclass(frozen=True)
 class Timing:
-    """Expected throughput, step time, run time and cost; ``warning`` when the run outlasts its time limit."""
+    """Expected throughput, step time, run time and cost; ``warning`` when the run outlasts its time limit.
+
+    ``mfu_bf16``: the model-FLOPs utilization the run would report against the GPU's bf16 peak (the trainer's
+    ``mfu`` for bf16, its ``mfu_bf16`` for lower precisions): the model's FLOPs per token (``flops_per_token``)
+    at ``tokens_per_sec_per_gpu``, so activation checkpointing's recompute and the chunked loss's second head GEMM,
+    which the model FLOPs leave out, lower it."""
 
     tokens_per_sec_per_gpu: float
     mfu_bf16: float
@@ -620,13 +628,15 @@ def recompute_overhead(s: Setup) -> float:
     """The slow-down activation checkpointing's recompute costs: ``AC_OVERHEAD`` (a whole block's forward again)
     for every checkpointed block's share of the blocks; ``selective`` recomputes only the output and down
     projections of the matmuls (and cheap element-wise work), so its share of a block's forward FLOPs,
-    (h^2 + hf) / (4h^2 + 3hf + 2hS) per token, scales the overhead."""
+    (h^2 + hf) / (2h^2 + 2h kv + 3hf + 2hS) per token, scales the overhead (QKV h(h + 2kv), output h^2, gate/up
+    2hf, down hf, attention 2hS; kv = kv_heads x head_dim, h without grouped-query attention)."""
     if not s.ac_on:
         return 1.0
     share = len(s.checkpointed_blocks) / s.shape.num_layers
     if s.activation_checkpointing == "selective":
         h, f = s.shape.hidden_size, s.shape.ffn_hidden_size
-        share *= (h * h + h * f) / (4 * h * h + 3 * h * f + 2 * h * s.seq_length)
+        kv = s.shape.kv_heads * s.shape.head_dim
+        share *= (h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h * s.seq_length)
     return 1.0 + (AC_OVERHEAD - 1.0) * share
 
 
@@ -651,9 +661,9 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
     source, basis = REFERENCE_SOURCE, "published"
     if measured is not None:
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
-        mfu = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
+    mfu_bf16 = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
@@ -663,7 +673,7 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu, step, run, cost, warning, source, basis)
+    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis)
 
 
 def measured_source(record: Mapping[str, Any]) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,13 @@ def checkpointed_blocks(num_layers: int, mode: str, interval: int) -> list[int]:
     return list(range(0, num_layers, interval))
 
 
+def variants(num_layers: int, mode: str, interval: int) -> list[str]:
+    """The distinct ways the model's blocks run under ``mode`` and ``interval``: ``mode`` for the checkpointed
+    ones, ``none`` for the others (what ``compile.warm_up`` compiles)."""
+    chosen = checkpointed_blocks(num_layers, mode, interval)
+    return ([mode] if chosen else []) + (["none"] if len(chosen) < num_layers else [])
+
+
 def apply(layers: nn.ModuleList, mode: str, interval: int = 1, *, use_te: bool = False) -> list[int]:
     """Checkpoint every ``interval``-th block of ``layers`` with ``mode``; returns their indices."""
     if mode not in ("none", "full", "selective"):
@@ -57,11 +65,25 @@ def apply(layers: nn.ModuleList, mode: str, interval: int = 1, *, use_te: bool =
         block = layers[index]
         if use_te:
             block.forward = functools.partial(_te_checkpoint, block.forward)
-        elif mode == "full":
-            block.forward = functools.partial(_full, block.forward)
         else:
-            block.forward = functools.partial(_selective, block.forward)
+            # A method of the block (not a partial holding its bound forward): torch.compile then guards on the
+            # block's type, so one compiled graph serves every checkpointed block (torch 2.9 guards a partial's
+            # arguments by identity: a recompile per block, and eager blocks past its recompile limit of 8).
+            block.forward = types.MethodType(_full_block if mode == "full" else _selective_block, block)
     return chosen
+
+
+def _own_forward(block: nn.Module) -> Callable:
+    """The block's own ``forward`` (its class's), under the checkpointing method ``apply`` put on the instance."""
+    return functools.partial(type(block).forward, block)
+
+
+def _full_block(block: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return _full(_own_forward(block), *args, **kwargs)
+
+
+def _selective_block(block: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return _selective(_own_forward(block), *args, **kwargs)
 
 
 def _full(forward: Callable, *args: Any, **kwargs: Any) -> torch.Tensor:

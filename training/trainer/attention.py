@@ -8,9 +8,16 @@ enabled, that is what makes ``math`` mean math). ``torch.nn.attention.sdpa_kerne
 (torch 2.9 has it) enables the backends and sets their order around the forward pass; the backward pass runs the
 kernel the forward chose.
 
-The kernel actually selected is probed at start with ``torch._fused_sdp_choice`` on the run's query shape and
-logged. Transformer Engine chooses its own kernel (FlashAttention, cuDNN FusedAttention, or unfused); the trainer
-logs TE's choice after the first step (``te_backend``).
+The kernel actually selected is probed at start (``resolve``) with ``torch._fused_sdp_choice``, SDPA's own
+chooser, called exactly as the block calls SDPA (``model.causal_attention``) on inputs made as the block makes them
+(``model.attention_inputs``): the micro-batch, sequence length and compute dtype of the run, the query's heads and
+the key/value heads of grouped-query attention with ``enable_gqa``, the strides of the fused QKV projection's
+output, requiring grad as in training. Each backend has its own rules for these (grouped-query attention, head_dim,
+dtype, memory layout, determinism), and torch skips a backend that cannot take them for the next in the order, so
+the probe finds the kernel that really runs. That one is logged; a NAMED ``attention_backend`` that torch cannot run
+for the model (it would fall back to math, whose memory grows with seq_length^2) is refused before the model is
+built, on every rank together. Transformer Engine chooses its own kernel (FlashAttention, cuDNN FusedAttention, or
+unfused); the trainer logs TE's choice after the first step (``te_backend``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,12 @@ import importlib
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from training.request.contract import ModelShape
+from training.trainer import model, refusal
+from training.trainer.rotary import Rope
 
 BACKENDS: dict[str, SDPBackend] = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -60,19 +72,70 @@ class AttentionPlan:
         return sdpa_kernel([BACKENDS[name] for name in self.order], set_priority=True)
 
     def in_effect(
-        self, batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, device: torch.device
+        self,
+        shape: ModelShape,
+        batch: int,
+        seq: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        rope: Rope | None = None,
     ) -> str:
-        """The backend torch selects for a causal query of this shape under this plan (meta-free probe on tiny
-        real tensors of the run's dtype; ``_fused_sdp_choice`` only inspects shapes, dtypes and devices)."""
-        query = torch.empty((batch, heads, seq, head_dim), dtype=dtype, device=device)
-        with self.context():
-            choice = torch._fused_sdp_choice(query, query, query, None, 0.0, True)
-        return _NAMES.get(int(choice), f"backend {int(choice)}")
+        """The backend SDPA runs under this plan for a block of ``shape`` on a ``[batch, seq]`` micro-batch in
+        ``dtype`` on ``device`` (``rope``: the run's rotary frequencies, None for NoPE). The inputs are made by the
+        block's own code from an uninitialized fused QKV output (``_fused_sdp_choice`` reads shapes, strides,
+        dtypes, the device and whether grad is required, never values) and freed on return."""
+        width = shape.hidden_size + 2 * shape.kv_heads * shape.head_dim
+        with torch.enable_grad():
+            qkv = torch.empty((batch, seq, width), dtype=dtype, device=device, requires_grad=True)
+            freqs = None if rope is None else rope(seq, device)
+            q, k, v = model.attention_inputs(qkv, shape.num_heads, shape.kv_heads, shape.head_dim, freqs)
+            with self.context():
+                choice = int(model.causal_attention(q, k, v, sdpa=torch._fused_sdp_choice))
+        return _NAMES.get(choice, f"backend {choice}")
 
 
 def plan(setting: str, device: torch.device, deterministic: bool = False) -> AttentionPlan:
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     return AttentionPlan(priority(setting, capability, deterministic))
+
+
+class BackendUnavailable(refusal.Refusal):
+    """``attention_backend`` names a kernel torch cannot run for the model's attention on this machine."""
+
+
+def unavailable(
+    setting: str, chosen: str, shape: ModelShape, seq: int, dtype: torch.dtype, device: torch.device
+) -> str | None:
+    """Why a named ``setting`` cannot serve when SDPA would run ``chosen`` instead (None: it can, or ``auto``)."""
+    if setting == "auto" or chosen == setting:
+        return None
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    gqa = " (grouped-query attention)" if shape.kv_heads != shape.num_heads else ""
+    return (
+        f"attention_backend: {setting} cannot run this model's attention on {where} with torch {torch.__version__} "
+        f"({shape.num_heads} query heads, {shape.kv_heads} key/value heads{gqa}, head_dim {shape.head_dim}, "
+        f"seq_length {seq}, {str(dtype).removeprefix('torch.')}): SDPA would run {chosen} instead; use "
+        "attention_backend auto (the fastest kernel torch can run for it, logged at start)"
+    )
+
+
+def resolve(
+    cfg, device: torch.device, dtype: torch.dtype, group: dist.ProcessGroup
+) -> tuple[AttentionPlan, str]:
+    """The torch path's attention plan for the run ``cfg`` and the kernel in effect (``AttentionPlan.in_effect``
+    on the run's shapes); a named backend torch cannot run is refused (``BackendUnavailable``) on every rank
+    together: the ranks agree through one all-reduce on ``group`` (the host-side gloo group)."""
+    chosen_plan = plan(cfg.attention_backend, device, cfg.deterministic)
+    rope = Rope.from_settings(cfg.as_dict())
+    chosen = chosen_plan.in_effect(cfg.shape, cfg.batch_size, cfg.seq_length, dtype, device, rope)
+    problem = unavailable(cfg.attention_backend, chosen, cfg.shape, cfg.seq_length, dtype, device)
+    flag = torch.tensor([0 if problem is None else 1], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if flag.item():
+        raise BackendUnavailable(
+            problem or f"attention_backend: {cfg.attention_backend} cannot run on another rank"
+        )
+    return chosen_plan, chosen
 
 
 def te_backend() -> str:

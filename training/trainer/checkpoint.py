@@ -524,19 +524,26 @@ REMEDY = {
 """What the user can change when a checkpoint's model shape differs, by the setting that chose the checkpoint."""
 
 
-POSITION_SETTINGS = ("position_encoding", "rope_theta", "rope_scaling", *contract.LLAMA3_ROPE_SETTINGS)
-"""Model settings recorded next to the shape: a model trained with one cannot continue with another."""
+POSITION_SETTINGS = (
+    "rms_norm_eps", "position_encoding", "rope_theta", "rope_scaling", *contract.LLAMA3_ROPE_SETTINGS
+)  # fmt: skip
+"""Model settings recorded next to the shape (RMSNorm's epsilon and the position encoding): a model trained with
+one cannot continue with another."""
 
-LEGACY_MODEL_SETTINGS: dict[str, Any] = {"position_encoding": "none", "tie_embeddings": False}
+LEGACY_MODEL_SETTINGS: dict[str, Any] = {
+    "position_encoding": "none", "tie_embeddings": False, "rms_norm_eps": contract.NORM_EPS
+}  # fmt: skip
 """What a checkpoint written before a setting was recorded holds: every model before RoPE was NoPE, before tying
-untied (and before grouped-query attention, one key/value head per query head; before RoPE scaling, none)."""
+untied, before ``rms_norm_eps`` 1e-5 (and before grouped-query attention, one key/value head per query head;
+before RoPE scaling, none)."""
 
 
 def model_identity(cfg) -> dict[str, Any]:
     """What a checkpoint of ``cfg``'s model records and a resume must match: the shape (``ARCHITECTURE_NAMES``:
-    the dims, key/value heads, tying), ``position_encoding`` and, with RoPE, ``rope_theta`` and ``rope_scaling``
-    (with llama3's four parameters)."""
+    the dims, key/value heads, tying), ``rms_norm_eps``, ``position_encoding`` and, with RoPE, ``rope_theta`` and
+    ``rope_scaling`` (with llama3's four parameters)."""
     identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in contract.ARCHITECTURE_NAMES}
+    identity["rms_norm_eps"] = float(cfg.rms_norm_eps)
     identity["position_encoding"] = cfg.position_encoding
     if cfg.position_encoding == "rope":
         identity["rope_theta"] = float(cfg.rope_theta)
@@ -580,6 +587,8 @@ def shape_mismatch(
     theirs = {name: stored[name] for name in POSITION_SETTINGS if name in stored}
     if ours == theirs:
         return None
+    if ours.get("rms_norm_eps") == theirs.get("rms_norm_eps"):  # named only when it is what differs
+        ours.pop("rms_norm_eps", None), theirs.pop("rms_norm_eps", None)
     return (
         f"{path} holds a model trained with {_settings_text(theirs)}, but this run has {_settings_text(ours)}; "
         f"{remedy}"

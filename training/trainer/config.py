@@ -68,6 +68,7 @@ class TrainConfig:
     vocab_size: int
     num_kv_heads: int
     tie_embeddings: bool
+    rms_norm_eps: float
     init_from: str | None
     position_encoding: str
     rope_theta: float

@@ -41,6 +41,26 @@ class _PositionedBatches:
         self.position = int(state["position"])
 
 
+def pins(device: torch.device) -> bool:
+    """Whether batches for ``device`` go through pinned (page-locked) host memory: for a CUDA device only (pinning
+    needs CUDA; a CPU-only torch refuses it)."""
+    return device.type == "cuda"
+
+
+def to_device(
+    tokens: torch.Tensor, targets: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch's ``tokens`` and ``targets`` (host memory, the same shape) on ``device``, in one copy. For a CUDA
+    GPU they are stacked into pinned memory (torch's caching host allocator: no new page-locking per step), then
+    copied to the GPU with ``non_blocking=True``: an asynchronous copy on the current stream, ordered before the
+    kernels that read it, and the host goes on at once. From ordinary (pageable) memory a ``non_blocking`` copy is
+    not asynchronous: CUDA stages it through a pinned buffer of its own and the host waits. Elsewhere a plain
+    copy."""
+    both = torch.stack((tokens, targets))
+    both = both.pin_memory().to(device, non_blocking=True) if pins(device) else both.to(device)
+    return both[0], both[1]
+
+
 class SyntheticTokens(_PositionedBatches):
     """Deterministic tokens with a learnable pattern: the vocabulary is laid out in one fixed random cycle;
     each sequence starts at a random point and walks the cycle, so every next token is a function of the

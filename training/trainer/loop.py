@@ -50,8 +50,9 @@ def set_determinism(cfg: TrainConfig) -> None:
 
 def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> model.Transformer:
     """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): built on the meta
-    device, its blocks wrapped (activation checkpointing, then ``torch.compile``, then NVFP4's bf16 edge blocks)
-    before FSDP2 shards it, then given its values: random, or the ``init_from`` model's weights."""
+    device, its blocks wrapped (activation checkpointing, then ``torch.compile``, whose forward and backward graphs
+    are compiled here by ``compile.warm_up``, then NVFP4's bf16 edge blocks) before FSDP2 shards it, then given its
+    values: random, or the ``init_from`` model's weights."""
     use_te = plan.recipe is not None
     with plan.init_context():
         net = model.build_model(
@@ -62,17 +63,24 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             position_encoding=cfg.position_encoding,
             rope_theta=cfg.rope_theta,
             rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()),
+            norm_eps=cfg.rms_norm_eps,
         )
     activation_checkpoint.apply(
         net.layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval, use_te=use_te
     )
     if compiling.resolve(cfg.compile, env.device, use_te):
         compiling.apply(net.layers, loss_chunks=cfg.loss_chunk_tokens > 0)
+        variants = activation_checkpoint.variants(
+            cfg.num_layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval
+        )
+        compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
+                          device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
+                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps)  # fmt: skip
     if cfg.precision == "nvfp4":
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
-    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from)
+    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init)
     return net
 
 
@@ -217,7 +225,14 @@ def run(
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
     settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
     say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
-    say(levers_line(cfg, env, plan, allocator))
+    # The torch path's SDPA kernel, probed on the model's own attention inputs; a named one that cannot run them is
+    # refused here, before the model is built (Transformer Engine chooses its own: logged after step 1).
+    attention_plan, kernel = (
+        (attention.plan(cfg.attention_backend, env.device, cfg.deterministic), None)
+        if plan.recipe is not None
+        else attention.resolve(cfg, env.device, plan.dtype, env.cpu_group)
+    )
+    say(levers_line(cfg, env, plan, allocator, (attention_plan, kernel)))
     # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
     # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
@@ -234,7 +249,6 @@ def run(
     val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
     collector = levers.GarbageCollection(cfg.gc_interval)
-    attention_plan = attention.plan(cfg.attention_backend, env.device, cfg.deterministic)
     try:
         with attention_plan.context():  # forward, recompute and validation all run the pinned kernel
             summary = _train(
@@ -251,9 +265,14 @@ def run(
 
 
 def levers_line(
-    cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan, allocator: str
+    cfg: TrainConfig,
+    env: parallel.DistEnv,
+    plan: precision.PrecisionPlan,
+    allocator: str,
+    sdpa: tuple[attention.AttentionPlan, str | None],
 ) -> str:
-    """``levers key=value ...``: what each speed lever resolved to on this machine (``auto`` values included)."""
+    """``levers key=value ...``: what each speed lever resolved to on this machine (``auto`` values included);
+    ``sdpa``: the torch path's attention plan and the kernel in effect (``attention.resolve``)."""
     use_te = plan.recipe is not None
     sm = torch.cuda.get_device_capability(env.device) if env.device.type == "cuda" else None
     resolved: dict[str, Any] = {
@@ -280,12 +299,8 @@ def levers_line(
         if cfg.precision == "nvfp4":
             resolved["bf16_blocks"] = cfg.nvfp4_bf16_blocks
     else:
-        heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
-        attention_plan = attention.plan(cfg.attention_backend, env.device, cfg.deterministic)
-        resolved["attention"] = attention_plan.in_effect(
-            1, heads, cfg.seq_length, head_dim, plan.dtype, env.device
-        )
-        resolved["attention_priority"] = ",".join(attention_plan.order or ["torch_default"])
+        resolved["attention"] = sdpa[1]
+        resolved["attention_priority"] = ",".join(sdpa[0].order or ["torch_default"])
     return "levers " + " ".join(f"{key}={contract._fmt_config(value)}" for key, value in resolved.items())
 
 
@@ -293,20 +308,33 @@ def _micro_batches(
     dataset: Any, count: int, device: torch.device
 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[float]]:
     """One optimizer step's batch cut into ``count`` micro-batches on ``device``, and each one's share of the
-    step's loss (its targets that count, over the step's, counted on the host before the copy: no device sync)."""
+    step's loss: its targets that count (not ``IGNORE_INDEX``) over the step's, counted on the host before the
+    copy (no device sync; ``train_step`` says how the shares weigh the losses). The batch goes to the device in one
+    copy (``data.to_device``: pinned memory and a non-blocking copy on a GPU)."""
     tokens, targets = dataset.next_batch()
-    pieces = list(zip(tokens.chunk(count), targets.chunk(count), strict=True))
-    counted = [int((t != loss_module.IGNORE_INDEX).sum()) for _, t in pieces]
+    counted = [int((piece != loss_module.IGNORE_INDEX).sum()) for piece in targets.chunk(count)]
     total = max(sum(counted), 1)
-    on_device = [(x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in pieces]
+    tokens, targets = data.to_device(tokens, targets, device)
+    on_device = list(zip(tokens.chunk(count), targets.chunk(count), strict=True))
     return on_device, [c / total for c in counted]
 
 
 def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, shares: list[float], params: list,
                max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Forward and backward of every micro-batch (gradients reduced only on the last: FSDP2's
-    ``set_requires_gradient_sync``), each loss weighted by its share of the step's tokens, then clip and step.
-    Returns the step's loss and gradient norm as device tensors (nothing here waits on the device)."""
+    ``set_requires_gradient_sync``), then clip and step. Returns the step's loss and gradient norm as device
+    tensors (nothing here waits on the device).
+
+    How the micro-batches' losses are weighted: per target token over the whole optimizer step, not per
+    micro-batch. ``net`` returns a micro-batch's mean cross-entropy over its counted targets (those not
+    ``IGNORE_INDEX``); it is multiplied by ``shares[i]`` = that micro-batch's counted targets / the step's
+    (``_micro_batches``), so the weighted losses, and their gradients, add up to the mean over every counted target
+    of the step: the loss and the gradient of the one batch ``len(micro)`` times larger. The mean of the
+    micro-batch means would differ as soon as the micro-batches count different numbers of targets (it weighs each
+    token of a micro-batch with fewer by more). Across ranks FSDP2's reduce-scatter averages the ranks' gradients:
+    the per-token mean of the global batch when every rank counts the same number of targets, which the trainer's
+    data always does (synthetic and token-file batches have no ignored targets). With one micro-batch its mean is
+    the step's loss as it is."""
     step_loss = torch.zeros((), device=micro[0][0].device)
     last = len(micro) - 1
     for index, ((tokens, targets), share) in enumerate(zip(micro, shares, strict=True)):

@@ -25,6 +25,8 @@ seed and the parameter's name), after FSDP2 has sharded the meta-device model.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,46 +36,76 @@ from training.request.contract import NORM_EPS, POSITION_ENCODINGS, ModelShape
 from training.trainer.loss import linear_cross_entropy
 from training.trainer.rotary import Llama3Scaling, Rope, apply_rotary
 
-__all__ = ["NORM_EPS", "TorchBlock", "Transformer", "build_model", "te_block"]
+__all__ = [
+    "NORM_EPS",
+    "TorchBlock",
+    "Transformer",
+    "attention_inputs",
+    "build_model",
+    "causal_attention",
+    "te_block",
+]
 
 
 class TorchBlock(nn.Module):
     """Pre-norm transformer block in plain PyTorch. The fused ``qkv`` weight is ``[q; k; v]``: ``num_heads *
     head_dim`` query rows, then ``num_kv_heads * head_dim`` rows each for key and value."""
 
-    def __init__(self, shape: ModelShape):
+    def __init__(self, shape: ModelShape, norm_eps: float = NORM_EPS):
+        """``norm_eps``: the RMSNorms' epsilon (the ``rms_norm_eps`` setting)."""
         super().__init__()
         h, f = shape.hidden_size, shape.ffn_hidden_size
         self.num_heads, self.num_kv_heads, self.head_dim = shape.num_heads, shape.kv_heads, shape.head_dim
-        self.attention_norm = nn.RMSNorm(h, eps=NORM_EPS)
+        self.attention_norm = nn.RMSNorm(h, eps=norm_eps)
         self.qkv = nn.Linear(h, h + 2 * self.num_kv_heads * self.head_dim, bias=False)
         self.out_proj = nn.Linear(h, h, bias=False)
-        self.ffn_norm = nn.RMSNorm(h, eps=NORM_EPS)
+        self.ffn_norm = nn.RMSNorm(h, eps=norm_eps)
         self.gate_up = nn.Linear(h, 2 * f, bias=False)
         self.down = nn.Linear(f, h, bias=False)
 
     def forward(self, x: torch.Tensor, rotary_pos_emb: torch.Tensor | None = None) -> torch.Tensor:
         """``rotary_pos_emb``: the ``rotary.Rope`` frequencies (``[seq, 1, 1, head_dim]``), or None for NoPE."""
         b, s, h = x.shape
-        kv_width = self.num_kv_heads * self.head_dim
-        q, k, v = self.qkv(self.attention_norm(x)).split((h, kv_width, kv_width), dim=-1)
-        q = q.view(b, s, self.num_heads, self.head_dim)
-        k, v = k.view(b, s, self.num_kv_heads, self.head_dim), v.view(b, s, self.num_kv_heads, self.head_dim)
-        if rotary_pos_emb is not None:
-            q, k = apply_rotary(q, rotary_pos_emb), apply_rotary(k, rotary_pos_emb)
-        attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            is_causal=True,
-            enable_gqa=self.num_kv_heads != self.num_heads,
+        q, k, v = attention_inputs(
+            self.qkv(self.attention_norm(x)), self.num_heads, self.num_kv_heads, self.head_dim, rotary_pos_emb
         )
+        attn = causal_attention(q, k, v)
         x = x + self.out_proj(attn.transpose(1, 2).reshape(b, s, h))
         gate, up = self.gate_up(self.ffn_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 
 
-def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) -> nn.Module:
+def attention_inputs(
+    qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int, rotary_pos_emb: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SDPA's query, key and value (``[batch, heads, seq, head_dim]``: ``num_heads``, ``num_kv_heads`` and
+    ``num_kv_heads`` heads) from the fused QKV projection's output ``qkv`` (``[batch, seq, (num_heads + 2 *
+    num_kv_heads) * head_dim]``), query and key rotated: the shapes, dtypes and memory layout (strides) the kernel
+    gets, which ``attention.AttentionPlan.in_effect`` probes with."""
+    b, s, _ = qkv.shape
+    kv_width = num_kv_heads * head_dim
+    q, k, v = qkv.split((num_heads * head_dim, kv_width, kv_width), dim=-1)
+    q = q.view(b, s, num_heads, head_dim)
+    k, v = k.view(b, s, num_kv_heads, head_dim), v.view(b, s, num_kv_heads, head_dim)
+    if rotary_pos_emb is not None:
+        q, k = apply_rotary(q, rotary_pos_emb), apply_rotary(k, rotary_pos_emb)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sdpa: Callable[..., Any] | None = None
+) -> Any:
+    """The block's attention call: causal SDPA, with grouped-query attention (``enable_gqa``) when key and value
+    have fewer heads than the query. ``sdpa``: what is called with these arguments instead of
+    ``F.scaled_dot_product_attention`` (``attention.AttentionPlan`` passes ``torch._fused_sdp_choice``, which
+    returns the backend SDPA would run for them)."""
+    call = F.scaled_dot_product_attention if sdpa is None else sdpa
+    return call(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
+
+
+def te_block(
+    shape: ModelShape, layer_number: int, params_dtype: torch.dtype, norm_eps: float = NORM_EPS
+) -> nn.Module:
     """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, SwiGLU,
     ``num_gqa_groups`` = the key/value heads: TE's ``MultiheadAttention`` then makes its fused QKV weight
     ``hidden + 2 * groups * head_dim`` rows, interleaved per group, ``attention/multi_head_attention.py``).
@@ -88,7 +120,7 @@ def te_block(shape: ModelShape, layer_number: int, params_dtype: torch.dtype) ->
         ffn_hidden_size=shape.ffn_hidden_size,
         num_attention_heads=shape.num_heads,
         num_gqa_groups=shape.kv_heads,
-        layernorm_epsilon=NORM_EPS,
+        layernorm_epsilon=norm_eps,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         layer_number=layer_number,
@@ -116,15 +148,17 @@ class Transformer(nn.Module):
         blocks: list[nn.Module],
         rope: Rope | None = None,
         loss_chunk_tokens: int = 0,
+        norm_eps: float = NORM_EPS,
     ):
-        """``rope``: the rotary frequencies every block gets (None: no position encoding)."""
+        """``rope``: the rotary frequencies every block gets (None: no position encoding); ``norm_eps``: the final
+        RMSNorm's epsilon (the blocks have theirs)."""
         super().__init__()
         self.loss_chunk_tokens = loss_chunk_tokens
         self.shape = shape
         self.rope = rope
         self.embed = nn.Embedding(shape.vocab_size, shape.hidden_size)
         self.layers = nn.ModuleList(blocks)
-        self.norm = nn.RMSNorm(shape.hidden_size, eps=NORM_EPS)
+        self.norm = nn.RMSNorm(shape.hidden_size, eps=norm_eps)
         self.head = (
             None if shape.tie_embeddings else nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
         )
@@ -162,22 +196,23 @@ def build_model(
     rope_theta: float = 10000.0,
     loss_chunk_tokens: int = 0,
     rope_scaling: Llama3Scaling | None = None,
+    norm_eps: float = NORM_EPS,
 ) -> Transformer:
     """Build the model on the meta device (no memory until FSDP2 has sharded it; then
     ``parallel.shard_model`` materializes each rank's shard and ``weights.initialize`` fills it).
     ``loss_chunk_tokens``: the contract's setting (0: the LM head and loss unchunked). Activation checkpointing
     and ``torch.compile`` are applied to the blocks afterwards (``activation_checkpoint``, ``compile``).
     ``position_encoding`` is ``rope`` (rotary embeddings with base ``rope_theta`` and ``rope_scaling``) or
-    ``none``.
+    ``none``; ``norm_eps``: every RMSNorm's epsilon (``rms_norm_eps``).
     """
     if position_encoding not in POSITION_ENCODINGS:
         raise ValueError(f"position_encoding must be one of {POSITION_ENCODINGS}; got {position_encoding!r}")
     rope = Rope(shape.head_dim, rope_theta, rope_scaling) if position_encoding == "rope" else None
     blocks: list[nn.Module]
     if use_te:
-        blocks = [te_block(shape, i + 1, te_params_dtype) for i in range(shape.num_layers)]
+        blocks = [te_block(shape, i + 1, te_params_dtype, norm_eps) for i in range(shape.num_layers)]
     else:
-        blocks = [TorchBlock(shape) for _ in range(shape.num_layers)]
+        blocks = [TorchBlock(shape, norm_eps) for _ in range(shape.num_layers)]
     with torch.device("meta"):
-        model = Transformer(shape, blocks, rope=rope, loss_chunk_tokens=loss_chunk_tokens)
+        model = Transformer(shape, blocks, rope=rope, loss_chunk_tokens=loss_chunk_tokens, norm_eps=norm_eps)
     return model

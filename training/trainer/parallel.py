@@ -79,14 +79,8 @@ def shard_model(
     a DTensor.
     """
     te_attrs = {name: dict(vars(p)) for name, p in model.named_parameters() if _is_te_param(model, name)}
-    # Blocks take their input as it comes (already in the compute dtype: the embedding's output) and, above all,
-    # the rotary frequencies in fp32: FSDP2 would otherwise cast every floating-point argument to param_dtype,
-    # and bf16 angles (position x frequency, up to seq_length radians) are off by whole radians.
-    block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
     for index, block in enumerate(model.layers):
-        fully_shard(
-            block, mesh=mesh, mp_policy=block_policy, reshard_after_forward=index < len(model.layers) - 1
-        )
+        shard_block(block, mesh, policy, reshard_after_forward=index < len(model.layers) - 1)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     for name, param in model.named_parameters():
         for key, value in te_attrs.get(name, {}).items():
@@ -96,6 +90,17 @@ def shard_model(
             continue
         if any(p.is_meta for p in module.parameters(recurse=False)):
             module.to_empty(device=device, recurse=False)
+
+
+def shard_block(
+    block: torch.nn.Module, mesh: DeviceMesh, policy: MixedPrecisionPolicy, reshard_after_forward: bool = True
+) -> None:
+    """``fully_shard`` one block as ``shard_model`` does (also ``compile.warm_up``'s stand-in block)."""
+    # Blocks take their input as it comes (already in the compute dtype: the embedding's output) and, above all,
+    # the rotary frequencies in fp32: FSDP2 would otherwise cast every floating-point argument to param_dtype,
+    # and bf16 angles (position x frequency, up to seq_length radians) are off by whole radians.
+    block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
+    fully_shard(block, mesh=mesh, mp_policy=block_policy, reshard_after_forward=reshard_after_forward)
 
 
 def _is_te_param(model: Transformer, name: str) -> bool:

@@ -255,9 +255,12 @@ def nondeterministic_op(cfg: Any, capability: tuple[int, int] | None) -> str | N
 
 def check_run(cfg: Any) -> None:
     """Everything about ``cfg`` this machine can refuse before any process starts: the precision's hardware
-    (``check_this_machine``) and ``deterministic=true`` with an op that has no deterministic kernel here."""
+    (``check_this_machine``), the model's dims for the recipe this GPU runs (``contract.check_dims``: fp8 runs
+    MXFP8 on SM 10.x, which needs multiples of 32) and ``deterministic=true`` with an op that has no deterministic
+    kernel here."""
     check_this_machine(cfg.precision)
     capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    contract.check_dims(cfg.as_dict(), capability)
     if cfg.deterministic:
         op = nondeterministic_op(cfg, capability)
         if op is not None:

@@ -127,6 +127,14 @@ class Rope:
         self.head_dim, self.theta, self.scaling = head_dim, float(theta), scaling
         self._cache: dict[tuple[int, str], torch.Tensor] = {}
 
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> Rope | None:
+        """The rotary frequencies of a run's settings, or None without RoPE (``position_encoding=none``)."""
+        if settings.get("position_encoding", "rope") != "rope":
+            return None
+        head_dim = int(settings["hidden_size"]) // int(settings["num_heads"])
+        return cls(head_dim, float(settings["rope_theta"]), Llama3Scaling.from_settings(settings))
+
     def __call__(self, seq_len: int, device: torch.device) -> torch.Tensor:
         key = (seq_len, str(device))
         if key not in self._cache:

@@ -39,7 +39,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from training.request import hf_config
-from training.trainer import llama_layout
+from training.trainer import llama_layout, master_weights
 
 INIT_STD = 0.02
 INDEX_FILE = "model.safetensors.index.json"
@@ -134,33 +134,59 @@ def source_for(init_from: str | None, seed: int, num_layers: int) -> Generated |
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def initialize(model: nn.Module, *, seed: int, init_from: str | None = None) -> None:
+def initialize(
+    model: nn.Module, *, seed: int, init_from: str | None = None, keep_master_values: bool = False
+) -> None:
     """Give every parameter of the sharded ``model`` (``parallel.shard_model``'s) its value: from the Hugging Face
     folder ``init_from``, or generated from ``seed``. Transformer Engine modules are materialized by their own
-    ``reset_parameters`` with each ``init_fn`` replaced (see the module doc); the rest are copied into."""
+    ``reset_parameters`` with each ``init_fn`` replaced (see the module doc); the rest are copied into.
+
+    ``reset_parameters`` runs with grad mode ON: at v2.11 it quantizes a primary FP8/MXFP8 weight with
+    ``quantizer.set_usage(rowwise=True, columnwise=torch.is_grad_enabled())``, and a weight made without its
+    column-wise data cannot be used by the backward pass (FSDP2's backward all-gather sends ``_columnwise_data``,
+    ``tensor/mxfp8_tensor.py`` ``fsdp_pre_all_gather``). The copies themselves run under ``no_grad``.
+
+    ``keep_master_values`` (``quantized_model_init``'s fp32 masters): each parameter stored in less than fp32
+    keeps its fp32 value from before quantization, where ``master_weights.MasterWeightAdamW`` starts its master."""
     shape = model.shape
     source = source_for(init_from, seed, shape.num_layers)
     te_owned: set[str] = set()
     for module_name, module in model.named_modules():
         if hasattr(module, "param_init_meta"):
+            values: dict[str, torch.Tensor] = {}
             for param_name, meta in module.param_init_meta.items():
                 full_name = f"{module_name}.{param_name}" if module_name else param_name
                 te_owned.add(full_name)
-                meta.init_fn = _copy_into(full_name, getattr(module, param_name), shape, source)
+                kept = values if keep_master_values else None
+                meta.init_fn = _copy_into(
+                    full_name, param_name, getattr(module, param_name), shape, source, kept
+                )
                 meta.get_rng_state_tracker = None
-            module.reset_parameters()
-    for name, param in model.named_parameters():
-        if name not in te_owned:
-            _local(param).copy_(shard_value(name, param, shape, source))
+            with torch.enable_grad():
+                module.reset_parameters()
+            for param_name, value in values.items():
+                master_weights.keep_initial_value(getattr(module, param_name), value)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name not in te_owned:
+                value = shard_value(name, param, shape, source)
+                _local(param).copy_(value)
+                if keep_master_values:
+                    master_weights.keep_initial_value(param, value)
 
 
-def _copy_into(name: str, param: torch.Tensor, shape, source) -> Callable[[torch.Tensor], None]:
-    """A TE ``init_fn``: copies this rank's shard of ``name``'s value into the local tensor TE passes."""
+def _copy_into(
+    name: str, key: str, param: torch.Tensor, shape, source, kept: dict[str, torch.Tensor] | None
+) -> Callable[[torch.Tensor], None]:
+    """A TE ``init_fn``: copies this rank's shard of ``name``'s value into the local tensor TE passes (and, with
+    ``kept``, keeps the fp32 value there under ``key``)."""
 
     def init_fn(local: torch.Tensor) -> None:
         with torch.no_grad():
-            local.copy_(shard_value(name, param, shape, source, device=local.device))
+            value = shard_value(name, param, shape, source, device=local.device)
+            local.copy_(value)
+        if kept is not None:
+            kept[key] = value
 
     return init_fn
 

@@ -154,6 +154,15 @@ def test_lever_refusals_that_need_the_top_level_precision(rules):
     assert masters.startswith("hyperparameters.master_weights: must be true with quantized_model_init")
 
 
+def test_fp8_dims_are_checked_for_the_recipe_the_instance_types_gpu_runs(rules):
+    """fp8's auto recipe is MXFP8 on Blackwell (blocks of 32 values), current scaling on Hopper (multiples of 16)."""
+    fp8 = {"precision": "fp8", "seq_length": 4112, "batch_size": 1}
+    problem = one(fp8, rules)  # ml.p6-b200.48xlarge, the default
+    assert problem.startswith("hyperparameters.seq_length: must be a multiple of 32 for precision=fp8 with ")
+    assert "fp8_recipe=auto (MXFP8BlockScaling on SM 10.0" in problem
+    assert validate_request({**fp8, "instance_type": "ml.p5.48xlarge"}, rules) == []
+
+
 @pytest.mark.parametrize("value", [True, False, "none", "full", "selective"])
 def test_activation_checkpointing_takes_true_false_and_its_modes(value, rules):
     prepared = prepare_request({"activation_checkpointing": value, "batch_size": 1}, rules)
