@@ -339,6 +339,8 @@ NORM_EPS = 1e-5
 """The default epsilon of every RMSNorm of the model (the ``rms_norm_eps`` setting): Llama 3.x's published value
 (``rms_norm_eps`` 1e-05 in each Llama 3.x model's config.json), which every preset keeps. An ``init_from`` model's
 comes from its config.json (``hf_config.architecture``)."""
+NORM_EPS_RANGE: tuple[float, float] = (1e-12, 1e-2)
+"""The ``rms_norm_eps`` values allowed (a setting, or an ``init_from`` model's config.json)."""
 
 POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
@@ -592,8 +594,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         NORM_EPS,
         "Epsilon of every RMSNorm (Llama 3.x and every preset: 1e-5; Llama 2: 1e-6). With init_from it comes "
         "from the model's config.json (rms_norm_eps; without one, transformers' LlamaConfig default 1e-6).",
-        1e-12,
-        1e-2,
+        *NORM_EPS_RANGE,
     ),
     Hyperparameter(
         "init_from",

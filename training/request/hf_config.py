@@ -107,11 +107,10 @@ def _norm_eps(config: Mapping[str, Any], where: str) -> float:
     """``rms_norm_eps``, or transformers' default without one; within the contract's range."""
     eps = config.get("rms_norm_eps")
     eps = DEFAULT_RMS_NORM_EPS if eps is None else eps
-    spec = contract.HYPERPARAMETERS_BY_NAME["rms_norm_eps"]
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not spec.minimum <= eps <= spec.maximum:
+    low, high = contract.NORM_EPS_RANGE
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not low <= eps <= high:
         raise refuse(
-            where,
-            f"{CONFIG_FILE}: rms_norm_eps must be a number from {spec.minimum:g} to {spec.maximum:g}; got {eps!r}",
+            where, f"{CONFIG_FILE}: rms_norm_eps must be a number from {low:g} to {high:g}; got {eps!r}"
         )
     return float(eps)
 
