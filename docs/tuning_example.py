@@ -30,8 +30,11 @@ MODEL["batch_size"] = "32"
 """The base: 32 x 32 tokens per optimizer step, which every trial but the last two keeps (its grad_accum_steps
 makes up for its micro-batch)."""
 TRIALS = [
-    *({"batch_size": b, "grad_accum_steps": 32 // b, "activation_checkpointing": ac} for b in (32, 8, 2)
-      for ac in ("none", "full")),  # fmt: skip
+    *(
+        {"batch_size": b, "grad_accum_steps": 32 // b, "activation_checkpointing": ac}
+        for b in (32, 8, 2)
+        for ac in ("none", "full")
+    ),  # fmt: skip
     # the documented exceptions (the report's notes name them): a step this large is what it takes to run out of
     # memory, and to outlast the trial's time limit, on this CPU
     {"batch_size": 4096, "seq_length": 128},

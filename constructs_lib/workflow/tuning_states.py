@@ -144,7 +144,7 @@ def _outcome(workflow: Construct, summarize: sfn.IChainable) -> sfn.IChainable:
     """One line for the summary: the winner, or no winner (no trial ran ok: the report, every trial's status and
     error, is at the report's S3 location), or no ``winner.json`` read at all."""
 
-    def line(name: str, text: str, *paths: str) -> sfn.Pass:
+    def line(name: str, text: str, *paths: str) -> sfn.Chain:
         return sfn.Pass(
             workflow,
             name,

@@ -144,9 +144,13 @@ def test_malformed_stored_records_are_skipped_when_read_never_fatal():
                          image_uri="1.dkr.ecr.us-west-2.amazonaws.com/r:abc123").with_limits()  # fmt: skip
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-west-2")
-        s3.create_bucket(Bucket="records-bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        s3.create_bucket(
+            Bucket="records-bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+        )
         prefix = rules.measurements_prefix()
-        s3.put_object(Bucket="records-bucket", Key=f"{prefix}a.json", Body=json.dumps({"records": [good, *bad]}))
+        s3.put_object(
+            Bucket="records-bucket", Key=f"{prefix}a.json", Body=json.dumps({"records": [good, *bad]})
+        )
         s3.put_object(Bucket="records-bucket", Key=f"{prefix}b.json", Body=json.dumps({"records": "none"}))
         s3.put_object(Bucket="records-bucket", Key=f"{prefix}c.json", Body=b"not json")
         assert read_measurements(s3, rules) == [good]
