@@ -66,24 +66,12 @@ class Project:
 
 def validate(request: object, rules: Any, s3: Any = None) -> list[str]:
     """Every problem of ``request`` under ``rules`` (the workflow's own check). With the S3 client ``s3``, an
-    ``init_from`` model folder's config.json is read first (:func:`init_from_architecture`), as the workflow does,
+    ``init_from`` model folder's config.json is read first (``request_check.init_from_architecture``), as the workflow does,
     so that the shape checks and a tuning run's candidates use that model; without it, no AWS call."""
-    from constructs_lib.workflow.request_check import prepare_request
+    from constructs_lib.workflow.request_check import init_from_architecture, prepare_request
 
     architecture, problems = init_from_architecture(request, rules, s3)
     return problems or prepare_request(request, rules, architecture).problems
-
-
-def init_from_architecture(request: object, rules: Any, s3: Any) -> tuple[dict[str, Any] | None, list[str]]:
-    """The settings of ``request``'s ``init_from`` folder's config.json read with ``s3`` (``read_init_from``), or
-    the problem of that folder; ``(None, [])`` without ``init_from``, without ``s3`` or with an ``init_from`` the
-    field check refuses (it says why)."""
-    from constructs_lib.workflow.request_check import check_field, read_init_from
-
-    uri = request.get("init_from") if isinstance(request, Mapping) else None
-    if s3 is None or uri is None or check_field("init_from", uri, rules) is not None:
-        return None, []
-    return read_init_from(s3, uri)
 
 
 def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:
@@ -158,7 +146,7 @@ def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
     that model folder's config.json, read with the S3 client ``s3`` (without one, it is refused: its shape is not
     known offline). With ``s3`` the throughput is measured where a stored tuning record of the rules' image stands
     for the request (``request_tune.read_measurements``), else published."""
-    from constructs_lib.workflow.request_check import prepare_request
+    from constructs_lib.workflow.request_check import init_from_architecture, prepare_request
     from constructs_lib.workflow.request_tune import read_measurements
     from training.request.plan import make_plan
 

@@ -29,8 +29,7 @@ def tune_plan(
     S3 client ``s3``, an ``init_from`` model's config.json is read first, as the workflow does (without it such a
     request is refused: its shape is not known offline). Raises ``InvalidRequest`` with every problem the workflow
     would refuse it for."""
-    from constructs_lib.cli.request import init_from_architecture
-    from constructs_lib.workflow.request_check import prepare_request
+    from constructs_lib.workflow.request_check import init_from_architecture, prepare_request
 
     tuned = with_tune(request)
     architecture, problems = init_from_architecture(tuned, rules, s3)

@@ -376,20 +376,15 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
     SageMaker client for an evaluation-only request's training job."""
     rules = RequestRules.from_json(event["rules"])
     measurements = read_measurements(s3, rules) if s3 is not None else []
+    s3 = s3 if s3 is not None else _S3OnFirstUse(rules)
     raw = event.get("input")
-    architecture: dict[str, Any] | None = None
-    weights_problems: list[str] = []
-    uri = raw.get("init_from") if isinstance(raw, Mapping) else None
-    if uri is not None and check_field("init_from", uri, rules) is None:
-        s3 = s3 or _client("s3", rules)
-        architecture, weights_problems = read_init_from(s3, uri)
+    architecture, weights_problems = init_from_architecture(raw, rules, s3)
     prepared = prepare_request(
         raw, rules, architecture, measurements=measurements, execution=event.get("execution")
     )
     prepared.problems[:0] = weights_problems
     resume = None
     if not prepared.problems and prepared.config["train_data_uri"] is not None:
-        s3 = s3 or _client("s3", rules)
         prepared.problems += data_problems(s3, prepared.config["train_data_uri"])
     if not prepared.problems and prepared.config["resume_from"] is not None:
         name = prepared.config["resume_from"]
@@ -402,7 +397,6 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
                 f"resume_from: must name an earlier execution, not this one; got {show(name)}"
             )
         else:
-            s3 = s3 or _client("s3", rules)
             bucket, _, run_key = run_uri[5:].partition("/")
             objects = _list_run(s3, bucket, run_key)
             found = newest_complete_checkpoint(
@@ -414,7 +408,6 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
                 prepared.channels.append(channel(RESUME_CHANNEL, resume["uri"], "File"))
     evaluation = None
     if not prepared.problems and prepared.config["evaluate"] is not None:
-        s3 = s3 or _client("s3", rules)
         parameters = (prepared.plan or {}).get("parameters")
         evaluation, problems = _evaluation(
             prepared.config, rules, str(event.get("execution")), (s3, sagemaker), parameters
@@ -434,6 +427,16 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
         "evaluation_only": bool(valid and evaluation and evaluation["only"]),
         "tune": prepared.tune if valid else None,
     }
+
+
+def init_from_architecture(request: object, rules: Any, s3: Any) -> tuple[dict[str, Any] | None, list[str]]:
+    """The settings of ``request``'s ``init_from`` folder's config.json read with ``s3`` (:func:`read_init_from`),
+    or the problem of that folder; ``(None, [])`` without ``init_from``, without ``s3`` or with an ``init_from`` the
+    field check refuses (it says why)."""
+    uri = request.get("init_from") if isinstance(request, Mapping) else None
+    if s3 is None or uri is None or check_field("init_from", uri, rules) is not None:
+        return None, []
+    return read_init_from(s3, uri)
 
 
 def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]:
