@@ -1,7 +1,8 @@
 """The workflow's IAM: what the state machine may do (run training jobs, pass the jobs' role, the sync integration's
 events rule, the keys of volumes and outputs), who may assume its role (this state machine only), and what the jobs'
-role gets from the workflow (its data sources, remote debugging, MLflow). Each function takes the principals and resources it grants on and returns nothing;
-``construct`` calls them once. Every cdk-nag acknowledgement here names one finding and its reason.
+role gets from the workflow (its data sources, remote debugging, MLflow). Each function takes the principals and
+resources it grants on and returns nothing; ``construct`` calls them once. Every cdk-nag acknowledgement here names
+one finding and its reason.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def grant_sagemaker(
 ) -> None:
     """What ``createTrainingJob.sync`` needs (CustomState grants nothing by itself), for the state machine's
     ``role``: run and tag this account's training jobs (warm pools capped at ``max_keep_alive_seconds``), launch
-    on its training plans and their reserved capacity, the sync integration's events rule, pass ``execution_role`` (whose role is
-    ``job_role``) to SageMaker, and the keys of volumes and outputs."""
+    on its training plans and their reserved capacity, the sync integration's events rule, pass ``execution_role``
+    (whose role is ``job_role``) to SageMaker, and the keys of volumes and outputs."""
     stack = Stack.of(scope)
     # The warm-pool ceiling in IAM too (the sagemaker:KeepAlivePeriod condition key of CreateTrainingJob, in
     # SageMaker's "Use SageMaker AI managed warm pools"); IfExists: the other actions do not carry the key.
