@@ -66,6 +66,7 @@ from constructs_lib.workflow.permissions import (
     grant_remote_debug,
     grant_sagemaker,
     grant_tuning_reads,
+    trust_only_this_state_machine,
 )
 from constructs_lib.workflow.props import (
     checked_remote_debug,
@@ -77,6 +78,7 @@ from constructs_lib.workflow.props import (
     role_of,
     run_segment_of,
     seconds_in,
+    state_machine_name_of,
 )
 from constructs_lib.workflow.request import evaluation_job_request, resource_config, training_job_request
 from constructs_lib.workflow.request_check import (
@@ -212,7 +214,10 @@ class TrainingWorkflow(Construct):
         as input. Default: no trigger.
     :param event_bus: the bus of ``event_pattern``. Default: the account's default bus.
     :param log_retention: retention of the execution log group. Default six months.
-    :param state_machine_name: physical name. Default: generated.
+    :param state_machine_name: physical name (1 to 80 of letters, digits and ``+!@.()=_'-``). Default: made from
+        the construct path (``<stack><path><hash>``, the same at every deployment), so that the IAM conditions
+        can name the exact state machine: its role's trust (``aws:SourceArn``) and the key's use
+        (``kms:EncryptionContext:aws:states:stateMachineArn``).
     :param tags: tags for the workflow's resources and every training job. Default: none.
     :param dashboard: build a CloudWatch dashboard of the workflow (loss and val_loss, tokens/s, MFU, peak memory
         of its jobs, GPU and GPU-memory utilization per host, executions); ``dashboard_url`` is its address. Its job
@@ -319,6 +324,7 @@ class TrainingWorkflow(Construct):
         self.mlflow_tracking_server_arn = mlflow_arn(mlflow_tracking_server_arn, network_isolation)
         self.launch_retry_backoff = seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
         self.run_segment = run_segment_of(run_segment, self.node.path)
+        name = state_machine_name_of(state_machine_name, self)
         self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
         self.defaults = defaults or WorkflowDefaults()
         limits = (allowed, max_count, min(MAX_RUNTIME_SECONDS_LIMIT, timeout), retries)
@@ -360,7 +366,8 @@ class TrainingWorkflow(Construct):
 
         # ---- state machine ----------------------------------------------------------------------------------
         self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
-        self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
+        self.state_machine = self._state_machine(definition, name, timeout, encryption_key)
+        trust_only_this_state_machine(self.state_machine, name)
         self._grant(execution_role, checkpoint_bucket, volume_kms_key, output_kms_key)
         self.dashboard_job_name_prefixes = dashboard_prefixes(dashboard_job_name_prefixes, dashboard)
         self._observability(notification_topic, notifications, event_pattern, event_bus, dashboard)
@@ -539,9 +546,12 @@ class TrainingWorkflow(Construct):
         return vpc_config
 
     def _state_machine(
-        self, definition: sfn.IChainable, name: str | None, timeout: int, key: kms.IKey | None
+        self, definition: sfn.IChainable, name: str, timeout: int, key: kms.IKey | None
     ) -> sfn.StateMachine:
-        """The state machine: X-Ray, every event logged with its data, execution data encrypted with ``key``."""
+        """The state machine ``name``: X-Ray, every event logged with its data, execution data encrypted with
+        ``key``. CDK grants its role ``kms:Decrypt`` and ``kms:GenerateDataKey`` on ``key`` with the condition
+        ``kms:EncryptionContext:aws:states:stateMachineArn`` = ``arn:...:stateMachine:<physical name>`` (what Step
+        Functions needs to start and run an execution, docs/security.md): hence the name is always given."""
         return sfn.StateMachine(
             self,
             "StateMachine",
