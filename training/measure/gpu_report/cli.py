@@ -91,12 +91,13 @@ def report_folder(wanted: Path) -> Path:
 def install_wheels(ctx: Context, wheels: Path | None) -> str:
     """The carried wheels into a folder of their own (no network, no dependencies resolved: the list is complete,
     ``make gpu-wheels`` proves it), put on every child's path."""
+    listed = wheels / "requirements.txt" if wheels else None
     found = sorted(wheels.glob("*.whl")) if wheels and wheels.is_dir() else []
-    if not found:
+    if not found or listed is None or not listed.is_file():
         return f"no carried wheels in {wheels}" if wheels else "no carried wheels asked for"
     site = ctx.scratch / "site"
     command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-               "--no-cache-dir", "--target", str(site), *map(str, found)]  # fmt: skip
+               "--no-cache-dir", "--find-links", str(wheels), "--target", str(site), "-r", str(listed)]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=max(10.0, ctx.clock.phase_left()))
     if done.returncode != 0:

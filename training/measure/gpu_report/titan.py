@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from training.measure.gpu_report.context import Context, say
+from training.measure.gpu_report.modes import Mode
 from training.measure.gpu_report.trials import GB_PER_GIB, KILL_MARGIN_SECONDS
 from training.request import contract
 from training.tune import runner
@@ -72,12 +73,13 @@ def toml(config: Mapping[str, Mapping[str, Any]]) -> str:
                    for name, body in config.items())  # fmt: skip
 
 
-def config(ctx: Context, settings: Mapping[str, Any], compiled: bool, folder: Path) -> dict[str, dict[str, Any]]:
-    warmup, measured = ctx.mode.titan_steps
+def config(mode: Mode, settings: Mapping[str, Any], compiled: bool, folder: Path) -> dict[str, dict[str, Any]]:
+    """torchtitan's job config of one run (``settings``: the micro-batch and activation checkpointing)."""
+    warmup, measured = mode.titan_steps
     return {
         "job": {"dump_folder": str(folder), "description": "gpu-report side by side"},
         "model": {"name": "gpukit_llama3", "flavor": "run", "hf_assets_path": str(folder)},
-        "training": {"local_batch_size": int(settings["batch_size"]), "seq_len": ctx.mode.seq_length,
+        "training": {"local_batch_size": int(settings["batch_size"]), "seq_len": mode.seq_length,
                      "steps": warmup + measured, "max_norm": 1.0, "mixed_precision_param": "bfloat16"},
         "optimizer": {"name": "AdamW", "lr": 3e-4, "eps": 1e-8, "weight_decay": 0.1, "implementation": "fused"},
         "lr_scheduler": {"warmup_steps": 2},
@@ -91,8 +93,9 @@ def config(ctx: Context, settings: Mapping[str, Any], compiled: bool, folder: Pa
     }  # fmt: skip
 
 
-def shape_json(ctx: Context) -> str:
-    values = contract.parse_hyperparameters({**ctx.mode.model, "seq_length": ctx.mode.seq_length})
+def shape_json(mode: Mode) -> str:
+    """The model's shape for :mod:`titan_spec` (``GPU_REPORT_TITAN_SHAPE``)."""
+    values = contract.parse_hyperparameters({**mode.model, "seq_length": mode.seq_length})
     shape = contract.model_shape(values)
     return json.dumps({
         "hidden_size": shape.hidden_size, "num_layers": shape.num_layers, "num_heads": shape.num_heads,
@@ -116,7 +119,7 @@ def run_one(ctx: Context, settings: Mapping[str, Any], compiled: bool) -> dict[s
     name = f"torchtitan compile={'on' if compiled else 'off'}"
     folder = ctx.scratch / f"titan-{'compile' if compiled else 'eager'}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "job.toml").write_text(toml(config(ctx, settings, compiled, folder)))
+    (folder / "job.toml").write_text(toml(config(ctx.mode, settings, compiled, folder)))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                "-m", "torchtitan.train", "--job.config_file", str(folder / "job.toml")]  # fmt: skip
     row: dict[str, Any] = {"source": "torchtitan", "configuration": _describe(settings, compiled),
@@ -131,7 +134,7 @@ def run_one(ctx: Context, settings: Mapping[str, Any], compiled: bool) -> dict[s
     if why is not None:
         return {**row, "status": "not-run", "error": why}
     say(f"{name}: started, at most {left:.0f} s")
-    env = dict(os.environ, **{"GPU_REPORT_TITAN_SHAPE": shape_json(ctx), "HF_HUB_OFFLINE": "1"})
+    env = dict(os.environ, **{"GPU_REPORT_TITAN_SHAPE": shape_json(ctx.mode), "HF_HUB_OFFLINE": "1"})
     started, first = time.monotonic(), []
 
     def echo(line: str) -> None:
