@@ -12,7 +12,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from training.measure.gpu_report import budget, cli, estimate, modes, profile_trial, sweep, titan, wheels
+from training.measure.gpu_report import (
+    budget,
+    cli,
+    context,
+    estimate,
+    modes,
+    profile_trial,
+    sweep,
+    titan,
+    trials,
+    wheels,
+)
 
 from .runner import ROOT, env
 
@@ -67,7 +78,9 @@ def test_calibration_replaces_the_assumed_start_up_and_scales_the_plans_step_tim
     candidate = sweep.ordered(modes.GPU_MODE, H100)[0]
     calibration = sweep.Calibration(modes.GPU_START_UP)
     assumed = calibration.seconds(candidate, 10)
-    assert assumed == pytest.approx(modes.GPU_START_UP.trial + modes.GPU_START_UP.compile + 10 * candidate.step_seconds)
+    assert assumed == pytest.approx(
+        modes.GPU_START_UP.trial + modes.GPU_START_UP.compile + 10 * candidate.step_seconds
+    )
     eager = sweep.Candidate({**candidate.settings, "compile": "false"}, 1, 1, 2, candidate.step_seconds, 1.0)
     calibration.learn(eager, first_step=12.0, step_median=candidate.step_seconds / 4)
     calibration.learn(candidate, first_step=42.0, step_median=candidate.step_seconds / 4)
@@ -95,6 +108,11 @@ def test_bad_arguments_and_a_machine_without_a_known_gpu_are_refused(capsys, mon
     monkeypatch.setattr(cli, "find_gpu", lambda: (None, {"gpu": "NVIDIA A10G"}))
     assert cli.main(["--out", "x"]) == 2
     assert "NVIDIA A10G" in capsys.readouterr().err
+    # an H100 without the carried wheels: refused before anything runs (every trial needs tensorboardX)
+    monkeypatch.setattr(cli, "find_gpu", lambda: (H100, {"gpu": "NVIDIA H100 80GB HBM3"}))
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
+    assert cli.main(["--out", "x", "--wheels", "/nonexistent"]) == 2
+    assert "make gpu-wheels" in capsys.readouterr().err
 
 
 def test_the_shares_cover_the_budget_once():
@@ -134,8 +152,12 @@ def test_the_profile_counts_overlapping_kernels_once_and_names_the_idle_share():
               event("cudnn_flash_fwd", 40, 60), event("ncclDevKernel_AllGather", 70, 80)]  # fmt: skip
     table = profile_trial.reduce(events, on_gpu=True)
     assert table["window_ms"] == pytest.approx(0.1)
-    assert table["shares"] == pytest.approx({"compute": 0.5, "communication": 0.1, "memory copy": 0.0, "idle": 0.4})
-    assert table["top"][0]["name"] == "sm90_xmma_gemm_bf16" and table["attention_kernels"] == ["cudnn_flash_fwd"]
+    assert table["shares"] == pytest.approx(
+        {"compute": 0.5, "communication": 0.1, "memory copy": 0.0, "idle": 0.4}
+    )
+    assert table["top"][0]["name"] == "sm90_xmma_gemm_bf16" and table["attention_kernels"] == [
+        "cudnn_flash_fwd"
+    ]
 
 
 def test_the_carried_wheels_are_pinned_once_each_and_kept_out_of_git():
@@ -145,7 +167,15 @@ def test_the_carried_wheels_are_pinned_once_each_and_kept_out_of_git():
     assert "/.gpu-wheels/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
-EXPECTED_FILES = {"report.md", "rows.csv", "records.json", "logs.txt", "throughput.png", "memory.png", "numerics.png"}
+EXPECTED_FILES = {
+    "report.md",
+    "rows.csv",
+    "records.json",
+    "logs.txt",
+    "throughput.png",
+    "memory.png",
+    "numerics.png",
+}
 
 
 @pytest.mark.slow
@@ -161,20 +191,91 @@ def test_the_smoke_run_writes_every_file_of_the_report_through_the_same_path(tmp
     assert done.stdout.strip().splitlines()[-1] == str(out.resolve())
     files = {p.name: p for p in out.iterdir()}
     assert set(files) == EXPECTED_FILES and all(p.stat().st_size < 16 * 2**20 for p in files.values())
-    assert all(files[n].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in EXPECTED_FILES if n.endswith(".png"))
+    assert all(
+        files[n].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in EXPECTED_FILES if n.endswith(".png")
+    )
     records = json.loads(files["records.json"].read_text())
     [trial] = records["sweep"]
     assert trial["status"] == "ok" and trial["tokens_per_sec"] > 0 and trial["role"] == "base"
     assert trial["attention"] == "flash" and trial["step"]["steps"] == modes.SMOKE_MODE.measured_steps
-    assert records["profile"]["top"] and records["profile"]["steps_recorded"] == modes.SMOKE_MODE.profile_steps[1]
+    assert (
+        records["profile"]["top"]
+        and records["profile"]["steps_recorded"] == modes.SMOKE_MODE.profile_steps[1]
+    )
     assert {r["backend"]: r["ran"] for r in records["kernel_checks"]["sdpa"]}["math"] is True
     assert records["convergence"]["comparison"]["passed"] is True
     [peer] = records["torchtitan"]
     assert peer["status"] == "not-run" and "CUDA" in peer["error"] and "torchtitan.train" in peer["command"]
-    assert [p["phase"] for p in records["phases"]] == ["setup", "sweep", "profile", "torchtitan", "numerics", "report"]
+    assert [p["phase"] for p in records["phases"]] == [
+        "setup",
+        "sweep",
+        "profile",
+        "torchtitan",
+        "numerics",
+        "report",
+    ]
     assert not any(p["cut"] for p in records["phases"])
     text = files["report.md"].read_text()
     for heading in ("## Our trainer, tuned", "## torchtitan side by side", "## Where the time goes",
                     "## Numerics on this device", "## What one GPU cannot measure"):  # fmt: skip
         assert heading in text
     assert files["rows.csv"].read_text().splitlines()[0].startswith("source,trial,role,configuration,status")
+
+
+def _context(tmp_path, gpu=H100):
+    clock = budget.Clock(480, modes.GPU_MODE.phase_shares(480), age=0.0)
+    return context.Context(
+        modes.GPU_MODE, gpu, clock, tmp_path, tmp_path, sweep.Calibration(modes.GPU_START_UP)
+    )
+
+
+def test_a_gpu_trials_row_has_mfu_against_the_bf16_peak_and_the_plans_errors(tmp_path):
+    from training.request import contract
+    from training.tune.outcome import TrialResult
+    from training.tune.stability import Spread
+
+    candidate = sweep.ordered(modes.GPU_MODE, H100)[0]
+    log = tmp_path / "trial.log"
+    log.write_text(
+        "levers activation_checkpointing=none compile=true attention=cudnn attention_priority=cudnn,flash\n"
+    )
+    result = TrialResult(1, dict(candidate.settings), status="ok", spread=Spread.of([0.5, 0.5, 0.52, 0.48]),
+                         summary={"max_allocated_gb": 40.0, "max_reserved_gb": 50.0}, first_step_seconds=60.0,
+                         log=str(log))  # fmt: skip
+    row = trials.row_of(_context(tmp_path), candidate, result)
+    tokens = 2 * 8192
+    assert row["tokens_per_sec"] == pytest.approx(tokens / 0.5)
+    flops = contract.flops_per_token(contract.MODEL_PRESETS["llama3.2-1b"], 8192)
+    assert row["mfu"] == pytest.approx(tokens / 0.5 * flops / 989e12)
+    assert row["peak_error_pct"] == pytest.approx(100 * (row["predicted_peak_gb"] - 50.0) / 50.0)
+    assert row["tensors_error_pct"] == pytest.approx(100 * (row["predicted_tensors_gb"] - 40.0) / 40.0)
+    assert (row["attention"], row["compile"]) == ("cudnn", "true")
+    rows = [row, {**row, "compile": "false", "first_step_s": 20.0}]
+    trials.compile_warmups(rows)
+    assert rows[0]["compile_warmup_s"] == pytest.approx(40.0)
+
+
+def test_a_torchtitan_run_is_measured_from_its_own_step_lines_and_set_against_ours(tmp_path):
+    from training.tune.runner import Finished
+
+    step = "[titan] - INFO - step: {n:2}  loss: 11.0  grad_norm: 1.0  memory: 40.00GiB(50.00%)  tps: {tps}  " \
+           "tflops: 1.0  mfu: {mfu}%"  # fmt: skip
+    lines = [step.format(n=n, tps=tps, mfu=mfu) for n, tps, mfu in
+             ((1, "1,000", "1.00"), (2, "5,000", "30.00"), (3, "30,000", "30.00"), (4, "32,000", "32.00"),
+              (5, "31,000", "31.00"), (6, "30,500", "30.50"), (7, "31,500", "31.50"), (8, "31,000", "31.00"))]  # fmt: skip
+    settings = {"batch_size": 2, "activation_checkpointing": "none"}
+    out = titan.measure(_context(tmp_path), settings, titan.parse_log(lines), Finished(0, False, lines, 50.0))
+    assert out["status"] == "ok" and out["tokens_per_sec"] == 31_000  # the median after the 2 warm-up steps
+    assert out["titan_mfu"] == pytest.approx(0.31) and out["max_reserved_gb"] == pytest.approx(
+        40 * 2**30 / 1e9
+    )
+    assert out["step"]["steps"] == 6 and out["mfu"] > 0
+    theirs = [{"configuration": "t", "settings": {**settings, "compile": "true"}, **out}]
+    ours = [{"status": "ok", "tokens_per_sec": 34_100.0, "configuration": "o", "mfu": 0.3,
+             "settings": {**settings, "compile": "true", "attention_backend": "cudnn"}}]  # fmt: skip
+    [ratio] = titan.ratios(ours, theirs)
+    assert ratio["ratio"] == pytest.approx(1.1) and ratio["ours"] == "o"
+    failed = titan.measure(
+        _context(tmp_path), settings, titan.parse_log([]), Finished(1, False, ["OSError: x"], 3.0)
+    )
+    assert failed["status"] == "failed" and "OSError" in failed["error"]

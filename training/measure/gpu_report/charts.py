@@ -54,7 +54,9 @@ def throughput(ctx: Context, path: Path) -> None:
         ax.text(value, y, f"  {text if value else row['status']}", va="center", fontsize=8)
     ax.set_yticks(range(len(rows)), [label(r) for r in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"tokens/s {per} (median step; black: p10-p90 of the steps; orange diamond: the plan's prediction)")
+    ax.set_xlabel(
+        f"tokens/s {per} (median step; black: p10-p90 of the steps; orange diamond: the plan's prediction)"
+    )
     ax.set_title(f"{_where(ctx)}: throughput, ours and torchtitan's (green)", fontsize=10)
     ax.margins(x=0.25)
     fig.tight_layout()
@@ -100,7 +102,9 @@ def numerics(ctx: Context, path: Path) -> None:
     for precision, color, style, width in (("fp32", "black", "--", 2.4), ("bf16", "#2a7ab0", "-", 1.2)):
         curve = runs.get(precision, {}).get("losses") or []
         if curve:
-            left.plot(*zip(*curve, strict=True), color=color, linestyle=style, label=precision, linewidth=width)
+            left.plot(
+                *zip(*curve, strict=True), color=color, linestyle=style, label=precision, linewidth=width
+            )
     verdict = (conv.get("comparison") or {}).get("why", "not run")
     left.set_title(f"bf16 against fp32: {verdict}"[:90], fontsize=9)
     left.set_xlabel("step")

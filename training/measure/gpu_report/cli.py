@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import os
 import shutil
 import signal
@@ -36,13 +37,23 @@ DEFAULT_WHEELS = ".gpu-wheels"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m training.measure.gpu_report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m training.measure.gpu_report", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--out", help="the report folder (a new one beside it when it holds files already)")
-    parser.add_argument("--smoke", action="store_true", help="CPU mode: a tiny model, the same code path and files")
+    parser.add_argument(
+        "--smoke", action="store_true", help="CPU mode: a tiny model, the same code path and files"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the expected time per phase and exit")
-    parser.add_argument("--gpu", choices=sorted(GPUS), action="append", help="--dry-run: this GPU (default: all)")
-    parser.add_argument("--budget-seconds", type=float, help="the whole run's wall-clock budget (default: the mode's)")
-    parser.add_argument("--wheels", help=f"carried wheels to install first (default: {DEFAULT_WHEELS} on a GPU)")
+    parser.add_argument(
+        "--gpu", choices=sorted(GPUS), action="append", help="--dry-run: this GPU (default: all)"
+    )
+    parser.add_argument(
+        "--budget-seconds", type=float, help="the whole run's wall-clock budget (default: the mode's)"
+    )
+    parser.add_argument(
+        "--wheels", help=f"carried wheels to install first (default: {DEFAULT_WHEELS} on a GPU)"
+    )
     parser.add_argument("--max-trials", type=int, help="at most this many trials in the sweep")
     args = parser.parse_args(argv)
     if not args.dry_run and not args.out:
@@ -58,7 +69,9 @@ def dry_run(mode: Mode, gpus: Sequence[str], budget: float) -> int:
     fits = True
     for name in gpus:
         text, ok = estimate.render(mode, GPUS[name], budget)
-        print(text + ("" if ok else "\nREFUSED: over the budget, or a phase cannot hold its first step") + "\n")
+        print(
+            text + ("" if ok else "\nREFUSED: over the budget, or a phase cannot hold its first step") + "\n"
+        )
         fits = fits and ok
     return 0 if fits else 2
 
@@ -86,6 +99,19 @@ def report_folder(wanted: Path) -> Path:
             folder.mkdir(parents=True, exist_ok=True)
             return folder
     raise SystemExit(f"{wanted}: 999 reports already; choose another --out")
+
+
+def missing_wheels(wheels: Path | None) -> str | None:
+    """Why the run cannot start without carried wheels (None: they are there, or this Python has what they hold):
+    every trial of our trainer writes TensorBoard events (tensorboardX), which the GPU machine lacks."""
+    if wheels is not None and (wheels / "requirements.txt").is_file():
+        return None
+    if importlib.util.find_spec("tensorboardX") is not None:
+        return None
+    return (
+        f"no carried wheels in {wheels} and no tensorboardX here: every trial would fail. Run `make gpu-wheels` "
+        f"on a machine with PyPI and carry {DEFAULT_WHEELS} (docs/measurements.md, Running it on a GPU machine)"
+    )
 
 
 def install_wheels(ctx: Context, wheels: Path | None) -> str:
@@ -158,7 +184,9 @@ def run(ctx: Context, wheels: Path | None, found: dict[str, Any]) -> None:
         order = ordered(ctx.mode, ctx.plan_gpu)
         if order:
             titan.run(ctx, order[0].settings)
-            ctx.records["ratios"] = titan.ratios(ctx.records.get("sweep", []), ctx.records.get("torchtitan", []))
+            ctx.records["ratios"] = titan.ratios(
+                ctx.records.get("sweep", []), ctx.records.get("torchtitan", [])
+            )
 
     phase(ctx, "torchtitan", side_by_side)
     phase(ctx, "numerics", lambda: workers.numerics(ctx))
@@ -197,12 +225,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: gpu-report measures one H100 or H200; this machine has {what}. Use --smoke on a CPU, or "
               "--dry-run", file=sys.stderr)  # fmt: skip
         return 2
+    wheels = Path(args.wheels) if args.wheels else (None if args.smoke else Path(DEFAULT_WHEELS))
+    problem = None if args.smoke else missing_wheels(wheels)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     clock = Clock(budget, mode.phase_shares(budget))
     out = report_folder(Path(args.out))
     scratch = Path(tempfile.mkdtemp(prefix="gpu-report-"))
     ctx = Context(mode, None if args.smoke else gpu, clock, out, scratch, Calibration(mode.start_up),
                   max_trials=args.max_trials, writer=report.write)  # fmt: skip
-    wheels = Path(args.wheels) if args.wheels else (None if args.smoke else Path(DEFAULT_WHEELS))
     runner.become_subreaper()
     signal.signal(signal.SIGTERM, on_sigterm(ctx))
     say(f"mode {mode.name}, {gpu.name if ctx.gpu else 'CPU'}, budget {budget:.0f} s; report in {out}")

@@ -42,8 +42,12 @@ def phases(mode: Mode, gpu: Gpu, budget: float) -> list[PhaseEstimate]:
     start = mode.start_up
     calibration = sweep.Calibration(start)
     steps = mode.warmup_steps + mode.measured_steps
-    chosen, left = sweep.fill(sweep.ordered(mode, gpu), shares["sweep"], lambda c: calibration.seconds(c, steps))
-    out = [PhaseEstimate("setup", shares["setup"], SETUP_SECONDS, ["GPU found, carried wheels installed, plan"])]
+    chosen, left = sweep.fill(
+        sweep.ordered(mode, gpu), shares["sweep"], lambda c: calibration.seconds(c, steps)
+    )
+    out = [
+        PhaseEstimate("setup", shares["setup"], SETUP_SECONDS, ["GPU found, carried wheels installed, plan"])
+    ]
     out.append(PhaseEstimate("sweep", shares["sweep"], sum(need for _, need in chosen),
                              sweep.describe_all(chosen), sweep.describe_all(left)))  # fmt: skip
     first = base(mode, gpu)
@@ -55,7 +59,11 @@ def phases(mode: Mode, gpu: Gpu, budget: float) -> list[PhaseEstimate]:
                              [f"{first.describe() if first else '-'}: {skip + active + 2} steps, {active} recorded"]))  # fmt: skip
     out.append(titan(mode, shares["torchtitan"], step, first))
     out.append(numerics(mode, shares["numerics"]))
-    out.append(PhaseEstimate("report", shares["report"], REPORT_SECONDS, ["report.md, rows.csv, records.json, 3 charts"]))
+    out.append(
+        PhaseEstimate(
+            "report", shares["report"], REPORT_SECONDS, ["report.md, rows.csv, records.json, 3 charts"]
+        )
+    )
     return out
 
 
@@ -97,12 +105,18 @@ def render(mode: Mode, gpu: Gpu, budget: float) -> tuple[str, bool]:
     lines = [f"{gpu.name} ({gpu.memory_gb:g} GB), mode {mode.name}, budget {budget:.0f} s from the process's start",
              f"{'phase':<11} {'share s':>8} {'expected s':>11}  what",]  # fmt: skip
     for row in rows:
-        lines.append(f"{row.name:<11} {row.share:>8.0f} {row.expected:>11.0f}  " + ("; ".join(row.chosen) or "-"))
-        lines += [f"{'':<33}if time allows: {item}" for item in row.left_out[:4]]
-        if len(row.left_out) > 4:
-            lines.append(f"{'':<33}... and {len(row.left_out) - 4} more if time allows")
+        lines.append(
+            f"{row.name:<11} {row.share:>8.0f} {row.expected:>11.0f}  "
+            + (row.chosen[0] if row.chosen else "-")
+        )
+        lines += [f"{'':<33}{item}" for item in row.chosen[1:]]
+        lines += [f"{'':<33}if time allows: {item}" for item in row.left_out[:3]]
+        if len(row.left_out) > 3:
+            lines.append(f"{'':<33}... and {len(row.left_out) - 3} more if time allows")
     reserve = budget - sum(r.share for r in rows)
     lines.append(f"{'reserve':<11} {reserve:>8.0f} {'-':>11}  slack for kills at a phase's end")
-    lines.append(f"{'total':<11} {budget:>8.0f} {total:>11.0f}  expected {total / 60:.1f} min of {budget / 60:.1f}")
+    lines.append(
+        f"{'total':<11} {budget:>8.0f} {total:>11.0f}  expected {total / 60:.1f} min of {budget / 60:.1f}"
+    )
     fits = total <= budget and all(r.fits for r in rows)
     return "\n".join(lines), fits

@@ -66,7 +66,9 @@ def loss_check(device, tokens: int, hidden: int, vocab: int, chunk: int) -> dict
     }  # fmt: skip
 
 
-def sdpa_check(device, batch: int, heads: int, kv_heads: int, seq: int, head_dim: int) -> list[dict[str, Any]]:
+def sdpa_check(
+    device, batch: int, heads: int, kv_heads: int, seq: int, head_dim: int
+) -> list[dict[str, Any]]:
     import torch
     from torch.nn.attention import sdpa_kernel
 
@@ -93,7 +95,9 @@ def sdpa_check(device, batch: int, heads: int, kv_heads: int, seq: int, head_dim
         except RuntimeError as error:  # torch: "No available kernel", or the backend's own refusal
             rows.append({"backend": name, "ran": False, "why": " ".join(str(error).split())[:300]})
             continue
-        errors = {n: relative(a, b) for n, a, b in zip(("out", "dq", "dk", "dv"), got, reference, strict=True)}
+        errors = {
+            n: relative(a, b) for n, a, b in zip(("out", "dq", "dk", "dv"), got, reference, strict=True)
+        }
         worst = max(errors.values())
         rows.append({"backend": name, "ran": True, "errors": errors,
                      "passed": worst == worst and worst <= BF16_LIMIT})  # fmt: skip
@@ -127,7 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["sdpa"] = sdpa_check(device, args.batch, args.heads, args.kv_heads, args.seq, args.head_dim)
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     for row in result["sdpa"]:
-        print(f"sdpa {row['backend']}: " + (json.dumps(row["errors"]) if row["ran"] else f"did not run: {row['why']}"))
+        print(
+            f"sdpa {row['backend']}: "
+            + (json.dumps(row["errors"]) if row["ran"] else f"did not run: {row['why']}")
+        )
     print(f"loss chunked vs unchunked: {json.dumps(result['loss']['chunked_vs_unchunked'])}")
     return 0
 

@@ -52,7 +52,9 @@ def reduce(events: Sequence[Any], on_gpu: bool) -> dict[str, Any]:
     if on_gpu:
         kernels = [e for e in events if e.device_type == DeviceType.CUDA]
     else:
-        kernels = [e for e in events if e.device_type == DeviceType.CPU and e.name.startswith(("aten::", "c10d::"))]
+        kernels = [
+            e for e in events if e.device_type == DeviceType.CPU and e.name.startswith(("aten::", "c10d::"))
+        ]
     if not kernels:
         return {"error": "the profiler recorded no kernels"}
     spans = [(e.time_range.start, e.time_range.end) for e in kernels]
@@ -67,7 +69,9 @@ def reduce(events: Sequence[Any], on_gpu: bool) -> dict[str, Any]:
         entry[1] += 1
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:TOP]
     shares = {
-        name: union_length(span for e, span in zip(kernels, spans, strict=True) if category(e.name, on_gpu) == name)
+        name: union_length(
+            span for e, span in zip(kernels, spans, strict=True) if category(e.name, on_gpu) == name
+        )
         / window
         for name in ("compute", "communication", "memory copy")
     }
@@ -124,7 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         profiled_steps=args.active,
     )
     Path(args.json).write_text(json.dumps(table, indent=1, default=str) + "\n")
-    print(f"profile: {table.get('kernels', 0)} kernels over {table.get('window_ms', 0):.1f} ms written to {args.json}")
+    print(
+        f"profile: {table.get('kernels', 0)} kernels over {table.get('window_ms', 0):.1f} ms written to {args.json}"
+    )
     dist.barrier(group=env.cpu_group)
     dist.destroy_process_group()
     return 0

@@ -72,7 +72,11 @@ def phases_lines(ctx: Context) -> list[str]:
         rows.append([record.name, f"{share.seconds:.0f}", num(record.used, ".0f", "running"),
                      "cut" if record.cut else "no", "; ".join(record.notes) or share.what])  # fmt: skip
     done = {r.name for r in ctx.clock.records}
-    rows += [[s.name, f"{s.seconds:.0f}", "not reached", "-", s.what] for s in ctx.clock.shares if s.name not in done]
+    rows += [
+        [s.name, f"{s.seconds:.0f}", "not reached", "-", s.what]
+        for s in ctx.clock.shares
+        if s.name not in done
+    ]
     return ["## The run's phases", "", f"Total so far: {ctx.clock.now():.0f} s of {ctx.clock.budget:.0f} s.", "",
             *table(["phase", "share s", "used s", "cut", "what / notes"], rows)]  # fmt: skip
 
@@ -94,10 +98,20 @@ def sweep_lines(ctx: Context) -> list[str]:
     out += effects(rows)
     failed = [r for r in rows if r.get("error")]
     if failed:
-        out += ["Why not ok:", "", *[f"- trial {r['trial']} ({r['configuration']}): {r['error']}" for r in failed], ""]
+        out += [
+            "Why not ok:",
+            "",
+            *[f"- trial {r['trial']} ({r['configuration']}): {r['error']}" for r in failed],
+            "",
+        ]
     left = ctx.records.get("sweep_left_out")
     if left:
-        out += [f"Planned but left out ({len(left)}): " + "; ".join(left[:12]) + (" ..." if len(left) > 12 else ""), ""]
+        out += [
+            f"Planned but left out ({len(left)}): "
+            + "; ".join(left[:12])
+            + (" ..." if len(left) > 12 else ""),
+            "",
+        ]
     return out
 
 
@@ -107,7 +121,10 @@ def effects(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     levers = [r for r in rows if r["role"].startswith("lever") and r.get("tokens_per_sec")]
     if base is None or not levers:
         return []
-    lines = [f"Each lever against the base ({base['configuration']}, {base['tokens_per_sec']:,.0f} tokens/s):", ""]
+    lines = [
+        f"Each lever against the base ({base['configuration']}, {base['tokens_per_sec']:,.0f} tokens/s):",
+        "",
+    ]
     for r in levers:
         change = 100.0 * (r["tokens_per_sec"] / base["tokens_per_sec"] - 1.0)
         lines.append(f"- {r['role'].removeprefix('lever ')} -> {r['configuration']}: {change:+.1f}% tokens/s")
@@ -128,8 +145,15 @@ def titan_lines(ctx: Context) -> list[str]:
     out += table(header, body)
     out += [f"- {r['configuration']}: {r['error']}" for r in rows if r.get("error")]
     for ratio in ctx.records.get("ratios", []):
-        value = f"{ratio['ratio']:.2f}" if ratio["ratio"] is not None else (
-            "n/a (no matching ok trial of ours)" if ratio["ours"] is None else "n/a (torchtitan did not run)")
+        value = (
+            f"{ratio['ratio']:.2f}"
+            if ratio["ratio"] is not None
+            else (
+                "n/a (no matching ok trial of ours)"
+                if ratio["ours"] is None
+                else "n/a (torchtitan did not run)"
+            )
+        )
         out.append(f"- ours / torchtitan tokens/s: {value} ({ratio['ours']} against {ratio['torchtitan']})")
     out += ["", "On one GPU torchtitan does not shard (FSDP only for more than one shard: bf16 by autocast over fp32 "
             "weights); ours runs FSDP2 on a one-rank mesh. Its Llama has an output layer of its own (Llama 3.2 1B "
@@ -183,13 +207,28 @@ def numerics_lines(ctx: Context) -> list[str]:
 
 def unmeasurable_lines(ctx: Context) -> list[str]:
     out = ["## What one GPU cannot measure, and what the plan uses instead", ""]
-    out += [f"- **{i['what']}**: {i['why']}. Instead: {i['instead']}." for i in ctx.records.get("unmeasurable", [])]
+    out += [
+        f"- **{i['what']}**: {i['why']}. Instead: {i['instead']}."
+        for i in ctx.records.get("unmeasurable", [])
+    ]
     return [*out, ""]
 
 
 def markdown(ctx: Context) -> str:
-    lines = [f"# GPU report ({ctx.records.get('where', {}).get('gpu') or 'CPU smoke run'})", "", *where_lines(ctx), ""]
-    for section in (phases_lines, sweep_lines, titan_lines, profile_lines, numerics_lines, unmeasurable_lines):
+    lines = [
+        f"# GPU report ({ctx.records.get('where', {}).get('gpu') or 'CPU smoke run'})",
+        "",
+        *where_lines(ctx),
+        "",
+    ]
+    for section in (
+        phases_lines,
+        sweep_lines,
+        titan_lines,
+        profile_lines,
+        numerics_lines,
+        unmeasurable_lines,
+    ):
         lines += section(ctx)
     return "\n".join(lines) + "\n"
 

@@ -56,7 +56,9 @@ class Candidate:
         return " ".join(f"{k}={contract.format_setting(v)}" for k, v in self.settings.items())
 
 
-def request(mode: Mode, settings: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def request(
+    mode: Mode, settings: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The execution input that stands for one trial of ``mode`` (what the plan is asked about)."""
     hyperparameters = {**mode.base_settings, **mode.model, "seq_length": mode.seq_length, **(extra or {})}
     hyperparameters.update(settings)
@@ -75,7 +77,11 @@ def planned(mode: Mode, gpu: Gpu, settings: Mapping[str, Any], role: str = "grid
 def grid(mode: Mode, gpu: Gpu) -> list[Candidate]:
     """Every combination of the mode's lever values, planned."""
     return [
-        planned(mode, gpu, {"batch_size": mb, "activation_checkpointing": ac, "compile": c, "attention_backend": a})
+        planned(
+            mode,
+            gpu,
+            {"batch_size": mb, "activation_checkpointing": ac, "compile": c, "attention_backend": a},
+        )
         for mb in mode.micro_batches
         for ac in mode.ac_modes
         for c in mode.compile_values
@@ -176,5 +182,5 @@ def fill(candidates: Iterable[Candidate], seconds: float, predict, limit: int | 
 
 
 def describe_all(items: Sequence[tuple[Candidate, float]]) -> list[str]:
-    return [f"{c.describe()} [{c.role}] ~{need:.0f} s (plan: peak {c.peak_gib:.1f} GiB, step {c.step_seconds:.2f} s)"
+    return [f"{c.describe()} [{c.role}] ~{need:.0f} s (plan: {c.peak_gib:.1f} GiB, {c.step_seconds:.2f} s/step)"
             for c, need in items]  # fmt: skip

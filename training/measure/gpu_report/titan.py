@@ -36,7 +36,9 @@ from training.tune.stability import Spread
 VERSION = "0.2.2"
 """Released 2026-02-20 against the torch 2.11 nightlies (its release process pins the nightly it was tested on);
 0.3.0 follows torch 2.13's."""
-STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([-\d.naif]+).*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+).*?mfu:\s*([\d.]+)%")
+STEP = re.compile(
+    r"step:\s*(\d+)\s+loss:\s*([-\d.naif]+).*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+).*?mfu:\s*([\d.]+)%"
+)
 SIZE = re.compile(r"size:\s*([\d,]+) total parameters")
 
 
@@ -73,7 +75,9 @@ def toml(config: Mapping[str, Mapping[str, Any]]) -> str:
                    for name, body in config.items())  # fmt: skip
 
 
-def config(mode: Mode, settings: Mapping[str, Any], compiled: bool, folder: Path) -> dict[str, dict[str, Any]]:
+def config(
+    mode: Mode, settings: Mapping[str, Any], compiled: bool, folder: Path
+) -> dict[str, dict[str, Any]]:
     """torchtitan's job config of one run (``settings``: the micro-batch and activation checkpointing)."""
     warmup, measured = mode.titan_steps
     return {
@@ -143,10 +147,16 @@ def run_one(ctx: Context, settings: Mapping[str, Any], compiled: bool) -> dict[s
 
     finished = runner.run(command, env=env, log_path=folder / "log.txt", timeout=left, echo=echo)
     ctx.append_log(name, folder / "log.txt")
-    return {**row, **measure(ctx, settings, parse_log(finished.lines), finished), "first_step_s": first[0] if first else None}
+    return {
+        **row,
+        **measure(ctx, settings, parse_log(finished.lines), finished),
+        "first_step_s": first[0] if first else None,
+    }
 
 
-def measure(ctx: Context, settings: Mapping[str, Any], parsed: dict[str, Any], finished: runner.Finished) -> dict:
+def measure(
+    ctx: Context, settings: Mapping[str, Any], parsed: dict[str, Any], finished: runner.Finished
+) -> dict:
     warmup, _ = ctx.mode.titan_steps
     timed = [s for s in parsed["steps"] if s["step"] > warmup]
     out: dict[str, Any] = {"parameters": parsed["parameters"], "seconds": finished.seconds,
@@ -155,14 +165,23 @@ def measure(ctx: Context, settings: Mapping[str, Any], parsed: dict[str, Any], f
         out["max_reserved_gb"] = max(s["reserved_gib"] for s in parsed["steps"]) * GB_PER_GIB
         out["losses"] = [(s["step"], s["loss"]) for s in parsed["steps"]]
     if finished.timed_out:
-        return {**out, "status": "timeout", "error": f"killed at the phase's end after {finished.seconds:.0f} s"}
+        return {
+            **out,
+            "status": "timeout",
+            "error": f"killed at the phase's end after {finished.seconds:.0f} s",
+        }
     if finished.exit_code != 0 or not timed:
         error = next((line.strip() for line in reversed(finished.lines) if "Error" in line), None)
         return {**out, "status": "failed", "error": error or " | ".join(finished.lines[-3:]) or "no output"}
     tokens = int(settings["batch_size"]) * ctx.mode.seq_length
     tps = statistics.median(s["tps"] for s in timed)
     spread = Spread.of([tokens / s["tps"] for s in timed if s["tps"] > 0])
-    out.update(status="ok", error=None, tokens_per_sec=tps, titan_mfu=statistics.median(s["mfu_pct"] for s in timed) / 100)
+    out.update(
+        status="ok",
+        error=None,
+        tokens_per_sec=tps,
+        titan_mfu=statistics.median(s["mfu_pct"] for s in timed) / 100,
+    )
     if spread is not None:
         out["step"] = spread.as_dict()
     if ctx.gpu is not None:
@@ -204,4 +223,3 @@ def ratios(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[dic
         out.append({"torchtitan": row["configuration"], "ours": best["configuration"] if best else None,
                     "ratio": ratio, "ours_mfu": best.get("mfu") if best else None, "torchtitan_mfu": row.get("mfu")})  # fmt: skip
     return out
-

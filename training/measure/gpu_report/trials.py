@@ -120,7 +120,9 @@ def run(ctx: Context) -> list[dict[str, Any]]:
         rows.append(row)
         ctx.append_log(f"trial {index}: {candidate.describe()}", result.log)
         if result.ran:
-            ctx.calibration.learn(candidate, result.first_step_seconds, result.spread.median if result.spread else None)
+            ctx.calibration.learn(
+                candidate, result.first_step_seconds, result.spread.median if result.spread else None
+            )
         if result.status == "timeout":
             ctx.clock.current.cut = True  # type: ignore[union-attr]
         compile_warmups(rows)
@@ -151,4 +153,3 @@ def _said(row: Mapping[str, Any]) -> str:
 def fastest(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     ok = [r for r in rows if r["status"] == "ok" and r.get("tokens_per_sec")]
     return max(ok, key=lambda r: r["tokens_per_sec"]) if ok else None
-

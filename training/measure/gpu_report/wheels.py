@@ -28,7 +28,12 @@ from pathlib import Path
 DEVICE_PYTHON = "3.12"
 """The device's python3 (KINDS.md: Python 3.12.3)."""
 LIMIT_BYTES = 60 * 2**20
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
 
 
 @dataclass(frozen=True)
@@ -45,14 +50,26 @@ class Wheel:
 
 
 WHEELS: tuple[Wheel, ...] = (
-    Wheel("torchtitan", "0.2.2", "the peer: torchtitan's own loop (released 2026-02-20 against torch 2.11 nightlies)"),
+    Wheel(
+        "torchtitan",
+        "0.2.2",
+        "the peer: torchtitan's own loop (released 2026-02-20 against torch 2.11 nightlies)",
+    ),
     Wheel("tyro", "1.0.17", "torchtitan's config parser (config/manager.py imports it)"),
-    Wheel("tomli", "2.3.0", "declared by torchtitan 0.2.2 for every Python; imported only before 3.11 (tomllib after)",
-          per_python=True),
+    Wheel(
+        "tomli",
+        "2.3.0",
+        "declared by torchtitan 0.2.2 for every Python; imported only before 3.11 (tomllib after)",
+        per_python=True,
+    ),
     Wheel("typeguard", "4.6.1", "tyro's run-time type checks (tyro requires >= 4)"),
     Wheel("docstring-parser", "0.18.0", "tyro's help texts"),
     Wheel("torchdata", "0.11.0", "torchtitan's StatefulDataLoader (components/dataloader.py)"),
-    Wheel("datasets", "5.2.0", "imported by torchtitan's Llama 3 spec (hf_datasets/text_datasets.py), unused here"),
+    Wheel(
+        "datasets",
+        "5.2.0",
+        "imported by torchtitan's Llama 3 spec (hf_datasets/text_datasets.py), unused here",
+    ),
     Wheel("dill", "0.4.1", "datasets' and multiprocess' pickler"),
     Wheel("multiprocess", "0.70.19", "datasets' process pool", per_python=True),
     Wheel("tensorboardX", "2.6.5", "our trainer's TensorBoard writer: each trial writes its event file"),

@@ -22,7 +22,9 @@ from training.request import contract
 from training.tune import convergence, driver, runner
 
 
-def run_worker(ctx: Context, name: str, module: str, args: Sequence[str], need: float) -> tuple[dict | None, str]:
+def run_worker(
+    ctx: Context, name: str, module: str, args: Sequence[str], need: float
+) -> tuple[dict | None, str]:
     """Run ``python -m module args`` (its JSON result at ``--json``) within the phase; the result or None, and
     what happened, in words."""
     left = ctx.clock.phase_left() - KILL_MARGIN_SECONDS
@@ -37,7 +39,10 @@ def run_worker(ctx: Context, name: str, module: str, args: Sequence[str], need: 
     ctx.append_log(name, log)
     if finished.timed_out:
         ctx.clock.current.cut = True  # type: ignore[union-attr]
-        return None, f"killed at the phase's end after {finished.seconds:.0f} s (last lines in {ctx.out.name}/logs.txt)"
+        return (
+            None,
+            f"killed at the phase's end after {finished.seconds:.0f} s (last lines in {ctx.out.name}/logs.txt)",
+        )
     if finished.exit_code != 0 or not output.is_file():
         return None, f"failed (exit {finished.exit_code}): " + " | ".join(tail(log, 3))
     return json.loads(output.read_text()), f"ran in {finished.seconds:.0f} s"
@@ -51,7 +56,9 @@ def profile(ctx: Context, settings: Mapping[str, Any]) -> None:
     args = ["--skip", str(skip), "--active", str(active), "--"]
     for key, value in merged.items():
         args += [f"--{key}", contract.format_setting(value)]
-    need = ctx.mode.start_up.worker + (ctx.mode.start_up.compile / 3 if settings.get("compile") == "true" else 0)
+    need = ctx.mode.start_up.worker + (
+        ctx.mode.start_up.compile / 3 if settings.get("compile") == "true" else 0
+    )
     table, what = run_worker(ctx, "profile", "training.measure.gpu_report.profile_trial", args, need)
     ctx.records["profile"] = {"settings": dict(settings), "status": what, **(table or {})}
     say(f"profile: {what}")
@@ -104,4 +111,3 @@ def converge(ctx: Context) -> dict[str, Any]:
                              + "; ".join(f"{p} {r.get('status')} ({r.get('error')})" for p, r in runs.items())}  # fmt: skip
     say(f"convergence bf16 against fp32: {out['comparison'].get('why')}")
     return out
-
