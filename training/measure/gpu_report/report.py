@@ -48,6 +48,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def where_lines(ctx: Context) -> list[str]:
     w = ctx.records.get("where", {})
     gpu = w.get("gpu") or "no GPU (CPU)"
+    ran = ctx.records.get("kernel_checks") or ctx.records.get("profile") or {}
+    w = {**w, "cuda": w.get("cuda") or ran.get("cuda")}  # read by a worker that imported torch
     return [
         f"- Measured on: {gpu}; torch {w.get('torch')}, CUDA {w.get('cuda') or '-'}, driver {w.get('driver') or '-'}; "
         f"host {w.get('host')}; {w.get('date')}",
