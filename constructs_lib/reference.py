@@ -1,5 +1,5 @@
 """Write ``docs/reference.md`` from the code's tables, so that the reference cannot drift from what the code
-checks: the execution-input fields (``constructs_lib.workflow.input_fields.FIELDS``), the ``evaluate`` block's
+checks: the execution-input fields (``training.request.fields.FIELDS``), the ``evaluate`` block's
 fields (their defaults ``input_fields.EVALUATE_DEFAULTS``, their rows ``request_evaluation.EVALUATE_FIELDS``), the
 trainer settings
 (``training.request.contract.HYPERPARAMETERS`` and ``training.trainer.config.TRAINER_ONLY_SETTINGS``) and the
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from constructs_lib.config import CONTEXT, ContextKey
-from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS, FIELDS
-from constructs_lib.workflow.request_evaluation import EVALUATE_FIELDS_BY_NAME
-from constructs_lib.workflow.request_rules import PLATFORM_HYPERPARAMETERS, RequestRules
 from training.request.contract import HYPERPARAMETERS, TOP_LEVEL_SETTINGS, Hyperparameter
+from training.request.evaluate_block import EVALUATE_FIELDS_BY_NAME
+from training.request.fields import EVALUATE_DEFAULTS, FIELDS
+from training.request.rules import PLATFORM_HYPERPARAMETERS, RequestRules
 from training.trainer.config import TRAINER_ONLY_SETTINGS
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"

@@ -147,8 +147,8 @@ def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
     known offline). With ``s3`` the throughput is measured where a stored tuning record of the rules' image stands
     for the request (``request_tune.read_measurements``), else published."""
     from constructs_lib.workflow.request_check import init_from_architecture, prepare_request
-    from constructs_lib.workflow.request_tune import read_measurements
     from training.request.plan import make_plan
+    from training.request.tune_block import read_measurements
 
     uri = request.get("init_from") if isinstance(request, Mapping) else None
     if isinstance(uri, str) and s3 is None:

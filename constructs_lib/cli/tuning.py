@@ -53,7 +53,7 @@ def with_tune(request: Mapping[str, Any]) -> dict[str, Any]:
 
 def measurements(s3: Any, rules: Any) -> list[dict[str, Any]]:
     """The deployed workflow's stored measurement records of its image (what its request check reads)."""
-    from constructs_lib.workflow.request_tune import read_measurements
+    from training.request.tune_block import read_measurements
 
     return read_measurements(s3, rules)
 

@@ -87,7 +87,6 @@ from constructs_lib.workflow.request_check import (
     validate_request,
 )
 from constructs_lib.workflow.request_function import RequestValidator
-from constructs_lib.workflow.request_rules import WORKFLOW_TAG, measurements_root
 from constructs_lib.workflow.request_states import decide_request
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
@@ -102,6 +101,7 @@ from training.request.contract import (
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
 )
+from training.request.rules import WORKFLOW_TAG, measurements_root
 
 __all__ = [
     "CREATE_TRAINING_JOB_SYNC",

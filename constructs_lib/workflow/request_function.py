@@ -32,10 +32,16 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.request.checks
 import training.request.contract
+import training.request.decision
+import training.request.evaluate_block
+import training.request.fields
 import training.request.hf_config
 import training.request.measured
 import training.request.plan
+import training.request.rules
+import training.request.tune_block
 import training.request.tuning
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
@@ -46,14 +52,7 @@ from constructs_lib._shared.nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow import (
-    input_fields,
-    request_check,
-    request_evaluation,
-    request_fields,
-    request_rules,
-    request_tune,
-)
+from constructs_lib.workflow import request_check
 from training.request.contract import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
 
@@ -64,16 +63,17 @@ NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE)
 """Exact object names the check may read in a folder under a data prefix (the folder itself or any below it): an
 ``init_from`` model's ``config.json`` and prepared data's ``metadata.json`` (an evaluated model's tokenizer)."""
 ASSET_FILES = {
-    "constructs_lib/workflow/input_fields.py": Path(input_fields.__file__),
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
-    "constructs_lib/workflow/request_evaluation.py": Path(request_evaluation.__file__),
-    "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
-    "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),
-    "constructs_lib/workflow/request_tune.py": Path(request_tune.__file__),
+    "training/request/checks.py": Path(training.request.checks.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
+    "training/request/decision.py": Path(training.request.decision.__file__),
+    "training/request/evaluate_block.py": Path(training.request.evaluate_block.__file__),
+    "training/request/fields.py": Path(training.request.fields.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
     "training/request/measured.py": Path(training.request.measured.__file__),
+    "training/request/rules.py": Path(training.request.rules.__file__),
+    "training/request/tune_block.py": Path(training.request.tune_block.__file__),
     "training/request/tuning.py": Path(training.request.tuning.__file__),
 }
 

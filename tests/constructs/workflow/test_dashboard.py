@@ -10,14 +10,14 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 
-from constructs_lib.workflow import request_check, request_evaluation
+from constructs_lib.workflow import request_check
 from constructs_lib.workflow.dashboard import search_terms
 from constructs_lib.workflow.permissions import MLFLOW_ACTIONS
 from constructs_lib.workflow.request_check import RequestRules, job_fields, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve
 from tests.workflow.stacks import build_workflow
-from training.request import contract
+from training.request import contract, evaluate_block
 
 MLFLOW = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team"
 SEARCH = re.compile(r"""^SEARCH\('\{"([^"]+)",(\w+)\} MetricName="([^"]+)" (.+)', '(\w+)', 60\)$""")
@@ -230,7 +230,7 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
         {"environment": too_many}, rules
     )
     evaluate = {**config, "evaluate": {"task_data_uri": "s3://b/data/tasks/"}}
-    decided = request_evaluation.decided(
+    decided = evaluate_block.decided(
         evaluate, rules, "run-7", None, request_check.channel, instance_type="ml.p5.4xlarge"
     )
     assert decided["request"]["Environment"] == {"NCCL_DEBUG": "INFO", "SAGEMAKER_PROGRAM": "evaluate.sh"}

@@ -669,7 +669,7 @@ def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflow
     described is SageMaker's ValidationException. A real botocore client, its responses stubbed."""
     from botocore.stub import Stubber
 
-    from constructs_lib.workflow import request_evaluation
+    from training.request import evaluate_block
 
     client = botocore.session.get_session().create_client(
         "sagemaker", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x"
@@ -688,8 +688,8 @@ def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflow
             service_message="Requested resource not found.",
             expected_params={"TrainingJobName": "gone"},
         )
-        _, denied = request_evaluation.training_job_facts(client, "their-job", rules)
-        _, missing = request_evaluation.training_job_facts(client, "gone", rules)
+        _, denied = evaluate_block.training_job_facts(client, "their-job", rules)
+        _, missing = evaluate_block.training_job_facts(client, "gone", rules)
     assert denied == [
         "evaluate.training_job: their-job is not a training job of this workflow, or there is none of that name "
         "(the check may describe only jobs tagged training-workflow=Stack/Workflow)"

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS
-from constructs_lib.workflow.request_rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 from training.request.contract import (
     DATA_METADATA_FILE,
     DEFAULT_EVALUATION_TASKS,
@@ -54,6 +52,8 @@ from training.request.contract import (
     evaluation_fits,
     evaluation_metric_definitions,
 )
+from training.request.fields import EVALUATE_DEFAULTS
+from training.request.rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 
 EVALUATED_TAG = "training-workflow-evaluates"
 """An evaluation job's tag: the run (execution) whose model it evaluates (``blackwell-training compare`` finds a

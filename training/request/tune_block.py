@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from constructs_lib.workflow.request_rules import RequestRules
 from training.request import measured, tuning
+from training.request.rules import RequestRules
 
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""

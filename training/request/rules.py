@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from constructs_lib.workflow.input_fields import DEFAULT_INPUT, INPUT_FIELDS, MAX_RUNTIME_SECONDS_LIMIT
 from training.request.contract import (
     CHECKPOINT_LOCAL_PATH,
     DEFAULT_INSTANCE_TYPE,
@@ -34,6 +33,7 @@ from training.request.contract import (
     WEIGHTS_CHANNEL_DIR,
     image_tag,
 )
+from training.request.fields import DEFAULT_INPUT, INPUT_FIELDS, MAX_RUNTIME_SECONDS_LIMIT
 
 INVALID_INPUT_ERROR = "InvalidInput"
 MEASUREMENTS_FOLDER = "measurements"

@@ -15,21 +15,6 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from constructs_lib.workflow.input_fields import (
-    ENVIRONMENT_PREFIXES,
-    FIELDS_BY_NAME,
-    PLATFORM_ENVIRONMENT,
-    TAG_CHARACTERS,
-)
-from constructs_lib.workflow.request_rules import (
-    DATA_HYPERPARAMETER,
-    INPUT_FIELD_HYPERPARAMETERS,
-    INSTANCE_STORAGE_TYPES,
-    MLFLOW_ENVIRONMENT,
-    PLATFORM_HYPERPARAMETERS,
-    TOP_LEVEL_HYPERPARAMETERS,
-    RequestRules,
-)
 from training.request.contract import (
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
@@ -39,6 +24,21 @@ from training.request.contract import (
     normalize_name,
     parse_hyperparameters,
     to_sagemaker_hyperparameters,
+)
+from training.request.fields import (
+    ENVIRONMENT_PREFIXES,
+    FIELDS_BY_NAME,
+    PLATFORM_ENVIRONMENT,
+    TAG_CHARACTERS,
+)
+from training.request.rules import (
+    DATA_HYPERPARAMETER,
+    INPUT_FIELD_HYPERPARAMETERS,
+    INSTANCE_STORAGE_TYPES,
+    MLFLOW_ENVIRONMENT,
+    PLATFORM_HYPERPARAMETERS,
+    TOP_LEVEL_HYPERPARAMETERS,
+    RequestRules,
 )
 
 
