@@ -1,6 +1,6 @@
 """Write ``docs/reference.md`` from the code's tables, so that the reference cannot drift from what the code
 checks: the execution-input fields (``training.request.fields.FIELDS``), the ``evaluate`` block's
-fields (their defaults ``input_fields.EVALUATE_DEFAULTS``, their rows ``request_evaluation.EVALUATE_FIELDS``), the
+fields (their defaults ``fields.EVALUATE_DEFAULTS``, their rows ``evaluate_block.EVALUATE_FIELDS``), the
 trainer settings
 (``training.request.contract.HYPERPARAMETERS`` and ``training.trainer.config.TRAINER_ONLY_SETTINGS``) and the
 ``cdk.json`` keys (``constructs_lib.config.CONTEXT``).
@@ -99,13 +99,13 @@ def input_fields_section() -> list[str]:
 
 def evaluate_section() -> list[str]:
     """The ``evaluate`` block's own fields: every name of ``EVALUATE_DEFAULTS`` (its default from there), with its
-    row of ``request_evaluation.EVALUATE_FIELDS``."""
+    row of ``evaluate_block.EVALUATE_FIELDS``."""
     rules = reference_rules()
     missing = [name for name in EVALUATE_DEFAULTS if name not in EVALUATE_FIELDS_BY_NAME]
     extra = [name for name in EVALUATE_FIELDS_BY_NAME if name not in EVALUATE_DEFAULTS]
     if missing or extra:
         raise ValueError(
-            f"EVALUATE_DEFAULTS and request_evaluation.EVALUATE_FIELDS differ: no row for {missing}, no default "
+            f"EVALUATE_DEFAULTS and evaluate_block.EVALUATE_FIELDS differ: no row for {missing}, no default "
             f"for {extra}"
         )
     lines = [

@@ -61,7 +61,7 @@ cdk.json does not move the record."""
 
 
 def rules_variants() -> dict[str, Any]:
-    from constructs_lib.workflow.request_check import RequestRules
+    from training.request.rules import RequestRules
 
     base = RequestRules(
         region=REGION,
@@ -639,7 +639,7 @@ def run_case(raw: Any, options: Mapping[str, Any], rules: Mapping[str, Any], s3:
     from constructs_lib.cli.request import Project, plan_request, validate
     from constructs_lib.cli.tuning import tune_plan
     from constructs_lib.workflow.request_check import decide
-    from training.request.tune_block import read_measurements
+    from training.request.reads import read_measurements
 
     deployed = rules[options.get("rules", "base")]
     event = {"input": raw, "rules": deployed.to_json(), "execution": EXECUTION}

@@ -1,7 +1,7 @@
 """Every ``cdk.json`` key, execution-input field and trainer setting is documented exactly once, in docs/reference.md,
 and that page is what ``make docs`` (``python -m constructs_lib.reference``) writes from the code's one table of each:
 ``constructs_lib.config.CONTEXT``, ``training.request.fields.FIELDS`` (and the ``evaluate`` block's
-``EVALUATE_DEFAULTS``, each with its row of ``request_evaluation.EVALUATE_FIELDS``),
+``EVALUATE_DEFAULTS``, each with its row of ``evaluate_block.EVALUATE_FIELDS``),
 ``training.request.contract.HYPERPARAMETERS`` (and ``training.trainer.config.TRAINER_ONLY_SETTINGS``).
 
 A new field, key or setting is a row in its table and ``make docs``; this test says so when it is forgotten."""

@@ -126,8 +126,8 @@ def test_malformed_stored_records_are_skipped_when_read_never_fatal():
     import boto3
     from moto import mock_aws
 
+    from training.request.reads import read_measurements
     from training.request.rules import RequestRules
-    from training.request.tune_block import read_measurements
 
     good = record()
     bad = [

@@ -1,65 +1,21 @@
-"""The request check's per-field rules: each input field's check (the table of ``input_fields``), the tags and
-environment maps, the cross-field rules (capacity mode, spot, warm pools, remote debugging, keys), the trainer's
-settings inside ``hyperparameters`` (the contract's own parsers) and the rendered ``HyperParameters`` map's sizes.
-:func:`constructs_lib.workflow.request_check.prepare_request` runs them in order.
+"""The checks of a request read once (``value.Request``) that no single field's own check can make: each entry of
+``tags`` and ``environment``, the cross-field rules (capacity mode, spot, warm pools, keys, the precision on the
+instance type's GPUs) and a tuning run that would evaluate. Each field's own check is its row of the fields' table
+(``fields.check_field``); the trainer settings' are made where they are parsed (``value.read_settings``).
+``decision.decide_request`` runs them in order.
 
 Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
-from typing import Any
 
-from training.request.contract import (
-    GPU_INSTANCE_TYPES,
-    HYPERPARAMETERS_BY_NAME,
-    WEIGHTS_CHANNEL_DIR,
-    ContractError,
-    instance_types_supporting,
-    normalize_name,
-    parse_hyperparameters,
-    to_sagemaker_hyperparameters,
-)
-from training.request.fields import (
-    ENVIRONMENT_PREFIXES,
-    FIELDS_BY_NAME,
-    PLATFORM_ENVIRONMENT,
-    TAG_CHARACTERS,
-)
-from training.request.rules import (
-    DATA_HYPERPARAMETER,
-    INPUT_FIELD_HYPERPARAMETERS,
-    INSTANCE_STORAGE_TYPES,
-    MLFLOW_ENVIRONMENT,
-    PLATFORM_HYPERPARAMETERS,
-    TOP_LEVEL_HYPERPARAMETERS,
-    RequestRules,
-)
-
-
-def show(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=repr)
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-def suggest(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def check_field(name: str, value: Any, rules: RequestRules) -> str | None:
-    """The problem of one field's value, or None (the field's row of ``input_fields.FIELDS``)."""
-    spec = FIELDS_BY_NAME[name]
-    if value is None:
-        return None if spec.nullable else f"{name}: must be {spec.allowed_text(rules)}; got null"
-    return (
-        None if spec.check(value, rules) else f"{name}: must be {spec.allowed_text(rules)}; got {show(value)}"
-    )
+from training.request.contract import instance_types_supporting
+from training.request.fields import ENVIRONMENT_PREFIXES, PLATFORM_ENVIRONMENT, TAG_CHARACTERS, show
+from training.request.rules import INSTANCE_STORAGE_TYPES, MLFLOW_ENVIRONMENT, RequestRules
+from training.request.value import Request
 
 
 def _tag_text_ok(text: str, pattern: str, low: int, high: int) -> bool:
@@ -73,10 +29,12 @@ def _tag_text_ok(text: str, pattern: str, low: int, high: int) -> bool:
     )
 
 
-def map_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
-    """Each entry of ``tags`` and ``environment`` on its own (their shapes already checked)."""
+def map_problems(request: Request, rules: RequestRules) -> list[str]:
+    """Each entry of ``tags`` and ``environment`` on its own (when both fields' own checks pass)."""
+    if any(p.startswith(("tags:", "environment:")) for p in request.field_problems):
+        return []
     limits, problems = rules.sagemaker(), []
-    tags, fixed = config["tags"], rules.fixed_tags()
+    tags, fixed = request.fields.tags, rules.fixed_tags()
     most = limits["Tags"]["max"] - len(fixed)
     if len(tags) > most:
         problems.append(
@@ -98,7 +56,7 @@ def map_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
             problems.append(
                 f"tags.{key}: value must be at most {value_limits['max']} {TAG_CHARACTERS}; got {show(value)}"
             )
-    environment = config["environment"]
+    environment = request.fields.environment
     room = limits["Environment"]["max"] - (len(MLFLOW_ENVIRONMENT) if rules.mlflow_tracking_server_arn else 0)
     if len(environment) > room:
         problems.append(f"environment: at most {room} variables; got {len(environment)}")
@@ -122,147 +80,49 @@ def map_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
     return problems
 
 
-def cross_field_problems(config: Mapping[str, Any], rules: RequestRules) -> list[str]:
-    problems = []
-    keep_alive = config["keep_alive_seconds"]
-    if keep_alive and config["use_spot"]:
+def cross_field_problems(request: Request, rules: RequestRules) -> list[str]:
+    """The rules between fields (when every field's own check passes)."""
+    if request.field_problems:
+        return []
+    config, problems = request.fields, []
+    keep_alive = config.keep_alive_seconds
+    if keep_alive and config.use_spot:
         problems.append(
             f"keep_alive_seconds: warm pools cannot be used with managed spot (use_spot true); set it to 0 or "
             f"use_spot to false; got {keep_alive}"
         )
-    if rules.volume_kms_key and config["instance_type"] in INSTANCE_STORAGE_TYPES:
+    if rules.volume_kms_key and config.instance_type in INSTANCE_STORAGE_TYPES:
         problems.append(
-            f"instance_type: {config['instance_type']} has NVMe instance storage (encrypted by the instance), and "
+            f"instance_type: {config.instance_type} has NVMe instance storage (encrypted by the instance), and "
             "SageMaker refuses a VolumeKmsKeyId for it, which this workflow sets (volume_kms_key); deploy without "
             "volume_kms_key to use it"
         )
-    precision, instance_type = config["precision"], config["instance_type"]
+    precision, instance_type = config.precision, config.instance_type
     if instance_type not in instance_types_supporting(precision):
         where = [t for t in instance_types_supporting(precision) if t in rules.allowed_instance_types]
         problems.append(
             f"precision: {precision} cannot run on the GPUs of instance_type {instance_type}; it needs one of "
             f"{', '.join(where) or 'no allowed instance type'}"
         )
-    if config["use_spot"] and config["training_plan_arn"] is not None:
+    if config.use_spot and config.training_plan_arn is not None:
         problems.append(
             "use_spot: managed spot cannot be combined with training_plan_arn; set use_spot to false or "
             "training_plan_arn to null"
         )
-    wait = config["max_wait_seconds"]
-    if wait is not None and not config["use_spot"]:
+    wait = config.max_wait_seconds
+    if wait is not None and not config.use_spot:
         problems.append(
             f"max_wait_seconds: only allowed with use_spot true; got {wait} (set it to null for on-demand or a plan)"
         )
-    elif wait is not None and wait < config["max_runtime_seconds"]:
+    elif wait is not None and wait < config.max_runtime_seconds:
         problems.append(
-            f"max_wait_seconds: must be >= max_runtime_seconds ({config['max_runtime_seconds']}); got {wait}"
+            f"max_wait_seconds: must be >= max_runtime_seconds ({config.max_runtime_seconds}); got {wait}"
         )
     return problems
 
 
-def setting_problems(settings: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Each trainer setting of the input on its own: known, not the platform's, parsed by the trainer's rules.
-    Needs no other field, so it runs even when other fields have problems (every problem is listed at once)."""
-    problems: list[str] = []
-    unknown: list[str] = []
-    given: dict[str, Any] = {}
-    for key, value in settings.items():
-        name = normalize_name(key)
-        spec = HYPERPARAMETERS_BY_NAME.get(name)
-        where = f"hyperparameters.{key}"
-        if spec is None:
-            unknown.append(f"{key}{suggest(name, HYPERPARAMETERS_BY_NAME)}")
-        elif name in PLATFORM_HYPERPARAMETERS:
-            problems.append(
-                f"{where}: set by the platform ({PLATFORM_HYPERPARAMETERS[name]}, the path SageMaker syncs); "
-                "it cannot be set from an execution"
-            )
-        elif name in INPUT_FIELD_HYPERPARAMETERS:
-            problems.append(
-                f"{where}: set by the platform from {INPUT_FIELD_HYPERPARAMETERS[name]}; set that field"
-            )
-        elif name in TOP_LEVEL_HYPERPARAMETERS:
-            problems.append(
-                f"{where}: is the top-level input field {name}; set it there, not in hyperparameters"
-            )
-        elif name in given:
-            problems.append(f"{where}: {name} is given twice (in two spellings)")
-        else:
-            try:
-                spec.parse(value)
-                given[name] = value
-            except ContractError as err:
-                problems.append(f"hyperparameters.{err}")
-    if unknown:
-        settable = [
-            n
-            for n in HYPERPARAMETERS_BY_NAME
-            if n not in PLATFORM_HYPERPARAMETERS
-            and n not in TOP_LEVEL_HYPERPARAMETERS
-            and n not in INPUT_FIELD_HYPERPARAMETERS
-        ]
-        problems.insert(
-            0,
-            f"hyperparameters: unknown trainer setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-            f"allowed: {', '.join(settable)}",
-        )
-    return given, problems
-
-
-def hyperparameter_map(
-    config: Mapping[str, Any], rules: RequestRules, architecture: Mapping[str, Any] | None = None
-) -> tuple[dict[str, str], list[str]]:
-    """The ``HyperParameters`` map: the input's trainer settings, the top-level ones, the data switch, the
-    ``init_from`` channel's folder and the platform's paths; checked by the trainer's own parsers and
-    cross-setting rules (with ``init_from``: against ``architecture``, the settings of the folder's config.json;
-    left to the trainer when it was not read) and SageMaker's sizes."""
-    given, problems = setting_problems(config["hyperparameters"])
-    for name in TOP_LEVEL_HYPERPARAMETERS:
-        if config[name] is not None:
-            given[name] = config[name]
-    if config["init_from"] is not None:
-        given["init_from"] = WEIGHTS_CHANNEL_DIR
-    has_data = config["train_data_uri"] is not None
-    dataset = str(given.get(DATA_HYPERPARAMETER, "channel" if has_data else "synthetic")).strip().lower()
-    if dataset == "channel" and not has_data:
-        problems.append(
-            "hyperparameters.dataset: channel needs train_data_uri (the data to mount); got no train_data_uri"
-        )
-    if dataset == "synthetic" and has_data:
-        problems.append(
-            f"hyperparameters.dataset: synthetic would ignore train_data_uri {config['train_data_uri']}; "
-            "leave dataset out (or channel) to train on it"
-        )
-    if has_data:
-        given[DATA_HYPERPARAMETER] = "channel"
-    if problems:
-        return {}, problems
-    try:
-        if config["init_from"] is None or architecture is not None:
-            gpu = GPU_INSTANCE_TYPES.get(config["instance_type"])
-            parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
-    except ContractError as err:
-        return {}, [f"hyperparameters.{err}"]
-    rendered = {**to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
-    return rendered, size_problems(rendered, rules)
-
-
-def size_problems(rendered: Mapping[str, str], rules: RequestRules) -> list[str]:
-    limits = rules.sagemaker()
-    problems = []
-    most = limits["HyperParameters"]["max"]
-    if len(rendered) > most:
-        problems.append(
-            f"hyperparameters: SageMaker allows at most {most} in all; the request would have {len(rendered)}"
-        )
-    for key, value in rendered.items():
-        if len(key) > limits["HyperParameterKey"]["max"]:
-            problems.append(
-                f"hyperparameters.{key}: name longer than {limits['HyperParameterKey']['max']} characters"
-            )
-        if len(value) > limits["HyperParameterValue"]["max"]:
-            problems.append(
-                f"hyperparameters.{key}: value of {len(value)} characters; SageMaker allows at most "
-                f"{limits['HyperParameterValue']['max']}"
-            )
-    return problems
+def tune_with_evaluate(request: Request) -> list[str]:
+    """A tuning run trains no model, so it has nothing to evaluate."""
+    if request.field_problems or request.fields.tune is None or request.fields.evaluate is None:
+        return []
+    return ["tune: a tuning run trains no model to evaluate; leave out evaluate (or tune)"]
