@@ -1,4 +1,5 @@
-"""What decides a request (``training.request.decision``, run by the Lambda's ``constructs_lib.workflow.request_check``), without aws_cdk or AWS."""
+"""What decides a request (``training.request.decision``, which the Lambda's ``constructs_lib.workflow.request_check``
+runs), without aws_cdk or AWS."""
 
 from __future__ import annotations
 
