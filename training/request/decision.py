@@ -93,8 +93,8 @@ class Decision:
 def decide_request(
     raw: object, rules: RequestRules, *, reads: Reads | None = None, execution: str | None = None
 ) -> Decision:
-    """The decision about the execution input ``raw`` under ``rules``, in order: the ``init_from`` model's
-    config.json (read first: the settings and the plan need its shape), the input read once, each field, the tags
+    """The decision about the execution input ``raw`` under ``rules``, in order: the input read once (with the
+    ``init_from`` model's config.json, read first: the settings and the plan need its shape), each field, the tags
     and environment, the rules between fields, the ``evaluate`` block, the trainer settings, a tuning run's
     candidates and cost, the memory plan, then what only a launch reads (the data, ``resume_from``'s checkpoint,
     the evaluation's tasks, tokenizer and training job). ``reads``: what may be read (default: nothing, offline);
@@ -102,8 +102,7 @@ def decide_request(
     reads = reads or Reads()
     if not isinstance(raw, Mapping):
         return Decision([f"input: must be a JSON object of input fields; got {show(raw)}"])
-    architecture, read_problems = reads.init_from(raw, rules)
-    request = read_request(raw, rules, architecture)
+    request = read_request(raw, rules, reads)
     problems = [*request.unknown, *request.field_problems]
     problems += checks.map_problems(request, rules)
     problems += checks.cross_field_problems(request, rules)
@@ -116,7 +115,7 @@ def decide_request(
     decision = Decision(problems, request, fields)
     if not problems:
         _job_and_plan(decision, request, rules, reads, tune)
-    decision.problems[:0] = read_problems  # the folder's first, then every other one
+    decision.problems[:0] = request.read_problems  # the init_from folder's first, then every other one
     if decision.valid and reads.before_launch:
         _before_launch(decision, request, rules, reads, execution)
     return decision

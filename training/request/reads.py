@@ -17,7 +17,7 @@ from typing import Any
 
 from training.request import hf_config, measured
 from training.request.contract import CHECKPOINT_DIR_NAME, SET_ASIDE_SUFFIX, ContractError
-from training.request.fields import check_field, show
+from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 
 MAX_RECORD_FILES = 100
@@ -46,16 +46,12 @@ class Reads:
             None if measurements is None else list(measurements)
         )
 
-    def init_from(
-        self, raw: Mapping[str, Any], rules: RequestRules
-    ) -> tuple[Mapping[str, Any] | None, list[str]]:
-        """The settings of the input's ``init_from`` folder's config.json (:func:`read_init_from`), or the problem of
-        that folder; ``(None, [])`` without ``init_from``, without S3 or with an ``init_from`` the field's check
-        refuses (it says why)."""
+    def init_from(self, uri: str | None) -> tuple[Mapping[str, Any] | None, list[str]]:
+        """The settings of the ``init_from`` folder ``uri``'s config.json (:func:`read_init_from`), or the problem of
+        that folder; ``(None, [])`` without a folder or without S3 (the caller's, when it gave them)."""
         if self._architecture is not None:
             return self._architecture, []
-        uri = raw.get("init_from")
-        if self.s3 is None or uri is None or check_field("init_from", uri, rules) is not None:
+        if self.s3 is None or uri is None:
             return None, []
         return read_init_from(self.s3, uri)
 

@@ -10,7 +10,8 @@ parses the trainer settings again.
   ``HyperParameters`` map (:class:`TrainerSettings`);
 * ``evaluate``: the ``evaluate`` block with its defaults (:class:`EvaluateBlock`, made from
   ``fields.EVALUATE_DEFAULTS``); ``tune``: the ``tune`` block parsed (:class:`TuneBlock`);
-* ``architecture``: the ``init_from`` model's settings, read once from its config.json (``reads.Reads``).
+* ``architecture``: the ``init_from`` model's settings, read once from its config.json (``reads.Reads``), first:
+  the settings and the plan need its shape.
 
 A new trainer setting (a row of ``contract.HYPERPARAMETERS``) and a new input field (a row of ``fields.FIELDS``)
 flow through this value with no edit here.
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from training.request import contract, plan, tuning
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
+from training.request.reads import Reads
 from training.request.rules import (
     DATA_HYPERPARAMETER,
     INPUT_FIELD_HYPERPARAMETERS,
@@ -121,6 +123,8 @@ class Request:
     """The ``tune`` block parsed; None without one, or when the fields have problems (it needs the instance type)."""
     architecture: Mapping[str, Any] | None
     """The ``init_from`` model's settings (its config.json), when read."""
+    read_problems: tuple[str, ...] = ()
+    """The problem of the ``init_from`` folder, when it was read and the trainer cannot start from it."""
 
     @property
     def fields_valid(self) -> bool:
@@ -139,12 +143,11 @@ class Request:
         )
 
 
-def read_request(
-    raw: Mapping[str, Any], rules: RequestRules, architecture: Mapping[str, Any] | None = None
-) -> Request:
+def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | None = None) -> Request:
     """``raw`` (an execution input, a JSON object) read once under ``rules``: every field merged over the workflow's
-    defaults (the input's ``hyperparameters`` over the workflow's), each field's own check, the trainer settings,
-    the ``evaluate`` and ``tune`` blocks; ``architecture``: the ``init_from`` model's settings when read."""
+    defaults (the input's ``hyperparameters`` over the workflow's), each field's own check, the ``init_from`` model's
+    config.json (with ``reads``' S3, when the field is valid: the settings need its shape), the trainer settings,
+    the ``evaluate`` and ``tune`` blocks."""
     unknown = tuple(
         f"{key}: unknown input field{suggest(str(key), INPUT_FIELDS)}; allowed: {', '.join(INPUT_FIELDS)}"
         for key in raw
@@ -158,6 +161,8 @@ def read_request(
         problem for name in INPUT_FIELDS if (problem := check_field(name, resolved[name], rules)) is not None
     )
     fields = Fields(**resolved)
+    folder = None if any(p.startswith("init_from:") for p in field_problems) else fields.init_from
+    architecture, read_problems = (reads or Reads()).init_from(folder)
     return Request(
         keys=tuple(raw),
         fields=fields,
@@ -167,6 +172,7 @@ def read_request(
         evaluate=_evaluate_block(fields.evaluate),
         tune=_tune_block(fields, field_problems),
         architecture=architecture,
+        read_problems=tuple(read_problems),
     )
 
 
