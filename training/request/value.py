@@ -126,10 +126,6 @@ class Request:
     read_problems: tuple[str, ...] = ()
     """The problem of the ``init_from`` folder, when it was read and the trainer cannot start from it."""
 
-    @property
-    def fields_valid(self) -> bool:
-        return not self.field_problems
-
     def setup(self, fields: Fields | None = None) -> plan.Setup:
         """The plan's setup of the request's parsed settings on its instances (``fields``: the decided ones, e.g. a
         tuning run's time limit; default the input's). Needs the settings parsed (``settings.values``)."""
