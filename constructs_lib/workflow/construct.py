@@ -2,8 +2,8 @@
 
 One execution = one validated, cost-bounded, monitored training job. The execution input (snake_case, every
 field optional) is decided before anything launches by the workflow's ``RequestValidator`` Lambda function
-(``request_check``: every field, the trainer's settings and rules from the contract, SageMaker's limits, the
-data location, ``resume_from``, the ``init_from`` model folder's config.json), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
+(``training.request.decision``: every field, the trainer's settings and rules from the contract, SageMaker's
+limits, the data location, ``resume_from``, the ``init_from`` model folder's config.json), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
 Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
 ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
 checkpoint prefix (so it resumes), a bounded number of times; any other failure ends the execution with the job
@@ -17,8 +17,8 @@ apart.
 Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
 
 This module checks the props and composes the parts of this package, each a function or construct that takes what
-it uses and returns what it builds: the request (``request``), its check (``request_check``, its Lambda function
-``request_function``, the states that call it ``request_states``), the states (``states``, ``evaluation_states``,
+it uses and returns what it builds: the request (``request``), its check (the Lambda function
+``request_function`` running ``request_check``, the states that call it ``request_states``), the states (``states``, ``evaluation_states``,
 ``launch_retry``) and
 observability (``observability``, ``dashboard``), and its IAM (``permissions``); ``props`` checks the props. Only
 this module holds the workflow's attributes.
@@ -81,16 +81,8 @@ from constructs_lib.workflow.props import (
     state_machine_name_of,
 )
 from constructs_lib.workflow.request import evaluation_job_request, resource_config, training_job_request
-from constructs_lib.workflow.request_check import (
-    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
-    MAX_RUNTIME_SECONDS_LIMIT,
-    RequestRules,
-    parse_data_sources,
-    validate_request,
-)
 from constructs_lib.workflow.request_function import RequestValidator
-from constructs_lib.workflow.request_rules import WORKFLOW_TAG, measurements_root
-from constructs_lib.workflow.request_states import decide_request
+from constructs_lib.workflow.request_states import decide_request_states
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
     capacity_states,
@@ -103,6 +95,15 @@ from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
+)
+from training.request.decision import validate_request
+from training.request.rules import (
+    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+    MAX_RUNTIME_SECONDS_LIMIT,
+    WORKFLOW_TAG,
+    RequestRules,
+    measurements_root,
+    parse_data_sources,
 )
 
 __all__ = [
@@ -657,7 +658,7 @@ class TrainingWorkflow(Construct):
         )
         route.when(sfn.Condition.boolean_equals("$.evaluation_only", True), evaluation.only)
         route.otherwise(prepare.next(mode))
-        return decide_request(
+        return decide_request_states(
             self,
             validator=self.validator,
             rules_json=self.request_rules.to_json(),

@@ -832,6 +832,24 @@ def parse_hyperparameters(
     return values
 
 
+def override_settings(
+    values: Mapping[str, Any], overrides: Mapping[str, Any], *, sm: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Parsed settings ``values`` (``parse_hyperparameters``' result) with ``overrides`` set (each parsed by its own
+    setting) and the cross-setting rules checked again: what ``parse_hyperparameters`` gives for the same raw
+    settings with the overrides, when none of them is a model-shape setting (a tuning candidate). Raises
+    ContractError naming the first bad field."""
+    out = dict(values)
+    for key, value in overrides.items():
+        name = normalize_name(key)
+        spec = HYPERPARAMETERS_BY_NAME.get(name)
+        if spec is None:
+            raise ContractError(name, f"unknown setting; allowed: {', '.join(HYPERPARAMETERS_BY_NAME)}")
+        out[name] = spec.parse(value)
+    check_consistency(out, sm)
+    return out
+
+
 ARCHITECTURE_NAMES: tuple[str, ...] = (*MODEL_DIM_NAMES, "num_kv_heads", "tie_embeddings")
 """Every setting of the model's shape (the fields of ``ModelShape``)."""
 ROPE_NAMES: tuple[str, ...] = ("position_encoding", "rope_theta", "rope_scaling", *LLAMA3_ROPE_SETTINGS)

@@ -201,6 +201,16 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
     workflow's defaults). ``architecture``: the settings of the ``init_from`` model's config.json
     (``training.request.hf_config.architecture``), which give the shape. Raises ``contract.ContractError`` naming
     a bad setting."""
+    return parse_request(request, architecture)[1]
+
+
+def parse_request(
+    request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], Setup]:
+    """The parsed settings (``contract.parse_hyperparameters``) and the :class:`Setup` of a plain execution input,
+    for a plan outside the request's decision (``python -m training.request.plan``, the tuning report, the
+    measurements, a stored record's configuration); the decision passes its own parsed settings to
+    :func:`setup_from_values`. Raises ``contract.ContractError`` naming a bad setting."""
     instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
     if instance_type not in contract.GPU_INSTANCE_TYPES:
         raise contract.ContractError(
@@ -211,6 +221,24 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    setup = setup_from_values(
+        values,
+        instance_type=instance_type,
+        instance_count=count,
+        max_runtime_seconds=request.get("max_runtime_seconds"),
+    )
+    return values, setup
+
+
+def setup_from_values(
+    values: Mapping[str, Any],
+    *,
+    instance_type: str,
+    instance_count: int = 1,
+    max_runtime_seconds: int | None = None,
+) -> Setup:
+    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result: nothing is parsed here)
+    on ``instance_count`` x ``instance_type``, with the run's time limit."""
     shape = contract.model_shape(values)
     return Setup(
         shape=shape,
@@ -220,10 +248,10 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
         seq_length=values["seq_length"],
         activation_checkpointing=values["activation_checkpointing"],
         instance_type=instance_type,
-        instance_count=count,
+        instance_count=instance_count,
         max_steps=values["max_steps"],
         loss_chunk_tokens=int(values.get("loss_chunk_tokens") or 0),
-        max_runtime_seconds=request.get("max_runtime_seconds"),
+        max_runtime_seconds=max_runtime_seconds,
         position_encoding=values["position_encoding"],
         activation_checkpointing_interval=values["activation_checkpointing_interval"],
         grad_accum_steps=values["grad_accum_steps"],
@@ -777,17 +805,38 @@ def make_plan(
     versions: Mapping[str, str | None] | None = None,
     architecture: Mapping[str, Any] | None = None,
 ) -> Plan:
-    """The plan of one execution input (advice only when it does not fit); ``architecture``: the ``init_from``
-    model's settings (``setup_from_request``). ``measurements``: stored tuning records
-    (:mod:`training.request.measured`); the one that stands for this request on the image ``image_tag`` (and
-    ``versions``) gives the throughput instead of the published points, and all of that instance and image
-    check the memory estimate."""
-    s = setup_from_request(request, architecture)
+    """The plan of one plain execution input (:func:`parse_request`, then :func:`plan_of`); ``architecture``: the
+    ``init_from`` model's settings."""
+    values, s = parse_request(request, architecture)
+    return plan_of(
+        s,
+        values,
+        max_instance_count=max_instance_count,
+        instance_types=instance_types,
+        measurements=measurements,
+        image_tag=image_tag,
+        versions=versions,
+    )
+
+
+def plan_of(
+    s: Setup,
+    values: Mapping[str, Any],
+    *,
+    max_instance_count: int = 64,
+    instance_types: Sequence[str] = (),
+    measurements: Sequence[Mapping[str, Any]] = (),
+    image_tag: str | None = None,
+    versions: Mapping[str, str | None] | None = None,
+) -> Plan:
+    """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
+    ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
+    settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
+    and all of that instance and image check the memory estimate."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
     )
-    values = contract.parse_hyperparameters(trainer_settings(request), architecture)
     record = measured.find(
         measurements,
         values,
