@@ -242,8 +242,10 @@ class CheckpointManager:
         self.root, self.keep, self.shape = Path(root), keep, shape
         self.resume_dir = Path(resume_dir) if resume_dir is not None else None
         # LoRA (the identity has "lora"): only what trains is saved and loaded, the adapters and their optimizer
-        # state; the frozen base comes again from the reference the identity records
-        self._options = StateDictOptions(ignore_frozen_params=bool((shape or {}).get("lora")))
+        # state (DCP's load needs every one of them); the frozen base comes again from the reference the identity
+        # records, so the model's own load_state_dict is not strict about the base's entries
+        adapters_only = bool((shape or {}).get("lora"))
+        self._options = StateDictOptions(ignore_frozen_params=adapters_only, strict=not adapters_only)
         self.rank, self.world_size, self.device = env.rank, env.world_size, env.device
         self.local_rank, self.cpu_group = env.local_rank, env.cpu_group
         self.node_leader = env.local_rank == 0

@@ -151,7 +151,8 @@ def warm_up(
     one warning line; any other error is raised. Values are constants: compilation depends on shapes, dtypes and
     strides. ``adapt``: what the run does to each of its blocks before activation checkpointing (LoRA's
     ``lora.apply_to_block``: adapters, the base frozen); the stand-in then runs twice, its input requiring a
-    gradient and not (the first block's, whose frozen embedding gives none), as the model's blocks will."""
+    gradient and not (the first block's, whose frozen embedding gives none), with a frozen LM head, as the
+    model's blocks and loss chunks will."""
     if _State.failed is not None:
         return
     h = shape.hidden_size
@@ -168,7 +169,12 @@ def warm_up(
         block.to_empty(device=device)
         for param in block.parameters():
             nn.init.constant_(param, 0.02)
-        head = nn.Parameter(torch.full((shape.vocab_size, h), 0.02, dtype=dtype, device=device))
+        head = (
+            nn.Parameter(  # frozen with the base when LoRA adapts the blocks (Dynamo guards on requires_grad)
+                torch.full((shape.vocab_size, h), 0.02, dtype=dtype, device=device),
+                requires_grad=adapt is None,
+            )
+        )
         targets = torch.zeros((batch, seq), dtype=torch.long, device=device)
         for input_grad in (True, False) if adapt is not None else (True,):
             hidden = torch.full((batch, seq, h), 0.1, dtype=dtype, device=device, requires_grad=input_grad)

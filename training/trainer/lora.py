@@ -292,6 +292,8 @@ def fingerprint(folder: str | Path) -> str:
     two folders that differ only between the sampled blocks do not (a full hash would read every byte of 140 GB
     at each start). An unreadable folder gives ``unreadable: <why>`` (the resume check then names it)."""
     root = Path(folder)
+    if not root.is_dir():
+        return f"unreadable: {root} is not a folder"
     digest = hashlib.sha256()
     try:
         config = root / "config.json"
