@@ -369,6 +369,10 @@ def test_peft_and_the_merged_folder_give_the_trainers_logits(lora_reference):
     )
     assert peft_diff <= 1e-5 and merged_diff <= 1e-5
     assert (ours - before).abs().max() > 1e-2  # the adapters trained: not the base model's logits
+    assert "merged into the frozen base weights" in (model_dir / "hf" / "README.md").read_text()
+    from training.evaluate import model_folder
+
+    assert model_folder.locate(model_dir, tmp / "work") == model_dir / "hf"  # evaluation takes the merged model
 
 
 @pytest.mark.slow
@@ -427,3 +431,60 @@ def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path, np
     assert owners == set(range(1, nproc + 1))  # rows written by every rank
     a_rows = [rows["layers.0.qkv.lora_a_q_proj"] for rows in probe["rows"]]
     assert sum(a_rows) == 2 and (nproc == 2 or 0 in a_rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The plan and tuning
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def lora_request(model_preset: str, rank: int, **settings) -> dict:
+    hyperparameters = {"model_preset": model_preset, "precision": "bf16", "seq_length": 4096, "batch_size": 1,
+                       "activation_checkpointing": "full", "lora_rank": rank, **settings}  # fmt: skip
+    return {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1, "hyperparameters": hyperparameters}
+
+
+def test_the_plan_counts_the_adapters_parameters_as_the_trainer_makes_them():
+    from training.request import plan
+
+    for targets in ("all-linear", "q,v", "gate,down"):
+        cfg = config.config_from_mapping({"model_preset": "custom", "num_layers": "2", "hidden_size": "32",
+                                          "num_heads": "4", "num_kv_heads": "2", "ffn_hidden_size": "48",
+                                          "vocab_size": "42", "lora_rank": "3", "lora_targets": targets})  # fmt: skip
+        net = lora_torch_model(lora.LoraSettings.of(cfg))
+        setup = plan.setup_from_request({"hyperparameters": {k: v for k, v in cfg.as_dict().items()
+                                                             if k in contract.HYPERPARAMETERS_BY_NAME}})  # fmt: skip
+        assert plan.lora_block_parameters(setup) * 2 == lora.counts(net)[0], targets
+
+
+def test_the_plan_gives_a_frozen_base_no_gradient_and_no_optimizer_state_and_the_adapters_both():
+    from training.request import plan
+
+    full = plan.estimate_memory(plan.setup_from_request(lora_request("llama3.1-70b", 0)))
+    setup = plan.setup_from_request(lora_request("llama3.1-70b", 16))
+    adapted = plan.estimate_memory(setup)
+    adapters = plan.lora_block_parameters(setup) * 80
+    assert adapters == 16 * 80 * (2 * (8192 + 8192) + 2 * (1024 + 8192) + 3 * (28672 + 8192))
+    moments = plan.lora_memory(setup, plan._moments(setup))
+    step = moments["optimizer step"]
+    assert step["AdamW state"] == 8 * adapters / 8 and step["gradients (sharded)"] == 4 * adapters / 8
+    assert step["sharded parameters"] == pytest.approx(4 * (setup.shape.parameter_count() + adapters) / 8)
+    assert all(m.get("head gradient", 0) == 0 and m.get("root gradients (unsharded)", 0) == 0 for m in moments.values())
+    assert full.fits and adapted.fits and adapted.peak_gib < full.peak_gib / 2
+    dropout = plan.setup_from_request(lora_request("llama3.1-8b", 16, lora_dropout=0.1))
+    assert plan.lora_activation_bytes(dropout) > plan.lora_activation_bytes(
+        plan.setup_from_request(lora_request("llama3.1-8b", 16))
+    )
+
+
+def test_tuning_candidates_keep_the_requests_lora_settings_and_low_precisions_are_refused_for_it():
+    from training.request import tuning
+
+    request = lora_request("llama3.1-8b", 16, lora_targets="q,k,v,o", batch_size=8)
+    found = tuning.candidates(request, {"batch_size": (1, 2, 4, 8), "precision": ("bf16", "fp8")})
+    assert found.ranked and all(c.plan.setup.lora_rank == 16 for c in found.ranked)
+    assert all(c.plan.setup.lora_targets == ("q_proj", "k_proj", "v_proj", "o_proj") for c in found.ranked)
+    assert all(not any(name.startswith("lora") for name in c.overrides) for c in found.ranked)
+    assert {c.overrides["precision"] for c in found.ranked} == {"bf16"}
+    assert len(found.refused) == 4 and all("fp8 cannot train LoRA adapters" in r for r in found.refused)
+    assert "lora_rank" in contract.measurement_key_settings()  # a LoRA measurement never stands for a full run

@@ -317,6 +317,13 @@ def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], toke
     )
     embeddings = "tied" if shape.tie_embeddings else "untied"
     origin = f", starting from `{config['init_from']}`" if config.get("init_from") else ""
+    adapters = lora.LoraSettings.of(config)
+    if adapters is not None:
+        origin += (
+            f", as LoRA adapters (rank {adapters.rank}, alpha {adapters.alpha:g}, on {', '.join(adapters.targets)}) "
+            f"merged into the frozen base weights (W + alpha / rank x B A; the adapter alone is the peft folder "
+            f"`{contract.PEFT_EXPORT_DIR}/` beside this one)"
+        )
     return f"""# Llama-architecture model exported by `training.trainer.export_hf`
 
 Trained by this project's FSDP2 trainer for {step} steps{origin} (precision `{config.get("precision")}`,

@@ -106,17 +106,19 @@ class LoRALinear(nn.Linear):
                 )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``W x`` plus every part's ``scale B A dropout(x)`` in its rows, as two small GEMMs: the targeted ``A``
+        matrices stacked (``[parts x rank, in]``), then the ``B`` matrices block-diagonally (an untargeted part
+        gives zero rows): one output-sized temporary, and the scale applied rank-wide, not output-wide."""
         out = F.linear(x, self.weight)
-        dropped = self.lora_dropout(x)
-        deltas = []
-        for name, rows in self.parts:
-            if name in self.targeted:
-                down = F.linear(dropped, getattr(self, f"lora_a_{name}"))
-                deltas.append(F.linear(down, getattr(self, f"lora_b_{name}")))
-            else:
-                deltas.append(out.new_zeros((*out.shape[:-1], rows)))
-        delta = deltas[0] if len(deltas) == 1 else torch.cat(deltas, dim=-1)
-        return out + delta * self.scale
+        a = torch.cat([getattr(self, f"lora_a_{name}") for name in self.targeted])
+        b = torch.block_diag(
+            *(
+                getattr(self, f"lora_b_{name}") if name in self.targeted else self.weight.new_zeros((rows, 0))
+                for name, rows in self.parts
+            )
+        )
+        down = F.linear(self.lora_dropout(x), a) * self.scale
+        return out + F.linear(down, b)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, lora={','.join(self.targeted)}, scale={self.scale:g}"
