@@ -544,7 +544,10 @@ def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dic
         new["sharded parameters"] = new.get("sharded parameters", 0.0) + 4.0 * pa / w
         new["AdamW state"] = 8.0 * pa / w
         if "saved activations" in new:
-            new["adapter activations"] = lora_activation_bytes(s) * s.tokens * held
+            selective = len(s.checkpointed_blocks) if s.activation_checkpointing == "selective" else 0
+            new["adapter activations"] = s.tokens * (
+                lora_activation_bytes(s) * held + lora_selective_extra_bytes(s) * selective
+            )
         out[moment] = new
     return out
 
@@ -555,6 +558,22 @@ def lora_block_parameters(s: Setup) -> int:
     dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
             "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
     return sum(s.lora_rank * (dims[t][0] + dims[t][1]) for t in s.lora_targets)
+
+
+def lora_selective_extra_bytes(s: Setup) -> float:
+    """Bytes per token a ``selective`` block keeps beyond full fine-tuning's with LoRA: the policy saves every
+    other matmul's output (``activation_checkpoint._selective_contexts``), and an adapted linear layer runs three
+    (its base, the stacked A, the block-diagonal B), so the saved ones shift; with all-linear the block keeps the
+    QKV and gate/up outputs twice (base and B) and the output and down layers' rank-wide A outputs."""
+    h, f, kv, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.kv_heads * s.shape.head_dim, s.compute_bytes
+    layers = (("qkv", h + 2 * kv, ("q_proj", "k_proj", "v_proj")), ("out", h, ("o_proj",)),
+              ("gate_up", 2 * f, ("gate_proj", "up_proj")), ("down", h, ("down_proj",)))  # fmt: skip
+    plain, adapted = [], []
+    for _, width, parts in layers:
+        plain.append(width)
+        targeted = [p for p in parts if p in s.lora_targets]
+        adapted += [width, s.lora_rank * len(targeted), width] if targeted else [width]
+    return c * (sum(adapted[0::2]) - sum(plain[0::2]))
 
 
 def lora_activation_bytes(s: Setup) -> float:
