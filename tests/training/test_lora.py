@@ -372,7 +372,8 @@ def test_peft_and_the_merged_folder_give_the_trainers_logits(lora_reference):
     assert "merged into the frozen base weights" in (model_dir / "hf" / "README.md").read_text()
     from training.evaluate import model_folder
 
-    assert model_folder.locate(model_dir, tmp / "work") == model_dir / "hf"  # evaluation takes the merged model
+    # the evaluation job takes the merged model
+    assert model_folder.locate(model_dir, tmp / "work") == model_dir / "hf"
 
 
 @pytest.mark.slow
@@ -469,7 +470,10 @@ def test_the_plan_gives_a_frozen_base_no_gradient_and_no_optimizer_state_and_the
     step = moments["optimizer step"]
     assert step["AdamW state"] == 8 * adapters / 8 and step["gradients (sharded)"] == 4 * adapters / 8
     assert step["sharded parameters"] == pytest.approx(4 * (setup.shape.parameter_count() + adapters) / 8)
-    assert all(m.get("head gradient", 0) == 0 and m.get("root gradients (unsharded)", 0) == 0 for m in moments.values())
+    assert all(
+        m.get("head gradient", 0) == 0 and m.get("root gradients (unsharded)", 0) == 0
+        for m in moments.values()
+    )
     assert full.fits and adapted.fits and adapted.peak_gib < full.peak_gib / 2
     dropout = plan.setup_from_request(lora_request("llama3.1-8b", 16, lora_dropout=0.1))
     assert plan.lora_activation_bytes(dropout) > plan.lora_activation_bytes(
@@ -487,4 +491,5 @@ def test_tuning_candidates_keep_the_requests_lora_settings_and_low_precisions_ar
     assert all(not any(name.startswith("lora") for name in c.overrides) for c in found.ranked)
     assert {c.overrides["precision"] for c in found.ranked} == {"bf16"}
     assert len(found.refused) == 4 and all("fp8 cannot train LoRA adapters" in r for r in found.refused)
-    assert "lora_rank" in contract.measurement_key_settings()  # a LoRA measurement never stands for a full run
+    # a LoRA run's measurement never stands for a full fine-tuning run's
+    assert "lora_rank" in contract.measurement_key_settings()

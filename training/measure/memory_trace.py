@@ -212,7 +212,10 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
         # The trainer's optimizer on a GPU (loop._fresh_state): adamw_impl auto is the fused kernel on CUDA.
         impl = levers.adamw_impl(values["adamw_impl"], torch.device("cuda"))
         optimizer = levers.build_optimizer(
-            [p for p in net.parameters() if p.requires_grad], impl, values["learning_rate"], values["weight_decay"]
+            [p for p in net.parameters() if p.requires_grad],
+            impl,
+            values["learning_rate"],
+            values["weight_decay"],
         )
         batch = (values["batch_size"] * values["grad_accum_steps"], values["seq_length"])
         tokens = torch.randint(0, shape.vocab_size, batch, device=device)

@@ -39,7 +39,13 @@ def request(
 
 
 def row(
-    preset: str, seq: int, instances: int, ac: bool, precision: str, lora_rank: int = 0, batch: int | None = None
+    preset: str,
+    seq: int,
+    instances: int,
+    ac: bool,
+    precision: str,
+    lora_rank: int = 0,
+    batch: int | None = None,
 ) -> dict[str, Any]:
     """The largest micro-batch that fits (or batch 1 when none does), or ``batch``, and its plan."""
     chosen = None
@@ -95,8 +101,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--instances", default="1,2", help=f"comma-separated counts of {contract.DEFAULT_INSTANCE_TYPE}"
     )
     parser.add_argument("--precision", default="bf16", help="precision")
-    parser.add_argument("--lora-ranks", default=None, help="comma-separated lora_rank values (0: full fine-tuning)")
-    parser.add_argument("--batch", type=int, default=None, help="this micro-batch instead of the largest that fits")
+    parser.add_argument(
+        "--lora-ranks", default=None, help="comma-separated lora_rank values (0: full fine-tuning)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=None, help="this micro-batch instead of the largest that fits"
+    )
     return parser.parse_args(argv)
 
 

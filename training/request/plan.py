@@ -565,7 +565,8 @@ def lora_selective_extra_bytes(s: Setup) -> float:
     other matmul's output (``activation_checkpoint._selective_contexts``), and an adapted linear layer runs three
     (its base, the stacked A, the block-diagonal B), so the saved ones shift; with all-linear the block keeps the
     QKV and gate/up outputs twice (base and B) and the output and down layers' rank-wide A outputs."""
-    h, f, kv, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.kv_heads * s.shape.head_dim, s.compute_bytes
+    h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
+    kv = s.shape.kv_heads * s.shape.head_dim
     layers = (("qkv", h + 2 * kv, ("q_proj", "k_proj", "v_proj")), ("out", h, ("o_proj",)),
               ("gate_up", 2 * f, ("gate_proj", "up_proj")), ("down", h, ("down_proj",)))  # fmt: skip
     plain, adapted = [], []
