@@ -144,6 +144,10 @@ class Setup:
     grad_accum_steps: int = 1
     adamw_impl: str = "auto"
     nvfp4_bf16_blocks: int = 1
+    lora_rank: int = 0
+    """LoRA (``lora_memory``): adapters of this rank on ``lora_targets``, the base frozen; 0: every weight trains."""
+    lora_targets: tuple[str, ...] = ()
+    lora_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         mode = self.activation_checkpointing
@@ -257,6 +261,9 @@ def setup_from_values(
         grad_accum_steps=values["grad_accum_steps"],
         adamw_impl=values["adamw_impl"],
         nvfp4_bf16_blocks=values["nvfp4_bf16_blocks"],
+        lora_rank=values["lora_rank"],
+        lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
+        lora_dropout=values["lora_dropout"],
     )
 
 
@@ -534,9 +541,87 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
     return moments
 
 
+def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """LoRA's terms (``lora_rank`` > 0; ``training/trainer/lora.py``) in place of full fine-tuning's, at every moment.
+    The frozen base keeps its sharded fp32 weights and its gathered ones, and has no gradient (unsharded, reduced,
+    sharded or accumulated), no AdamW moments and no head or root gradient; the adapters (Pa parameters, Pab per
+    block: rank x (in + out) per targeted projection) have all of those: their sharded fp32 weights 4Pa/W, AdamW
+    8Pa/W, gradients as full fine-tuning's scaled by Pab/Pb (a block's) or Pa/P (every block's), and their
+    gathered weights beside the block's. Saved activations: the base's (the adapters' A matrices keep each
+    linear layer's input, so nothing of full fine-tuning's goes away with all-linear; partial targets are
+    counted as all, an upper bound) plus, per token and block not checkpointed, each adapter's rank-wide A output
+    and, with ``lora_dropout``, each adapted layer's dropped input and its mask (``lora_activation_bytes``)."""
+    if not s.lora_rank:
+        return moments
+    shape, w = s.shape, s.world_size
+    pab = lora_block_parameters(s)
+    pa, pb, p = pab * shape.num_layers, shape.block_parameter_count(), shape.parameter_count()
+    block, whole = pab / pb, pa / p
+    scaled = {"gradients (sharded, so far)": block, "unsharded gradients": block,
+              "accumulated gradients (fp32, unsharded)": whole, "AdamW temporaries": whole,
+              "head gradient": 0.0, "root gradients (unsharded)": 0.0,
+              "block weights (unsharded)": 1 + block, "prefetched all-gather": 1 + block}  # fmt: skip
+    held = max(shape.num_layers - len(s.checkpointed_blocks), 1)
+    out = {}
+    for moment, parts in moments.items():
+        new = {key: value * scaled.get(key, 1.0) for key, value in parts.items()}
+        if "reduce-scatter input" in new:  # the root has no adapter; a block reduces only its adapters'
+            new["reduce-scatter input"] = 0.0 if moment == "root reduce-scatter" else 4.0 * pab
+        if "gradients (sharded)" in new:
+            new["gradients (sharded)"] = 4.0 * pa / w
+        new["sharded parameters"] = new.get("sharded parameters", 0.0) + 4.0 * pa / w
+        new["AdamW state"] = 8.0 * pa / w
+        if "saved activations" in new:
+            selective = len(s.checkpointed_blocks) if s.activation_checkpointing == "selective" else 0
+            new["adapter activations"] = s.tokens * (
+                lora_activation_bytes(s) * held + lora_selective_extra_bytes(s) * selective
+            )
+        out[moment] = new
+    return out
+
+
+def lora_block_parameters(s: Setup) -> int:
+    """One block's adapter parameters: rank x (in + out) for each targeted projection."""
+    h, f, kv = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.kv_heads * s.shape.head_dim
+    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
+            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
+    return sum(s.lora_rank * (dims[t][0] + dims[t][1]) for t in s.lora_targets)
+
+
+def lora_selective_extra_bytes(s: Setup) -> float:
+    """Bytes per token a ``selective`` block keeps beyond full fine-tuning's with LoRA: the policy saves every
+    other matmul's output (``activation_checkpoint._selective_contexts``), and an adapted linear layer runs three
+    (its base, the stacked A, the block-diagonal B), so the saved ones shift; with all-linear the block keeps the
+    QKV and gate/up outputs twice (base and B) and the output and down layers' rank-wide A outputs."""
+    h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
+    kv = s.shape.kv_heads * s.shape.head_dim
+    layers = (("qkv", h + 2 * kv, ("q_proj", "k_proj", "v_proj")), ("out", h, ("o_proj",)),
+              ("gate_up", 2 * f, ("gate_proj", "up_proj")), ("down", h, ("down_proj",)))  # fmt: skip
+    plain, adapted = [], []
+    for _, width, parts in layers:
+        plain.append(width)
+        targeted = [p for p in parts if p in s.lora_targets]
+        adapted += [width, s.lora_rank * len(targeted), width] if targeted else [width]
+    return c * (sum(adapted[0::2]) - sum(plain[0::2]))
+
+
+def lora_activation_bytes(s: Setup) -> float:
+    """Bytes per token one block's adapters save beyond the base's: each A output (rank values) and, with dropout,
+    each adapted linear layer's dropped input and its one-byte mask (once per fused layer: qkv, out, gate/up,
+    down)."""
+    h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
+    saved = float(c * s.lora_rank * len(s.lora_targets))
+    if s.lora_dropout > 0:
+        layers = {"qkv": h, "out": h, "gate_up": h, "down": f}
+        of = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "out", "gate_proj": "gate_up",
+              "up_proj": "gate_up", "down_proj": "down"}  # fmt: skip
+        saved += sum((c + 1) * layers[name] for name in {of[t] for t in s.lora_targets})
+    return saved
+
+
 def estimate_memory(s: Setup) -> Memory:
     """The per-GPU peak: the largest moment's tensors plus the allowance, against the GPU's memory."""
-    moments = _moments(s)
+    moments = lora_memory(s, _moments(s))
     moment, parts = max(moments.items(), key=lambda item: sum(item[1].values()))
     tensors = sum(parts.values())
     allowance = ALLOWANCE_FIXED_GIB * GIB + ALLOWANCE_FRACTION * tensors

@@ -4,6 +4,7 @@ the validation loss, checkpoint, stop on SIGTERM, save the model."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -20,7 +21,9 @@ from training.trainer import (
     checkpoint,
     data,
     export_hf,
+    export_peft,
     levers,
+    lora,
     metrics,
     model,
     parallel,
@@ -52,8 +55,10 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
     """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): built on the meta
     device, its blocks wrapped (activation checkpointing, then ``torch.compile``, whose forward and backward graphs
     are compiled here by ``compile.warm_up``, then NVFP4's bf16 edge blocks) before FSDP2 shards it, then given its
-    values: random, or the ``init_from`` model's weights."""
+    values: random, or the ``init_from`` model's weights. With LoRA (``lora_rank`` > 0) the blocks' linear layers get
+    adapters and everything else is frozen first (``lora.apply``), and the adapters get their values last."""
     use_te = plan.recipe is not None
+    adapters = lora.LoraSettings.of(cfg)
     with plan.init_context():
         net = model.build_model(
             cfg.shape,
@@ -65,6 +70,8 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()),
             norm_eps=cfg.rms_norm_eps,
         )
+    if adapters is not None:
+        lora.apply(net, adapters)
     activation_checkpoint.apply(
         net.layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval, use_te=use_te
     )
@@ -75,12 +82,17 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
         )
         compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
                           device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps)  # fmt: skip
+                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps,
+                          adapt=None if adapters is None else functools.partial(
+                              lora.apply_to_block, shape=cfg.shape, settings=adapters))  # fmt: skip
     if cfg.precision == "nvfp4":
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
-    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init)
+    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init,
+                       skip=lora.is_adapter if adapters is not None else None)  # fmt: skip
+    if adapters is not None:
+        lora.initialize(net, cfg.seed)
     return net
 
 
@@ -103,8 +115,9 @@ class _State:
 def _fresh_state(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> _State:
     net = build(cfg, env, plan)
     impl = levers.adamw_impl(cfg.adamw_impl, env.device)
+    trainable = [p for p in net.parameters() if p.requires_grad]  # LoRA: the adapters only
     optimizer = levers.build_optimizer(
-        net.parameters(), impl, cfg.learning_rate, cfg.weight_decay, master_weights=plan.quantized_init
+        trainable, impl, cfg.learning_rate, cfg.weight_decay, master_weights=plan.quantized_init
     )
     warmup, _ = warmup_for(cfg.lr_warmup_steps, cfg.max_steps)
     state = _State(net, optimizer, Schedule(cfg.max_steps, warmup), None, plan.grad_scaler())  # type: ignore[arg-type]
@@ -187,7 +200,14 @@ def _finished_already(
         f"{done}; nothing trained; {cfg.model_dir} held no model, so the checkpoint's model was saved to {saved}"
     )
     if saved is not None:
-        say(export_hf.export_after_training(saved, cfg))
+        _export(saved, cfg, say)
+
+
+def _export(saved, cfg: TrainConfig, say: Callable[[str], None]) -> None:
+    """The Hugging Face folder of the saved model (LoRA: merged) and, for LoRA, the peft adapter folder."""
+    say(export_hf.export_after_training(saved, cfg))
+    if cfg.lora_rank:
+        say(export_peft.export_after_training(saved, cfg))
 
 
 def _save_model(cfg: TrainConfig, env: parallel.DistEnv, state: _State):
@@ -243,6 +263,11 @@ def run(
         cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape, resume_dir=checkpoint.resume_channel_dir()
     )
     state, complete = _resume(cfg, env, plan, manager, dataset, say)
+    if cfg.lora_rank:
+        trainable, total = lora.counts(state.net)
+        say(f"lora rank={cfg.lora_rank} alpha={cfg.lora_alpha:g} dropout={cfg.lora_dropout:g} "
+            f"targets={','.join(contract.lora_target_modules(cfg.lora_targets))} trainable_parameters={trainable} "
+            f"({100.0 * trainable / total:.3g}% of {total}; the base is frozen)")  # fmt: skip
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
@@ -463,7 +488,7 @@ def _train(
         saved = _save_model(cfg, env, state)
         if saved is not None:
             say(f"model saved to {saved}")
-            say(export_hf.export_after_training(saved, cfg))
+            _export(saved, cfg, say)
     sealed(manager.seal_pending())  # a save still in flight is waited for and sealed before the summary
     stop.close()
     summary = {

@@ -211,8 +211,8 @@ def build_model(
     blocks: list[nn.Module]
     if use_te:
         blocks = [te_block(shape, i + 1, te_params_dtype, norm_eps) for i in range(shape.num_layers)]
-    else:
-        blocks = [TorchBlock(shape, norm_eps) for _ in range(shape.num_layers)]
-    with torch.device("meta"):
+    with torch.device("meta"):  # torch blocks too: nothing allocated (or initialized) before the shard
+        if not use_te:
+            blocks = [TorchBlock(shape, norm_eps) for _ in range(shape.num_layers)]
         model = Transformer(shape, blocks, rope=rope, loss_chunk_tokens=loss_chunk_tokens, norm_eps=norm_eps)
     return model
