@@ -482,10 +482,12 @@ def test_the_plan_gives_a_frozen_base_no_gradient_and_no_optimizer_state_and_the
 
 
 def test_tuning_candidates_keep_the_requests_lora_settings_and_low_precisions_are_refused_for_it():
-    from training.request import tuning
+    from training.request import plan, tuning
 
     request = lora_request("llama3.1-8b", 16, lora_targets="q,k,v,o", batch_size=8)
-    found = tuning.candidates(request, {"batch_size": (1, 2, 4, 8), "precision": ("bf16", "fp8")})
+    found = tuning.candidates(
+        *plan.parse_request(request), {"batch_size": (1, 2, 4, 8), "precision": ("bf16", "fp8")}
+    )
     assert found.ranked and all(c.plan.setup.lora_rank == 16 for c in found.ranked)
     assert all(c.plan.setup.lora_targets == ("q_proj", "k_proj", "v_proj", "o_proj") for c in found.ranked)
     assert all(not any(name.startswith("lora") for name in c.overrides) for c in found.ranked)
