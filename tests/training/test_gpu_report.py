@@ -279,3 +279,17 @@ def test_a_torchtitan_run_is_measured_from_its_own_step_lines_and_set_against_ou
         _context(tmp_path), settings, titan.parse_log([]), Finished(1, False, ["OSError: x"], 3.0)
     )
     assert failed["status"] == "failed" and "OSError" in failed["error"]
+
+
+def test_an_sdpa_backend_with_a_nan_anywhere_fails_its_check(monkeypatch):
+    """A NaN gradient after a finite output: ``max`` over the errors would skip it (every comparison with NaN is
+    false) and pass the backend."""
+    from training.measure.gpu_report import kernel_checks
+
+    errors = iter([1e-3, float("nan"), 1e-3, 1e-3] * 8)  # out, dq, dk, dv of each backend that runs
+    monkeypatch.setattr(kernel_checks, "relative", lambda x, ref: next(errors))
+    rows = kernel_checks.sdpa_check("cpu", batch=1, heads=2, kv_heads=1, seq=16, head_dim=8)
+    ran = [r for r in rows if r["ran"]]
+    assert {r["backend"] for r in ran} >= {"math"}
+    assert not any(r["passed"] for r in ran)
+
