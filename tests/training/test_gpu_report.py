@@ -293,3 +293,33 @@ def test_an_sdpa_backend_with_a_nan_anywhere_fails_its_check(monkeypatch):
     assert {r["backend"] for r in ran} >= {"math"}
     assert not any(r["passed"] for r in ran)
 
+
+def test_a_report_file_that_cannot_be_rendered_says_why_and_the_others_are_still_written(tmp_path):
+    """The report is rewritten after every step: a record this code did not foresee must not raise out of the
+    phase (whose own end writes again) and end the run."""
+    from training.measure.gpu_report import report
+
+    ctx = _context(tmp_path)
+    ctx.records["sweep"] = [{"source": "ours", "trial": 1, "role": "base", "configuration": "c", "status": "ok",
+                             "settings": {"batch_size": 1}}]  # fmt: skip  # no predicted_peak_gb
+    report.write(ctx)
+    assert "report.md could not be rendered: KeyError" in (tmp_path / report.REPORT).read_text()
+    assert json.loads((tmp_path / report.RECORDS).read_text())["sweep"][0]["configuration"] == "c"
+    assert (tmp_path / report.ROWS).read_text().splitlines()[1].startswith("ours,1,base,c,ok")
+
+
+def test_a_wheel_install_that_fails_to_finish_is_a_note_not_the_end_of_the_run(tmp_path, monkeypatch):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "requirements.txt").write_text("tensorboardX==2.6.5\n")
+    (wheels / "tensorboardx-2.6.5-py3-none-any.whl").write_bytes(b"")
+
+    def slow(command, **kwargs):
+        assert kwargs["timeout"] >= cli.INSTALL_SECONDS  # not the setup share's few seconds
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(cli.subprocess, "run", slow)
+    ctx = _context(tmp_path)
+    ctx.clock.begin("setup")
+    note = cli.install_wheels(ctx, wheels)
+    assert note.startswith("installing 1 wheels failed: TimeoutExpired") and ctx.site is None
