@@ -113,9 +113,21 @@ def guarded(compiled: Callable, eager: Callable, what: str) -> Callable:
     return call
 
 
+def disable_autograd_cache() -> None:
+    """Turn off AOTAutograd's cache in this process. It is on disk, shared by every process of the user, and keys a
+    graph by Dynamo's graph, where SDPA is one call whatever kernel it will run: the kernel is chosen while
+    AOTAutograd traces, from the enabled backends and their order, which no cache key holds (torch 2.11, 2.13). A
+    process pinned to Flash would load the graph a cuDNN-pinned one traced, and run cuDNN. Inductor's own cache (the
+    costly part: code generation) stays on: it keys the traced graph, which names the kernel's own op."""
+    functorch_config = importlib.import_module("torch._functorch.config")
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        functorch_config.enable_autograd_cache = False
+
+
 def apply(layers: nn.ModuleList, *, loss_chunks: bool = True) -> None:
     """Compile each block's forward (``fullgraph``: a graph break is a failure, hence eager) and, with
-    ``loss_chunks``, the chunked loss's per-chunk body."""
+    ``loss_chunks``, the chunked loss's per-chunk body (AOTAutograd's cache off: ``disable_autograd_cache``)."""
+    disable_autograd_cache()
     for block in layers:
         eager = block.forward
         block.forward = guarded(torch.compile(eager, fullgraph=True), eager, "a block's forward")

@@ -54,9 +54,10 @@ def set_determinism(cfg: TrainConfig) -> None:
 def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> model.Transformer:
     """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): built on the meta
     device, its blocks wrapped (activation checkpointing, then ``torch.compile``, whose forward and backward graphs
-    are compiled here by ``compile.warm_up``, then NVFP4's bf16 edge blocks) before FSDP2 shards it, then given its
-    values: random, or the ``init_from`` model's weights. With LoRA (``lora_rank`` > 0) the blocks' linear layers get
-    adapters and everything else is frozen first (``lora.apply``), and the adapters get their values last."""
+    are compiled here by ``compile.warm_up`` under the run's pinned attention kernel, then NVFP4's bf16 edge
+    blocks) before FSDP2 shards it, then given its values: random, or the ``init_from`` model's weights. With LoRA
+    (``lora_rank`` > 0) the blocks' linear layers get adapters and everything else is frozen first (``lora.apply``),
+    and the adapters get their values last."""
     use_te = plan.recipe is not None
     adapters = lora.LoraSettings.of(cfg)
     with plan.init_context():
@@ -80,11 +81,14 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
         variants = activation_checkpoint.variants(
             cfg.num_layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval
         )
-        compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
-                          device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps,
-                          adapt=None if adapters is None else functools.partial(
-                              lora.apply_to_block, shape=cfg.shape, settings=adapters))  # fmt: skip
+        # Inside the run's pinned SDPA order (``run`` trains in the same one): tracing picks the attention kernel
+        # and bakes it into the compiled graph, which neither Dynamo's guards nor its caches check again later.
+        with attention.plan(cfg.attention_backend, env.device, cfg.deterministic).context():
+            compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
+                              device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
+                              mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps,
+                              adapt=None if adapters is None else functools.partial(
+                                  lora.apply_to_block, shape=cfg.shape, settings=adapters))  # fmt: skip
     if cfg.precision == "nvfp4":
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
