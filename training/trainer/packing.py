@@ -17,18 +17,18 @@ as ``data.TokenFiles`` does, so a batch is a pure function of (seed, rank, world
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from training.request import contract
+from training.request import contract, sft_data
 from training.trainer import data
 from training.trainer.loss import IGNORE_INDEX
 
-CHAT_KIND = "chat"
-"""``metadata.json``'s ``kind`` for conversation data."""
+CHAT_KIND = sft_data.CHAT_KIND
 
 
 def is_chat(meta: dict | None) -> bool:
@@ -251,6 +251,18 @@ def make(cfg, split: str, rank: int, world_size: int, shuffle: bool = True) -> C
     )
 
 
+def check_model(meta: dict, folder: Path) -> None:
+    """Refuse conversation data rendered for another model than the ``init_from`` folder (its chat template,
+    tokenizer or vocabulary: ``sft_data.check_against_model``)."""
+    names = (*sft_data.TEMPLATE_FILES, sft_data.TOKENIZER_FILE)
+    files = {name: (folder / name).read_bytes() for name in names if (folder / name).is_file()}
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else None
+    problems = sft_data.check_against_model(meta, files, config, str(folder))
+    if problems:
+        raise contract.ContractError("init_from", "; ".join(problems))
+
+
 def check(cfg, directory: str, world_size: int) -> str:
     """The preflight's check of conversation data: both splits load and pack into at least one global batch (of
     ``batch_size x grad_accum_steps`` for training); returns what it found."""
@@ -263,6 +275,8 @@ def check(cfg, directory: str, world_size: int) -> str:
         f"{train.trained_per_window():.1f} trained tokens per window)"
     )
     meta = data.read_metadata(directory) or {}
+    if getattr(cfg, "init_from", None):
+        check_model(meta, Path(cfg.init_from))
     if (meta.get("splits") or {}).get("validation"):
         Conversations(directory, "validation", token_dtype=cfg.token_dtype, seq_length=cfg.seq_length,
                       batch_size=cfg.batch_size, seed=cfg.seed, rank=0, world_size=world_size, packing=cfg.packing,
