@@ -11,7 +11,8 @@ for packed documents (``loop.build(packed=True)``: sharded by FSDP2) and:
 
 Rank 0 also computes the reference on one process: the unsharded model on every rank's windows, the summed
 cross-entropy of every trained target divided by their count, backward. It saves ``{"logits_diff", "grad_diff",
-"shares", "empty"}`` to OUT.pt."""
+"naive_diff", "shares", "empty"}`` to OUT.pt (``naive_diff``: against the mean of micro-batch means, which the
+step must not equal)."""
 
 from __future__ import annotations
 
@@ -95,21 +96,35 @@ def logits_difference(net: model.Transformer, env: parallel.DistEnv, cfg) -> flo
     return worst
 
 
-def reference_gradients(state: dict, cfg) -> dict[str, torch.Tensor]:
-    """One process, no FSDP: the mean cross-entropy over every trained target of both ranks' windows."""
+def reference_gradients(state: dict, cfg, naive: bool = False) -> dict[str, torch.Tensor]:
+    """One process, no FSDP: the mean cross-entropy over every trained target of both ranks' windows; ``naive``:
+    the mean of each micro-batch's mean instead (micro-batches with no trained target left out), what a per-micro-
+    batch loss gives."""
     shape = cfg.shape
     rope = rotary.Rope.from_settings(cfg.as_dict())
     net = model.Transformer(shape, [model.TorchBlock(shape, cfg.rms_norm_eps) for _ in range(shape.num_layers)],
                             rope=rope, norm_eps=cfg.rms_norm_eps)  # fmt: skip
     net.load_state_dict(state)
-    total, count = torch.zeros(()), 0
+    sums, counts = [], []
     for rank in LAYOUTS:
         tokens, targets, ids, _ = packed_windows(rank, cfg.seq_length, cfg.vocab_size)
-        logits = net.logits(tokens, doc_mask.Documents.from_ids(ids))
-        total = total + F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
-        count += int((targets != IGNORE_INDEX).sum())
-    (total / count).backward()
+        for part in range(2):
+            rows = slice(2 * part, 2 * part + 2)
+            logits = net.logits(tokens[rows], doc_mask.Documents.from_ids(ids[rows]))
+            sums.append(F.cross_entropy(logits.flatten(0, 1), targets[rows].flatten(), ignore_index=IGNORE_INDEX,
+                                        reduction="sum"))  # fmt: skip
+            counts.append(int((targets[rows] != IGNORE_INDEX).sum()))
+    if naive:
+        means = [total / count for total, count in zip(sums, counts, strict=True) if count]
+        loss = torch.stack(means).mean()
+    else:
+        loss = torch.stack(sums).sum() / sum(counts)
+    loss.backward()
     return {name: p.grad for name, p in net.named_parameters()}
+
+
+def _difference(got: dict, expected: dict) -> float:
+    return max((got[name] - grad).abs().max().item() for name, grad in expected.items())
 
 
 def main(out: str, argv: list[str]) -> None:
@@ -126,9 +141,9 @@ def main(out: str, argv: list[str]) -> None:
     worst = torch.tensor([logits_difference(net, env, cfg)])  # FSDP2: the root's forward has run first
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     if env.is_main:
-        reference = reference_gradients(state, cfg)
-        grad_diff = max((recorder.grads[name] - grad).abs().max().item() for name, grad in reference.items())
-        torch.save({"logits_diff": worst.item(), "grad_diff": grad_diff, "shares": list(shares),
+        grad_diff = _difference(recorder.grads, reference_gradients(state, cfg))
+        naive_diff = _difference(recorder.grads, reference_gradients(state, cfg, naive=True))
+        torch.save({"logits_diff": worst.item(), "grad_diff": grad_diff, "naive_diff": naive_diff, "shares": list(shares),
                     "empty": shares.empty, "step_tokens": shares.step_tokens}, out)  # fmt: skip
     dist.barrier()
     dist.destroy_process_group()
