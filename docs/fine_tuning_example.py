@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.training.chat_models import model_folder  # noqa: E402
+from tests.training.chat_models import model_folder, template  # noqa: E402
 
 NUMBERS = range(100)
 HELD_OUT = 10
@@ -49,10 +49,21 @@ def conversations(folder: Path, seed: int = 0, repeats: int = 8) -> tuple[Path, 
     return train_path, held_path
 
 
-def setup(folder: Path) -> None:
+def setup(folder: Path, layers: int = 2, hidden: int = 64) -> None:
+    """The model folder (its tokenizer's merges learnt from the template's own rendering of the conversations, as a
+    real vocabulary holds the template's words) and the conversations."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     folder.mkdir(parents=True, exist_ok=True)
-    model_folder(folder / "model", "llama3.1", with_weights=True, layers=2, hidden=128)
-    conversations(folder)
+    train, _ = conversations(folder)
+    render = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template("llama3.1"))
+    corpus = []
+    for line in train.read_text().splitlines()[:200]:
+        record = json.loads(line)
+        messages = record.get("messages") or [{"role": "user", "content": record["prompt"]},
+                                              {"role": "assistant", "content": record["completion"]}]  # fmt: skip
+        corpus.append(render.render(messages=messages, bos_token="", add_generation_prompt=False))
+    model_folder(folder / "model", "llama3.1", with_weights=True, layers=layers, hidden=hidden, corpus=corpus)
 
 
 def chat(model_dir: Path, heldout: Path) -> dict[str, int]:

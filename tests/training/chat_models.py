@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 FAMILIES = {
@@ -49,6 +49,27 @@ def tokenizer_json(special: list[str]) -> str:
     return tokenizer.to_str()
 
 
+def compact_tokenizer_json(special: list[str], corpus: list[str], merges: int = 200) -> str:
+    """A byte-level BPE tokenizer whose ``merges`` merges are learnt from ``corpus`` (the template's own text, so
+    its headers and preamble take a few tokens each, as in a real vocabulary), digits kept one per token (as
+    Llama 3's and Qwen 2.5's pre-tokenizers split numbers), then ``special`` as special tokens."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=len(alphabet) + merges, initial_alphabet=alphabet, show_progress=False)
+    plain = []
+    for text in corpus:
+        for token in special:
+            text = text.replace(token, "\n")
+        plain.append(text)
+    tokenizer.train_from_iterator(plain, trainer)
+    tokenizer.add_special_tokens(special)
+    return tokenizer.to_str()
+
+
 def _byte_of(char: str, byte_chars: list[str]) -> int:
     """The byte ByteLevel maps to ``char`` (GPT-2's bytes_to_unicode, inverted)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -63,20 +84,22 @@ def _byte_of(char: str, byte_chars: list[str]) -> int:
 
 
 def model_folder(folder: Path, family: str, *, with_weights: bool = False, template_text: str | None = None,
-                 layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
-    """A model folder of ``family`` (``FAMILIES``): tokenizer.json, tokenizer_config.json with the real chat template
-    (or ``template_text``; ``""``: none), generation_config.json; ``with_weights``: a tiny Llama too."""
+                 layers: int = 2, hidden: int = 64, seed: int = 0, corpus: list[str] | None = None) -> Path:
+    """A model folder of ``family`` (``FAMILIES``): tokenizer.json (byte-level; with ``corpus``, BPE merges learnt
+    from it), tokenizer_config.json with the real chat template (or ``template_text``; ``""``: none),
+    generation_config.json; ``with_weights``: a tiny Llama too."""
     spec = FAMILIES[family]
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tokenizer.json").write_text(tokenizer_json(spec["special"]))
+    text_json = compact_tokenizer_json(spec["special"], corpus) if corpus else tokenizer_json(spec["special"])
+    (folder / "tokenizer.json").write_text(text_json)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
               "clean_up_tokenization_spaces": False, **spec["config"]}  # fmt: skip
     text = template(family) if template_text is None else template_text
     if text:
         config["chat_template"] = text
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    vocab = 256 + len(spec["special"])
-    eot = 256 + spec["special"].index(spec["end_of_turn"])
+    added = {t["content"]: t["id"] for t in json.loads(text_json)["added_tokens"]}
+    vocab, eot = max(added.values()) + 1, added[spec["end_of_turn"]]
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [eot]}))
     if with_weights:
         _tiny_llama(folder, vocab, eot, layers, hidden, seed)
