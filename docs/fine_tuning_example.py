@@ -45,7 +45,9 @@ def conversations(folder: Path, seed: int = 0, repeats: int = 8) -> tuple[Path, 
                                        {"role": "assistant", "content": str(number + 1)}]})  # fmt: skip
     train_path, held_path = folder / "numbers.jsonl", folder / "heldout.jsonl"
     train_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    held_path.write_text("".join(json.dumps({"prompt": str(n), "completion": str(n + 1)}) + "\n" for n in sorted(held)))
+    held_path.write_text(
+        "".join(json.dumps({"prompt": str(n), "completion": str(n + 1)}) + "\n" for n in sorted(held))
+    )
     return train_path, held_path
 
 
@@ -56,7 +58,9 @@ def setup(folder: Path, layers: int = 2, hidden: int = 64) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     train, _ = conversations(folder)
-    render = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template("llama3.1"))
+    render = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(
+        template("llama3.1")
+    )
     corpus = []
     for line in train.read_text().splitlines()[:200]:
         record = json.loads(line)

@@ -55,11 +55,16 @@ def compact_tokenizer_json(special: list[str], corpus: list[str], merges: int = 
     Llama 3's and Qwen 2.5's pre-tokenizers split numbers), then ``special`` as special tokens."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
     )
     tokenizer.decoder = decoders.ByteLevel()
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=len(alphabet) + merges, initial_alphabet=alphabet, show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(alphabet) + merges, initial_alphabet=alphabet, show_progress=False
+    )
     plain = []
     for text in corpus:
         for token in special:
@@ -72,7 +77,11 @@ def compact_tokenizer_json(special: list[str], corpus: list[str], merges: int = 
 
 def _byte_of(char: str, byte_chars: list[str]) -> int:
     """The byte ByteLevel maps to ``char`` (GPT-2's bytes_to_unicode, inverted)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -83,8 +92,17 @@ def _byte_of(char: str, byte_chars: list[str]) -> int:
     return table[char]
 
 
-def model_folder(folder: Path, family: str, *, with_weights: bool = False, template_text: str | None = None,
-                 layers: int = 2, hidden: int = 64, seed: int = 0, corpus: list[str] | None = None) -> Path:
+def model_folder(
+    folder: Path,
+    family: str,
+    *,
+    with_weights: bool = False,
+    template_text: str | None = None,
+    layers: int = 2,
+    hidden: int = 64,
+    seed: int = 0,
+    corpus: list[str] | None = None,
+) -> Path:
     """A model folder of ``family`` (``FAMILIES``): tokenizer.json (byte-level; with ``corpus``, BPE merges learnt
     from it), tokenizer_config.json with the real chat template (or ``template_text``; ``""``: none),
     generation_config.json; ``with_weights``: a tiny Llama too."""

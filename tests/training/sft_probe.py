@@ -50,7 +50,9 @@ def packed_windows(rank: int, seq: int, vocab: int) -> tuple[torch.Tensor, torch
         for number, length in enumerate(lengths, 1):
             ids[row, at : at + length] = number
             trained = torch.rand(length - 1, generator=generator) < density
-            targets[row, at : at + length - 1] = torch.where(trained, tokens[row, at + 1 : at + length], IGNORE_INDEX)
+            targets[row, at : at + length - 1] = torch.where(
+                trained, tokens[row, at + 1 : at + length], IGNORE_INDEX
+            )
             examples.append((row, at, length))
             at += length
     return tokens, targets, ids, examples
@@ -89,7 +91,9 @@ def logits_difference(net: model.Transformer, env: parallel.DistEnv, cfg) -> flo
         net.unshard()
         packed = net.logits(tokens, doc_mask.Documents.from_ids(ids))
         calls = max(sum(len(window) for micro in layout for window in micro) for layout in LAYOUTS.values())
-        for row, start, length in examples + examples[-1:] * (calls - len(examples)):  # FSDP2: as many calls on each rank
+        for row, start, length in examples + examples[-1:] * (
+            calls - len(examples)
+        ):  # FSDP2: as many calls on each rank
             alone = net.logits(tokens[row : row + 1, start : start + length])
             worst = max(worst, (packed[row, start : start + length] - alone[0]).abs().max().item())
         net.reshard()

@@ -15,7 +15,16 @@ from training.trainer import chat_data, chat_prepare
 
 from .chat_models import FAMILIES, model_folder, template
 
-POOL = ["17", "What is 2 + 2?", "  spaced out  ", "line one\nline two", "café 日本 ✓", "", "Hello!\n", "x" * 40]
+POOL = [
+    "17",
+    "What is 2 + 2?",
+    "  spaced out  ",
+    "line one\nline two",
+    "café 日本 ✓",
+    "",
+    "Hello!\n",
+    "x" * 40,
+]
 LLAMA_TURN = (
     "        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
     "'<|eot_id|>' }}\n"
@@ -45,7 +54,10 @@ def conversations(count: int, seed: int = 0) -> list[list[dict]]:
     for _ in range(count):
         messages = [{"role": "system", "content": rng.choice(POOL)}] if rng.random() < 0.5 else []
         for _ in range(rng.randint(1, 3)):
-            messages += [{"role": "user", "content": rng.choice(POOL) or "hi"}, {"role": "assistant", "content": rng.choice(POOL)}]
+            messages += [
+                {"role": "user", "content": rng.choice(POOL) or "hi"},
+                {"role": "assistant", "content": rng.choice(POOL)},
+            ]
         out.append(messages)
     return out
 
@@ -65,9 +77,13 @@ def test_ids_are_apply_chat_templates_and_the_mask_is_transformers_own_on_the_ma
         example = renderer.render(checked, "messages", "t:1")
         reference = tokenizer.apply_chat_template(messages, chat_template=marked(name), tokenize=True,
                                                   return_dict=True, return_assistant_tokens_mask=True)  # fmt: skip
-        assert example.ids.tolist() == tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+        assert example.ids.tolist() == tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=False
+        )
         assert example.ids.tolist() == reference["input_ids"]
-        agreed += sum(int(a == b) for a, b in zip(example.mask.tolist(), reference["assistant_masks"], strict=True))
+        agreed += sum(
+            int(a == b) for a, b in zip(example.mask.tolist(), reference["assistant_masks"], strict=True)
+        )
         total += len(example.ids)
         # the trained spans, decoded, are exactly each answer (Llama trims it) and the end-of-turn token
         spans, current = [], []
@@ -78,7 +94,11 @@ def test_ids_are_apply_chat_templates_and_the_mask_is_transformers_own_on_the_ma
                 spans.append(tokenizer.decode(current))
                 current = []
         eot = FAMILIES[name]["end_of_turn"]
-        answers = [m["content"].strip() if name == "llama3.1" else m["content"] for m in messages if m["role"] == "assistant"]
+        answers = [
+            m["content"].strip() if name == "llama3.1" else m["content"]
+            for m in messages
+            if m["role"] == "assistant"
+        ]
         assert spans == [answer + eot for answer in answers]
     assert agreed == total  # every token of 60 conversations
     print(f"{name}: mask agrees with transformers' on {agreed}/{total} tokens")
@@ -92,17 +112,23 @@ def test_a_turn_marked_train_false_and_a_conversation_without_an_answer_to_train
     example = renderer.render(*chat_data.messages_of(record, "t:1"), "t:1")
     trained = tokenizer.decode([t for t, m in zip(example.ids, example.mask, strict=True) if m])
     assert trained.startswith("3") and "bad" not in trained
-    record = {"messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "x", "train": False}]}
+    record = {
+        "messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "x", "train": False}]
+    }
     assert renderer.render(*chat_data.messages_of(record, "t:2"), "t:2") is None  # counted, not refused
 
 
 def write(path: Path, lines: list) -> Path:
-    path.write_bytes(b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines))
+    path.write_bytes(
+        b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
+    )
     return path
 
 
 GOOD = {"prompt": "1", "completion": "2"}
-ANSWERS_ONLY = "{% for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}<|eot_id|>{% endif %}{% endfor %}"
+ANSWERS_ONLY = (
+    "{% for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}<|eot_id|>{% endif %}{% endfor %}"
+)
 FORGETFUL = (
     "{% for m in messages %}{% if m.role == 'assistant' and not loop.last %}<|im_start|>assistant\n<|im_end|>\n"
     "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"

@@ -63,14 +63,22 @@ def test_a_window_trains_exactly_the_marked_tokens_of_each_of_its_examples(prepa
         at = 0
         for number, example in enumerate(data.windows[index], 1):
             begin, end = offsets[example], offsets[example + 1]
-            assert (row[at : at + end - begin] == tokens[begin:end]).all() and (ids[at : at + end - begin] == number).all()
-            expected = np.where(mask[begin + 1 : end] == 1, tokens[begin + 1 : end].astype(np.int64), IGNORE_INDEX)
-            assert (targets[at : at + end - begin - 1] == expected).all() and targets[at + end - begin - 1] == IGNORE_INDEX
+            assert (row[at : at + end - begin] == tokens[begin:end]).all() and (
+                ids[at : at + end - begin] == number
+            ).all()
+            expected = np.where(
+                mask[begin + 1 : end] == 1, tokens[begin + 1 : end].astype(np.int64), IGNORE_INDEX
+            )
+            assert (targets[at : at + end - begin - 1] == expected).all() and targets[
+                at + end - begin - 1
+            ] == IGNORE_INDEX
             at += end - begin
         assert (ids[at:] == 0).all() and (targets[at:] == IGNORE_INDEX).all()
     padded = packing.Conversations(prepared, "train", token_dtype="uint16", seq_length=512, batch_size=2, seed=0,
                                    rank=0, world_size=1, packing=False)  # fmt: skip
-    assert len(padded.windows) == 36 and padded.trained_per_window() * 36 == data.trained_per_window() * len(data.windows)
+    assert len(padded.windows) == 36 and padded.trained_per_window() * 36 == data.trained_per_window() * len(
+        data.windows
+    )
 
 
 def test_an_example_longer_than_seq_length_and_too_few_windows_are_refused(prepared):
@@ -99,10 +107,15 @@ class _FakeTELayer(torch.nn.Module):
         self.inner = model.TorchBlock(shape)
 
     def forward(self, x, rotary_pos_emb=None, cu_seqlens_q=None, max_seqlen_q=None):
-        _FakeTELayer.calls.append({"shape": tuple(x.shape), "cu_seqlens": cu_seqlens_q, "max_seqlen": max_seqlen_q})
+        _FakeTELayer.calls.append(
+            {"shape": tuple(x.shape), "cu_seqlens": cu_seqlens_q, "max_seqlen": max_seqlen_q}
+        )
         assert x.dim() == 2 and cu_seqlens_q.dtype == torch.int32 and isinstance(max_seqlen_q, int)
         bounds = cu_seqlens_q.tolist()
-        pieces = [self.inner(x[a:b].unsqueeze(0), rotary_pos_emb)[0] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        pieces = [
+            self.inner(x[a:b].unsqueeze(0), rotary_pos_emb)[0]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
         return torch.cat(pieces)
 
 
@@ -115,9 +128,14 @@ def test_the_transformer_engine_path_gets_thd_cu_seqlens_and_gives_the_torch_pat
     rope = rotary.Rope(shape.head_dim, 10000.0)
     torch.manual_seed(0)
     reference = model.Transformer(shape, [model.TorchBlock(shape) for _ in range(2)], rope=rope)
-    packed = model.Transformer(shape, [model.te_block(shape, i + 1, torch.float32, packed=True) for i in range(2)], rope=rope)
+    packed = model.Transformer(
+        shape, [model.te_block(shape, i + 1, torch.float32, packed=True) for i in range(2)], rope=rope
+    )
     packed.te_packed = True
-    assert all(kw["attn_input_format"] == "thd" and kw["self_attn_mask_type"] == "padding_causal" for kw in _FakeTELayer.built[-2:])
+    assert all(
+        kw["attn_input_format"] == "thd" and kw["self_attn_mask_type"] == "padding_causal"
+        for kw in _FakeTELayer.built[-2:]
+    )
     with torch.no_grad():
         packed.embed.weight.copy_(reference.embed.weight)
         packed.head.weight.copy_(reference.head.weight)
@@ -128,7 +146,10 @@ def test_the_transformer_engine_path_gets_thd_cu_seqlens_and_gives_the_torch_pat
     documents = doc_mask.Documents.from_ids(ids)
     with torch.no_grad():
         got, expected = packed.logits(tokens, documents), reference.logits(tokens, documents)
-    assert _FakeTELayer.calls[-1]["cu_seqlens"].tolist() == [0, 5, 14, 16, 32] and _FakeTELayer.calls[-1]["max_seqlen"] == 16
+    assert (
+        _FakeTELayer.calls[-1]["cu_seqlens"].tolist() == [0, 5, 14, 16, 32]
+        and _FakeTELayer.calls[-1]["max_seqlen"] == 16
+    )
     assert _FakeTELayer.calls[-1]["shape"] == (32, 64)  # the batch's tokens as one stream
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="built for packed documents: pass documents"):
@@ -141,7 +162,9 @@ PROBE = {"model_preset": "custom", "num_layers": "2", "hidden_size": "64", "num_
 
 
 @pytest.mark.slow
-def test_on_two_ranks_packed_logits_equal_alone_and_the_gradient_is_the_mean_over_every_trained_token(tmp_path):
+def test_on_two_ranks_packed_logits_equal_alone_and_the_gradient_is_the_mean_over_every_trained_token(
+    tmp_path,
+):
     out = tmp_path / "probe.pt"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                str(Path(__file__).with_name("sft_probe.py")), str(out), *cli_args(PROBE)]  # fmt: skip

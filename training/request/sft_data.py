@@ -41,7 +41,9 @@ def model_template(files: Mapping[str, bytes]) -> tuple[str, str] | None:
     except (ValueError, AttributeError):
         return None
     if isinstance(template, list):  # named templates: apply_chat_template uses "default"
-        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
+        template = next(
+            (t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None
+        )
     return (template, "tokenizer_config.json") if isinstance(template, str) and template else None
 
 

@@ -92,7 +92,9 @@ class AttentionPlan:
             qkv = torch.empty((batch, seq, width), dtype=dtype, device=device, requires_grad=True)
             freqs = None if rope is None else rope(seq, device)
             q, k, v = model.attention_inputs(qkv, shape.num_heads, shape.kv_heads, shape.head_dim, freqs)
-            mask = torch.ones((batch, 1, seq, seq), dtype=torch.bool, device=device).tril() if packed else None
+            mask = (
+                torch.ones((batch, 1, seq, seq), dtype=torch.bool, device=device).tril() if packed else None
+            )
             with self.context():
                 choice = int(model.causal_attention(q, k, v, sdpa=torch._fused_sdp_choice, mask=mask))
         return _NAMES.get(choice, f"backend {choice}")

@@ -101,7 +101,10 @@ def messages_of(record: Any, where: str) -> tuple[list[dict[str, Any]], str]:
     if isinstance(record, dict) and {"prompt", "completion"} <= record.keys():
         if not isinstance(record["prompt"], str) or not isinstance(record["completion"], str):
             raise ChatDataError(f"{where}: 'prompt' and 'completion' must be strings")
-        turns = [{"role": "user", "content": record["prompt"]}, {"role": "assistant", "content": record["completion"]}]
+        turns = [
+            {"role": "user", "content": record["prompt"]},
+            {"role": "assistant", "content": record["completion"]},
+        ]
         return [_message(m, where, i) for i, m in enumerate(turns)], "prompt_completion"
     raise ChatDataError(
         f"{where}: an example is a JSON object with 'messages' (a list of {{'role', 'content'}}) or with 'prompt' "
@@ -120,7 +123,9 @@ def _message(message: Any, where: str, index: int) -> dict[str, Any]:
     if not isinstance(train, bool):
         raise ChatDataError(f"{where}: message {index} has 'train' {train!r}; allowed: true or false")
     if train and role != "assistant" and "train" in message:
-        raise ChatDataError(f"{where}: message {index} ({role}) says \"train\": true; only assistant turns are trained")
+        raise ChatDataError(
+            f'{where}: message {index} ({role}) says "train": true; only assistant turns are trained'
+        )
     return {"role": role, "content": content, "train": train and role == "assistant"}
 
 
@@ -161,7 +166,9 @@ class Renderer:
         ids = np.asarray(encoded["input_ids"], dtype=np.int64)
         mask = np.zeros(len(ids), dtype=np.uint8)
         for begin, end, turn, eot in spans:
-            inside = [k for k, (a, b) in enumerate(encoded["offset_mapping"]) if begin <= a and b <= end and b > a]
+            inside = [
+                k for k, (a, b) in enumerate(encoded["offset_mapping"]) if begin <= a and b <= end and b > a
+            ]
             if not inside:
                 raise ChatDataError(f"{where}: assistant turn {turn} yields no trained token")
             if self.tokenizer.convert_ids_to_tokens(int(ids[inside[-1]])) != eot:
@@ -176,7 +183,9 @@ class Renderer:
             )
         return Example(ids, mask, shape)
 
-    def _span(self, messages: list[dict[str, Any]], index: int, full: str, where: str) -> tuple[int, int, int, str]:
+    def _span(
+        self, messages: list[dict[str, Any]], index: int, full: str, where: str
+    ) -> tuple[int, int, int, str]:
         """The characters of ``full`` trained for assistant message ``index``: ``(begin, end, index,
         end-of-turn token)``."""
         if index == 0:

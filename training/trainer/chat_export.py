@@ -26,11 +26,19 @@ def chat_info(directory: Path, meta: dict[str, Any]) -> dict[str, Any] | None:
     if meta.get("kind") != sft_data.CHAT_KIND:
         return None
     recorded = meta.get("chat_template") or {}
-    files = {name: (directory / name).read_bytes() for name in sft_data.TEMPLATE_FILES if (directory / name).is_file()}
+    files = {
+        name: (directory / name).read_bytes()
+        for name in sft_data.TEMPLATE_FILES
+        if (directory / name).is_file()
+    }
     found = sft_data.model_template(files)
     if found is None or sft_data.sha256(found[0]) != recorded.get("sha256"):
         return None
-    return {"template": found[0], "sha256": recorded["sha256"], "end_of_turn_ids": recorded.get("end_of_turn_ids") or []}
+    return {
+        "template": found[0],
+        "sha256": recorded["sha256"],
+        "end_of_turn_ids": recorded.get("end_of_turn_ids") or [],
+    }
 
 
 def write(data: dict[str, Any] | None, out: Path) -> str | None:

@@ -110,7 +110,9 @@ def prepare_chat(
     splits = {name: _Split(name, out, dtype) for name in ("train", "validation")}
     counts = dict.fromkeys(("read", "no_assistant_turn", "truncated", "dropped_for_length"), 0)
     shapes: set[str] = set()
-    sources = [(path, None) for path in inputs] + ([(Path(validation_file), "validation")] if validation_file else [])
+    sources = [(path, None) for path in inputs] + (
+        [(Path(validation_file), "validation")] if validation_file else []
+    )
     every = round(1 / validation_fraction) if validation_fraction > 0 and not validation_file else None
     longest, largest = 0, -1
     for split in splits.values():
@@ -138,7 +140,7 @@ def prepare_chat(
     for split in splits.values():
         split.close()
     published = {name: split.publish() for name, split in splits.items() if split.examples}
-    for name, split in splits.items():
+    for split in splits.values():
         if not split.examples:
             split.discard()
     tokenizer_info, template_info = _copy_tokenizer(init_from, out, template, source, renderer)
@@ -191,7 +193,9 @@ def _how(max_tokens: int | None, too_long: str) -> str:
     )
 
 
-def _check_counts(splits: dict, counts: dict, every: int | None, validation_file: str | None, inputs: list) -> None:
+def _check_counts(
+    splits: dict, counts: dict, every: int | None, validation_file: str | None, inputs: list
+) -> None:
     """Refuse data that would train on nothing, or a validation split that came out empty."""
     if not splits["train"].examples:
         raise ChatDataError(
@@ -235,8 +239,14 @@ def _copy_tokenizer(
             shutil.copyfile(folder / name, out / (name + ".partial"))
             os.replace(out / (name + ".partial"), out / name)
     if source == "chat_template.jinja":  # the export finds the template in tokenizer_config.json
-        config = json.loads((out / "tokenizer_config.json").read_text()) if (out / "tokenizer_config.json").is_file() else {}
-        (out / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}, indent=2) + "\n")
+        config = (
+            json.loads((out / "tokenizer_config.json").read_text())
+            if (out / "tokenizer_config.json").is_file()
+            else {}
+        )
+        (out / "tokenizer_config.json").write_text(
+            json.dumps({**config, "chat_template": template}, indent=2) + "\n"
+        )
     tokenizer_json = files.get(sft_data.TOKENIZER_FILE)
     eot = sorted(renderer.end_of_turn)
     tokenizer = renderer.tokenizer

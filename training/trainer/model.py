@@ -215,10 +215,15 @@ class Transformer(nn.Module):
         freqs = None if self.rope is None else self.rope(tokens.size(1), tokens.device)
         if documents is None:
             if self.te_packed:
-                raise ValueError("these Transformer Engine blocks were built for packed documents: pass documents")
+                raise ValueError(
+                    "these Transformer Engine blocks were built for packed documents: pass documents"
+                )
             return {} if freqs is None else {"rotary_pos_emb": freqs}
         if self.te_packed:  # TE restarts RoPE per sequence itself from cu_seqlens
-            kwargs: dict[str, Any] = {"cu_seqlens_q": documents.cu_seqlens, "max_seqlen_q": documents.max_seqlen}
+            kwargs: dict[str, Any] = {
+                "cu_seqlens_q": documents.cu_seqlens,
+                "max_seqlen_q": documents.max_seqlen,
+            }
             return kwargs if freqs is None else {**kwargs, "rotary_pos_emb": freqs}
         kwargs = {"attention_mask": doc_mask.block_causal_mask(documents.ids)}
         if freqs is not None:  # per token: [batch, seq, 1, head_dim] at each token's position in its document

@@ -171,7 +171,9 @@ class Conversations(data._PositionedBatches):
         ]
 
 
-def read_split(directory: str | Path, split: str, token_dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_split(
+    directory: str | Path, split: str, token_dtype: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A split's token ids, loss mask (1: the token is trained as a target) and example offsets (``examples + 1``
     int64, from 0 to the token count), memory-mapped; refuses files that disagree with each other."""
     meta = data.read_metadata(directory) or {}
@@ -193,7 +195,9 @@ def read_split(directory: str | Path, split: str, token_dtype: str) -> tuple[np.
             f"offsets ending at {int(offsets[-1]) if len(offsets) else 'none'}): a file is cut short or was replaced",
         )
     if np.any(np.diff(offsets) < 1):
-        raise contract.ContractError("dataset", f"{where}: the {split} split's example offsets are not increasing")
+        raise contract.ContractError(
+            "dataset", f"{where}: the {split} split's example offsets are not increasing"
+        )
     return tokens, mask, np.asarray(offsets)
 
 

@@ -102,8 +102,9 @@ def check_data(cfg, world_size: int) -> str:
         _check_split_sizes(meta, directory, splits, counts)
     note = _check_ids(cfg, counts)
     if packing.is_chat(meta):  # examples in windows, not a token stream: packing checks them
-        return f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; " + packing.check(
-            cfg, directory, world_size
+        return (
+            f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; "
+            + packing.check(cfg, directory, world_size)
         )
     need = world_size * cfg.batch_size
     for split, files in splits.items():
