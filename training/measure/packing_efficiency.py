@@ -49,7 +49,9 @@ def _dtype(directory: str) -> str:
     return str((data.read_metadata(directory) or {}).get("token_dtype", "uint16"))
 
 
-def from_lognormal(spec: str, examples: int, trained: float, seq: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def from_lognormal(
+    spec: str, examples: int, trained: float, seq: int, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     median, sigma = (float(x) for x in spec.split(","))
     rng = np.random.default_rng(seed)
     lengths = np.clip(np.round(rng.lognormal(np.log(median), sigma, examples)), 16, seq).astype(np.int64)
@@ -71,7 +73,9 @@ def row(name: str, seq: int, result: dict[str, float]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.measure.packing_efficiency", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m training.measure.packing_efficiency", description=__doc__
+    )
     parser.add_argument("--data", help="A folder prepared with --init-from.")
     parser.add_argument("--lognormal", help="MEDIAN,SIGMA of a log-normal length distribution.")
     parser.add_argument("--examples", type=int, default=20000)
