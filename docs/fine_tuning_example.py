@@ -56,7 +56,7 @@ def conversations(folder: Path, seed: int = 0, repeats: int = 8) -> tuple[Path, 
     return train_path, held_path
 
 
-def setup(folder: Path, layers: int = 2, hidden: int = 128) -> None:
+def setup(folder: Path, layers: int = 2, hidden: int = 64) -> None:
     """The model folder (its tokenizer's merges learnt from the template's own rendering of the conversations, as a
     real vocabulary holds the template's words) and the conversations."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
