@@ -764,6 +764,14 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "dtype of .bin token files in the train channel.",
         choices=("uint16", "uint32"),
     ),
+    Hyperparameter(
+        "packing",
+        "bool",
+        True,
+        "Conversation data (prepared with --init-from): several examples per seq_length window, each attending "
+        "only to itself with its positions restarting at 0 (best-fit decreasing); false: one example per window, "
+        "padded. Ignored for other data.",
+    ),
     Hyperparameter("log_interval", "int", 10, "Print a metrics line every N steps.", 1, 1_000_000),
     Hyperparameter(
         "validation_interval",
@@ -1328,11 +1336,15 @@ STEP_METRICS: tuple[str, ...] = (
     "mfu_bf16",
     "peak_mem_gb",
     "step_time",
+    "trained_tokens",
+    "padding",
 )
 """Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps. ``mfu`` is against
 the peak of the run's own precision (``PEAK_TFLOPS``); ``mfu_bf16``, printed for the low precisions
 (``TE_PRECISIONS``: fp8, mxfp8, nvfp4), is the same TFLOP/s against the GPU's bf16 peak: the bf16-equivalent MFU,
-comparable with a bf16 run's ``mfu``."""
+comparable with a bf16 run's ``mfu``. ``trained_tokens``: the targets the last step's loss counted, over every rank
+and micro-batch (conversation data trains only the assistant's tokens); ``padding``: the share of that step's
+window positions that hold padding (0 for token streams; with packing, what is left at the end of each window)."""
 
 SUMMARY_METRICS: tuple[str, ...] = (
     "steps",
@@ -1349,9 +1361,13 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "train_seconds",
     "val_loss",
     "unusable_checkpoints",
+    "val_accuracy",
+    "empty_micro_batches",
 )
-"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` only when the data
-has a validation split;
+"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` and ``val_accuracy``
+(the share of counted validation targets the model's argmax predicts) only when the data has a validation split;
+``empty_micro_batches`` only when some micro-batch had no target to count (every one ignored): it contributed
+nothing to its step;
 ``unusable_checkpoints`` only when checkpoints were found and none was usable, so the run restarted from step 0:
 the line then ends ``restarted_from: none (N checkpoints unusable)``). ``peak_mem_gb`` is rank 0's; the
 :data:`MEMORY_SUMMARY_METRICS` are over every rank."""
@@ -1369,8 +1385,10 @@ allocator's retries after a failed ``cudaMalloc`` (it freed its cache and tried 
 ``alloc_ooms`` the allocations that failed even then, summed over ranks (``torch.cuda.memory_stats``'s
 ``num_alloc_retries`` and ``num_ooms``)."""
 
-VALIDATION_METRICS: tuple[str, ...] = ("val_loss",)
-"""Fields of a ``validation step=N/M val_loss=...`` line (every ``validation_interval`` steps and at the end)."""
+VALIDATION_METRICS: tuple[str, ...] = ("val_loss", "val_accuracy")
+"""Fields of a ``validation step=N/M val_loss=... val_accuracy=...`` line (every ``validation_interval`` steps and
+at the end): the mean loss over every counted target of the held-out split, and the token accuracy (the share of
+those targets the logits' argmax predicts)."""
 
 _NUMBER = r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
 
@@ -1394,9 +1412,12 @@ def format_step_line(
     return " ".join([*head, *(f"{k}={_fmt_metric(metrics[k])}" for k in STEP_METRICS if k in metrics)])
 
 
-def format_validation_line(step: int, max_steps: int, val_loss: float) -> str:
-    """``validation step=10/100 val_loss=2.3456``."""
-    return f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
+def format_validation_line(
+    step: int, max_steps: int, val_loss: float, val_accuracy: float | None = None
+) -> str:
+    """``validation step=10/100 val_loss=2.3456 val_accuracy=0.5123`` (``val_accuracy`` when given)."""
+    line = f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
+    return line if val_accuracy is None else f"{line} val_accuracy={_fmt_metric(val_accuracy)}"
 
 
 def format_duration(seconds: float) -> str:
