@@ -118,6 +118,8 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
         f"(throughput {basis}: {planned['throughput_source']})",
         markup=False,
     )
+    if planned.get("data"):
+        out.print(f"data: {planned['data']['summary']}", markup=False)
     check = planned.get("memory_check")
     if check:
         out.print(

@@ -64,11 +64,43 @@ class Project:
         return replace(rules, bucket_name=bucket_name) if bucket_name else rules
 
 
-def validate(request: object, rules: Any) -> list[str]:
-    """Every problem of ``request`` under ``rules``, offline (the workflow's own decision, no AWS call)."""
-    from training.request.decision import validate_request
+def validate(
+    request: object, rules: Any, local: Mapping[str, Path] | None = None
+) -> tuple[list[str], list[str]]:
+    """Every problem of ``request`` under ``rules``, offline (the workflow's own decision, no AWS call), reading
+    the ``local`` copies of its S3 folders (:func:`local_copies`) where the workflow reads S3; and what could not
+    be checked here (notes)."""
+    from training.request.decision import decide_request
+    from training.request.reads import Reads
 
-    return validate_request(request, rules)
+    decision = decide_request(request, rules, reads=Reads(local=local))
+    return decision.problems, decision.notes
+
+
+LOCAL_COPY_FIELDS = {"data_folder": "train_data_uri", "model_folder": "init_from"}
+"""The CLI's options naming a local copy of a request's S3 folder, and that folder's field."""
+
+
+def local_copies(request: object, **folders: str | None) -> dict[str, Path]:
+    """The request's S3 folders (``train_data_uri``, ``init_from``) -> the local copies named by the options
+    ``data_folder`` and ``model_folder``; refuses an option whose field the request does not set, or a folder
+    that does not exist."""
+    found: dict[str, Path] = {}
+    problems = []
+    for option, folder in folders.items():
+        if folder is None:
+            continue
+        name, flag = LOCAL_COPY_FIELDS[option], "--" + option.replace("_", "-")
+        uri = request.get(name) if isinstance(request, Mapping) else None
+        if not isinstance(uri, str):
+            problems.append(f"{flag}: a local copy of {name}, but the request sets no {name}")
+        elif not Path(folder).is_dir():
+            problems.append(f"{flag}: {folder} is not a folder (a local copy of {name} {uri})")
+        else:
+            found[uri] = Path(folder)
+    if problems:
+        raise InvalidRequest(problems)
+    return found
 
 
 def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:
@@ -136,25 +168,29 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
     return f"{prefix[:59]}-{stamp}-{secrets.token_hex(2)}"
 
 
-def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
+def plan_request(
+    request: object, rules: Any, s3: Any = None, local: Mapping[str, Path] | None = None
+) -> dict[str, Any]:
     """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
     JSON-ready dict: the workflow's own decision's (``decide_request``). Raises ``InvalidRequest`` with every
     problem other than the memory estimate's own (a plan that does not fit is still shown, with its advice). A
     request with ``init_from`` is planned with the shape of that model folder's config.json, read with the S3 client
     ``s3`` (without one, it is refused: its shape is not known offline). With ``s3`` the throughput is measured where
-    a stored tuning record of the rules' image stands for the request, else published."""
+    a stored tuning record of the rules' image stands for the request, else published. ``local``: local copies of
+    the request's S3 folders (:func:`local_copies`), read instead of S3 (an ``init_from`` model's shape, the
+    conversation data's windows)."""
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
     uri = request.get("init_from") if isinstance(request, Mapping) else None
-    if isinstance(uri, str) and s3 is None:
+    if isinstance(uri, str) and s3 is None and uri not in (local or {}):
         raise InvalidRequest(
             [
                 "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
-                "--deployed or --stack"
+                "--deployed or --stack, or offline with a local copy of the folder (--model-folder)"
             ]
         )
-    reads = Reads(s3)
+    reads = Reads(s3, local=local)
     decision = decide_request(request, rules, reads=reads)
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:

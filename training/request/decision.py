@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import checks, evaluate_block, job, plan
+from training.request import checks, evaluate_block, fine_tuning, job, plan
 from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
 from training.request.reads import Reads, data_problems, resume
@@ -67,6 +67,11 @@ class Decision:
         return "; ".join(self.problems)
 
     @property
+    def notes(self) -> list[str]:
+        """What could not be checked where the decision ran (offline), and where it is checked instead."""
+        return fine_tuning.notes(self.request)
+
+    @property
     def config(self) -> dict[str, Any]:
         """The decided fields as a JSON object (empty when the input was not one)."""
         return {} if self.fields is None else self.fields.as_dict()
@@ -95,7 +100,8 @@ def decide_request(
 ) -> Decision:
     """The decision about the execution input ``raw`` under ``rules``, in order: the input read once (with the
     ``init_from`` model's config.json, read first: the settings and the plan need its shape), each field, the tags
-    and environment, the rules between fields, the ``evaluate`` block, the trainer settings, a tuning run's
+    and environment, the rules between fields, the ``evaluate`` block, the trainer settings, conversation data
+    against its model and the settings (``fine_tuning``), a tuning run's
     candidates and cost, the memory plan, then what only a launch reads (the data, ``resume_from``'s checkpoint,
     the evaluation's tasks, tokenizer and training job). ``reads``: what may be read (default: nothing, offline);
     ``execution``: this execution's name."""
@@ -109,6 +115,7 @@ def decide_request(
     problems += evaluate_block.input_problems(request, rules)
     problems += checks.tune_with_evaluate(request)
     problems += request.settings.problems
+    problems += fine_tuning.problems(request)  # conversation data against init_from and the settings
     tune = _tuning_run(request, rules, reads, execution) if not problems else None
     problems += tune.problems if tune is not None else []
     fields = decided_fields(request, tune, valid=not problems)
@@ -183,6 +190,7 @@ def _job_and_plan(
         measurements=reads.measurements(rules),
         image_tag=rules.image_tag(),
     )
+    estimate = fine_tuning.with_data_plan(estimate, request)
     decision.estimate = estimate
     if tune is not None:
         return  # each trial has its own plan (in tune)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from training.request import hf_config, measured
-from training.request.contract import CHECKPOINT_DIR_NAME, SET_ASIDE_SUFFIX, ContractError
+from training.request import hf_config, measured, sft_data
+from training.request.contract import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE, SET_ASIDE_SUFFIX, ContractError
 from training.request.fields import show
+from training.request.fine_tuning import ChatData
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 
 MAX_RECORD_FILES = 100
@@ -29,7 +31,9 @@ class Reads:
     not known then, and the checks and the plan that need it wait for a read); ``sagemaker``: a SageMaker client (an
     evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
     has them; ``measurements``: the stored tuning records when the caller has them (None: read with ``s3``);
-    ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation)."""
+    ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation);
+    ``local``: local copies of S3 folders (the folder's URI -> a local folder), read instead of S3 (the CLI's
+    offline ``validate --data-folder/--model-folder``)."""
 
     def __init__(
         self,
@@ -39,9 +43,11 @@ class Reads:
         architecture: Mapping[str, Any] | None = None,
         measurements: Sequence[Mapping[str, Any]] | None = None,
         before_launch: bool = False,
+        local: Mapping[str, str | Path] | None = None,
     ) -> None:
         self.s3, self.sagemaker, self.before_launch = s3, sagemaker, before_launch
         self._architecture = architecture
+        self.local = {uri: Path(folder) for uri, folder in (local or {}).items()}
         self._measurements: list[Mapping[str, Any]] | None = (
             None if measurements is None else list(measurements)
         )
@@ -51,9 +57,71 @@ class Reads:
         that folder; ``(None, [])`` without a folder or without S3 (the caller's, when it gave them)."""
         if self._architecture is not None:
             return self._architecture, []
+        if uri is not None and uri in self.local:
+            return read_local_init_from(self.local[uri], uri)
         if self.s3 is None or uri is None:
             return None, []
         return read_init_from(self.s3, uri)
+
+    def can_read(self, uri: str) -> bool:
+        """Whether the folder ``uri`` can be read here (S3, or its local copy)."""
+        return uri in self.local or self.s3 is not None
+
+    def folder_files(self, uri: str, names: Sequence[str]) -> dict[str, bytes]:
+        """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
+        copy or S3 (one listing of the folder's level, then one ``GetObject`` per name found: only what exists is
+        read, so a missing object is never mistaken for a refused one)."""
+        if uri in self.local:
+            folder = self.local[uri]
+            return {name: (folder / name).read_bytes() for name in names if (folder / name).is_file()}
+        bucket, _, prefix = uri[5:].partition("/")
+        found: set[str] = set()
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/"
+        ):
+            found.update(item["Key"][len(prefix) :] for item in page.get("Contents", []))
+        return {
+            name: self.s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()
+            for name in names
+            if name in found
+        }
+
+    def chat_data(self, data_uri: str | None, init_from: str | None) -> tuple[ChatData | None, list[str]]:
+        """The conversation data ``data_uri`` names (its ``metadata.json``, ``kind: chat``) with what
+        ``sft_data.check_against_model`` finds against the ``init_from`` folder (its template files, tokenizer.json
+        and config.json); ``(None, [])`` without such data or when the folder cannot be read here, or the problem
+        of a ``metadata.json`` that cannot be read."""
+        if data_uri is None or not self.can_read(data_uri):
+            return None, []
+        try:
+            raw = self.folder_files(data_uri, [DATA_METADATA_FILE]).get(DATA_METADATA_FILE)
+            meta = None if raw is None else json.loads(raw)
+        except ValueError as err:
+            return None, [f"train_data_uri: {data_uri}{DATA_METADATA_FILE} is not valid JSON ({err})"]
+        except (
+            Exception
+        ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda
+            return None, [
+                f"train_data_uri: cannot read {data_uri}{DATA_METADATA_FILE}: {type(err).__name__}: {err}"
+            ]
+        if not isinstance(meta, dict) or meta.get("kind") != sft_data.CHAT_KIND:
+            return None, []
+        if init_from is None or not self.can_read(init_from):
+            return ChatData(data_uri, meta, None, ()), []
+        try:
+            files = self.folder_files(init_from, [*sft_data.MODEL_FILES, hf_config.CONFIG_FILE])
+        except Exception as err:  # as above
+            return None, [
+                f"init_from: cannot read its chat template and tokenizer files: {type(err).__name__}: {err}"
+            ]
+        try:
+            config = json.loads(files.pop(hf_config.CONFIG_FILE, b"null"))
+        except ValueError:
+            config = None  # init_from's own read names it
+        mismatches = sft_data.check_against_model(
+            meta, files, config if isinstance(config, dict) else None, init_from
+        )
+        return ChatData(data_uri, meta, init_from, tuple(mismatches)), []
 
     def measurements(self, rules: RequestRules) -> list[Mapping[str, Any]]:
         """The stored tuning records of the workflow's image (read once, with S3 when the caller gave none)."""
@@ -91,6 +159,23 @@ def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]
         Exception
     ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda asset
         return None, [f"init_from: cannot read {uri}{hf_config.CONFIG_FILE}: {type(err).__name__}: {err}"]
+
+
+def read_local_init_from(folder: Path, uri: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """:func:`read_init_from` of a local copy of the ``init_from`` folder ``uri``."""
+    try:
+        config = hf_config.read_local(folder)
+    except ContractError as err:
+        return None, [str(err)]
+    if not any(path.is_file() for path in folder.glob("*.safetensors")):
+        return None, [
+            "init_from: holds no safetensors weights (model.safetensors, or shards with "
+            f"model.safetensors.index.json); got {show(str(folder))}"
+        ]
+    try:
+        return hf_config.architecture(config, uri), []
+    except ContractError as err:
+        return None, [str(err)]
 
 
 def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:

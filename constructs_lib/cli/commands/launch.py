@@ -8,7 +8,7 @@ from typing import Any
 from constructs_lib.cli import render
 from constructs_lib.cli.commands.follow import watch_until_ended
 from constructs_lib.cli.errors import InvalidRequest
-from constructs_lib.cli.request import plan_request, validate
+from constructs_lib.cli.request import local_copies, plan_request, validate
 from constructs_lib.cli.shell import EXIT_INVALID, EXIT_OK, Parents, Shell
 
 
@@ -29,6 +29,7 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
         "implied by --stack",
     )
+    _local_copy_options(validate_cmd)
     plan = sub.add_parser(
         "plan",
         parents=[common, request],
@@ -43,6 +44,7 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     plan.add_argument(
         "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
     )
+    _local_copy_options(plan)
     submit = sub.add_parser(
         "submit",
         parents=[common, request, polling],
@@ -56,18 +58,48 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     return {"validate": do_validate, "plan": do_plan, "submit": do_submit}
 
 
+def _local_copy_options(command: Any) -> None:
+    """``--data-folder`` and ``--model-folder``: local copies of the request's S3 folders, read offline."""
+    command.add_argument(
+        "--data-folder",
+        metavar="DIR",
+        help="offline: a local copy of the request's train_data_uri (the prepared folder), read as the workflow "
+        "reads S3: conversation data is checked against init_from and the settings (seq_length, the windows)",
+    )
+    command.add_argument(
+        "--model-folder",
+        metavar="DIR",
+        help="offline: a local copy of the request's init_from model folder (its config.json, chat template and "
+        "tokenizer), read as the workflow reads S3",
+    )
+
+
+def _local(shell: Shell, request: Any) -> dict[str, Any]:
+    """The local copies the options name (refused with --deployed: that reads S3 itself)."""
+    folders = {"data_folder": shell.args.data_folder, "model_folder": shell.args.model_folder}
+    if any(folders.values()) and (shell.args.deployed or shell.args.stack):
+        raise InvalidRequest(
+            ["--data-folder, --model-folder: offline only; --deployed reads the folders from S3"]
+        )
+    return local_copies(request, **folders)
+
+
 def do_validate(shell: Shell) -> int:
     request = shell.request()
+    notes: list[str] = []
     if shell.args.deployed or shell.args.stack:
+        _local(shell, request)
         problems = shell.runs.check(request)
     else:
-        problems = validate(request, shell.project.rules())
+        problems, notes = validate(request, shell.project.rules(), _local(shell, request))
     if problems:
         raise InvalidRequest(problems)
     if shell.args.json:
-        shell.emit({"valid": True, "problems": []})
+        shell.emit({"valid": True, "problems": [], **({"not_checked": notes} if notes else {})})
     else:
         shell.out.print("valid", markup=False)
+        for note in notes:
+            shell.out.print(f"not checked: {note}", markup=False)
     return EXIT_OK
 
 
@@ -75,7 +107,8 @@ def do_plan(shell: Shell) -> int:
     request = shell.request()
     deployed = shell.args.deployed or shell.args.stack
     rules = shell.runs.rules if deployed else shell.project.rules()
-    planned = plan_request(request, rules, s3=shell.runs.client("s3") if deployed else None)
+    local = _local(shell, request)
+    planned = plan_request(request, rules, s3=shell.runs.client("s3") if deployed else None, local=local)
     if shell.args.json:
         shell.emit(planned)
     else:
