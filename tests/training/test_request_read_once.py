@@ -186,6 +186,24 @@ def test_every_setting_parse_a_decision_makes_is_the_request_read_once_or_anothe
     assert set(seen) == {"the request read once", "a candidate's values", "a stored measurement"}, seen
 
 
+def test_a_tuning_decision_replans_each_stored_record_once_not_once_per_candidate(parses):
+    """The stored records' settings are another value than the request: the request's own plan re-plans each record
+    of its instance and image once to check its memory estimate; its candidates, whose plans show no such check,
+    never do (once per candidate was most of a tuning decision's time with a few dozen records)."""
+    record = _stored_record()
+    parses.clear()
+    rules = RequestRules(region="us-west-2", image_uri=IMAGE).with_limits()
+    tuned = prepare_request(
+        {**SEED, "batch_size": 64, "tune": {"search_space": {"batch_size": [4, 8, 16, 32]}}},
+        rules,
+        measurements=[record, record],
+    )
+    assert tuned.valid and tuned.tune is not None and len(tuned.tune["plan"]["trials"]) >= 3
+    assert tuned.estimate is not None and tuned.estimate.memory_check is not None
+    assert tuned.estimate.memory_check["records"] == 2
+    assert parses["calls"] == 1 + 2  # the request's settings once; each record once, for the request's plan
+
+
 TUNED_BASES = (
     {},
     {"model_preset": "8b", "seq_length": "8192"},
