@@ -358,6 +358,13 @@ def test_peft_and_the_merged_folder_give_the_trainers_logits(lora_reference):
     assert f"peft LoRA adapter exported to {model_dir / 'adapter'}: README.md, adapter_config.json, " \
         "adapter_model.safetensors" in output  # fmt: skip
     assert "trainable_parameters=" in output and "targets=q_proj,v_proj,o_proj,gate_proj,down_proj" in output
+    saved_config = torch.load(model_dir / "model.pt", weights_only=True)["config"]
+    summary = fields(next(line for line in output.splitlines() if line.startswith("summary ")))
+    flops = float(summary["tflops_per_gpu"]) * 1e12 / float(summary["tokens_per_sec"])
+    lora_flops = contract.flops_per_token(
+        contract.model_shape(saved_config), 32, contract.lora_parameters(saved_config)
+    )
+    assert flops == pytest.approx(lora_flops, rel=1e-4)  # the trainer's TFLOP/s: what a LoRA step computes
     adapter_config = json.loads((model_dir / "adapter" / "adapter_config.json").read_text())
     assert {k: adapter_config[k] for k in ("peft_type", "task_type", "r", "lora_alpha", "bias", "use_dora")} == {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8.0, "bias": "none", "use_dora": False,
@@ -450,6 +457,37 @@ def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path, np
 # ---------------------------------------------------------------------------------------------------------------
 # The plan and tuning
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def test_a_lora_runs_model_flops_leave_out_the_frozen_weights_gradient_gemms():
+    """The frozen base's weights run their forward and input-gradient GEMMs only (4 FLOPs per weight and token),
+    the adapters all three (6), attention's matmuls are unchanged: the trainer's TFLOP/s and MFU, the plan's and
+    the tuning report's, count what a LoRA step computes (Megatron-Bridge's LoRA TFLOP/s fix: 2/3 of full)."""
+    from training.request import plan
+    from training.trainer import metrics
+
+    settings = lora.LoraSettings(rank=3, alpha=6.0, dropout=0.0, targets=("q_proj", "v_proj", "down_proj"))
+    adapters = lora.counts(lora_torch_model(settings))[0]
+    assert contract.lora_parameters({"lora_rank": 3, "lora_targets": "q,v,down", **SHAPE_VALUES}) == adapters
+    assert contract.lora_parameters({"lora_rank": 0, "lora_targets": "all-linear", **SHAPE_VALUES}) == 0
+    attention = 12.0 * SHAPE.num_layers * SHAPE.hidden_size * 32
+    weights_ = (contract.flops_per_token(SHAPE, 32) - attention) / 6
+    expected = 4 * weights_ + 6 * adapters + attention
+    assert contract.flops_per_token(SHAPE, 32, lora_parameters=adapters) == pytest.approx(expected)
+    meter = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), "fp32", lora_parameters=adapters)
+    assert meter.rates(10**9, 1.0)["tflops_per_gpu"] == pytest.approx(1e9 * expected / 1e12)
+    full, adapted = (plan.setup_from_request(lora_request("llama3.1-70b", rank)) for rank in (0, 16))
+    full_time, adapted_time = plan.estimate_time(full), plan.estimate_time(adapted)
+    assert (
+        adapted_time.tokens_per_sec_per_gpu == full_time.tokens_per_sec_per_gpu
+    )  # the plan's conservative speed
+    ratio = adapted_time.mfu_bf16 / full_time.mfu_bf16
+    assert 0.66 < ratio < 0.70, ratio  # what the run would report at that speed
+
+
+SHAPE_VALUES = {"num_layers": 2, "hidden_size": 32, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden_size": 48,
+                "vocab_size": 42}  # fmt: skip
+"""``SHAPE`` as settings."""
 
 
 def lora_request(model_preset: str, rank: int, **settings) -> dict:

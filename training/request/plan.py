@@ -582,10 +582,7 @@ def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dic
 
 def lora_block_parameters(s: Setup) -> int:
     """One block's adapter parameters: rank x (in + out) for each targeted projection."""
-    h, f, kv = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.kv_heads * s.shape.head_dim
-    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
-            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
-    return sum(s.lora_rank * (dims[t][0] + dims[t][1]) for t in s.lora_targets)
+    return contract.lora_block_parameter_count(s.shape, s.lora_rank, s.lora_targets)
 
 
 def lora_selective_extra_bytes(s: Setup) -> float:
@@ -708,7 +705,8 @@ class Timing:
     ``mfu_bf16``: the model-FLOPs utilization the run would report against the GPU's bf16 peak (the trainer's
     ``mfu`` for bf16, its ``mfu_bf16`` for lower precisions): the model's FLOPs per token (``flops_per_token``)
     at ``tokens_per_sec_per_gpu``, so activation checkpointing's recompute and the chunked loss's second head GEMM,
-    which the model FLOPs leave out, lower it."""
+    which the model FLOPs leave out, lower it; with LoRA the model FLOPs leave out the frozen weights' gradient
+    GEMMs, as the trainer counts them."""
 
     tokens_per_sec_per_gpu: float
     mfu_bf16: float
@@ -776,7 +774,11 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
-    mfu_bf16 = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
+    # What the run reports at that speed: with LoRA the model FLOPs leave out the frozen weights' gradient GEMMs
+    model_flops = contract.flops_per_token(
+        s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers
+    )
+    mfu_bf16 = tps * model_flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
