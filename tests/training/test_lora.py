@@ -287,6 +287,14 @@ def test_a_checkpoint_of_other_adapters_another_base_or_full_fine_tuning_is_refu
         "holds LoRA adapters of lora_rank=8, lora_alpha=8.0" in message
         and "this run has lora_rank=4" in message
     )
+    base = ours["lora"]["base"]
+    moved = {**ours, "lora": {**ours["lora"], "base": {**base, "init_from": "/elsewhere/llama"}}}
+    assert (
+        checkpoint.shape_mismatch(marker(tmp_path / "moved", moved), ours) is None
+    )  # the same files elsewhere
+    changed = {**ours, "lora": {**ours["lora"], "base": {**base, "sha256": "0" * 64}}}
+    message = checkpoint.shape_mismatch(marker(tmp_path / "changed", changed), ours)
+    assert "another frozen base (init_from=" in message and "sampled SHA-256 0000000000000000" in message
     other_base = {**ours, "lora": {**ours["lora"], "base": {"seed": 1234}}}
     message = checkpoint.shape_mismatch(marker(tmp_path / "base", other_base), ours)
     assert (
