@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch.distributed.tensor import DTensor
 
@@ -136,6 +137,28 @@ def test_a_fused_linear_adds_each_targeted_projections_scaled_b_a_in_its_own_row
     assert not any(lora.is_adapter(name) for name in merged)
     torch.testing.assert_close(x @ merged["layers.0.qkv.weight"].T, out)
     torch.testing.assert_close(merged["layers.0.gate_up.weight"], state["layers.0.gate_up.weight"])
+
+
+def test_each_projection_of_a_fused_layer_draws_its_own_dropout_mask_as_pefts_own_layers_do():
+    """peft gives q_proj, k_proj and v_proj a dropout module each: independent masks of the same input. The fused
+    layer draws one per targeted projection, in row order, and none in evaluation."""
+    settings = lora.LoraSettings(rank=3, alpha=6.0, dropout=0.5, targets=("q_proj", "v_proj", "down_proj"))
+    qkv = filled_block(settings).qkv
+    x = torch.randn(2, 5, 32)
+    torch.manual_seed(1)
+    out = qkv(x)
+    torch.manual_seed(1)
+    dropped_q, dropped_v = F.dropout(x, 0.5), F.dropout(x, 0.5)
+    assert not torch.equal(dropped_q, dropped_v)
+    plain = x @ qkv.weight.T
+    q_delta = 2.0 * dropped_q @ qkv.lora_a_q_proj.T @ qkv.lora_b_q_proj.T
+    v_delta = 2.0 * dropped_v @ qkv.lora_a_v_proj.T @ qkv.lora_b_v_proj.T
+    torch.testing.assert_close(out[..., :32], plain[..., :32] + q_delta)
+    torch.testing.assert_close(out[..., 32:48], plain[..., 32:48])
+    torch.testing.assert_close(out[..., 48:], plain[..., 48:] + v_delta)
+    qkv.eval()
+    undropped = x @ qkv.lora_a_q_proj.T @ qkv.lora_b_q_proj.T
+    torch.testing.assert_close(qkv(x)[..., :32], plain[..., :32] + 2.0 * undropped)
 
 
 def test_adapters_carry_pefts_names_for_llama():

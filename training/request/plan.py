@@ -588,8 +588,9 @@ def lora_block_parameters(s: Setup) -> int:
 def lora_selective_extra_bytes(s: Setup) -> float:
     """Bytes per token a ``selective`` block keeps beyond full fine-tuning's with LoRA: the policy saves every
     other matmul's output (``activation_checkpoint._selective_contexts``), and an adapted linear layer runs three
-    (its base, the stacked A, the block-diagonal B), so the saved ones shift; with all-linear the block keeps the
-    QKV and gate/up outputs twice (base and B) and the output and down layers' rank-wide A outputs."""
+    (its base, the stacked A, the block-diagonal B; with dropout one A GEMM per targeted projection, each on its own
+    mask), so the saved ones shift; with all-linear and no dropout the block keeps the QKV and gate/up outputs
+    twice (base and B) and the output and down layers' rank-wide A outputs."""
     h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
     kv = s.shape.kv_heads * s.shape.head_dim
     layers = (("qkv", h + 2 * kv, ("q_proj", "k_proj", "v_proj")), ("out", h, ("o_proj",)),
@@ -598,21 +599,19 @@ def lora_selective_extra_bytes(s: Setup) -> float:
     for _, width, parts in layers:
         plain.append(width)
         targeted = [p for p in parts if p in s.lora_targets]
-        adapted += [width, s.lora_rank * len(targeted), width] if targeted else [width]
+        downs = [s.lora_rank] * len(targeted) if s.lora_dropout > 0 else [s.lora_rank * len(targeted)]
+        adapted += [width, *downs, width] if targeted else [width]
     return c * (sum(adapted[0::2]) - sum(plain[0::2]))
 
 
 def lora_activation_bytes(s: Setup) -> float:
     """Bytes per token one block's adapters save beyond the base's: each A output (rank values) and, with dropout,
-    each adapted linear layer's dropped input and its one-byte mask (once per fused layer: qkv, out, gate/up,
-    down)."""
+    each targeted projection's dropped input and its one-byte mask (one mask per projection, as peft's: q, k and v
+    of the fused QKV layer each keep theirs)."""
     h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
     saved = float(c * s.lora_rank * len(s.lora_targets))
     if s.lora_dropout > 0:
-        layers = {"qkv": h, "out": h, "gate_up": h, "down": f}
-        of = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "out", "gate_proj": "gate_up",
-              "up_proj": "gate_up", "down_proj": "down"}  # fmt: skip
-        saved += sum((c + 1) * layers[name] for name in {of[t] for t in s.lora_targets})
+        saved += sum((c + 1) * (f if t == "down_proj" else h) for t in s.lora_targets)
     return saved
 
 
