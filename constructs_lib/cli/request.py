@@ -182,16 +182,17 @@ def plan_request(
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
-    uri = request.get("init_from") if isinstance(request, Mapping) else None
-    if isinstance(uri, str) and s3 is None and uri not in (local or {}):
+    reads = Reads(s3, local=local)
+    decision = decide_request(request, rules, reads=reads)
+    init_from = decision.fields.init_from if decision.fields is not None else None
+    if s3 is None and isinstance(init_from, str) and init_from not in (local or {}):
+        # the decided field (the input's, else the workflow's default): offline, its shape is not known
         raise InvalidRequest(
             [
                 "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
                 "--deployed or --stack, or offline with a local copy of the folder (--model-folder)"
             ]
         )
-    reads = Reads(s3, local=local)
-    decision = decide_request(request, rules, reads=reads)
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)

@@ -29,6 +29,13 @@ def test_torch_model_matches_the_contract_parameter_count():
     assert sum(p.numel() for p in tiny_model().parameters()) == SHAPE.parameter_count()
 
 
+def test_the_torch_model_is_built_on_the_meta_device_blocks_included():
+    """Nothing of a 70B model is allocated or initialized in host memory before FSDP2 shards it (weights.py then
+    gives every parameter its value); the model has no buffers to fill either."""
+    net = model.build_model(SHAPE, use_te=False, te_params_dtype=torch.float32)
+    assert all(p.is_meta for p in net.parameters()) and not list(net.buffers())
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
     shape = contract.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)

@@ -349,16 +349,24 @@ POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
 
-def flops_per_token(shape: ModelShape, seq_length: int) -> float:
+def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0) -> float:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
     ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
     lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
     AV matmuls, counted in full although the causal mask skips about half (grouped-query attention changes
     neither: every query head attends over the whole head_dim). Used by the trainer's MFU and by
-    ``training.request.plan``'s time estimate."""
+    ``training.request.plan``'s time estimate.
+
+    LoRA (``lora_parameters`` > 0, the adapters' count, ``lora_parameters``): the frozen weights run their forward
+    and input-gradient GEMMs but no weight-gradient GEMM, ``4 * N``, and the adapters all three, ``6 * Na``; the
+    attention term is unchanged. About 2/3 of full fine-tuning's, as Megatron-Bridge counts a LoRA run's TFLOP/s
+    (NVIDIA-NeMo/Megatron-Bridge issue 2409) and NeMo AutoModel its MFU ((1 + 1 + Na / N) / 3)."""
     lm_head = shape.vocab_size * shape.hidden_size  # a matmul whether or not it shares the embedding's matrix
     matmul_params = shape.num_layers * shape.block_parameter_count() + shape.hidden_size + lm_head
-    return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    attention = 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    if lora_parameters:
+        return 4.0 * matmul_params + 6.0 * lora_parameters + attention
+    return 6.0 * matmul_params + attention
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -501,6 +509,25 @@ def lora_target_modules(text: str) -> tuple[str, ...]:
             raise ContractError("lora_targets", f"names {short} twice; got {text!r}")
         chosen.append(short)
     return tuple(LORA_TARGETS[s].rsplit(".", 1)[1] for s in LORA_TARGETS if s in chosen)
+
+
+def lora_block_parameter_count(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
+    """One block's LoRA adapter parameters (``training/trainer/lora.py``): rank x (in + out) for each targeted
+    projection (``q_proj``, ..., ``down_proj``)."""
+    h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
+    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
+            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
+    return sum(rank * (dims[t][0] + dims[t][1]) for t in targets)
+
+
+def lora_parameters(values: Mapping[str, Any]) -> int:
+    """The LoRA adapters' parameters of parsed settings (or a saved run's config): every block's; 0 without LoRA."""
+    rank = int(values.get("lora_rank") or 0)
+    if not rank:
+        return 0
+    targets = lora_target_modules(values.get("lora_targets") or LORA_ALL_LINEAR)
+    shape = model_shape(values)
+    return shape.num_layers * lora_block_parameter_count(shape, rank, targets)
 
 
 LOSS_CHUNK_TOKENS_DEFAULT = 2048

@@ -630,17 +630,15 @@ def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dic
 
 def lora_block_parameters(s: Setup) -> int:
     """One block's adapter parameters: rank x (in + out) for each targeted projection."""
-    h, f, kv = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.kv_heads * s.shape.head_dim
-    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
-            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
-    return sum(s.lora_rank * (dims[t][0] + dims[t][1]) for t in s.lora_targets)
+    return contract.lora_block_parameter_count(s.shape, s.lora_rank, s.lora_targets)
 
 
 def lora_selective_extra_bytes(s: Setup) -> float:
     """Bytes per token a ``selective`` block keeps beyond full fine-tuning's with LoRA: the policy saves every
     other matmul's output (``activation_checkpoint._selective_contexts``), and an adapted linear layer runs three
-    (its base, the stacked A, the block-diagonal B), so the saved ones shift; with all-linear the block keeps the
-    QKV and gate/up outputs twice (base and B) and the output and down layers' rank-wide A outputs."""
+    (its base, the stacked A, the block-diagonal B; with dropout one A GEMM per targeted projection, each on its own
+    mask), so the saved ones shift; with all-linear and no dropout the block keeps the QKV and gate/up outputs
+    twice (base and B) and the output and down layers' rank-wide A outputs."""
     h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
     kv = s.shape.kv_heads * s.shape.head_dim
     layers = (("qkv", h + 2 * kv, ("q_proj", "k_proj", "v_proj")), ("out", h, ("o_proj",)),
@@ -649,21 +647,19 @@ def lora_selective_extra_bytes(s: Setup) -> float:
     for _, width, parts in layers:
         plain.append(width)
         targeted = [p for p in parts if p in s.lora_targets]
-        adapted += [width, s.lora_rank * len(targeted), width] if targeted else [width]
+        downs = [s.lora_rank] * len(targeted) if s.lora_dropout > 0 else [s.lora_rank * len(targeted)]
+        adapted += [width, *downs, width] if targeted else [width]
     return c * (sum(adapted[0::2]) - sum(plain[0::2]))
 
 
 def lora_activation_bytes(s: Setup) -> float:
     """Bytes per token one block's adapters save beyond the base's: each A output (rank values) and, with dropout,
-    each adapted linear layer's dropped input and its one-byte mask (once per fused layer: qkv, out, gate/up,
-    down)."""
+    each targeted projection's dropped input and its one-byte mask (one mask per projection, as peft's: q, k and v
+    of the fused QKV layer each keep theirs)."""
     h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
     saved = float(c * s.lora_rank * len(s.lora_targets))
     if s.lora_dropout > 0:
-        layers = {"qkv": h, "out": h, "gate_up": h, "down": f}
-        of = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "out", "gate_proj": "gate_up",
-              "up_proj": "gate_up", "down_proj": "down"}  # fmt: skip
-        saved += sum((c + 1) * layers[name] for name in {of[t] for t in s.lora_targets})
+        saved += sum((c + 1) * (f if t == "down_proj" else h) for t in s.lora_targets)
     return saved
 
 
@@ -756,7 +752,8 @@ class Timing:
     ``mfu_bf16``: the model-FLOPs utilization the run would report against the GPU's bf16 peak (the trainer's
     ``mfu`` for bf16, its ``mfu_bf16`` for lower precisions): the model's FLOPs per token (``flops_per_token``)
     at ``tokens_per_sec_per_gpu``, so activation checkpointing's recompute and the chunked loss's second head GEMM,
-    which the model FLOPs leave out, lower it."""
+    which the model FLOPs leave out, lower it; with LoRA the model FLOPs leave out the frozen weights' gradient
+    GEMMs, as the trainer counts them."""
 
     tokens_per_sec_per_gpu: float
     mfu_bf16: float
@@ -824,7 +821,11 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
-    mfu_bf16 = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
+    # What the run reports at that speed: with LoRA the model FLOPs leave out the frozen weights' gradient GEMMs
+    model_flops = contract.flops_per_token(
+        s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers
+    )
+    mfu_bf16 = tps * model_flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
@@ -965,11 +966,13 @@ def plan_of(
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
     versions: Mapping[str, str | None] | None = None,
+    check_memory: bool = True,
 ) -> Plan:
     """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
     ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
     settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
-    and all of that instance and image check the memory estimate."""
+    and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
+    :func:`memory_check`)."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
@@ -982,7 +985,11 @@ def plan_of(
         image_tag=image_tag,
         versions=versions,
     )
-    check = memory_check(s, measurements, image_tag=image_tag, this=record) if measurements else None
+    check = (
+        memory_check(s, measurements, image_tag=image_tag, this=record)
+        if measurements and check_memory
+        else None
+    )
     return Plan(s, memory, estimate_time(s, record), hints, record, check)
 
 

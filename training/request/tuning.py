@@ -355,7 +355,11 @@ def candidates(
             max_runtime_seconds=setup.max_runtime_seconds,
             conversations=setup.packed_documents,
         )
-        planned = plan.plan_of(trial, settings, measurements=measurements, image_tag=image_tag)
+        # no memory check: a candidate's plan shows none (the request's own plan does), and it would re-plan every
+        # stored record once per candidate
+        planned = plan.plan_of(
+            trial, settings, measurements=measurements, image_tag=image_tag, check_memory=False
+        )
         (fitting if planned.memory.fits else not_fitting).append(Candidate(overrides, planned))
     fitting.sort(key=lambda c: (-c.tokens_per_sec, c.plan.memory.peak_gib))
     not_fitting.sort(key=lambda c: c.plan.memory.peak_gib / c.plan.memory.limit_gib)

@@ -623,10 +623,24 @@ def lora_mismatch(path: Path, stored: Any, ours: Any, remedy: str) -> str | None
             f"{path} holds LoRA adapters of {text(f'{n}={stored.get(n)}' for n in settings)}, but this run has "
             f"{text(f'{n}={ours.get(n)}' for n in settings)}; {remedy}"
         )
+    if _same_base(stored.get("base"), ours.get("base")):
+        return None
     return (
         f"{path} holds LoRA adapters trained on another frozen base ({_base_text(stored.get('base'))}) than this "
         f"run's ({_base_text(ours.get('base'))}); give init_from (or seed) the base they were trained on, or {remedy}"
     )
+
+
+def _same_base(stored: Any, ours: Any) -> bool:
+    """Whether two ``lora.base_reference`` values name the same frozen base: the same seed, or ``init_from`` files
+    of the same sampled SHA-256 wherever the folder is now (a base copied or mounted elsewhere is the same base);
+    an unreadable folder matches only the same path unreadable alike."""
+    if not isinstance(stored, dict) or not isinstance(ours, dict):
+        return False
+    digests = str(stored.get("sha256", "")), str(ours.get("sha256", ""))
+    if "init_from" in stored and "init_from" in ours and not any(d.startswith("unreadable") for d in digests):
+        return digests[0] == digests[1]
+    return stored == ours
 
 
 def _base_text(base: Any) -> str:

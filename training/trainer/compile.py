@@ -162,9 +162,9 @@ def warm_up(
     on every rank of ``mesh``. A compile error in either pass (``compile_errors``) switches everything to eager with
     one warning line; any other error is raised. Values are constants: compilation depends on shapes, dtypes and
     strides. ``adapt``: what the run does to each of its blocks before activation checkpointing (LoRA's
-    ``lora.apply_to_block``: adapters, the base frozen); the stand-in then runs twice, its input requiring a
-    gradient and not (the first block's, whose frozen embedding gives none), with a frozen LM head, as the
-    model's blocks and loss chunks will."""
+    ``lora.apply_to_block``: adapters, the base frozen), with a frozen LM head, as the model's blocks and loss chunks
+    will run; the first variant's stand-in (``activation_checkpoint.variants`` puts the first block's first) runs
+    also with an input that requires no gradient: the first block's, whose frozen embedding gives none."""
     if _State.failed is not None:
         return
     h = shape.hidden_size
@@ -188,7 +188,7 @@ def warm_up(
             )
         )
         targets = torch.zeros((batch, seq), dtype=torch.long, device=device)
-        for input_grad in (True, False) if adapt is not None else (True,):
+        for input_grad in (True, False) if adapt is not None and mode == checkpointing[0] else (True,):
             hidden = torch.full((batch, seq, h), 0.1, dtype=dtype, device=device, requires_grad=input_grad)
             loss = loss_module.linear_cross_entropy(block(hidden, **kwargs), head, targets, loss_chunk_tokens)
             try:

@@ -469,7 +469,10 @@ def _train(
         say(f"note: throughput_warmup_steps={cfg.throughput_warmup_steps} is not below the {cfg.max_steps - state.step} "
             f"steps this run trains; leaving out {warmup} warm-up steps from the throughput instead")  # fmt: skip
     tokens_per_step = cfg.batch_size * cfg.seq_length * cfg.grad_accum_steps  # per GPU and optimizer step
-    meter = metrics.Throughput(cfg.shape, cfg.seq_length, tokens_per_step, warmup, env.device, cfg.precision)
+    adapters = lora.counts(state.net)[0] if cfg.lora_rank else 0  # LoRA: the model FLOPs of what trains
+    meter = metrics.Throughput(
+        cfg.shape, cfg.seq_length, tokens_per_step, warmup, env.device, cfg.precision, adapters
+    )
     progress = Progress(state.step, cfg.max_steps, env.world_size)
     stop = checkpoint.StopFlag(env.cpu_group)
     net, optimizer, scheduler, scaler = state.net, state.optimizer, state.scheduler, state.scaler
