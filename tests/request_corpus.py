@@ -646,7 +646,7 @@ def run_case(raw: Any, options: Mapping[str, Any], rules: Mapping[str, Any], s3:
     offline = Project(context=dict(CDK_CONTEXT)).rules()
     out: dict[str, Any] = {
         "decide": _refusal(lambda: decide(_copy(event), s3=s3, sagemaker=SageMakerStub())),
-        "validate": _refusal(lambda: validate(_copy(raw), offline)[0]),
+        "validate": _refusal(lambda: validate(_copy(raw), offline)),
         "plan": _refusal(lambda: plan_request(_copy(raw), offline)),
     }
     if isinstance(raw, dict) and "tune" in raw:

@@ -65,16 +65,18 @@ class Project:
 
 
 def validate(
-    request: object, rules: Any, local: Mapping[str, Path] | None = None
-) -> tuple[list[str], list[str]]:
+    request: object, rules: Any, local: Mapping[str, Path] | None = None, notes: list[str] | None = None
+) -> list[str]:
     """Every problem of ``request`` under ``rules``, offline (the workflow's own decision, no AWS call), reading
-    the ``local`` copies of its S3 folders (:func:`local_copies`) where the workflow reads S3; and what could not
-    be checked here (notes)."""
+    the ``local`` copies of its S3 folders (:func:`local_copies`) where the workflow reads S3; what could not be
+    checked here is added to ``notes`` when given."""
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
     decision = decide_request(request, rules, reads=Reads(local=local))
-    return decision.problems, decision.notes
+    if notes is not None:
+        notes += decision.notes
+    return decision.problems
 
 
 LOCAL_COPY_FIELDS = {"data_folder": "train_data_uri", "model_folder": "init_from"}

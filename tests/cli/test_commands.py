@@ -639,6 +639,38 @@ def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
     deployed.wait_until_ended(name)
 
 
+def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(deployed, cli, tmp_path):
+    """Offline, ``--data-folder`` and ``--model-folder`` stand for the request's S3 folders: the conversation data
+    is checked against the model's template (refused naming train_data_uri) and the plan counts its windows;
+    without them validate says what it did not check."""
+    from tests.training.test_fine_tuning_request import weightless
+    from training.trainer import chat_prepare
+
+    model = weightless(tmp_path / "model")
+    lines = [{"prompt": str(n), "completion": str(n + 1)} for n in range(300)]
+    (tmp_path / "n.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    chat_prepare.prepare_chat(
+        [tmp_path / "n.jsonl"], str(tmp_path / "data"), str(model), validation_fraction=0.1
+    )
+    request = json.dumps({"init_from": "s3://my-bucket/data/model/", "train_data_uri": "s3://my-bucket/data/chats/",
+                          "precision": "bf16", "seq_length": 256, "batch_size": 1})  # fmt: skip
+    folders = ("--data-folder", str(tmp_path / "data"), "--model-folder", str(model))
+    result = cli("validate", "-", *folders, stdin=request)
+    assert (result.status, result.out.strip()) == (0, "valid"), result.err
+    blind = cli("validate", "-", "--json", stdin=request)
+    assert json.loads(blind.out)["not_checked"][0].startswith("train_data_uri: not read here")
+    planned = json.loads(cli("plan", "-", "--json", *folders, stdin=request).out)
+    assert planned["data"]["examples"] == 270 and planned["data"]["windows_exact"]
+    assert "data: 270 training examples in " in cli("plan", "-", *folders, stdin=request).out
+    other = weightless(tmp_path / "other", "{{ messages[0]['content'] }}")
+    refused = cli("validate", "-", "--data-folder", str(tmp_path / "data"), "--model-folder", str(other),
+                  stdin=request)  # fmt: skip
+    assert (
+        refused.status == 2
+        and "train_data_uri: the chat template of s3://my-bucket/data/model/" in refused.err
+    )
+
+
 # ---- plan -------------------------------------------------------------------------------------------------------
 
 SEED_HEADLINE = {"precision": "mxfp8", "seq_length": 8192, "batch_size": 16, "activation_checkpointing": True}

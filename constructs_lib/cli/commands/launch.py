@@ -91,7 +91,7 @@ def do_validate(shell: Shell) -> int:
         _local(shell, request)
         problems = shell.runs.check(request)
     else:
-        problems, notes = validate(request, shell.project.rules(), _local(shell, request))
+        problems = validate(request, shell.project.rules(), _local(shell, request), notes)
     if problems:
         raise InvalidRequest(problems)
     if shell.args.json:
