@@ -123,7 +123,9 @@ def test_lora_on_packed_conversations_trains_and_exports_an_adapter_peft_loads(p
     assert proc.returncode == 0, output
     steps = [contract.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
     assert all(0 < s[1]["trained_tokens"] < 4 * 256 and 0 <= s[1]["padding"] < 0.5 for s in steps if s)
-    assert steps[-1][1]["loss"] < steps[0][1]["loss"] - 0.1, output  # the adapters learn (5.56 -> 5.30: a random base)
+    assert steps[-1][1]["loss"] < steps[0][1]["loss"] - 0.1, (
+        output
+    )  # the adapters learn (5.56 -> 5.30: a random base)
     assert "val_accuracy=" in output
     hf, adapter = tmp_path / "trained" / export_hf.HF_DIR, tmp_path / "trained" / "adapter"
     assert json.loads((hf / "tokenizer_config.json").read_text())["chat_template"] == example.template(
