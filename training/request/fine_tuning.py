@@ -2,7 +2,7 @@
 ``metadata.json``, written by ``prepare --init-from``) against the ``init_from`` model and the trainer settings,
 decided before launch, as the trainer would decide it at its start after the instances are paid for.
 
-* :class:`ChatData`: what was read (``reads.Reads.chat_data``, once, into the request: ``value.Request.chat``);
+* ``sft_data.ChatData``: what was read (``reads.Reads.chat_data``, once, into the request: ``value.Request.chat``);
 * :func:`problems`: the decision's step (``decision.decide_request``): the data rendered for another model (its
   chat template's or tokenizer's SHA-256, a token id past the vocabulary: ``sft_data.check_against_model``, the
   trainer's own check), a ``seq_length`` below the longest example (examples are never cut at training), and
@@ -19,52 +19,15 @@ Pure Python (standard library and ``training.request`` only): part of the reques
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from training.request import contract, sft_data
+from training.request.sft_data import ChatData
 
 if TYPE_CHECKING:
     from training.request.plan import Plan
     from training.request.value import Request
-
-
-@dataclass(frozen=True)
-class ChatData:
-    """Prepared conversation data as read for the request: ``uri`` (``train_data_uri``), its ``metadata.json``
-    (``meta``, ``kind: chat``), the ``init_from`` folder it was checked against (``model``; None without
-    ``init_from`` or when that folder cannot be read where the decision runs) and what does not match it
-    (``mismatches``, each a sentence)."""
-
-    uri: str
-    meta: Mapping[str, Any]
-    model: str | None
-    mismatches: tuple[str, ...]
-
-    @property
-    def longest(self) -> int:
-        """The longest example's tokens (every split)."""
-        return int(self.meta.get("max_example_tokens") or 0)
-
-    def lengths(self, split: str = "train") -> dict[int, int] | None:
-        """A split's example lengths (tokens -> examples), or None when ``prepare`` recorded none."""
-        return sft_data.split_lengths(self.meta, split)
-
-    def split(self, split: str = "train") -> Mapping[str, Any]:
-        return (self.meta.get("splits") or {}).get(split) or {}
-
-    def windows(self, split: str, seq_length: int, packing: bool) -> tuple[int, bool]:
-        """How many windows of ``seq_length`` the split makes (``packing``: best-fit decreasing; otherwise one
-        example each), and whether that is exact (the recorded lengths) or, without them, the lower bound of its
-        tokens over ``seq_length``."""
-        entry, lengths = self.split(split), self.lengths(split)
-        if not packing:
-            return int(entry.get("examples") or 0), True
-        if lengths is not None and max(lengths, default=0) <= seq_length:
-            return sft_data.packed_windows(lengths, seq_length), True
-        return math.ceil(int(entry.get("tokens") or 0) / seq_length), False
 
 
 def problems(request: Request) -> list[str]:

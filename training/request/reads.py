@@ -19,8 +19,8 @@ from typing import Any
 from training.request import hf_config, measured, sft_data
 from training.request.contract import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE, SET_ASIDE_SUFFIX, ContractError
 from training.request.fields import show
-from training.request.fine_tuning import ChatData
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
+from training.request.sft_data import ChatData
 
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""

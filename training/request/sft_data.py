@@ -19,8 +19,10 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 CHAT_KIND = "chat"
@@ -157,3 +159,39 @@ def packed_windows(histogram: Mapping[int, int], capacity: int) -> int:
                 move(room - (left % each) * length, 1)
             left -= full * each + (left % each if full < available else 0)
     return windows
+
+
+@dataclass(frozen=True)
+class ChatData:
+    """Prepared conversation data as read for the request: ``uri`` (``train_data_uri``), its ``metadata.json``
+    (``meta``, ``kind: chat``), the ``init_from`` folder it was checked against (``model``; None without
+    ``init_from`` or when that folder cannot be read where the decision runs) and what does not match it
+    (``mismatches``, each a sentence)."""
+
+    uri: str
+    meta: Mapping[str, Any]
+    model: str | None
+    mismatches: tuple[str, ...]
+
+    @property
+    def longest(self) -> int:
+        """The longest example's tokens (every split)."""
+        return int(self.meta.get("max_example_tokens") or 0)
+
+    def lengths(self, split: str = "train") -> dict[int, int] | None:
+        """A split's example lengths (tokens -> examples), or None when ``prepare`` recorded none."""
+        return split_lengths(self.meta, split)
+
+    def split(self, split: str = "train") -> Mapping[str, Any]:
+        return (self.meta.get("splits") or {}).get(split) or {}
+
+    def windows(self, split: str, seq_length: int, packing: bool) -> tuple[int, bool]:
+        """How many windows of ``seq_length`` the split makes (``packing``: best-fit decreasing; otherwise one
+        example each), and whether that is exact (the recorded lengths) or, without them, the lower bound of its
+        tokens over ``seq_length``."""
+        entry, lengths = self.split(split), self.lengths(split)
+        if not packing:
+            return int(entry.get("examples") or 0), True
+        if lengths is not None and max(lengths, default=0) <= seq_length:
+            return packed_windows(lengths, seq_length), True
+        return math.ceil(int(entry.get("tokens") or 0) / seq_length), False

@@ -13,7 +13,7 @@ parses the trainer settings again.
 * ``architecture``: the ``init_from`` model's settings, read once from its config.json (``reads.Reads``), first:
   the settings and the plan need its shape;
 * ``chat``: the conversation data ``train_data_uri`` names (its metadata.json), read once with the ``init_from``
-  model's template and tokenizer files (``fine_tuning.ChatData``).
+  model's template and tokenizer files (``sft_data.ChatData``).
 
 A new trainer setting (a row of ``contract.HYPERPARAMETERS``) and a new input field (a row of ``fields.FIELDS``)
 flow through this value with no edit here.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from training.request import contract, fine_tuning, plan, tuning
+from training.request import contract, plan, sft_data, tuning
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
 from training.request.reads import Reads
 from training.request.rules import (
@@ -128,7 +128,7 @@ class Request:
     read_problems: tuple[str, ...] = ()
     """The problem of the ``init_from`` folder, when it was read and the trainer cannot start from it (and of a
     ``train_data_uri`` whose metadata.json cannot be read)."""
-    chat: fine_tuning.ChatData | None = None
+    chat: sft_data.ChatData | None = None
     """The conversation data ``train_data_uri`` names, read with its ``init_from`` model's files; None for other
     data, or when it was not read."""
     data_read: bool = False
