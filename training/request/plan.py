@@ -79,7 +79,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from training.request import contract, measured
+from training.request import contract, measured, network
 
 GIB = 2**30
 HEADROOM = 0.95
@@ -144,6 +144,8 @@ class Setup:
     grad_accum_steps: int = 1
     adamw_impl: str = "auto"
     nvfp4_bf16_blocks: int = 1
+    data_parallel_replicate: int | str = "auto"
+    """Replicas of the hybrid-sharding mesh, or ``auto`` (``replicate``)."""
 
     def __post_init__(self) -> None:
         mode = self.activation_checkpointing
@@ -188,6 +190,22 @@ class Setup:
         """Tokens of one micro-batch on one GPU."""
         return self.batch_size * self.seq_length
 
+    @property
+    def replicate(self) -> int:
+        """``data_parallel_replicate`` in effect: ``auto`` is the instance count when one instance's GPUs hold the
+        sharded states with room for the step (the estimate fits with shards of one instance), else 1."""
+        if self.data_parallel_replicate != "auto":
+            return int(self.data_parallel_replicate)
+        if self.instance_count == 1:
+            return 1
+        one_node = replace(self, data_parallel_replicate=self.instance_count)
+        return self.instance_count if estimate_memory(one_node).fits else 1
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs each parameter, gradient and optimizer state is sharded over (the world over the replicas)."""
+        return max(1, self.world_size // self.replicate)
+
 
 def trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
     """The trainer's settings of an execution input: its ``hyperparameters`` with the top-level ones set over them."""
@@ -229,7 +247,20 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
         grad_accum_steps=values["grad_accum_steps"],
         adamw_impl=values["adamw_impl"],
         nvfp4_bf16_blocks=values["nvfp4_bf16_blocks"],
+        data_parallel_replicate=_replicate_setting(values, count, instance_type),
     )
+
+
+def _replicate_setting(values: Mapping[str, Any], count: int, instance_type: str) -> int | str:
+    """``data_parallel_replicate`` of parsed settings, refused by name when it does not divide the GPUs."""
+    replicate = values.get("data_parallel_replicate", "auto")
+    world = count * contract.GPU_INSTANCE_TYPES[instance_type].gpus
+    problem = None if replicate == "auto" else network.layout_problem(int(replicate), world)
+    if problem:
+        raise contract.ContractError(
+            "data_parallel_replicate", f"{problem} ({count} x {instance_type}); or leave it auto"
+        )
+    return replicate
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -320,7 +351,7 @@ def rope_table_bytes(s: Setup) -> float:
 
 def _weights(s: Setup) -> dict[str, float]:
     """Per-GPU bytes of the weight-sized terms (independent of the micro-batch)."""
-    shape, w = s.shape, s.world_size
+    shape, w = s.shape, s.shard_size
     p, pb, pr = shape.parameter_count(), shape.block_parameter_count(), shape.root_parameter_count()
     blocks = p - pr
     quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
@@ -495,10 +526,10 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         # torch.optim.AdamW's foreach path makes one temporary per moment list; the fused kernel (adamw_impl
         # auto on a GPU) none; with master weights, each block gradient's fp32 copy on its master
         "AdamW temporaries": (
-            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.world_size
+            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.shard_size
         )
         + (
-            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.world_size
+            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.shard_size
             if quantized
             else 0.0
         ),
@@ -607,6 +638,9 @@ class Timing:
     basis: str = "published"
     """``published`` (the seed article's two points, scaled) or ``measured`` (a stored tuning measurement of this
     exact configuration, image and instance: :mod:`training.request.measured`)."""
+    network: network.StepNetwork | None = None
+    """The step's collectives on this layout (:func:`step_network`); None where the instance type's links are not
+    in ``network.INTERCONNECTS``."""
 
 
 def _reference_mfu(step_flops: float) -> float:
@@ -663,6 +697,11 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
+    net = step_network(s, step)
+    if net is not None and basis == "published":  # a measured step already holds its network time
+        one_instance = step_network(replace(s, instance_count=1, data_parallel_replicate=1), step)
+        step += net.exposed_seconds - (one_instance.exposed_seconds if one_instance else 0.0)
+        tps = s.tokens * s.grad_accum_steps / step
     mfu_bf16 = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
@@ -673,7 +712,26 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis)
+    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net)
+
+
+def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None:
+    """The collectives of one optimizer step of ``s`` on its layout (``s.replicate`` x ``s.shard_size``), against
+    ``compute_seconds`` of compute (:mod:`training.request.network`). The published throughput points were
+    measured on one instance, so :func:`estimate_time` adds only what this layout exposes beyond one instance's."""
+    links = network.INTERCONNECTS.get(s.instance_type)
+    if links is None:
+        return None
+    quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
+    model = network.Model(
+        block_params=s.shape.block_parameter_count(),
+        root_params=s.shape.root_parameter_count(),
+        layers=s.shape.num_layers,
+        gather_bytes=2 * QUANTIZED_BYTES[s.precision] if quantized else float(s.compute_bytes),
+        micro_batches=s.grad_accum_steps,
+    )
+    layout = network.Layout(s.instance_count, s.gpus_per_instance, s.replicate)
+    return network.step(model, layout, links, compute_seconds)
 
 
 def measured_source(record: Mapping[str, Any]) -> str:
@@ -764,6 +822,8 @@ class Plan:
             "measured": None if self.measured is None else self.measured["measured"],
             "memory_check": self.memory_check,
             "price_source": contract.PRICES_AS_OF,
+            "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
+            "network": None if t.network is None else t.network.to_dict(),
         }
 
 
