@@ -37,16 +37,16 @@ def replicate_choices(instance_count: int, gpus: int) -> tuple[int, ...]:
 class Row:
     """One layout of one request: its plan, and whether ``auto`` would choose it."""
 
-    plan: plan.Plan
+    planned: plan.Plan
     auto: bool
 
     @property
     def setup(self) -> plan.Setup:
-        return self.plan.setup
+        return self.planned.setup
 
     def hours_and_cost(self, tokens: float = TOKENS_BUDGET) -> tuple[float, float | None]:
         """Wall-clock hours and on-demand cost (None without a price) to train ``tokens`` tokens."""
-        s, t = self.setup, self.plan.timing
+        s, t = self.setup, self.planned.timing
         seconds = tokens / (t.tokens_per_sec_per_gpu * s.world_size)
         return seconds / 3600.0, contract.estimate_cost_usd(s.instance_type, s.instance_count, seconds)
 
@@ -83,7 +83,7 @@ HEADER = (
 
 
 def format_row(row: Row) -> str:
-    s, m, t = row.setup, row.plan.memory, row.plan.timing
+    s, m, t = row.setup, row.planned.memory, row.planned.timing
     net = t.network
     hours, cost = row.hours_and_cost()
     layout = ("replicate " + f"{s.replicate} x " if s.replicate > 1 else "") + f"shard {s.shard_size}"
