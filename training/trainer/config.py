@@ -108,6 +108,7 @@ class TrainConfig:
     gc_interval: int = 50
     async_checkpoint: bool = True
     expandable_segments: bool = True
+    data_parallel_replicate: int | str = "auto"
     deterministic: bool = False
     data_dir: str | None = None
     tensorboard_dir: str | None = None
