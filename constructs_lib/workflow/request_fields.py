@@ -40,6 +40,7 @@ from training.request.contract import (
     parse_hyperparameters,
     to_sagemaker_hyperparameters,
 )
+from training.request.plan import replicate_setting
 
 
 def show(value: Any) -> str:
@@ -240,7 +241,9 @@ def hyperparameter_map(
     try:
         if config["init_from"] is None or architecture is not None:
             gpu = GPU_INSTANCE_TYPES.get(config["instance_type"])
-            parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
+            values = parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
+            if gpu is not None and isinstance(config["instance_count"], int):  # the layout fits the job's GPUs
+                replicate_setting(values, config["instance_count"], config["instance_type"])
     except ContractError as err:
         return {}, [f"hyperparameters.{err}"]
     rendered = {**to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}

@@ -5,8 +5,8 @@ holds exactly what the handler imports, copied from the installed packages at sy
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
 ``request_fields.py``, ``input_fields.py``, ``request_evaluation.py`` and ``request_tune.py``,
 ``training/request/contract.py``, ``training/request/hf_config.py`` (a model folder's config.json),
-``training/request/plan.py`` (the memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard
-library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not
+``training/request/plan.py`` (the memory, time and cost estimate), ``network.py`` (its collective traffic),
+``measured.py`` and ``tuning.py`` (standard library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not
 needed there). Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing
 and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must
 hold an object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an
@@ -35,6 +35,7 @@ from constructs import Construct
 import training.request.contract
 import training.request.hf_config
 import training.request.measured
+import training.request.network
 import training.request.plan
 import training.request.tuning
 from constructs_lib._shared.log_keys import keyed_log_group
@@ -73,6 +74,7 @@ ASSET_FILES = {
     "training/request/contract.py": Path(training.request.contract.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
+    "training/request/network.py": Path(training.request.network.__file__),
     "training/request/measured.py": Path(training.request.measured.__file__),
     "training/request/tuning.py": Path(training.request.tuning.__file__),
 }

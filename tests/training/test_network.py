@@ -149,3 +149,33 @@ def test_layouts_compares_full_and_hybrid_sharding_and_marks_autos_choice():
     assert text.splitlines()[0] == layouts.HEADER[0]
     assert len(text.splitlines()) == 2 + 3
     assert "replicate 2 x shard 8 (auto)" in text
+
+
+def test_tune_compares_the_layouts_on_several_instances():
+    from training.request import tuning
+
+    assert "data_parallel_replicate" not in tuning.default_space("ml.p6-b200.48xlarge")
+    assert tuning.default_space("ml.p6-b200.48xlarge", 4)["data_parallel_replicate"] == (1, 4)
+    settings, problems = tuning.parse_tune({}, "ml.p6-b200.48xlarge", instance_count=2)
+    assert problems == [] and settings is not None
+    assert settings.search_space["data_parallel_replicate"] == (1, 2)
+    found = tuning.candidates(request(count=2), {"data_parallel_replicate": [1, 2]})
+    by_layout = {c.overrides["data_parallel_replicate"]: c.plan for c in found.ranked}
+    assert set(by_layout) == {1, 2}
+    assert by_layout[1].memory.peak_gib < by_layout[2].memory.peak_gib
+    assert by_layout[1].timing.network.layout.describe() == "shard 16"
+
+
+def test_the_request_check_refuses_a_layout_that_does_not_divide_the_jobs_gpus_and_plans_the_rest():
+    from constructs_lib.workflow.request_check import RequestRules, prepare_request, validate_request
+
+    rules = RequestRules(region="us-west-2", bucket_name="my-bucket", workflow_segment="Test").with_limits()
+    wrong = {"instance_count": 2, "hyperparameters": {"data_parallel_replicate": "3"}}
+    assert validate_request(wrong, rules) == [
+        "hyperparameters.data_parallel_replicate: must divide the number of GPUs (16); got 3 "
+        "(2 x ml.p6-b200.48xlarge); or leave it auto"
+    ]
+    prepared = prepare_request({"instance_count": 2, "hyperparameters": {"model_preset": "llama3.1-8b"}}, rules)
+    assert prepared.problems == []
+    assert prepared.plan["data_parallel"] == {"replicate": 2, "shard": 8}
+    assert prepared.plan["network"]["layout"] == "replicate 2 x shard 8"

@@ -247,11 +247,11 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
         grad_accum_steps=values["grad_accum_steps"],
         adamw_impl=values["adamw_impl"],
         nvfp4_bf16_blocks=values["nvfp4_bf16_blocks"],
-        data_parallel_replicate=_replicate_setting(values, count, instance_type),
+        data_parallel_replicate=replicate_setting(values, count, instance_type),
     )
 
 
-def _replicate_setting(values: Mapping[str, Any], count: int, instance_type: str) -> int | str:
+def replicate_setting(values: Mapping[str, Any], count: int, instance_type: str) -> int | str:
     """``data_parallel_replicate`` of parsed settings, refused by name when it does not divide the GPUs."""
     replicate = values.get("data_parallel_replicate", "auto")
     world = count * contract.GPU_INSTANCE_TYPES[instance_type].gpus

@@ -51,6 +51,7 @@ def test_asset_holds_only_what_the_handler_imports():
         "training/request/contract.py",
         "training/request/hf_config.py",
         "training/request/measured.py",
+        "training/request/network.py",
         "training/request/plan.py",
         "training/request/tuning.py",
     ]
