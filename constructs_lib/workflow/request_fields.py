@@ -242,7 +242,7 @@ def hyperparameter_map(
         if config["init_from"] is None or architecture is not None:
             gpu = GPU_INSTANCE_TYPES.get(config["instance_type"])
             values = parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
-            if gpu is not None and isinstance(config["instance_count"], int):  # the layout fits the job's GPUs
+            if gpu is not None and isinstance(config["instance_count"], int):  # the layout fits the GPUs
                 replicate_setting(values, config["instance_count"], config["instance_type"])
     except ContractError as err:
         return {}, [f"hyperparameters.{err}"]

@@ -175,7 +175,9 @@ def test_the_request_check_refuses_a_layout_that_does_not_divide_the_jobs_gpus_a
         "hyperparameters.data_parallel_replicate: must divide the number of GPUs (16); got 3 "
         "(2 x ml.p6-b200.48xlarge); or leave it auto"
     ]
-    prepared = prepare_request({"instance_count": 2, "hyperparameters": {"model_preset": "llama3.1-8b"}}, rules)
+    prepared = prepare_request(
+        {"instance_count": 2, "hyperparameters": {"model_preset": "llama3.1-8b"}}, rules
+    )
     assert prepared.problems == []
     assert prepared.plan["data_parallel"] == {"replicate": 2, "shard": 8}
     assert prepared.plan["network"]["layout"] == "replicate 2 x shard 8"
