@@ -133,6 +133,14 @@ def test_the_plan_says_its_layout_and_network_and_adds_only_what_one_instance_wo
     assert two["step_seconds"] > one["step_seconds"]
 
 
+def test_the_plans_text_names_the_layout_and_its_network():
+    text = plan.format_plan(plan.make_plan(request(count=2)))
+    assert "network (replicate 2 x shard 8): " in text and "GB per instance over EFA" in text
+    assert "network" not in plan.format_plan(
+        plan.make_plan({**request(count=2), "instance_type": "ml.p6e-gb200.36xlarge"})
+    )
+
+
 def test_an_instance_type_without_published_links_has_no_network_time():
     req = {**request(count=2), "instance_type": "ml.p6e-gb200.36xlarge"}
     assert plan.make_plan(req).timing.network is None

@@ -908,6 +908,13 @@ def format_plan(plan: Plan) -> str:
             else f"${d['cost_usd']:,.2f} (prices of {d['price_source']})"
         )
     )
+    if d["network"]:
+        n = d["network"]
+        lines.append(
+            f"network ({n['layout']}): {n['efa_gb_per_instance']:.1f} GB per instance over EFA and "
+            f"{n['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink per step, busy {n['busy_seconds']:.3f} s, "
+            f"exposed {n['exposed_seconds']:.3f} s ({100 * n['share']:.1f}% of the step; links: {n['source']})"
+        )
     if d["warning"]:
         lines.append(f"warning: {d['warning']}")
     if d["advice"]:

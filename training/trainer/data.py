@@ -99,11 +99,18 @@ class SyntheticTokens(_PositionedBatches):
         self.cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
-        starts = torch.cat([
-            torch.randint(len(self.cycle), (1, 1), generator=torch.Generator().manual_seed(self.seed * 1_000_003 + i))
-            for i in range(first_sample, first_sample + self.batch_size)
-        ])  # fmt: skip
-        return self.cycle[(starts + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+        samples = np.arange(first_sample, first_sample + self.batch_size, dtype=np.uint64)
+        starts = torch.from_numpy((_mix(samples, self.seed) % np.uint64(len(self.cycle))).astype(np.int64))
+        return self.cycle[(starts[:, None] + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+
+
+def _mix(samples: np.ndarray, seed: int) -> np.ndarray:
+    """A well-spread 64-bit number per sample index and seed: SplitMix64's finalizer (Steele, Lea and Flood,
+    "Fast splittable pseudorandom number generators", OOPSLA 2014), in wrapping uint64 arithmetic."""
+    z = samples + np.uint64((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 class TokenFiles(_PositionedBatches):
