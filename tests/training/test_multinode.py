@@ -6,8 +6,9 @@ the first host, then torchrun's rendezvous there.
 * hybrid sharding, replicate 2 x shard 2, trains the losses of one agent with 4 processes sharding over all 4
   (fp32; ``LOSS_TOLERANCE`` on the printed losses, their six significant digits);
 * a checkpoint written by the two agents (4 ranks, replicate 2 x shard 2) resumes on one agent of 2 processes
-  (shard 2; batch 8 per rank, so the same 16 samples per step) and that one's on the two agents again: the losses
-  of an uninterrupted run, so model, optimizer and data position crossed both layout changes;
+  (shard 2; batch 8 per rank, so the same 16 samples per step) and that one's on the two agents again (2
+  micro-batches of 2 per rank: gradient accumulation under hybrid sharding): the losses of an uninterrupted run,
+  so model, optimizer and data position crossed both layout changes;
 * a host that never comes is named in one line within the bound.
 
 The two hosts' names are 127.0.0.1 and localhost (names that resolve here, both this machine). Slow: about 2.5
@@ -161,7 +162,9 @@ def test_a_checkpoint_resumes_from_four_processes_on_two_and_back(runs):
         (back / host).mkdir(parents=True)
         toolkit_job(back / host, {}, hosts=HOSTS, current=host)
         merged([single / "opt_ml" / "code" / "ckpt" / "step_00000006"], ckpt(back, host) / "step_00000006")
-    results = run_job(back, {**SETTINGS, "max_steps": "9", "data_parallel_replicate": "2"})
+    # with 2 micro-batches of 2 per step (gradient accumulation under hybrid sharding: the same 4 samples a rank)
+    back_settings = {**SETTINGS, "max_steps": "9", "data_parallel_replicate": "2", "batch_size": "2"}
+    results = run_job(back, {**back_settings, "grad_accum_steps": "2"})
     for status, output in results:
         assert status == 0, output
     output = results[0][1]
