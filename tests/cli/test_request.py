@@ -112,8 +112,8 @@ def test_a_plan_of_an_init_from_request_reads_the_models_config_or_says_why_it_c
     import boto3
     from moto import mock_aws
 
-    from constructs_lib.workflow.request_check import RequestRules
     from training.request import contract
+    from training.request.rules import RequestRules
 
     rules = RequestRules(region="us-west-2", bucket_name="model-bucket").with_limits()
     request = {"init_from": "s3://model-bucket/data/llama/", "activation_checkpointing": True}

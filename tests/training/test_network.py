@@ -167,7 +167,8 @@ def test_tune_compares_the_layouts_on_several_instances():
     settings, problems = tuning.parse_tune({}, "ml.p6-b200.48xlarge", instance_count=2)
     assert problems == [] and settings is not None
     assert settings.search_space["data_parallel_replicate"] == (1, 2)
-    found = tuning.candidates(request(count=2), {"data_parallel_replicate": [1, 2]})
+    values, setup = plan.parse_request(request(count=2))
+    found = tuning.candidates(values, setup, {"data_parallel_replicate": [1, 2]})
     by_layout = {c.overrides["data_parallel_replicate"]: c.plan for c in found.ranked}
     assert set(by_layout) == {1, 2}
     assert by_layout[1].memory.peak_gib < by_layout[2].memory.peak_gib
@@ -175,7 +176,8 @@ def test_tune_compares_the_layouts_on_several_instances():
 
 
 def test_the_request_check_refuses_a_layout_that_does_not_divide_the_jobs_gpus_and_plans_the_rest():
-    from constructs_lib.workflow.request_check import RequestRules, prepare_request, validate_request
+    from training.request.decision import prepare_request, validate_request
+    from training.request.rules import RequestRules
 
     rules = RequestRules(region="us-west-2", bucket_name="my-bucket", workflow_segment="Test").with_limits()
     wrong = {"instance_count": 2, "hyperparameters": {"data_parallel_replicate": "3"}}

@@ -60,8 +60,10 @@ def test_a_steps_batch_goes_to_a_gpu_pinned_and_without_blocking_and_to_a_cpu_as
         dataset, 2, torch.device("cpu")
     )  # never pinned: a CPU-only torch refuses
     assert shares == [0.5, 0.5] and len(micro) == 2
-    for (x, y), x_expected, y_expected in zip(micro, tokens.chunk(2), targets.chunk(2), strict=True):
-        assert torch.equal(x, x_expected) and torch.equal(y, y_expected)
+    for (x, y, documents), x_expected, y_expected in zip(
+        micro, tokens.chunk(2), targets.chunk(2), strict=True
+    ):
+        assert torch.equal(x, x_expected) and torch.equal(y, y_expected) and documents is None
     assert not data.pins(torch.device("cpu")) and data.pins(torch.device("cuda", 3))
     # a GPU's path, recorded (none here): into pinned host memory, then one copy that does not block the host
     calls = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from training.request import contract, plan
@@ -52,13 +52,13 @@ class Row:
 
 
 def compare(request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None) -> list[Row]:
-    """Every layout of ``replicate_choices`` for ``request`` (an execution input), planned."""
-    base = plan.setup_from_request(request, architecture)
+    """Every layout of ``replicate_choices`` for ``request`` (a plain execution input, parsed once), planned."""
+    values, base = plan.parse_request(request, architecture)
     chosen = base.replicate if base.data_parallel_replicate == "auto" else None
     rows = []
     for replicate in replicate_choices(base.instance_count, base.gpus_per_instance):
-        settings = {**(request.get("hyperparameters") or {}), "data_parallel_replicate": replicate}
-        planned = plan.make_plan({**request, "hyperparameters": settings}, architecture=architecture)
+        layout = {**values, "data_parallel_replicate": replicate}
+        planned = plan.plan_of(replace(base, data_parallel_replicate=replicate), layout)
         rows.append(Row(planned, auto=chosen == replicate))
     return rows
 

@@ -13,11 +13,13 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
-from constructs_lib.workflow.request_check import RequestRules, job_fields
 from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
 from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
+from training.request.job import job_fields
+from training.request.rules import RequestRules
+from training.request.value import Fields
 
 
 def _validator(stack: cdk.Stack) -> RequestValidator:
@@ -40,20 +42,24 @@ def test_asset_holds_only_what_the_handler_imports():
     assert files == [
         "constructs_lib/__init__.py",
         "constructs_lib/workflow/__init__.py",
-        "constructs_lib/workflow/input_fields.py",
         "constructs_lib/workflow/request_check.py",
-        "constructs_lib/workflow/request_evaluation.py",
-        "constructs_lib/workflow/request_fields.py",
-        "constructs_lib/workflow/request_rules.py",
-        "constructs_lib/workflow/request_tune.py",
         "training/__init__.py",
         "training/request/__init__.py",
+        "training/request/checks.py",
         "training/request/contract.py",
+        "training/request/decision.py",
+        "training/request/evaluate_block.py",
+        "training/request/fields.py",
         "training/request/hf_config.py",
+        "training/request/job.py",
         "training/request/measured.py",
         "training/request/network.py",
         "training/request/plan.py",
+        "training/request/reads.py",
+        "training/request/rules.py",
+        "training/request/tune_block.py",
         "training/request/tuning.py",
+        "training/request/value.py",
     ]
     for package in ("constructs_lib", "constructs_lib/workflow", "training"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
@@ -165,7 +171,7 @@ def test_role_describes_only_the_training_jobs_with_the_workflows_tag_nag_clean(
     assert rules.workflow_path == "Test/Workflow"
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
     assert {"Key": "training-workflow", "Value": rules.workflow_path} in job_fields(
-        rules.full_defaults(), rules, "run-1"
+        Fields(**rules.full_defaults()), rules, "run-1"
     )["Tags"]
 
 
