@@ -191,3 +191,67 @@ def test_the_request_check_refuses_a_layout_that_does_not_divide_the_jobs_gpus_a
     assert prepared.problems == []
     assert prepared.plan["data_parallel"] == {"replicate": 2, "shard": 8}
     assert prepared.plan["network"]["layout"] == "replicate 2 x shard 8"
+
+
+def test_a_tuning_run_on_several_instances_compares_the_layouts_by_default():
+    """The request's ``tune`` block is parsed with its instance count: the default search space has full sharding
+    and one replica per instance, and each trial is planned on its layout."""
+    from training.request.decision import decide_request
+    from training.request.rules import RequestRules
+
+    rules = RequestRules(region="us-west-2", bucket_name="my-bucket", workflow_segment="Test").with_limits()
+    base = {"instance_count": 2, "hyperparameters": {"model_preset": "llama3.1-8b", "max_steps": "200"}}
+    decision = decide_request({**base, "tune": {}}, rules)
+    assert decision.valid, decision.problems
+    assert decision.request.tune.settings.search_space["data_parallel_replicate"] == (1, 2)
+    trials = decision.tune["plan"]["trials"]
+    assert trials and all(t["settings"]["data_parallel_replicate"] in (1, 2) for t in trials)
+    one = decide_request({**base, "instance_count": 1, "tune": {}}, rules)
+    assert "data_parallel_replicate" not in one.request.tune.settings.search_space
+    assert decision.tune["plan"]["considered"] == 2 * one.tune["plan"]["considered"]
+
+
+def test_a_tuning_candidate_whose_layout_does_not_divide_the_gpus_is_refused_by_name():
+    from training.request.decision import decide_request
+    from training.request.rules import RequestRules
+
+    rules = RequestRules(region="us-west-2", bucket_name="my-bucket", workflow_segment="Test").with_limits()
+    raw = {"instance_count": 2, "hyperparameters": {"model_preset": "llama3.1-8b", "max_steps": "200"},
+           "tune": {"search_space": {"data_parallel_replicate": [3, 2, "auto"]}}}  # fmt: skip
+    decision = decide_request(raw, rules)
+    assert decision.valid, decision.problems
+    tuned = decision.tune["plan"]
+    assert [t["settings"]["data_parallel_replicate"] for t in tuned["trials"]] in ([2, "auto"], ["auto", 2])
+    assert tuned["refused_by_the_trainer"] == [
+        "data_parallel_replicate=3: data_parallel_replicate: must divide the number of GPUs (16); got 3 "
+        "(2 x ml.p6-b200.48xlarge); or leave it auto"
+    ]
+
+
+def test_the_layout_is_checked_once_where_the_settings_are_read(monkeypatch):
+    """``data_parallel_replicate`` against the job's GPUs: once per decision, in ``value.read_settings`` (the
+    request's settings read once), never again by the plan's setup."""
+    from training.request.decision import decide_request
+    from training.request.rules import RequestRules
+    from training.request.value import read_settings
+
+    checked: list[tuple[object, int, str]] = []
+    real = plan.replicate_setting
+
+    def counting(values, count, instance_type):
+        checked.append((values["data_parallel_replicate"], count, instance_type))
+        return real(values, count, instance_type)
+
+    monkeypatch.setattr(plan, "replicate_setting", counting)
+    rules = RequestRules(region="us-west-2").with_limits()
+    raw = {
+        "instance_count": 2,
+        "hyperparameters": {"model_preset": "llama3.1-8b", "data_parallel_replicate": "2"},
+    }
+    decision = decide_request(raw, rules)
+    assert decision.valid and decision.plan["data_parallel"] == {"replicate": 2, "shard": 8}
+    assert checked == [(2, 2, "ml.p6-b200.48xlarge")]
+    assert decision.request.settings.values["data_parallel_replicate"] == 2
+    # the plan's setup takes the checked value as it is
+    assert decision.request.setup().data_parallel_replicate == 2 and len(checked) == 1
+    assert read_settings.__doc__ is not None and "replicate_setting" in read_settings.__doc__

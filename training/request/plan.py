@@ -243,6 +243,7 @@ def parse_request(
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    replicate_setting(values, count, instance_type)
     setup = setup_from_values(
         values,
         instance_type=instance_type,
@@ -259,8 +260,9 @@ def setup_from_values(
     instance_count: int = 1,
     max_runtime_seconds: int | None = None,
 ) -> Setup:
-    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result: nothing is parsed here)
-    on ``instance_count`` x ``instance_type``, with the run's time limit."""
+    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result, their
+    ``data_parallel_replicate`` checked against the GPUs by :func:`replicate_setting`: nothing is parsed or checked
+    here) on ``instance_count`` x ``instance_type``, with the run's time limit."""
     shape = contract.model_shape(values)
     return Setup(
         shape=shape,
@@ -282,12 +284,14 @@ def setup_from_values(
         lora_rank=values["lora_rank"],
         lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
         lora_dropout=values["lora_dropout"],
-        data_parallel_replicate=replicate_setting(values, instance_count, instance_type),
+        data_parallel_replicate=values.get("data_parallel_replicate", "auto"),
     )
 
 
 def replicate_setting(values: Mapping[str, Any], count: int, instance_type: str) -> int | str:
-    """``data_parallel_replicate`` of parsed settings, refused by name when it does not divide the GPUs."""
+    """``data_parallel_replicate`` of parsed settings, refused by name when it does not divide the GPUs of ``count``
+    x ``instance_type``: where the settings are read (``value.read_settings`` for a request, :func:`parse_request`
+    for a plain input) and for each tuning candidate that sets it."""
     replicate = values.get("data_parallel_replicate", "auto")
     world = count * contract.GPU_INSTANCE_TYPES[instance_type].gpus
     problem = None if replicate == "auto" else network.layout_problem(int(replicate), world)

@@ -347,6 +347,7 @@ def candidates(
             continue
         try:
             settings = contract.override_settings(values, overrides, sm=sm)
+            plan.replicate_setting(settings, setup.instance_count, setup.instance_type)
         except contract.ContractError as err:
             refused.append(f"{asked}: {err}")
             continue
