@@ -70,6 +70,7 @@ def test_nothing_else_on_the_decision_path_parses_trainer_settings():
     assert calls("parse_request", DECISION_PATH) == {
         ("training/request/plan.py", "setup_from_request"): 1,
         ("training/request/plan.py", "make_plan"): 1,
+        ("training/request/layouts.py", "compare"): 1,  # python -m training.request.layouts (docs' tables)
     }
     assert calls("setup_from_request", DECISION_PATH) == {("training/request/plan.py", "memory_check"): 1}
     assert calls("make_plan", DECISION_PATH) == {("training/request/plan.py", "main"): 1}  # python -m ...plan

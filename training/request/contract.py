@@ -395,6 +395,8 @@ class Hyperparameter:
     choices: tuple[str, ...] = ()
     aliases: Mapping[str, str] | None = None
     """For a choice: other spellings accepted for a choice (``true`` for ``full``)."""
+    auto: bool = False
+    """For an int: the word ``auto`` is accepted too (kept as the string ``"auto"``; resolved where it is used)."""
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -414,7 +416,8 @@ class Hyperparameter:
         if self.kind in ("int", "float"):
             lo = "-inf" if self.minimum is None else _fmt(self.minimum)
             hi = "inf" if self.maximum is None else _fmt(self.maximum)
-            return f"{'an integer' if self.kind == 'int' else 'a number'} in [{lo}, {hi}]"
+            number = f"{'an integer' if self.kind == 'int' else 'a number'} in [{lo}, {hi}]"
+            return f"auto or {number}" if self.auto else number
         return "a string"
 
     def parse(self, raw: Any) -> Any:
@@ -432,6 +435,8 @@ class Hyperparameter:
                 return value
             if self.kind == "str":
                 return str(raw)
+            if self.auto and isinstance(raw, str) and raw.strip().lower() == "auto":
+                return "auto"
             number = _parse_number(raw, integer=self.kind == "int")
         except (TypeError, ValueError):
             raise ContractError(self.name, f"must be {self.allowed()}; got {raw!r}") from None
@@ -611,6 +616,18 @@ LEVERS: tuple[Hyperparameter, ...] = (
         "bool",
         True,
         "PyTorch's CUDA caching allocator with expandable segments (less fragmentation).",
+    ),
+    Hyperparameter(
+        "data_parallel_replicate",
+        "int",
+        "auto",
+        "Hybrid sharding (HSDP): the GPUs form a replicas x shards mesh; each replica holds the model's states "
+        "sharded over its GPUs and gradients are averaged across replicas. auto: the number of instances when "
+        "one instance's GPUs hold the sharded states with room for the step (the plan's memory estimate), else 1 "
+        "(every state sharded over every GPU); a number must divide the number of GPUs.",
+        1,
+        4096,
+        auto=True,
     ),
 )
 """The speed levers (docs/performance.md): each resolved at start where it says ``auto`` and logged."""

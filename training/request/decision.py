@@ -30,7 +30,7 @@ from typing import Any
 from training.request import checks, evaluate_block, job, plan
 from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
-from training.request.reads import Reads, data_problems, resume
+from training.request.reads import Reads, data_problems, resume, training_plan_problems
 from training.request.rules import RequestRules
 from training.request.tune_block import TuneDecision, decide_tune
 from training.request.value import Fields, Request, read_request
@@ -198,8 +198,8 @@ def _before_launch(
     decision: Decision, request: Request, rules: RequestRules, reads: Reads, execution: str | None
 ) -> None:
     """What only S3 and SageMaker can tell, in order, each when nothing before it refused: the data prefix holds an
-    object, the run ``resume_from`` names has a complete checkpoint below ``max_steps``, and the evaluation's tasks,
-    tokenizer and instance type."""
+    object, the run ``resume_from`` names has a complete checkpoint below ``max_steps``, the evaluation's tasks,
+    tokenizer and instance type, and the training plan holds the job's instances."""
     fields = decision.fields
     assert fields is not None
     if fields.train_data_uri is not None:
@@ -217,5 +217,21 @@ def _before_launch(
             request, fields, rules, reads, str(execution), parameters
         )
         decision.problems += problems
+    if decision.valid and fields.training_plan_arn is not None:
+        decision.problems += training_plan_problems(
+            reads.sagemaker, fields.training_plan_arn, *_plan_job(decision)
+        )
     if decision.valid:
         decision.job = job.job_fields(fields, rules, str(execution))
+
+
+def _plan_job(decision: Decision) -> tuple[str, int, str]:
+    """The instance type and count of the job a training plan must hold, and the field that chose the type: an
+    evaluation-only request's one evaluation instance, else the training (or tuning) job's instances (an evaluation
+    after it takes one of the same type)."""
+    assert decision.fields is not None
+    evaluation = decision.evaluation
+    if evaluation is not None and evaluation["only"]:
+        config = evaluation["config"]
+        return config["instance_type"], config["instance_count"], "evaluate.instance_type"
+    return decision.fields.instance_type, decision.fields.instance_count, "instance_type"

@@ -79,7 +79,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from training.request import contract, measured
+from training.request import contract, measured, network
 
 GIB = 2**30
 HEADROOM = 0.95
@@ -148,6 +148,8 @@ class Setup:
     """LoRA (``lora_memory``): adapters of this rank on ``lora_targets``, the base frozen; 0: every weight trains."""
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.0
+    data_parallel_replicate: int | str = "auto"
+    """Replicas of the hybrid-sharding mesh, or ``auto`` (``replicate``)."""
 
     def __post_init__(self) -> None:
         mode = self.activation_checkpointing
@@ -192,6 +194,22 @@ class Setup:
         """Tokens of one micro-batch on one GPU."""
         return self.batch_size * self.seq_length
 
+    @property
+    def replicate(self) -> int:
+        """``data_parallel_replicate`` in effect: ``auto`` is the instance count when one instance's GPUs hold the
+        sharded states with room for the step (the estimate fits with shards of one instance), else 1."""
+        if self.data_parallel_replicate != "auto":
+            return int(self.data_parallel_replicate)
+        if self.instance_count == 1:
+            return 1
+        one_node = replace(self, data_parallel_replicate=self.instance_count)
+        return self.instance_count if estimate_memory(one_node).fits else 1
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs each parameter, gradient and optimizer state is sharded over (the world over the replicas)."""
+        return max(1, self.world_size // self.replicate)
+
 
 def trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
     """The trainer's settings of an execution input: its ``hyperparameters`` with the top-level ones set over them."""
@@ -225,6 +243,7 @@ def parse_request(
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    replicate_setting(values, count, instance_type)
     setup = setup_from_values(
         values,
         instance_type=instance_type,
@@ -241,8 +260,9 @@ def setup_from_values(
     instance_count: int = 1,
     max_runtime_seconds: int | None = None,
 ) -> Setup:
-    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result: nothing is parsed here)
-    on ``instance_count`` x ``instance_type``, with the run's time limit."""
+    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result, their
+    ``data_parallel_replicate`` checked against the GPUs by :func:`replicate_setting`: nothing is parsed or checked
+    here) on ``instance_count`` x ``instance_type``, with the run's time limit."""
     shape = contract.model_shape(values)
     return Setup(
         shape=shape,
@@ -264,7 +284,22 @@ def setup_from_values(
         lora_rank=values["lora_rank"],
         lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
         lora_dropout=values["lora_dropout"],
+        data_parallel_replicate=values.get("data_parallel_replicate", "auto"),
     )
+
+
+def replicate_setting(values: Mapping[str, Any], count: int, instance_type: str) -> int | str:
+    """``data_parallel_replicate`` of parsed settings, refused by name when it does not divide the GPUs of ``count``
+    x ``instance_type``: where the settings are read (``value.read_settings`` for a request, :func:`parse_request`
+    for a plain input) and for each tuning candidate that sets it."""
+    replicate = values.get("data_parallel_replicate", "auto")
+    world = count * contract.GPU_INSTANCE_TYPES[instance_type].gpus
+    problem = None if replicate == "auto" else network.layout_problem(int(replicate), world)
+    if problem:
+        raise contract.ContractError(
+            "data_parallel_replicate", f"{problem} ({count} x {instance_type}); or leave it auto"
+        )
+    return replicate
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -355,7 +390,7 @@ def rope_table_bytes(s: Setup) -> float:
 
 def _weights(s: Setup) -> dict[str, float]:
     """Per-GPU bytes of the weight-sized terms (independent of the micro-batch)."""
-    shape, w = s.shape, s.world_size
+    shape, w = s.shape, s.shard_size
     p, pb, pr = shape.parameter_count(), shape.block_parameter_count(), shape.root_parameter_count()
     blocks = p - pr
     quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
@@ -530,10 +565,10 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         # torch.optim.AdamW's foreach path makes one temporary per moment list; the fused kernel (adamw_impl
         # auto on a GPU) none; with master weights, each block gradient's fp32 copy on its master
         "AdamW temporaries": (
-            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.world_size
+            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.shard_size
         )
         + (
-            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.world_size
+            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.shard_size
             if quantized
             else 0.0
         ),
@@ -717,6 +752,9 @@ class Timing:
     basis: str = "published"
     """``published`` (the seed article's two points, scaled) or ``measured`` (a stored tuning measurement of this
     exact configuration, image and instance: :mod:`training.request.measured`)."""
+    network: network.StepNetwork | None = None
+    """The step's collectives on this layout (:func:`step_network`); None where the instance type's links are not
+    in ``network.INTERCONNECTS``."""
 
 
 def _reference_mfu(step_flops: float) -> float:
@@ -773,6 +811,11 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
+    net = step_network(s, step)
+    if net is not None and basis == "published":  # a measured step already holds its network time
+        one_instance = step_network(replace(s, instance_count=1, data_parallel_replicate=1), step)
+        step += net.exposed_seconds - (one_instance.exposed_seconds if one_instance else 0.0)
+        tps = s.tokens * s.grad_accum_steps / step
     # What the run reports at that speed: with LoRA the model FLOPs leave out the frozen weights' gradient GEMMs
     model_flops = contract.flops_per_token(
         s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers
@@ -787,7 +830,26 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis)
+    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net)
+
+
+def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None:
+    """The collectives of one optimizer step of ``s`` on its layout (``s.replicate`` x ``s.shard_size``), against
+    ``compute_seconds`` of compute (:mod:`training.request.network`). The published throughput points were
+    measured on one instance, so :func:`estimate_time` adds only what this layout exposes beyond one instance's."""
+    links = network.INTERCONNECTS.get(s.instance_type)
+    if links is None:
+        return None
+    quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
+    model = network.Model(
+        block_params=s.shape.block_parameter_count(),
+        root_params=s.shape.root_parameter_count(),
+        layers=s.shape.num_layers,
+        gather_bytes=2 * QUANTIZED_BYTES[s.precision] if quantized else float(s.compute_bytes),
+        micro_batches=s.grad_accum_steps,
+    )
+    layout = network.Layout(s.instance_count, s.gpus_per_instance, s.replicate)
+    return network.step(model, layout, links, compute_seconds)
 
 
 def measured_source(record: Mapping[str, Any]) -> str:
@@ -878,6 +940,8 @@ class Plan:
             "measured": None if self.measured is None else self.measured["measured"],
             "memory_check": self.memory_check,
             "price_source": contract.PRICES_AS_OF,
+            "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
+            "network": None if t.network is None else t.network.to_dict(),
         }
 
 
@@ -989,6 +1053,13 @@ def format_plan(plan: Plan) -> str:
             else f"${d['cost_usd']:,.2f} (prices of {d['price_source']})"
         )
     )
+    if d["network"]:
+        n = d["network"]
+        lines.append(
+            f"network ({n['layout']}): {n['efa_gb_per_instance']:.1f} GB per instance over EFA and "
+            f"{n['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink per step, busy {n['busy_seconds']:.3f} s, "
+            f"exposed {n['exposed_seconds']:.3f} s ({100 * n['share']:.1f}% of the step; links: {n['source']})"
+        )
     if d["warning"]:
         lines.append(f"warning: {d['warning']}")
     if d["advice"]:

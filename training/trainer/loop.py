@@ -172,12 +172,13 @@ def _resume(
     )
     if state.step >= cfg.max_steps:
         return state, True
-    dataset.load_state_dict(resumed["data"])
+    moved = dataset.load_state_dict(resumed["data"])
     state.schedule = saved_schedule.continued_to(cfg.max_steps, state.step)
     state.scheduler.load_state_dict(resumed["scheduler"])
     if state.scaler is not None and resumed.get("scaler"):
         state.scaler.load_state_dict(resumed["scaler"])
     say(f"resumed from {resumed['path']} at step {state.step}")
+    say_layout_change(resumed, env, moved, say)
     if state.schedule.max_steps != saved_schedule.max_steps:
         factor = state.schedule.factor(state.step)
         lr, floor = cfg.learning_rate * factor, cfg.learning_rate * MIN_LR_RATIO
@@ -191,6 +192,25 @@ def _resume(
             f" the learning rate {where} until step {cfg.max_steps}"
         )
     return state, False
+
+
+def say_layout_change(
+    resumed: dict[str, Any], env: parallel.DistEnv, moved: str | None, say: Callable[[str], None]
+) -> None:
+    """What a resume under another layout (world size, replicas) kept and what it could not: the model and
+    optimizer are resharded by DCP; the data continue from the first sample not yet trained on (``moved``); the
+    random-number state is per rank and not carried over (nothing random is drawn after initialization)."""
+    replicate, shard = resumed.get("layout") or [1, env.world_size]
+    if [replicate, shard] == [env.replicate, env.shard]:
+        return
+    was = f"replicate {replicate} x shard {shard}" if replicate > 1 else f"shard {shard}"
+    say(
+        f"layout changed: the checkpoint was written by {replicate * shard} ranks ({was}), this run has "
+        f"{env.world_size} ({env.describe()}): model and optimizer state resharded on load"
+        + ("" if resumed.get("same_world_size") else "; the ranks' random-number states not carried over")
+    )
+    if moved:
+        say(moved)
 
 
 def _finished_already(
@@ -257,7 +277,7 @@ def run(
     set_determinism(cfg)
     allocator = levers.configure_allocator(cfg.expandable_segments, env.device)
     plan = precision.plan(
-        cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init, amax_reduction_group=env.mesh.get_group()
+        cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init, amax_reduction_group=env.dp_group
     )
     say = emit if env.is_main else (lambda _line: None)
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
@@ -333,6 +353,7 @@ def levers_line(
         "allocator": allocator,
         "gc": levers.GarbageCollection.describe_interval(cfg.gc_interval),
         "async_checkpoint": cfg.async_checkpoint,
+        "data_parallel": env.describe(),
     }
     if use_te:
         resolved["recipe"] = type(plan.recipe).__name__

@@ -150,8 +150,18 @@ def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
     actions = {
         a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
-    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
+    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents",
+                       "sagemaker:DescribeTrainingPlan"}  # fmt: skip
     # no training_job_tag: it may describe no training job at all
+    plans = by_sid["DescribeTrainingPlans"]
+    assert plans["Action"] == "sagemaker:DescribeTrainingPlan" and "Condition" not in plans
+    # the training plans of the stack's own account and region, any name (a request names its plan)
+    assert plans["Resource"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:us-west-2:123456789012:training-plan/*"],
+        ]
+    }
 
 
 def test_role_describes_only_the_training_jobs_with_the_workflows_tag_nag_clean():
