@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except contract.ContractError as err:
         return refusal.refuse(f"invalid setting {err}")
     if check_only:
-        print("settings ok: " + contract.format_config_line(cfg.as_dict()).removeprefix("config "))
+        print("settings ok: " + config.config_line(cfg.as_dict()).removeprefix("config "))
         for note in notes:
             print(note)
         return 0

@@ -18,6 +18,7 @@ from training.trainer import (
     activation_checkpoint,
     attention,
     checkpoint,
+    config,
     data,
     export_hf,
     levers,
@@ -224,7 +225,8 @@ def run(
     say = emit if env.is_main else (lambda _line: None)
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
     settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
-    say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
+    full = {**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}
+    say(config.config_line(full, config.write_settings(full, cfg.model_dir) if env.is_main else None))
     # The torch path's SDPA kernel, probed on the model's own attention inputs; a named one that cannot run them is
     # refused here, before the model is built (Transformer Engine chooses its own: logged after step 1).
     attention_plan, kernel = (
