@@ -148,7 +148,9 @@ def test_check_only_prints_the_settings(capsys, monkeypatch, tmp_path):
 def test_the_config_line_is_short_and_the_settings_file_has_every_setting(tmp_path):
     """The trainer's ``config`` line: the settings that say what runs (and what the CLI and the tuning driver read
     from it), then the file with all of them; the file is never written over."""
-    cfg = config.config_from_mapping({**TINY, "checkpoint_dir": str(tmp_path / "c"), "model_dir": str(tmp_path / "m")})
+    cfg = config.config_from_mapping(
+        {**TINY, "checkpoint_dir": str(tmp_path / "c"), "model_dir": str(tmp_path / "m")}
+    )
     settings = {**cfg.as_dict(), "world_size": 2, "device": "cpu", "gpu": "none", "parameters": 123,
                 "compute_dtype": "float32"}  # fmt: skip
     path = config.write_settings(settings, cfg.model_dir)
@@ -160,7 +162,7 @@ def test_the_config_line_is_short_and_the_settings_file_has_every_setting(tmp_pa
     read_by_the_cli_and_the_tuning_driver = {"max_steps", "batch_size", "grad_accum_steps", "seq_length",
                                              "world_size", "device", "gpu"}  # fmt: skip
     assert read_by_the_cli_and_the_tuning_driver <= parsed.keys()
-    assert (parsed["precision"], parsed["deterministic"] if "deterministic" in parsed else None) == ("fp32", None)
+    assert parsed["precision"] == "fp32" and "deterministic" not in parsed  # in the file only
     assert json.loads(path.read_text()) == json.loads(json.dumps(settings))
     # the same settings again: the file is kept; other settings: a file of their own, the first one untouched
     before = path.read_text()
