@@ -271,7 +271,8 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
 
     tasks = sorted({task for row in rows for task in row["scores"]})
     table = Table(title="Runs compared (acc / acc_norm ± standard error; chance in the header)")
-    for column in ("run", "precision", "max_steps", "final loss", "val loss"):
+    losses = [k for k in ("final_loss", "val_loss") if any(row[k] is not None for row in rows)]  # none locally
+    for column in ("run", "precision", "max_steps", *(k.replace("_", " ") for k in losses)):
         table.add_column(column, justify="left" if column == "run" else "right")
     for task in tasks:
         level = chance(task)
@@ -279,7 +280,7 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         cells = [row["run"] + (f" (of {row['trained_run']})" if row["trained_run"] != row["run"] else "")]
         cells += [str(row["precision"] or "-"), str(row["max_steps"] or "-")]
-        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("final_loss", "val_loss")]
+        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in losses]
         for task in tasks:
             values = row["scores"].get(task, {})
             texts = [score_text(values, f) or "-" for f in ("acc", "acc_norm")]

@@ -97,8 +97,7 @@ def throughput_and_memory(rows: Sequence[Row], where: Where, path: Path, gpu_mem
     offset, width = (0.2, 0.4) if gpu else (0.0, 0.6)
     tps = [row.measured_tokens_per_sec or 0.0 for row in rows]
     speed.bar([x - offset for x in xs], tps, width=width, color=[STATUS_COLORS.get(r.status, "#7f8c8d") for r in rows],
-              hatch=["//" if r.stable is False else "" for r in rows], edgecolor="white",
-              label=f"measured tokens/s {_per(where)} (color: status)")  # fmt: skip
+              hatch=["//" if r.stable is False else "" for r in rows], edgecolor="white")  # fmt: skip
     at, heights, errors = _speed_errors(rows, [x - offset for x in xs])
     if at:
         speed.errorbar(at, heights, yerr=errors, fmt="none", ecolor="black", elinewidth=1, capsize=4,
@@ -121,8 +120,12 @@ def throughput_and_memory(rows: Sequence[Row], where: Where, path: Path, gpu_mem
     speed.set_xticks(xs, [_label(r) for r in rows], rotation=25, ha="right", fontsize=8)
     speed.set_ylabel(f"tokens/s {_per(where)} (median step, warm-up excluded)")
     speed.set_ylim(0, top * 1.2)
-    handles = speed.get_legend_handles_labels()[0] + (memory.get_legend_handles_labels()[0] if memory else [])
     from matplotlib.patches import Patch
+
+    handles = [Patch(color=STATUS_COLORS["ok"], label=f"measured tokens/s {_per(where)} (color: status)")]
+    handles += speed.get_legend_handles_labels()[0] + (
+        memory.get_legend_handles_labels()[0] if memory else []
+    )
 
     for status in dict.fromkeys(r.status for r in rows if r.measured_tokens_per_sec and r.status != "ok"):
         handles.append(Patch(color=STATUS_COLORS.get(status, "black"), label=f"{status} (ran, not chosen)"))
