@@ -271,7 +271,8 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
 
     tasks = sorted({task for row in rows for task in row["scores"]})
     table = Table(title="Runs compared (acc / acc_norm ± standard error; chance in the header)")
-    losses = [k for k in ("final_loss", "val_loss") if any(row[k] is not None for row in rows)]  # none locally
+    # a local results folder has no losses: no column of dashes
+    losses = [k for k in ("final_loss", "val_loss") if any(row[k] is not None for row in rows)]
     for column in ("run", "precision", "max_steps", *(k.replace("_", " ") for k in losses)):
         table.add_column(column, justify="left" if column == "run" else "right")
     for task in tasks:
