@@ -52,8 +52,8 @@ def hub_rows(task: StandardTask) -> Iterable[Mapping[str, Any]]:
     print(f"{task.name}: reading {task.hub_path} ({task.split}) from the Hugging Face Hub", flush=True)
     try:
         return datasets.load_dataset(task.hub_path, task.hub_name, split=task.split)
-    # No network, a proxy, the Hub down, a dataset moved: one line, not datasets' traceback.
     except Exception as err:
+        # No network, a proxy, the Hub down, a dataset moved: one line, not datasets' traceback.
         reason = (str(err).strip().splitlines() or [""])[0][:300]
         raise PrepareTasksError(
             f"{task.name}: cannot read {task.hub_path} ({task.split}) from the Hugging Face Hub: "
