@@ -1,32 +1,34 @@
 """Running what the pages print, as a reader would: README.md's first run, then each docs page's opening example
-(its blocks before its first ``##`` heading), in the reader's order (the README's page table), each block from a
-fresh shell in a copy of the repository, on the CPU and without AWS credentials. ``tests/docs/test_runs.py`` runs
-it on the real pages and on planted broken ones.
+(its blocks before its first ``##`` heading), in the reader's order (the README's page table), in a copy of the
+repository, on the CPU and without AWS credentials; then every ``blackwell-training`` command of every page that
+needs AWS, checked to exit as documented. ``tests/docs/test_runs.py`` runs it on the real pages and on planted
+broken ones.
 
 Each command line of a shell block is one of:
 
-* **run**: executed as printed, in the block's one shell (``set -e``: the first failure stops the block);
-* **aws**: a ``blackwell-training`` command that needs an AWS account: executed as printed in that shell without
-  credentials, and it must exit 3 with one ``error:`` line, ``no AWS credentials found ...`` (or, when its input file
-  does not exist, ``cannot read FILE``): what docs/running-jobs.md documents;
+* **run**: executed as printed (``set -e``: the first failure stops the page);
+* **aws**: a ``blackwell-training`` command that needs an AWS account: executed as printed without credentials; it
+  must exit 3 with one line, ``error: no AWS credentials found ...`` (or, when the request file it reads does not
+  exist, ``error: cannot read FILE``): what docs/running-jobs.md documents;
 * **account**: the AWS CLI or the CDK CLI against an account (``aws ...``, ``cdk bootstrap``, ``make deploy``):
   listed, not run (neither the AWS CLI nor an account is part of this project);
-* **set-up**: ``make synth``, ``make local``, ``make test`` ...: what built the environment the suite runs in
-  (``make test``'s set-up is a superset), not run again.
+* **set-up**: ``make synth``, ``make local``, ... : what built the environment the suite runs in (``make test``'s
+  set-up is a superset of every other), not run again;
+* **suite**: the test suite's own tests (``pytest``, ``make test``): listed, not run inside the suite.
 
-A page that tells its reader, in its text just before the blocks, to ``source .venv/bin/activate`` (README.md's
-first step) has its blocks' shells activate first; any other block runs in a shell as fresh as a new terminal's, so
-it must use ``.venv/bin/...`` or activate in the block itself.
-
-A ``json`` block flagged ``save=FILE`` (```` ```json input save=run.json ````, the words after the language are
-invisible on GitHub) is written to FILE, as the page tells its reader to; a ``python`` block runs in the venv's
-Python; a ``console`` block's ``$`` lines run one by one and what follows each must be its output (``echo $?``: the
-previous status). Nothing tracked in the repository may change.
+A page is one terminal session, as its reader has it: the blocks run one after the other, each in a shell that
+starts as fresh as a new terminal's (no venv on the PATH, no AWS credentials, a home of its own), except that once
+the page has said to ``source .venv/bin/activate`` (in a block, or in its text: README.md's first step) the later
+blocks' shells have it too. A ``json`` block flagged ``save=FILE`` (```` ```json input save=run.json ````: the
+words after the language are invisible on GitHub) is written to FILE first, as the page tells its reader to; a
+``python`` block runs in the venv's Python; a ``console`` block's ``$`` lines run one by one and what follows each
+must be its output (``echo $?``: the previous status). Nothing tracked in the repository may change.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -41,7 +43,6 @@ from markdown_it import MarkdownIt
 from tests.docs.pages import Block, Page
 from tests.docs.test_commands import PROGRAM, SHELL_LANGUAGES, _logical_lines, _tokens
 
-SETUP_TARGETS = {"synth", "local", "test", "setup", "lint", "docs", "compat"}
 ACCOUNT_TARGETS = {"deploy", "destroy"}
 CDK_ACCOUNT_COMMANDS = {"bootstrap", "deploy", "destroy", "diff"}
 ACTIVATE = "source .venv/bin/activate"
@@ -57,6 +58,7 @@ SKIPPED_OPENINGS = {
     ),
 }
 """Openings run by another test instead (file, test, why): the test must exist."""
+KINDS = ("run", "aws", "account", "set-up", "suite")
 
 
 @dataclass
@@ -64,7 +66,7 @@ class Command:
     page: str
     line: int
     text: str
-    kind: str  # run, aws, account, set-up
+    kind: str
 
 
 @dataclass
@@ -75,14 +77,18 @@ class Outcome:
     failures: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    aws_checked: list[Command] = field(default_factory=list)
 
     def count(self, kind: str) -> int:
         return sum(c.kind == kind for c in self.commands)
 
     def summary(self) -> str:
-        kinds = ", ".join(f"{self.count(k)} {k}" for k in ("run", "aws", "account", "set-up"))
+        kinds = ", ".join(f"{self.count(k)} {k}" for k in KINDS)
         times = ", ".join(f"{page} {s:.0f} s" for page, s in self.seconds.items())
-        return f"commands: {kinds}; {len(self.failures)} failures; {times}"
+        return (
+            f"commands of the first run and the openings: {kinds}; every page's AWS commands checked without "
+            f"credentials: {len(self.aws_checked)}; {len(self.failures)} failures; {times}"
+        )
 
 
 def reading_order(pages: list[Page]) -> list[Page]:
@@ -129,13 +135,17 @@ def to_run(pages: list[Page]) -> list[tuple[Page, int, list[Block]]]:
 
 
 def kind_of(text: str) -> str:
-    """run, aws, account or set-up (see the module's doc)."""
+    """run, aws, account, set-up or suite (see the module's doc)."""
     tokens = _tokens(text) or []
     words = [t for t in tokens if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", t)]  # VAR=value prefixes
     first = words[0] if words else ""
     if first == "make":
         targets = set(words[1:]) or {"synth"}
-        return "account" if targets & ACCOUNT_TARGETS else "set-up"
+        if targets & ACCOUNT_TARGETS:
+            return "account"
+        return "suite" if "test" in targets else "set-up"
+    if "pytest" in words[:3]:
+        return "suite"
     if first == "aws" or (
         "cdk" in " ".join(words[:3]) and any(w in CDK_ACCOUNT_COMMANDS for w in words[1:4])
     ):
@@ -147,15 +157,22 @@ def kind_of(text: str) -> str:
 
 def _offline(argv: list[str]) -> bool:
     """Whether a ``blackwell-training`` command needs no AWS: validate and plan without the deployed rules, tune's
-    dry run, compare of local results folders (decided when it runs: the folders exist by then)."""
+    dry run, compare of local results folders (paths)."""
     sub = argv[0] if argv else ""
     if sub in ("validate", "plan"):
         return not {"--deployed", "--stack"} & set(argv)
     if sub == "tune":
         return "--dry-run" in argv
     if sub == "compare":
-        return all(not a.startswith("-") and "/" in a for a in argv[1:] if a != "--json")
+        runs = [a for a in argv[1:] if not a.startswith("-")]
+        return bool(runs) and all("/" in a for a in runs)
     return False
+
+
+def expected_aws_line(argv: list[str], root: Path) -> str:
+    """What an AWS command says without credentials: that, or first that its request file cannot be read."""
+    missing = next((a for a in argv[1:2] if a.endswith(".json") and not (root / a).exists()), None)
+    return f"error: cannot read {missing}" if missing else NO_CREDENTIALS
 
 
 def copy_checkout(root: Path, dest: Path) -> list[str]:
@@ -175,18 +192,16 @@ def copy_checkout(root: Path, dest: Path) -> list[str]:
         elif source.is_file():
             shutil.copy2(source, dest / name)
     for linked in (".venv", "node_modules"):
-        if (dest / linked).exists() or (dest / linked).is_symlink():
-            (dest / linked).unlink() if (dest / linked).is_symlink() else shutil.rmtree(dest / linked)
+        if (dest / linked).is_symlink():
+            (dest / linked).unlink()
+        elif (dest / linked).exists():
+            shutil.rmtree(dest / linked)
         (dest / linked).symlink_to((root / linked).resolve())
     return [n for n in tracked.split("\0") if n and (dest / n).is_file()]
 
 
 def digest(root: Path, names: list[str]) -> dict[str, str]:
-    return {
-        name: hashlib.sha256((root / name).read_bytes()).hexdigest()
-        for name in names
-        if (root / name).is_file()
-    }
+    return {n: hashlib.sha256((root / n).read_bytes()).hexdigest() for n in names if (root / n).is_file()}
 
 
 def fresh_environment(root: Path, scratch: Path) -> dict[str, str]:
@@ -217,24 +232,25 @@ class Runner:
         self.env = fresh_environment(root, scratch)
         self.outcome = Outcome()
         self.serial = 0
-        self.activated_from: int | None = None
+        self.activated = False
 
     def page(self, page: Page, start: int, blocks: list[Block]) -> None:
+        """One page's blocks, in one session: the files it saves first, then the others in order until one fails."""
         started = time.monotonic()
-        self.activated_from = min((line for text, line in page.inline_code if text == ACTIVATE and line > start),
-                                  default=None)  # fmt: skip
         if page.name in SKIPPED_OPENINGS:
             self.outcome.skipped.append(f"{page.name}: run by {'::'.join(SKIPPED_OPENINGS[page.name][:2])}")
-        else:
-            for block in blocks:
-                if not self.block(page, block):
-                    break  # later blocks of the page build on this one
+            return
+        told = [line for text, line in page.inline_code if text == ACTIVATE and line > start]
+        self.activated = False
+        for block in sorted(blocks, key=lambda b: not _saves(b)):
+            self.activated = self.activated or any(line < block.line for line in told)
+            if not self.block(page, block):
+                break  # later blocks of the page build on this one
         self.outcome.seconds[page.name] = time.monotonic() - started
 
     def block(self, page: Page, block: Block) -> bool:
-        saves = [f.removeprefix("save=") for f in block.flags if f.startswith("save=")]
-        if saves:
-            (self.root / saves[0]).write_text(block.text)
+        if saved := _saves(block):
+            (self.root / saved).write_text(block.text)
             return True
         if block.language in SHELL_LANGUAGES - {"console"}:
             return self.shell(page, block)
@@ -252,50 +268,44 @@ class Runner:
 
     def shell(self, page: Page, block: Block) -> bool:
         """The block's lines in one shell: ``run`` lines as printed (a marker before each says which failed),
-        ``aws`` lines as printed with their status and error kept, the rest left out."""
+        ``aws`` lines as printed with their status and error kept, the others left out."""
+        self.serial += 1
         marks = self.scratch / f"mark-{self.serial}"
-        lines, checks = ["set -eo pipefail"], []
-        if self.activated_from is not None and self.activated_from < block.line:
-            lines.append(ACTIVATE)  # the page told its reader to, in its text before this block
+        lines, checks = ["set -eo pipefail", *([ACTIVATE] if self.activated else [])], []
         for offset, text in _logical_lines(block.text):
             line = block.line + 1 + offset
             if not (_tokens(text) or []):
                 continue  # a comment or a blank line
             kind = kind_of(text)
             self.outcome.commands.append(Command(page.name, line, text.strip(), kind))
+            self.activated = self.activated or (kind == "run" and text.split("#")[0].strip() == ACTIVATE)
             if kind == "run":
-                lines.append(f"echo {line} > {shlex.quote(str(marks))}")
-                lines.append(text)
+                lines += [f"echo {line} > {shlex.quote(str(marks))}", text]
             elif kind == "aws":
-                self.serial += 1
-                err = self.scratch / f"aws-{self.serial}"
-                lines.append(
-                    f"set +e; ( {text} ) > /dev/null 2> {shlex.quote(str(err))}; echo $? >> {shlex.quote(str(err))}.status; set -e"
-                )
-                checks.append((line, text, err))
-        self.serial += 1
+                err = self.scratch / f"aws-{self.serial}-{line}"
+                lines += ["set +e", "(", text, f") > /dev/null 2> {shlex.quote(str(err))}",
+                          f"echo $? > {shlex.quote(str(err))}.status", "set -e"]  # fmt: skip
+                checks.append((Command(page.name, line, text.strip(), kind), err))
         done = self._bash("\n".join(lines))
-        ok = True
+        for command, err in checks:
+            if (err.parent / f"{err.name}.status").exists():
+                status = int((err.parent / f"{err.name}.status").read_text().split()[-1])
+                self._check_aws(command, status, err.read_text() if err.exists() else "")
         if done.returncode != 0:
             at = marks.read_text().strip() if marks.exists() else str(block.line)
             tail = (done.stdout + done.stderr).strip().splitlines()[-12:]
             self.outcome.failures.append(f"{page.name}:{at}: exit {done.returncode}: " + " | ".join(tail))
-            ok = False
-        for line, text, err in checks:
-            if (err.parent / f"{err.name}.status").exists():
-                self._check_aws(page.name, line, text, err)
-        return ok
+            return False
+        return True
 
-    def _check_aws(self, page: str, line: int, text: str, err: Path) -> None:
-        status = int((err.parent / f"{err.name}.status").read_text().split()[-1])
-        said = err.read_text().strip().splitlines() if err.exists() else []
-        argv = (_tokens(text) or [])[1:]
-        missing = next((a for a in argv[1:2] if a.endswith(".json") and not (self.root / a).exists()), None)
-        expected = f"error: cannot read {missing}" if missing else NO_CREDENTIALS
+    def _check_aws(self, command: Command, status: int, stderr: str) -> None:
+        self.outcome.aws_checked.append(command)
+        said = stderr.strip().splitlines()
+        expected = expected_aws_line((_tokens(command.text) or [])[1:], self.root)
         if status != AWS_STATUS or len(said) != 1 or not said[0].startswith(expected):
             self.outcome.failures.append(
-                f"{page}:{line}: {text.strip()}: without AWS credentials it must exit {AWS_STATUS} with one line "
-                f"{expected!r}...; it exited {status} and said {said[-3:]}"
+                f"{command.page}:{command.line}: {command.text}: without AWS credentials it must exit {AWS_STATUS} "
+                f"with one line {expected!r}...; it exited {status} and said {said[-3:]}"
             )
 
     def python(self, page: Page, block: Block) -> bool:
@@ -326,7 +336,7 @@ class Runner:
             if command.strip() == "echo $?":
                 printed = [str(status)]
             else:
-                done = self._bash(command)
+                done = self._bash(f"{ACTIVATE}\n{command}" if self.activated else command)
                 status, printed = done.returncode, (done.stdout + done.stderr).strip().splitlines()
             if " ".join(printed).split() != " ".join(shown).split():
                 self.outcome.failures.append(
@@ -335,16 +345,64 @@ class Runner:
                 return False
         return True
 
+    def every_aws_command(self, pages: list[Page]) -> None:
+        """Every page's ``blackwell-training`` commands that need AWS and were not run above, each run by the CLI's
+        own entry point in one Python process (a command of shell syntax, ``$VAR`` or ``$(...)``, is left out)."""
+        checked = {(c.page, c.line) for c in self.outcome.aws_checked}
+        todo = []
+        for page in pages:
+            for block in page.blocks:
+                if block.language not in SHELL_LANGUAGES - {"console"}:
+                    continue
+                for offset, text in _logical_lines(block.text):
+                    line, tokens = block.line + 1 + offset, _tokens(text) or []
+                    if (
+                        (page.name, line) in checked
+                        or kind_of(text) != "aws"
+                        or "$" in text
+                        or len(tokens) < 2
+                    ):
+                        continue
+                    if any(t in ("|", "&&", ";", "||", "(", ")") for t in tokens):
+                        continue
+                    todo.append((Command(page.name, line, text.strip(), "aws"), tokens[1:]))
+        script = (
+            "import contextlib, io, json, sys\nfrom constructs_lib.cli.main import main\nout = []\n"
+            "for argv in json.load(sys.stdin):\n    err = io.StringIO()\n"
+            "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n            status = main(argv)\n        except SystemExit as exit_:\n"
+            "            status = exit_.code if isinstance(exit_.code, int) else 1\n"
+            "    out.append([status, err.getvalue()])\nprint(json.dumps(out))\n"
+        )
+        done = subprocess.run(
+            [str(self.root / ".venv" / "bin" / "python"), "-c", script], input=json.dumps([a for _, a in todo]),
+            cwd=self.root, env=self.env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
+        )  # fmt: skip
+        if done.returncode != 0:
+            self.outcome.failures.append(f"the AWS commands' check failed: {done.stderr[-2000:]}")
+            return
+        for (command, _), (status, stderr) in zip(
+            todo, json.loads(done.stdout.splitlines()[-1]), strict=True
+        ):
+            self._check_aws(command, status, stderr)
+
+
+def _saves(block: Block) -> str | None:
+    return next((f.removeprefix("save=") for f in block.flags if f.startswith("save=")), None)
+
 
 def run_pages(pages: list[Page], root: Path, scratch: Path) -> Outcome:
-    """Copy ``root`` (a checkout) into ``scratch``, run the pages there, check nothing tracked changed."""
+    """Copy ``root`` (a checkout) into ``scratch``, run the pages there, check every page's AWS commands, check
+    that nothing tracked changed."""
     copy = scratch / "checkout"
     copy.mkdir(parents=True)
     tracked = copy_checkout(root, copy)
     before = digest(copy, tracked)
     runner = Runner(copy, scratch)
-    for page, start, blocks in to_run([Page.read(copy / p.name, p.name) for p in pages]):
+    copied = [Page.read(copy / p.name, p.name) for p in pages]
+    for page, start, blocks in to_run(copied):
         runner.page(page, start, blocks)
+    runner.every_aws_command(copied)
     changed = [name for name, value in digest(copy, tracked).items() if before.get(name) != value]
     changed += [name for name in before if not (copy / name).exists()]
     if changed:

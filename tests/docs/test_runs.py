@@ -52,7 +52,8 @@ def test_each_command_is_run_checked_or_listed():
         runs.kind_of(".venv/bin/node node_modules/aws-cdk/bin/cdk bootstrap aws://1/us-west-2") == "account"
     )
     assert runs.kind_of("make deploy") == "account" and runs.kind_of("make synth") == "set-up"
-    assert runs.kind_of("make local") == "set-up"
+    assert runs.kind_of("make local") == "set-up" and runs.kind_of("make test") == "suite"
+    assert runs.kind_of(".venv/bin/python -m pytest -q tests/test_app.py -k checkov") == "suite"
 
 
 PLANTED_README = """# A project
@@ -125,8 +126,5 @@ def test_a_broken_command_a_wrong_output_and_a_wrong_exit_are_found(tmp_path):
         "docs/b.md:6: blackwell-training runs --no-such-option: without AWS credentials"
     )
     assert "it exited 2" in failures[3]
-    assert outcome.count("aws") == 2 and [p for p in outcome.seconds] == [
-        "README.md",
-        "docs/b.md",
-        "docs/a.md",
-    ]
+    assert list(outcome.seconds) == ["README.md", "docs/b.md", "docs/a.md"]
+    assert outcome.count("aws") == 2 and len(outcome.aws_checked) == 2

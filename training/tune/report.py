@@ -86,10 +86,11 @@ class Row:
 
     def tokens_per_sec_range(self) -> tuple[float, float] | None:
         """Tokens/s per GPU at the p90 and the p10 step time (the slow and the fast end of the timed steps)."""
-        s = self.step_seconds
-        if not s or not self.tokens_per_step or not s.get("p90") or not s.get("p10"):
+        s = self.step_seconds or {}
+        slow, fast = s.get("p90"), s.get("p10")
+        if not self.tokens_per_step or not slow or not fast:
             return None
-        return self.tokens_per_step / s["p90"], self.tokens_per_step / s["p10"]
+        return self.tokens_per_step / slow, self.tokens_per_step / fast
 
 
 def trial_request(base: Mapping[str, Any], overrides: Mapping[str, Any], where: Where) -> dict[str, Any]:
