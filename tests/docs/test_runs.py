@@ -20,8 +20,12 @@ def test_every_command_of_the_first_run_and_of_each_opening_runs_as_printed(page
     for command in outcome.commands:
         if command.kind != "run":
             print(f"  {command.kind}: {command.page}:{command.line}: {command.text}")
+    for command in outcome.aws_checked:
+        print(f"  checked without credentials: {command.page}:{command.line}: {command.text}")
     assert not outcome.failures, "pages whose commands do not run as printed:\n" + "\n".join(outcome.failures)
     assert outcome.count("run") >= 20 and outcome.count("aws") >= 8 and outcome.count("account") >= 2
+    assert len(outcome.aws_checked) >= 25  # every page's, not only the openings'
+    assert {c.text.split()[0] for c in outcome.commands if c.kind == "suite"} <= {"make", ".venv/bin/python"}
     ran = {c.page for c in outcome.commands if c.kind == "run"}
     assert {"README.md", "docs/evaluation.md", "docs/trainer.md", "docs/exit-status.md", "docs/plan.md",
             "docs/using-the-model.md", "docs/tuning.md", "docs/performance.md"} <= ran  # fmt: skip
