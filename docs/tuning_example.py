@@ -4,7 +4,7 @@ The tuning driver exactly as a job runs it (``train.sh --tune_trials ...``: each
 ``torchrun`` of 2 gloo processes), on the tiny 2-layer model: micro-batch 2, 8 and 32 (each with the
 accumulation that keeps the base's 32 sequences per optimizer step) with and without activation checkpointing, then a micro-batch of 4096 x 128 tokens that cannot allocate its activations under the per-trial
 memory limit (a real OOM), and 4096 x 64 tokens with full activation checkpointing, which fits but outlasts its
-trial's time limit (a real timeout: some 13 s a step, and the driver stops no trial before its warm-up and window);
+trial's 90 s limit (a real timeout: some 13 s a step, and the driver stops no trial before its warm-up and window);
 then the winner's convergence run in bf16 against fp32 (what this CPU runs). The report's table, charts and
 winner are copied to ``OUT_DIR`` (default ``./tuning-example/``; a folder that already holds them is refused, so
 nothing is written over; ``--replace`` writes over them, as regenerating docs/tuning-example/ does). About 4 minutes on
@@ -52,7 +52,7 @@ TUNE = {
     "tune_max_measured_steps": "12",
     "tune_window_steps": "6",
     "tune_cv_target": "0.05",
-    "tune_trial_timeout_seconds": "60",
+    "tune_trial_timeout_seconds": "90",
     "tune_trial_memory_limit_gb": "3",
     "tune_convergence_reference": "fp32",
     "tune_convergence_precisions": "bf16",
