@@ -124,7 +124,11 @@ def run_settings(folder: Path) -> dict[str, Any] | None:
 
 
 def report(
-    scores: dict[str, dict[str, Any]], results: dict[str, Any], output_dir: Path, settings: dict, model: Path
+    scores: dict[str, dict[str, Any]],
+    results: dict[str, Any],
+    output_dir: Path,
+    settings: dict,
+    model: Path | None = None,
 ) -> None:
     """Print the metric lines, write scores.json, results.json and evaluation.json, log to MLflow when
     configured."""
@@ -134,7 +138,8 @@ def report(
     (output_dir / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     kept = {k: v for k, v in results.items() if k != "samples"}
     (output_dir / "results.json").write_text(json.dumps(kept, indent=2, default=str) + "\n")
-    evaluated = {"model": str(model), "settings": settings, "run": run_settings(model)}
+    evaluated = {"model": str(model) if model else None, "settings": settings,
+                 "run": run_settings(model) if model else None}  # fmt: skip
     (output_dir / "evaluation.json").write_text(json.dumps(evaluated, indent=2, default=str) + "\n")
     print(f"scores written to {output_dir}", flush=True)
     from training.trainer.mlflow_log import MlflowLog

@@ -156,22 +156,29 @@ class TrainConfig:
 
 SETTINGS_FILE = "settings.json"
 """Every setting a run took (the contract's, the trainer-only ones and what it ran on), as JSON in its model folder;
-the ``config`` line shows :data:`CONFIG_LINE_KEYS` and this file's path."""
+the ``config`` line shows the few that say what runs and this file's path."""
 CONFIG_LINE_KEYS = (
     "model_preset", "init_from", "num_layers", "hidden_size", "parameters", "precision", "compute_dtype", "dataset",
     "data_dir", "seq_length", "batch_size", "grad_accum_steps", "activation_checkpointing", "max_steps",
     "learning_rate", "world_size", "device", "gpu", "checkpoint_dir",
 )  # fmt: skip
-"""What the ``config`` line shows, in this order: what the run trains, how, on what and where (the settings file
-is in the model folder), and what the CLI's progress and curves and the tuning driver read from it
+"""What the ``config`` line always shows, in this order: what the run trains, how, on what and where (the settings
+file is in the model folder), and what the CLI's progress and curves and the tuning driver read from it
 (``max_steps``, ``batch_size``, ``grad_accum_steps``, ``seq_length``, ``world_size``, ``device``, ``gpu``). Unset
-ones (``init_from``, ``data_dir``) are left out."""
+ones (``init_from``, ``data_dir``) are left out; every other setting that differs from its default follows them."""
 
 
 def config_line(settings: Mapping[str, Any], settings_file: Path | None = None) -> str:
     """``config key=value ...`` (``contract.parse_config_line`` reads it): :data:`CONFIG_LINE_KEYS` of
-    ``settings`` and, when written, ``settings=`` the file with every one."""
+    ``settings``, then the other settings that differ from their defaults, then ``settings=`` the file with every
+    one (when there is one)."""
+    defaults = config_from_mapping(dict.fromkeys(_LOCAL_DIRS, ".")).as_dict()
     shown = {key: settings[key] for key in CONFIG_LINE_KEYS if settings.get(key) is not None}
+    shown |= {
+        key: value
+        for key, value in sorted(settings.items())
+        if key in defaults and key not in (*_LOCAL_DIRS, *shown) and value != defaults[key]
+    }
     if settings_file is not None:
         shown["settings"] = settings_file
     text = {
@@ -181,24 +188,32 @@ def config_line(settings: Mapping[str, Any], settings_file: Path | None = None) 
     return " ".join(["config", *(f"{key}={value}" for key, value in text.items())])
 
 
-def write_settings(settings: Mapping[str, Any], model_dir: str) -> Path:
-    """``settings`` as ``<model_dir>/settings.json``; an existing file is never written over: the same settings
-    there are kept as they are (the same command again writes nothing), other ones go to ``settings-2.json``
-    (``-3``, ...). Returns the file that holds them."""
-    text = json.dumps(dict(settings), indent=2, sort_keys=True, default=str) + "\n"
-    folder = Path(model_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+def _settings_text(settings: Mapping[str, Any]) -> str:
+    return json.dumps(dict(settings), indent=2, sort_keys=True, default=str) + "\n"
+
+
+def settings_file(settings: Mapping[str, Any], model_dir: str) -> Path:
+    """The file that holds ``settings`` in ``model_dir``: ``settings.json``, or, when a file of that name holds
+    other settings (an earlier launch's), ``settings-2.json`` (``-3``, ...); one that holds the same is the one.
+    Nothing is written here (:func:`write_settings` does, once the run is to train)."""
+    folder, text = Path(model_dir), _settings_text(settings)
     stem, suffix = SETTINGS_FILE.rsplit(".", 1)
     for number in range(1, 1000):
         path = folder / (SETTINGS_FILE if number == 1 else f"{stem}-{number}.{suffix}")
-        try:
-            with open(path, "x", encoding="utf-8") as handle:
-                handle.write(text)
+        if not path.exists() or path.read_text(encoding="utf-8", errors="replace") == text:
             return path
-        except FileExistsError:
-            if path.read_text(encoding="utf-8", errors="replace") == text:
-                return path
     raise RuntimeError(f"{folder}: 999 settings files already; choose another model_dir")
+
+
+def write_settings(settings: Mapping[str, Any], model_dir: str) -> Path:
+    """``settings`` into :func:`settings_file` unless it holds them already; never over another file. Returns it.
+    The trainer writes it once the run is to train: a run already complete, or refused, writes nothing."""
+    path = settings_file(settings, model_dir)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x", encoding="utf-8") as handle:
+            handle.write(_settings_text(settings))
+    return path
 
 
 class _Parser(argparse.ArgumentParser):

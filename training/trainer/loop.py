@@ -226,7 +226,7 @@ def run(
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
     settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
     full = {**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}
-    say(config.config_line(full, config.write_settings(full, cfg.model_dir) if env.is_main else None))
+    say(config.config_line(full, config.settings_file(full, cfg.model_dir) if env.is_main else None))
     # The torch path's SDPA kernel, probed on the model's own attention inputs; a named one that cannot run them is
     # refused here, before the model is built (Transformer Engine chooses its own: logged after step 1).
     attention_plan, kernel = (
@@ -248,6 +248,8 @@ def run(
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
+    if env.is_main:
+        config.write_settings(full, cfg.model_dir)  # the run trains: its settings beside its model
     val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
     collector = levers.GarbageCollection(cfg.gc_interval)
