@@ -163,7 +163,9 @@ def test_the_config_line_is_short_and_the_settings_file_has_every_setting(tmp_pa
                                              "world_size", "device", "gpu"}  # fmt: skip
     assert read_by_the_cli_and_the_tuning_driver <= parsed.keys()
     assert parsed["precision"] == "fp32" and parsed["deterministic"] == "true"  # not its default: shown
-    assert "gc_interval" not in parsed and "max_steps" in parsed  # a default only in the file, the keys always
+    assert (
+        "gc_interval" not in parsed and "max_steps" in parsed
+    )  # a default only in the file, the keys always
     assert json.loads(path.read_text()) == json.loads(json.dumps(settings))
     # the same settings again: the file is kept; other settings: a file of their own, the first one untouched
     before = path.read_text()
