@@ -24,7 +24,7 @@ CDK_ARGS ?=
 LOCAL_EXTRAS := train,eval,charts
 TEST_EXTRAS := $(LOCAL_EXTRAS),dev,sdk
 
-.PHONY: setup local synth test lint docs bench compat deploy destroy clean
+.PHONY: setup local synth test lint docs bench compat deploy destroy clean gpu-report gpu-wheels
 
 # The synth set-up: the venv, pip, the package (editable) with its own dependencies only, and Node 24.
 $(VENV)/.stamp: pyproject.toml
@@ -95,6 +95,19 @@ compat: $(COMPAT)/.stamp
 
 bench: $(VENV)/.stamp-local
 	$(BIN)/python -m training.measure.benchmark
+
+# The GPU report (docs/measurements.md, "On a GPU"): on one H100 or H200, with the machine's own python3 (torch is
+# there; no set-up, no network), in at most 8 minutes; it installs the wheels `make gpu-wheels` put in .gpu-wheels.
+GPU_REPORT_OUT ?= gpu-report
+GPU_REPORT_ARGS ?=
+gpu-report:
+	PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1 $(PYTHON) -m training.measure.gpu_report --out $(GPU_REPORT_OUT) $(GPU_REPORT_ARGS)
+
+# The wheels the GPU report carries (torchtitan 0.2.2 and what it imports that the GPU machine lacks, tensorboardX),
+# from PyPI into .gpu-wheels, then the proof that the list is complete: a fresh venv, --no-index, imports.
+gpu-wheels:
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels download --dest .gpu-wheels
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels check --dest .gpu-wheels
 
 deploy: $(VENV)/.stamp node_modules/.stamp
 	$(CDK) deploy --require-approval broadening $(CDK_ARGS)

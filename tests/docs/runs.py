@@ -56,6 +56,12 @@ SKIPPED_OPENINGS = {
         "its pip installs into the reader's own app venv; that test builds the wheel, installs it into a fresh venv "
         "and synthesizes the page's app",
     ),
+    "docs/fine-tuning.md": (
+        "tests/training/test_fine_tuning.py",
+        "test_trained_locally_the_export_answers_held_out_prompts_and_stops_at_the_end_of_turn",
+        "its 400 steps take about 32 minutes on a 2-core CPU; that test runs the same example (setup, prepare "
+        "--init-from, the trainer, chat) with fewer steps",
+    ),
 }
 """Openings run by another test instead (file, test, why): the test must exist."""
 KINDS = ("run", "aws", "account", "set-up", "suite")
