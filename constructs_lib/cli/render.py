@@ -88,6 +88,22 @@ def print_result(out: Any, result: dict[str, Any], loss_sparkline: str = "") -> 
     out.print(table)
 
 
+def records_line(planned: dict[str, Any], records: dict[str, Any]) -> str:
+    """What the local tuning records did to the plan (``plan --measurements``): how many were read, and whether
+    one stands for this request (the workflow's rules: the same settings, instance, GPU and image)."""
+    read = f"tuning records: {records['read']} read from {', '.join(records['files'])}"
+    if records["image_tag"] is None:
+        return f"{read}; no image given (--image): a record stands only for the image the request would run"
+    if planned.get("throughput_basis") == "measured":
+        return (
+            f"{read}; one stands for this request (image {records['image_tag']}): the throughput is measured"
+        )
+    return (
+        f"{read}; none stands for this request on image {records['image_tag']} (a record must have its settings, "
+        "instance type and count, the GPU and the image)"
+    )
+
+
 def print_plan(out: Any, planned: dict[str, Any]) -> None:
     """The plan (``training.request.plan``) as a rich table: memory by part, then throughput, time and cost."""
     from rich.table import Table
@@ -118,6 +134,9 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
         f"(throughput {basis}: {planned['throughput_source']})",
         markup=False,
     )
+    records = planned.get("records")
+    if records is not None:
+        out.print(records_line(planned, records), markup=False)
     check = planned.get("memory_check")
     if check:
         out.print(
