@@ -88,6 +88,22 @@ def print_result(out: Any, result: dict[str, Any], loss_sparkline: str = "") -> 
     out.print(table)
 
 
+def records_line(planned: dict[str, Any], records: dict[str, Any]) -> str:
+    """What the local tuning records did to the plan (``plan --measurements``): how many were read, and whether
+    one stands for this request (the workflow's rules: the same settings, instance, GPU and image)."""
+    read = f"tuning records: {records['read']} read from {', '.join(records['files'])}"
+    if records["image_tag"] is None:
+        return f"{read}; no image given (--image): a record stands only for the image the request would run"
+    if planned.get("throughput_basis") == "measured":
+        return (
+            f"{read}; one stands for this request (image {records['image_tag']}): the throughput is measured"
+        )
+    return (
+        f"{read}; none stands for this request on image {records['image_tag']} (a record must have its settings, "
+        "instance type and count, the GPU and the image)"
+    )
+
+
 def print_plan(out: Any, planned: dict[str, Any]) -> None:
     """The plan (``training.request.plan``) as a rich table: memory by part, then throughput, time and cost."""
     from rich.table import Table
@@ -126,6 +142,9 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
             f"{net['exposed_seconds']:.3f} s ({100 * net['share']:.1f}% of the step; links: {net['source']})",
             markup=False,
         )
+    records = planned.get("records")
+    if records is not None:
+        out.print(records_line(planned, records), markup=False)
     check = planned.get("memory_check")
     if check:
         out.print(
@@ -289,7 +308,9 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
 
     tasks = sorted({task for row in rows for task in row["scores"]})
     table = Table(title="Runs compared (acc / acc_norm ± standard error; chance in the header)")
-    for column in ("run", "precision", "max_steps", "final loss", "val loss"):
+    # a local results folder has no losses: no column of dashes
+    losses = [k for k in ("final_loss", "val_loss") if any(row[k] is not None for row in rows)]
+    for column in ("run", "precision", "max_steps", *(k.replace("_", " ") for k in losses)):
         table.add_column(column, justify="left" if column == "run" else "right")
     for task in tasks:
         level = chance(task)
@@ -297,7 +318,7 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         cells = [row["run"] + (f" (of {row['trained_run']})" if row["trained_run"] != row["run"] else "")]
         cells += [str(row["precision"] or "-"), str(row["max_steps"] or "-")]
-        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("final_loss", "val_loss")]
+        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in losses]
         for task in tasks:
             values = row["scores"].get(task, {})
             texts = [score_text(values, f) or "-" for f in ("acc", "acc_norm")]

@@ -136,24 +136,41 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
     return f"{prefix[:59]}-{stamp}-{secrets.token_hex(2)}"
 
 
-def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
+def plan_request(
+    request: object,
+    rules: Any,
+    s3: Any = None,
+    *,
+    init_from: str | Path | None = None,
+    measurements: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
     JSON-ready dict: the workflow's own decision's (``decide_request``). Raises ``InvalidRequest`` with every
     problem other than the memory estimate's own (a plan that does not fit is still shown, with its advice). A
     request with ``init_from`` is planned with the shape of that model folder's config.json, read with the S3 client
-    ``s3`` (without one, it is refused: its shape is not known offline). With ``s3`` the throughput is measured where
-    a stored tuning record of the rules' image stands for the request, else published."""
+    ``s3``, or from ``init_from``, a local copy of the folder (without either, it is refused: its shape is not known
+    offline). The throughput is measured where a stored tuning record of the rules' image stands for the request
+    (``measurements``: records the caller read, e.g. from a local tuning report; else read with ``s3``; the same
+    rules as the workflow's, :mod:`training.request.measured`), else the plan's estimate."""
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
-    reads = Reads(s3)
+    reads = Reads(s3, local_init_from=init_from, measurements=measurements)
     decision = decide_request(request, rules, reads=reads)
-    if s3 is None and decision.fields is not None and isinstance(decision.fields.init_from, str):
+    fields = decision.fields
+    if init_from is None and s3 is None and fields is not None and isinstance(fields.init_from, str):
         # the decided field (the input's, else the workflow's default): offline, its shape is not known
         raise InvalidRequest(
             [
                 "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
                 "--deployed or --stack"
+            ]
+        )
+    if init_from is not None and fields is not None and fields.init_from is None:
+        raise InvalidRequest(
+            [
+                f"--init-from {init_from}: the request has no init_from (the S3 folder the job would load); set "
+                "it, and --init-from gives the plan that folder's local copy"
             ]
         )
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]

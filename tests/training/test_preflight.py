@@ -140,7 +140,23 @@ def test_outside_sagemaker_outputs_default_to_a_local_folder(monkeypatch, tmp_pa
     monkeypatch.delenv("SM_MODEL_DIR", raising=False)
     monkeypatch.setattr(sagemaker_job, "RESOURCE_CONFIG", tmp_path / "absent.json")
     cfg, _ = config.parse_args(cli_args(TINY))
-    assert (cfg.checkpoint_dir, cfg.model_dir) == ("trainer-output/checkpoints", "trainer-output/model")
+    folder = config.run_folder(TINY)
+    assert folder.startswith("trainer-output/custom-2x64-fp32-") and len(folder.rsplit("-", 1)[1]) == 8
+    assert (cfg.checkpoint_dir, cfg.model_dir) == (f"{folder}/checkpoints", f"{folder}/model")
+    # One folder per run: the same settings (spelt another way, or another max_steps) continue it; any other
+    # change, or a tuning job of the same base, gets a folder of its own; a given folder is kept.
+    respelt = {k.replace("_", "-"): v for k, v in TINY.items()}
+    assert config.run_folder({**respelt, "max_steps": "500"}) == folder
+    others = [
+        config.run_folder({**TINY, "num_layers": "3"}),
+        config.run_folder({**TINY, "learning_rate": "0.5"}),
+        config.run_folder({**TINY, "dataset": "channel", "data_dir": "data/"}),
+        config.local_defaults(TINY, kind="tune", salt={"tune_trials": "batch_size=2"})["checkpoint_dir"],
+    ]
+    assert len({folder, *others}) == 5 and others[0].startswith("trainer-output/custom-3x64-fp32-")
+    assert others[3].startswith("trainer-output/tune-custom-2x64-fp32-")
+    given, _ = config.parse_args(cli_args({**TINY, "checkpoint_dir": "mine"}))
+    assert (given.checkpoint_dir, given.model_dir) == ("mine", f"{folder}/model")
     monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
     cfg, _ = config.parse_args(cli_args(TINY))
     assert (cfg.checkpoint_dir, cfg.model_dir) == (contract.CHECKPOINT_LOCAL_PATH, contract.MODEL_DIR)

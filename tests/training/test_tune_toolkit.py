@@ -114,9 +114,12 @@ def test_a_tuning_job_under_the_toolkit_ranks_its_trials_through_an_oom_and_a_ti
     assert "checkpoint_dir" not in request["hyperparameters"]
     rows = list(csv.DictReader((folder / "table.csv").open()))
     assert [r["status"] for r in rows] == ["ok", "ok", "oom", "timeout"]
-    assert "| # | configuration | status |" in (folder / "table.md").read_text()
-    for chart in ("throughput_memory.png", "throughput_vs_memory.png", "convergence.png"):
+    table = (folder / "table.md").read_text()
+    assert "| # | configuration | status | measured tok/s/process [p90-p10 step] |" in table  # no GPU column
+    assert all(r["stable"] in ("True", "False") for r in rows[:2]) and rows[2]["stable"] == ""
+    for chart in ("throughput_memory.png", "convergence.png"):
         assert (folder / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", chart
+    assert not (folder / "throughput_vs_memory.png").exists()  # against a CPU process's resident set: nothing
     records = json.loads((folder / "measurements.json").read_text())["records"]
     assert {r["measured"]["status"] for r in records} == {"ok", "oom"}
     assert all(r["key"]["image_tag"] == "abc123" and r["where"]["device"] == "cpu" for r in records)

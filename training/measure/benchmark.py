@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                              mfu_cell(result), f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
     if args.lever_repeats:
         lever_effects(args, env, precisions[0], say)
-    say("effects on a GPU are to be measured by issue #36 (docs/performance.md)")
+    say("the levers' effects on a GPU are still to be measured (docs/performance.md)")
     dist.destroy_process_group()
     return 0
 

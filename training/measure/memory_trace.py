@@ -115,7 +115,7 @@ def trace_settings(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
         raise contract.ContractError(
             "precision",
             f"{values['precision']} runs through Transformer Engine, which cannot be traced without a GPU; "
-            "trace with one of fp32, fp16, bf16",
+            "trace with one of fp32, fp16, bf16 (--precision bf16 traces a request's bf16 twin)",
         )
     return values
 
@@ -287,7 +287,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ac-interval", type=int, default=None, help="Checkpoint every k-th block.")
     parser.add_argument("--accum", type=int, default=None, help="grad_accum_steps (micro-batches per step).")
     parser.add_argument("--world", type=int, default=8, help="World size (GPUs in all).")
-    parser.add_argument("--precision", default="bf16", help="fp32, fp16 or bf16.")
+    parser.add_argument(
+        "--precision",
+        help="fp32, fp16 or bf16 (default bf16; with --request, the request's: this replaces it, e.g. bf16 for the "
+        "twin of an fp8, mxfp8 or nvfp4 request, which needs a GPU).",
+    )
     parser.add_argument(
         "--loss-chunk-tokens",
         type=int,
@@ -314,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         "activation_checkpointing": args.ac,
         "activation_checkpointing_interval": args.ac_interval,
         "grad_accum_steps": args.accum,
-        "precision": args.precision,
+        "precision": args.precision or "bf16",
         "loss_chunk_tokens": args.loss_chunk_tokens,
     }
     settings = {key: value for key, value in settings.items() if value is not None}
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             request = json.loads(Path(args.request).read_text(encoding="utf-8"))
             if not isinstance(request, dict):
                 raise contract.ContractError("request", "the execution input must be a JSON object")
-            result = trace_request(request)
+            result = trace_request({**request, "precision": args.precision} if args.precision else request)
         else:
             result = trace_step(settings, world_size=args.world)
     except (contract.ContractError, OSError, ValueError) as err:

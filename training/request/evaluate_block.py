@@ -127,7 +127,8 @@ EVALUATE_FIELDS: tuple[EvaluateField, ...] = (
     EvaluateField(
         "batch_size",
         lambda r: f"an integer in [1, {BATCH_SIZE_MAX}]",
-        "lm-eval's batch size (scores can move slightly with it: lm-eval issues #1645, #3055).",
+        "lm-eval's batch size (scores can move slightly with it: "
+        "https://github.com/EleutherAI/lm-evaluation-harness/issues/1645).",
     ),
     EvaluateField(
         "instance_type",

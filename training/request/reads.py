@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from training.request import hf_config, measured
-from training.request.contract import CHECKPOINT_DIR_NAME, SET_ASIDE_SUFFIX, ContractError
+from training.request.contract import CHECKPOINT_DIR_NAME, SET_ASIDE_SUFFIX, TUNE_RECORDS_FILE, ContractError
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 
@@ -30,7 +31,8 @@ class Reads:
     not known then, and the checks and the plan that need it wait for a read); ``sagemaker``: a SageMaker client (the
     training plan, an evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
     has them; ``measurements``: the stored tuning records when the caller has them (None: read with ``s3``);
-    ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation)."""
+    ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation);
+    ``local_init_from``: a local copy of the ``init_from`` folder, read in place of S3 (the CLI's offline plan)."""
 
     def __init__(
         self,
@@ -40,9 +42,11 @@ class Reads:
         architecture: Mapping[str, Any] | None = None,
         measurements: Sequence[Mapping[str, Any]] | None = None,
         before_launch: bool = False,
+        local_init_from: str | Path | None = None,
     ) -> None:
         self.s3, self.sagemaker, self.before_launch = s3, sagemaker, before_launch
         self._architecture = architecture
+        self.local_init_from = local_init_from
         self._measurements: list[Mapping[str, Any]] | None = (
             None if measurements is None else list(measurements)
         )
@@ -52,6 +56,8 @@ class Reads:
         that folder; ``(None, [])`` without a folder or without S3 (the caller's, when it gave them)."""
         if self._architecture is not None:
             return self._architecture, []
+        if self.local_init_from is not None and uri is not None:
+            return read_local_init_from(self.local_init_from)
         if self.s3 is None or uri is None:
             return None, []
         return read_init_from(self.s3, uri)
@@ -92,6 +98,49 @@ def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]
         Exception
     ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda asset
         return None, [f"init_from: cannot read {uri}{hf_config.CONFIG_FILE}: {type(err).__name__}: {err}"]
+
+
+def read_local_init_from(folder: str | Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """:func:`read_init_from` of a local folder (a copy of the ``init_from`` folder): the same refusals (no
+    config.json, no safetensors weights directly in it, a config.json the trainer cannot load), read from disk."""
+    path = Path(folder)
+    try:
+        config = hf_config.read_local(path)
+        if not any(path.glob("*.safetensors")):
+            return None, [
+                f"init_from: {folder}: holds no safetensors weights (model.safetensors, or shards with "
+                "model.safetensors.index.json)"
+            ]
+        return hf_config.architecture(config, str(folder)), []
+    except ContractError as err:
+        return None, [str(err)]
+
+
+def read_local_measurements(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The well-formed measurement records of local files (``{"records": [...]}``, what a tuning run stores) or
+    tuning report folders (their ``measurements.json``), and the files read; a path that is neither, or a file
+    that is not a record file, is an ``OSError`` / ``ValueError`` naming it (the caller shows it)."""
+    records: list[dict[str, Any]] = []
+    files: list[str] = []
+    for given in paths:
+        path = Path(given)
+        file = path / TUNE_RECORDS_FILE if path.is_dir() else path
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as err:
+            raise OSError(f"{file}: cannot read ({err.strerror or err}); give a tuning report folder (its "
+                          f"{TUNE_RECORDS_FILE}) or a records file") from None  # fmt: skip
+        try:
+            listed = json.loads(text).get("records")
+        except (ValueError, AttributeError):
+            listed = None
+        if not isinstance(listed, list):
+            raise ValueError(f'{file}: not a records file (a JSON object with a "records" list)')
+        records += [
+            dict(r) for r in listed if measured.well_formed(r)
+        ]  # malformed records skipped, as from S3
+        files.append(str(file))
+    return records, files
 
 
 def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:

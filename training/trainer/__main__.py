@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except contract.ContractError as err:
         return refusal.refuse(f"invalid setting {err}")
     if check_only:
-        print("settings ok: " + contract.format_config_line(cfg.as_dict()).removeprefix("config "))
+        print("settings ok: " + config.config_line(cfg.as_dict()).removeprefix("config "))
         for note in [*notes, f"layout ok: {world} processes, data_parallel_replicate={replicate} ({why})"]:
             print(note)
         return 0

@@ -362,22 +362,30 @@ def _fresh_folder(out: Path) -> Path:
     return tmp
 
 
+def run_dtype(precision: str | None) -> str:
+    """The weights' dtype that keeps a run's precision: float32 for ``fp32``, float16 for ``fp16``, bfloat16 for
+    ``bf16`` and the Transformer Engine precisions (whose higher precision it is)."""
+    return {"fp32": "float32", "fp16": "float16"}.get(str(precision), "bfloat16")
+
+
 def export(
     model_dir: str | Path,
     out_dir: str | Path,
-    dtype: str = "bfloat16",
+    dtype: str | None = None,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_SIZE,
 ) -> list[str]:
     """Write the Hugging Face folder for the model in ``model_dir`` into ``out_dir``; returns its file names.
+    ``dtype`` None keeps the run's precision (:func:`run_dtype`).
 
     Everything is checked before anything is written; the folder appears whole (renamed from ``.partial``)."""
-    if dtype not in DTYPES:
+    if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype: must be one of {', '.join(DTYPES)}; got {dtype!r}")
     if max_shard_bytes < 1:
         raise ExportError(f"max_shard_size: must be at least 1 byte; got {max_shard_bytes}")
     path = find_model_file(model_dir)
     saved = load_model_file(path)
     config = saved["config"]
+    dtype = dtype or run_dtype(config.get("precision"))
     check_exportable(config, path)
     state = saved["state_dict"]
     adapters = lora.LoraSettings.of(config)
@@ -438,7 +446,7 @@ def data_info(cfg) -> dict[str, Any]:
 
 def export_after_training(model_file: Path, cfg) -> str:
     """Export a finished run's ``model_file`` into ``hf/`` next to it (``hf_step_XXXXXXXX/`` when ``hf/`` is
-    taken); returns the line to print. fp32 runs export float32 weights, the others bfloat16."""
+    taken); returns the line to print. The weights keep the run's precision (:func:`run_dtype`)."""
     if cfg.position_encoding != "rope":
         return (
             f"Hugging Face export skipped: position_encoding={cfg.position_encoding} (only models trained with "
@@ -447,7 +455,7 @@ def export_after_training(model_file: Path, cfg) -> str:
     out = model_file.parent / HF_DIR
     if out.exists():
         out = model_file.parent / f"{HF_DIR}_{model_file.stem.removeprefix('model_')}"
-    dtype = "float32" if cfg.precision == "fp32" else "bfloat16"
+    dtype = run_dtype(cfg.precision)
     try:
         files = export(model_file, out, dtype)
     except ExportError as err:
@@ -476,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", help="A folder holding model.pt (a job's model artifact), or the file.")
     parser.add_argument("out_dir", help="A new (or empty) folder for the Hugging Face files.")
     parser.add_argument(
-        "--dtype", default="bfloat16", help=f"Weights' dtype: {', '.join(DTYPES)} (default bfloat16)."
+        "--dtype",
+        help=f"The weights' dtype, one of {', '.join(DTYPES)} (default: the run's precision, as every finished run's own export: float32 for "
+        "an fp32 run, float16 for fp16, bfloat16 for bf16, fp8, mxfp8 and nvfp4).",
     )
     parser.add_argument("--max-shard-size", default="5GB", help="Largest safetensors file (default 5GB).")
     args = parser.parse_args(argv)

@@ -19,6 +19,7 @@ from training.trainer import (
     activation_checkpoint,
     attention,
     checkpoint,
+    config,
     data,
     doc_mask,
     export_hf,
@@ -282,7 +283,8 @@ def run(
     say = emit if env.is_main else (lambda _line: None)
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
     settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
-    say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
+    full = {**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}
+    say(config.config_line(full, config.settings_file(full, cfg.model_dir) if env.is_main else None))
     # The torch path's SDPA kernel, probed on the model's own attention inputs; a named one that cannot run them is
     # refused here, before the model is built (Transformer Engine chooses its own: logged after step 1).
     attention_plan, kernel = (
@@ -309,6 +311,8 @@ def run(
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
+    if env.is_main:
+        config.write_settings(full, cfg.model_dir)  # the run trains: its settings beside its model
     val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
     collector = levers.GarbageCollection(cfg.gc_interval)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from constructs_lib.cli import render
@@ -35,13 +36,35 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="a request's per-GPU peak memory by part, time and cost, before paying",
         description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
         "headroom), its throughput, run time and on-demand cost (training/request/plan.py's closed form), and when it "
-        "does not fit the smallest changes that do. Offline with cdk.json's settings (throughput: the published "
-        "points); with --deployed (or --stack) under the deployed workflow's rules, with the throughput a tuning run "
-        "measured for this configuration and image where there is one ('measured'). Exit 0 when it fits, 2 when "
-        "it does not or is invalid.",
+        "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or --stack) "
+        "under the deployed workflow's rules, reading the init_from folder's config.json and the stored tuning "
+        "records from S3. The throughput is the one a tuning run measured for this configuration on this instance "
+        "and image where a record stands for it ('measured'), else the plan's estimate. Offline, --init-from DIR "
+        "reads the init_from folder from a local copy, and --measurements PATH the records of a local tuning report "
+        "(with --image, the image the request would run). Exit 0 when it fits, 2 when it does not or is invalid.",
     )
     plan.add_argument(
         "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
+    )
+    plan.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="a local copy of the request's init_from model folder: its config.json gives the shape (offline)",
+    )
+    plan.add_argument(
+        "--measurements",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="tuning records: a tuning report folder (its measurements.json) or a records file; repeatable. The "
+        "workflow's rules decide whether one stands for the request (same settings, instance type and count, GPU, "
+        "and image: --image)",
+    )
+    plan.add_argument(
+        "--image",
+        metavar="URI_OR_TAG",
+        help="the training image the request would run (a URI or its tag), which a record must come from; with "
+        "--deployed, the deployed workflow's",
     )
     submit = sub.add_parser(
         "submit",
@@ -72,11 +95,29 @@ def do_validate(shell: Shell) -> int:
 
 
 def do_plan(shell: Shell) -> int:
+    from training.request.reads import read_local_measurements
+
+    args = shell.args
     request = shell.request()
-    deployed = shell.args.deployed or shell.args.stack
+    deployed = args.deployed or args.stack
     rules = shell.runs.rules if deployed else shell.project.rules()
-    planned = plan_request(request, rules, s3=shell.runs.client("s3") if deployed else None)
-    if shell.args.json:
+    if args.image:
+        bare_tag = not any(mark in args.image for mark in "/:@")
+        rules = replace(rules, image_uri=f"image:{args.image}" if bare_tag else args.image)
+    records: list[dict[str, Any]] | None = None
+    files: list[str] = []
+    if args.measurements:
+        try:
+            records, files = read_local_measurements(args.measurements)
+        except (OSError, ValueError) as error:
+            raise InvalidRequest([f"--measurements: {error}"]) from None
+    planned = plan_request(
+        request, rules, s3=shell.runs.client("s3") if deployed else None, init_from=args.init_from,
+        measurements=records,
+    )  # fmt: skip
+    if args.measurements:
+        planned["records"] = {"files": files, "read": len(records or []), "image_tag": rules.image_tag()}
+    if args.json:
         shell.emit(planned)
     else:
         render.print_plan(shell.out, planned)
