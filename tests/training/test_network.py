@@ -39,6 +39,17 @@ def test_full_sharding_over_two_instances_moves_half_the_tensor_into_each():
     assert traffic.gpu_bytes == pytest.approx(8 * GB * 15 / 16)
 
 
+def test_a_shard_group_straddling_instances_counts_the_busiest_instances_efa_bytes():
+    # 3 instances of 8, replicate 2: shards of 12 ranks, 8 + 4 and 4 + 8; the middle instance holds 4 of each and
+    # receives the other 8 ranks' share of both: 2 x N 8/12 (before: counted as inside one instance, no EFA)
+    layout = network.Layout(nodes=3, gpus=8, replicate=2)
+    traffic = network.gather(12 * GB, layout, size=layout.shard)
+    assert traffic.node_bytes == pytest.approx(2 * 12 * GB * 8 / 12)
+    assert traffic.latency == pytest.approx(network.ring_latency(12, 2))
+    # the replicas: rank r and r + 12, on two instances for every r
+    assert network.all_reduce(1 * GB, layout).node_bytes > 0
+
+
 def test_the_replicas_all_reduce_crosses_instances_twice_per_shard():
     layout = network.Layout(nodes=4, gpus=8, replicate=4)
     traffic = network.all_reduce(1 * GB, layout)  # each rank's shard of the gradient
@@ -82,6 +93,25 @@ def test_gradient_accumulation_repeats_full_shardings_inter_instance_gathers_but
 def test_one_instance_moves_nothing_over_efa():
     one = network.step(MODEL, network.Layout(1, 8, 1), B200, 10.0)
     assert one.node_bytes == 0.0 and one.gpu_bytes > 0
+
+
+def test_lora_reduces_only_the_adapters_gradients():
+    """FSDP2 reduces the gradients there are: with LoRA the adapters' alone, so hybrid sharding's all-reduce
+    across instances is the adapters' (MB), not the 70B base's (before: 282 GB per instance per step, as full
+    fine-tuning's)."""
+    full = plan.setup_from_request(request("llama3.1-70b", batch=1, ac="full", data_parallel_replicate=2))
+    adapted = replace(full, lora_rank=16, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"))
+    compute = 9.0
+    full_net, lora_net = plan.step_network(full, compute), plan.step_network(adapted, compute)
+    adapters = plan.lora_block_parameters(adapted) * adapted.shape.num_layers
+    # inside each instance the same gathers; across them only the replicas' all-reduce of the adapters' shards
+    assert lora_net.node_bytes == pytest.approx(8 * 2 * adapters * 4 / 8 / 2)  # g 2 (D/shard) (R-1)/R, fp32
+    assert full_net.node_bytes > 1000 * lora_net.node_bytes
+    assert lora_net.gpu_bytes < full_net.gpu_bytes and lora_net.busy_seconds < full_net.busy_seconds
+    frozen_root = network.step(replace(MODEL, trained_block_params=0, trained_root_params=0),
+                               network.Layout(2, 8, 2), B200, 10.0)  # fmt: skip
+    gathers_only = network.step(MODEL, network.Layout(2, 8, 2), B200, 10.0)
+    assert frozen_root.node_bytes == 0.0 and frozen_root.busy_seconds < gathers_only.busy_seconds
 
 
 def test_auto_replicates_per_instance_when_one_instance_holds_the_sharded_states():

@@ -14,8 +14,8 @@ of ``grad_accum_steps`` micro-batches):
 * per micro-batch: an all-gather of every block's and the root's sharded weights for the forward pass, and of
   every block but the last again for the backward pass, in the compute dtype (2 bytes per value in 16 bits, the
   quantized bytes with ``quantized_model_init``, 4 in fp32);
-* once per step: a reduce-scatter of every gradient in fp32 (``parallel.mixed_precision``'s reduce dtype) over
-  the shard group and, with more than one replica, an all-reduce of each shard's fp32 gradient over the replicas.
+* once per step: a reduce-scatter of every gradient in fp32 (``parallel.mixed_precision``'s reduce dtype; with
+  LoRA the adapters' alone: the frozen base has no gradient, FSDP2 reduces none for it) over the shard group and, with more than one replica, an all-reduce of each shard's fp32 gradient over the replicas.
 
 Traffic of a ring collective over a group of ``k`` ranks spread evenly over ``m`` instances (NCCL's rings and
 trees cross each instance boundary once per chunk): an all-gather of ``N`` bytes in total (or a reduce-scatter
@@ -150,13 +150,25 @@ def layout_problem(replicate: int, world: int) -> str | None:
 @dataclass(frozen=True)
 class Model:
     """What the traffic depends on: parameters per block and outside the blocks, blocks, bytes per gathered value,
-    micro-batches per optimizer step."""
+    micro-batches per optimizer step, and the parameters per block and outside the blocks that train (None: all
+    of them). FSDP2 gathers every parameter but reduces only the gradients there are: with LoRA the adapters'
+    alone (the frozen base has none)."""
 
     block_params: int
     root_params: int
     layers: int
     gather_bytes: float
     micro_batches: int = 1
+    trained_block_params: int | None = None
+    trained_root_params: int | None = None
+
+    @property
+    def reduced_block_params(self) -> int:
+        return self.block_params if self.trained_block_params is None else self.trained_block_params
+
+    @property
+    def reduced_root_params(self) -> int:
+        return self.root_params if self.trained_root_params is None else self.trained_root_params
 
     @property
     def params(self) -> int:
@@ -208,23 +220,33 @@ def ring_latency(size: int, span: int) -> float:
     )
 
 
-def _span(layout: Layout, size: int, consecutive: bool) -> int:
-    """Instances a group of ``size`` ranks spans: shard groups are ``size`` consecutive ranks, replica groups
-    every ``shard``-th rank."""
-    if size <= 1:
-        return 1
+def _groups(layout: Layout, size: int, consecutive: bool) -> list[range]:
+    """The ranks of each group of ``size``: shard groups are ``size`` consecutive ranks, replica groups every
+    ``shard``-th rank."""
     if consecutive:
-        return max(1, size // layout.gpus) if size >= layout.gpus else 1
-    return layout.nodes if layout.shard < layout.gpus else size
+        return [range(first, first + size) for first in range(0, layout.world, size)]
+    return [range(first, layout.world, layout.shard) for first in range(layout.shard)]
 
 
 def gather(total_bytes: float, layout: Layout, *, size: int, consecutive: bool = True) -> Collective:
     """An all-gather of ``total_bytes`` in all (or a reduce-scatter of that many bytes per rank) over groups of
-    ``size`` ranks."""
+    ``size`` ranks. Each instance receives, for each group with members on it, the ``total_bytes`` share of the
+    members elsewhere (``N (m-1)/m`` for a group spread evenly over ``m`` instances); the busiest instance counts,
+    so a group that straddles instances unevenly (a shard of 12 over instances of 8) is not taken for an NVLink
+    one. The latency counts the most instances any group spans."""
     if size <= 1:
         return NONE
-    span = _span(layout, size, consecutive)
-    node = layout.gpus * total_bytes * (span - 1) / size
+    into: dict[int, float] = {}
+    span = 1
+    for group in _groups(layout, size, consecutive):
+        members: dict[int, int] = {}
+        for rank in group:
+            members[rank // layout.gpus] = members.get(rank // layout.gpus, 0) + 1
+        span = max(span, len(members))
+        if len(members) > 1:
+            for instance, here in members.items():
+                into[instance] = into.get(instance, 0.0) + total_bytes * (size - here) / size
+    node = max(into.values(), default=0.0)
     return Collective(total_bytes * (size - 1) / size, node, ring_latency(size, span))
 
 
@@ -273,7 +295,9 @@ class StepNetwork:
 
 def reduction(params: int, layout: Layout) -> Collective:
     """The gradient reduction of ``params`` parameters: a reduce-scatter over the shard group, then the replicas'
-    all-reduce of each shard (FSDP2's HSDP)."""
+    all-reduce of each shard (FSDP2's HSDP). Nothing for no parameter (a frozen group reduces nothing)."""
+    if params <= 0:
+        return NONE
     fp32 = params * REDUCE_BYTES
     return gather(fp32, layout, size=layout.shard) + all_reduce(fp32 / layout.shard, layout)
 
@@ -285,7 +309,8 @@ def step(model: Model, layout: Layout, links: Interconnect, compute_seconds: flo
     a, layers = model.micro_batches, model.layers
     block_gather = gather(pb * model.gather_bytes, layout, size=shard)
     root_gather = gather(pr * model.gather_bytes, layout, size=shard)
-    block_reduce, root_reduce = reduction(pb, layout), reduction(pr, layout)
+    block_reduce = reduction(model.reduced_block_params, layout)
+    root_reduce = reduction(model.reduced_root_params, layout)
     t_gather, t_reduce = block_gather.seconds(links), block_reduce.seconds(links)
     t_root_gather, t_root_reduce = root_gather.seconds(links), root_reduce.seconds(links)
     per_micro = compute_seconds / a

@@ -847,6 +847,9 @@ def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None
         layers=s.shape.num_layers,
         gather_bytes=2 * QUANTIZED_BYTES[s.precision] if quantized else float(s.compute_bytes),
         micro_batches=s.grad_accum_steps,
+        # LoRA: only the adapters have gradients to reduce (the embedding, norms and head are frozen too)
+        trained_block_params=lora_block_parameters(s) if s.lora_rank else None,
+        trained_root_params=0 if s.lora_rank else None,
     )
     layout = network.Layout(s.instance_count, s.gpus_per_instance, s.replicate)
     return network.step(model, layout, links, compute_seconds)
