@@ -13,7 +13,7 @@ import re
 import unicodedata
 
 from training.request.contract import instance_types_supporting
-from training.request.fields import ENVIRONMENT_PREFIXES, PLATFORM_ENVIRONMENT, TAG_CHARACTERS, show
+from training.request.fields import ENVIRONMENT_PREFIXES, TAG_CHARACTERS, environment_name_refusal, show
 from training.request.rules import INSTANCE_STORAGE_TYPES, MLFLOW_ENVIRONMENT, RequestRules
 from training.request.value import Request
 
@@ -62,8 +62,9 @@ def map_problems(request: Request, rules: RequestRules) -> list[str]:
         problems.append(f"environment: at most {room} variables; got {len(environment)}")
     key_limits, value_limits = limits["EnvironmentKey"], limits["EnvironmentValue"]
     for name, value in environment.items():
-        if name in PLATFORM_ENVIRONMENT:
-            problems.append(f"environment.{name}: set by the platform ({PLATFORM_ENVIRONMENT[name]})")
+        refusal = environment_name_refusal(name) if name.startswith(ENVIRONMENT_PREFIXES) else None
+        if refusal is not None:
+            problems.append(f"environment.{name}: {refusal}")
         elif (
             not name.startswith(ENVIRONMENT_PREFIXES)
             or len(name) > key_limits["max"]
