@@ -36,8 +36,9 @@ def tune_plan(
     if decision.problems:
         raise InvalidRequest(decision.problems)
     assert decision.tune is not None and decision.fields is not None
-    return {**decision.tune["plan"], "instance_type": decision.fields.instance_type,
-            "instance_count": decision.fields.instance_count}  # fmt: skip
+    # every refused combination (the workflow's state carries the count and the first few)
+    return {**decision.tune["plan"], "refused_by_the_trainer": decision.tune_refused,
+            "instance_type": decision.fields.instance_type, "instance_count": decision.fields.instance_count}  # fmt: skip
 
 
 def with_tune(request: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.request.bounds
 import training.request.checks
 import training.request.contract
 import training.request.decision
@@ -67,6 +68,7 @@ NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE)
 ``init_from`` model's ``config.json`` and prepared data's ``metadata.json`` (an evaluated model's tokenizer)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/request/bounds.py": Path(training.request.bounds.__file__),
     "training/request/checks.py": Path(training.request.checks.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
     "training/request/decision.py": Path(training.request.decision.__file__),

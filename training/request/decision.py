@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import checks, evaluate_block, job, plan
+from training.request import bounds, checks, evaluate_block, job, plan
 from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
 from training.request.reads import Reads, data_problems, resume
@@ -57,6 +57,9 @@ class Decision:
     resume: dict[str, Any] | None = None
     evaluation: dict[str, Any] | None = None
     job: dict[str, Any] | None = None
+    tune_refused: list[str] = field(default_factory=list)
+    """A tuning run's combinations the trainer's rules refuse, every one (``tune`` carries the count and the first
+    few: ``bounds``)."""
 
     @property
     def valid(self) -> bool:
@@ -64,7 +67,8 @@ class Decision:
 
     @property
     def cause(self) -> str:
-        return "; ".join(self.problems)
+        """Every problem, one line each, within ``bounds.CAUSE_LIMIT_CHARS`` (``problems`` holds them all)."""
+        return bounds.bounded_cause(self.problems)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -116,8 +120,12 @@ def decide_request(
     if not problems:
         _job_and_plan(decision, request, rules, reads, tune)
     decision.problems[:0] = request.read_problems  # the init_from folder's first, then every other one
+    if decision.valid:  # the state stays well under Step Functions' limit, offline as in the workflow
+        decision.problems += bounds.size_problems(request, fields, rules)
     if decision.valid and reads.before_launch:
         _before_launch(decision, request, rules, reads, execution)
+    if decision.valid:
+        decision.problems += bounds.state_problems(decision.state())
     return decision
 
 
@@ -172,6 +180,7 @@ def _job_and_plan(
         tune.hyperparameters if tune is not None else request.settings.hyperparameters
     )
     decision.tune = tune.tune if tune is not None else None
+    decision.tune_refused = list(tune.refused) if tune is not None else []
     decision.channels = job.channels(fields)
     if request.settings.values is None:
         return  # init_from before its config.json is read: its shape is not known

@@ -913,11 +913,13 @@ def plan_of(
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
     versions: Mapping[str, str | None] | None = None,
+    check_memory: bool = True,
 ) -> Plan:
     """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
     ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
     settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
-    and all of that instance and image check the memory estimate."""
+    and all of that instance and image check the memory estimate (``check_memory`` False: not, e.g. for each of a
+    tuning run's candidates, which would re-plan every record once per candidate)."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
@@ -930,7 +932,11 @@ def plan_of(
         image_tag=image_tag,
         versions=versions,
     )
-    check = memory_check(s, measurements, image_tag=image_tag, this=record) if measurements else None
+    check = (
+        memory_check(s, measurements, image_tag=image_tag, this=record)
+        if measurements and check_memory
+        else None
+    )
     return Plan(s, memory, estimate_time(s, record), hints, record, check)
 
 

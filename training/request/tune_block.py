@@ -33,6 +33,8 @@ class TuneDecision:
     hyperparameters: dict[str, str] = field(default_factory=dict)
     max_runtime_seconds: int | None = None
     tune: dict[str, Any] | None = None
+    refused: list[str] = field(default_factory=list)
+    """Every combination the trainer's rules refuse, with its reason (``tune`` lists the first few)."""
 
 
 def decide_tune(
@@ -80,4 +82,5 @@ def decide_tune(
         hyperparameters,
         tuned.max_runtime_seconds,
         {**paths, "plan": tuned.to_dict()},
+        list(tuned.found.refused),
     )

@@ -32,6 +32,13 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 DEFAULT_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 """The default precisions: bf16 and the low precisions the instance's GPU runs (fp32 and fp16 are never faster)."""
 MAX_TRIALS_LIMIT = 32
+MAX_COMBINATIONS = 2048
+"""The most combinations a search space may have: each is planned in the request check (a Lambda function of 256
+MB with 30 seconds), and 2,048 is above any space of distinct levers (the default space has 72; a space of every
+micro-batch, mode, precision, loss chunk, compile switch and kernel the trainer has, 1,728, fits)."""
+LISTED_REFUSALS = 5
+"""How many of the combinations the trainer's rules refuse the plan lists (it counts them all): the decision stays
+small for any space (``bounds``), and ``blackwell-training tune --dry-run`` lists every one."""
 JOB_START_SECONDS = 600.0
 """Assumed billable start of one tuning job before its first trial (instance set-up, pulling the ~20 GB image,
 the toolkit): not measured here (no GPU), a round upper figure. Only the cost estimate uses it."""
@@ -198,6 +205,13 @@ def parse_space(raw: Any, instance_type: str) -> tuple[dict[str, tuple[Any, ...]
                 )
                 continue
         space[name] = parsed
+    combinations = math.prod(len(values) for values in space.values())
+    if not problems and combinations > MAX_COMBINATIONS:
+        sizes = " x ".join(f"{len(values)} {name}" for name, values in space.items())
+        problems.append(
+            f"tune.search_space: at most {MAX_COMBINATIONS} combinations (each is planned before launch); got "
+            f"{combinations} ({sizes}): list fewer values"
+        )
     return space, problems
 
 
@@ -348,7 +362,9 @@ def candidates(
             instance_count=setup.instance_count,
             max_runtime_seconds=setup.max_runtime_seconds,
         )
-        planned = plan.plan_of(trial, settings, measurements=measurements, image_tag=image_tag)
+        planned = plan.plan_of(
+            trial, settings, measurements=measurements, image_tag=image_tag, check_memory=False
+        )
         (fitting if planned.memory.fits else not_fitting).append(Candidate(overrides, planned))
     fitting.sort(key=lambda c: (-c.tokens_per_sec, c.plan.memory.peak_gib))
     not_fitting.sort(key=lambda c: c.plan.memory.peak_gib / c.plan.memory.limit_gib)
@@ -422,7 +438,8 @@ class TunePlan:
             ],
             "considered": self.found.considered,
             "predicted_not_to_fit": len(self.found.not_fitting),
-            "refused_by_the_trainer": self.found.refused,
+            "refused_by_the_trainer": self.found.refused[:LISTED_REFUSALS],
+            "refused_by_the_trainer_count": len(self.found.refused),
             "trimmed_by_cost": self.trimmed_by_cost,
             "expected_seconds": round(self.expected_seconds),
             "expected_cost_usd": None if self.expected_cost_usd is None else round(self.expected_cost_usd, 2),

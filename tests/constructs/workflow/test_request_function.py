@@ -45,6 +45,7 @@ def test_asset_holds_only_what_the_handler_imports():
         "constructs_lib/workflow/request_check.py",
         "training/__init__.py",
         "training/request/__init__.py",
+        "training/request/bounds.py",
         "training/request/checks.py",
         "training/request/contract.py",
         "training/request/decision.py",
@@ -84,6 +85,18 @@ def test_handler_runs_from_the_asset_alone(tmp_path):
         {"input": {"hyperparameters": {"max_step": "5"}}, "rules": rules}, tmp_path
     )
     assert result["valid"] is False and "did you mean max_steps?" in result["cause"]
+
+
+def test_the_handler_logs_every_problem_which_the_state_only_counts(capsys):
+    from constructs_lib.workflow.request_check import handler
+
+    rules = RequestRules(region="us-west-2").with_limits().to_json()
+    state = handler({"input": {f"u{i}": 0 for i in range(2000)}, "rules": rules, "execution": "run-1"})
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert lines[0] == {"execution": "run-1", "valid": False, "problems": 2000}
+    assert [line["problem"].split(":")[0] for line in lines[1:]] == [f"u{i}" for i in range(1000)]
+    assert state["cause"].endswith("more problems (the request check's log and blackwell-training validate "
+                                   "--deployed on this input list every one)")  # fmt: skip
 
 
 def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
