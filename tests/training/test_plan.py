@@ -53,6 +53,9 @@ def test_plan_imports_no_torch():
         plan_agreement.Row("llama3.2-3b", 2, 128_256, 2, True, 8),
         # selective AC keeps the QKV projection's output: h + 2 x key/value width with grouped-query attention
         plan_agreement.Row("llama3.2-1b", 4, 32_000, 4, "selective", 8),
+        # attention_backend math keeps its fp32 score matrix per layer, and two more in its backward
+        plan_agreement.Row("llama3.2-1b", 2, 32_000, 2, False, 8, seq=2048, attention="math"),
+        plan_agreement.Row("1b", 2, 32_000, 2, True, 8, seq=2048, attention="math"),
     ],
     ids=lambda row: row.label(),
 )
@@ -270,3 +273,37 @@ def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
     )
     peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
     assert selective.mfu_bf16 == pytest.approx(selective.tokens_per_sec_per_gpu * flops / peak, rel=1e-12)
+
+
+def test_math_attention_counts_its_score_matrix_and_refuses_what_cannot_fit():
+    """The review's example: math attention at 8K, micro-batch 4, the 1b preset keeps a 16 GiB fp32 score matrix per
+    layer; without activation checkpointing that cannot fit a B200, with it it does."""
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
+
+    request = {"batch_size": 4, "seq_length": 8192, "hyperparameters": {"attention_backend": "math"}}
+    setup = plan.setup_from_request(request)
+    per_layer = plan.math_attention_bytes(setup) * setup.tokens / plan.GIB
+    assert per_layer == 16.0 + 0.75 - 1 / 512  # the scores (16 heads x 8192 x 4 bytes a token), fp32 q, k, v, no LSE
+    assert plan.math_attention_bytes(replace(setup, attention_backend="auto")) == 0.0
+    (refused,) = validate_request(request, RequestRules())
+    assert refused.startswith("memory: estimated peak 372.0 GiB per GPU (saved activations 308.6, ")
+    assert "at last block backward, in its attention (math)" in refused
+    assert "fits with: activation_checkpointing true" in refused
+    assert validate_request({**request, "activation_checkpointing": True}, RequestRules()) == []
+    flash = plan.estimate_memory(plan.setup_from_request({**request, "hyperparameters": {}}))
+    assert flash.fits and flash.peak_gib < 100  # the same request with the default kernel
+
+
+def test_a_run_whose_plan_cannot_finish_one_optimizer_step_in_its_time_limit_is_refused():
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
+
+    (refused,) = validate_request({"hyperparameters": {"grad_accum_steps": "65536"}}, RequestRules())
+    assert refused.startswith(
+        "max_runtime_seconds: the plan expects one optimizer step to take 25:14:11 (536,870,912 tokens per GPU: "
+        "grad_accum_steps 65536 x batch_size 1 x seq_length 8192, at about 5,909 tokens/s per GPU, published), more "
+        "than the run's limit of 24:00:00: it would be stopped before its first step; raise max_runtime_seconds"
+    )
+    longer = {"hyperparameters": {"grad_accum_steps": "65536"}, "max_runtime_seconds": 26 * 3600}
+    assert validate_request(longer, RequestRules()) == []  # one step fits: the plan only warns about max_steps

@@ -207,3 +207,24 @@ def test_with_settings_puts_top_level_fields_on_top():
     assert plan.setup_from_request(request).loss_chunk_tokens == 0 and BASE["hyperparameters"] == {
         "max_steps": 1000
     }
+
+
+def test_the_mxfp8_recipe_is_refused_in_a_space_for_a_gpu_that_cannot_run_it():
+    from training.request.decision import decide_request, validate_request
+    from training.request.rules import RequestRules
+
+    hopper = {"precision": "fp8", "instance_type": "ml.p5.48xlarge", "batch_size": 8}
+    assert validate_request({**hopper, "tune": {"search_space": {"fp8_recipe": ["current", "mxfp8"]}}},
+                            RequestRules()) == [  # fmt: skip
+        "tune.search_space.fp8_recipe: mxfp8 cannot run on the GPUs of ml.p5.48xlarge; it runs auto, current, delayed"
+    ]
+    # the request's own recipe mxfp8: the candidates that run fp8 are refused, bf16's are kept
+    space = {"precision": ["bf16", "fp8"], "activation_checkpointing": ["full"]}
+    decided = decide_request(
+        {**hopper, "precision": "bf16", "hyperparameters": {"fp8_recipe": "mxfp8"}, "tune": {"search_space": space}},
+        RequestRules(),
+    )
+    assert decided.problems == [], decided.problems
+    (refused,) = decided.tune_refused
+    assert refused.startswith("precision=fp8, activation_checkpointing=full: fp8_recipe: mxfp8 (TE MXFP8BlockScaling)")
+    assert [t["settings"]["precision"] for t in decided.tune["plan"]["trials"]] == ["bf16"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from training.request.contract import instance_types_supporting
+from training.request import plan
+from training.request.contract import format_duration, instance_types_supporting
 from training.request.fields import ENVIRONMENT_PREFIXES, TAG_CHARACTERS, environment_name_refusal, show
 from training.request.rules import INSTANCE_STORAGE_TYPES, MLFLOW_ENVIRONMENT, RequestRules
 from training.request.value import Request
@@ -127,3 +128,19 @@ def tune_with_evaluate(request: Request) -> list[str]:
     if request.field_problems or request.fields.tune is None or request.fields.evaluate is None:
         return []
     return ["tune: a tuning run trains no model to evaluate; leave out evaluate (or tune)"]
+
+
+def one_step_problems(estimate: plan.Plan, rules: RequestRules) -> list[str]:
+    """A training run whose own plan says one optimizer step outlasts its ``max_runtime_seconds``: SageMaker would
+    stop it before its first step ends (nothing trained, nothing saved, the instances paid)."""
+    timing, s = estimate.timing, estimate.setup
+    if s.max_runtime_seconds is None or timing.step_seconds <= s.max_runtime_seconds:
+        return []
+    return [
+        f"max_runtime_seconds: the plan expects one optimizer step to take {format_duration(timing.step_seconds)} "
+        f"({s.tokens * s.grad_accum_steps:,} tokens per GPU: grad_accum_steps {s.grad_accum_steps} x batch_size "
+        f"{s.batch_size} x seq_length {s.seq_length}, at about {timing.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU, "
+        f"{timing.basis}), more than the run's limit of {format_duration(s.max_runtime_seconds)}: it would be stopped "
+        f"before its first step; raise max_runtime_seconds (at most {rules.max_runtime_seconds}) or lower "
+        f"grad_accum_steps; got {s.max_runtime_seconds}"
+    ]

@@ -201,6 +201,7 @@ def _job_and_plan(
     if refused:
         decision.problems.append(refused)
         decision.hyperparameters, decision.channels = {}, []
+    decision.problems += checks.one_step_problems(estimate, rules)
 
 
 def _before_launch(

@@ -192,15 +192,19 @@ def parse_space(raw: Any, instance_type: str) -> tuple[dict[str, tuple[Any, ...]
         except contract.ContractError:
             problems.append(f"{where}: each value must be {spec.allowed()}; got {_show(values)}")
             continue
-        if name == "precision":
-            unsupported = [p for p in parsed if not contract.GPU_INSTANCE_TYPES[instance_type].supports(p)]
+        if name in ("precision", "fp8_recipe"):
+            # fp8_recipe mxfp8 is MXFP8BlockScaling: the GPUs precision mxfp8 needs (contract.check_fp8_recipe)
+            unsupported = [
+                p for p in parsed if not contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
+            ]
             if unsupported:
+                choices = contract.PRECISIONS if name == "precision" else contract.FP8_RECIPES
                 problems.append(
                     f"{where}: {', '.join(unsupported)} cannot run on the GPUs of {instance_type}; it runs "
                     + ", ".join(
                         p
-                        for p in contract.PRECISIONS
-                        if contract.GPU_INSTANCE_TYPES[instance_type].supports(p)
+                        for p in choices
+                        if contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
                     )
                 )
                 continue
@@ -213,6 +217,13 @@ def parse_space(raw: Any, instance_type: str) -> tuple[dict[str, tuple[Any, ...]
             f"{combinations} ({sizes}): list fewer values"
         )
     return space, problems
+
+
+def _recipe_precision(value: Any) -> str:
+    """The precision a value of ``precision`` or ``fp8_recipe`` needs the GPU to run: its own, ``mxfp8``'s for the
+    recipe ``mxfp8``; the other recipes need only what the run's precision needs (bf16's, which every type here
+    runs: an fp8 run's own precision is checked apart)."""
+    return str(value) if value in contract.PRECISIONS else "bf16"
 
 
 def parse_convergence(raw: Any, instance_type: str) -> tuple[Convergence | None, list[str]]:
