@@ -216,6 +216,9 @@ TRAINING_JOBS = {
     "nope-job": _job("nope-job", HyperParameters={"position_encoding": "none"}),
     "synthetic-job": _job("synthetic-job", InputDataConfig=[]),
     "foreign-job": _job("foreign-job", CheckpointConfig={"S3Uri": "s3://elsewhere/checkpoints/x/"}),
+    "tune-job": _job(
+        "tune-job", HyperParameters={"precision": "bf16", "tune_trials": "batch_size=1;batch_size=2"}
+    ),
     "init-job": _job(
         "init-job",
         HyperParameters={"precision": "bf16", "init_from": "/opt/ml/input/data/weights"},

@@ -49,6 +49,7 @@ from training.request.contract import (
     TASK_NAME,
     TASKS_CHANNEL,
     TRAIN_CHANNEL,
+    TUNE_TRIALS,
     WEIGHTS_CHANNEL,
     ContractError,
     evaluation_fits,
@@ -342,13 +343,15 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
     if not run or "/" in run:
         return {}, [f"evaluate.training_job: {job} is not a training job of this workflow (its checkpoints are not "
                     f"under {runs_uri or 'this workflow'})"]  # fmt: skip
+    hp = described.get("HyperParameters") or {}
+    if TUNE_TRIALS in hp:
+        return {}, [tuning_job_problem(job)]
     status = described.get("TrainingJobStatus")
     archive = (described.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
     if status != "Completed" or not archive:
         return {}, [
             f"evaluate.training_job: {job} ended {status}, not Completed, so it wrote no exported model"
         ]
-    hp = described.get("HyperParameters") or {}
     facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None, "init_from": None,
              "instance_type": (described.get("ResourceConfig") or {}).get("InstanceType"), "hyperparameters": hp}  # fmt: skip
     if str(hp.get("position_encoding", "rope")).lower() != "rope":
@@ -363,6 +366,16 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
         return facts, [f"evaluate.training_job: {job} trained on synthetic tokens (no train channel) from random "
                        "weights: its model has no tokenizer and has learnt no language"]  # fmt: skip
     return facts, []
+
+
+def tuning_job_problem(job: str) -> str:
+    """A tuning run's job (its ``HyperParameters`` hold ``tune_trials``: ``train.sh`` ran the tuning driver) trained
+    short trials and exported no model: what to evaluate instead."""
+    return (
+        f"evaluate.training_job: {job} is a tuning run's job: it measured short trials and exported no model; write "
+        "the tuning run's winning request (blackwell-training tune-apply RUN OUT.json), train it (blackwell-training "
+        "submit OUT.json), and evaluate that run"
+    )
 
 
 def plan_problems(request: Request) -> list[str]:

@@ -690,6 +690,31 @@ def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflow
     assert missing == ["evaluate.training_job: no training job gone in this account and region"]
 
 
+def test_a_tuning_runs_job_is_refused_as_an_evaluation_source_saying_what_to_evaluate_instead():
+    """A tuning job completes with a model archive of no model (its trials are short and export nothing): refused
+    before an evaluation job is provisioned, however it ended."""
+    from training.request import evaluate_block
+
+    rules = RequestRules(region=REGION, bucket_name="b", workflow_segment="W")
+
+    class SageMaker:
+        def describe_training_job(self, TrainingJobName):  # noqa: N803 - boto3's name
+            return {
+                "TrainingJobName": TrainingJobName,
+                "TrainingJobStatus": "Completed",
+                "CheckpointConfig": {"S3Uri": "s3://b/checkpoints/W/tune-1/"},
+                "ModelArtifacts": {"S3ModelArtifacts": "s3://b/output/tune-job/output/model.tar.gz"},
+                "HyperParameters": {contract.TUNE_TRIALS: "batch_size=1;batch_size=2", "dataset": "channel"},
+            }
+
+    facts, problems = evaluate_block.training_job_facts(SageMaker(), "tune-job", rules)
+    assert facts == {} and problems == [
+        "evaluate.training_job: tune-job is a tuning run's job: it measured short trials and exported no model; "
+        "write the tuning run's winning request (blackwell-training tune-apply RUN OUT.json), train it "
+        "(blackwell-training submit OUT.json), and evaluate that run"
+    ]
+
+
 # ---- evaluate a run started from init_from: the export's tokenizer is the folder's (export_hf.write_tokenizer) ----
 
 SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
