@@ -875,3 +875,33 @@ def test_the_evaluate_check_reads_the_setting_as_parsed_once(rules):
     assert validate_request({**base, "hyperparameters": {"position_encoding": "xyz"}}, rules) == [
         "hyperparameters.position_encoding: must be one of rope, none; got 'xyz'"
     ]
+
+
+def test_task_files_are_read_only_in_the_named_folder_and_only_its_tasks_are_named(s3, rules):
+    """Another team's task files in a folder below the named one (or beside it) are neither read nor named; the
+    data prefix itself is no task folder."""
+    _evaluation_world(s3)
+    s3.put_object(Bucket="my-bucket", Key="data/tasks/team-b/secret.yaml", Body=b"task: team_b_secret\n")
+    s3.put_object(Bucket="my-bucket", Key="data/team-c-tasks/c.yaml", Body=b"task: team_c\n")
+    reads: list[str] = []
+    original = s3.get_object
+
+    def get_object(**kwargs):
+        reads.append(kwargs["Key"])
+        return original(**kwargs)
+
+    s3.get_object = get_object
+    raw = {"train_data_uri": "s3://my-bucket/data/words/",
+           "evaluate": {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa", "team_b_secret"]}}  # fmt: skip
+    decided = decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+    assert decided["cause"] == (
+        "evaluate.tasks: team_b_secret not defined in the task folder s3://my-bucket/data/tasks/ (it defines: "
+        "piqa); write it with python -m training.evaluate.prepare_tasks, or name one of those"
+    )
+    assert [key for key in reads if key.endswith(".yaml")] == ["data/tasks/piqa.yaml"]
+    root = {**raw, "evaluate": {"task_data_uri": "s3://my-bucket/data/", "tasks": ["piqa"]}}
+    assert validate_request(root, rules) == [
+        "evaluate.task_data_uri: must be a task folder below the data prefix s3://my-bucket/data/, not the data "
+        "prefix itself (the evaluation job would mount all of it); e.g. s3://my-bucket/data/evaluation-tasks/ "
+        '(python -m training.evaluate.prepare_tasks writes one); got "s3://my-bucket/data/"'
+    ]

@@ -206,10 +206,10 @@ def test_role_lists_only_the_allowed_data_prefixes():
     reads = by_sid["ReadTaskFiles"]
     assert reads["Action"] == "s3:GetObject"
     rendered = json.dumps(reads["Resource"])
-    for prefix in ("/data/*.yaml", "/data/*.yml"):
+    for prefix in ("/data/*/*.yaml", "/data/*/*.yml"):  # in a folder below the prefix: never the prefix's own
         assert prefix in rendered
     assert [r for r in reads["Resource"] if isinstance(r, str)] == [
-        f"{other}/{p}*{s}" for p in ("tokens/", "text/") for s in (".yaml", ".yml")
+        f"{other}/{p}*/*{s}" for p in ("tokens/", "text/") for s in (".yaml", ".yml")
     ]
     # and prepared data's metadata.json by its exact name: in a data prefix or any folder below it, nothing else
     metadata = by_sid["ReadDataMetadata"]
