@@ -201,10 +201,8 @@ class TrainingRuns(TuningOperations):
             if EXECUTION_NAME.match(name)
             else [f"--name: must be 1 to 80 of A-Z a-z 0-9 - _; got {name!r}"]
         )
-        if check:
+        if check:  # the workflow's decision refuses a name whose checkpoint folder holds an earlier run's
             problems += self.check(request, name=name, rules=rules)
-        if check and not problems:
-            problems += self._run_folder_problems(name)
         if problems:
             raise InvalidRequest(problems)
         sfn = self.client("stepfunctions")
@@ -215,19 +213,6 @@ class TrainingRuns(TuningOperations):
         except sfn.exceptions.ExecutionAlreadyExists:
             raise OperatorError(f"a run named {name} already exists: choose another --name") from None
         return Run(name=name, arn=started["executionArn"], status="RUNNING", region=self.region)
-
-    def _run_folder_problems(self, name: str) -> list[str]:
-        """A new run named ``name`` would write into an earlier run's checkpoints (e.g. a direct run's of the same
-        name): refused. Left to the operator when S3 refuses the read."""
-        from botocore.exceptions import ClientError
-
-        from constructs_lib.cli.direct import run_folder_problem
-
-        try:
-            problem = run_folder_problem(self, name)
-        except ClientError:
-            return []
-        return [problem] if problem else []
 
     # ---- the SageMaker Python SDK path (constructs_lib.cli.direct) -----------------------------------------------
     def direct_request(self, request: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:

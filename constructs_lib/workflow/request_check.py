@@ -20,9 +20,9 @@ Nothing here imports ``aws_cdk``.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import Any
 
 from training.request.decision import decide_request
 from training.request.reads import Reads
@@ -58,14 +58,16 @@ LOGGED_PROBLEMS = 1000
 LOGGED_CHARS = 8192
 
 
-def log_decision(execution: Any, problems: list[str], stream: IO[str] | None = None) -> None:
-    """One line with the outcome, then every problem on its own line (the state's ``cause`` keeps only what fits:
-    ``training.request.bounds``), at most ``LOGGED_PROBLEMS`` lines of ``LOGGED_CHARS`` each, on standard error:
-    the function's log group."""
-    out = stream or sys.stderr
-    print(json.dumps({"execution": execution, "valid": not problems, "problems": len(problems)}), file=out)
+LOG = logging.getLogger(__name__)
+LOG.setLevel(logging.INFO)  # the Lambda runtime's root handler writes it to the function's log group
+
+
+def log_decision(execution: Any, problems: list[str]) -> None:
+    """One record with the outcome, then every problem in its own (the state's ``cause`` keeps only what fits:
+    ``training.request.bounds``), at most ``LOGGED_PROBLEMS`` of ``LOGGED_CHARS`` characters each."""
+    LOG.info(json.dumps({"execution": execution, "valid": not problems, "problems": len(problems)}))
     for problem in problems[:LOGGED_PROBLEMS]:
-        print(json.dumps({"execution": execution, "problem": problem[:LOGGED_CHARS]}), file=out)
+        LOG.info(json.dumps({"execution": execution, "problem": problem[:LOGGED_CHARS]}))
 
 
 class _OnFirstUse:

@@ -13,7 +13,7 @@ import pytest
 
 from constructs_lib._shared.nag import logical_id
 from tests.cdk_helpers import synth_with_nag
-from tests.workflow.harness import OUTCOMES, REGION, definition_of, moto_workflow
+from tests.workflow.harness import OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import IMAGE_TAG, build_workflow
 from training.request import contract, plan, tuning
 from training.request.rules import RequestRules
@@ -88,7 +88,7 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     prefix, name = _prefix(), f"tune-{uuid.uuid4().hex[:8]}"
     folder = f"checkpoints/{SEGMENT}/{name}/tune/"
     winner = {"trial": 2, "settings": {"batch_size": 2, "activation_checkpointing": True}, "mfu": 0.31}
-    workflow.s3.put_object(Bucket=bucket, Key=folder + "winner.json", Body=json.dumps(winner))
+    OUTCOMES.plan(prefix, Outcome(uploads=((bucket, folder + "winner.json", json.dumps(winner)),)))
     result = workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name)
     summary = _summary(result)
     (request,) = OUTCOMES.requests[prefix]  # one job for every trial
@@ -123,9 +123,9 @@ def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(w
     folder = f"checkpoints/{SEGMENT}/{name}/tune/"
     hyperparameters = {**rules.full_defaults()["hyperparameters"], "precision": "bf16", "seq_length": "8192",
                        "batch_size": "1", "activation_checkpointing": "false"}  # fmt: skip
-    workflow.s3.put_object(Bucket=bucket, Key=folder + "winner.json", Body=json.dumps({"trial": 1}))
     records = records_file(hyperparameters, {2: 0.5, 4: 0.9})
-    workflow.s3.put_object(Bucket=bucket, Key=folder + "measurements.json", Body=records)
+    uploads = ((bucket, folder + "winner.json", json.dumps({"trial": 1})), (bucket, folder + "measurements.json", records))
+    OUTCOMES.plan(prefix, Outcome(uploads=uploads))
     tuned = _summary(workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name))["tune"]
     key = f"tuning/measurements/{IMAGE_TAG}/{SEGMENT}/{name}.json"
     assert tuned["records_key"] == key and tuned["measurements"]["etag"]
@@ -164,10 +164,11 @@ def test_a_tuning_job_where_no_trial_ran_ok_summarizes_no_winner_with_its_report
                for i, b in enumerate((4, 2), start=1)]  # fmt: skip
     rows = report.rank([report.make_row(r, base, place) for r in results])
     winner = session.winner_summary(report.winner(rows), None, place)
-    workflow.s3.put_object(Bucket=bucket, Key=folder + contract.TUNE_WINNER_FILE, Body=json.dumps(winner))
     records = json.dumps({"records": report.records(rows, base, place)})
-    workflow.s3.put_object(Bucket=bucket, Key=folder + contract.TUNE_RECORDS_FILE, Body=records)
-    summary = _summary(workflow.run({"job_name_prefix": _prefix(), **BASE, "tune": TUNE}, name))
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(uploads=((bucket, folder + contract.TUNE_WINNER_FILE, json.dumps(winner)),
+                                           (bucket, folder + contract.TUNE_RECORDS_FILE, records))))  # fmt: skip
+    summary = _summary(workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name))
     tune = summary["tune"]
     assert summary["status"] == "Completed" and tune["winner"] == {"value": {"trial": None, "settings": None}}
     assert tune["outcome"] == (

@@ -14,7 +14,13 @@ import unicodedata
 
 from training.request import plan
 from training.request.contract import format_duration, instance_types_supporting
-from training.request.fields import ENVIRONMENT_PREFIXES, TAG_CHARACTERS, environment_name_refusal, show
+from training.request.fields import (
+    ENVIRONMENT_PREFIXES,
+    TAG_CHARACTERS,
+    environment_name_refusal,
+    execution_name_ok,
+    show,
+)
 from training.request.rules import INSTANCE_STORAGE_TYPES, MLFLOW_ENVIRONMENT, RequestRules
 from training.request.value import Request
 
@@ -143,4 +149,16 @@ def one_step_problems(estimate: plan.Plan, rules: RequestRules) -> list[str]:
         f"{timing.basis}), more than the run's limit of {format_duration(s.max_runtime_seconds)}: it would be stopped "
         f"before its first step; raise max_runtime_seconds (at most {rules.max_runtime_seconds}) or lower "
         f"grad_accum_steps; got {s.max_runtime_seconds}"
+    ]
+
+
+def execution_name_problems(execution: str | None, rules: RequestRules) -> list[str]:
+    """This execution's name (known to the workflow and ``submit``, not to ``validate``) names the run's checkpoint
+    folder: ``.``, ``..`` and other path-like names (Step Functions accepts them) are refused."""
+    if execution is None or execution_name_ok(execution, rules):
+        return []
+    most = rules.sagemaker()["ExecutionName"]["max"]
+    return [
+        f"execution name: must be 1 to {most} characters of a-z, A-Z, 0-9, _ and - (it names the run's checkpoint "
+        f"folder, and resume_from names runs by it); got {show(execution)}"
     ]

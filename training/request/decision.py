@@ -30,7 +30,7 @@ from typing import Any
 from training.request import bounds, checks, evaluate_block, job, plan
 from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
-from training.request.reads import Reads, data_problems, resume
+from training.request.reads import Reads, data_problems, resume, run_folder_problems
 from training.request.rules import RequestRules
 from training.request.tune_block import TuneDecision, decide_tune
 from training.request.value import Fields, Request, read_request
@@ -112,6 +112,7 @@ def decide_request(
     problems += checks.cross_field_problems(request, rules)
     problems += evaluate_block.input_problems(request, rules)
     problems += checks.tune_with_evaluate(request)
+    problems += checks.execution_name_problems(execution, rules)
     problems += request.settings.problems
     tune = _tuning_run(request, rules, reads, execution) if not problems else None
     problems += tune.problems if tune is not None else []
@@ -208,18 +209,22 @@ def _before_launch(
     decision: Decision, request: Request, rules: RequestRules, reads: Reads, execution: str | None
 ) -> None:
     """What only S3 and SageMaker can tell, in order, each when nothing before it refused: the data prefix holds an
-    object, the run ``resume_from`` names has a complete checkpoint below ``max_steps``, and the evaluation's tasks,
-    tokenizer and instance type."""
+    object, the run's own checkpoint folder holds no earlier run's (unless ``resume_from`` continues it), the run
+    ``resume_from`` names has a complete checkpoint below ``max_steps``, and the evaluation's tasks, tokenizer and
+    instance type."""
     fields = decision.fields
     assert fields is not None
     if fields.train_data_uri is not None:
         decision.problems += data_problems(reads.s3, fields.train_data_uri)
+    trains = request.evaluate is None or request.evaluate.training_job is None
+    if decision.valid and trains and execution is not None and fields.resume_from != execution:
+        decision.problems += run_folder_problems(reads.s3, rules, execution, tuning=request.tune is not None)
     if decision.valid and fields.resume_from is not None:
         assert request.settings.values is not None
         max_steps = request.settings.values["max_steps"]
         decision.resume, problems = resume(reads.s3, rules, fields.resume_from, execution, max_steps)
         decision.problems += problems
-        if decision.resume is not None:
+        if decision.resume is not None and not decision.resume["in_place"]:
             decision.channels.append(job.channel(RESUME_CHANNEL, decision.resume["uri"], "File"))
     if decision.valid and fields.evaluate is not None:
         parameters = (decision.plan or {}).get("parameters")

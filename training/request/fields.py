@@ -225,7 +225,9 @@ def _under(uri: str, source: str) -> bool:
     return uri.startswith(source)
 
 
-def _execution_name_ok(value: Any, rules: Any) -> bool:
+def execution_name_ok(value: Any, rules: Any) -> bool:
+    """A run (execution) name: it names the run's checkpoint folder, an S3 key segment, so no ``.``/``..`` nor
+    anything path-like (the names ``resume_from`` takes)."""
     limits = rules.sagemaker()["ExecutionName"]
     return (
         isinstance(value, str)
@@ -286,7 +288,10 @@ def _environment_allowed(rules: Any) -> str:
 
 def _resume_from_allowed(rules: Any) -> str:
     most = rules.sagemaker()["ExecutionName"]["max"]
-    return f"the name of an earlier execution of this workflow (1 to {most} characters of a-z, A-Z, 0-9, _ and -)"
+    return (
+        f"the name of an earlier execution of this workflow, or this execution's own to continue its run in its "
+        f"folder (1 to {most} characters of a-z, A-Z, 0-9, _ and -)"
+    )
 
 
 FIELDS: tuple[InputField, ...] = (
@@ -422,8 +427,9 @@ FIELDS: tuple[InputField, ...] = (
         None,
         "An earlier execution of this workflow: the job starts from its newest complete checkpoint (mounted "
         "read-only as the resume channel; refused before launch when there is none, or when max_steps is not "
-        "above its step).",
-        _execution_name_ok,
+        "above its step). This execution's own name continues the run of that name in its own checkpoint folder "
+        "(an execution whose folder already holds an earlier run's checkpoints is refused otherwise).",
+        execution_name_ok,
         _resume_from_allowed,
         nullable=True,
     ),

@@ -278,7 +278,8 @@ def test_hyperparameter_value_size_and_count_come_from_botocore(rules):
         ({"resume_from": "a/b"}, "resume_from: must be the name of an earlier execution"),
         (
             {"resume_from": "x" * 81},
-            "resume_from: must be the name of an earlier execution of this workflow (1 to 80",
+            "resume_from: must be the name of an earlier execution of this workflow, or this execution's own to "
+            "continue its run in its folder (1 to 80",
         ),
         (
             {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"},
@@ -904,4 +905,72 @@ def test_task_files_are_read_only_in_the_named_folder_and_only_its_tasks_are_nam
         "evaluate.task_data_uri: must be a task folder below the data prefix s3://my-bucket/data/, not the data "
         "prefix itself (the evaluation job would mount all of it); e.g. s3://my-bucket/data/evaluation-tasks/ "
         '(python -m training.evaluate.prepare_tasks writes one); got "s3://my-bucket/data/"'
+    ]
+
+
+# ---- a run's name is its checkpoint folder: reused only to continue that run ------------------------------------
+
+
+def _seal(s3, key: str, step: int) -> None:
+    folder = f"{key}step_{step:08d}/"
+    s3.put_object(Bucket="my-bucket", Key=f"{folder}shard-0.pt", Body=b"x" * 10)
+    s3.put_object(Bucket="my-bucket", Key=f"{folder}{CHECKPOINT_MARKER}", Body=json.dumps({"files": {"shard-0.pt": 10}}).encode())
+
+
+def _decide(s3, rules, raw, execution):
+    return decide({"input": raw, "rules": rules.to_json(), "execution": execution}, s3=s3)
+
+
+def test_a_reused_run_name_is_refused_unless_the_input_continues_that_run_in_its_folder(s3, rules):
+    _seal(s3, "checkpoints/Test-Workflow/old-run/", 100)
+    refused = _decide(s3, rules, {"hyperparameters": {"max_steps": "300"}}, "old-run")
+    assert refused["cause"] == (
+        "execution name: s3://my-bucket/checkpoints/Test-Workflow/old-run/ already holds the checkpoints of an earlier "
+        "run named old-run, which a new run would resume from and write over; start this one under another name, or "
+        'set resume_from to "old-run" to continue that run in its folder'
+    )
+    continued = _decide(s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "old-run")
+    assert continued["valid"], continued["cause"]
+    assert continued["resume"] == {"step": 100, "uri": "s3://my-bucket/checkpoints/Test-Workflow/old-run/step_00000100/",
+                                   "execution": "old-run", "in_place": True}  # fmt: skip
+    assert continued["channels"] == []  # SageMaker's checkpoint sync brings the folder back: no resume channel
+    elsewhere = _decide(s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "new-run")
+    assert elsewhere["valid"] and elsewhere["resume"]["in_place"] is False
+    assert [c["ChannelName"] for c in elsewhere["channels"]] == [contract.RESUME_CHANNEL]
+    nothing = _decide(s3, rules, {"resume_from": "fresh"}, "fresh")
+    assert nothing["cause"] == (
+        "resume_from: execution fresh has no complete checkpoint under s3://my-bucket/checkpoints/Test-Workflow/fresh/; "
+        'got "fresh"'
+    )
+    assert _decide(s3, rules, {}, "fresh")["valid"]
+
+
+def test_a_tuning_run_may_not_reuse_a_name_nor_write_over_stored_measurements(s3):
+    rules = RequestRules(region=REGION, bucket_name="my-bucket", workflow_segment="Test-Workflow",
+                         image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/r:tag1").with_limits()  # fmt: skip
+    tune = {"batch_size": 8, "tune": {"search_space": {"batch_size": [4, 8]}, "max_trials": 1}}
+    _seal(s3, "checkpoints/Test-Workflow/tuned/", 5)
+    assert _decide(s3, rules, tune, "tuned")["cause"].endswith("write over; start this one under another name")
+    s3.put_object(Bucket="my-bucket", Key="tuning/measurements/tag1/Test-Workflow/measured.json", Body=b"{}")
+    assert _decide(s3, rules, tune, "measured")["cause"] == (
+        "execution name: s3://my-bucket/tuning/measurements/tag1/Test-Workflow/measured.json already holds the "
+        "measurements of an earlier tuning run named measured; start this one under another name"
+    )
+    assert _decide(s3, rules, tune, "new-tuning")["valid"]
+
+
+def test_an_evaluation_only_run_writes_no_checkpoints_so_its_name_may_have_a_folder(s3, rules):
+    _seal(s3, "checkpoints/Test-Workflow/evaluated/", 5)
+    raw = {"evaluate": {"task_data_uri": "s3://my-bucket/data/tasks/", "training_job": "done-job"}}
+    cause = _decide(s3, rules, raw, "evaluated")["cause"]
+    assert "execution name" not in cause and "evaluate.training_job: no training job done-job" in cause
+
+
+@pytest.mark.parametrize("name", [".", "..", "a/b", "run.1", "../other-run", "run 1"])
+def test_path_like_execution_names_are_refused(rules, name):
+    from training.request.decision import decide_request
+
+    assert decide_request({}, rules, execution=name).problems == [
+        "execution name: must be 1 to 80 characters of a-z, A-Z, 0-9, _ and - (it names the run's checkpoint "
+        f"folder, and resume_from names runs by it); got {json.dumps(name)}"
     ]

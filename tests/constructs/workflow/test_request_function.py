@@ -87,12 +87,13 @@ def test_handler_runs_from_the_asset_alone(tmp_path):
     assert result["valid"] is False and "did you mean max_steps?" in result["cause"]
 
 
-def test_the_handler_logs_every_problem_which_the_state_only_counts(capsys):
+def test_the_handler_logs_every_problem_which_the_state_only_counts(caplog):
     from constructs_lib.workflow.request_check import handler
 
     rules = RequestRules(region="us-west-2").with_limits().to_json()
-    state = handler({"input": {f"u{i}": 0 for i in range(2000)}, "rules": rules, "execution": "run-1"})
-    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    with caplog.at_level("INFO", logger="constructs_lib.workflow.request_check"):
+        state = handler({"input": {f"u{i}": 0 for i in range(2000)}, "rules": rules, "execution": "run-1"})
+    lines = [json.loads(record.getMessage()) for record in caplog.records]
     assert lines[0] == {"execution": "run-1", "valid": False, "problems": 2000}
     assert [line["problem"].split(":")[0] for line in lines[1:]] == [f"u{i}" for i in range(1000)]
     assert state["cause"].endswith("more problems (the request check's log and blackwell-training validate "
