@@ -160,25 +160,32 @@ class TrainingRuns(TuningOperations):
         return self._rules
 
     def check(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> list[str]:
-        """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: its own
-        decision (``training.request.decision.decide_request``) under ``rules`` (default: the deployed workflow's,
-        :attr:`rules`), with what it reads from S3 and SageMaker (``init_from``'s config.json, the measurements,
-        the data, ``resume_from``'s checkpoint, the evaluation's tasks and tokenizer); a read S3 or SageMaker
-        refuses is left to the workflow, which decides it before launching."""
-        from training.request.decision import decide_request
+        """Every problem the workflow would find in ``request`` (empty: it would launch), one line each
+        (:meth:`decide`'s)."""
+        return self.decide(request, name=name, rules=rules).problems
+
+    def decide(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> Any:
+        """The workflow's own decision of ``request`` (``training.request.decision.decide_request``) under ``rules``
+        (default: the deployed workflow's, :attr:`rules`), with what it reads from S3 and SageMaker
+        (``init_from``'s config.json, the measurements, the data, the run ``name``'s folder, ``resume_from``'s
+        checkpoint, the evaluation's tasks and tokenizer); its ``skipped`` names what it could not check (the run's
+        folder without ``name``). A read S3 or SageMaker refuses is left to the workflow, which decides it before
+        launching (the decision then has no problem and says so in ``skipped``)."""
+        from training.request.decision import Decision, decide_request
 
         rules = self.rules if rules is None else rules
         if rules.bucket_name is None:
-            return decide_request(dict(request), rules).problems
+            return decide_request(dict(request), rules)
         from botocore.exceptions import ClientError
 
         from training.request.reads import Reads
 
         reads = Reads(self.client("s3"), self.client("sagemaker"), before_launch=True)
         try:
-            return decide_request(dict(request), rules, reads=reads, execution=name).problems
-        except ClientError:
-            return []
+            return decide_request(dict(request), rules, reads=reads, execution=name)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code")
+            return Decision([], skipped=[f"what S3 or SageMaker refused to show ({code}): left to the workflow"])
 
     def execution_arn(self, run: str) -> str:
         """The ARN of run ``run`` (an execution name or ARN)."""

@@ -32,6 +32,13 @@ def tune_plan(
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
+    if isinstance(request.get("init_from"), str) and s3 is None:
+        raise InvalidRequest(
+            [
+                "init_from: the tuning plan needs the model folder's config.json from S3 (its shape): plan it with "
+                "--deployed or --stack"
+            ]
+        )
     decision = decide_request(with_tune(request), rules, reads=Reads(s3, measurements=measurements or ()))
     if decision.problems:
         raise InvalidRequest(decision.problems)

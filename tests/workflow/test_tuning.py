@@ -211,11 +211,13 @@ def test_a_tune_cannot_resume(workflow):
 
 
 def test_a_tune_with_init_from_needs_the_models_config_which_only_the_workflow_reads(rules):
+    """Offline its candidates wait for the model's shape: not refused (the workflow accepts it), said skipped."""
     from training.request.decision import prepare_request
 
     offline = prepare_request({"tune": {}, "init_from": f"s3://{rules.bucket_name}/data/llama/"}, rules)
-    assert any(p.startswith("tune: with init_from, the candidates are planned with the model's config.json")
-               for p in offline.problems), offline.problems  # fmt: skip
+    assert offline.problems == [] and offline.tune is None
+    assert any(line.startswith("init_from: the model folder's config.json (read from S3 before launch)")
+               and "a tuning run's candidates" in line for line in offline.skipped), offline.skipped  # fmt: skip
 
 
 def test_a_tune_does_not_evaluate(rules):

@@ -60,6 +60,9 @@ class Decision:
     tune_refused: list[str] = field(default_factory=list)
     """A tuning run's combinations the trainer's rules refuse, every one (``tune`` carries the count and the first
     few: ``bounds``)."""
+    skipped: list[str] = field(default_factory=list)
+    """The checks this decision could not make with what it was let read (``skipped_checks``: offline, without S3
+    or SageMaker, or without the run's name); the workflow makes every one before launch."""
 
     @property
     def valid(self) -> bool:
@@ -127,7 +130,44 @@ def decide_request(
         _before_launch(decision, request, rules, reads, execution)
     if decision.valid:
         decision.problems += bounds.state_problems(decision.state())
+    decision.skipped = skipped_checks(request, rules, reads, execution)
     return decision
+
+
+def skipped_checks(request: Request, rules: RequestRules, reads: Reads, execution: str | None) -> list[str]:
+    """What the decision of ``request`` did not check, one line each, because it was not let read it (``reads``:
+    no S3 or SageMaker, or not before a launch) or does not know it (the workflow's bucket, this run's name); every
+    one is checked by the workflow before it launches. Empty in the workflow."""
+    fields, skipped = request.fields, []
+    uris = [u for u in (fields.train_data_uri, fields.init_from) if isinstance(u, str)]
+    if request.evaluate is not None and isinstance(request.evaluate.task_data_uri, str):
+        uris.append(request.evaluate.task_data_uri)
+    if rules.bucket_name is None and uris and any(not s.startswith("s3://") for s in rules.data_sources):
+        skipped.append(
+            "the data sources' bucket: the workflow's bucket is not known here, so train_data_uri, init_from and "
+            "evaluate.task_data_uri were matched on their key only, in any bucket (give --bucket NAME, the stack "
+            "output CheckpointBucketName, or --deployed)"
+        )
+    if fields.init_from is not None and request.architecture is None and not request.read_problems:
+        skipped.append(
+            "init_from: the model folder's config.json (read from S3 before launch): the settings against the "
+            "model's shape, the memory and time plan and a tuning run's candidates"
+        )
+    evaluates_only = request.evaluate is not None and request.evaluate.training_job is not None
+    if not evaluates_only and execution is None:
+        skipped.append(
+            "the run's name: that its checkpoint folder holds no earlier run's (one S3 listing when it is started)"
+        )
+    if reads.before_launch:
+        return skipped
+    if fields.train_data_uri is not None:
+        skipped.append("train_data_uri: that it holds the training data (one S3 listing before launch)")
+    if fields.resume_from is not None:
+        skipped.append("resume_from: that run's newest complete checkpoint, below max_steps (read from S3)")
+    if request.evaluate is not None:
+        job = ", the training job it names (SageMaker)" if evaluates_only else ""
+        skipped.append(f"evaluate: the task folder's tasks and the model's tokenizer (read from S3){job}")
+    return skipped
 
 
 def validate_request(raw: object, rules: RequestRules) -> list[str]:
@@ -178,7 +218,7 @@ def _job_and_plan(
     assert decision.fields is not None
     fields = decision.fields
     decision.hyperparameters = dict(
-        tune.hyperparameters if tune is not None else request.settings.hyperparameters
+        tune.hyperparameters if tune is not None and tune.tune is not None else request.settings.hyperparameters
     )
     decision.tune = tune.tune if tune is not None else None
     decision.tune_refused = list(tune.refused) if tune is not None else []

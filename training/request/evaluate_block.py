@@ -186,7 +186,21 @@ def input_problems(request: Request, rules: RequestRules) -> list[str]:
         problems += plan_problems(request)
         if request.evaluate is not None and request.evaluate.training_job is None:
             problems += training_model_problems(request)
+            problems += trained_model_fit_problems(request, rules)
     return problems
+
+
+def trained_model_fit_problems(request: Request, rules: RequestRules) -> list[str]:
+    """The evaluation instance type asked for cannot hold the weights of the model this run trains: known from the
+    input (its parsed settings' shape and precision), so refused offline as in the workflow; with ``init_from``
+    the shape waits for the folder's config.json (``decide`` checks it then)."""
+    block, values = request.evaluate, request.settings.values
+    assert block is not None
+    if values is None:
+        return []
+    fields = request.fields
+    weight_bytes = export_weight_bytes(model_shape(values).parameter_count(), str(fields.precision))
+    return evaluation_instance_type(block, fields, rules, fields.instance_type, weight_bytes)[1]
 
 
 def block_problems(request: Request, rules: RequestRules) -> list[str]:
