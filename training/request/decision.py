@@ -154,6 +154,12 @@ def skipped_checks(request: Request, rules: RequestRules, reads: Reads, executio
             "model's shape, the memory and time plan and a tuning run's candidates"
         )
     evaluates_only = request.evaluate is not None and request.evaluate.training_job is not None
+    if not evaluates_only and rules.image_tag() is not None and not reads.knows_measurements:
+        skipped.append(
+            "the plan's throughput: a stored tuning measurement of this configuration (S3) would replace the "
+            "published figures, and with them the step time checked against max_runtime_seconds and a tuning "
+            "run's cost"
+        )
     if not evaluates_only and execution is None:
         skipped.append(
             "the run's name: that its checkpoint folder holds no earlier run's (one S3 listing when it is started)"

@@ -55,6 +55,11 @@ class Reads:
             return None, []
         return read_init_from(self.s3, uri)
 
+    @property
+    def knows_measurements(self) -> bool:
+        """Whether the stored tuning measurements are known (given, or read with S3)."""
+        return self._measurements is not None or self.s3 is not None
+
     def measurements(self, rules: RequestRules) -> list[Mapping[str, Any]]:
         """The stored tuning records of the workflow's image (read once, with S3 when the caller gave none)."""
         if self._measurements is None:
