@@ -444,7 +444,10 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     add("plan-math-attention-ac", {"batch_size": 4, "activation_checkpointing": True,
                                    "hyperparameters": {"attention_backend": "math"}})  # fmt: skip
     add("plan-one-step-too-long", {"hyperparameters": {"grad_accum_steps": "65536"}})
-    add("plan-one-step-fits", {"hyperparameters": {"grad_accum_steps": "65536"}, "max_runtime_seconds": 26 * 3600})
+    add(
+        "plan-one-step-fits",
+        {"hyperparameters": {"grad_accum_steps": "65536"}, "max_runtime_seconds": 26 * 3600},
+    )
     add("hp-fp8-mxfp8-recipe-hopper", {"precision": "fp8", "instance_type": "ml.p5.48xlarge",
                                        "hyperparameters": {"fp8_recipe": "mxfp8"}})  # fmt: skip
     add("hp-fp8-mxfp8-recipe-blackwell", {"precision": "fp8", "hyperparameters": {"fp8_recipe": "mxfp8"}})
@@ -487,7 +490,11 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     add("name-reused-continued", {"resume_from": "earlier", "hyperparameters": {"max_steps": "300"}},
         execution="earlier")  # fmt: skip
     add("name-reused-tuning", {"batch_size": 8, "tune": {"max_trials": 1}}, execution="earlier")
-    add("name-reused-evaluation-only", {"evaluate": {**TASKS, "training_job": "done-job"}}, execution="earlier")
+    add(
+        "name-reused-evaluation-only",
+        {"evaluate": {**TASKS, "training_job": "done-job"}},
+        execution="earlier",
+    )
     add("name-dot-dot", {}, execution="..")
     add("name-with-dot", {}, execution="run.1")
     # -- init_from --------------------------------------------------------------------------------------------------
@@ -529,7 +536,10 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
                                                                   "max_runtime_seconds": 0,
                                                                   "instance_type": "ml.g5.xlarge",
                                                                   "training_job": "bad name!"}})  # fmt: skip
-    add("eval-task-folder-is-the-data-prefix", {"train_data_uri": WORDS, "evaluate": {**TASKS, "task_data_uri": DATA}})
+    add(
+        "eval-task-folder-is-the-data-prefix",
+        {"train_data_uri": WORDS, "evaluate": {**TASKS, "task_data_uri": DATA}},
+    )
     add("eval-tasks-duplicate", {"train_data_uri": WORDS, "evaluate": {**TASKS, "tasks": ["piqa", "piqa"]}})
     add("eval-limit", {"train_data_uri": WORDS, "evaluate": {**TASKS, "limit": 100, "batch_size": 32}})
     add("eval-synthetic", {"evaluate": TASKS})

@@ -125,7 +125,9 @@ def test_validate_and_the_workflow_agree_on_every_input_that_needs_no_s3():
                 estimate = bounds.estimated_state_bytes(decision.request, decision.fields, deployed)
                 if len(json.dumps(state)) > estimate:
                     oversized.append((name, len(json.dumps(state)), estimate))
-    assert not disagreements, "\n".join(f"{n}:\n  validate {o}\n  workflow {w}" for n, o, w in disagreements[:10])
+    assert not disagreements, "\n".join(
+        f"{n}:\n  validate {o}\n  workflow {w}" for n, o, w in disagreements[:10]
+    )
     assert not unexplained, unexplained[:10]
     assert not oversized, oversized[:10]
     print(f"{checked_equal} of {len(request_corpus.CASES)} inputs: the same problems, none explained away")

@@ -185,7 +185,9 @@ class TrainingRuns(TuningOperations):
             return decide_request(dict(request), rules, reads=reads, execution=name)
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code")
-            return Decision([], skipped=[f"what S3 or SageMaker refused to show ({code}): left to the workflow"])
+            return Decision(
+                [], skipped=[f"what S3 or SageMaker refused to show ({code}): left to the workflow"]
+            )
 
     def execution_arn(self, run: str) -> str:
         """The ARN of run ``run`` (an execution name or ARN)."""

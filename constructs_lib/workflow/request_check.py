@@ -91,6 +91,8 @@ def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     """Lambda entry point (see :func:`decide`): with an S3 client, so that the plan reads the stored measurements."""
     rules = RequestRules.from_json(event["rules"])
     problems: list[str] = []
-    state = decide(event, _OnFirstUse("s3", rules) if rules.bucket_name is not None else None, problems=problems)
+    state = decide(
+        event, _OnFirstUse("s3", rules) if rules.bucket_name is not None else None, problems=problems
+    )
     log_decision(event.get("execution"), problems)
     return state

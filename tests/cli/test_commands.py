@@ -380,8 +380,13 @@ def test_offline_validate_refuses_another_bucket_when_named_and_says_when_it_can
     ]
     own = json.dumps({"train_data_uri": f"s3://{deployed.bucket}/data/tokens/"})
     checked = json.loads(cli("validate", "-", "--json", "--bucket", deployed.bucket, stdin=own).out)
-    assert checked["valid"] and not any(line.startswith("the data sources' bucket") for line in checked["not_checked"])
-    assert "train_data_uri: that it holds the training data (one S3 listing before launch)" in checked["not_checked"]
+    assert checked["valid"] and not any(
+        line.startswith("the data sources' bucket") for line in checked["not_checked"]
+    )
+    assert (
+        "train_data_uri: that it holds the training data (one S3 listing before launch)"
+        in checked["not_checked"]
+    )
 
 
 def test_validate_lists_every_problem_and_exits_2(deployed, cli):
@@ -444,7 +449,9 @@ def test_validate_deployed_uses_the_deployed_workflows_rules(deployed, cli):
         assert result.status == 2 and _problems(result.err) == submitted
         as_json = json.loads(cli("validate", "-", "--json", *flags, stdin=request).out)
         assert as_json == {"valid": False, "problems": submitted}
-    deployed_valid = json.loads(cli("validate", "--json", "--deployed").out)  # S3 read: only the run's name left
+    deployed_valid = json.loads(
+        cli("validate", "--json", "--deployed").out
+    )  # S3 read: only the run's name left
     assert deployed_valid["valid"] and [line.split(":")[0] for line in deployed_valid["not_checked"]] == [
         "the run's name"
     ]

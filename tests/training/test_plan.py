@@ -284,7 +284,9 @@ def test_math_attention_counts_its_score_matrix_and_refuses_what_cannot_fit():
     request = {"batch_size": 4, "seq_length": 8192, "hyperparameters": {"attention_backend": "math"}}
     setup = plan.setup_from_request(request)
     per_layer = plan.math_attention_bytes(setup) * setup.tokens / plan.GIB
-    assert per_layer == 16.0 + 0.75 - 1 / 512  # the scores (16 heads x 8192 x 4 bytes a token), fp32 q, k, v, no LSE
+    assert (
+        per_layer == 16.0 + 0.75 - 1 / 512
+    )  # the scores (16 heads x 8192 x 4 bytes a token), fp32 q, k, v, no LSE
     assert plan.math_attention_bytes(replace(setup, attention_backend="auto")) == 0.0
     (refused,) = validate_request(request, RequestRules())
     assert refused.startswith("memory: estimated peak 372.0 GiB per GPU (saved activations 308.6, ")
@@ -306,4 +308,6 @@ def test_a_run_whose_plan_cannot_finish_one_optimizer_step_in_its_time_limit_is_
         "than the run's limit of 24:00:00: it would be stopped before its first step; raise max_runtime_seconds"
     )
     longer = {"hyperparameters": {"grad_accum_steps": "65536"}, "max_runtime_seconds": 26 * 3600}
-    assert validate_request(longer, RequestRules()) == []  # one step fits: the plan only warns about max_steps
+    assert (
+        validate_request(longer, RequestRules()) == []
+    )  # one step fits: the plan only warns about max_steps

@@ -102,7 +102,12 @@ def _largest_spaces() -> list[tuple[str, dict]]:
         "async_checkpoint": [True, False],
         "expandable_segments": [True],
     }
-    refused = {**every, "precision": ["fp8"], "compile": ["true", "true"], "attention_backend": ["flash", "math"]}
+    refused = {
+        **every,
+        "precision": ["fp8"],
+        "compile": ["true", "true"],
+        "attention_backend": ["flash", "math"],
+    }
     refused["expandable_segments"] = [True, False]
     values = {"batch_size": list(range(1, tuning.MAX_COMBINATIONS + 1))}
     spaces = [("every setting", every), ("every combination refused", refused), ("2048 values", values)]
@@ -113,7 +118,9 @@ def _largest_spaces() -> list[tuple[str, dict]]:
 
 @pytest.mark.parametrize(("label", "space"), _largest_spaces(), ids=[label for label, _ in _largest_spaces()])
 @pytest.mark.parametrize("max_trials", [1, 6, tuning.MAX_TRIALS_LIMIT])
-def test_the_largest_search_spaces_the_schema_allows_give_bounded_decisions(rules, s3, label, space, max_trials):
+def test_the_largest_search_spaces_the_schema_allows_give_bounded_decisions(
+    rules, s3, label, space, max_trials
+):
     raw = {
         "batch_size": 4096 if label == "2048 values" else 32,
         "tune": {"search_space": space, "max_trials": max_trials, "convergence": {"precisions": ["mxfp8"]}},
@@ -151,11 +158,17 @@ def test_tens_of_thousands_of_problems_are_counted_not_listed(rules, s3):
         f"; and {more} more problems (the request check's log and blackwell-training validate --deployed on this "
         "input list every one)"
     )
-    one_long_line = lambda_state({"hyperparameters": raw["hyperparameters"]}, rules, s3, "3,000 unknown settings")
-    assert len(one_long_line["cause"]) == bounds.PROBLEM_LIMIT_CHARS and one_long_line["cause"].endswith("...")
+    one_long_line = lambda_state(
+        {"hyperparameters": raw["hyperparameters"]}, rules, s3, "3,000 unknown settings"
+    )
+    assert len(one_long_line["cause"]) == bounds.PROBLEM_LIMIT_CHARS and one_long_line["cause"].endswith(
+        "..."
+    )
 
 
-def test_a_valid_request_whose_decision_would_be_too_large_is_refused_alike_offline_and_in_the_workflow(rules, s3):
+def test_a_valid_request_whose_decision_would_be_too_large_is_refused_alike_offline_and_in_the_workflow(
+    rules, s3
+):
     long_number = "0." + "0" * 2400 + "3"  # a learning rate the trainer parses: 2,403 characters
     raw = {
         "hyperparameters": {"learning_rate": long_number, "weight_decay": long_number},

@@ -43,14 +43,21 @@ def test_every_listed_variable_is_refused_with_its_own_reason(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "FI_PROVIDER_PATH", "CUDA_INJECTION64_PATH"],
+    [
+        "NCCL_NET_PLUGIN",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_PROFILER_PLUGIN",
+        "FI_PROVIDER_PATH",
+        "CUDA_INJECTION64_PATH",
+    ],
 )
 def test_the_reviews_named_variables_are_listed(name):
     assert name in ENVIRONMENT_LOADS_CODE
 
 
 @pytest.mark.parametrize(
-    "name", ["NCCL_SOMETHING_PLUGIN", "FI_EFA_NEW_LIB", "TORCH_FUTURE_CACHE_DIR", "NVTE_X_PATH", "CUDA_Y_FILE"]
+    "name",
+    ["NCCL_SOMETHING_PLUGIN", "FI_EFA_NEW_LIB", "TORCH_FUTURE_CACHE_DIR", "NVTE_X_PATH", "CUDA_Y_FILE"],
 )
 def test_a_variable_named_like_a_path_is_refused_even_when_no_version_has_it_yet(name):
     (problem,) = _problems({name: "x"})

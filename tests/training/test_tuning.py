@@ -111,7 +111,9 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
                                max_instance_count=4, instance_types=tuple(contract.GPU_INSTANCE_TYPES))  # fmt: skip
     (problem,) = tuned.problems
     advice = problem.split("; it would fit with: ")[1]
-    assert advice.startswith("instance_count 3 (the nearest candidate then plans ") and "instance_type" in advice
+    assert (
+        advice.startswith("instance_count 3 (the nearest candidate then plans ") and "instance_type" in advice
+    )
     assert "batch_size" not in advice and "activation_checkpointing" not in advice
     nearest = tuned.found.not_fitting[0].plan.setup
     assert plan.estimate_memory(replace(nearest, instance_count=3)).fits
@@ -238,17 +240,25 @@ def test_the_mxfp8_recipe_is_refused_in_a_space_for_a_gpu_that_cannot_run_it():
     from training.request.rules import RequestRules
 
     hopper = {"precision": "fp8", "instance_type": "ml.p5.48xlarge", "batch_size": 8}
-    assert validate_request({**hopper, "tune": {"search_space": {"fp8_recipe": ["current", "mxfp8"]}}},
-                            RequestRules()) == [  # fmt: skip
+    assert validate_request(
+        {**hopper, "tune": {"search_space": {"fp8_recipe": ["current", "mxfp8"]}}}, RequestRules()
+    ) == [  # fmt: skip
         "tune.search_space.fp8_recipe: mxfp8 cannot run on the GPUs of ml.p5.48xlarge; it runs auto, current, delayed"
     ]
     # the request's own recipe mxfp8: the candidates that run fp8 are refused, bf16's are kept
     space = {"precision": ["bf16", "fp8"], "activation_checkpointing": ["full"]}
     decided = decide_request(
-        {**hopper, "precision": "bf16", "hyperparameters": {"fp8_recipe": "mxfp8"}, "tune": {"search_space": space}},
+        {
+            **hopper,
+            "precision": "bf16",
+            "hyperparameters": {"fp8_recipe": "mxfp8"},
+            "tune": {"search_space": space},
+        },
         RequestRules(),
     )
     assert decided.problems == [], decided.problems
     (refused,) = decided.tune_refused
-    assert refused.startswith("precision=fp8, activation_checkpointing=full: fp8_recipe: mxfp8 (TE MXFP8BlockScaling)")
+    assert refused.startswith(
+        "precision=fp8, activation_checkpointing=full: fp8_recipe: mxfp8 (TE MXFP8BlockScaling)"
+    )
     assert [t["settings"]["precision"] for t in decided.tune["plan"]["trials"]] == ["bf16"]

@@ -237,7 +237,9 @@ class SageMakerSync(StateTaskServiceUnsupported):
             )
         response = client.create_training_job(**normalised_parameters)
         for bucket, key, body in outcome.uploads:
-            boto3.client("s3", region_name=resource_runtime_part.region).put_object(Bucket=bucket, Key=key, Body=body)
+            boto3.client("s3", region_name=resource_runtime_part.region).put_object(
+                Bucket=bucket, Key=key, Body=body
+            )
         job = sagemaker_backends[ACCOUNT][resource_runtime_part.region].training_jobs[name]
         job.training_job_status = outcome.status
         job.secondary_status = outcome.status

@@ -269,8 +269,13 @@ def test_without_num_layers_the_model_preset_decides_the_depth(workflow):
     [
         # 4096 sequences of 1M tokens cannot fit any GPU: the bounds themselves are what is tested here (one step
         # of them, about 60 h by the plan, within the workflow's longest time limit)
-        {"num_layers": 1, "batch_size": 4096, "seq_length": 1_048_576, "ignore_memory_estimate": True,
-         "max_runtime_seconds": 7 * 24 * 3600},  # fmt: skip
+        {
+            "num_layers": 1,
+            "batch_size": 4096,
+            "seq_length": 1_048_576,
+            "ignore_memory_estimate": True,
+            "max_runtime_seconds": 7 * 24 * 3600,
+        },  # fmt: skip
         {"num_layers": 512, "seq_length": 8},
         {"max_runtime_seconds": 1, "seq_length": 8},  # one step of 8 tokens fits one second
         {"instance_count": 4},

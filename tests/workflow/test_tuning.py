@@ -124,7 +124,10 @@ def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(w
     hyperparameters = {**rules.full_defaults()["hyperparameters"], "precision": "bf16", "seq_length": "8192",
                        "batch_size": "1", "activation_checkpointing": "false"}  # fmt: skip
     records = records_file(hyperparameters, {2: 0.5, 4: 0.9})
-    uploads = ((bucket, folder + "winner.json", json.dumps({"trial": 1})), (bucket, folder + "measurements.json", records))
+    uploads = (
+        (bucket, folder + "winner.json", json.dumps({"trial": 1})),
+        (bucket, folder + "measurements.json", records),
+    )
     OUTCOMES.plan(prefix, Outcome(uploads=uploads))
     tuned = _summary(workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name))["tune"]
     key = f"tuning/measurements/{IMAGE_TAG}/{SEGMENT}/{name}.json"

@@ -102,7 +102,11 @@ def _evaluation_bound(request: Request, fields: Fields, rules: RequestRules) -> 
         return None
     facts = None
     if block.training_job is not None:
-        facts = {"run": LONGEST_EXECUTION_NAME, "training_job": block.training_job, "model_uri": LONGEST_S3_URI}
+        facts = {
+            "run": LONGEST_EXECUTION_NAME,
+            "training_job": block.training_job,
+            "model_uri": LONGEST_S3_URI,
+        }
     return evaluate_block.decided(
         fields, block, rules, LONGEST_EXECUTION_NAME, facts, instance_type=LONGEST_INSTANCE_TYPE
     )

@@ -102,10 +102,11 @@ def decide_request(
 ) -> Decision:
     """The decision about the execution input ``raw`` under ``rules``, in order: the input read once (with the
     ``init_from`` model's config.json, read first: the settings and the plan need its shape), each field, the tags
-    and environment, the rules between fields, the ``evaluate`` block, the trainer settings, a tuning run's
-    candidates and cost, the memory plan, then what only a launch reads (the data, ``resume_from``'s checkpoint,
-    the evaluation's tasks, tokenizer and training job). ``reads``: what may be read (default: nothing, offline);
-    ``execution``: this execution's name."""
+    and environment, the rules between fields, the ``evaluate`` block, the execution's name, the trainer settings, a
+    tuning run's candidates and cost, the memory plan and a step against the time limit, the decision's size, then
+    what only a launch reads (the data, the run's own folder, ``resume_from``'s checkpoint, the evaluation's tasks,
+    tokenizer and training job), and what it could not check. ``reads``: what may be read (default: nothing,
+    offline); ``execution``: this execution's name."""
     reads = reads or Reads()
     if not isinstance(raw, Mapping):
         return Decision([f"input: must be a JSON object of input fields; got {show(raw)}"])
@@ -224,7 +225,9 @@ def _job_and_plan(
     assert decision.fields is not None
     fields = decision.fields
     decision.hyperparameters = dict(
-        tune.hyperparameters if tune is not None and tune.tune is not None else request.settings.hyperparameters
+        tune.hyperparameters
+        if tune is not None and tune.tune is not None
+        else request.settings.hyperparameters
     )
     decision.tune = tune.tune if tune is not None else None
     decision.tune_refused = list(tune.refused) if tune is not None else []

@@ -100,7 +100,9 @@ library, a toolkit folder, a compiled-code cache, an unrestricted unpickler) or 
 with the reason; their sources are in docs/security.md. Each was found by reading the libraries the job runs
 (NCCL, libfabric, the CUDA driver's documentation, Transformer Engine v2.11, PyTorch). The job runs as the
 execution role, so a library in a data folder that one of these loads would run with every run's checkpoints."""
-ENVIRONMENT_PATH_NAME = re.compile(r"(PATH|_DIR|_DIRECTORY|_FILE|_FILENAME|_LIB|_LIBRARY|_PLUGIN|_HOME|_PIPE)$")
+ENVIRONMENT_PATH_NAME = re.compile(
+    r"(PATH|_DIR|_DIRECTORY|_FILE|_FILENAME|_LIB|_LIBRARY|_PLUGIN|_HOME|_PIPE)$"
+)
 """Names that end like a path's (``_PATH``, ``_DIR``, ``_FILE``, ``_PLUGIN``, ...): refused too, for the variables a
 later version of these libraries adds (NCCL added four plugin variables in two years)."""
 
@@ -118,6 +120,7 @@ def environment_name_refusal(name: str) -> str | None:
         f"refused: {reason}; with a file in a data folder, the job would run that code as the workflow's execution "
         "role (docs/security.md lists these names)"
     )
+
 
 TAG_CHARACTERS = "letters, digits, spaces and _.:/=+-@"
 EVALUATE_DEFAULTS: Mapping[str, Any] = MappingProxyType(

@@ -160,7 +160,12 @@ def resume(
     if found is None:
         return None, problems
     in_place = name == execution
-    return {"step": found[0], "uri": f"s3://{bucket}/{found[1]}", "execution": name, "in_place": in_place}, problems
+    return {
+        "step": found[0],
+        "uri": f"s3://{bucket}/{found[1]}",
+        "execution": name,
+        "in_place": in_place,
+    }, problems
 
 
 def run_folder_problems(s3: Any, rules: RequestRules, execution: str, *, tuning: bool) -> list[str]:
@@ -175,7 +180,9 @@ def run_folder_problems(s3: Any, rules: RequestRules, execution: str, *, tuning:
     bucket, _, run_key = f"{runs_uri}{execution}/"[5:].partition("/")
     held = s3.list_objects_v2(Bucket=bucket, Prefix=run_key, MaxKeys=1).get("KeyCount", 0)
     if held:
-        resumes = "" if tuning else f", or set resume_from to {show(execution)} to continue that run in its folder"
+        resumes = (
+            "" if tuning else f", or set resume_from to {show(execution)} to continue that run in its folder"
+        )
         return [
             f"execution name: s3://{bucket}/{run_key} already holds the checkpoints of an earlier run named "
             f"{execution}, which a new run would resume from and write over; start this one under another "

@@ -195,7 +195,9 @@ def parse_space(raw: Any, instance_type: str) -> tuple[dict[str, tuple[Any, ...]
         if name in ("precision", "fp8_recipe"):
             # fp8_recipe mxfp8 is MXFP8BlockScaling: the GPUs precision mxfp8 needs (contract.check_fp8_recipe)
             unsupported = [
-                p for p in parsed if not contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
+                p
+                for p in parsed
+                if not contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
             ]
             if unsupported:
                 choices = contract.PRECISIONS if name == "precision" else contract.FP8_RECIPES
@@ -556,8 +558,11 @@ def plan_tuning(
     problems = (
         []
         if found.ranked
-        else [no_fit_problem(found, settings.search_space, values, max_instance_count=most,
-                             instance_types=instance_types)]  # fmt: skip
+        else [
+            no_fit_problem(
+                found, settings.search_space, values, max_instance_count=most, instance_types=instance_types
+            )
+        ]  # fmt: skip
     )
     seconds = [trial_seconds(c, settings) for c in chosen]
     extra = convergence_seconds(chosen[0], settings.convergence) if chosen and settings.convergence else 0.0

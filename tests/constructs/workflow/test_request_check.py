@@ -914,7 +914,11 @@ def test_task_files_are_read_only_in_the_named_folder_and_only_its_tasks_are_nam
 def _seal(s3, key: str, step: int) -> None:
     folder = f"{key}step_{step:08d}/"
     s3.put_object(Bucket="my-bucket", Key=f"{folder}shard-0.pt", Body=b"x" * 10)
-    s3.put_object(Bucket="my-bucket", Key=f"{folder}{CHECKPOINT_MARKER}", Body=json.dumps({"files": {"shard-0.pt": 10}}).encode())
+    s3.put_object(
+        Bucket="my-bucket",
+        Key=f"{folder}{CHECKPOINT_MARKER}",
+        Body=json.dumps({"files": {"shard-0.pt": 10}}).encode(),
+    )
 
 
 def _decide(s3, rules, raw, execution):
@@ -929,12 +933,18 @@ def test_a_reused_run_name_is_refused_unless_the_input_continues_that_run_in_its
         "run named old-run, which a new run would resume from and write over; start this one under another name, or "
         'set resume_from to "old-run" to continue that run in its folder'
     )
-    continued = _decide(s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "old-run")
+    continued = _decide(
+        s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "old-run"
+    )
     assert continued["valid"], continued["cause"]
     assert continued["resume"] == {"step": 100, "uri": "s3://my-bucket/checkpoints/Test-Workflow/old-run/step_00000100/",
                                    "execution": "old-run", "in_place": True}  # fmt: skip
-    assert continued["channels"] == []  # SageMaker's checkpoint sync brings the folder back: no resume channel
-    elsewhere = _decide(s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "new-run")
+    assert (
+        continued["channels"] == []
+    )  # SageMaker's checkpoint sync brings the folder back: no resume channel
+    elsewhere = _decide(
+        s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "new-run"
+    )
     assert elsewhere["valid"] and elsewhere["resume"]["in_place"] is False
     assert [c["ChannelName"] for c in elsewhere["channels"]] == [contract.RESUME_CHANNEL]
     nothing = _decide(s3, rules, {"resume_from": "fresh"}, "fresh")
@@ -950,7 +960,9 @@ def test_a_tuning_run_may_not_reuse_a_name_nor_write_over_stored_measurements(s3
                          image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/r:tag1").with_limits()  # fmt: skip
     tune = {"batch_size": 8, "tune": {"search_space": {"batch_size": [4, 8]}, "max_trials": 1}}
     _seal(s3, "checkpoints/Test-Workflow/tuned/", 5)
-    assert _decide(s3, rules, tune, "tuned")["cause"].endswith("write over; start this one under another name")
+    assert _decide(s3, rules, tune, "tuned")["cause"].endswith(
+        "write over; start this one under another name"
+    )
     s3.put_object(Bucket="my-bucket", Key="tuning/measurements/tag1/Test-Workflow/measured.json", Body=b"{}")
     assert _decide(s3, rules, tune, "measured")["cause"] == (
         "execution name: s3://my-bucket/tuning/measurements/tag1/Test-Workflow/measured.json already holds the "
