@@ -2,9 +2,10 @@
 
 Every input is run through the decision's entry points: the workflow's Lambda (``request_check.decide``, with S3 in
 moto holding the data, the ``init_from`` model folders, earlier runs' checkpoints, evaluation task folders and stored
-tuning measurements, and a stub of SageMaker for an evaluation-only request's training job), and the CLI offline
-(``validate`` and ``plan`` under cdk.json's rules, and ``tune``'s plan for the inputs with a ``tune`` block). What
-each returned (the whole decision, every problem line, the plan) is kept in ``request_corpus.json``;
+tuning measurements, and a stub of SageMaker for an evaluation-only request's training job and the training plans),
+and the CLI offline (``validate`` and ``plan`` under cdk.json's rules, and ``tune``'s plan for the inputs with a
+``tune`` block). What each returned (the whole decision, every problem line, the plan) is kept in
+``request_corpus.json``;
 ``tests/test_request_corpus.py`` runs the corpus again and compares every decision and message with that record.
 
 The record was written by the code before the request was read into one typed value (issue "a request read once"),
@@ -231,8 +232,45 @@ TRAINING_JOBS = {
 """The finished training jobs an evaluation-only request may name (``DescribeTrainingJob``'s answers)."""
 
 
+def _plan(arn: str, instance_type: str, count: int, status: str = "Active", **changes: Any) -> dict[str, Any]:
+    capacity = {"ReservedCapacityArn": arn.replace("training-plan/", "reserved-capacity/"),
+                "InstanceType": instance_type, "TotalInstanceCount": count, "Status": status}  # fmt: skip
+    return {"TrainingPlanArn": arn, "TrainingPlanName": arn.rsplit("/", 1)[-1], "Status": status,
+            "TotalInstanceCount": count, "TargetResources": ["training-job"],
+            "ReservedCapacitySummaries": [capacity], **changes}  # fmt: skip
+
+
+TWO_NODE_PLAN = PLAN_ARN.replace("b200-week", "b200-two")
+TRAINING_PLANS = {
+    PLAN_ARN: _plan(PLAN_ARN, "ml.p6-b200.48xlarge", 4),
+    TWO_NODE_PLAN: _plan(TWO_NODE_PLAN, "ml.p6-b200.48xlarge", 2, "Scheduled"),
+    PLAN_ARN.replace("b200-week", "h100-week"): _plan(
+        PLAN_ARN.replace("b200-week", "h100-week"), "ml.p5.48xlarge", 4
+    ),
+    PLAN_ARN.replace("b200-week", "ended"): _plan(
+        PLAN_ARN.replace("b200-week", "ended"), "ml.p6-b200.48xlarge", 4, "Expired"
+    ),
+    PLAN_ARN.replace("b200-week", "hyperpod"): _plan(
+        PLAN_ARN.replace("b200-week", "hyperpod"),
+        "ml.p6-b200.48xlarge",
+        4,
+        TargetResources=["hyperpod-cluster"],
+    ),
+}
+"""The account's training plans (``DescribeTrainingPlan``'s answers; the corpus's recorded inputs name the first)."""
+
+
 class SageMakerStub:
-    """``describe_training_job`` over :data:`TRAINING_JOBS` (SageMaker's ValidationException for any other)."""
+    """``describe_training_job`` over :data:`TRAINING_JOBS` and ``describe_training_plan`` over
+    :data:`TRAINING_PLANS` (SageMaker's ValidationException, and ResourceNotFound, for any other)."""
+
+    def describe_training_plan(self, TrainingPlanName: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
+        from botocore.exceptions import ClientError
+
+        if TrainingPlanName not in TRAINING_PLANS:
+            error = {"Error": {"Code": "ResourceNotFound", "Message": "Training plan not found."}}
+            raise ClientError(error, "DescribeTrainingPlan")  # type: ignore[arg-type]
+        return json.loads(json.dumps(TRAINING_PLANS[TrainingPlanName]))
 
     def describe_training_job(self, TrainingJobName: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
         from botocore.exceptions import ClientError
@@ -474,6 +512,15 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     add("remote-debug-allowed", {"remote_debug": True}, rules="debug")
     add("remote-debug-isolated", {"remote_debug": True}, rules="narrow")
     add("training-plan", {"training_plan_arn": PLAN_ARN, "max_runtime_seconds": 3600})
+    # the plan as DescribeTrainingPlan describes it, before launch (added with the multi-node request check)
+    add("training-plan-two-nodes", {"training_plan_arn": TWO_NODE_PLAN, "instance_count": 2})
+    add("training-plan-too-few", {"training_plan_arn": TWO_NODE_PLAN, "instance_count": 4})
+    add("training-plan-other-type", {"training_plan_arn": PLAN_ARN.replace("b200-week", "h100-week")})
+    add("training-plan-expired", {"training_plan_arn": PLAN_ARN.replace("b200-week", "ended")})
+    add("training-plan-hyperpod", {"training_plan_arn": PLAN_ARN.replace("b200-week", "hyperpod")})
+    add("training-plan-unknown", {"training_plan_arn": PLAN_ARN.replace("b200-week", "nowhere")})
+    add("training-plan-eval-only", {"evaluate": {**TASKS, "training_job": "done-job"},
+                                    "training_plan_arn": PLAN_ARN.replace("b200-week", "h100-week")})  # fmt: skip
     add("job-name-prefix", {"job_name_prefix": "llama-8b-test"})
     add("narrow-instance", {"instance_type": "ml.p5e.48xlarge"}, rules="narrow")
     # -- resume_from ------------------------------------------------------------------------------------------------

@@ -9,27 +9,51 @@ import json
 import re
 
 from tests import request_corpus
-from training.request import contract
+from training.request import contract, fields
 
 _LIST = re.compile(r"allowed: ((?:[a-z0-9_]+, )+[a-z0-9_]+)")
 
 
+def _tables() -> dict[str, set[str]]:
+    """The tables whose names a refusal lists in full, by the token that stands for such a list."""
+    return {
+        "<the contract's trainer settings>": set(contract.HYPERPARAMETERS_BY_NAME),
+        "<the input fields>": set(fields.INPUT_FIELDS),
+    }
+
+
 def _settings_lists_as_named(text: str) -> str:
-    """``text`` with every list of trainer settings ("allowed: a, b, ...") that names only settings of today's
-    contract replaced by one token: a setting added since the record lengthens those lists in every refusal that
-    prints them, which is a new field, not a changed decision. A list naming a setting the contract no longer has
-    stays as it is (and differs)."""
-    known = set(contract.HYPERPARAMETERS_BY_NAME)
+    """``text`` with every list ("allowed: a, b, ...") that names only today's trainer settings, or only today's
+    input fields, replaced by one token: a setting or a field added since the record lengthens those lists in every
+    refusal that prints them, which is a new field, not a changed decision. A list naming a setting or a field
+    that is gone stays as it is (and differs)."""
+    tables = _tables()
 
     def one(match: re.Match) -> str:
-        names = match.group(1).split(", ")
-        return (
-            "allowed: <the contract's trainer settings>"
-            if len(names) > 10 and set(names) <= known
-            else match.group(0)
-        )
+        names = set(match.group(1).split(", "))
+        named = [token for token, known in tables.items() if len(names) > 10 and names <= known]
+        return f"allowed: {named[0]}" if named else match.group(0)
 
     return _LIST.sub(one, text)
+
+
+def _recorded_fields(record: dict) -> set[str]:
+    """The input fields when the corpus was recorded: the decided config of the empty input names every one."""
+    return set(record["answers"]["empty"]["decide"]["result"]["config"])
+
+
+def _without_new_fields(answer: object, new: dict[str, object]) -> object:
+    """``answer`` with every input field added since the record (``new``: each with its default) left out of each
+    decided ``config`` where it has its default: an input that does not set a new field gets its default, which
+    is a new field, not a changed decision (set otherwise, it stays and differs)."""
+    if isinstance(answer, list):
+        return [_without_new_fields(item, new) for item in answer]
+    if not isinstance(answer, dict):
+        return answer
+    out = {key: _without_new_fields(value, new) for key, value in answer.items()}
+    if isinstance(out.get("config"), dict):
+        out["config"] = {k: v for k, v in out["config"].items() if k not in new or v != new[k]}
+    return out
 
 
 def _record() -> dict:
@@ -47,7 +71,12 @@ def test_the_corpus_is_large_and_has_good_and_bad_inputs():
 def test_every_recorded_input_is_decided_as_recorded():
     record = _record()
     cases = [(c["name"], c["input"], c["options"]) for c in record["cases"]]
-    again = request_corpus.canonical(request_corpus.run_all(cases))
+    added = {
+        name: fields.DEFAULT_INPUT[name]
+        for name in fields.INPUT_FIELDS
+        if name not in _recorded_fields(record)
+    }
+    again = _without_new_fields(request_corpus.canonical(request_corpus.run_all(cases)), added)
     changed = {  # compared as text: the order of every mapping (fields, settings, plan parts) is kept too
         f"{name} {path}": {"recorded": recorded[path], "now": again[name].get(path)}
         for name, recorded in record["answers"].items()
@@ -73,6 +102,30 @@ def test_a_settings_list_counts_as_named_only_when_it_names_todays_settings():
     assert _settings_lists_as_named("allowed: bf16, fp8") == "allowed: bf16, fp8"
 
 
+def test_a_fields_list_counts_as_named_only_when_it_names_todays_fields():
+    today = ", ".join(fields.INPUT_FIELDS)
+    older = ", ".join(f for f in fields.INPUT_FIELDS if f != "tune")
+    assert _settings_lists_as_named(f"x; allowed: {older}") == _settings_lists_as_named(
+        f"x; allowed: {today}"
+    )
+    assert _settings_lists_as_named(f"x; allowed: {today}") == "x; allowed: <the input fields>"
+    gone = f"x; allowed: {older}, a_field_removed_since"
+    assert _settings_lists_as_named(gone) == gone
+
+
+def test_a_new_field_at_its_default_is_left_out_of_the_decided_config_only():
+    new = {"data_format": "tokens"}
+    decided = {
+        "decide": {"result": {"config": {"precision": "bf16", "data_format": "tokens"}, "plan": {"a": 1}}}
+    }
+    assert _without_new_fields(decided, new) == {
+        "decide": {"result": {"config": {"precision": "bf16"}, "plan": {"a": 1}}}
+    }
+    changed = {"result": {"config": {"precision": "bf16", "data_format": "chat"}}}
+    assert _without_new_fields(changed, new) == changed
+    assert _recorded_fields(_record()) >= {"precision", "hyperparameters", "tune"}
+
+
 SKIPPED_EXPLAINS = {
     "the data sources' bucket": ("train_data_uri:", "init_from:", "evaluate.task_data_uri:"),
     "init_from: the model folder's config.json": ("init_from:", "hyperparameters", "num_layers:", "memory:",
@@ -83,6 +136,9 @@ SKIPPED_EXPLAINS = {
     "resume_from: that run's": ("resume_from:", "hyperparameters.max_steps: must be greater than the step of the "
                                 "checkpoint resumed from"),
     "evaluate: the task folder's": ("evaluate",),
+    "training_plan_arn: that the plan": ("training_plan_arn: ", "instance_type: the training plan ",
+                                         "evaluate.instance_type: the training plan ",
+                                         "instance_count: the training plan "),
 }  # fmt: skip
 """Each check offline validation says it skipped, and the problems only the workflow can then find."""
 

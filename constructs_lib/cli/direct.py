@@ -118,15 +118,16 @@ def direct_request(
     problem = _job_name_problem(name, rules.sagemaker()["TrainingJobName"])
     if problem is not None:
         raise InvalidRequest([problem])
-    # The workflow's own decision, with what it reads from S3 (as TrainingRuns.check); the workflow's evaluation
+    # The workflow's own decision, with what it reads from S3 and SageMaker (as TrainingRuns.check); the evaluation
     # states have no direct counterpart, so a request with evaluate is refused (and its evaluation not read).
     evaluates = request.get("evaluate") is not None
+    reads = Reads(runs.client("s3"), runs.client("sagemaker"), before_launch=not evaluates)
     try:
-        decision = decide_request(
-            dict(request), rules, reads=Reads(runs.client("s3"), before_launch=not evaluates), execution=name
-        )
+        decision = decide_request(dict(request), rules, reads=reads, execution=name)
     except ClientError as error:
-        raise OperatorError(f"cannot read the checkpoints of resume_from in S3: {error}") from None
+        raise OperatorError(
+            f"cannot read what the request names (resume_from's checkpoints in S3, the training plan): {error}"
+        ) from None
     problems = list(decision.problems)
     if evaluates:
         problems.append(

@@ -113,11 +113,19 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     )
     basis = planned.get("throughput_basis", "published")
     out.print(
-        f"{planned['world_size']} GPUs; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU ({basis}); step "
-        f"{planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost {cost} "
-        f"(throughput {basis}: {planned['throughput_source']})",
+        f"{planned['world_size']} GPUs{_layout(planned)}; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU "
+        f"({basis}); step {planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost "
+        f"{cost} (throughput {basis}: {planned['throughput_source']})",
         markup=False,
     )
+    net = planned.get("network")
+    if net:
+        out.print(
+            f"network per step: {net['efa_gb_per_instance']:.1f} GB per instance over EFA, "
+            f"{net['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink; busy {net['busy_seconds']:.3f} s, exposed "
+            f"{net['exposed_seconds']:.3f} s ({100 * net['share']:.1f}% of the step; links: {net['source']})",
+            markup=False,
+        )
     check = planned.get("memory_check")
     if check:
         out.print(
@@ -139,6 +147,16 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
         out.print(f"warning: {planned['warning']}", markup=False)
     if planned["advice"]:
         out.print("fits with: " + "; ".join(planned["advice"]), markup=False)
+
+
+def _layout(planned: dict[str, Any]) -> str:
+    """The data-parallel layout of a plan (``data_parallel``): ", replicate 2 x shard 8", ", shard 8"; empty for a
+    plan recorded before layouts were."""
+    layout = planned.get("data_parallel")
+    if not layout:
+        return ""
+    replicas = f"replicate {layout['replicate']} x " if layout["replicate"] > 1 else ""
+    return f", {replicas}shard {layout['shard']}"
 
 
 def _estimate_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:

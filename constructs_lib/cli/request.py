@@ -152,16 +152,16 @@ def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
-    uri = request.get("init_from") if isinstance(request, Mapping) else None
-    if isinstance(uri, str) and s3 is None:
+    reads = Reads(s3)
+    decision = decide_request(request, rules, reads=reads)
+    if s3 is None and decision.fields is not None and isinstance(decision.fields.init_from, str):
+        # the decided field (the input's, else the workflow's default): offline, its shape is not known
         raise InvalidRequest(
             [
                 "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
                 "--deployed or --stack"
             ]
         )
-    reads = Reads(s3)
-    decision = decide_request(request, rules, reads=reads)
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)

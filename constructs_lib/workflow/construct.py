@@ -215,7 +215,8 @@ class TrainingWorkflow(Construct):
         as input. Default: no trigger.
     :param event_bus: the bus of ``event_pattern``. Default: the account's default bus.
     :param log_retention: retention of the execution log group. Default six months.
-    :param state_machine_name: physical name (1 to 80 of letters, digits and ``+!@.()=_'-``). Default: made from
+    :param state_machine_name: physical name (1 to 80 of letters, digits, ``-`` and ``_``: the executions are
+        logged to CloudWatch Logs, which Step Functions allows only for such names). Default: made from
         the construct path (``<stack><path><hash>``, the same at every deployment), so that the IAM conditions
         can name the exact state machine: its role's trust (``aws:SourceArn``) and the key's use
         (``kms:EncryptionContext:aws:states:stateMachineArn``).

@@ -15,8 +15,10 @@ from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.workflow.request import MLFLOW_ARN
 
 RUN_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-STATE_MACHINE_NAME = re.compile(r"^[A-Za-z0-9+!@.()=_'-]{1,80}$")
-"""Step Functions' state machine names (CreateStateMachine ``name``; aws-cdk-lib's ``validateStateMachineName``)."""
+STATE_MACHINE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+"""Step Functions' state machine names with logging on, as the workflow's always is (CreateStateMachine ``name``:
+"To enable logging with CloudWatch Logs, the name should only contain 0-9, A-Z, a-z, - and _"; aws-cdk-lib's
+``validateStateMachineName`` also lets ``+!@.()=`` and ``'`` through)."""
 
 
 def state_machine_name_of(given: str | None, workflow: IConstruct) -> str:
@@ -29,8 +31,8 @@ def state_machine_name_of(given: str | None, workflow: IConstruct) -> str:
         return Names.unique_resource_name(workflow, max_length=80)
     if not isinstance(given, str) or not (Token.is_unresolved(given) or STATE_MACHINE_NAME.match(given)):
         raise ValueError(
-            "TrainingWorkflow: state_machine_name must be 1 to 80 of letters, digits and +!@.()=_'-; "
-            f"got {given!r}"
+            "TrainingWorkflow: state_machine_name must be 1 to 80 of letters, digits, '-' and '_' (the workflow "
+            f"logs its executions to CloudWatch Logs, which Step Functions allows only for such names); got {given!r}"
         )
     return given
 

@@ -4,15 +4,16 @@ It runs :func:`constructs_lib.workflow.request_check.handler` (see that module f
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
 ``training/request/`` (the decision, the fields' table, the rules, the request read once, the checks, the evaluate
-and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan, the
-measurements' rules and the tuning candidates; standard library only) and an empty ``__init__.py`` in each of their
-folders (the real package ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing
-and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must
-hold an object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an
-``init_from`` model's architecture) or ``metadata.json`` (prepared data's tokenizer) and task YAML files in a folder
-below them (an evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged as the workflow's (an
-evaluation-only request's job), and list and read the stored tuning measurements (``<tuning prefix>measurements/``);
-nothing else.
+and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan and its
+network term, the measurements' rules, the tuning candidates and the decision's size bound; standard library only)
+and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there).
+Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing and the
+``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an
+object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an ``init_from``
+model's architecture) or ``metadata.json`` (prepared data's tokenizer) and task YAML files in a folder below them (an
+evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged as the workflow's (an
+evaluation-only request's job) and the training plans of its account and region (a request's plan), and list and
+read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import training.request.fields
 import training.request.hf_config
 import training.request.job
 import training.request.measured
+import training.request.network
 import training.request.plan
 import training.request.reads
 import training.request.rules
@@ -77,6 +79,7 @@ ASSET_FILES = {
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/job.py": Path(training.request.job.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
+    "training/request/network.py": Path(training.request.network.__file__),
     "training/request/reads.py": Path(training.request.reads.__file__),
     "training/request/measured.py": Path(training.request.measured.__file__),
     "training/request/rules.py": Path(training.request.rules.__file__),
@@ -177,6 +180,7 @@ class RequestValidator(Construct):
         self._grant_task_files(data_prefixes)
         if training_job_tag is not None:
             self._grant_describe_jobs(*training_job_tag)
+        self._grant_describe_training_plans()
         for index, (bucket_arn, patterns) in enumerate(by_bucket.items()):
             self._allow_listing(f"ListTrainingData{index}", bucket_arn, patterns)
         self._grant_named_files(data_prefixes)
@@ -312,6 +316,28 @@ class RequestValidator(Construct):
             f"IAM5[Resource::{rendered(self, jobs)}]",
             f"Describes (read-only) only training jobs tagged {key}={value} (aws:ResourceTag condition): the jobs "
             "of this workflow, whose names are made per execution; an evaluation-only request names one.",
+        )
+
+    def _grant_describe_training_plans(self) -> None:
+        """Describe the training plans of the stack's account and region (``DescribeTrainingPlan`` acts on the
+        ``training-plan`` resource type), to refuse a request naming a plan that does not exist, has ended, or does
+        not reserve the request's instance type and count."""
+        plans = Stack.of(self).format_arn(
+            service="sagemaker",
+            resource="training-plan",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="DescribeTrainingPlans", actions=["sagemaker:DescribeTrainingPlan"], resources=[plans]
+            )
+        )
+        acknowledge(
+            policy_scope(self.role),
+            f"IAM5[Resource::{rendered(self, plans)}]",
+            "Describes (read-only) the training plan a request names (any name: plans are bought outside the "
+            "stack), in the stack's own account and region, to check it holds the job's instances before launch.",
         )
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:

@@ -279,3 +279,47 @@ def test_a_torchtitan_run_is_measured_from_its_own_step_lines_and_set_against_ou
         _context(tmp_path), settings, titan.parse_log([]), Finished(1, False, ["OSError: x"], 3.0)
     )
     assert failed["status"] == "failed" and "OSError" in failed["error"]
+
+
+def test_an_sdpa_backend_with_a_nan_anywhere_fails_its_check(monkeypatch):
+    """A NaN gradient after a finite output: ``max`` over the errors would skip it (every comparison with NaN is
+    false) and pass the backend."""
+    from training.measure.gpu_report import kernel_checks
+
+    errors = iter([1e-3, float("nan"), 1e-3, 1e-3] * 8)  # out, dq, dk, dv of each backend that runs
+    monkeypatch.setattr(kernel_checks, "relative", lambda x, ref: next(errors))
+    rows = kernel_checks.sdpa_check("cpu", batch=1, heads=2, kv_heads=1, seq=16, head_dim=8)
+    ran = [r for r in rows if r["ran"]]
+    assert {r["backend"] for r in ran} >= {"math"}
+    assert not any(r["passed"] for r in ran)
+
+
+def test_a_report_file_that_cannot_be_rendered_says_why_and_the_others_are_still_written(tmp_path):
+    """The report is rewritten after every step: a record this code did not foresee must not raise out of the
+    phase (whose own end writes again) and end the run."""
+    from training.measure.gpu_report import report
+
+    ctx = _context(tmp_path)
+    ctx.records["sweep"] = [{"source": "ours", "trial": 1, "role": "base", "configuration": "c", "status": "ok",
+                             "settings": {"batch_size": 1}}]  # fmt: skip  # no predicted_peak_gb
+    report.write(ctx)
+    assert "report.md could not be rendered: KeyError" in (tmp_path / report.REPORT).read_text()
+    assert json.loads((tmp_path / report.RECORDS).read_text())["sweep"][0]["configuration"] == "c"
+    assert (tmp_path / report.ROWS).read_text().splitlines()[1].startswith("ours,1,base,c,ok")
+
+
+def test_a_wheel_install_that_fails_to_finish_is_a_note_not_the_end_of_the_run(tmp_path, monkeypatch):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "requirements.txt").write_text("tensorboardX==2.6.5\n")
+    (wheels / "tensorboardx-2.6.5-py3-none-any.whl").write_bytes(b"")
+
+    def slow(command, **kwargs):
+        assert kwargs["timeout"] >= cli.INSTALL_SECONDS  # not the setup share's few seconds
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(cli.subprocess, "run", slow)
+    ctx = _context(tmp_path)
+    ctx.clock.begin("setup")
+    note = cli.install_wheels(ctx, wheels)
+    assert note.startswith("installing 1 wheels failed: TimeoutExpired") and ctx.site is None

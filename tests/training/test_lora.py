@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch.distributed.tensor import DTensor
 
@@ -33,6 +34,18 @@ from training.trainer import (
 from .hf_models import tiny_llama, tokens
 from .runner import ROOT, cli_args, env, fields, losses, run_trainer, step_lines
 from .test_weights import CPU, fake_rank
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread for this module's in-process models (tiny: threads gain nothing). On a loaded 2-core
+    machine torch's default two threads wait on each other: the activation checkpointing test took 1 s with one
+    thread and 10 to 50 s with two, on the same machine within minutes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 TINY_LLAMA = {"precision": "fp32", "seq_length": "32", "log_interval": "1", "throughput_warmup_steps": "1",
               "deterministic": "true", "learning_rate": "0.01", "lr_warmup_steps": "0"}  # fmt: skip
@@ -126,6 +139,28 @@ def test_a_fused_linear_adds_each_targeted_projections_scaled_b_a_in_its_own_row
     torch.testing.assert_close(merged["layers.0.gate_up.weight"], state["layers.0.gate_up.weight"])
 
 
+def test_each_projection_of_a_fused_layer_draws_its_own_dropout_mask_as_pefts_own_layers_do():
+    """peft gives q_proj, k_proj and v_proj a dropout module each: independent masks of the same input. The fused
+    layer draws one per targeted projection, in row order, and none in evaluation."""
+    settings = lora.LoraSettings(rank=3, alpha=6.0, dropout=0.5, targets=("q_proj", "v_proj", "down_proj"))
+    qkv = filled_block(settings).qkv
+    x = torch.randn(2, 5, 32)
+    torch.manual_seed(1)
+    out = qkv(x)
+    torch.manual_seed(1)
+    dropped_q, dropped_v = F.dropout(x, 0.5), F.dropout(x, 0.5)
+    assert not torch.equal(dropped_q, dropped_v)
+    plain = x @ qkv.weight.T
+    q_delta = 2.0 * dropped_q @ qkv.lora_a_q_proj.T @ qkv.lora_b_q_proj.T
+    v_delta = 2.0 * dropped_v @ qkv.lora_a_v_proj.T @ qkv.lora_b_v_proj.T
+    torch.testing.assert_close(out[..., :32], plain[..., :32] + q_delta)
+    torch.testing.assert_close(out[..., 32:48], plain[..., 32:48])
+    torch.testing.assert_close(out[..., 48:], plain[..., 48:] + v_delta)
+    qkv.eval()
+    undropped = x @ qkv.lora_a_q_proj.T @ qkv.lora_b_q_proj.T
+    torch.testing.assert_close(qkv(x)[..., :32], plain[..., :32] + 2.0 * undropped)
+
+
 def test_adapters_carry_pefts_names_for_llama():
     assert (
         lora.peft_key("layers.3.qkv.lora_a_k_proj")
@@ -190,30 +225,31 @@ LORA_TINY = {"lora_rank": "4", "lora_dropout": "0.1", "lora_targets": "q,v,o,gat
 
 
 def test_lora_trains_the_adapters_alone_alike_under_every_activation_checkpointing_mode(process_group):
-    from .test_levers import SETTINGS, train
+    """Two steps per mode, dropout on, no weight decay: step 1 moves B alone (A's gradient is zero while B is),
+    step 2 moves A by its gradient, so the adapters after step 2 hold both matrices' gradients; they are
+    bit-identical under every mode (the recompute draws the forward's dropout masks) and the base has not moved."""
+    from .test_levers import SETTINGS, fresh, full_state, train
 
     torch.use_deterministic_algorithms(True)
     try:
-        runs = {}
+        runs, after = {}, {}
         for mode in contract.AC_MODES:
-            cfg = config.config_from_mapping({**SETTINGS, **LORA_TINY, "activation_checkpointing": mode})
-            runs[mode], net = train(cfg, process_group, 3)
-        frozen = {name: p.detach().clone() for name, p in net.named_parameters() if not p.requires_grad}
+            cfg = config.config_from_mapping(
+                {**SETTINGS, **LORA_TINY, "weight_decay": "0", "activation_checkpointing": mode}
+            )
+            built = fresh(cfg, process_group)
+            start = full_state(built[0])
+            runs[mode], net = train(cfg, process_group, 2, built=built)
+            after[mode] = full_state(net)
     finally:
         torch.use_deterministic_algorithms(False)
     assert runs["full"] == runs["none"] == runs["selective"], runs
-    assert runs["none"][-1] < runs["none"][0]
-    again = lora_settings_model(process_group)
-    for name, param in again.named_parameters():
-        if name in frozen:  # the base did not move in training
-            assert torch.equal(param.detach(), frozen[name]), name
-
-
-def lora_settings_model(env: parallel.DistEnv) -> model.Transformer:
-    from .test_levers import SETTINGS, fresh
-
-    net, _, _ = fresh(config.config_from_mapping({**SETTINGS, **LORA_TINY}), env)
-    return net
+    for name, value in start.items():
+        assert lora.is_adapter(name) is not torch.equal(after["none"][name], value), (
+            name
+        )  # only adapters moved
+        assert torch.equal(after["full"][name], after["none"][name]), name
+        assert torch.equal(after["selective"][name], after["none"][name]), name
 
 
 @pytest.mark.slow
@@ -274,6 +310,14 @@ def test_a_checkpoint_of_other_adapters_another_base_or_full_fine_tuning_is_refu
         "holds LoRA adapters of lora_rank=8, lora_alpha=8.0" in message
         and "this run has lora_rank=4" in message
     )
+    base = ours["lora"]["base"]
+    moved = {**ours, "lora": {**ours["lora"], "base": {**base, "init_from": "/elsewhere/llama"}}}
+    assert (
+        checkpoint.shape_mismatch(marker(tmp_path / "moved", moved), ours) is None
+    )  # the same files elsewhere
+    changed = {**ours, "lora": {**ours["lora"], "base": {**base, "sha256": "0" * 64}}}
+    message = checkpoint.shape_mismatch(marker(tmp_path / "changed", changed), ours)
+    assert "another frozen base (init_from=" in message and "sampled SHA-256 0000000000000000" in message
     other_base = {**ours, "lora": {**ours["lora"], "base": {"seed": 1234}}}
     message = checkpoint.shape_mismatch(marker(tmp_path / "base", other_base), ours)
     assert (
@@ -345,6 +389,13 @@ def test_peft_and_the_merged_folder_give_the_trainers_logits(lora_reference):
     assert f"peft LoRA adapter exported to {model_dir / 'adapter'}: README.md, adapter_config.json, " \
         "adapter_model.safetensors" in output  # fmt: skip
     assert "trainable_parameters=" in output and "targets=q_proj,v_proj,o_proj,gate_proj,down_proj" in output
+    saved_config = torch.load(model_dir / "model.pt", weights_only=True)["config"]
+    summary = fields(next(line for line in output.splitlines() if line.startswith("summary ")))
+    flops = float(summary["tflops_per_gpu"]) * 1e12 / float(summary["tokens_per_sec"])
+    lora_flops = contract.flops_per_token(
+        contract.model_shape(saved_config), 32, contract.lora_parameters(saved_config)
+    )
+    assert flops == pytest.approx(lora_flops, rel=1e-4)  # the trainer's TFLOP/s: what a LoRA step computes
     adapter_config = json.loads((model_dir / "adapter" / "adapter_config.json").read_text())
     assert {k: adapter_config[k] for k in ("peft_type", "task_type", "r", "lora_alpha", "bias", "use_dora")} == {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8.0, "bias": "none", "use_dora": False,
@@ -437,6 +488,37 @@ def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path, np
 # ---------------------------------------------------------------------------------------------------------------
 # The plan and tuning
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def test_a_lora_runs_model_flops_leave_out_the_frozen_weights_gradient_gemms():
+    """The frozen base's weights run their forward and input-gradient GEMMs only (4 FLOPs per weight and token),
+    the adapters all three (6), attention's matmuls are unchanged: the trainer's TFLOP/s and MFU, the plan's and
+    the tuning report's, count what a LoRA step computes (Megatron-Bridge's LoRA TFLOP/s fix: 2/3 of full)."""
+    from training.request import plan
+    from training.trainer import metrics
+
+    settings = lora.LoraSettings(rank=3, alpha=6.0, dropout=0.0, targets=("q_proj", "v_proj", "down_proj"))
+    adapters = lora.counts(lora_torch_model(settings))[0]
+    assert contract.lora_parameters({"lora_rank": 3, "lora_targets": "q,v,down", **SHAPE_VALUES}) == adapters
+    assert contract.lora_parameters({"lora_rank": 0, "lora_targets": "all-linear", **SHAPE_VALUES}) == 0
+    attention = 12.0 * SHAPE.num_layers * SHAPE.hidden_size * 32
+    weights_ = (contract.flops_per_token(SHAPE, 32) - attention) / 6
+    expected = 4 * weights_ + 6 * adapters + attention
+    assert contract.flops_per_token(SHAPE, 32, lora_parameters=adapters) == pytest.approx(expected)
+    meter = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), "fp32", lora_parameters=adapters)
+    assert meter.rates(10**9, 1.0)["tflops_per_gpu"] == pytest.approx(1e9 * expected / 1e12)
+    full, adapted = (plan.setup_from_request(lora_request("llama3.1-70b", rank)) for rank in (0, 16))
+    full_time, adapted_time = plan.estimate_time(full), plan.estimate_time(adapted)
+    assert (
+        adapted_time.tokens_per_sec_per_gpu == full_time.tokens_per_sec_per_gpu
+    )  # the plan's conservative speed
+    ratio = adapted_time.mfu_bf16 / full_time.mfu_bf16
+    assert 0.66 < ratio < 0.70, ratio  # what the run would report at that speed
+
+
+SHAPE_VALUES = {"num_layers": 2, "hidden_size": 32, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden_size": 48,
+                "vocab_size": 42}  # fmt: skip
+"""``SHAPE`` as settings."""
 
 
 def lora_request(model_preset: str, rank: int, **settings) -> dict:

@@ -311,3 +311,60 @@ def test_a_run_whose_plan_cannot_finish_one_optimizer_step_in_its_time_limit_is_
     assert (
         validate_request(longer, RequestRules()) == []
     )  # one step fits: the plan only warns about max_steps
+
+
+@pytest.mark.parametrize("lora", [{}, {"lora_rank": "64"}], ids=["full", "lora"])
+@pytest.mark.parametrize(("instances", "replicate"), [(1, "auto"), (4, "1"), (4, "4")])
+def test_math_attention_is_counted_under_lora_and_every_layout(lora, instances, replicate):
+    """Math's score matrix is activations: the same bytes per token whatever the data-parallel layout and with LoRA's
+    adapters; the peak is inside its attention, and math's request that cannot fit is refused on any layout."""
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
+
+    hyperparameters = {"attention_backend": "math", "data_parallel_replicate": replicate, **lora}
+    request = {
+        "instance_count": instances,
+        "batch_size": 2,
+        "seq_length": 8192,
+        "hyperparameters": hyperparameters,
+    }
+    math_setup = plan.setup_from_request({**request, "activation_checkpointing": True})
+    flash_setup = replace(math_setup, attention_backend="auto")
+    assert math_setup.lora_rank == (64 if lora else 0)
+    # micro-batch 2: half the review's example per layer (the scores, fp32 q, k, v, no LSE)
+    assert plan.math_attention_bytes(math_setup) * math_setup.tokens / plan.GIB == (16.0 + 0.75 - 1 / 512) / 2
+    math_memory, flash_memory = plan.estimate_memory(math_setup), plan.estimate_memory(flash_setup)
+    assert math_memory.moment.endswith("in its attention (math)")
+    assert (
+        math_memory.peak_gib - flash_memory.peak_gib > 16.0
+    )  # two 8 GiB fp32 score matrices in flight at least
+    (refused,) = validate_request(request, RequestRules())  # no checkpointing: every layer's scores kept
+    assert refused.startswith("memory: estimated peak ") and "in its attention (math)" in refused
+
+
+@pytest.mark.parametrize("lora", [{}, {"lora_rank": "16"}], ids=["full", "lora"])
+@pytest.mark.parametrize("replicate", ["1", "2"])
+def test_a_step_longer_than_the_time_limit_is_refused_on_several_instances(lora, replicate):
+    """On 2 instances (sharded over all 16 GPUs, or one replica per instance), with or without LoRA, the step time
+    the check compares is the plan's, network included."""
+    from training.request.decision import decide_request
+    from training.request.rules import RequestRules
+
+    hyperparameters = {"grad_accum_steps": "4096", "data_parallel_replicate": replicate, **lora}
+    request = {
+        "instance_count": 2,
+        "batch_size": 8,
+        "max_runtime_seconds": 3600,
+        "hyperparameters": hyperparameters,
+    }
+    decision = decide_request(request, RequestRules())
+    (refused,) = decision.problems
+    step = decision.plan["step_seconds"]
+    assert 3600 < step < 3 * 3600 and decision.plan["data_parallel"]["replicate"] == int(replicate)
+    assert refused.startswith("max_runtime_seconds: the plan expects one optimizer step to take 1:")
+    assert (
+        "(268,435,456 tokens per GPU: grad_accum_steps 4096 x batch_size 8 x seq_length 8192, at about "
+        in refused
+    )
+    ok = decide_request({**request, "max_runtime_seconds": int(step) + 3600}, RequestRules())
+    assert ok.valid, ok.problems

@@ -82,7 +82,7 @@ def test_a_failure_during_training_is_raised_with_its_reason_as_the_jobs(monkeyp
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(
         "training.trainer.parallel.init_distributed",
-        lambda: SimpleNamespace(rank=1, local_rank=1, is_main=False),
+        lambda replicate=1: SimpleNamespace(rank=1, local_rank=1, is_main=False),
     )
 
     def crash(cfg, env):

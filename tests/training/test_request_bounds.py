@@ -13,7 +13,7 @@ import pytest
 
 from constructs_lib.cli.tuning import tune_plan
 from constructs_lib.workflow.request_check import decide
-from training.request import bounds, tuning
+from training.request import bounds, contract, tuning
 from training.request.decision import decide_request, validate_request
 from training.request.rules import RequestRules
 
@@ -99,8 +99,9 @@ def _largest_spaces() -> list[tuple[str, dict]]:
         "master_weights": [True, False],
         "nvfp4_bf16_blocks": [1],
         "gc_interval": [999999, 999998],
-        "async_checkpoint": [True, False],
+        "async_checkpoint": [True],
         "expandable_segments": [True],
+        "data_parallel_replicate": ["auto", 1],
     }
     refused = {
         **every,
@@ -109,23 +110,42 @@ def _largest_spaces() -> list[tuple[str, dict]]:
         "attention_backend": ["flash", "math"],
     }
     refused["expandable_segments"] = [True, False]
+    refused["gc_interval"] = [999999]
     values = {"batch_size": list(range(1, tuning.MAX_COMBINATIONS + 1))}
     spaces = [("every setting", every), ("every combination refused", refused), ("2048 values", values)]
     for _, space in spaces:
         assert math.prod(len(set(map(str, v))) for v in space.values()) <= tuning.MAX_COMBINATIONS
+    assert set(every) == set(contract.TUNABLE_SETTINGS)  # a setting made tunable later is varied here too
     return spaces
+
+
+BASES = {
+    "one instance": {},
+    "4 instances, LoRA": {
+        "instance_count": 4,
+        "hyperparameters": {
+            "lora_rank": "512",
+            "lora_targets": "q,k,v,o,gate,up,down",
+            "lora_dropout": "0.05",
+        },
+    },
+}
+"""The request a search space tunes: one instance, and the most instances the rules allow (the layouts a dimension
+of the space) with LoRA's settings (each trial's line carries the base's settings)."""
 
 
 @pytest.mark.parametrize(("label", "space"), _largest_spaces(), ids=[label for label, _ in _largest_spaces()])
 @pytest.mark.parametrize("max_trials", [1, 6, tuning.MAX_TRIALS_LIMIT])
+@pytest.mark.parametrize("base", list(BASES))
 def test_the_largest_search_spaces_the_schema_allows_give_bounded_decisions(
-    rules, s3, label, space, max_trials
+    rules, s3, label, space, max_trials, base
 ):
     raw = {
+        **BASES[base],
         "batch_size": 4096 if label == "2048 values" else 32,
         "tune": {"search_space": space, "max_trials": max_trials, "convergence": {"precisions": ["mxfp8"]}},
     }
-    state = lambda_state(raw, rules, s3, f"search space: {label}")
+    state = lambda_state(raw, rules, s3, f"search space: {label}, {base}")
     if state["valid"]:
         assert state["tune"]["plan"]["refused_by_the_trainer_count"] >= len(
             state["tune"]["plan"]["refused_by_the_trainer"]

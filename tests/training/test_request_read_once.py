@@ -1,18 +1,22 @@
 """The request is read once: the trainer settings of an execution input are parsed from text in exactly one function
 (``value.read_settings``), called from exactly one place (``value.read_request``), and nothing else on the decision
-path parses them again, by the source (every call, read with ``ast``) and by a count of the calls a decision makes;
-every caller decides through the one function, ``decision.decide_request``."""
+path parses them again, by the source (every call, read with ``ast``), by a count of the calls a decision makes and
+by whose frame every single setting's parse runs in; a tuning candidate made from the parsed settings is what a
+parse of the request with its values gives; every caller decides through the one function,
+``decision.decide_request``."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from training.request import contract
-from training.request.decision import decide_request
+from training.request import contract, measured, plan, value
+from training.request.decision import decide_request, prepare_request
 from training.request.rules import RequestRules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +70,7 @@ def test_nothing_else_on_the_decision_path_parses_trainer_settings():
     assert calls("parse_request", DECISION_PATH) == {
         ("training/request/plan.py", "setup_from_request"): 1,
         ("training/request/plan.py", "make_plan"): 1,
+        ("training/request/layouts.py", "compare"): 1,  # python -m training.request.layouts (docs' tables)
     }
     assert calls("setup_from_request", DECISION_PATH) == {("training/request/plan.py", "memory_check"): 1}
     assert calls("make_plan", DECISION_PATH) == {("training/request/plan.py", "main"): 1}  # python -m ...plan
@@ -121,6 +126,127 @@ def test_a_decision_parses_the_settings_once(parses):
     assert parses["calls"] == 2  # its candidates are the parsed settings with their own, never parsed again
     refused = decide_request({**seed, "hyperparameters": {"model_preset": "8b"}, "batch_size": 64}, rules)
     assert refused.problems[0].startswith("memory: ") and parses["calls"] == 3
+
+
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/blackwell-training:abc123"
+SEED = {"precision": "mxfp8", "batch_size": 16, "activation_checkpointing": True,
+        "hyperparameters": {"max-steps": "2000", "learning_rate": "3e-4", "position-encoding": "rope"}}  # fmt: skip
+
+
+def _stored_record() -> dict:
+    """A stored tuning measurement of the image of :data:`IMAGE` (its settings as the tuning job stores them)."""
+    values = contract.parse_hyperparameters({"precision": "bf16", "batch_size": 4, "seq_length": 8192})
+    key = measured.make_key(values, instance_type="ml.p6-b200.48xlarge", instance_count=1, image_tag="abc123",
+                            torch_version="2.9.0", te_version="2.11.0")  # fmt: skip
+    figures = {"status": "ok", "tokens_per_sec_per_gpu": 30_000.0, "max_allocated_gb": 60.0,
+               "step_seconds": {"steps": 20, "median": 1.0, "p10": 0.98, "p90": 1.03}}  # fmt: skip
+    where = {"device": "cuda", "gpu": "B200", "world_size": 8, "job": "t", "measured_at": "2026-11-20T10:00"}
+    return measured.make_record(key, figures, where)
+
+
+def test_every_setting_parse_a_decision_makes_is_the_request_read_once_or_another_value(monkeypatch):
+    """Every parse of a trainer setting's text (``Hyperparameter.parse``, the parse under every other) that a
+    decision makes, by whose frame it runs in: the request read once (``value.read_request``: its settings and its
+    ``tune`` block), a tuning candidate's values (``contract.override_settings``: the tune block's, set over the
+    parsed settings), or another value than the request (a stored measurement's settings, ``plan.memory_check``).
+    A check, the plan, the candidates or the job's request parsing the request's settings again fails here."""
+    owners = {
+        value.read_request.__code__: "the request read once",
+        contract.override_settings.__code__: "a candidate's values",
+        plan.memory_check.__code__: "a stored measurement",
+    }
+    seen: Counter[str] = Counter()
+    real, record = contract.Hyperparameter.parse, _stored_record()
+
+    def attributed(spec, raw):
+        if contract.HYPERPARAMETERS_BY_NAME.get(spec.name) is spec:
+            frame, owner = sys._getframe(1), None
+            while frame is not None and owner is None:
+                owner, frame = owners.get(frame.f_code), frame.f_back
+            seen[owner or f"{spec.name}: parsed outside the request read once"] += 1
+        return real(spec, raw)
+
+    monkeypatch.setattr(contract.Hyperparameter, "parse", attributed)
+    rules = RequestRules(region="us-west-2", image_uri=IMAGE).with_limits()
+    architecture = {"num_layers": 16, "hidden_size": 2048, "num_heads": 32, "num_kv_heads": 8,
+                    "ffn_hidden_size": 8192, "vocab_size": 128256, "tie_embeddings": True}  # fmt: skip
+    decisions = [
+        decide_request(SEED, rules),
+        decide_request({**SEED, "batch_size": 64, "tune": {"search_space": {"batch-size": [4, 8, 16],
+                                                                          "compile": ["true", "false"]}}}, rules),
+        decide_request({**SEED, "train_data_uri": "s3://b/data/", "evaluate": {"task_data_uri": "s3://b/data/t/"}},
+                       replace(rules, data_sources=("s3://b/data/",))),
+        decide_request({**SEED, "hyperparameters": {"model_preset": "8b"}, "batch_size": 64}, rules),
+        prepare_request({"precision": "bf16", "batch_size": 4, "seq_length": 8192}, rules,
+                        measurements=[record]),
+        prepare_request({"init_from": "s3://b/data/llama/", "batch_size": 2}, replace(rules, data_sources=("data/",),
+                        bucket_name="b"), architecture),
+    ]  # fmt: skip
+    assert [bool(d.plan or d.tune) for d in decisions] == [True] * 6, [d.problems for d in decisions]
+    assert decisions[2].valid and decisions[3].problems[0].startswith("memory: ")
+    assert decisions[4].plan is not None and decisions[4].plan["memory_check"]["records"] == 1
+    assert set(seen) == {"the request read once", "a candidate's values", "a stored measurement"}, seen
+
+
+def test_a_tuning_decision_replans_each_stored_record_once_not_once_per_candidate(parses):
+    """The stored records' settings are another value than the request: the request's own plan re-plans each record
+    of its instance and image once to check its memory estimate; its candidates, whose plans show no such check,
+    never do (once per candidate was most of a tuning decision's time with a few dozen records)."""
+    record = _stored_record()
+    parses.clear()
+    rules = RequestRules(region="us-west-2", image_uri=IMAGE).with_limits()
+    tuned = prepare_request(
+        {**SEED, "batch_size": 64, "tune": {"search_space": {"batch_size": [4, 8, 16, 32]}}},
+        rules,
+        measurements=[record, record],
+    )
+    assert tuned.valid and tuned.tune is not None and len(tuned.tune["plan"]["trials"]) >= 3
+    assert tuned.estimate is not None and tuned.estimate.memory_check is not None
+    assert tuned.estimate.memory_check["records"] == 2
+    assert parses["calls"] == 1 + 2  # the request's settings once; each record once, for the request's plan
+
+
+TUNED_BASES = (
+    {},
+    {"model_preset": "8b", "seq_length": "8192"},
+    {"precision": "fp8", "fp8_recipe": "current", "quantized_model_init": "true"},
+    {"grad_accum_steps": "4", "compile": "false", "loss_chunk_tokens": "0"},
+    {"lora_rank": "8", "lora_targets": "q,v"},
+)
+
+
+def _sample(spec: contract.Hyperparameter) -> list:
+    """A few values of a setting as a search space gives them: each choice and alias, both booleans, an integer's
+    bounds, default and a middle value."""
+    if spec.kind == "choice":
+        return [*spec.choices, *(spec.aliases or {})]
+    if spec.kind == "bool":
+        return ["true", "false", True]
+    low = spec.minimum or 0
+    high = spec.maximum if spec.maximum is not None else 2 * low + 8192
+    middle = (low + high) // 2 if spec.kind == "int" else (low + high) / 2
+    return [v for v in (low, spec.default, middle, high) if v is not None]
+
+
+@pytest.mark.parametrize("base", TUNED_BASES, ids=lambda b: ",".join(b) or "defaults")
+def test_a_candidate_from_parsed_settings_is_the_request_parsed_with_its_values(base):
+    """A tuning candidate is the request's parsed settings with its own (``contract.override_settings``), never a
+    parse of the request again: that is only right while it equals what parsing the request with the candidate's
+    values gives, the same settings or the same refusal. A tunable setting whose default another setting derives
+    (as ``lora_alpha`` from ``lora_rank``) would break it, and fails here."""
+    sm = contract.GPU_INSTANCE_TYPES["ml.p6-b200.48xlarge"].sm
+    values = contract.parse_hyperparameters(base, sm=sm)
+    for name in contract.trial_settings():
+        for raw in _sample(contract.HYPERPARAMETERS_BY_NAME[name]):
+            try:
+                expected: object = contract.parse_hyperparameters({**base, name: raw}, sm=sm)
+            except contract.ContractError as error:
+                expected = str(error)
+            try:
+                got: object = contract.override_settings(values, {name: raw}, sm=sm)
+            except contract.ContractError as error:
+                got = str(error)
+            assert got == expected, (name, raw)
 
 
 def test_a_new_trainer_setting_flows_through_the_value_with_no_other_edit(monkeypatch):

@@ -17,7 +17,7 @@ from constructs_lib.workflow.construct import TrainingWorkflow
 from constructs_lib.workflow.launch_request import execution_context, launch_request
 from constructs_lib.workflow.request_check import decide
 from tests.cdk_helpers import synth_with_nag
-from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
+from tests.workflow.harness import OUTCOMES, REGION, TRAINING_PLANS, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
 from training.request import hf_config
 from training.request.contract import (
@@ -555,6 +555,7 @@ CANDIDATES: dict[str, list] = {
 
 
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200"
+TRAINING_PLANS.add(PLAN, "ml.p6-b200.48xlarge", 4)  # the request check describes the plan a request names
 CAPACITY_CASES: list[dict] = [
     {"use_spot": True},
     {"use_spot": True, "instance_count": 2, "max_wait_seconds": 172800},

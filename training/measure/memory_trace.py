@@ -158,9 +158,11 @@ def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[s
 
 def trace_request(request: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`trace_step` for an execution input (the workflow's fields, as ``training.request.plan`` reads them),
-    with the world size of its instance type and count: the measured reference of that request's plan."""
-    world_size = plan.setup_from_request(request).world_size
-    return trace_step(plan.trainer_settings(request), world_size=world_size)
+    with the GPUs its states are sharded over (its instance type and count; with hybrid sharding one replica's:
+    a rank of a replicas x shards mesh holds what a rank of a 1-D mesh of the shards holds): the measured reference
+    of that request's plan."""
+    shards = plan.setup_from_request(request).shard_size
+    return trace_step(plan.trainer_settings(request), world_size=shards)
 
 
 _REPORTED = (

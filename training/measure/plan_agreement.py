@@ -42,6 +42,8 @@ class Row:
     def request(self) -> dict[str, Any]:
         """The execution input of this row (on ml.p6-b200.48xlarge: 8 GPUs per instance)."""
         hyperparameters: dict[str, Any] = {"model_preset": self.preset, "vocab_size": self.vocab}
+        if self.world > 8:  # the trace shards over every rank (a 1-D mesh), whatever auto would choose
+            hyperparameters["data_parallel_replicate"] = 1
         if self.loss_chunk_tokens is not None:
             hyperparameters["loss_chunk_tokens"] = self.loss_chunk_tokens
         if self.position_encoding is not None:

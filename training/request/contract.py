@@ -349,16 +349,24 @@ POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
 
-def flops_per_token(shape: ModelShape, seq_length: int) -> float:
+def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0) -> float:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
     ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
     lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
     AV matmuls, counted in full although the causal mask skips about half (grouped-query attention changes
     neither: every query head attends over the whole head_dim). Used by the trainer's MFU and by
-    ``training.request.plan``'s time estimate."""
+    ``training.request.plan``'s time estimate.
+
+    LoRA (``lora_parameters`` > 0, the adapters' count, ``lora_parameters``): the frozen weights run their forward
+    and input-gradient GEMMs but no weight-gradient GEMM, ``4 * N``, and the adapters all three, ``6 * Na``; the
+    attention term is unchanged. About 2/3 of full fine-tuning's, as Megatron-Bridge counts a LoRA run's TFLOP/s
+    (NVIDIA-NeMo/Megatron-Bridge issue 2409) and NeMo AutoModel its MFU ((1 + 1 + Na / N) / 3)."""
     lm_head = shape.vocab_size * shape.hidden_size  # a matmul whether or not it shares the embedding's matrix
     matmul_params = shape.num_layers * shape.block_parameter_count() + shape.hidden_size + lm_head
-    return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    attention = 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    if lora_parameters:
+        return 4.0 * matmul_params + 6.0 * lora_parameters + attention
+    return 6.0 * matmul_params + attention
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -387,6 +395,8 @@ class Hyperparameter:
     choices: tuple[str, ...] = ()
     aliases: Mapping[str, str] | None = None
     """For a choice: other spellings accepted for a choice (``true`` for ``full``)."""
+    auto: bool = False
+    """For an int: the word ``auto`` is accepted too (kept as the string ``"auto"``; resolved where it is used)."""
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -406,7 +416,8 @@ class Hyperparameter:
         if self.kind in ("int", "float"):
             lo = "-inf" if self.minimum is None else _fmt(self.minimum)
             hi = "inf" if self.maximum is None else _fmt(self.maximum)
-            return f"{'an integer' if self.kind == 'int' else 'a number'} in [{lo}, {hi}]"
+            number = f"{'an integer' if self.kind == 'int' else 'a number'} in [{lo}, {hi}]"
+            return f"auto or {number}" if self.auto else number
         return "a string"
 
     def parse(self, raw: Any) -> Any:
@@ -424,6 +435,8 @@ class Hyperparameter:
                 return value
             if self.kind == "str":
                 return str(raw)
+            if self.auto and isinstance(raw, str) and raw.strip().lower() == "auto":
+                return "auto"
             number = _parse_number(raw, integer=self.kind == "int")
         except (TypeError, ValueError):
             raise ContractError(self.name, f"must be {self.allowed()}; got {raw!r}") from None
@@ -501,6 +514,25 @@ def lora_target_modules(text: str) -> tuple[str, ...]:
             raise ContractError("lora_targets", f"names {short} twice; got {text!r}")
         chosen.append(short)
     return tuple(LORA_TARGETS[s].rsplit(".", 1)[1] for s in LORA_TARGETS if s in chosen)
+
+
+def lora_block_parameter_count(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
+    """One block's LoRA adapter parameters (``training/trainer/lora.py``): rank x (in + out) for each targeted
+    projection (``q_proj``, ..., ``down_proj``)."""
+    h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
+    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
+            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
+    return sum(rank * (dims[t][0] + dims[t][1]) for t in targets)
+
+
+def lora_parameters(values: Mapping[str, Any]) -> int:
+    """The LoRA adapters' parameters of parsed settings (or a saved run's config): every block's; 0 without LoRA."""
+    rank = int(values.get("lora_rank") or 0)
+    if not rank:
+        return 0
+    targets = lora_target_modules(values.get("lora_targets") or LORA_ALL_LINEAR)
+    shape = model_shape(values)
+    return shape.num_layers * lora_block_parameter_count(shape, rank, targets)
 
 
 LOSS_CHUNK_TOKENS_DEFAULT = 2048
@@ -585,6 +617,18 @@ LEVERS: tuple[Hyperparameter, ...] = (
         "bool",
         True,
         "PyTorch's CUDA caching allocator with expandable segments (less fragmentation).",
+    ),
+    Hyperparameter(
+        "data_parallel_replicate",
+        "int",
+        "auto",
+        "Hybrid sharding (HSDP): the GPUs form a replicas x shards mesh; each replica holds the model's states "
+        "sharded over its GPUs and gradients are averaged across replicas. auto: the number of instances when "
+        "one instance's GPUs hold the sharded states with room for the step (the plan's memory estimate), else 1 "
+        "(every state sharded over every GPU); a number must divide the number of GPUs.",
+        1,
+        4096,
+        auto=True,
     ),
 )
 """The speed levers (docs/performance.md): each resolved at start where it says ``auto`` and logged."""
@@ -765,6 +809,14 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "uint16",
         "dtype of .bin token files in the train channel.",
         choices=("uint16", "uint32"),
+    ),
+    Hyperparameter(
+        "packing",
+        "bool",
+        True,
+        "Conversation data (prepared with --init-from): several examples per seq_length window, each attending "
+        "only to itself with its positions restarting at 0 (best-fit decreasing); false: one example per window, "
+        "padded. Ignored for other data.",
     ),
     Hyperparameter("log_interval", "int", 10, "Print a metrics line every N steps.", 1, 1_000_000),
     Hyperparameter(
@@ -1345,11 +1397,15 @@ STEP_METRICS: tuple[str, ...] = (
     "mfu_bf16",
     "peak_mem_gb",
     "step_time",
+    "trained_tokens",
+    "padding",
 )
 """Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps. ``mfu`` is against
 the peak of the run's own precision (``PEAK_TFLOPS``); ``mfu_bf16``, printed for the low precisions
 (``TE_PRECISIONS``: fp8, mxfp8, nvfp4), is the same TFLOP/s against the GPU's bf16 peak: the bf16-equivalent MFU,
-comparable with a bf16 run's ``mfu``."""
+comparable with a bf16 run's ``mfu``. ``trained_tokens``: the targets the last step's loss counted, over every rank
+and micro-batch (conversation data trains only the assistant's tokens); ``padding``: the share of that step's
+window positions that hold padding (0 for token streams; with packing, what is left at the end of each window)."""
 
 SUMMARY_METRICS: tuple[str, ...] = (
     "steps",
@@ -1366,9 +1422,13 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "train_seconds",
     "val_loss",
     "unusable_checkpoints",
+    "val_accuracy",
+    "empty_micro_batches",
 )
-"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` only when the data
-has a validation split;
+"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` and ``val_accuracy``
+(the share of counted validation targets the model's argmax predicts) only when the data has a validation split;
+``empty_micro_batches`` only when some micro-batch had no target to count (every one ignored): it contributed
+nothing to its step;
 ``unusable_checkpoints`` only when checkpoints were found and none was usable, so the run restarted from step 0:
 the line then ends ``restarted_from: none (N checkpoints unusable)``). ``peak_mem_gb`` is rank 0's; the
 :data:`MEMORY_SUMMARY_METRICS` are over every rank."""
@@ -1386,8 +1446,10 @@ allocator's retries after a failed ``cudaMalloc`` (it freed its cache and tried 
 ``alloc_ooms`` the allocations that failed even then, summed over ranks (``torch.cuda.memory_stats``'s
 ``num_alloc_retries`` and ``num_ooms``)."""
 
-VALIDATION_METRICS: tuple[str, ...] = ("val_loss",)
-"""Fields of a ``validation step=N/M val_loss=...`` line (every ``validation_interval`` steps and at the end)."""
+VALIDATION_METRICS: tuple[str, ...] = ("val_loss", "val_accuracy")
+"""Fields of a ``validation step=N/M val_loss=... val_accuracy=...`` line (every ``validation_interval`` steps and
+at the end): the mean loss over every counted target of the held-out split, and the token accuracy (the share of
+those targets the logits' argmax predicts)."""
 
 _NUMBER = r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
 
@@ -1411,9 +1473,12 @@ def format_step_line(
     return " ".join([*head, *(f"{k}={_fmt_metric(metrics[k])}" for k in STEP_METRICS if k in metrics)])
 
 
-def format_validation_line(step: int, max_steps: int, val_loss: float) -> str:
-    """``validation step=10/100 val_loss=2.3456``."""
-    return f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
+def format_validation_line(
+    step: int, max_steps: int, val_loss: float, val_accuracy: float | None = None
+) -> str:
+    """``validation step=10/100 val_loss=2.3456 val_accuracy=0.5123`` (``val_accuracy`` when given)."""
+    line = f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
+    return line if val_accuracy is None else f"{line} val_accuracy={_fmt_metric(val_accuracy)}"
 
 
 def format_duration(seconds: float) -> str:

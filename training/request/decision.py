@@ -30,7 +30,7 @@ from typing import Any
 from training.request import bounds, checks, evaluate_block, job, plan
 from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
-from training.request.reads import Reads, data_problems, resume, run_folder_problems
+from training.request.reads import Reads, data_problems, resume, run_folder_problems, training_plan_problems
 from training.request.rules import RequestRules
 from training.request.tune_block import TuneDecision, decide_tune
 from training.request.value import Fields, Request, read_request
@@ -105,7 +105,7 @@ def decide_request(
     and environment, the rules between fields, the ``evaluate`` block, the execution's name, the trainer settings, a
     tuning run's candidates and cost, the memory plan and a step against the time limit, the decision's size, then
     what only a launch reads (the data, the run's own folder, ``resume_from``'s checkpoint, the evaluation's tasks,
-    tokenizer and training job), and what it could not check. ``reads``: what may be read (default: nothing,
+    tokenizer and training job, the training plan), and what it could not check. ``reads``: what may be read (default: nothing,
     offline); ``execution``: this execution's name."""
     reads = reads or Reads()
     if not isinstance(raw, Mapping):
@@ -174,6 +174,11 @@ def skipped_checks(request: Request, rules: RequestRules, reads: Reads, executio
     if request.evaluate is not None:
         job = ", the training job it names (SageMaker)" if evaluates_only else ""
         skipped.append(f"evaluate: the task folder's tasks and the model's tokenizer (read from S3){job}")
+    if fields.training_plan_arn is not None:
+        skipped.append(
+            "training_plan_arn: that the plan exists in the account and region, is Scheduled or Active, serves "
+            "training jobs and reserves the job's instances (SageMaker's DescribeTrainingPlan before launch)"
+        )
     return skipped
 
 
@@ -259,8 +264,8 @@ def _before_launch(
 ) -> None:
     """What only S3 and SageMaker can tell, in order, each when nothing before it refused: the data prefix holds an
     object, the run's own checkpoint folder holds no earlier run's (unless ``resume_from`` continues it), the run
-    ``resume_from`` names has a complete checkpoint below ``max_steps``, and the evaluation's tasks, tokenizer and
-    instance type."""
+    ``resume_from`` names has a complete checkpoint below ``max_steps``, the evaluation's tasks, tokenizer and
+    instance type, and the training plan holds the job's instances."""
     fields = decision.fields
     assert fields is not None
     if fields.train_data_uri is not None:
@@ -281,5 +286,21 @@ def _before_launch(
             request, fields, rules, reads, str(execution), parameters
         )
         decision.problems += problems
+    if decision.valid and fields.training_plan_arn is not None:
+        decision.problems += training_plan_problems(
+            reads.sagemaker, fields.training_plan_arn, *_plan_job(decision)
+        )
     if decision.valid:
         decision.job = job.job_fields(fields, rules, str(execution))
+
+
+def _plan_job(decision: Decision) -> tuple[str, int, str]:
+    """The instance type and count of the job a training plan must hold, and the field that chose the type: an
+    evaluation-only request's one evaluation instance, else the training (or tuning) job's instances (an evaluation
+    after it takes one of the same type)."""
+    assert decision.fields is not None
+    evaluation = decision.evaluation
+    if evaluation is not None and evaluation["only"]:
+        config = evaluation["config"]
+        return config["instance_type"], config["instance_count"], "evaluate.instance_type"
+    return decision.fields.instance_type, decision.fields.instance_count, "instance_type"

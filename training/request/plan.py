@@ -82,7 +82,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from training.request import contract, measured
+from training.request import contract, measured, network
 
 GIB = 2**30
 HEADROOM = 0.95
@@ -151,6 +151,8 @@ class Setup:
     """LoRA (``lora_memory``): adapters of this rank on ``lora_targets``, the base frozen; 0: every weight trains."""
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.0
+    data_parallel_replicate: int | str = "auto"
+    """Replicas of the hybrid-sharding mesh, or ``auto`` (``replicate``)."""
     attention_backend: str = "auto"
     """``math`` keeps attention's whole score matrix (``math_attention_bytes``); every other kernel is counted as
     Flash's (output and log-sum-exp only)."""
@@ -198,6 +200,22 @@ class Setup:
         """Tokens of one micro-batch on one GPU."""
         return self.batch_size * self.seq_length
 
+    @property
+    def replicate(self) -> int:
+        """``data_parallel_replicate`` in effect: ``auto`` is the instance count when one instance's GPUs hold the
+        sharded states with room for the step (the estimate fits with shards of one instance), else 1."""
+        if self.data_parallel_replicate != "auto":
+            return int(self.data_parallel_replicate)
+        if self.instance_count == 1:
+            return 1
+        one_node = replace(self, data_parallel_replicate=self.instance_count)
+        return self.instance_count if estimate_memory(one_node).fits else 1
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs each parameter, gradient and optimizer state is sharded over (the world over the replicas)."""
+        return max(1, self.world_size // self.replicate)
+
 
 def trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
     """The trainer's settings of an execution input: its ``hyperparameters`` with the top-level ones set over them."""
@@ -231,6 +249,7 @@ def parse_request(
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    replicate_setting(values, count, instance_type)
     setup = setup_from_values(
         values,
         instance_type=instance_type,
@@ -247,8 +266,9 @@ def setup_from_values(
     instance_count: int = 1,
     max_runtime_seconds: int | None = None,
 ) -> Setup:
-    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result: nothing is parsed here)
-    on ``instance_count`` x ``instance_type``, with the run's time limit."""
+    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result, their
+    ``data_parallel_replicate`` checked against the GPUs by :func:`replicate_setting`: nothing is parsed or checked
+    here) on ``instance_count`` x ``instance_type``, with the run's time limit."""
     shape = contract.model_shape(values)
     return Setup(
         shape=shape,
@@ -270,8 +290,23 @@ def setup_from_values(
         lora_rank=values["lora_rank"],
         lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
         lora_dropout=values["lora_dropout"],
+        data_parallel_replicate=values.get("data_parallel_replicate", "auto"),
         attention_backend=values["attention_backend"],
     )
+
+
+def replicate_setting(values: Mapping[str, Any], count: int, instance_type: str) -> int | str:
+    """``data_parallel_replicate`` of parsed settings, refused by name when it does not divide the GPUs of ``count``
+    x ``instance_type``: where the settings are read (``value.read_settings`` for a request, :func:`parse_request`
+    for a plain input) and for each tuning candidate that sets it."""
+    replicate = values.get("data_parallel_replicate", "auto")
+    world = count * contract.GPU_INSTANCE_TYPES[instance_type].gpus
+    problem = None if replicate == "auto" else network.layout_problem(int(replicate), world)
+    if problem:
+        raise contract.ContractError(
+            "data_parallel_replicate", f"{problem} ({count} x {instance_type}); or leave it auto"
+        )
+    return replicate
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -409,7 +444,7 @@ def rope_table_bytes(s: Setup) -> float:
 
 def _weights(s: Setup) -> dict[str, float]:
     """Per-GPU bytes of the weight-sized terms (independent of the micro-batch)."""
-    shape, w = s.shape, s.world_size
+    shape, w = s.shape, s.shard_size
     p, pb, pr = shape.parameter_count(), shape.block_parameter_count(), shape.root_parameter_count()
     blocks = p - pr
     quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
@@ -584,10 +619,10 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         # torch.optim.AdamW's foreach path makes one temporary per moment list; the fused kernel (adamw_impl
         # auto on a GPU) none; with master weights, each block gradient's fp32 copy on its master
         "AdamW temporaries": (
-            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.world_size
+            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.shard_size
         )
         + (
-            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.world_size
+            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.shard_size
             if quantized
             else 0.0
         ),
@@ -636,17 +671,15 @@ def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dic
 
 def lora_block_parameters(s: Setup) -> int:
     """One block's adapter parameters: rank x (in + out) for each targeted projection."""
-    h, f, kv = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.kv_heads * s.shape.head_dim
-    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
-            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
-    return sum(s.lora_rank * (dims[t][0] + dims[t][1]) for t in s.lora_targets)
+    return contract.lora_block_parameter_count(s.shape, s.lora_rank, s.lora_targets)
 
 
 def lora_selective_extra_bytes(s: Setup) -> float:
     """Bytes per token a ``selective`` block keeps beyond full fine-tuning's with LoRA: the policy saves every
     other matmul's output (``activation_checkpoint._selective_contexts``), and an adapted linear layer runs three
-    (its base, the stacked A, the block-diagonal B), so the saved ones shift; with all-linear the block keeps the
-    QKV and gate/up outputs twice (base and B) and the output and down layers' rank-wide A outputs."""
+    (its base, the stacked A, the block-diagonal B; with dropout one A GEMM per targeted projection, each on its own
+    mask), so the saved ones shift; with all-linear and no dropout the block keeps the QKV and gate/up outputs
+    twice (base and B) and the output and down layers' rank-wide A outputs."""
     h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
     kv = s.shape.kv_heads * s.shape.head_dim
     layers = (("qkv", h + 2 * kv, ("q_proj", "k_proj", "v_proj")), ("out", h, ("o_proj",)),
@@ -655,21 +688,19 @@ def lora_selective_extra_bytes(s: Setup) -> float:
     for _, width, parts in layers:
         plain.append(width)
         targeted = [p for p in parts if p in s.lora_targets]
-        adapted += [width, s.lora_rank * len(targeted), width] if targeted else [width]
+        downs = [s.lora_rank] * len(targeted) if s.lora_dropout > 0 else [s.lora_rank * len(targeted)]
+        adapted += [width, *downs, width] if targeted else [width]
     return c * (sum(adapted[0::2]) - sum(plain[0::2]))
 
 
 def lora_activation_bytes(s: Setup) -> float:
     """Bytes per token one block's adapters save beyond the base's: each A output (rank values) and, with dropout,
-    each adapted linear layer's dropped input and its one-byte mask (once per fused layer: qkv, out, gate/up,
-    down)."""
+    each targeted projection's dropped input and its one-byte mask (one mask per projection, as peft's: q, k and v
+    of the fused QKV layer each keep theirs)."""
     h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
     saved = float(c * s.lora_rank * len(s.lora_targets))
     if s.lora_dropout > 0:
-        layers = {"qkv": h, "out": h, "gate_up": h, "down": f}
-        of = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "out", "gate_proj": "gate_up",
-              "up_proj": "gate_up", "down_proj": "down"}  # fmt: skip
-        saved += sum((c + 1) * layers[name] for name in {of[t] for t in s.lora_targets})
+        saved += sum((c + 1) * (f if t == "down_proj" else h) for t in s.lora_targets)
     return saved
 
 
@@ -762,7 +793,8 @@ class Timing:
     ``mfu_bf16``: the model-FLOPs utilization the run would report against the GPU's bf16 peak (the trainer's
     ``mfu`` for bf16, its ``mfu_bf16`` for lower precisions): the model's FLOPs per token (``flops_per_token``)
     at ``tokens_per_sec_per_gpu``, so activation checkpointing's recompute and the chunked loss's second head GEMM,
-    which the model FLOPs leave out, lower it."""
+    which the model FLOPs leave out, lower it; with LoRA the model FLOPs leave out the frozen weights' gradient
+    GEMMs, as the trainer counts them."""
 
     tokens_per_sec_per_gpu: float
     mfu_bf16: float
@@ -774,6 +806,9 @@ class Timing:
     basis: str = "published"
     """``published`` (the seed article's two points, scaled) or ``measured`` (a stored tuning measurement of this
     exact configuration, image and instance: :mod:`training.request.measured`)."""
+    network: network.StepNetwork | None = None
+    """The step's collectives on this layout (:func:`step_network`); None where the instance type's links are not
+    in ``network.INTERCONNECTS``."""
 
 
 def _reference_mfu(step_flops: float) -> float:
@@ -830,7 +865,16 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
-    mfu_bf16 = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
+    net = step_network(s, step)
+    if net is not None and basis == "published":  # a measured step already holds its network time
+        one_instance = step_network(replace(s, instance_count=1, data_parallel_replicate=1), step)
+        step += net.exposed_seconds - (one_instance.exposed_seconds if one_instance else 0.0)
+        tps = s.tokens * s.grad_accum_steps / step
+    # What the run reports at that speed: with LoRA the model FLOPs leave out the frozen weights' gradient GEMMs
+    model_flops = contract.flops_per_token(
+        s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers
+    )
+    mfu_bf16 = tps * model_flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
@@ -840,7 +884,26 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis)
+    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net)
+
+
+def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None:
+    """The collectives of one optimizer step of ``s`` on its layout (``s.replicate`` x ``s.shard_size``), against
+    ``compute_seconds`` of compute (:mod:`training.request.network`). The published throughput points were
+    measured on one instance, so :func:`estimate_time` adds only what this layout exposes beyond one instance's."""
+    links = network.INTERCONNECTS.get(s.instance_type)
+    if links is None:
+        return None
+    quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
+    model = network.Model(
+        block_params=s.shape.block_parameter_count(),
+        root_params=s.shape.root_parameter_count(),
+        layers=s.shape.num_layers,
+        gather_bytes=2 * QUANTIZED_BYTES[s.precision] if quantized else float(s.compute_bytes),
+        micro_batches=s.grad_accum_steps,
+    )
+    layout = network.Layout(s.instance_count, s.gpus_per_instance, s.replicate)
+    return network.step(model, layout, links, compute_seconds)
 
 
 def measured_source(record: Mapping[str, Any]) -> str:
@@ -931,6 +994,8 @@ class Plan:
             "measured": None if self.measured is None else self.measured["measured"],
             "memory_check": self.memory_check,
             "price_source": contract.PRICES_AS_OF,
+            "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
+            "network": None if t.network is None else t.network.to_dict(),
         }
 
 
@@ -972,8 +1037,9 @@ def plan_of(
     """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
     ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
     settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
-    and all of that instance and image check the memory estimate (``check_memory`` False: not, e.g. for each of a
-    tuning run's candidates, which would re-plan every record once per candidate)."""
+    and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
+    :func:`memory_check`; False, e.g. for each of a tuning run's candidates, which would re-plan every record once per
+    candidate)."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
@@ -1042,6 +1108,13 @@ def format_plan(plan: Plan) -> str:
             else f"${d['cost_usd']:,.2f} (prices of {d['price_source']})"
         )
     )
+    if d["network"]:
+        n = d["network"]
+        lines.append(
+            f"network ({n['layout']}): {n['efa_gb_per_instance']:.1f} GB per instance over EFA and "
+            f"{n['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink per step, busy {n['busy_seconds']:.3f} s, "
+            f"exposed {n['exposed_seconds']:.3f} s ({100 * n['share']:.1f}% of the step; links: {n['source']})"
+        )
     if d["warning"]:
         lines.append(f"warning: {d['warning']}")
     if d["advice"]:

@@ -1,6 +1,7 @@
 """What the request's decision reads beyond the input, and only there: the ``init_from`` model folder's config.json,
-the stored tuning measurements, and before a launch the data prefix (it must hold an object) and the checkpoints of
-the run ``resume_from`` names (an evaluation's task folder, tokenizer and training job: ``evaluate_block``).
+the stored tuning measurements, and before a launch the data prefix (it must hold an object), the training plan
+``training_plan_arn`` names (it must hold the job's instances) and the checkpoints of the run ``resume_from`` names
+(an evaluation's task folder, tokenizer and training job: ``evaluate_block``).
 
 :class:`Reads` says what one caller lets the decision read: nothing (the CLI offline), the model folder and the
 measurements (the CLI's plan with the deployed rules), or everything before a launch (the workflow's Lambda, the
@@ -26,8 +27,8 @@ MAX_RECORD_FILES = 100
 
 class Reads:
     """What the decision may read. ``s3``: a boto3 S3 client (None: no S3 read; the ``init_from`` folder's shape is
-    not known then, and the checks and the plan that need it wait for a read); ``sagemaker``: a SageMaker client (an
-    evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
+    not known then, and the checks and the plan that need it wait for a read); ``sagemaker``: a SageMaker client (the
+    training plan, an evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
     has them; ``measurements``: the stored tuning records when the caller has them (None: read with ``s3``);
     ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation)."""
 
@@ -234,6 +235,81 @@ def resume_problems(name: str, max_steps: int, found: tuple[int, str] | None, ru
             f"hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from ({step}, "
             f"execution {name}) to train further; got {max_steps}"
         ]
+    return []
+
+
+# --------------------------------------------------------------------------------------------------------------
+# training_plan_arn: the plan holds the job's instances
+# --------------------------------------------------------------------------------------------------------------
+
+ENDED_PLAN_STATES = ("Expired", "Failed")
+"""A training plan (or one of its reserved capacities) in these states runs nothing again (``DescribeTrainingPlan``'s
+``Status``: Pending, Active, Scheduled, Expired, Failed)."""
+
+
+def training_plan_problems(
+    sagemaker: Any, arn: str, instance_type: str, instance_count: int, type_field: str = "instance_type"
+) -> list[str]:
+    """The problems of running a job of ``instance_count`` x ``instance_type`` (the field ``type_field`` chose) in
+    training plan ``arn`` (one ``DescribeTrainingPlan``, :func:`plan_capacity_problems`): no such plan in this
+    account and region, or one this workflow may not describe (its role may describe only its own account's
+    plans)."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415 - in the Lambda runtime and the CLI
+
+    name = arn.rsplit("/", 1)[-1]
+    try:
+        described = sagemaker.describe_training_plan(TrainingPlanName=arn)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code")
+        if code in ("AccessDenied", "AccessDeniedException"):
+            return [f"training_plan_arn: the training plan {name} cannot be described ({code}): this workflow runs "
+                    f"only in its own account's plans; got {show(arn)}"]  # fmt: skip
+        if code in ("ResourceNotFound", "ValidationException"):
+            return [f"training_plan_arn: no training plan {name} in this account and region; got {show(arn)}"]
+        raise
+    return plan_capacity_problems(described, instance_type, instance_count, type_field)
+
+
+def plan_capacity_problems(
+    described: Mapping[str, Any], instance_type: str, instance_count: int, type_field: str = "instance_type"
+) -> list[str]:
+    """The problems of a job of ``instance_count`` x ``instance_type`` in the training plan ``described``
+    (``DescribeTrainingPlan``'s answer): ended (Expired, Failed: a job in it would never start), for another target
+    than training jobs, or none of its reserved capacities that has not ended of that instance type (SageMaker runs
+    a job in a plan only on the plan's instance type) with that many instances. A plan of several reserved
+    capacities (each its own instance type, count, Availability Zone, start and end: CreateTrainingPlan) holds them
+    one after another or in separate zones, and a job's instances run in one zone at one time, so the largest one
+    bounds the job. An Active plan whose instances other jobs use is no problem here: the job waits (up to
+    ``MaxPendingTimeInSeconds``)."""
+    name = described.get("TrainingPlanName") or "?"
+    status = described.get("Status")
+    if status in ENDED_PLAN_STATES:
+        why = f" ({described['StatusMessage']})" if described.get("StatusMessage") else ""
+        return [f"training_plan_arn: the training plan {name} is {status}{why}; a job in it would never start; "
+                "name a Scheduled or Active plan"]  # fmt: skip
+    targets = described.get("TargetResources") or []
+    if targets and "training-job" not in targets:
+        return [f"training_plan_arn: the training plan {name} is for {', '.join(targets)}, not SageMaker training "
+                "jobs (a plan serves only its target resources)"]  # fmt: skip
+    capacities = [
+        c
+        for c in described.get("ReservedCapacitySummaries") or []
+        if c.get("Status") not in ENDED_PLAN_STATES
+    ]
+    if not capacities:
+        return []  # nothing said about its capacities: SageMaker decides at launch
+    counts = [
+        int(c.get("TotalInstanceCount") or 0) for c in capacities if c.get("InstanceType") == instance_type
+    ]
+    if not counts:
+        held = ", ".join(
+            sorted({f"{c.get('TotalInstanceCount')} x {c.get('InstanceType')}" for c in capacities})
+        )
+        return [f"{type_field}: the training plan {name} reserves {held}, no {instance_type} (SageMaker runs a job "
+                f"in a plan only on the plan's instance type); got {show(instance_type)}"]  # fmt: skip
+    if instance_count > max(counts):
+        return [f"instance_count: the training plan {name} reserves at most {max(counts)} x {instance_type} at once "
+                f"(its largest reserved capacity of that type); must be at most {max(counts)}; got {instance_count}"]  # fmt: skip
     return []
 
 

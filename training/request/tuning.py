@@ -121,17 +121,23 @@ class TuneSettings:
     convergence: Convergence | None = None
 
 
-def default_space(instance_type: str) -> dict[str, tuple[Any, ...]]:
-    """The issue's defaults: micro-batch, activation checkpointing, and the precisions the GPU supports."""
+def default_space(instance_type: str, instance_count: int = 1) -> dict[str, tuple[Any, ...]]:
+    """The issue's defaults: micro-batch, activation checkpointing, and the precisions the GPU supports; on several
+    instances also the data-parallel layouts (every state sharded over every GPU, or one replica per instance)."""
     gpu = contract.GPU_INSTANCE_TYPES[instance_type]
-    return {
+    space: dict[str, tuple[Any, ...]] = {
         "batch_size": DEFAULT_BATCH_SIZES,
         "activation_checkpointing": contract.AC_MODES,
         "precision": tuple(p for p in DEFAULT_PRECISIONS if gpu.supports(p)),
     }
+    if instance_count > 1:
+        space["data_parallel_replicate"] = (1, instance_count)
+    return space
 
 
-def parse_tune(raw: Any, instance_type: str) -> tuple[TuneSettings | None, list[str]]:
+def parse_tune(
+    raw: Any, instance_type: str, instance_count: int = 1
+) -> tuple[TuneSettings | None, list[str]]:
     """The checked tune block of ``raw`` (the input's ``tune``) for ``instance_type``, or every problem (each
     naming its field: ``tune.max_trials``, ``tune.search_space.batch_size``, ...)."""
     if not isinstance(raw, Mapping):
@@ -151,7 +157,7 @@ def parse_tune(raw: Any, instance_type: str) -> tuple[TuneSettings | None, list[
                             + f"; got {_show(value)}")  # fmt: skip
         else:
             values[name] = value
-    space, space_problems = parse_space(raw.get("search_space"), instance_type)
+    space, space_problems = parse_space(raw.get("search_space"), instance_type, instance_count)
     convergence, convergence_problems = parse_convergence(raw.get("convergence"), instance_type)
     problems += space_problems + convergence_problems
     if not problems and values["window_steps"] > values["max_measured_steps"]:
@@ -164,12 +170,14 @@ def parse_tune(raw: Any, instance_type: str) -> tuple[TuneSettings | None, list[
     return TuneSettings(search_space=space, convergence=convergence, **values), []
 
 
-def parse_space(raw: Any, instance_type: str) -> tuple[dict[str, tuple[Any, ...]], list[str]]:
+def parse_space(
+    raw: Any, instance_type: str, instance_count: int = 1
+) -> tuple[dict[str, tuple[Any, ...]], list[str]]:
     """A search space: absent (null) means :func:`default_space`; otherwise an object naming at least one of
     ``contract.TUNABLE_SETTINGS``, each with a non-empty list of values the trainer accepts."""
     allowed = ", ".join(contract.TUNABLE_SETTINGS)
     if raw is None:
-        return default_space(instance_type), []
+        return default_space(instance_type, instance_count), []
     if not isinstance(raw, Mapping) or not raw:
         return {}, [
             f"tune.search_space: must name at least one setting to vary, each with a list of values (of {allowed}), "
@@ -366,6 +374,7 @@ def candidates(
             continue
         try:
             settings = contract.override_settings(values, overrides, sm=sm)
+            plan.replicate_setting(settings, setup.instance_count, setup.instance_type)
         except contract.ContractError as err:
             refused.append(f"{asked}: {err}")
             continue
@@ -375,6 +384,8 @@ def candidates(
             instance_count=setup.instance_count,
             max_runtime_seconds=setup.max_runtime_seconds,
         )
+        # no memory check: a candidate's plan shows none (the request's own plan does), and it would re-plan every
+        # stored record once per candidate
         planned = plan.plan_of(
             trial, settings, measurements=measurements, image_tag=image_tag, check_memory=False
         )

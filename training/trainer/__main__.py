@@ -34,18 +34,22 @@ from training.trainer import config, loop, parallel, precision, preflight, refus
 
 def main(argv: list[str] | None = None) -> int:
     cfg, check_only = config.parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
         precision.check_run(cfg)
-        notes = preflight.check(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        notes = preflight.check(cfg, world)
+        replicate, why = parallel.data_parallel_replicate(
+            cfg, world, int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        )
     except contract.ContractError as err:
         return refusal.refuse(f"invalid setting {err}")
     if check_only:
         print("settings ok: " + contract.format_config_line(cfg.as_dict()).removeprefix("config "))
-        for note in notes:
+        for note in [*notes, f"layout ok: {world} processes, data_parallel_replicate={replicate} ({why})"]:
             print(note)
         return 0
     try:
-        env = parallel.init_distributed()
+        env = parallel.init_distributed(replicate)
         loop.run(cfg, env)
     except refusal.Refusal as err:  # raised on every rank together, so the process group exists
         return _refuse_together(str(err), env)

@@ -248,6 +248,7 @@ class CheckpointManager:
         self._options = StateDictOptions(ignore_frozen_params=adapters_only, strict=not adapters_only)
         self.rank, self.world_size, self.device = env.rank, env.world_size, env.device
         self.local_rank, self.cpu_group = env.local_rank, env.cpu_group
+        self.layout = [getattr(env, "replicate", 1), env.world_size // getattr(env, "replicate", 1)]
         self.node_leader = env.local_rank == 0
         self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))
         self.job = sagemaker_job.job_name()
@@ -334,7 +335,8 @@ class CheckpointManager:
         if self.node_leader and tmp.exists():
             files = {name: size for name, (size, _) in sorted(digests.items())}
             sums = {name: digest for name, (_, digest) in sorted(digests.items())}
-            marker = {"world_size": self.world_size, "step": step, "model_shape": self.shape, "job": self.job}
+            marker = {"world_size": self.world_size, "data_parallel": self.layout, "step": step,
+                      "model_shape": self.shape, "job": self.job}  # fmt: skip
             _write_atomic(tmp / MARKER, json.dumps({**marker, "files": files, "sha256": sums}))
             if os.path.lexists(final):  # appeared since the name was chosen: never replace it
                 clash = f"checkpoint_dir: {final} appeared while {tmp} was written; not replacing it"
@@ -367,23 +369,22 @@ class CheckpointManager:
         return _files(path)[self.local_rank :: self.local_world]
 
     def _node_digests(self, path: Path) -> dict[str, tuple[int, str]]:
-        """{name: (size, sha256)} of every file in ``path`` on this node (each rank hashes its share)."""
+        """{name: (size, sha256)} of every file of the checkpoint, on every node (each rank hashes its share of
+        its node's files): each node's ``checkpoint_dir`` is its own disk (SageMaker syncs each to the same S3
+        prefix), so every node's marker lists every node's files, the same marker on each."""
         mine = {
             name: ((path / name).stat().st_size, file_sha256(path / name)) for name in self._my_share(path)
         }
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, (self.rank - self.local_rank, mine), group=self.cpu_group)
-        node = self.rank - self.local_rank
-        return {k: v for owner, part in gathered if owner == node for k, v in part.items()}
+        dist.all_gather_object(gathered, mine, group=self.cpu_group)
+        return {k: v for part in gathered for k, v in part.items()}
 
     def _prune(self) -> None:
         """Delete the complete checkpoints this run loaded or wrote (or this SageMaker job wrote in an earlier
         launch) beyond the newest ``keep``; ``COMPLETE`` goes first, so an interrupted deletion leaves an
         unsealed folder, never a sealed one with files missing."""
-        ours = [
-            path
-            for _, path in complete_checkpoints(self.root)
-            if path.name in self._ours or self._same_job(path)
+        ours = [  # sealed is enough: on a node of a multi-node job the other nodes' files are on their disks
+            path for _, path in _sealed(self.root) if path.name in self._ours or self._same_job(path)
         ]
         for path in ours[: -self.keep]:
             (path / MARKER).unlink()
@@ -502,7 +503,8 @@ class CheckpointManager:
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=self._options)  # fmt: skip
-        saved_world = json.loads((path / MARKER).read_text())["world_size"]
+        marker = json.loads((path / MARKER).read_text())
+        saved_world = marker["world_size"]
         own = path / f"rank_{self.rank:05d}.pt"
         trainer_state = torch.load(
             own if saved_world == self.world_size else path / "rank_00000.pt", weights_only=False
@@ -510,6 +512,7 @@ class CheckpointManager:
         if saved_world == self.world_size:
             set_rng_state(trainer_state["rng"], self.device)
         trainer_state["path"], trainer_state["same_world_size"] = str(path), saved_world == self.world_size
+        trainer_state["layout"] = marker.get("data_parallel") or [1, saved_world]
         return trainer_state
 
 
@@ -623,10 +626,24 @@ def lora_mismatch(path: Path, stored: Any, ours: Any, remedy: str) -> str | None
             f"{path} holds LoRA adapters of {text(f'{n}={stored.get(n)}' for n in settings)}, but this run has "
             f"{text(f'{n}={ours.get(n)}' for n in settings)}; {remedy}"
         )
+    if _same_base(stored.get("base"), ours.get("base")):
+        return None
     return (
         f"{path} holds LoRA adapters trained on another frozen base ({_base_text(stored.get('base'))}) than this "
         f"run's ({_base_text(ours.get('base'))}); give init_from (or seed) the base they were trained on, or {remedy}"
     )
+
+
+def _same_base(stored: Any, ours: Any) -> bool:
+    """Whether two ``lora.base_reference`` values name the same frozen base: the same seed, or ``init_from`` files
+    of the same sampled SHA-256 wherever the folder is now (a base copied or mounted elsewhere is the same base);
+    an unreadable folder matches only the same path unreadable alike."""
+    if not isinstance(stored, dict) or not isinstance(ours, dict):
+        return False
+    digests = str(stored.get("sha256", "")), str(ours.get("sha256", ""))
+    if "init_from" in stored and "init_from" in ours and not any(d.startswith("unreadable") for d in digests):
+        return digests[0] == digests[1]
+    return stored == ours
 
 
 def _base_text(base: Any) -> str:

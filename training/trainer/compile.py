@@ -113,9 +113,21 @@ def guarded(compiled: Callable, eager: Callable, what: str) -> Callable:
     return call
 
 
+def disable_autograd_cache() -> None:
+    """Turn off AOTAutograd's cache in this process. It is on disk, shared by every process of the user, and keys a
+    graph by Dynamo's graph, where SDPA is one call whatever kernel it will run: the kernel is chosen while
+    AOTAutograd traces, from the enabled backends and their order, which no cache key holds (torch 2.11, 2.13). A
+    process pinned to Flash would load the graph a cuDNN-pinned one traced, and run cuDNN. Inductor's own cache (the
+    costly part: code generation) stays on: it keys the traced graph, which names the kernel's own op."""
+    functorch_config = importlib.import_module("torch._functorch.config")
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        functorch_config.enable_autograd_cache = False
+
+
 def apply(layers: nn.ModuleList, *, loss_chunks: bool = True) -> None:
     """Compile each block's forward (``fullgraph``: a graph break is a failure, hence eager) and, with
-    ``loss_chunks``, the chunked loss's per-chunk body."""
+    ``loss_chunks``, the chunked loss's per-chunk body (AOTAutograd's cache off: ``disable_autograd_cache``)."""
+    disable_autograd_cache()
     for block in layers:
         eager = block.forward
         block.forward = guarded(torch.compile(eager, fullgraph=True), eager, "a block's forward")
@@ -150,9 +162,9 @@ def warm_up(
     on every rank of ``mesh``. A compile error in either pass (``compile_errors``) switches everything to eager with
     one warning line; any other error is raised. Values are constants: compilation depends on shapes, dtypes and
     strides. ``adapt``: what the run does to each of its blocks before activation checkpointing (LoRA's
-    ``lora.apply_to_block``: adapters, the base frozen); the stand-in then runs twice, its input requiring a
-    gradient and not (the first block's, whose frozen embedding gives none), with a frozen LM head, as the
-    model's blocks and loss chunks will."""
+    ``lora.apply_to_block``: adapters, the base frozen), with a frozen LM head, as the model's blocks and loss chunks
+    will run; the first variant's stand-in (``activation_checkpoint.variants`` puts the first block's first) runs
+    also with an input that requires no gradient: the first block's, whose frozen embedding gives none."""
     if _State.failed is not None:
         return
     h = shape.hidden_size
@@ -176,7 +188,7 @@ def warm_up(
             )
         )
         targets = torch.zeros((batch, seq), dtype=torch.long, device=device)
-        for input_grad in (True, False) if adapt is not None else (True,):
+        for input_grad in (True, False) if adapt is not None and mode == checkpointing[0] else (True,):
             hidden = torch.full((batch, seq, h), 0.1, dtype=dtype, device=device, requires_grad=input_grad)
             loss = loss_module.linear_cross_entropy(block(hidden, **kwargs), head, targets, loss_chunk_tokens)
             try:

@@ -112,6 +112,8 @@ class TrainConfig:
     lora_alpha: float | None = None
     lora_dropout: float = 0.0
     lora_targets: str = contract.LORA_ALL_LINEAR
+    packing: bool = True
+    data_parallel_replicate: int | str = "auto"
     deterministic: bool = False
     data_dir: str | None = None
     tensorboard_dir: str | None = None

@@ -2,7 +2,9 @@
 
 Both sources are indexed by a position (the number of batches this rank has consumed), so a batch is a pure
 function of (seed, rank, world size, position). The position is saved in checkpoints; resuming restores it and
-continues with exactly the batches an uninterrupted run would have seen.
+continues with exactly the batches an uninterrupted run would have seen. A resume on another number of ranks or
+another batch per rank (another layout) continues the same stream of samples from the first one not yet trained
+on: the samples consumed so far become an offset, and the new ranks read on from it.
 """
 
 from __future__ import annotations
@@ -19,26 +21,47 @@ from training.request import contract
 
 class _PositionedBatches:
     """A batch source indexed by position: batch ``position`` of rank ``rank`` holds the global samples
-    ``(position * world_size + rank) * batch_size`` onwards. Subclasses turn a first sample into a
-    ``(batch_size, seq_length + 1)`` tensor of token ids."""
+    ``offset + (position * world_size + rank) * batch_size`` onwards (``offset``: the samples an earlier layout
+    consumed). Subclasses turn a first sample into a ``(batch_size, seq_length + 1)`` tensor of token ids."""
 
     def __init__(self, batch_size: int, seed: int, rank: int, world_size: int):
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.position = 0
+        self.offset = 0
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
         raise NotImplementedError
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        seq = self._sequences((self.position * self.world_size + self.rank) * self.batch_size)
+        seq = self._sequences(self.offset + (self.position * self.world_size + self.rank) * self.batch_size)
         self.position += 1
         return seq[:, :-1], seq[:, 1:]
 
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
+    @property
+    def consumed(self) -> int:
+        """Global samples trained on so far (every rank's)."""
+        return self.offset + self.position * self.world_size * self.batch_size
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = int(state["position"])
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position, "offset": self.offset, "world_size": self.world_size,
+                "batch_size": self.batch_size}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, int]) -> str | None:
+        """Continue where ``state`` (a checkpoint's) stopped. Written by another layout (world size or batch per
+        rank), the samples it consumed become the offset and this layout reads on from there; the sentence saying
+        so is returned (None for the same layout). A checkpoint from before layouts were recorded is taken as this
+        layout's."""
+        world = int(state.get("world_size", self.world_size))
+        batch = int(state.get("batch_size", self.batch_size))
+        offset, position = int(state.get("offset", 0)), int(state["position"])
+        if (world, batch) == (self.world_size, self.batch_size):
+            self.offset, self.position = offset, position
+            return None
+        self.offset, self.position = offset + position * world * batch, 0
+        return (
+            f"data: the checkpoint's {world} ranks x {batch} samples per step consumed {self.offset} samples; "
+            f"{self.world_size} ranks x {self.batch_size} continue from sample {self.offset} of the same order"
+        )
 
 
 def pins(device: torch.device) -> bool:
@@ -64,7 +87,9 @@ def to_device(
 class SyntheticTokens(_PositionedBatches):
     """Deterministic tokens with a learnable pattern: the vocabulary is laid out in one fixed random cycle;
     each sequence starts at a random point and walks the cycle, so every next token is a function of the
-    previous one (a bigram rule) and the loss falls towards 0."""
+    previous one (a bigram rule) and the loss falls towards 0. Sample ``i`` starts where a generator seeded by
+    (seed, i) says: a pure function of its index, whatever the batch it falls in (so another layout reads the
+    same samples)."""
 
     def __init__(
         self, vocab_size: int, seq_length: int, batch_size: int, seed: int, rank: int, world_size: int
@@ -74,9 +99,18 @@ class SyntheticTokens(_PositionedBatches):
         self.cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + first_sample)
-        starts = torch.randint(len(self.cycle), (self.batch_size, 1), generator=generator)
-        return self.cycle[(starts + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+        samples = np.arange(first_sample, first_sample + self.batch_size, dtype=np.uint64)
+        starts = torch.from_numpy((_mix(samples, self.seed) % np.uint64(len(self.cycle))).astype(np.int64))
+        return self.cycle[(starts[:, None] + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+
+
+def _mix(samples: np.ndarray, seed: int) -> np.ndarray:
+    """A well-spread 64-bit number per sample index and seed: SplitMix64's finalizer (Steele, Lea and Flood,
+    "Fast splittable pseudorandom number generators", OOPSLA 2014), in wrapping uint64 arithmetic."""
+    z = samples + np.uint64((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 class TokenFiles(_PositionedBatches):

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from training.request import contract, hf_config
-from training.trainer import llama_layout, lora
+from training.trainer import chat_export, llama_layout, lora
 from training.trainer.weights import INIT_STD
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -397,6 +397,9 @@ def export(
         generation = {"bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": None}
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     tokenizer_text = write_tokenizer(data, tmp, int(config["seq_length"]))
+    chat_text = chat_export.write(data, tmp)  # a run on conversations: its template and end-of-turn stop
+    if chat_text:
+        tokenizer_text += "\n\n" + chat_text
     (tmp / "README.md").write_text(readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text))
     mode = (
         tmp / "README.md"
@@ -424,6 +427,7 @@ def data_info(cfg) -> dict[str, Any]:
     meta = data.read_metadata(directory)
     tokenizer = (meta or {}).get("tokenizer") or {}
     info["tokenizer"] = tokenizer
+    info["chat"] = chat_export.chat_info(directory, meta or {})
     if tokenizer.get("kind") == "tokenizers":
         candidates = [directory / tokenizer["file"]] if tokenizer.get("file") else []
         candidates += [Path(tokenizer["path"])] if tokenizer.get("path") else []

@@ -108,17 +108,22 @@ class LoRALinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``W x`` plus every part's ``scale B A dropout(x)`` in its rows, as two small GEMMs: the targeted ``A``
         matrices stacked (``[parts x rank, in]``), then the ``B`` matrices block-diagonally (an untargeted part
-        gives zero rows): one output-sized temporary, and the scale applied rank-wide, not output-wide."""
+        gives zero rows): one output-sized temporary, and the scale applied rank-wide, not output-wide. With
+        dropout each targeted projection draws its own mask (peft's ``q_proj``, ``k_proj`` and ``v_proj`` each
+        have their own dropout module), so the ``A`` products are one GEMM per projection."""
         out = F.linear(x, self.weight)
-        a = torch.cat([getattr(self, f"lora_a_{name}") for name in self.targeted])
+        matrices = [getattr(self, f"lora_a_{name}") for name in self.targeted]
+        if isinstance(self.lora_dropout, nn.Dropout):
+            down = torch.cat([F.linear(self.lora_dropout(x), a) for a in matrices], dim=-1)
+        else:
+            down = F.linear(x, torch.cat(matrices))
         b = torch.block_diag(
             *(
                 getattr(self, f"lora_b_{name}") if name in self.targeted else self.weight.new_zeros((rows, 0))
                 for name, rows in self.parts
             )
         )
-        down = F.linear(self.lora_dropout(x), a) * self.scale
-        return out + F.linear(down, b)
+        return out + F.linear(down * self.scale, b)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, lora={','.join(self.targeted)}, scale={self.scale:g}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from training.request import contract
-from training.trainer import checkpoint, data, weights
+from training.trainer import checkpoint, data, packing, weights
 
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time when every token id is read."""
@@ -101,6 +101,11 @@ def check_data(cfg, world_size: int) -> str:
     if meta is not None:
         _check_split_sizes(meta, directory, splits, counts)
     note = _check_ids(cfg, counts)
+    if packing.is_chat(meta):  # examples in windows, not a token stream: packing checks them
+        return (
+            f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; "
+            + packing.check(cfg, directory, world_size)
+        )
     need = world_size * cfg.batch_size
     for split, files in splits.items():
         windows = sum(counts[p] // (cfg.seq_length + 1) for p in files)

@@ -220,20 +220,21 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 
 def local_rows(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-    """The part of ``full`` that ``param`` (a DTensor sharded on dim 0 over a 1-D mesh, as FSDP2 shards, or a
-    replicated or plain tensor) keeps on this rank: ``torch.chunk``'s piece of this rank, empty past the last."""
+    """The part of ``full`` that ``param`` (a DTensor sharded on dim 0, as FSDP2 shards: over a 1-D mesh, or over
+    the second dimension of hybrid sharding's (replicate, shard) mesh; or a replicated or plain tensor) keeps on
+    this rank: ``torch.chunk``'s piece of this rank's coordinate on the sharded dimension, empty past the last."""
     if not isinstance(param, DTensor):
         return full
     mesh, placements = param.device_mesh, param.placements
-    if mesh.ndim != 1 or not isinstance(placements[0], Shard | Replicate):
-        raise NotImplementedError(f"placements {placements} on a {mesh.ndim}-D mesh")
-    if isinstance(placements[0], Replicate):
-        return full
-    if placements[0].dim != 0:
-        raise NotImplementedError(f"sharding on dim {placements[0].dim}")
-    chunks = torch.chunk(full, mesh.size(), dim=0)
-    rank = mesh.get_local_rank()
-    rows = chunks[rank] if rank < len(chunks) else full[:0]
+    rows = full
+    for dim, placement in enumerate(placements):
+        if isinstance(placement, Replicate):
+            continue
+        if not isinstance(placement, Shard) or placement.dim != 0:
+            raise NotImplementedError(f"placements {placements} on a {mesh.ndim}-D mesh")
+        chunks = torch.chunk(rows, mesh.size(dim), dim=0)
+        rank = mesh.get_local_rank(dim)
+        rows = chunks[rank] if rank < len(chunks) else rows[:0]
     if rows.shape != param.to_local().shape:
         raise RuntimeError(
             f"this rank's rows {tuple(rows.shape)} are not its shard {tuple(param.to_local().shape)}"

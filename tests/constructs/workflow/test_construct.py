@@ -622,6 +622,7 @@ def test_defaults_reach_the_rules():
         ({"launch_retry_backoff": cdk.Duration.minutes(6)}, "launch_retry_backoff"),
         ({"state_machine_name": "has space"}, "state_machine_name"),
         ({"state_machine_name": "x" * 81}, "state_machine_name"),
+        ({"state_machine_name": "team.workflow"}, "logs its executions to CloudWatch Logs"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

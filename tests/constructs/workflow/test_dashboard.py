@@ -75,7 +75,15 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
     assert job_metrics <= defined | scores
     assert (
         job_metrics
-        == {"train:loss", "val_loss", "train:tokens_per_sec", "train:mfu", "train:peak_mem_gb"} | scores
+        == {
+            "train:loss",
+            "val_loss",
+            "val_accuracy",
+            "train:tokens_per_sec",
+            "train:mfu",
+            "train:peak_mem_gb",
+        }
+        | scores
     )
     assert len(scores) == 8  # acc and acc_norm of the four standard tasks
     assert host_metrics == set(contract.HOST_GPU_METRICS)

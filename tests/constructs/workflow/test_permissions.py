@@ -34,7 +34,7 @@ def _with_key(**props) -> tuple[TrainingWorkflow, Template, kms.Key]:
     return workflow, Template.from_stack(stack), key
 
 
-@pytest.mark.parametrize("given", [None, "team-a.training"])
+@pytest.mark.parametrize("given", [None, "team-a_training"])
 def test_the_key_condition_names_the_state_machine_by_its_physical_name(given):
     """Step Functions calls GenerateDataKey/Decrypt as the execution role with the encryption context
     aws:states:stateMachineArn = the state machine's ARN (docs/security.md). CDK conditions its grant on

@@ -781,11 +781,23 @@ def test_evaluating_a_run_from_init_from_looks_for_the_folders_tokenizer(s3, rul
 # ---- the evaluation job's instance type: one GPU when the weights fit, the plan's with a training plan ----------
 
 
+class _PlanOfTwoB200s:
+    """SageMaker describing :data:`PLAN` (moto has no training plans): 2 x ml.p6-b200.48xlarge, active."""
+
+    def describe_training_plan(self, TrainingPlanName: str) -> dict:  # noqa: N803 - boto3's name
+        assert TrainingPlanName == PLAN
+        capacity = {"InstanceType": "ml.p6-b200.48xlarge", "TotalInstanceCount": 2, "Status": "Active"}
+        return {"TrainingPlanName": "b200-week", "Status": "Active", "TargetResources": ["training-job"],
+                "ReservedCapacitySummaries": [capacity]}  # fmt: skip
+
+
 def _decide_evaluation(s3, rules, **fields) -> dict:
     _evaluation_world(s3)
     block = {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa"], **fields.pop("evaluate", {})}
     raw = {"train_data_uri": "s3://my-bucket/data/words/", "evaluate": block, **fields}
-    return decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+    return decide(
+        {"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3, sagemaker=_PlanOfTwoB200s()
+    )
 
 
 @pytest.mark.parametrize(

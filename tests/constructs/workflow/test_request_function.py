@@ -15,6 +15,7 @@ from aws_cdk.assertions import Match, Template
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
 from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
+from tests.test_import_cycles import _graph
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
 from training.request.job import job_fields
@@ -36,46 +37,60 @@ def template() -> Template:
     return Template.from_stack(stack)
 
 
+def _handler_imports() -> set[str]:
+    """The project's modules the handler's module imports, directly or through others (the import graph of
+    ``tests/test_import_cycles.py``: import statements anywhere and imports by literal name), itself included."""
+    graph = _graph()
+    seen: set[str] = set()
+    todo = [HANDLER.rsplit(".", 1)[0]]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    return seen
+
+
 def test_asset_holds_only_what_the_handler_imports():
+    """Every module the handler imports (what decides a request: a module added to ``training/request/`` that the
+    decision imports is named here, with the one edit it needs), and nothing else; each package's ``__init__``
+    empty."""
     folder = build_asset()
-    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    assert files == [
-        "constructs_lib/__init__.py",
-        "constructs_lib/workflow/__init__.py",
-        "constructs_lib/workflow/request_check.py",
-        "training/__init__.py",
-        "training/request/__init__.py",
-        "training/request/bounds.py",
-        "training/request/checks.py",
-        "training/request/contract.py",
-        "training/request/decision.py",
-        "training/request/evaluate_block.py",
-        "training/request/fields.py",
-        "training/request/hf_config.py",
-        "training/request/job.py",
-        "training/request/measured.py",
-        "training/request/plan.py",
-        "training/request/reads.py",
-        "training/request/rules.py",
-        "training/request/tune_block.py",
-        "training/request/tuning.py",
-        "training/request/value.py",
-    ]
-    for package in ("constructs_lib", "constructs_lib/workflow", "training"):
+    files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    sources = {name for name in files if name.endswith(".py") and not name.endswith("/__init__.py")}
+    modules = {name[: -len(".py")].replace("/", ".") for name in sources}
+    imported = _handler_imports()
+    assert not imported - modules, f"the handler imports {sorted(imported - modules)}: add to ASSET_FILES"
+    assert not modules - imported, f"the handler never imports {sorted(modules - imported)}: leave it out"
+    assert {"training.request.decision", "training.request.contract"} < modules
+    assert files - sources == {f"{name.rsplit('/', 1)[0]}/__init__.py" for name in files}  # and nothing else
+    for package in ("constructs_lib", "constructs_lib/workflow", "training", "training/request"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
 
 
-def _handler_from_the_asset(event: dict, cwd: Path) -> dict:
-    """The handler's result for ``event``, run from the asset alone: no site-packages at all (-S)."""
+EMPTY_S3 = (
+    "import types; listed = []; "
+    "s3 = types.SimpleNamespace(list_objects_v2=lambda **kw: listed.append(kw) or {'KeyCount': 0}); "
+    "sys.modules['boto3'] = types.SimpleNamespace(client=lambda service, **kw: s3); "
+)
+"""The Lambda runtime's boto3, standing in for an empty bucket (the process has no site-packages): the only S3
+calls a tuning request without data makes are the listings of the run's own folder and measurements before a
+launch, kept in ``listed``."""
+
+
+def _handler_from_the_asset(event: dict, cwd: Path, s3: str = "") -> dict:
+    """The handler's result for ``event``, run from the asset alone: no site-packages at all (-S); ``s3``: code
+    that stands in for boto3 first (``EMPTY_S3``)."""
     code = (
-        f"import sys, json; sys.path.insert(0, {str(build_asset())!r}); "
+        f"import sys, json; {s3}sys.path.insert(0, {str(build_asset())!r}); "
         f"mod, fn = {HANDLER!r}.rsplit('.', 1); import importlib; "
         "handler = getattr(importlib.import_module(mod), fn); "
-        f"print(json.dumps(handler({event!r})))"
+        f"state = handler({event!r}); print(json.dumps(state)); print(json.dumps(globals().get('listed')))"
     )
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    state, listed = proc.stdout.splitlines()
+    return {**json.loads(state), "listed": json.loads(listed)} if s3 else json.loads(state)
 
 
 def test_handler_runs_from_the_asset_alone(tmp_path):
@@ -108,8 +123,10 @@ def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
         "rules": rules,
         "execution": "run-1",
     }
-    result = _handler_from_the_asset(event, tmp_path)
+    result = _handler_from_the_asset(event, tmp_path, s3=EMPTY_S3)
     assert result["valid"] is True, result["cause"]
+    listed = result["listed"]  # the run's own folder and measurements: no earlier run's of that name
+    assert listed and all(kw["Bucket"] == "b" and "run-1" in kw["Prefix"] for kw in listed), listed
     assert result["hyperparameters"]["tune_trials"] == (
         "batch_size=2,grad_accum_steps=1;batch_size=1,grad_accum_steps=2"
     )
@@ -160,8 +177,18 @@ def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
     actions = {
         a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
-    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
+    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents",
+                       "sagemaker:DescribeTrainingPlan"}  # fmt: skip
     # no training_job_tag: it may describe no training job at all
+    plans = by_sid["DescribeTrainingPlans"]
+    assert plans["Action"] == "sagemaker:DescribeTrainingPlan" and "Condition" not in plans
+    # the training plans of the stack's own account and region, any name (a request names its plan)
+    assert plans["Resource"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:us-west-2:123456789012:training-plan/*"],
+        ]
+    }
 
 
 def test_role_describes_only_the_training_jobs_with_the_workflows_tag_nag_clean():

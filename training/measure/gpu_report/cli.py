@@ -34,6 +34,9 @@ from training.measure.gpu_report.sweep import Calibration, ordered
 from training.tune import runner
 
 DEFAULT_WHEELS = ".gpu-wheels"
+INSTALL_SECONDS = 60.0
+"""The longest the carried wheels' install may take (the setup's own share is a few seconds; a slow disk must not
+make a timeout that loses every trial, which all need tensorboardX)."""
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -125,7 +128,11 @@ def install_wheels(ctx: Context, wheels: Path | None) -> str:
     command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                "--no-cache-dir", "--find-links", str(wheels), "--target", str(site), "-r", str(listed)]  # fmt: skip
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=max(10.0, ctx.clock.phase_left()))
+    try:  # past the setup's few seconds if need be: every trial needs them (tensorboardX), the sweep's time pays
+        done = subprocess.run(command, capture_output=True, text=True,
+                              timeout=max(INSTALL_SECONDS, ctx.clock.phase_left()))  # fmt: skip
+    except (subprocess.TimeoutExpired, OSError) as error:
+        return f"installing {len(found)} wheels failed: {type(error).__name__}: {error}"
     if done.returncode != 0:
         return f"installing {len(found)} wheels failed: {done.stderr.strip()[-300:]}"
     ctx.site = site

@@ -247,11 +247,18 @@ def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def write(ctx: Context) -> None:
-    """Every text file of the report, from what is there now (written to a temporary name, then renamed)."""
+    """Every text file of the report, from what is there now (written to a temporary name, then renamed). A file
+    that cannot be rendered (a record of a shape this code did not foresee) says why in its place and costs
+    neither the other files nor the run: this is called after every step, and the phases after it still run."""
     ctx.records["phases"] = [r.as_dict() for r in ctx.clock.records]
     rows = [*ctx.records.get("sweep", []), *ctx.records.get("torchtitan", [])]
-    for name, text in ((REPORT, markdown(ctx)), (ROWS, csv_text(rows)),
-                       (RECORDS, json.dumps(ctx.records, indent=1, default=str) + "\n")):  # fmt: skip
+    renderers = ((REPORT, lambda: markdown(ctx)), (ROWS, lambda: csv_text(rows)),
+                 (RECORDS, lambda: json.dumps(ctx.records, indent=1, default=str) + "\n"))  # fmt: skip
+    for name, render in renderers:
+        try:
+            text = render()
+        except Exception as error:  # noqa: BLE001 - the measurements must survive a rendering bug
+            text = f"{name} could not be rendered: {type(error).__name__}: {error} (records.json has every record)\n"
         _replace(ctx.out / name, text)
 
 
