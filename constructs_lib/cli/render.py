@@ -227,8 +227,8 @@ def print_tune_plan(out: Any, planned: dict[str, Any]) -> None:
     left = [f"{planned['predicted_not_to_fit']} predicted not to fit"]
     if planned["trimmed_by_cost"]:
         left.append(f"{planned['trimmed_by_cost']} beyond max_cost_usd")
-    if planned["refused_by_the_trainer"]:
-        left.append(f"{len(planned['refused_by_the_trainer'])} refused by the trainer's rules")
+    if planned["refused_by_the_trainer_count"]:
+        left.append(f"{planned['refused_by_the_trainer_count']} refused by the trainer's rules")
     out.print("left out: " + ", ".join(left), markup=False)
 
 

@@ -66,9 +66,15 @@ class Project:
 
 def validate(request: object, rules: Any) -> list[str]:
     """Every problem of ``request`` under ``rules``, offline (the workflow's own decision, no AWS call)."""
-    from training.request.decision import validate_request
+    return check_offline(request, rules).problems
 
-    return validate_request(request, rules)
+
+def check_offline(request: object, rules: Any) -> Any:
+    """The workflow's own decision (``decide_request``) of ``request`` under ``rules``, offline: no AWS call; its
+    ``skipped`` names the checks that need S3, SageMaker, the run's name or the workflow's bucket."""
+    from training.request.decision import decide_request
+
+    return decide_request(request, rules)
 
 
 def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:

@@ -5,15 +5,15 @@ holds exactly what the handler imports, copied from the installed packages at sy
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
 ``training/request/`` (the decision, the fields' table, the rules, the request read once, the checks, the evaluate
 and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan and its
-network term, the measurements' rules and the tuning candidates; standard library only) and an empty
-``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there). Its role may
-write its own log group, read, under the workflow's checkpoint prefix only, the listing and the ``COMPLETE`` markers
-that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an object, an
-``init_from`` folder its files), read there only objects named exactly ``config.json`` (an ``init_from`` model's
-architecture) or ``metadata.json`` (prepared data's tokenizer) and task YAML files (an evaluation's tasks), use the
-bucket's key to decrypt, describe only the training jobs tagged as the workflow's (an evaluation-only request's job)
-and the training plans of its account and region (a request's plan), and list and read the stored tuning measurements
-(``<tuning prefix>measurements/``); nothing else.
+network term, the measurements' rules, the tuning candidates and the decision's size bound; standard library only)
+and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there).
+Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing and the
+``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an
+object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an ``init_from``
+model's architecture) or ``metadata.json`` (prepared data's tokenizer) and task YAML files in a folder below them (an
+evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged as the workflow's (an
+evaluation-only request's job) and the training plans of its account and region (a request's plan), and list and
+read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.request.bounds
 import training.request.checks
 import training.request.contract
 import training.request.decision
@@ -69,6 +70,7 @@ NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE)
 ``init_from`` model's ``config.json`` and prepared data's ``metadata.json`` (an evaluated model's tokenizer)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/request/bounds.py": Path(training.request.bounds.__file__),
     "training/request/checks.py": Path(training.request.checks.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
     "training/request/decision.py": Path(training.request.decision.__file__),
@@ -268,9 +270,12 @@ class RequestValidator(Construct):
                 )
 
     def _grant_task_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
-        """Read the task YAML files under the data prefixes (an evaluation's task names), and no other object."""
+        """Read the task YAML files in folders below the data prefixes (an evaluation's task names), and no other
+        object: a task folder is never a data prefix itself (``evaluate_block.task_folder_problems``), and the check
+        reads only the files directly in it; which folder is named per execution, and IAM's ``*`` matches across
+        ``/``, so the grant cannot name the depth."""
         objects = [
-            f"{bucket_arn}/{prefix}*{suffix}"
+            f"{bucket_arn}/{prefix}*/*{suffix}"
             for bucket_arn, prefix in data_prefixes
             for suffix in TASK_FILE_SUFFIXES
         ]
@@ -283,9 +288,9 @@ class RequestValidator(Construct):
             acknowledge(
                 policy_scope(self.role),
                 f"IAM5[Resource::{rendered(self, resource)}]",
-                "An evaluation's check reads only task YAML files (any name: lm-eval's task files) under an allowed "
-                "data prefix, to refuse a task the folder does not define; the folders in between are chosen per "
-                "execution.",
+                "An evaluation's check reads only task YAML files (any name: lm-eval's task files) directly in the "
+                "task folder an execution names below an allowed data prefix, to refuse a task the folder does not "
+                "define; the folder is chosen per execution.",
             )
 
     def _grant_describe_jobs(self, key: str, value: str) -> None:

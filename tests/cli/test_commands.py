@@ -352,8 +352,41 @@ def test_validate_a_good_request(deployed, cli, tmp_path):
         )
     )
     result = cli("validate", str(path))
-    assert (result.status, result.out.strip(), result.err) == (0, "valid", "")
-    assert json.loads(cli("validate", str(path), "--json").out) == {"valid": True, "problems": []}
+    name_check = "the run's name: that its checkpoint folder holds no earlier run's (one S3 listing when it is started)"
+    assert (result.status, result.err) == (0, "")
+    assert result.out.splitlines() == [
+        "valid",
+        "not checked here (the workflow checks them before it launches):",
+        f"  - {name_check}",
+    ]
+    assert json.loads(cli("validate", str(path), "--json").out) == {
+        "valid": True,
+        "problems": [],
+        "not_checked": [name_check],
+    }
+
+
+def test_offline_validate_refuses_another_bucket_when_named_and_says_when_it_cannot_know(deployed, cli):
+    elsewhere = json.dumps({"train_data_uri": "s3://someone-elses-bucket/data/tokens/"})
+    unknown = cli("validate", "-", "--json", stdin=elsewhere)
+    assert unknown.status == 0 and json.loads(unknown.out)["not_checked"][0].startswith(
+        "the data sources' bucket: the workflow's bucket is not known here, so train_data_uri, init_from and "
+        "evaluate.task_data_uri were matched on their key only, in any bucket (give --bucket NAME"
+    )
+    named = cli("validate", "-", "--bucket", deployed.bucket, stdin=elsewhere)
+    assert named.status == 2 and _problems(named.err) == [
+        f"train_data_uri: must be an s3:// prefix ending in '/' under one of s3://{deployed.bucket}/data/, or null; "
+        'got "s3://someone-elses-bucket/data/tokens/"'
+    ]
+    own = json.dumps({"train_data_uri": f"s3://{deployed.bucket}/data/tokens/"})
+    checked = json.loads(cli("validate", "-", "--json", "--bucket", deployed.bucket, stdin=own).out)
+    assert checked["valid"] and not any(
+        line.startswith("the data sources' bucket") for line in checked["not_checked"]
+    )
+    assert (
+        "train_data_uri: that it holds the training data (one S3 listing before launch)"
+        in checked["not_checked"]
+    )
 
 
 def test_validate_lists_every_problem_and_exits_2(deployed, cli):
@@ -416,6 +449,12 @@ def test_validate_deployed_uses_the_deployed_workflows_rules(deployed, cli):
         assert result.status == 2 and _problems(result.err) == submitted
         as_json = json.loads(cli("validate", "-", "--json", *flags, stdin=request).out)
         assert as_json == {"valid": False, "problems": submitted}
+    deployed_valid = json.loads(
+        cli("validate", "--json", "--deployed").out
+    )  # S3 read: only the run's name left
+    assert deployed_valid["valid"] and [line.split(":")[0] for line in deployed_valid["not_checked"]] == [
+        "the run's name"
+    ]
     assert cli("validate", "--deployed", "--stack", "NotThere").status == 3
 
 

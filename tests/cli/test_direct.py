@@ -260,5 +260,7 @@ def test_a_direct_runs_name_is_refused_for_a_workflow_run_once_it_has_checkpoint
     )
     before = deployed.executions()
     refused = cli("submit", "--name", name)
-    assert refused.status == 2 and f"already holds checkpoints of a run named {name}" in refused.err
+    assert (
+        refused.status == 2 and f"already holds the checkpoints of an earlier run named {name}" in refused.err
+    )
     assert deployed.executions() == before

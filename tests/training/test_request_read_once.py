@@ -87,12 +87,13 @@ def test_every_caller_decides_through_the_one_function():
         ("constructs_lib/workflow/request_check.py", "decide"),
         ("constructs_lib/cli/request.py", "plan_request"),
         ("constructs_lib/cli/tuning.py", "tune_plan"),
-        ("constructs_lib/cli/api.py", "check"),
+        ("constructs_lib/cli/api.py", "decide"),
+        ("constructs_lib/cli/request.py", "check_offline"),
         ("constructs_lib/cli/direct.py", "direct_request"),
         ("training/request/decision.py", "validate_request"),
         ("training/request/decision.py", "prepare_request"),
     } == callers
-    assert calls("validate_request", [ROOT / "constructs_lib" / "cli" / "request.py"]) == {
+    assert calls("check_offline", [ROOT / "constructs_lib" / "cli" / "request.py"]) == {
         ("constructs_lib/cli/request.py", "validate"): 1
     }
 

@@ -174,6 +174,9 @@ class Outcome:
     client_error: str | None = None
     status_code: int = 400
     final_metrics: tuple[tuple[str, float], ...] = ()
+    uploads: tuple[tuple[str, str, str | bytes], ...] = ()
+    """(bucket, key, body) of each object the job leaves in S3 (e.g. its checkpoint folder's files), written when it
+    is created: the request check, which runs before, sees the run's folder as a new run's, empty."""
 
 
 COMPLETED = Outcome()
@@ -275,6 +278,10 @@ class SageMakerSync(StateTaskServiceUnsupported):
                 "CreateTrainingJob",
             )
         response = client.create_training_job(**normalised_parameters)
+        for bucket, key, body in outcome.uploads:
+            boto3.client("s3", region_name=resource_runtime_part.region).put_object(
+                Bucket=bucket, Key=key, Body=body
+            )
         job = sagemaker_backends[ACCOUNT][resource_runtime_part.region].training_jobs[name]
         job.training_job_status = outcome.status
         job.secondary_status = outcome.status

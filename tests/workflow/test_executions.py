@@ -71,6 +71,9 @@ def synthesized():
 def workflow(synthesized):
     _, template = synthesized
     with moto_workflow(definition_of(template)) as wf:
+        # the workflow's bucket, as deployed: the request check lists a new run's checkpoint folder there
+        bucket = "fake-" + logical_id(synthesized[0].bucket).lower()
+        wf.s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
         yield wf
 
 
@@ -309,10 +312,17 @@ def test_without_num_layers_the_model_preset_decides_the_depth(workflow):
 @pytest.mark.parametrize(
     "edge",
     [
-        # 4096 sequences of 1M tokens cannot fit any GPU: the bounds themselves are what is tested here
-        {"num_layers": 1, "batch_size": 4096, "seq_length": 1_048_576, "ignore_memory_estimate": True},
+        # 4096 sequences of 1M tokens cannot fit any GPU: the bounds themselves are what is tested here (one step
+        # of them, about 60 h by the plan, within the workflow's longest time limit)
+        {
+            "num_layers": 1,
+            "batch_size": 4096,
+            "seq_length": 1_048_576,
+            "ignore_memory_estimate": True,
+            "max_runtime_seconds": 7 * 24 * 3600,
+        },  # fmt: skip
         {"num_layers": 512, "seq_length": 8},
-        {"max_runtime_seconds": 1},
+        {"max_runtime_seconds": 1, "seq_length": 8},  # one step of 8 tokens fits one second
         {"instance_count": 4},
         {"training_plan_arn": GOV_PLAN_ARN},
         {"use_spot": True, "max_runtime_seconds": 600, "max_wait_seconds": 600},

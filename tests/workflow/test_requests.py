@@ -444,6 +444,7 @@ def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, s
         "step": 100,
         "uri": f"s3://{bucket}/{run_key}step_00000100/",
         "execution": earlier,
+        "in_place": False,
     }
     assert _objects(workflow.s3, bucket, run_key) == before
 
@@ -455,8 +456,10 @@ def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, s
 
 def test_resume_from_itself_or_an_unfinished_run_is_refused(workflow, synthesized):
     first, _ = synthesized["first"]
-    name = f"self-{_prefix()}"
-    assert "not this one" in _failed(workflow.run({"resume_from": name}, name), "InvalidInput")
+    name = f"self-{_prefix()}"  # itself: continue its own folder, which holds nothing yet
+    assert f"execution {name} has no complete checkpoint" in _failed(
+        workflow.run({"resume_from": name}, name), "InvalidInput"
+    )
     run_key = f"checkpoints/{first.run_segment}/unfinished/"
     workflow.s3.put_object(
         Bucket=synthesized["bucket"], Key=f"{run_key}step_00000010.tmp/.metadata", Body=b"x"

@@ -12,7 +12,8 @@ dtypes, no data, no memory) and a fake process group (collectives do nothing), w
 step runs first, outside the tracker: DTensor's first sharding propagation allocates full-size tensors once.
 
 CPU kernels save different tensors than CUDA's, so two are swapped for what CUDA runs: attention uses the flash
-kernel (``SDPBackend.FLASH_ATTENTION``: CPU flash saves output and log-sum-exp, like CUDA flash), and RMSNorm
+kernel (``SDPBackend.FLASH_ATTENTION``: CPU flash saves output and log-sum-exp, like CUDA flash; with
+``attention_backend`` math the math kernel, whose composite of matmuls and softmax is the same on both), and RMSNorm
 uses ``FusedRMSNormStandIn``, which allocates what CUDA's fused RMSNorm kernel allocates (output and fp32 rstd in
 forward, saving input and rstd; input and weight gradients in backward). On fake tensors only outputs are
 allocated, never a kernel's internal workspace.
@@ -176,6 +177,7 @@ _REPORTED = (
     "loss_chunk_tokens",
     "position_encoding",
     "lora_rank",
+    "attention_backend",
 )
 
 
@@ -192,7 +194,9 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     shape = contract.model_shape(values)
     mesh = init_device_mesh("cpu", (world_size,))
     device = torch.device("cpu")
-    with FakeTensorMode(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    # the kernel CUDA runs: Flash (what auto pins first among those that save the same), or math when asked for
+    kernel = SDPBackend.MATH if values["attention_backend"] == "math" else SDPBackend.FLASH_ATTENTION
+    with FakeTensorMode(), sdpa_kernel(kernel):
         net = model.build_model(
             shape,
             use_te=False,

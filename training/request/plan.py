@@ -24,6 +24,9 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   SiLU, product; log-sum-exp and two rstd in fp32. 2h with it (the checkpoint's input). RoPE
   (``position_encoding`` rope, the default) adds the rotated query and key (2(h + kv) per token) and, per layer,
   cos and sin for the query and the key (4 x 2 bytes x seq x head_dim); fp32 runs hold every activation, gathered weight and unsharded gradient in 4 bytes instead of 2;
+* ``attention_backend`` math (torch path): PyTorch's math kernel keeps each layer's whole fp32 score matrix
+  (``math_attention_bytes``: 4 x num_heads x seq bytes per token) and fp32 copies of the query, key and value instead
+  of Flash's log-sum-exp, and its backward holds two more score matrices (``math_attention_moments``);
 * the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
   (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
   chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
@@ -150,6 +153,9 @@ class Setup:
     lora_dropout: float = 0.0
     data_parallel_replicate: int | str = "auto"
     """Replicas of the hybrid-sharding mesh, or ``auto`` (``replicate``)."""
+    attention_backend: str = "auto"
+    """``math`` keeps attention's whole score matrix (``math_attention_bytes``); every other kernel is counted as
+    Flash's (output and log-sum-exp only)."""
 
     def __post_init__(self) -> None:
         mode = self.activation_checkpointing
@@ -285,6 +291,7 @@ def setup_from_values(
         lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
         lora_dropout=values["lora_dropout"],
         data_parallel_replicate=values.get("data_parallel_replicate", "auto"),
+        attention_backend=values["attention_backend"],
     )
 
 
@@ -334,7 +341,8 @@ def layer_activation_bytes(s: Setup) -> float:
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
     kv = s.shape.kv_heads * s.shape.head_dim  # key (and value) width: h without grouped-query attention
     c = s.compute_bytes
-    stats = 4 * nh + 8  # flash attention's fp32 log-sum-exp per query head, two RMSNorm rstd
+    # flash attention's fp32 log-sum-exp per query head (math's score matrix instead), two RMSNorm rstd
+    stats = 4 * nh + 8 + math_attention_bytes(s)
     rope = c * (h + kv) if s.position_encoding == "rope" else 0  # the rotated query and key
     if s.precision in QUANTIZED_BYTES:
         q = QUANTIZED_BYTES[s.precision]
@@ -354,6 +362,52 @@ def selective_saved_bytes(s: Setup) -> float:
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
     kv = s.shape.kv_heads * s.shape.head_dim
     return s.compute_bytes * (3 * h + 2 * kv + 2 * f) + 4 * nh
+
+
+def math_attention_bytes(s: Setup) -> float:
+    """Bytes per token one block's attention keeps beyond Flash's with ``attention_backend`` math (torch path only:
+    Transformer Engine precisions choose their own kernel). PyTorch's math kernel
+    (``_scaled_dot_product_attention_math``, ATen ``native/transformers/attention.cpp``) computes in fp32 for 16-bit
+    inputs (``allow_fp16_bf16_reduction_math_sdp`` is off by default) and keeps for its backward the softmax of the
+    whole score matrix (``num_heads x seq_length`` fp32 values per token, causal or not), the scaled query, and the
+    key and value repeated to every query head (fp32: 4h each; in fp32 runs the value only with grouped-query
+    attention, else it is the projection's own), and no log-sum-exp (Flash's 4 bytes per head, counted by the
+    caller, less). The traced rows of ``training.measure.plan_agreement`` run it."""
+    if s.attention_backend != "math" or s.precision in QUANTIZED_BYTES:
+        return 0.0
+    h, nh = s.shape.hidden_size, s.shape.num_heads
+    value = 4.0 * h if s.compute_bytes < 4 or s.shape.kv_heads != nh else 0.0
+    return 4.0 * nh * s.seq_length + 8.0 * h + value - 4.0 * nh
+
+
+def math_attention_moments(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """With ``attention_backend`` math, the moment inside a block's attention backward: the first block's backward
+    (``last block backward``, or the top checkpointed block's right after its recompute) once its MLP is done (its
+    saved tensors freed, ``mlp_saved_bytes``), with the score matrix's gradient and the softmax's input gradient in
+    flight (fp32, ``num_heads x seq_length`` values per token each). Selective activation checkpointing keeps no
+    score matrix (its policy saves the kernels' outputs, and math is matmuls and a softmax): it appears in the
+    recompute only. Traced: ``training.measure.plan_agreement``'s math rows."""
+    if s.attention_backend != "math" or s.precision in QUANTIZED_BYTES:
+        return moments
+    in_flight = 2 * 4.0 * s.shape.num_heads * s.seq_length * s.tokens
+    mlp = mlp_saved_bytes(s) * s.tokens
+    out = dict(moments)
+    for name, held in (("last block backward", "saved activations"),
+                       ("block backward, after its recompute", "recomputed block")):  # fmt: skip
+        if name in moments:
+            parts = moments[name]
+            out[f"{name}, in its attention (math)"] = {
+                **parts,
+                held: parts[held] - mlp,
+                "gradients in flight": in_flight,
+            }
+    return out
+
+
+def mlp_saved_bytes(s: Setup) -> float:
+    """Bytes per token a block keeps for its MLP's backward (torch path): the normed input, gate/up, SiLU and their
+    product, and the norm's fp32 rstd."""
+    return s.compute_bytes * (s.shape.hidden_size + 4 * s.shape.ffn_hidden_size) + 4.0
 
 
 def saved_per_block(s: Setup) -> list[float]:
@@ -652,7 +706,7 @@ def lora_activation_bytes(s: Setup) -> float:
 
 def estimate_memory(s: Setup) -> Memory:
     """The per-GPU peak: the largest moment's tensors plus the allowance, against the GPU's memory."""
-    moments = lora_memory(s, _moments(s))
+    moments = lora_memory(s, math_attention_moments(s, _moments(s)))
     moment, parts = max(moments.items(), key=lambda item: sum(item[1].values()))
     tensors = sum(parts.values())
     allowance = ALLOWANCE_FIXED_GIB * GIB + ALLOWANCE_FRACTION * tensors
@@ -987,7 +1041,8 @@ def plan_of(
     ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
     settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
     and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
-    :func:`memory_check`)."""
+    :func:`memory_check`; False, e.g. for each of a tuning run's candidates, which would re-plan every record once per
+    candidate)."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)

@@ -62,6 +62,11 @@ class Reads:
             return None, []
         return read_init_from(self.s3, uri)
 
+    @property
+    def knows_measurements(self) -> bool:
+        """Whether the stored tuning measurements are known (given, or read with S3)."""
+        return self._measurements is not None or self.s3 is not None
+
     def measurements(self, rules: RequestRules) -> list[Mapping[str, Any]]:
         """The stored tuning records of the workflow's image (read once, with S3 when the caller gave none)."""
         if self._measurements is None:
@@ -187,15 +192,15 @@ def data_problems(s3: Any, uri: str) -> list[str]:
 def resume(
     s3: Any, rules: RequestRules, name: str, execution: str | None, max_steps: int
 ) -> tuple[dict[str, Any] | None, list[str]]:
-    """Where run ``name`` of this workflow has its newest complete checkpoint (``{"step", "uri", "execution"}``),
-    and the problems of continuing from it to ``max_steps`` (none found, not further than its step, or this very
-    execution)."""
+    """Where run ``name`` of this workflow has its newest complete checkpoint (``{"step", "uri", "execution",
+    "in_place"}``), and the problems of continuing from it to ``max_steps`` (none found, or not further than its
+    step). ``name`` this very execution (``execution``): the run continues in its own folder, which SageMaker's
+    checkpoint sync brings back (``in_place``: no resume channel); else it starts in its own folder from ``name``'s
+    checkpoint, mounted as the resume channel."""
     runs_uri = rules.runs_uri()
     if runs_uri is None:
         raise ValueError("RequestRules.bucket_name: needed to decide resume_from")
     run_uri = f"{runs_uri}{name}/"
-    if name == execution:
-        return None, [f"resume_from: must name an earlier execution, not this one; got {show(name)}"]
     bucket, _, run_key = run_uri[5:].partition("/")
     objects = list_objects(s3, bucket, run_key)
     found = newest_complete_checkpoint(
@@ -204,7 +209,42 @@ def resume(
     problems = resume_problems(name, max_steps, found, run_uri)
     if found is None:
         return None, problems
-    return {"step": found[0], "uri": f"s3://{bucket}/{found[1]}", "execution": name}, problems
+    in_place = name == execution
+    return {
+        "step": found[0],
+        "uri": f"s3://{bucket}/{found[1]}",
+        "execution": name,
+        "in_place": in_place,
+    }, problems
+
+
+def run_folder_problems(s3: Any, rules: RequestRules, execution: str, *, tuning: bool) -> list[str]:
+    """A new run named ``execution`` whose checkpoint folder already holds objects would resume from an earlier run
+    of that name and write over its checkpoints (after Step Functions forgot that execution: 90 days, or a replaced
+    state machine); a tuning run would also write over that run's stored measurements. Refused, unless the input
+    continues that run (``resume_from`` its own name, decided by :func:`resume`). One listing (``MaxKeys`` 1) of
+    the folder, and for a tuning run one of its records file."""
+    runs_uri = rules.runs_uri()
+    if runs_uri is None:
+        return []
+    bucket, _, run_key = f"{runs_uri}{execution}/"[5:].partition("/")
+    held = s3.list_objects_v2(Bucket=bucket, Prefix=run_key, MaxKeys=1).get("KeyCount", 0)
+    if held:
+        resumes = (
+            "" if tuning else f", or set resume_from to {show(execution)} to continue that run in its folder"
+        )
+        return [
+            f"execution name: s3://{bucket}/{run_key} already holds the checkpoints of an earlier run named "
+            f"{execution}, which a new run would resume from and write over; start this one under another "
+            f"name{resumes}"
+        ]
+    records = rules.tuning_paths(execution)["records_key"] if tuning else None
+    if records and s3.list_objects_v2(Bucket=bucket, Prefix=records, MaxKeys=1).get("KeyCount", 0):
+        return [
+            f"execution name: s3://{bucket}/{records} already holds the measurements of an earlier tuning run named "
+            f"{execution}; start this one under another name"
+        ]
+    return []
 
 
 def newest_complete_checkpoint(

@@ -9,7 +9,7 @@ from typing import Any
 from constructs_lib.cli import render
 from constructs_lib.cli.commands.follow import watch_until_ended
 from constructs_lib.cli.errors import InvalidRequest
-from constructs_lib.cli.request import plan_request, validate
+from constructs_lib.cli.request import check_offline, plan_request
 from constructs_lib.cli.shell import EXIT_INVALID, EXIT_OK, Parents, Shell
 
 
@@ -29,6 +29,13 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         action="store_true",
         help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
         "implied by --stack",
+    )
+    validate_cmd.add_argument(
+        "--bucket",
+        metavar="NAME",
+        help="offline: the workflow's bucket (the stack output CheckpointBucketName), so that data sources in another "
+        "bucket are refused as the workflow refuses them (without it they are matched on their key only, and "
+        "validate says so)",
     )
     plan = sub.add_parser(
         "plan",
@@ -80,17 +87,23 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
 
 
 def do_validate(shell: Shell) -> int:
+    """Every problem (exit 2), or ``valid`` and the checks that need what this validation could not read (S3,
+    SageMaker, the run's name, the workflow's bucket): the workflow makes them before it launches."""
     request = shell.request()
     if shell.args.deployed or shell.args.stack:
-        problems = shell.runs.check(request)
+        decision = shell.runs.decide(request)
     else:
-        problems = validate(request, shell.project.rules())
-    if problems:
-        raise InvalidRequest(problems)
+        decision = check_offline(request, shell.project.rules(bucket_name=shell.args.bucket))
+    if decision.problems:
+        raise InvalidRequest(decision.problems)
     if shell.args.json:
-        shell.emit({"valid": True, "problems": []})
-    else:
-        shell.out.print("valid", markup=False)
+        shell.emit({"valid": True, "problems": [], "not_checked": decision.skipped})
+        return EXIT_OK
+    shell.out.print("valid", markup=False)
+    if decision.skipped:
+        shell.out.print("not checked here (the workflow checks them before it launches):", markup=False)
+        for line in decision.skipped:
+            shell.out.print(f"  - {line}", markup=False)
     return EXIT_OK
 
 
