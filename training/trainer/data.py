@@ -99,7 +99,10 @@ class TokenFiles(_PositionedBatches):
         rank: int,
         world_size: int,
         shuffle: bool = True,
+        grad_accum_steps: int = 1,
     ):
+        """``batch_size``: the sequences one step reads on this rank (for training, an optimizer step's:
+        ``grad_accum_steps`` micro-batches, which only the message of a too-small dataset names)."""
         paths = split_files(source, "train") if isinstance(source, str) else list(source)
         opened = [(p, open_tokens(p, token_dtype)) for p in paths]
         opened = [(p, tokens) for p, tokens in opened if len(tokens)]  # an empty file holds no window
@@ -110,11 +113,12 @@ class TokenFiles(_PositionedBatches):
         self.window = seq_length + 1
         counts = np.array([len(a) // self.window for a in self.arrays], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)])
-        if self.starts[-1] < world_size * batch_size:
+        need, what = batch_need(batch_size // grad_accum_steps, grad_accum_steps, world_size)
+        if self.starts[-1] < need:
             raise contract.ContractError(
-                "seq_length",
+                "batch_size",
                 f"the token files {_names(paths)} hold {self.starts[-1]} windows of {self.window} tokens; "
-                f"need at least batch_size * world_size = {world_size * batch_size}",
+                f"{what} needs {need}",
             )
         super().__init__(batch_size, seed, rank, world_size)
         self.vocab_size, self.shuffle = vocab_size, shuffle
@@ -157,6 +161,19 @@ class TokenFiles(_PositionedBatches):
         return out
 
 
+def batch_need(batch_size: int, grad_accum_steps: int, world_size: int) -> tuple[int, str]:
+    """The sequences one step reads over every process, and the words for them: ``one optimizer step (batch_size
+    4 x grad_accum_steps 8 x 2 processes)``, or ``one global batch (batch_size 4 x 2 processes)``."""
+    if grad_accum_steps > 1:
+        what = (
+            f"one optimizer step (batch_size {batch_size} x grad_accum_steps {grad_accum_steps} x {world_size} "
+            "processes)"
+        )
+    else:
+        what = f"one global batch (batch_size {batch_size} x {world_size} processes)"
+    return batch_size * grad_accum_steps * world_size, what
+
+
 def _names(paths: list[Path]) -> str:
     shown = ", ".join(str(p) for p in paths[:3])
     return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
@@ -191,7 +208,21 @@ def split_files(directory: str | Path, split: str) -> list[Path]:
         return [Path(directory) / name for name in entry["files"]] if entry else []
     if split != "train":
         return []
-    return sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+    found = sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+    _refuse_twins(found, directory)
+    return found
+
+
+def _refuse_twins(files: list[Path], directory: str | Path) -> None:
+    """Refuse ``x.bin`` beside ``x.npy``: a file converted and the original left behind would be read twice."""
+    stems = [p.with_suffix("") for p in files]
+    twin = next((stem for stem in stems if stems.count(stem) > 1), None)
+    if twin is not None:
+        raise contract.ContractError(
+            "dataset",
+            f"{twin}.bin and {twin}.npy are both token files of the data folder {directory}, so both would be read "
+            "(the same tokens twice, when one was converted from the other): keep one",
+        )
 
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -264,8 +295,9 @@ def channel_dir(cfg=None) -> str:
     return directory
 
 
-def make_dataset(cfg, rank: int, world_size: int) -> SyntheticTokens | TokenFiles:
-    """The data source ``cfg.dataset`` names, for this rank."""
+def make_dataset(cfg, rank: int, world_size: int, grad_accum_steps: int = 1) -> SyntheticTokens | TokenFiles:
+    """The data source ``cfg.dataset`` names, for this rank (``cfg.batch_size``: the sequences of one optimizer
+    step, ``grad_accum_steps`` micro-batches, which only the message of too little data names)."""
     if cfg.dataset == "synthetic":
         return SyntheticTokens(cfg.vocab_size, cfg.seq_length, cfg.batch_size, cfg.seed, rank, world_size)
     return TokenFiles(
@@ -277,6 +309,7 @@ def make_dataset(cfg, rank: int, world_size: int) -> SyntheticTokens | TokenFile
         cfg.seed,
         rank,
         world_size,
+        grad_accum_steps=grad_accum_steps,
     )
 
 

@@ -236,7 +236,7 @@ def run(
     # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
     # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
-    dataset = data.make_dataset(step_batch, env.rank, env.world_size)
+    dataset = data.make_dataset(step_batch, env.rank, env.world_size, grad_accum_steps=cfg.grad_accum_steps)
     validation = data.make_validation(cfg, env.rank, env.world_size)
     shape = checkpoint.model_identity(cfg)
     manager = checkpoint.CheckpointManager(
