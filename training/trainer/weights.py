@@ -81,6 +81,17 @@ def seed_of(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+class DamagedFileError(ValueError):
+    """One weights file of an ``init_from`` folder cannot be read; ``path`` names it."""
+
+    def __init__(self, path: Path, err: BaseException):
+        if isinstance(err, FileNotFoundError):
+            super().__init__(f"{INDEX_FILE} names {path.name}, which is not in the folder")
+        else:
+            super().__init__(f"cannot read {path.name}: {_one_line(err)}")
+        self.path = path
+
+
 class HuggingFaceFolder:
     """A Hugging Face model folder's safetensors files, read one tensor at a time (``model.safetensors``, or the
     shards ``model.safetensors.index.json`` lists, or else every ``*.safetensors`` file in it)."""
@@ -105,7 +116,10 @@ class HuggingFaceFolder:
         if path not in self._handles:
             from safetensors import safe_open
 
-            self._handles[path] = safe_open(str(path), framework="pt", device="cpu")
+            try:
+                self._handles[path] = safe_open(str(path), framework="pt", device="cpu")
+            except Exception as err:  # OSError, safetensors' SafetensorError (a header cut short or damaged)
+                raise DamagedFileError(path, err) from None
         return self._handles[path]
 
     def headers(self) -> Iterator[tuple[str, Path, tuple[int, ...], str]]:
@@ -251,6 +265,8 @@ def check_init_from(cfg) -> None:
     try:
         folder = HuggingFaceFolder(where)
         found = {name: (path, dims, dtype) for name, path, dims, dtype in folder.headers()}
+    except DamagedFileError as err:  # the file, not only the folder
+        raise hf_config.refuse(where, str(err)) from None
     except Exception as err:  # OSError, a bad index (ValueError, KeyError), safetensors' own SafetensorError
         raise hf_config.refuse(where, f"cannot read its safetensors: {_one_line(err)}") from None
     if not found:
