@@ -249,10 +249,8 @@ def write_tokenizer(data: dict[str, Any] | None, out: Path, max_length: int) -> 
     """Tokenizer files when the data had a ``tokenizer.json`` (unless the ``init_from`` model's own tokenizer
     files travelled, ``write_source_files``); returns the README's tokenizer paragraph."""
     source = (data or {}).get("init_from") or {}
-    travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
-    if travelled:
-        names = ", ".join(f"`{name}`" for name in sorted(travelled))
-        return f"The tokenizer of the model this run started from (`init_from` {source['path']}): {names} are here."
+    if source:
+        return _imported_tokenizer(source, (data or {}).get("dataset") == "synthetic")
     if data is None:
         return "Unknown: this model file was saved before the trainer recorded how its data was tokenized."
     if data.get("dataset") == "synthetic":
@@ -287,6 +285,28 @@ def write_tokenizer(data: dict[str, Any] | None, out: Path, max_length: int) -> 
     return (
         f"The data's Hugging Face tokenizer `{name}`: `tokenizer.json` and `tokenizer_config.json` are here."
     )
+
+
+def _imported_tokenizer(source: dict[str, Any], synthetic: bool) -> str:
+    """The tokenizer paragraph of a run that started from the ``init_from`` model ``source`` (``source_info``):
+    its tokenizer files, when they travelled; with ``synthetic`` data, what this run's tokens were (the model
+    learnt its language before this run)."""
+    travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
+    origin = f"`init_from` {source['path']}"
+    if travelled:
+        names = ", ".join(f"`{name}`" for name in sorted(travelled))
+        text = f"The tokenizer of the model this run started from ({origin}): {names} are here."
+    else:
+        text = (
+            f"None here: the folder of the model this run started from ({origin}) had no tokenizer files; use "
+            "the tokenizer of the model it started from."
+        )
+    if synthetic:
+        text += (
+            " This run trained it on synthetic tokens (`dataset=synthetic`: a fixed pattern over token ids, not "
+            "text), so its language comes from that model and these steps may have made it worse, not better."
+        )
+    return text
 
 
 def _token_name(tokenizer_json: str, token_id: int | None) -> str | None:
