@@ -262,6 +262,32 @@ def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(
         assert torch.equal(tensor, expected["state_dict"][name]), name
 
 
+def test_an_end_of_run_export_interrupted_by_sigkill_is_completed_by_a_rerun(reference, tmp_path):
+    """A job killed while it exported (model.pt written, hf.partial/ half written, no hf/): the rerun finds the run
+    complete and makes the export, the same files an uninterrupted run made; the checkpoints and model.pt are left
+    as they are, and a third run writes nothing."""
+    shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
+    shutil.copytree(reference[0] / "model_ref", tmp_path / "model", ignore=shutil.ignore_patterns("hf"))
+    partial = tmp_path / "model" / "hf.partial"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half a file")
+    kept = listing(tmp_path / "ckpt") | {"model.pt": (tmp_path / "model" / "model.pt").stat().st_size}
+    status, output = run_single(settings(tmp_path))
+    assert status == 0, output
+    hf = tmp_path / "model" / "hf"
+    assert (
+        f"run already complete: the newest checkpoint is at step 12 and max_steps=12; {tmp_path / 'model' / 'model.pt'}"
+        f" has no Hugging Face export (one was interrupted: hf.partial): Hugging Face model (float32) exported to {hf}"
+    ) in output
+    assert not partial.exists()
+    assert contents(hf) == contents(reference[0] / "model_ref" / "hf")
+    assert listing(tmp_path / "ckpt") | {"model.pt": (tmp_path / "model" / "model.pt").stat().st_size} == kept
+    before = listing(tmp_path)
+    status, output = run_single(settings(tmp_path))
+    assert status == 0 and "nothing trained, nothing written" in output, output
+    assert listing(tmp_path) == before
+
+
 def test_raising_max_steps_continues_the_schedule_at_its_floor_and_says_so(reference, tmp_path):
     copy_checkpoint(reference, 12, tmp_path / "ckpt", 12)
     status, output = run_single(

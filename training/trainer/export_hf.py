@@ -460,6 +460,24 @@ def export_after_training(model_file: Path, cfg) -> str:
     return f"Hugging Face model ({dtype}) exported to {out}: {', '.join(files)}"
 
 
+def pending_export(model_dir: str | Path, cfg) -> tuple[Path, str] | None:
+    """The model file whose Hugging Face export an earlier run of ``cfg`` did not finish, and how it was left: an
+    export folder still being written (``hf.partial``, ``hf_step_N.partial``: the job was killed while it
+    exported), or no export folder at all beside the model file (killed before it began). The newest model file
+    (``model_step_N.pt`` after ``model.pt``) is the one a finished run exports last. None when there is nothing to
+    do (no model file, an export folder there, or a model that has no export: ``position_encoding=none``)."""
+    folder = Path(model_dir)
+    models = sorted(folder.glob("model*.pt")) if folder.is_dir() else []
+    if not models or cfg.position_encoding != "rope":
+        return None
+    partials = sorted(p.name for p in folder.glob(f"{HF_DIR}*.partial") if p.is_dir())
+    if partials:
+        return models[-1], f"one was interrupted: {', '.join(partials)}"
+    if not any(p.is_dir() for p in folder.glob(f"{HF_DIR}*")):
+        return models[-1], "none was made"
+    return None
+
+
 def parse_size(text: str) -> int:
     """``5GB``, ``500MB``, ``10KB``, ``123`` (bytes) -> bytes (decimal units, as Hugging Face's)."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(GB|MB|KB|B)?\s*", text.upper())

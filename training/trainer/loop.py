@@ -175,12 +175,19 @@ def _finished_already(
     cfg: TrainConfig, env: parallel.DistEnv, state: _State, say: Callable[[str], None]
 ) -> None:
     """A checkpoint at or past ``max_steps``: write nothing, except the model file when the model folder has
-    none (e.g. a new SageMaker job's empty /opt/ml/model), so that the job's output is not empty."""
+    none (e.g. a new SageMaker job's empty /opt/ml/model), so that the job's output is not empty, and the Hugging
+    Face export of a model file that has none (the run was killed while it exported: ``export_hf.pending_export``;
+    rank 0 alone, as at the end of a run)."""
     done = (
         f"run already complete: the newest checkpoint is at step {state.step} and max_steps={cfg.max_steps}"
     )
     if checkpoint.model_files(cfg.model_dir):
-        say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
+        pending = export_hf.pending_export(cfg.model_dir, cfg) if env.is_main else None
+        if pending is None:
+            say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
+        else:
+            exported = export_hf.export_after_training(pending[0], cfg)
+            say(f"{done}; {pending[0]} has no Hugging Face export ({pending[1]}): {exported}")
         return
     saved = _save_model(cfg, env, state)
     say(
