@@ -67,7 +67,8 @@ def test_under_torchrun_every_rank_checkpoints_into_one_folder_rank_0_made(tmp_p
     assert "world size 2" in proc.stdout
     printed = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["async_checkpoint"]]
     assert len(printed) == 2 and printed[0][-1] == "+0.0%", proc.stdout
-    assert list(scratch.glob("benchmark-*")) == []  # each run's folder removed (torch keeps its own caches there)
+    # each run's folder is removed (torch keeps caches of its own there)
+    assert list(scratch.glob("benchmark-*")) == []
 
 
 @pytest.mark.parametrize(

@@ -260,7 +260,7 @@ def test_the_batch_check_counts_the_processes_train_sh_will_start(tmp_path):
 def test_the_batch_check_counts_grad_accum_steps_and_names_the_product(tmp_path):
     """One optimizer step reads batch_size x grad_accum_steps sequences on every process."""
     path = data_file(tmp_path, "tokens.bin")
-    (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(path)  # 8 sequences: one batch of 4 on each of 2 processes
+    (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(path)  # 8 sequences: a batch of 4 on 2 processes
     preflight.check(channel(tmp_path, batch_size="4"), 2)
     assert field_of(channel(tmp_path, batch_size="4", grad_accum_steps="8"), world_size=2) == (
         f"batch_size: batch_size: the train split in {tmp_path / 'data'} holds 264 tokens, 8 sequences of "

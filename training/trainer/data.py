@@ -25,14 +25,32 @@ class _PositionedBatches:
     def __init__(self, batch_size: int, seed: int, rank: int, world_size: int):
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.position = 0
+        self._ahead: tuple[int, torch.Tensor] | None = None  # (position, sequences) read by check_next
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
         raise NotImplementedError
 
+    def _first_sample(self) -> int:
+        return (self.position * self.world_size + self.rank) * self.batch_size
+
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        seq = self._sequences((self.position * self.world_size + self.rank) * self.batch_size)
+        ahead, self._ahead = self._ahead, None
+        seq = (
+            ahead[1]
+            if ahead is not None and ahead[0] == self.position
+            else self._sequences(self._first_sample())
+        )
         self.position += 1
         return seq[:, :-1], seq[:, 1:]
+
+    def check_next(self) -> str | None:
+        """Read the batch ``next_batch`` returns next (it is kept for it) and say what is wrong with it: a token
+        id not below the vocabulary, naming the file and the position. None when nothing is."""
+        try:
+            self._ahead = (self.position, self._sequences(self._first_sample()))
+        except contract.ContractError as err:
+            return str(err)
+        return None
 
     def state_dict(self) -> dict[str, int]:
         return {"position": self.position}
@@ -108,7 +126,7 @@ class TokenFiles(_PositionedBatches):
         opened = [(p, tokens) for p, tokens in opened if len(tokens)]  # an empty file holds no window
         if not opened:
             raise contract.ContractError("dataset", f"no non-empty .bin or .npy token files in {source}")
-        paths = [p for p, _ in opened]
+        self.paths = paths = [p for p, _ in opened]
         self.arrays = [tokens for _, tokens in opened]
         self.window = seq_length + 1
         counts = np.array([len(a) // self.window for a in self.arrays], dtype=np.int64)
@@ -129,6 +147,11 @@ class TokenFiles(_PositionedBatches):
         return int(self.starts[-1])
 
     def _window(self, sample: int) -> np.ndarray:
+        file, begin = self._where(sample)
+        return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
+
+    def _where(self, sample: int) -> tuple[int, int]:
+        """(file index, first token) of global sample ``sample``'s window."""
         total = int(self.starts[-1])
         epoch, offset = divmod(sample, total)
         if not self.shuffle:
@@ -138,15 +161,19 @@ class TokenFiles(_PositionedBatches):
                 self._epoch, self._order = epoch, np.random.default_rng((self.seed, epoch)).permutation(total)
             index = int(self._order[offset])
         file = int(np.searchsorted(self.starts, index, side="right")) - 1
-        begin = (index - int(self.starts[file])) * self.window
-        return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
+        return file, (index - int(self.starts[file])) * self.window
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
-        seq = torch.from_numpy(np.stack([self._window(first_sample + j) for j in range(self.batch_size)]))
+        windows = [self._window(first_sample + j) for j in range(self.batch_size)]
+        seq = torch.from_numpy(np.stack(windows))
         if int(seq.max()) >= self.vocab_size:
+            j = next(j for j, window in enumerate(windows) if int(window.max()) >= self.vocab_size)
+            file, begin = self._where(first_sample + j)
+            peak = int(windows[j].max())
             raise contract.ContractError(
                 "vocab_size",
-                f"token id {int(seq.max())} in the train channel is >= vocab_size {self.vocab_size}",
+                f"must be above every token id in the data; {self.paths[file]} holds id {peak} (token "
+                f"{begin + int(np.argmax(windows[j]))}), got {self.vocab_size}",
             )
         return seq
 

@@ -20,11 +20,13 @@ from training.trainer import (
     checkpoint,
     data,
     export_hf,
+    guard,
     levers,
     metrics,
     model,
     parallel,
     precision,
+    refusal,
     rotary,
     weights,
 )
@@ -80,7 +82,10 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
-    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init)
+    found = weights.initialize(
+        net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init
+    )
+    weights.refuse_nonfinite(found, cfg.init_from, env.cpu_group)  # every rank together, before step 1
     return net
 
 
@@ -123,6 +128,9 @@ def _resume(
     """The state to train from, and whether the checkpoint already reached ``max_steps`` (nothing to do)."""
     state = _fresh_state(cfg, env, plan)
     resumed = manager.load_latest(state.net, state.optimizer)
+    for found, sealed in manager.adopted:
+        say(f"checkpoint {found}: every file of its save was written (DCP's .metadata and every file it lists), "
+            f"sealed now as {sealed}")  # fmt: skip
     if manager.skipped:
         skipped = "; ".join(f"{name} ({why})" for name, why in manager.skipped)
         if (
@@ -253,7 +261,7 @@ def run(
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
-    val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
+    val_batches = _validation_batches(validation, cfg, env)
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
     collector = levers.GarbageCollection(cfg.gc_interval)
     try:
@@ -269,6 +277,23 @@ def run(
         manager.close()
     tracking.close()
     return summary
+
+
+def _validation_batches(validation: Any, cfg: TrainConfig, env: parallel.DistEnv) -> list:
+    """This rank's validation batches, read at the start; a token id the check before training did not read (it
+    samples large data) stops every rank together with one line (``refusal.TrainingFailure``)."""
+    batches, problem = [], None
+    if validation is not None:
+        try:
+            batches = validation.validation_batches(cfg.validation_batches)
+        except contract.ContractError as err:
+            problem = guard.Problem(guard.DATA, str(err))
+    problems: list[Any] = [None] * env.world_size
+    torch.distributed.all_gather_object(problems, problem, group=env.cpu_group)
+    found = [p for p in problems if p is not None]
+    if found:
+        raise refusal.TrainingFailure(f"{found[0].text}, in the validation split; nothing trained")
+    return batches
 
 
 def levers_line(
@@ -363,6 +388,21 @@ def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, sh
     return step_loss, grad_norm
 
 
+def _boundary(
+    stop: checkpoint.StopFlag, manager: Any, watch: guard.Guard, read: bool, last: bool
+) -> tuple[bool, bool, list]:
+    """The step boundary's agreement (``StopFlag.agreed``): (SIGTERM stop, background save written, every rank's
+    problem). ``read``: the loop waits for the device here anyway (a log line, a checkpoint), so the loss and
+    gradient norm are read; when something is to be saved or reported without that (a stop), they are read and
+    agreed on first (a second all-reduce, on that path only). ``last``: no next batch to check."""
+    stopped, written, problems = stop.agreed(
+        manager.pending_written(), watch.problem(read_values=read, next_batch=not last)
+    )
+    if (stopped or problems) and not read:
+        problems += stop.agreed(None, watch.problem(read_values=True, next_batch=False))[2]
+    return stopped, written, problems
+
+
 def _train(
     cfg,
     env,
@@ -390,6 +430,7 @@ def _train(
     params = [p for p in net.parameters() if p.requires_grad]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     last_saved, stopped, val_loss = state.step, False, None
+    watch = guard.Guard(dataset, env.device, state.step, check_grad_norm=scaler is None, rank=env.rank)
     te_attention_unlogged = plan.recipe is not None
 
     def save() -> None:
@@ -397,6 +438,7 @@ def _train(
                          "schedule": state.schedule.state_dict()}  # fmt: skip
         if scaler is not None:
             trainer_state["scaler"] = scaler.state_dict()
+        sealed(manager.seal_pending())  # an earlier background save is sealed first (and said so)
         started = manager.save(state.step, net, optimizer, trainer_state, background=cfg.async_checkpoint)
         say(f"checkpoint {'started' if manager.pending else 'saved'}: {started}" if cfg.async_checkpoint
             else f"checkpoint saved to {started}")  # fmt: skip
@@ -405,6 +447,13 @@ def _train(
         for path in paths:
             say(f"checkpoint saved to {path}")
 
+    def stop_for(problems: list) -> None:
+        """Every rank: keep what is good (the state, for a bad next batch), seal, and stop with one line."""
+        if all(p.kind == guard.DATA for p in problems) and last_saved != state.step:
+            save()
+        sealed(manager.seal_pending())
+        raise refusal.TrainingFailure(guard.failure_message(problems, state.step, manager.newest))
+
     def validate() -> float:
         loss = evaluate(net, val_batches, env, plan)
         say(contract.format_validation_line(state.step, cfg.max_steps, loss))
@@ -412,10 +461,14 @@ def _train(
         return loss
 
     meter.start()
+    problems = stop.agreed(None, watch.problem(read_values=False, next_batch=state.step < cfg.max_steps))[2]
+    if problems:  # the first batch of this run
+        stop_for(problems)
     while state.step < cfg.max_steps:
         lr = scheduler.get_last_lr()[0]
         micro, shares = _micro_batches(dataset, cfg.grad_accum_steps, env.device)
         loss, grad_norm = train_step(net, optimizer, scaler, plan, micro, shares, params, max_norm)
+        watch.step_done(loss, grad_norm)
         scheduler.step()
         state.step += 1
         meter.step_done()
@@ -426,7 +479,8 @@ def _train(
             say(f"attention (Transformer Engine, after the first step): {attention.te_backend()}")
             te_attention_unlogged = False
 
-        if step % cfg.log_interval == 0 or step == cfg.max_steps:
+        logged = step % cfg.log_interval == 0 or step == cfg.max_steps
+        if logged:
             line = {
                 "loss": progress.mean_loss(),
                 "lr": lr,
@@ -446,10 +500,15 @@ def _train(
             val_loss = validate()
             meter.reset_interval()
 
-        stopped, written = stop.agreed(manager.pending_written())
+        interval = bool(cfg.checkpoint_interval) and step % cfg.checkpoint_interval == 0
+        stopped, written, problems = _boundary(
+            stop, manager, watch, logged or interval, step == cfg.max_steps
+        )
         if written:
             sealed(manager.seal_pending())
-        if stopped or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0):
+        if problems:
+            stop_for(problems)
+        if stopped or interval:
             save()
             if stopped:  # SIGTERM: the checkpoint is sealed and verified before the process ends
                 sealed(manager.seal_pending())
