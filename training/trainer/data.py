@@ -242,9 +242,11 @@ def split_files(directory: str | Path, split: str) -> list[Path]:
 
 def _refuse_twins(files: list[Path], directory: str | Path) -> None:
     """Refuse ``x.bin`` beside ``x.npy``: a file converted and the original left behind would be read twice."""
-    stems = [p.with_suffix("") for p in files]
-    twin = next((stem for stem in stems if stems.count(stem) > 1), None)
-    if twin is not None:
+    seen: set[Path] = set()
+    for twin in (path.with_suffix("") for path in files):
+        if twin not in seen:
+            seen.add(twin)
+            continue
         raise contract.ContractError(
             "dataset",
             f"{twin}.bin and {twin}.npy are both token files of the data folder {directory}, so both would be read "
