@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # Extra CDK CLI arguments, e.g. make deploy CDK_ARGS='-c useKms=true' (any cdk.json key, docs/reference.md).
 CDK_ARGS ?=
 
-.PHONY: setup synth test lint docs bench compat deploy destroy clean
+.PHONY: setup synth test lint docs bench compat deploy destroy clean gpu-report gpu-wheels
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,19 @@ compat: $(COMPAT)/.stamp
 
 bench: setup
 	$(BIN)/python -m training.measure.benchmark
+
+# The GPU report (docs/measurements.md, "On a GPU"): on one H100 or H200, with the machine's own python3 (torch is
+# there; no set-up, no network), in at most 8 minutes; it installs the wheels `make gpu-wheels` put in .gpu-wheels.
+GPU_REPORT_OUT ?= gpu-report
+GPU_REPORT_ARGS ?=
+gpu-report:
+	PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1 $(PYTHON) -m training.measure.gpu_report --out $(GPU_REPORT_OUT) $(GPU_REPORT_ARGS)
+
+# The wheels the GPU report carries (torchtitan 0.2.2 and what it imports that the GPU machine lacks, tensorboardX),
+# from PyPI into .gpu-wheels, then the proof that the list is complete: a fresh venv, --no-index, imports.
+gpu-wheels:
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels download --dest .gpu-wheels
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels check --dest .gpu-wheels
 
 deploy: setup
 	$(CDK) deploy --require-approval broadening $(CDK_ARGS)

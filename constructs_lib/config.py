@@ -18,17 +18,17 @@ from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
 from constructs_lib.workflow.request import MLFLOW_ARN
-from constructs_lib.workflow.request_check import (
-    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
-    RequestRules,
-    parse_data_sources,
-)
 from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
     PRECISIONS,
     instance_types_supporting,
+)
+from training.request.rules import (
+    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+    RequestRules,
+    parse_data_sources,
 )
 
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$")

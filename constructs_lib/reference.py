@@ -1,6 +1,6 @@
 """Write ``docs/reference.md`` from the code's tables, so that the reference cannot drift from what the code
-checks: the execution-input fields (``constructs_lib.workflow.input_fields.FIELDS``), the ``evaluate`` block's
-fields (their defaults ``input_fields.EVALUATE_DEFAULTS``, their rows ``request_evaluation.EVALUATE_FIELDS``), the
+checks: the execution-input fields (``training.request.fields.FIELDS``), the ``evaluate`` block's
+fields (their defaults ``fields.EVALUATE_DEFAULTS``, their rows ``evaluate_block.EVALUATE_FIELDS``), the
 trainer settings
 (``training.request.contract.HYPERPARAMETERS`` and ``training.trainer.config.TRAINER_ONLY_SETTINGS``) and the
 ``cdk.json`` keys (``constructs_lib.config.CONTEXT``).
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from constructs_lib.config import CONTEXT, ContextKey
-from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS, FIELDS
-from constructs_lib.workflow.request_evaluation import EVALUATE_FIELDS_BY_NAME
-from constructs_lib.workflow.request_rules import PLATFORM_HYPERPARAMETERS, RequestRules
 from training.request.contract import HYPERPARAMETERS, TOP_LEVEL_SETTINGS, Hyperparameter
+from training.request.evaluate_block import EVALUATE_FIELDS_BY_NAME
+from training.request.fields import EVALUATE_DEFAULTS, FIELDS
+from training.request.rules import PLATFORM_HYPERPARAMETERS, RequestRules
 from training.trainer.config import TRAINER_ONLY_SETTINGS
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
@@ -99,13 +99,13 @@ def input_fields_section() -> list[str]:
 
 def evaluate_section() -> list[str]:
     """The ``evaluate`` block's own fields: every name of ``EVALUATE_DEFAULTS`` (its default from there), with its
-    row of ``request_evaluation.EVALUATE_FIELDS``."""
+    row of ``evaluate_block.EVALUATE_FIELDS``."""
     rules = reference_rules()
     missing = [name for name in EVALUATE_DEFAULTS if name not in EVALUATE_FIELDS_BY_NAME]
     extra = [name for name in EVALUATE_FIELDS_BY_NAME if name not in EVALUATE_DEFAULTS]
     if missing or extra:
         raise ValueError(
-            f"EVALUATE_DEFAULTS and request_evaluation.EVALUATE_FIELDS differ: no row for {missing}, no default "
+            f"EVALUATE_DEFAULTS and evaluate_block.EVALUATE_FIELDS differ: no row for {missing}, no default "
             f"for {extra}"
         )
     lines = [

@@ -16,7 +16,7 @@ from aws_cdk import aws_s3 as s3
 from cdk_nag import HIPAASecurityChecks, NIST80053R5Checks
 
 from app import add_stacks
-from tests.cdk_helpers import synth_with_nag
+from tests.cdk_helpers import names_only_this_state_machine, state_machine_references, synth_with_nag
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
@@ -341,6 +341,37 @@ def test_the_trigger_may_start_the_encrypted_state_machine(kms_app_nag):
     condition = kms_statement["Condition"]["StringEquals"]["kms:EncryptionContext:aws:states:stateMachineArn"]
     assert condition["Ref"].startswith("WorkflowStateMachine")
     assert any(s["Action"] == "states:StartExecution" for s in statements)
+
+
+IMAGE_BUILD_PROVIDER = "ImageBuildProvider"
+"""CDK's custom-resource provider framework inside the image build: its waiter state machine (named by
+CloudFormation), its role (CDK's trust: aws:SourceArn ``stateMachine:*``) and the role that starts it. Its
+statements name that waiter, never the workflow's state machine."""
+
+
+@pytest.mark.parametrize("setting", ["default", "kms"])
+def test_every_iam_reference_to_a_state_machine_names_the_workflows(setting, app_nag, kms_app_nag):
+    """In the app's templates (cdk.json's settings; useKms with the trigger on), every Resource and Condition
+    value of a policy statement that names a state machine names the workflow's, by reference or by the ARN of
+    its physical name: the role's trust, the key's condition, EventBridge's StartExecution and its key use."""
+    ((_, template),) = (app_nag if setting == "default" else kms_app_nag).templates.items()
+    machines = _of_type(template, "AWS::StepFunctions::StateMachine")
+    (machine,) = [k for k in machines if k.startswith("WorkflowStateMachine")]
+    ours = names_only_this_state_machine(template, machine)
+    references = state_machine_references(template)
+    workflow = [r for r in references if not r[0].startswith(IMAGE_BUILD_PROVIDER)]
+    assert [r for r in workflow if not ours(r[2])] == []
+    condition = "kms:EncryptionContext:aws:states:stateMachineArn"
+    found = sorted((logical[:-8], where.rsplit("/", 1)[1]) for logical, where, _ in workflow)
+    expected = [("WorkflowStateMachineRole", "aws:SourceArn")] * 2 + [
+        ("WorkflowStateMachineRoleDefaultPolicy", condition)
+    ]
+    if setting == "kms":  # the trigger: EventBridge's role starts executions and takes data keys for them
+        expected += [("WorkflowStateMachineEventsRoleDefaultPolicy", "Resource")]
+        expected += [("WorkflowStateMachineEventsRoleDefaultPolicy", condition)]
+    assert found == sorted(expected)
+    provider = [r for r in references if r[0].startswith(IMAGE_BUILD_PROVIDER)]
+    assert provider and not any(ours(text) for _, _, text in provider)
 
 
 # What the clean-up table of docs/deploy.md calls each resource the stack can leave behind (by logical-id prefix).

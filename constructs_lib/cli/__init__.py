@@ -5,7 +5,8 @@ through the stack's outputs; its training jobs and their logs) and ships in the 
 repository is fixed. Nothing here imports ``aws_cdk`` (jsii starts node, which would cost seconds per command).
 It is a part of its own, beside ``workflow``, ``image``, ``storage`` and ``identity`` rather than inside one: it is
 the operator's package (it operates the whole deployment, not one construct), and of the parts it uses only their
-pure modules (``workflow.request_check``, ``_shared.console_links``), never a construct.
+pure modules (``workflow.launch_request``, ``_shared.console_links``) and what decides a request
+(``training.request.decision``), never a construct.
 
 The Python API (no terminal output):
 

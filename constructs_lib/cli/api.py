@@ -36,12 +36,12 @@ from constructs_lib.cli.history import execution_jobs
 from constructs_lib.cli.job_logs import LogCursor
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import LogEvent, Run, Snapshot
-from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name, validate
+from constructs_lib.cli.request import DEFAULT_STACK_NAME, EXECUTION_NAME, new_run_name
 from constructs_lib.cli.summary import run_result
 from constructs_lib.cli.tuning import TuningOperations
 
 if TYPE_CHECKING:
-    from constructs_lib.workflow.request_check import RequestRules
+    from training.request.rules import RequestRules
 
 STATE_MACHINE_OUTPUT = "StateMachineArn"
 BUCKET_OUTPUT = "CheckpointBucketName"
@@ -147,7 +147,7 @@ class TrainingRuns(TuningOperations):
         """The deployed workflow's own request rules (instance types, limits, defaults, data sources, bucket and
         workflow segment), read once from its state machine definition (``DescribeStateMachine``)."""
         if self._rules is None:
-            from constructs_lib.workflow.request_check import RequestRules
+            from training.request.rules import RequestRules
 
             definition, arn = self.definition, self.state_machine_arn
             try:
@@ -160,25 +160,25 @@ class TrainingRuns(TuningOperations):
         return self._rules
 
     def check(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> list[str]:
-        """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: the checks
-        of ``constructs_lib.workflow.request_check`` under ``rules`` (default: the deployed workflow's own,
-        :attr:`rules`), then what the workflow reads from S3 (``decide``): that ``train_data_uri`` holds an object
-        and, for ``resume_from``, that the run has a complete checkpoint (skipped when S3 refuses the read: the
-        workflow still decides both before launching)."""
+        """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: its own
+        decision (``training.request.decision.decide_request``) under ``rules`` (default: the deployed workflow's,
+        :attr:`rules`), with what it reads from S3 and SageMaker (``init_from``'s config.json, the measurements,
+        the data, ``resume_from``'s checkpoint, the evaluation's tasks and tokenizer); a read S3 or SageMaker
+        refuses is left to the workflow, which decides it before launching."""
+        from training.request.decision import decide_request
+
         rules = self.rules if rules is None else rules
-        problems = validate(dict(request), rules, self.client("s3") if rules.bucket_name else None)
-        if problems or rules.bucket_name is None:
-            return problems
+        if rules.bucket_name is None:
+            return decide_request(dict(request), rules).problems
         from botocore.exceptions import ClientError
 
-        from constructs_lib.workflow.request_check import decide
+        from training.request.reads import Reads
 
+        reads = Reads(self.client("s3"), self.client("sagemaker"), before_launch=True)
         try:
-            event = {"input": dict(request), "rules": rules.to_json(), "execution": name}
-            decided = decide(event, s3=self.client("s3"), sagemaker=self.client("sagemaker"))
+            return decide_request(dict(request), rules, reads=reads, execution=name).problems
         except ClientError:
             return []
-        return [] if decided["valid"] else [decided["cause"]]
 
     def execution_arn(self, run: str) -> str:
         """The ARN of run ``run`` (an execution name or ARN)."""

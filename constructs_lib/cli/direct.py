@@ -1,7 +1,7 @@
 """The SageMaker Python SDK path: the deployed workflow's exact training job, launched from a notebook without it.
 
 Its one job: turn a request into the deployed workflow's own ``CreateTrainingJob`` request, decided by the
-workflow's own check (:func:`constructs_lib.workflow.request_check.decide`: the same refusals, ``resume_from``
+workflow's own decision (:func:`training.request.decision.decide_request`: the same refusals, ``resume_from``
 included) and rendered from its own states (:func:`constructs_lib.workflow.launch_request.launch_request`), then
 hand it to the SDK: :func:`launch_direct` creates the job through sagemaker-core with that exact request (and
 follows it), :func:`model_trainer` builds an SDK v3 ``ModelTrainer`` from it; and read such a *direct run* back
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.records import Job, Run
-from constructs_lib.cli.request import new_run_name, validate
+from constructs_lib.cli.request import new_run_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from constructs_lib.cli.records import LogEvent
-    from constructs_lib.workflow.request_check import RequestRules
+    from training.request.rules import RequestRules
 
 
 class TrainingRuns(Protocol):
@@ -124,29 +124,29 @@ def direct_request(
     from botocore.exceptions import ClientError
 
     from constructs_lib.workflow.launch_request import execution_context, launch_request
-    from constructs_lib.workflow.request_check import decide
+    from training.request.decision import decide_request
+    from training.request.reads import Reads
 
     name = name or new_run_name(request)
     rules = runs.rules
     problem = _job_name_problem(name, rules.sagemaker()["TrainingJobName"])
     if problem is not None:
         raise InvalidRequest([problem])
-    # Every problem one line each (validate), then what the workflow reads from S3 (decide), as TrainingRuns.check.
-    problems = validate(dict(request), rules, runs.client("s3"))
-    if request.get("evaluate") is not None:  # the workflow's evaluation states have no direct counterpart
+    # The workflow's own decision, with what it reads from S3 (as TrainingRuns.check); the workflow's evaluation
+    # states have no direct counterpart, so a request with evaluate is refused (and its evaluation not read).
+    evaluates = request.get("evaluate") is not None
+    try:
+        decision = decide_request(
+            dict(request), rules, reads=Reads(runs.client("s3"), before_launch=not evaluates), execution=name
+        )
+    except ClientError as error:
+        raise OperatorError(f"cannot read the checkpoints of resume_from in S3: {error}") from None
+    problems = list(decision.problems)
+    if evaluates:
         problems.append(
             "evaluate: a direct run launches its training job only; submit it through the workflow to evaluate "
             "after training, or evaluate it when it ends with `blackwell-training evaluate RUN`"
         )
-    decided: dict[str, Any] = {}
-    if not problems:
-        try:
-            decided = decide(
-                {"input": dict(request), "rules": rules.to_json(), "execution": name}, s3=runs.client("s3")
-            )
-        except ClientError as error:
-            raise OperatorError(f"cannot read the checkpoints of resume_from in S3: {error}") from None
-        problems = [] if decided["valid"] else [decided["cause"]]
     taken = _name_taken(runs, name)
     if problems or taken:
         raise InvalidRequest(problems + ([taken] if taken else []))
@@ -154,7 +154,7 @@ def direct_request(
         name=name, execution_input=dict(request), state_machine_arn=runs.state_machine_arn
     )
     try:
-        return launch_request(runs.definition, decided, context, job_name=name)
+        return launch_request(runs.definition, decision.state(), context, job_name=name)
     except ValueError as error:
         raise OperatorError(str(error)) from None
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from constructs_lib.cli.errors import OperatorError
 from constructs_lib.cli.records import Job, Run
-from constructs_lib.workflow.request_evaluation import EVALUATED_TAG
 from training.request.contract import EVALUATION_METRICS, HYPERPARAMETERS_BY_NAME, STANDARD_TASK_CHANCE
+from training.request.evaluate_block import EVALUATED_TAG
 
 TrainingRuns = Any
 """A ``constructs_lib.cli.api.TrainingRuns`` (not imported: the API imports this module)."""

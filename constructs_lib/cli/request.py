@@ -1,5 +1,5 @@
 """The request and the project: read a request (file or standard input), apply ``--set key=value``, validate it
-with the workflow's own check (``constructs_lib.workflow.request_check``), and find ``cdk.json``'s settings."""
+with the workflow's own decision (``training.request.decision``), and find ``cdk.json``'s settings."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class Project:
 
     def rules(self, bucket_name: str | None = None) -> Any:
         """The ``RequestRules`` this project deploys (``bucket_name`` from the stack's outputs, when known)."""
-        from constructs_lib.workflow.request_check import RequestRules
+        from training.request.rules import RequestRules
 
         try:
             rules = RequestRules.from_cdk_context(self.context)
@@ -64,14 +64,11 @@ class Project:
         return replace(rules, bucket_name=bucket_name) if bucket_name else rules
 
 
-def validate(request: object, rules: Any, s3: Any = None) -> list[str]:
-    """Every problem of ``request`` under ``rules`` (the workflow's own check). With the S3 client ``s3``, an
-    ``init_from`` model folder's config.json is read first (``request_check.init_from_architecture``), as the workflow does,
-    so that the shape checks and a tuning run's candidates use that model; without it, no AWS call."""
-    from constructs_lib.workflow.request_check import init_from_architecture, prepare_request
+def validate(request: object, rules: Any) -> list[str]:
+    """Every problem of ``request`` under ``rules``, offline (the workflow's own decision, no AWS call)."""
+    from training.request.decision import validate_request
 
-    architecture, problems = init_from_architecture(request, rules, s3)
-    return problems or prepare_request(request, rules, architecture).problems
+    return validate_request(request, rules)
 
 
 def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:
@@ -141,36 +138,32 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
 
 def plan_request(request: object, rules: Any, s3: Any = None) -> dict[str, Any]:
     """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
-    JSON-ready dict. Raises ``InvalidRequest`` with every problem other than the memory estimate's own (a plan
-    that does not fit is still shown, with its advice). A request with ``init_from`` is planned with the shape of
-    that model folder's config.json, read with the S3 client ``s3`` (without one, it is refused: its shape is not
-    known offline). With ``s3`` the throughput is measured where a stored tuning record of the rules' image stands
-    for the request (``request_tune.read_measurements``), else published."""
-    from constructs_lib.workflow.request_check import init_from_architecture, prepare_request
-    from constructs_lib.workflow.request_tune import read_measurements
-    from training.request.plan import make_plan
+    JSON-ready dict: the workflow's own decision's (``decide_request``). Raises ``InvalidRequest`` with every
+    problem other than the memory estimate's own (a plan that does not fit is still shown, with its advice). A
+    request with ``init_from`` is planned with the shape of that model folder's config.json, read with the S3 client
+    ``s3`` (without one, it is refused: its shape is not known offline). With ``s3`` the throughput is measured where
+    a stored tuning record of the rules' image stands for the request, else published."""
+    from training.request.decision import decide_request
+    from training.request.reads import Reads
 
-    uri = request.get("init_from") if isinstance(request, Mapping) else None
-    if isinstance(uri, str) and s3 is None:
+    reads = Reads(s3)
+    decision = decide_request(request, rules, reads=reads)
+    if s3 is None and decision.fields is not None and isinstance(decision.fields.init_from, str):
+        # the decided field (the input's, else the workflow's default): offline, its shape is not known
         raise InvalidRequest(
             [
                 "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
                 "--deployed or --stack"
             ]
         )
-    architecture, problems = init_from_architecture(request, rules, s3)
+    problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)
-    prepared = prepare_request(request, rules, architecture)
-    problems = [p for p in prepared.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
-    if problems:
-        raise InvalidRequest(problems)
-    plan = make_plan(
-        prepared.config,
-        max_instance_count=rules.max_instance_count,
-        instance_types=rules.allowed_instance_types,
-        architecture=architecture,
-        measurements=read_measurements(s3, rules) if s3 is not None else (),
-        image_tag=rules.image_tag(),
-    )
-    return plan.to_dict()
+    if decision.estimate is None and isinstance(request, Mapping):
+        # ignore_memory_estimate's own value was the only problem: the plan does not depend on it
+        decision = decide_request({**request, "ignore_memory_estimate": False}, rules, reads=reads)
+        problems = [p for p in decision.problems if not p.startswith("memory:")]
+        if problems or decision.estimate is None:
+            raise InvalidRequest(problems)
+    assert decision.estimate is not None
+    return decision.estimate.to_dict()

@@ -29,18 +29,15 @@ def tune_plan(
     S3 client ``s3``, an ``init_from`` model's config.json is read first, as the workflow does (without it such a
     request is refused: its shape is not known offline). Raises ``InvalidRequest`` with every problem the workflow
     would refuse it for."""
-    from constructs_lib.workflow.request_check import init_from_architecture, prepare_request
+    from training.request.decision import decide_request
+    from training.request.reads import Reads
 
-    tuned = with_tune(request)
-    architecture, problems = init_from_architecture(tuned, rules, s3)
-    if problems:
-        raise InvalidRequest(problems)
-    prepared = prepare_request(tuned, rules, architecture, measurements=measurements or ())
-    if prepared.problems:
-        raise InvalidRequest(prepared.problems)
-    assert prepared.tune is not None
-    return {**prepared.tune["plan"], "instance_type": prepared.config["instance_type"],
-            "instance_count": prepared.config["instance_count"]}  # fmt: skip
+    decision = decide_request(with_tune(request), rules, reads=Reads(s3, measurements=measurements or ()))
+    if decision.problems:
+        raise InvalidRequest(decision.problems)
+    assert decision.tune is not None and decision.fields is not None
+    return {**decision.tune["plan"], "instance_type": decision.fields.instance_type,
+            "instance_count": decision.fields.instance_count}  # fmt: skip
 
 
 def with_tune(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,7 +50,7 @@ def with_tune(request: Mapping[str, Any]) -> dict[str, Any]:
 
 def measurements(s3: Any, rules: Any) -> list[dict[str, Any]]:
     """The deployed workflow's stored measurement records of its image (what its request check reads)."""
-    from constructs_lib.workflow.request_tune import read_measurements
+    from training.request.reads import read_measurements
 
     return read_measurements(s3, rules)
 

@@ -4,10 +4,9 @@ job with capacity retries, and reports how it ended.
 * ``construct``: ``TrainingWorkflow`` and ``WorkflowDefaults``; checks the props and composes the parts below
   (the only module that holds the workflow's attributes);
 * ``request``: the ``CreateTrainingJob`` request, a pure function of the workflow's settings;
-* ``request_check``: **the request check** (``validate_request``, the Lambda ``handler``; ``RequestRules`` from
-  ``request_rules``, the per-field checks in ``request_fields``, the ``evaluate`` block's in
-  ``request_evaluation``): pure Python, no aws_cdk, shared by the Lambda function, the operator CLI and the
-  construct;
+* ``request_check``: the Lambda ``handler`` of **the request check**, which runs what decides a request
+  (``training.request.decision.decide_request``, pure Python, no aws_cdk, shared by the Lambda function, the
+  operator CLI, the SDK path and the construct; ``RequestRules`` and ``validate_request`` re-exported here);
 * ``request_function``: ``RequestValidator``, the Lambda function that runs the check; ``request_states``: the
   states that call it first;
 * ``states``: preparation, capacity mode and the launch loop, one per kind of job (``JobKind``: training,
@@ -19,7 +18,7 @@ job with capacity retries, and reports how it ended.
   of the construct's props;
 * ``launch_request``: the request rendered from a deployed definition (the SDK path).
 
-Names are re-exported lazily, so importing ``request_check`` loads no aws_cdk.
+Names are re-exported lazily, so importing ``request_check`` (or this package's ``RequestRules``) loads no aws_cdk.
 """
 
 from __future__ import annotations
@@ -29,11 +28,11 @@ from typing import Any
 from constructs_lib._shared.lazy import lazy_attribute
 
 _EXPORTS = {
-    "RequestRules": ".request_check",
+    "RequestRules": "training.request.rules",
     "RequestValidator": ".request_function",
     "TrainingWorkflow": ".construct",
     "WorkflowDefaults": ".construct",
-    "validate_request": ".request_check",
+    "validate_request": "training.request.decision",
 }
 
 __all__ = sorted(_EXPORTS)

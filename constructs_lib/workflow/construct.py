@@ -2,8 +2,8 @@
 
 One execution = one validated, cost-bounded, monitored training job. The execution input (snake_case, every
 field optional) is decided before anything launches by the workflow's ``RequestValidator`` Lambda function
-(``request_check``: every field, the trainer's settings and rules from the contract, SageMaker's limits, the
-data location, ``resume_from``, the ``init_from`` model folder's config.json), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
+(``training.request.decision``: every field, the trainer's settings and rules from the contract, SageMaker's
+limits, the data location, ``resume_from``, the ``init_from`` model folder's config.json), turned into a ``CreateTrainingJob`` request for the capacity mode (on-demand,
 Flexible Training Plan or managed spot), and run with the ``createTrainingJob.sync`` integration. A refused request
 ends at once (``launch_retry``); a job that fails for lack of capacity is relaunched under a new name with the same
 checkpoint prefix (so it resumes), a bounded number of times; any other failure ends the execution with the job
@@ -17,8 +17,8 @@ apart.
 Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
 
 This module checks the props and composes the parts of this package, each a function or construct that takes what
-it uses and returns what it builds: the request (``request``), its check (``request_check``, its Lambda function
-``request_function``, the states that call it ``request_states``), the states (``states``, ``evaluation_states``,
+it uses and returns what it builds: the request (``request``), its check (the Lambda function
+``request_function`` running ``request_check``, the states that call it ``request_states``), the states (``states``, ``evaluation_states``,
 ``launch_retry``) and
 observability (``observability``, ``dashboard``), and its IAM (``permissions``); ``props`` checks the props. Only
 this module holds the workflow's attributes.
@@ -66,6 +66,7 @@ from constructs_lib.workflow.permissions import (
     grant_remote_debug,
     grant_sagemaker,
     grant_tuning_reads,
+    trust_only_this_state_machine,
 )
 from constructs_lib.workflow.props import (
     checked_remote_debug,
@@ -77,18 +78,11 @@ from constructs_lib.workflow.props import (
     role_of,
     run_segment_of,
     seconds_in,
+    state_machine_name_of,
 )
 from constructs_lib.workflow.request import evaluation_job_request, resource_config, training_job_request
-from constructs_lib.workflow.request_check import (
-    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
-    MAX_RUNTIME_SECONDS_LIMIT,
-    RequestRules,
-    parse_data_sources,
-    validate_request,
-)
 from constructs_lib.workflow.request_function import RequestValidator
-from constructs_lib.workflow.request_rules import WORKFLOW_TAG, measurements_root
-from constructs_lib.workflow.request_states import decide_request
+from constructs_lib.workflow.request_states import decide_request_states
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
     capacity_states,
@@ -101,6 +95,15 @@ from training.request.contract import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
     HYPERPARAMETERS_BY_NAME,
+)
+from training.request.decision import validate_request
+from training.request.rules import (
+    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
+    MAX_RUNTIME_SECONDS_LIMIT,
+    WORKFLOW_TAG,
+    RequestRules,
+    measurements_root,
+    parse_data_sources,
 )
 
 __all__ = [
@@ -212,7 +215,11 @@ class TrainingWorkflow(Construct):
         as input. Default: no trigger.
     :param event_bus: the bus of ``event_pattern``. Default: the account's default bus.
     :param log_retention: retention of the execution log group. Default six months.
-    :param state_machine_name: physical name. Default: generated.
+    :param state_machine_name: physical name (1 to 80 of letters, digits, ``-`` and ``_``: the executions are
+        logged to CloudWatch Logs, which Step Functions allows only for such names). Default: made from
+        the construct path (``<stack><path><hash>``, the same at every deployment), so that the IAM conditions
+        can name the exact state machine: its role's trust (``aws:SourceArn``) and the key's use
+        (``kms:EncryptionContext:aws:states:stateMachineArn``).
     :param tags: tags for the workflow's resources and every training job. Default: none.
     :param dashboard: build a CloudWatch dashboard of the workflow (loss and val_loss, tokens/s, MFU, peak memory
         of its jobs, GPU and GPU-memory utilization per host, executions); ``dashboard_url`` is its address. Its job
@@ -319,6 +326,7 @@ class TrainingWorkflow(Construct):
         self.mlflow_tracking_server_arn = mlflow_arn(mlflow_tracking_server_arn, network_isolation)
         self.launch_retry_backoff = seconds_in("launch_retry_backoff", launch_retry_backoff, 15, 1, 300)
         self.run_segment = run_segment_of(run_segment, self.node.path)
+        name = state_machine_name_of(state_machine_name, self)
         self.runs_prefix = f"{checkpoint_prefix}{self.run_segment}/"
         self.defaults = defaults or WorkflowDefaults()
         limits = (allowed, max_count, min(MAX_RUNTIME_SECONDS_LIMIT, timeout), retries)
@@ -360,7 +368,8 @@ class TrainingWorkflow(Construct):
 
         # ---- state machine ----------------------------------------------------------------------------------
         self.log_group = self._log_group(stack, encryption_key, log_retention, policy)
-        self.state_machine = self._state_machine(definition, state_machine_name, timeout, encryption_key)
+        self.state_machine = self._state_machine(definition, name, timeout, encryption_key)
+        trust_only_this_state_machine(self.state_machine, name)
         self._grant(execution_role, checkpoint_bucket, volume_kms_key, output_kms_key)
         self.dashboard_job_name_prefixes = dashboard_prefixes(dashboard_job_name_prefixes, dashboard)
         self._observability(notification_topic, notifications, event_pattern, event_bus, dashboard)
@@ -539,9 +548,12 @@ class TrainingWorkflow(Construct):
         return vpc_config
 
     def _state_machine(
-        self, definition: sfn.IChainable, name: str | None, timeout: int, key: kms.IKey | None
+        self, definition: sfn.IChainable, name: str, timeout: int, key: kms.IKey | None
     ) -> sfn.StateMachine:
-        """The state machine: X-Ray, every event logged with its data, execution data encrypted with ``key``."""
+        """The state machine ``name``: X-Ray, every event logged with its data, execution data encrypted with
+        ``key``. CDK grants its role ``kms:Decrypt`` and ``kms:GenerateDataKey`` on ``key`` with the condition
+        ``kms:EncryptionContext:aws:states:stateMachineArn`` = ``arn:...:stateMachine:<physical name>`` (what Step
+        Functions needs to start and run an execution, docs/security.md): hence the name is always given."""
         return sfn.StateMachine(
             self,
             "StateMachine",
@@ -647,7 +659,7 @@ class TrainingWorkflow(Construct):
         )
         route.when(sfn.Condition.boolean_equals("$.evaluation_only", True), evaluation.only)
         route.otherwise(prepare.next(mode))
-        return decide_request(
+        return decide_request_states(
             self,
             validator=self.validator,
             rules_json=self.request_rules.to_json(),

@@ -71,15 +71,26 @@ def search(metric: str, dimension: str, prefixes: tuple[str, ...], statistic: st
 
 
 def _graph(
-    title: str, expressions: list[tuple[str, str]], unit_label: str, width: int = 6
+    title: str,
+    expressions: list[tuple[str, str]],
+    unit_label: str,
+    width: int = 6,
+    right: tuple[list[tuple[str, str]], str] | None = None,
 ) -> cloudwatch.GraphWidget:
+    """A graph of search expressions on the left axis; ``right``: more on a right axis, with its label."""
+
+    def lines(pairs: list[tuple[str, str]]) -> list[cloudwatch.IMetric]:
+        return [
+            cloudwatch.MathExpression(expression=expression, label=label, period=PERIOD, using_metrics={})
+            for expression, label in pairs
+        ]
+
     return cloudwatch.GraphWidget(
         title=title,
-        left=[
-            cloudwatch.MathExpression(expression=expression, label=label, period=PERIOD, using_metrics={})
-            for expression, label in expressions
-        ],
+        left=lines(expressions),
         left_y_axis=cloudwatch.YAxisProps(label=unit_label, show_units=False),
+        right=lines(right[0]) if right else None,
+        right_y_axis=cloudwatch.YAxisProps(label=right[1], show_units=False) if right else None,
         width=width,
         height=6,
     )
@@ -118,6 +129,10 @@ def training_dashboard(
                     (search(metric_name("val_loss", "validation"), job, prefixes), "val_loss"),
                 ],
                 "loss",
+                right=(
+                    [(search(metric_name("val_accuracy", "validation"), job, prefixes), "val_accuracy")],
+                    "validation token accuracy",
+                ),
             ),
             _graph(
                 "Tokens/s (per GPU)",

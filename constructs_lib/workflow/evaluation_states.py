@@ -2,7 +2,7 @@
 ``EVALUATION``), entered after a training job that completed (train, then evaluate) or straight after the request
 is decided (evaluation only), and the summary that ends the execution.
 
-The evaluation's decided parts come from the request check (``$.evaluation``, ``request_evaluation.decided``): its
+The evaluation's decided parts come from the request check (``$.evaluation``, ``evaluate_block.decided``): its
 config, settings, request fields and task channel (and, evaluation only, its model channel). After training, the
 model channel is the training job's ``model.tar.gz``. The execution's output is the training summary (none when
 only evaluating) with ``evaluation`` replaced by the evaluation's summary: its job, the tasks, the run evaluated and

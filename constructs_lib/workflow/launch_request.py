@@ -4,7 +4,7 @@ Its one job: one source for the request. The workflow's request is the ``Paramet
 ``createTrainingJob.sync`` task (built by :mod:`constructs_lib.workflow.request`), filled from the state that its
 ``Decide request`` result and the launch states (``Prepare launch``, capacity mode, node count, input data) build.
 :func:`launch_request` evaluates those very states of the deployed definition (``DescribeStateMachine``), from the
-request check's decision (:func:`constructs_lib.workflow.request_check.decide`, the Lambda's own function) to the
+request's decision (:func:`constructs_lib.workflow.request_check.decide`, the Lambda's own function) to the
 first launch task, so a field added to the template or to the launch states reaches any other launch path (the
 SageMaker Python SDK path of ``blackwell-training``) with no edit here. Only the job name differs where the caller
 names the job. Pure Python (:mod:`constructs_lib._shared.asl_eval`); no AWS call, no ``aws_cdk``.
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from constructs_lib._shared.asl_eval import AslPathError, AslUnsupported, evaluate_payload, walk
-from constructs_lib.workflow.request_check import DECIDE_STATE
+from training.request.rules import DECIDE_STATE
 
 CREATE_TRAINING_JOB_RESOURCE = "arn:aws:states:::sagemaker:createTrainingJob"
 """The ``Resource`` of the launch task, with or without ``.sync``."""

@@ -1,7 +1,8 @@
 """The workflow's IAM: what the state machine may do (run training jobs, pass the jobs' role, the sync integration's
-events rule, the keys of volumes and outputs), and what the jobs' role gets from the workflow (its data sources,
-remote debugging, MLflow). Each function takes the principals and resources it grants on and returns nothing;
-``construct`` calls them once. Every cdk-nag acknowledgement here names one finding and its reason.
+events rule, the keys of volumes and outputs), who may assume its role (this state machine only), and what the jobs'
+role gets from the workflow (its data sources, remote debugging, MLflow). Each function takes the principals and
+resources it grants on and returns nothing; ``construct`` calls them once. Every cdk-nag acknowledgement here names
+one finding and its reason.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from constructs_lib._shared.nag import (
@@ -28,6 +30,9 @@ from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The EventBridge rule Step Functions manages in the account to learn when a training job ends."""
 
+TRAINING_PLAN_RESOURCE_TYPES = ("training-plan", "reserved-capacity")
+"""The resource types besides training-job that CreateTrainingJob with a training plan is authorized against."""
+
 
 def grant_sagemaker(
     scope: Construct,
@@ -42,8 +47,8 @@ def grant_sagemaker(
 ) -> None:
     """What ``createTrainingJob.sync`` needs (CustomState grants nothing by itself), for the state machine's
     ``role``: run and tag this account's training jobs (warm pools capped at ``max_keep_alive_seconds``), launch
-    on its training plans, the sync integration's events rule, pass ``execution_role`` (whose role is
-    ``job_role``) to SageMaker, and the keys of volumes and outputs."""
+    on its training plans and their reserved capacity, the sync integration's events rule, pass ``execution_role``
+    (whose role is ``job_role``) to SageMaker, and the keys of volumes and outputs."""
     stack = Stack.of(scope)
     # The warm-pool ceiling in IAM too (the sagemaker:KeepAlivePeriod condition key of CreateTrainingJob, in
     # SageMaker's "Use SageMaker AI managed warm pools"); IfExists: the other actions do not carry the key.
@@ -68,23 +73,27 @@ def grant_sagemaker(
             conditions=keep_alive_cap,
         )
     )
-    # A request naming ResourceConfig.TrainingPlanArn is taken to be authorized against that plan too, so
-    # CreateTrainingJob is granted on this stack's plans (plans are chosen per execution). Sources: the SageMaker
-    # guide "IAM for SageMaker training plans" (plan users get their own permission to use a plan in training
-    # jobs) and AmazonSageMakerTrainingPlanCreateAccess, which scopes plan actions to training-plan/*. Not
-    # confirmed: the CreateTrainingJob row of the Service Authorization Reference (list_amazonsagemaker) could
-    # not be read in full here; re-check that training-plan is listed there when touching this grant.
-    training_plans = stack.format_arn(
-        service="sagemaker",
-        resource="training-plan",
-        resource_name="*",
-        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-    )
+    # A request naming ResourceConfig.TrainingPlanArn is authorized against that plan and its reserved capacity
+    # too, so CreateTrainingJob is granted on this account's and region's plans and reserved capacities (plans
+    # are chosen per execution; the workflow has no switch that turns them off). The Service Authorization
+    # Reference (list_amazonsagemaker) gives CreateTrainingJob the resource types training-job (required),
+    # reserved-capacity and training-plan; the SageMaker guide "IAM for SageMaker training plans" says plan users
+    # need both for training jobs, and AmazonSageMakerFullAccess (AllowUseOfTrainingPlanResources) and
+    # AWSBatchServiceRolePolicyForSageMaker grant CreateTrainingJob on exactly these two (docs/security.md).
+    plan_resources = [
+        stack.format_arn(
+            service="sagemaker",
+            resource=resource_type,
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        for resource_type in TRAINING_PLAN_RESOURCE_TYPES
+    ]
     role.add_to_principal_policy(
         iam.PolicyStatement(
             sid="LaunchOnTrainingPlans",
             actions=["sagemaker:CreateTrainingJob"],
-            resources=[training_plans],
+            resources=plan_resources,
             conditions=keep_alive_cap,
         )
     )
@@ -126,13 +135,15 @@ def grant_sagemaker(
         "Training job names are generated per execution (<prefix>-<UUID>), so the state machine may "
         "create, describe, stop and tag only training jobs of this account and region.",
     )
-    acknowledge(
-        policy,
-        f"IAM5[Resource::{rendered(scope, training_plans)}]",
-        "Each execution may name any Flexible Training Plan of this account and region (the input field "
-        "training_plan_arn, checked against SageMaker's pattern and this region before launch); only "
-        "CreateTrainingJob is allowed on plans.",
-    )
+    for resource_type, resource in zip(TRAINING_PLAN_RESOURCE_TYPES, plan_resources, strict=True):
+        acknowledge(
+            policy,
+            f"IAM5[Resource::{rendered(scope, resource)}]",
+            "Each execution may name any Flexible Training Plan of this account and region (the input field "
+            "training_plan_arn, checked against SageMaker's pattern and this region before launch), and "
+            f"CreateTrainingJob is authorized against the plan and its reserved capacity ({resource_type}); only "
+            "CreateTrainingJob is allowed on them.",
+        )
     acknowledge(
         policy,
         f"IAM5[Resource::{arn_evidence(validator_function, ':*')}]",
@@ -144,6 +155,42 @@ def grant_sagemaker(
         "IAM5[Resource::*]",
         "Step Functions log delivery (logs:*LogDelivery, DescribeLogGroups, ...) and X-Ray "
         "(PutTraceSegments, PutTelemetryRecords, GetSampling*) accept only Resource '*'.",
+    )
+
+
+STATES_SERVICE = "states.amazonaws.com"
+
+
+def trust_only_this_state_machine(state_machine: sfn.StateMachine, name: str) -> None:
+    """Narrow the trust of ``state_machine``'s role (the one CDK creates: ``states.amazonaws.com`` with
+    ``aws:SourceArn`` ``arn:...:stateMachine:*``, any state machine of the account) to this state machine, named
+    ``name``: its ARN and its qualified ARNs (``<ARN>:<version or alias>``), and this account. Step Functions'
+    "Prevent cross-service confused deputy issue": "The most effective way to protect against the confused deputy
+    problem is to use the aws:SourceArn global condition context key with the full ARN of the resource." The ARN
+    is built from the name: a reference to the state machine would be a cycle (role, state machine, role)."""
+    stack = Stack.of(state_machine)
+    role = state_machine.role
+    trust = stack.resolve(role.assume_role_policy) if isinstance(role, iam.Role) else None
+    statements = (trust or {}).get("Statement", [])
+    if len(statements) != 1 or statements[0].get("Principal") != {"Service": STATES_SERVICE}:
+        raise ValueError(
+            f"TrainingWorkflow: the state machine's role trusts {statements!r}; expected exactly one statement "
+            f"for {STATES_SERVICE} (aws-cdk-lib's StateMachine role)"
+        )
+    arn = stack.format_arn(
+        service="states",
+        resource="stateMachine",
+        resource_name=name,
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+    cfn_role = role.node.default_child
+    assert isinstance(cfn_role, iam.CfnRole)
+    cfn_role.add_property_override(
+        "AssumeRolePolicyDocument.Statement.0.Condition",
+        {
+            "ArnLike": {"aws:SourceArn": [arn, f"{arn}:*"]},
+            "StringEquals": {"aws:SourceAccount": stack.account},
+        },
     )
 
 

@@ -7,13 +7,34 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, Names, RemovalPolicy, Token
 from aws_cdk import aws_iam as iam
+from constructs import IConstruct
 
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.workflow.request import MLFLOW_ARN
 
 RUN_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+STATE_MACHINE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+"""Step Functions' state machine names with logging on, as the workflow's always is (CreateStateMachine ``name``:
+"To enable logging with CloudWatch Logs, the name should only contain 0-9, A-Z, a-z, - and _"; aws-cdk-lib's
+``validateStateMachineName`` also lets ``+!@.()=`` and ``'`` through)."""
+
+
+def state_machine_name_of(given: str | None, workflow: IConstruct) -> str:
+    """The state machine's physical name: ``given``, or one made from ``workflow``'s construct path (unique per
+    stack and path, at most 80 characters, stable across deployments). A name known at synth lets the IAM
+    conditions name the exact state machine ARN without a reference, which would be a dependency cycle (role,
+    state machine, role): CDK's key condition (``kms:EncryptionContext:aws:states:stateMachineArn``) and the
+    role's trust (``aws:SourceArn``). A token (a CloudFormation parameter) is taken as given."""
+    if given is None:
+        return Names.unique_resource_name(workflow, max_length=80)
+    if not isinstance(given, str) or not (Token.is_unresolved(given) or STATE_MACHINE_NAME.match(given)):
+        raise ValueError(
+            "TrainingWorkflow: state_machine_name must be 1 to 80 of letters, digits, '-' and '_' (the workflow "
+            f"logs its executions to CloudWatch Logs, which Step Functions allows only for such names); got {given!r}"
+        )
+    return given
 
 
 def checked_remote_debug(remote_debug: object, network_isolation: bool) -> bool:

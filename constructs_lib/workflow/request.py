@@ -56,7 +56,7 @@ def training_job_request(
 
     The decided request (``request_states``) gives ``$.hyperparameters`` (the whole map) and ``$.request`` (the
     per-execution fields: ``Tags``, ``Environment``, ``InfraCheckConfig``, ``RemoteDebugConfig``, see
-    ``request_check.job_fields``); the launch state with input data adds ``InputDataConfig`` from ``$.channels``
+    ``training.request.job.job_fields``); the launch state with input data adds ``InputDataConfig`` from ``$.channels``
     (``states``).
     ``checkpoint_prefix`` is the workflow's own (``checkpoints/<segment>/``): each execution writes under
     ``<checkpoint_prefix><execution name>/``.
@@ -70,7 +70,7 @@ def training_job_request(
         name>/`` (every launch of an execution to the same folder). Default: no TensorBoard output.
     :param mlflow_resource_arn: a SageMaker managed MLflow tracking server (or MLflow app): ``MlflowConfig`` with
         experiment ``mlflow_experiment`` and run = the execution name (the trainer's own MLflow variables join
-        ``$.request.Environment``: ``request_check.job_fields``). Default: no MLflow.
+        ``$.request.Environment``: ``training.request.job.job_fields``). Default: no MLflow.
     """
     checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
     output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}

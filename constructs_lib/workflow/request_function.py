@@ -2,12 +2,11 @@
 
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
-wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` with ``request_rules.py``,
-``request_fields.py``, ``input_fields.py``, ``request_evaluation.py`` and ``request_tune.py``,
-``training/request/contract.py``, ``training/request/hf_config.py`` (a model folder's config.json),
-``training/request/plan.py`` (the memory, time and cost estimate), ``measured.py`` and ``tuning.py`` (standard
-library only) and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not
-needed there). Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing
+wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
+``training/request/`` (the decision, the fields' table, the rules, the request read once, the checks, the evaluate
+and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan, the
+measurements' rules and the tuning candidates; standard library only) and an empty ``__init__.py`` in each of their
+folders (the real package ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing
 and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must
 hold an object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an
 ``init_from`` model's architecture) or ``metadata.json`` (prepared data's tokenizer) and task YAML files (an
@@ -32,11 +31,20 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.request.checks
 import training.request.contract
+import training.request.decision
+import training.request.evaluate_block
+import training.request.fields
 import training.request.hf_config
+import training.request.job
 import training.request.measured
 import training.request.plan
+import training.request.reads
+import training.request.rules
+import training.request.tune_block
 import training.request.tuning
+import training.request.value
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
     NIST_800_53_R5,
@@ -46,16 +54,10 @@ from constructs_lib._shared.nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow import (
-    input_fields,
-    request_check,
-    request_evaluation,
-    request_fields,
-    request_rules,
-    request_tune,
-)
+from constructs_lib.workflow import request_check
 from training.request.contract import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
+from training.request.rules import CHECKPOINT_MARKER
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
@@ -64,17 +66,21 @@ NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE)
 """Exact object names the check may read in a folder under a data prefix (the folder itself or any below it): an
 ``init_from`` model's ``config.json`` and prepared data's ``metadata.json`` (an evaluated model's tokenizer)."""
 ASSET_FILES = {
-    "constructs_lib/workflow/input_fields.py": Path(input_fields.__file__),
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
-    "constructs_lib/workflow/request_evaluation.py": Path(request_evaluation.__file__),
-    "constructs_lib/workflow/request_fields.py": Path(request_fields.__file__),
-    "constructs_lib/workflow/request_rules.py": Path(request_rules.__file__),
-    "constructs_lib/workflow/request_tune.py": Path(request_tune.__file__),
+    "training/request/checks.py": Path(training.request.checks.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
+    "training/request/decision.py": Path(training.request.decision.__file__),
+    "training/request/evaluate_block.py": Path(training.request.evaluate_block.__file__),
+    "training/request/fields.py": Path(training.request.fields.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
+    "training/request/job.py": Path(training.request.job.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
+    "training/request/reads.py": Path(training.request.reads.__file__),
     "training/request/measured.py": Path(training.request.measured.__file__),
+    "training/request/rules.py": Path(training.request.rules.__file__),
+    "training/request/tune_block.py": Path(training.request.tune_block.__file__),
     "training/request/tuning.py": Path(training.request.tuning.__file__),
+    "training/request/value.py": Path(training.request.value.__file__),
 }
 
 
@@ -154,7 +160,7 @@ class RequestValidator(Construct):
             description="Training request validation: its own logs, and the workflow's checkpoint markers (read)",
         )
         self.log_group.grant_write(self.role)
-        markers = bucket.arn_for_objects(f"{runs_prefix}*/{request_check.CHECKPOINT_MARKER}")
+        markers = bucket.arn_for_objects(f"{runs_prefix}*/{CHECKPOINT_MARKER}")
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="ReadCheckpointMarkers",

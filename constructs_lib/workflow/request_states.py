@@ -2,7 +2,7 @@
 
 ``Decide request`` invokes :func:`constructs_lib.workflow.request_check.handler` with the raw execution input (any JSON
 value, so a non-object input is an ``InvalidInput`` like any other), this execution's name and the workflow's
-:class:`~constructs_lib.workflow.request_check.RequestRules` (a JSON string fixed at synth time). Its result replaces
+:class:`~training.request.rules.RequestRules` (a JSON string fixed at synth time). Its result replaces
 the state: ``config`` (every input field), ``hyperparameters`` (the exact ``HyperParameters`` map), ``channels``
 (``InputDataConfig``), ``resume``, ``request`` (the per-execution request fields), ``evaluation`` (the evaluation
 job's parts, or null) and ``tune`` (a tuning run's decided part, or null). ``Request valid?`` ends a bad request in
@@ -17,13 +17,13 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib.workflow.request_check import DECIDE_STATE, INVALID_INPUT_ERROR
 from constructs_lib.workflow.request_function import RequestValidator
+from training.request.rules import DECIDE_STATE, INVALID_INPUT_ERROR
 
 VALIDATOR_FAILED_ERROR = "RequestValidationFailed"
 
 
-def decide_request(
+def decide_request_states(
     scope: Construct, *, validator: RequestValidator, rules_json: str, next_state: sfn.IChainable
 ) -> sfn.Chain:
     """``Decide request`` -> ``Request valid?`` -> ``next_state`` (or ``Invalid input``)."""

@@ -19,10 +19,10 @@ from moto.sagemaker.models import sagemaker_backends
 
 from constructs_lib.cli.job_logs import LOG_GROUP
 from constructs_lib.cli.main import main
-from constructs_lib.workflow.request_check import RequestRules
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import ACCOUNT, OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import build_workflow
+from training.request.rules import RequestRules
 
 STACK = "CliTest"
 DEPLOYED_MAX_INSTANCE_COUNT = 2

@@ -112,8 +112,8 @@ def test_a_plan_of_an_init_from_request_reads_the_models_config_or_says_why_it_c
     import boto3
     from moto import mock_aws
 
-    from constructs_lib.workflow.request_check import RequestRules
     from training.request import contract
+    from training.request.rules import RequestRules
 
     rules = RequestRules(region="us-west-2", bucket_name="model-bucket").with_limits()
     request = {"init_from": "s3://model-bucket/data/llama/", "activation_checkpointing": True}
@@ -131,3 +131,18 @@ def test_a_plan_of_an_init_from_request_reads_the_models_config_or_says_why_it_c
         assert planned["parameters"] == contract.MODEL_PRESETS["llama3.2-3b"].parameter_count()
         with pytest.raises(InvalidRequest, match="init_from: holds no config.json"):
             plan_request({"init_from": "s3://model-bucket/data/"}, rules, s3=s3)
+
+
+def test_an_offline_plan_of_a_workflow_default_init_from_says_why_it_cannot():
+    """The decided ``init_from`` (here the workflow's default, not the input's) is what needs S3: the plan read
+    the input's own field and, offline, ended in an ``InvalidRequest`` with no problem at all."""
+    from training.request.rules import RequestRules
+
+    rules = RequestRules(
+        region="us-west-2", bucket_name="b", defaults={"init_from": "s3://b/data/llama/"}
+    ).with_limits()
+    with pytest.raises(InvalidRequest) as refused:
+        plan_request({}, rules)
+    assert refused.value.problems == [
+        "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with --deployed or --stack"
+    ]

@@ -242,7 +242,8 @@ def test_warm_pool_ceiling_and_remote_debugging():
 
 
 def test_the_cli_reads_the_same_warm_pool_and_remote_debugging_rules():
-    from constructs_lib.workflow.request_check import RequestRules, validate_request
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
 
     rules = RequestRules.from_cdk_context({"maxKeepAliveSeconds": 600, "remoteDebug": True})
     assert (rules.max_keep_alive_seconds, rules.remote_debug) == (600, True)

@@ -1,7 +1,7 @@
 """Every ``cdk.json`` key, execution-input field and trainer setting is documented exactly once, in docs/reference.md,
 and that page is what ``make docs`` (``python -m constructs_lib.reference``) writes from the code's one table of each:
-``constructs_lib.config.CONTEXT``, ``constructs_lib.workflow.input_fields.FIELDS`` (and the ``evaluate`` block's
-``EVALUATE_DEFAULTS``, each with its row of ``request_evaluation.EVALUATE_FIELDS``),
+``constructs_lib.config.CONTEXT``, ``training.request.fields.FIELDS`` (and the ``evaluate`` block's
+``EVALUATE_DEFAULTS``, each with its row of ``evaluate_block.EVALUATE_FIELDS``),
 ``training.request.contract.HYPERPARAMETERS`` (and ``training.trainer.config.TRAINER_ONLY_SETTINGS``).
 
 A new field, key or setting is a row in its table and ``make docs``; this test says so when it is forgotten."""
@@ -15,10 +15,10 @@ import pytest
 
 from constructs_lib import reference
 from constructs_lib.config import CONTEXT_KEYS
-from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS, INPUT_FIELDS
-from constructs_lib.workflow.request_evaluation import EVALUATE_FIELDS
 from tests.docs.pages import Page
 from training.request.contract import HYPERPARAMETERS
+from training.request.evaluate_block import EVALUATE_FIELDS
+from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS
 from training.trainer.config import TRAINER_ONLY_SETTINGS
 
 REFERENCE = "docs/reference.md"
@@ -96,12 +96,12 @@ def test_a_stale_reference_is_found(monkeypatch):
     text = reference.render()
     assert stale_problem(text) is None
     assert "run `make docs`" in (stale_problem(text.replace("`8192`", "`4096`", 1)) or "")
-    from constructs_lib.workflow import input_fields
+    from training.request import fields
 
-    extra = input_fields.InputField(
+    extra = fields.InputField(
         "init_from", None, "Start from these weights.", lambda v, r: True, lambda r: "x"
     )
-    monkeypatch.setattr(reference, "FIELDS", (*input_fields.FIELDS, extra))
+    monkeypatch.setattr(reference, "FIELDS", (*fields.FIELDS, extra))
     assert stale_problem(text) is not None
 
 

@@ -220,6 +220,7 @@ def test_the_trainers_packages_are_hash_pinned_at_the_versions_the_tests_use():
         "lm-eval",
         "transformers",
         "tokenizers",
+        "peft",
     )
     assert set(shared) <= image.keys()
     dev = {}

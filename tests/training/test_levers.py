@@ -353,6 +353,40 @@ def test_compiled_blocks_and_loss_chunks_train_like_eager_ones_with_every_graph_
     assert (dict(counters["stats"]), dict(counters["aot_autograd"])) == warmed_up
 
 
+@pytest.mark.slow
+def test_compiled_blocks_run_the_pinned_attention_kernel_whatever_was_compiled_before(
+    env, monkeypatch, tmp_path
+):
+    """Tracing bakes SDPA's kernel choice into the compiled graph, and neither Dynamo's guards nor AOTAutograd's
+    cache key hold the enabled backends: the warm-up must trace under the run's pinned order, and a model pinned to
+    another kernel must not load a graph traced under the first. On a CPU: ``flash`` runs torch's CPU Flash kernel,
+    ``math`` must not."""
+    from torch.profiler import ProfilerActivity, profile
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # no graph from another session
+
+    def kernels(backend: str) -> set[str]:
+        torch._dynamo.reset()  # a fresh process's Dynamo; the on-disk caches stay, as between two runs
+        cfg = config.config_from_mapping({**SETTINGS, "compile": "true", "attention_backend": backend})
+        net, _, plan = fresh(cfg, env)
+        # the run's own micro-batch shape: another would make Dynamo trace again, here, under the pinned order
+        tokens = torch.randint(
+            0, 256, (cfg.batch_size, cfg.seq_length), generator=torch.Generator().manual_seed(3)
+        )
+        with (
+            attention.plan(backend, env.device).context(),
+            profile(activities=[ProfilerActivity.CPU]) as prof,
+        ):
+            with plan.autocast():
+                loss = net(tokens, tokens.roll(-1, dims=1))
+            loss.backward()
+        assert compiling.failure() is None
+        return {e.name for e in prof.events() if "flash_attention" in e.name}
+
+    assert kernels("flash")  # the CPU Flash kernel, forward and backward, in the compiled graph
+    assert kernels("math") == set()
+
+
 def digests(folder: Path) -> dict[str, str]:
     """SHA-256 of every file but DCP's ``.metadata`` (it records a fresh save id each time) and the marker."""
     return {

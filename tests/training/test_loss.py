@@ -94,10 +94,18 @@ def test_no_grad_leading_dims_and_all_ignored():
     with torch.no_grad():
         loss = linear_cross_entropy(h.view(3, 20, -1), w, targets.view(3, 20), 16)
     assert loss == pytest.approx(linear_cross_entropy(h, w, targets, 0).item(), rel=1e-6)
-    ignored = torch.full_like(targets, IGNORE_INDEX)
-    assert torch.isnan(linear_cross_entropy(h, w, ignored, 16))  # as F.cross_entropy: 0/0
     with pytest.raises(ValueError, match="loss_chunk_tokens: must be an integer >= 0; got -1"):
         linear_cross_entropy(h, w, targets, -1)
+
+
+@pytest.mark.parametrize("chunk", [0, 16])
+def test_a_micro_batch_whose_targets_are_all_ignored_gives_zero_and_zero_gradients_not_nan(chunk):
+    """F.cross_entropy's mean is 0/0 = NaN there, and NaN x weight 0 is still NaN: it would poison the step."""
+    h, w, targets = _inputs(torch.float32, tokens=60)
+    h, w = h.clone().requires_grad_(), w.clone().requires_grad_()
+    loss = linear_cross_entropy(h, w, torch.full_like(targets, IGNORE_INDEX), chunk)
+    (loss * 0.0).backward()
+    assert loss.item() == 0.0 and not h.grad.any() and not w.grad.any()
 
 
 def _loss_peak_bytes(tokens: int, vocab: int, hidden: int, chunk: int) -> int:

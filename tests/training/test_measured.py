@@ -126,8 +126,8 @@ def test_malformed_stored_records_are_skipped_when_read_never_fatal():
     import boto3
     from moto import mock_aws
 
-    from constructs_lib.workflow.request_rules import RequestRules
-    from constructs_lib.workflow.request_tune import read_measurements
+    from training.request.reads import read_measurements
+    from training.request.rules import RequestRules
 
     good = record()
     bad = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import importlib.machinery
 import sys
 import types
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ def fake_te(monkeypatch):
         "transformer_engine.pytorch": te_torch,
     }
     for name, module in modules.items():
+        # a spec, as an imported package has: importlib.util.find_spec (peft's check for TE) reads it
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         monkeypatch.setitem(sys.modules, name, module)
     return calls
 

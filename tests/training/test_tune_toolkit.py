@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from training.request import contract, measured, tuning
+from training.request import contract, measured, plan, tuning
 
 from .runner import TINY, toolkit_job
 
@@ -109,7 +109,7 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
         INSTANCE,
     )
     assert not problems
-    planned = tuning.plan_tuning(request, settings, max_runtime_seconds=86_400)
+    planned = tuning.plan_tuning(*plan.parse_request(request), settings, max_runtime_seconds=86_400)
     assert not planned.problems
     top_level = {k: contract.format_setting(request[k]) for k in contract.TOP_LEVEL_SETTINGS if k in request}
     return {

@@ -29,6 +29,13 @@ def test_torch_model_matches_the_contract_parameter_count():
     assert sum(p.numel() for p in tiny_model().parameters()) == SHAPE.parameter_count()
 
 
+def test_the_torch_model_is_built_on_the_meta_device_blocks_included():
+    """Nothing of a 70B model is allocated or initialized in host memory before FSDP2 shards it (weights.py then
+    gives every parameter its value); the model has no buffers to fill either."""
+    net = model.build_model(SHAPE, use_te=False, te_params_dtype=torch.float32)
+    assert all(p.is_meta for p in net.parameters()) and not list(net.buffers())
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
     shape = contract.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
@@ -60,8 +67,10 @@ def test_a_steps_batch_goes_to_a_gpu_pinned_and_without_blocking_and_to_a_cpu_as
         dataset, 2, torch.device("cpu")
     )  # never pinned: a CPU-only torch refuses
     assert shares == [0.5, 0.5] and len(micro) == 2
-    for (x, y), x_expected, y_expected in zip(micro, tokens.chunk(2), targets.chunk(2), strict=True):
-        assert torch.equal(x, x_expected) and torch.equal(y, y_expected)
+    for (x, y, documents), x_expected, y_expected in zip(
+        micro, tokens.chunk(2), targets.chunk(2), strict=True
+    ):
+        assert torch.equal(x, x_expected) and torch.equal(y, y_expected) and documents is None
     assert not data.pins(torch.device("cpu")) and data.pins(torch.device("cuda", 3))
     # a GPU's path, recorded (none here): into pinned host memory, then one copy that does not block the host
     calls = []

@@ -11,11 +11,12 @@ import pytest
 
 from constructs_lib.workflow import launch_retry
 from constructs_lib.workflow.construct import CREATE_TRAINING_JOB_SYNC, WorkflowDefaults
-from constructs_lib.workflow.request_check import RequestRules, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.conftest import ROOT
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
+from training.request.decision import validate_request
+from training.request.rules import RequestRules
 
 VALIDATOR = ROOT / "node_modules" / "asl-validator" / "dist" / "bin" / "asl-validator.js"
 NODE = Path(sys.executable).parent / "node"

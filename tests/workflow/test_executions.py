@@ -16,7 +16,6 @@ from moto.events.models import EventPattern
 
 from constructs_lib._shared.console_links import run_links
 from constructs_lib._shared.nag import logical_id
-from constructs_lib.workflow.request_check import RequestRules, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import (
     ACCOUNT,
@@ -34,7 +33,9 @@ from training.request.contract import (
     MODEL_DIR,
     metric_definitions,
 )
+from training.request.decision import validate_request
 from training.request.plan import make_plan
+from training.request.rules import RequestRules
 
 MAX_CAPACITY_RETRIES = 2
 PLAN_ARN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"

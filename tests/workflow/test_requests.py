@@ -15,7 +15,7 @@ import pytest
 from constructs_lib._shared.nag import logical_id
 from constructs_lib.workflow.construct import TrainingWorkflow
 from constructs_lib.workflow.launch_request import execution_context, launch_request
-from constructs_lib.workflow.request_check import RequestRules, decide, job_fields
+from constructs_lib.workflow.request_check import decide
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
@@ -28,6 +28,9 @@ from training.request.contract import (
     WEIGHTS_CHANNEL_DIR,
     parse_hyperparameters,
 )
+from training.request.job import job_fields
+from training.request.rules import RequestRules
+from training.request.value import Fields
 
 CORPUS_SIZE = 220
 
@@ -619,7 +622,7 @@ def test_state_machine_and_python_function_agree_on_a_generated_corpus(workflow,
         assert request["ResourceConfig"].get("KeepAlivePeriodInSeconds") == (
             None if config["use_spot"] else config["keep_alive_seconds"]
         ), raw
-        assert expected["request"] == job_fields(config, rules, name)
+        assert expected["request"] == job_fields(Fields(**config), rules, name)
         for key, value in expected["request"].items():
             assert request[key] == value, (raw, key)
         rendered = _rendered(synthesized["first"][1], raw, expected, name, request["TrainingJobName"])

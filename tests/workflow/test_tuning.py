@@ -12,11 +12,11 @@ import aws_cdk as cdk
 import pytest
 
 from constructs_lib._shared.nag import logical_id
-from constructs_lib.workflow.request_check import RequestRules
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, definition_of, moto_workflow
 from tests.workflow.stacks import IMAGE_TAG, build_workflow
-from training.request import contract, tuning
+from training.request import contract, plan, tuning
+from training.request.rules import RequestRules
 from training.tune import report, session
 from training.tune.outcome import TrialResult
 from training.tune.stability import Spread
@@ -93,7 +93,7 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     summary = _summary(result)
     (request,) = OUTCOMES.requests[prefix]  # one job for every trial
     tuned = tuning.plan_tuning(
-        {**rules.full_defaults(), **BASE, "tune": TUNE}, tuning.parse_tune(TUNE, contract.DEFAULT_INSTANCE_TYPE)[0],
+        *plan.parse_request({**rules.full_defaults(), **BASE, "tune": TUNE}), tuning.parse_tune(TUNE, contract.DEFAULT_INSTANCE_TYPE)[0],
         max_runtime_seconds=86_400,
     )  # fmt: skip
     hyperparameters = request["HyperParameters"]
@@ -210,7 +210,7 @@ def test_a_tune_cannot_resume(workflow):
 
 
 def test_a_tune_with_init_from_needs_the_models_config_which_only_the_workflow_reads(rules):
-    from constructs_lib.workflow.request_check import prepare_request
+    from training.request.decision import prepare_request
 
     offline = prepare_request({"tune": {}, "init_from": f"s3://{rules.bucket_name}/data/llama/"}, rules)
     assert any(p.startswith("tune: with init_from, the candidates are planned with the model's config.json")
@@ -218,7 +218,7 @@ def test_a_tune_with_init_from_needs_the_models_config_which_only_the_workflow_r
 
 
 def test_a_tune_does_not_evaluate(rules):
-    from constructs_lib.workflow.request_check import prepare_request
+    from training.request.decision import prepare_request
 
     both = prepare_request({"tune": {}, "evaluate": {"tasks": ["hellaswag"]}}, rules)
     assert any(p.startswith("tune: a tuning run trains no model to evaluate") for p in both.problems), (

@@ -162,7 +162,9 @@ def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float
     _sync(env.device)
     seconds = time.perf_counter() - start
     tokens = (cfg.max_steps - cfg.throughput_warmup_steps) * cfg.batch_size * cfg.seq_length
-    meter = metrics.Throughput(cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision)
+    meter = metrics.Throughput(
+        cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision, contract.lora_parameters(cfg.as_dict())
+    )
     return {**meter.rates(tokens, seconds), "peak_mem_gb": metrics.peak_memory_gb(env.device)}
 
 
@@ -205,7 +207,9 @@ def external_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, f
         shape, cfg.seq_length, cfg.batch_size, cfg.max_steps, cfg.throughput_warmup_steps, env.mesh,
         precision.compute_dtype(cfg.precision),
     )  # fmt: skip
-    meter = metrics.Throughput(cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision)
+    meter = metrics.Throughput(
+        cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision, contract.lora_parameters(cfg.as_dict())
+    )
     return {**meter.rates(int(tokens_per_sec), 1.0), "peak_mem_gb": metrics.peak_memory_gb(env.device)}
 
 

@@ -173,6 +173,7 @@ _REPORTED = (
     "precision",
     "loss_chunk_tokens",
     "position_encoding",
+    "lora_rank",
 )
 
 
@@ -184,7 +185,7 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.trainer import activation_checkpoint, levers, model, parallel, precision, rotary
+    from training.trainer import activation_checkpoint, levers, lora, model, parallel, precision, rotary
 
     shape = contract.model_shape(values)
     mesh = init_device_mesh("cpu", (world_size,))
@@ -199,6 +200,9 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
             rope_theta=values["rope_theta"],
             rope_scaling=rotary.Llama3Scaling.from_settings(values),
         )
+        adapters = lora.LoraSettings.of(values)
+        if adapters is not None:  # as loop.build: adapters on the blocks' linear layers, the rest frozen
+            lora.apply(net, adapters)
         activation_checkpoint.apply(
             net.layers, values["activation_checkpointing"], values["activation_checkpointing_interval"]
         )
@@ -208,7 +212,10 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
         # The trainer's optimizer on a GPU (loop._fresh_state): adamw_impl auto is the fused kernel on CUDA.
         impl = levers.adamw_impl(values["adamw_impl"], torch.device("cuda"))
         optimizer = levers.build_optimizer(
-            net.parameters(), impl, values["learning_rate"], values["weight_decay"]
+            [p for p in net.parameters() if p.requires_grad],
+            impl,
+            values["learning_rate"],
+            values["weight_decay"],
         )
         batch = (values["batch_size"] * values["grad_accum_steps"], values["seq_length"])
         tokens = torch.randint(0, shape.vocab_size, batch, device=device)

@@ -3,6 +3,10 @@ for each preset, instance count and activation-checkpointing setting, the larges
 32) whose estimated per-GPU peak fits, with that peak, the moment it is reached, and the plan's throughput.
 
     python -m training.measure.preset_plans --presets llama3.1-8b,llama3.1-70b --seq 8192 --instances 1,2
+    python -m training.measure.preset_plans --seq 4096 --instances 1 --lora-ranks 0,16 --batch 1
+
+``--lora-ranks``: a row per LoRA rank (0: full fine-tuning; the column appears only then); ``--batch``: that
+micro-batch in every row instead of the largest that fits (so the peaks compare).
 
 Pure closed form (no tracing); the memory model's agreement with traced steps is ``training.measure.plan_agreement``.
 Throughput is the plan's estimate (scaled from the seed article's published B200 figures), not a measurement.
@@ -20,9 +24,11 @@ from training.request import contract, plan
 BATCHES = (1, 2, 4, 8, 16, 32)
 
 
-def request(preset: str, seq: int, instances: int, ac: bool, batch: int, precision: str) -> dict[str, Any]:
+def request(
+    preset: str, seq: int, instances: int, ac: bool, batch: int, precision: str, lora_rank: int = 0
+) -> dict[str, Any]:
     return {
-        "hyperparameters": {"model_preset": preset},
+        "hyperparameters": {"model_preset": preset, **({"lora_rank": lora_rank} if lora_rank else {})},
         "seq_length": seq,
         "batch_size": batch,
         "activation_checkpointing": ac,
@@ -32,11 +38,19 @@ def request(preset: str, seq: int, instances: int, ac: bool, batch: int, precisi
     }
 
 
-def row(preset: str, seq: int, instances: int, ac: bool, precision: str) -> dict[str, Any]:
-    """The largest micro-batch that fits (or batch 1 when none does) and its plan."""
+def row(
+    preset: str,
+    seq: int,
+    instances: int,
+    ac: bool,
+    precision: str,
+    lora_rank: int = 0,
+    batch: int | None = None,
+) -> dict[str, Any]:
+    """The largest micro-batch that fits (or batch 1 when none does), or ``batch``, and its plan."""
     chosen = None
-    for batch in BATCHES:
-        candidate = plan.make_plan(request(preset, seq, instances, ac, batch, precision))
+    for size in BATCHES if batch is None else (batch,):
+        candidate = plan.make_plan(request(preset, seq, instances, ac, size, precision, lora_rank))
         if chosen is None or candidate.memory.fits:
             chosen = candidate
         if not candidate.memory.fits:
@@ -45,6 +59,7 @@ def row(preset: str, seq: int, instances: int, ac: bool, precision: str) -> dict
     m, t, s = chosen.memory, chosen.timing, chosen.setup
     return {
         "preset": preset,
+        "lora_rank": lora_rank,
         "instances": instances,
         "gpus": s.world_size,
         "ac": ac,
@@ -58,15 +73,18 @@ def row(preset: str, seq: int, instances: int, ac: bool, precision: str) -> dict
     }
 
 
-def format_table(rows: Sequence[dict[str, Any]], seq: int) -> str:
+def format_table(rows: Sequence[dict[str, Any]], seq: int, lora: bool = False, fixed: bool = False) -> str:
+    """The Markdown table; ``lora``: with a LoRA rank column (0: full fine-tuning); ``fixed``: one micro-batch."""
+    batch = "micro-batch" if fixed else "largest micro-batch"
     lines = [
-        f"| preset | instances (GPUs) | AC | largest micro-batch ({seq} tokens) | peak GiB per GPU (limit) | fits "
-        "| peak at | tokens/s per GPU (plan) | step s |",
-        "|---|---:|---|---:|---:|---|---|---:|---:|",
+        f"| preset |{' LoRA rank |' if lora else ''} instances (GPUs) | AC | {batch} ({seq} tokens) | peak GiB per "
+        "GPU (limit) | fits | peak at | tokens/s per GPU (plan) | step s |",
+        f"|---|{'---:|' if lora else ''}---:|---|---:|---:|---|---|---:|---:|",
     ]
     for r in rows:
+        rank = f" {r['lora_rank'] or 'full'} |" if lora else ""
         lines.append(
-            f"| {r['preset']} | {r['instances']} ({r['gpus']}) | {'on' if r['ac'] else 'off'} | {r['batch']} "
+            f"| {r['preset']} |{rank} {r['instances']} ({r['gpus']}) | {'on' if r['ac'] else 'off'} | {r['batch']} "
             f"| {r['peak_gib']:.1f} ({r['limit_gib']:.1f}) | {'yes' if r['fits'] else 'no'} | {r['moment']} "
             f"| {r['tokens_per_sec_per_gpu']:,} | {r['step_seconds']:.2f} |"
         )
@@ -83,17 +101,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--instances", default="1,2", help=f"comma-separated counts of {contract.DEFAULT_INSTANCE_TYPE}"
     )
     parser.add_argument("--precision", default="bf16", help="precision")
+    parser.add_argument(
+        "--lora-ranks", default=None, help="comma-separated lora_rank values (0: full fine-tuning)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=None, help="this micro-batch instead of the largest that fits"
+    )
     return parser.parse_args(argv)
 
 
 def table(args: argparse.Namespace) -> str:
+    ranks = [int(r) for r in args.lora_ranks.split(",")] if args.lora_ranks else [0]
     rows = [
-        row(preset, args.seq, int(instances), ac, args.precision)
+        row(preset, args.seq, int(instances), ac, args.precision, rank, args.batch)
         for preset in args.presets.split(",")
+        for rank in ranks
         for instances in args.instances.split(",")
         for ac in (False, True)
     ]
-    return format_table(rows, args.seq)
+    return format_table(rows, args.seq, lora=args.lora_ranks is not None, fixed=args.batch is not None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

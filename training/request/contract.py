@@ -241,6 +241,9 @@ UNUSABLE_CHECKPOINT_ACTIONS: tuple[str, ...] = ("restart", "fail")
 HF_EXPORT_DIR = "hf"
 """The Hugging Face ``LlamaForCausalLM`` folder a finished run writes into ``MODEL_DIR`` (so into the job's
 ``model.tar.gz``), next to ``model.pt`` (``training.trainer.export_hf``); the workflow's summary names it."""
+PEFT_EXPORT_DIR = "adapter"
+"""The PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) a finished LoRA run
+(``lora_rank`` > 0) writes next to ``model.pt`` and the merged ``hf/`` folder (``training.trainer.export_peft``)."""
 
 # --------------------------------------------------------------------------------------------------------------
 # Model presets (the seed article's range, Llama-style shapes)
@@ -346,16 +349,24 @@ POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
 
-def flops_per_token(shape: ModelShape, seq_length: int) -> float:
+def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0) -> float:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
     ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
     lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
     AV matmuls, counted in full although the causal mask skips about half (grouped-query attention changes
     neither: every query head attends over the whole head_dim). Used by the trainer's MFU and by
-    ``training.request.plan``'s time estimate."""
+    ``training.request.plan``'s time estimate.
+
+    LoRA (``lora_parameters`` > 0, the adapters' count, ``lora_parameters``): the frozen weights run their forward
+    and input-gradient GEMMs but no weight-gradient GEMM, ``4 * N``, and the adapters all three, ``6 * Na``; the
+    attention term is unchanged. About 2/3 of full fine-tuning's, as Megatron-Bridge counts a LoRA run's TFLOP/s
+    (NVIDIA-NeMo/Megatron-Bridge issue 2409) and NeMo AutoModel its MFU ((1 + 1 + Na / N) / 3)."""
     lm_head = shape.vocab_size * shape.hidden_size  # a matmul whether or not it shares the embedding's matrix
     matmul_params = shape.num_layers * shape.block_parameter_count() + shape.hidden_size + lm_head
-    return 6.0 * matmul_params + 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    attention = 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    if lora_parameters:
+        return 4.0 * matmul_params + 6.0 * lora_parameters + attention
+    return 6.0 * matmul_params + attention
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -464,6 +475,60 @@ def _fmt(number: float) -> str:
 ATTENTION_BACKENDS: tuple[str, ...] = ("auto", "cudnn", "flash", "efficient", "math")
 """``attention_backend`` values (``torch.nn.attention.SDPBackend``'s CUDNN_ATTENTION, FLASH_ATTENTION,
 EFFICIENT_ATTENTION, MATH); ``auto`` resolves at start to the fastest the GPU supports and is logged."""
+
+LORA_MAX_RANK = 512
+"""The largest ``lora_rank``: vLLM's largest ``--max-lora-rank`` (its ``LoRAConfig`` allows 1 to 512)."""
+LORA_ALL_LINEAR = "all-linear"
+LORA_TARGETS: Mapping[str, str] = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
+}
+"""``lora_targets``' short names -> the ``LlamaForCausalLM`` module (after ``model.layers.<i>.``) that gets the
+adapter: every linear layer of a Llama block, which is what peft's ``all-linear`` selects there."""
+
+
+def lora_target_modules(text: str) -> tuple[str, ...]:
+    """The Llama projections (``q_proj``, ..., ``down_proj``, in block order) that ``lora_targets`` names; raises
+    ContractError for a name a Llama block has no projection of, or an empty or repeated list."""
+    if text.strip().lower() == LORA_ALL_LINEAR:
+        return tuple(module.rsplit(".", 1)[1] for module in LORA_TARGETS.values())
+    names = [part.strip().lower() for part in text.split(",")]
+    allowed = f"{LORA_ALL_LINEAR}, or a comma-separated list of {', '.join(LORA_TARGETS)}"
+    chosen: list[str] = []
+    for name in names:
+        short = name.removesuffix("_proj")
+        if short not in LORA_TARGETS:
+            what = "an empty entry" if not name else f"{name!r}, which a Llama block has no projection of"
+            raise ContractError("lora_targets", f"must be {allowed}; got {text!r} with {what}")
+        if short in chosen:
+            raise ContractError("lora_targets", f"names {short} twice; got {text!r}")
+        chosen.append(short)
+    return tuple(LORA_TARGETS[s].rsplit(".", 1)[1] for s in LORA_TARGETS if s in chosen)
+
+
+def lora_block_parameter_count(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
+    """One block's LoRA adapter parameters (``training/trainer/lora.py``): rank x (in + out) for each targeted
+    projection (``q_proj``, ..., ``down_proj``)."""
+    h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
+    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
+            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
+    return sum(rank * (dims[t][0] + dims[t][1]) for t in targets)
+
+
+def lora_parameters(values: Mapping[str, Any]) -> int:
+    """The LoRA adapters' parameters of parsed settings (or a saved run's config): every block's; 0 without LoRA."""
+    rank = int(values.get("lora_rank") or 0)
+    if not rank:
+        return 0
+    targets = lora_target_modules(values.get("lora_targets") or LORA_ALL_LINEAR)
+    shape = model_shape(values)
+    return shape.num_layers * lora_block_parameter_count(shape, rank, targets)
+
 
 LOSS_CHUNK_TOKENS_DEFAULT = 2048
 """Chosen by measurement (docs/measurements.md, "Chunked loss"): the traced peak memory and the CPU throughput."""
@@ -671,6 +736,40 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         0,
         1_048_576,
     ),
+    Hyperparameter(
+        "lora_rank",
+        "int",
+        0,
+        "LoRA: train only low-rank adapters of this rank on the frozen base model (the init_from model's); 0 "
+        "trains every weight. vLLM serves adapters up to rank 512.",
+        0,
+        LORA_MAX_RANK,
+    ),
+    Hyperparameter(
+        "lora_alpha",
+        "float",
+        None,
+        "LoRA scaling numerator: each adapter adds lora_alpha / lora_rank x B A to its weight (default 2 x "
+        "lora_rank).",
+        1e-6,
+        1e6,
+    ),
+    Hyperparameter(
+        "lora_dropout",
+        "float",
+        0.0,
+        "LoRA: dropout on each adapter's input (as peft's lora_dropout), training only.",
+        0.0,
+        0.9,
+    ),
+    Hyperparameter(
+        "lora_targets",
+        "str",
+        LORA_ALL_LINEAR,
+        "LoRA: the projections that get adapters: all-linear (every projection of every block, as peft's "
+        "all-linear; never the LM head or the embedding), or a comma-separated list of q, k, v, o, gate, up, "
+        "down (Hugging Face's q_proj, ..., down_proj spellings too).",
+    ),
     *LEVERS,
     Hyperparameter("max_steps", "int", 1000, "Optimizer steps to train for.", 1, 100_000_000),
     Hyperparameter("learning_rate", "float", 3e-4, "Peak learning rate (AdamW).", 0.0, 10.0),
@@ -691,6 +790,14 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "uint16",
         "dtype of .bin token files in the train channel.",
         choices=("uint16", "uint32"),
+    ),
+    Hyperparameter(
+        "packing",
+        "bool",
+        True,
+        "Conversation data (prepared with --init-from): several examples per seq_length window, each attending "
+        "only to itself with its positions restarting at 0 (best-fit decreasing); false: one example per window, "
+        "padded. Ignored for other data.",
     ),
     Hyperparameter("log_interval", "int", 10, "Print a metrics line every N steps.", 1, 1_000_000),
     Hyperparameter(
@@ -828,8 +935,28 @@ def parse_hyperparameters(
         values["num_kv_heads"] = (shaped and shaped.num_kv_heads) or values["num_heads"]
     if values["tie_embeddings"] is None:
         values["tie_embeddings"] = bool(shaped and shaped.tie_embeddings)
+    if values["lora_alpha"] is None and values["lora_rank"]:
+        values["lora_alpha"] = 2.0 * values["lora_rank"]  # the documented default: 2 x rank
     check_consistency(values, sm)
     return values
+
+
+def override_settings(
+    values: Mapping[str, Any], overrides: Mapping[str, Any], *, sm: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Parsed settings ``values`` (``parse_hyperparameters``' result) with ``overrides`` set (each parsed by its own
+    setting) and the cross-setting rules checked again: what ``parse_hyperparameters`` gives for the same raw
+    settings with the overrides, when none of them is a model-shape setting (a tuning candidate). Raises
+    ContractError naming the first bad field."""
+    out = dict(values)
+    for key, value in overrides.items():
+        name = normalize_name(key)
+        spec = HYPERPARAMETERS_BY_NAME.get(name)
+        if spec is None:
+            raise ContractError(name, f"unknown setting; allowed: {', '.join(HYPERPARAMETERS_BY_NAME)}")
+        out[name] = spec.parse(value)
+    check_consistency(out, sm)
+    return out
 
 
 ARCHITECTURE_NAMES: tuple[str, ...] = (*MODEL_DIM_NAMES, "num_kv_heads", "tie_embeddings")
@@ -926,6 +1053,7 @@ def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = No
         )
     _check_rope_scaling(values)
     check_levers(values)
+    check_lora(values)
 
 
 def _check_rope_scaling(values: Mapping[str, Any]) -> None:
@@ -992,6 +1120,38 @@ def check_levers(values: Mapping[str, Any]) -> None:
         raise ContractError(
             "activation_checkpointing_interval",
             f"must be at most num_layers ({values['num_layers']}); got {values['activation_checkpointing_interval']}",
+        )
+
+
+LORA_SETTINGS: tuple[str, ...] = ("lora_alpha", "lora_dropout", "lora_targets")
+"""The LoRA settings that only ``lora_rank`` > 0 uses."""
+
+
+def check_lora(values: Mapping[str, Any]) -> None:
+    """LoRA's cross-field rules: adapters wrap the torch path's linear layers (``training/trainer/lora.py``), so
+    no Transformer Engine precision and no quantized primary weights; ``lora_targets`` names Llama projections;
+    the other LoRA settings only with ``lora_rank`` > 0."""
+    if not values.get("lora_rank"):
+        for name in LORA_SETTINGS:
+            default = HYPERPARAMETERS_BY_NAME[name].default
+            if values.get(name) is not None and values[name] != default:
+                raise ContractError(
+                    name, f"only with lora_rank > 0 (LoRA); got {values[name]!r} with lora_rank=0"
+                )
+        return
+    lora_target_modules(values["lora_targets"])
+    if values["quantized_model_init"]:
+        raise ContractError(
+            "quantized_model_init",
+            f"must be false with LoRA (lora_rank={values['lora_rank']}): the adapters wrap the torch path's "
+            "linear layers, whose frozen base weights are not quantized",
+        )
+    precision = values["precision"]
+    if precision in TE_PRECISIONS:
+        raise ContractError(
+            "precision",
+            f"{precision} cannot train LoRA adapters (lora_rank={values['lora_rank']}): the adapters wrap the "
+            "torch path's linear layers, not Transformer Engine's; use precision bf16 (or fp16, fp32)",
         )
 
 
@@ -1166,6 +1326,9 @@ MEASUREMENT_KEY_SETTINGS: tuple[str, ...] = (
     "seq_length",
     "loss_chunk_tokens",
     *(lever.name for lever in LEVERS),
+    "lora_rank",
+    "lora_targets",
+    "lora_dropout",
 )
 """The trainer settings that change a measured throughput or peak memory (the model's shape, the precision, the
 micro-batch and sequence, activation checkpointing, the chunked loss and every speed lever, accumulation
@@ -1200,11 +1363,15 @@ STEP_METRICS: tuple[str, ...] = (
     "mfu_bf16",
     "peak_mem_gb",
     "step_time",
+    "trained_tokens",
+    "padding",
 )
 """Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps. ``mfu`` is against
 the peak of the run's own precision (``PEAK_TFLOPS``); ``mfu_bf16``, printed for the low precisions
 (``TE_PRECISIONS``: fp8, mxfp8, nvfp4), is the same TFLOP/s against the GPU's bf16 peak: the bf16-equivalent MFU,
-comparable with a bf16 run's ``mfu``."""
+comparable with a bf16 run's ``mfu``. ``trained_tokens``: the targets the last step's loss counted, over every rank
+and micro-batch (conversation data trains only the assistant's tokens); ``padding``: the share of that step's
+window positions that hold padding (0 for token streams; with packing, what is left at the end of each window)."""
 
 SUMMARY_METRICS: tuple[str, ...] = (
     "steps",
@@ -1221,9 +1388,13 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "train_seconds",
     "val_loss",
     "unusable_checkpoints",
+    "val_accuracy",
+    "empty_micro_batches",
 )
-"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` only when the data
-has a validation split;
+"""Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` and ``val_accuracy``
+(the share of counted validation targets the model's argmax predicts) only when the data has a validation split;
+``empty_micro_batches`` only when some micro-batch had no target to count (every one ignored): it contributed
+nothing to its step;
 ``unusable_checkpoints`` only when checkpoints were found and none was usable, so the run restarted from step 0:
 the line then ends ``restarted_from: none (N checkpoints unusable)``). ``peak_mem_gb`` is rank 0's; the
 :data:`MEMORY_SUMMARY_METRICS` are over every rank."""
@@ -1241,8 +1412,10 @@ allocator's retries after a failed ``cudaMalloc`` (it freed its cache and tried 
 ``alloc_ooms`` the allocations that failed even then, summed over ranks (``torch.cuda.memory_stats``'s
 ``num_alloc_retries`` and ``num_ooms``)."""
 
-VALIDATION_METRICS: tuple[str, ...] = ("val_loss",)
-"""Fields of a ``validation step=N/M val_loss=...`` line (every ``validation_interval`` steps and at the end)."""
+VALIDATION_METRICS: tuple[str, ...] = ("val_loss", "val_accuracy")
+"""Fields of a ``validation step=N/M val_loss=... val_accuracy=...`` line (every ``validation_interval`` steps and
+at the end): the mean loss over every counted target of the held-out split, and the token accuracy (the share of
+those targets the logits' argmax predicts)."""
 
 _NUMBER = r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
 
@@ -1266,9 +1439,12 @@ def format_step_line(
     return " ".join([*head, *(f"{k}={_fmt_metric(metrics[k])}" for k in STEP_METRICS if k in metrics)])
 
 
-def format_validation_line(step: int, max_steps: int, val_loss: float) -> str:
-    """``validation step=10/100 val_loss=2.3456``."""
-    return f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
+def format_validation_line(
+    step: int, max_steps: int, val_loss: float, val_accuracy: float | None = None
+) -> str:
+    """``validation step=10/100 val_loss=2.3456 val_accuracy=0.5123`` (``val_accuracy`` when given)."""
+    line = f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
+    return line if val_accuracy is None else f"{line} val_accuracy={_fmt_metric(val_accuracy)}"
 
 
 def format_duration(seconds: float) -> str:

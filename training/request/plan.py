@@ -144,6 +144,10 @@ class Setup:
     grad_accum_steps: int = 1
     adamw_impl: str = "auto"
     nvfp4_bf16_blocks: int = 1
+    lora_rank: int = 0
+    """LoRA (``lora_memory``): adapters of this rank on ``lora_targets``, the base frozen; 0: every weight trains."""
+    lora_targets: tuple[str, ...] = ()
+    lora_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         mode = self.activation_checkpointing
@@ -201,6 +205,16 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
     workflow's defaults). ``architecture``: the settings of the ``init_from`` model's config.json
     (``training.request.hf_config.architecture``), which give the shape. Raises ``contract.ContractError`` naming
     a bad setting."""
+    return parse_request(request, architecture)[1]
+
+
+def parse_request(
+    request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], Setup]:
+    """The parsed settings (``contract.parse_hyperparameters``) and the :class:`Setup` of a plain execution input,
+    for a plan outside the request's decision (``python -m training.request.plan``, the tuning report, the
+    measurements, a stored record's configuration); the decision passes its own parsed settings to
+    :func:`setup_from_values`. Raises ``contract.ContractError`` naming a bad setting."""
     instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
     if instance_type not in contract.GPU_INSTANCE_TYPES:
         raise contract.ContractError(
@@ -211,6 +225,24 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    setup = setup_from_values(
+        values,
+        instance_type=instance_type,
+        instance_count=count,
+        max_runtime_seconds=request.get("max_runtime_seconds"),
+    )
+    return values, setup
+
+
+def setup_from_values(
+    values: Mapping[str, Any],
+    *,
+    instance_type: str,
+    instance_count: int = 1,
+    max_runtime_seconds: int | None = None,
+) -> Setup:
+    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result: nothing is parsed here)
+    on ``instance_count`` x ``instance_type``, with the run's time limit."""
     shape = contract.model_shape(values)
     return Setup(
         shape=shape,
@@ -220,15 +252,18 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
         seq_length=values["seq_length"],
         activation_checkpointing=values["activation_checkpointing"],
         instance_type=instance_type,
-        instance_count=count,
+        instance_count=instance_count,
         max_steps=values["max_steps"],
         loss_chunk_tokens=int(values.get("loss_chunk_tokens") or 0),
-        max_runtime_seconds=request.get("max_runtime_seconds"),
+        max_runtime_seconds=max_runtime_seconds,
         position_encoding=values["position_encoding"],
         activation_checkpointing_interval=values["activation_checkpointing_interval"],
         grad_accum_steps=values["grad_accum_steps"],
         adamw_impl=values["adamw_impl"],
         nvfp4_bf16_blocks=values["nvfp4_bf16_blocks"],
+        lora_rank=values["lora_rank"],
+        lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
+        lora_dropout=values["lora_dropout"],
     )
 
 
@@ -506,9 +541,83 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
     return moments
 
 
+def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """LoRA's terms (``lora_rank`` > 0; ``training/trainer/lora.py``) in place of full fine-tuning's, at every moment.
+    The frozen base keeps its sharded fp32 weights and its gathered ones, and has no gradient (unsharded, reduced,
+    sharded or accumulated), no AdamW moments and no head or root gradient; the adapters (Pa parameters, Pab per
+    block: rank x (in + out) per targeted projection) have all of those: their sharded fp32 weights 4Pa/W, AdamW
+    8Pa/W, gradients as full fine-tuning's scaled by Pab/Pb (a block's) or Pa/P (every block's), and their
+    gathered weights beside the block's. Saved activations: the base's (the adapters' A matrices keep each
+    linear layer's input, so nothing of full fine-tuning's goes away with all-linear; partial targets are
+    counted as all, an upper bound) plus, per token and block not checkpointed, each adapter's rank-wide A output
+    and, with ``lora_dropout``, each adapted layer's dropped input and its mask (``lora_activation_bytes``)."""
+    if not s.lora_rank:
+        return moments
+    shape, w = s.shape, s.world_size
+    pab = lora_block_parameters(s)
+    pa, pb, p = pab * shape.num_layers, shape.block_parameter_count(), shape.parameter_count()
+    block, whole = pab / pb, pa / p
+    scaled = {"gradients (sharded, so far)": block, "unsharded gradients": block,
+              "accumulated gradients (fp32, unsharded)": whole, "AdamW temporaries": whole,
+              "head gradient": 0.0, "root gradients (unsharded)": 0.0,
+              "block weights (unsharded)": 1 + block, "prefetched all-gather": 1 + block}  # fmt: skip
+    held = max(shape.num_layers - len(s.checkpointed_blocks), 1)
+    out = {}
+    for moment, parts in moments.items():
+        new = {key: value * scaled.get(key, 1.0) for key, value in parts.items()}
+        if "reduce-scatter input" in new:  # the root has no adapter; a block reduces only its adapters'
+            new["reduce-scatter input"] = 0.0 if moment == "root reduce-scatter" else 4.0 * pab
+        if "gradients (sharded)" in new:
+            new["gradients (sharded)"] = 4.0 * pa / w
+        new["sharded parameters"] = new.get("sharded parameters", 0.0) + 4.0 * pa / w
+        new["AdamW state"] = 8.0 * pa / w
+        if "saved activations" in new:
+            selective = len(s.checkpointed_blocks) if s.activation_checkpointing == "selective" else 0
+            new["adapter activations"] = s.tokens * (
+                lora_activation_bytes(s) * held + lora_selective_extra_bytes(s) * selective
+            )
+        out[moment] = new
+    return out
+
+
+def lora_block_parameters(s: Setup) -> int:
+    """One block's adapter parameters: rank x (in + out) for each targeted projection."""
+    return contract.lora_block_parameter_count(s.shape, s.lora_rank, s.lora_targets)
+
+
+def lora_selective_extra_bytes(s: Setup) -> float:
+    """Bytes per token a ``selective`` block keeps beyond full fine-tuning's with LoRA: the policy saves every
+    other matmul's output (``activation_checkpoint._selective_contexts``), and an adapted linear layer runs three
+    (its base, the stacked A, the block-diagonal B; with dropout one A GEMM per targeted projection, each on its own
+    mask), so the saved ones shift; with all-linear and no dropout the block keeps the QKV and gate/up outputs
+    twice (base and B) and the output and down layers' rank-wide A outputs."""
+    h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
+    kv = s.shape.kv_heads * s.shape.head_dim
+    layers = (("qkv", h + 2 * kv, ("q_proj", "k_proj", "v_proj")), ("out", h, ("o_proj",)),
+              ("gate_up", 2 * f, ("gate_proj", "up_proj")), ("down", h, ("down_proj",)))  # fmt: skip
+    plain, adapted = [], []
+    for _, width, parts in layers:
+        plain.append(width)
+        targeted = [p for p in parts if p in s.lora_targets]
+        downs = [s.lora_rank] * len(targeted) if s.lora_dropout > 0 else [s.lora_rank * len(targeted)]
+        adapted += [width, *downs, width] if targeted else [width]
+    return c * (sum(adapted[0::2]) - sum(plain[0::2]))
+
+
+def lora_activation_bytes(s: Setup) -> float:
+    """Bytes per token one block's adapters save beyond the base's: each A output (rank values) and, with dropout,
+    each targeted projection's dropped input and its one-byte mask (one mask per projection, as peft's: q, k and v
+    of the fused QKV layer each keep theirs)."""
+    h, f, c = s.shape.hidden_size, s.shape.ffn_hidden_size, s.compute_bytes
+    saved = float(c * s.lora_rank * len(s.lora_targets))
+    if s.lora_dropout > 0:
+        saved += sum((c + 1) * (f if t == "down_proj" else h) for t in s.lora_targets)
+    return saved
+
+
 def estimate_memory(s: Setup) -> Memory:
     """The per-GPU peak: the largest moment's tensors plus the allowance, against the GPU's memory."""
-    moments = _moments(s)
+    moments = lora_memory(s, _moments(s))
     moment, parts = max(moments.items(), key=lambda item: sum(item[1].values()))
     tensors = sum(parts.values())
     allowance = ALLOWANCE_FIXED_GIB * GIB + ALLOWANCE_FRACTION * tensors
@@ -595,7 +704,8 @@ class Timing:
     ``mfu_bf16``: the model-FLOPs utilization the run would report against the GPU's bf16 peak (the trainer's
     ``mfu`` for bf16, its ``mfu_bf16`` for lower precisions): the model's FLOPs per token (``flops_per_token``)
     at ``tokens_per_sec_per_gpu``, so activation checkpointing's recompute and the chunked loss's second head GEMM,
-    which the model FLOPs leave out, lower it."""
+    which the model FLOPs leave out, lower it; with LoRA the model FLOPs leave out the frozen weights' gradient
+    GEMMs, as the trainer counts them."""
 
     tokens_per_sec_per_gpu: float
     mfu_bf16: float
@@ -663,7 +773,11 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
-    mfu_bf16 = tps * flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
+    # What the run reports at that speed: with LoRA the model FLOPs leave out the frozen weights' gradient GEMMs
+    model_flops = contract.flops_per_token(
+        s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers
+    )
+    mfu_bf16 = tps * model_flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
@@ -777,17 +891,40 @@ def make_plan(
     versions: Mapping[str, str | None] | None = None,
     architecture: Mapping[str, Any] | None = None,
 ) -> Plan:
-    """The plan of one execution input (advice only when it does not fit); ``architecture``: the ``init_from``
-    model's settings (``setup_from_request``). ``measurements``: stored tuning records
-    (:mod:`training.request.measured`); the one that stands for this request on the image ``image_tag`` (and
-    ``versions``) gives the throughput instead of the published points, and all of that instance and image
-    check the memory estimate."""
-    s = setup_from_request(request, architecture)
+    """The plan of one plain execution input (:func:`parse_request`, then :func:`plan_of`); ``architecture``: the
+    ``init_from`` model's settings."""
+    values, s = parse_request(request, architecture)
+    return plan_of(
+        s,
+        values,
+        max_instance_count=max_instance_count,
+        instance_types=instance_types,
+        measurements=measurements,
+        image_tag=image_tag,
+        versions=versions,
+    )
+
+
+def plan_of(
+    s: Setup,
+    values: Mapping[str, Any],
+    *,
+    max_instance_count: int = 64,
+    instance_types: Sequence[str] = (),
+    measurements: Sequence[Mapping[str, Any]] = (),
+    image_tag: str | None = None,
+    versions: Mapping[str, str | None] | None = None,
+    check_memory: bool = True,
+) -> Plan:
+    """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
+    ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
+    settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
+    and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
+    :func:`memory_check`)."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
     )
-    values = contract.parse_hyperparameters(trainer_settings(request), architecture)
     record = measured.find(
         measurements,
         values,
@@ -796,7 +933,11 @@ def make_plan(
         image_tag=image_tag,
         versions=versions,
     )
-    check = memory_check(s, measurements, image_tag=image_tag, this=record) if measurements else None
+    check = (
+        memory_check(s, measurements, image_tag=image_tag, this=record)
+        if measurements and check_memory
+        else None
+    )
     return Plan(s, memory, estimate_time(s, record), hints, record, check)
 
 

@@ -313,17 +313,19 @@ class Candidates:
 
 
 def candidates(
-    request: Mapping[str, Any],
+    values: Mapping[str, Any],
+    setup: plan.Setup,
     space: Mapping[str, Sequence[Any]],
     *,
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
-    architecture: Mapping[str, Any] | None = None,
 ) -> Candidates:
-    """Every combination of ``space`` over ``request`` (an execution input; ``architecture``: its ``init_from``
-    model's settings), planned and ranked."""
-    values = contract.parse_hyperparameters(plan.trainer_settings(request), architecture)
+    """Every combination of ``space`` over the request whose parsed settings are ``values`` and whose setup (instance
+    type and count, time limit) is ``setup``, planned and ranked. Each candidate is the request's settings with its
+    own (``contract.override_settings``: the trainer's cross-setting rules checked again); nothing is parsed from
+    the request again."""
     names = list(space)
+    sm = contract.GPU_INSTANCE_TYPES[setup.instance_type].sm
     fitting: list[Candidate] = []
     not_fitting: list[Candidate] = []
     refused: list[str] = []
@@ -336,15 +338,21 @@ def candidates(
             refused.append(f"{asked}: {reason}")
             continue
         try:
-            planned = plan.make_plan(
-                with_settings(request, overrides),
-                measurements=measurements,
-                image_tag=image_tag,
-                architecture=architecture,
-            )
+            settings = contract.override_settings(values, overrides, sm=sm)
         except contract.ContractError as err:
             refused.append(f"{asked}: {err}")
             continue
+        trial = plan.setup_from_values(
+            settings,
+            instance_type=setup.instance_type,
+            instance_count=setup.instance_count,
+            max_runtime_seconds=setup.max_runtime_seconds,
+        )
+        # no memory check: a candidate's plan shows none (the request's own plan does), and it would re-plan every
+        # stored record once per candidate
+        planned = plan.plan_of(
+            trial, settings, measurements=measurements, image_tag=image_tag, check_memory=False
+        )
         (fitting if planned.memory.fits else not_fitting).append(Candidate(overrides, planned))
     fitting.sort(key=lambda c: (-c.tokens_per_sec, c.plan.memory.peak_gib))
     not_fitting.sort(key=lambda c: c.plan.memory.peak_gib / c.plan.memory.limit_gib)
@@ -457,28 +465,21 @@ def no_fit_problem(found: Candidates) -> str:
 
 
 def plan_tuning(
-    request: Mapping[str, Any],
+    values: Mapping[str, Any],
+    setup: plan.Setup,
     settings: TuneSettings,
     *,
     max_runtime_seconds: int,
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
-    architecture: Mapping[str, Any] | None = None,
 ) -> TunePlan:
-    """The tuning run of ``request`` (an execution input, merged over the workflow's defaults) under ``settings``;
+    """The tuning run of the request whose parsed settings are ``values`` on ``setup`` under ``settings``;
     ``problems`` lists what refuses it (no candidate fits, a cost bound below one trial, a trial list too long)."""
-    found = candidates(
-        request,
-        settings.search_space,
-        measurements=measurements,
-        image_tag=image_tag,
-        architecture=architecture,
-    )
+    found = candidates(values, setup, settings.search_space, measurements=measurements, image_tag=image_tag)
     chosen = found.ranked[: settings.max_trials]
     if settings.probe_memory_edge and found.edge is not None and chosen:
         chosen.append(found.edge)
-    instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
-    count = int(request.get("instance_count") or 1)
+    instance_type, count = setup.instance_type, setup.instance_count
     price = contract.ON_DEMAND_USD_PER_HOUR.get(instance_type)
     problems = [] if found.ranked else [no_fit_problem(found)]
     seconds = [trial_seconds(c, settings) for c in chosen]

@@ -79,18 +79,24 @@ class AttentionPlan:
         dtype: torch.dtype,
         device: torch.device,
         rope: Rope | None = None,
+        packed: bool = False,
     ) -> str:
         """The backend SDPA runs under this plan for a block of ``shape`` on a ``[batch, seq]`` micro-batch in
         ``dtype`` on ``device`` (``rope``: the run's rotary frequencies, None for NoPE). The inputs are made by the
         block's own code from an uninitialized fused QKV output (``_fused_sdp_choice`` reads shapes, strides,
-        dtypes, the device and whether grad is required, never values) and freed on return."""
+        dtypes, the device and whether grad is required, never values) and freed on return. ``packed``: with the
+        block-causal mask of packed documents (``model.causal_attention``'s ``mask``), which rules out the
+        kernels that take no mask."""
         width = shape.hidden_size + 2 * shape.kv_heads * shape.head_dim
         with torch.enable_grad():
             qkv = torch.empty((batch, seq, width), dtype=dtype, device=device, requires_grad=True)
             freqs = None if rope is None else rope(seq, device)
             q, k, v = model.attention_inputs(qkv, shape.num_heads, shape.kv_heads, shape.head_dim, freqs)
+            mask = (
+                torch.ones((batch, 1, seq, seq), dtype=torch.bool, device=device).tril() if packed else None
+            )
             with self.context():
-                choice = int(model.causal_attention(q, k, v, sdpa=torch._fused_sdp_choice))
+                choice = int(model.causal_attention(q, k, v, sdpa=torch._fused_sdp_choice, mask=mask))
         return _NAMES.get(choice, f"backend {choice}")
 
 
@@ -120,14 +126,14 @@ def unavailable(
 
 
 def resolve(
-    cfg, device: torch.device, dtype: torch.dtype, group: dist.ProcessGroup
+    cfg, device: torch.device, dtype: torch.dtype, group: dist.ProcessGroup, packed: bool = False
 ) -> tuple[AttentionPlan, str]:
     """The torch path's attention plan for the run ``cfg`` and the kernel in effect (``AttentionPlan.in_effect``
     on the run's shapes); a named backend torch cannot run is refused (``BackendUnavailable``) on every rank
     together: the ranks agree through one all-reduce on ``group`` (the host-side gloo group)."""
     chosen_plan = plan(cfg.attention_backend, device, cfg.deterministic)
     rope = Rope.from_settings(cfg.as_dict())
-    chosen = chosen_plan.in_effect(cfg.shape, cfg.batch_size, cfg.seq_length, dtype, device, rope)
+    chosen = chosen_plan.in_effect(cfg.shape, cfg.batch_size, cfg.seq_length, dtype, device, rope, packed)
     problem = unavailable(cfg.attention_backend, chosen, cfg.shape, cfg.seq_length, dtype, device)
     flag = torch.tensor([0 if problem is None else 1], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)

@@ -68,7 +68,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from training.request import contract
-from training.trainer import sagemaker_job
+from training.trainer import lora, sagemaker_job
 from training.trainer.refusal import Refusal
 
 MARKER = "COMPLETE"
@@ -257,6 +257,11 @@ class CheckpointManager:
         run, tried only when ``root`` has none that loads."""
         self.root, self.keep, self.shape = Path(root), keep, shape
         self.resume_dir = Path(resume_dir) if resume_dir is not None else None
+        # LoRA (the identity has "lora"): only what trains is saved and loaded, the adapters and their optimizer
+        # state (DCP's load needs every one of them); the frozen base comes again from the reference the identity
+        # records, so the model's own load_state_dict is not strict about the base's entries
+        adapters_only = bool((shape or {}).get("lora"))
+        self._options = StateDictOptions(ignore_frozen_params=adapters_only, strict=not adapters_only)
         self.rank, self.world_size, self.device = env.rank, env.world_size, env.device
         self.local_rank, self.cpu_group = env.local_rank, env.cpu_group
         self.node_leader = env.local_rank == 0
@@ -298,7 +303,7 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
             _write_atomic(tmp / STARTED, json.dumps(self._facts(step)))
         dist.barrier(group=self.cpu_group)
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
         torch.save({**trainer_state, "rng": rng_state(self.device)}, tmp / f"rank_{self.rank:05d}.pt")
         if background:
             if self._async_group is None:
@@ -549,10 +554,11 @@ class CheckpointManager:
         self.set_aside.append((path.name, f"{reason}; set aside, left as it is: {record.name} says why"))
 
     def _load(self, path: Path, model, optimizer) -> dict[str, Any]:
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=self._options)  # fmt: skip
         saved_world = json.loads((path / MARKER).read_text())["world_size"]
         own = path / f"rank_{self.rank:05d}.pt"
         trainer_state = torch.load(
@@ -607,6 +613,8 @@ def model_identity(cfg) -> dict[str, Any]:
         identity["rope_scaling"] = cfg.rope_scaling
         if cfg.rope_scaling != "none":
             identity |= {name: getattr(cfg, name) for name in contract.LLAMA3_ROPE_SETTINGS}
+    if getattr(cfg, "lora_rank", 0):
+        identity["lora"] = lora.identity(cfg)  # the adapters' settings and the frozen base they refer to
     return identity
 
 
@@ -631,7 +639,10 @@ def shape_mismatch(
     if shape is None or not isinstance(stored, dict):
         return None
     stored = _with_legacy(stored)
-    dims = [name for name in shape if name not in POSITION_SETTINGS]
+    lora_problem = lora_mismatch(path, stored.get("lora"), shape.get("lora"), remedy)
+    if lora_problem is not None:
+        return lora_problem
+    dims = [name for name in shape if name not in (*POSITION_SETTINGS, "lora")]
     stored_dims = {name: stored.get(name) for name in dims}
     if stored_dims != {name: shape[name] for name in dims}:
         return (
@@ -650,6 +661,51 @@ def shape_mismatch(
         f"{path} holds a model trained with {_settings_text(theirs)}, but this run has {_settings_text(ours)}; "
         f"{remedy}"
     )
+
+
+def lora_mismatch(path: Path, stored: Any, ours: Any, remedy: str) -> str | None:
+    """Why a run cannot continue the checkpoint at ``path``: one of full fine-tuning and one of LoRA, LoRA
+    adapters of another rank, alpha or targets, or adapters trained on another frozen base (``lora.identity``);
+    None when they match."""
+    if stored == ours:
+        return None
+    if not stored or not ours:
+        theirs = "LoRA adapters (lora_rank > 0)" if stored else "a full fine-tuning run (every weight)"
+        mine = "trains LoRA adapters" if ours else "is full fine-tuning (lora_rank=0)"
+        return f"{path} holds {theirs}, but this run {mine}; {remedy}"
+    settings = ("lora_rank", "lora_alpha", "lora_targets")
+    if any(stored.get(name) != ours.get(name) for name in settings):
+        text = ", ".join
+        return (
+            f"{path} holds LoRA adapters of {text(f'{n}={stored.get(n)}' for n in settings)}, but this run has "
+            f"{text(f'{n}={ours.get(n)}' for n in settings)}; {remedy}"
+        )
+    if _same_base(stored.get("base"), ours.get("base")):
+        return None
+    return (
+        f"{path} holds LoRA adapters trained on another frozen base ({_base_text(stored.get('base'))}) than this "
+        f"run's ({_base_text(ours.get('base'))}); give init_from (or seed) the base they were trained on, or {remedy}"
+    )
+
+
+def _same_base(stored: Any, ours: Any) -> bool:
+    """Whether two ``lora.base_reference`` values name the same frozen base: the same seed, or ``init_from`` files
+    of the same sampled SHA-256 wherever the folder is now (a base copied or mounted elsewhere is the same base);
+    an unreadable folder matches only the same path unreadable alike."""
+    if not isinstance(stored, dict) or not isinstance(ours, dict):
+        return False
+    digests = str(stored.get("sha256", "")), str(ours.get("sha256", ""))
+    if "init_from" in stored and "init_from" in ours and not any(d.startswith("unreadable") for d in digests):
+        return digests[0] == digests[1]
+    return stored == ours
+
+
+def _base_text(base: Any) -> str:
+    if not isinstance(base, dict):
+        return "unknown"
+    if "init_from" in base:
+        return f"init_from={base['init_from']} with sampled SHA-256 {str(base.get('sha256'))[:16]}"
+    return f"a generated base of seed={base.get('seed')}"
 
 
 def file_sha256(path: Path) -> str:

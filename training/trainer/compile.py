@@ -113,9 +113,21 @@ def guarded(compiled: Callable, eager: Callable, what: str) -> Callable:
     return call
 
 
+def disable_autograd_cache() -> None:
+    """Turn off AOTAutograd's cache in this process. It is on disk, shared by every process of the user, and keys a
+    graph by Dynamo's graph, where SDPA is one call whatever kernel it will run: the kernel is chosen while
+    AOTAutograd traces, from the enabled backends and their order, which no cache key holds (torch 2.11, 2.13). A
+    process pinned to Flash would load the graph a cuDNN-pinned one traced, and run cuDNN. Inductor's own cache (the
+    costly part: code generation) stays on: it keys the traced graph, which names the kernel's own op."""
+    functorch_config = importlib.import_module("torch._functorch.config")
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        functorch_config.enable_autograd_cache = False
+
+
 def apply(layers: nn.ModuleList, *, loss_chunks: bool = True) -> None:
     """Compile each block's forward (``fullgraph``: a graph break is a failure, hence eager) and, with
-    ``loss_chunks``, the chunked loss's per-chunk body."""
+    ``loss_chunks``, the chunked loss's per-chunk body (AOTAutograd's cache off: ``disable_autograd_cache``)."""
+    disable_autograd_cache()
     for block in layers:
         eager = block.forward
         block.forward = guarded(torch.compile(eager, fullgraph=True), eager, "a block's forward")
@@ -140,6 +152,7 @@ def warm_up(
     mesh: DeviceMesh,
     policy: MixedPrecisionPolicy,
     norm_eps: float,
+    adapt: Callable[[nn.Module], None] | None = None,
 ) -> None:
     """Compile now, forward and backward, what the run will compile: for each activation checkpointing variant
     in ``checkpointing`` (``none``, ``full``, ``selective``: those the model's blocks have), a stand-in block of
@@ -148,7 +161,10 @@ def warm_up(
     ``device``, then an LM head and the loss (the compiled loss chunks ``apply`` set), then backward. A collective
     on every rank of ``mesh``. A compile error in either pass (``compile_errors``) switches everything to eager with
     one warning line; any other error is raised. Values are constants: compilation depends on shapes, dtypes and
-    strides."""
+    strides. ``adapt``: what the run does to each of its blocks before activation checkpointing (LoRA's
+    ``lora.apply_to_block``: adapters, the base frozen), with a frozen LM head, as the model's blocks and loss chunks
+    will run; the first variant's stand-in (``activation_checkpoint.variants`` puts the first block's first) runs
+    also with an input that requires no gradient: the first block's, whose frozen embedding gives none."""
     if _State.failed is not None:
         return
     h = shape.hidden_size
@@ -156,6 +172,8 @@ def warm_up(
     for mode in checkpointing:
         with torch.device("meta"):
             block = model.TorchBlock(shape, norm_eps)
+        if adapt is not None:
+            adapt(block)
         stand_in = nn.ModuleList([block])
         activation_checkpoint.apply(stand_in, mode)
         apply(stand_in, loss_chunks=False)
@@ -163,15 +181,21 @@ def warm_up(
         block.to_empty(device=device)
         for param in block.parameters():
             nn.init.constant_(param, 0.02)
-        hidden = torch.full((batch, seq, h), 0.1, dtype=dtype, device=device, requires_grad=True)
-        head = nn.Parameter(torch.full((shape.vocab_size, h), 0.02, dtype=dtype, device=device))
+        head = (
+            nn.Parameter(  # frozen with the base when LoRA adapts the blocks (Dynamo guards on requires_grad)
+                torch.full((shape.vocab_size, h), 0.02, dtype=dtype, device=device),
+                requires_grad=adapt is None,
+            )
+        )
         targets = torch.zeros((batch, seq), dtype=torch.long, device=device)
-        loss = loss_module.linear_cross_entropy(block(hidden, **kwargs), head, targets, loss_chunk_tokens)
-        try:
-            loss.backward()
-        except compile_errors() as err:
-            _warn(err, f"compiling a block's backward ({mode} activation checkpointing) in the warm-up")
-            return
+        for input_grad in (True, False) if adapt is not None and mode == checkpointing[0] else (True,):
+            hidden = torch.full((batch, seq, h), 0.1, dtype=dtype, device=device, requires_grad=input_grad)
+            loss = loss_module.linear_cross_entropy(block(hidden, **kwargs), head, targets, loss_chunk_tokens)
+            try:
+                loss.backward()
+            except compile_errors() as err:
+                _warn(err, f"compiling a block's backward ({mode} activation checkpointing) in the warm-up")
+                return
 
 
 def reset() -> None:

@@ -108,6 +108,11 @@ class TrainConfig:
     gc_interval: int = 50
     async_checkpoint: bool = True
     expandable_segments: bool = True
+    lora_rank: int = 0
+    lora_alpha: float | None = None
+    lora_dropout: float = 0.0
+    lora_targets: str = contract.LORA_ALL_LINEAR
+    packing: bool = True
     deterministic: bool = False
     data_dir: str | None = None
     tensorboard_dir: str | None = None

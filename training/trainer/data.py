@@ -20,34 +20,39 @@ from training.request import contract
 class _PositionedBatches:
     """A batch source indexed by position: batch ``position`` of rank ``rank`` holds the global samples
     ``(position * world_size + rank) * batch_size`` onwards. Subclasses turn a first sample into a
-    ``(batch_size, seq_length + 1)`` tensor of token ids."""
+    ``(batch_size, seq_length + 1)`` tensor of token ids (``_sequences``), or into the whole batch (``_batch``:
+    ``packing.Conversations``' tokens, targets and document ids)."""
 
     def __init__(self, batch_size: int, seed: int, rank: int, world_size: int):
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.position = 0
-        self._ahead: tuple[int, torch.Tensor] | None = None  # (position, sequences) read by check_next
+        # (position, batch) read ahead by check_next
+        self._ahead: tuple[int, tuple[torch.Tensor, ...]] | None = None
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
         raise NotImplementedError
 
+    def _batch(self, first_sample: int) -> tuple[torch.Tensor, ...]:
+        """The batch whose first global sample is ``first_sample``: (tokens, targets)."""
+        seq = self._sequences(first_sample)
+        return seq[:, :-1], seq[:, 1:]
+
     def _first_sample(self) -> int:
         return (self.position * self.world_size + self.rank) * self.batch_size
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def next_batch(self) -> tuple[torch.Tensor, ...]:
         ahead, self._ahead = self._ahead, None
-        seq = (
-            ahead[1]
-            if ahead is not None and ahead[0] == self.position
-            else self._sequences(self._first_sample())
+        batch = (
+            ahead[1] if ahead is not None and ahead[0] == self.position else self._batch(self._first_sample())
         )
         self.position += 1
-        return seq[:, :-1], seq[:, 1:]
+        return batch
 
     def check_next(self) -> str | None:
         """Read the batch ``next_batch`` returns next (it is kept for it) and say what is wrong with it: a token
         id not below the vocabulary, naming the file and the position. None when nothing is."""
         try:
-            self._ahead = (self.position, self._sequences(self._first_sample()))
+            self._ahead = (self.position, self._batch(self._first_sample()))
         except contract.ContractError as err:
             return str(err)
         return None
@@ -177,15 +182,13 @@ class TokenFiles(_PositionedBatches):
             )
         return seq
 
-    def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, ...]]:
         """This rank's share of the first ``wanted`` global batches, in order (fewer when the files hold fewer);
         every rank gets the same number."""
         count = min(wanted, self.windows // (self.world_size * self.batch_size))
-        out = []
-        for index in range(count):
-            seq = self._sequences((index * self.world_size + self.rank) * self.batch_size)
-            out.append((seq[:, :-1], seq[:, 1:]))
-        return out
+        return [
+            self._batch((index * self.world_size + self.rank) * self.batch_size) for index in range(count)
+        ]
 
 
 def batch_need(batch_size: int, grad_accum_steps: int, world_size: int) -> tuple[int, str]:

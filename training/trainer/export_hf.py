@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from training.request import contract, hf_config
-from training.trainer import llama_layout
+from training.trainer import chat_export, llama_layout, lora
 from training.trainer.weights import INIT_STD
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -337,6 +337,13 @@ def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], toke
     )
     embeddings = "tied" if shape.tie_embeddings else "untied"
     origin = f", starting from `{config['init_from']}`" if config.get("init_from") else ""
+    adapters = lora.LoraSettings.of(config)
+    if adapters is not None:
+        origin += (
+            f", as LoRA adapters (rank {adapters.rank}, alpha {adapters.alpha:g}, on {', '.join(adapters.targets)}) "
+            f"merged into the frozen base weights (W + alpha / rank x B A; the adapter alone is the peft folder "
+            f"`{contract.PEFT_EXPORT_DIR}/` beside this one)"
+        )
     return f"""# Llama-architecture model exported by `training.trainer.export_hf`
 
 Trained by this project's FSDP2 trainer for {step} steps{origin} (precision `{config.get("precision")}`,
@@ -392,7 +399,11 @@ def export(
     saved = load_model_file(path)
     config = saved["config"]
     check_exportable(config, path)
-    tensors = to_hf_state_dict(saved["state_dict"], shape_of(config))
+    state = saved["state_dict"]
+    adapters = lora.LoraSettings.of(config)
+    if adapters is not None:  # a LoRA run: the merged model (the peft adapter is export_peft's)
+        state = lora.merged_state(state, adapters, shape_of(config))
+    tensors = to_hf_state_dict(state, shape_of(config))
     out = Path(out_dir)
     tmp = _fresh_folder(out)
     data = saved.get("data")
@@ -406,6 +417,9 @@ def export(
         generation = {"bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": None}
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     tokenizer_text = write_tokenizer(data, tmp, int(config["seq_length"]))
+    chat_text = chat_export.write(data, tmp)  # a run on conversations: its template and end-of-turn stop
+    if chat_text:
+        tokenizer_text += "\n\n" + chat_text
     (tmp / "README.md").write_text(readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text))
     mode = (
         tmp / "README.md"
@@ -433,6 +447,7 @@ def data_info(cfg) -> dict[str, Any]:
     meta = data.read_metadata(directory)
     tokenizer = (meta or {}).get("tokenizer") or {}
     info["tokenizer"] = tokenizer
+    info["chat"] = chat_export.chat_info(directory, meta or {})
     if tokenizer.get("kind") == "tokenizers":
         candidates = [directory / tokenizer["file"]] if tokenizer.get("file") else []
         candidates += [Path(tokenizer["path"])] if tokenizer.get("path") else []
@@ -460,20 +475,21 @@ def export_after_training(model_file: Path, cfg) -> str:
     return f"Hugging Face model ({dtype}) exported to {out}: {', '.join(files)}"
 
 
-def pending_export(model_dir: str | Path, cfg) -> tuple[Path, str] | None:
+def pending_export(model_dir: str | Path, cfg, prefix: str = HF_DIR) -> tuple[Path, str] | None:
     """The model file whose Hugging Face export an earlier run of ``cfg`` did not finish, and how it was left: an
     export folder still being written (``hf.partial``, ``hf_step_N.partial``: the job was killed while it
     exported), or no export folder at all beside the model file (killed before it began). The newest model file
     (``model_step_N.pt`` after ``model.pt``) is the one a finished run exports last. None when there is nothing to
-    do (no model file, an export folder there, or a model that has no export: ``position_encoding=none``)."""
+    do (no model file, an export folder there, or a model that has no export: ``position_encoding=none``).
+    ``prefix``: the export folder's name (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
     folder = Path(model_dir)
     models = sorted(folder.glob("model*.pt")) if folder.is_dir() else []
     if not models or cfg.position_encoding != "rope":
         return None
-    partials = sorted(p.name for p in folder.glob(f"{HF_DIR}*.partial") if p.is_dir())
+    partials = sorted(p.name for p in folder.glob(f"{prefix}*.partial") if p.is_dir())
     if partials:
         return models[-1], f"one was interrupted: {', '.join(partials)}"
-    if not any(p.is_dir() for p in folder.glob(f"{HF_DIR}*")):
+    if not any(p.is_dir() for p in folder.glob(f"{prefix}*")):
         return models[-1], "none was made"
     return None
 

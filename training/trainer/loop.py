@@ -4,6 +4,7 @@ the validation loss, checkpoint, stop on SIGTERM, save the model."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -19,11 +20,15 @@ from training.trainer import (
     attention,
     checkpoint,
     data,
+    doc_mask,
     export_hf,
+    export_peft,
     guard,
     levers,
+    lora,
     metrics,
     model,
+    packing,
     parallel,
     precision,
     refusal,
@@ -50,12 +55,17 @@ def set_determinism(cfg: TrainConfig) -> None:
         torch.use_deterministic_algorithms(True)
 
 
-def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> model.Transformer:
+def build(
+    cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan, packed: bool = False
+) -> model.Transformer:
     """The sharded, initialized model for ``cfg`` (shared with the benchmark's bare loop): built on the meta
     device, its blocks wrapped (activation checkpointing, then ``torch.compile``, whose forward and backward graphs
-    are compiled here by ``compile.warm_up``, then NVFP4's bf16 edge blocks) before FSDP2 shards it, then given its
-    values: random, or the ``init_from`` model's weights."""
+    are compiled here by ``compile.warm_up`` under the run's pinned attention kernel, then NVFP4's bf16 edge
+    blocks) before FSDP2 shards it, then given its values: random, or the ``init_from`` model's weights. With LoRA
+    (``lora_rank`` > 0) the blocks' linear layers get adapters and everything else is frozen first (``lora.apply``),
+    and the adapters get their values last. ``packed``: batches of packed documents (``packing.packs``)."""
     use_te = plan.recipe is not None
+    adapters = lora.LoraSettings.of(cfg)
     with plan.init_context():
         net = model.build_model(
             cfg.shape,
@@ -66,7 +76,10 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
             rope_theta=cfg.rope_theta,
             rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()),
             norm_eps=cfg.rms_norm_eps,
+            packed=packed,
         )
+    if adapters is not None:
+        lora.apply(net, adapters)
     activation_checkpoint.apply(
         net.layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval, use_te=use_te
     )
@@ -75,17 +88,23 @@ def build(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan
         variants = activation_checkpoint.variants(
             cfg.num_layers, cfg.activation_checkpointing, cfg.activation_checkpointing_interval
         )
-        compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
-                          device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                          mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps)  # fmt: skip
+        # Inside the run's pinned SDPA order (``run`` trains in the same one): tracing picks the attention kernel
+        # and bakes it into the compiled graph, which neither Dynamo's guards nor its caches check again later.
+        with attention.plan(cfg.attention_backend, env.device, cfg.deterministic).context():
+            compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
+                              device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
+                              mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps,
+                              adapt=None if adapters is None else functools.partial(
+                                  lora.apply_to_block, shape=cfg.shape, settings=adapters))  # fmt: skip
     if cfg.precision == "nvfp4":
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
-    found = weights.initialize(
-        net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init
-    )
+    found = weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init,
+                               skip=lora.is_adapter if adapters is not None else None)  # fmt: skip
     weights.refuse_nonfinite(found, cfg.init_from, env.cpu_group)  # every rank together, before step 1
+    if adapters is not None:
+        lora.initialize(net, cfg.seed)
     return net
 
 
@@ -106,10 +125,11 @@ class _State:
 
 
 def _fresh_state(cfg: TrainConfig, env: parallel.DistEnv, plan: precision.PrecisionPlan) -> _State:
-    net = build(cfg, env, plan)
+    net = build(cfg, env, plan, packing.packs(cfg))
     impl = levers.adamw_impl(cfg.adamw_impl, env.device)
+    trainable = [p for p in net.parameters() if p.requires_grad]  # LoRA: the adapters only
     optimizer = levers.build_optimizer(
-        net.parameters(), impl, cfg.learning_rate, cfg.weight_decay, master_weights=plan.quantized_init
+        trainable, impl, cfg.learning_rate, cfg.weight_decay, master_weights=plan.quantized_init
     )
     warmup, _ = warmup_for(cfg.lr_warmup_steps, cfg.max_steps)
     state = _State(net, optimizer, Schedule(cfg.max_steps, warmup), None, plan.grad_scaler())  # type: ignore[arg-type]
@@ -185,24 +205,39 @@ def _finished_already(
     """A checkpoint at or past ``max_steps``: write nothing, except the model file when the model folder has
     none (e.g. a new SageMaker job's empty /opt/ml/model), so that the job's output is not empty, and the Hugging
     Face export of a model file that has none (the run was killed while it exported: ``export_hf.pending_export``;
-    rank 0 alone, as at the end of a run)."""
+    rank 0 alone, as at the end of a run), and a LoRA run's peft adapter folder likewise."""
     done = (
         f"run already complete: the newest checkpoint is at step {state.step} and max_steps={cfg.max_steps}"
     )
     if checkpoint.model_files(cfg.model_dir):
         pending = export_hf.pending_export(cfg.model_dir, cfg) if env.is_main else None
-        if pending is None:
+        adapter = (
+            export_hf.pending_export(cfg.model_dir, cfg, export_peft.PEFT_DIR)
+            if env.is_main and cfg.lora_rank
+            else None
+        )
+        if pending is None and adapter is None:
             say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
-        else:
+        if pending is not None:
             exported = export_hf.export_after_training(pending[0], cfg)
             say(f"{done}; {pending[0]} has no Hugging Face export ({pending[1]}): {exported}")
+        if adapter is not None:
+            exported = export_peft.export_after_training(adapter[0], cfg)
+            say(f"{done}; {adapter[0]} has no peft adapter folder ({adapter[1]}): {exported}")
         return
     saved = _save_model(cfg, env, state)
     say(
         f"{done}; nothing trained; {cfg.model_dir} held no model, so the checkpoint's model was saved to {saved}"
     )
     if saved is not None:
-        say(export_hf.export_after_training(saved, cfg))
+        _export(saved, cfg, say)
+
+
+def _export(saved, cfg: TrainConfig, say: Callable[[str], None]) -> None:
+    """The Hugging Face folder of the saved model (LoRA: merged) and, for LoRA, the peft adapter folder."""
+    say(export_hf.export_after_training(saved, cfg))
+    if cfg.lora_rank:
+        say(export_peft.export_after_training(saved, cfg))
 
 
 def _save_model(cfg: TrainConfig, env: parallel.DistEnv, state: _State):
@@ -212,17 +247,26 @@ def _save_model(cfg: TrainConfig, env: parallel.DistEnv, state: _State):
 
 
 def evaluate(
-    net: model.Transformer, batches: list, env: parallel.DistEnv, plan: precision.PrecisionPlan
-) -> float:
-    """Mean loss over this rank's validation ``batches`` and every rank (a collective)."""
+    net: model.Transformer,
+    batches: list,
+    env: parallel.DistEnv,
+    plan: precision.PrecisionPlan,
+    packed: bool = False,
+) -> tuple[float, float]:
+    """The loss and token accuracy over every counted target of this rank's validation ``batches`` and every
+    rank's (a collective): summed per token (``Transformer.forward(statistics=True)``), then divided once, so a
+    batch with more counted targets weighs more, as in training. ``packed``: the batches carry document ids."""
     net.eval()
-    total = torch.zeros(1, device=env.device)
+    total = torch.zeros(3, device=env.device)
     with torch.no_grad(), plan.autocast():
-        for tokens, targets in batches:
-            total += net(tokens.to(env.device), targets.to(env.device)).float()
+        for batch in batches:
+            documents = doc_mask.Documents.from_ids(batch[2], env.device) if packed else None
+            tokens, targets = batch[0].to(env.device), batch[1].to(env.device)
+            total += net(tokens, targets, documents, statistics=True).float()
     net.train()
     torch.distributed.all_reduce(total)
-    return float(total.item()) / (len(batches) * env.world_size)
+    loss_sum, correct, counted = (float(value) for value in total.tolist())
+    return loss_sum / max(counted, 1.0), correct / max(counted, 1.0)
 
 
 def run(
@@ -245,19 +289,26 @@ def run(
     attention_plan, kernel = (
         (attention.plan(cfg.attention_backend, env.device, cfg.deterministic), None)
         if plan.recipe is not None
-        else attention.resolve(cfg, env.device, plan.dtype, env.cpu_group)
+        else attention.resolve(cfg, env.device, plan.dtype, env.cpu_group, packing.packs(cfg))
     )
     say(levers_line(cfg, env, plan, allocator, (attention_plan, kernel)))
     # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
     # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
-    dataset = data.make_dataset(step_batch, env.rank, env.world_size, grad_accum_steps=cfg.grad_accum_steps)
-    validation = data.make_validation(cfg, env.rank, env.world_size)
+    dataset = packing.make_dataset(
+        step_batch, env.rank, env.world_size, grad_accum_steps=cfg.grad_accum_steps
+    )
+    validation = packing.make_validation(cfg, env.rank, env.world_size)
     shape = checkpoint.model_identity(cfg)
     manager = checkpoint.CheckpointManager(
         cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape, resume_dir=checkpoint.resume_channel_dir()
     )
     state, complete = _resume(cfg, env, plan, manager, dataset, say)
+    if cfg.lora_rank:
+        trainable, total = lora.counts(state.net)
+        say(f"lora rank={cfg.lora_rank} alpha={cfg.lora_alpha:g} dropout={cfg.lora_dropout:g} "
+            f"targets={','.join(contract.lora_target_modules(cfg.lora_targets))} trainable_parameters={trainable} "
+            f"({100.0 * trainable / total:.3g}% of {total}; the base is frozen)")  # fmt: skip
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
@@ -336,19 +387,45 @@ def levers_line(
     return "levers " + " ".join(f"{key}={contract._fmt_config(value)}" for key, value in resolved.items())
 
 
+class Shares(list):
+    """Each micro-batch's weight in its optimizer step's loss (a list of floats), with what the step counted over
+    every rank: ``step_tokens`` (targets that count), ``empty`` (micro-batches with none) and ``padding`` (the share
+    of window positions that are padding)."""
+
+    step_tokens: int = 0
+    empty: int = 0
+    padding: float = 0.0
+
+
 def _micro_batches(
-    dataset: Any, count: int, device: torch.device
-) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[float]]:
-    """One optimizer step's batch cut into ``count`` micro-batches on ``device``, and each one's share of the
-    step's loss: its targets that count (not ``IGNORE_INDEX``) over the step's, counted on the host before the
-    copy (no device sync; ``train_step`` says how the shares weigh the losses). The batch goes to the device in one
-    copy (``data.to_device``: pinned memory and a non-blocking copy on a GPU)."""
-    tokens, targets = dataset.next_batch()
+    dataset: Any, count: int, device: torch.device, group: Any = None
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor, doc_mask.Documents | None]], Shares]:
+    """One optimizer step's batch cut into ``count`` micro-batches ``(tokens, targets, documents)`` on ``device``,
+    and each one's weight (``train_step`` says how the weights make the step's loss). The counts are taken on the
+    host before the copy and, with ``group`` (the host-side gloo group), summed over the ranks in one all-reduce:
+    weight ``i`` = its counted targets x world size / the step's counted targets over every rank. Without ``group``:
+    its targets over this rank's (one process). The batch goes to the device in one copy (``data.to_device``:
+    pinned memory and a non-blocking copy on a GPU); ``documents`` (packed conversation data) is the layout of
+    the micro-batch's examples (``doc_mask.Documents``), None otherwise."""
+    batch = dataset.next_batch()
+    tokens, targets = batch[0], batch[1]
+    ids = batch[2] if len(batch) > 2 else None
     counted = [int((piece != loss_module.IGNORE_INDEX).sum()) for piece in targets.chunk(count)]
-    total = max(sum(counted), 1)
+    padding = int((ids == 0).sum()) if ids is not None else 0
+    totals = torch.tensor([sum(counted), counted.count(0), padding, tokens.numel()], dtype=torch.float64)
+    world = 1
+    if group is not None:
+        torch.distributed.all_reduce(totals, group=group)
+        world = torch.distributed.get_world_size(group)
+    shares = Shares(c * world / max(int(totals[0]), 1) for c in counted)
+    shares.step_tokens, shares.empty = int(totals[0]), int(totals[1])
+    shares.padding = float(totals[2] / totals[3])
+    documents: list[doc_mask.Documents | None] = [None] * count
+    if ids is not None and getattr(dataset, "packing", False):
+        documents = [doc_mask.Documents.from_ids(piece, device) for piece in ids.chunk(count)]
     tokens, targets = data.to_device(tokens, targets, device)
-    on_device = list(zip(tokens.chunk(count), targets.chunk(count), strict=True))
-    return on_device, [c / total for c in counted]
+    on_device = list(zip(tokens.chunk(count), targets.chunk(count), documents, strict=True))
+    return on_device, shares
 
 
 def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, shares: list[float], params: list,
@@ -357,25 +434,29 @@ def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, sh
     ``set_requires_gradient_sync``), then clip and step. Returns the step's loss and gradient norm as device
     tensors (nothing here waits on the device).
 
-    How the micro-batches' losses are weighted: per target token over the whole optimizer step, not per
-    micro-batch. ``net`` returns a micro-batch's mean cross-entropy over its counted targets (those not
-    ``IGNORE_INDEX``); it is multiplied by ``shares[i]`` = that micro-batch's counted targets / the step's
-    (``_micro_batches``), so the weighted losses, and their gradients, add up to the mean over every counted target
-    of the step: the loss and the gradient of the one batch ``len(micro)`` times larger. The mean of the
-    micro-batch means would differ as soon as the micro-batches count different numbers of targets (it weighs each
-    token of a micro-batch with fewer by more). Across ranks FSDP2's reduce-scatter averages the ranks' gradients:
-    the per-token mean of the global batch when every rank counts the same number of targets, which the trainer's
-    data always does (synthetic and token-file batches have no ignored targets). With one micro-batch its mean is
-    the step's loss as it is."""
+    How the losses are weighted: per counted target over the whole optimizer step, on every rank together, not per
+    micro-batch or per rank (a per-micro-batch or per-rank mean weighs each token of a smaller one by more).
+    ``net`` returns a micro-batch's mean cross-entropy over its counted targets (not ``IGNORE_INDEX``); it is
+    multiplied by ``shares[i]`` = that micro-batch's counted targets x world size / the step's over every rank
+    (``_micro_batches``). FSDP2's reduce-scatter averages the ranks' gradients (divides their sum by the world
+    size), so the gradient is that of the mean over every counted target of the global step: the same as one
+    process running the whole global batch. The returned loss is this rank's weighted sum, whose mean over the
+    ranks (``Progress``) is that global mean. A micro-batch with no counted target has loss 0 and weight 0
+    (``loss.linear_cross_entropy``): it contributes nothing (it still runs: FSDP2's collectives need every rank).
+    A step with no counted target on any rank (``shares.step_tokens`` 0) leaves the weights and the optimizer's
+    state as they were."""
     step_loss = torch.zeros((), device=micro[0][0].device)
     last = len(micro) - 1
-    for index, ((tokens, targets), share) in enumerate(zip(micro, shares, strict=True)):
+    for index, ((tokens, targets, documents), share) in enumerate(zip(micro, shares, strict=True)):
         if last:
             net.set_requires_gradient_sync(index == last)
         with plan.autocast():
-            loss = net(tokens, targets) * share if last else net(tokens, targets)
+            loss = net(tokens, targets, documents) * share
         (scaler.scale(loss) if scaler is not None else loss).backward()
         step_loss += loss.detach().float()
+    if getattr(shares, "step_tokens", 1) == 0:  # nothing counted anywhere: no update (weight decay included)
+        optimizer.zero_grad(set_to_none=True)
+        return step_loss, torch.zeros((), device=step_loss.device)
     if scaler is not None:
         scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
@@ -403,6 +484,26 @@ def _boundary(
     return stopped, written, problems
 
 
+class _EmptyMicroBatches:
+    """Counts the micro-batches with no target to count (every one ``IGNORE_INDEX``; summed over the ranks by
+    ``_micro_batches``), says how many at each step line that follows some, and gives the run's total to the
+    summary: each contributed nothing and the run went on."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say, self.total, self.reported = say, 0, 0
+
+    def add(self, count: int) -> None:
+        self.total += count
+
+    def report(self, step: int) -> None:
+        if self.total > self.reported:
+            self.say(
+                f"note: {self.total - self.reported} micro-batch(es) up to step {step} had no trained target (every "
+                f"target ignored): each contributed nothing to its step ({self.total} in this run so far)"
+            )
+            self.reported = self.total
+
+
 def _train(
     cfg,
     env,
@@ -423,13 +524,16 @@ def _train(
         say(f"note: throughput_warmup_steps={cfg.throughput_warmup_steps} is not below the {cfg.max_steps - state.step} "
             f"steps this run trains; leaving out {warmup} warm-up steps from the throughput instead")  # fmt: skip
     tokens_per_step = cfg.batch_size * cfg.seq_length * cfg.grad_accum_steps  # per GPU and optimizer step
-    meter = metrics.Throughput(cfg.shape, cfg.seq_length, tokens_per_step, warmup, env.device, cfg.precision)
+    adapters = lora.counts(state.net)[0] if cfg.lora_rank else 0  # LoRA: the model FLOPs of what trains
+    meter = metrics.Throughput(
+        cfg.shape, cfg.seq_length, tokens_per_step, warmup, env.device, cfg.precision, adapters
+    )
     progress = Progress(state.step, cfg.max_steps, env.world_size)
     stop = checkpoint.StopFlag(env.cpu_group)
     net, optimizer, scheduler, scaler = state.net, state.optimizer, state.scheduler, state.scaler
     params = [p for p in net.parameters() if p.requires_grad]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    last_saved, stopped, val_loss = state.step, False, None
+    last_saved, stopped, val_loss, empty = state.step, False, None, _EmptyMicroBatches(say)
     watch = guard.Guard(dataset, env.device, state.step, check_grad_norm=scaler is None, rank=env.rank)
     te_attention_unlogged = plan.recipe is not None
 
@@ -454,11 +558,11 @@ def _train(
         sealed(manager.seal_pending())
         raise refusal.TrainingFailure(guard.failure_message(problems, state.step, manager.newest))
 
-    def validate() -> float:
-        loss = evaluate(net, val_batches, env, plan)
-        say(contract.format_validation_line(state.step, cfg.max_steps, loss))
-        tracking.validation(state.step, loss)
-        return loss
+    def validate() -> tuple[float, float]:
+        loss, accuracy = evaluate(net, val_batches, env, plan, getattr(dataset, "packing", False))
+        say(contract.format_validation_line(state.step, cfg.max_steps, loss, accuracy))
+        tracking.validation(state.step, loss, accuracy)
+        return loss, accuracy
 
     meter.start()
     problems = stop.agreed(None, watch.problem(read_values=False, next_batch=state.step < cfg.max_steps))[2]
@@ -466,13 +570,14 @@ def _train(
         stop_for(problems)
     while state.step < cfg.max_steps:
         lr = scheduler.get_last_lr()[0]
-        micro, shares = _micro_batches(dataset, cfg.grad_accum_steps, env.device)
+        micro, shares = _micro_batches(dataset, cfg.grad_accum_steps, env.device, env.cpu_group)
         loss, grad_norm = train_step(net, optimizer, scaler, plan, micro, shares, params, max_norm)
         watch.step_done(loss, grad_norm)
         scheduler.step()
         state.step += 1
         meter.step_done()
         progress.add(loss)
+        empty.add(shares.empty)
         collector.step(state.step)
         step = state.step
         if te_attention_unlogged:
@@ -487,7 +592,9 @@ def _train(
                 "grad_norm": _value(grad_norm),
                 **meter.interval(),
             }
-            line["peak_mem_gb"] = metrics.peak_memory_gb(env.device)
+            line.update(peak_mem_gb=metrics.peak_memory_gb(env.device), trained_tokens=shares.step_tokens,
+                        padding=shares.padding)  # fmt: skip
+            empty.report(step)
             elapsed, eta = progress.timing(step)
             say(contract.format_step_line(step, line, cfg.max_steps, elapsed, eta))
             tracking.step(step, line)
@@ -529,7 +636,7 @@ def _train(
         saved = _save_model(cfg, env, state)
         if saved is not None:
             say(f"model saved to {saved}")
-            say(export_hf.export_after_training(saved, cfg))
+            _export(saved, cfg, say)
     sealed(manager.seal_pending())  # a save still in flight is waited for and sealed before the summary
     stop.close()
     summary = {
@@ -541,7 +648,9 @@ def _train(
         "train_seconds": meter.total_seconds(),
     }
     if val_loss is not None:
-        summary["val_loss"] = val_loss
+        summary["val_loss"], summary["val_accuracy"] = val_loss
+    if empty.total:
+        summary["empty_micro_batches"] = empty.total
     if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
         summary["unusable_checkpoints"] = len(manager.skipped)
     say(contract.format_summary_line(summary))

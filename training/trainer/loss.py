@@ -36,14 +36,40 @@ def linear_cross_entropy(
     target is not ``IGNORE_INDEX``; ``chunk_tokens`` 0 computes it unchunked with ``F.cross_entropy``.
 
     ``hidden``: (..., hidden_size); ``weight``: (vocab_size, hidden_size); ``targets``: hidden's leading shape.
+    When every target is ignored the result is 0 with zero gradients, not 0/0 = NaN (``F.cross_entropy``'s mean):
+    such a micro-batch (reachable with conversation data, whose prompts are not trained) contributes nothing.
     """
     hidden = hidden.reshape(-1, hidden.shape[-1])
     targets = targets.reshape(-1)
     if chunk_tokens < 0:
         raise ValueError(f"loss_chunk_tokens: must be an integer >= 0; got {chunk_tokens}")
     if chunk_tokens == 0:
-        return F.cross_entropy(F.linear(hidden, weight).float(), targets, ignore_index=IGNORE_INDEX)
+        logits = F.linear(hidden, weight).float()
+        total = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        return total / (targets != IGNORE_INDEX).sum().clamp(min=1)
     return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_tokens)
+
+
+@torch.no_grad()
+def token_statistics(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
+    """For validation: ``[loss sum, correct, counted]`` (fp32) over the targets that are not ``IGNORE_INDEX``: the
+    summed cross-entropy, how many the logits' argmax predicts exactly (token accuracy) and how many count; the
+    logits made ``chunk_tokens`` tokens at a time (0: all at once). Sums, so that batches and ranks add up to a
+    mean over every counted token."""
+    hidden = hidden.reshape(-1, hidden.shape[-1])
+    targets = targets.reshape(-1)
+    stats = torch.zeros(3, dtype=torch.float32, device=hidden.device)
+    step = chunk_tokens or hidden.shape[0]
+    for start in range(0, hidden.shape[0], step):
+        chunk_targets = targets[start : start + step]
+        logits = _chunk_logits(hidden[start : start + step], weight)
+        valid = chunk_targets != IGNORE_INDEX
+        stats[0] += F.cross_entropy(logits, chunk_targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        stats[1] += ((logits.argmax(dim=1) == chunk_targets) & valid).sum()
+        stats[2] += valid.sum()
+    return stats
 
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -118,7 +144,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             if keep:
                 ctx.last_softmax = softmax
             del softmax
-        count = valid.sum()
+        count = valid.sum().clamp(min=1)  # no counted target: 0 / 1, not NaN
         ctx.chunk_tokens = chunk_tokens
         ctx.save_for_backward(hidden, weight, targets, log_sum_exp, count)
         return total / count

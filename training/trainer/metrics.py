@@ -7,6 +7,8 @@ FLOPs per token (training = forward + backward = 3x forward), the PaLM/Megatron 
 N: parameters taking part in matmuls (all but the input embedding, a lookup; the LM head counts);
 L layers, H hidden size, S sequence length: the second term is attention's QK^T and AV matmuls (2 * 2 * S * H
 multiply-adds per token per layer, x3 for training), counted in full although the causal mask skips about half.
+A LoRA run computes no weight gradient of its frozen weights: ``4 * N + 6 * Na + 12 * L * H * S`` with Na the
+adapters' parameters (``contract.flops_per_token``).
 
 MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (contract.PEAK_TFLOPS);
 left out (not printed as 0) on a CPU or an unknown GPU, which have no peak to divide by. A low-precision run is
@@ -81,9 +83,11 @@ class Throughput:
         warmup_steps: int,
         device: torch.device,
         precision: str,
+        lora_parameters: int = 0,
     ):
+        """``lora_parameters``: the LoRA adapters' parameters (0: every weight trains)."""
         self.tokens_per_step, self.warmup_steps, self.device = tokens_per_step, warmup_steps, device
-        self.flops_per_token = contract.flops_per_token(shape, seq_length)
+        self.flops_per_token = contract.flops_per_token(shape, seq_length, lora_parameters)
         self.peak = peak_tflops(device, precision)
         self.bf16_peak = peak_tflops(device, "bf16") if precision in contract.TE_PRECISIONS else None
         self.interval_start = 0.0

@@ -33,7 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.request.contract import NORM_EPS, POSITION_ENCODINGS, ModelShape
-from training.trainer.loss import linear_cross_entropy
+from training.trainer import doc_mask
+from training.trainer.loss import linear_cross_entropy, token_statistics
 from training.trainer.rotary import Llama3Scaling, Rope, apply_rotary
 
 __all__ = [
@@ -63,13 +64,20 @@ class TorchBlock(nn.Module):
         self.gate_up = nn.Linear(h, 2 * f, bias=False)
         self.down = nn.Linear(f, h, bias=False)
 
-    def forward(self, x: torch.Tensor, rotary_pos_emb: torch.Tensor | None = None) -> torch.Tensor:
-        """``rotary_pos_emb``: the ``rotary.Rope`` frequencies (``[seq, 1, 1, head_dim]``), or None for NoPE."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotary_pos_emb: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``rotary_pos_emb``: the ``rotary.Rope`` frequencies (``[seq, 1, 1, head_dim]``, or per token ``[batch,
+        seq, 1, head_dim]`` for packed documents), or None for NoPE; ``attention_mask``: a packed batch's
+        block-causal mask (``doc_mask.block_causal_mask``), None for plain causal attention."""
         b, s, h = x.shape
         q, k, v = attention_inputs(
             self.qkv(self.attention_norm(x)), self.num_heads, self.num_kv_heads, self.head_dim, rotary_pos_emb
         )
-        attn = causal_attention(q, k, v)
+        attn = causal_attention(q, k, v, mask=attention_mask)
         x = x + self.out_proj(attn.transpose(1, 2).reshape(b, s, h))
         gate, up = self.gate_up(self.ffn_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
@@ -93,18 +101,34 @@ def attention_inputs(
 
 
 def causal_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sdpa: Callable[..., Any] | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sdpa: Callable[..., Any] | None = None,
+    mask: torch.Tensor | None = None,
 ) -> Any:
     """The block's attention call: causal SDPA, with grouped-query attention (``enable_gqa``) when key and value
     have fewer heads than the query. ``sdpa``: what is called with these arguments instead of
     ``F.scaled_dot_product_attention`` (``attention.AttentionPlan`` passes ``torch._fused_sdp_choice``, which
-    returns the backend SDPA would run for them)."""
+    returns the backend SDPA would run for them). ``mask``: a packed batch's block-causal mask (``[batch, 1, seq,
+    seq]`` bool, ``doc_mask``), given as ``attn_mask`` instead of ``is_causal``; key and value heads are then
+    repeated to the query's (as Llama's ``repeat_kv``) rather than left to ``enable_gqa``, which torch 2.9's
+    kernels that take a mask do not all accept (torch checks it per backend)."""
     call = F.scaled_dot_product_attention if sdpa is None else sdpa
-    return call(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
+    if mask is None:
+        return call(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
+    if k.size(1) != q.size(1):
+        k = k.repeat_interleave(q.size(1) // k.size(1), dim=1)
+        v = v.repeat_interleave(q.size(1) // v.size(1), dim=1)
+    return call(q, k, v, attn_mask=mask)
 
 
 def te_block(
-    shape: ModelShape, layer_number: int, params_dtype: torch.dtype, norm_eps: float = NORM_EPS
+    shape: ModelShape,
+    layer_number: int,
+    params_dtype: torch.dtype,
+    norm_eps: float = NORM_EPS,
+    packed: bool = False,
 ) -> nn.Module:
     """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, SwiGLU,
     ``num_gqa_groups`` = the key/value heads: TE's ``MultiheadAttention`` then makes its fused QKV weight
@@ -113,7 +137,13 @@ def te_block(
     RoPE: ``forward(x, rotary_pos_emb=freqs)`` with ``rotary_pos_interleaved`` left at its default False
     (rotate-half, Llama's convention; transformer_engine/pytorch/transformer.py and
     attention/multi_head_attention.py at v2.11 apply it to query and key after the fused QKV projection).
-    No ``init_method``: values never come from TE (``training.trainer.weights`` sets each one)."""
+    No ``init_method``: values never come from TE (``training.trainer.weights`` sets each one).
+
+    ``packed``: several documents per window, in TE's packed-sequence format: ``attn_input_format="thd"`` (the
+    batch's tokens as one stream ``[tokens, hidden]``) and ``padding_causal`` attention within each sequence that
+    ``forward(..., cu_seqlens_q=, max_seqlen_q=)`` delimits (``doc_mask.te_arguments``; TE v2.11
+    ``TransformerLayer.forward`` passes them to self-attention as both the query's and the key/value's, and
+    ``MultiheadAttention`` rotates each sequence from position 0)."""
     te = importlib.import_module("transformer_engine.pytorch")
     return te.TransformerLayer(
         hidden_size=shape.hidden_size,
@@ -124,13 +154,13 @@ def te_block(
         hidden_dropout=0.0,
         attention_dropout=0.0,
         layer_number=layer_number,
-        self_attn_mask_type="causal",
+        self_attn_mask_type="padding_causal" if packed else "causal",
         params_dtype=params_dtype,
         fuse_qkv_params=True,
         bias=False,
         activation="swiglu",
         normalization="RMSNorm",
-        attn_input_format="bshd",
+        attn_input_format="thd" if packed else "bshd",
         # Built on meta like the rest of the model; after fully_shard, weights.initialize has TE's
         # reset_parameters() materialize (and, under quantized_model_init, quantize) each rank's shard with the
         # values weights.py gives it (transformer_engine/pytorch/module/base.py reset_parameters at v2.11).
@@ -163,28 +193,71 @@ class Transformer(nn.Module):
             None if shape.tie_embeddings else nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
         )
 
-    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The last block's output (before the final norm) for ``tokens`` (``[batch, seq]``)."""
+    te_packed: bool = False
+    """Transformer Engine blocks built for packed documents (``te_block(packed=True)``: ``thd`` input)."""
+
+    def hidden_states(
+        self, tokens: torch.Tensor, documents: doc_mask.Documents | None = None
+    ) -> torch.Tensor:
+        """The last block's output (before the final norm) for ``tokens`` (``[batch, seq]``); ``documents``: the
+        layout of a packed batch (each example attends only to itself, its positions restart at 0)."""
         x = self.embed(tokens)
-        kwargs = {} if self.rope is None else {"rotary_pos_emb": self.rope(tokens.size(1), tokens.device)}
+        kwargs = self._block_arguments(tokens, documents)
+        if self.te_packed:
+            x = x.view(-1, x.size(-1))  # thd: the batch's tokens as one stream
         for layer in self.layers:  # activation checkpointing and compile wrap a block's forward in place
             x = layer(x, **kwargs)
-        return x
+        return x.view(*tokens.shape, -1) if self.te_packed else x
+
+    def _block_arguments(self, tokens: torch.Tensor, documents: doc_mask.Documents | None) -> dict[str, Any]:
+        """What every block gets besides the hidden states: RoPE frequencies and, for packed documents, the mask
+        (torch) or the sequence boundaries (Transformer Engine)."""
+        freqs = None if self.rope is None else self.rope(tokens.size(1), tokens.device)
+        if documents is None:
+            if self.te_packed:
+                raise ValueError(
+                    "these Transformer Engine blocks were built for packed documents: pass documents"
+                )
+            return {} if freqs is None else {"rotary_pos_emb": freqs}
+        if self.te_packed:  # TE restarts RoPE per sequence itself from cu_seqlens
+            kwargs: dict[str, Any] = {
+                "cu_seqlens_q": documents.cu_seqlens,
+                "max_seqlen_q": documents.max_seqlen,
+            }
+            return kwargs if freqs is None else {**kwargs, "rotary_pos_emb": freqs}
+        kwargs = {"attention_mask": doc_mask.block_causal_mask(documents.ids)}
+        if freqs is not None:  # per token: [batch, seq, 1, head_dim] at each token's position in its document
+            table = freqs.view(freqs.size(0), -1)
+            kwargs["rotary_pos_emb"] = table[doc_mask.positions(documents.ids)].unsqueeze(2)
+        return kwargs
 
     @property
     def head_weight(self) -> torch.Tensor:
         """The LM head's matrix: the embedding's when tied."""
         return self.embed.weight if self.head is None else self.head.weight
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        x = self.hidden_states(tokens)
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        targets: torch.Tensor,
+        documents: doc_mask.Documents | None = None,
+        *,
+        statistics: bool = False,
+    ) -> torch.Tensor:
+        """The mean next-token cross-entropy over the targets that count; ``documents``: a packed batch's layout.
+        ``statistics`` (validation, no gradient): ``[loss sum, correct, counted]`` instead (``loss.token_statistics``:
+        sums that add up over batches and ranks, and the token accuracy). A keyword of ``forward`` rather than a
+        method of its own, so that FSDP2's hooks gather the root's parameters for it as for training."""
+        x = self.norm(self.hidden_states(tokens, documents))
         # The head's weight, not a call of the head: FSDP2 has gathered it with the root's parameters.
-        return linear_cross_entropy(self.norm(x), self.head_weight, targets, self.loss_chunk_tokens)
+        if statistics:
+            return token_statistics(x, self.head_weight, targets, self.loss_chunk_tokens)
+        return linear_cross_entropy(x, self.head_weight, targets, self.loss_chunk_tokens)
 
-    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+    def logits(self, tokens: torch.Tensor, documents: doc_mask.Documents | None = None) -> torch.Tensor:
         """The next-token logits of every position (``[batch, seq, vocab]``, unchunked; for checks and
         comparisons with Hugging Face, not for training). Under FSDP2, ``unshard()`` the root first."""
-        return self.norm(self.hidden_states(tokens)) @ self.head_weight.T
+        return self.norm(self.hidden_states(tokens, documents)) @ self.head_weight.T
 
 
 def build_model(
@@ -197,22 +270,26 @@ def build_model(
     loss_chunk_tokens: int = 0,
     rope_scaling: Llama3Scaling | None = None,
     norm_eps: float = NORM_EPS,
+    packed: bool = False,
 ) -> Transformer:
     """Build the model on the meta device (no memory until FSDP2 has sharded it; then
     ``parallel.shard_model`` materializes each rank's shard and ``weights.initialize`` fills it).
     ``loss_chunk_tokens``: the contract's setting (0: the LM head and loss unchunked). Activation checkpointing
     and ``torch.compile`` are applied to the blocks afterwards (``activation_checkpoint``, ``compile``).
     ``position_encoding`` is ``rope`` (rotary embeddings with base ``rope_theta`` and ``rope_scaling``) or
-    ``none``; ``norm_eps``: every RMSNorm's epsilon (``rms_norm_eps``).
+    ``none``; ``norm_eps``: every RMSNorm's epsilon (``rms_norm_eps``); ``packed``: the batches hold several
+    documents per window (Transformer Engine blocks are then built for its packed format; torch blocks take the
+    mask at run time).
     """
     if position_encoding not in POSITION_ENCODINGS:
         raise ValueError(f"position_encoding must be one of {POSITION_ENCODINGS}; got {position_encoding!r}")
     rope = Rope(shape.head_dim, rope_theta, rope_scaling) if position_encoding == "rope" else None
     blocks: list[nn.Module]
     if use_te:
-        blocks = [te_block(shape, i + 1, te_params_dtype, norm_eps) for i in range(shape.num_layers)]
-    else:
-        blocks = [TorchBlock(shape, norm_eps) for _ in range(shape.num_layers)]
-    with torch.device("meta"):
+        blocks = [te_block(shape, i + 1, te_params_dtype, norm_eps, packed) for i in range(shape.num_layers)]
+    with torch.device("meta"):  # torch blocks too: nothing allocated (or initialized) before the shard
+        if not use_te:
+            blocks = [TorchBlock(shape, norm_eps) for _ in range(shape.num_layers)]
         model = Transformer(shape, blocks, rope=rope, loss_chunk_tokens=loss_chunk_tokens, norm_eps=norm_eps)
+    model.te_packed = use_te and packed
     return model

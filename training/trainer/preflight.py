@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from training.request import contract
-from training.trainer import checkpoint, data, weights
+from training.trainer import checkpoint, data, packing, weights
 
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time when every token id is read."""
@@ -102,6 +102,11 @@ def check_data(cfg, world_size: int) -> str:
     if meta is not None:
         _check_split_sizes(meta, directory, splits, counts)
     note = _check_ids(cfg, counts)
+    if packing.is_chat(meta):  # examples in windows, not a token stream: packing checks them
+        return (
+            f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; "
+            + packing.check(cfg, directory, world_size)
+        )
     for split, files in splits.items():
         _check_one_batch(cfg, world_size, directory, split, {p: counts[p] for p in files})
     return f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}"

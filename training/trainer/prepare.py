@@ -2,6 +2,10 @@
 
     python -m training.trainer.prepare notes.txt more/ --output data/
     python -m training.trainer.prepare corpus.jsonl --text-field body --tokenizer tokenizer.json --output data/
+    python -m training.trainer.prepare conversations.jsonl --init-from llama-3.1-8b-instruct/ --output chat/
+
+With ``--init-from`` (a model folder holding its tokenizer and chat template) the inputs are conversations, rendered
+with that model's own chat template and trained only on the assistant's turns: ``training.trainer.chat_prepare``.
 
 Inputs are files or folders (searched for ``*.txt``, ``*.md``, ``*.jsonl``, ``*.py``, ``*.rst``). A ``.jsonl``
 file holds one JSON object per line whose ``--text-field`` is a document; any other file is one document.
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from training.trainer import chat_data, chat_prepare
 from training.trainer.data import METADATA_FILE
 
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".py", ".rst")
@@ -256,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--text-field", default="text", help="JSON Lines field holding the text (default text)."
     )
+    _chat_options(parser)
     args = parser.parse_args(argv)
+    if args.init_from:
+        return _main_chat(args)
     try:
         meta = prepare(
             args.inputs,
@@ -277,6 +285,54 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"train with: --dataset channel --data_dir {args.output} --vocab_size {meta['vocab_size']} "
         f"--token_dtype {meta['token_dtype']}"
+    )
+    return 0
+
+
+def _chat_options(parser: argparse.ArgumentParser) -> None:
+    chat = parser.add_argument_group("conversations (--init-from)")
+    chat.add_argument(
+        "--init-from",
+        help="A model folder (tokenizer files with a chat template): the inputs are JSON Lines of 'messages' or "
+        "'prompt'/'completion', rendered with its template; only the assistant's turns are trained.",
+    )
+    chat.add_argument("--validation-file", help="JSON Lines held out for validation (instead of a fraction).")
+    chat.add_argument("--max-tokens", type=int, help="Longest example kept (default: no limit).")
+    chat.add_argument(
+        "--too-long",
+        default="drop",
+        choices=chat_prepare.TOO_LONG,
+        help="An example above --max-tokens: drop it (default) or truncate it.",
+    )
+
+
+def _main_chat(args: argparse.Namespace) -> int:
+    try:
+        files = [p for p in input_files(args.inputs) if p.suffix == ".jsonl" or str(p) in args.inputs]
+        meta = chat_prepare.prepare_chat(
+            files,
+            args.output,
+            args.init_from,
+            validation_fraction=args.validation_fraction,
+            validation_file=args.validation_file,
+            max_tokens=args.max_tokens,
+            too_long=args.too_long,
+        )
+    except (PrepareError, chat_data.ChatDataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    counts = meta["counts"]
+    splits = ", ".join(f"{name} {s['examples']} examples ({s['tokens']} tokens, {s['trained_tokens']} trained)"
+                       for name, s in meta["splits"].items())  # fmt: skip
+    print(
+        f"prepared {counts['examples']} of {counts['read']} conversations into {args.output}: {splits}; "
+        f"{counts['no_assistant_turn']} without an assistant turn to train, {counts['dropped_for_length']} dropped "
+        f"and {counts['truncated']} truncated for length; longest {meta['max_example_tokens']} tokens; template "
+        f"{meta['chat_template']['source']} (end of turn {', '.join(meta['chat_template']['end_of_turn'])})"
+    )
+    print(
+        f"train with: --dataset channel --data_dir {args.output} --init_from {args.init_from} --token_dtype "
+        f"{meta['token_dtype']} --seq_length {max(8, -(-meta['max_example_tokens'] // 8) * 8)} (at least)"
     )
     return 0
 

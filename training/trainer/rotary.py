@@ -110,10 +110,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Rotate ``t`` (``[batch, seq, heads, head_dim]``) by ``freqs`` (``[seq, 1, 1, head_dim]``, from
-    ``frequencies``); cos and sin are computed in fp32 and cast to ``t``'s dtype."""
+    """Rotate ``t`` (``[batch, seq, heads, head_dim]``) by ``freqs``: ``[seq, 1, 1, head_dim]`` (from
+    ``frequencies``, one position per index of the sequence), or ``[batch, seq, 1, head_dim]`` (each token's own
+    angles: packed documents, whose positions restart at every document); cos and sin are computed in fp32 and cast
+    to ``t``'s dtype."""
     seq, dim = t.shape[1], t.shape[-1]
-    emb = freqs[:seq].view(1, seq, 1, dim)
+    emb = freqs[:seq].view(1, seq, 1, dim) if freqs.size(1) == 1 else freqs
     cos, sin = emb.cos().to(t.dtype), emb.sin().to(t.dtype)
     return t * cos + rotate_half(t) * sin
 

@@ -28,6 +28,8 @@ TRAINER_MODULES = (
     "training.trainer.tracking",
     "training.trainer.rotary",
     "training.trainer.export_hf",
+    "training.trainer.export_peft",
+    "training.trainer.lora",
     "training.trainer.weights",
     "training.trainer.llama_layout",
     "training.request.hf_config",
@@ -45,8 +47,10 @@ EVALUATION_MODULES = (
     "lm_eval.models.huggingface",
     "transformers",
     "datasets",
+    "peft",
 )
-"""What an evaluation job imports (``training/evaluate/``, started by ``evaluate.sh``): checked at build too."""
+"""What an evaluation job imports (``training/evaluate/``, started by ``evaluate.sh``), and peft, which a LoRA run's
+export imports (``training.trainer.export_peft``, after training): checked at build too."""
 
 
 def run_checks(

@@ -59,8 +59,11 @@ class Tracking:
     def step(self, step: int, fields: Mapping[str, float]) -> None:
         self._send(step, {tag("train", k): v for k, v in fields.items()})
 
-    def validation(self, step: int, val_loss: float) -> None:
-        self._send(step, {tag("validation", "val_loss"): val_loss})
+    def validation(self, step: int, val_loss: float, val_accuracy: float | None = None) -> None:
+        values = {tag("validation", "val_loss"): val_loss}
+        if val_accuracy is not None:
+            values[tag("validation", "val_accuracy")] = val_accuracy
+        self._send(step, values)
 
     def summary(self, step: int, summary: Mapping[str, float]) -> None:
         self._send(step, {tag("final", k): v for k, v in summary.items() if k != "steps" and v is not None})

@@ -167,7 +167,12 @@ def source_for(init_from: str | None, seed: int, num_layers: int) -> Generated |
 
 
 def initialize(
-    model: nn.Module, *, seed: int, init_from: str | None = None, keep_master_values: bool = False
+    model: nn.Module,
+    *,
+    seed: int,
+    init_from: str | None = None,
+    keep_master_values: bool = False,
+    skip: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """Give every parameter of the sharded ``model`` (``parallel.shard_model``'s) its value: from the Hugging Face
     folder ``init_from``, or generated from ``seed``. Transformer Engine modules are materialized by their own
@@ -180,6 +185,7 @@ def initialize(
 
     ``keep_master_values`` (``quantized_model_init``'s fp32 masters): each parameter stored in less than fp32
     keeps its fp32 value from before quantization, where ``master_weights.MasterWeightAdamW`` starts its master.
+    ``skip``: parameters with no Llama counterpart that another module fills (``lora.is_adapter``).
 
     Returns what this rank found non-finite in ``init_from``'s values (``HuggingFaceFolder.note_nonfinite``: one
     line per tensor); the caller agrees with the other ranks and refuses (``refuse_nonfinite``)."""
@@ -203,7 +209,7 @@ def initialize(
                 master_weights.keep_initial_value(getattr(module, param_name), value)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name not in te_owned:
+            if name not in te_owned and not (skip is not None and skip(name)):
                 value = shard_value(name, param, shape, source)
                 _local(param).copy_(value)
                 if keep_master_values:

@@ -157,8 +157,9 @@ def trial_environment(job: Job, index: int, folder: Path, cv_target: float) -> d
 
 
 def run_trial(job: Job, index: int, overrides: Mapping[str, Any], logs: Path, *, convergence: bool = False,
-              gpu_memory_gb: float | None = None) -> TrialResult:  # fmt: skip
-    """Run one trial (or, with ``convergence``, one fixed-length convergence run) and classify it."""
+              gpu_memory_gb: float | None = None, save: bool = True) -> TrialResult:  # fmt: skip
+    """Run one trial (or, with ``convergence``, one fixed-length convergence run) and classify it. ``save``
+    False leaves out a trial's one checkpoint save (a measurement that only times steps: the GPU report)."""
     options = job.options
     result = TrialResult(index, {k: v for k, v in overrides.items() if k != contract.TRIAL_PROBE},
                          probe=bool(overrides.get(contract.TRIAL_PROBE)))  # fmt: skip
@@ -183,7 +184,7 @@ def run_trial(job: Job, index: int, overrides: Mapping[str, Any], logs: Path, *,
     else:
         warmup = options["tune_warmup_steps"]
         settings = trial_settings(job, overrides, folder, steps=warmup + options["tune_max_measured_steps"],
-                                  warmup=warmup, save=True)  # fmt: skip
+                                  warmup=warmup, save=save)  # fmt: skip
     log_path = logs / f"{'convergence' if convergence else 'trial'}-{index:02d}.log"
     result.log = str(log_path)
     try:

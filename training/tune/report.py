@@ -156,7 +156,8 @@ def _throughput(
     shape = contract.model_shape(values)
     peak = contract.PEAK_TFLOPS.get(where.gpu or "", {}).get("bf16")
     if peak and where.device == "cuda":
-        row.mfu = tps * contract.flops_per_token(shape, values["seq_length"]) / (peak * 1e12)
+        flops = contract.flops_per_token(shape, values["seq_length"], contract.lora_parameters(values))
+        row.mfu = tps * flops / (peak * 1e12)
     gpus = (result.config and int(result.config.get("world_size", 0))) or where.world_size or 1
     run_tokens = tokens_per_step(base_values) * int(base_values["max_steps"]) * gpus
     row.full_run_seconds = run_tokens / (tps * gpus)

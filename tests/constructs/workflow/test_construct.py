@@ -21,11 +21,12 @@ from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.image.repository import TrainingImageRepository
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 from constructs_lib.workflow.construct import TrainingWorkflow, WorkflowDefaults
-from constructs_lib.workflow.request_check import RequestRules, validate_request
 from constructs_lib.workflow.states import CREATE_TRAINING_JOB_SYNC
 from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
 from tests.workflow.harness import definition_of, definitions_of
 from tests.workflow.stacks import build_workflow
+from training.request.decision import validate_request
+from training.request.rules import RequestRules
 
 PARTITION = {"Ref": "AWS::Partition"}
 
@@ -115,23 +116,28 @@ def test_state_machine_role_has_exactly_the_sync_permissions(plain):
     assert all(s["Effect"] == "Allow" for s in found)
 
 
-def test_training_plan_launch_permission_is_scoped_to_the_stacks_plans(plain):
-    """Service Authorization Reference: CreateTrainingJob also names the training-plan resource type, which a
-    request with ResourceConfig.TrainingPlanArn is authorized against. Only CreateTrainingJob, only this account's
-    plans in this region."""
+def test_training_plan_launch_permission_is_scoped_to_the_stacks_plans_and_reserved_capacity(plain):
+    """Service Authorization Reference: CreateTrainingJob also names the resource types training-plan and
+    reserved-capacity, and the SageMaker guide "IAM for SageMaker training plans" says a training job on a plan
+    needs both. Only CreateTrainingJob, only this account's plans and reserved capacities in this region, with
+    the warm-pool ceiling."""
     _, template = plain
     by_sid = {s.get("Sid"): s for s in _sm_statements(template) if s.get("Sid")}
     statement = by_sid["LaunchOnTrainingPlans"]
     assert statement["Action"] == "sagemaker:CreateTrainingJob"
-    assert statement["Resource"] == {
-        "Fn::Join": ["", ["arn:", PARTITION, ":sagemaker:us-west-2:123456789012:training-plan/*"]]
-    }
+    assert sorted(json.dumps(r, sort_keys=True) for r in statement["Resource"]) == sorted(
+        json.dumps(
+            {"Fn::Join": ["", ["arn:", PARTITION, f":sagemaker:us-west-2:123456789012:{resource}/*"]]},
+            sort_keys=True,
+        )
+        for resource in ("training-plan", "reserved-capacity")
+    )
     assert statement["Condition"] == {"NumericLessThanEqualsIfExists": {"sagemaker:KeepAlivePeriod": 3600}}
     plan_actions = [
         a
         for s in _sm_statements(template)
         for a in as_list(s["Action"])
-        if "training-plan" in str(s["Resource"])
+        if "training-plan" in str(s["Resource"]) or "reserved-capacity" in str(s["Resource"])
     ]
     assert plan_actions == ["sagemaker:CreateTrainingJob"]
 
@@ -614,6 +620,9 @@ def test_defaults_reach_the_rules():
         ({"data_sources": ["s3://corpora/tokens"]}, "data_sources: must be a list of S3 prefixes"),
         ({"run_segment": ""}, "run_segment"),
         ({"launch_retry_backoff": cdk.Duration.minutes(6)}, "launch_retry_backoff"),
+        ({"state_machine_name": "has space"}, "state_machine_name"),
+        ({"state_machine_name": "x" * 81}, "state_machine_name"),
+        ({"state_machine_name": "team.workflow"}, "logs its executions to CloudWatch Logs"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

@@ -10,14 +10,16 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 
-from constructs_lib.workflow import request_check, request_evaluation
 from constructs_lib.workflow.dashboard import search_terms
 from constructs_lib.workflow.permissions import MLFLOW_ACTIONS
-from constructs_lib.workflow.request_check import RequestRules, job_fields, validate_request
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve
 from tests.workflow.stacks import build_workflow
-from training.request import contract
+from training.request import contract, evaluate_block
+from training.request.decision import validate_request
+from training.request.job import job_fields
+from training.request.rules import RequestRules
+from training.request.value import read_request
 
 MLFLOW = "arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/team"
 SEARCH = re.compile(r"""^SEARCH\('\{"([^"]+)",(\w+)\} MetricName="([^"]+)" (.+)', '(\w+)', 60\)$""")
@@ -73,7 +75,15 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
     assert job_metrics <= defined | scores
     assert (
         job_metrics
-        == {"train:loss", "val_loss", "train:tokens_per_sec", "train:mfu", "train:peak_mem_gb"} | scores
+        == {
+            "train:loss",
+            "val_loss",
+            "val_accuracy",
+            "train:tokens_per_sec",
+            "train:mfu",
+            "train:peak_mem_gb",
+        }
+        | scores
     )
     assert len(scores) == 8  # acc and acc_norm of the four standard tasks
     assert host_metrics == set(contract.HOST_GPU_METRICS)
@@ -216,7 +226,10 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
     # the decided request's Environment carries the trainer's MLflow variables (and the execution's own)
     rules = RequestRules.from_state_machine_definition(definition_of(template))
     assert rules.mlflow_tracking_server_arn == MLFLOW
-    config = {**rules.full_defaults(), "environment": {"NCCL_DEBUG": "INFO"}}
+    read = read_request(
+        {"environment": {"NCCL_DEBUG": "INFO"}, "evaluate": {"task_data_uri": "s3://b/data/tasks/"}}, rules
+    )
+    config = read.fields
     environment = job_fields(config, rules, "run-7")["Environment"]
     assert environment == {
         "NCCL_DEBUG": "INFO",
@@ -229,9 +242,8 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
     assert f"environment: at most {room} variables; got {room + 1}" in validate_request(
         {"environment": too_many}, rules
     )
-    evaluate = {**config, "evaluate": {"task_data_uri": "s3://b/data/tasks/"}}
-    decided = request_evaluation.decided(
-        evaluate, rules, "run-7", None, request_check.channel, instance_type="ml.p5.4xlarge"
+    decided = evaluate_block.decided(
+        config, read.evaluate, rules, "run-7", None, instance_type="ml.p5.4xlarge"
     )
     assert decided["request"]["Environment"] == {"NCCL_DEBUG": "INFO", "SAGEMAKER_PROGRAM": "evaluate.sh"}
     plain = RequestRules.from_state_machine_definition(definition_of(_template()))

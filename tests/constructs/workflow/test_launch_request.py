@@ -10,9 +10,10 @@ import pytest
 from aws_cdk import assertions
 
 from constructs_lib.workflow.launch_request import execution_context, launch_request
-from constructs_lib.workflow.request_check import RequestRules, decide
+from constructs_lib.workflow.request_check import decide
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
+from training.request.rules import RequestRules
 
 
 @pytest.fixture(scope="module")

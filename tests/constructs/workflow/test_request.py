@@ -1,8 +1,10 @@
 """The CreateTrainingJob request as a pure function: no stack, no state machine."""
 
 from constructs_lib.workflow.request import resource_config, training_job_request
-from constructs_lib.workflow.request_check import RequestRules, job_fields, prepare_request
 from training.request.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
+from training.request.decision import prepare_request
+from training.request.job import job_fields
+from training.request.rules import RequestRules
 
 BASE = dict(
     role_arn="arn:aws:iam::123456789012:role/exec",
@@ -54,7 +56,7 @@ def test_job_fields_workflow_then_execution_then_workflow_tags_then_run_tags() -
     raw = {"tags": {"z": "9", "c": "3"}, "environment": {"NCCL_DEBUG": "INFO"}, "infra_check": True}
     prepared = prepare_request({**raw, "remote_debug": True}, rules)
     assert prepared.problems == []
-    assert job_fields(prepared.config, rules, "run-1") == {
+    assert job_fields(prepared.fields, rules, "run-1") == {
         "Tags": [
             {"Key": "training-workflow", "Value": "Stack/Workflow"},
             {"Key": "training-workflow-execution", "Value": "run-1"},
@@ -67,7 +69,7 @@ def test_job_fields_workflow_then_execution_then_workflow_tags_then_run_tags() -
         "InfraCheckConfig": {"EnableInfraCheck": True},
         "RemoteDebugConfig": {"EnableRemoteDebug": True},
     }
-    defaults = job_fields(prepare_request({}, rules).config, rules, "run-2")
+    defaults = job_fields(prepare_request({}, rules).fields, rules, "run-2")
     assert defaults["Environment"] == {} and defaults["InfraCheckConfig"] == {"EnableInfraCheck": False}
     assert defaults["RemoteDebugConfig"] == {"EnableRemoteDebug": False}
 
@@ -122,7 +124,7 @@ def test_mlflow_config_names_the_server_workflow_and_execution_and_leaves_the_en
         "MlflowExperimentName": "Stack-Workflow",
         "MlflowRunName.$": "$$.Execution.Name",
     }
-    # the trainer's MLflow variables travel in the decided request's Environment (request_check.job_fields)
+    # the trainer's MLflow variables travel in the decided request's Environment (training.request.job.job_fields)
     assert request["Environment.$"] == "$.request.Environment" and "Environment" not in request
     shape = _create_training_job_member("MlflowConfig")
     assert {"MlflowResourceArn", "MlflowExperimentName", "MlflowRunName"} <= set(shape.members)

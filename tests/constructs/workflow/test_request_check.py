@@ -1,4 +1,5 @@
-"""The request validation function (``constructs_lib.workflow.request_check``), without aws_cdk or AWS."""
+"""What decides a request (``training.request.decision``, which the Lambda's ``constructs_lib.workflow.request_check``
+runs), without aws_cdk or AWS."""
 
 from __future__ import annotations
 
@@ -10,22 +11,18 @@ from dataclasses import replace
 import botocore.session
 import pytest
 
-from constructs_lib.workflow.request_check import (
+from constructs_lib.workflow.request_check import decide
+from training.request import contract, hf_config
+from training.request.decision import prepare_request, validate_request
+from training.request.fields import DEFAULT_INPUT, INPUT_FIELDS
+from training.request.reads import newest_complete_checkpoint, read_init_from, resume_problems
+from training.request.rules import (
     CHECKPOINT_MARKER,
-    DEFAULT_INPUT,
-    INPUT_FIELDS,
     PLATFORM_HYPERPARAMETERS,
     RequestRules,
-    decide,
-    newest_complete_checkpoint,
     parse_data_sources,
-    prepare_request,
-    read_init_from,
-    resume_problems,
     sagemaker_limits,
-    validate_request,
 )
-from training.request import contract, hf_config
 
 REGION = "us-west-2"
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200-week"
@@ -408,12 +405,11 @@ def test_a_later_save_of_a_step_under_a_free_name_is_the_newest():
 
 
 def test_resume_needs_a_checkpoint_and_more_steps():
-    config = {"resume_from": "run-1"}
-    assert resume_problems(config, {"max_steps": "200"}, None, "s3://b/checkpoints/W/run-1/") == [
+    assert resume_problems("run-1", 200, None, "s3://b/checkpoints/W/run-1/") == [
         'resume_from: execution run-1 has no complete checkpoint under s3://b/checkpoints/W/run-1/; got "run-1"'
     ]
-    assert resume_problems(config, {"max_steps": "200"}, (100, "k/"), "uri") == []
-    assert resume_problems(config, {"max_steps": "100"}, (100, "k/"), "uri") == [
+    assert resume_problems("run-1", 200, (100, "k/"), "uri") == []
+    assert resume_problems("run-1", 100, (100, "k/"), "uri") == [
         "hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from (100, execution "
         "run-1) to train further; got 100"
     ]
@@ -423,7 +419,8 @@ def test_resume_needs_a_checkpoint_and_more_steps():
 
 
 def _problems(raw: dict, **rules) -> list[str]:
-    from constructs_lib.workflow.request_check import RequestRules, validate_request
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
 
     return validate_request(raw, RequestRules(**rules))
 
@@ -480,12 +477,8 @@ def test_a_volume_key_refuses_instance_types_with_nvme_storage():
 
 
 def test_limits_and_rules_of_an_earlier_deployment_still_check_the_new_fields():
-    from constructs_lib.workflow.request_check import (
-        LIMIT_NAMES,
-        RequestRules,
-        sagemaker_limits,
-        validate_request,
-    )
+    from training.request.decision import validate_request
+    from training.request.rules import LIMIT_NAMES, RequestRules, sagemaker_limits
 
     assert set(sagemaker_limits()) == LIMIT_NAMES
     current = RequestRules().with_limits()
@@ -669,7 +662,7 @@ def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflow
     described is SageMaker's ValidationException. A real botocore client, its responses stubbed."""
     from botocore.stub import Stubber
 
-    from constructs_lib.workflow import request_evaluation
+    from training.request import evaluate_block
 
     client = botocore.session.get_session().create_client(
         "sagemaker", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x"
@@ -688,8 +681,8 @@ def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflow
             service_message="Requested resource not found.",
             expected_params={"TrainingJobName": "gone"},
         )
-        _, denied = request_evaluation.training_job_facts(client, "their-job", rules)
-        _, missing = request_evaluation.training_job_facts(client, "gone", rules)
+        _, denied = evaluate_block.training_job_facts(client, "their-job", rules)
+        _, missing = evaluate_block.training_job_facts(client, "gone", rules)
     assert denied == [
         "evaluate.training_job: their-job is not a training job of this workflow, or there is none of that name "
         "(the check may describe only jobs tagged training-workflow=Stack/Workflow)"
@@ -838,3 +831,22 @@ def test_with_a_training_plan_another_evaluation_instance_type_is_refused_offlin
     same = {**raw, "evaluate": {**raw["evaluate"], "instance_type": "ml.p6-b200.48xlarge"}}
     assert validate_request(same, rules) == []
     assert validate_request({**EVALUATE, "training_plan_arn": PLAN}, rules) == []
+
+
+def test_the_evaluate_check_reads_the_setting_as_parsed_once(rules):
+    """The request is read once: the evaluate block's check reads ``position_encoding`` as its parser read it, so
+    either spelling of a NoPE run is refused (the raw text under one spelling only was read before), and a value the
+    setting's own parser refuses is named once, by that parser."""
+    base = {
+        "train_data_uri": "s3://my-bucket/data/x/",
+        "evaluate": {"task_data_uri": "s3://my-bucket/data/t/"},
+    }
+    nope = (
+        "evaluate: the run trains with position_encoding=none, and such a model has no Hugging Face export "
+        "(LlamaForCausalLM always applies rotary embeddings), so there is nothing to evaluate"
+    )
+    for spelling in ({"position-encoding": "none"}, {"position_encoding": " NONE"}):
+        assert validate_request({**base, "hyperparameters": spelling}, rules) == [nope]
+    assert validate_request({**base, "hyperparameters": {"position_encoding": "xyz"}}, rules) == [
+        "hyperparameters.position_encoding: must be one of rope, none; got 'xyz'"
+    ]

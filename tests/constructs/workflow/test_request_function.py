@@ -13,11 +13,14 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
-from constructs_lib.workflow.request_check import RequestRules, job_fields
 from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
 from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
+from tests.test_import_cycles import _graph
 from tests.workflow.harness import definition_of
 from tests.workflow.stacks import build_workflow
+from training.request.job import job_fields
+from training.request.rules import RequestRules
+from training.request.value import Fields
 
 
 def _validator(stack: cdk.Stack) -> RequestValidator:
@@ -34,27 +37,34 @@ def template() -> Template:
     return Template.from_stack(stack)
 
 
+def _handler_imports() -> set[str]:
+    """The project's modules the handler's module imports, directly or through others (the import graph of
+    ``tests/test_import_cycles.py``: import statements anywhere and imports by literal name), itself included."""
+    graph = _graph()
+    seen: set[str] = set()
+    todo = [HANDLER.rsplit(".", 1)[0]]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    return seen
+
+
 def test_asset_holds_only_what_the_handler_imports():
+    """Every module the handler imports (what decides a request: a module added to ``training/request/`` that the
+    decision imports is named here, with the one edit it needs), and nothing else; each package's ``__init__``
+    empty."""
     folder = build_asset()
-    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    assert files == [
-        "constructs_lib/__init__.py",
-        "constructs_lib/workflow/__init__.py",
-        "constructs_lib/workflow/input_fields.py",
-        "constructs_lib/workflow/request_check.py",
-        "constructs_lib/workflow/request_evaluation.py",
-        "constructs_lib/workflow/request_fields.py",
-        "constructs_lib/workflow/request_rules.py",
-        "constructs_lib/workflow/request_tune.py",
-        "training/__init__.py",
-        "training/request/__init__.py",
-        "training/request/contract.py",
-        "training/request/hf_config.py",
-        "training/request/measured.py",
-        "training/request/plan.py",
-        "training/request/tuning.py",
-    ]
-    for package in ("constructs_lib", "constructs_lib/workflow", "training"):
+    files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    sources = {name for name in files if name.endswith(".py") and not name.endswith("/__init__.py")}
+    modules = {name[: -len(".py")].replace("/", ".") for name in sources}
+    imported = _handler_imports()
+    assert not imported - modules, f"the handler imports {sorted(imported - modules)}: add to ASSET_FILES"
+    assert not modules - imported, f"the handler never imports {sorted(modules - imported)}: leave it out"
+    assert {"training.request.decision", "training.request.contract"} < modules
+    assert files - sources == {f"{name.rsplit('/', 1)[0]}/__init__.py" for name in files}  # and nothing else
+    for package in ("constructs_lib", "constructs_lib/workflow", "training", "training/request"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
 
 
@@ -164,7 +174,7 @@ def test_role_describes_only_the_training_jobs_with_the_workflows_tag_nag_clean(
     assert rules.workflow_path == "Test/Workflow"
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
     assert {"Key": "training-workflow", "Value": rules.workflow_path} in job_fields(
-        rules.full_defaults(), rules, "run-1"
+        Fields(**rules.full_defaults()), rules, "run-1"
     )["Tags"]
 
 

@@ -1,17 +1,20 @@
 """The execution input's fields, in ONE table (:data:`FIELDS`): each field's default, what it does, its check and
-what it allows, in words. The request check (``request_fields.check_field``), the defaults (:data:`DEFAULT_INPUT`,
-which ``RequestRules`` merges) and the reference page (``docs/reference.md``, written by ``make docs``) are read
-from it: a new input field is one row here (then ``make docs``).
+what it allows, in words. Each field's check (:func:`check_field`), the defaults (:data:`DEFAULT_INPUT`, which
+``RequestRules`` merges), the request read once (``value.Fields``: one attribute per row) and the reference page
+(``docs/reference.md``, written by ``make docs``) are read from it: a new input field is one row here (then
+``make docs``).
 
 Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``). ``rules`` below is a
-``request_rules.RequestRules`` (not imported: that module reads this one).
+``rules.RequestRules`` (not imported: that module reads this one).
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -55,7 +58,7 @@ EVALUATE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     }
 )
 """The ``evaluate`` field's own fields and their values when left out (``task_data_uri`` must be given); each is
-checked by ``request_evaluation.block_problems`` and described by its ``EVALUATE_FIELDS`` (docs/reference.md)."""
+checked by ``evaluate_block.block_problems`` and described by its ``EVALUATE_FIELDS`` (docs/reference.md)."""
 
 Check = Callable[[Any, Any], bool]
 """``(value, rules) -> bool``: whether a non-null value is allowed."""
@@ -420,7 +423,7 @@ FIELDS: tuple[InputField, ...] = (
         "network-isolated, also with MLflow configured, over the task folder task_data_uri; its scores join the "
         "summary, not MLflow), or, with training_job, evaluate that finished training job instead of training; "
         "see docs/evaluation.md.",
-        lambda v, r: isinstance(v, Mapping),  # its own fields: request_evaluation.block_problems
+        lambda v, r: isinstance(v, Mapping),  # its own fields: evaluate_block.block_problems
         lambda r: f"an object of evaluation fields ({', '.join(EVALUATE_DEFAULTS)}; see docs/evaluation.md)",
         nullable=True,
     ),
@@ -443,3 +446,23 @@ FIELDS_BY_NAME: Mapping[str, InputField] = MappingProxyType({f.name: f for f in 
 DEFAULT_INPUT: Mapping[str, Any] = MappingProxyType({f.name: f.default for f in FIELDS})
 """Every execution-input field and its value when neither the input nor the workflow's defaults give one."""
 INPUT_FIELDS: tuple[str, ...] = tuple(DEFAULT_INPUT)
+
+
+def show(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=repr)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def suggest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_field(name: str, value: Any, rules: Any) -> str | None:
+    """The problem of one field's value under ``rules``, or None (the field's row of :data:`FIELDS`)."""
+    spec = FIELDS_BY_NAME[name]
+    if value is None:
+        return None if spec.nullable else f"{name}: must be {spec.allowed_text(rules)}; got null"
+    return (
+        None if spec.check(value, rules) else f"{name}: must be {spec.allowed_text(rules)}; got {show(value)}"
+    )

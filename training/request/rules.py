@@ -1,7 +1,7 @@
 """What one deployed workflow allows (``RequestRules``) and the constants of the request check: the names the
 platform owns, and SageMaker's ``CreateTrainingJob`` constraints read from botocore's service model
 (:func:`sagemaker_limits`, at synth time; the rules carry them to the Lambda function). The input fields and their
-defaults are ``input_fields``' table.
+defaults are ``fields``' table.
 
 Pure Python, no aws_cdk: part of the request check's Lambda asset (``request_function``).
 """
@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from constructs_lib.workflow.input_fields import DEFAULT_INPUT, INPUT_FIELDS, MAX_RUNTIME_SECONDS_LIMIT
 from training.request.contract import (
     CHECKPOINT_LOCAL_PATH,
     DEFAULT_INSTANCE_TYPE,
@@ -34,6 +33,7 @@ from training.request.contract import (
     WEIGHTS_CHANNEL_DIR,
     image_tag,
 )
+from training.request.fields import DEFAULT_INPUT, INPUT_FIELDS, MAX_RUNTIME_SECONDS_LIMIT
 
 INVALID_INPUT_ERROR = "InvalidInput"
 MEASUREMENTS_FOLDER = "measurements"
@@ -60,7 +60,7 @@ WORKFLOW_TAG = "training-workflow"
 EXECUTION_TAG = "training-workflow-execution"
 """The tags every job gets first: the workflow's construct path and the execution's name."""
 MLFLOW_ENVIRONMENT = (MLFLOW_TRACKING_URI_ENV, MLFLOW_EXPERIMENT_ENV, MLFLOW_RUN_NAME_ENV)
-"""The variables ``request_check.job_fields`` adds to a job's environment when the workflow logs to MLflow."""
+"""The variables ``job.job_fields`` adds to a job's environment when the workflow logs to MLflow."""
 INSTANCE_STORAGE_TYPES = frozenset(
     {
         "ml.p4d.24xlarge",
@@ -405,3 +405,25 @@ def _cached_limits() -> dict[str, Any]:
     if not _LIMITS_CACHE:
         _LIMITS_CACHE.append(sagemaker_limits())
     return _LIMITS_CACHE[0]
+
+
+def size_problems(rendered: Mapping[str, str], rules: RequestRules) -> list[str]:
+    """The problems of a rendered ``HyperParameters`` map with SageMaker's sizes (count, name and value lengths)."""
+    limits = rules.sagemaker()
+    problems = []
+    most = limits["HyperParameters"]["max"]
+    if len(rendered) > most:
+        problems.append(
+            f"hyperparameters: SageMaker allows at most {most} in all; the request would have {len(rendered)}"
+        )
+    for key, value in rendered.items():
+        if len(key) > limits["HyperParameterKey"]["max"]:
+            problems.append(
+                f"hyperparameters.{key}: name longer than {limits['HyperParameterKey']['max']} characters"
+            )
+        if len(value) > limits["HyperParameterValue"]["max"]:
+            problems.append(
+                f"hyperparameters.{key}: value of {len(value)} characters; SageMaker allows at most "
+                f"{limits['HyperParameterValue']['max']}"
+            )
+    return problems

@@ -1,4 +1,5 @@
-"""The request check's part for evaluation: the execution input's ``evaluate`` block, checked and turned into the
+"""The decision's part for evaluation: the execution input's ``evaluate`` block (read once: ``value.EvaluateBlock``),
+checked (:func:`input_problems`, from the input; :func:`decide`, with what S3 and SageMaker tell) and turned into the
 evaluation job's decided parts (settings, channels, per-execution request fields), before anything launches.
 
 Two ways in, one check:
@@ -31,8 +32,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from constructs_lib.workflow.input_fields import EVALUATE_DEFAULTS
-from constructs_lib.workflow.request_rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 from training.request.contract import (
     DATA_METADATA_FILE,
     DEFAULT_EVALUATION_TASKS,
@@ -51,9 +50,18 @@ from training.request.contract import (
     TASKS_CHANNEL,
     TRAIN_CHANNEL,
     WEIGHTS_CHANNEL,
+    ContractError,
     evaluation_fits,
     evaluation_metric_definitions,
+    export_weight_bytes,
+    model_shape,
+    parse_hyperparameters,
 )
+from training.request.fields import EVALUATE_DEFAULTS, data_uri_ok
+from training.request.job import channel
+from training.request.reads import Reads, read_init_from
+from training.request.rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
+from training.request.value import EvaluateBlock, Fields, Request
 
 EVALUATED_TAG = "training-workflow-evaluates"
 """An evaluation job's tag: the run (execution) whose model it evaluates (``blackwell-training compare`` finds a
@@ -82,7 +90,7 @@ BATCH_SIZE_MAX = 4096
 @dataclass(frozen=True)
 class EvaluateField:
     """One field of the ``evaluate`` block: what it allows under one deployment's rules (the words its refusal says
-    after "must be") and what it does. Its default is ``input_fields.EVALUATE_DEFAULTS[name]``; ``required``: it
+    after "must be") and what it does. Its default is ``fields.EVALUATE_DEFAULTS[name]``; ``required``: it
     has none. docs/reference.md is written from this table (``make docs``)."""
 
     name: str
@@ -150,21 +158,41 @@ def _must(name: str, rules: RequestRules, value: Any) -> str:
     return f"evaluate.{name}: must be {EVALUATE_FIELDS_BY_NAME[name].allowed(rules)}; got {json.dumps(value, default=repr)}"
 
 
-def merged(value: Mapping[str, Any]) -> dict[str, Any]:
-    return {**EVALUATE_DEFAULTS, **value}
-
-
 def _int_in(value: Any, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def block_problems(raw: Mapping[str, Any], value: Any, rules: RequestRules, data_uri_ok: Any) -> list[str]:
-    """Every problem of the ``evaluate`` block ``value`` (an object; ``raw`` the whole input), field by field."""
-    unknown = [k for k in value if k not in EVALUATE_DEFAULTS]
-    if unknown:
+def input_problems(request: Request, rules: RequestRules) -> list[str]:
+    """Every problem of the request's ``evaluate`` block known from the input (none without one): its fields, the
+    room it needs among the tags and the environment, and, when every field is valid, the instance type a training
+    plan allows and whether the model the run trains can be evaluated."""
+    if not isinstance(request.fields.evaluate, Mapping):
+        return []
+    problems = block_problems(request, rules)
+    most = rules.sagemaker()["Tags"]["max"] - len(rules.fixed_tags()) - 1
+    if isinstance(request.fields.tags, Mapping) and len(request.fields.tags) > most:
+        problems.append(
+            f"tags: at most {most} with evaluate (its job is also tagged with the run it evaluates)"
+        )
+    room = rules.sagemaker()["Environment"]["max"] - len(ADDED_ENVIRONMENT)
+    if isinstance(request.fields.environment, Mapping) and len(request.fields.environment) > room:
+        problems.append(
+            f"environment: at most {room} variables with evaluate (its job also gets SAGEMAKER_PROGRAM)"
+        )
+    if not problems and not request.field_problems:
+        problems += plan_problems(request)
+        if request.evaluate is not None and request.evaluate.training_job is None:
+            problems += training_model_problems(request)
+    return problems
+
+
+def block_problems(request: Request, rules: RequestRules) -> list[str]:
+    """Every problem of the ``evaluate`` block (an object), field by field."""
+    unknown = [k for k in request.fields.evaluate if k not in EVALUATE_DEFAULTS]
+    if unknown or request.evaluate is None:
         return [f"evaluate.{k}: unknown field; allowed: {', '.join(EVALUATE_DEFAULTS)}" for k in unknown]
-    block, problems = merged(value), []
-    tasks = block["tasks"]
+    block, problems = request.evaluate, []
+    tasks = block.tasks
     if (
         not isinstance(tasks, list)
         or not 1 <= len(tasks) <= MAX_EVALUATION_TASKS
@@ -172,16 +200,17 @@ def block_problems(raw: Mapping[str, Any], value: Any, rules: RequestRules, data
         or len(set(tasks)) != len(tasks)
     ):
         problems.append(_must("tasks", rules, tasks))
-    if not data_uri_ok(block["task_data_uri"], rules):
-        problems.append(_must("task_data_uri", rules, block["task_data_uri"]))
+    if not data_uri_ok(block.task_data_uri, rules):
+        problems.append(_must("task_data_uri", rules, block.task_data_uri))
     for name, high in (("limit", LIMIT_MAX), ("batch_size", BATCH_SIZE_MAX)):
-        if not (block[name] is None and name == "limit") and not _int_in(block[name], 1, high):
-            problems.append(_must(name, rules, block[name]))
-    if not _int_in(block["max_runtime_seconds"], 1, rules.max_runtime_seconds):
-        problems.append(_must("max_runtime_seconds", rules, block["max_runtime_seconds"]))
-    if block["instance_type"] is not None and block["instance_type"] not in rules.allowed_instance_types:
-        problems.append(_must("instance_type", rules, block["instance_type"]))
-    job = block["training_job"]
+        value = getattr(block, name)
+        if not (value is None and name == "limit") and not _int_in(value, 1, high):
+            problems.append(_must(name, rules, value))
+    if not _int_in(block.max_runtime_seconds, 1, rules.max_runtime_seconds):
+        problems.append(_must("max_runtime_seconds", rules, block.max_runtime_seconds))
+    if block.instance_type is not None and block.instance_type not in rules.allowed_instance_types:
+        problems.append(_must("instance_type", rules, block.instance_type))
+    job = block.training_job
     if job is not None and not (
         isinstance(job, str) and re.fullmatch(rules.sagemaker()["TrainingJobName"]["pattern"], job)
     ):
@@ -189,23 +218,22 @@ def block_problems(raw: Mapping[str, Any], value: Any, rules: RequestRules, data
     if job is not None:
         problems += [
             f"{k}: applies to training, and evaluate.training_job asks for an evaluation only; leave {k} out"
-            for k in raw
+            for k in request.keys
             if k not in EVALUATION_ONLY_FIELDS
         ]
     return problems
 
 
-def training_model_problems(config: Mapping[str, Any]) -> list[str]:
+def training_model_problems(request: Request) -> list[str]:
     """What makes the model this execution trains impossible to evaluate, known from the input alone."""
-    hp = config["hyperparameters"]
-    encoding = str(hp.get("position_encoding", HYPERPARAMETERS_BY_NAME["position_encoding"].default)).lower()
-    if encoding != "rope":
+    default = HYPERPARAMETERS_BY_NAME["position_encoding"].default
+    if request.settings.each.get("position_encoding", default) != "rope":
         return [
             "evaluate: the run trains with position_encoding=none, and such a model has no Hugging Face export "
             "(LlamaForCausalLM always applies rotary embeddings), so there is nothing to evaluate"
         ]
     # with init_from the export may take that folder's tokenizer: decided in S3 (export_tokenizer_problems)
-    if config["train_data_uri"] is None and config["init_from"] is None:
+    if request.fields.train_data_uri is None and request.fields.init_from is None:
         return [
             "evaluate: the run trains on synthetic tokens (no train_data_uri): its model has no tokenizer and has "
             "learnt no language; evaluate a run trained on data prepared with --tokenizer tokenizer.json"
@@ -281,14 +309,15 @@ def defined_tasks(s3: Any, task_uri: str) -> list[str]:
     return sorted(set(names))
 
 
-def task_problems(s3: Any, block: Mapping[str, Any]) -> list[str]:
-    known = defined_tasks(s3, block["task_data_uri"])
-    unknown = [t for t in block["tasks"] if t not in known]
+def task_problems(s3: Any, block: EvaluateBlock) -> list[str]:
+    """The tasks the task folder does not define (one listing, and each task file read)."""
+    known = defined_tasks(s3, block.task_data_uri)
+    unknown = [t for t in block.tasks if t not in known]
     if not unknown:
         return []
     found = ", ".join(known) if known else "no task YAML files at all"
     return [
-        f"evaluate.tasks: {', '.join(unknown)} not defined in the task folder {block['task_data_uri']} (it "
+        f"evaluate.tasks: {', '.join(unknown)} not defined in the task folder {block.task_data_uri} (it "
         f"defines: {found}); write it with python -m training.evaluate.prepare_tasks, or name one of those"
     ]
 
@@ -336,17 +365,14 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
     return facts, []
 
 
-def plan_problems(config: Mapping[str, Any]) -> list[str]:
+def plan_problems(request: Request) -> list[str]:
     """With ``training_plan_arn``, a train-then-evaluate request may not ask for another evaluation instance type
     than the training's: SageMaker runs a job on a plan only on the plan's instance type (its ``InstanceType``
     must match the plan's), and the training's is the plan's. Known from the input alone."""
-    block = merged(config["evaluate"])
-    chosen, trained_on = block["instance_type"], config["instance_type"]
-    if (
-        config["training_plan_arn"] is None
-        or chosen in (None, trained_on)
-        or block["training_job"] is not None
-    ):
+    block, fields = request.evaluate, request.fields
+    assert block is not None
+    chosen, trained_on = block.instance_type, fields.instance_type
+    if fields.training_plan_arn is None or chosen in (None, trained_on) or block.training_job is not None:
         return []
     return [f"evaluate.instance_type: with training_plan_arn the evaluation job runs on the plan's reserved "
             f"capacity, and SageMaker runs a job on a plan only on the plan's instance type (the training's "
@@ -355,8 +381,8 @@ def plan_problems(config: Mapping[str, Any]) -> list[str]:
 
 
 def evaluation_instance_type(
-    block: Mapping[str, Any],
-    config: Mapping[str, Any],
+    block: EvaluateBlock,
+    fields: Fields,
     rules: RequestRules,
     trained_on: str,
     weight_bytes: int | None,
@@ -368,10 +394,10 @@ def evaluation_instance_type(
     :func:`plan_problems`, and the plan's capacity is paid for); else ``EVALUATION_INSTANCE_TYPE`` (one GPU) when
     the workflow allows it and the weights fit one of its GPUs; else ``trained_on`` (the weights were trained
     there). Refused: a type whose GPUs together cannot hold the weights (``contract.evaluation_fits``)."""
-    chosen = block["instance_type"]
+    chosen = block.instance_type
     if chosen is None:
         single = (
-            config["training_plan_arn"] is None
+            fields.training_plan_arn is None
             and EVALUATION_INSTANCE_TYPE in rules.allowed_instance_types
             and weight_bytes is not None
             and evaluation_fits(EVALUATION_INSTANCE_TYPE, weight_bytes, one_gpu=True)
@@ -390,41 +416,40 @@ def evaluation_instance_type(
                   f"of it); must be one of {', '.join(fitting) or 'none of the allowed types'}, or null"]  # fmt: skip
 
 
-def job_settings(block: Mapping[str, Any]) -> dict[str, str]:
+def job_settings(block: EvaluateBlock) -> dict[str, str]:
     """The evaluation job's ``HyperParameters`` (the contract's evaluation settings, as text)."""
-    values = {"tasks": ",".join(block["tasks"]), "batch_size": block["batch_size"], "limit": block["limit"]}
+    values = {"tasks": ",".join(block.tasks), "batch_size": block.batch_size, "limit": block.limit}
     return {k: str(EVALUATION_SETTINGS_BY_NAME[k].parse(v)) for k, v in values.items() if v is not None}
 
 
 def decided(
-    config: Mapping[str, Any],
+    fields: Fields,
+    block: EvaluateBlock,
     rules: RequestRules,
     execution: str,
     facts: Mapping[str, Any] | None,
-    channel: Any,
     *,
     instance_type: str,
 ) -> dict[str, Any]:
     """The evaluation's decided parts (the state machine takes them from ``$.evaluation``). ``facts``: the
     evaluated training job's (evaluation only), else None (the execution's own model, after training);
     ``instance_type``: the job's (:func:`evaluation_instance_type`)."""
-    block = merged(config["evaluate"])
     run = facts["run"] if facts else execution
-    spot = bool(config["use_spot"])
-    environment = {**config["environment"], PROGRAM_ENV: EVALUATE_ENTRY_POINT}
+    spot = bool(fields.use_spot)
+    environment = {**fields.environment, PROGRAM_ENV: EVALUATE_ENTRY_POINT}
     fixed = [(WORKFLOW_TAG, rules.workflow_path), (EXECUTION_TAG, execution), (EVALUATED_TAG, run)]
-    tags = [*fixed, *sorted(rules.tags.items()), *sorted(config["tags"].items())]
+    tags = [*fixed, *sorted(rules.tags.items()), *sorted(fields.tags.items())]
     return {
         "only": facts is not None,
         "config": {
             "instance_type": instance_type,
             "instance_count": 1,
-            "training_plan_arn": config["training_plan_arn"],
+            "training_plan_arn": fields.training_plan_arn,
             "use_spot": spot,
-            "max_runtime_seconds": block["max_runtime_seconds"],
-            "max_wait_seconds": block["max_runtime_seconds"] if spot else None,
+            "max_runtime_seconds": block.max_runtime_seconds,
+            "max_wait_seconds": block.max_runtime_seconds if spot else None,
             "keep_alive_seconds": 0,
-            "job_name_prefix": config["job_name_prefix"],
+            "job_name_prefix": fields.job_name_prefix,
         },
         "hyperparameters": job_settings(block),
         "request": {
@@ -432,10 +457,65 @@ def decided(
             "Environment": environment,
             "InfraCheckConfig": {"EnableInfraCheck": False},
             "RemoteDebugConfig": {"EnableRemoteDebug": False},
-            "MetricDefinitions": [m.as_sagemaker() for m in evaluation_metric_definitions(block["tasks"])],
+            "MetricDefinitions": [m.as_sagemaker() for m in evaluation_metric_definitions(block.tasks)],
         },
-        "tasks_channel": channel(TASKS_CHANNEL, block["task_data_uri"], "File"),
+        "tasks_channel": channel(TASKS_CHANNEL, block.task_data_uri, "File"),
         "model_channel": channel(MODEL_CHANNEL, facts["model_uri"], "File") if facts else None,
         "evaluated": {"run": run, "training_job": facts["training_job"] if facts else None},
-        "tasks": list(block["tasks"]),
+        "tasks": list(block.tasks),
     }
+
+
+def decide(
+    request: Request,
+    fields: Fields,
+    rules: RequestRules,
+    reads: Reads,
+    execution: str,
+    parameters: int | None,
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The evaluation's decided parts, after what only S3 and SageMaker (``reads``) can tell: the task folder
+    defines the tasks, the model has a tokenizer (and, evaluation only, the training job is a finished one of this
+    workflow), and the instance type holds its weights (``parameters``: the run's model, from its plan; evaluation
+    only: read from the training job). ``fields``: the request's decided fields."""
+    s3, block = reads.s3, request.evaluate
+    assert block is not None
+    problems = task_problems(s3, block)
+    facts: dict[str, Any] | None = None
+    precision, trained_on = fields.precision, fields.instance_type
+    if block.training_job is not None:
+        facts, job_problems = training_job_facts(reads.sagemaker, block.training_job, rules)
+        problems += job_problems
+        if not job_problems:
+            where = f"training job {block.training_job}"
+            problems += export_tokenizer_problems(s3, facts["init_from"], facts["data_uri"], where)
+            parameters = trained_parameters(s3, facts)
+            precision = facts["hyperparameters"].get(
+                "precision", HYPERPARAMETERS_BY_NAME["precision"].default
+            )
+            trained_on = facts["instance_type"] or trained_on
+    else:
+        problems += export_tokenizer_problems(s3, fields.init_from, fields.train_data_uri, "this run")
+    weight_bytes = export_weight_bytes(parameters, str(precision)) if parameters else None
+    instance_type, type_problems = evaluation_instance_type(block, fields, rules, trained_on, weight_bytes)
+    problems += type_problems
+    if problems or instance_type is None:
+        return None, problems
+    return decided(fields, block, rules, execution, facts, instance_type=instance_type), []
+
+
+def trained_parameters(s3: Any, facts: Mapping[str, Any]) -> int | None:
+    """The parameter count of a finished training job's model: its settings (``HyperParameters``, as the workflow
+    rendered them for that run), with the shape of its ``init_from`` folder's config.json when it started from
+    one; None when they no longer parse (a job of an older version of the workflow): its evaluation then defaults
+    to its own instance type. Another job's settings, not this request's (those are read once, ``value``)."""
+    architecture = None
+    if facts["init_from"] is not None:
+        architecture, problems = read_init_from(s3, facts["init_from"])
+        if problems:
+            return None
+    try:
+        values = parse_hyperparameters(dict(facts["hyperparameters"]), architecture)
+        return model_shape(values).parameter_count()
+    except ContractError:
+        return None

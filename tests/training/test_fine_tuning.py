@@ -1,0 +1,104 @@
+"""Fine-tuning on conversations end to end, as a user runs it (docs/fine-tuning.md's example): ``prepare
+--init-from`` a tiny model folder with Llama 3.1's chat template, train from it (``python -m training.trainer``
+locally; ``train.sh`` driven by the real SageMaker toolkit with the data and the model as input channels), and the
+Hugging Face export chats through ``transformers``: its template, greedy answers to held-out prompts that stop at
+``<|eot_id|>``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.request import contract
+from training.trainer import chat_prepare, export_hf
+
+from .runner import ROOT, TINY, cli_args, env, fields, toolkit_job
+
+pytestmark = pytest.mark.slow
+
+_spec = importlib.util.spec_from_file_location(
+    "fine_tuning_example", ROOT / "docs" / "fine_tuning_example.py"
+)
+example = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(example)
+
+TRAINING = {"seq_length": "256", "batch_size": "4", "precision": "fp32", "learning_rate": "0.005",
+            "lr_warmup_steps": "20", "weight_decay": "0.0", "log_interval": "20", "validation_batches": "2",
+            "checkpoint_interval": "0", "deterministic": "true", "dataset": "channel"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fine_tuning")
+    example.setup(folder)
+    chat_prepare.prepare_chat([folder / "numbers.jsonl"], str(folder / "data"), str(folder / "model"),
+                              validation_fraction=0.1)  # fmt: skip
+    return folder
+
+
+def test_trained_locally_the_export_answers_held_out_prompts_and_stops_at_the_end_of_turn(prepared):
+    settings = {**TRAINING, "max_steps": str(example.TEST_STEPS), "validation_interval": "100",
+                "data_dir": str(prepared / "data"), "init_from": str(prepared / "model"),
+                "checkpoint_dir": str(prepared / "ckpt"), "model_dir": str(prepared / "trained")}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "training.trainer", *cli_args(settings)], env=env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=1500)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    validation = [
+        contract.parse_validation_line(line) for line in output.splitlines() if line.startswith("validation ")
+    ]
+    assert validation and all({"val_loss", "val_accuracy"} <= set(v[1]) for v in validation)
+    summary = contract.parse_summary_line(
+        next(line for line in output.splitlines() if line.startswith("summary "))
+    )
+    assert (
+        summary["val_accuracy"] > example.TEST_MIN_VAL_ACCURACY
+    )  # digits and <|eot_id|> of held-out conversations
+    hf = prepared / "trained" / export_hf.HF_DIR
+    config = json.loads((hf / "tokenizer_config.json").read_text())
+    assert config["chat_template"] == example.template("llama3.1")
+    scores = example.chat(hf, prepared / "heldout.jsonl")
+    print(f"held-out: {scores}")
+    assert scores["stopped"] == scores["total"] == example.HELD_OUT  # every answer ends at <|eot_id|>
+    assert all(
+        answer.isdigit() and len(answer) <= 3 for answer in scores["answers"]
+    )  # a number, nothing more
+
+
+def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_channels(prepared, tmp_path):
+    hyperparameters = {**TINY, **TRAINING, "max_steps": "6", "validation_interval": "3",
+                       "init_from": str(tmp_path / "opt_ml" / "input" / "data" / contract.WEIGHTS_CHANNEL),
+                       "checkpoint_dir": str(tmp_path / "checkpoints"), "model_dir": str(tmp_path / "model")}  # fmt: skip
+    for key in ("model_preset", "num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size"):
+        hyperparameters.pop(key)  # the model's shape comes from init_from's config.json
+    hyperparameters.pop("deterministic")
+    command, child_env = toolkit_job(tmp_path, hyperparameters)
+    data = tmp_path / "opt_ml" / "input" / "data"
+    shutil.copytree(prepared / "data", data / contract.TRAIN_CHANNEL)
+    shutil.copytree(prepared / "model", data / contract.WEIGHTS_CHANNEL)
+    channels = {
+        name: {"TrainingInputMode": "File"} for name in (contract.TRAIN_CHANNEL, contract.WEIGHTS_CHANNEL)
+    }
+    (tmp_path / "opt_ml" / "input" / "config" / "inputdataconfig.json").write_text(json.dumps(channels))
+    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "conversations: " in output and "packed, best-fit decreasing" in output  # train.sh's check
+    assert (
+        fields(next(line for line in output.splitlines() if line.startswith("config ")))["world_size"] == "2"
+    )
+    steps = [contract.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
+    assert all(0 < s[1]["trained_tokens"] < 2 * 4 * 256 and 0 <= s[1]["padding"] < 1 for s in steps if s)
+    assert "validation step=3/6 val_loss=" in output and " val_accuracy=" in output
+    hf = tmp_path / "model" / export_hf.HF_DIR
+    assert json.loads((hf / "tokenizer_config.json").read_text())["chat_template"] == example.template(
+        "llama3.1"
+    )
+    eot = json.loads((prepared / "data" / "metadata.json").read_text())["chat_template"]["end_of_turn_ids"]
+    assert set(eot) <= set(json.loads((hf / "generation_config.json").read_text())["eos_token_id"])

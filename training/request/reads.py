@@ -1,0 +1,206 @@
+"""What the request's decision reads beyond the input, and only there: the ``init_from`` model folder's config.json,
+the stored tuning measurements, and before a launch the data prefix (it must hold an object) and the checkpoints of
+the run ``resume_from`` names (an evaluation's task folder, tokenizer and training job: ``evaluate_block``).
+
+:class:`Reads` says what one caller lets the decision read: nothing (the CLI offline), the model folder and the
+measurements (the CLI's plan with the deployed rules), or everything before a launch (the workflow's Lambda, the
+CLI's submit and the SDK path). The clients are passed in (boto3 is the caller's: the Lambda makes its own).
+
+Pure Python (standard library and ``training.request`` only); part of the request check's Lambda asset.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from training.request import hf_config, measured
+from training.request.contract import CHECKPOINT_DIR_NAME, SET_ASIDE_SUFFIX, ContractError
+from training.request.fields import show
+from training.request.rules import CHECKPOINT_MARKER, RequestRules
+
+MAX_RECORD_FILES = 100
+"""At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""
+
+
+class Reads:
+    """What the decision may read. ``s3``: a boto3 S3 client (None: no S3 read; the ``init_from`` folder's shape is
+    not known then, and the checks and the plan that need it wait for a read); ``sagemaker``: a SageMaker client (an
+    evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
+    has them; ``measurements``: the stored tuning records when the caller has them (None: read with ``s3``);
+    ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation)."""
+
+    def __init__(
+        self,
+        s3: Any = None,
+        sagemaker: Any = None,
+        *,
+        architecture: Mapping[str, Any] | None = None,
+        measurements: Sequence[Mapping[str, Any]] | None = None,
+        before_launch: bool = False,
+    ) -> None:
+        self.s3, self.sagemaker, self.before_launch = s3, sagemaker, before_launch
+        self._architecture = architecture
+        self._measurements: list[Mapping[str, Any]] | None = (
+            None if measurements is None else list(measurements)
+        )
+
+    def init_from(self, uri: str | None) -> tuple[Mapping[str, Any] | None, list[str]]:
+        """The settings of the ``init_from`` folder ``uri``'s config.json (:func:`read_init_from`), or the problem of
+        that folder; ``(None, [])`` without a folder or without S3 (the caller's, when it gave them)."""
+        if self._architecture is not None:
+            return self._architecture, []
+        if self.s3 is None or uri is None:
+            return None, []
+        return read_init_from(self.s3, uri)
+
+    def measurements(self, rules: RequestRules) -> list[Mapping[str, Any]]:
+        """The stored tuning records of the workflow's image (read once, with S3 when the caller gave none)."""
+        if self._measurements is None:
+            self._measurements = list(read_measurements(self.s3, rules)) if self.s3 is not None else []
+        return self._measurements
+
+
+def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The settings of the ``init_from`` folder's config.json (``hf_config.architecture``), or the problem of a
+    folder the trainer cannot start from: nothing under the prefix, no config.json or no safetensors file
+    directly in it, a config.json that cannot be read or describes an architecture the trainer cannot load. One
+    listing of the prefix (the data sources' ``s3:ListBucket``) and one ``GetObject`` of its config.json."""
+    bucket, _, prefix = uri[5:].partition("/")
+    names = {key[len(prefix) :] for key in list_objects(s3, bucket, prefix)}
+    if not names:
+        return None, [
+            f"init_from: must be a Hugging Face model folder, but no object is under it; got {show(uri)}"
+        ]
+    if hf_config.CONFIG_FILE not in names:
+        return None, [
+            f"init_from: holds no {hf_config.CONFIG_FILE} (a Hugging Face model folder has one); got {show(uri)}"
+        ]
+    if not any("/" not in name and name.endswith(".safetensors") for name in names):
+        return None, [
+            "init_from: holds no safetensors weights (model.safetensors, or shards with "
+            f"model.safetensors.index.json); got {show(uri)}"
+        ]
+    try:
+        body = s3.get_object(Bucket=bucket, Key=prefix + hf_config.CONFIG_FILE)["Body"].read()
+        return hf_config.architecture(hf_config.parse(body, uri), uri), []
+    except ContractError as err:
+        return None, [str(err)]
+    except (
+        Exception
+    ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda asset
+        return None, [f"init_from: cannot read {uri}{hf_config.CONFIG_FILE}: {type(err).__name__}: {err}"]
+
+
+def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:
+    """The stored measurement records of the workflow's image (``rules.measurements_prefix``), newest files first,
+    at most ``MAX_RECORD_FILES`` of them; none when the image or the bucket is not known or S3 refuses (the plan
+    then uses the published figures, and says so)."""
+    prefix = rules.measurements_prefix()
+    if prefix is None or rules.bucket_name is None:
+        return []
+    from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - in the Lambda runtime and the CLI
+
+    try:
+        listed = []
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=rules.bucket_name, Prefix=prefix):
+            listed += [item for item in page.get("Contents", []) if item["Key"].endswith(".json")]
+        listed.sort(key=lambda item: item["LastModified"], reverse=True)
+        records = []
+        for item in listed[:MAX_RECORD_FILES]:
+            body = s3.get_object(Bucket=rules.bucket_name, Key=item["Key"])["Body"].read()
+            try:
+                listed_records = json.loads(body).get("records", [])
+            except (ValueError, AttributeError):
+                continue  # not a record file: skipped, never fatal to a request
+            if isinstance(listed_records, list):
+                records += [r for r in listed_records if measured.well_formed(r)]  # malformed records skipped
+        return records
+    except (ClientError, BotoCoreError):
+        return []
+
+
+def data_problems(s3: Any, uri: str) -> list[str]:
+    """The problem of a ``train_data_uri`` prefix that holds no object (one ``ListObjectsV2``, ``MaxKeys`` 1)."""
+    bucket, _, prefix = uri[5:].partition("/")
+    if s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0):
+        return []
+    return [f"train_data_uri: must hold the training data, but no object is under it; got {show(uri)}"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# resume_from: the newest complete checkpoint of an earlier run
+# --------------------------------------------------------------------------------------------------------------
+
+
+def resume(
+    s3: Any, rules: RequestRules, name: str, execution: str | None, max_steps: int
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Where run ``name`` of this workflow has its newest complete checkpoint (``{"step", "uri", "execution"}``),
+    and the problems of continuing from it to ``max_steps`` (none found, not further than its step, or this very
+    execution)."""
+    runs_uri = rules.runs_uri()
+    if runs_uri is None:
+        raise ValueError("RequestRules.bucket_name: needed to decide resume_from")
+    run_uri = f"{runs_uri}{name}/"
+    if name == execution:
+        return None, [f"resume_from: must name an earlier execution, not this one; got {show(name)}"]
+    bucket, _, run_key = run_uri[5:].partition("/")
+    objects = list_objects(s3, bucket, run_key)
+    found = newest_complete_checkpoint(
+        objects, lambda key: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), run_key
+    )
+    problems = resume_problems(name, max_steps, found, run_uri)
+    if found is None:
+        return None, problems
+    return {"step": found[0], "uri": f"s3://{bucket}/{found[1]}", "execution": name}, problems
+
+
+def newest_complete_checkpoint(
+    objects: Mapping[str, int], read: Callable[[str], bytes], run_key: str
+) -> tuple[int, str] | None:
+    """(step, key prefix) of the newest complete checkpoint under ``run_key`` (``.../<execution>/``), the trainer's
+    rule: a ``step_XXXXXXXX`` (or ``step_XXXXXXXX-N``, a later save of that step) folder whose ``COMPLETE`` lists
+    files that all exist with the listed sizes; unsealed folders and folders the trainer set aside (a
+    ``step_XXXXXXXX.unusable`` object beside the folder) never count.
+
+    ``objects`` maps every key under ``run_key`` to its size; ``read`` returns an object's bytes."""
+    candidates = []
+    for key in objects:
+        parts = key[len(run_key) :].split("/")
+        if len(parts) == 2 and parts[1] == CHECKPOINT_MARKER and (m := CHECKPOINT_DIR_NAME.match(parts[0])):
+            if f"{run_key}{parts[0]}{SET_ASIDE_SUFFIX}" in objects:
+                continue  # the trainer found it damaged
+            candidates.append((int(m.group(1)), int(m.group(2) or 1), f"{run_key}{parts[0]}/"))
+    for step, _, prefix in sorted(candidates, reverse=True):
+        try:
+            files = json.loads(read(prefix + CHECKPOINT_MARKER))["files"]
+            if all(objects.get(prefix + name) == size for name, size in files.items()):
+                return step, prefix
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None
+
+
+def resume_problems(name: str, max_steps: int, found: tuple[int, str] | None, run_uri: str) -> list[str]:
+    """Problems of continuing run ``name`` from ``found`` (what :func:`newest_complete_checkpoint` gave for
+    ``run_uri``) to ``max_steps``."""
+    if found is None:
+        return [f"resume_from: execution {name} has no complete checkpoint under {run_uri}; got {show(name)}"]
+    step = found[0]
+    if max_steps <= step:
+        return [
+            f"hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from ({step}, "
+            f"execution {name}) to train further; got {max_steps}"
+        ]
+    return []
+
+
+def list_objects(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
+    """Every key under ``prefix`` and its size."""
+    objects: dict[str, int] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            objects[item["Key"]] = item["Size"]
+    return objects

@@ -1,0 +1,303 @@
+"""The execution input read once: one typed value, :class:`Request`, which every check, the plan, the tuning
+candidates and the ``CreateTrainingJob`` request read. Nothing after :func:`read_request` reads the raw input or
+parses the trainer settings again.
+
+* ``fields``: every input field of the fields' table (``fields.FIELDS``), the input's value or the workflow's
+  default (:class:`Fields`: a frozen dataclass made from the table, so a new row is a new attribute);
+* ``settings``: the trainer settings (``hyperparameters``, the top-level settings, the ``init_from`` channel's
+  folder and the data switch), parsed by the contract's own parsers in one function, :func:`read_settings`:
+  as given, each one parsed on its own, all of them parsed with every default and cross-checked, and the exact
+  ``HyperParameters`` map (:class:`TrainerSettings`);
+* ``evaluate``: the ``evaluate`` block with its defaults (:class:`EvaluateBlock`, made from
+  ``fields.EVALUATE_DEFAULTS``); ``tune``: the ``tune`` block parsed (:class:`TuneBlock`);
+* ``architecture``: the ``init_from`` model's settings, read once from its config.json (``reads.Reads``), first:
+  the settings and the plan need its shape.
+
+A new trainer setting (a row of ``contract.HYPERPARAMETERS``) and a new input field (a row of ``fields.FIELDS``)
+flow through this value with no edit here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from training.request import contract, plan, tuning
+from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
+from training.request.reads import Reads
+from training.request.rules import (
+    DATA_HYPERPARAMETER,
+    INPUT_FIELD_HYPERPARAMETERS,
+    PLATFORM_HYPERPARAMETERS,
+    TOP_LEVEL_HYPERPARAMETERS,
+    RequestRules,
+    size_problems,
+)
+
+
+class _TableRow:
+    """What :class:`Fields` and :class:`EvaluateBlock` share: their values by name, and a copy with some changed."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    def but(self, **changes: Any) -> Any:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def _table_value(name: str, names: Sequence[str], doc: str) -> type:
+    """A frozen dataclass with one attribute per name of a table, in the table's order."""
+    made = dataclasses.make_dataclass(
+        name, [(n, Any) for n in names], bases=(_TableRow,), frozen=True, namespace={"__doc__": doc}
+    )
+    made.__module__ = __name__
+    return made
+
+
+if TYPE_CHECKING:  # made from the tables below; for a type checker, any attribute of theirs
+
+    class Fields(_TableRow):
+        def __init__(self, **values: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+
+    class EvaluateBlock(_TableRow):
+        def __init__(self, **values: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    Fields = _table_value(
+        "Fields",
+        INPUT_FIELDS,
+        "Every input field (``fields.FIELDS``, in its order): the input's value, else the workflow's default.",
+    )
+    EvaluateBlock = _table_value(
+        "EvaluateBlock",
+        tuple(EVALUATE_DEFAULTS),
+        "The ``evaluate`` block's fields (``fields.EVALUATE_DEFAULTS``): the input's value, else the default.",
+    )
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """The trainer settings of one request, parsed once (:func:`read_settings`)."""
+
+    given: Mapping[str, Any]
+    """The settings the job gets, as given (names normalized): the input's ``hyperparameters`` that each parsed, and
+    (when every field is valid) the top-level settings, the ``init_from`` channel's folder and the data switch."""
+    each: Mapping[str, Any]
+    """Each setting of the input's ``hyperparameters`` parsed on its own (those that parse)."""
+    values: Mapping[str, Any] | None
+    """Every setting parsed with its default and cross-checked (``contract.parse_hyperparameters``); None when they
+    cannot be (a problem), or with ``init_from`` before its config.json is read (the trainer checks them then)."""
+    hyperparameters: Mapping[str, str]
+    """The ``HyperParameters`` map (the platform's paths included); empty when the settings have problems."""
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TuneBlock:
+    """The ``tune`` block parsed (``tuning.parse_tune``) for the request's instance type, or its problems."""
+
+    settings: tuning.TuneSettings | None
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One execution input, read once (:func:`read_request`)."""
+
+    keys: tuple[str, ...]
+    """The input's own field names, in its order (an evaluation-only input may set only some)."""
+    fields: Fields
+    unknown: tuple[str, ...]
+    """The problem of each name of the input that is no input field."""
+    field_problems: tuple[str, ...]
+    """Each field's own problem (its row of the fields' table), in the table's order."""
+    settings: TrainerSettings
+    evaluate: EvaluateBlock | None
+    """The ``evaluate`` block with its defaults; None without one, or when it is not an object of its fields."""
+    tune: TuneBlock | None
+    """The ``tune`` block parsed; None without one, or when the fields have problems (it needs the instance type)."""
+    architecture: Mapping[str, Any] | None
+    """The ``init_from`` model's settings (its config.json), when read."""
+    read_problems: tuple[str, ...] = ()
+    """The problem of the ``init_from`` folder, when it was read and the trainer cannot start from it."""
+
+    def setup(self, fields: Fields | None = None) -> plan.Setup:
+        """The plan's setup of the request's parsed settings on its instances (``fields``: the decided ones, e.g. a
+        tuning run's time limit; default the input's). Needs the settings parsed (``settings.values``)."""
+        chosen = self.fields if fields is None else fields
+        assert self.settings.values is not None, "the settings were not parsed"
+        return plan.setup_from_values(
+            self.settings.values,
+            instance_type=chosen.instance_type,
+            instance_count=chosen.instance_count,
+            max_runtime_seconds=chosen.max_runtime_seconds,
+        )
+
+
+def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | None = None) -> Request:
+    """``raw`` (an execution input, a JSON object) read once under ``rules``: every field merged over the workflow's
+    defaults (the input's ``hyperparameters`` over the workflow's), each field's own check, the ``init_from`` model's
+    config.json (with ``reads``' S3, when the field is valid: the settings need its shape), the trainer settings,
+    the ``evaluate`` and ``tune`` blocks."""
+    unknown = tuple(
+        f"{key}: unknown input field{suggest(str(key), INPUT_FIELDS)}; allowed: {', '.join(INPUT_FIELDS)}"
+        for key in raw
+        if key not in INPUT_FIELDS
+    )
+    defaults = rules.full_defaults()
+    resolved = {name: (raw[name] if name in raw else defaults[name]) for name in INPUT_FIELDS}
+    if isinstance(raw.get("hyperparameters"), Mapping):  # the input's settings over the workflow's defaults
+        resolved["hyperparameters"] = {**defaults["hyperparameters"], **raw["hyperparameters"]}
+    field_problems = tuple(
+        problem for name in INPUT_FIELDS if (problem := check_field(name, resolved[name], rules)) is not None
+    )
+    fields = Fields(**resolved)
+    folder = None if any(p.startswith("init_from:") for p in field_problems) else fields.init_from
+    architecture, read_problems = (reads or Reads()).init_from(folder)
+    return Request(
+        keys=tuple(raw),
+        fields=fields,
+        unknown=unknown,
+        field_problems=field_problems,
+        settings=read_settings(fields, field_problems, rules, architecture),
+        evaluate=_evaluate_block(fields.evaluate),
+        tune=_tune_block(fields, field_problems),
+        architecture=architecture,
+        read_problems=tuple(read_problems),
+    )
+
+
+def read_settings(
+    fields: Fields,
+    field_problems: Sequence[str],
+    rules: RequestRules,
+    architecture: Mapping[str, Any] | None,
+) -> TrainerSettings:
+    """THE one place the request's trainer settings are parsed: each setting of ``hyperparameters`` on its own
+    (known, not the platform's, by the trainer's own parser: every problem at once, even when other fields have
+    problems); then, when every field is valid, with the top-level settings, the ``init_from`` channel's folder and
+    the data switch, all together by ``contract.parse_hyperparameters`` (with ``init_from``: against
+    ``architecture``, the folder's config.json; left to the trainer when it was not read) on the instance type's
+    GPU, and rendered as the ``HyperParameters`` map within SageMaker's sizes."""
+    if field_problems and any(p.startswith("hyperparameters") for p in field_problems):
+        return _settings({}, {}, None, {}, [])  # not an object of settings: its field's problem says so
+    given, each, problems = _each_setting(fields.hyperparameters)
+    if field_problems:  # the rest needs the other fields valid
+        return _settings(given, each, None, {}, problems)
+    for name in TOP_LEVEL_HYPERPARAMETERS:
+        if getattr(fields, name) is not None:
+            given[name] = getattr(fields, name)
+    if fields.init_from is not None:
+        given["init_from"] = contract.WEIGHTS_CHANNEL_DIR
+    has_data = fields.train_data_uri is not None
+    dataset = str(given.get(DATA_HYPERPARAMETER, "channel" if has_data else "synthetic")).strip().lower()
+    if dataset == "channel" and not has_data:
+        problems.append(
+            "hyperparameters.dataset: channel needs train_data_uri (the data to mount); got no train_data_uri"
+        )
+    if dataset == "synthetic" and has_data:
+        problems.append(
+            f"hyperparameters.dataset: synthetic would ignore train_data_uri {fields.train_data_uri}; "
+            "leave dataset out (or channel) to train on it"
+        )
+    if has_data:
+        given[DATA_HYPERPARAMETER] = "channel"
+    if problems:
+        return _settings(given, each, None, {}, problems)
+    values = None
+    try:
+        if fields.init_from is None or architecture is not None:
+            gpu = contract.GPU_INSTANCE_TYPES.get(fields.instance_type)
+            values = contract.parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
+    except contract.ContractError as err:
+        return _settings(given, each, None, {}, [f"hyperparameters.{err}"])
+    rendered = {**contract.to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
+    return _settings(given, each, values, rendered, size_problems(rendered, rules))
+
+
+def _each_setting(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Each setting of the input's ``hyperparameters`` on its own: known, not the platform's, parsed by its own
+    parser (for :func:`read_settings` only). Returns the settings that parse as given and as parsed, and every
+    problem."""
+    problems: list[str] = []
+    unknown: list[str] = []
+    given: dict[str, Any] = {}
+    each: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = contract.normalize_name(key)
+        spec = contract.HYPERPARAMETERS_BY_NAME.get(name)
+        where = f"hyperparameters.{key}"
+        if spec is None:
+            unknown.append(f"{key}{suggest(name, contract.HYPERPARAMETERS_BY_NAME)}")
+        elif name in PLATFORM_HYPERPARAMETERS:
+            problems.append(
+                f"{where}: set by the platform ({PLATFORM_HYPERPARAMETERS[name]}, the path SageMaker syncs); "
+                "it cannot be set from an execution"
+            )
+        elif name in INPUT_FIELD_HYPERPARAMETERS:
+            problems.append(
+                f"{where}: set by the platform from {INPUT_FIELD_HYPERPARAMETERS[name]}; set that field"
+            )
+        elif name in TOP_LEVEL_HYPERPARAMETERS:
+            problems.append(
+                f"{where}: is the top-level input field {name}; set it there, not in hyperparameters"
+            )
+        elif name in given:
+            problems.append(f"{where}: {name} is given twice (in two spellings)")
+        else:
+            try:
+                each[name] = spec.parse(value)
+                given[name] = value
+            except contract.ContractError as err:
+                problems.append(f"hyperparameters.{err}")
+    if unknown:
+        settable = [
+            n
+            for n in contract.HYPERPARAMETERS_BY_NAME
+            if n not in PLATFORM_HYPERPARAMETERS
+            and n not in TOP_LEVEL_HYPERPARAMETERS
+            and n not in INPUT_FIELD_HYPERPARAMETERS
+        ]
+        problems.insert(
+            0,
+            f"hyperparameters: unknown trainer setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+            f"allowed: {', '.join(settable)}",
+        )
+    return given, each, problems
+
+
+def _settings(
+    given: Mapping[str, Any],
+    each: Mapping[str, Any],
+    values: Mapping[str, Any] | None,
+    rendered: Mapping[str, str],
+    problems: Sequence[str],
+) -> TrainerSettings:
+    """The settings, read-only."""
+    return TrainerSettings(
+        MappingProxyType(dict(given)),
+        MappingProxyType(dict(each)),
+        None if values is None else MappingProxyType(dict(values)),
+        MappingProxyType(dict(rendered)),
+        tuple(problems),
+    )
+
+
+def _evaluate_block(value: Any) -> EvaluateBlock | None:
+    """The ``evaluate`` field as its block with defaults, when it is an object of the block's fields only."""
+    if not isinstance(value, Mapping) or any(key not in EVALUATE_DEFAULTS for key in value):
+        return None
+    return EvaluateBlock(**{**EVALUATE_DEFAULTS, **value})
+
+
+def _tune_block(fields: Fields, field_problems: Sequence[str]) -> TuneBlock | None:
+    """The ``tune`` field parsed for the instance type, when there is one and the fields are valid."""
+    if fields.tune is None or field_problems:
+        return None
+    settings, problems = tuning.parse_tune(fields.tune, fields.instance_type)
+    return TuneBlock(settings, tuple(problems))

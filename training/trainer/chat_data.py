@@ -1,0 +1,216 @@
+"""Conversations -> token ids and a loss mask, through the model's own chat template (transformers'
+``apply_chat_template``; no template code of our own).
+
+Input: JSON Lines, one example a line: ``{"messages": [{"role": "system"|"user"|"assistant", "content": "...",
+"train": false?}, ...]}`` or ``{"prompt": "...", "completion": "..."}`` (a user turn and an assistant turn).
+
+**Which tokens are trained** (the mask), without relying on ``{% generation %}`` markers, which most stock templates
+(Llama 3.x, Qwen 2.5) do not have: for each assistant turn ``i`` the conversation is rendered twice more, up to the
+turn with the generation prompt (``messages[:i]``, ``add_generation_prompt=True``: everything the model is given
+before it answers) and through the turn (``messages[:i + 1]``). The first must be a prefix of the second and the
+second of the whole rendering (a template that renders a turn differently once later turns follow is refused). The
+characters between the two ends are what the model writes for that turn; of them the trained ones run up to and
+including the template's end-of-turn token (the special token the turn's text ends with, trailing whitespace after
+it left out, e.g. Qwen's newline after ``<|im_end|>``). The whole rendering is tokenized once, as
+``apply_chat_template`` tokenizes it (``add_special_tokens=False``), and a token is trained when its characters lie
+inside a trained span. So system, user and tool text and the template's own headers are never trained; the
+assistant's content and its end-of-turn token always are (unless that message says ``"train": false``).
+
+**Refused**, each in one line naming the file and line, before any output file gets its name: a line that is not
+UTF-8 or not JSON, an example of another shape, an unknown role, content that is not a string or holds one of the
+tokenizer's special tokens (it would be read as template structure), a conversation that opens with an assistant
+turn, an assistant turn that yields no trained token, an example every token of which would be trained (the template renders nothing around the answer), a
+template that renders a turn differently once later turns follow, or renders no end-of-turn token after an answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROLES = ("system", "user", "assistant")
+
+
+class ChatDataError(ValueError):
+    """An input that cannot be turned into trained tokens; the message names the file and line and why."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One rendered example: token ids, the loss mask (1: the token is trained as a target), and how it came in."""
+
+    ids: np.ndarray
+    mask: np.ndarray
+    shape: str  # "messages" or "prompt_completion"
+
+
+def load_tokenizer(folder: str) -> tuple[Any, str]:
+    """The model folder's tokenizer (transformers, local files only) and its chat template; refuses a folder with
+    no template."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ChatDataError(
+            "init-from: rendering conversations needs the 'transformers' package (pip install transformers)"
+        ) from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as err:  # transformers raises OSError, ValueError and its own types
+        raise ChatDataError(f"init-from: cannot load a tokenizer from {folder}: {err}") from None
+    template = tokenizer.chat_template
+    if isinstance(template, dict):
+        template = template.get("default")
+    if not isinstance(template, str) or not template:
+        raise ChatDataError(
+            f"init-from: {folder} has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja): "
+            "a base model's folder often has none; use the instruct model's tokenizer files, or add its template"
+        )
+    return tokenizer, template
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, list[dict[str, Any]], str]]:
+    """``(line number, messages, shape)`` of every non-blank line of ``path``, checked (see the module doc)."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ChatDataError(f"{where}: not UTF-8 ({err.reason} at byte {err.start})") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as err:
+                raise ChatDataError(f"{where}: not valid JSON ({err})") from None
+            yield number, *messages_of(record, where)
+
+
+def messages_of(record: Any, where: str) -> tuple[list[dict[str, Any]], str]:
+    """The checked messages of one JSON record and its shape (``messages`` or ``prompt_completion``)."""
+    if isinstance(record, dict) and "messages" in record:
+        messages = record["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise ChatDataError(f"{where}: 'messages' must be a non-empty list of messages")
+        return [_message(m, where, i) for i, m in enumerate(messages)], "messages"
+    if isinstance(record, dict) and {"prompt", "completion"} <= record.keys():
+        if not isinstance(record["prompt"], str) or not isinstance(record["completion"], str):
+            raise ChatDataError(f"{where}: 'prompt' and 'completion' must be strings")
+        turns = [
+            {"role": "user", "content": record["prompt"]},
+            {"role": "assistant", "content": record["completion"]},
+        ]
+        return [_message(m, where, i) for i, m in enumerate(turns)], "prompt_completion"
+    raise ChatDataError(
+        f"{where}: an example is a JSON object with 'messages' (a list of {{'role', 'content'}}) or with 'prompt' "
+        "and 'completion'"
+    )
+
+
+def _message(message: Any, where: str, index: int) -> dict[str, Any]:
+    if not isinstance(message, dict):
+        raise ChatDataError(f"{where}: message {index} is not an object with 'role' and 'content'")
+    role, content, train = message.get("role"), message.get("content"), message.get("train", True)
+    if role not in ROLES:
+        raise ChatDataError(f"{where}: message {index} has role {role!r}; allowed: {', '.join(ROLES)}")
+    if not isinstance(content, str):
+        raise ChatDataError(f"{where}: message {index} ({role}) has no string 'content'")
+    if not isinstance(train, bool):
+        raise ChatDataError(f"{where}: message {index} has 'train' {train!r}; allowed: true or false")
+    if train and role != "assistant" and "train" in message:
+        raise ChatDataError(
+            f'{where}: message {index} ({role}) says "train": true; only assistant turns are trained'
+        )
+    return {"role": role, "content": content, "train": train and role == "assistant"}
+
+
+class Renderer:
+    """Renders checked messages with a tokenizer's chat template into an ``Example``."""
+
+    def __init__(self, tokenizer: Any, template: str):
+        self.tokenizer, self.template = tokenizer, template
+        self.special = sorted(
+            {str(t) for t in tokenizer.all_special_tokens}
+            | {str(t) for t in tokenizer.added_tokens_decoder.values() if getattr(t, "special", False)},
+            key=len,
+            reverse=True,
+        )
+        self.end_of_turn: set[str] = set()
+
+    def _text(self, messages: list[dict[str, Any]], prompt: bool, where: str) -> str:
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        try:
+            return self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=prompt)
+        except Exception as err:  # the template's own raise_exception, or a Jinja error
+            raise ChatDataError(f"{where}: the chat template refuses this conversation: {err}") from None
+
+    def render(self, messages: list[dict[str, Any]], shape: str, where: str) -> Example | None:
+        """The example's ids and mask; None when it has no assistant turn to train (counted, not refused)."""
+        for index, message in enumerate(messages):
+            inside = next((t for t in self.special if t in message["content"]), None)
+            if inside:
+                raise ChatDataError(
+                    f"{where}: message {index} ({message['role']}) holds the tokenizer's special token {inside!r}, "
+                    "which would be read as template structure; remove it from the data"
+                )
+        if not any(m["train"] for m in messages):
+            return None
+        full = self._text(messages, False, where)
+        spans = [self._span(messages, i, full, where) for i, m in enumerate(messages) if m["train"]]
+        encoded = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+        ids = np.asarray(encoded["input_ids"], dtype=np.int64)
+        mask = np.zeros(len(ids), dtype=np.uint8)
+        for begin, end, turn, eot in spans:
+            inside = [
+                k for k, (a, b) in enumerate(encoded["offset_mapping"]) if begin <= a and b <= end and b > a
+            ]
+            if not inside:
+                raise ChatDataError(f"{where}: assistant turn {turn} yields no trained token")
+            if self.tokenizer.convert_ids_to_tokens(int(ids[inside[-1]])) != eot:
+                raise ChatDataError(
+                    f"{where}: the end-of-turn token {eot!r} of assistant turn {turn} is not a token of its own"
+                )
+            mask[inside] = 1
+        if mask.all():
+            raise ChatDataError(
+                f"{where}: every token of this example would be trained: the chat template renders nothing around "
+                "the assistant's answer (no headers, no prompt), so this is not chat data for this template"
+            )
+        return Example(ids, mask, shape)
+
+    def _span(
+        self, messages: list[dict[str, Any]], index: int, full: str, where: str
+    ) -> tuple[int, int, int, str]:
+        """The characters of ``full`` trained for assistant message ``index``: ``(begin, end, index,
+        end-of-turn token)``."""
+        if index == 0:
+            raise ChatDataError(
+                f"{where}: the conversation opens with an assistant turn: with nothing before it the template cannot "
+                "show where its answer starts; begin with the system or user message it answers"
+            )
+        before = self._text(messages[:index], True, where)
+        through = self._text(messages[: index + 1], False, where)
+        if not through.startswith(before) or not full.startswith(through):
+            raise ChatDataError(
+                f"{where}: the chat template renders assistant turn {index} differently once later turns follow (or "
+                "its generation prompt is not where the answer starts), so which tokens are the answer cannot be "
+                "derived; use a template that renders earlier turns as they were"
+            )
+        turn = through[len(before) :].rstrip()
+        if not turn:
+            raise ChatDataError(
+                f"{where}: assistant turn {index} yields no trained token: the chat template renders nothing for it"
+            )
+        eot = next((t for t in self.special if turn.endswith(t)), None)
+        if eot is None:
+            raise ChatDataError(
+                f"{where}: the chat template renders assistant turn {index} without an end-of-turn special token "
+                f"after it (it ends {turn[-20:]!r}): the model would never learn to stop"
+            )
+        self.end_of_turn.add(eot)
+        return len(before), len(before) + len(turn), index, eot
