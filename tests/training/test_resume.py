@@ -97,9 +97,9 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
     truncate(newer[7] / "__1_0.distcp")
     truncate(newer[8] / ".metadata")
     truncate(newer[9] / "rank_00001.pt")
-    damage(
-        newer[10] / "rank_00000.pt"
-    )  # rank 1 hashes rank_00000.pt (the local ranks take turns over the names)
+    # rank 1 hashes rank_00001.pt: the local ranks take turns over the sorted names (.metadata, STARTED,
+    # __0_0.distcp, __1_0.distcp, rank_00000.pt, rank_00001.pt)
+    damage(newer[10] / "rank_00001.pt")
     (newer[11] / "__0_0.distcp").unlink()
     (newer[13] / checkpoint.MARKER).write_text('{"world_size": 2, "files": {".meta')
     truncate(newer[14] / "rank_00001.pt")  # sealed with its new size and checksum: only rank 1's load fails
@@ -117,7 +117,7 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
         7: f"__1_0.distcp has {size['__1_0.distcp'] // 2} bytes, COMPLETE lists {size['__1_0.distcp']}",
         8: f".metadata has {size['.metadata'] // 2} bytes, COMPLETE lists {size['.metadata']}",
         9: f"rank_00001.pt has {size['rank_00001.pt'] // 2} bytes, COMPLETE lists {size['rank_00001.pt']}",
-        10: "rank 1: checksum mismatch in rank_00000.pt",
+        10: "rank 1: checksum mismatch in rank_00001.pt",
         11: "__0_0.distcp is missing",
         13: "unreadable COMPLETE marker (JSONDecodeError: ",
         14: "load failed on rank 1: RuntimeError: PytorchStreamReader failed",

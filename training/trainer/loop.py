@@ -504,6 +504,33 @@ class _EmptyMicroBatches:
             self.reported = self.total
 
 
+def _summary(
+    state: _State,
+    progress: Progress,
+    meter: Any,
+    env: parallel.DistEnv,
+    manager: Any,
+    val_loss: Any,
+    empty: int,
+) -> dict[str, Any]:
+    """The summary line's values (a collective: the memory over the ranks)."""
+    summary = {
+        "steps": state.step,
+        "final_loss": progress.last_mean,
+        **meter.summary(),
+        "peak_mem_gb": metrics.peak_memory_gb(env.device),
+        **metrics.memory_over_ranks(env.device, env.cpu_group),
+        "train_seconds": meter.total_seconds(),
+    }
+    if val_loss is not None:
+        summary["val_loss"], summary["val_accuracy"] = val_loss
+    if empty:
+        summary["empty_micro_batches"] = empty
+    if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
+        summary["unusable_checkpoints"] = len(manager.skipped)
+    return summary
+
+
 def _train(
     cfg,
     env,
@@ -639,20 +666,7 @@ def _train(
             _export(saved, cfg, say)
     sealed(manager.seal_pending())  # a save still in flight is waited for and sealed before the summary
     stop.close()
-    summary = {
-        "steps": state.step,
-        "final_loss": progress.last_mean,
-        **meter.summary(),
-        "peak_mem_gb": metrics.peak_memory_gb(env.device),
-        **metrics.memory_over_ranks(env.device, env.cpu_group),
-        "train_seconds": meter.total_seconds(),
-    }
-    if val_loss is not None:
-        summary["val_loss"], summary["val_accuracy"] = val_loss
-    if empty.total:
-        summary["empty_micro_batches"] = empty.total
-    if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
-        summary["unusable_checkpoints"] = len(manager.skipped)
+    summary = _summary(state, progress, meter, env, manager, val_loss, empty.total)
     say(contract.format_summary_line(summary))
     tracking.summary(state.step, summary)
     tracking.stopped = stopped
