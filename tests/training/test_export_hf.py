@@ -310,6 +310,23 @@ def test_a_byte_level_model_says_so_and_has_no_tokenizer_files(tmp_path):
     assert "copy that `tokenizer.json` into this folder" in export_hf.write_tokenizer(missing, tmp_path, 64)
 
 
+@pytest.mark.parametrize("travelled", [False, True], ids=["no tokenizer files", "its tokenizer files"])
+def test_a_model_imported_then_trained_on_synthetic_tokens_has_a_truthful_card(tmp_path, travelled):
+    """It learnt its language before this run: the card says where it came from, that this run's tokens were
+    synthetic, and which tokenizer it reads."""
+    files = {"tokenizer_config.json": b"{}"} if travelled else {}
+    data = {"dataset": "synthetic", "init_from": {"path": "/models/llama", "config": {}, "files": files}}
+    written = export_hf.write_source_files(data, tmp_path)
+    text = export_hf.write_tokenizer(data, tmp_path, 64)
+    assert "learnt no language" not in text
+    assert "`init_from` /models/llama" in text
+    assert "This run trained it on synthetic tokens (`dataset=synthetic`" in text
+    if travelled:
+        assert written == ["tokenizer_config.json"] and "`tokenizer_config.json` are here" in text
+    else:
+        assert written == [] and "the tokenizer of the model it started from" in text
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # A run that started from a Hugging Face model (init_from): grouped-query attention, tying, llama3 RoPE scaling
 # ---------------------------------------------------------------------------------------------------------------

@@ -273,6 +273,44 @@ def test_the_batch_check_counts_the_processes_train_sh_will_start(tmp_path):
     assert "needs 12" in field_of(channel(tmp_path, batch_size="4"), world_size=3)
 
 
+def test_the_batch_check_counts_grad_accum_steps_and_names_the_product(tmp_path):
+    """One optimizer step reads batch_size x grad_accum_steps sequences on every process."""
+    path = data_file(tmp_path, "tokens.bin")
+    (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(path)  # 8 sequences: a batch of 4 on 2 processes
+    preflight.check(channel(tmp_path, batch_size="4"), 2)
+    assert field_of(channel(tmp_path, batch_size="4", grad_accum_steps="8"), world_size=2) == (
+        f"batch_size: batch_size: the train split in {tmp_path / 'data'} holds 264 tokens, 8 sequences of "
+        "seq_length + 1 = 33; one optimizer step (batch_size 4 x grad_accum_steps 8 x 2 processes) needs 64: lower "
+        "batch_size, grad_accum_steps or seq_length, or add data"
+    )
+    with pytest.raises(contract.ContractError) as info:  # the data source's own check, when training starts
+        data.TokenFiles([path], "uint16", 256, 32, 4 * 8, 0, 0, 2, grad_accum_steps=8)
+    assert str(info.value) == (
+        f"batch_size: the token files {path} hold 8 windows of 33 tokens; one optimizer step (batch_size 4 x "
+        "grad_accum_steps 8 x 2 processes) needs 64"
+    )
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_folder_holding_the_same_tokens_as_bin_and_npy_is_refused_naming_both(tmp_path, nested):
+    """Without metadata.json every token file under the folder is read: tokens.bin beside tokens.npy (a file
+    converted and the original left behind) would train on both."""
+    folder = "part" if nested else ""
+    (tmp_path / "data" / folder).mkdir(parents=True)
+    tokens = np.arange(33 * 8, dtype=np.uint16) % 200
+    tokens.tofile(tmp_path / "data" / folder / "tokens.bin")
+    np.save(tmp_path / "data" / folder / "tokens.npy", tokens)
+    both = tmp_path / "data" / folder / "tokens"
+    expected = (
+        f"dataset: {both}.bin and {both}.npy are both token files of the data folder {tmp_path / 'data'}, so both "
+        "would be read (the same tokens twice, when one was converted from the other): keep one"
+    )
+    assert field_of(channel(tmp_path)) == f"dataset: {expected}"
+    with pytest.raises(contract.ContractError) as info:  # and where training opens the files
+        data.make_dataset(channel(tmp_path), 0, 1)
+    assert str(info.value) == expected
+
+
 @pytest.mark.parametrize("kind", list(BROKEN))
 def test_an_unusable_init_from_folder_fails_before_step_1_with_one_line_and_writes_nothing(tmp_path, kind):
     folder = broken_llama(tmp_path / "source", kind)

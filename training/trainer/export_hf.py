@@ -249,10 +249,8 @@ def write_tokenizer(data: dict[str, Any] | None, out: Path, max_length: int) -> 
     """Tokenizer files when the data had a ``tokenizer.json`` (unless the ``init_from`` model's own tokenizer
     files travelled, ``write_source_files``); returns the README's tokenizer paragraph."""
     source = (data or {}).get("init_from") or {}
-    travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
-    if travelled:
-        names = ", ".join(f"`{name}`" for name in sorted(travelled))
-        return f"The tokenizer of the model this run started from (`init_from` {source['path']}): {names} are here."
+    if source:
+        return _imported_tokenizer(source, (data or {}).get("dataset") == "synthetic")
     if data is None:
         return "Unknown: this model file was saved before the trainer recorded how its data was tokenized."
     if data.get("dataset") == "synthetic":
@@ -287,6 +285,28 @@ def write_tokenizer(data: dict[str, Any] | None, out: Path, max_length: int) -> 
     return (
         f"The data's Hugging Face tokenizer `{name}`: `tokenizer.json` and `tokenizer_config.json` are here."
     )
+
+
+def _imported_tokenizer(source: dict[str, Any], synthetic: bool) -> str:
+    """The tokenizer paragraph of a run that started from the ``init_from`` model ``source`` (``source_info``):
+    its tokenizer files, when they travelled; with ``synthetic`` data, what this run's tokens were (the model
+    learnt its language before this run)."""
+    travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
+    origin = f"`init_from` {source['path']}"
+    if travelled:
+        names = ", ".join(f"`{name}`" for name in sorted(travelled))
+        text = f"The tokenizer of the model this run started from ({origin}): {names} are here."
+    else:
+        text = (
+            f"None here: the folder of the model this run started from ({origin}) had no tokenizer files; use "
+            "the tokenizer of the model it started from."
+        )
+    if synthetic:
+        text += (
+            " This run trained it on synthetic tokens (`dataset=synthetic`: a fixed pattern over token ids, not "
+            "text), so its language comes from that model and these steps may have made it worse, not better."
+        )
+    return text
 
 
 def _token_name(tokenizer_json: str, token_id: int | None) -> str | None:
@@ -461,6 +481,25 @@ def export_after_training(model_file: Path, cfg) -> str:
     except ExportError as err:
         return f"error: Hugging Face export failed (the model file is kept): {err}"
     return f"Hugging Face model ({dtype}) exported to {out}: {', '.join(files)}"
+
+
+def pending_export(model_dir: str | Path, cfg, prefix: str = HF_DIR) -> tuple[Path, str] | None:
+    """The model file whose Hugging Face export an earlier run of ``cfg`` did not finish, and how it was left: an
+    export folder still being written (``hf.partial``, ``hf_step_N.partial``: the job was killed while it
+    exported), or no export folder at all beside the model file (killed before it began). The newest model file
+    (``model_step_N.pt`` after ``model.pt``) is the one a finished run exports last. None when there is nothing to
+    do (no model file, an export folder there, or a model that has no export: ``position_encoding=none``).
+    ``prefix``: the export folder's name (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
+    folder = Path(model_dir)
+    models = sorted(folder.glob("model*.pt")) if folder.is_dir() else []
+    if not models or cfg.position_encoding != "rope":
+        return None
+    partials = sorted(p.name for p in folder.glob(f"{prefix}*.partial") if p.is_dir())
+    if partials:
+        return models[-1], f"one was interrupted: {', '.join(partials)}"
+    if not any(p.is_dir() for p in folder.glob(f"{prefix}*")):
+        return models[-1], "none was made"
+    return None
 
 
 def parse_size(text: str) -> int:

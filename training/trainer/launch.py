@@ -20,6 +20,9 @@ way, whatever its workers' exit statuses: ``launch_agent`` raises ``ChildFailedE
   entry point set it) and exited 2, and torchrun stopped any still running (SIGTERM, then SIGKILL). Exit 2 and
   print nothing more: one worker printed the ``error:`` line, and torchrun's log lines about stopping the workers
   are dropped once a refusal is recorded;
+* the workers stopped together on a failure during training (``refusal.TrainingFailure``: a bad token id, a
+  non-finite loss): rank 0 recorded it in ``$TRAINER_FAILURE_FILE`` (set here) and printed its ``error:`` line, every
+  failed worker exited 1 or was stopped by torchrun. Exit 1 and print nothing more, as for a refusal;
 * any other failure: torchrun's block, without the traceback through torchrun's own code, and exit 1;
 * success: exit 0.
 """
@@ -55,7 +58,7 @@ class _QuietAfterRefusal(logging.Filter):
     """Drops the agent's records once a worker has recorded a refusal (its line already says everything)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return refusal.refused() is None
+        return refusal.refused() is None and refusal.refused(refusal.FAILURE_MARKER_ENV) is None
 
 
 def is_refusal(err: ChildFailedError) -> bool:
@@ -111,6 +114,17 @@ def node_arguments(argv: list[str], environ: dict[str, str] | None = None) -> li
     return [*cluster.torchrun_node_args(hosts, port), *argv]
 
 
+def is_failure_together(err: ChildFailedError) -> bool:
+    """Whether the failed run is a ``TrainingFailure`` the workers stopped on together: one recorded, every failed
+    worker exited 1 or was stopped by torchrun, at least one exited 1."""
+    codes = {failure.exitcode for failure in err.failures.values()}
+    return (
+        refusal.refused(refusal.FAILURE_MARKER_ENV) is not None
+        and refusal.FAILED in codes
+        and codes <= {refusal.FAILED, *STOPPED_BY_TORCHRUN}
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun with ``argv`` (its own options, then the program) on the job's hosts; return the contract's
     exit status."""
@@ -125,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trainer-launch-") as private:
         marker = Path(os.environ.setdefault(refusal.MARKER_ENV, str(Path(private) / "refused")))
         marker.unlink(missing_ok=True)  # train.sh's check passed: nothing has refused yet
+        failure = Path(os.environ.setdefault(refusal.FAILURE_MARKER_ENV, str(Path(private) / "failed")))
+        failure.unlink(missing_ok=True)
         quiet = _QuietAfterRefusal()
         for name in AGENT_LOGGERS:
             logging.getLogger(name).addFilter(quiet)
@@ -133,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         except ChildFailedError as err:
             if is_refusal(err):
                 return refusal.REFUSED
+            if is_failure_together(err):
+                return refusal.FAILED
             print(str(err).strip("\n"), file=sys.stderr, flush=True)
             return refusal.FAILED
     return 0
