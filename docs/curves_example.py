@@ -3,11 +3,14 @@
 Two runs of the tiny 2-layer model on real text (the source of four standard-library packages, tokenized by
 ``training.trainer.prepare``), learning rates 0.01 and 0.002, each line of the trainer time-stamped as it is printed
 (as CloudWatch Logs does), then drawn by the same code as ``curves --out`` (``curves.curve_of`` and ``plots.png``).
-About 2 minutes on 2 CPU cores: ``.venv/bin/python docs/curves_example.py [OUT.png]``.
+About 2 minutes on 2 CPU cores: ``.venv/bin/python docs/curves_example.py [OUT.png]`` (default
+``./curves-example.png``; an existing file is refused, so nothing is written over; ``--replace`` writes over it, as
+regenerating the page's picture does: ``docs/curves_example.py docs/curves-example.png --replace``).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -46,7 +49,10 @@ def timed_lines(command: list[str]) -> list[LogEvent]:
     return events
 
 
-def main(out: Path) -> None:
+def main(out: Path, replace: bool = False) -> int:
+    if out.exists() and not replace:
+        print(f"error: {out} already exists: choose another file, or --replace", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         stdlib = Path(sysconfig.get_paths()["stdlib"])
         meta = prepare.prepare([str(stdlib / n) for n in ("json", "email", "html", "http")], f"{tmp}/data")
@@ -60,7 +66,12 @@ def main(out: Path) -> None:
             curves.append(curve_of(name, [(job, events)]))
     plots.png(curves, "tokens", out)
     print(f"wrote {out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "curves-example.png")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default="curves-example.png", help="default: ./curves-example.png")
+    parser.add_argument("--replace", action="store_true", help="write over an existing file")
+    args = parser.parse_args()
+    sys.exit(main(Path(args.out), args.replace))

@@ -4,13 +4,19 @@ The tuning driver exactly as a job runs it (``train.sh --tune_trials ...``: each
 ``torchrun`` of 2 gloo processes), on the tiny 2-layer model: micro-batch 2, 8 and 32 (each with the
 accumulation that keeps the base's 32 sequences per optimizer step) with and without activation checkpointing, then a micro-batch of 4096 x 128 tokens that cannot allocate its activations under the per-trial
 memory limit (a real OOM), and 4096 x 64 tokens with full activation checkpointing, which fits but outlasts its
-trial's time limit (a real timeout: some 13 s a step, and the driver stops no trial before its warm-up and window);
+trial's 90 s limit (a real timeout: some 13 s a step, and the driver stops no trial before its warm-up and window);
 then the winner's convergence run in bf16 against fp32 (what this CPU runs). The report's table, charts and
-winner are copied here. About 4 minutes on 2 CPU cores: ``.venv/bin/python docs/tuning_example.py [OUT_DIR]``.
+winner are copied to ``OUT_DIR`` (default ``./tuning-example/``; a folder that already holds them is refused, so
+nothing is written over; ``--replace`` writes over them, as regenerating docs/tuning-example/ does). About 4 minutes on
+2 CPU cores::
+
+    .venv/bin/python docs/tuning_example.py                                   # into ./tuning-example/
+    .venv/bin/python docs/tuning_example.py docs/tuning-example --replace     # the page's own copy, regenerated
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -46,16 +52,25 @@ TUNE = {
     "tune_max_measured_steps": "12",
     "tune_window_steps": "6",
     "tune_cv_target": "0.05",
-    "tune_trial_timeout_seconds": "60",
+    "tune_trial_timeout_seconds": "90",
     "tune_trial_memory_limit_gb": "3",
     "tune_convergence_reference": "fp32",
     "tune_convergence_precisions": "bf16",
     "tune_convergence_steps": "60",
 }
-KEPT = ("table.md", "throughput_memory.png", "throughput_vs_memory.png", "convergence.png", "winner.json")
+KEPT = ("table.md", "throughput_memory.png", "convergence.png", "winner.json")
+"""The report's files the page shows (a CPU run draws no throughput-against-memory chart: its memory axis would be
+a process's resident set)."""
 
 
-def main(out: Path) -> int:
+def main(out: Path, replace: bool = False) -> int:
+    taken = [name for name in KEPT if (out / name).exists()]
+    if taken and not replace:
+        print(
+            f"error: {out} already holds {', '.join(taken)}: choose another folder, or --replace",
+            file=sys.stderr,
+        )
+        return 2
     with tempfile.TemporaryDirectory() as work:
         settings = {**MODEL, **TUNE, "checkpoint_dir": f"{work}/checkpoints", "model_dir": f"{work}/model"}
         args = [part for key, value in settings.items() for part in (f"--{key}", value)]
@@ -73,4 +88,8 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "tuning-example"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", nargs="?", default="tuning-example", help="default: ./tuning-example/")
+    parser.add_argument("--replace", action="store_true", help="write over the files a folder already holds")
+    args = parser.parse_args()
+    sys.exit(main(Path(args.out_dir), args.replace))

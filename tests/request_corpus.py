@@ -2,9 +2,10 @@
 
 Every input is run through the decision's entry points: the workflow's Lambda (``request_check.decide``, with S3 in
 moto holding the data, the ``init_from`` model folders, earlier runs' checkpoints, evaluation task folders and stored
-tuning measurements, and a stub of SageMaker for an evaluation-only request's training job), and the CLI offline
-(``validate`` and ``plan`` under cdk.json's rules, and ``tune``'s plan for the inputs with a ``tune`` block). What
-each returned (the whole decision, every problem line, the plan) is kept in ``request_corpus.json``;
+tuning measurements, and a stub of SageMaker for an evaluation-only request's training job and the training plans),
+and the CLI offline (``validate`` and ``plan`` under cdk.json's rules, and ``tune``'s plan for the inputs with a
+``tune`` block). What each returned (the whole decision, every problem line, the plan) is kept in
+``request_corpus.json``;
 ``tests/test_request_corpus.py`` runs the corpus again and compares every decision and message with that record.
 
 The record was written by the code before the request was read into one typed value (issue "a request read once"),
@@ -144,6 +145,7 @@ def world_objects() -> dict[str, bytes]:
         "data/tasks/piqa.yaml": b"task: piqa\ndataset_path: json\n",
         "data/tasks/group.yaml": b"group: mine\ntask:\n  - piqa\ntag:\n  - reasoning\n  - easy\n",
         "data/empty-tasks/readme.txt": b"no tasks",
+        "data/tasks/team-b/secret.yaml": b"task: team_b_secret\n",  # below the task folder: never read nor named
     }
     for name, config in (("llama-1b", LLAMA_1B), ("llama-8b", LLAMA_8B)):
         objects[f"data/{name}/config.json"] = json.dumps(config).encode()
@@ -216,6 +218,9 @@ TRAINING_JOBS = {
     "nope-job": _job("nope-job", HyperParameters={"position_encoding": "none"}),
     "synthetic-job": _job("synthetic-job", InputDataConfig=[]),
     "foreign-job": _job("foreign-job", CheckpointConfig={"S3Uri": "s3://elsewhere/checkpoints/x/"}),
+    "tune-job": _job(
+        "tune-job", HyperParameters={"precision": "bf16", "tune_trials": "batch_size=1;batch_size=2"}
+    ),
     "init-job": _job(
         "init-job",
         HyperParameters={"precision": "bf16", "init_from": "/opt/ml/input/data/weights"},
@@ -227,8 +232,45 @@ TRAINING_JOBS = {
 """The finished training jobs an evaluation-only request may name (``DescribeTrainingJob``'s answers)."""
 
 
+def _plan(arn: str, instance_type: str, count: int, status: str = "Active", **changes: Any) -> dict[str, Any]:
+    capacity = {"ReservedCapacityArn": arn.replace("training-plan/", "reserved-capacity/"),
+                "InstanceType": instance_type, "TotalInstanceCount": count, "Status": status}  # fmt: skip
+    return {"TrainingPlanArn": arn, "TrainingPlanName": arn.rsplit("/", 1)[-1], "Status": status,
+            "TotalInstanceCount": count, "TargetResources": ["training-job"],
+            "ReservedCapacitySummaries": [capacity], **changes}  # fmt: skip
+
+
+TWO_NODE_PLAN = PLAN_ARN.replace("b200-week", "b200-two")
+TRAINING_PLANS = {
+    PLAN_ARN: _plan(PLAN_ARN, "ml.p6-b200.48xlarge", 4),
+    TWO_NODE_PLAN: _plan(TWO_NODE_PLAN, "ml.p6-b200.48xlarge", 2, "Scheduled"),
+    PLAN_ARN.replace("b200-week", "h100-week"): _plan(
+        PLAN_ARN.replace("b200-week", "h100-week"), "ml.p5.48xlarge", 4
+    ),
+    PLAN_ARN.replace("b200-week", "ended"): _plan(
+        PLAN_ARN.replace("b200-week", "ended"), "ml.p6-b200.48xlarge", 4, "Expired"
+    ),
+    PLAN_ARN.replace("b200-week", "hyperpod"): _plan(
+        PLAN_ARN.replace("b200-week", "hyperpod"),
+        "ml.p6-b200.48xlarge",
+        4,
+        TargetResources=["hyperpod-cluster"],
+    ),
+}
+"""The account's training plans (``DescribeTrainingPlan``'s answers; the corpus's recorded inputs name the first)."""
+
+
 class SageMakerStub:
-    """``describe_training_job`` over :data:`TRAINING_JOBS` (SageMaker's ValidationException for any other)."""
+    """``describe_training_job`` over :data:`TRAINING_JOBS` and ``describe_training_plan`` over
+    :data:`TRAINING_PLANS` (SageMaker's ValidationException, and ResourceNotFound, for any other)."""
+
+    def describe_training_plan(self, TrainingPlanName: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
+        from botocore.exceptions import ClientError
+
+        if TrainingPlanName not in TRAINING_PLANS:
+            error = {"Error": {"Code": "ResourceNotFound", "Message": "Training plan not found."}}
+            raise ClientError(error, "DescribeTrainingPlan")  # type: ignore[arg-type]
+        return json.loads(json.dumps(TRAINING_PLANS[TrainingPlanName]))
 
     def describe_training_job(self, TrainingJobName: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
         from botocore.exceptions import ClientError
@@ -269,7 +311,8 @@ WORDS = f"{DATA}words/"
 
 def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     """(name, execution input, options): ``rules`` (a key of :func:`rules_variants`, default ``base``);
-    ``deployed``: also through the CLI's plan (and tune plan) with the deployed rules and S3."""
+    ``deployed``: also through the CLI's plan (and tune plan) with the deployed rules and S3; ``execution``: the
+    execution's name (default ``EXECUTION``)."""
     c: list[tuple[str, Any, dict[str, Any]]] = []
 
     def add(name: str, raw: Any, **options: Any) -> None:
@@ -309,7 +352,9 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
         "remote_debug": ["yes", True],
         "environment": ["NCCL_DEBUG=INFO", {"NCCL_DEBUG": 1}, {"FOO": "1"}, {"NVTE_FRAMEWORK": "jax"},
                         {"CUDA_VISIBLE_DEVICES": "0"}, {"NCCL_X": "v" * 600}, {f"NCCL_X{i}": "1" for i in range(101)},
-                        {"nccl_debug": "INFO"}],
+                        {"nccl_debug": "INFO"}, {"CUDA_INJECTION64_PATH": "/opt/ml/input/data/train/x.so"},
+                        {"NCCL_NET_PLUGIN": "/opt/ml/input/data/train/x.so", "FI_PROVIDER_PATH": "/opt/ml/input/data"},
+                        {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "NCCL_NEW_PLUGIN": "x", "NCCL_DEBUG": "INFO"}],
         "ignore_memory_estimate": [1, "true"],
         "evaluate": ["yes", 5],
         "tune": ["yes", []],
@@ -433,6 +478,17 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
         deployed=True,
     )
     add("plan-narrow-defaults", {}, rules="narrow")
+    add("plan-math-attention", {"batch_size": 4, "hyperparameters": {"attention_backend": "math"}})
+    add("plan-math-attention-ac", {"batch_size": 4, "activation_checkpointing": True,
+                                   "hyperparameters": {"attention_backend": "math"}})  # fmt: skip
+    add("plan-one-step-too-long", {"hyperparameters": {"grad_accum_steps": "65536"}})
+    add(
+        "plan-one-step-fits",
+        {"hyperparameters": {"grad_accum_steps": "65536"}, "max_runtime_seconds": 26 * 3600},
+    )
+    add("hp-fp8-mxfp8-recipe-hopper", {"precision": "fp8", "instance_type": "ml.p5.48xlarge",
+                                       "hyperparameters": {"fp8_recipe": "mxfp8"}})  # fmt: skip
+    add("hp-fp8-mxfp8-recipe-blackwell", {"precision": "fp8", "hyperparameters": {"fp8_recipe": "mxfp8"}})
     add(
         "plan-narrow-count",
         {"instance_count": 3, "hyperparameters": {"model_preset": "64b"}},
@@ -456,6 +512,15 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     add("remote-debug-allowed", {"remote_debug": True}, rules="debug")
     add("remote-debug-isolated", {"remote_debug": True}, rules="narrow")
     add("training-plan", {"training_plan_arn": PLAN_ARN, "max_runtime_seconds": 3600})
+    # the plan as DescribeTrainingPlan describes it, before launch (added with the multi-node request check)
+    add("training-plan-two-nodes", {"training_plan_arn": TWO_NODE_PLAN, "instance_count": 2})
+    add("training-plan-too-few", {"training_plan_arn": TWO_NODE_PLAN, "instance_count": 4})
+    add("training-plan-other-type", {"training_plan_arn": PLAN_ARN.replace("b200-week", "h100-week")})
+    add("training-plan-expired", {"training_plan_arn": PLAN_ARN.replace("b200-week", "ended")})
+    add("training-plan-hyperpod", {"training_plan_arn": PLAN_ARN.replace("b200-week", "hyperpod")})
+    add("training-plan-unknown", {"training_plan_arn": PLAN_ARN.replace("b200-week", "nowhere")})
+    add("training-plan-eval-only", {"evaluate": {**TASKS, "training_job": "done-job"},
+                                    "training_plan_arn": PLAN_ARN.replace("b200-week", "h100-week")})  # fmt: skip
     add("job-name-prefix", {"job_name_prefix": "llama-8b-test"})
     add("narrow-instance", {"instance_type": "ml.p5e.48xlarge"}, rules="narrow")
     # -- resume_from ------------------------------------------------------------------------------------------------
@@ -467,6 +532,18 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     add("resume-unsealed", {"resume_from": "unsealed"})
     add("resume-self", {"resume_from": EXECUTION})
     add("resume-and-bad-field", {"resume_from": "earlier", "batch_size": 0})
+    # -- the run's name: its checkpoint folder -------------------------------------------------------------------------
+    add("name-reused", {"hyperparameters": {"max_steps": "300"}}, execution="earlier")
+    add("name-reused-continued", {"resume_from": "earlier", "hyperparameters": {"max_steps": "300"}},
+        execution="earlier")  # fmt: skip
+    add("name-reused-tuning", {"batch_size": 8, "tune": {"max_trials": 1}}, execution="earlier")
+    add(
+        "name-reused-evaluation-only",
+        {"evaluate": {**TASKS, "training_job": "done-job"}},
+        execution="earlier",
+    )
+    add("name-dot-dot", {}, execution="..")
+    add("name-with-dot", {}, execution="run.1")
     # -- init_from --------------------------------------------------------------------------------------------------
     add("init-1b", {"init_from": f"{DATA}llama-1b/", "activation_checkpointing": True}, deployed=True)
     add(
@@ -506,6 +583,10 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
                                                                   "max_runtime_seconds": 0,
                                                                   "instance_type": "ml.g5.xlarge",
                                                                   "training_job": "bad name!"}})  # fmt: skip
+    add(
+        "eval-task-folder-is-the-data-prefix",
+        {"train_data_uri": WORDS, "evaluate": {**TASKS, "task_data_uri": DATA}},
+    )
     add("eval-tasks-duplicate", {"train_data_uri": WORDS, "evaluate": {**TASKS, "tasks": ["piqa", "piqa"]}})
     add("eval-limit", {"train_data_uri": WORDS, "evaluate": {**TASKS, "limit": 100, "batch_size": 32}})
     add("eval-synthetic", {"evaluate": TASKS})
@@ -610,6 +691,17 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     add("tune-narrow", {"tune": {"max_trials": 2}}, rules="narrow")
     add("tune-spot", {**base, "use_spot": True, "tune": {"max_trials": 2}})
     add("tune-untagged", {**base, "tune": {"max_trials": 2}}, rules="untagged")
+    add("tune-fp8-recipe-hopper", {**base, "precision": "fp8", "instance_type": "ml.p5.48xlarge",
+                                   "tune": {"search_space": {"fp8_recipe": ["current", "mxfp8"]}}})  # fmt: skip
+    add("tune-issue-block", {"batch_size": 32, "tune": {"search_space": {
+        "batch_size": [1, 2, 4, 8, 16, 32], "activation_checkpointing": ["none", "full", "selective"],
+        "precision": ["bf16", "fp8", "mxfp8", "nvfp4"], "loss_chunk_tokens": [0, 1024, 2048, 4096],
+        "compile": ["auto", "true", "false"], "attention_backend": ["auto", "flash"]}}})  # fmt: skip
+    add("tune-space-too-large", {**base, "tune": {"search_space": {"batch_size": list(range(1, 1025)),
+                                                                   "activation_checkpointing": ["none", "full", "selective"]}}})  # fmt: skip
+    add("tune-nothing-fits-more-instances", {**base, "batch_size": 8, "hyperparameters": {"model_preset": "64b"},
+                                             "tune": {"search_space": {"batch_size": [1, 2, 4, 8],
+                                                                       "activation_checkpointing": ["none", "full", "selective"]}}})  # fmt: skip
     return c
 
 
@@ -642,7 +734,7 @@ def run_case(raw: Any, options: Mapping[str, Any], rules: Mapping[str, Any], s3:
     from training.request.reads import read_measurements
 
     deployed = rules[options.get("rules", "base")]
-    event = {"input": raw, "rules": deployed.to_json(), "execution": EXECUTION}
+    event = {"input": raw, "rules": deployed.to_json(), "execution": options.get("execution", EXECUTION)}
     offline = Project(context=dict(CDK_CONTEXT)).rules()
     out: dict[str, Any] = {
         "decide": _refusal(lambda: decide(_copy(event), s3=s3, sagemaker=SageMakerStub())),

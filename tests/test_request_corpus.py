@@ -124,3 +124,69 @@ def test_a_new_field_at_its_default_is_left_out_of_the_decided_config_only():
     changed = {"result": {"config": {"precision": "bf16", "data_format": "chat"}}}
     assert _without_new_fields(changed, new) == changed
     assert _recorded_fields(_record()) >= {"precision", "hyperparameters", "tune"}
+
+
+SKIPPED_EXPLAINS = {
+    "the data sources' bucket": ("train_data_uri:", "init_from:", "evaluate.task_data_uri:"),
+    "init_from: the model folder's config.json": ("init_from:", "hyperparameters", "num_layers:", "memory:",
+                                                  "max_runtime_seconds:", "tune", "evaluate", "input:",
+                                                  "train_data_uri:", "seq_length:", "batch_size:"),
+    "train_data_uri: its metadata.json": ("train_data_uri:", "seq_length:", "batch_size:"),
+    "the plan's throughput": ("max_runtime_seconds: the plan expects one optimizer step", "tune.max_cost_usd:"),
+    "the run's name": ("execution name:",),
+    "train_data_uri: that it holds": ("train_data_uri:",),
+    "resume_from: that run's": ("resume_from:", "hyperparameters.max_steps: must be greater than the step of the "
+                                "checkpoint resumed from"),
+    "evaluate: the task folder's": ("evaluate",),
+    "training_plan_arn: that the plan": ("training_plan_arn: ", "instance_type: the training plan ",
+                                         "evaluate.instance_type: the training plan ",
+                                         "instance_count: the training plan "),
+}  # fmt: skip
+"""Each check offline validation says it skipped, and the problems only the workflow can then find."""
+
+
+def test_validate_and_the_workflow_agree_on_every_input_that_needs_no_s3():
+    """The corpus through the workflow's Lambda (S3 in moto, SageMaker stubbed, each case's execution name) and
+    through the CLI's offline validation under the same deployed rules: validation's problems are the workflow's, in
+    order, and every other problem of the workflow's comes from a check validation said it skipped (it needs S3,
+    SageMaker or the run's name). And the workflow's state is never larger than the size estimate offline validation
+    bounds it by (``bounds.estimated_state_bytes``)."""
+    from constructs_lib.cli.request import check_offline
+    from constructs_lib.workflow.request_check import decide
+    from training.request import bounds
+    from training.request.decision import decide_request
+    from training.request.reads import Reads
+
+    rules = request_corpus.rules_variants()
+    disagreements, unexplained, checked_equal, oversized = [], [], 0, []
+    with request_corpus.world() as s3:
+        for name, raw, options in request_corpus.CASES:
+            deployed = rules[options.get("rules", "base")]
+            execution = options.get("execution", request_corpus.EXECUTION)
+            event = {"input": raw, "rules": deployed.to_json(), "execution": execution}
+            workflow: list[str] = []
+            state = decide(request_corpus._copy(event), s3=s3, sagemaker=request_corpus.SageMakerStub(),
+                           problems=workflow)  # fmt: skip
+            offline = check_offline(request_corpus._copy(raw), deployed)
+            explains = tuple(p for line in offline.skipped for key, ps in SKIPPED_EXPLAINS.items()
+                             if line.startswith(key) for p in ps)  # fmt: skip
+            if any(not line.startswith(tuple(SKIPPED_EXPLAINS)) for line in offline.skipped):
+                unexplained.append((name, offline.skipped))
+            only_workflow = [p for p in workflow if p not in offline.problems]
+            unexplained += [(name, p) for p in only_workflow if not p.startswith(explains)]
+            if [p for p in workflow if p not in only_workflow] != offline.problems:
+                disagreements.append((name, offline.problems, workflow))
+            checked_equal += not only_workflow
+            if state["valid"]:
+                decision = decide_request(request_corpus._copy(raw), deployed, execution=execution,
+                                          reads=Reads(s3, request_corpus.SageMakerStub(), before_launch=True))  # fmt: skip
+                estimate = bounds.estimated_state_bytes(decision.request, decision.fields, deployed)
+                if len(json.dumps(state)) > estimate:
+                    oversized.append((name, len(json.dumps(state)), estimate))
+    assert not disagreements, "\n".join(
+        f"{n}:\n  validate {o}\n  workflow {w}" for n, o, w in disagreements[:10]
+    )
+    assert not unexplained, unexplained[:10]
+    assert not oversized, oversized[:10]
+    print(f"{checked_equal} of {len(request_corpus.CASES)} inputs: the same problems, none explained away")
+    assert checked_equal >= 250  # most inputs' problems need no S3 at all: the same, problem for problem

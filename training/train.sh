@@ -7,8 +7,11 @@
 #
 #   train.sh --help                 usage and every trainer option (torchrun is not started)
 #   NPROC_PER_NODE=2 train.sh ...   processes per node when there is no GPU (default 1, gloo on CPU)
-#   MASTER_PORT=29500               multi-node rendezvous port on the master (the first host in SM_HOSTS);
-#                                   one node runs torchrun --standalone (a free local port)
+#   MASTER_PORT=29500               several hosts: torchrun's rendezvous port on the first host of SageMaker's
+#                                   resourceconfig.json (the roll call before it: this port + 1); one host runs
+#                                   torchrun --standalone (a free local port)
+#   HOST_JOIN_TIMEOUT=600           seconds a host waits for every host name to resolve and for every host to
+#                                   answer the roll call; then one error line names the host, exit 1
 #   train.sh --tune_trials ... ...  a tuning job: runs the tuning driver (python -m training.tune), which runs
 #                                   each trial as a fresh `train.sh` with TRAINER_MODULE=training.tune.trial
 #   TRAINER_MODULE                  what torchrun starts: training.trainer (default) or training.tune.trial
@@ -31,7 +34,8 @@ for arg in "$@"; do
             cat <<'USAGE'
 Usage: train.sh [--setting value ...]
 Runs `python -m training.trainer` under torchrun on every GPU of this node (or NPROC_PER_NODE CPU
-processes when there is none), across the hosts in SM_HOSTS. The trainer's options follow.
+processes when there is none), across the hosts of SageMaker's resourceconfig.json. The trainer's options
+follow.
 
 USAGE
             exec "$python" -m training.trainer --help
@@ -60,30 +64,19 @@ else
     nproc=${NPROC_PER_NODE:-1}
 fi
 
-# Multi-node layout from SageMaker's SM_HOSTS (JSON list) and SM_CURRENT_HOST.
-hosts=${SM_HOSTS:-'["localhost"]'}
-current=${SM_CURRENT_HOST:-localhost}
-layout=$("$python" -c 'import json, sys
-hosts = json.loads(sys.argv[1]) or ["localhost"]
-rank = hosts.index(sys.argv[2]) if sys.argv[2] in hosts else 0
-print(len(hosts), rank, hosts[0])' "$hosts" "$current")
-nnodes=${layout%% *}
+# The hosts: SageMaker's resourceconfig.json ($SAGEMAKER_BASE_DIR or /opt/ml, input/config/); one without it.
+nnodes=$("$python" -m training.trainer.cluster --count)
 
 # Fail fast, before torchrun, for the world size torchrun will start: a bad setting, a precision this machine
 # cannot run, an unwritable output folder, missing, damaged or inconsistent data, too little data for one global
 # batch, or a checkpoint of another model shape exits here with one `error:` line (status 2). In a SageMaker job the
 # trainer also writes it to $SM_OUTPUT_DIR/failure, the job's FailureReason.
-WORLD_SIZE=$((nnodes * nproc)) "$python" -m training.trainer --check-only "$@"
+WORLD_SIZE=$((nnodes * nproc)) LOCAL_WORLD_SIZE=$nproc "$python" -m training.trainer --check-only "$@"
 
-if [ "$nnodes" -eq 1 ]; then
-    set -- --standalone --nproc-per-node="$nproc" -m "$module" "$@"
-else
-    set -- --nnodes="$nnodes" --node-rank="$(echo "$layout" | cut -d' ' -f2)" --master-addr="${layout##* }" \
-        --master-port="${MASTER_PORT:-29500}" --nproc-per-node="$nproc" -m "$module" "$@"
-fi
-
-# torchrun, through training.trainer.launch: a refusal the workers can only make once they run together (a
-# checkpoint that does not load, on_unusable_checkpoints=fail) exits 2 with their one `error:` line, where torchrun
-# alone would exit 1 after its failure report; a failure during training exits 1 (docs/exit-status.md).
-echo "train.sh: torchrun $*"
-exec "$python" -m training.trainer.launch "$@"
+# torchrun, through training.trainer.launch: it adds the node options from resourceconfig.json (--standalone on
+# one host; on several, once every host resolves and answers the roll call at the first host: a static rendezvous
+# there, node ranks in the file's order), logs the network stack, and sets none of the stale EFA variables. A
+# refusal the workers can only make once they run together (a checkpoint that does not load,
+# on_unusable_checkpoints=fail) exits 2 with their one `error:` line, where torchrun alone would exit 1 after its
+# failure report; a failure during training exits 1 (docs/exit-status.md), as does a host that never joins.
+exec "$python" -m training.trainer.launch --nproc-per-node="$nproc" -m "$module" "$@"

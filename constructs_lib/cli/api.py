@@ -160,25 +160,34 @@ class TrainingRuns(TuningOperations):
         return self._rules
 
     def check(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> list[str]:
-        """Every problem the workflow would find in ``request`` (empty: it would launch), one line each: its own
-        decision (``training.request.decision.decide_request``) under ``rules`` (default: the deployed workflow's,
-        :attr:`rules`), with what it reads from S3 and SageMaker (``init_from``'s config.json, the measurements,
-        the data, ``resume_from``'s checkpoint, the evaluation's tasks and tokenizer); a read S3 or SageMaker
-        refuses is left to the workflow, which decides it before launching."""
-        from training.request.decision import decide_request
+        """Every problem the workflow would find in ``request`` (empty: it would launch), one line each
+        (:meth:`decide`'s)."""
+        return self.decide(request, name=name, rules=rules).problems
+
+    def decide(self, request: Mapping[str, Any], *, name: str | None = None, rules: Any = None) -> Any:
+        """The workflow's own decision of ``request`` (``training.request.decision.decide_request``) under ``rules``
+        (default: the deployed workflow's, :attr:`rules`), with what it reads from S3 and SageMaker
+        (``init_from``'s config.json, the measurements, the data, the run ``name``'s folder, ``resume_from``'s
+        checkpoint, the evaluation's tasks and tokenizer); its ``skipped`` names what it could not check (the run's
+        folder without ``name``). A read S3 or SageMaker refuses is left to the workflow, which decides it before
+        launching (the decision then has no problem and says so in ``skipped``)."""
+        from training.request.decision import Decision, decide_request
 
         rules = self.rules if rules is None else rules
         if rules.bucket_name is None:
-            return decide_request(dict(request), rules).problems
+            return decide_request(dict(request), rules)
         from botocore.exceptions import ClientError
 
         from training.request.reads import Reads
 
         reads = Reads(self.client("s3"), self.client("sagemaker"), before_launch=True)
         try:
-            return decide_request(dict(request), rules, reads=reads, execution=name).problems
-        except ClientError:
-            return []
+            return decide_request(dict(request), rules, reads=reads, execution=name)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code")
+            return Decision(
+                [], skipped=[f"what S3 or SageMaker refused to show ({code}): left to the workflow"]
+            )
 
     def execution_arn(self, run: str) -> str:
         """The ARN of run ``run`` (an execution name or ARN)."""
@@ -201,10 +210,8 @@ class TrainingRuns(TuningOperations):
             if EXECUTION_NAME.match(name)
             else [f"--name: must be 1 to 80 of A-Z a-z 0-9 - _; got {name!r}"]
         )
-        if check:
+        if check:  # the workflow's decision refuses a name whose checkpoint folder holds an earlier run's
             problems += self.check(request, name=name, rules=rules)
-        if check and not problems:
-            problems += self._run_folder_problems(name)
         if problems:
             raise InvalidRequest(problems)
         sfn = self.client("stepfunctions")
@@ -215,19 +222,6 @@ class TrainingRuns(TuningOperations):
         except sfn.exceptions.ExecutionAlreadyExists:
             raise OperatorError(f"a run named {name} already exists: choose another --name") from None
         return Run(name=name, arn=started["executionArn"], status="RUNNING", region=self.region)
-
-    def _run_folder_problems(self, name: str) -> list[str]:
-        """A new run named ``name`` would write into an earlier run's checkpoints (e.g. a direct run's of the same
-        name): refused. Left to the operator when S3 refuses the read."""
-        from botocore.exceptions import ClientError
-
-        from constructs_lib.cli.direct import run_folder_problem
-
-        try:
-            problem = run_folder_problem(self, name)
-        except ClientError:
-            return []
-        return [problem] if problem else []
 
     # ---- the SageMaker Python SDK path (constructs_lib.cli.direct) -----------------------------------------------
     def direct_request(self, request: Mapping[str, Any], *, name: str | None = None) -> dict[str, Any]:

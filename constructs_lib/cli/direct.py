@@ -82,8 +82,8 @@ def _job_name_problem(name: str, limits: Mapping[str, Any]) -> str | None:
 
 
 def _name_taken(runs: TrainingRuns, name: str) -> str | None:
-    """Why ``name`` is taken (an execution of the workflow, a training job, or checkpoints under its run folder:
-    a new run there would mix with them), or None."""
+    """Why ``name`` is taken (an execution of the workflow, or a training job), or None; checkpoints under its run
+    folder are the workflow's decision's (``reads.run_folder_problems``)."""
     from botocore.exceptions import ClientError
 
     sfn = runs.client("stepfunctions")
@@ -98,20 +98,6 @@ def _name_taken(runs: TrainingRuns, name: str) -> str | None:
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") not in ("ValidationException", "ResourceNotFound"):
             raise
-    return run_folder_problem(runs, name)
-
-
-def run_folder_problem(runs: TrainingRuns, name: str) -> str | None:
-    """Why a new run named ``name`` cannot start: its checkpoint folder (``<runs>/<name>/``) already holds
-    objects of an earlier run (a direct one, or one deleted from the workflow's history), which the new run's
-    trainer would resume from and write over; or None."""
-    runs_uri = runs.rules.runs_uri()
-    if runs_uri is None:
-        return None
-    bucket, _, prefix = f"{runs_uri}{name}/"[5:].partition("/")
-    listed = runs.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
-    if listed.get("KeyCount", 0):
-        return f"name: s3://{bucket}/{prefix} already holds checkpoints of a run named {name}; choose another name"
     return None
 
 
@@ -132,15 +118,16 @@ def direct_request(
     problem = _job_name_problem(name, rules.sagemaker()["TrainingJobName"])
     if problem is not None:
         raise InvalidRequest([problem])
-    # The workflow's own decision, with what it reads from S3 (as TrainingRuns.check); the workflow's evaluation
+    # The workflow's own decision, with what it reads from S3 and SageMaker (as TrainingRuns.check); the evaluation
     # states have no direct counterpart, so a request with evaluate is refused (and its evaluation not read).
     evaluates = request.get("evaluate") is not None
+    reads = Reads(runs.client("s3"), runs.client("sagemaker"), before_launch=not evaluates)
     try:
-        decision = decide_request(
-            dict(request), rules, reads=Reads(runs.client("s3"), before_launch=not evaluates), execution=name
-        )
+        decision = decide_request(dict(request), rules, reads=reads, execution=name)
     except ClientError as error:
-        raise OperatorError(f"cannot read the checkpoints of resume_from in S3: {error}") from None
+        raise OperatorError(
+            f"cannot read what the request names (resume_from's checkpoints in S3, the training plan): {error}"
+        ) from None
     problems = list(decision.problems)
     if evaluates:
         problems.append(

@@ -1,6 +1,6 @@
 """Evaluation for ``blackwell-training``: the execution input that evaluates a finished run (``evaluate``), a run's
-scores (``result``), and runs side by side with their final losses (``compare``). No AWS call here but through the
-``TrainingRuns`` passed in.
+scores (``result``), and runs side by side with their final losses (``compare``), or local results folders side by
+side (``compare`` of folders: no AWS at all). No AWS call here but through the ``TrainingRuns`` passed in.
 
 A run's scores are its evaluation job's final metrics (``eval:<task>:<field>``, read by SageMaker from the job's
 ``evaluation task=...`` lines): the evaluation of its own execution (train, then evaluate), of an evaluation-only
@@ -10,9 +10,11 @@ started later with ``blackwell-training evaluate``).
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from constructs_lib.cli.errors import OperatorError
@@ -155,3 +157,59 @@ def compare_row(runs: TrainingRuns, name: str) -> dict[str, Any]:
 def chance(task: str) -> float | None:
     """A standard task's accuracy by chance (``training.request.contract.STANDARD_TASK_CHANCE``)."""
     return STANDARD_TASK_CHANCE.get(task)
+
+
+LOCAL_SCORES = "scores.json"
+"""What marks a local results folder (``python -m training.evaluate``'s output, or an evaluation job's
+``output.tar.gz`` unpacked): its scores, with ``evaluation.json`` beside them when it says what was evaluated."""
+
+
+def is_local(name: str) -> bool:
+    """Whether ``name`` is a local results folder rather than a run's name."""
+    return (Path(name) / LOCAL_SCORES).is_file()
+
+
+def local_compare_row(name: str) -> dict[str, Any]:
+    """One local results folder for ``compare``: its scores, the model it evaluated and what the run's
+    ``settings.json`` recorded (precision, max_steps); the losses are not in a results folder (``-``)."""
+    folder = Path(name)
+    try:
+        scores = json.loads((folder / LOCAL_SCORES).read_text())
+        evaluated = (
+            json.loads((folder / "evaluation.json").read_text())
+            if (folder / "evaluation.json").is_file()
+            else {}
+        )
+    except (OSError, ValueError) as error:
+        raise OperatorError(f"cannot read the results in {folder}: {error}") from None
+    if not isinstance(scores, dict) or not all(isinstance(v, dict) for v in scores.values()):
+        raise OperatorError(f"{folder / LOCAL_SCORES} is not an evaluation's scores ({{task: {{acc: ...}}}})")
+    run = evaluated.get("run") or {}
+    return {
+        "run": name,
+        "trained_run": evaluated.get("model") or name,
+        "status": "local",
+        "precision": run.get("precision"),
+        "max_steps": run.get("max_steps"),
+        "final_loss": None,
+        "val_loss": None,
+        "evaluation_job": None,
+        "scores": {
+            task: {k: float(v) for k, v in values.items() if k in EVALUATION_METRICS}
+            for task, values in scores.items()
+        },
+    }
+
+
+def compare_rows(runs: Callable[[], TrainingRuns], names: list[str]) -> list[dict[str, Any]]:
+    """``compare``'s rows: local results folders read here (no AWS), or runs through the API; not both."""
+    local = [name for name in names if is_local(name)]
+    if not local:
+        return runs().compare(names)
+    if len(local) != len(names):
+        remote = ", ".join(name for name in names if name not in local)
+        raise OperatorError(
+            f"compare: {', '.join(local)} are local results folders but {remote} are not (no {LOCAL_SCORES} there): "
+            "compare local folders with local folders, runs with runs"
+        )
+    return [local_compare_row(name) for name in dict.fromkeys(names)]

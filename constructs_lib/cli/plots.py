@@ -1,6 +1,7 @@
 """Pictures of runs' curves: a PNG (matplotlib), a plot in the terminal (plotext) and a one-line sparkline.
 
-matplotlib and plotext are imported inside the functions that draw, so that the CLI's start-up does not load them.
+matplotlib and plotext are imported inside the functions that draw, so that the CLI's start-up does not load them;
+they are the ``charts`` extra (not installed by ``make synth``): without them ``curves`` says how to install them.
 """
 
 from __future__ import annotations
@@ -8,11 +9,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from constructs_lib.cli.curves import X_AXES, RunCurve
+from constructs_lib.cli.errors import OperatorError
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
+CHARTS_EXTRA = "pip install -e '.[charts]' in the repository (make local or make test install it)"
+
+
+def charts_module(name: str) -> ModuleType:
+    """``matplotlib`` or ``plotext``, or one line saying how to install the ``charts`` extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise OperatorError(f"curves needs {name}, which is not installed: {CHARTS_EXTRA}") from None
 
 
 def sparkline(values: Sequence[float], width: int = 24) -> str:
@@ -37,8 +51,7 @@ def sparkline(values: Sequence[float], width: int = 24) -> str:
 def png(curves: Sequence[RunCurve], axis: str, path: Path) -> Any:
     """Draw loss and ``val_loss`` (top) and tokens/s (bottom) of every run against ``axis`` into ``path``; one colour
     per run, the training loss solid, ``val_loss`` dashed with dots. Returns the matplotlib figure (closed)."""
-    import matplotlib
-
+    matplotlib = charts_module("matplotlib")
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
@@ -71,8 +84,7 @@ def png(curves: Sequence[RunCurve], axis: str, path: Path) -> Any:
 
 def terminal(curves: Sequence[RunCurve], axis: str, width: int, height: int = 20) -> str:
     """Loss and ``val_loss`` of every run against ``axis`` as a plot in text (ANSI colours)."""
-    import plotext
-
+    plotext = charts_module("plotext")
     plotext.clear_figure()
     plotext.plot_size(max(40, width), height)
     plotext.theme("clear")

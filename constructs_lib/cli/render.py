@@ -88,6 +88,22 @@ def print_result(out: Any, result: dict[str, Any], loss_sparkline: str = "") -> 
     out.print(table)
 
 
+def records_line(planned: dict[str, Any], records: dict[str, Any]) -> str:
+    """What the local tuning records did to the plan (``plan --measurements``): how many were read, and whether
+    one stands for this request (the workflow's rules: the same settings, instance, GPU and image)."""
+    read = f"tuning records: {records['read']} read from {', '.join(records['files'])}"
+    if records["image_tag"] is None:
+        return f"{read}; no image given (--image): a record stands only for the image the request would run"
+    if planned.get("throughput_basis") == "measured":
+        return (
+            f"{read}; one stands for this request (image {records['image_tag']}): the throughput is measured"
+        )
+    return (
+        f"{read}; none stands for this request on image {records['image_tag']} (a record must have its settings, "
+        "instance type and count, the GPU and the image)"
+    )
+
+
 def print_plan(out: Any, planned: dict[str, Any]) -> None:
     """The plan (``training.request.plan``) as a rich table: memory by part, then throughput, time and cost."""
     from rich.table import Table
@@ -113,11 +129,22 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     )
     basis = planned.get("throughput_basis", "published")
     out.print(
-        f"{planned['world_size']} GPUs; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU ({basis}); step "
-        f"{planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost {cost} "
-        f"(throughput {basis}: {planned['throughput_source']})",
+        f"{planned['world_size']} GPUs{_layout(planned)}; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU "
+        f"({basis}); step {planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost "
+        f"{cost} (throughput {basis}: {planned['throughput_source']})",
         markup=False,
     )
+    net = planned.get("network")
+    if net:
+        out.print(
+            f"network per step: {net['efa_gb_per_instance']:.1f} GB per instance over EFA, "
+            f"{net['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink; busy {net['busy_seconds']:.3f} s, exposed "
+            f"{net['exposed_seconds']:.3f} s ({100 * net['share']:.1f}% of the step; links: {net['source']})",
+            markup=False,
+        )
+    records = planned.get("records")
+    if records is not None:
+        out.print(records_line(planned, records), markup=False)
     if planned.get("data"):
         out.print(f"data: {planned['data']['summary']}", markup=False)
     check = planned.get("memory_check")
@@ -141,6 +168,16 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
         out.print(f"warning: {planned['warning']}", markup=False)
     if planned["advice"]:
         out.print("fits with: " + "; ".join(planned["advice"]), markup=False)
+
+
+def _layout(planned: dict[str, Any]) -> str:
+    """The data-parallel layout of a plan (``data_parallel``): ", replicate 2 x shard 8", ", shard 8"; empty for a
+    plan recorded before layouts were."""
+    layout = planned.get("data_parallel")
+    if not layout:
+        return ""
+    replicas = f"replicate {layout['replicate']} x " if layout["replicate"] > 1 else ""
+    return f", {replicas}shard {layout['shard']}"
 
 
 def _estimate_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -192,8 +229,8 @@ def print_tune_plan(out: Any, planned: dict[str, Any]) -> None:
     left = [f"{planned['predicted_not_to_fit']} predicted not to fit"]
     if planned["trimmed_by_cost"]:
         left.append(f"{planned['trimmed_by_cost']} beyond max_cost_usd")
-    if planned["refused_by_the_trainer"]:
-        left.append(f"{len(planned['refused_by_the_trainer'])} refused by the trainer's rules")
+    if planned["refused_by_the_trainer_count"]:
+        left.append(f"{planned['refused_by_the_trainer_count']} refused by the trainer's rules")
     out.print("left out: " + ", ".join(left), markup=False)
 
 
@@ -273,7 +310,9 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
 
     tasks = sorted({task for row in rows for task in row["scores"]})
     table = Table(title="Runs compared (acc / acc_norm ± standard error; chance in the header)")
-    for column in ("run", "precision", "max_steps", "final loss", "val loss"):
+    # a local results folder has no losses: no column of dashes
+    losses = [k for k in ("final_loss", "val_loss") if any(row[k] is not None for row in rows)]
+    for column in ("run", "precision", "max_steps", *(k.replace("_", " ") for k in losses)):
         table.add_column(column, justify="left" if column == "run" else "right")
     for task in tasks:
         level = chance(task)
@@ -281,7 +320,7 @@ def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         cells = [row["run"] + (f" (of {row['trained_run']})" if row["trained_run"] != row["run"] else "")]
         cells += [str(row["precision"] or "-"), str(row["max_steps"] or "-")]
-        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("final_loss", "val_loss")]
+        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in losses]
         for task in tasks:
             values = row["scores"].get(task, {})
             texts = [score_text(values, f) or "-" for f in ("acc", "acc_norm")]

@@ -64,45 +64,44 @@ class Project:
         return replace(rules, bucket_name=bucket_name) if bucket_name else rules
 
 
-def validate(
-    request: object, rules: Any, local: Mapping[str, Path] | None = None, notes: list[str] | None = None
-) -> list[str]:
-    """Every problem of ``request`` under ``rules``, offline (the workflow's own decision, no AWS call), reading
-    the ``local`` copies of its S3 folders (:func:`local_copies`) where the workflow reads S3; what could not be
-    checked here is added to ``notes`` when given."""
+def validate(request: object, rules: Any) -> list[str]:
+    """Every problem of ``request`` under ``rules``, offline (the workflow's own decision, no AWS call)."""
+    return check_offline(request, rules).problems
+
+
+def check_offline(
+    request: object, rules: Any, *, init_from: str | Path | None = None, data_folder: str | Path | None = None
+) -> Any:
+    """The workflow's own decision (``decide_request``) of ``request`` under ``rules``, offline: no AWS call; its
+    ``skipped`` names the checks that need S3, SageMaker, the run's name or the workflow's bucket. ``init_from``,
+    ``data_folder``: local copies of the request's ``init_from`` and ``train_data_uri`` folders, read as the
+    workflow reads S3 (the model's shape, chat template and tokenizer; conversation data's metadata.json)."""
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
-    decision = decide_request(request, rules, reads=Reads(local=local))
-    if notes is not None:
-        notes += decision.notes
-    return decision.problems
+    reads = Reads(local_init_from=init_from, local_train_data=data_folder)
+    decision = decide_request(request, rules, reads=reads)
+    _refuse_unused_copies(decision.fields, init_from=init_from, data_folder=data_folder)
+    return decision
 
 
-LOCAL_COPY_FIELDS = {"data_folder": "train_data_uri", "model_folder": "init_from"}
-"""The CLI's options naming a local copy of a request's S3 folder, and that folder's field."""
+LOCAL_COPY_OPTIONS = {"init_from": "--init-from", "train_data_uri": "--data-folder"}
+"""The request's S3 folders the CLI reads from a local copy offline, and the option that names the copy."""
 
 
-def local_copies(request: object, **folders: str | None) -> dict[str, Path]:
-    """The request's S3 folders (``train_data_uri``, ``init_from``) -> the local copies named by the options
-    ``data_folder`` and ``model_folder``; refuses an option whose field the request does not set, or a folder
-    that does not exist."""
-    found: dict[str, Path] = {}
+def _refuse_unused_copies(fields: Any, **copies: str | Path | None) -> None:
+    """Refuses a local copy (``init_from``, ``data_folder``) of a folder the decided request does not set (the
+    input's field, else the workflow's default)."""
     problems = []
-    for option, folder in folders.items():
-        if folder is None:
-            continue
-        name, flag = LOCAL_COPY_FIELDS[option], "--" + option.replace("_", "-")
-        uri = request.get(name) if isinstance(request, Mapping) else None
-        if not isinstance(uri, str):
-            problems.append(f"{flag}: a local copy of {name}, but the request sets no {name}")
-        elif not Path(folder).is_dir():
-            problems.append(f"{flag}: {folder} is not a folder (a local copy of {name} {uri})")
-        else:
-            found[uri] = Path(folder)
+    for name, folder in zip(LOCAL_COPY_OPTIONS, (copies["init_from"], copies["data_folder"]), strict=True):
+        if folder is not None and fields is not None and getattr(fields, name) is None:
+            flag = LOCAL_COPY_OPTIONS[name]
+            problems.append(
+                f"{flag} {folder}: the request has no {name} (the S3 folder the job would read); set it, and "
+                f"{flag} gives that folder's local copy"
+            )
     if problems:
         raise InvalidRequest(problems)
-    return found
 
 
 def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:
@@ -171,30 +170,39 @@ def new_run_name(request: Mapping[str, Any], now: datetime | None = None) -> str
 
 
 def plan_request(
-    request: object, rules: Any, s3: Any = None, local: Mapping[str, Path] | None = None
+    request: object,
+    rules: Any,
+    s3: Any = None,
+    *,
+    init_from: str | Path | None = None,
+    data_folder: str | Path | None = None,
+    measurements: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
     JSON-ready dict: the workflow's own decision's (``decide_request``). Raises ``InvalidRequest`` with every
     problem other than the memory estimate's own (a plan that does not fit is still shown, with its advice). A
     request with ``init_from`` is planned with the shape of that model folder's config.json, read with the S3 client
-    ``s3`` (without one, it is refused: its shape is not known offline). With ``s3`` the throughput is measured where
-    a stored tuning record of the rules' image stands for the request, else published. ``local``: local copies of
-    the request's S3 folders (:func:`local_copies`), read instead of S3 (an ``init_from`` model's shape, the
-    conversation data's windows)."""
+    ``s3``, or from ``init_from``, a local copy of the folder (without either, it is refused: its shape is not known
+    offline); ``data_folder``: a local copy of the ``train_data_uri`` folder (prepared conversations: the plan
+    counts their windows), read in place of S3. The throughput is measured where a stored tuning record of the
+    rules' image stands for the request (``measurements``: records the caller read, e.g. from a local tuning report;
+    else read with ``s3``; the same rules as the workflow's, :mod:`training.request.measured`), else the plan's
+    estimate."""
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
-    reads = Reads(s3, local=local)
+    reads = Reads(s3, local_init_from=init_from, local_train_data=data_folder, measurements=measurements)
     decision = decide_request(request, rules, reads=reads)
-    init_from = decision.fields.init_from if decision.fields is not None else None
-    if s3 is None and isinstance(init_from, str) and init_from not in (local or {}):
+    fields = decision.fields
+    if init_from is None and s3 is None and fields is not None and isinstance(fields.init_from, str):
         # the decided field (the input's, else the workflow's default): offline, its shape is not known
         raise InvalidRequest(
             [
                 "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
-                "--deployed or --stack, or offline with a local copy of the folder (--model-folder)"
+                "--deployed or --stack, or offline with a local copy of the folder (--init-from DIR)"
             ]
         )
+    _refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)

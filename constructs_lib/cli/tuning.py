@@ -32,12 +32,20 @@ def tune_plan(
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
+    if isinstance(request.get("init_from"), str) and s3 is None:
+        raise InvalidRequest(
+            [
+                "init_from: the tuning plan needs the model folder's config.json from S3 (its shape): plan it with "
+                "--deployed or --stack"
+            ]
+        )
     decision = decide_request(with_tune(request), rules, reads=Reads(s3, measurements=measurements or ()))
     if decision.problems:
         raise InvalidRequest(decision.problems)
     assert decision.tune is not None and decision.fields is not None
-    return {**decision.tune["plan"], "instance_type": decision.fields.instance_type,
-            "instance_count": decision.fields.instance_count}  # fmt: skip
+    # every refused combination (the workflow's state carries the count and the first few)
+    return {**decision.tune["plan"], "refused_by_the_trainer": decision.tune_refused,
+            "instance_type": decision.fields.instance_type, "instance_count": decision.fields.instance_count}  # fmt: skip
 
 
 def with_tune(request: Mapping[str, Any]) -> dict[str, Any]:

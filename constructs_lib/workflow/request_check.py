@@ -19,6 +19,8 @@ Nothing here imports ``aws_cdk``.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +29,9 @@ from training.request.reads import Reads
 from training.request.rules import RequestRules
 
 
-def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> dict[str, Any]:
+def decide(
+    event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None, *, problems: list[str] | None = None
+) -> dict[str, Any]:
     """The Lambda's work: ``event`` = ``{"input": <execution input>, "rules": <RequestRules or its JSON>,
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
     "channels", "resume", "request", "plan", "evaluation", "evaluation_only", "tune"}``
@@ -35,7 +39,8 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
     the stored tuning measurements for the plan (without one: the published figures), and (default: one for the
     rules' region, made on first use) to read the ``init_from`` folder's config.json, to check ``train_data_uri``
     holds data, to decide ``resume_from`` and to read the evaluation's task folder and the model's tokenizer;
-    ``sagemaker``: a SageMaker client for an evaluation-only request's training job (default: likewise)."""
+    ``sagemaker``: a SageMaker client for an evaluation-only request's training job (default: likewise);
+    ``problems``: a list that receives every problem (the state's ``cause`` keeps only what fits)."""
     rules = RequestRules.from_json(event["rules"])
     reads = Reads(
         s3 if s3 is not None else _OnFirstUse("s3", rules),
@@ -43,7 +48,26 @@ def decide(event: Mapping[str, Any], s3: Any = None, sagemaker: Any = None) -> d
         measurements=None if s3 is not None else (),
         before_launch=True,
     )
-    return decide_request(event.get("input"), rules, reads=reads, execution=event.get("execution")).state()
+    decision = decide_request(event.get("input"), rules, reads=reads, execution=event.get("execution"))
+    if problems is not None:
+        problems.extend(decision.problems)
+    return decision.state()
+
+
+LOGGED_PROBLEMS = 1000
+LOGGED_CHARS = 8192
+
+
+LOG = logging.getLogger(__name__)
+LOG.setLevel(logging.INFO)  # the Lambda runtime's root handler writes it to the function's log group
+
+
+def log_decision(execution: Any, problems: list[str]) -> None:
+    """One record with the outcome, then every problem in its own (the state's ``cause`` keeps only what fits:
+    ``training.request.bounds``), at most ``LOGGED_PROBLEMS`` of ``LOGGED_CHARS`` characters each."""
+    LOG.info(json.dumps({"execution": execution, "valid": not problems, "problems": len(problems)}))
+    for problem in problems[:LOGGED_PROBLEMS]:
+        LOG.info(json.dumps({"execution": execution, "problem": problem[:LOGGED_CHARS]}))
 
 
 class _OnFirstUse:
@@ -66,4 +90,9 @@ class _OnFirstUse:
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     """Lambda entry point (see :func:`decide`): with an S3 client, so that the plan reads the stored measurements."""
     rules = RequestRules.from_json(event["rules"])
-    return decide(event, _OnFirstUse("s3", rules) if rules.bucket_name is not None else None)
+    problems: list[str] = []
+    state = decide(
+        event, _OnFirstUse("s3", rules) if rules.bucket_name is not None else None, problems=problems
+    )
+    log_decision(event.get("execution"), problems)
+    return state

@@ -4,16 +4,18 @@ It runs :func:`constructs_lib.workflow.request_check.handler` (see that module f
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
 ``training/request/`` (the decision, the fields' table, the rules, the request read once, the checks, the evaluate
-and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan, the
-measurements' rules and the tuning candidates; standard library only) and an empty ``__init__.py`` in each of their
-folders (the real package ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing
-and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must
-hold an object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an
-``init_from`` model's architecture), ``metadata.json`` (prepared data's tokenizer, conversation data's template),
-``chat_template.jinja``, ``tokenizer_config.json`` and ``tokenizer.json`` (the model's template and tokenizer that
-conversation data must match) and task YAML files (an evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged as the workflow's (an
-evaluation-only request's job), and list and read the stored tuning measurements (``<tuning prefix>measurements/``);
-nothing else.
+and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan and its
+network term, the measurements' rules, the tuning candidates, conversation data against its model and the decision's
+size bound; standard library only) and an empty ``__init__.py`` in each of their folders (the real package
+``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
+checkpoint prefix only, the listing and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data
+prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only objects
+named exactly ``config.json`` (an ``init_from`` model's architecture), ``metadata.json`` (prepared data's tokenizer,
+conversation data's template and lengths), ``chat_template.jinja``, ``tokenizer_config.json`` and
+``tokenizer.json`` (the model's template and tokenizer that conversation data must match) and task YAML files in a
+folder below them (an evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged
+as the workflow's (an evaluation-only request's job) and the training plans of its account and region (a request's
+plan), and list and read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.request.bounds
 import training.request.checks
 import training.request.contract
 import training.request.decision
@@ -41,6 +44,7 @@ import training.request.fine_tuning
 import training.request.hf_config
 import training.request.job
 import training.request.measured
+import training.request.network
 import training.request.plan
 import training.request.reads
 import training.request.rules
@@ -73,6 +77,7 @@ data's template, tokenizer and lengths), and an ``init_from`` model's chat templ
 (``chat_template.jinja``, ``tokenizer_config.json``, ``tokenizer.json``: conversation data is checked against them)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/request/bounds.py": Path(training.request.bounds.__file__),
     "training/request/checks.py": Path(training.request.checks.__file__),
     "training/request/contract.py": Path(training.request.contract.__file__),
     "training/request/decision.py": Path(training.request.decision.__file__),
@@ -82,6 +87,7 @@ ASSET_FILES = {
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/job.py": Path(training.request.job.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
+    "training/request/network.py": Path(training.request.network.__file__),
     "training/request/reads.py": Path(training.request.reads.__file__),
     "training/request/measured.py": Path(training.request.measured.__file__),
     "training/request/rules.py": Path(training.request.rules.__file__),
@@ -184,6 +190,7 @@ class RequestValidator(Construct):
         self._grant_task_files(data_prefixes)
         if training_job_tag is not None:
             self._grant_describe_jobs(*training_job_tag)
+        self._grant_describe_training_plans()
         for index, (bucket_arn, patterns) in enumerate(by_bucket.items()):
             self._allow_listing(f"ListTrainingData{index}", bucket_arn, patterns)
         self._grant_named_files(data_prefixes)
@@ -286,9 +293,12 @@ class RequestValidator(Construct):
                 )
 
     def _grant_task_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
-        """Read the task YAML files under the data prefixes (an evaluation's task names), and no other object."""
+        """Read the task YAML files in folders below the data prefixes (an evaluation's task names), and no other
+        object: a task folder is never a data prefix itself (``evaluate_block.task_folder_problems``), and the check
+        reads only the files directly in it; which folder is named per execution, and IAM's ``*`` matches across
+        ``/``, so the grant cannot name the depth."""
         objects = [
-            f"{bucket_arn}/{prefix}*{suffix}"
+            f"{bucket_arn}/{prefix}*/*{suffix}"
             for bucket_arn, prefix in data_prefixes
             for suffix in TASK_FILE_SUFFIXES
         ]
@@ -301,9 +311,9 @@ class RequestValidator(Construct):
             acknowledge(
                 policy_scope(self.role),
                 f"IAM5[Resource::{rendered(self, resource)}]",
-                "An evaluation's check reads only task YAML files (any name: lm-eval's task files) under an allowed "
-                "data prefix, to refuse a task the folder does not define; the folders in between are chosen per "
-                "execution.",
+                "An evaluation's check reads only task YAML files (any name: lm-eval's task files) directly in the "
+                "task folder an execution names below an allowed data prefix, to refuse a task the folder does not "
+                "define; the folder is chosen per execution.",
             )
 
     def _grant_describe_jobs(self, key: str, value: str) -> None:
@@ -329,6 +339,28 @@ class RequestValidator(Construct):
             f"IAM5[Resource::{rendered(self, jobs)}]",
             f"Describes (read-only) only training jobs tagged {key}={value} (aws:ResourceTag condition): the jobs "
             "of this workflow, whose names are made per execution; an evaluation-only request names one.",
+        )
+
+    def _grant_describe_training_plans(self) -> None:
+        """Describe the training plans of the stack's account and region (``DescribeTrainingPlan`` acts on the
+        ``training-plan`` resource type), to refuse a request naming a plan that does not exist, has ended, or does
+        not reserve the request's instance type and count."""
+        plans = Stack.of(self).format_arn(
+            service="sagemaker",
+            resource="training-plan",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="DescribeTrainingPlans", actions=["sagemaker:DescribeTrainingPlan"], resources=[plans]
+            )
+        )
+        acknowledge(
+            policy_scope(self.role),
+            f"IAM5[Resource::{rendered(self, plans)}]",
+            "Describes (read-only) the training plan a request names (any name: plans are bought outside the "
+            "stack), in the stack's own account and region, to check it holds the job's instances before launch.",
         )
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:

@@ -352,8 +352,41 @@ def test_validate_a_good_request(deployed, cli, tmp_path):
         )
     )
     result = cli("validate", str(path))
-    assert (result.status, result.out.strip(), result.err) == (0, "valid", "")
-    assert json.loads(cli("validate", str(path), "--json").out) == {"valid": True, "problems": []}
+    name_check = "the run's name: that its checkpoint folder holds no earlier run's (one S3 listing when it is started)"
+    assert (result.status, result.err) == (0, "")
+    assert result.out.splitlines() == [
+        "valid",
+        "not checked here (the workflow checks them before it launches):",
+        f"  - {name_check}",
+    ]
+    assert json.loads(cli("validate", str(path), "--json").out) == {
+        "valid": True,
+        "problems": [],
+        "not_checked": [name_check],
+    }
+
+
+def test_offline_validate_refuses_another_bucket_when_named_and_says_when_it_cannot_know(deployed, cli):
+    elsewhere = json.dumps({"train_data_uri": "s3://someone-elses-bucket/data/tokens/"})
+    unknown = cli("validate", "-", "--json", stdin=elsewhere)
+    assert unknown.status == 0 and json.loads(unknown.out)["not_checked"][0].startswith(
+        "the data sources' bucket: the workflow's bucket is not known here, so train_data_uri, init_from and "
+        "evaluate.task_data_uri were matched on their key only, in any bucket (give --bucket NAME"
+    )
+    named = cli("validate", "-", "--bucket", deployed.bucket, stdin=elsewhere)
+    assert named.status == 2 and _problems(named.err) == [
+        f"train_data_uri: must be an s3:// prefix ending in '/' under one of s3://{deployed.bucket}/data/, or null; "
+        'got "s3://someone-elses-bucket/data/tokens/"'
+    ]
+    own = json.dumps({"train_data_uri": f"s3://{deployed.bucket}/data/tokens/"})
+    checked = json.loads(cli("validate", "-", "--json", "--bucket", deployed.bucket, stdin=own).out)
+    assert checked["valid"] and not any(
+        line.startswith("the data sources' bucket") for line in checked["not_checked"]
+    )
+    assert (
+        "train_data_uri: that it holds the training data (one S3 listing before launch)"
+        in checked["not_checked"]
+    )
 
 
 def test_validate_lists_every_problem_and_exits_2(deployed, cli):
@@ -416,6 +449,12 @@ def test_validate_deployed_uses_the_deployed_workflows_rules(deployed, cli):
         assert result.status == 2 and _problems(result.err) == submitted
         as_json = json.loads(cli("validate", "-", "--json", *flags, stdin=request).out)
         assert as_json == {"valid": False, "problems": submitted}
+    deployed_valid = json.loads(
+        cli("validate", "--json", "--deployed").out
+    )  # S3 read: only the run's name left
+    assert deployed_valid["valid"] and [line.split(":")[0] for line in deployed_valid["not_checked"]] == [
+        "the run's name"
+    ]
     assert cli("validate", "--deployed", "--stack", "NotThere").status == 3
 
 
@@ -640,7 +679,7 @@ def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
 
 
 def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(deployed, cli, tmp_path):
-    """Offline, ``--data-folder`` and ``--model-folder`` stand for the request's S3 folders: the conversation data
+    """Offline, ``--init-from`` and ``--data-folder`` stand for the request's S3 folders: the conversation data
     is checked against the model's template (refused naming train_data_uri) and the plan counts its windows;
     without them validate says what it did not check."""
     from tests.training.test_fine_tuning_request import weightless
@@ -654,16 +693,36 @@ def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(d
     )
     request = json.dumps({"init_from": "s3://my-bucket/data/model/", "train_data_uri": "s3://my-bucket/data/chats/",
                           "precision": "bf16", "seq_length": 256, "batch_size": 1})  # fmt: skip
-    folders = ("--data-folder", str(tmp_path / "data"), "--model-folder", str(model))
+    folders = ("--init-from", str(model), "--data-folder", str(tmp_path / "data"))
     result = cli("validate", "-", *folders, stdin=request)
-    assert (result.status, result.out.strip()) == (0, "valid"), result.err
-    blind = cli("validate", "-", "--json", stdin=request)
-    assert json.loads(blind.out)["not_checked"][0].startswith("train_data_uri: not read here")
+    assert (result.status, result.out.splitlines()[0]) == (0, "valid"), result.err
+    folder_lines = ("  - init_from:", "  - train_data_uri: its metadata.json")
+    assert not any(line.startswith(folder_lines) for line in result.out.splitlines())
+    blind = json.loads(cli("validate", "-", "--json", stdin=request).out)["not_checked"]
+    assert [
+        line.split(" (")[0] for line in blind if line.startswith(("init_from:", "train_data_uri: its"))
+    ] == [
+        "init_from: the model folder's config.json",
+        "train_data_uri: its metadata.json",
+    ]
+    no_data = cli("plan", "-", *folders, stdin=json.dumps({"init_from": "s3://my-bucket/data/model/"}))
+    assert no_data.status == 2 and _problems(no_data.err) == [
+        f"--data-folder {tmp_path / 'data'}: the request has no train_data_uri (the S3 folder the job would read); "
+        "set it, and --data-folder gives that folder's local copy"
+    ]
+    missing = cli(
+        "validate", "-", "--init-from", str(model), "--data-folder", str(tmp_path / "none"), stdin=request
+    )
+    assert missing.status == 2 and _problems(missing.err)[0].startswith(
+        f"train_data_uri: {tmp_path / 'none'}: is not a folder (a local copy of s3://my-bucket/data/chats/"
+    )
+    deployed_too = cli("validate", "-", "--deployed", *folders, stdin=request)
+    assert deployed_too.status == 2 and "--init-from, --data-folder: offline only" in deployed_too.err
     planned = json.loads(cli("plan", "-", "--json", *folders, stdin=request).out)
     assert planned["data"]["examples"] == 270 and planned["data"]["windows_exact"]
     assert "data: 270 training examples in " in cli("plan", "-", *folders, stdin=request).out
     other = weightless(tmp_path / "other", "{{ messages[0]['content'] }}")
-    refused = cli("validate", "-", "--data-folder", str(tmp_path / "data"), "--model-folder", str(other),
+    refused = cli("validate", "-", "--init-from", str(other), "--data-folder", str(tmp_path / "data"),
                   stdin=request)  # fmt: skip
     assert (
         refused.status == 2
@@ -682,9 +741,28 @@ def test_plan_prints_memory_by_part_time_and_cost(deployed, cli):
     assert result.status == 0, result.err
     assert "(fits)" in result.out and "saved activations" in result.out and "AdamW state" in result.out
     assert "tokens/s per GPU" in result.out and "cost $" in result.out
+    assert "8 GPUs, shard 8;" in result.out and "network per step: 0.0 GB per instance over EFA" in result.out
     planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(SEED_HEADLINE)).out)
     assert planned["fits"] and planned["world_size"] == 8 and planned["peak_gib"] < planned["limit_gib"]
     assert abs(sum(planned["parts_gib"].values()) - planned["tensors_gib"]) < 0.05
+
+
+def test_plan_on_two_instances_shows_the_layout_and_the_networks_share(deployed, cli):
+    two = {**SEED_HEADLINE, "instance_count": 2}
+    result = cli("plan", "-", stdin=json.dumps(two))
+    assert result.status == 0, result.err
+    planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(two)).out)
+    assert planned["data_parallel"] == {"replicate": 2, "shard": 8}
+    net = planned["network"]
+    assert "16 GPUs, replicate 2 x shard 8;" in result.out
+    assert (
+        f"network per step: {net['efa_gb_per_instance']:.1f} GB per instance over EFA, "
+        f"{net['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink; busy {net['busy_seconds']:.3f} s, exposed "
+        f"{net['exposed_seconds']:.3f} s ({100 * net['share']:.1f}% of the step; links: "
+    ) in result.out
+    assert net["efa_gb_per_instance"] > 1
+    pinned = cli("plan", "-", stdin=json.dumps({**two, "hyperparameters": {"data_parallel_replicate": "1"}}))
+    assert "16 GPUs, shard 16;" in pinned.out
 
 
 def test_plan_of_a_request_that_cannot_fit_exits_2_with_advice(deployed, cli):

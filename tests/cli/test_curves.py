@@ -4,6 +4,7 @@ records), and the command against the stack in moto with runs whose logs are in 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
@@ -238,3 +239,15 @@ def test_curves_in_the_terminal_and_the_sparkline_of_result(two_runs, cli):
 def test_curves_of_an_unknown_run_is_one_line(two_runs, cli):
     result = cli("curves", two_runs[0], "no-such-run")
     assert result.status == 3 and result.err.startswith("error: unknown run no-such-run")
+
+
+def test_curves_without_the_charts_extra_says_how_to_install_it(two_runs, cli, tmp_path, monkeypatch):
+    """`make synth` does not install matplotlib and plotext (the charts extra): curves says so in one line."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "plotext", None)
+    for args in (["--out", str(tmp_path / "c.png")], []):
+        result = cli("curves", two_runs[0], *args)
+        assert result.status == 3, result.err
+        (line,) = result.err.strip().splitlines()
+        assert "not installed" in line and ".[charts]" in line and "make local" in line
+    assert not (tmp_path / "c.png").exists()

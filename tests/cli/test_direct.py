@@ -22,11 +22,12 @@ from moto.sagemaker.responses import SageMakerResponse
 from constructs_lib.cli.api import TrainingRuns
 from constructs_lib.cli.errors import InvalidRequest
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, STACK
-from tests.workflow.harness import ACCOUNT, OUTCOMES, REGION
+from tests.workflow.harness import ACCOUNT, OUTCOMES, REGION, TRAINING_PLANS
 from tests.workflow.test_requests import _seal_checkpoint
 from training.request.contract import format_summary_line
 
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200"
+TRAINING_PLANS.add(PLAN, "ml.p6-b200.48xlarge", 4)  # the request check describes the plan a request names
 
 
 class Sent:
@@ -259,5 +260,7 @@ def test_a_direct_runs_name_is_refused_for_a_workflow_run_once_it_has_checkpoint
     )
     before = deployed.executions()
     refused = cli("submit", "--name", name)
-    assert refused.status == 2 and f"already holds checkpoints of a run named {name}" in refused.err
+    assert (
+        refused.status == 2 and f"already holds the checkpoints of an earlier run named {name}" in refused.err
+    )
     assert deployed.executions() == before

@@ -118,3 +118,50 @@ def test_result_shows_no_later_scores_when_the_caller_may_not_search():
             return Refusing()
 
     assert later_evaluation(Runs(), "run-1") is None
+
+
+def _local_results(folder, model_dir, precision: str, max_steps: int, acc: float) -> None:
+    """A results folder as ``python -m training.evaluate`` writes it (its own ``report``), for a model folder whose
+    run left its settings.json beside the Hugging Face export."""
+    from training.evaluate.run import report
+
+    hf = model_dir / "hf"
+    hf.mkdir(parents=True)
+    (model_dir / "settings.json").write_text(json.dumps({"precision": precision, "max_steps": max_steps}))
+    scores = {
+        "colours": {"acc": acc, "acc_stderr": 0.07, "acc_norm": acc, "acc_norm_stderr": 0.07, "samples": 24}
+    }
+    report(scores, {"results": {}}, folder, {"tasks": ["colours"]}, hf)
+
+
+def test_compare_of_local_results_folders_needs_no_aws(tmp_path, monkeypatch, capsys):
+    """Local results folders side by side: their scores, and the precision and max_steps of the runs whose models
+    they evaluated; no region, no credentials, no AWS call (a run name beside them is refused in one line)."""
+    from constructs_lib.cli.main import main
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.chdir(tmp_path)
+    _local_results(tmp_path / "long", tmp_path / "runs" / "a" / "model", "fp32", 300, 0.875)
+    _local_results(tmp_path / "short", tmp_path / "runs" / "b" / "model", "bf16", 30, 0.25)
+    capsys.readouterr()
+    assert main(["compare", "long", "short", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["precision"], r["max_steps"]) for r in rows] == [
+        ("long", "fp32", 300),
+        ("short", "bf16", 30),
+    ]
+    assert rows[0]["scores"] == {
+        "colours": {"acc": 0.875, "acc_stderr": 0.07, "acc_norm": 0.875, "acc_norm_stderr": 0.07}
+    }
+    assert rows[1]["trained_run"] == str(tmp_path / "runs" / "b" / "model" / "hf")
+    assert main(["compare", "long", "short"]) == 0
+    table = capsys.readouterr().out
+    assert "0.875 ± 0.070 / 0.875 ± 0.070" in table and "0.250 ± 0.070" in table and "colours" in table
+    assert "final loss" not in table  # a results folder has no losses: no column of dashes
+    assert main(["compare", "long", "some-run"]) == 3
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "long are local results folders but some-run are not" in line

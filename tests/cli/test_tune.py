@@ -185,9 +185,15 @@ def test_a_tuning_run_starting_from_init_from_plans_with_the_models_config_and_s
         "init_from": f"s3://{deployed.bucket}/data/llama/",
     }  # cdk.json's data source
     offline = cli("tune", "-", "--dry-run", stdin=json.dumps(offline_request))
-    assert offline.status == 2 and "tune: with init_from, the candidates are planned" in offline.err, (
-        offline.err
-    )
+    assert (
+        offline.status == 2
+        and "init_from: the tuning plan needs the model folder's config.json" in offline.err
+    ), offline.err
+    validated = cli(
+        "validate", "-", "--json", stdin=json.dumps(offline_request)
+    )  # valid, the candidates not checked
+    assert any(line.startswith("init_from: the model folder's config.json") for line in json.loads(validated.out)[
+        "not_checked"])  # fmt: skip
     shown = json.loads(cli("tune", "-", "--dry-run", "--deployed", "--json", stdin=json.dumps(request)).out)
     assert [t["settings"]["batch_size"] for t in shown["plan"]["trials"]] == [2, 1]
     same_shape = {k: v for k, v in request.items() if k != "init_from"}

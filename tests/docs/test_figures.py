@@ -89,11 +89,22 @@ def check_preset_plans(module: ModuleType, argv: list[str], table: Table) -> lis
     return []
 
 
+def check_layouts(module: ModuleType, argv: list[str], table: Table) -> list[str]:
+    """The layouts' plans (memory, time, cost, network) are closed form only: the whole table."""
+    printed = Page.parse(module.table(module.parse_args(argv)) + "\n", Path("printed.md"), "printed").tables[
+        0
+    ]
+    if (table.header, table.rows) != (printed.header, printed.rows):
+        return [_rerun(" ".join(["python -m", module.__name__, *map(shlex.quote, argv)]), table)]
+    return []
+
+
 RECOMPUTED: dict[str, Callable[[ModuleType, list[str], Table], list[str]]] = {
     "training.measure.plan_agreement": check_agreement,
     "training.measure.loss_memory_table": check_loss_table,
     "training.measure.seed_comparison": check_seed,
     "training.measure.preset_plans": check_preset_plans,
+    "training.request.layouts": check_layouts,
 }
 """Commands whose tables are (partly) closed form, and their checks. Others (timed, traced) are only parsed."""
 

@@ -72,6 +72,7 @@ BROKEN = {
     "missing tensor": "has no tensor model.layers.1.mlp.up_proj.weight",
     "wrong shape": "model.layers.1.mlp.up_proj.weight in wrong.safetensors has shape (96, 32)",
     "unsupported model_type": "model_type 'mistral' is not supported; supported: llama",
+    "damaged shard": "cannot read model-00002-of-00012.safetensors: SafetensorError: Error while deserializing header",
 }
 """Folders the trainer must refuse before step 1, and a fragment of each refusal."""
 
@@ -89,6 +90,9 @@ def broken_llama(folder: Path, kind: str) -> Path:
     elif kind == "wrong shape":
         save_file({key: torch.zeros(96, 32)}, str(folder / "wrong.safetensors"))
         index["weight_map"][key] = "wrong.safetensors"
+    elif kind == "damaged shard":  # cut short, as by an interrupted copy
+        shard = folder / "model-00002-of-00012.safetensors"
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     else:
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))

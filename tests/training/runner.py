@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -114,18 +115,31 @@ def container_code_dir(code: Path) -> None:
     shutil.copytree(context, code / "training", ignore=shutil.ignore_patterns("Dockerfile", ".dockerignore"))
 
 
-def toolkit_job(tmp_path: Path, hyperparameters: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """A SageMaker-shaped /opt/ml under ``tmp_path`` for one host with ``hyperparameters`` (JSON strings, as
-    Step Functions sends them); returns the toolkit's ``train`` command and its environment (2 CPU workers)."""
+def toolkit_job(
+    tmp_path: Path, hyperparameters: dict[str, str], hosts: tuple[str, ...] = ("algo-1",), current: str = ""
+) -> tuple[list[str], dict[str, str]]:
+    """A SageMaker-shaped /opt/ml under ``tmp_path`` for one host (``current`` of ``hosts``, the first by default)
+    with ``hyperparameters`` (JSON strings, as Step Functions sends them); returns the toolkit's ``train`` command
+    and its environment (2 CPU workers)."""
     base = tmp_path / "opt_ml"
     config_dir = base / "input" / "config"
     config_dir.mkdir(parents=True)
     (config_dir / "hyperparameters.json").write_text(json.dumps(hyperparameters))
-    (config_dir / "resourceconfig.json").write_text(
-        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"})
-    )
+    resources = {"current_host": current or hosts[0], "hosts": list(hosts), "network_interface_name": "eth0"}
+    if (
+        len(hosts) > 1
+    ):  # as SageMaker writes it for a cluster (the loopback here: every "host" is this machine)
+        resources.update(network_interface_name="lo", current_instance_type=contract.DEFAULT_INSTANCE_TYPE)
+    (config_dir / "resourceconfig.json").write_text(json.dumps(resources))
     (config_dir / "inputdataconfig.json").write_text("{}")
     container_code_dir(base / "code")
+    return toolkit_command(tmp_path)
+
+
+def toolkit_command(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """The toolkit's ``train`` command and its environment for the /opt/ml that ``toolkit_job`` laid out under
+    ``tmp_path``."""
+    base = tmp_path / "opt_ml"
     child_env = env()
     child_env.pop("PYTHONPATH")  # train.sh must find its package by itself
     child_env.update(
@@ -158,3 +172,18 @@ def reference_settings(tmp: Path, name: str, **extra: str) -> dict[str, str]:
         "model_dir": str(tmp / f"model_{name}"),
         **extra,
     }
+
+
+def free_ports() -> int:
+    """A port ``p`` with ``p + 1`` free too (torchrun's rendezvous and the roll call)."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise RuntimeError("no two consecutive free ports")

@@ -255,3 +255,64 @@ def test_a_folder_that_appears_while_a_save_is_written_is_never_replaced(one_ran
         manager.save(4, net, optimizer, {"step": 4})
     assert [p.name for p in (root / "step_00000004").iterdir()] == ["theirs"]
     assert (root / "step_00000004.tmp" / MARKER).is_file()  # the new one is kept, sealed, under its .tmp name
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def unseal(folder: Path) -> Path:
+    """What a save written whole but never sealed leaves (the run ended before its seal): no COMPLETE, the
+    ``.tmp`` name."""
+    (folder / MARKER).unlink()
+    return folder.rename(folder.with_name(folder.name + ".tmp"))
+
+
+def test_a_background_save_of_a_run_that_fails_is_sealed_once_its_files_are_written(one_rank, tmp_path):
+    """An exception ends the run while a background save is written: ``close`` (the run's ``finally``) waits for
+    it and, the world being this node, seals it, as the next step boundary would have."""
+    root = tmp_path / "ckpt"
+    net, reference = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(net.parameters())
+    manager = checkpoint.CheckpointManager(str(root), 3, one_rank)
+    assert manager.save(4, net, optimizer, {"step": 4}, background=True).name == "step_00000004.tmp"
+    manager.close()
+    assert [p.name for p in root.iterdir()] == ["step_00000004"]
+    assert size_problem(root / "step_00000004") is None
+    files = sorted(name for name in folder_bytes(root / "step_00000004") if name != MARKER)
+    assert checksum_problem(root / "step_00000004", files) is None
+    marker = json.loads((root / "step_00000004" / MARKER).read_text())
+    assert (marker["step"], marker["world_size"]) == (4, 1)
+    loader = checkpoint.CheckpointManager(str(root), 3, one_rank)
+    state = loader.load_latest(reference, torch.optim.AdamW(reference.parameters()))
+    assert state is not None and state["step"] == 4 and torch.equal(reference.weight, net.weight)
+
+
+def test_a_save_written_whole_but_unsealed_is_sealed_at_the_next_start_and_an_unfinished_one_left(
+    one_rank, tmp_path
+):
+    """The next start seals a ``.tmp`` holding a whole save (``COMPLETE`` the same bytes a seal had written, every
+    file unchanged) and resumes from it; a ``.tmp`` whose DCP write did not finish (no ``.metadata``) or lost a
+    file it lists stays an interrupted write, reported and left exactly as it is."""
+    root = tmp_path / "ckpt"
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(net.parameters())
+    writer = checkpoint.CheckpointManager(str(root), 5, one_rank)
+    whole = writer.save(4, net, optimizer, {"step": 4})
+    sealed_bytes = folder_bytes(whole)
+    unseal(whole)
+    unfinished = unseal(writer.save(8, net, optimizer, {"step": 8}))
+    (unfinished / ".metadata").unlink()
+    lost = unseal(writer.save(12, net, optimizer, {"step": 12}))
+    (lost / "__0_0.distcp").unlink()
+    left = {p.name: folder_bytes(p) for p in (unfinished, lost)}
+    manager = checkpoint.CheckpointManager(str(root), 5, one_rank)
+    state = manager.load_latest(net, optimizer)
+    assert state is not None and state["step"] == 4
+    assert manager.adopted == [("step_00000004.tmp", "step_00000004")]
+    assert folder_bytes(root / "step_00000004") == sealed_bytes
+    assert [name for name, _ in manager.incomplete] == ["step_00000008.tmp", "step_00000012.tmp"]
+    assert {p.name: folder_bytes(p) for p in (unfinished, lost)} == left
+    assert checkpoint.written_whole([checkpoint._node_view(lost, root / "step_00000012")]) == (
+        "__0_0.distcp is missing or cut short"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -142,3 +143,33 @@ def test_check_only_prints_the_settings(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert main([*cli_args(TINY), "--check-only"]) == 0
     assert "settings ok: " in capsys.readouterr().out
+
+
+def test_the_config_line_is_short_and_the_settings_file_has_every_setting(tmp_path):
+    """The trainer's ``config`` line: the settings that say what runs (and what the CLI and the tuning driver read
+    from it), then the file with all of them; the file is never written over."""
+    cfg = config.config_from_mapping(
+        {**TINY, "checkpoint_dir": str(tmp_path / "c"), "model_dir": str(tmp_path / "m")}
+    )
+    settings = {**cfg.as_dict(), "world_size": 2, "device": "cpu", "gpu": "none", "parameters": 123,
+                "compute_dtype": "float32"}  # fmt: skip
+    path = config.write_settings(settings, cfg.model_dir)
+    line = config.config_line(settings, path)
+    assert len(line) - len(str(path)) - len(cfg.checkpoint_dir) < 450  # the paths are as long as they are
+    assert len(contract.format_config_line(settings)) > 1000  # every setting, as the line had them
+    parsed = contract.parse_config_line(line)
+    assert parsed is not None and parsed["settings"] == str(tmp_path / "m" / "settings.json")
+    read_by_the_cli_and_the_tuning_driver = {"max_steps", "batch_size", "grad_accum_steps", "seq_length",
+                                             "world_size", "device", "gpu"}  # fmt: skip
+    assert read_by_the_cli_and_the_tuning_driver <= parsed.keys()
+    assert parsed["precision"] == "fp32" and parsed["deterministic"] == "true"  # not its default: shown
+    assert (
+        "gc_interval" not in parsed and "max_steps" in parsed
+    )  # a default only in the file, the keys always
+    assert json.loads(path.read_text()) == json.loads(json.dumps(settings))
+    # the same settings again: the file is kept; other settings: a file of their own, the first one untouched
+    before = path.read_text()
+    assert config.write_settings(settings, cfg.model_dir) == path
+    other = config.write_settings({**settings, "max_steps": 99}, cfg.model_dir)
+    assert other == tmp_path / "m" / "settings-2.json" and path.read_text() == before
+    assert json.loads(other.read_text())["max_steps"] == 99

@@ -397,3 +397,18 @@ def test_the_plan_checks_fp8_dims_for_its_instance_types_gpu():
     with pytest.raises(c.ContractError, match="^seq_length: must be a multiple of 32 for precision=fp8"):
         plan.setup_from_request(request)  # ml.p6-b200.48xlarge
     assert plan.setup_from_request({**request, "instance_type": "ml.p5.48xlarge"}).seq_length == 4112
+
+
+def test_fp8_with_the_mxfp8_recipe_needs_a_blackwell_gpu_as_precision_mxfp8_does():
+    with pytest.raises(
+        c.ContractError, match=r"^fp8_recipe: mxfp8 \(TE MXFP8BlockScaling\) needs a data-centre "
+    ):
+        c.parse_hyperparameters({"precision": "fp8", "fp8_recipe": "mxfp8"}, sm=(9, 0))
+    for sm in ((10, 0), (10, 3), None):  # Blackwell, or the GPU not known: nothing to refuse
+        assert (
+            c.parse_hyperparameters({"precision": "fp8", "fp8_recipe": "mxfp8"}, sm=sm)["fp8_recipe"]
+            == "mxfp8"
+        )
+    # the recipe is read only with precision fp8; auto is current scaling on Hopper
+    c.parse_hyperparameters({"precision": "bf16", "fp8_recipe": "mxfp8"}, sm=(9, 0))
+    c.parse_hyperparameters({"precision": "fp8", "fp8_recipe": "auto"}, sm=(9, 0))

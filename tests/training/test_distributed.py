@@ -63,9 +63,12 @@ def test_chunked_loss_gives_the_same_training(reference, tmp_path):
     assert chunked_losses.keys() == reference_losses.keys()
     for step, loss in chunked_losses.items():
         assert float(loss) == pytest.approx(float(reference_losses[step]), rel=1e-5, abs=2e-5), step
+    # the weights after 12 AdamW steps within 5e-5: AdamW divides each gradient by its own running scale, so the
+    # round-off shows most on weights whose gradients are near zero (1.8e-5 on one of 4096 with the synthetic
+    # samples of 2026-11)
     for name, tensor in load_weights(tmp_path / "model_chunk").items():
         torch.testing.assert_close(
-            tensor, load_weights(reference[0] / "model_ref")[name], rtol=1e-5, atol=1e-5
+            tensor, load_weights(reference[0] / "model_ref")[name], rtol=1e-5, atol=5e-5
         )
 
 

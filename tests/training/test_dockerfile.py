@@ -228,7 +228,7 @@ def test_the_trainers_packages_are_hash_pinned_at_the_versions_the_tests_use():
         "optional-dependencies"
     ]
     project = tomllib.loads((TRAINING.parent / "pyproject.toml").read_text())["project"]["dependencies"]
-    for entry in extras["train"] + extras["dev"] + extras["eval"] + project:
+    for entry in extras["train"] + extras["dev"] + extras["eval"] + extras["charts"] + project:
         requirement = Requirement(entry)
         dev[canonicalize_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
     for name in (*shared, "matplotlib"):  # matplotlib: the tuning report's charts, at the CLI's own pin

@@ -283,3 +283,34 @@ def test_a_failure_of_lm_eval_itself_becomes_the_jobs_failure_reason(tmp_path, m
         run.main(["--tasks", "memorized", "--model_dir", str(folder), "--tasks_dir", str(tasks)])
     failure = (tmp_path / "output" / contract.FAILURE_FILE).read_text()
     assert failure == "evaluation failed: RuntimeError: CUDA out of memory\n"
+
+
+def test_by_hand_each_evaluation_gets_a_folder_of_its_own_and_none_is_written_over(tmp_path, monkeypatch):
+    """Outside a job an evaluation writes into a new folder under evaluations/ (named by the model and the time);
+    a folder given that already holds an evaluation's files is refused before anything runs."""
+    from datetime import UTC, datetime
+
+    monkeypatch.chdir(tmp_path)
+    now = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
+    assert run.output_folder(None, "trainer-output/custom-2x64-fp32-1234abcd/model", now) == Path(
+        "evaluations/custom-2x64-fp32-1234abcd-20260701-120000"
+    )
+    assert run.output_folder(None, "my-model", now).name == "my-model-20260701-120000"
+    taken = tmp_path / "scores"
+    taken.mkdir()
+    assert run.output_folder(str(taken), "m") == taken  # an empty folder is fine
+    (taken / "scores.json").write_text("{}")
+    with pytest.raises(contract.ContractError, match=r"^output_dir: .* already holds scores.json"):
+        run.output_folder(str(taken), "m")
+    # what the run recorded beside its model: its settings.json (the newest settings-N.json of several)
+    model = tmp_path / "model"
+    (model / "hf").mkdir(parents=True)
+    assert run.run_settings(model / "hf") is None
+    (model / "settings.json").write_text(json.dumps({"precision": "bf16", "max_steps": 10, "lr": 1}))
+    (model / "settings-2.json").write_text(json.dumps({"precision": "bf16", "max_steps": 20}))
+    recorded = run.run_settings(model / "hf")
+    assert (recorded["precision"], recorded["max_steps"], recorded["file"]) == (
+        "bf16",
+        20,
+        str(model / "settings-2.json"),
+    )

@@ -4,6 +4,7 @@ task definitions give (same contexts, continuations and targets), offline; the p
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import lm_eval
 import pytest
 import yaml
 
+from tests.training.runner import ROOT
 from training.evaluate import harness, prepare_tasks
 from training.evaluate.standard_tasks import STANDARD_TASKS
 from training.request import contract
@@ -163,10 +165,40 @@ def test_rows_without_the_datasets_fields_are_refused_and_leave_no_file(tmp_path
         == 2
     )
     assert "winogrande: row 1 lacks the fields of allenai/winogrande" in capsys.readouterr().err
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # the folder it made is not left behind, empty
 
 
 def test_the_hub_is_not_read_when_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     assert prepare_tasks.main(["--output", str(tmp_path / "out"), "--tasks", "piqa"]) == 2
     assert "HF_DATASETS_OFFLINE or HF_HUB_OFFLINE is set" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_without_a_network_the_hub_failure_is_one_line(tmp_path):
+    """No HF_*_OFFLINE variable, but no way out (every proxy a closed local port, a cache of its own): datasets'
+    own ConnectionError and its traceback become one line naming the task, the dataset and what to do; exit 2; no
+    folder left behind. (datasets retries for about 30 s before it gives up.)"""
+    import subprocess
+    import sys
+
+    closed = "http://127.0.0.1:9"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update({name: closed for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")})
+    env.update(HF_HOME=str(tmp_path / "hf"), NO_PROXY="", no_proxy="", PYTHONPATH=str(ROOT))
+    out = tmp_path / "tasks"
+    done = subprocess.run(
+        [sys.executable, "-m", "training.evaluate.prepare_tasks", "--output", str(out), "--tasks", "piqa"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: piqa: cannot read baber/piqa (validation) from the Hugging Face Hub: ")
+    assert (
+        line.endswith("(run where the Hub is reachable, or pass --from-dir)")
+        and "Traceback" not in done.stderr
+    )
+    assert (
+        not out.exists()
+        and done.stdout == "piqa: reading baber/piqa (validation) from the Hugging Face Hub\n"
+    )

@@ -98,7 +98,7 @@ def test_a_finished_run_holds_the_hf_folder_and_transformers_gives_the_trainers_
 
 def test_the_cli_exports_bfloat16_shards_with_an_index_under_a_size_limit(trained, tmp_path, capsys):
     out = tmp_path / "sharded"
-    assert export_hf.main([str(trained[0]), str(out), "--max-shard-size", "60KB"]) == 0
+    assert export_hf.main([str(trained[0]), str(out), "--max-shard-size", "60KB", "--dtype", "bfloat16"]) == 0
     index = json.loads((out / "model.safetensors.index.json").read_text())
     shards = sorted(p.name for p in out.glob("*.safetensors"))
     assert len(shards) > 2 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
@@ -113,6 +113,25 @@ def test_the_cli_exports_bfloat16_shards_with_an_index_under_a_size_limit(traine
     with torch.no_grad():
         assert (hf(TOKENS).logits - full(TOKENS).logits).abs().max() < 0.05  # bfloat16 weights
     assert "exported to" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16),
+                             ("mxfp8", torch.bfloat16)]
+)  # fmt: skip
+def test_by_hand_the_export_keeps_the_runs_precision_unless_told(trained, tmp_path, capsys, precision, dtype):
+    """As every finished run's own export: an fp32 run's weights stay float32 (not bfloat16), an fp16 run's
+    float16, the others bfloat16; ``--dtype`` chooses another; the help says so."""
+    path = resaved(trained[0], tmp_path, precision=precision)
+    assert export_hf.main([str(path), str(tmp_path / "kept")]) == 0
+    assert {t.dtype for t in load_file(tmp_path / "kept" / "model.safetensors").values()} == {dtype}
+    assert f"`{str(dtype).removeprefix('torch.')}`" in (tmp_path / "kept" / "README.md").read_text()
+    assert export_hf.main([str(path), str(tmp_path / "told"), "--dtype", "float16"]) == 0
+    assert {t.dtype for t in load_file(tmp_path / "told" / "model.safetensors").values()} == {torch.float16}
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        export_hf.main(["--help"])
+    assert "default: the run's precision" in " ".join(capsys.readouterr().out.split())
 
 
 def resaved(trained_dir: Path, tmp_path: Path, **config_changes) -> Path:
@@ -289,6 +308,23 @@ def test_a_byte_level_model_says_so_and_has_no_tokenizer_files(tmp_path):
         "tokenizer_json": None,
     }
     assert "copy that `tokenizer.json` into this folder" in export_hf.write_tokenizer(missing, tmp_path, 64)
+
+
+@pytest.mark.parametrize("travelled", [False, True], ids=["no tokenizer files", "its tokenizer files"])
+def test_a_model_imported_then_trained_on_synthetic_tokens_has_a_truthful_card(tmp_path, travelled):
+    """It learnt its language before this run: the card says where it came from, that this run's tokens were
+    synthetic, and which tokenizer it reads."""
+    files = {"tokenizer_config.json": b"{}"} if travelled else {}
+    data = {"dataset": "synthetic", "init_from": {"path": "/models/llama", "config": {}, "files": files}}
+    written = export_hf.write_source_files(data, tmp_path)
+    text = export_hf.write_tokenizer(data, tmp_path, 64)
+    assert "learnt no language" not in text
+    assert "`init_from` /models/llama" in text
+    assert "This run trained it on synthetic tokens (`dataset=synthetic`" in text
+    if travelled:
+        assert written == ["tokenizer_config.json"] and "`tokenizer_config.json` are here" in text
+    else:
+        assert written == [] and "the tokenizer of the model it started from" in text
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ prepared data's metadata.json against the init_from model (template, tokenizer, 
 check), seq_length against the longest example, the windows per global batch, the plan of the packed windows and
 of the torch path's document mask, a tuning run's candidates keeping the data's constraints, and what an offline
 decision says it did not check. The folders are read as local copies of their S3 URIs (what the CLI's
-``validate --data-folder/--model-folder`` does; the workflow reads the same files from S3: tests/workflow)."""
+``validate --init-from/--data-folder`` does; the workflow reads the same files from S3: tests/workflow)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,16 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def decide(folders: dict[str, Path], request: dict | None = None):
-    local = {DATA: folders["data"], MODEL: folders["model"], OTHER: folders["other"]}
-    return decide_request({**REQUEST, **(request or {})}, RULES, reads=Reads(local=local))
+    raw = {**REQUEST, **(request or {})}
+    model = {MODEL: folders["model"], OTHER: folders["other"]}[raw["init_from"]]
+    return decide_request(raw, RULES, reads=Reads(local_init_from=model, local_train_data=folders["data"]))
+
+
+def unchecked(decision) -> list[str]:
+    """What the decision says it could not check of the two folders (``Decision.skipped``)."""
+    return [
+        line for line in decision.skipped if line.startswith(("init_from:", "train_data_uri: its metadata"))
+    ]
 
 
 def test_best_fit_counted_from_the_lengths_is_the_trainers_own_packing():
@@ -81,7 +89,7 @@ def test_prepare_records_each_splits_lengths(folders):
 
 def test_a_matching_fine_tuning_request_is_valid_and_its_plan_counts_the_packed_windows(folders):
     decision = decide(folders)
-    assert decision.problems == [] and decision.notes == []
+    assert decision.problems == [] and unchecked(decision) == []
     assert decision.request.chat.model == MODEL and decision.request.chat.mismatches == ()
     data = decision.plan["data"]
     windows = packing.Conversations(folders["data"], "train", token_dtype="uint16", seq_length=256, batch_size=1,
@@ -139,8 +147,8 @@ def test_truncation_at_preparation_is_said_in_the_plan(folders, tmp_path):
     cut = (json.loads((folders["data"] / "metadata.json").read_text())["max_example_tokens"] - 16) // 8 * 8
     chat_prepare.prepare_chat([folders["root"] / "chats.jsonl"], str(tmp_path / "cut"), str(folders["model"]),
                               validation_fraction=0.1, max_tokens=cut, too_long="truncate")  # fmt: skip
-    local = {DATA: tmp_path / "cut", MODEL: folders["model"]}
-    decision = decide_request({**REQUEST, "seq_length": cut}, RULES, reads=Reads(local=local))
+    local = Reads(local_init_from=folders["model"], local_train_data=tmp_path / "cut")
+    decision = decide_request({**REQUEST, "seq_length": cut}, RULES, reads=local)
     counts = json.loads((tmp_path / "cut" / "metadata.json").read_text())["counts"]
     assert decision.problems == [] and counts["truncated"] > 0
     assert decision.plan["data"]["truncation"] == (
@@ -153,13 +161,18 @@ def test_truncation_at_preparation_is_said_in_the_plan(folders, tmp_path):
 def test_offline_without_the_folders_it_says_what_it_did_not_check(folders):
     decision = decide_request(REQUEST, RULES)
     assert decision.problems == []
-    (note,) = decision.notes
-    assert note.startswith("train_data_uri: not read here, so its metadata.json was not checked")
-    assert "--data-folder" in note
-    data_only = decide_request(REQUEST, RULES, reads=Reads(local={DATA: folders["data"]}))
-    (note,) = data_only.notes
-    assert note.startswith(
-        "init_from: not read here, so the conversation data was not checked against its chat"
+    model, data = unchecked(decision)
+    assert model.startswith("init_from: the model folder's config.json (read from S3 before launch)")
+    assert model.endswith("(offline: a local copy of the folder, --init-from DIR)")
+    assert data.startswith(
+        "train_data_uri: its metadata.json (read from S3 before launch): prepared conversations"
+    )
+    assert data.endswith("(offline: a local copy of the folder, --data-folder DIR)")
+    data_only = decide_request(REQUEST, RULES, reads=Reads(local_train_data=folders["data"]))
+    (model,) = unchecked(data_only)
+    assert (
+        "a tuning run's candidates, and the conversation data against its chat template, tokenizer and "
+        in model
     )
 
 
@@ -167,7 +180,7 @@ def test_a_metadata_json_that_is_not_json_is_refused(folders, tmp_path):
     shutil.copytree(folders["data"], tmp_path / "data")
     (tmp_path / "data" / "metadata.json").write_text("{not json")
     decision = decide_request(
-        REQUEST, RULES, reads=Reads(local={DATA: tmp_path / "data", MODEL: folders["model"]})
+        REQUEST, RULES, reads=Reads(local_init_from=folders["model"], local_train_data=tmp_path / "data")
     )
     assert decision.problems[0].startswith(f"train_data_uri: {DATA}metadata.json is not valid JSON")
 

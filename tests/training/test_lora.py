@@ -462,6 +462,39 @@ def test_a_lora_checkpoint_holds_only_adapters_and_a_sigterm_then_resume_is_bit_
 
 
 @pytest.mark.slow
+def test_a_peft_adapter_export_interrupted_by_sigkill_is_completed_by_a_rerun(lora_reference):
+    """A LoRA job killed while it exported its peft adapter (model.pt and hf/ written, adapter.partial/ half
+    written): the rerun finds the run complete and makes the adapter folder, the same adapter an uninterrupted run
+    made; the merged hf/ is left as it is."""
+    import shutil
+
+    tmp, source, _ = lora_reference
+    shutil.copytree(tmp / "ckpt_ref", tmp / "ckpt_rerun")
+    shutil.copytree(tmp / "model_ref", tmp / "model_rerun", ignore=shutil.ignore_patterns("adapter"))
+    partial = tmp / "model_rerun" / "adapter.partial"
+    partial.mkdir()
+    (partial / "adapter_model.safetensors").write_bytes(b"half a file")
+    output = run_trainer(lora_run_settings(tmp, "rerun", source))
+    model_dir = tmp / "model_rerun"
+    assert (
+        f"run already complete: the newest checkpoint is at step 8 and max_steps=8; {model_dir / 'model.pt'} has "
+        f"no peft adapter folder (one was interrupted: adapter.partial): peft LoRA adapter exported to "
+        f"{model_dir / 'adapter'}"
+    ) in output, output
+    assert "has no Hugging Face export" not in output and not partial.exists()
+    made, reference = model_dir / "adapter", tmp / "model_ref" / "adapter"
+    weights = "adapter_model.safetensors"
+    assert (made / weights).read_bytes() == (reference / weights).read_bytes()
+
+    def config(folder: Path) -> dict:
+        """peft keeps target_modules as a set: its order varies between processes."""
+        loaded = json.loads((folder / "adapter_config.json").read_text())
+        return {**loaded, "target_modules": sorted(loaded["target_modules"])}
+
+    assert config(made) == config(reference)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path, nproc):
     """The defect class of FSDP2 + peft saving rank 0's slice only: each rank writes values naming itself into its

@@ -85,3 +85,16 @@ def test_cli_prints_json(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["settings"]["num_layers"] == 1 and result["peak_gib"] > 0
     assert set(result["parts_gib"]) == set(memory_trace.PARTS.values())
+
+
+def test_a_requests_bf16_twin_is_traced_when_its_precision_needs_a_gpu(capsys, tmp_path):
+    """docs/plan.md traces the README's mxfp8 run.json: refused as it is (Transformer Engine needs a GPU), with
+    what to do; --precision bf16 traces its twin."""
+    request = tmp_path / "run.json"
+    request.write_text(json.dumps({"precision": "mxfp8", "batch_size": 1, "seq_length": 64,
+                                   "hyperparameters": {"model_preset": "1b", "num_layers": "1"}}))  # fmt: skip
+    assert memory_trace.main(["--request", str(request), "--json"]) == 2
+    assert "--precision bf16 traces a request's bf16 twin" in capsys.readouterr().err
+    assert memory_trace.main(["--request", str(request), "--precision", "bf16", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["settings"]["precision"] == "bf16" and result["settings"]["num_layers"] == 1

@@ -5,6 +5,7 @@ example alone, and the step's gradient equals one process's mean over every trai
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import types
@@ -89,6 +90,52 @@ def test_an_example_longer_than_seq_length_and_too_few_windows_are_refused(prepa
     with pytest.raises(contract.ContractError, match="batch_size: the validation split .* makes 1 windows"):
         packing.Conversations(prepared, "validation", token_dtype="uint16", seq_length=1024, batch_size=2, seed=0,
                               rank=0, world_size=1)  # fmt: skip
+
+
+def test_the_data_check_of_conversations_counts_grad_accum_steps_and_names_the_product(prepared):
+    """One optimizer step reads batch_size x grad_accum_steps windows on every process, as for token files."""
+    settings = dict(token_dtype="uint16", seq_length=512, batch_size=1, seed=0, packing=True, init_from=None)
+    assert "conversations: 36 training examples" in packing.check(
+        types.SimpleNamespace(**settings, grad_accum_steps=1), str(prepared), 1
+    )
+    with pytest.raises(contract.ContractError) as info:  # about 8 windows: not 16
+        packing.check(types.SimpleNamespace(**settings, grad_accum_steps=16), str(prepared), 1)
+    assert str(info.value).startswith(f"batch_size: the train split in {prepared} makes ")
+    assert str(info.value).endswith(
+        "; one optimizer step (batch_size 1 x grad_accum_steps 16 x 1 processes) needs 16: lower batch_size, "
+        "grad_accum_steps or seq_length, or add data"
+    )
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_token_id_not_below_the_vocabulary_is_named_by_file_and_position_when_its_batch_is_read_ahead(
+    prepared, packed
+):
+    """The trainer reads each batch a step ahead (``check_next``, kept for the step that uses it): conversations,
+    packed or padded, refuse an id not below ``vocab_size`` there, naming the token file and the position."""
+    tokens = packing.read_split(prepared, "train", "uint16")[0]
+    peak = int(tokens.max())
+
+    def reader(vocab_size: int | None) -> packing.Conversations:
+        return packing.Conversations(prepared, "train", token_dtype="uint16", seq_length=512, batch_size=2, seed=0,
+                                     rank=0, world_size=1, packing=packed, vocab_size=vocab_size)  # fmt: skip
+
+    checked, reference = reader(peak), reader(None)
+    found = None
+    for _ in range(len(checked.windows)):  # an epoch: every window once
+        found = checked.check_next()
+        if found is not None:
+            break
+        batch, expected = checked.next_batch(), reference.next_batch()
+        assert all(torch.equal(a, b) for a, b in zip(batch, expected, strict=True))
+    assert found is not None
+    match = re.fullmatch(
+        rf"vocab_size: must be above every token id in the data; {re.escape(str(prepared / 'train.bin'))} holds "
+        rf"id {peak} \(token (\d+)\), got {peak}",
+        found,
+    )
+    assert match and int(tokens[int(match.group(1))]) == peak, found
+    assert reader(peak + 1).check_next() is None
 
 
 class _FakeTELayer(torch.nn.Module):

@@ -53,6 +53,9 @@ def test_plan_imports_no_torch():
         plan_agreement.Row("llama3.2-3b", 2, 128_256, 2, True, 8),
         # selective AC keeps the QKV projection's output: h + 2 x key/value width with grouped-query attention
         plan_agreement.Row("llama3.2-1b", 4, 32_000, 4, "selective", 8),
+        # attention_backend math keeps its fp32 score matrix per layer, and two more in its backward
+        plan_agreement.Row("llama3.2-1b", 2, 32_000, 2, False, 8, seq=2048, attention="math"),
+        plan_agreement.Row("1b", 2, 32_000, 2, True, 8, seq=2048, attention="math"),
     ],
     ids=lambda row: row.label(),
 )
@@ -270,3 +273,98 @@ def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
     )
     peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
     assert selective.mfu_bf16 == pytest.approx(selective.tokens_per_sec_per_gpu * flops / peak, rel=1e-12)
+
+
+def test_math_attention_counts_its_score_matrix_and_refuses_what_cannot_fit():
+    """The review's example: math attention at 8K, micro-batch 4, the 1b preset keeps a 16 GiB fp32 score matrix per
+    layer; without activation checkpointing that cannot fit a B200, with it it does."""
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
+
+    request = {"batch_size": 4, "seq_length": 8192, "hyperparameters": {"attention_backend": "math"}}
+    setup = plan.setup_from_request(request)
+    per_layer = plan.math_attention_bytes(setup) * setup.tokens / plan.GIB
+    assert (
+        per_layer == 16.0 + 0.75 - 1 / 512
+    )  # the scores (16 heads x 8192 x 4 bytes a token), fp32 q, k, v, no LSE
+    assert plan.math_attention_bytes(replace(setup, attention_backend="auto")) == 0.0
+    (refused,) = validate_request(request, RequestRules())
+    assert refused.startswith("memory: estimated peak 372.0 GiB per GPU (saved activations 308.6, ")
+    assert "at last block backward, in its attention (math)" in refused
+    assert "fits with: activation_checkpointing true" in refused
+    assert validate_request({**request, "activation_checkpointing": True}, RequestRules()) == []
+    flash = plan.estimate_memory(plan.setup_from_request({**request, "hyperparameters": {}}))
+    assert flash.fits and flash.peak_gib < 100  # the same request with the default kernel
+
+
+def test_a_run_whose_plan_cannot_finish_one_optimizer_step_in_its_time_limit_is_refused():
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
+
+    (refused,) = validate_request({"hyperparameters": {"grad_accum_steps": "65536"}}, RequestRules())
+    assert refused.startswith(
+        "max_runtime_seconds: the plan expects one optimizer step to take 25:14:11 (536,870,912 tokens per GPU: "
+        "grad_accum_steps 65536 x batch_size 1 x seq_length 8192, at about 5,909 tokens/s per GPU, published), more "
+        "than the run's limit of 24:00:00: it would be stopped before its first step; raise max_runtime_seconds"
+    )
+    longer = {"hyperparameters": {"grad_accum_steps": "65536"}, "max_runtime_seconds": 26 * 3600}
+    assert (
+        validate_request(longer, RequestRules()) == []
+    )  # one step fits: the plan only warns about max_steps
+
+
+@pytest.mark.parametrize("lora", [{}, {"lora_rank": "64"}], ids=["full", "lora"])
+@pytest.mark.parametrize(("instances", "replicate"), [(1, "auto"), (4, "1"), (4, "4")])
+def test_math_attention_is_counted_under_lora_and_every_layout(lora, instances, replicate):
+    """Math's score matrix is activations: the same bytes per token whatever the data-parallel layout and with LoRA's
+    adapters; the peak is inside its attention, and math's request that cannot fit is refused on any layout."""
+    from training.request.decision import validate_request
+    from training.request.rules import RequestRules
+
+    hyperparameters = {"attention_backend": "math", "data_parallel_replicate": replicate, **lora}
+    request = {
+        "instance_count": instances,
+        "batch_size": 2,
+        "seq_length": 8192,
+        "hyperparameters": hyperparameters,
+    }
+    math_setup = plan.setup_from_request({**request, "activation_checkpointing": True})
+    flash_setup = replace(math_setup, attention_backend="auto")
+    assert math_setup.lora_rank == (64 if lora else 0)
+    # micro-batch 2: half the review's example per layer (the scores, fp32 q, k, v, no LSE)
+    assert plan.math_attention_bytes(math_setup) * math_setup.tokens / plan.GIB == (16.0 + 0.75 - 1 / 512) / 2
+    math_memory, flash_memory = plan.estimate_memory(math_setup), plan.estimate_memory(flash_setup)
+    assert math_memory.moment.endswith("in its attention (math)")
+    assert (
+        math_memory.peak_gib - flash_memory.peak_gib > 16.0
+    )  # two 8 GiB fp32 score matrices in flight at least
+    (refused,) = validate_request(request, RequestRules())  # no checkpointing: every layer's scores kept
+    assert refused.startswith("memory: estimated peak ") and "in its attention (math)" in refused
+
+
+@pytest.mark.parametrize("lora", [{}, {"lora_rank": "16"}], ids=["full", "lora"])
+@pytest.mark.parametrize("replicate", ["1", "2"])
+def test_a_step_longer_than_the_time_limit_is_refused_on_several_instances(lora, replicate):
+    """On 2 instances (sharded over all 16 GPUs, or one replica per instance), with or without LoRA, the step time
+    the check compares is the plan's, network included."""
+    from training.request.decision import decide_request
+    from training.request.rules import RequestRules
+
+    hyperparameters = {"grad_accum_steps": "4096", "data_parallel_replicate": replicate, **lora}
+    request = {
+        "instance_count": 2,
+        "batch_size": 8,
+        "max_runtime_seconds": 3600,
+        "hyperparameters": hyperparameters,
+    }
+    decision = decide_request(request, RequestRules())
+    (refused,) = decision.problems
+    step = decision.plan["step_seconds"]
+    assert 3600 < step < 3 * 3600 and decision.plan["data_parallel"]["replicate"] == int(replicate)
+    assert refused.startswith("max_runtime_seconds: the plan expects one optimizer step to take 1:")
+    assert (
+        "(268,435,456 tokens per GPU: grad_accum_steps 4096 x batch_size 8 x seq_length 8192, at about "
+        in refused
+    )
+    ok = decide_request({**request, "max_runtime_seconds": int(step) + 3600}, RequestRules())
+    assert ok.valid, ok.problems

@@ -140,7 +140,23 @@ def test_outside_sagemaker_outputs_default_to_a_local_folder(monkeypatch, tmp_pa
     monkeypatch.delenv("SM_MODEL_DIR", raising=False)
     monkeypatch.setattr(sagemaker_job, "RESOURCE_CONFIG", tmp_path / "absent.json")
     cfg, _ = config.parse_args(cli_args(TINY))
-    assert (cfg.checkpoint_dir, cfg.model_dir) == ("trainer-output/checkpoints", "trainer-output/model")
+    folder = config.run_folder(TINY)
+    assert folder.startswith("trainer-output/custom-2x64-fp32-") and len(folder.rsplit("-", 1)[1]) == 8
+    assert (cfg.checkpoint_dir, cfg.model_dir) == (f"{folder}/checkpoints", f"{folder}/model")
+    # One folder per run: the same settings (spelt another way, or another max_steps) continue it; any other
+    # change, or a tuning job of the same base, gets a folder of its own; a given folder is kept.
+    respelt = {k.replace("_", "-"): v for k, v in TINY.items()}
+    assert config.run_folder({**respelt, "max_steps": "500"}) == folder
+    others = [
+        config.run_folder({**TINY, "num_layers": "3"}),
+        config.run_folder({**TINY, "learning_rate": "0.5"}),
+        config.run_folder({**TINY, "dataset": "channel", "data_dir": "data/"}),
+        config.local_defaults(TINY, kind="tune", salt={"tune_trials": "batch_size=2"})["checkpoint_dir"],
+    ]
+    assert len({folder, *others}) == 5 and others[0].startswith("trainer-output/custom-3x64-fp32-")
+    assert others[3].startswith("trainer-output/tune-custom-2x64-fp32-")
+    given, _ = config.parse_args(cli_args({**TINY, "checkpoint_dir": "mine"}))
+    assert (given.checkpoint_dir, given.model_dir) == ("mine", f"{folder}/model")
     monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
     cfg, _ = config.parse_args(cli_args(TINY))
     assert (cfg.checkpoint_dir, cfg.model_dir) == (contract.CHECKPOINT_LOCAL_PATH, contract.MODEL_DIR)
@@ -255,6 +271,44 @@ def test_the_batch_check_counts_the_processes_train_sh_will_start(tmp_path):
     (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(path)  # 8 sequences of seq_length + 1 = 33
     preflight.check(channel(tmp_path, batch_size="4"), 2)
     assert "needs 12" in field_of(channel(tmp_path, batch_size="4"), world_size=3)
+
+
+def test_the_batch_check_counts_grad_accum_steps_and_names_the_product(tmp_path):
+    """One optimizer step reads batch_size x grad_accum_steps sequences on every process."""
+    path = data_file(tmp_path, "tokens.bin")
+    (np.arange(33 * 8, dtype=np.uint16) % 200).tofile(path)  # 8 sequences: a batch of 4 on 2 processes
+    preflight.check(channel(tmp_path, batch_size="4"), 2)
+    assert field_of(channel(tmp_path, batch_size="4", grad_accum_steps="8"), world_size=2) == (
+        f"batch_size: batch_size: the train split in {tmp_path / 'data'} holds 264 tokens, 8 sequences of "
+        "seq_length + 1 = 33; one optimizer step (batch_size 4 x grad_accum_steps 8 x 2 processes) needs 64: lower "
+        "batch_size, grad_accum_steps or seq_length, or add data"
+    )
+    with pytest.raises(contract.ContractError) as info:  # the data source's own check, when training starts
+        data.TokenFiles([path], "uint16", 256, 32, 4 * 8, 0, 0, 2, grad_accum_steps=8)
+    assert str(info.value) == (
+        f"batch_size: the token files {path} hold 8 windows of 33 tokens; one optimizer step (batch_size 4 x "
+        "grad_accum_steps 8 x 2 processes) needs 64"
+    )
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_folder_holding_the_same_tokens_as_bin_and_npy_is_refused_naming_both(tmp_path, nested):
+    """Without metadata.json every token file under the folder is read: tokens.bin beside tokens.npy (a file
+    converted and the original left behind) would train on both."""
+    folder = "part" if nested else ""
+    (tmp_path / "data" / folder).mkdir(parents=True)
+    tokens = np.arange(33 * 8, dtype=np.uint16) % 200
+    tokens.tofile(tmp_path / "data" / folder / "tokens.bin")
+    np.save(tmp_path / "data" / folder / "tokens.npy", tokens)
+    both = tmp_path / "data" / folder / "tokens"
+    expected = (
+        f"dataset: {both}.bin and {both}.npy are both token files of the data folder {tmp_path / 'data'}, so both "
+        "would be read (the same tokens twice, when one was converted from the other): keep one"
+    )
+    assert field_of(channel(tmp_path)) == f"dataset: {expected}"
+    with pytest.raises(contract.ContractError) as info:  # and where training opens the files
+        data.make_dataset(channel(tmp_path), 0, 1)
+    assert str(info.value) == expected
 
 
 @pytest.mark.parametrize("kind", list(BROKEN))

@@ -51,6 +51,41 @@ def test_torchrun_reports_the_reason_a_worker_records_in_its_error_file(monkeypa
     assert "traceback : invalid setting dataset: x.bin has 3 bytes" in report
 
 
+class _StoppedByTorchrun(BaseException):
+    """Stands for the SIGTERM torchrun sends a worker still running once another has failed."""
+
+
+def test_torchruns_root_cause_is_the_speaking_worker_even_when_a_silent_one_reached_the_refusal_first(
+    monkeypatch, tmp_path
+):
+    """torchrun's root cause is the failure with the earliest timestamp (ProcessFailure reads it from the worker's
+    error file, whole seconds; a worker without one gets the time torchrun saw it end). A silent worker that
+    reached the refusal a second before the speaking one, and was stopped by torchrun in its wait (exit -15), must
+    not become the root cause, whichever worker is faster."""
+    errors = {rank: tmp_path / f"error-{rank}.json" for rank in (0, 1)}
+    monkeypatch.delenv(refusal.MARKER_ENV, raising=False)
+
+    def stopped(_seconds: float) -> None:
+        raise _StoppedByTorchrun
+
+    monkeypatch.setattr(refusal.time, "sleep", stopped)
+    for rank, now in ((1, 1000.0), (0, 1001.0)):  # the silent worker first, in an earlier second
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(errors[rank]))
+        monkeypatch.setattr(refusal.time, "time", lambda now=now: now)
+        try:
+            refusal.refuse("vocab_size: no")
+        except _StoppedByTorchrun:
+            assert rank == 1
+    monkeypatch.undo()
+    failures = {
+        0: ProcessFailure(local_rank=0, pid=100, exitcode=2, error_file=str(errors[0])),
+        1: ProcessFailure(local_rank=1, pid=101, exitcode=-15, error_file=str(errors[1])),
+    }
+    rank, root = ChildFailedError("training.trainer", failures).get_first_failure()
+    assert (rank, root.exitcode) == (0, 2) and root.message["message"] == "vocab_size: no"
+
+
 def failed(*codes: int) -> ChildFailedError:
     failures = {rank: ProcessFailure(rank, 100 + rank, code, "<N/A>") for rank, code in enumerate(codes)}
     return ChildFailedError("training.trainer", failures)
@@ -82,7 +117,7 @@ def test_a_failure_during_training_is_raised_with_its_reason_as_the_jobs(monkeyp
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(
         "training.trainer.parallel.init_distributed",
-        lambda: SimpleNamespace(rank=1, local_rank=1, is_main=False),
+        lambda replicate=1: SimpleNamespace(rank=1, local_rank=1, is_main=False),
     )
 
     def crash(cfg, env):

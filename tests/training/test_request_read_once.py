@@ -70,6 +70,7 @@ def test_nothing_else_on_the_decision_path_parses_trainer_settings():
     assert calls("parse_request", DECISION_PATH) == {
         ("training/request/plan.py", "setup_from_request"): 1,
         ("training/request/plan.py", "make_plan"): 1,
+        ("training/request/layouts.py", "compare"): 1,  # python -m training.request.layouts (docs' tables)
     }
     assert calls("setup_from_request", DECISION_PATH) == {("training/request/plan.py", "memory_check"): 1}
     assert calls("make_plan", DECISION_PATH) == {("training/request/plan.py", "main"): 1}  # python -m ...plan
@@ -84,22 +85,17 @@ def test_every_caller_decides_through_the_one_function():
     callers = {where for where in calls("decide_request", SOURCES)}
     assert {
         ("constructs_lib/workflow/request_check.py", "decide"),
-        ("constructs_lib/cli/request.py", "validate"),
         ("constructs_lib/cli/request.py", "plan_request"),
         ("constructs_lib/cli/tuning.py", "tune_plan"),
-        ("constructs_lib/cli/api.py", "check"),
+        ("constructs_lib/cli/api.py", "decide"),
+        ("constructs_lib/cli/request.py", "check_offline"),
         ("constructs_lib/cli/direct.py", "direct_request"),
         ("training/request/decision.py", "validate_request"),
         ("training/request/decision.py", "prepare_request"),
     } == callers
-    # the CLI's offline validate decides itself: it reads local copies of the request's folders and says what it
-    # could not check (the decision's notes), which validate_request's list of problems does not carry
-    assert (
-        calls("decide_request", [ROOT / "constructs_lib" / "cli" / "request.py"])[
-            ("constructs_lib/cli/request.py", "validate")
-        ]
-        == 1
-    )
+    assert calls("check_offline", [ROOT / "constructs_lib" / "cli" / "request.py"]) == {
+        ("constructs_lib/cli/request.py", "validate"): 1
+    }
 
 
 @pytest.fixture

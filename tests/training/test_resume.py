@@ -97,9 +97,9 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
     truncate(newer[7] / "__1_0.distcp")
     truncate(newer[8] / ".metadata")
     truncate(newer[9] / "rank_00001.pt")
-    damage(
-        newer[10] / "rank_00000.pt"
-    )  # rank 1 hashes rank_00000.pt (the local ranks take turns over the names)
+    # rank 1 hashes rank_00001.pt: the local ranks take turns over the sorted names (.metadata, STARTED,
+    # __0_0.distcp, __1_0.distcp, rank_00000.pt, rank_00001.pt)
+    damage(newer[10] / "rank_00001.pt")
     (newer[11] / "__0_0.distcp").unlink()
     (newer[13] / checkpoint.MARKER).write_text('{"world_size": 2, "files": {".meta')
     truncate(newer[14] / "rank_00001.pt")  # sealed with its new size and checksum: only rank 1's load fails
@@ -117,7 +117,7 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
         7: f"__1_0.distcp has {size['__1_0.distcp'] // 2} bytes, COMPLETE lists {size['__1_0.distcp']}",
         8: f".metadata has {size['.metadata'] // 2} bytes, COMPLETE lists {size['.metadata']}",
         9: f"rank_00001.pt has {size['rank_00001.pt'] // 2} bytes, COMPLETE lists {size['rank_00001.pt']}",
-        10: "rank 1: checksum mismatch in rank_00000.pt",
+        10: "rank 1: checksum mismatch in rank_00001.pt",
         11: "__0_0.distcp is missing",
         13: "unreadable COMPLETE marker (JSONDecodeError: ",
         14: "load failed on rank 1: RuntimeError: PytorchStreamReader failed",
@@ -260,6 +260,32 @@ def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(
     assert saved["step"] == 12 and saved["state_dict"].keys() == expected["state_dict"].keys()
     for name, tensor in saved["state_dict"].items():
         assert torch.equal(tensor, expected["state_dict"][name]), name
+
+
+def test_an_end_of_run_export_interrupted_by_sigkill_is_completed_by_a_rerun(reference, tmp_path):
+    """A job killed while it exported (model.pt written, hf.partial/ half written, no hf/): the rerun finds the run
+    complete and makes the export, the same files an uninterrupted run made; the checkpoints and model.pt are left
+    as they are, and a third run writes nothing."""
+    shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
+    shutil.copytree(reference[0] / "model_ref", tmp_path / "model", ignore=shutil.ignore_patterns("hf"))
+    partial = tmp_path / "model" / "hf.partial"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half a file")
+    kept = listing(tmp_path / "ckpt") | {"model.pt": (tmp_path / "model" / "model.pt").stat().st_size}
+    status, output = run_single(settings(tmp_path))
+    assert status == 0, output
+    hf = tmp_path / "model" / "hf"
+    assert (
+        f"run already complete: the newest checkpoint is at step 12 and max_steps=12; {tmp_path / 'model' / 'model.pt'}"
+        f" has no Hugging Face export (one was interrupted: hf.partial): Hugging Face model (float32) exported to {hf}"
+    ) in output
+    assert not partial.exists()
+    assert contents(hf) == contents(reference[0] / "model_ref" / "hf")
+    assert listing(tmp_path / "ckpt") | {"model.pt": (tmp_path / "model" / "model.pt").stat().st_size} == kept
+    before = listing(tmp_path)
+    status, output = run_single(settings(tmp_path))
+    assert status == 0 and "nothing trained, nothing written" in output, output
+    assert listing(tmp_path) == before
 
 
 def test_raising_max_steps_continues_the_schedule_at_its_floor_and_says_so(reference, tmp_path):

@@ -35,9 +35,12 @@ def test_toolkit_runs_train_sh_with_the_step_functions_hyperparameters(tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     config = fields(next(line for line in output.splitlines() if line.startswith("config ")))
-    for key, value in hyperparameters.items():  # the config line names the mode "true" spells (full)
-        assert config[key] == ("full" if key == "activation_checkpointing" else value), key
-    assert config["world_size"] == "2"
+    assert config["world_size"] == "2" and config["settings"] == str(tmp_path / "model" / "settings.json")
+    settings = json.loads((tmp_path / "model" / "settings.json").read_text())  # every setting, the line a few
+    for key, value in hyperparameters.items():  # the mode "true" spells (full)
+        assert str(settings[key]).lower() == ("full" if key == "activation_checkpointing" else value), key
+        if key in config:
+            assert config[key] == str(settings[key]).lower(), key
     assert (tmp_path / "checkpoints" / "step_00000004" / "COMPLETE").is_file()
     assert (tmp_path / "model" / "model.pt").is_file()
     # the model artifact holds the Hugging Face folder (training.trainer.export_hf)

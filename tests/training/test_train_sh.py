@@ -9,6 +9,7 @@ would start.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -85,21 +86,26 @@ def test_bad_setting_fails_before_torchrun(stub_env, bad, field):
 def test_cpu_single_node_forwards_every_argument(stub_env):
     proc = train_sh(GOOD, {**stub_env, "NPROC_PER_NODE": "3"})
     assert proc.returncode == 0, proc.stderr
-    assert torchrun_line(proc) == "TORCHRUN --standalone --nproc-per-node=3 -m training.trainer " + " ".join(
-        GOOD
-    )
+    # the launcher adds the node options (--standalone here: no resourceconfig.json, one host)
+    assert torchrun_line(proc) == "TORCHRUN --nproc-per-node=3 -m training.trainer " + " ".join(GOOD)
 
 
-def test_gpus_and_multi_node_layout_from_sm_hosts(stub_env, tmp_path):
+def test_gpus_and_the_check_for_every_process_of_every_host_in_resourceconfig_json(stub_env, tmp_path):
     fake_nvidia_smi(tmp_path, 8)
-    environment = {**stub_env, "SM_HOSTS": '["algo-1", "algo-2", "algo-3"]', "SM_CURRENT_HOST": "algo-2"}
-    proc = train_sh(GOOD, environment)
+    config = tmp_path / "opt_ml" / "input" / "config" / "resourceconfig.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"current_host": "algo-2", "hosts": ["algo-1", "algo-2", "algo-3"]}))
+    environment = {**stub_env, "SAGEMAKER_BASE_DIR": str(tmp_path / "opt_ml")}
+    proc = train_sh([*GOOD, "--data_parallel_replicate", "3"], environment)
     assert proc.returncode == 0, proc.stderr
-    assert torchrun_line(proc).startswith(
-        "TORCHRUN --nnodes=3 --node-rank=1 --master-addr=algo-1 --master-port=29500 --nproc-per-node=8 "
+    assert "layout ok: 24 processes, data_parallel_replicate=3 (set)" in proc.stdout
+    assert torchrun_line(proc).startswith("TORCHRUN --nproc-per-node=8 -m training.trainer ")
+    proc = train_sh([*GOOD, "--data_parallel_replicate", "5"], environment)
+    assert proc.returncode == 2 and "TORCHRUN" not in proc.stdout
+    assert proc.stderr.strip() == (
+        "error: invalid setting data_parallel_replicate: must divide the number of GPUs (24); got 5 (3 node(s) x 8 "
+        "processes); or auto"
     )
-    proc = train_sh(GOOD, {**environment, "MASTER_PORT": "6000"})
-    assert "--master-port=6000 " in torchrun_line(proc)
 
 
 def files_in(folder: Path) -> dict[str, str]:

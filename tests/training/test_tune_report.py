@@ -200,3 +200,70 @@ def test_mfu_has_one_denominator_the_gpus_bf16_peak_in_the_report_and_the_plan()
     request = {"instance_type": B200, "precision": "mxfp8", "seq_length": 8192, "batch_size": 1}
     planned = plan.make_plan(request, measurements=records, image_tag="abc123")
     assert planned.timing.basis == "measured" and planned.timing.mfu_bf16 == pytest.approx(trial.mfu)
+
+
+def spread_rows(place: report.Where) -> list[report.Row]:
+    """Two trials that ran, one stable (a narrow spread) and one that never was (a wide one), and an OOM."""
+    steady, shaky = result(1, {"batch_size": 8}, median=None), result(2, {"batch_size": 4}, median=None)
+    steady.step_times, shaky.step_times = [0.80, 0.81, 0.79, 0.80, 0.82, 0.80], [0.5, 0.9, 0.4, 0.7, 0.5, 0.6]
+    for trial in (steady, shaky):
+        trial.spread = Spread.of(trial.step_times)
+    steady.stopped_early = True
+    results = [steady, shaky, result(3, {"batch_size": 16}, "oom", None)]
+    return report.rank([report.make_row(r, BASE, place, None, 0.05) for r in results])
+
+
+def test_each_trial_shows_its_spread_and_a_trial_never_stable_is_flagged():
+    ranked = spread_rows(where())
+    steady, shaky = ranked[0], ranked[1]
+    assert (steady.stable, shaky.stable, ranked[2].stable) == (True, False, None)
+    low, high = shaky.tokens_per_sec_range()
+    assert low == pytest.approx(4 * 8192 / shaky.step_seconds["p90"]) and high == pytest.approx(
+        4 * 8192 / shaky.step_seconds["p10"]
+    )
+    assert low < shaky.measured_tokens_per_sec < high
+    text = report.cells(shaky)
+    assert text["status"] == "ok, never stable" and text["measured_tokens_per_sec"].endswith(
+        f" [{low:,.0f}-{high:,.0f}]"
+    )
+    assert report.cells(steady)["status"] == "ok"
+    (note,) = report.stability_notes(ranked, 0.05, 6)
+    assert note.startswith("1 of 3 trials never met the stability target") and ": #2;" in note
+    assert report.stability_notes([steady, ranked[2]], 0.05, 6) == []
+    # no target (0): no trial is called unstable
+    assert report.make_row(result(4, {"batch_size": 2}), BASE, where(), None, 0.0).stable is None
+
+
+def test_a_cpu_table_leaves_out_what_carries_nothing_there():
+    """Measured on a CPU: no GPU prediction, memory, MFU or dollars; columns with no value are left out too."""
+    gpu_headings = [h for _, h in report.shown_columns(spread_rows(where()), where())]
+    assert "predicted tok/s/GPU" in gpu_headings and "measured allocated GB" in gpu_headings
+    cpu = spread_rows(where("cpu", None))
+    headings = [h for _, h in report.shown_columns(cpu, where("cpu", None))]
+    assert headings == ["#", "configuration", "status", "measured tok/s/process [p90-p10 step]",
+                        "step s (median [p10-p90], cv)", "full run (time, $)"]  # fmt: skip
+    assert (
+        report.markdown(cpu, "# T", where=where("cpu", None)).splitlines()[2]
+        == "| " + " | ".join(headings) + " |"
+    )
+    assert report.plain(cpu, where("cpu", None)).splitlines()[0].split()[:4] == [
+        "#",
+        "configuration",
+        "status",
+        "measured",
+    ]
+    # every field stays in the CSV (and the JSON)
+    assert "measured_allocated_gb" in report.csv_text(cpu).splitlines()[0]
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_throughput_chart_draws_the_spread_and_the_memory_only_on_a_gpu(tmp_path, device):
+    from PIL import Image
+
+    place = where(device, "B200" if device == "cuda" else None)
+    path = charts.throughput_and_memory(spread_rows(place), place, tmp_path / "t.png", 179.0)
+    image = Image.open(path).convert("RGB")
+    colours = {colour for _, colour in image.getcolors(maxcolors=1_000_000)}
+    grey_memory_bars = (0x95, 0xA5, 0xA6)
+    assert (grey_memory_bars in colours) == (device == "cuda")
+    assert (0x2A, 0x7A, 0xB0) in colours  # the ok bars

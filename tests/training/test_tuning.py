@@ -4,6 +4,8 @@ tuning job's hyperparameters (which the driver in the image parses back)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from training.request import contract, plan, tuning
@@ -97,8 +99,32 @@ def test_a_space_with_no_candidate_that_fits_is_refused_naming_the_nearest():
     (problem,) = tuned.problems
     assert problem.startswith("tune.search_space: no candidate of the 2 combinations is predicted to fit")
     assert "nearest: batch_size=64" in problem
-    assert problem.endswith("add smaller batch_size values or activation_checkpointing full (or selective), or "
-                            "choose a larger instance_type")  # fmt: skip
+    assert problem.endswith("it would fit with: batch_size values below 64; activation_checkpointing full")
+
+
+def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_tried():
+    """The space tried micro-batch 1 and every activation checkpointing mode: the advice is more instances (the
+    fewest under which the nearest candidate fits) or a larger type the workflow allows, never those again."""
+    request = {**BASE, "batch_size": 8, "hyperparameters": {"model_preset": "64b"}}
+    space = {"batch_size": [1, 2, 4, 8], "activation_checkpointing": ["none", "full", "selective"]}
+    tuned = tuning.plan_tuning(*plan.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
+                               max_instance_count=4, instance_types=tuple(contract.GPU_INSTANCE_TYPES))  # fmt: skip
+    (problem,) = tuned.problems
+    advice = problem.split("; it would fit with: ")[1]
+    assert (
+        advice.startswith("instance_count 3 (the nearest candidate then plans ") and "instance_type" in advice
+    )
+    assert "batch_size" not in advice and "activation_checkpointing" not in advice
+    nearest = tuned.found.not_fitting[0].plan.setup
+    assert plan.estimate_memory(replace(nearest, instance_count=3)).fits
+    assert not plan.estimate_memory(replace(nearest, instance_count=2)).fits
+    # a workflow allowing one instance and no larger type: nothing it allows would help, and it says so
+    alone = tuning.plan_tuning(*plan.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
+                               max_instance_count=1)  # fmt: skip
+    assert alone.problems[0].endswith(
+        "no instance count up to 1, allowed instance type, micro-batch or activation checkpointing fits it: tune a "
+        "smaller model (model_preset) or seq_length"
+    )
 
 
 def test_a_space_whose_micro_batches_all_exceed_the_requests_batch_advises_raising_it():
@@ -207,3 +233,32 @@ def test_with_settings_puts_top_level_fields_on_top():
     assert plan.setup_from_request(request).loss_chunk_tokens == 0 and BASE["hyperparameters"] == {
         "max_steps": 1000
     }
+
+
+def test_the_mxfp8_recipe_is_refused_in_a_space_for_a_gpu_that_cannot_run_it():
+    from training.request.decision import decide_request, validate_request
+    from training.request.rules import RequestRules
+
+    hopper = {"precision": "fp8", "instance_type": "ml.p5.48xlarge", "batch_size": 8}
+    assert validate_request(
+        {**hopper, "tune": {"search_space": {"fp8_recipe": ["current", "mxfp8"]}}}, RequestRules()
+    ) == [  # fmt: skip
+        "tune.search_space.fp8_recipe: mxfp8 cannot run on the GPUs of ml.p5.48xlarge; it runs auto, current, delayed"
+    ]
+    # the request's own recipe mxfp8: the candidates that run fp8 are refused, bf16's are kept
+    space = {"precision": ["bf16", "fp8"], "activation_checkpointing": ["full"]}
+    decided = decide_request(
+        {
+            **hopper,
+            "precision": "bf16",
+            "hyperparameters": {"fp8_recipe": "mxfp8"},
+            "tune": {"search_space": space},
+        },
+        RequestRules(),
+    )
+    assert decided.problems == [], decided.problems
+    (refused,) = decided.tune_refused
+    assert refused.startswith(
+        "precision=fp8, activation_checkpointing=full: fp8_recipe: mxfp8 (TE MXFP8BlockScaling)"
+    )
+    assert [t["settings"]["precision"] for t in decided.tune["plan"]["trials"]] == ["bf16"]

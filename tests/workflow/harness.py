@@ -14,6 +14,8 @@
   stream and datetimes, which its own engine then fails on).
 * :class:`Outcomes` lets a test choose job outcomes by job-name prefix (each test uses its own prefix, so tests
   can share one state machine and run executions concurrently).
+* :class:`TrainingPlans`: the account's training plans as ``DescribeTrainingPlan`` describes them (moto 5.2.5 has
+  no training plans; the request check describes the plan a request names): a test adds the plans it names.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ import boto3
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core.responses import ActionResult
+from moto.sagemaker.exceptions import ResourceNotFound
 from moto.sagemaker.models import sagemaker_backends
+from moto.sagemaker.responses import SageMakerResponse
 from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
@@ -169,6 +174,9 @@ class Outcome:
     client_error: str | None = None
     status_code: int = 400
     final_metrics: tuple[tuple[str, float], ...] = ()
+    uploads: tuple[tuple[str, str, str | bytes], ...] = ()
+    """(bucket, key, body) of each object the job leaves in S3 (e.g. its checkpoint folder's files), written when it
+    is created: the request check, which runs before, sees the run's folder as a new run's, empty."""
 
 
 COMPLETED = Outcome()
@@ -206,6 +214,43 @@ class Outcomes:
 OUTCOMES = Outcomes()
 
 
+class TrainingPlans:
+    """The account's training plans by ARN, as ``DescribeTrainingPlan`` answers (its fields, botocore's shape)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[str, dict[str, Any]] = {}
+
+    def add(
+        self,
+        arn: str,
+        instance_type: str,
+        count: int,
+        *,
+        status: str = "Active",
+        targets: tuple[str, ...] = ("training-job",),
+    ) -> dict[str, Any]:
+        name = arn.rsplit("/", 1)[-1]
+        capacity = {"ReservedCapacityArn": arn.replace("training-plan/", "reserved-capacity/"),
+                    "InstanceType": instance_type, "TotalInstanceCount": count, "Status": status}  # fmt: skip
+        self._plans[arn] = {"TrainingPlanArn": arn, "TrainingPlanName": name, "Status": status,
+                            "TotalInstanceCount": count, "AvailableInstanceCount": count, "InUseInstanceCount": 0,
+                            "TargetResources": list(targets), "ReservedCapacitySummaries": [capacity]}  # fmt: skip
+        return self._plans[arn]
+
+    def describe(self, name_or_arn: str) -> dict[str, Any]:
+        for arn, plan in self._plans.items():
+            if name_or_arn in (arn, plan["TrainingPlanName"]):
+                return plan
+        raise ResourceNotFound(f"Training plan with name {name_or_arn} not found.")
+
+
+TRAINING_PLANS = TrainingPlans()
+
+
+def _describe_training_plan(self: SageMakerResponse) -> ActionResult:
+    return ActionResult(TRAINING_PLANS.describe(self._get_param("TrainingPlanName")))
+
+
 class SageMakerSync(StateTaskServiceUnsupported):
     """``arn:aws:states:::sagemaker:createTrainingJob.sync`` against moto's SageMaker backend."""
 
@@ -233,6 +278,10 @@ class SageMakerSync(StateTaskServiceUnsupported):
                 "CreateTrainingJob",
             )
         response = client.create_training_job(**normalised_parameters)
+        for bucket, key, body in outcome.uploads:
+            boto3.client("s3", region_name=resource_runtime_part.region).put_object(
+                Bucket=bucket, Key=key, Body=body
+            )
         job = sagemaker_backends[ACCOUNT][resource_runtime_part.region].training_jobs[name]
         job.training_job_status = outcome.status
         job.secondary_status = outcome.status
@@ -375,12 +424,14 @@ def moto_workflows(definitions: dict[str, dict[str, Any]]) -> Iterator[dict[str,
     """Several workflows (by name) in one moto account, sharing its S3 and SageMaker."""
     state_task_factory.state_task_service_for = _service_for
     AmazonStateLanguageParser.parse = staticmethod(_cached_parse)
+    SageMakerResponse.describe_training_plan = _describe_training_plan  # type: ignore[attr-defined]
     try:
         with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
             yield {name: Workflow(definition, name) for name, definition in definitions.items()}
     finally:
         state_task_factory.state_task_service_for = _original_service_for
         AmazonStateLanguageParser.parse = staticmethod(_original_parse)
+        del SageMakerResponse.describe_training_plan  # type: ignore[attr-defined]
 
 
 class Workflow:

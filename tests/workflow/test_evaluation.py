@@ -11,7 +11,7 @@ import aws_cdk as cdk
 import pytest
 
 from tests.cdk_helpers import synth_with_nag
-from tests.workflow.harness import OUTCOMES, REGION, Outcome, definition_of, moto_workflow
+from tests.workflow.harness import OUTCOMES, REGION, TRAINING_PLANS, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import build_workflow
 from training.request import contract, hf_config
 from training.request.contract import (
@@ -23,6 +23,7 @@ from training.request.contract import (
 )
 
 PLAN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"
+TRAINING_PLANS.add(PLAN, "ml.p6-b200.48xlarge", 2)  # the request check describes the plan a request names
 SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
 SCORES = (("eval:piqa:acc", 0.61), ("eval:piqa:acc_stderr", 0.011), ("eval:piqa:acc_norm", 0.62),
           ("eval:piqa:acc_norm_stderr", 0.011), ("eval:hellaswag:acc", 0.29))  # fmt: skip

@@ -21,6 +21,7 @@ from tests.workflow.harness import (
     ACCOUNT,
     OUTCOMES,
     REGION,
+    TRAINING_PLANS,
     Outcome,
     capacity_error,
     definition_of,
@@ -39,6 +40,10 @@ from training.request.rules import RequestRules
 
 MAX_CAPACITY_RETRIES = 2
 PLAN_ARN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"
+GOV_PLAN_ARN = f"arn:aws-us-gov:sagemaker:{REGION}:000000000000:training-plan/x"
+TRAINING_PLANS.add(
+    GOV_PLAN_ARN, DEFAULT_INSTANCE_TYPE, 1
+)  # the request check describes every plan it is given
 TRIGGER_PATTERN = {"source": ["blackwell-training"], "detail-type": ["Start training job"]}
 
 
@@ -66,6 +71,9 @@ def synthesized():
 def workflow(synthesized):
     _, template = synthesized
     with moto_workflow(definition_of(template)) as wf:
+        # the workflow's bucket, as deployed: the request check lists a new run's checkpoint folder there
+        bucket = "fake-" + logical_id(synthesized[0].bucket).lower()
+        wf.s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
         yield wf
 
 
@@ -173,6 +181,7 @@ def test_on_demand_defaults_create_the_expected_request(workflow, synthesized):
 
 
 def test_training_plan_request(workflow):
+    TRAINING_PLANS.add(PLAN_ARN, DEFAULT_INSTANCE_TYPE, 2)
     prefix = _prefix()
     result = _run(
         workflow,
@@ -191,6 +200,45 @@ def test_training_plan_request(workflow):
     assert request["EnableManagedSpotTraining"] is False
     assert request["EnableInterContainerTrafficEncryption"] is True
     assert request["HyperParameters"]["precision"] == "mxfp8"
+
+
+@pytest.mark.parametrize(
+    "plan, asked, cause",
+    [
+        (
+            (DEFAULT_INSTANCE_TYPE, 2, "Active"),
+            {"instance_count": 4},
+            "instance_count: the training plan {name} reserves at most 2 x ml.p6-b200.48xlarge at once (its largest "
+            "reserved capacity of that type); must be at most 2; got 4",
+        ),
+        (
+            ("ml.p5.48xlarge", 4, "Scheduled"),
+            {"instance_count": 2},
+            "instance_type: the training plan {name} reserves 4 x ml.p5.48xlarge, no ml.p6-b200.48xlarge (SageMaker "
+            'runs a job in a plan only on the plan\'s instance type); got "ml.p6-b200.48xlarge"',
+        ),
+        (
+            (DEFAULT_INSTANCE_TYPE, 4, "Expired"),
+            {},
+            "training_plan_arn: the training plan {name} is Expired; a job in it would never start; name a Scheduled "
+            "or Active plan",
+        ),
+        (None, {}, 'training_plan_arn: no training plan {name} in this account and region; got "{arn}"'),
+    ],
+    ids=["too-few-instances", "another-instance-type", "expired", "no-such-plan"],
+)
+def test_a_training_plan_that_cannot_hold_the_job_is_refused_before_launch(workflow, plan, asked, cause):
+    """The request check describes the plan (DescribeTrainingPlan): the job would wait in it forever, or fail."""
+    name = f"plan-{uuid.uuid4().hex[:8]}"
+    arn = PLAN_ARN.replace("b200-week", name)
+    if plan is not None:
+        instance_type, count, status = plan
+        TRAINING_PLANS.add(arn, instance_type, count, status=status)
+    prefix = _prefix()
+    result = _run(workflow, {"job_name_prefix": prefix, "training_plan_arn": arn, **asked})
+    assert (result["status"], result["error"]) == ("FAILED", "InvalidInput"), result
+    assert result["cause"] == cause.format(name=name, arn=arn)
+    assert OUTCOMES.requests[prefix] == []  # nothing launched
 
 
 def test_managed_spot_request_defaults_max_wait_to_the_runtime(workflow):
@@ -264,12 +312,19 @@ def test_without_num_layers_the_model_preset_decides_the_depth(workflow):
 @pytest.mark.parametrize(
     "edge",
     [
-        # 4096 sequences of 1M tokens cannot fit any GPU: the bounds themselves are what is tested here
-        {"num_layers": 1, "batch_size": 4096, "seq_length": 1_048_576, "ignore_memory_estimate": True},
+        # 4096 sequences of 1M tokens cannot fit any GPU: the bounds themselves are what is tested here (one step
+        # of them, about 60 h by the plan, within the workflow's longest time limit)
+        {
+            "num_layers": 1,
+            "batch_size": 4096,
+            "seq_length": 1_048_576,
+            "ignore_memory_estimate": True,
+            "max_runtime_seconds": 7 * 24 * 3600,
+        },  # fmt: skip
         {"num_layers": 512, "seq_length": 8},
-        {"max_runtime_seconds": 1},
+        {"max_runtime_seconds": 1, "seq_length": 8},  # one step of 8 tokens fits one second
         {"instance_count": 4},
-        {"training_plan_arn": f"arn:aws-us-gov:sagemaker:{REGION}:000000000000:training-plan/x"},
+        {"training_plan_arn": GOV_PLAN_ARN},
         {"use_spot": True, "max_runtime_seconds": 600, "max_wait_seconds": 600},
         {"precision": "fp16", "instance_type": "ml.p4d.24xlarge"},
         {"hyperparameters": {}},

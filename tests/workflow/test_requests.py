@@ -17,7 +17,7 @@ from constructs_lib.workflow.construct import TrainingWorkflow
 from constructs_lib.workflow.launch_request import execution_context, launch_request
 from constructs_lib.workflow.request_check import decide
 from tests.cdk_helpers import synth_with_nag
-from tests.workflow.harness import OUTCOMES, REGION, Outcome, definitions_of, moto_workflows
+from tests.workflow.harness import OUTCOMES, REGION, TRAINING_PLANS, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
 from training.request import hf_config
 from training.request.contract import (
@@ -501,6 +501,7 @@ def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, s
         "step": 100,
         "uri": f"s3://{bucket}/{run_key}step_00000100/",
         "execution": earlier,
+        "in_place": False,
     }
     assert _objects(workflow.s3, bucket, run_key) == before
 
@@ -512,8 +513,10 @@ def test_resume_from_mounts_the_newest_complete_checkpoint_read_only(workflow, s
 
 def test_resume_from_itself_or_an_unfinished_run_is_refused(workflow, synthesized):
     first, _ = synthesized["first"]
-    name = f"self-{_prefix()}"
-    assert "not this one" in _failed(workflow.run({"resume_from": name}, name), "InvalidInput")
+    name = f"self-{_prefix()}"  # itself: continue its own folder, which holds nothing yet
+    assert f"execution {name} has no complete checkpoint" in _failed(
+        workflow.run({"resume_from": name}, name), "InvalidInput"
+    )
     run_key = f"checkpoints/{first.run_segment}/unfinished/"
     workflow.s3.put_object(
         Bucket=synthesized["bucket"], Key=f"{run_key}step_00000010.tmp/.metadata", Body=b"x"
@@ -609,6 +612,7 @@ CANDIDATES: dict[str, list] = {
 
 
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200"
+TRAINING_PLANS.add(PLAN, "ml.p6-b200.48xlarge", 4)  # the request check describes the plan a request names
 CAPACITY_CASES: list[dict] = [
     {"use_spot": True},
     {"use_spot": True, "instance_count": 2, "max_wait_seconds": 172800},

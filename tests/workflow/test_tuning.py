@@ -13,7 +13,7 @@ import pytest
 
 from constructs_lib._shared.nag import logical_id
 from tests.cdk_helpers import synth_with_nag
-from tests.workflow.harness import OUTCOMES, REGION, definition_of, moto_workflow
+from tests.workflow.harness import OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import IMAGE_TAG, build_workflow
 from training.request import contract, plan, tuning
 from training.request.rules import RequestRules
@@ -88,7 +88,7 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     prefix, name = _prefix(), f"tune-{uuid.uuid4().hex[:8]}"
     folder = f"checkpoints/{SEGMENT}/{name}/tune/"
     winner = {"trial": 2, "settings": {"batch_size": 2, "activation_checkpointing": True}, "mfu": 0.31}
-    workflow.s3.put_object(Bucket=bucket, Key=folder + "winner.json", Body=json.dumps(winner))
+    OUTCOMES.plan(prefix, Outcome(uploads=((bucket, folder + "winner.json", json.dumps(winner)),)))
     result = workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name)
     summary = _summary(result)
     (request,) = OUTCOMES.requests[prefix]  # one job for every trial
@@ -123,9 +123,12 @@ def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(w
     folder = f"checkpoints/{SEGMENT}/{name}/tune/"
     hyperparameters = {**rules.full_defaults()["hyperparameters"], "precision": "bf16", "seq_length": "8192",
                        "batch_size": "1", "activation_checkpointing": "false"}  # fmt: skip
-    workflow.s3.put_object(Bucket=bucket, Key=folder + "winner.json", Body=json.dumps({"trial": 1}))
     records = records_file(hyperparameters, {2: 0.5, 4: 0.9})
-    workflow.s3.put_object(Bucket=bucket, Key=folder + "measurements.json", Body=records)
+    uploads = (
+        (bucket, folder + "winner.json", json.dumps({"trial": 1})),
+        (bucket, folder + "measurements.json", records),
+    )
+    OUTCOMES.plan(prefix, Outcome(uploads=uploads))
     tuned = _summary(workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name))["tune"]
     key = f"tuning/measurements/{IMAGE_TAG}/{SEGMENT}/{name}.json"
     assert tuned["records_key"] == key and tuned["measurements"]["etag"]
@@ -164,10 +167,11 @@ def test_a_tuning_job_where_no_trial_ran_ok_summarizes_no_winner_with_its_report
                for i, b in enumerate((4, 2), start=1)]  # fmt: skip
     rows = report.rank([report.make_row(r, base, place) for r in results])
     winner = session.winner_summary(report.winner(rows), None, place)
-    workflow.s3.put_object(Bucket=bucket, Key=folder + contract.TUNE_WINNER_FILE, Body=json.dumps(winner))
     records = json.dumps({"records": report.records(rows, base, place)})
-    workflow.s3.put_object(Bucket=bucket, Key=folder + contract.TUNE_RECORDS_FILE, Body=records)
-    summary = _summary(workflow.run({"job_name_prefix": _prefix(), **BASE, "tune": TUNE}, name))
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(uploads=((bucket, folder + contract.TUNE_WINNER_FILE, json.dumps(winner)),
+                                           (bucket, folder + contract.TUNE_RECORDS_FILE, records))))  # fmt: skip
+    summary = _summary(workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name))
     tune = summary["tune"]
     assert summary["status"] == "Completed" and tune["winner"] == {"value": {"trial": None, "settings": None}}
     assert tune["outcome"] == (
@@ -210,11 +214,13 @@ def test_a_tune_cannot_resume(workflow):
 
 
 def test_a_tune_with_init_from_needs_the_models_config_which_only_the_workflow_reads(rules):
+    """Offline its candidates wait for the model's shape: not refused (the workflow accepts it), said skipped."""
     from training.request.decision import prepare_request
 
     offline = prepare_request({"tune": {}, "init_from": f"s3://{rules.bucket_name}/data/llama/"}, rules)
-    assert any(p.startswith("tune: with init_from, the candidates are planned with the model's config.json")
-               for p in offline.problems), offline.problems  # fmt: skip
+    assert offline.problems == [] and offline.tune is None
+    assert any(line.startswith("init_from: the model folder's config.json (read from S3 before launch)")
+               and "a tuning run's candidates" in line for line in offline.skipped), offline.skipped  # fmt: skip
 
 
 def test_a_tune_does_not_evaluate(rules):

@@ -80,5 +80,6 @@ def check_tokenizer(folder: Path) -> None:
     )
     raise ModelFolderError(
         f"model: {folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): {why}. Evaluation needs the "
-        "model's own tokenizer: prepare the training data with --tokenizer tokenizer.json and train again."
+        "model's own tokenizer: prepare the training data with --tokenizer tokenizer.json and train again "
+        "(python -m training.trainer.train_tokenizer writes one from your text, offline: docs/evaluation.md)."
     )

@@ -44,7 +44,21 @@ def hub_rows(task: StandardTask) -> Iterable[Mapping[str, Any]]:
         raise PrepareTasksError(
             "the 'datasets' package is needed to read the Hub (pip install datasets)"
         ) from None
-    return datasets.load_dataset(task.hub_path, task.hub_name, split=task.split)
+    import huggingface_hub.utils
+
+    # Their retries' warnings (a dozen lines while the network is down) would bury the one line that says why.
+    huggingface_hub.utils.logging.set_verbosity_error()
+    datasets.utils.logging.set_verbosity_error()
+    print(f"{task.name}: reading {task.hub_path} ({task.split}) from the Hugging Face Hub", flush=True)
+    try:
+        return datasets.load_dataset(task.hub_path, task.hub_name, split=task.split)
+    except Exception as err:
+        # No network, a proxy, the Hub down, a dataset moved: one line, not datasets' traceback.
+        reason = (str(err).strip().splitlines() or [""])[0][:300]
+        raise PrepareTasksError(
+            f"{task.name}: cannot read {task.hub_path} ({task.split}) from the Hugging Face Hub: "
+            f"{type(err).__name__}: {reason} (run where the Hub is reachable, or pass --from-dir)"
+        ) from None
 
 
 def local_rows(task: StandardTask, folder: Path) -> list[dict[str, Any]]:
@@ -106,12 +120,18 @@ def prepare(names: list[str], output: str, from_dir: str | None = None) -> dict[
     ]
     if taken:
         raise PrepareTasksError(f"output: {out} already holds {', '.join(taken)}; choose an empty folder")
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
-    for name in names:
-        task = STANDARD_TASKS[name]
-        rows = local_rows(task, Path(from_dir)) if from_dir else hub_rows(task)
-        counts[name] = write_task(task, rows, out)
+    try:
+        for name in names:
+            task = STANDARD_TASKS[name]
+            rows = local_rows(task, Path(from_dir)) if from_dir else hub_rows(task)
+            counts[name] = write_task(task, rows, out)
+    except BaseException:
+        if created and not any(out.iterdir()):
+            out.rmdir()  # the folder this call made, left empty: not left behind
+        raise
     return counts
 
 

@@ -7,8 +7,9 @@
    Hugging Face folder given as ``--model_dir``; refused without tokenizer files (``model_folder``).
 3. The tasks: every name must be defined by the task folder's YAML (the ``tasks`` channel, or ``--tasks_dir``).
 4. lm-eval scores them (``harness``); each task's scores are printed as one ``evaluation task=...`` line (the
-   contract's format, which the job's metric definitions read), written to ``scores.json`` and lm-eval's whole
-   ``results.json`` in the output folder (the job's ``output.tar.gz``), and logged to MLflow when its variables
+   contract's format, which the job's metric definitions read), written to ``scores.json``, lm-eval's whole
+   ``results.json`` and ``evaluation.json`` (what was evaluated) in the output folder (the job's
+   ``output.tar.gz``; run by hand, a new folder under ``evaluations/``, never one holding results), and logged to MLflow when its variables
    are set (``training.trainer.mlflow_log``: the run being evaluated, metrics ``eval/<task>/<field>``): only when
    run by hand, since the workflow's evaluation job is always network-isolated and is given no MLflow variables.
 
@@ -24,12 +25,20 @@ import json
 import os
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from training.request import contract
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+LOCAL_OUTPUT_DIR = "evaluations"
+"""Outside a job, each evaluation writes into a new folder under this one by default."""
+OUTPUT_FILES = ("scores.json", "results.json", "evaluation.json")
+"""What an evaluation writes: the scores, lm-eval's results, and what was evaluated how (``evaluation.json``: the
+model folder, the tasks, the settings, and the run's own settings when its ``settings.json`` is beside the model),
+which ``blackwell-training compare`` reads from local folders."""
+RUN_FIELDS = ("precision", "max_steps", "model_preset", "init_from", "parameters", "dataset", "data_dir")
 
 
 def _channel(name: str) -> str:
@@ -44,9 +53,29 @@ def parser() -> argparse.ArgumentParser:
                        help="A Hugging Face folder, a model folder holding hf/, or a model.tar.gz (or its folder).")  # fmt: skip
     parse.add_argument("--tasks_dir", "--tasks-dir", default=_channel(contract.TASKS_CHANNEL),
                        help="The task folder: lm-eval task YAML files and their data files.")  # fmt: skip
-    parse.add_argument("--output_dir", "--output-dir", default=os.environ.get("SM_OUTPUT_DATA_DIR", "evaluation"),
-                       help="Where scores.json and results.json are written.")  # fmt: skip
+    parse.add_argument("--output_dir", "--output-dir", default=os.environ.get("SM_OUTPUT_DATA_DIR"),
+                       help="Where scores.json, results.json and evaluation.json are written: a folder that holds "
+                       "none of them (default: the job's output data folder in SageMaker, elsewhere a new "
+                       f"{LOCAL_OUTPUT_DIR}/<model>-<UTC time>/ per evaluation).")  # fmt: skip
     return parse
+
+
+def output_folder(given: str | None, model_dir: str, now: datetime | None = None) -> Path:
+    """Where this evaluation writes: ``given``, or a new folder of its own; refused (``ContractError``) when it
+    already holds results, which are never written over."""
+    if given is None:
+        stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+        model = Path(model_dir).resolve()
+        name = model.parent.name if model.name in ("model", contract.HF_EXPORT_DIR) else model.name
+        folder = Path(LOCAL_OUTPUT_DIR) / f"{name or 'model'}-{stamp}"
+        return folder.with_name(f"{folder.name}-{os.getpid()}") if folder.exists() else folder
+    folder = Path(given)
+    taken = [name for name in OUTPUT_FILES if (folder / name).exists()]
+    if taken:
+        raise contract.ContractError(
+            "output_dir", f"{folder} already holds {', '.join(taken)} of an evaluation; choose a new folder"
+        )
+    return folder
 
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -80,16 +109,39 @@ def check_tasks(tasks: list[str], tasks_dir: Path) -> None:
         )
 
 
+def run_settings(folder: Path) -> dict[str, Any] | None:
+    """What the trainer recorded of the run (its ``settings.json``, in the model folder that holds the export, or
+    the newest ``settings-N.json`` there); None when there is none (a job's model channel, another tool's model)."""
+    for place in (folder, folder.parent):
+        found = sorted(place.glob("settings*.json"), key=lambda p: (len(p.name), p.name))
+        if found:
+            try:
+                recorded = json.loads(found[-1].read_text())
+            except (OSError, ValueError):
+                return None
+            return {key: recorded.get(key) for key in RUN_FIELDS} | {"file": str(found[-1])}
+    return None
+
+
 def report(
-    scores: dict[str, dict[str, Any]], results: dict[str, Any], output_dir: Path, settings: dict
+    scores: dict[str, dict[str, Any]],
+    results: dict[str, Any],
+    output_dir: Path,
+    settings: dict,
+    model: Path | None = None,
 ) -> None:
-    """Print the metric lines, write scores.json and results.json, log to MLflow when configured."""
+    """Print the metric lines, write scores.json, results.json and evaluation.json, log to MLflow when
+    configured."""
     for task, values in scores.items():
         print(contract.format_evaluation_line(task, values, values.get("samples")), flush=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     kept = {k: v for k, v in results.items() if k != "samples"}
     (output_dir / "results.json").write_text(json.dumps(kept, indent=2, default=str) + "\n")
+    evaluated = {"model": str(model) if model else None, "settings": settings,
+                 "run": run_settings(model) if model else None}  # fmt: skip
+    (output_dir / "evaluation.json").write_text(json.dumps(evaluated, indent=2, default=str) + "\n")
+    print(f"scores written to {output_dir}", flush=True)
     from training.trainer.mlflow_log import MlflowLog
 
     mlflow = MlflowLog.from_environment(print)
@@ -110,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_of(args)
         tasks_dir = Path(args.tasks_dir).resolve()
         check_tasks(settings["tasks"], tasks_dir)
+        output_dir = output_folder(args.output_dir, args.model_dir)
         work = Path(tempfile.mkdtemp(prefix="evaluate-model-"))
         folder = model_folder.locate(args.model_dir, work)
         model_folder.check_tokenizer(folder)
@@ -127,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             f"evaluation failed: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:1000]
         )
         raise
-    report(harness.scores(results), results, Path(args.output_dir), settings)
+    report(harness.scores(results), results, output_dir, settings, folder)
     return 0
 
 

@@ -20,11 +20,14 @@ the grid goes on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -111,6 +114,21 @@ def make_config(
             **levers,
         }
     )
+
+
+@contextlib.contextmanager
+def shared_workdir(env: parallel.DistEnv) -> Iterator[str]:
+    """One temporary folder for every rank of a run: made by rank 0, its path broadcast, removed by rank 0 once
+    every rank is done with it. The trainer's ranks write one checkpoint folder together (rank 0 makes it, each
+    rank writes its files into it), so a folder of each rank's own would leave the others' files nowhere."""
+    made = [tempfile.mkdtemp(prefix="benchmark-") if env.rank == 0 else None]
+    dist.broadcast_object_list(made, src=0, group=env.cpu_group)
+    try:
+        yield str(made[0])
+    finally:
+        dist.barrier(group=env.cpu_group)
+        if env.rank == 0:
+            shutil.rmtree(str(made[0]), ignore_errors=True)
 
 
 def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float]:
@@ -227,7 +245,7 @@ def lever_effects(args: argparse.Namespace, env: parallel.DistEnv, prec: str, sa
         runs: dict[str, list[float]] = {label: [] for label, _ in values}
         for _ in range(args.lever_repeats):
             for label, overrides in values:
-                with tempfile.TemporaryDirectory() as workdir:
+                with shared_workdir(env) as workdir:
                     cfg = make_config(args, prec, batch, False, workdir, **overrides)
                     runs[label].append(_lever_run(cfg, env, wall))
         reference = statistics.median(runs[values[0][0]])
@@ -300,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             for ac in (False, True):
                 ours_runs, bare_runs, external_runs = [], [], []
                 for _ in range(args.repeats):  # alternating, so drift and noise hit every loop alike
-                    with tempfile.TemporaryDirectory() as workdir:
+                    with shared_workdir(env) as workdir:
                         cfg = make_config(args, prec, batch, ac, workdir)
                         ours_runs.append(
                             measure(
@@ -331,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                              mfu_cell(result), f"{result['peak_mem_gb']:.2f}", overhead]))  # fmt: skip
     if args.lever_repeats:
         lever_effects(args, env, precisions[0], say)
-    say("effects on a GPU are to be measured by issue #36 (docs/performance.md)")
+    say("the levers' effects on a GPU are still to be measured (docs/performance.md)")
     dist.destroy_process_group()
     return 0
 

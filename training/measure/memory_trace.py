@@ -12,7 +12,8 @@ dtypes, no data, no memory) and a fake process group (collectives do nothing), w
 step runs first, outside the tracker: DTensor's first sharding propagation allocates full-size tensors once.
 
 CPU kernels save different tensors than CUDA's, so two are swapped for what CUDA runs: attention uses the flash
-kernel (``SDPBackend.FLASH_ATTENTION``: CPU flash saves output and log-sum-exp, like CUDA flash), and RMSNorm
+kernel (``SDPBackend.FLASH_ATTENTION``: CPU flash saves output and log-sum-exp, like CUDA flash; with
+``attention_backend`` math the math kernel, whose composite of matmuls and softmax is the same on both), and RMSNorm
 uses ``FusedRMSNormStandIn``, which allocates what CUDA's fused RMSNorm kernel allocates (output and fp32 rstd in
 forward, saving input and rstd; input and weight gradients in backward). On fake tensors only outputs are
 allocated, never a kernel's internal workspace.
@@ -115,7 +116,7 @@ def trace_settings(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
         raise contract.ContractError(
             "precision",
             f"{values['precision']} runs through Transformer Engine, which cannot be traced without a GPU; "
-            "trace with one of fp32, fp16, bf16",
+            "trace with one of fp32, fp16, bf16 (--precision bf16 traces a request's bf16 twin)",
         )
     return values
 
@@ -157,9 +158,11 @@ def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[s
 
 def trace_request(request: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`trace_step` for an execution input (the workflow's fields, as ``training.request.plan`` reads them),
-    with the world size of its instance type and count: the measured reference of that request's plan."""
-    world_size = plan.setup_from_request(request).world_size
-    return trace_step(plan.trainer_settings(request), world_size=world_size)
+    with the GPUs its states are sharded over (its instance type and count; with hybrid sharding one replica's:
+    a rank of a replicas x shards mesh holds what a rank of a 1-D mesh of the shards holds): the measured reference
+    of that request's plan."""
+    shards = plan.setup_from_request(request).shard_size
+    return trace_step(plan.trainer_settings(request), world_size=shards)
 
 
 _REPORTED = (
@@ -174,6 +177,7 @@ _REPORTED = (
     "loss_chunk_tokens",
     "position_encoding",
     "lora_rank",
+    "attention_backend",
 )
 
 
@@ -190,7 +194,9 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     shape = contract.model_shape(values)
     mesh = init_device_mesh("cpu", (world_size,))
     device = torch.device("cpu")
-    with FakeTensorMode(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    # the kernel CUDA runs: Flash (what auto pins first among those that save the same), or math when asked for
+    kernel = SDPBackend.MATH if values["attention_backend"] == "math" else SDPBackend.FLASH_ATTENTION
+    with FakeTensorMode(), sdpa_kernel(kernel):
         net = model.build_model(
             shape,
             use_te=False,
@@ -285,7 +291,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ac-interval", type=int, default=None, help="Checkpoint every k-th block.")
     parser.add_argument("--accum", type=int, default=None, help="grad_accum_steps (micro-batches per step).")
     parser.add_argument("--world", type=int, default=8, help="World size (GPUs in all).")
-    parser.add_argument("--precision", default="bf16", help="fp32, fp16 or bf16.")
+    parser.add_argument(
+        "--precision",
+        help="fp32, fp16 or bf16 (default bf16; with --request, the request's: this replaces it, e.g. bf16 for the "
+        "twin of an fp8, mxfp8 or nvfp4 request, which needs a GPU).",
+    )
     parser.add_argument(
         "--loss-chunk-tokens",
         type=int,
@@ -312,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "activation_checkpointing": args.ac,
         "activation_checkpointing_interval": args.ac_interval,
         "grad_accum_steps": args.accum,
-        "precision": args.precision,
+        "precision": args.precision or "bf16",
         "loss_chunk_tokens": args.loss_chunk_tokens,
     }
     settings = {key: value for key, value in settings.items() if value is not None}
@@ -321,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             request = json.loads(Path(args.request).read_text(encoding="utf-8"))
             if not isinstance(request, dict):
                 raise contract.ContractError("request", "the execution input must be a JSON object")
-            result = trace_request(request)
+            result = trace_request({**request, "precision": args.precision} if args.precision else request)
         else:
             result = trace_step(settings, world_size=args.world)
     except (contract.ContractError, OSError, ValueError) as err:

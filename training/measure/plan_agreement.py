@@ -37,10 +37,13 @@ class Row:
     position_encoding: str | None = None
     ac_interval: int = 1
     accum: int = 1
+    attention: str | None = None
 
     def request(self) -> dict[str, Any]:
         """The execution input of this row (on ml.p6-b200.48xlarge: 8 GPUs per instance)."""
         hyperparameters: dict[str, Any] = {"model_preset": self.preset, "vocab_size": self.vocab}
+        if self.world > 8:  # the trace shards over every rank (a 1-D mesh), whatever auto would choose
+            hyperparameters["data_parallel_replicate"] = 1
         if self.loss_chunk_tokens is not None:
             hyperparameters["loss_chunk_tokens"] = self.loss_chunk_tokens
         if self.position_encoding is not None:
@@ -49,6 +52,8 @@ class Row:
             hyperparameters["activation_checkpointing_interval"] = self.ac_interval
         if self.accum != 1:
             hyperparameters["grad_accum_steps"] = self.accum
+        if self.attention is not None:
+            hyperparameters["attention_backend"] = self.attention
         return {
             "precision": self.precision,
             "num_layers": self.layers,
@@ -76,9 +81,11 @@ class Row:
         if self.ac_interval != 1:
             ac += f" every {self.ac_interval}"
         accum = f" accum {self.accum}" if self.accum != 1 else ""
+        attention = f" {self.attention} attention" if self.attention else ""
+        seq = f" seq {self.seq}" if self.seq != 8192 else ""
         return (
-            f"{self.preset} L{layers} V{self.vocab} mb{self.batch} {ac} "
-            f"W{self.world} {self.precision}{chunk}{position}{accum}"
+            f"{self.preset} L{layers} V{self.vocab} mb{self.batch}{seq} {ac} "
+            f"W{self.world} {self.precision}{chunk}{position}{accum}{attention}"
         )
 
 
@@ -118,6 +125,13 @@ ROWS: tuple[Row, ...] = (
     Row("1b", 16, 32_000, 1, False, 8, accum=4),
     Row("1b", 16, 32_000, 2, "full", 8, accum=2),
     Row("8b", 4, 128_256, 1, "selective", 16, accum=2),
+    Row("1b", 2, 32_000, 2, False, 8, seq=2048, attention="math"),
+    Row("1b", 2, 32_000, 2, True, 8, seq=2048, attention="math"),
+    Row("llama3.2-1b", 2, 32_000, 2, False, 8, seq=2048, attention="math"),
+    Row("1b", 2, 32_000, 1, True, 8, seq=4096, precision="fp32", attention="math"),
+    Row("llama3.2-1b", 4, 32_000, 2, "selective", 8, seq=2048, attention="math"),
+    Row("1b", 4, 32_000, 2, "full", 8, seq=4096, ac_interval=2, attention="math"),
+    Row("1b", 4, 32_000, 1, False, 8, attention="math"),
     Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
     Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
     Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
@@ -128,7 +142,8 @@ unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default
 (grouped-query attention with 8 key/value heads, llama3 RoPE scaling; 3.2 1B and 3B with tied embeddings); each
 activation checkpointing mode (selective, also with grouped-query attention; full on every k-th block, selective on
 every other block) and gradient
-accumulation (without AC, with full AC, with selective AC); then TE rows (closed form only)."""
+accumulation (without AC, with full AC, with selective AC); ``attention_backend`` math (its fp32 score matrix: without
+and with AC, grouped-query attention, fp32, selective, every other block); then TE rows (closed form only)."""
 
 
 def closed_form_gib(row: Row) -> float:

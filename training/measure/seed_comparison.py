@@ -1,10 +1,10 @@
-"""Print the seed-comparison table of docs/measurements.md: the seed article's three peak-memory figures next to the
-memory plan's estimate (``training.request.plan``) for the same settings.
+"""Print the seed-comparison table of docs/measurements.md: the source article's three peak-memory figures next to
+the memory plan's estimate (``training.request.plan``) for the same settings.
 
     python -m training.measure.seed_comparison
 
-The seed article is the AWS Machine Learning blog post "Optimizing model training on Amazon SageMaker AI with
-NVIDIA Blackwell GPUs" (Figure 1: a 1B model, MXFP8, 8K tokens, 8x B200). Here: the ``1b`` preset (32,000-token
+The source article is the AWS Machine Learning blog post "Optimize model training on Amazon SageMaker AI with NVIDIA
+Blackwell" (https://aws.amazon.com/blogs/machine-learning/optimize-model-training-on-amazon-sagemaker-ai-with-nvidia-blackwell/, June 2026; Figure 1: a 1B model, MXFP8, 8K tokens, 8x B200). Here: the ``1b`` preset (32,000-token
 vocabulary) and the contract's other defaults (the loss chunked in ``loss_chunk_tokens``), one
 ml.p6-b200.48xlarge. Figures in GB (10^9 bytes, as the article); closed form only (no torch), so the docs test
 recomputes the whole table.
@@ -47,7 +47,7 @@ def row(label: str, ac: bool, batch: int, seed_gb: float) -> str:
 
 def table() -> str:
     lines = [
-        "| configuration | seed article (GB) | this estimate: tensors + allowance (GB) | difference "
+        "| configuration | the article (GB) | this estimate: tensors + allowance (GB) | difference "
         "(with / without the allowance) | largest parts here (GB) |",
         "|---|---:|---:|---:|---|",
     ]

@@ -12,8 +12,15 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from training.request.contract import instance_types_supporting
-from training.request.fields import ENVIRONMENT_PREFIXES, PLATFORM_ENVIRONMENT, TAG_CHARACTERS, show
+from training.request import plan
+from training.request.contract import format_duration, instance_types_supporting
+from training.request.fields import (
+    ENVIRONMENT_PREFIXES,
+    TAG_CHARACTERS,
+    environment_name_refusal,
+    execution_name_ok,
+    show,
+)
 from training.request.rules import INSTANCE_STORAGE_TYPES, MLFLOW_ENVIRONMENT, RequestRules
 from training.request.value import Request
 
@@ -62,8 +69,9 @@ def map_problems(request: Request, rules: RequestRules) -> list[str]:
         problems.append(f"environment: at most {room} variables; got {len(environment)}")
     key_limits, value_limits = limits["EnvironmentKey"], limits["EnvironmentValue"]
     for name, value in environment.items():
-        if name in PLATFORM_ENVIRONMENT:
-            problems.append(f"environment.{name}: set by the platform ({PLATFORM_ENVIRONMENT[name]})")
+        refusal = environment_name_refusal(name) if name.startswith(ENVIRONMENT_PREFIXES) else None
+        if refusal is not None:
+            problems.append(f"environment.{name}: {refusal}")
         elif (
             not name.startswith(ENVIRONMENT_PREFIXES)
             or len(name) > key_limits["max"]
@@ -126,3 +134,31 @@ def tune_with_evaluate(request: Request) -> list[str]:
     if request.field_problems or request.fields.tune is None or request.fields.evaluate is None:
         return []
     return ["tune: a tuning run trains no model to evaluate; leave out evaluate (or tune)"]
+
+
+def one_step_problems(estimate: plan.Plan, rules: RequestRules) -> list[str]:
+    """A training run whose own plan says one optimizer step outlasts its ``max_runtime_seconds``: SageMaker would
+    stop it before its first step ends (nothing trained, nothing saved, the instances paid)."""
+    timing, s = estimate.timing, estimate.setup
+    if s.max_runtime_seconds is None or timing.step_seconds <= s.max_runtime_seconds:
+        return []
+    return [
+        f"max_runtime_seconds: the plan expects one optimizer step to take {format_duration(timing.step_seconds)} "
+        f"({s.tokens * s.grad_accum_steps:,} tokens per GPU: grad_accum_steps {s.grad_accum_steps} x batch_size "
+        f"{s.batch_size} x seq_length {s.seq_length}, at about {timing.tokens_per_sec_per_gpu:,.0f} tokens/s per GPU, "
+        f"{timing.basis}), more than the run's limit of {format_duration(s.max_runtime_seconds)}: it would be stopped "
+        f"before its first step; raise max_runtime_seconds (at most {rules.max_runtime_seconds}) or lower "
+        f"grad_accum_steps; got {s.max_runtime_seconds}"
+    ]
+
+
+def execution_name_problems(execution: str | None, rules: RequestRules) -> list[str]:
+    """This execution's name (known to the workflow and ``submit``, not to ``validate``) names the run's checkpoint
+    folder: ``.``, ``..`` and other path-like names (Step Functions accepts them) are refused."""
+    if execution is None or execution_name_ok(execution, rules):
+        return []
+    most = rules.sagemaker()["ExecutionName"]["max"]
+    return [
+        f"execution name: must be 1 to {most} characters of a-z, A-Z, 0-9, _ and - (it names the run's checkpoint "
+        f"folder, and resume_from names runs by it); got {show(execution)}"
+    ]

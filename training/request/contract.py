@@ -395,6 +395,8 @@ class Hyperparameter:
     choices: tuple[str, ...] = ()
     aliases: Mapping[str, str] | None = None
     """For a choice: other spellings accepted for a choice (``true`` for ``full``)."""
+    auto: bool = False
+    """For an int: the word ``auto`` is accepted too (kept as the string ``"auto"``; resolved where it is used)."""
 
     @property
     def cli_flags(self) -> tuple[str, ...]:
@@ -414,7 +416,8 @@ class Hyperparameter:
         if self.kind in ("int", "float"):
             lo = "-inf" if self.minimum is None else _fmt(self.minimum)
             hi = "inf" if self.maximum is None else _fmt(self.maximum)
-            return f"{'an integer' if self.kind == 'int' else 'a number'} in [{lo}, {hi}]"
+            number = f"{'an integer' if self.kind == 'int' else 'a number'} in [{lo}, {hi}]"
+            return f"auto or {number}" if self.auto else number
         return "a string"
 
     def parse(self, raw: Any) -> Any:
@@ -432,6 +435,8 @@ class Hyperparameter:
                 return value
             if self.kind == "str":
                 return str(raw)
+            if self.auto and isinstance(raw, str) and raw.strip().lower() == "auto":
+                return "auto"
             number = _parse_number(raw, integer=self.kind == "int")
         except (TypeError, ValueError):
             raise ContractError(self.name, f"must be {self.allowed()}; got {raw!r}") from None
@@ -564,7 +569,8 @@ LEVERS: tuple[Hyperparameter, ...] = (
         "choice",
         "auto",
         "Scaled-dot-product attention kernel on the torch path: auto pins cuDNN then Flash on Hopper and "
-        "Blackwell, Flash on Ampere; or one of cudnn, flash, efficient, math.",
+        "Blackwell, Flash on Ampere; or one of cudnn, flash, efficient, math (math keeps each layer's whole fp32 "
+        "score matrix, which the memory plan counts).",
         choices=ATTENTION_BACKENDS,
     ),
     Hyperparameter(
@@ -612,6 +618,18 @@ LEVERS: tuple[Hyperparameter, ...] = (
         True,
         "PyTorch's CUDA caching allocator with expandable segments (less fragmentation).",
     ),
+    Hyperparameter(
+        "data_parallel_replicate",
+        "int",
+        "auto",
+        "Hybrid sharding (HSDP): the GPUs form a replicas x shards mesh; each replica holds the model's states "
+        "sharded over its GPUs and gradients are averaged across replicas. auto: the number of instances when "
+        "one instance's GPUs hold the sharded states with room for the step (the plan's memory estimate), else 1 "
+        "(every state sharded over every GPU); a number must divide the number of GPUs.",
+        1,
+        4096,
+        auto=True,
+    ),
 )
 """The speed levers (docs/performance.md): each resolved at start where it says ``auto`` and logged."""
 
@@ -621,7 +639,8 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "fp8_recipe",
         "choice",
         "auto",
-        "Scaling recipe when precision=fp8: auto is current scaling on Ada/Hopper, MXFP8 on Blackwell (SM 10.x).",
+        "Scaling recipe when precision=fp8: auto is current scaling on Ada/Hopper, MXFP8 on Blackwell (SM 10.x); "
+        "mxfp8 needs Blackwell (refused on other GPUs, as precision mxfp8 is).",
         choices=FP8_RECIPES,
     ),
     Hyperparameter(
@@ -1046,6 +1065,7 @@ def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = No
             "num_kv_heads", f"must divide num_heads ({values['num_heads']}); got {values['num_kv_heads']}"
         )
     check_dims(values, sm)
+    check_fp8_recipe(values, sm)
     if values["quantized_model_init"] and precision not in QUANTIZED_INIT_PRECISIONS:
         raise ContractError(
             "quantized_model_init",
@@ -1054,6 +1074,20 @@ def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = No
     _check_rope_scaling(values)
     check_levers(values)
     check_lora(values)
+
+
+def check_fp8_recipe(values: Mapping[str, Any], sm: tuple[int, int] | None) -> None:
+    """``precision=fp8`` with ``fp8_recipe=mxfp8`` runs TE's ``MXFP8BlockScaling``, which needs a data-centre
+    Blackwell GPU (SM 10.x), as ``precision=mxfp8`` does (``precision_supported_on``); refused on a GPU of another
+    ``sm`` (None: the GPU is not known, nothing to check)."""
+    if sm is None or values["precision"] != "fp8" or values["fp8_recipe"] != "mxfp8":
+        return
+    if not precision_supported_on("mxfp8", sm):
+        raise ContractError(
+            "fp8_recipe",
+            f"mxfp8 (TE MXFP8BlockScaling) needs a data-centre Blackwell GPU (SM 10.x), and this run's GPUs are SM "
+            f"{sm[0]}.{sm[1]}: use auto (current scaling there), current or delayed; got mxfp8 with precision=fp8",
+        )
 
 
 def _check_rope_scaling(values: Mapping[str, Any]) -> None:

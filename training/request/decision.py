@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import checks, evaluate_block, fine_tuning, job, plan
+from training.request import bounds, checks, evaluate_block, fine_tuning, job, plan
 from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
-from training.request.reads import Reads, data_problems, resume
+from training.request.reads import Reads, data_problems, resume, run_folder_problems, training_plan_problems
 from training.request.rules import RequestRules
 from training.request.tune_block import TuneDecision, decide_tune
 from training.request.value import Fields, Request, read_request
@@ -57,6 +57,12 @@ class Decision:
     resume: dict[str, Any] | None = None
     evaluation: dict[str, Any] | None = None
     job: dict[str, Any] | None = None
+    tune_refused: list[str] = field(default_factory=list)
+    """A tuning run's combinations the trainer's rules refuse, every one (``tune`` carries the count and the first
+    few: ``bounds``)."""
+    skipped: list[str] = field(default_factory=list)
+    """The checks this decision could not make with what it was let read (``skipped_checks``: offline, without S3
+    or SageMaker, or without the run's name); the workflow makes every one before launch."""
 
     @property
     def valid(self) -> bool:
@@ -64,12 +70,8 @@ class Decision:
 
     @property
     def cause(self) -> str:
-        return "; ".join(self.problems)
-
-    @property
-    def notes(self) -> list[str]:
-        """What could not be checked where the decision ran (offline), and where it is checked instead."""
-        return fine_tuning.notes(self.request)
+        """Every problem, one line each, within ``bounds.CAUSE_LIMIT_CHARS`` (``problems`` holds them all)."""
+        return bounds.bounded_cause(self.problems)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -100,11 +102,12 @@ def decide_request(
 ) -> Decision:
     """The decision about the execution input ``raw`` under ``rules``, in order: the input read once (with the
     ``init_from`` model's config.json, read first: the settings and the plan need its shape), each field, the tags
-    and environment, the rules between fields, the ``evaluate`` block, the trainer settings, conversation data
-    against its model and the settings (``fine_tuning``), a tuning run's
-    candidates and cost, the memory plan, then what only a launch reads (the data, ``resume_from``'s checkpoint,
-    the evaluation's tasks, tokenizer and training job). ``reads``: what may be read (default: nothing, offline);
-    ``execution``: this execution's name."""
+    and environment, the rules between fields, the ``evaluate`` block, the execution's name, the trainer settings,
+    conversation data against its model and the settings (``fine_tuning``), a tuning run's candidates and cost, the
+    memory plan and a step against the time limit, the decision's size, then what only a launch reads (the data, the
+    run's own folder, ``resume_from``'s checkpoint, the evaluation's tasks, tokenizer and training job, the training
+    plan), and what it could not check. ``reads``: what may be read (default: nothing, offline); ``execution``: this
+    execution's name."""
     reads = reads or Reads()
     if not isinstance(raw, Mapping):
         return Decision([f"input: must be a JSON object of input fields; got {show(raw)}"])
@@ -114,6 +117,7 @@ def decide_request(
     problems += checks.cross_field_problems(request, rules)
     problems += evaluate_block.input_problems(request, rules)
     problems += checks.tune_with_evaluate(request)
+    problems += checks.execution_name_problems(execution, rules)
     problems += request.settings.problems
     problems += fine_tuning.problems(request)  # conversation data against init_from and the settings
     tune = _tuning_run(request, rules, reads, execution) if not problems else None
@@ -123,9 +127,63 @@ def decide_request(
     if not problems:
         _job_and_plan(decision, request, rules, reads, tune)
     decision.problems[:0] = request.read_problems  # the init_from folder's first, then every other one
+    if decision.valid:  # the state stays well under Step Functions' limit, offline as in the workflow
+        decision.problems += bounds.size_problems(request, fields, rules)
     if decision.valid and reads.before_launch:
         _before_launch(decision, request, rules, reads, execution)
+    if decision.valid:
+        decision.problems += bounds.state_problems(decision.state())
+    decision.skipped = skipped_checks(request, rules, reads, execution)
     return decision
+
+
+def skipped_checks(request: Request, rules: RequestRules, reads: Reads, execution: str | None) -> list[str]:
+    """What the decision of ``request`` did not check, one line each, because it was not let read it (``reads``:
+    no S3 or SageMaker, or not before a launch) or does not know it (the workflow's bucket, this run's name); every
+    one is checked by the workflow before it launches. Empty in the workflow."""
+    fields, skipped = request.fields, []
+    uris = [u for u in (fields.train_data_uri, fields.init_from) if isinstance(u, str)]
+    if request.evaluate is not None and isinstance(request.evaluate.task_data_uri, str):
+        uris.append(request.evaluate.task_data_uri)
+    if rules.bucket_name is None and uris and any(not s.startswith("s3://") for s in rules.data_sources):
+        skipped.append(
+            "the data sources' bucket: the workflow's bucket is not known here, so train_data_uri, init_from and "
+            "evaluate.task_data_uri were matched on their key only, in any bucket (give --bucket NAME, the stack "
+            "output CheckpointBucketName, or --deployed)"
+        )
+    if fields.init_from is not None and request.architecture is None and not request.read_problems:
+        skipped.append(
+            "init_from: the model folder's config.json (read from S3 before launch): the settings against the "
+            f"model's shape, the memory and time plan and a tuning run's candidates{fine_tuning.model_unread(request)} "
+            "(offline: a local copy of the folder, --init-from DIR)"
+        )
+    skipped += fine_tuning.skipped_checks(request)
+    evaluates_only = request.evaluate is not None and request.evaluate.training_job is not None
+    if not evaluates_only and rules.image_tag() is not None and not reads.knows_measurements:
+        skipped.append(
+            "the plan's throughput: a stored tuning measurement of this configuration (S3) would replace the "
+            "published figures, and with them the step time checked against max_runtime_seconds and a tuning "
+            "run's cost"
+        )
+    if not evaluates_only and execution is None:
+        skipped.append(
+            "the run's name: that its checkpoint folder holds no earlier run's (one S3 listing when it is started)"
+        )
+    if reads.before_launch:
+        return skipped
+    if fields.train_data_uri is not None:
+        skipped.append("train_data_uri: that it holds the training data (one S3 listing before launch)")
+    if fields.resume_from is not None:
+        skipped.append("resume_from: that run's newest complete checkpoint, below max_steps (read from S3)")
+    if request.evaluate is not None:
+        job = ", the training job it names (SageMaker)" if evaluates_only else ""
+        skipped.append(f"evaluate: the task folder's tasks and the model's tokenizer (read from S3){job}")
+    if fields.training_plan_arn is not None:
+        skipped.append(
+            "training_plan_arn: that the plan exists in the account and region, is Scheduled or Active, serves "
+            "training jobs and reserves the job's instances (SageMaker's DescribeTrainingPlan before launch)"
+        )
+    return skipped
 
 
 def validate_request(raw: object, rules: RequestRules) -> list[str]:
@@ -176,9 +234,12 @@ def _job_and_plan(
     assert decision.fields is not None
     fields = decision.fields
     decision.hyperparameters = dict(
-        tune.hyperparameters if tune is not None else request.settings.hyperparameters
+        tune.hyperparameters
+        if tune is not None and tune.tune is not None
+        else request.settings.hyperparameters
     )
     decision.tune = tune.tune if tune is not None else None
+    decision.tune_refused = list(tune.refused) if tune is not None else []
     decision.channels = job.channels(fields)
     if request.settings.values is None:
         return  # init_from before its config.json is read: its shape is not known
@@ -200,24 +261,29 @@ def _job_and_plan(
     if refused:
         decision.problems.append(refused)
         decision.hyperparameters, decision.channels = {}, []
+    decision.problems += checks.one_step_problems(estimate, rules)
 
 
 def _before_launch(
     decision: Decision, request: Request, rules: RequestRules, reads: Reads, execution: str | None
 ) -> None:
     """What only S3 and SageMaker can tell, in order, each when nothing before it refused: the data prefix holds an
-    object, the run ``resume_from`` names has a complete checkpoint below ``max_steps``, and the evaluation's tasks,
-    tokenizer and instance type."""
+    object, the run's own checkpoint folder holds no earlier run's (unless ``resume_from`` continues it), the run
+    ``resume_from`` names has a complete checkpoint below ``max_steps``, the evaluation's tasks, tokenizer and
+    instance type, and the training plan holds the job's instances."""
     fields = decision.fields
     assert fields is not None
     if fields.train_data_uri is not None:
         decision.problems += data_problems(reads.s3, fields.train_data_uri)
+    trains = request.evaluate is None or request.evaluate.training_job is None
+    if decision.valid and trains and execution is not None and fields.resume_from != execution:
+        decision.problems += run_folder_problems(reads.s3, rules, execution, tuning=request.tune is not None)
     if decision.valid and fields.resume_from is not None:
         assert request.settings.values is not None
         max_steps = request.settings.values["max_steps"]
         decision.resume, problems = resume(reads.s3, rules, fields.resume_from, execution, max_steps)
         decision.problems += problems
-        if decision.resume is not None:
+        if decision.resume is not None and not decision.resume["in_place"]:
             decision.channels.append(job.channel(RESUME_CHANNEL, decision.resume["uri"], "File"))
     if decision.valid and fields.evaluate is not None:
         parameters = (decision.plan or {}).get("parameters")
@@ -225,5 +291,21 @@ def _before_launch(
             request, fields, rules, reads, str(execution), parameters
         )
         decision.problems += problems
+    if decision.valid and fields.training_plan_arn is not None:
+        decision.problems += training_plan_problems(
+            reads.sagemaker, fields.training_plan_arn, *_plan_job(decision)
+        )
     if decision.valid:
         decision.job = job.job_fields(fields, rules, str(execution))
+
+
+def _plan_job(decision: Decision) -> tuple[str, int, str]:
+    """The instance type and count of the job a training plan must hold, and the field that chose the type: an
+    evaluation-only request's one evaluation instance, else the training (or tuning) job's instances (an evaluation
+    after it takes one of the same type)."""
+    assert decision.fields is not None
+    evaluation = decision.evaluation
+    if evaluation is not None and evaluation["only"]:
+        config = evaluation["config"]
+        return config["instance_type"], config["instance_count"], "evaluate.instance_type"
+    return decision.fields.instance_type, decision.fields.instance_count, "instance_type"

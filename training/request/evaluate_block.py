@@ -49,6 +49,7 @@ from training.request.contract import (
     TASK_NAME,
     TASKS_CHANNEL,
     TRAIN_CHANNEL,
+    TUNE_TRIALS,
     WEIGHTS_CHANNEL,
     ContractError,
     evaluation_fits,
@@ -78,6 +79,8 @@ EVALUATION_ONLY_FIELDS = (
 TASK_LINE = re.compile(r"^(?:task|group|tag):\s*['\"]?([A-Za-z0-9][A-Za-z0-9_.-]*)['\"]?\s*$", re.MULTILINE)
 TASK_LIST_ITEM = re.compile(r"^tag:\s*\n((?:\s+-\s*\S+\s*\n?)+)", re.MULTILINE)
 MAX_TASK_FILES = 200
+NAMED_TASKS = 20
+"""A refusal names at most this many of the folder's own tasks (and counts the rest)."""
 ADDED_ENVIRONMENT = (PROGRAM_ENV,)
 """Variables the evaluation job adds to the input's ``environment``: the program only. No MLflow variables, whatever
 the workflow's ``mlflow_tracking_server_arn``: the job runs network-isolated and could not reach a tracking server."""
@@ -127,7 +130,8 @@ EVALUATE_FIELDS: tuple[EvaluateField, ...] = (
     EvaluateField(
         "batch_size",
         lambda r: f"an integer in [1, {BATCH_SIZE_MAX}]",
-        "lm-eval's batch size (scores can move slightly with it: lm-eval issues #1645, #3055).",
+        "lm-eval's batch size (scores can move slightly with it: "
+        "https://github.com/EleutherAI/lm-evaluation-harness/issues/1645).",
     ),
     EvaluateField(
         "instance_type",
@@ -183,7 +187,21 @@ def input_problems(request: Request, rules: RequestRules) -> list[str]:
         problems += plan_problems(request)
         if request.evaluate is not None and request.evaluate.training_job is None:
             problems += training_model_problems(request)
+            problems += trained_model_fit_problems(request, rules)
     return problems
+
+
+def trained_model_fit_problems(request: Request, rules: RequestRules) -> list[str]:
+    """The evaluation instance type asked for cannot hold the weights of the model this run trains: known from the
+    input (its parsed settings' shape and precision), so refused offline as in the workflow; with ``init_from``
+    the shape waits for the folder's config.json (``decide`` checks it then)."""
+    block, values = request.evaluate, request.settings.values
+    assert block is not None
+    if values is None:
+        return []
+    fields = request.fields
+    weight_bytes = export_weight_bytes(model_shape(values).parameter_count(), str(fields.precision))
+    return evaluation_instance_type(block, fields, rules, fields.instance_type, weight_bytes)[1]
 
 
 def block_problems(request: Request, rules: RequestRules) -> list[str]:
@@ -202,6 +220,8 @@ def block_problems(request: Request, rules: RequestRules) -> list[str]:
         problems.append(_must("tasks", rules, tasks))
     if not data_uri_ok(block.task_data_uri, rules):
         problems.append(_must("task_data_uri", rules, block.task_data_uri))
+    else:
+        problems += task_folder_problems(block.task_data_uri, rules)
     for name, high in (("limit", LIMIT_MAX), ("batch_size", BATCH_SIZE_MAX)):
         value = getattr(block, name)
         if not (value is None and name == "limit") and not _int_in(value, 1, high):
@@ -291,12 +311,29 @@ def export_tokenizer_problems(s3: Any, init_from: str | None, data_uri: str | No
     return tokenizer_problems(s3, data_uri, where)
 
 
+def task_folder_problems(task_uri: str, rules: RequestRules) -> list[str]:
+    """A task folder must be a folder below a data source, not a data source itself: the evaluation job mounts the
+    whole folder, and a data source holds every team's data (known from the input)."""
+    key = task_uri[5:].partition("/")[2]
+    for source in rules.data_source_uris():
+        same = key == source[len("s3://*/") :] if source.startswith("s3://*/") else task_uri == source
+        if same:
+            return [
+                f"evaluate.task_data_uri: must be a task folder below the data prefix {source}, not the data prefix "
+                f"itself (the evaluation job would mount all of it); e.g. {source}evaluation-tasks/ (python -m "
+                f"training.evaluate.prepare_tasks writes one); got {json.dumps(task_uri)}"
+            ]
+    return []
+
+
 def defined_tasks(s3: Any, task_uri: str) -> list[str]:
-    """The task, group and tag names of the YAML files under ``task_uri`` (their top-level ``task:``, ``group:``
-    and ``tag:`` lines, which lm-eval indexes them by)."""
+    """The task, group and tag names of the YAML files directly in the folder ``task_uri`` (their top-level
+    ``task:``, ``group:`` and ``tag:`` lines, which lm-eval indexes them by): one listing of that folder's own
+    objects (``Delimiter`` ``/``), never of the folders below it, so that no other folder's file is read or named."""
     bucket, _, prefix = task_uri[5:].partition("/")
     keys: list[str] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/")
+    for page in pages:
         keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith((".yaml", ".yml"))]
     names: list[str] = []
     for key in keys[:MAX_TASK_FILES]:
@@ -315,7 +352,9 @@ def task_problems(s3: Any, block: EvaluateBlock) -> list[str]:
     unknown = [t for t in block.tasks if t not in known]
     if not unknown:
         return []
-    found = ", ".join(known) if known else "no task YAML files at all"
+    found = ", ".join(known[:NAMED_TASKS]) if known else "no task YAML file directly in it"
+    if len(known) > NAMED_TASKS:
+        found += f" and {len(known) - NAMED_TASKS} more"
     return [
         f"evaluate.tasks: {', '.join(unknown)} not defined in the task folder {block.task_data_uri} (it "
         f"defines: {found}); write it with python -m training.evaluate.prepare_tasks, or name one of those"
@@ -342,13 +381,15 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
     if not run or "/" in run:
         return {}, [f"evaluate.training_job: {job} is not a training job of this workflow (its checkpoints are not "
                     f"under {runs_uri or 'this workflow'})"]  # fmt: skip
+    hp = described.get("HyperParameters") or {}
+    if TUNE_TRIALS in hp:
+        return {}, [tuning_job_problem(job)]
     status = described.get("TrainingJobStatus")
     archive = (described.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
     if status != "Completed" or not archive:
         return {}, [
             f"evaluate.training_job: {job} ended {status}, not Completed, so it wrote no exported model"
         ]
-    hp = described.get("HyperParameters") or {}
     facts = {"run": run, "training_job": job, "model_uri": archive, "data_uri": None, "init_from": None,
              "instance_type": (described.get("ResourceConfig") or {}).get("InstanceType"), "hyperparameters": hp}  # fmt: skip
     if str(hp.get("position_encoding", "rope")).lower() != "rope":
@@ -363,6 +404,16 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
         return facts, [f"evaluate.training_job: {job} trained on synthetic tokens (no train channel) from random "
                        "weights: its model has no tokenizer and has learnt no language"]  # fmt: skip
     return facts, []
+
+
+def tuning_job_problem(job: str) -> str:
+    """A tuning run's job (its ``HyperParameters`` hold ``tune_trials``: ``train.sh`` ran the tuning driver) trained
+    short trials and exported no model: what to evaluate instead."""
+    return (
+        f"evaluate.training_job: {job} is a tuning run's job: it measured short trials and exported no model; write "
+        "the tuning run's winning request (blackwell-training tune-apply RUN OUT.json), train it (blackwell-training "
+        "submit OUT.json), and evaluate that run"
+    )
 
 
 def plan_problems(request: Request) -> list[str]:

@@ -45,6 +45,83 @@ PLATFORM_ENVIRONMENT: Mapping[str, str] = MappingProxyType(
     }
 )
 """Names under the allowed prefixes that the platform sets itself (refused, with the reason)."""
+_WRITES = "writes to that path, which can replace a file the job loads later"
+ENVIRONMENT_LOADS_CODE: Mapping[str, str] = MappingProxyType(
+    {
+        # NCCL (src/plugin/plugin_open.cc, src/misc/ibvsymbols.cc, src/misc/param.cc, src/debug.cc)
+        "NCCL_NET_PLUGIN": "NCCL loads that library as its network plugin",
+        "NCCL_TUNER_PLUGIN": "NCCL loads that library as its tuner plugin",
+        "NCCL_PROFILER_PLUGIN": "NCCL loads that library as its profiler plugin",
+        "NCCL_ENV_PLUGIN": "NCCL loads that library as its environment plugin",
+        "NCCL_GIN_PLUGIN": "NCCL loads that library as its GPU-initiated networking plugin",
+        "NCCL_RMA_PLUGIN": "NCCL loads that library as its RMA plugin",
+        "NCCL_IBVERBS_LIB": "NCCL loads that library instead of libibverbs",
+        "NCCL_CONF_FILE": "NCCL sets every variable that file lists, these included",
+        "NCCL_DEBUG_FILE": f"NCCL {_WRITES}",
+        "NCCL_TOPO_DUMP_FILE": f"NCCL {_WRITES}",
+        "NCCL_GRAPH_DUMP_FILE": f"NCCL {_WRITES}",
+        # libfabric, the EFA transport (src/fabric.c, src/log.c)
+        "FI_PROVIDER_PATH": "libfabric loads provider libraries from those folders",
+        "FI_LOG_LOCATION": f"libfabric {_WRITES}",
+        # the CUDA driver (CUPTI's injection, the JIT cache, core dumps and its error log)
+        "CUDA_INJECTION64_PATH": "the CUDA driver loads that library into the process when CUDA starts",
+        "CUDA_INJECTION32_PATH": "the CUDA driver loads that library into the process when CUDA starts",
+        "CUDA_CACHE_PATH": "the CUDA driver loads compiled GPU code from that JIT cache",
+        "CUDA_COREDUMP_FILE": f"the CUDA driver {_WRITES}",
+        "CUDA_COREDUMP_PIPE": f"the CUDA driver {_WRITES}",
+        "CUDA_LOG_FILE": f"the CUDA driver {_WRITES}",
+        # Transformer Engine v2.11 (transformer_engine/common/__init__.py, common/util/cuda_runtime.cpp)
+        "CUDA_HOME": "Transformer Engine loads libcudnn, libnvrtc and libcurand from below it, and PyTorch runs its "
+        "nvcc",
+        "CUDA_PATH": "Transformer Engine loads libcudnn, libnvrtc and libcurand from below it, and PyTorch runs its "
+        "nvcc",
+        "CUDA_DIR": "Transformer Engine compiles its runtime GPU kernels with the headers below it",
+        "NVTE_CUDA_INCLUDE_DIR": "Transformer Engine compiles its runtime GPU kernels with the headers in it",
+        # PyTorch (torch/utils/cpp_extension.py, torch/hub.py, torch/serialization.py, torch/_inductor/utils.py,
+        # torch/profiler/_cupti_monitor.py, aten/src/ATen/native/cuda/jit_utils.cpp, torch/_logging)
+        "CUDA_INC_PATH": "PyTorch's extension builds compile with the headers in it",
+        "PYTORCH_NVCC": "PyTorch runs that program to compile CUDA extensions",
+        "TORCH_EXTENSIONS_DIR": "PyTorch loads the extension libraries it finds built there",
+        "PYTORCH_KERNEL_CACHE_PATH": "PyTorch's jiterator loads compiled GPU kernels from that cache",
+        "TORCH_HOME": "torch.hub imports the repositories cached there",
+        "TORCH_CUSTOM_PYTHONPATH": "TorchInductor's compile workers import Python from it (their PYTHONPATH)",
+        "TORCH_CUPTI_MONITOR_LIBCUPTI_PATH": "PyTorch's CUPTI monitor loads that library",
+        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "torch.load then unpickles any object, running the code a file carries",
+        "TORCH_LOGS_OUT": f"PyTorch {_WRITES}",
+        "TORCH_TRACE": f"PyTorch {_WRITES}",
+        "TORCH_COMPILE_DEBUG_DIR": f"PyTorch {_WRITES}",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"PyTorch {_WRITES}",
+        "TORCH_FR_DUMP_TEMP_FILE": f"PyTorch {_WRITES}",
+        "PYTORCH_TUNABLEOP_FILENAME": f"PyTorch {_WRITES}",
+    }
+)
+"""Names under the allowed prefixes that make a library of the job load code from a path (a plugin, an injected
+library, a toolkit folder, a compiled-code cache, an unrestricted unpickler) or write to a path, refused by name
+with the reason; their sources are in docs/security.md. Each was found by reading the libraries the job runs
+(NCCL, libfabric, the CUDA driver's documentation, Transformer Engine v2.11, PyTorch). The job runs as the
+execution role, so a library in a data folder that one of these loads would run with every run's checkpoints."""
+ENVIRONMENT_PATH_NAME = re.compile(
+    r"(PATH|_DIR|_DIRECTORY|_FILE|_FILENAME|_LIB|_LIBRARY|_PLUGIN|_HOME|_PIPE)$"
+)
+"""Names that end like a path's (``_PATH``, ``_DIR``, ``_FILE``, ``_PLUGIN``, ...): refused too, for the variables a
+later version of these libraries adds (NCCL added four plugin variables in two years)."""
+
+
+def environment_name_refusal(name: str) -> str | None:
+    """Why ``environment`` may not set ``name`` although it has an allowed prefix, or None."""
+    if name in PLATFORM_ENVIRONMENT:
+        return f"set by the platform ({PLATFORM_ENVIRONMENT[name]})"
+    reason = ENVIRONMENT_LOADS_CODE.get(name)
+    if reason is None and ENVIRONMENT_PATH_NAME.search(name):
+        reason = "it names a file or folder for a library of the job to load from or write to"
+    if reason is None:
+        return None
+    return (
+        f"refused: {reason}; with a file in a data folder, the job would run that code as the workflow's execution "
+        "role (docs/security.md lists these names)"
+    )
+
+
 TAG_CHARACTERS = "letters, digits, spaces and _.:/=+-@"
 EVALUATE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {
@@ -151,7 +228,9 @@ def _under(uri: str, source: str) -> bool:
     return uri.startswith(source)
 
 
-def _execution_name_ok(value: Any, rules: Any) -> bool:
+def execution_name_ok(value: Any, rules: Any) -> bool:
+    """A run (execution) name: it names the run's checkpoint folder, an S3 key segment, so no ``.``/``..`` nor
+    anything path-like (the names ``resume_from`` takes)."""
     limits = rules.sagemaker()["ExecutionName"]
     return (
         isinstance(value, str)
@@ -205,13 +284,17 @@ def _environment_allowed(rules: Any) -> str:
         f"a JSON object of string values (at most {limits['Environment']['max']} variables whose names start "
         f"with {', '.join(ENVIRONMENT_PREFIXES)} (letters, digits and _, at most "
         f"{limits['EnvironmentKey']['max']} characters), values of up to {limits['EnvironmentValue']['max']} "
-        f"characters; not {', '.join(PLATFORM_ENVIRONMENT)})"
+        f"characters; not {', '.join(PLATFORM_ENVIRONMENT)}, nor a name that makes a library load code or names a "
+        "path: those listed in docs/security.md and any ending in PATH, _DIR, _FILE, _LIB, _PLUGIN, _HOME, ...)"
     )
 
 
 def _resume_from_allowed(rules: Any) -> str:
     most = rules.sagemaker()["ExecutionName"]["max"]
-    return f"the name of an earlier execution of this workflow (1 to {most} characters of a-z, A-Z, 0-9, _ and -)"
+    return (
+        f"the name of an earlier execution of this workflow, or this execution's own to continue its run in its "
+        f"folder (1 to {most} characters of a-z, A-Z, 0-9, _ and -)"
+    )
 
 
 FIELDS: tuple[InputField, ...] = (
@@ -347,8 +430,9 @@ FIELDS: tuple[InputField, ...] = (
         None,
         "An earlier execution of this workflow: the job starts from its newest complete checkpoint (mounted "
         "read-only as the resume channel; refused before launch when there is none, or when max_steps is not "
-        "above its step).",
-        _execution_name_ok,
+        "above its step). This execution's own name continues the run of that name in its own checkpoint folder "
+        "(an execution whose folder already holds an earlier run's checkpoints is refused otherwise).",
+        execution_name_ok,
         _resume_from_allowed,
         nullable=True,
     ),
@@ -405,7 +489,9 @@ FIELDS: tuple[InputField, ...] = (
         {},
         "Container variables (Environment): NCCL, PyTorch, CUDA, Transformer Engine and libfabric (EFA) knobs. "
         "NVTE_FRAMEWORK is set by the image, and CUDA_VISIBLE_DEVICES would break train.sh's one process per "
-        "visible GPU.",
+        "visible GPU. Variables that make a library load code or read or write a file of the execution's choice "
+        "(plugins such as NCCL_NET_PLUGIN, CUDA_INJECTION64_PATH, FI_PROVIDER_PATH, ...) are refused by name: "
+        "docs/security.md.",
         _string_map,
         _environment_allowed,
     ),

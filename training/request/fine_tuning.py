@@ -12,7 +12,8 @@ decided before launch, as the trainer would decide it at its start after the ins
   tokens per window and what truncation did at preparation;
 * :func:`candidate_check`: a tuning run's candidates keep the data's constraints (a ``seq_length`` or micro-batch
   the data cannot fill is left out, with the reason);
-* :func:`notes`: what could not be checked where the decision ran (offline, without the folders), and where it is.
+* :func:`skipped_checks`, :func:`model_unread`: what could not be checked where the decision ran (offline, without
+  the folders), for ``decision.skipped_checks``.
 
 Pure Python (standard library and ``training.request`` only): part of the request check's Lambda asset.
 """
@@ -162,23 +163,22 @@ def candidate_check(request: Request) -> Callable[[Mapping[str, Any], int], str 
     return check
 
 
-def notes(request: Request | None) -> list[str]:
-    """What the decision could not check where it ran (no S3, no local copy of the folder), each naming the field
-    and where it is checked instead."""
-    if request is None or request.fields.train_data_uri is None:
+def skipped_checks(request: Request) -> list[str]:
+    """The checks of conversation data the decision could not make where it ran (``decision.skipped_checks``):
+    ``train_data_uri``'s metadata.json when its folder was read neither from S3 nor from a local copy."""
+    if request.fields.train_data_uri is None or request.data_read:
         return []
-    if not request.data_read:
-        return [
-            "train_data_uri: not read here, so its metadata.json was not checked (conversation data against "
-            "init_from's chat template, tokenizer and vocabulary, seq_length against the longest example, the "
-            "windows per batch); the workflow checks them before launch; offline, pass a local copy of the data "
-            "with --data-folder (and of init_from with --model-folder)"
-        ]
+    return [
+        "train_data_uri: its metadata.json (read from S3 before launch): prepared conversations against init_from's "
+        "chat template, tokenizer and vocabulary, seq_length against the longest example, and the windows per "
+        "global batch (offline: a local copy of the folder, --data-folder DIR)"
+    ]
+
+
+def model_unread(request: Request) -> str:
+    """What an unread ``init_from`` folder leaves unchecked of conversation data that was read, as the end of
+    ``decision.skipped_checks``' line on that folder (empty without such data)."""
     chat = request.chat
-    if chat is not None and chat.model is None and request.fields.init_from is not None:
-        return [
-            "init_from: not read here, so the conversation data was not checked against its chat template, "
-            "tokenizer and vocabulary, nor seq_length and the batch against the data (the settings need its "
-            "config.json); the workflow checks them before launch; offline, pass a local copy with --model-folder"
-        ]
-    return []
+    if chat is None or chat.model is not None:
+        return ""
+    return ", and the conversation data against its chat template, tokenizer and vocabulary"

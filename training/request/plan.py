@@ -24,6 +24,9 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   SiLU, product; log-sum-exp and two rstd in fp32. 2h with it (the checkpoint's input). RoPE
   (``position_encoding`` rope, the default) adds the rotated query and key (2(h + kv) per token) and, per layer,
   cos and sin for the query and the key (4 x 2 bytes x seq x head_dim); fp32 runs hold every activation, gathered weight and unsharded gradient in 4 bytes instead of 2;
+* ``attention_backend`` math (torch path): PyTorch's math kernel keeps each layer's whole fp32 score matrix
+  (``math_attention_bytes``: 4 x num_heads x seq bytes per token) and fp32 copies of the query, key and value instead
+  of Flash's log-sum-exp, and its backward holds two more score matrices (``math_attention_moments``);
 * the loss: unchunked (``loss_chunk_tokens`` 0), ``F.cross_entropy(logits.float())`` keeps the fp32 log-softmax
   (4V per token) and in its backward its fp32 gradient in and out (8V): 12V bytes per token of the micro-batch;
   chunked (``training/trainer/loss.py``, the contract's default), one chunk's fp32 logits and their gradient in the
@@ -79,7 +82,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from training.request import contract, measured
+from training.request import contract, measured, network
 
 GIB = 2**30
 HEADROOM = 0.95
@@ -148,6 +151,11 @@ class Setup:
     """LoRA (``lora_memory``): adapters of this rank on ``lora_targets``, the base frozen; 0: every weight trains."""
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.0
+    data_parallel_replicate: int | str = "auto"
+    """Replicas of the hybrid-sharding mesh, or ``auto`` (``replicate``)."""
+    attention_backend: str = "auto"
+    """``math`` keeps attention's whole score matrix (``math_attention_bytes``); every other kernel is counted as
+    Flash's (output and log-sum-exp only)."""
     packed_documents: bool = False
     """Packed conversation data (``packing`` on, data prepared with ``--init-from``): every example of a window
     attends only to itself; on the torch path through a block-causal mask (``document_mask_bytes``,
@@ -196,6 +204,22 @@ class Setup:
         """Tokens of one micro-batch on one GPU."""
         return self.batch_size * self.seq_length
 
+    @property
+    def replicate(self) -> int:
+        """``data_parallel_replicate`` in effect: ``auto`` is the instance count when one instance's GPUs hold the
+        sharded states with room for the step (the estimate fits with shards of one instance), else 1."""
+        if self.data_parallel_replicate != "auto":
+            return int(self.data_parallel_replicate)
+        if self.instance_count == 1:
+            return 1
+        one_node = replace(self, data_parallel_replicate=self.instance_count)
+        return self.instance_count if estimate_memory(one_node).fits else 1
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs each parameter, gradient and optimizer state is sharded over (the world over the replicas)."""
+        return max(1, self.world_size // self.replicate)
+
 
 def trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
     """The trainer's settings of an execution input: its ``hyperparameters`` with the top-level ones set over them."""
@@ -229,6 +253,7 @@ def parse_request(
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    replicate_setting(values, count, instance_type)
     setup = setup_from_values(
         values,
         instance_type=instance_type,
@@ -246,9 +271,10 @@ def setup_from_values(
     max_runtime_seconds: int | None = None,
     conversations: bool = False,
 ) -> Setup:
-    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result: nothing is parsed here)
-    on ``instance_count`` x ``instance_type``, with the run's time limit; ``conversations``: the data is prepared
-    conversations (packed into windows when the settings' ``packing`` is on)."""
+    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result, their
+    ``data_parallel_replicate`` checked against the GPUs by :func:`replicate_setting`: nothing is parsed or checked
+    here) on ``instance_count`` x ``instance_type``, with the run's time limit; ``conversations``: the data is
+    prepared conversations (packed into windows when the settings' ``packing`` is on)."""
     shape = contract.model_shape(values)
     return Setup(
         shape=shape,
@@ -270,8 +296,24 @@ def setup_from_values(
         lora_rank=values["lora_rank"],
         lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
         lora_dropout=values["lora_dropout"],
+        data_parallel_replicate=values.get("data_parallel_replicate", "auto"),
+        attention_backend=values["attention_backend"],
         packed_documents=conversations and bool(values.get("packing", True)),
     )
+
+
+def replicate_setting(values: Mapping[str, Any], count: int, instance_type: str) -> int | str:
+    """``data_parallel_replicate`` of parsed settings, refused by name when it does not divide the GPUs of ``count``
+    x ``instance_type``: where the settings are read (``value.read_settings`` for a request, :func:`parse_request`
+    for a plain input) and for each tuning candidate that sets it."""
+    replicate = values.get("data_parallel_replicate", "auto")
+    world = count * contract.GPU_INSTANCE_TYPES[instance_type].gpus
+    problem = None if replicate == "auto" else network.layout_problem(int(replicate), world)
+    if problem:
+        raise contract.ContractError(
+            "data_parallel_replicate", f"{problem} ({count} x {instance_type}); or leave it auto"
+        )
+    return replicate
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -306,7 +348,8 @@ def layer_activation_bytes(s: Setup) -> float:
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
     kv = s.shape.kv_heads * s.shape.head_dim  # key (and value) width: h without grouped-query attention
     c = s.compute_bytes
-    stats = 4 * nh + 8  # flash attention's fp32 log-sum-exp per query head, two RMSNorm rstd
+    # flash attention's fp32 log-sum-exp per query head (math's score matrix instead), two RMSNorm rstd
+    stats = 4 * nh + 8 + math_attention_bytes(s)
     rope = c * (h + kv) if s.position_encoding == "rope" else 0  # the rotated query and key
     if s.precision in QUANTIZED_BYTES:
         q = QUANTIZED_BYTES[s.precision]
@@ -326,6 +369,52 @@ def selective_saved_bytes(s: Setup) -> float:
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
     kv = s.shape.kv_heads * s.shape.head_dim
     return s.compute_bytes * (3 * h + 2 * kv + 2 * f) + 4 * nh
+
+
+def math_attention_bytes(s: Setup) -> float:
+    """Bytes per token one block's attention keeps beyond Flash's with ``attention_backend`` math (torch path only:
+    Transformer Engine precisions choose their own kernel). PyTorch's math kernel
+    (``_scaled_dot_product_attention_math``, ATen ``native/transformers/attention.cpp``) computes in fp32 for 16-bit
+    inputs (``allow_fp16_bf16_reduction_math_sdp`` is off by default) and keeps for its backward the softmax of the
+    whole score matrix (``num_heads x seq_length`` fp32 values per token, causal or not), the scaled query, and the
+    key and value repeated to every query head (fp32: 4h each; in fp32 runs the value only with grouped-query
+    attention, else it is the projection's own), and no log-sum-exp (Flash's 4 bytes per head, counted by the
+    caller, less). The traced rows of ``training.measure.plan_agreement`` run it."""
+    if s.attention_backend != "math" or s.precision in QUANTIZED_BYTES:
+        return 0.0
+    h, nh = s.shape.hidden_size, s.shape.num_heads
+    value = 4.0 * h if s.compute_bytes < 4 or s.shape.kv_heads != nh else 0.0
+    return 4.0 * nh * s.seq_length + 8.0 * h + value - 4.0 * nh
+
+
+def math_attention_moments(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """With ``attention_backend`` math, the moment inside a block's attention backward: the first block's backward
+    (``last block backward``, or the top checkpointed block's right after its recompute) once its MLP is done (its
+    saved tensors freed, ``mlp_saved_bytes``), with the score matrix's gradient and the softmax's input gradient in
+    flight (fp32, ``num_heads x seq_length`` values per token each). Selective activation checkpointing keeps no
+    score matrix (its policy saves the kernels' outputs, and math is matmuls and a softmax): it appears in the
+    recompute only. Traced: ``training.measure.plan_agreement``'s math rows."""
+    if s.attention_backend != "math" or s.precision in QUANTIZED_BYTES:
+        return moments
+    in_flight = 2 * 4.0 * s.shape.num_heads * s.seq_length * s.tokens
+    mlp = mlp_saved_bytes(s) * s.tokens
+    out = dict(moments)
+    for name, held in (("last block backward", "saved activations"),
+                       ("block backward, after its recompute", "recomputed block")):  # fmt: skip
+        if name in moments:
+            parts = moments[name]
+            out[f"{name}, in its attention (math)"] = {
+                **parts,
+                held: parts[held] - mlp,
+                "gradients in flight": in_flight,
+            }
+    return out
+
+
+def mlp_saved_bytes(s: Setup) -> float:
+    """Bytes per token a block keeps for its MLP's backward (torch path): the normed input, gate/up, SiLU and their
+    product, and the norm's fp32 rstd."""
+    return s.compute_bytes * (s.shape.hidden_size + 4 * s.shape.ffn_hidden_size) + 4.0
 
 
 def saved_per_block(s: Setup) -> list[float]:
@@ -402,7 +491,7 @@ def rope_table_bytes(s: Setup) -> float:
 
 def _weights(s: Setup) -> dict[str, float]:
     """Per-GPU bytes of the weight-sized terms (independent of the micro-batch)."""
-    shape, w = s.shape, s.world_size
+    shape, w = s.shape, s.shard_size
     p, pb, pr = shape.parameter_count(), shape.block_parameter_count(), shape.root_parameter_count()
     blocks = p - pr
     quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
@@ -578,10 +667,10 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         # torch.optim.AdamW's foreach path makes one temporary per moment list; the fused kernel (adamw_impl
         # auto on a GPU) none; with master weights, each block gradient's fp32 copy on its master
         "AdamW temporaries": (
-            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.world_size
+            0.0 if s.adamw_impl in ("auto", "fused") else 4.0 * shape.parameter_count() / s.shard_size
         )
         + (
-            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.world_size
+            4.0 * (shape.parameter_count() - shape.root_parameter_count()) / s.shard_size
             if quantized
             else 0.0
         ),
@@ -665,7 +754,7 @@ def lora_activation_bytes(s: Setup) -> float:
 
 def estimate_memory(s: Setup) -> Memory:
     """The per-GPU peak: the largest moment's tensors plus the allowance, against the GPU's memory."""
-    moments = lora_memory(s, _moments(s))
+    moments = lora_memory(s, math_attention_moments(s, _moments(s)))
     moment, parts = max(moments.items(), key=lambda item: sum(item[1].values()))
     tensors = sum(parts.values())
     allowance = ALLOWANCE_FIXED_GIB * GIB + ALLOWANCE_FRACTION * tensors
@@ -765,6 +854,9 @@ class Timing:
     basis: str = "published"
     """``published`` (the seed article's two points, scaled) or ``measured`` (a stored tuning measurement of this
     exact configuration, image and instance: :mod:`training.request.measured`)."""
+    network: network.StepNetwork | None = None
+    """The step's collectives on this layout (:func:`step_network`); None where the instance type's links are not
+    in ``network.INTERCONNECTS``."""
 
 
 def _reference_mfu(step_flops: float) -> float:
@@ -821,6 +913,11 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         source, basis = measured_source(measured), "measured"
     step = s.tokens * s.grad_accum_steps / tps
+    net = step_network(s, step)
+    if net is not None and basis == "published":  # a measured step already holds its network time
+        one_instance = step_network(replace(s, instance_count=1, data_parallel_replicate=1), step)
+        step += net.exposed_seconds - (one_instance.exposed_seconds if one_instance else 0.0)
+        tps = s.tokens * s.grad_accum_steps / step
     # What the run reports at that speed: with LoRA the model FLOPs leave out the frozen weights' gradient GEMMs
     model_flops = contract.flops_per_token(
         s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers
@@ -835,7 +932,29 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis)
+    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net)
+
+
+def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None:
+    """The collectives of one optimizer step of ``s`` on its layout (``s.replicate`` x ``s.shard_size``), against
+    ``compute_seconds`` of compute (:mod:`training.request.network`). The published throughput points were
+    measured on one instance, so :func:`estimate_time` adds only what this layout exposes beyond one instance's."""
+    links = network.INTERCONNECTS.get(s.instance_type)
+    if links is None:
+        return None
+    quantized = s.quantized_model_init and s.precision in QUANTIZED_BYTES
+    model = network.Model(
+        block_params=s.shape.block_parameter_count(),
+        root_params=s.shape.root_parameter_count(),
+        layers=s.shape.num_layers,
+        gather_bytes=2 * QUANTIZED_BYTES[s.precision] if quantized else float(s.compute_bytes),
+        micro_batches=s.grad_accum_steps,
+        # LoRA: only the adapters have gradients to reduce (the embedding, norms and head are frozen too)
+        trained_block_params=lora_block_parameters(s) if s.lora_rank else None,
+        trained_root_params=0 if s.lora_rank else None,
+    )
+    layout = network.Layout(s.instance_count, s.gpus_per_instance, s.replicate)
+    return network.step(model, layout, links, compute_seconds)
 
 
 def measured_source(record: Mapping[str, Any]) -> str:
@@ -929,6 +1048,8 @@ class Plan:
             "measured": None if self.measured is None else self.measured["measured"],
             "memory_check": self.memory_check,
             "price_source": contract.PRICES_AS_OF,
+            "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
+            "network": None if t.network is None else t.network.to_dict(),
             **({"data": self.data} if self.data is not None else {}),
         }
 
@@ -972,7 +1093,8 @@ def plan_of(
     ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
     settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
     and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
-    :func:`memory_check`)."""
+    :func:`memory_check`; False, e.g. for each of a tuning run's candidates, which would re-plan every record once per
+    candidate)."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
@@ -1041,6 +1163,13 @@ def format_plan(plan: Plan) -> str:
             else f"${d['cost_usd']:,.2f} (prices of {d['price_source']})"
         )
     )
+    if d["network"]:
+        n = d["network"]
+        lines.append(
+            f"network ({n['layout']}): {n['efa_gb_per_instance']:.1f} GB per instance over EFA and "
+            f"{n['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink per step, busy {n['busy_seconds']:.3f} s, "
+            f"exposed {n['exposed_seconds']:.3f} s ({100 * n['share']:.1f}% of the step; links: {n['source']})"
+        )
     if d.get("data"):
         lines.append(f"data: {d['data']['summary']}")
     if d["warning"]:

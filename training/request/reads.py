@@ -1,10 +1,12 @@
 """What the request's decision reads beyond the input, and only there: the ``init_from`` model folder's config.json,
-the stored tuning measurements, and before a launch the data prefix (it must hold an object) and the checkpoints of
-the run ``resume_from`` names (an evaluation's task folder, tokenizer and training job: ``evaluate_block``).
+conversation data's metadata.json with that model's chat template and tokenizer files, the stored tuning
+measurements, and before a launch the data prefix (it must hold an object), the training plan
+``training_plan_arn`` names (it must hold the job's instances) and the checkpoints of the run ``resume_from`` names
+(an evaluation's task folder, tokenizer and training job: ``evaluate_block``).
 
-:class:`Reads` says what one caller lets the decision read: nothing (the CLI offline), the model folder and the
-measurements (the CLI's plan with the deployed rules), or everything before a launch (the workflow's Lambda, the
-CLI's submit and the SDK path). The clients are passed in (boto3 is the caller's: the Lambda makes its own).
+:class:`Reads` says what one caller lets the decision read: nothing or local copies of the folders (the CLI
+offline), the model folder and the measurements (the CLI's plan with the deployed rules), or everything before a
+launch (the workflow's Lambda, the CLI's submit and the SDK path). The clients are passed in (boto3 is the caller's: the Lambda makes its own).
 
 Pure Python (standard library and ``training.request`` only); part of the request check's Lambda asset.
 """
@@ -17,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from training.request import hf_config, measured, sft_data
-from training.request.contract import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE, SET_ASIDE_SUFFIX, ContractError
+from training.request.contract import (
+    CHECKPOINT_DIR_NAME,
+    DATA_METADATA_FILE,
+    SET_ASIDE_SUFFIX,
+    TUNE_RECORDS_FILE,
+    ContractError,
+)
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 from training.request.sft_data import ChatData
@@ -28,12 +36,12 @@ MAX_RECORD_FILES = 100
 
 class Reads:
     """What the decision may read. ``s3``: a boto3 S3 client (None: no S3 read; the ``init_from`` folder's shape is
-    not known then, and the checks and the plan that need it wait for a read); ``sagemaker``: a SageMaker client (an
-    evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
+    not known then, and the checks and the plan that need it wait for a read); ``sagemaker``: a SageMaker client (the
+    training plan, an evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
     has them; ``measurements``: the stored tuning records when the caller has them (None: read with ``s3``);
     ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation);
-    ``local``: local copies of S3 folders (the folder's URI -> a local folder), read instead of S3 (the CLI's
-    offline ``validate --data-folder/--model-folder``)."""
+    ``local_init_from``, ``local_train_data``: local copies of the ``init_from`` and ``train_data_uri`` folders,
+    read in their place (the CLI's offline ``validate`` and ``plan``: ``--init-from DIR``, ``--data-folder DIR``)."""
 
     def __init__(
         self,
@@ -43,11 +51,13 @@ class Reads:
         architecture: Mapping[str, Any] | None = None,
         measurements: Sequence[Mapping[str, Any]] | None = None,
         before_launch: bool = False,
-        local: Mapping[str, str | Path] | None = None,
+        local_init_from: str | Path | None = None,
+        local_train_data: str | Path | None = None,
     ) -> None:
         self.s3, self.sagemaker, self.before_launch = s3, sagemaker, before_launch
         self._architecture = architecture
-        self.local = {uri: Path(folder) for uri, folder in (local or {}).items()}
+        self.local_init_from = None if local_init_from is None else Path(local_init_from)
+        self.local_train_data = None if local_train_data is None else Path(local_train_data)
         self._measurements: list[Mapping[str, Any]] | None = (
             None if measurements is None else list(measurements)
         )
@@ -57,23 +67,28 @@ class Reads:
         that folder; ``(None, [])`` without a folder or without S3 (the caller's, when it gave them)."""
         if self._architecture is not None:
             return self._architecture, []
-        if uri is not None and uri in self.local:
-            return read_local_init_from(self.local[uri], uri)
+        if self.local_init_from is not None and uri is not None:
+            return read_local_init_from(self.local_init_from)
         if self.s3 is None or uri is None:
             return None, []
         return read_init_from(self.s3, uri)
 
-    def can_read(self, uri: str) -> bool:
-        """Whether the folder ``uri`` can be read here (S3, or its local copy)."""
-        return uri in self.local or self.s3 is not None
+    @property
+    def knows_measurements(self) -> bool:
+        """Whether the stored tuning measurements are known (given, or read with S3)."""
+        return self._measurements is not None or self.s3 is not None
 
-    def folder_files(self, uri: str, names: Sequence[str]) -> dict[str, bytes]:
+    @property
+    def reads_train_data(self) -> bool:
+        """Whether the ``train_data_uri`` folder can be read here (S3, or its local copy)."""
+        return self.local_train_data is not None or self.s3 is not None
+
+    def folder_files(self, uri: str, names: Sequence[str], copy: Path | None) -> dict[str, bytes]:
         """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
-        copy or S3 (one listing of the folder's level, then one ``GetObject`` per name found: only what exists is
-        read, so a missing object is never mistaken for a refused one)."""
-        if uri in self.local:
-            folder = self.local[uri]
-            return {name: (folder / name).read_bytes() for name in names if (folder / name).is_file()}
+        ``copy`` or S3 (one listing of the folder's level, then one ``GetObject`` per name found: only what exists
+        is read, so a missing object is never mistaken for a refused one)."""
+        if copy is not None:
+            return {name: (copy / name).read_bytes() for name in names if (copy / name).is_file()}
         bucket, _, prefix = uri[5:].partition("/")
         found: set[str] = set()
         for page in self.s3.get_paginator("list_objects_v2").paginate(
@@ -91,10 +106,16 @@ class Reads:
         ``sft_data.check_against_model`` finds against the ``init_from`` folder (its template files, tokenizer.json
         and config.json); ``(None, [])`` without such data or when the folder cannot be read here, or the problem
         of a ``metadata.json`` that cannot be read."""
-        if data_uri is None or not self.can_read(data_uri):
+        if data_uri is None or not self.reads_train_data:
             return None, []
+        copy = self.local_train_data
+        if copy is not None and not copy.is_dir():
+            return None, [
+                f"train_data_uri: {copy}: is not a folder (a local copy of {data_uri}: the prepared data's folder, "
+                f"holding its {DATA_METADATA_FILE})"
+            ]
         try:
-            raw = self.folder_files(data_uri, [DATA_METADATA_FILE]).get(DATA_METADATA_FILE)
+            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy).get(DATA_METADATA_FILE)
             meta = None if raw is None else json.loads(raw)
         except ValueError as err:
             return None, [f"train_data_uri: {data_uri}{DATA_METADATA_FILE} is not valid JSON ({err})"]
@@ -106,10 +127,11 @@ class Reads:
             ]
         if not isinstance(meta, dict) or meta.get("kind") != sft_data.CHAT_KIND:
             return None, []
-        if init_from is None or not self.can_read(init_from):
+        if init_from is None or (self.local_init_from is None and self.s3 is None):
             return ChatData(data_uri, meta, None, ()), []
         try:
-            files = self.folder_files(init_from, [*sft_data.MODEL_FILES, hf_config.CONFIG_FILE])
+            names = [*sft_data.MODEL_FILES, hf_config.CONFIG_FILE]
+            files = self.folder_files(init_from, names, self.local_init_from)
         except Exception as err:  # as above
             return None, [
                 f"init_from: cannot read its chat template and tokenizer files: {type(err).__name__}: {err}"
@@ -161,21 +183,47 @@ def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]
         return None, [f"init_from: cannot read {uri}{hf_config.CONFIG_FILE}: {type(err).__name__}: {err}"]
 
 
-def read_local_init_from(folder: Path, uri: str) -> tuple[dict[str, Any] | None, list[str]]:
-    """:func:`read_init_from` of a local copy of the ``init_from`` folder ``uri``."""
+def read_local_init_from(folder: str | Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """:func:`read_init_from` of a local folder (a copy of the ``init_from`` folder): the same refusals (no
+    config.json, no safetensors weights directly in it, a config.json the trainer cannot load), read from disk."""
+    path = Path(folder)
     try:
-        config = hf_config.read_local(folder)
+        config = hf_config.read_local(path)
+        if not any(path.glob("*.safetensors")):
+            return None, [
+                f"init_from: {folder}: holds no safetensors weights (model.safetensors, or shards with "
+                "model.safetensors.index.json)"
+            ]
+        return hf_config.architecture(config, str(folder)), []
     except ContractError as err:
         return None, [str(err)]
-    if not any(path.is_file() for path in folder.glob("*.safetensors")):
-        return None, [
-            "init_from: holds no safetensors weights (model.safetensors, or shards with "
-            f"model.safetensors.index.json); got {show(str(folder))}"
-        ]
-    try:
-        return hf_config.architecture(config, uri), []
-    except ContractError as err:
-        return None, [str(err)]
+
+
+def read_local_measurements(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The well-formed measurement records of local files (``{"records": [...]}``, what a tuning run stores) or
+    tuning report folders (their ``measurements.json``), and the files read; a path that is neither, or a file
+    that is not a record file, is an ``OSError`` / ``ValueError`` naming it (the caller shows it)."""
+    records: list[dict[str, Any]] = []
+    files: list[str] = []
+    for given in paths:
+        path = Path(given)
+        file = path / TUNE_RECORDS_FILE if path.is_dir() else path
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as err:
+            raise OSError(f"{file}: cannot read ({err.strerror or err}); give a tuning report folder (its "
+                          f"{TUNE_RECORDS_FILE}) or a records file") from None  # fmt: skip
+        try:
+            listed = json.loads(text).get("records")
+        except (ValueError, AttributeError):
+            listed = None
+        if not isinstance(listed, list):
+            raise ValueError(f'{file}: not a records file (a JSON object with a "records" list)')
+        records += [
+            dict(r) for r in listed if measured.well_formed(r)
+        ]  # malformed records skipped, as from S3
+        files.append(str(file))
+    return records, files
 
 
 def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:
@@ -222,15 +270,15 @@ def data_problems(s3: Any, uri: str) -> list[str]:
 def resume(
     s3: Any, rules: RequestRules, name: str, execution: str | None, max_steps: int
 ) -> tuple[dict[str, Any] | None, list[str]]:
-    """Where run ``name`` of this workflow has its newest complete checkpoint (``{"step", "uri", "execution"}``),
-    and the problems of continuing from it to ``max_steps`` (none found, not further than its step, or this very
-    execution)."""
+    """Where run ``name`` of this workflow has its newest complete checkpoint (``{"step", "uri", "execution",
+    "in_place"}``), and the problems of continuing from it to ``max_steps`` (none found, or not further than its
+    step). ``name`` this very execution (``execution``): the run continues in its own folder, which SageMaker's
+    checkpoint sync brings back (``in_place``: no resume channel); else it starts in its own folder from ``name``'s
+    checkpoint, mounted as the resume channel."""
     runs_uri = rules.runs_uri()
     if runs_uri is None:
         raise ValueError("RequestRules.bucket_name: needed to decide resume_from")
     run_uri = f"{runs_uri}{name}/"
-    if name == execution:
-        return None, [f"resume_from: must name an earlier execution, not this one; got {show(name)}"]
     bucket, _, run_key = run_uri[5:].partition("/")
     objects = list_objects(s3, bucket, run_key)
     found = newest_complete_checkpoint(
@@ -239,7 +287,42 @@ def resume(
     problems = resume_problems(name, max_steps, found, run_uri)
     if found is None:
         return None, problems
-    return {"step": found[0], "uri": f"s3://{bucket}/{found[1]}", "execution": name}, problems
+    in_place = name == execution
+    return {
+        "step": found[0],
+        "uri": f"s3://{bucket}/{found[1]}",
+        "execution": name,
+        "in_place": in_place,
+    }, problems
+
+
+def run_folder_problems(s3: Any, rules: RequestRules, execution: str, *, tuning: bool) -> list[str]:
+    """A new run named ``execution`` whose checkpoint folder already holds objects would resume from an earlier run
+    of that name and write over its checkpoints (after Step Functions forgot that execution: 90 days, or a replaced
+    state machine); a tuning run would also write over that run's stored measurements. Refused, unless the input
+    continues that run (``resume_from`` its own name, decided by :func:`resume`). One listing (``MaxKeys`` 1) of
+    the folder, and for a tuning run one of its records file."""
+    runs_uri = rules.runs_uri()
+    if runs_uri is None:
+        return []
+    bucket, _, run_key = f"{runs_uri}{execution}/"[5:].partition("/")
+    held = s3.list_objects_v2(Bucket=bucket, Prefix=run_key, MaxKeys=1).get("KeyCount", 0)
+    if held:
+        resumes = (
+            "" if tuning else f", or set resume_from to {show(execution)} to continue that run in its folder"
+        )
+        return [
+            f"execution name: s3://{bucket}/{run_key} already holds the checkpoints of an earlier run named "
+            f"{execution}, which a new run would resume from and write over; start this one under another "
+            f"name{resumes}"
+        ]
+    records = rules.tuning_paths(execution)["records_key"] if tuning else None
+    if records and s3.list_objects_v2(Bucket=bucket, Prefix=records, MaxKeys=1).get("KeyCount", 0):
+        return [
+            f"execution name: s3://{bucket}/{records} already holds the measurements of an earlier tuning run named "
+            f"{execution}; start this one under another name"
+        ]
+    return []
 
 
 def newest_complete_checkpoint(
@@ -279,6 +362,81 @@ def resume_problems(name: str, max_steps: int, found: tuple[int, str] | None, ru
             f"hyperparameters.max_steps: must be greater than the step of the checkpoint resumed from ({step}, "
             f"execution {name}) to train further; got {max_steps}"
         ]
+    return []
+
+
+# --------------------------------------------------------------------------------------------------------------
+# training_plan_arn: the plan holds the job's instances
+# --------------------------------------------------------------------------------------------------------------
+
+ENDED_PLAN_STATES = ("Expired", "Failed")
+"""A training plan (or one of its reserved capacities) in these states runs nothing again (``DescribeTrainingPlan``'s
+``Status``: Pending, Active, Scheduled, Expired, Failed)."""
+
+
+def training_plan_problems(
+    sagemaker: Any, arn: str, instance_type: str, instance_count: int, type_field: str = "instance_type"
+) -> list[str]:
+    """The problems of running a job of ``instance_count`` x ``instance_type`` (the field ``type_field`` chose) in
+    training plan ``arn`` (one ``DescribeTrainingPlan``, :func:`plan_capacity_problems`): no such plan in this
+    account and region, or one this workflow may not describe (its role may describe only its own account's
+    plans)."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415 - in the Lambda runtime and the CLI
+
+    name = arn.rsplit("/", 1)[-1]
+    try:
+        described = sagemaker.describe_training_plan(TrainingPlanName=arn)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code")
+        if code in ("AccessDenied", "AccessDeniedException"):
+            return [f"training_plan_arn: the training plan {name} cannot be described ({code}): this workflow runs "
+                    f"only in its own account's plans; got {show(arn)}"]  # fmt: skip
+        if code in ("ResourceNotFound", "ValidationException"):
+            return [f"training_plan_arn: no training plan {name} in this account and region; got {show(arn)}"]
+        raise
+    return plan_capacity_problems(described, instance_type, instance_count, type_field)
+
+
+def plan_capacity_problems(
+    described: Mapping[str, Any], instance_type: str, instance_count: int, type_field: str = "instance_type"
+) -> list[str]:
+    """The problems of a job of ``instance_count`` x ``instance_type`` in the training plan ``described``
+    (``DescribeTrainingPlan``'s answer): ended (Expired, Failed: a job in it would never start), for another target
+    than training jobs, or none of its reserved capacities that has not ended of that instance type (SageMaker runs
+    a job in a plan only on the plan's instance type) with that many instances. A plan of several reserved
+    capacities (each its own instance type, count, Availability Zone, start and end: CreateTrainingPlan) holds them
+    one after another or in separate zones, and a job's instances run in one zone at one time, so the largest one
+    bounds the job. An Active plan whose instances other jobs use is no problem here: the job waits (up to
+    ``MaxPendingTimeInSeconds``)."""
+    name = described.get("TrainingPlanName") or "?"
+    status = described.get("Status")
+    if status in ENDED_PLAN_STATES:
+        why = f" ({described['StatusMessage']})" if described.get("StatusMessage") else ""
+        return [f"training_plan_arn: the training plan {name} is {status}{why}; a job in it would never start; "
+                "name a Scheduled or Active plan"]  # fmt: skip
+    targets = described.get("TargetResources") or []
+    if targets and "training-job" not in targets:
+        return [f"training_plan_arn: the training plan {name} is for {', '.join(targets)}, not SageMaker training "
+                "jobs (a plan serves only its target resources)"]  # fmt: skip
+    capacities = [
+        c
+        for c in described.get("ReservedCapacitySummaries") or []
+        if c.get("Status") not in ENDED_PLAN_STATES
+    ]
+    if not capacities:
+        return []  # nothing said about its capacities: SageMaker decides at launch
+    counts = [
+        int(c.get("TotalInstanceCount") or 0) for c in capacities if c.get("InstanceType") == instance_type
+    ]
+    if not counts:
+        held = ", ".join(
+            sorted({f"{c.get('TotalInstanceCount')} x {c.get('InstanceType')}" for c in capacities})
+        )
+        return [f"{type_field}: the training plan {name} reserves {held}, no {instance_type} (SageMaker runs a job "
+                f"in a plan only on the plan's instance type); got {show(instance_type)}"]  # fmt: skip
+    if instance_count > max(counts):
+        return [f"instance_count: the training plan {name} reserves at most {max(counts)} x {instance_type} at once "
+                f"(its largest reserved capacity of that type); must be at most {max(counts)}; got {instance_count}"]  # fmt: skip
     return []
 
 

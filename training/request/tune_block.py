@@ -33,6 +33,8 @@ class TuneDecision:
     hyperparameters: dict[str, str] = field(default_factory=dict)
     max_runtime_seconds: int | None = None
     tune: dict[str, Any] | None = None
+    refused: list[str] = field(default_factory=list)
+    """Every combination the trainer's rules refuse, with its reason (``tune`` lists the first few)."""
 
 
 def decide_tune(
@@ -45,13 +47,6 @@ def decide_tune(
     """The tuning run of a request whose other fields and settings are valid."""
     fields, block = request.fields, request.tune
     assert block is not None
-    if fields.init_from is not None and request.architecture is None:
-        return TuneDecision(
-            [
-                "tune: with init_from, the candidates are planned with the model's config.json, which is read before "
-                "launch (blackwell-training tune --deployed, or the workflow itself)"
-            ]  # fmt: skip
-        )
     if fields.resume_from is not None:
         return TuneDecision(
             [
@@ -61,6 +56,10 @@ def decide_tune(
         )
     if block.settings is None:
         return TuneDecision(list(block.problems))
+    if request.settings.values is None:
+        # init_from before its config.json is read (offline): the candidates wait for the model's shape, and the
+        # decision says this check was skipped (``decision.skipped_checks``)
+        return TuneDecision([])
     assert request.settings.values is not None
     tuned = tuning.plan_tuning(
         request.settings.values,
@@ -69,6 +68,8 @@ def decide_tune(
         max_runtime_seconds=fields.max_runtime_seconds,
         measurements=measurements,
         image_tag=rules.image_tag(),
+        max_instance_count=rules.max_instance_count,
+        instance_types=rules.allowed_instance_types,
         data_check=fine_tuning.candidate_check(request),  # conversation data: seq_length, windows per batch
     )
     if tuned.problems:
@@ -81,4 +82,5 @@ def decide_tune(
         hyperparameters,
         tuned.max_runtime_seconds,
         {**paths, "plan": tuned.to_dict()},
+        list(tuned.found.refused),
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from training.request import contract, plan
@@ -32,6 +32,13 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 DEFAULT_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 """The default precisions: bf16 and the low precisions the instance's GPU runs (fp32 and fp16 are never faster)."""
 MAX_TRIALS_LIMIT = 32
+MAX_COMBINATIONS = 2048
+"""The most combinations a search space may have: each is planned in the request check (a Lambda function of 256
+MB with 30 seconds), and 2,048 is above any space of distinct levers (the default space has 72; a space of every
+micro-batch, mode, precision, loss chunk, compile switch and kernel the trainer has, 1,728, fits)."""
+LISTED_REFUSALS = 5
+"""How many of the combinations the trainer's rules refuse the plan lists (it counts them all): the decision stays
+small for any space (``bounds``), and ``blackwell-training tune --dry-run`` lists every one."""
 JOB_START_SECONDS = 600.0
 """Assumed billable start of one tuning job before its first trial (instance set-up, pulling the ~20 GB image,
 the toolkit): not measured here (no GPU), a round upper figure. Only the cost estimate uses it."""
@@ -114,17 +121,23 @@ class TuneSettings:
     convergence: Convergence | None = None
 
 
-def default_space(instance_type: str) -> dict[str, tuple[Any, ...]]:
-    """The issue's defaults: micro-batch, activation checkpointing, and the precisions the GPU supports."""
+def default_space(instance_type: str, instance_count: int = 1) -> dict[str, tuple[Any, ...]]:
+    """The issue's defaults: micro-batch, activation checkpointing, and the precisions the GPU supports; on several
+    instances also the data-parallel layouts (every state sharded over every GPU, or one replica per instance)."""
     gpu = contract.GPU_INSTANCE_TYPES[instance_type]
-    return {
+    space: dict[str, tuple[Any, ...]] = {
         "batch_size": DEFAULT_BATCH_SIZES,
         "activation_checkpointing": contract.AC_MODES,
         "precision": tuple(p for p in DEFAULT_PRECISIONS if gpu.supports(p)),
     }
+    if instance_count > 1:
+        space["data_parallel_replicate"] = (1, instance_count)
+    return space
 
 
-def parse_tune(raw: Any, instance_type: str) -> tuple[TuneSettings | None, list[str]]:
+def parse_tune(
+    raw: Any, instance_type: str, instance_count: int = 1
+) -> tuple[TuneSettings | None, list[str]]:
     """The checked tune block of ``raw`` (the input's ``tune``) for ``instance_type``, or every problem (each
     naming its field: ``tune.max_trials``, ``tune.search_space.batch_size``, ...)."""
     if not isinstance(raw, Mapping):
@@ -144,7 +157,7 @@ def parse_tune(raw: Any, instance_type: str) -> tuple[TuneSettings | None, list[
                             + f"; got {_show(value)}")  # fmt: skip
         else:
             values[name] = value
-    space, space_problems = parse_space(raw.get("search_space"), instance_type)
+    space, space_problems = parse_space(raw.get("search_space"), instance_type, instance_count)
     convergence, convergence_problems = parse_convergence(raw.get("convergence"), instance_type)
     problems += space_problems + convergence_problems
     if not problems and values["window_steps"] > values["max_measured_steps"]:
@@ -157,12 +170,14 @@ def parse_tune(raw: Any, instance_type: str) -> tuple[TuneSettings | None, list[
     return TuneSettings(search_space=space, convergence=convergence, **values), []
 
 
-def parse_space(raw: Any, instance_type: str) -> tuple[dict[str, tuple[Any, ...]], list[str]]:
+def parse_space(
+    raw: Any, instance_type: str, instance_count: int = 1
+) -> tuple[dict[str, tuple[Any, ...]], list[str]]:
     """A search space: absent (null) means :func:`default_space`; otherwise an object naming at least one of
     ``contract.TUNABLE_SETTINGS``, each with a non-empty list of values the trainer accepts."""
     allowed = ", ".join(contract.TUNABLE_SETTINGS)
     if raw is None:
-        return default_space(instance_type), []
+        return default_space(instance_type, instance_count), []
     if not isinstance(raw, Mapping) or not raw:
         return {}, [
             f"tune.search_space: must name at least one setting to vary, each with a list of values (of {allowed}), "
@@ -185,20 +200,40 @@ def parse_space(raw: Any, instance_type: str) -> tuple[dict[str, tuple[Any, ...]
         except contract.ContractError:
             problems.append(f"{where}: each value must be {spec.allowed()}; got {_show(values)}")
             continue
-        if name == "precision":
-            unsupported = [p for p in parsed if not contract.GPU_INSTANCE_TYPES[instance_type].supports(p)]
+        if name in ("precision", "fp8_recipe"):
+            # fp8_recipe mxfp8 is MXFP8BlockScaling: the GPUs precision mxfp8 needs (contract.check_fp8_recipe)
+            unsupported = [
+                p
+                for p in parsed
+                if not contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
+            ]
             if unsupported:
+                choices = contract.PRECISIONS if name == "precision" else contract.FP8_RECIPES
                 problems.append(
                     f"{where}: {', '.join(unsupported)} cannot run on the GPUs of {instance_type}; it runs "
                     + ", ".join(
                         p
-                        for p in contract.PRECISIONS
-                        if contract.GPU_INSTANCE_TYPES[instance_type].supports(p)
+                        for p in choices
+                        if contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
                     )
                 )
                 continue
         space[name] = parsed
+    combinations = math.prod(len(values) for values in space.values())
+    if not problems and combinations > MAX_COMBINATIONS:
+        sizes = " x ".join(f"{len(values)} {name}" for name, values in space.items())
+        problems.append(
+            f"tune.search_space: at most {MAX_COMBINATIONS} combinations (each is planned before launch); got "
+            f"{combinations} ({sizes}): list fewer values"
+        )
     return space, problems
+
+
+def _recipe_precision(value: Any) -> str:
+    """The precision a value of ``precision`` or ``fp8_recipe`` needs the GPU to run: its own, ``mxfp8``'s for the
+    recipe ``mxfp8``; the other recipes need only what the run's precision needs (bf16's, which every type here
+    runs: an fp8 run's own precision is checked apart)."""
+    return str(value) if value in contract.PRECISIONS else "bf16"
 
 
 def parse_convergence(raw: Any, instance_type: str) -> tuple[Convergence | None, list[str]]:
@@ -341,6 +376,7 @@ def candidates(
             continue
         try:
             settings = contract.override_settings(values, overrides, sm=sm)
+            plan.replicate_setting(settings, setup.instance_count, setup.instance_type)
         except contract.ContractError as err:
             refused.append(f"{asked}: {err}")
             continue
@@ -433,7 +469,8 @@ class TunePlan:
             ],
             "considered": self.found.considered,
             "predicted_not_to_fit": len(self.found.not_fitting),
-            "refused_by_the_trainer": self.found.refused,
+            "refused_by_the_trainer": self.found.refused[:LISTED_REFUSALS],
+            "refused_by_the_trainer_count": len(self.found.refused),
             "trimmed_by_cost": self.trimmed_by_cost,
             "expected_seconds": round(self.expected_seconds),
             "expected_cost_usd": None if self.expected_cost_usd is None else round(self.expected_cost_usd, 2),
@@ -446,8 +483,15 @@ class TunePlan:
         }
 
 
-def no_fit_problem(found: Candidates) -> str:
-    """Why a search space leaves nothing to run, naming the field."""
+def no_fit_problem(
+    found: Candidates,
+    space: Mapping[str, Sequence[Any]],
+    values: Mapping[str, Any],
+    *,
+    max_instance_count: int,
+    instance_types: Sequence[str] = (),
+) -> str:
+    """Why a search space leaves nothing to run, naming the field, and what would help (:func:`no_fit_advice`)."""
     parts = [f"no candidate of the {found.considered} combinations is predicted to fit"]
     if found.not_fitting:
         nearest = found.not_fitting[0]
@@ -464,11 +508,47 @@ def no_fit_problem(found: Candidates) -> str:
             "split, or list micro-batches that divide it"
         )
     else:
-        advice = (
-            "add smaller batch_size values or activation_checkpointing full (or selective), or choose a larger "
-            "instance_type"
+        advice = no_fit_advice(
+            found, space, values, max_instance_count=max_instance_count, instance_types=instance_types
         )
     return "tune.search_space: " + "; ".join(parts) + "; " + advice
+
+
+def no_fit_advice(
+    found: Candidates,
+    space: Mapping[str, Sequence[Any]],
+    values: Mapping[str, Any],
+    *,
+    max_instance_count: int,
+    instance_types: Sequence[str],
+) -> str:
+    """What would make a candidate fit, leaving out what the space already tried: more instances (the fewest under
+    which the nearest candidate fits, up to the workflow's ``max_instance_count``), a larger allowed instance type,
+    micro-batches below the smallest tried, full activation checkpointing when not tried."""
+    hints = []
+    if found.not_fitting:
+        s = found.not_fitting[0].plan.setup
+        counts = range(s.instance_count + 1, max_instance_count + 1)
+        count = next((k for k in counts if plan.estimate_memory(replace(s, instance_count=k)).fits), None)
+        if count is not None:
+            peak = plan.estimate_memory(replace(s, instance_count=count)).peak_gib
+            hints.append(f"instance_count {count} (the nearest candidate then plans {peak:.1f} GiB)")
+        bigger = [t for t in instance_types if t != s.instance_type and contract.GPU_INSTANCE_TYPES[t].supports(
+            s.precision) and plan.estimate_memory(replace(s, instance_type=t)).fits]  # fmt: skip
+        if bigger:
+            hints.append("instance_type " + " or ".join(bigger))
+    smallest = min(int(b) for b in space.get("batch_size", (values["batch_size"],)))
+    if smallest > 1:
+        hints.append(f"batch_size values below {smallest}")
+    if "full" not in {contract.AC_ALIASES.get(str(a).lower(), str(a)) for a in
+                      space.get("activation_checkpointing", (values["activation_checkpointing"],))}:  # fmt: skip
+        hints.append("activation_checkpointing full")
+    if not hints:
+        return (
+            f"no instance count up to {max_instance_count}, allowed instance type, micro-batch or activation "
+            "checkpointing fits it: tune a smaller model (model_preset) or seq_length"
+        )
+    return "it would fit with: " + "; ".join(hints)
 
 
 def plan_tuning(
@@ -479,10 +559,14 @@ def plan_tuning(
     max_runtime_seconds: int,
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
+    max_instance_count: int | None = None,
+    instance_types: Sequence[str] = (),
     data_check: Callable[[Mapping[str, Any], int], str | None] | None = None,
 ) -> TunePlan:
     """The tuning run of the request whose parsed settings are ``values`` on ``setup`` under ``settings``;
-    ``problems`` lists what refuses it (no candidate fits, a cost bound below one trial, a trial list too long)."""
+    ``problems`` lists what refuses it (no candidate fits, a cost bound below one trial, a trial list too long).
+    ``max_instance_count`` and ``instance_types``: what the workflow allows, for the advice when nothing fits
+    (default: the request's own count and type); ``data_check``: :func:`candidates`'."""
     found = candidates(values, setup, settings.search_space, measurements=measurements, image_tag=image_tag,
                        data_check=data_check)  # fmt: skip
     chosen = found.ranked[: settings.max_trials]
@@ -490,7 +574,16 @@ def plan_tuning(
         chosen.append(found.edge)
     instance_type, count = setup.instance_type, setup.instance_count
     price = contract.ON_DEMAND_USD_PER_HOUR.get(instance_type)
-    problems = [] if found.ranked else [no_fit_problem(found)]
+    most = setup.instance_count if max_instance_count is None else max_instance_count
+    problems = (
+        []
+        if found.ranked
+        else [
+            no_fit_problem(
+                found, settings.search_space, values, max_instance_count=most, instance_types=instance_types
+            )
+        ]  # fmt: skip
+    )
     seconds = [trial_seconds(c, settings) for c in chosen]
     extra = convergence_seconds(chosen[0], settings.convergence) if chosen and settings.convergence else 0.0
     kept, trimmed = len(chosen), 0

@@ -101,7 +101,7 @@ class TrainerSettings:
 
 @dataclass(frozen=True)
 class TuneBlock:
-    """The ``tune`` block parsed (``tuning.parse_tune``) for the request's instance type, or its problems."""
+    """The ``tune`` block parsed (``tuning.parse_tune``) for the request's instance type and count, or its problems."""
 
     settings: tuning.TuneSettings | None
     problems: tuple[str, ...]
@@ -182,7 +182,7 @@ def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | Non
         architecture=architecture,
         read_problems=(*read_problems, *data_problems),
         chat=chat,
-        data_read=data is not None and reads.can_read(data),
+        data_read=data is not None and reads.reads_train_data,
     )
 
 
@@ -197,7 +197,8 @@ def read_settings(
     problems); then, when every field is valid, with the top-level settings, the ``init_from`` channel's folder and
     the data switch, all together by ``contract.parse_hyperparameters`` (with ``init_from``: against
     ``architecture``, the folder's config.json; left to the trainer when it was not read) on the instance type's
-    GPU, and rendered as the ``HyperParameters`` map within SageMaker's sizes."""
+    GPU, the data-parallel layout (``data_parallel_replicate``) against the job's GPUs (``plan.replicate_setting``),
+    and rendered as the ``HyperParameters`` map within SageMaker's sizes."""
     if field_problems and any(p.startswith("hyperparameters") for p in field_problems):
         return _settings({}, {}, None, {}, [])  # not an object of settings: its field's problem says so
     given, each, problems = _each_setting(fields.hyperparameters)
@@ -228,6 +229,8 @@ def read_settings(
         if fields.init_from is None or architecture is not None:
             gpu = contract.GPU_INSTANCE_TYPES.get(fields.instance_type)
             values = contract.parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
+            if gpu is not None:  # the data-parallel layout against the job's GPUs, checked here once
+                plan.replicate_setting(values, fields.instance_count, fields.instance_type)
     except contract.ContractError as err:
         return _settings(given, each, None, {}, [f"hyperparameters.{err}"])
     rendered = {**contract.to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
@@ -310,8 +313,9 @@ def _evaluate_block(value: Any) -> EvaluateBlock | None:
 
 
 def _tune_block(fields: Fields, field_problems: Sequence[str]) -> TuneBlock | None:
-    """The ``tune`` field parsed for the instance type, when there is one and the fields are valid."""
+    """The ``tune`` field parsed for the instance type and count (several instances: the default search space has
+    the data-parallel layouts), when there is one and the fields are valid."""
     if fields.tune is None or field_problems:
         return None
-    settings, problems = tuning.parse_tune(fields.tune, fields.instance_type)
+    settings, problems = tuning.parse_tune(fields.tune, fields.instance_type, fields.instance_count)
     return TuneBlock(settings, tuple(problems))

@@ -6,7 +6,8 @@ starting torchrun) and says how much of the data it read. Every refusal before t
 ``contract.ContractError`` before the process group; a ``refusal.Refusal`` after it, such as a checkpoint of
 another model shape or ``on_unusable_checkpoints=fail``) is one ``error: ...`` line, exit status 2, and under
 SageMaker the job's failure reason; a failure during training is exit status 1 with its reason in the failure
-file (``training.trainer.refusal``; docs/exit-status.md).
+file, and one ``error: ...`` line when the ranks found it together (``refusal.TrainingFailure``: a bad token id,
+a non-finite loss) (``training.trainer.refusal``; docs/exit-status.md).
 
 Leaving: every rank meets at a barrier, destroys the process group, flushes its output and ends the process with
 ``os._exit``, skipping interpreter finalization. Why: ``destroy_process_group`` does not stop gloo's threads
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 
 import torch.distributed as dist
 
@@ -34,21 +36,27 @@ from training.trainer import config, loop, parallel, precision, preflight, refus
 
 def main(argv: list[str] | None = None) -> int:
     cfg, check_only = config.parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
         precision.check_run(cfg)
-        notes = preflight.check(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        notes = preflight.check(cfg, world)
+        replicate, why = parallel.data_parallel_replicate(
+            cfg, world, int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        )
     except contract.ContractError as err:
         return refusal.refuse(f"invalid setting {err}")
     if check_only:
-        print("settings ok: " + contract.format_config_line(cfg.as_dict()).removeprefix("config "))
-        for note in notes:
+        print("settings ok: " + config.config_line(cfg.as_dict()).removeprefix("config "))
+        for note in [*notes, f"layout ok: {world} processes, data_parallel_replicate={replicate} ({why})"]:
             print(note)
         return 0
     try:
-        env = parallel.init_distributed()
+        env = parallel.init_distributed(replicate)
         loop.run(cfg, env)
     except refusal.Refusal as err:  # raised on every rank together, so the process group exists
-        return _refuse_together(str(err), env)
+        return _leave_together(str(err), env, refusal.REFUSED)
+    except refusal.TrainingFailure as err:  # raised on every rank together, after training began
+        return _leave_together(str(err), env, refusal.FAILED)
     except Exception as err:  # a failure: Python prints the traceback and exits 1
         sagemaker_job.write_failure(refusal.failure_reason(err))
         raise
@@ -59,18 +67,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _refuse_together(message: str, env: parallel.DistEnv) -> int:
-    """A refusal every rank raised: rank 0 prints it, each node's local rank 0 writes its failure file, every rank
-    records it for the launcher; nobody leaves before all of that is done (torchrun stops the other workers as
-    soon as one exits)."""
+def _leave_together(message: str, env: parallel.DistEnv, code: int) -> int:
+    """A refusal (``code`` 2) or a training failure (1) every rank raised: rank 0 prints it, each node's local
+    rank 0 writes its failure file and records it for the launcher and torchrun; nobody leaves before all of that
+    is done (torchrun stops the other workers as soon as one exits). The other local ranks then wait for their
+    node's first worker to exit first (torchrun stops them), so that torchrun's root cause is the worker that
+    recorded the reason (``training.trainer.refusal``)."""
     if env.local_rank == 0:
-        refusal.refuse(message, report=env.is_main)
-    else:
-        refusal.record(message)
+        if code == refusal.REFUSED:
+            refusal.refuse(message, report=env.is_main)
+        else:
+            refusal.fail(message, report=env.is_main)
     with contextlib.suppress(RuntimeError):  # a peer already gone: nothing left to wait for
         dist.barrier(group=env.cpu_group)
     dist.destroy_process_group()
-    return refusal.REFUSED
+    if env.local_rank != 0:
+        time.sleep(refusal.QUIET_WAIT_SECONDS)
+    return code
 
 
 def exit_now(code: int) -> None:

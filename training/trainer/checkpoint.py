@@ -4,10 +4,12 @@ Layout under ``checkpoint_dir``::
 
     step_00000100/            sealed: renamed from step_00000100.tmp by each node's local rank 0 after every rank
         .metadata, __*.distcp  DCP shards of model + optimizer (resharded on load if the world size changed)
+        STARTED                JSON written first (each node's local rank 0): step, world size, model shape, job
         rank_00000.pt ...      per-rank trainer state: step, data position, LR schedule, RNG states
         COMPLETE               JSON written last: world size, model shape, job, size and SHA-256 of every file
     step_00000100-2/          a later save of step 100 whose folder name was taken (never written into)
     step_00000200.tmp/        being written, or abandoned by a crash: incomplete, reported, never loaded or deleted
+                              (unless every file of its save was written: then it is sealed, see below)
     step_00000050/            set aside: sealed but failed a check or its load; left exactly as it is, and
     step_00000050.unusable    this file beside it (JSON: why, which job) says so: never loaded again, never deleted
 
@@ -19,6 +21,17 @@ moved: ``/opt/ml/checkpoints`` is mirrored to S3, where a rename would delete th
 again under a new prefix (the whole checkpoint, lost if the job ends before that upload does). A later run skips a set-aside folder
 without checking it again and names it only when nothing else loads. A ``step_*`` folder without ``COMPLETE``
 (and a ``.tmp`` one) is an interrupted write: reported as incomplete, left as it is, never loaded.
+
+A save whose files were all written is never lost to what happens next. DCP writes ``.metadata`` last, by rank 0,
+once every rank's files are written (``FileSystemWriter.finish``: to a temporary name, then renamed), and each
+rank's ``rank_*.pt`` is written before it joins DCP's write; so a ``step_N.tmp`` holding ``STARTED``,
+``.metadata``, every file ``.metadata`` lists (of at least the size it lists) and a ``rank_*.pt`` for each of the
+world size ``STARTED`` records holds a whole save. Such a folder is sealed (``COMPLETE`` written from
+``STARTED``, then renamed) by the next start of a run on that folder (every node's view gathered: a folder split
+over nodes is judged whole), and, on one node, already by a run that fails while its background save is written
+(an exception on one rank: the node's local rank 0 seals it alone once its own write is done). An asynchronous save
+of a run that ends with the ranks together (SIGTERM, a bad token id, a non-finite loss) is waited for and sealed
+as usual. Nothing is deleted on the way: sealing a found folder prunes nothing.
 
 A run that continues an earlier one (the workflow's ``resume_from``) gets that run's newest complete checkpoint as
 the read-only ``resume`` input channel; it is tried only when ``checkpoint_dir`` holds no checkpoint that loads
@@ -59,6 +72,9 @@ from training.trainer import lora, sagemaker_job
 from training.trainer.refusal import Refusal
 
 MARKER = "COMPLETE"
+STARTED = "STARTED"
+"""Written into a save's folder before anything else: what its ``COMPLETE`` will record (step, world size, model
+shape, job), so that a save written whole but never sealed can be sealed later with the writer's facts."""
 _NAME = contract.CHECKPOINT_DIR_NAME
 _TMP = ".tmp"
 _ASIDE = contract.SET_ASIDE_SUFFIX
@@ -248,6 +264,7 @@ class CheckpointManager:
         self._options = StateDictOptions(ignore_frozen_params=adapters_only, strict=not adapters_only)
         self.rank, self.world_size, self.device = env.rank, env.world_size, env.device
         self.local_rank, self.cpu_group = env.local_rank, env.cpu_group
+        self.layout = [getattr(env, "replicate", 1), env.world_size // getattr(env, "replicate", 1)]
         self.node_leader = env.local_rank == 0
         self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))
         self.job = sagemaker_job.job_name()
@@ -255,6 +272,8 @@ class CheckpointManager:
         self.incomplete: list[tuple[str, str]] = []
         self.touched_model = False
         self.loaded: Path | None = None  # the checkpoint load_latest restored, if any
+        self.newest: Path | None = None  # the newest complete checkpoint this run loaded or sealed
+        self.adopted: list[tuple[str, str]] = []  # (.tmp folder, sealed name) of saves found written whole
         self._ours: set[str] = set()  # the checkpoints this run loaded or wrote: the only ones pruning counts
         self._async_group: dist.ProcessGroup | None = None  # made by the first background save (a collective)
         self._pending: tuple[int, Path, Path, Any] | None = (
@@ -283,6 +302,7 @@ class CheckpointManager:
         tmp = final.with_name(final.name + _TMP)
         if self.node_leader:
             tmp.mkdir(parents=True)
+            _write_atomic(tmp / STARTED, json.dumps(self._facts(step)))
         dist.barrier(group=self.cpu_group)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
         torch.save({**trainer_state, "rng": rng_state(self.device)}, tmp / f"rank_{self.rank:05d}.pt")
@@ -319,33 +339,54 @@ class CheckpointManager:
         return [self._seal(step, final, tmp)]
 
     def close(self) -> None:
-        """At the end of a run that failed: let a background write finish (never sealed: another rank may be
-        gone, so the folder stays an interrupted write, as the rules say)."""
+        """At the end of a run that failed: let a background write finish, and, when the whole world is this node,
+        have its local rank 0 seal it alone if every file of the save was written (no collective: another rank may
+        be gone). Otherwise the folder stays an interrupted write, which the next start seals if it is whole."""
         if self._pending is not None:
-            future, self._pending = self._pending[3], None
-            with contextlib.suppress(Exception, CheckpointException):  # the run is failing already
+            _, final, tmp, future = self._pending
+            self._pending = None
+            try:
                 future.result()
+            except (Exception, CheckpointException):  # the run is failing already; the write is not whole
+                return
+            if self.node_leader and self.local_world == self.world_size:
+                with contextlib.suppress(OSError):
+                    view = _node_view(tmp, final)
+                    if written_whole([view]) is None:
+                        _write_marker(tmp, _digests(tmp, _files(tmp)), view["started"])
+                        os.rename(tmp, final)
 
-    def _seal(self, step: int, final: Path, tmp: Path) -> Path:
+    def _facts(self, step: int) -> dict[str, Any]:
+        """What a save of ``step`` by this run records (``STARTED``, then ``COMPLETE``)."""
+        return {"world_size": self.world_size, "data_parallel": self.layout, "step": step, "model_shape": self.shape,
+                "job": self.job}  # fmt: skip
+
+    def _seal(self, step: int, final: Path, tmp: Path, facts: dict[str, Any] | None = None) -> Path:
+        """Every rank: hash its share of its node's files (every node's marker lists every node's files); each
+        node's local rank 0 writes
+        ``COMPLETE`` and renames ``tmp`` to ``final``. A save of this run (no ``facts``) then counts as this run's
+        and prunes; one found written whole (``facts``: its writer's ``STARTED``) neither counts nor prunes."""
+        own = facts is None
         dist.barrier(group=self.cpu_group)
         digests = self._node_digests(tmp)
-        self._ours.add(final.name)
+        if own:
+            self._ours.add(final.name)
         clash = None
         if self.node_leader and tmp.exists():
-            files = {name: size for name, (size, _) in sorted(digests.items())}
-            sums = {name: digest for name, (_, digest) in sorted(digests.items())}
-            marker = {"world_size": self.world_size, "step": step, "model_shape": self.shape, "job": self.job}
-            _write_atomic(tmp / MARKER, json.dumps({**marker, "files": files, "sha256": sums}))
+            _write_marker(tmp, digests, facts or self._facts(step))
             if os.path.lexists(final):  # appeared since the name was chosen: never replace it
                 clash = f"checkpoint_dir: {final} appeared while {tmp} was written; not replacing it"
             else:
                 os.rename(tmp, final)
-                self._prune()
+                if own:
+                    self._prune()
         clash = self._agree(
             clash
         )  # every rank raises, or none (a rank raising alone would leave the rest waiting)
         if clash is not None:
             raise FileExistsError(clash)
+        if own:
+            self.newest = final
         return final
 
     def _free_name(self, step: int) -> str:
@@ -367,23 +408,20 @@ class CheckpointManager:
         return _files(path)[self.local_rank :: self.local_world]
 
     def _node_digests(self, path: Path) -> dict[str, tuple[int, str]]:
-        """{name: (size, sha256)} of every file in ``path`` on this node (each rank hashes its share)."""
-        mine = {
-            name: ((path / name).stat().st_size, file_sha256(path / name)) for name in self._my_share(path)
-        }
+        """{name: (size, sha256)} of every file of the checkpoint, on every node (each rank hashes its share of
+        its node's files): each node's ``checkpoint_dir`` is its own disk (SageMaker syncs each to the same S3
+        prefix), so every node's marker lists every node's files, the same marker on each."""
+        mine = _digests(path, self._my_share(path))
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, (self.rank - self.local_rank, mine), group=self.cpu_group)
-        node = self.rank - self.local_rank
-        return {k: v for owner, part in gathered if owner == node for k, v in part.items()}
+        dist.all_gather_object(gathered, mine, group=self.cpu_group)
+        return {k: v for part in gathered for k, v in part.items()}
 
     def _prune(self) -> None:
         """Delete the complete checkpoints this run loaded or wrote (or this SageMaker job wrote in an earlier
         launch) beyond the newest ``keep``; ``COMPLETE`` goes first, so an interrupted deletion leaves an
         unsealed folder, never a sealed one with files missing."""
-        ours = [
-            path
-            for _, path in complete_checkpoints(self.root)
-            if path.name in self._ours or self._same_job(path)
+        ours = [  # sealed is enough: on a node of a multi-node job the other nodes' files are on their disks
+            path for _, path in _sealed(self.root) if path.name in self._ours or self._same_job(path)
         ]
         for path in ours[: -self.keep]:
             (path / MARKER).unlink()
@@ -403,7 +441,10 @@ class CheckpointManager:
         of the run's own loads, the read-only ``resume_dir`` (an earlier run's) is tried, and skipped with its
         reason if it fails (never marked); when that fails too, the folders earlier runs set aside join
         ``set_aside`` (so "nothing usable" names every one). A checkpoint of another model shape raises
-        CheckpointShapeError naming both shapes."""
+        CheckpointShapeError naming both shapes.
+
+        First, every ``step_N.tmp`` that holds a whole save is sealed (``adopt_written``)."""
+        self.adopt_written()
         found: list[Any] = [
             (
                 [p.name for _, p in _sealed(self.root)],
@@ -423,13 +464,31 @@ class CheckpointManager:
             state, reason = self._try_load(path, model, optimizer)
             if reason is None:
                 self._ours.add(name)
-                self.loaded = path
+                self.loaded = self.newest = path
                 return state
             self._set_aside(path, reason)
         state = self._load_resume_channel(model, optimizer)
         if state is None:
             self.set_aside.extend((name, f"set aside earlier: {why}") for name, why in earlier)
         return state
+
+    def adopt_written(self) -> None:
+        """Seal every ``step_N.tmp`` folder (rank 0's list) whose save every node's files show written whole
+        (``written_whole``): ``COMPLETE`` from its ``STARTED``, then renamed to ``step_N``, on every node; nothing
+        pruned. Listed in ``adopted``; any other stays an interrupted write."""
+        names: list[Any] = [[p.name for p in incomplete_folders(self.root) if p.name.endswith(_TMP)]]
+        dist.broadcast_object_list(names, src=0, group=self.cpu_group)
+        for name in names[0]:
+            tmp = self.root / name
+            final = tmp.with_name(name.removesuffix(_TMP))
+            views: list[Any] = [None] * self.world_size
+            view = _node_view(tmp, final) if self.node_leader else None
+            dist.all_gather_object(views, view, group=self.cpu_group)
+            if written_whole([v for v in views if v is not None]) is not None:
+                continue
+            facts = next(v["started"] for v in views if v is not None)
+            self._seal(int(facts["step"]), final, tmp, facts=facts)
+            self.adopted.append((name, final.name))
 
     def _load_resume_channel(self, model, optimizer) -> dict[str, Any] | None:
         """The earlier run's checkpoint (read-only): its trainer state, or None (absent, or skipped with why)."""
@@ -502,7 +561,8 @@ class CheckpointManager:
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=self._options)  # fmt: skip
-        saved_world = json.loads((path / MARKER).read_text())["world_size"]
+        marker = json.loads((path / MARKER).read_text())
+        saved_world = marker["world_size"]
         own = path / f"rank_{self.rank:05d}.pt"
         trainer_state = torch.load(
             own if saved_world == self.world_size else path / "rank_00000.pt", weights_only=False
@@ -510,6 +570,7 @@ class CheckpointManager:
         if saved_world == self.world_size:
             set_rng_state(trainer_state["rng"], self.device)
         trainer_state["path"], trainer_state["same_world_size"] = str(path), saved_world == self.world_size
+        trainer_state["layout"] = marker.get("data_parallel") or [1, saved_world]
         return trainer_state
 
 
@@ -683,6 +744,65 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _digests(path: Path, names: list[str]) -> dict[str, tuple[int, str]]:
+    """{name: (size, sha256)} of the files ``names`` of the folder ``path``."""
+    return {name: ((path / name).stat().st_size, file_sha256(path / name)) for name in names}
+
+
+def _write_marker(tmp: Path, digests: dict[str, tuple[int, str]], facts: dict[str, Any]) -> None:
+    """Write ``COMPLETE`` into ``tmp``: ``facts`` (world size, layout, step, model shape, job), every file's size and
+    checksum."""
+    files = {name: size for name, (size, _) in sorted(digests.items())}
+    sums = {name: digest for name, (_, digest) in sorted(digests.items())}
+    marker = {key: facts.get(key) for key in ("world_size", "data_parallel", "step", "model_shape", "job")}
+    _write_atomic(tmp / MARKER, json.dumps({**marker, "files": files, "sha256": sums}))
+
+
+def _node_view(tmp: Path, final: Path) -> dict[str, Any]:
+    """What this node holds of the save in ``tmp``: its ``STARTED`` (or None), its files and their sizes, what
+    DCP's ``.metadata`` lists (the smallest size each data file must have; None without a readable one), and
+    whether ``final`` (or its set-aside record) is taken."""
+    view: dict[str, Any] = {"started": None, "files": {}, "listed": None}
+    view["taken"] = os.path.lexists(final) or os.path.lexists(set_aside_record(final))
+    try:
+        view["files"] = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
+        view["started"] = json.loads((tmp / STARTED).read_text())
+    except (OSError, ValueError):
+        return view
+    if ".metadata" in view["files"]:
+        try:
+            metadata = dcp.FileSystemReader(str(tmp)).read_metadata()
+            listed: dict[str, int] = {}
+            for info in metadata.storage_data.values():
+                end = int(info.offset) + int(info.length)
+                listed[info.relative_path] = max(listed.get(info.relative_path, 0), end)
+            view["listed"] = listed
+        except Exception:  # noqa: BLE001 (an unreadable .metadata: the save is not whole)
+            view["listed"] = None
+    return view
+
+
+def written_whole(views: list[dict[str, Any]]) -> str | None:
+    """Why the save the nodes' ``views`` (``_node_view``) describe is not whole, or None when it is: every node
+    has its ``STARTED`` (all the same) and the name it would be sealed under free; some node has DCP's
+    ``.metadata``; every file it lists is on some node, of at least the listed size; a ``rank_*.pt`` of every rank
+    of the recorded world size is on some node."""
+    if not views or any(v["started"] is None for v in views):
+        return f"no readable {STARTED}"
+    if any(v["started"] != views[0]["started"] for v in views) or any(v["taken"] for v in views):
+        return f"{STARTED} differs between nodes, or the folder's name is taken"
+    listed = next((v["listed"] for v in views if v["listed"] is not None), None)
+    if listed is None:
+        return "no readable .metadata: DCP's write did not finish"
+    sizes: dict[str, int] = {}
+    for view in views:
+        sizes.update(view["files"])
+    short = [name for name, size in listed.items() if sizes.get(name, -1) < size]
+    ranks = [f"rank_{r:05d}.pt" for r in range(int(views[0]["started"]["world_size"]))]
+    missing = short + [name for name in ranks if sizes.get(name, 0) <= 0]
+    return f"{missing[0]} is missing or cut short" if missing else None
+
+
 def model_files(model_dir: str) -> list[Path]:
     """The model files ``save_model`` wrote into ``model_dir`` (``model.pt``, ``model_step_*.pt``)."""
     directory = Path(model_dir)
@@ -743,9 +863,18 @@ class StopFlag:
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = True
 
-    def agreed(self, written: bool | None = None) -> tuple[bool, bool]:
-        """(whether any rank received SIGTERM, whether every rank's background save has been written); one
-        host-side all-reduce on the gloo group. ``written``: this rank's ``pending_written()``."""
-        flags = torch.tensor([1 if self.received else 0, 0 if written else 1], dtype=torch.int32)
+    def agreed(self, written: bool | None = None, problem: Any = None) -> tuple[bool, bool, list[Any]]:
+        """(whether any rank received SIGTERM, whether every rank's background save has been written, every
+        rank's ``problem`` that is not None: a reason to stop, ``guard.Problem``); one host-side all-reduce on the
+        gloo group, and a gather of the problems when a rank has one. ``written``: this rank's
+        ``pending_written()``."""
+        flags = torch.tensor(
+            [1 if self.received else 0, 0 if written else 1, 0 if problem is None else 1], dtype=torch.int32
+        )
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(flags[0].item()), not bool(flags[1].item())
+        problems: list[Any] = []
+        if flags[2].item():
+            gathered: list[Any] = [None] * dist.get_world_size(self.group)
+            dist.all_gather_object(gathered, problem, group=self.group)
+            problems = [found for found in gathered if found is not None]
+        return bool(flags[0].item()), not bool(flags[1].item()), problems

@@ -8,8 +8,12 @@ Every error names the setting and exits non-zero before any process group is sta
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from training.request import contract, hf_config
@@ -40,17 +44,47 @@ TRAINER_ONLY_SETTINGS = (
 )
 
 LOCAL_OUTPUT_DIR = "trainer-output"
-"""Outside SageMaker, checkpoints and the model go under this folder of the working directory by default."""
+"""Outside SageMaker, each run's checkpoints and model go under a folder of its own in this folder of the working
+directory by default: ``trainer-output/<run>/checkpoints`` and ``.../model`` (:func:`run_folder`)."""
+_LOCAL_DIRS = {"checkpoint_dir": "checkpoints", "model_dir": "model"}
+SAME_RUN_SETTINGS = ("checkpoint_dir", "model_dir", "max_steps")
+"""Settings whose change continues the same run (its folder): the output folders themselves, and ``max_steps``
+(raising it trains on from the run's checkpoints, as docs/trainer.md says)."""
 
-_LOCAL_DIRS = {"checkpoint_dir": f"{LOCAL_OUTPUT_DIR}/checkpoints", "model_dir": f"{LOCAL_OUTPUT_DIR}/model"}
 
-
-def local_defaults(raw: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` with checkpoint_dir and model_dir defaulting to ``./trainer-output/...`` outside SageMaker (the
-    contract's /opt/ml paths are the defaults inside a job)."""
-    if in_sagemaker():
+def local_defaults(
+    raw: dict[str, Any], kind: str = "", salt: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``raw`` with checkpoint_dir and model_dir defaulting to the run's own folder under ``./trainer-output/``
+    outside SageMaker (the contract's /opt/ml paths are the defaults inside a job). ``kind`` prefixes the folder's
+    name and ``salt`` (the tuning job's own options) tells its runs apart; raises ``contract.ContractError`` for a
+    bad setting, as :func:`config_from_mapping` does."""
+    if in_sagemaker() or all(name in raw for name in _LOCAL_DIRS):
         return raw
-    return {**_LOCAL_DIRS, **raw}
+    folder = run_folder(raw, kind, salt)
+    return {**{name: f"{folder}/{sub}" for name, sub in _LOCAL_DIRS.items()}, **raw}
+
+
+def run_folder(raw: Mapping[str, Any], kind: str = "", salt: Mapping[str, Any] | None = None) -> str:
+    """``trainer-output/<model>-<precision>-<hash>``: one folder per run, named by what it trains, whose hash covers
+    every setting that differs from its default (so a new setting in the contract renames no folder) but
+    :data:`SAME_RUN_SETTINGS`. The same command again, or with another ``max_steps``, continues the run in it;
+    any other change (model, data, precision, batch, schedule, ...) gets a folder of its own. Every rank of a
+    ``torchrun`` derives the same name from the same settings."""
+    placeholder = dict.fromkeys(_LOCAL_DIRS, ".")
+    chosen = config_from_mapping({**raw, **placeholder}).as_dict()
+    defaults = config_from_mapping(placeholder).as_dict()
+    differing = {k: v for k, v in chosen.items() if k not in SAME_RUN_SETTINGS and v != defaults.get(k)}
+    text = json.dumps([differing, dict(salt or {})], sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    if chosen["init_from"]:
+        model = Path(str(chosen["init_from"]).rstrip("/")).name or "init_from"
+    elif chosen["model_preset"] == "custom":
+        model = f"custom-{chosen['num_layers']}x{chosen['hidden_size']}"
+    else:
+        model = str(chosen["model_preset"])
+    name = "-".join(part for part in (kind, model, str(chosen["precision"]), digest) if part)
+    return f"{LOCAL_OUTPUT_DIR}/{re.sub(r'[^A-Za-z0-9._-]', '_', name)}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +147,7 @@ class TrainConfig:
     lora_dropout: float = 0.0
     lora_targets: str = contract.LORA_ALL_LINEAR
     packing: bool = True
+    data_parallel_replicate: int | str = "auto"
     deterministic: bool = False
     data_dir: str | None = None
     tensorboard_dir: str | None = None
@@ -123,6 +158,68 @@ class TrainConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+SETTINGS_FILE = "settings.json"
+"""Every setting a run took (the contract's, the trainer-only ones and what it ran on), as JSON in its model folder;
+the ``config`` line shows the few that say what runs and this file's path."""
+CONFIG_LINE_KEYS = (
+    "model_preset", "init_from", "num_layers", "hidden_size", "parameters", "precision", "compute_dtype", "dataset",
+    "data_dir", "seq_length", "batch_size", "grad_accum_steps", "activation_checkpointing", "max_steps",
+    "learning_rate", "world_size", "device", "gpu", "checkpoint_dir",
+)  # fmt: skip
+"""What the ``config`` line always shows, in this order: what the run trains, how, on what and where (the settings
+file is in the model folder), and what the CLI's progress and curves and the tuning driver read from it
+(``max_steps``, ``batch_size``, ``grad_accum_steps``, ``seq_length``, ``world_size``, ``device``, ``gpu``). Unset
+ones (``init_from``, ``data_dir``) are left out; every other setting that differs from its default follows them."""
+
+
+def config_line(settings: Mapping[str, Any], settings_file: Path | None = None) -> str:
+    """``config key=value ...`` (``contract.parse_config_line`` reads it): :data:`CONFIG_LINE_KEYS` of
+    ``settings``, then the other settings that differ from their defaults, then ``settings=`` the file with every
+    one (when there is one)."""
+    defaults = config_from_mapping(dict.fromkeys(_LOCAL_DIRS, ".")).as_dict()
+    shown = {key: settings[key] for key in CONFIG_LINE_KEYS if settings.get(key) is not None}
+    shown |= {
+        key: value
+        for key, value in sorted(settings.items())
+        if key in defaults and key not in (*_LOCAL_DIRS, *shown) and value != defaults[key]
+    }
+    if settings_file is not None:
+        shown["settings"] = settings_file
+    text = {
+        k: ("true" if v else "false") if isinstance(v, bool) else str(v).replace(" ", "_")
+        for k, v in shown.items()
+    }
+    return " ".join(["config", *(f"{key}={value}" for key, value in text.items())])
+
+
+def _settings_text(settings: Mapping[str, Any]) -> str:
+    return json.dumps(dict(settings), indent=2, sort_keys=True, default=str) + "\n"
+
+
+def settings_file(settings: Mapping[str, Any], model_dir: str) -> Path:
+    """The file that holds ``settings`` in ``model_dir``: ``settings.json``, or, when a file of that name holds
+    other settings (an earlier launch's), ``settings-2.json`` (``-3``, ...); one that holds the same is the one.
+    Nothing is written here (:func:`write_settings` does, once the run is to train)."""
+    folder, text = Path(model_dir), _settings_text(settings)
+    stem, suffix = SETTINGS_FILE.rsplit(".", 1)
+    for number in range(1, 1000):
+        path = folder / (SETTINGS_FILE if number == 1 else f"{stem}-{number}.{suffix}")
+        if not path.exists() or path.read_text(encoding="utf-8", errors="replace") == text:
+            return path
+    raise RuntimeError(f"{folder}: 999 settings files already; choose another model_dir")
+
+
+def write_settings(settings: Mapping[str, Any], model_dir: str) -> Path:
+    """``settings`` into :func:`settings_file` unless it holds them already; never over another file. Returns it.
+    The trainer writes it once the run is to train: a run already complete, or refused, writes nothing."""
+    path = settings_file(settings, model_dir)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x", encoding="utf-8") as handle:
+            handle.write(_settings_text(settings))
+    return path
 
 
 class _Parser(argparse.ArgumentParser):
@@ -143,7 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
         if default is None:
             default = "preset" if spec.name in contract.ARCHITECTURE_NAMES else "unset"
         elif spec.name in _LOCAL_DIRS:
-            default = f"{default} in SageMaker, ./{_LOCAL_DIRS[spec.name]} elsewhere"
+            default = (
+                f"{default} in SageMaker, elsewhere ./{LOCAL_OUTPUT_DIR}/<run>/{_LOCAL_DIRS[spec.name]}, a folder per "
+                "run named by its settings (the same settings, any max_steps, continue it)"
+            )
         parser.add_argument(
             *spec.cli_flags,
             dest=spec.name,
@@ -187,8 +287,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
     parser = build_parser()
     namespace = vars(parser.parse_args(argv))
     check_only = namespace.pop("check_only")
-    raw = local_defaults({key: value for key, value in namespace.items() if value is not None})
     try:
+        raw = local_defaults({key: value for key, value in namespace.items() if value is not None})
         return config_from_mapping(raw), check_only
     except contract.ContractError as err:
         raise SystemExit(refuse(f"invalid setting {err}")) from None

@@ -2,7 +2,9 @@
 
 Both sources are indexed by a position (the number of batches this rank has consumed), so a batch is a pure
 function of (seed, rank, world size, position). The position is saved in checkpoints; resuming restores it and
-continues with exactly the batches an uninterrupted run would have seen.
+continues with exactly the batches an uninterrupted run would have seen. A resume on another number of ranks or
+another batch per rank (another layout) continues the same stream of samples from the first one not yet trained
+on: the samples consumed so far become an offset, and the new ranks read on from it.
 """
 
 from __future__ import annotations
@@ -19,26 +21,72 @@ from training.request import contract
 
 class _PositionedBatches:
     """A batch source indexed by position: batch ``position`` of rank ``rank`` holds the global samples
-    ``(position * world_size + rank) * batch_size`` onwards. Subclasses turn a first sample into a
-    ``(batch_size, seq_length + 1)`` tensor of token ids."""
+    ``offset + (position * world_size + rank) * batch_size`` onwards (``offset``: the samples an earlier layout
+    consumed). Subclasses turn a first sample into a ``(batch_size, seq_length + 1)`` tensor of token ids
+    (``_sequences``), or into the whole batch (``_batch``: ``packing.Conversations``' tokens, targets and document
+    ids)."""
 
     def __init__(self, batch_size: int, seed: int, rank: int, world_size: int):
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.position = 0
+        self.offset = 0
+        # (position, batch) read ahead by check_next
+        self._ahead: tuple[int, tuple[torch.Tensor, ...]] | None = None
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
         raise NotImplementedError
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        seq = self._sequences((self.position * self.world_size + self.rank) * self.batch_size)
-        self.position += 1
+    def _batch(self, first_sample: int) -> tuple[torch.Tensor, ...]:
+        """The batch whose first global sample is ``first_sample``: (tokens, targets)."""
+        seq = self._sequences(first_sample)
         return seq[:, :-1], seq[:, 1:]
 
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
+    def _first_sample(self) -> int:
+        return self.offset + (self.position * self.world_size + self.rank) * self.batch_size
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = int(state["position"])
+    def next_batch(self) -> tuple[torch.Tensor, ...]:
+        ahead, self._ahead = self._ahead, None
+        batch = (
+            ahead[1] if ahead is not None and ahead[0] == self.position else self._batch(self._first_sample())
+        )
+        self.position += 1
+        return batch
+
+    def check_next(self) -> str | None:
+        """Read the batch ``next_batch`` returns next (it is kept for it) and say what is wrong with it: a token
+        id not below the vocabulary, naming the file and the position. None when nothing is."""
+        try:
+            self._ahead = (self.position, self._batch(self._first_sample()))
+        except contract.ContractError as err:
+            return str(err)
+        return None
+
+    @property
+    def consumed(self) -> int:
+        """Global samples trained on so far (every rank's)."""
+        return self.offset + self.position * self.world_size * self.batch_size
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position, "offset": self.offset, "world_size": self.world_size,
+                "batch_size": self.batch_size}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, int]) -> str | None:
+        """Continue where ``state`` (a checkpoint's) stopped. Written by another layout (world size or batch per
+        rank), the samples it consumed become the offset and this layout reads on from there; the sentence saying
+        so is returned (None for the same layout). A checkpoint from before layouts were recorded is taken as this
+        layout's."""
+        world = int(state.get("world_size", self.world_size))
+        batch = int(state.get("batch_size", self.batch_size))
+        offset, position = int(state.get("offset", 0)), int(state["position"])
+        self._ahead = None  # read for the position before this one
+        if (world, batch) == (self.world_size, self.batch_size):
+            self.offset, self.position = offset, position
+            return None
+        self.offset, self.position = offset + position * world * batch, 0
+        return (
+            f"data: the checkpoint's {world} ranks x {batch} samples per step consumed {self.offset} samples; "
+            f"{self.world_size} ranks x {self.batch_size} continue from sample {self.offset} of the same order"
+        )
 
 
 def pins(device: torch.device) -> bool:
@@ -64,7 +112,9 @@ def to_device(
 class SyntheticTokens(_PositionedBatches):
     """Deterministic tokens with a learnable pattern: the vocabulary is laid out in one fixed random cycle;
     each sequence starts at a random point and walks the cycle, so every next token is a function of the
-    previous one (a bigram rule) and the loss falls towards 0."""
+    previous one (a bigram rule) and the loss falls towards 0. Sample ``i`` starts where a generator seeded by
+    (seed, i) says: a pure function of its index, whatever the batch it falls in (so another layout reads the
+    same samples)."""
 
     def __init__(
         self, vocab_size: int, seq_length: int, batch_size: int, seed: int, rank: int, world_size: int
@@ -74,9 +124,18 @@ class SyntheticTokens(_PositionedBatches):
         self.cycle = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + first_sample)
-        starts = torch.randint(len(self.cycle), (self.batch_size, 1), generator=generator)
-        return self.cycle[(starts + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+        samples = np.arange(first_sample, first_sample + self.batch_size, dtype=np.uint64)
+        starts = torch.from_numpy((_mix(samples, self.seed) % np.uint64(len(self.cycle))).astype(np.int64))
+        return self.cycle[(starts[:, None] + torch.arange(self.seq_length + 1)) % len(self.cycle)]
+
+
+def _mix(samples: np.ndarray, seed: int) -> np.ndarray:
+    """A well-spread 64-bit number per sample index and seed: SplitMix64's finalizer (Steele, Lea and Flood,
+    "Fast splittable pseudorandom number generators", OOPSLA 2014), in wrapping uint64 arithmetic."""
+    z = samples + np.uint64((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 class TokenFiles(_PositionedBatches):
@@ -99,22 +158,26 @@ class TokenFiles(_PositionedBatches):
         rank: int,
         world_size: int,
         shuffle: bool = True,
+        grad_accum_steps: int = 1,
     ):
+        """``batch_size``: the sequences one step reads on this rank (for training, an optimizer step's:
+        ``grad_accum_steps`` micro-batches, which only the message of a too-small dataset names)."""
         paths = split_files(source, "train") if isinstance(source, str) else list(source)
         opened = [(p, open_tokens(p, token_dtype)) for p in paths]
         opened = [(p, tokens) for p, tokens in opened if len(tokens)]  # an empty file holds no window
         if not opened:
             raise contract.ContractError("dataset", f"no non-empty .bin or .npy token files in {source}")
-        paths = [p for p, _ in opened]
+        self.paths = paths = [p for p, _ in opened]
         self.arrays = [tokens for _, tokens in opened]
         self.window = seq_length + 1
         counts = np.array([len(a) // self.window for a in self.arrays], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(counts)])
-        if self.starts[-1] < world_size * batch_size:
+        need, what = batch_need(batch_size // grad_accum_steps, grad_accum_steps, world_size)
+        if self.starts[-1] < need:
             raise contract.ContractError(
-                "seq_length",
+                "batch_size",
                 f"the token files {_names(paths)} hold {self.starts[-1]} windows of {self.window} tokens; "
-                f"need at least batch_size * world_size = {world_size * batch_size}",
+                f"{what} needs {need}",
             )
         super().__init__(batch_size, seed, rank, world_size)
         self.vocab_size, self.shuffle = vocab_size, shuffle
@@ -125,6 +188,11 @@ class TokenFiles(_PositionedBatches):
         return int(self.starts[-1])
 
     def _window(self, sample: int) -> np.ndarray:
+        file, begin = self._where(sample)
+        return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
+
+    def _where(self, sample: int) -> tuple[int, int]:
+        """(file index, first token) of global sample ``sample``'s window."""
         total = int(self.starts[-1])
         epoch, offset = divmod(sample, total)
         if not self.shuffle:
@@ -134,27 +202,42 @@ class TokenFiles(_PositionedBatches):
                 self._epoch, self._order = epoch, np.random.default_rng((self.seed, epoch)).permutation(total)
             index = int(self._order[offset])
         file = int(np.searchsorted(self.starts, index, side="right")) - 1
-        begin = (index - int(self.starts[file])) * self.window
-        return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
+        return file, (index - int(self.starts[file])) * self.window
 
     def _sequences(self, first_sample: int) -> torch.Tensor:
-        seq = torch.from_numpy(np.stack([self._window(first_sample + j) for j in range(self.batch_size)]))
+        windows = [self._window(first_sample + j) for j in range(self.batch_size)]
+        seq = torch.from_numpy(np.stack(windows))
         if int(seq.max()) >= self.vocab_size:
+            j = next(j for j, window in enumerate(windows) if int(window.max()) >= self.vocab_size)
+            file, begin = self._where(first_sample + j)
+            peak = int(windows[j].max())
             raise contract.ContractError(
                 "vocab_size",
-                f"token id {int(seq.max())} in the train channel is >= vocab_size {self.vocab_size}",
+                f"must be above every token id in the data; {self.paths[file]} holds id {peak} (token "
+                f"{begin + int(np.argmax(windows[j]))}), got {self.vocab_size}",
             )
         return seq
 
-    def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, ...]]:
         """This rank's share of the first ``wanted`` global batches, in order (fewer when the files hold fewer);
         every rank gets the same number."""
         count = min(wanted, self.windows // (self.world_size * self.batch_size))
-        out = []
-        for index in range(count):
-            seq = self._sequences((index * self.world_size + self.rank) * self.batch_size)
-            out.append((seq[:, :-1], seq[:, 1:]))
-        return out
+        return [
+            self._batch((index * self.world_size + self.rank) * self.batch_size) for index in range(count)
+        ]
+
+
+def batch_need(batch_size: int, grad_accum_steps: int, world_size: int) -> tuple[int, str]:
+    """The sequences one step reads over every process, and the words for them: ``one optimizer step (batch_size
+    4 x grad_accum_steps 8 x 2 processes)``, or ``one global batch (batch_size 4 x 2 processes)``."""
+    if grad_accum_steps > 1:
+        what = (
+            f"one optimizer step (batch_size {batch_size} x grad_accum_steps {grad_accum_steps} x {world_size} "
+            "processes)"
+        )
+    else:
+        what = f"one global batch (batch_size {batch_size} x {world_size} processes)"
+    return batch_size * grad_accum_steps * world_size, what
 
 
 def _names(paths: list[Path]) -> str:
@@ -191,7 +274,23 @@ def split_files(directory: str | Path, split: str) -> list[Path]:
         return [Path(directory) / name for name in entry["files"]] if entry else []
     if split != "train":
         return []
-    return sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+    found = sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+    _refuse_twins(found, directory)
+    return found
+
+
+def _refuse_twins(files: list[Path], directory: str | Path) -> None:
+    """Refuse ``x.bin`` beside ``x.npy``: a file converted and the original left behind would be read twice."""
+    seen: set[Path] = set()
+    for twin in (path.with_suffix("") for path in files):
+        if twin not in seen:
+            seen.add(twin)
+            continue
+        raise contract.ContractError(
+            "dataset",
+            f"{twin}.bin and {twin}.npy are both token files of the data folder {directory}, so both would be read "
+            "(the same tokens twice, when one was converted from the other): keep one",
+        )
 
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -264,8 +363,9 @@ def channel_dir(cfg=None) -> str:
     return directory
 
 
-def make_dataset(cfg, rank: int, world_size: int) -> SyntheticTokens | TokenFiles:
-    """The data source ``cfg.dataset`` names, for this rank."""
+def make_dataset(cfg, rank: int, world_size: int, grad_accum_steps: int = 1) -> SyntheticTokens | TokenFiles:
+    """The data source ``cfg.dataset`` names, for this rank (``cfg.batch_size``: the sequences of one optimizer
+    step, ``grad_accum_steps`` micro-batches, which only the message of too little data names)."""
     if cfg.dataset == "synthetic":
         return SyntheticTokens(cfg.vocab_size, cfg.seq_length, cfg.batch_size, cfg.seed, rank, world_size)
     return TokenFiles(
@@ -277,6 +377,7 @@ def make_dataset(cfg, rank: int, world_size: int) -> SyntheticTokens | TokenFile
         cfg.seed,
         rank,
         world_size,
+        grad_accum_steps=grad_accum_steps,
     )
 
 

@@ -249,10 +249,8 @@ def write_tokenizer(data: dict[str, Any] | None, out: Path, max_length: int) -> 
     """Tokenizer files when the data had a ``tokenizer.json`` (unless the ``init_from`` model's own tokenizer
     files travelled, ``write_source_files``); returns the README's tokenizer paragraph."""
     source = (data or {}).get("init_from") or {}
-    travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
-    if travelled:
-        names = ", ".join(f"`{name}`" for name in sorted(travelled))
-        return f"The tokenizer of the model this run started from (`init_from` {source['path']}): {names} are here."
+    if source:
+        return _imported_tokenizer(source, (data or {}).get("dataset") == "synthetic")
     if data is None:
         return "Unknown: this model file was saved before the trainer recorded how its data was tokenized."
     if data.get("dataset") == "synthetic":
@@ -287,6 +285,28 @@ def write_tokenizer(data: dict[str, Any] | None, out: Path, max_length: int) -> 
     return (
         f"The data's Hugging Face tokenizer `{name}`: `tokenizer.json` and `tokenizer_config.json` are here."
     )
+
+
+def _imported_tokenizer(source: dict[str, Any], synthetic: bool) -> str:
+    """The tokenizer paragraph of a run that started from the ``init_from`` model ``source`` (``source_info``):
+    its tokenizer files, when they travelled; with ``synthetic`` data, what this run's tokens were (the model
+    learnt its language before this run)."""
+    travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
+    origin = f"`init_from` {source['path']}"
+    if travelled:
+        names = ", ".join(f"`{name}`" for name in sorted(travelled))
+        text = f"The tokenizer of the model this run started from ({origin}): {names} are here."
+    else:
+        text = (
+            f"None here: the folder of the model this run started from ({origin}) had no tokenizer files; use "
+            "the tokenizer of the model it started from."
+        )
+    if synthetic:
+        text += (
+            " This run trained it on synthetic tokens (`dataset=synthetic`: a fixed pattern over token ids, not "
+            "text), so its language comes from that model and these steps may have made it worse, not better."
+        )
+    return text
 
 
 def _token_name(tokenizer_json: str, token_id: int | None) -> str | None:
@@ -362,22 +382,30 @@ def _fresh_folder(out: Path) -> Path:
     return tmp
 
 
+def run_dtype(precision: str | None) -> str:
+    """The weights' dtype that keeps a run's precision: float32 for ``fp32``, float16 for ``fp16``, bfloat16 for
+    ``bf16`` and the Transformer Engine precisions (whose higher precision it is)."""
+    return {"fp32": "float32", "fp16": "float16"}.get(str(precision), "bfloat16")
+
+
 def export(
     model_dir: str | Path,
     out_dir: str | Path,
-    dtype: str = "bfloat16",
+    dtype: str | None = None,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_SIZE,
 ) -> list[str]:
     """Write the Hugging Face folder for the model in ``model_dir`` into ``out_dir``; returns its file names.
+    ``dtype`` None keeps the run's precision (:func:`run_dtype`).
 
     Everything is checked before anything is written; the folder appears whole (renamed from ``.partial``)."""
-    if dtype not in DTYPES:
+    if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype: must be one of {', '.join(DTYPES)}; got {dtype!r}")
     if max_shard_bytes < 1:
         raise ExportError(f"max_shard_size: must be at least 1 byte; got {max_shard_bytes}")
     path = find_model_file(model_dir)
     saved = load_model_file(path)
     config = saved["config"]
+    dtype = dtype or run_dtype(config.get("precision"))
     check_exportable(config, path)
     state = saved["state_dict"]
     adapters = lora.LoraSettings.of(config)
@@ -438,7 +466,7 @@ def data_info(cfg) -> dict[str, Any]:
 
 def export_after_training(model_file: Path, cfg) -> str:
     """Export a finished run's ``model_file`` into ``hf/`` next to it (``hf_step_XXXXXXXX/`` when ``hf/`` is
-    taken); returns the line to print. fp32 runs export float32 weights, the others bfloat16."""
+    taken); returns the line to print. The weights keep the run's precision (:func:`run_dtype`)."""
     if cfg.position_encoding != "rope":
         return (
             f"Hugging Face export skipped: position_encoding={cfg.position_encoding} (only models trained with "
@@ -447,12 +475,31 @@ def export_after_training(model_file: Path, cfg) -> str:
     out = model_file.parent / HF_DIR
     if out.exists():
         out = model_file.parent / f"{HF_DIR}_{model_file.stem.removeprefix('model_')}"
-    dtype = "float32" if cfg.precision == "fp32" else "bfloat16"
+    dtype = run_dtype(cfg.precision)
     try:
         files = export(model_file, out, dtype)
     except ExportError as err:
         return f"error: Hugging Face export failed (the model file is kept): {err}"
     return f"Hugging Face model ({dtype}) exported to {out}: {', '.join(files)}"
+
+
+def pending_export(model_dir: str | Path, cfg, prefix: str = HF_DIR) -> tuple[Path, str] | None:
+    """The model file whose Hugging Face export an earlier run of ``cfg`` did not finish, and how it was left: an
+    export folder still being written (``hf.partial``, ``hf_step_N.partial``: the job was killed while it
+    exported), or no export folder at all beside the model file (killed before it began). The newest model file
+    (``model_step_N.pt`` after ``model.pt``) is the one a finished run exports last. None when there is nothing to
+    do (no model file, an export folder there, or a model that has no export: ``position_encoding=none``).
+    ``prefix``: the export folder's name (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
+    folder = Path(model_dir)
+    models = sorted(folder.glob("model*.pt")) if folder.is_dir() else []
+    if not models or cfg.position_encoding != "rope":
+        return None
+    partials = sorted(p.name for p in folder.glob(f"{prefix}*.partial") if p.is_dir())
+    if partials:
+        return models[-1], f"one was interrupted: {', '.join(partials)}"
+    if not any(p.is_dir() for p in folder.glob(f"{prefix}*")):
+        return models[-1], "none was made"
+    return None
 
 
 def parse_size(text: str) -> int:
@@ -476,7 +523,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", help="A folder holding model.pt (a job's model artifact), or the file.")
     parser.add_argument("out_dir", help="A new (or empty) folder for the Hugging Face files.")
     parser.add_argument(
-        "--dtype", default="bfloat16", help=f"Weights' dtype: {', '.join(DTYPES)} (default bfloat16)."
+        "--dtype",
+        help=f"The weights' dtype, one of {', '.join(DTYPES)} (default: the run's precision, as every finished run's own export: float32 for "
+        "an fp32 run, float16 for fp16, bfloat16 for bf16, fp8, mxfp8 and nvfp4).",
     )
     parser.add_argument("--max-shard-size", default="5GB", help="Largest safetensors file (default 5GB).")
     args = parser.parse_args(argv)

@@ -19,10 +19,12 @@ from training.trainer import (
     activation_checkpoint,
     attention,
     checkpoint,
+    config,
     data,
     doc_mask,
     export_hf,
     export_peft,
+    guard,
     levers,
     lora,
     metrics,
@@ -30,6 +32,7 @@ from training.trainer import (
     packing,
     parallel,
     precision,
+    refusal,
     rotary,
     weights,
 )
@@ -98,8 +101,9 @@ def build(
         plan.keep_edge_blocks_high_precision(net.layers, cfg.nvfp4_bf16_blocks)
     policy = parallel.mixed_precision(plan.dtype)
     parallel.shard_model(net, env.mesh, policy, env.device)
-    weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init,
-                       skip=lora.is_adapter if adapters is not None else None)  # fmt: skip
+    found = weights.initialize(net, seed=cfg.seed, init_from=cfg.init_from, keep_master_values=plan.quantized_init,
+                               skip=lora.is_adapter if adapters is not None else None)  # fmt: skip
+    weights.refuse_nonfinite(found, cfg.init_from, env.cpu_group)  # every rank together, before step 1
     if adapters is not None:
         lora.initialize(net, cfg.seed)
     return net
@@ -145,6 +149,9 @@ def _resume(
     """The state to train from, and whether the checkpoint already reached ``max_steps`` (nothing to do)."""
     state = _fresh_state(cfg, env, plan)
     resumed = manager.load_latest(state.net, state.optimizer)
+    for found, sealed in manager.adopted:
+        say(f"checkpoint {found}: every file of its save was written (DCP's .metadata and every file it lists), "
+            f"sealed now as {sealed}")  # fmt: skip
     if manager.skipped:
         skipped = "; ".join(f"{name} ({why})" for name, why in manager.skipped)
         if (
@@ -172,12 +179,13 @@ def _resume(
     )
     if state.step >= cfg.max_steps:
         return state, True
-    dataset.load_state_dict(resumed["data"])
+    moved = dataset.load_state_dict(resumed["data"])
     state.schedule = saved_schedule.continued_to(cfg.max_steps, state.step)
     state.scheduler.load_state_dict(resumed["scheduler"])
     if state.scaler is not None and resumed.get("scaler"):
         state.scaler.load_state_dict(resumed["scaler"])
     say(f"resumed from {resumed['path']} at step {state.step}")
+    say_layout_change(resumed, env, moved, say)
     if state.schedule.max_steps != saved_schedule.max_steps:
         factor = state.schedule.factor(state.step)
         lr, floor = cfg.learning_rate * factor, cfg.learning_rate * MIN_LR_RATIO
@@ -193,16 +201,50 @@ def _resume(
     return state, False
 
 
+def say_layout_change(
+    resumed: dict[str, Any], env: parallel.DistEnv, moved: str | None, say: Callable[[str], None]
+) -> None:
+    """What a resume under another layout (world size, replicas) kept and what it could not: the model and
+    optimizer are resharded by DCP; the data continue from the first sample not yet trained on (``moved``); the
+    random-number state is per rank and not carried over (nothing random is drawn after initialization)."""
+    replicate, shard = resumed.get("layout") or [1, env.world_size]
+    if [replicate, shard] == [env.replicate, env.shard]:
+        return
+    was = f"replicate {replicate} x shard {shard}" if replicate > 1 else f"shard {shard}"
+    say(
+        f"layout changed: the checkpoint was written by {replicate * shard} ranks ({was}), this run has "
+        f"{env.world_size} ({env.describe()}): model and optimizer state resharded on load"
+        + ("" if resumed.get("same_world_size") else "; the ranks' random-number states not carried over")
+    )
+    if moved:
+        say(moved)
+
+
 def _finished_already(
     cfg: TrainConfig, env: parallel.DistEnv, state: _State, say: Callable[[str], None]
 ) -> None:
     """A checkpoint at or past ``max_steps``: write nothing, except the model file when the model folder has
-    none (e.g. a new SageMaker job's empty /opt/ml/model), so that the job's output is not empty."""
+    none (e.g. a new SageMaker job's empty /opt/ml/model), so that the job's output is not empty, and the Hugging
+    Face export of a model file that has none (the run was killed while it exported: ``export_hf.pending_export``;
+    rank 0 alone, as at the end of a run), and a LoRA run's peft adapter folder likewise."""
     done = (
         f"run already complete: the newest checkpoint is at step {state.step} and max_steps={cfg.max_steps}"
     )
     if checkpoint.model_files(cfg.model_dir):
-        say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
+        pending = export_hf.pending_export(cfg.model_dir, cfg) if env.is_main else None
+        adapter = (
+            export_hf.pending_export(cfg.model_dir, cfg, export_peft.PEFT_DIR)
+            if env.is_main and cfg.lora_rank
+            else None
+        )
+        if pending is None and adapter is None:
+            say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
+        if pending is not None:
+            exported = export_hf.export_after_training(pending[0], cfg)
+            say(f"{done}; {pending[0]} has no Hugging Face export ({pending[1]}): {exported}")
+        if adapter is not None:
+            exported = export_peft.export_after_training(adapter[0], cfg)
+            say(f"{done}; {adapter[0]} has no peft adapter folder ({adapter[1]}): {exported}")
         return
     saved = _save_model(cfg, env, state)
     say(
@@ -257,12 +299,13 @@ def run(
     set_determinism(cfg)
     allocator = levers.configure_allocator(cfg.expandable_segments, env.device)
     plan = precision.plan(
-        cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init, amax_reduction_group=env.mesh.get_group()
+        cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init, amax_reduction_group=env.dp_group
     )
     say = emit if env.is_main else (lambda _line: None)
     settings = {**cfg.as_dict(), "world_size": env.world_size, "device": env.device.type}
     settings.update(gpu=metrics.gpu_name(env.device) or "none", parameters=cfg.shape.parameter_count())
-    say(contract.format_config_line({**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}))
+    full = {**settings, "compute_dtype": str(plan.dtype).removeprefix("torch.")}
+    say(config.config_line(full, config.settings_file(full, cfg.model_dir) if env.is_main else None))
     # The torch path's SDPA kernel, probed on the model's own attention inputs; a named one that cannot run them is
     # refused here, before the model is built (Transformer Engine chooses its own: logged after step 1).
     attention_plan, kernel = (
@@ -274,7 +317,9 @@ def run(
     # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
     # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
-    dataset = packing.make_dataset(step_batch, env.rank, env.world_size)
+    dataset = packing.make_dataset(
+        step_batch, env.rank, env.world_size, grad_accum_steps=cfg.grad_accum_steps
+    )
     validation = packing.make_validation(cfg, env.rank, env.world_size)
     shape = checkpoint.model_identity(cfg)
     manager = checkpoint.CheckpointManager(
@@ -289,7 +334,9 @@ def run(
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
-    val_batches = validation.validation_batches(cfg.validation_batches) if validation is not None else []
+    if env.is_main:
+        config.write_settings(full, cfg.model_dir)  # the run trains: its settings beside its model
+    val_batches = _validation_batches(validation, cfg, env)
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
     collector = levers.GarbageCollection(cfg.gc_interval)
     try:
@@ -305,6 +352,23 @@ def run(
         manager.close()
     tracking.close()
     return summary
+
+
+def _validation_batches(validation: Any, cfg: TrainConfig, env: parallel.DistEnv) -> list:
+    """This rank's validation batches, read at the start; a token id the check before training did not read (it
+    samples large data) stops every rank together with one line (``refusal.TrainingFailure``)."""
+    batches, problem = [], None
+    if validation is not None:
+        try:
+            batches = validation.validation_batches(cfg.validation_batches)
+        except contract.ContractError as err:
+            problem = guard.Problem(guard.DATA, str(err))
+    problems: list[Any] = [None] * env.world_size
+    torch.distributed.all_gather_object(problems, problem, group=env.cpu_group)
+    found = [p for p in problems if p is not None]
+    if found:
+        raise refusal.TrainingFailure(f"{found[0].text}, in the validation split; nothing trained")
+    return batches
 
 
 def levers_line(
@@ -333,6 +397,7 @@ def levers_line(
         "allocator": allocator,
         "gc": levers.GarbageCollection.describe_interval(cfg.gc_interval),
         "async_checkpoint": cfg.async_checkpoint,
+        "data_parallel": env.describe(),
     }
     if use_te:
         resolved["recipe"] = type(plan.recipe).__name__
@@ -429,6 +494,21 @@ def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, sh
     return step_loss, grad_norm
 
 
+def _boundary(
+    stop: checkpoint.StopFlag, manager: Any, watch: guard.Guard, read: bool, last: bool
+) -> tuple[bool, bool, list]:
+    """The step boundary's agreement (``StopFlag.agreed``): (SIGTERM stop, background save written, every rank's
+    problem). ``read``: the loop waits for the device here anyway (a log line, a checkpoint), so the loss and
+    gradient norm are read; when something is to be saved or reported without that (a stop), they are read and
+    agreed on first (a second all-reduce, on that path only). ``last``: no next batch to check."""
+    stopped, written, problems = stop.agreed(
+        manager.pending_written(), watch.problem(read_values=read, next_batch=not last)
+    )
+    if (stopped or problems) and not read:
+        problems += stop.agreed(None, watch.problem(read_values=True, next_batch=False))[2]
+    return stopped, written, problems
+
+
 class _EmptyMicroBatches:
     """Counts the micro-batches with no target to count (every one ``IGNORE_INDEX``; summed over the ranks by
     ``_micro_batches``), says how many at each step line that follows some, and gives the run's total to the
@@ -447,6 +527,33 @@ class _EmptyMicroBatches:
                 f"target ignored): each contributed nothing to its step ({self.total} in this run so far)"
             )
             self.reported = self.total
+
+
+def _summary(
+    state: _State,
+    progress: Progress,
+    meter: Any,
+    env: parallel.DistEnv,
+    manager: Any,
+    val_loss: Any,
+    empty: int,
+) -> dict[str, Any]:
+    """The summary line's values (a collective: the memory over the ranks)."""
+    summary = {
+        "steps": state.step,
+        "final_loss": progress.last_mean,
+        **meter.summary(),
+        "peak_mem_gb": metrics.peak_memory_gb(env.device),
+        **metrics.memory_over_ranks(env.device, env.cpu_group),
+        "train_seconds": meter.total_seconds(),
+    }
+    if val_loss is not None:
+        summary["val_loss"], summary["val_accuracy"] = val_loss
+    if empty:
+        summary["empty_micro_batches"] = empty
+    if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
+        summary["unusable_checkpoints"] = len(manager.skipped)
+    return summary
 
 
 def _train(
@@ -479,6 +586,7 @@ def _train(
     params = [p for p in net.parameters() if p.requires_grad]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     last_saved, stopped, val_loss, empty = state.step, False, None, _EmptyMicroBatches(say)
+    watch = guard.Guard(dataset, env.device, state.step, check_grad_norm=scaler is None, rank=env.rank)
     te_attention_unlogged = plan.recipe is not None
 
     def save() -> None:
@@ -486,6 +594,7 @@ def _train(
                          "schedule": state.schedule.state_dict()}  # fmt: skip
         if scaler is not None:
             trainer_state["scaler"] = scaler.state_dict()
+        sealed(manager.seal_pending())  # an earlier background save is sealed first (and said so)
         started = manager.save(state.step, net, optimizer, trainer_state, background=cfg.async_checkpoint)
         say(f"checkpoint {'started' if manager.pending else 'saved'}: {started}" if cfg.async_checkpoint
             else f"checkpoint saved to {started}")  # fmt: skip
@@ -494,6 +603,13 @@ def _train(
         for path in paths:
             say(f"checkpoint saved to {path}")
 
+    def stop_for(problems: list) -> None:
+        """Every rank: keep what is good (the state, for a bad next batch), seal, and stop with one line."""
+        if all(p.kind == guard.DATA for p in problems) and last_saved != state.step:
+            save()
+        sealed(manager.seal_pending())
+        raise refusal.TrainingFailure(guard.failure_message(problems, state.step, manager.newest))
+
     def validate() -> tuple[float, float]:
         loss, accuracy = evaluate(net, val_batches, env, plan, getattr(dataset, "packing", False))
         say(contract.format_validation_line(state.step, cfg.max_steps, loss, accuracy))
@@ -501,10 +617,14 @@ def _train(
         return loss, accuracy
 
     meter.start()
+    problems = stop.agreed(None, watch.problem(read_values=False, next_batch=state.step < cfg.max_steps))[2]
+    if problems:  # the first batch of this run
+        stop_for(problems)
     while state.step < cfg.max_steps:
         lr = scheduler.get_last_lr()[0]
         micro, shares = _micro_batches(dataset, cfg.grad_accum_steps, env.device, env.cpu_group)
         loss, grad_norm = train_step(net, optimizer, scaler, plan, micro, shares, params, max_norm)
+        watch.step_done(loss, grad_norm)
         scheduler.step()
         state.step += 1
         meter.step_done()
@@ -516,7 +636,8 @@ def _train(
             say(f"attention (Transformer Engine, after the first step): {attention.te_backend()}")
             te_attention_unlogged = False
 
-        if step % cfg.log_interval == 0 or step == cfg.max_steps:
+        logged = step % cfg.log_interval == 0 or step == cfg.max_steps
+        if logged:
             line = {
                 "loss": progress.mean_loss(),
                 "lr": lr,
@@ -538,10 +659,15 @@ def _train(
             val_loss = validate()
             meter.reset_interval()
 
-        stopped, written = stop.agreed(manager.pending_written())
+        interval = bool(cfg.checkpoint_interval) and step % cfg.checkpoint_interval == 0
+        stopped, written, problems = _boundary(
+            stop, manager, watch, logged or interval, step == cfg.max_steps
+        )
         if written:
             sealed(manager.seal_pending())
-        if stopped or (cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0):
+        if problems:
+            stop_for(problems)
+        if stopped or interval:
             save()
             if stopped:  # SIGTERM: the checkpoint is sealed and verified before the process ends
                 sealed(manager.seal_pending())
@@ -565,20 +691,7 @@ def _train(
             _export(saved, cfg, say)
     sealed(manager.seal_pending())  # a save still in flight is waited for and sealed before the summary
     stop.close()
-    summary = {
-        "steps": state.step,
-        "final_loss": progress.last_mean,
-        **meter.summary(),
-        "peak_mem_gb": metrics.peak_memory_gb(env.device),
-        **metrics.memory_over_ranks(env.device, env.cpu_group),
-        "train_seconds": meter.total_seconds(),
-    }
-    if val_loss is not None:
-        summary["val_loss"], summary["val_accuracy"] = val_loss
-    if empty.total:
-        summary["empty_micro_batches"] = empty.total
-    if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
-        summary["unusable_checkpoints"] = len(manager.skipped)
+    summary = _summary(state, progress, meter, env, manager, val_loss, empty.total)
     say(contract.format_summary_line(summary))
     tracking.summary(state.step, summary)
     tracking.stopped = stopped

@@ -81,7 +81,11 @@ def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> list[list[int]]:
 
 class Conversations(data._PositionedBatches):
     """One split of conversation data as ``(tokens, targets, document ids)`` batches of ``[batch_size,
-    seq_length]`` (see the module doc); ``packing`` False: one example per window."""
+    seq_length]`` (see the module doc); ``packing`` False: one example per window. ``vocab_size``: a token id not
+    below it is refused as its batch is read, naming the file and the position (the check before training samples
+    large data; the trainer reads each batch a step ahead, ``data._PositionedBatches.check_next``).
+    ``grad_accum_steps``: ``batch_size`` is an optimizer step's sequences on this rank, that many micro-batches
+    (only the message of too little data names it)."""
 
     def __init__(
         self,
@@ -96,8 +100,12 @@ class Conversations(data._PositionedBatches):
         world_size: int,
         packing: bool = True,
         shuffle: bool = True,
+        vocab_size: int | None = None,
+        grad_accum_steps: int = 1,
     ):
         self.tokens, self.mask, self.offsets = read_split(directory, split, token_dtype)
+        self.token_file = Path(directory) / data.read_metadata(directory)["splits"][split]["files"][0]
+        self.vocab_size = vocab_size
         lengths = np.diff(self.offsets)
         where = f"{directory}/{data.METADATA_FILE}"
         if len(lengths) and int(lengths.max()) > seq_length:
@@ -111,13 +119,18 @@ class Conversations(data._PositionedBatches):
         self.windows = (
             best_fit_decreasing(lengths, seq_length) if packing else [[i] for i in range(len(lengths))]
         )
-        if len(self.windows) < world_size * batch_size:
+        need, what = data.batch_need(batch_size // grad_accum_steps, grad_accum_steps, world_size)
+        if len(self.windows) < need:
+            lower = (
+                "batch_size, grad_accum_steps or seq_length"
+                if grad_accum_steps > 1
+                else "batch_size or seq_length"
+            )
             raise contract.ContractError(
                 "batch_size",
                 f"the {split} split in {directory} makes {len(self.windows)} windows of seq_length {seq_length} "
-                f"({len(lengths)} examples, {'packed' if packing else 'one per window'}); one global batch "
-                f"(batch_size {batch_size} x {world_size} processes) needs {world_size * batch_size}: lower "
-                "batch_size or seq_length, or add data",
+                f"({len(lengths)} examples, {'packed' if packing else 'one per window'}); {what} needs {need}: "
+                f"lower {lower}, or add data",
             )
         super().__init__(batch_size, seed, rank, world_size)
         self.seq_length, self.packing, self.shuffle = seq_length, packing, shuffle
@@ -146,6 +159,12 @@ class Conversations(data._PositionedBatches):
             begin, end = int(self.offsets[example]), int(self.offsets[example + 1])
             length = end - begin
             ids_of = np.asarray(self.tokens[begin:end], dtype=np.int64)
+            if self.vocab_size is not None and int(ids_of.max()) >= self.vocab_size:
+                raise contract.ContractError(
+                    "vocab_size",
+                    f"must be above every token id in the data; {self.token_file} holds id {int(ids_of.max())} "
+                    f"(token {begin + int(np.argmax(ids_of))}), got {self.vocab_size}",
+                )
             trained = np.asarray(self.mask[begin + 1 : end], dtype=bool)
             tokens[at : at + length] = ids_of
             targets[at : at + length - 1] = np.where(trained, ids_of[1:], IGNORE_INDEX)
@@ -157,11 +176,6 @@ class Conversations(data._PositionedBatches):
         rows = [self.window(self._window_index(first_sample + j)) for j in range(self.batch_size)]
         tokens, targets, ids = (torch.from_numpy(np.stack(parts)) for parts in zip(*rows, strict=True))
         return tokens, targets, ids
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # type: ignore[override]
-        batch = self._batch((self.position * self.world_size + self.rank) * self.batch_size)
-        self.position += 1
-        return batch
 
     def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """This rank's share of the first ``wanted`` global batches, in order; every rank gets the same number."""
@@ -222,11 +236,12 @@ def packs(cfg) -> bool:
     return bool(getattr(cfg, "packing", False)) and chat_data(cfg)
 
 
-def make_dataset(cfg, rank: int, world_size: int) -> Any:
-    """The training batches of ``cfg`` for this rank: conversations, or what ``data.make_dataset`` gives."""
+def make_dataset(cfg, rank: int, world_size: int, grad_accum_steps: int = 1) -> Any:
+    """The training batches of ``cfg`` for this rank: conversations, or what ``data.make_dataset`` gives
+    (``cfg.batch_size``: an optimizer step's sequences, ``grad_accum_steps`` micro-batches)."""
     if chat_data(cfg):
-        return make(cfg, "train", rank, world_size)
-    return data.make_dataset(cfg, rank, world_size)
+        return make(cfg, "train", rank, world_size, grad_accum_steps=grad_accum_steps)
+    return data.make_dataset(cfg, rank, world_size, grad_accum_steps=grad_accum_steps)
 
 
 def make_validation(cfg, rank: int, world_size: int) -> Any:
@@ -239,8 +254,11 @@ def make_validation(cfg, rank: int, world_size: int) -> Any:
     return make(cfg, "validation", rank, world_size, shuffle=False)
 
 
-def make(cfg, split: str, rank: int, world_size: int, shuffle: bool = True) -> Conversations:
-    """The split ``split`` of the conversation data in ``cfg``'s data folder, for this rank."""
+def make(
+    cfg, split: str, rank: int, world_size: int, shuffle: bool = True, grad_accum_steps: int = 1
+) -> Conversations:
+    """The split ``split`` of the conversation data in ``cfg``'s data folder, for this rank (token ids checked
+    against ``cfg.vocab_size`` as batches are read)."""
     return Conversations(
         data.channel_dir(cfg),
         split,
@@ -252,6 +270,8 @@ def make(cfg, split: str, rank: int, world_size: int, shuffle: bool = True) -> C
         world_size=world_size,
         packing=cfg.packing,
         shuffle=shuffle,
+        vocab_size=cfg.vocab_size,
+        grad_accum_steps=grad_accum_steps,
     )
 
 
@@ -270,9 +290,10 @@ def check_model(meta: dict, folder: Path) -> None:
 def check(cfg, directory: str, world_size: int) -> str:
     """The preflight's check of conversation data: both splits load and pack into at least one global batch (of
     ``batch_size x grad_accum_steps`` for training); returns what it found."""
-    step_batch = cfg.batch_size * getattr(cfg, "grad_accum_steps", 1)
+    accum = getattr(cfg, "grad_accum_steps", 1)
     train = Conversations(directory, "train", token_dtype=cfg.token_dtype, seq_length=cfg.seq_length,
-                          batch_size=step_batch, seed=cfg.seed, rank=0, world_size=world_size, packing=cfg.packing)  # fmt: skip
+                          batch_size=cfg.batch_size * accum, seed=cfg.seed, rank=0, world_size=world_size,
+                          packing=cfg.packing, grad_accum_steps=accum)  # fmt: skip
     note = (
         f"conversations: {len(train.offsets) - 1} training examples in {len(train.windows)} windows of "
         f"{cfg.seq_length} ({'packed, best-fit decreasing' if cfg.packing else 'one per window, padded'}; "

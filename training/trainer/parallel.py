@@ -2,6 +2,14 @@
 
 NCCL on GPUs, gloo on CPU. Works under ``torchrun`` (reads RANK/WORLD_SIZE/LOCAL_RANK) and, for the benchmark,
 as a single process (world size 1 on a free local port).
+
+The mesh: 1-D over every rank (every state sharded over every GPU), or, with ``data_parallel_replicate`` R above
+1, hybrid sharding's 2-D ``(dp_replicate, dp_shard)`` mesh of R x world/R ranks, given to ``fully_shard`` as
+is: each parameter ``(Replicate(), Shard(0))``, gathered and reduce-scattered within its shard group (torchrun
+numbers a node's ranks consecutively, so a shard group of at most one node's GPUs stays on NVLink), gradients
+all-reduced across the replicas (torchtitan's ``dp_replicate`` x ``dp_shard``). Data parallelism is over both
+dimensions: every rank reads its own batch. ``auto`` resolves with the plan's memory estimate
+(``data_parallel_replicate``).
 """
 
 from __future__ import annotations
@@ -10,13 +18,19 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from training.request import contract, network, plan
+from training.trainer import cluster
 from training.trainer.model import Transformer
+
+MESH_DIMS = ("dp_replicate", "dp_shard")
+"""The names of hybrid sharding's mesh dimensions (torchtitan's)."""
 
 
 @dataclass(frozen=True)
@@ -28,14 +42,34 @@ class DistEnv:
     mesh: DeviceMesh
     cpu_group: dist.ProcessGroup
     """A gloo group for small host-side agreements (the stop flag) that must not sync the GPU stream."""
+    replicate: int = 1
+    """Replicas of hybrid sharding (1: the mesh is 1-D, every state sharded over every rank)."""
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def shard(self) -> int:
+        """Ranks each state is sharded over."""
+        return self.world_size // self.replicate
 
-def init_distributed() -> DistEnv:
-    """Start the default process group (NCCL if a GPU is visible, else gloo) and a 1-D mesh over all ranks."""
+    @property
+    def dp_group(self) -> Any:
+        """Every data-parallel rank's group (both mesh dimensions: the whole world)."""
+        return self.mesh.get_group() if self.mesh.ndim == 1 else dist.group.WORLD
+
+    def describe(self) -> str:
+        return (
+            f"replicate {self.replicate} x shard {self.shard}"
+            if self.replicate > 1
+            else f"shard {self.shard}"
+        )
+
+
+def init_distributed(replicate: int = 1) -> DistEnv:
+    """Start the default process group (NCCL if a GPU is visible, else gloo) and the mesh: 1-D over all ranks, or
+    ``(replicate, world / replicate)`` for hybrid sharding."""
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
@@ -48,9 +82,47 @@ def init_distributed() -> DistEnv:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     world = dist.get_world_size()
-    mesh = init_device_mesh(device.type, (world,))
+    if replicate == 1:
+        mesh = init_device_mesh(device.type, (world,))
+    else:
+        mesh = init_device_mesh(device.type, (replicate, world // replicate), mesh_dim_names=MESH_DIMS)
     cpu_group = dist.new_group(backend="gloo") if device.type == "cuda" else dist.group.WORLD
-    return DistEnv(dist.get_rank(), world, local_rank, device, mesh, cpu_group)
+    return DistEnv(dist.get_rank(), world, local_rank, device, mesh, cpu_group, replicate)
+
+
+def data_parallel_replicate(cfg, world_size: int, local_world_size: int) -> tuple[int, str]:
+    """The replicas this run's mesh has, and why: ``cfg.data_parallel_replicate`` as set (refused by name when it
+    does not divide ``world_size``), or ``auto``: the number of nodes when the plan says one node's GPUs hold the
+    sharded states with room for the step (``plan.Setup.replicate``, on the instance type SageMaker names), else 1.
+    Raises ``contract.ContractError`` (before any process group)."""
+    setting = cfg.data_parallel_replicate
+    nodes = world_size // local_world_size if local_world_size and world_size % local_world_size == 0 else 1
+    if setting != "auto":
+        problem = network.layout_problem(int(setting), world_size)
+        if problem:
+            raise contract.ContractError(
+                "data_parallel_replicate",
+                f"{problem} ({nodes} node(s) x {local_world_size} processes); or auto",
+            )
+        return int(setting), "set"
+    if nodes == 1:
+        return 1, "auto: one node"
+    instance_type = cluster.current_instance_type()
+    if instance_type not in contract.GPU_INSTANCE_TYPES:
+        return (
+            1,
+            f"auto: instance type {instance_type or 'unknown'} has no memory figures, so every state is sharded",
+        )
+    settings = {k: v for k, v in cfg.as_dict().items() if k in contract.HYPERPARAMETERS_BY_NAME}
+    settings.pop("init_from", None)  # its shape is in the settings already
+    setup = plan.setup_from_request(
+        {"instance_type": instance_type, "instance_count": nodes, "hyperparameters": settings}
+    )
+    held = "holds" if setup.replicate > 1 else "does not hold"
+    return (
+        setup.replicate,
+        f"auto: one {instance_type}'s GPUs {held} the sharded states (the plan's estimate)",
+    )
 
 
 def _free_port() -> int:

@@ -2,7 +2,8 @@
 safetensors headers: ``weights.check_init_from``), output folders writable (probed without creating them; the run
 creates them when it first writes), the checkpoint to resume of the run's model shape, every data file the run will
 read readable as tokens and consistent with the settings and its metadata (token ids below the vocabulary: read in
-full, or sampled when the data is large), enough tokens for one global batch.
+full, or sampled when the data is large), enough tokens for one optimizer step (``grad_accum_steps`` micro-batches
+on every process) and one validation batch.
 
 Each check raises ``contract.ContractError`` naming the setting (and the file) and what is allowed, so a bad run
 fails in seconds instead of at its first checkpoint or mid-run.
@@ -106,17 +107,24 @@ def check_data(cfg, world_size: int) -> str:
             f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; "
             + packing.check(cfg, directory, world_size)
         )
-    need = world_size * cfg.batch_size
     for split, files in splits.items():
-        windows = sum(counts[p] // (cfg.seq_length + 1) for p in files)
-        if files and windows < need:
-            raise contract.ContractError(
-                "batch_size",
-                f"the {split} split in {directory} holds {sum(counts[p] for p in files)} tokens, {windows} sequences "
-                f"of seq_length + 1 = {cfg.seq_length + 1}; one global batch (batch_size {cfg.batch_size} x "
-                f"{world_size} processes) needs {need}: lower batch_size or seq_length, or add data",
-            )
+        _check_one_batch(cfg, world_size, directory, split, {p: counts[p] for p in files})
     return f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}"
+
+
+def _check_one_batch(cfg, world_size: int, directory: str, split: str, counts: dict[Path, int]) -> None:
+    """The split holds what one step reads: for training one optimizer step, batch_size x grad_accum_steps
+    sequences on every process (``data.batch_need``); for validation one batch of batch_size on every process."""
+    accum = cfg.grad_accum_steps if split == "train" else 1
+    need, what = data.batch_need(cfg.batch_size, accum, world_size)
+    windows = sum(count // (cfg.seq_length + 1) for count in counts.values())
+    if counts and windows < need:
+        lower = "batch_size, grad_accum_steps or seq_length" if accum > 1 else "batch_size or seq_length"
+        raise contract.ContractError(
+            "batch_size",
+            f"the {split} split in {directory} holds {sum(counts.values())} tokens, {windows} sequences of "
+            f"seq_length + 1 = {cfg.seq_length + 1}; {what} needs {need}: lower {lower}, or add data",
+        )
 
 
 def _check_metadata(cfg, meta: dict, directory: str) -> None:

@@ -11,10 +11,18 @@ Two kinds of refusal reach here:
   any new subclass), raised on every rank together, after the ranks agreed. Rank 0 prints the line, each node's
   local rank 0 writes the failure file, and every rank waits at a barrier until both are out.
 
-Either way every refusing process records the reason in ``$TRAINER_REFUSAL_FILE`` (when set) and in torchrun's
-per-worker error file (``TORCHELASTIC_ERROR_FILE``): the first tells ``training.trainer.launch`` and the container's
-``entrypoint.sh`` that the workers refused (so they exit 2, where torchrun and the toolkit would exit 1), the second
-puts the reason into torchrun's own failure report under a bare ``torchrun``.
+Either way the processes that speak (each node's first worker) record the reason in ``$TRAINER_REFUSAL_FILE``
+(when set) and in torchrun's per-worker error file (``TORCHELASTIC_ERROR_FILE``): the first tells
+``training.trainer.launch`` and the container's ``entrypoint.sh`` that the workers refused (so they exit 2, where
+torchrun and the toolkit would exit 1), the second puts the reason into torchrun's own failure report under a bare
+``torchrun``. The other workers write neither and leave after them: torchrun names as its root cause the failure
+with the earliest timestamp (the error file's, in whole seconds; for a worker without one, when torchrun saw it
+end), so a silent worker that reached the refusal first, or was stopped by torchrun (exit -15), never takes the
+speaking worker's place in the report, whichever process is faster.
+
+A failure every rank learns together during training (``TrainingFailure``: a bad token id in the next batch, a
+non-finite loss) ends the same way with exit status 1: one ``error:`` line from rank 0, the job's failure reason,
+``$TRAINER_FAILURE_FILE`` for the launcher (which then adds nothing to the line) and torchrun's error file.
 """
 
 from __future__ import annotations
@@ -37,8 +45,21 @@ MARKER_ENV = "TRAINER_REFUSAL_FILE"
 """Environment variable naming the file a refusing process writes its reason into (set by ``training.trainer.launch``
 and ``entrypoint.sh``; unset: nothing is written)."""
 
-QUIET_WAIT_SECONDS = 10.0
-"""How long a worker that refuses silently waits for its node's first worker to print the line and exit."""
+FAILURE_MARKER_ENV = "TRAINER_FAILURE_FILE"
+"""Environment variable naming the file rank 0 writes the reason of a ``TrainingFailure`` into (set by
+``training.trainer.launch``; unset: nothing is written)."""
+
+QUIET_WAIT_SECONDS = 60.0
+"""How long a worker that stays silent waits for its node's first worker to print the line and exit (torchrun then
+stops it at once). Only a first worker that never gets there (it hung) makes the wait run out; it is long so that a
+first worker slowed by a busy machine still speaks first."""
+
+
+class TrainingFailure(Exception):
+    """A reason to stop training that every rank learnt together after step 1 (a bad token id in the next batch, a
+    non-finite loss): raised on every rank together, once the ranks agree and the checkpoints written so far are
+    sealed. ``training.trainer.__main__`` turns it into one ``error:`` line and exit status 1 (a failure during
+    training, not a refusal)."""
 
 
 class Refusal(Exception):
@@ -54,9 +75,10 @@ def speaking_process() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
-def record(message: str) -> None:
-    """Record a refusal where a launcher can see it: ``$TRAINER_REFUSAL_FILE`` and torchrun's error file."""
-    marker = os.environ.get(MARKER_ENV)
+def record(message: str, marker_env: str = MARKER_ENV) -> None:
+    """Record a refusal (or, with ``marker_env=FAILURE_MARKER_ENV``, a failure every rank agreed on) where a
+    launcher can see it: the file ``$marker_env`` names and torchrun's error file."""
+    marker = os.environ.get(marker_env)
     if marker:
         _write_quietly(Path(marker), message.strip() + "\n")
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
@@ -68,9 +90,10 @@ def record(message: str) -> None:
         _write_quietly(Path(error_file), json.dumps({"message": {"message": text, "extraInfo": info}}))
 
 
-def refused() -> str | None:
-    """The reason in ``$TRAINER_REFUSAL_FILE``, or None when no process has refused."""
-    marker = os.environ.get(MARKER_ENV)
+def refused(marker_env: str = MARKER_ENV) -> str | None:
+    """The reason in ``$TRAINER_REFUSAL_FILE`` (or the file ``marker_env`` names), or None when no process has
+    recorded one."""
+    marker = os.environ.get(marker_env)
     try:
         return Path(marker).read_text().strip() if marker else None
     except OSError:
@@ -80,17 +103,28 @@ def refused() -> str | None:
 def refuse(message: str, *, report: bool | None = None) -> int:
     """A refusal before the process group: ``error: <message>`` on stderr from the speaking process (``report``
     overrides who speaks), the job's failure reason under SageMaker, the records for a launcher; returns
-    ``REFUSED``. A silent worker waits for the speaking one first, and speaks after all if it is still running."""
-    record(message)
+    ``REFUSED``. A silent worker waits for the speaking one first, recording nothing meanwhile (see the module
+    doc), and speaks after all if it is still running."""
     if report is None:
         report = speaking_process()
         if not report:
             time.sleep(QUIET_WAIT_SECONDS)  # torchrun stops this worker once the speaking one has exited
             report = True
+    record(message)
     if report:
         print(f"error: {message}", file=sys.stderr, flush=True)
     sagemaker_job.write_failure(message)
     return REFUSED
+
+
+def fail(message: str, *, report: bool) -> int:
+    """A ``TrainingFailure`` on a node's first worker: ``error: <message>`` on stderr when ``report`` (rank 0), the
+    job's failure reason under SageMaker, the records for a launcher; returns ``FAILED``."""
+    record(message, FAILURE_MARKER_ENV)
+    if report:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sagemaker_job.write_failure(message)
+    return FAILED
 
 
 def failure_reason(err: BaseException) -> str:

@@ -35,11 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from training.request import hf_config
 from training.trainer import llama_layout, master_weights
+from training.trainer.refusal import Refusal
 
 INIT_STD = 0.02
 INDEX_FILE = "model.safetensors.index.json"
@@ -81,6 +83,17 @@ def seed_of(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+class DamagedFileError(ValueError):
+    """One weights file of an ``init_from`` folder cannot be read; ``path`` names it."""
+
+    def __init__(self, path: Path, err: BaseException):
+        if isinstance(err, FileNotFoundError):
+            super().__init__(f"{INDEX_FILE} names {path.name}, which is not in the folder")
+        else:
+            super().__init__(f"cannot read {path.name}: {_one_line(err)}")
+        self.path = path
+
+
 class HuggingFaceFolder:
     """A Hugging Face model folder's safetensors files, read one tensor at a time (``model.safetensors``, or the
     shards ``model.safetensors.index.json`` lists, or else every ``*.safetensors`` file in it)."""
@@ -89,6 +102,7 @@ class HuggingFaceFolder:
         self.folder = Path(folder)
         self._handles: dict[Path, Any] = {}
         self.files = self._weight_map()
+        self.nonfinite: list[str] = []  # what ``note_nonfinite`` found in the values this rank loaded
 
     def _weight_map(self) -> dict[str, Path]:
         index = self.folder / INDEX_FILE
@@ -105,7 +119,10 @@ class HuggingFaceFolder:
         if path not in self._handles:
             from safetensors import safe_open
 
-            self._handles[path] = safe_open(str(path), framework="pt", device="cpu")
+            try:
+                self._handles[path] = safe_open(str(path), framework="pt", device="cpu")
+            except Exception as err:  # OSError, safetensors' SafetensorError (a header cut short or damaged)
+                raise DamagedFileError(path, err) from None
         return self._handles[path]
 
     def headers(self) -> Iterator[tuple[str, Path, tuple[int, ...], str]]:
@@ -124,6 +141,21 @@ class HuggingFaceFolder:
         """Where full values are made: host memory (only this rank's rows go to the GPU)."""
         return torch.device("cpu")
 
+    def note_nonfinite(self, rows: torch.Tensor, names: list[str], tensors: list[torch.Tensor]) -> None:
+        """When ``rows`` (this rank's share of a parameter made of the Llama tensors ``names``, ``tensors``) holds
+        a NaN or an infinity, note which tensor of which file (checked on the host, before the copy to the
+        device; every rank checks its own rows, so the ranks together check every value once)."""
+        if bool(torch.isfinite(rows).all()):
+            return
+        for name, tensor in zip(names, tensors, strict=True):
+            bad = ~torch.isfinite(tensor)
+            if bool(bad.any()):
+                first = tensor[bad][0].item()
+                self.nonfinite.append(
+                    f"{name} in {self.files[name].name} holds {int(bad.sum())} non-finite value(s) ({first})"
+                )
+                return
+
 
 def source_for(init_from: str | None, seed: int, num_layers: int) -> Generated | HuggingFaceFolder:
     return Generated(seed, num_layers) if init_from is None else HuggingFaceFolder(init_from)
@@ -141,7 +173,7 @@ def initialize(
     init_from: str | None = None,
     keep_master_values: bool = False,
     skip: Callable[[str], bool] | None = None,
-) -> None:
+) -> list[str]:
     """Give every parameter of the sharded ``model`` (``parallel.shard_model``'s) its value: from the Hugging Face
     folder ``init_from``, or generated from ``seed``. Transformer Engine modules are materialized by their own
     ``reset_parameters`` with each ``init_fn`` replaced (see the module doc); the rest are copied into.
@@ -153,7 +185,10 @@ def initialize(
 
     ``keep_master_values`` (``quantized_model_init``'s fp32 masters): each parameter stored in less than fp32
     keeps its fp32 value from before quantization, where ``master_weights.MasterWeightAdamW`` starts its master.
-    ``skip``: parameters with no Llama counterpart that another module fills (``lora.is_adapter``)."""
+    ``skip``: parameters with no Llama counterpart that another module fills (``lora.is_adapter``).
+
+    Returns what this rank found non-finite in ``init_from``'s values (``HuggingFaceFolder.note_nonfinite``: one
+    line per tensor); the caller agrees with the other ranks and refuses (``refuse_nonfinite``)."""
     shape = model.shape
     source = source_for(init_from, seed, shape.num_layers)
     te_owned: set[str] = set()
@@ -179,6 +214,7 @@ def initialize(
                 _local(param).copy_(value)
                 if keep_master_values:
                     master_weights.keep_initial_value(param, value)
+    return source.nonfinite if isinstance(source, HuggingFaceFolder) else []
 
 
 def _copy_into(
@@ -212,7 +248,10 @@ def shard_value(
         raise ValueError(
             f"{name}: the Llama tensors give shape {tuple(full.shape)}; the parameter is {tuple(param.shape)}"
         )
-    return local_rows(full, param).to(device)
+    rows = local_rows(full, param)
+    if isinstance(source, HuggingFaceFolder):
+        source.note_nonfinite(rows, list(layout.names), tensors)
+    return rows.to(device)
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
@@ -220,25 +259,47 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 
 def local_rows(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-    """The part of ``full`` that ``param`` (a DTensor sharded on dim 0 over a 1-D mesh, as FSDP2 shards, or a
-    replicated or plain tensor) keeps on this rank: ``torch.chunk``'s piece of this rank, empty past the last."""
+    """The part of ``full`` that ``param`` (a DTensor sharded on dim 0, as FSDP2 shards: over a 1-D mesh, or over
+    the second dimension of hybrid sharding's (replicate, shard) mesh; or a replicated or plain tensor) keeps on
+    this rank: ``torch.chunk``'s piece of this rank's coordinate on the sharded dimension, empty past the last."""
     if not isinstance(param, DTensor):
         return full
     mesh, placements = param.device_mesh, param.placements
-    if mesh.ndim != 1 or not isinstance(placements[0], Shard | Replicate):
-        raise NotImplementedError(f"placements {placements} on a {mesh.ndim}-D mesh")
-    if isinstance(placements[0], Replicate):
-        return full
-    if placements[0].dim != 0:
-        raise NotImplementedError(f"sharding on dim {placements[0].dim}")
-    chunks = torch.chunk(full, mesh.size(), dim=0)
-    rank = mesh.get_local_rank()
-    rows = chunks[rank] if rank < len(chunks) else full[:0]
+    rows = full
+    for dim, placement in enumerate(placements):
+        if isinstance(placement, Replicate):
+            continue
+        if not isinstance(placement, Shard) or placement.dim != 0:
+            raise NotImplementedError(f"placements {placements} on a {mesh.ndim}-D mesh")
+        chunks = torch.chunk(rows, mesh.size(dim), dim=0)
+        rank = mesh.get_local_rank(dim)
+        rows = chunks[rank] if rank < len(chunks) else rows[:0]
     if rows.shape != param.to_local().shape:
         raise RuntimeError(
             f"this rank's rows {tuple(rows.shape)} are not its shard {tuple(param.to_local().shape)}"
         )
     return rows
+
+
+class NonFiniteWeightsError(Refusal, ValueError):
+    """The ``init_from`` model holds a NaN or an infinity (raised on every rank together, before step 1: a refusal,
+    exit status 2)."""
+
+
+def refuse_nonfinite(found: list[str], init_from: str | None, group: Any) -> None:
+    """Every rank's ``initialize`` findings gathered over ``group``; raise ``NonFiniteWeightsError`` on every rank
+    when any rank found a non-finite value (naming the tensor and its file). A collective."""
+    if init_from is None:
+        return
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, found, group=group)
+    lines = sorted({line for part in gathered for line in part})
+    if lines:
+        more = f" (and {len(lines) - 1} more tensors)" if len(lines) > 1 else ""
+        raise NonFiniteWeightsError(
+            f"init_from: {init_from}: {lines[0]}{more}; a model cannot be trained from non-finite weights: use "
+            "another folder, or repair that tensor"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -257,6 +318,8 @@ def check_init_from(cfg) -> None:
     try:
         folder = HuggingFaceFolder(where)
         found = {name: (path, dims, dtype) for name, path, dims, dtype in folder.headers()}
+    except DamagedFileError as err:  # the file, not only the folder
+        raise hf_config.refuse(where, str(err)) from None
     except Exception as err:  # OSError, a bad index (ValueError, KeyError), safetensors' own SafetensorError
         raise hf_config.refuse(where, f"cannot read its safetensors: {_one_line(err)}") from None
     if not found:

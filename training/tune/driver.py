@@ -83,7 +83,7 @@ def parse_args(argv: list[str]) -> Job:
         for spec in contract.TUNE_HYPERPARAMETERS
     }
     trials = contract.parse_trials(options[contract.TUNE_TRIALS] or "")
-    base = config.local_defaults(raw)
+    base = config.local_defaults(raw, kind="tune", salt=options)  # a folder of its own, never a run's
     config.config_from_mapping(base)  # every base setting checked by the trainer's own rules
     return Job(base, options, trials, config.init_from_architecture(base))
 

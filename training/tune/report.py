@@ -79,6 +79,18 @@ class Row:
     notes: list[str] = field(default_factory=list)
     tokens_per_step: int | None = None
     """Tokens of one optimizer step per GPU: batch_size x grad_accum_steps x seq_length of the trial's settings."""
+    stable: bool | None = None
+    """Whether the trial's step time met the stability target (its last window's CV under ``tune_cv_target``, which
+    ends a trial early); False: it ran to its cap without, so its speed, and its rank, are less certain; None: it
+    did not run, or there was no target."""
+
+    def tokens_per_sec_range(self) -> tuple[float, float] | None:
+        """Tokens/s per GPU at the p90 and the p10 step time (the slow and the fast end of the timed steps)."""
+        s = self.step_seconds or {}
+        slow, fast = s.get("p90"), s.get("p10")
+        if not self.tokens_per_step or not slow or not fast:
+            return None
+        return self.tokens_per_step / slow, self.tokens_per_step / fast
 
 
 def trial_request(base: Mapping[str, Any], overrides: Mapping[str, Any], where: Where) -> dict[str, Any]:
@@ -100,10 +112,15 @@ def tokens_per_step(values: Mapping[str, Any]) -> int:
 
 
 def make_row(
-    result: TrialResult, base: Mapping[str, Any], where: Where, architecture: Mapping[str, Any] | None = None
+    result: TrialResult,
+    base: Mapping[str, Any],
+    where: Where,
+    architecture: Mapping[str, Any] | None = None,
+    cv_target: float = 0.0,
 ) -> Row:
     """A trial's row: its plan (the published figures, as the request check saw it) next to what it measured.
-    ``architecture``: the ``init_from`` model's settings, when the base has one (they give the shape)."""
+    ``architecture``: the ``init_from`` model's settings, when the base has one (they give the shape);
+    ``cv_target``: the stability target the trial ran under (0: none)."""
     request = trial_request(base, result.settings, where)
     try:  # a trial the trainer refused (its status says why) has no plan and no figures
         values: Mapping[str, Any] | None = contract.parse_hyperparameters(
@@ -126,6 +143,7 @@ def make_row(
         alloc_retries=result.summary.get("alloc_retries"), stopped_early=result.stopped_early,
         seconds=result.seconds, first_step_seconds=result.first_step_seconds, log=result.log,
         tokens_per_step=None if values is None else tokens_per_step(values),
+        stable=result.stopped_early if result.ran and cv_target > 0 else None,
     )  # fmt: skip
     base_tokens = tokens_per_step(contract.parse_hyperparameters(dict(base), architecture))
     if row.tokens_per_step not in (None, base_tokens):
@@ -257,7 +275,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("configuration", "configuration"),
     ("status", "status"),
     ("predicted_tokens_per_sec", "predicted tok/s/GPU"),
-    ("measured_tokens_per_sec", "measured tok/s/GPU"),
+    ("measured_tokens_per_sec", "measured tok/s/GPU [p90-p10 step]"),
     ("step", "step s (median [p10-p90], cv)"),
     ("predicted_peak_gb", "predicted peak GB"),
     ("measured_allocated_gb", "measured allocated GB"),
@@ -268,6 +286,41 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("full_run", "full run (time, $)"),
 )
 """The table's columns: key and heading (``docs/tuning.md`` says what each one means)."""
+GPU_COLUMNS = (
+    "predicted_tokens_per_sec", "predicted_peak_gb", "measured_allocated_gb", "measured_reserved_gb",
+    "memory_error_pct", "mfu", "usd_per_billion_tokens",
+)  # fmt: skip
+"""Columns that carry nothing when the trials ran on a CPU: the plan's figures are a GPU's, and a CPU process's
+peak resident set is not a GPU's memory (the CSV and JSON keep every field)."""
+
+
+def shown_columns(rows: Sequence[Row], where: Where | None = None) -> list[tuple[str, str]]:
+    """:data:`COLUMNS` less what carries nothing: a column with no value in any row, and, when ``where`` says the
+    trials ran on a CPU, :data:`GPU_COLUMNS`."""
+    texts = [cells(row) for row in rows]
+    cpu = where is not None and where.device != "cuda"
+    return [
+        (key, heading.replace("/GPU", "/process") if cpu else heading)
+        for key, heading in COLUMNS
+        if not (cpu and key in GPU_COLUMNS)
+        and (
+            key in ("rank", "configuration", "status")
+            or any(t[key] not in ("-", "- (published)") for t in texts)
+        )
+    ]
+
+
+def stability_notes(rows: Sequence[Row], cv_target: float, window: int) -> list[str]:
+    """Which trials never met the stability target: their median step time, and so their rank, is less sure."""
+    unstable = [row for row in rows if row.stable is False]
+    if not unstable:
+        return []
+    listed = ", ".join(f"#{row.rank}" for row in sorted(unstable, key=lambda r: r.rank))
+    return [
+        f"{len(unstable)} of {len(rows)} trials never met the stability target (the CV of {window} consecutive "
+        f"timed steps under {cv_target:.0%}) before their cap: {listed}; their range [p90-p10 step] says how "
+        "sure their throughput is, and rows whose ranges overlap are not told apart"
+    ]
 
 
 def cells(row: Row) -> dict[str, str]:
@@ -281,7 +334,12 @@ def cells(row: Row) -> dict[str, str]:
         s = row.step_seconds
         spread = "-" if s["cv"] is None else f"{s['cv']:.1%}"
         step = f"{s['median']:.4g} [{s['p10']:.4g}-{s['p90']:.4g}], {spread} ({s['steps']:.0f} steps)"
-    status = row.status + (" (probe)" if row.probe else "")
+    status = (
+        row.status + (" (probe)" if row.probe else "") + (", never stable" if row.stable is False else "")
+    )
+    speed = num(row.measured_tokens_per_sec, ",.0f")
+    if (span := row.tokens_per_sec_range()) and row.measured_tokens_per_sec is not None:
+        speed += f" [{span[0]:,.0f}-{span[1]:,.0f}]"
     full = "-"
     if row.full_run_seconds is not None:
         full = contract.format_duration(row.full_run_seconds)
@@ -291,7 +349,7 @@ def cells(row: Row) -> dict[str, str]:
         "configuration": row.configuration,
         "status": status,
         "predicted_tokens_per_sec": num(row.predicted_tokens_per_sec, ",.0f") + f" ({row.basis})",
-        "measured_tokens_per_sec": num(row.measured_tokens_per_sec, ",.0f"),
+        "measured_tokens_per_sec": speed,
         "step": step,
         "predicted_peak_gb": (
             "-"
@@ -307,12 +365,13 @@ def cells(row: Row) -> dict[str, str]:
     }
 
 
-def markdown(rows: Sequence[Row], heading: str, notes: Sequence[str] = ()) -> str:
+def markdown(rows: Sequence[Row], heading: str, notes: Sequence[str] = (), where: Where | None = None) -> str:
+    columns = shown_columns(rows, where)
     lines = [heading, "", *[f"- {note}" for note in notes], *([""] if notes else [])]
-    lines += ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         text = cells(row)
-        lines.append("| " + " | ".join(text[k].replace("|", "/") for k, _ in COLUMNS) + " |")
+        lines.append("| " + " | ".join(text[k].replace("|", "/") for k, _ in columns) + " |")
     failures = [row for row in rows if row.error]
     if failures:
         lines += ["", "Why:", ""] + [
@@ -321,10 +380,11 @@ def markdown(rows: Sequence[Row], heading: str, notes: Sequence[str] = ()) -> st
     return "\n".join(lines) + "\n"
 
 
-def plain(rows: Sequence[Row]) -> str:
+def plain(rows: Sequence[Row], where: Where | None = None) -> str:
     """Fixed-width text (the driver's log and a terminal without the CLI)."""
-    table = [[h for _, h in COLUMNS]] + [[cells(row)[k] for k, _ in COLUMNS] for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    columns = shown_columns(rows, where)
+    table = [[h for _, h in columns]] + [[cells(row)[k] for k, _ in columns] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     out = [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in table
@@ -334,7 +394,7 @@ def plain(rows: Sequence[Row]) -> str:
 
 CSV_FIELDS = (
     "rank", "trial", "configuration", "status", "probe", "error", "basis", "predicted_tokens_per_sec",
-    "measured_tokens_per_sec", "step_median_s", "step_p10_s", "step_p90_s", "step_cv", "timed_steps",
+    "measured_tokens_per_sec", "step_median_s", "step_p10_s", "step_p90_s", "step_cv", "timed_steps", "stable",
     "predicted_peak_gb", "predicted_tensors_gb", "measured_allocated_gb", "measured_reserved_gb", "memory_error_pct",
     "alloc_retries", "mfu", "usd_per_billion_tokens", "full_run_seconds", "full_run_usd", "trial_seconds",
     "first_step_seconds",

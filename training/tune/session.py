@@ -157,7 +157,12 @@ def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
     base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
     place = where(job, hosts, results)
     rows = (
-        report.rank([report.make_row(r, base, place, job.architecture) for r in results])
+        report.rank(
+            [
+                report.make_row(r, base, place, job.architecture, job.options["tune_cv_target"])
+                for r in results
+            ]
+        )
         if hosts.leader
         else []
     )
@@ -172,7 +177,7 @@ def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
         return 0
     if runs or notes:
         write(folder, job, rows, place, runs, gpu_memory_gb, notes)
-    say("ranked trials:\n" + report.plain(rows))
+    say("ranked trials:\n" + report.plain(rows, place))
     if best is None:
         say(
             f"no winner: no trial ran ok ({len(rows)} tried); the report (every trial's status, error and log) is "
@@ -216,16 +221,23 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
         f"{place.instance_count} x {place.instance_type}"
         + ("" if place.on_target else ": not the instance's GPUs, so no costs are projected")
     )  # fmt: skip
-    notes = [*report.tokens_per_step_notes(rows, job.base, job.architecture), measured_on, *run_notes]
+    stability = report.stability_notes(rows, job.options["tune_cv_target"], job.options["tune_window_steps"])
+    notes = [
+        *report.tokens_per_step_notes(rows, job.base, job.architecture),
+        *stability,
+        measured_on,
+        *run_notes,
+    ]
     options = {k: v for k, v in job.options.items() if k != contract.TUNE_TRIALS}
     extra = {"convergence": comparisons, "notes": notes, "options": options}
     (folder / contract.TUNE_REPORT_FILE).write_text(report.report_json(rows, place, extra))
     heading = f"# Tuning: {len(rows)} trials ({measured_on})"
-    (folder / "table.md").write_text(report.markdown(rows, heading, notes))
+    (folder / "table.md").write_text(report.markdown(rows, heading, notes, place))
     (folder / "table.csv").write_text(report.csv_text(rows))
-    (folder / "table.txt").write_text(report.plain(rows))
+    (folder / "table.txt").write_text(report.plain(rows, place))
     charts.throughput_and_memory(rows, place, folder / "throughput_memory.png", gpu_memory_gb)
-    charts.throughput_vs_memory(rows, place, folder / "throughput_vs_memory.png", gpu_memory_gb)
+    if place.device == "cuda":  # on a CPU the memory axis would be a process's resident set: nothing to plot
+        charts.throughput_vs_memory(rows, place, folder / "throughput_vs_memory.png", gpu_memory_gb)
     if runs:
         curves = {p: r.losses for p, r in runs.items()}
         reference = job.options["tune_convergence_reference"]

@@ -56,9 +56,13 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="runs side by side: precision, final and validation loss, evaluation scores",
         description="Runs side by side: precision, max_steps, final training loss and validation loss, and each "
         "evaluated task's acc and acc_norm with their standard errors (from the run's own evaluation, the "
-        "evaluation-only run named, or the newest evaluation of the run started later).",
+        "evaluation-only run named, or the newest evaluation of the run started later). Local results folders "
+        "(python -m training.evaluate's output: scores.json) instead of runs are read here, without AWS: "
+        "their scores, and the precision and max_steps of the run whose model they evaluated.",
     )
-    compare.add_argument("runs", nargs="+", metavar="RUN", help="run names or execution ARNs")
+    compare.add_argument(
+        "runs", nargs="+", metavar="RUN", help="run names or execution ARNs, or local results folders"
+    )
     return {"evaluate": do_evaluate, "compare": do_compare}
 
 
@@ -77,7 +81,9 @@ def do_evaluate(shell: Shell) -> int:
 
 
 def do_compare(shell: Shell) -> int:
-    rows = shell.runs.compare(shell.args.runs)
+    from constructs_lib.cli.evaluation import compare_rows
+
+    rows = compare_rows(lambda: shell.runs, shell.args.runs)
     if shell.args.json:
         shell.emit(rows)
     else:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from constructs_lib.cli import render
 from constructs_lib.cli.commands.follow import watch_until_ended
 from constructs_lib.cli.errors import InvalidRequest
-from constructs_lib.cli.request import local_copies, plan_request, validate
+from constructs_lib.cli.request import check_offline, plan_request
 from constructs_lib.cli.shell import EXIT_INVALID, EXIT_OK, Parents, Shell
 
 
@@ -21,13 +22,22 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="check a request: offline with cdk.json's settings, or with --deployed the deployed workflow's rules",
         description="Check a request with the workflow's own validation. By default offline, no AWS call: under "
         "the rules cdk.json deploys. With --deployed (or --stack), under the exact rules of the deployed "
-        "workflow, read from its state machine (what submit checks). Exit 0 valid, 2 with every problem listed.",
+        "workflow, read from its state machine (what submit checks). Offline, --init-from DIR and --data-folder DIR "
+        "read local copies of the request's init_from and train_data_uri folders as the workflow reads S3. Exit 0 "
+        "valid, 2 with every problem listed.",
     )
     validate_cmd.add_argument(
         "--deployed",
         action="store_true",
         help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
         "implied by --stack",
+    )
+    validate_cmd.add_argument(
+        "--bucket",
+        metavar="NAME",
+        help="offline: the workflow's bucket (the stack output CheckpointBucketName), so that data sources in another "
+        "bucket are refused as the workflow refuses them (without it they are matched on their key only, and "
+        "validate says so)",
     )
     _local_copy_options(validate_cmd)
     plan = sub.add_parser(
@@ -36,15 +46,33 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="a request's per-GPU peak memory by part, time and cost, before paying",
         description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
         "headroom), its throughput, run time and on-demand cost (training/request/plan.py's closed form), and when it "
-        "does not fit the smallest changes that do. Offline with cdk.json's settings (throughput: the published "
-        "points); with --deployed (or --stack) under the deployed workflow's rules, with the throughput a tuning run "
-        "measured for this configuration and image where there is one ('measured'). Exit 0 when it fits, 2 when "
-        "it does not or is invalid.",
+        "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or --stack) "
+        "under the deployed workflow's rules, reading the init_from folder's config.json and the stored tuning "
+        "records from S3. The throughput is the one a tuning run measured for this configuration on this instance "
+        "and image where a record stands for it ('measured'), else the plan's estimate. Offline, --init-from DIR "
+        "reads the init_from folder from a local copy (and --data-folder DIR the train_data_uri folder: prepared "
+        "conversations' windows), and --measurements PATH the records of a local tuning report "
+        "(with --image, the image the request would run). Exit 0 when it fits, 2 when it does not or is invalid.",
     )
     plan.add_argument(
         "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
     )
     _local_copy_options(plan)
+    plan.add_argument(
+        "--measurements",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="tuning records: a tuning report folder (its measurements.json) or a records file; repeatable. The "
+        "workflow's rules decide whether one stands for the request (same settings, instance type and count, GPU, "
+        "and image: --image)",
+    )
+    plan.add_argument(
+        "--image",
+        metavar="URI_OR_TAG",
+        help="the training image the request would run (a URI or its tag), which a record must come from; with "
+        "--deployed, the deployed workflow's",
+    )
     submit = sub.add_parser(
         "submit",
         parents=[common, request, polling],
@@ -59,57 +87,77 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
 
 
 def _local_copy_options(command: Any) -> None:
-    """``--data-folder`` and ``--model-folder``: local copies of the request's S3 folders, read offline."""
+    """``--init-from`` and ``--data-folder``: local copies of the request's S3 folders, read offline."""
+    command.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="offline: a local copy of the request's init_from model folder (its config.json gives the shape; its "
+        "chat template and tokenizer are what conversation data is checked against), read as the workflow reads S3",
+    )
     command.add_argument(
         "--data-folder",
         metavar="DIR",
         help="offline: a local copy of the request's train_data_uri (the prepared folder), read as the workflow "
         "reads S3: conversation data is checked against init_from and the settings (seq_length, the windows)",
     )
-    command.add_argument(
-        "--model-folder",
-        metavar="DIR",
-        help="offline: a local copy of the request's init_from model folder (its config.json, chat template and "
-        "tokenizer), read as the workflow reads S3",
-    )
 
 
-def _local(shell: Shell, request: Any) -> dict[str, Any]:
-    """The local copies the options name (refused with --deployed: that reads S3 itself)."""
-    folders = {"data_folder": shell.args.data_folder, "model_folder": shell.args.model_folder}
-    if any(folders.values()) and (shell.args.deployed or shell.args.stack):
+def _local_copies(shell: Shell) -> dict[str, Any]:
+    """The local copies the options name (refused with --deployed: that reads the folders from S3 itself)."""
+    copies = {"init_from": shell.args.init_from, "data_folder": shell.args.data_folder}
+    if any(copies.values()) and (shell.args.deployed or shell.args.stack):
         raise InvalidRequest(
-            ["--data-folder, --model-folder: offline only; --deployed reads the folders from S3"]
+            ["--init-from, --data-folder: offline only; --deployed reads the folders from S3"]
         )
-    return local_copies(request, **folders)
+    return copies
 
 
 def do_validate(shell: Shell) -> int:
+    """Every problem (exit 2), or ``valid`` and the checks that need what this validation could not read (S3,
+    SageMaker, the run's name, the workflow's bucket): the workflow makes them before it launches."""
     request = shell.request()
-    notes: list[str] = []
+    copies = _local_copies(shell)
     if shell.args.deployed or shell.args.stack:
-        _local(shell, request)
-        problems = shell.runs.check(request)
+        decision = shell.runs.decide(request)
     else:
-        problems = validate(request, shell.project.rules(), _local(shell, request), notes)
-    if problems:
-        raise InvalidRequest(problems)
+        decision = check_offline(request, shell.project.rules(bucket_name=shell.args.bucket), **copies)
+    if decision.problems:
+        raise InvalidRequest(decision.problems)
     if shell.args.json:
-        shell.emit({"valid": True, "problems": [], **({"not_checked": notes} if notes else {})})
-    else:
-        shell.out.print("valid", markup=False)
-        for note in notes:
-            shell.out.print(f"not checked: {note}", markup=False)
+        shell.emit({"valid": True, "problems": [], "not_checked": decision.skipped})
+        return EXIT_OK
+    shell.out.print("valid", markup=False)
+    if decision.skipped:
+        shell.out.print("not checked here (the workflow checks them before it launches):", markup=False)
+        for line in decision.skipped:
+            shell.out.print(f"  - {line}", markup=False)
     return EXIT_OK
 
 
 def do_plan(shell: Shell) -> int:
+    from training.request.reads import read_local_measurements
+
+    args = shell.args
     request = shell.request()
-    deployed = shell.args.deployed or shell.args.stack
+    deployed = args.deployed or args.stack
     rules = shell.runs.rules if deployed else shell.project.rules()
-    local = _local(shell, request)
-    planned = plan_request(request, rules, s3=shell.runs.client("s3") if deployed else None, local=local)
-    if shell.args.json:
+    copies = _local_copies(shell)
+    if args.image:
+        bare_tag = not any(mark in args.image for mark in "/:@")
+        rules = replace(rules, image_uri=f"image:{args.image}" if bare_tag else args.image)
+    records: list[dict[str, Any]] | None = None
+    files: list[str] = []
+    if args.measurements:
+        try:
+            records, files = read_local_measurements(args.measurements)
+        except (OSError, ValueError) as error:
+            raise InvalidRequest([f"--measurements: {error}"]) from None
+    planned = plan_request(
+        request, rules, s3=shell.runs.client("s3") if deployed else None, measurements=records, **copies
+    )  # fmt: skip
+    if args.measurements:
+        planned["records"] = {"files": files, "read": len(records or []), "image_tag": rules.image_tag()}
+    if args.json:
         shell.emit(planned)
     else:
         render.print_plan(shell.out, planned)

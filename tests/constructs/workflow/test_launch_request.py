@@ -32,8 +32,19 @@ def _launch_states(definition: dict) -> list[dict]:
 
 
 def _render(definition: dict, execution_input: dict) -> dict:
+    """The request the launch state renders for ``execution_input``, decided against the workflow's bucket (in moto,
+    empty: the request check lists this run's folder before a launch)."""
+    import boto3
+    from moto import mock_aws
+
     rules = RequestRules.from_state_machine_definition(definition)
-    decided = decide({"input": execution_input, "rules": rules.to_json(), "execution": "run-1"})
+    event = {"input": execution_input, "rules": rules.to_json(), "execution": "run-1"}
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=rules.region)
+        s3.create_bucket(
+            Bucket=rules.bucket_name, CreateBucketConfiguration={"LocationConstraint": rules.region}
+        )
+        decided = decide(event, s3=s3)
     context = execution_context(name="run-1", execution_input=execution_input)
     return launch_request(definition, decided, context)
 

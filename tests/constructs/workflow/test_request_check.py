@@ -278,7 +278,8 @@ def test_hyperparameter_value_size_and_count_come_from_botocore(rules):
         ({"resume_from": "a/b"}, "resume_from: must be the name of an earlier execution"),
         (
             {"resume_from": "x" * 81},
-            "resume_from: must be the name of an earlier execution of this workflow (1 to 80",
+            "resume_from: must be the name of an earlier execution of this workflow, or this execution's own to "
+            "continue its run in its folder (1 to 80",
         ),
         (
             {"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"},
@@ -690,6 +691,31 @@ def test_a_training_job_the_check_may_not_describe_is_named_as_not_this_workflow
     assert missing == ["evaluate.training_job: no training job gone in this account and region"]
 
 
+def test_a_tuning_runs_job_is_refused_as_an_evaluation_source_saying_what_to_evaluate_instead():
+    """A tuning job completes with a model archive of no model (its trials are short and export nothing): refused
+    before an evaluation job is provisioned, however it ended."""
+    from training.request import evaluate_block
+
+    rules = RequestRules(region=REGION, bucket_name="b", workflow_segment="W")
+
+    class SageMaker:
+        def describe_training_job(self, TrainingJobName):  # noqa: N803 - boto3's name
+            return {
+                "TrainingJobName": TrainingJobName,
+                "TrainingJobStatus": "Completed",
+                "CheckpointConfig": {"S3Uri": "s3://b/checkpoints/W/tune-1/"},
+                "ModelArtifacts": {"S3ModelArtifacts": "s3://b/output/tune-job/output/model.tar.gz"},
+                "HyperParameters": {contract.TUNE_TRIALS: "batch_size=1;batch_size=2", "dataset": "channel"},
+            }
+
+    facts, problems = evaluate_block.training_job_facts(SageMaker(), "tune-job", rules)
+    assert facts == {} and problems == [
+        "evaluate.training_job: tune-job is a tuning run's job: it measured short trials and exported no model; "
+        "write the tuning run's winning request (blackwell-training tune-apply RUN OUT.json), train it "
+        "(blackwell-training submit OUT.json), and evaluate that run"
+    ]
+
+
 # ---- evaluate a run started from init_from: the export's tokenizer is the folder's (export_hf.write_tokenizer) ----
 
 SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
@@ -755,11 +781,23 @@ def test_evaluating_a_run_from_init_from_looks_for_the_folders_tokenizer(s3, rul
 # ---- the evaluation job's instance type: one GPU when the weights fit, the plan's with a training plan ----------
 
 
+class _PlanOfTwoB200s:
+    """SageMaker describing :data:`PLAN` (moto has no training plans): 2 x ml.p6-b200.48xlarge, active."""
+
+    def describe_training_plan(self, TrainingPlanName: str) -> dict:  # noqa: N803 - boto3's name
+        assert TrainingPlanName == PLAN
+        capacity = {"InstanceType": "ml.p6-b200.48xlarge", "TotalInstanceCount": 2, "Status": "Active"}
+        return {"TrainingPlanName": "b200-week", "Status": "Active", "TargetResources": ["training-job"],
+                "ReservedCapacitySummaries": [capacity]}  # fmt: skip
+
+
 def _decide_evaluation(s3, rules, **fields) -> dict:
     _evaluation_world(s3)
     block = {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa"], **fields.pop("evaluate", {})}
     raw = {"train_data_uri": "s3://my-bucket/data/words/", "evaluate": block, **fields}
-    return decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+    return decide(
+        {"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3, sagemaker=_PlanOfTwoB200s()
+    )
 
 
 @pytest.mark.parametrize(
@@ -849,4 +887,114 @@ def test_the_evaluate_check_reads_the_setting_as_parsed_once(rules):
         assert validate_request({**base, "hyperparameters": spelling}, rules) == [nope]
     assert validate_request({**base, "hyperparameters": {"position_encoding": "xyz"}}, rules) == [
         "hyperparameters.position_encoding: must be one of rope, none; got 'xyz'"
+    ]
+
+
+def test_task_files_are_read_only_in_the_named_folder_and_only_its_tasks_are_named(s3, rules):
+    """Another team's task files in a folder below the named one (or beside it) are neither read nor named; the
+    data prefix itself is no task folder."""
+    _evaluation_world(s3)
+    s3.put_object(Bucket="my-bucket", Key="data/tasks/team-b/secret.yaml", Body=b"task: team_b_secret\n")
+    s3.put_object(Bucket="my-bucket", Key="data/team-c-tasks/c.yaml", Body=b"task: team_c\n")
+    reads: list[str] = []
+    original = s3.get_object
+
+    def get_object(**kwargs):
+        reads.append(kwargs["Key"])
+        return original(**kwargs)
+
+    s3.get_object = get_object
+    raw = {"train_data_uri": "s3://my-bucket/data/words/",
+           "evaluate": {"task_data_uri": "s3://my-bucket/data/tasks/", "tasks": ["piqa", "team_b_secret"]}}  # fmt: skip
+    decided = decide({"input": raw, "rules": rules.to_json(), "execution": "run-1"}, s3=s3)
+    assert decided["cause"] == (
+        "evaluate.tasks: team_b_secret not defined in the task folder s3://my-bucket/data/tasks/ (it defines: "
+        "piqa); write it with python -m training.evaluate.prepare_tasks, or name one of those"
+    )
+    assert [key for key in reads if key.endswith(".yaml")] == ["data/tasks/piqa.yaml"]
+    root = {**raw, "evaluate": {"task_data_uri": "s3://my-bucket/data/", "tasks": ["piqa"]}}
+    assert validate_request(root, rules) == [
+        "evaluate.task_data_uri: must be a task folder below the data prefix s3://my-bucket/data/, not the data "
+        "prefix itself (the evaluation job would mount all of it); e.g. s3://my-bucket/data/evaluation-tasks/ "
+        '(python -m training.evaluate.prepare_tasks writes one); got "s3://my-bucket/data/"'
+    ]
+
+
+# ---- a run's name is its checkpoint folder: reused only to continue that run ------------------------------------
+
+
+def _seal(s3, key: str, step: int) -> None:
+    folder = f"{key}step_{step:08d}/"
+    s3.put_object(Bucket="my-bucket", Key=f"{folder}shard-0.pt", Body=b"x" * 10)
+    s3.put_object(
+        Bucket="my-bucket",
+        Key=f"{folder}{CHECKPOINT_MARKER}",
+        Body=json.dumps({"files": {"shard-0.pt": 10}}).encode(),
+    )
+
+
+def _decide(s3, rules, raw, execution):
+    return decide({"input": raw, "rules": rules.to_json(), "execution": execution}, s3=s3)
+
+
+def test_a_reused_run_name_is_refused_unless_the_input_continues_that_run_in_its_folder(s3, rules):
+    _seal(s3, "checkpoints/Test-Workflow/old-run/", 100)
+    refused = _decide(s3, rules, {"hyperparameters": {"max_steps": "300"}}, "old-run")
+    assert refused["cause"] == (
+        "execution name: s3://my-bucket/checkpoints/Test-Workflow/old-run/ already holds the checkpoints of an earlier "
+        "run named old-run, which a new run would resume from and write over; start this one under another name, or "
+        'set resume_from to "old-run" to continue that run in its folder'
+    )
+    continued = _decide(
+        s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "old-run"
+    )
+    assert continued["valid"], continued["cause"]
+    assert continued["resume"] == {"step": 100, "uri": "s3://my-bucket/checkpoints/Test-Workflow/old-run/step_00000100/",
+                                   "execution": "old-run", "in_place": True}  # fmt: skip
+    assert (
+        continued["channels"] == []
+    )  # SageMaker's checkpoint sync brings the folder back: no resume channel
+    elsewhere = _decide(
+        s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "new-run"
+    )
+    assert elsewhere["valid"] and elsewhere["resume"]["in_place"] is False
+    assert [c["ChannelName"] for c in elsewhere["channels"]] == [contract.RESUME_CHANNEL]
+    nothing = _decide(s3, rules, {"resume_from": "fresh"}, "fresh")
+    assert nothing["cause"] == (
+        "resume_from: execution fresh has no complete checkpoint under s3://my-bucket/checkpoints/Test-Workflow/fresh/; "
+        'got "fresh"'
+    )
+    assert _decide(s3, rules, {}, "fresh")["valid"]
+
+
+def test_a_tuning_run_may_not_reuse_a_name_nor_write_over_stored_measurements(s3):
+    rules = RequestRules(region=REGION, bucket_name="my-bucket", workflow_segment="Test-Workflow",
+                         image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/r:tag1").with_limits()  # fmt: skip
+    tune = {"batch_size": 8, "tune": {"search_space": {"batch_size": [4, 8]}, "max_trials": 1}}
+    _seal(s3, "checkpoints/Test-Workflow/tuned/", 5)
+    assert _decide(s3, rules, tune, "tuned")["cause"].endswith(
+        "write over; start this one under another name"
+    )
+    s3.put_object(Bucket="my-bucket", Key="tuning/measurements/tag1/Test-Workflow/measured.json", Body=b"{}")
+    assert _decide(s3, rules, tune, "measured")["cause"] == (
+        "execution name: s3://my-bucket/tuning/measurements/tag1/Test-Workflow/measured.json already holds the "
+        "measurements of an earlier tuning run named measured; start this one under another name"
+    )
+    assert _decide(s3, rules, tune, "new-tuning")["valid"]
+
+
+def test_an_evaluation_only_run_writes_no_checkpoints_so_its_name_may_have_a_folder(s3, rules):
+    _seal(s3, "checkpoints/Test-Workflow/evaluated/", 5)
+    raw = {"evaluate": {"task_data_uri": "s3://my-bucket/data/tasks/", "training_job": "done-job"}}
+    cause = _decide(s3, rules, raw, "evaluated")["cause"]
+    assert "execution name" not in cause and "evaluate.training_job: no training job done-job" in cause
+
+
+@pytest.mark.parametrize("name", [".", "..", "a/b", "run.1", "../other-run", "run 1"])
+def test_path_like_execution_names_are_refused(rules, name):
+    from training.request.decision import decide_request
+
+    assert decide_request({}, rules, execution=name).problems == [
+        "execution name: must be 1 to 80 characters of a-z, A-Z, 0-9, _ and - (it names the run's checkpoint "
+        f"folder, and resume_from names runs by it); got {json.dumps(name)}"
     ]

@@ -68,17 +68,29 @@ def test_asset_holds_only_what_the_handler_imports():
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
 
 
-def _handler_from_the_asset(event: dict, cwd: Path) -> dict:
-    """The handler's result for ``event``, run from the asset alone: no site-packages at all (-S)."""
+EMPTY_S3 = (
+    "import types; listed = []; "
+    "s3 = types.SimpleNamespace(list_objects_v2=lambda **kw: listed.append(kw) or {'KeyCount': 0}); "
+    "sys.modules['boto3'] = types.SimpleNamespace(client=lambda service, **kw: s3); "
+)
+"""The Lambda runtime's boto3, standing in for an empty bucket (the process has no site-packages): the only S3
+calls a tuning request without data makes are the listings of the run's own folder and measurements before a
+launch, kept in ``listed``."""
+
+
+def _handler_from_the_asset(event: dict, cwd: Path, s3: str = "") -> dict:
+    """The handler's result for ``event``, run from the asset alone: no site-packages at all (-S); ``s3``: code
+    that stands in for boto3 first (``EMPTY_S3``)."""
     code = (
-        f"import sys, json; sys.path.insert(0, {str(build_asset())!r}); "
+        f"import sys, json; {s3}sys.path.insert(0, {str(build_asset())!r}); "
         f"mod, fn = {HANDLER!r}.rsplit('.', 1); import importlib; "
         "handler = getattr(importlib.import_module(mod), fn); "
-        f"print(json.dumps(handler({event!r})))"
+        f"state = handler({event!r}); print(json.dumps(state)); print(json.dumps(globals().get('listed')))"
     )
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    state, listed = proc.stdout.splitlines()
+    return {**json.loads(state), "listed": json.loads(listed)} if s3 else json.loads(state)
 
 
 def test_handler_runs_from_the_asset_alone(tmp_path):
@@ -90,6 +102,19 @@ def test_handler_runs_from_the_asset_alone(tmp_path):
     assert result["valid"] is False and "did you mean max_steps?" in result["cause"]
 
 
+def test_the_handler_logs_every_problem_which_the_state_only_counts(caplog):
+    from constructs_lib.workflow.request_check import handler
+
+    rules = RequestRules(region="us-west-2").with_limits().to_json()
+    with caplog.at_level("INFO", logger="constructs_lib.workflow.request_check"):
+        state = handler({"input": {f"u{i}": 0 for i in range(2000)}, "rules": rules, "execution": "run-1"})
+    lines = [json.loads(record.getMessage()) for record in caplog.records]
+    assert lines[0] == {"execution": "run-1", "valid": False, "problems": 2000}
+    assert [line["problem"].split(":")[0] for line in lines[1:]] == [f"u{i}" for i in range(1000)]
+    assert state["cause"].endswith("more problems (the request check's log and blackwell-training validate "
+                                   "--deployed on this input list every one)")  # fmt: skip
+
+
 def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
     """The tuning plan (candidates, cost, the job's hyperparameters) needs nothing beyond the asset either."""
     rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
@@ -98,8 +123,10 @@ def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
         "rules": rules,
         "execution": "run-1",
     }
-    result = _handler_from_the_asset(event, tmp_path)
+    result = _handler_from_the_asset(event, tmp_path, s3=EMPTY_S3)
     assert result["valid"] is True, result["cause"]
+    listed = result["listed"]  # the run's own folder and measurements: no earlier run's of that name
+    assert listed and all(kw["Bucket"] == "b" and "run-1" in kw["Prefix"] for kw in listed), listed
     assert result["hyperparameters"]["tune_trials"] == (
         "batch_size=2,grad_accum_steps=1;batch_size=1,grad_accum_steps=2"
     )
@@ -150,8 +177,18 @@ def test_role_reads_only_the_markers_and_lists_only_the_runs(template):
     actions = {
         a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
-    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents"}
+    assert actions <= {"s3:GetObject", "s3:ListBucket", "logs:CreateLogStream", "logs:PutLogEvents",
+                       "sagemaker:DescribeTrainingPlan"}  # fmt: skip
     # no training_job_tag: it may describe no training job at all
+    plans = by_sid["DescribeTrainingPlans"]
+    assert plans["Action"] == "sagemaker:DescribeTrainingPlan" and "Condition" not in plans
+    # the training plans of the stack's own account and region, any name (a request names its plan)
+    assert plans["Resource"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:us-west-2:123456789012:training-plan/*"],
+        ]
+    }
 
 
 def test_role_describes_only_the_training_jobs_with_the_workflows_tag_nag_clean():
@@ -197,10 +234,10 @@ def test_role_lists_only_the_allowed_data_prefixes():
     reads = by_sid["ReadTaskFiles"]
     assert reads["Action"] == "s3:GetObject"
     rendered = json.dumps(reads["Resource"])
-    for prefix in ("/data/*.yaml", "/data/*.yml"):
+    for prefix in ("/data/*/*.yaml", "/data/*/*.yml"):  # in a folder below the prefix: never the prefix's own
         assert prefix in rendered
     assert [r for r in reads["Resource"] if isinstance(r, str)] == [
-        f"{other}/{p}*{s}" for p in ("tokens/", "text/") for s in (".yaml", ".yml")
+        f"{other}/{p}*/*{s}" for p in ("tokens/", "text/") for s in (".yaml", ".yml")
     ]
     # and prepared data's metadata.json by its exact name: in a data prefix or any folder below it, nothing else
     metadata = by_sid["ReadDataMetadata"]
