@@ -129,7 +129,9 @@ def test_a_new_field_at_its_default_is_left_out_of_the_decided_config_only():
 SKIPPED_EXPLAINS = {
     "the data sources' bucket": ("train_data_uri:", "init_from:", "evaluate.task_data_uri:"),
     "init_from: the model folder's config.json": ("init_from:", "hyperparameters", "num_layers:", "memory:",
-                                                  "max_runtime_seconds:", "tune", "evaluate", "input:"),
+                                                  "max_runtime_seconds:", "tune", "evaluate", "input:",
+                                                  "train_data_uri:", "seq_length:", "batch_size:"),
+    "train_data_uri: its metadata.json": ("train_data_uri:", "seq_length:", "batch_size:"),
     "the plan's throughput": ("max_runtime_seconds: the plan expects one optimizer step", "tune.max_cost_usd:"),
     "the run's name": ("execution name:",),
     "train_data_uri: that it holds": ("train_data_uri:",),

@@ -145,6 +145,8 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     records = planned.get("records")
     if records is not None:
         out.print(records_line(planned, records), markup=False)
+    if planned.get("data"):
+        out.print(f"data: {planned['data']['summary']}", markup=False)
     check = planned.get("memory_check")
     if check:
         out.print(

@@ -69,12 +69,39 @@ def validate(request: object, rules: Any) -> list[str]:
     return check_offline(request, rules).problems
 
 
-def check_offline(request: object, rules: Any) -> Any:
+def check_offline(
+    request: object, rules: Any, *, init_from: str | Path | None = None, data_folder: str | Path | None = None
+) -> Any:
     """The workflow's own decision (``decide_request``) of ``request`` under ``rules``, offline: no AWS call; its
-    ``skipped`` names the checks that need S3, SageMaker, the run's name or the workflow's bucket."""
+    ``skipped`` names the checks that need S3, SageMaker, the run's name or the workflow's bucket. ``init_from``,
+    ``data_folder``: local copies of the request's ``init_from`` and ``train_data_uri`` folders, read as the
+    workflow reads S3 (the model's shape, chat template and tokenizer; conversation data's metadata.json)."""
     from training.request.decision import decide_request
+    from training.request.reads import Reads
 
-    return decide_request(request, rules)
+    reads = Reads(local_init_from=init_from, local_train_data=data_folder)
+    decision = decide_request(request, rules, reads=reads)
+    _refuse_unused_copies(decision.fields, init_from=init_from, data_folder=data_folder)
+    return decision
+
+
+LOCAL_COPY_OPTIONS = {"init_from": "--init-from", "train_data_uri": "--data-folder"}
+"""The request's S3 folders the CLI reads from a local copy offline, and the option that names the copy."""
+
+
+def _refuse_unused_copies(fields: Any, **copies: str | Path | None) -> None:
+    """Refuses a local copy (``init_from``, ``data_folder``) of a folder the decided request does not set (the
+    input's field, else the workflow's default)."""
+    problems = []
+    for name, folder in zip(LOCAL_COPY_OPTIONS, (copies["init_from"], copies["data_folder"]), strict=True):
+        if folder is not None and fields is not None and getattr(fields, name) is None:
+            flag = LOCAL_COPY_OPTIONS[name]
+            problems.append(
+                f"{flag} {folder}: the request has no {name} (the S3 folder the job would read); set it, and "
+                f"{flag} gives that folder's local copy"
+            )
+    if problems:
+        raise InvalidRequest(problems)
 
 
 def load_request(source: str | None, stdin: IO[str] | None = None) -> dict[str, Any]:
@@ -148,6 +175,7 @@ def plan_request(
     s3: Any = None,
     *,
     init_from: str | Path | None = None,
+    data_folder: str | Path | None = None,
     measurements: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
@@ -155,13 +183,15 @@ def plan_request(
     problem other than the memory estimate's own (a plan that does not fit is still shown, with its advice). A
     request with ``init_from`` is planned with the shape of that model folder's config.json, read with the S3 client
     ``s3``, or from ``init_from``, a local copy of the folder (without either, it is refused: its shape is not known
-    offline). The throughput is measured where a stored tuning record of the rules' image stands for the request
-    (``measurements``: records the caller read, e.g. from a local tuning report; else read with ``s3``; the same
-    rules as the workflow's, :mod:`training.request.measured`), else the plan's estimate."""
+    offline); ``data_folder``: a local copy of the ``train_data_uri`` folder (prepared conversations: the plan
+    counts their windows), read in place of S3. The throughput is measured where a stored tuning record of the
+    rules' image stands for the request (``measurements``: records the caller read, e.g. from a local tuning report;
+    else read with ``s3``; the same rules as the workflow's, :mod:`training.request.measured`), else the plan's
+    estimate."""
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
-    reads = Reads(s3, local_init_from=init_from, measurements=measurements)
+    reads = Reads(s3, local_init_from=init_from, local_train_data=data_folder, measurements=measurements)
     decision = decide_request(request, rules, reads=reads)
     fields = decision.fields
     if init_from is None and s3 is None and fields is not None and isinstance(fields.init_from, str):
@@ -169,16 +199,10 @@ def plan_request(
         raise InvalidRequest(
             [
                 "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
-                "--deployed or --stack"
+                "--deployed or --stack, or offline with a local copy of the folder (--init-from DIR)"
             ]
         )
-    if init_from is not None and fields is not None and fields.init_from is None:
-        raise InvalidRequest(
-            [
-                f"--init-from {init_from}: the request has no init_from (the S3 folder the job would load); set "
-                "it, and --init-from gives the plan that folder's local copy"
-            ]
-        )
+    _refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)

@@ -5,15 +5,17 @@ holds exactly what the handler imports, copied from the installed packages at sy
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
 ``training/request/`` (the decision, the fields' table, the rules, the request read once, the checks, the evaluate
 and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan and its
-network term, the measurements' rules, the tuning candidates and the decision's size bound; standard library only)
-and an empty ``__init__.py`` in each of their folders (the real package ``__init__`` files are not needed there).
-Its role may write its own log group, read, under the workflow's checkpoint prefix only, the listing and the
-``COMPLETE`` markers that decide ``resume_from``, list the allowed data prefixes (a ``train_data_uri`` must hold an
-object, an ``init_from`` folder its files), read there only objects named exactly ``config.json`` (an ``init_from``
-model's architecture) or ``metadata.json`` (prepared data's tokenizer) and task YAML files in a folder below them (an
-evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged as the workflow's (an
-evaluation-only request's job) and the training plans of its account and region (a request's plan), and list and
-read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
+network term, the measurements' rules, the tuning candidates, conversation data against its model and the decision's
+size bound; standard library only) and an empty ``__init__.py`` in each of their folders (the real package
+``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
+checkpoint prefix only, the listing and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data
+prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only objects
+named exactly ``config.json`` (an ``init_from`` model's architecture), ``metadata.json`` (prepared data's tokenizer,
+conversation data's template and lengths), ``chat_template.jinja``, ``tokenizer_config.json`` and
+``tokenizer.json`` (the model's template and tokenizer that conversation data must match) and task YAML files in a
+folder below them (an evaluation's tasks), use the bucket's key to decrypt, describe only the training jobs tagged
+as the workflow's (an evaluation-only request's job) and the training plans of its account and region (a request's
+plan), and list and read the stored tuning measurements (``<tuning prefix>measurements/``); nothing else.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import training.request.contract
 import training.request.decision
 import training.request.evaluate_block
 import training.request.fields
+import training.request.fine_tuning
 import training.request.hf_config
 import training.request.job
 import training.request.measured
@@ -45,6 +48,7 @@ import training.request.network
 import training.request.plan
 import training.request.reads
 import training.request.rules
+import training.request.sft_data
 import training.request.tune_block
 import training.request.tuning
 import training.request.value
@@ -61,13 +65,16 @@ from constructs_lib.workflow import request_check
 from training.request.contract import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
 from training.request.rules import CHECKPOINT_MARKER
+from training.request.sft_data import MODEL_FILES
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
 """Endings of the task files the check may read under a data prefix (an evaluation's task names: any file name)."""
-NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE)
+NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE, *MODEL_FILES)
 """Exact object names the check may read in a folder under a data prefix (the folder itself or any below it): an
-``init_from`` model's ``config.json`` and prepared data's ``metadata.json`` (an evaluated model's tokenizer)."""
+``init_from`` model's ``config.json``, prepared data's ``metadata.json`` (an evaluated model's tokenizer; conversation
+data's template, tokenizer and lengths), and an ``init_from`` model's chat template and tokenizer files
+(``chat_template.jinja``, ``tokenizer_config.json``, ``tokenizer.json``: conversation data is checked against them)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
     "training/request/bounds.py": Path(training.request.bounds.__file__),
@@ -76,6 +83,7 @@ ASSET_FILES = {
     "training/request/decision.py": Path(training.request.decision.__file__),
     "training/request/evaluate_block.py": Path(training.request.evaluate_block.__file__),
     "training/request/fields.py": Path(training.request.fields.__file__),
+    "training/request/fine_tuning.py": Path(training.request.fine_tuning.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/job.py": Path(training.request.job.__file__),
     "training/request/plan.py": Path(training.request.plan.__file__),
@@ -83,6 +91,7 @@ ASSET_FILES = {
     "training/request/reads.py": Path(training.request.reads.__file__),
     "training/request/measured.py": Path(training.request.measured.__file__),
     "training/request/rules.py": Path(training.request.rules.__file__),
+    "training/request/sft_data.py": Path(training.request.sft_data.__file__),
     "training/request/tune_block.py": Path(training.request.tune_block.__file__),
     "training/request/tuning.py": Path(training.request.tuning.__file__),
     "training/request/value.py": Path(training.request.value.__file__),
@@ -120,8 +129,9 @@ class RequestValidator(Construct):
         execution, each with ``step_XXXXXXXX/COMPLETE`` markers. The function may list it and read the markers.
     :param data_prefixes: ``(bucket ARN, key prefix)`` of each allowed data source: the function may list them
         (``s3:ListBucket`` with an ``s3:prefix`` condition), to refuse a ``train_data_uri`` with no object, and read
-        exactly the ``config.json`` and ``metadata.json`` files under them and the task YAML files
-        (``s3:GetObject``), to decide an ``init_from`` model and an evaluation. Default: none.
+        exactly the ``NAMED_FILES`` under them (``config.json``, ``metadata.json``, a model's chat template and
+        tokenizer files) and the task YAML files (``s3:GetObject``), to decide an ``init_from`` model, conversation
+        data against it, and an evaluation. Default: none.
     :param training_job_tag: ``(key, value)`` of the tag every training job of the workflow carries: the function
         may describe (``DescribeTrainingJob``) only jobs with that tag (``aws:ResourceTag`` condition), to decide an
         evaluation-only request. Default: none, and it may describe no training job.
@@ -244,29 +254,42 @@ class RequestValidator(Construct):
     def _grant_named_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:
         """Read the ``NAMED_FILES`` of a folder under a data source (the folder itself or any folder below it) and
         no other object there: an ``init_from`` model's ``config.json`` (one statement), prepared data's
-        ``metadata.json`` (another)."""
+        ``metadata.json`` (another), a model's chat template and tokenizer files (a third)."""
         if not data_prefixes:
             return
-        for sid, name in (("ReadModelConfigs", CONFIG_FILE), ("ReadDataMetadata", DATA_METADATA_FILE)):
+        statements = (
+            (
+                "ReadModelConfigs",
+                (CONFIG_FILE,),
+                "the Hugging Face model folder an execution names in init_from",
+            ),
+            (
+                "ReadDataMetadata",
+                (DATA_METADATA_FILE,),
+                "the prepared training data (an evaluated run's tokenizer; conversation data's template hash)",
+            ),
+            (
+                "ReadModelTokenizers",
+                MODEL_FILES,
+                "the init_from model folder, whose chat template and tokenizer conversation data must match",
+            ),
+        )
+        for sid, names, why in statements:
             resources = [
                 f"{bucket_arn}/{prefix}{pattern}"
                 for bucket_arn, prefix in data_prefixes
+                for name in names
                 for pattern in (name, f"*/{name}")
             ]
             self.role.add_to_principal_policy(
                 iam.PolicyStatement(sid=sid, actions=["s3:GetObject"], resources=resources)
             )
-            why = (
-                "the Hugging Face model folder an execution names in init_from"
-                if name == CONFIG_FILE
-                else "the prepared training data an evaluated run was trained on (its tokenizer)"
-            )
             for resource in resources[1::2]:
                 acknowledge(
                     policy_scope(self.role),
                     f"IAM5[Resource::{rendered(self, resource)}]",
-                    f"Reads only objects named exactly {name} of {why}, under an allowed data source; the folders "
-                    "below the data source are chosen per execution.",
+                    f"Reads only objects named exactly {resource.rsplit('/', 1)[-1]} of {why}, under an allowed "
+                    "data source; the folders below the data source are chosen per execution.",
                 )
 
     def _grant_task_files(self, data_prefixes: Sequence[tuple[str, str]]) -> None:

@@ -678,6 +678,58 @@ def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
     deployed.wait_until_ended(name)
 
 
+def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(deployed, cli, tmp_path):
+    """Offline, ``--init-from`` and ``--data-folder`` stand for the request's S3 folders: the conversation data
+    is checked against the model's template (refused naming train_data_uri) and the plan counts its windows;
+    without them validate says what it did not check."""
+    from tests.training.test_fine_tuning_request import weightless
+    from training.trainer import chat_prepare
+
+    model = weightless(tmp_path / "model")
+    lines = [{"prompt": str(n), "completion": str(n + 1)} for n in range(300)]
+    (tmp_path / "n.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    chat_prepare.prepare_chat(
+        [tmp_path / "n.jsonl"], str(tmp_path / "data"), str(model), validation_fraction=0.1
+    )
+    request = json.dumps({"init_from": "s3://my-bucket/data/model/", "train_data_uri": "s3://my-bucket/data/chats/",
+                          "precision": "bf16", "seq_length": 256, "batch_size": 1})  # fmt: skip
+    folders = ("--init-from", str(model), "--data-folder", str(tmp_path / "data"))
+    result = cli("validate", "-", *folders, stdin=request)
+    assert (result.status, result.out.splitlines()[0]) == (0, "valid"), result.err
+    folder_lines = ("  - init_from:", "  - train_data_uri: its metadata.json")
+    assert not any(line.startswith(folder_lines) for line in result.out.splitlines())
+    blind = json.loads(cli("validate", "-", "--json", stdin=request).out)["not_checked"]
+    assert [
+        line.split(" (")[0] for line in blind if line.startswith(("init_from:", "train_data_uri: its"))
+    ] == [
+        "init_from: the model folder's config.json",
+        "train_data_uri: its metadata.json",
+    ]
+    no_data = cli("plan", "-", *folders, stdin=json.dumps({"init_from": "s3://my-bucket/data/model/"}))
+    assert no_data.status == 2 and _problems(no_data.err) == [
+        f"--data-folder {tmp_path / 'data'}: the request has no train_data_uri (the S3 folder the job would read); "
+        "set it, and --data-folder gives that folder's local copy"
+    ]
+    missing = cli(
+        "validate", "-", "--init-from", str(model), "--data-folder", str(tmp_path / "none"), stdin=request
+    )
+    assert missing.status == 2 and _problems(missing.err)[0].startswith(
+        f"train_data_uri: {tmp_path / 'none'}: is not a folder (a local copy of s3://my-bucket/data/chats/"
+    )
+    deployed_too = cli("validate", "-", "--deployed", *folders, stdin=request)
+    assert deployed_too.status == 2 and "--init-from, --data-folder: offline only" in deployed_too.err
+    planned = json.loads(cli("plan", "-", "--json", *folders, stdin=request).out)
+    assert planned["data"]["examples"] == 270 and planned["data"]["windows_exact"]
+    assert "data: 270 training examples in " in cli("plan", "-", *folders, stdin=request).out
+    other = weightless(tmp_path / "other", "{{ messages[0]['content'] }}")
+    refused = cli("validate", "-", "--init-from", str(other), "--data-folder", str(tmp_path / "data"),
+                  stdin=request)  # fmt: skip
+    assert (
+        refused.status == 2
+        and "train_data_uri: the chat template of s3://my-bucket/data/model/" in refused.err
+    )
+
+
 # ---- plan -------------------------------------------------------------------------------------------------------
 
 SEED_HEADLINE = {"precision": "mxfp8", "seq_length": 8192, "batch_size": 16, "activation_checkpointing": True}

@@ -144,5 +144,6 @@ def test_an_offline_plan_of_a_workflow_default_init_from_says_why_it_cannot():
     with pytest.raises(InvalidRequest) as refused:
         plan_request({}, rules)
     assert refused.value.problems == [
-        "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with --deployed or --stack"
+        "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with --deployed or "
+        "--stack, or offline with a local copy of the folder (--init-from DIR)"
     ]

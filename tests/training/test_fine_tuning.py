@@ -102,3 +102,44 @@ def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_ch
     )
     eot = json.loads((prepared / "data" / "metadata.json").read_text())["chat_template"]["end_of_turn_ids"]
     assert set(eot) <= set(json.loads((hf / "generation_config.json").read_text())["eos_token_id"])
+
+
+def test_lora_on_packed_conversations_trains_and_exports_an_adapter_peft_loads(prepared, tmp_path):
+    """LoRA (rank 8, every linear layer) fine-tuned on the example's packed conversations: the step lines count the
+    packed windows' trained tokens, the loss falls, and the run's ``adapter/`` loaded by peft over the ``init_from``
+    model gives the merged ``hf/`` folder's logits on a conversation rendered with the exported template (fp32,
+    1e-5), which are not the base model's; the merged folder carries the template."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    settings = {**TRAINING, "max_steps": "40", "validation_interval": "20", "log_interval": "5",
+                "learning_rate": "0.02", "lr_warmup_steps": "5", "lora_rank": "8",
+                "data_dir": str(prepared / "data"), "init_from": str(prepared / "model"),
+                "checkpoint_dir": str(tmp_path / "ckpt"), "model_dir": str(tmp_path / "trained")}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "training.trainer", *cli_args(settings)], env=env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    steps = [contract.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
+    assert all(0 < s[1]["trained_tokens"] < 4 * 256 and 0 <= s[1]["padding"] < 0.5 for s in steps if s)
+    assert steps[-1][1]["loss"] < steps[0][1]["loss"] - 0.1, (
+        output
+    )  # the adapters learn (5.56 -> 5.30: a random base)
+    assert "val_accuracy=" in output
+    hf, adapter = tmp_path / "trained" / export_hf.HF_DIR, tmp_path / "trained" / "adapter"
+    assert json.loads((hf / "tokenizer_config.json").read_text())["chat_template"] == example.template(
+        "llama3.1"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(hf)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "41"}, {"role": "assistant", "content": "42"}],
+                                        return_tensors="pt", return_dict=True)["input_ids"]  # fmt: skip
+    with torch.no_grad():
+        base = AutoModelForCausalLM.from_pretrained(prepared / "model", dtype=torch.float32).eval()
+        before = base(ids).logits
+        through_peft = PeftModel.from_pretrained(base, adapter).eval()(ids).logits
+        merged = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()(ids).logits
+    difference = (through_peft - merged).abs().max().item()
+    print(f"LoRA on packed conversations: peft-loaded vs merged max |logit difference| {difference:.3g}")
+    assert difference <= 1e-5
+    assert (through_peft - before).abs().max() > 1e-2  # the adapter moved the model

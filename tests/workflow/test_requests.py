@@ -382,6 +382,63 @@ def test_init_from_is_refused_before_launch_naming_the_field(workflow, synthesiz
     assert prefix not in OUTCOMES.requests  # refused before any SageMaker call
 
 
+# ---- fine-tune on prepared conversations (init_from + prepare --init-from's data) ----------------------------------
+
+
+def _upload(s3, bucket: str, key: str, folder) -> str:
+    for path in sorted(folder.iterdir()):
+        s3.put_object(Bucket=bucket, Key=f"{key}{path.name}", Body=path.read_bytes())
+    return f"s3://{bucket}/{key}"
+
+
+def test_a_fine_tuning_request_is_checked_against_its_model_and_planned_for_its_packed_windows(
+    workflow, synthesized, tmp_path
+):
+    """docs/fine-tuning.md's example as the workflow gets it: the prepared folder and the model folder in S3; the
+    request check reads the data's metadata.json and the model's template and tokenizer files (not the weights),
+    launches with both channels and plans the packed windows; data rendered with another template is refused
+    before any SageMaker call, naming train_data_uri."""
+    from tests.training.chat_models import model_folder, template
+    from training.trainer import chat_prepare
+
+    bucket = synthesized["bucket"]
+    shape = parse_hyperparameters({"model_preset": "custom", "num_layers": "2", "hidden_size": "64",
+                                   "num_heads": "4", "num_kv_heads": "2", "ffn_hidden_size": "128",
+                                   "vocab_size": "336"})  # fmt: skip
+    folders = {}
+    for name, text in (("model", None), ("other", template("llama3.1").replace("Today Date", "Date"))):
+        folder = model_folder(tmp_path / name, "llama3.1", template_text=text)
+        (folder / "config.json").write_text(json.dumps(hf_config.to_config(shape)))
+        (folder / "model.safetensors").write_bytes(b"x")  # the check reads no weights
+        folders[name] = _upload(workflow.s3, bucket, f"data/sft-{name}/", folder)
+    lines = [{"prompt": str(n), "completion": str(n + 1)} for n in range(200)]
+    (tmp_path / "numbers.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    chat_prepare.prepare_chat([tmp_path / "numbers.jsonl"], str(tmp_path / "data"), str(tmp_path / "model"),
+                              validation_fraction=0.1)  # fmt: skip
+    data = _upload(workflow.s3, bucket, "data/sft-chats/", tmp_path / "data")
+    request = {"init_from": folders["model"], "train_data_uri": data, "seq_length": 256, "batch_size": 1,
+               "hyperparameters": {"max_steps": "50"}}  # fmt: skip
+
+    prefix = _prefix()
+    result = workflow.run({**request, "job_name_prefix": prefix})
+    assert result["status"] == "SUCCEEDED", result
+    (launched,) = OUTCOMES.requests[prefix]
+    assert {c["ChannelName"] for c in launched["InputDataConfig"]} == {TRAIN_CHANNEL, WEIGHTS_CHANNEL}
+    planned = json.loads(result["output"])["plan"]["data"]
+    assert planned["checked_against"] == folders["model"] and planned["windows_exact"] and planned["packing"]
+    assert planned["examples"] == 180 and 0 < planned["windows"] < 180  # several examples a window
+
+    prefix = _prefix()
+    refused = workflow.run({**request, "init_from": folders["other"], "job_name_prefix": prefix})
+    assert _failed(refused, "InvalidInput").startswith(
+        f"train_data_uri: the chat template of {folders['other']} (tokenizer_config.json, sha256 "
+    )
+    prefix = _prefix()
+    too_short = workflow.run({**request, "seq_length": 64, "job_name_prefix": prefix})
+    assert "seq_length: must be at least " in _failed(too_short, "InvalidInput")
+    assert prefix not in OUTCOMES.requests  # refused before any SageMaker call
+
+
 # ---- continue an earlier run ---------------------------------------------------------------------------------------
 
 

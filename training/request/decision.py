@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import bounds, checks, evaluate_block, job, plan
+from training.request import bounds, checks, evaluate_block, fine_tuning, job, plan
 from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
 from training.request.reads import Reads, data_problems, resume, run_folder_problems, training_plan_problems
@@ -102,11 +102,12 @@ def decide_request(
 ) -> Decision:
     """The decision about the execution input ``raw`` under ``rules``, in order: the input read once (with the
     ``init_from`` model's config.json, read first: the settings and the plan need its shape), each field, the tags
-    and environment, the rules between fields, the ``evaluate`` block, the execution's name, the trainer settings, a
-    tuning run's candidates and cost, the memory plan and a step against the time limit, the decision's size, then
-    what only a launch reads (the data, the run's own folder, ``resume_from``'s checkpoint, the evaluation's tasks,
-    tokenizer and training job, the training plan), and what it could not check. ``reads``: what may be read (default: nothing,
-    offline); ``execution``: this execution's name."""
+    and environment, the rules between fields, the ``evaluate`` block, the execution's name, the trainer settings,
+    conversation data against its model and the settings (``fine_tuning``), a tuning run's candidates and cost, the
+    memory plan and a step against the time limit, the decision's size, then what only a launch reads (the data, the
+    run's own folder, ``resume_from``'s checkpoint, the evaluation's tasks, tokenizer and training job, the training
+    plan), and what it could not check. ``reads``: what may be read (default: nothing, offline); ``execution``: this
+    execution's name."""
     reads = reads or Reads()
     if not isinstance(raw, Mapping):
         return Decision([f"input: must be a JSON object of input fields; got {show(raw)}"])
@@ -118,6 +119,7 @@ def decide_request(
     problems += checks.tune_with_evaluate(request)
     problems += checks.execution_name_problems(execution, rules)
     problems += request.settings.problems
+    problems += fine_tuning.problems(request)  # conversation data against init_from and the settings
     tune = _tuning_run(request, rules, reads, execution) if not problems else None
     problems += tune.problems if tune is not None else []
     fields = decided_fields(request, tune, valid=not problems)
@@ -152,8 +154,10 @@ def skipped_checks(request: Request, rules: RequestRules, reads: Reads, executio
     if fields.init_from is not None and request.architecture is None and not request.read_problems:
         skipped.append(
             "init_from: the model folder's config.json (read from S3 before launch): the settings against the "
-            "model's shape, the memory and time plan and a tuning run's candidates"
+            f"model's shape, the memory and time plan and a tuning run's candidates{fine_tuning.model_unread(request)} "
+            "(offline: a local copy of the folder, --init-from DIR)"
         )
+    skipped += fine_tuning.skipped_checks(request)
     evaluates_only = request.evaluate is not None and request.evaluate.training_job is not None
     if not evaluates_only and rules.image_tag() is not None and not reads.knows_measurements:
         skipped.append(
@@ -247,6 +251,7 @@ def _job_and_plan(
         measurements=reads.measurements(rules),
         image_tag=rules.image_tag(),
     )
+    estimate = fine_tuning.with_data_plan(estimate, request)
     decision.estimate = estimate
     if tune is not None:
         return  # each trial has its own plan (in tune)

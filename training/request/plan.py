@@ -156,6 +156,10 @@ class Setup:
     attention_backend: str = "auto"
     """``math`` keeps attention's whole score matrix (``math_attention_bytes``); every other kernel is counted as
     Flash's (output and log-sum-exp only)."""
+    packed_documents: bool = False
+    """Packed conversation data (``packing`` on, data prepared with ``--init-from``): every example of a window
+    attends only to itself; on the torch path through a block-causal mask (``document_mask_bytes``,
+    ``document_mask_layer_bytes``), on Transformer Engine's with ``cu_seqlens`` (no mask)."""
 
     def __post_init__(self) -> None:
         mode = self.activation_checkpointing
@@ -265,10 +269,12 @@ def setup_from_values(
     instance_type: str,
     instance_count: int = 1,
     max_runtime_seconds: int | None = None,
+    conversations: bool = False,
 ) -> Setup:
     """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result, their
     ``data_parallel_replicate`` checked against the GPUs by :func:`replicate_setting`: nothing is parsed or checked
-    here) on ``instance_count`` x ``instance_type``, with the run's time limit."""
+    here) on ``instance_count`` x ``instance_type``, with the run's time limit; ``conversations``: the data is
+    prepared conversations (packed into windows when the settings' ``packing`` is on)."""
     shape = contract.model_shape(values)
     return Setup(
         shape=shape,
@@ -292,6 +298,7 @@ def setup_from_values(
         lora_dropout=values["lora_dropout"],
         data_parallel_replicate=values.get("data_parallel_replicate", "auto"),
         attention_backend=values["attention_backend"],
+        packed_documents=conversations and bool(values.get("packing", True)),
     )
 
 
@@ -415,7 +422,7 @@ def saved_per_block(s: Setup) -> list[float]:
     or ``selective_saved_bytes``, the others every activation (``layer_activation_bytes`` and RoPE's cos/sin; in
     bf16 for NVFP4's ``high_precision_blocks``)."""
     t, checkpointed, edges = s.tokens, set(s.checkpointed_blocks), s.high_precision_blocks
-    whole = layer_activation_bytes(s) * t + rope_layer_bytes(s)
+    whole = layer_activation_bytes(s) * t + rope_layer_bytes(s) + document_mask_layer_bytes(s)
     whole_bf16 = layer_activation_bytes(replace(s, precision="bf16")) * t + rope_layer_bytes(s)
     kept = float(s.compute_bytes * s.shape.hidden_size * t)
     if s.activation_checkpointing == "selective":
@@ -433,6 +440,46 @@ def rope_layer_bytes(s: Setup) -> float:
     if s.position_encoding != "rope" or s.precision in QUANTIZED_BYTES:
         return 0.0
     return 4.0 * s.compute_bytes * s.seq_length * (s.shape.hidden_size // s.shape.num_heads)
+
+
+def document_mask_bytes(s: Setup) -> float:
+    """The torch path's block-causal mask of a packed micro-batch (``training/trainer/doc_mask.block_causal_mask``:
+    ``[batch, 1, seq, seq]`` bool, one byte per pair of tokens), made once per micro-batch and given to every block;
+    counted through the whole step (checkpointed blocks keep it for their recompute; without activation
+    checkpointing it is freed after the forward pass, so this over-counts the backward by batch x seq^2 bytes).
+    0 on Transformer Engine's path (``cu_seqlens``, no mask) and without packed documents."""
+    if not s.packed_documents or s.precision in QUANTIZED_BYTES:
+        return 0.0
+    return float(s.batch_size * s.seq_length * s.seq_length)
+
+
+def document_mask_layer_bytes(s: Setup) -> float:
+    """What a packed micro-batch adds on the torch path to each block that keeps its activations (and to a block
+    being recomputed), beyond ``layer_activation_bytes``. Read in torch's SDPA (``aten/src/ATen/native/
+    transformers``; the same at 2.9 and 2.13):
+
+    * the additive bias: ``scaled_dot_product_attention`` turns the boolean mask into ``where(mask, 0, -inf)`` in
+      the compute dtype (``convert_boolean_attn_mask``: a new ``[batch, 1, seq, seq]`` tensor per block; padded to
+      a multiple of 8 keys when seq_length is not one, ``preprocess_mask``), expands it over the heads as a view,
+      and the kernel that takes a mask (memory-efficient attention on a GPU; cuDNN's takes one as well) saves it
+      for its backward (their derivatives take ``attn_bias``): c x batch x seq x seq bytes, about 3x the bool
+      mask's in bf16 per block;
+    * grouped-query attention: with a mask the key and value are repeated to every query head
+      (``model.causal_attention``), and SDPA saves the repeated ones; the fused QKV output is then no longer kept
+      alive by the value (a view of it), so per token c x (h - 3kv) with RoPE (the query, key and value h wide
+      each, instead of QKV h + 2kv plus the rotated query and key h + kv), c x 2h without it (the query still a
+      view of QKV); nothing without grouped-query attention;
+    * RoPE per document: cos and sin per token (``[batch, seq, 1, head_dim]``) instead of per position, for the
+      query and the key: 4 c (batch - 1) seq head_dim more than ``rope_layer_bytes``."""
+    if not s.packed_documents or s.precision in QUANTIZED_BYTES:
+        return 0.0
+    c, b, seq = s.compute_bytes, s.batch_size, s.seq_length
+    h, kv = s.shape.hidden_size, s.shape.kv_heads * s.shape.head_dim
+    rope = s.position_encoding == "rope"
+    bias = c * b * seq * (-(-seq // 8) * 8)
+    repeated = 0 if kv == h else (h - 3 * kv if rope else 2 * h)
+    per_token_rope = 4 * c * (b - 1) * seq * (h // s.shape.num_heads) if rope else 0
+    return float(bias + c * repeated * s.tokens + per_token_rope)
 
 
 def rope_table_bytes(s: Setup) -> float:
@@ -507,6 +554,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
     inputs = {
         "inputs (tokens, targets)": 16.0 * t * s.grad_accum_steps,
         "rotary frequencies": rope_table_bytes(s),
+        "document mask": document_mask_bytes(s),
     }
     blocks = saved_per_block(s)
     checkpointed = s.checkpointed_blocks
@@ -562,7 +610,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             "gradients (sharded, so far)": 2 * wt["block gradient (sharded)"],
             **held,
             **qcopies,
-            "recomputed block": (act_layer - cached) * t + per_layer,
+            "recomputed block": (act_layer - cached) * t + per_layer + document_mask_layer_bytes(s),
             "gradients in flight": AC_RECOMPUTE_BYTES_PER_H * c / 2 * h * t,
             **inputs,
             **done,
@@ -971,6 +1019,9 @@ class Plan:
     """The stored record whose measured throughput the timing uses (None: published figures)."""
     memory_check: dict[str, Any] | None = None
     """The plan's memory error against the stored measurements of this instance and image (:func:`memory_check`)."""
+    data: dict[str, Any] | None = None
+    """Prepared conversation data: its windows of ``seq_length``, the epochs ``max_steps`` makes and how it was
+    truncated (``training.request.fine_tuning.data_plan``); None for other data."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (what the CLI's --json prints and the execution's summary carries)."""
@@ -999,6 +1050,7 @@ class Plan:
             "price_source": contract.PRICES_AS_OF,
             "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
             "network": None if t.network is None else t.network.to_dict(),
+            **({"data": self.data} if self.data is not None else {}),
         }
 
 
@@ -1118,6 +1170,8 @@ def format_plan(plan: Plan) -> str:
             f"{n['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink per step, busy {n['busy_seconds']:.3f} s, "
             f"exposed {n['exposed_seconds']:.3f} s ({100 * n['share']:.1f}% of the step; links: {n['source']})"
         )
+    if d.get("data"):
+        lines.append(f"data: {d['data']['summary']}")
     if d["warning"]:
         lines.append(f"warning: {d['warning']}")
     if d["advice"]:

@@ -1,11 +1,12 @@
 """What the request's decision reads beyond the input, and only there: the ``init_from`` model folder's config.json,
-the stored tuning measurements, and before a launch the data prefix (it must hold an object), the training plan
+conversation data's metadata.json with that model's chat template and tokenizer files, the stored tuning
+measurements, and before a launch the data prefix (it must hold an object), the training plan
 ``training_plan_arn`` names (it must hold the job's instances) and the checkpoints of the run ``resume_from`` names
 (an evaluation's task folder, tokenizer and training job: ``evaluate_block``).
 
-:class:`Reads` says what one caller lets the decision read: nothing (the CLI offline), the model folder and the
-measurements (the CLI's plan with the deployed rules), or everything before a launch (the workflow's Lambda, the
-CLI's submit and the SDK path). The clients are passed in (boto3 is the caller's: the Lambda makes its own).
+:class:`Reads` says what one caller lets the decision read: nothing or local copies of the folders (the CLI
+offline), the model folder and the measurements (the CLI's plan with the deployed rules), or everything before a
+launch (the workflow's Lambda, the CLI's submit and the SDK path). The clients are passed in (boto3 is the caller's: the Lambda makes its own).
 
 Pure Python (standard library and ``training.request`` only); part of the request check's Lambda asset.
 """
@@ -17,10 +18,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.request import hf_config, measured
-from training.request.contract import CHECKPOINT_DIR_NAME, SET_ASIDE_SUFFIX, TUNE_RECORDS_FILE, ContractError
+from training.request import hf_config, measured, sft_data
+from training.request.contract import (
+    CHECKPOINT_DIR_NAME,
+    DATA_METADATA_FILE,
+    SET_ASIDE_SUFFIX,
+    TUNE_RECORDS_FILE,
+    ContractError,
+)
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
+from training.request.sft_data import ChatData
 
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""
@@ -32,7 +40,8 @@ class Reads:
     training plan, an evaluation-only request's training job); ``architecture``: the ``init_from`` model's settings when the caller
     has them; ``measurements``: the stored tuning records when the caller has them (None: read with ``s3``);
     ``before_launch``: also the checks only a launch needs (the data prefix, ``resume_from``, the evaluation);
-    ``local_init_from``: a local copy of the ``init_from`` folder, read in place of S3 (the CLI's offline plan)."""
+    ``local_init_from``, ``local_train_data``: local copies of the ``init_from`` and ``train_data_uri`` folders,
+    read in their place (the CLI's offline ``validate`` and ``plan``: ``--init-from DIR``, ``--data-folder DIR``)."""
 
     def __init__(
         self,
@@ -43,10 +52,12 @@ class Reads:
         measurements: Sequence[Mapping[str, Any]] | None = None,
         before_launch: bool = False,
         local_init_from: str | Path | None = None,
+        local_train_data: str | Path | None = None,
     ) -> None:
         self.s3, self.sagemaker, self.before_launch = s3, sagemaker, before_launch
         self._architecture = architecture
-        self.local_init_from = local_init_from
+        self.local_init_from = None if local_init_from is None else Path(local_init_from)
+        self.local_train_data = None if local_train_data is None else Path(local_train_data)
         self._measurements: list[Mapping[str, Any]] | None = (
             None if measurements is None else list(measurements)
         )
@@ -66,6 +77,73 @@ class Reads:
     def knows_measurements(self) -> bool:
         """Whether the stored tuning measurements are known (given, or read with S3)."""
         return self._measurements is not None or self.s3 is not None
+
+    @property
+    def reads_train_data(self) -> bool:
+        """Whether the ``train_data_uri`` folder can be read here (S3, or its local copy)."""
+        return self.local_train_data is not None or self.s3 is not None
+
+    def folder_files(self, uri: str, names: Sequence[str], copy: Path | None) -> dict[str, bytes]:
+        """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
+        ``copy`` or S3 (one listing of the folder's level, then one ``GetObject`` per name found: only what exists
+        is read, so a missing object is never mistaken for a refused one)."""
+        if copy is not None:
+            return {name: (copy / name).read_bytes() for name in names if (copy / name).is_file()}
+        bucket, _, prefix = uri[5:].partition("/")
+        found: set[str] = set()
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/"
+        ):
+            found.update(item["Key"][len(prefix) :] for item in page.get("Contents", []))
+        return {
+            name: self.s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()
+            for name in names
+            if name in found
+        }
+
+    def chat_data(self, data_uri: str | None, init_from: str | None) -> tuple[ChatData | None, list[str]]:
+        """The conversation data ``data_uri`` names (its ``metadata.json``, ``kind: chat``) with what
+        ``sft_data.check_against_model`` finds against the ``init_from`` folder (its template files, tokenizer.json
+        and config.json); ``(None, [])`` without such data or when the folder cannot be read here, or the problem
+        of a ``metadata.json`` that cannot be read."""
+        if data_uri is None or not self.reads_train_data:
+            return None, []
+        copy = self.local_train_data
+        if copy is not None and not copy.is_dir():
+            return None, [
+                f"train_data_uri: {copy}: is not a folder (a local copy of {data_uri}: the prepared data's folder, "
+                f"holding its {DATA_METADATA_FILE})"
+            ]
+        try:
+            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy).get(DATA_METADATA_FILE)
+            meta = None if raw is None else json.loads(raw)
+        except ValueError as err:
+            return None, [f"train_data_uri: {data_uri}{DATA_METADATA_FILE} is not valid JSON ({err})"]
+        except (
+            Exception
+        ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda
+            return None, [
+                f"train_data_uri: cannot read {data_uri}{DATA_METADATA_FILE}: {type(err).__name__}: {err}"
+            ]
+        if not isinstance(meta, dict) or meta.get("kind") != sft_data.CHAT_KIND:
+            return None, []
+        if init_from is None or (self.local_init_from is None and self.s3 is None):
+            return ChatData(data_uri, meta, None, ()), []
+        try:
+            names = [*sft_data.MODEL_FILES, hf_config.CONFIG_FILE]
+            files = self.folder_files(init_from, names, self.local_init_from)
+        except Exception as err:  # as above
+            return None, [
+                f"init_from: cannot read its chat template and tokenizer files: {type(err).__name__}: {err}"
+            ]
+        try:
+            config = json.loads(files.pop(hf_config.CONFIG_FILE, b"null"))
+        except ValueError:
+            config = None  # init_from's own read names it
+        mismatches = sft_data.check_against_model(
+            meta, files, config if isinstance(config, dict) else None, init_from
+        )
+        return ChatData(data_uri, meta, init_from, tuple(mismatches)), []
 
     def measurements(self, rules: RequestRules) -> list[Mapping[str, Any]]:
         """The stored tuning records of the workflow's image (read once, with S3 when the caller gave none)."""

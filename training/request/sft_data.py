@@ -7,13 +7,22 @@ asked to chat with), the tokenizer (the SHA-256 of ``tokenizer.json``), and the 
 data below the model's ``vocab_size``). Where the model folder has a template, transformers reads it as
 ``chat_template.jinja`` first and ``tokenizer_config.json``'s ``chat_template`` otherwise (a string, or a list of
 named templates of which ``default`` is the one ``apply_chat_template`` uses); ``model_template`` does the same.
+
+How the examples pack: ``prepare`` records each split's example lengths as a histogram (``LENGTHS``: ``[[tokens,
+examples], ...]``), which is all best-fit decreasing depends on for its number of windows (examples of one length
+are interchangeable), so the request's plan counts the packed windows of a ``seq_length`` exactly
+(``packed_windows``) without reading the token files.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 CHAT_KIND = "chat"
@@ -21,6 +30,10 @@ CHAT_KIND = "chat"
 TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")
 """Where a model folder keeps its chat template, in the order transformers looks."""
 TOKENIZER_FILE = "tokenizer.json"
+MODEL_FILES = (*TEMPLATE_FILES, TOKENIZER_FILE)
+"""The files of a model folder that ``check_against_model`` reads (besides its config.json)."""
+LENGTHS = "lengths"
+"""A split's entry of ``metadata.json``: its example lengths as ``[[tokens, examples], ...]``, shortest first."""
 
 
 def sha256(data: bytes | str) -> str:
@@ -85,3 +98,100 @@ def check_against_model(
             "tokenized for another model"
         )
     return problems
+
+
+def length_histogram(lengths: Iterable[int]) -> list[list[int]]:
+    """``[[tokens, examples], ...]`` of example lengths, shortest first (what ``LENGTHS`` records)."""
+    return [[int(length), count] for length, count in sorted(Counter(int(n) for n in lengths).items())]
+
+
+def split_lengths(meta: Mapping[str, Any], split: str = "train") -> dict[int, int] | None:
+    """A split's recorded length histogram (tokens -> examples), or None when ``prepare`` recorded none."""
+    entry = ((meta.get("splits") or {}).get(split) or {}).get(LENGTHS)
+    if not isinstance(entry, list):
+        return None
+    try:
+        return {int(length): int(count) for length, count in entry if int(count) > 0}
+    except (TypeError, ValueError):
+        return None
+
+
+def packed_windows(histogram: Mapping[int, int], capacity: int) -> int:
+    """How many ``capacity``-token windows best-fit decreasing fills with examples of these lengths
+    (``histogram``: tokens -> examples, each length in [1, capacity]): the count
+    ``training.trainer.packing.best_fit_decreasing`` gives, computed per length rather than per example.
+
+    Longest first, each example goes into the open window with the least room that still holds it. For one length
+    L, the window with the least room r >= L takes r // L examples in a row (after each it keeps the least room
+    that holds another), leaving r % L; so the windows of room r are filled r // L at a time, and with none left a
+    new window takes capacity // L."""
+    rooms: dict[int, int] = {}  # room left -> open windows with that room
+    order: list[int] = []  # the rooms with windows, ascending
+    windows = 0
+
+    def move(room: int, count: int) -> None:
+        if room <= 0 or count == 0:
+            return
+        if room not in rooms:
+            bisect.insort(order, room)
+            rooms[room] = 0
+        rooms[room] += count
+
+    for length in sorted(histogram, reverse=True):
+        left = int(histogram[length])
+        if not 1 <= length <= capacity:
+            raise ValueError(f"example length {length} is not in [1, {capacity}]")
+        while left:
+            at = bisect.bisect_left(order, length)
+            room = order[at] if at < len(order) else capacity
+            each = room // length
+            available = rooms.get(room, 0) if at < len(order) else left  # new windows: as many as needed
+            full = min(available, left // each)
+            if at == len(order):
+                windows += full + (1 if left % each else 0)
+            else:
+                rooms[room] -= full + (1 if full < available and left % each else 0)
+                if not rooms[room]:
+                    del rooms[room]
+                    order.pop(at)
+            move(room - each * length, full)
+            if full < available and left % each:  # one more window takes the rest
+                move(room - (left % each) * length, 1)
+            left -= full * each + (left % each if full < available else 0)
+    return windows
+
+
+@dataclass(frozen=True)
+class ChatData:
+    """Prepared conversation data as read for the request: ``uri`` (``train_data_uri``), its ``metadata.json``
+    (``meta``, ``kind: chat``), the ``init_from`` folder it was checked against (``model``; None without
+    ``init_from`` or when that folder cannot be read where the decision runs) and what does not match it
+    (``mismatches``, each a sentence)."""
+
+    uri: str
+    meta: Mapping[str, Any]
+    model: str | None
+    mismatches: tuple[str, ...]
+
+    @property
+    def longest(self) -> int:
+        """The longest example's tokens (every split)."""
+        return int(self.meta.get("max_example_tokens") or 0)
+
+    def lengths(self, split: str = "train") -> dict[int, int] | None:
+        """A split's example lengths (tokens -> examples), or None when ``prepare`` recorded none."""
+        return split_lengths(self.meta, split)
+
+    def split(self, split: str = "train") -> Mapping[str, Any]:
+        return (self.meta.get("splits") or {}).get(split) or {}
+
+    def windows(self, split: str, seq_length: int, packing: bool) -> tuple[int, bool]:
+        """How many windows of ``seq_length`` the split makes (``packing``: best-fit decreasing; otherwise one
+        example each), and whether that is exact (the recorded lengths) or, without them, the lower bound of its
+        tokens over ``seq_length``."""
+        entry, lengths = self.split(split), self.lengths(split)
+        if not packing:
+            return int(entry.get("examples") or 0), True
+        if lengths is not None and max(lengths, default=0) <= seq_length:
+            return packed_windows(lengths, seq_length), True
+        return math.ceil(int(entry.get("tokens") or 0) / seq_length), False

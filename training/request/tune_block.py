@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import tuning
+from training.request import fine_tuning, tuning
 from training.request.rules import RequestRules, size_problems
 from training.request.value import Request
 
@@ -70,6 +70,7 @@ def decide_tune(
         image_tag=rules.image_tag(),
         max_instance_count=rules.max_instance_count,
         instance_types=rules.allowed_instance_types,
+        data_check=fine_tuning.candidate_check(request),  # conversation data: seq_length, windows per batch
     )
     if tuned.problems:
         return TuneDecision(tuned.problems)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -354,11 +354,13 @@ def candidates(
     *,
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
+    data_check: Callable[[Mapping[str, Any], int], str | None] | None = None,
 ) -> Candidates:
     """Every combination of ``space`` over the request whose parsed settings are ``values`` and whose setup (instance
-    type and count, time limit) is ``setup``, planned and ranked. Each candidate is the request's settings with its
-    own (``contract.override_settings``: the trainer's cross-setting rules checked again); nothing is parsed from
-    the request again."""
+    type and count, time limit, packed documents) is ``setup``, planned and ranked. Each candidate is the
+    request's settings with its own (``contract.override_settings``: the trainer's cross-setting rules checked
+    again); nothing is parsed from the request again. ``data_check``: why a candidate's settings (on the setup's
+    world size) cannot run on the request's data, or None (``fine_tuning.candidate_check``: conversation data)."""
     names = list(space)
     sm = contract.GPU_INSTANCE_TYPES[setup.instance_type].sm
     fitting: list[Candidate] = []
@@ -378,11 +380,16 @@ def candidates(
         except contract.ContractError as err:
             refused.append(f"{asked}: {err}")
             continue
+        problem = None if data_check is None else data_check(settings, setup.world_size)
+        if problem is not None:
+            refused.append(f"{asked}: {problem}")
+            continue
         trial = plan.setup_from_values(
             settings,
             instance_type=setup.instance_type,
             instance_count=setup.instance_count,
             max_runtime_seconds=setup.max_runtime_seconds,
+            conversations=setup.packed_documents,
         )
         # no memory check: a candidate's plan shows none (the request's own plan does), and it would re-plan every
         # stored record once per candidate
@@ -554,12 +561,14 @@ def plan_tuning(
     image_tag: str | None = None,
     max_instance_count: int | None = None,
     instance_types: Sequence[str] = (),
+    data_check: Callable[[Mapping[str, Any], int], str | None] | None = None,
 ) -> TunePlan:
     """The tuning run of the request whose parsed settings are ``values`` on ``setup`` under ``settings``;
     ``problems`` lists what refuses it (no candidate fits, a cost bound below one trial, a trial list too long).
     ``max_instance_count`` and ``instance_types``: what the workflow allows, for the advice when nothing fits
-    (default: the request's own count and type)."""
-    found = candidates(values, setup, settings.search_space, measurements=measurements, image_tag=image_tag)
+    (default: the request's own count and type); ``data_check``: :func:`candidates`'."""
+    found = candidates(values, setup, settings.search_space, measurements=measurements, image_tag=image_tag,
+                       data_check=data_check)  # fmt: skip
     chosen = found.ranked[: settings.max_trials]
     if settings.probe_memory_edge and found.edge is not None and chosen:
         chosen.append(found.edge)

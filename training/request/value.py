@@ -11,7 +11,9 @@ parses the trainer settings again.
 * ``evaluate``: the ``evaluate`` block with its defaults (:class:`EvaluateBlock`, made from
   ``fields.EVALUATE_DEFAULTS``); ``tune``: the ``tune`` block parsed (:class:`TuneBlock`);
 * ``architecture``: the ``init_from`` model's settings, read once from its config.json (``reads.Reads``), first:
-  the settings and the plan need its shape.
+  the settings and the plan need its shape;
+* ``chat``: the conversation data ``train_data_uri`` names (its metadata.json), read once with the ``init_from``
+  model's template and tokenizer files (``sft_data.ChatData``).
 
 A new trainer setting (a row of ``contract.HYPERPARAMETERS``) and a new input field (a row of ``fields.FIELDS``)
 flow through this value with no edit here.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from training.request import contract, plan, tuning
+from training.request import contract, plan, sft_data, tuning
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
 from training.request.reads import Reads
 from training.request.rules import (
@@ -124,7 +126,13 @@ class Request:
     architecture: Mapping[str, Any] | None
     """The ``init_from`` model's settings (its config.json), when read."""
     read_problems: tuple[str, ...] = ()
-    """The problem of the ``init_from`` folder, when it was read and the trainer cannot start from it."""
+    """The problem of the ``init_from`` folder, when it was read and the trainer cannot start from it (and of a
+    ``train_data_uri`` whose metadata.json cannot be read)."""
+    chat: sft_data.ChatData | None = None
+    """The conversation data ``train_data_uri`` names, read with its ``init_from`` model's files; None for other
+    data, or when it was not read."""
+    data_read: bool = False
+    """Whether ``train_data_uri``'s folder was read (S3 or a local copy of it)."""
 
     def setup(self, fields: Fields | None = None) -> plan.Setup:
         """The plan's setup of the request's parsed settings on its instances (``fields``: the decided ones, e.g. a
@@ -136,6 +144,7 @@ class Request:
             instance_type=chosen.instance_type,
             instance_count=chosen.instance_count,
             max_runtime_seconds=chosen.max_runtime_seconds,
+            conversations=self.chat is not None,
         )
 
 
@@ -158,7 +167,10 @@ def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | Non
     )
     fields = Fields(**resolved)
     folder = None if any(p.startswith("init_from:") for p in field_problems) else fields.init_from
-    architecture, read_problems = (reads or Reads()).init_from(folder)
+    reads = reads or Reads()
+    architecture, read_problems = reads.init_from(folder)
+    data = None if any(p.startswith("train_data_uri:") for p in field_problems) else fields.train_data_uri
+    chat, data_problems = reads.chat_data(data, folder)
     return Request(
         keys=tuple(raw),
         fields=fields,
@@ -168,7 +180,9 @@ def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | Non
         evaluate=_evaluate_block(fields.evaluate),
         tune=_tune_block(fields, field_problems),
         architecture=architecture,
-        read_problems=tuple(read_problems),
+        read_problems=(*read_problems, *data_problems),
+        chat=chat,
+        data_read=data is not None and reads.reads_train_data,
     )
 
 

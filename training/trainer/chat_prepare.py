@@ -6,7 +6,8 @@ target, ``chat_data``) and ``<split>.docs`` (int64 offsets of the examples, from
 the model's ``tokenizer.json`` and ``tokenizer_config.json`` (its chat template: a run's Hugging Face export carries
 it), and ``metadata.json``: ``kind: chat``, the input format, the template's and the tokenizer's SHA-256
 (``training.request.sft_data`` checks them against a model folder), the counts (examples read and kept, tokens,
-trained tokens, examples truncated, dropped for length, and without an assistant turn) and how truncation was done.
+trained tokens, examples truncated, dropped for length, and without an assistant turn), each split's example lengths
+(a histogram: the request's plan counts the packed windows from it) and how truncation was done.
 
 Validation: every k-th example (k = 1 / ``validation_fraction``), or the examples of ``validation_file``. Too long
 (above ``max_tokens``): ``drop`` (the default) leaves the example out; ``truncate`` keeps its first ``max_tokens``
@@ -45,6 +46,7 @@ class _Split:
     tokens: int = 0
     trained: int = 0
     examples: int = 0
+    lengths: list[int] = field(default_factory=list)
 
     def open(self) -> None:
         for key, suffix in SPLIT_FILES.items():
@@ -57,6 +59,7 @@ class _Split:
         self.tokens += len(ids)
         self.trained += int(mask.sum())
         self.examples += 1
+        self.lengths.append(len(ids))
         self.handles["documents"].write(np.array([self.tokens], dtype=np.int64).tobytes())
 
     def close(self) -> None:
@@ -73,7 +76,8 @@ class _Split:
         for key, suffix in SPLIT_FILES.items():
             os.replace(self.out / f"{self.name}{suffix}.partial", self.out / f"{self.name}{suffix}")
             entry[key] = [f"{self.name}{suffix}"]
-        return {**entry, "tokens": self.tokens, "trained_tokens": self.trained, "examples": self.examples}
+        return {**entry, "tokens": self.tokens, "trained_tokens": self.trained, "examples": self.examples,
+                sft_data.LENGTHS: sft_data.length_histogram(self.lengths)}  # fmt: skip
 
 
 def own_files(out: Path) -> list[Path]:

@@ -22,7 +22,9 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="check a request: offline with cdk.json's settings, or with --deployed the deployed workflow's rules",
         description="Check a request with the workflow's own validation. By default offline, no AWS call: under "
         "the rules cdk.json deploys. With --deployed (or --stack), under the exact rules of the deployed "
-        "workflow, read from its state machine (what submit checks). Exit 0 valid, 2 with every problem listed.",
+        "workflow, read from its state machine (what submit checks). Offline, --init-from DIR and --data-folder DIR "
+        "read local copies of the request's init_from and train_data_uri folders as the workflow reads S3. Exit 0 "
+        "valid, 2 with every problem listed.",
     )
     validate_cmd.add_argument(
         "--deployed",
@@ -37,6 +39,7 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         "bucket are refused as the workflow refuses them (without it they are matched on their key only, and "
         "validate says so)",
     )
+    _local_copy_options(validate_cmd)
     plan = sub.add_parser(
         "plan",
         parents=[common, request],
@@ -47,17 +50,14 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         "under the deployed workflow's rules, reading the init_from folder's config.json and the stored tuning "
         "records from S3. The throughput is the one a tuning run measured for this configuration on this instance "
         "and image where a record stands for it ('measured'), else the plan's estimate. Offline, --init-from DIR "
-        "reads the init_from folder from a local copy, and --measurements PATH the records of a local tuning report "
+        "reads the init_from folder from a local copy (and --data-folder DIR the train_data_uri folder: prepared "
+        "conversations' windows), and --measurements PATH the records of a local tuning report "
         "(with --image, the image the request would run). Exit 0 when it fits, 2 when it does not or is invalid.",
     )
     plan.add_argument(
         "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
     )
-    plan.add_argument(
-        "--init-from",
-        metavar="DIR",
-        help="a local copy of the request's init_from model folder: its config.json gives the shape (offline)",
-    )
+    _local_copy_options(plan)
     plan.add_argument(
         "--measurements",
         metavar="PATH",
@@ -86,14 +86,41 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     return {"validate": do_validate, "plan": do_plan, "submit": do_submit}
 
 
+def _local_copy_options(command: Any) -> None:
+    """``--init-from`` and ``--data-folder``: local copies of the request's S3 folders, read offline."""
+    command.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="offline: a local copy of the request's init_from model folder (its config.json gives the shape; its "
+        "chat template and tokenizer are what conversation data is checked against), read as the workflow reads S3",
+    )
+    command.add_argument(
+        "--data-folder",
+        metavar="DIR",
+        help="offline: a local copy of the request's train_data_uri (the prepared folder), read as the workflow "
+        "reads S3: conversation data is checked against init_from and the settings (seq_length, the windows)",
+    )
+
+
+def _local_copies(shell: Shell) -> dict[str, Any]:
+    """The local copies the options name (refused with --deployed: that reads the folders from S3 itself)."""
+    copies = {"init_from": shell.args.init_from, "data_folder": shell.args.data_folder}
+    if any(copies.values()) and (shell.args.deployed or shell.args.stack):
+        raise InvalidRequest(
+            ["--init-from, --data-folder: offline only; --deployed reads the folders from S3"]
+        )
+    return copies
+
+
 def do_validate(shell: Shell) -> int:
     """Every problem (exit 2), or ``valid`` and the checks that need what this validation could not read (S3,
     SageMaker, the run's name, the workflow's bucket): the workflow makes them before it launches."""
     request = shell.request()
+    copies = _local_copies(shell)
     if shell.args.deployed or shell.args.stack:
         decision = shell.runs.decide(request)
     else:
-        decision = check_offline(request, shell.project.rules(bucket_name=shell.args.bucket))
+        decision = check_offline(request, shell.project.rules(bucket_name=shell.args.bucket), **copies)
     if decision.problems:
         raise InvalidRequest(decision.problems)
     if shell.args.json:
@@ -114,6 +141,7 @@ def do_plan(shell: Shell) -> int:
     request = shell.request()
     deployed = args.deployed or args.stack
     rules = shell.runs.rules if deployed else shell.project.rules()
+    copies = _local_copies(shell)
     if args.image:
         bare_tag = not any(mark in args.image for mark in "/:@")
         rules = replace(rules, image_uri=f"image:{args.image}" if bare_tag else args.image)
@@ -125,8 +153,7 @@ def do_plan(shell: Shell) -> int:
         except (OSError, ValueError) as error:
             raise InvalidRequest([f"--measurements: {error}"]) from None
     planned = plan_request(
-        request, rules, s3=shell.runs.client("s3") if deployed else None, init_from=args.init_from,
-        measurements=records,
+        request, rules, s3=shell.runs.client("s3") if deployed else None, measurements=records, **copies
     )  # fmt: skip
     if args.measurements:
         planned["records"] = {"files": files, "read": len(records or []), "image_tag": rules.image_tag()}
