@@ -109,7 +109,7 @@ def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(de
     winner_settings = ("--set", "batch_size=2", "--set", "activation_checkpointing=full",
                        "--set", "hyperparameters.grad_accum_steps=2")  # fmt: skip
     before = json.loads(cli("plan", "--deployed", "--json", *winner_settings).out)
-    assert before["throughput_basis"] == "published"
+    assert before["throughput_basis"] == "estimate"
     request = {
         "job_name_prefix": prefix,
         "precision": "bf16",
@@ -152,7 +152,7 @@ def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(de
     text = cli("plan", "--deployed", *winner_settings).out
     assert "tokens/s per GPU (measured)" in text and "memory estimate against 2 stored measurement(s)" in text
     offline = json.loads(cli("plan", "--json", *winner_settings).out)
-    assert offline["throughput_basis"] == "published"  # offline: no image, no records
+    assert offline["throughput_basis"] == "estimate"  # offline: no image, no records
 
 
 def test_tune_apply_of_a_run_without_a_report_says_so(deployed, cli, tmp_path):

@@ -103,7 +103,7 @@ def test_a_tuning_job_under_the_toolkit_ranks_its_trials_through_an_oom_and_a_ti
         assert (
             row["measured_allocated_gb"] > 0 and row["measured_reserved_gb"] is None
         )  # no caching allocator
-        assert row["predicted_tokens_per_sec"] > 0 and row["basis"] == "published"
+        assert row["predicted_tokens_per_sec"] > 0 and row["basis"] == "estimate"
         assert row["usd_per_billion_tokens"] is None  # measured on CPU: no dollars projected
     assert [row["trial"] for row in report["rows"]][2:] == [1, 2]  # failures ranked last, in trial order
     assert sorted(row["trial"] for row in report["rows"][:2]) == [3, 4]

@@ -427,6 +427,11 @@ class TunePlan:
                     "probe": c.probe,
                     "predicted_tokens_per_sec_per_gpu": round(c.tokens_per_sec),
                     "throughput_basis": c.plan.timing.basis,
+                    "predicted_tokens_per_sec_per_gpu_spread": (
+                        None
+                        if c.plan.timing.spread is None
+                        else [round(v) for v in c.plan.timing.spread.tokens_per_sec_per_gpu]
+                    ),
                     "predicted_peak_gib": round(c.plan.memory.peak_gib, 2),
                     "fits": c.plan.memory.fits,
                     "expected_seconds": round(seconds),
