@@ -1,6 +1,6 @@
 """``blackwell-training tune`` / ``tune-apply`` / ``result`` / ``plan`` against the workflow in moto: the trials and
 cost before launch (offline and deployed), a tuning run followed to its ranked table, the winning request written
-from the run's own input, and the plan's throughput "published" before a tuning run's records exist and
+from the run's own input, and the plan's throughput an "estimate" before a tuning run's records exist and
 "measured" after."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_tune_dry_run_shows_the_trials_and_the_cost_offline(cli, tmp_path):
     assert result.status == 0, result.err
     assert "Tuning plan: 3 trials of 3 combinations on 1 x ml.p6-b200.48xlarge" in result.out
     assert (
-        "(published)" in result.out
+        "(estimate " in result.out
         and "at most $" in result.out
         and "left out: 0 predicted not to fit" in result.out
     )
