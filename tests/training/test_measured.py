@@ -38,7 +38,10 @@ def record(
 def test_without_records_the_plan_estimates_from_the_articles_points():
     planned = plan.make_plan(REQUEST).to_dict()
     assert planned["throughput_basis"] == "estimate" and planned["measured"] is None
-    assert planned["throughput_source"] == "scaled from " + plan.REFERENCE_SOURCE and planned["memory_check"] is None
+    assert (
+        planned["throughput_source"] == "scaled from " + plan.REFERENCE_SOURCE
+        and planned["memory_check"] is None
+    )
     assert plan.REFERENCE_URL in planned["throughput_source"]
 
 

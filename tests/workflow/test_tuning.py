@@ -138,7 +138,7 @@ def test_the_stored_measurements_turn_the_next_plan_from_estimate_to_measured(wo
     other = _summary(
         workflow.run({"job_name_prefix": _prefix(), "batch_size": 8, "activation_checkpointing": True})
     )
-    assert other["plan"]["throughput_basis"] == "estimate"  # not measured: an estimate from the article's points
+    assert other["plan"]["throughput_basis"] == "estimate"  # not measured: estimated
 
 
 def test_a_missing_winner_is_reported_not_failed(workflow):
