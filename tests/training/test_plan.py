@@ -240,6 +240,14 @@ def test_the_llama_plans_table_says_what_fits_on_one_and_two_b200_instances(caps
     # with AC only: on one instance at the edge (fused AdamW, no foreach temporaries), on two with room
     assert [("| yes |" in line) for line in seventy] == [False, True, False, True]
     assert all("| yes |" in line for line in lines if line.startswith("| llama3.1-8b |"))
+    # every figure an estimate with its low-high band from the plan's spread (none is the article's configuration)
+    assert "tokens/s per GPU, estimate (low-high)" in lines[0]
+    top = preset_plans.row("llama3.1-8b", 8192, 1, False, "bf16")
+    low, high = top["tokens_per_sec_per_gpu_band"]
+    assert (
+        round(low) <= top["tokens_per_sec_per_gpu"] <= round(high)
+        and f"{top['tokens_per_sec_per_gpu']:,} ({low:,.0f}-" in lines[2]
+    )
 
 
 def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
