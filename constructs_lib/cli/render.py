@@ -200,7 +200,11 @@ def _estimate_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
     peak = f"{tensors_gb:.1f} GB of tensors ({planned['peak_gib']:.1f} GiB with the allowance)"
     if "peak_mem_gb" in measured:
         peak += f"; measured {measured['peak_mem_gb']:.1f} GB"
-    speed = f"{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU"
+    band = planned.get("throughput_spread")
+    speed = (
+        f"{planned['tokens_per_sec_per_gpu']:,}{_between(band, 'tokens_per_sec_per_gpu', '{:,}'.format)} tokens/s "
+        f"per GPU ({planned.get('throughput_basis', 'estimate')})"
+    )
     if "tokens_per_sec" in measured:
         speed += f"; measured {measured['tokens_per_sec']:,.0f}"
     ignored = "yes (launched although it did not fit)" if result.get("memory_estimate_ignored") else None

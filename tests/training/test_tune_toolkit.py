@@ -5,7 +5,7 @@ that outlasts its hard limit) are classified as such, the trials after them stil
 winner, winning request, records and the convergence comparison are written.
 
 The trial list is given in the order a plan puts a larger model's candidates (largest micro-batch first): for this
-tiny model the published points predict the same MFU for every micro-batch (all below the seed's smallest point),
+tiny model the plan's estimate predicts the same MFU for every micro-batch (all below the seed's smallest point),
 so the plan would rank them by memory, smallest first (``tests/training/test_tuning.py`` checks the ranking)."""
 
 from __future__ import annotations

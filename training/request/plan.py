@@ -62,9 +62,11 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
 
 A request fits when the estimate is at most ``HEADROOM`` x the GPU's memory (the contract's GB, 10^9 bytes).
 
-Throughput comes from the seed article's two published points, scaled by FLOPs and the GPU's peak
-(``basis`` ``published``), unless a tuning run measured this exact configuration on this instance type with this
-image (``basis`` ``measured``: :mod:`training.request.measured` decides, the caller passes the stored records in).
+Throughput is the source article's own figure at its two measured configurations (``basis`` ``published``,
+:func:`article_point`); anywhere else an ``estimate`` scaled from them by FLOPs and the GPU's peak, with a low-high
+band from a stated MFU band (:func:`mfu_band`); unless a tuning run measured this exact configuration on this
+instance type with this image (``basis`` ``measured``: :mod:`training.request.measured` decides, the caller passes
+the stored records in).
 Stored records also check the memory estimate: the plan reports its own error against them (:func:`memory_check`).
 """
 
@@ -1052,7 +1054,7 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
 
 def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None:
     """The collectives of one optimizer step of ``s`` on its layout (``s.replicate`` x ``s.shard_size``), against
-    ``compute_seconds`` of compute (:mod:`training.request.network`). The published throughput points were
+    ``compute_seconds`` of compute (:mod:`training.request.network`). The article's throughput points were
     measured on one instance, so :func:`estimate_time` adds only what this layout exposes beyond one instance's."""
     links = network.INTERCONNECTS.get(s.instance_type)
     if links is None:
@@ -1203,7 +1205,7 @@ def plan_of(
 ) -> Plan:
     """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
     ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
-    settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
+    settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the estimate,
     and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
     :func:`memory_check`)."""
     memory = estimate_memory(s)
