@@ -104,6 +104,13 @@ def records_line(planned: dict[str, Any], records: dict[str, Any]) -> str:
     )
 
 
+def _between(band: dict[str, Any] | None, key: str, text: Any) -> str:
+    """An estimate's low-high spread of ``key`` (the plan's ``throughput_spread``), or nothing."""
+    if not band or band.get(key) is None:
+        return ""
+    return f" ({text(band[key][0])}-{text(band[key][1])})"
+
+
 def print_plan(out: Any, planned: dict[str, Any]) -> None:
     """The plan (``training.request.plan``) as a rich table: memory by part, then throughput, time and cost."""
     from rich.table import Table
@@ -122,16 +129,21 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     )
     table.add_row(Text("estimated peak", style="bold"), Text(f"{planned['peak_gib']:.2f}", style="bold"))
     out.print(table)
+    band = planned.get("throughput_spread")
     cost = (
         "unknown (no on-demand price)"
         if planned["cost_usd"] is None
-        else f"${planned['cost_usd']:,.2f} (on-demand prices of {planned.get('price_source', 'unknown date')})"
+        else f"${planned['cost_usd']:,.2f}{_between(band, 'cost_usd', '${:,.2f}'.format)} (on-demand prices of "
+        f"{planned.get('price_source', 'unknown date')})"
     )
-    basis = planned.get("throughput_basis", "published")
+    basis = planned.get("throughput_basis", "estimate")
+    source = planned["throughput_source"] + (f"; {band['assumptions']}" if band else "")
     out.print(
-        f"{planned['world_size']} GPUs{_layout(planned)}; ~{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU "
-        f"({basis}); step {planned['step_seconds']:.3f} s; run {format_duration(planned['run_seconds'])}; cost "
-        f"{cost} (throughput {basis}: {planned['throughput_source']})",
+        f"{planned['world_size']} GPUs{_layout(planned)}; ~{planned['tokens_per_sec_per_gpu']:,}"
+        f"{_between(band, 'tokens_per_sec_per_gpu', '{:,}'.format)} tokens/s per GPU ({basis}); step "
+        f"{planned['step_seconds']:.3f} s{_between(band, 'step_seconds', '{:.3f}'.format)}; run "
+        f"{format_duration(planned['run_seconds'])}{_between(band, 'run_seconds', format_duration)}; cost "
+        f"{cost} (throughput {basis}: {source})",
         markup=False,
     )
     net = planned.get("network")
@@ -190,7 +202,11 @@ def _estimate_rows(result: dict[str, Any]) -> list[tuple[str, Any]]:
     peak = f"{tensors_gb:.1f} GB of tensors ({planned['peak_gib']:.1f} GiB with the allowance)"
     if "peak_mem_gb" in measured:
         peak += f"; measured {measured['peak_mem_gb']:.1f} GB"
-    speed = f"{planned['tokens_per_sec_per_gpu']:,} tokens/s per GPU"
+    band = planned.get("throughput_spread")
+    speed = (
+        f"{planned['tokens_per_sec_per_gpu']:,}{_between(band, 'tokens_per_sec_per_gpu', '{:,}'.format)} tokens/s "
+        f"per GPU ({planned.get('throughput_basis', 'estimate')})"
+    )
     if "tokens_per_sec" in measured:
         speed += f"; measured {measured['tokens_per_sec']:,.0f}"
     ignored = "yes (launched although it did not fit)" if result.get("memory_estimate_ignored") else None
@@ -215,8 +231,10 @@ def print_tune_plan(out: Any, planned: dict[str, Any]) -> None:
     for number, trial in enumerate(planned["trials"], start=1):
         settings = " ".join(f"{k}={json.dumps(v)}" for k, v in trial["settings"].items())
         probe = " (probe: predicted not to fit)" if trial["probe"] else ""
+        spread = trial.get("predicted_tokens_per_sec_per_gpu_spread")
+        band = f" {spread[0]:,}-{spread[1]:,}" if spread else ""
         table.add_row(str(number), Text(settings + probe), f"{trial['predicted_tokens_per_sec_per_gpu']:,} "
-                      f"({trial['throughput_basis']})", f"{trial['predicted_peak_gib']:.1f}", str(trial["expected_seconds"]))  # fmt: skip
+                      f"({trial['throughput_basis']}{band})", f"{trial['predicted_peak_gib']:.1f}", str(trial["expected_seconds"]))  # fmt: skip
     out.print(table)
     cost = (
         "unknown (no on-demand price)"

@@ -36,7 +36,7 @@ def decide(
     "execution": <this execution's name>}``. Returns ``{"valid", "cause", "config", "hyperparameters",
     "channels", "resume", "request", "plan", "evaluation", "evaluation_only", "tune"}``
     (``decision.Decision.state``: all but the first two null when not valid). ``s3``: a boto3 S3 client to read
-    the stored tuning measurements for the plan (without one: the published figures), and (default: one for the
+    the stored tuning measurements for the plan (without one: the plan's estimate), and (default: one for the
     rules' region, made on first use) to read the ``init_from`` folder's config.json, to check ``train_data_uri``
     holds data, to decide ``resume_from`` and to read the evaluation's task folder and the model's tokenizer;
     ``sagemaker``: a SageMaker client for an evaluation-only request's training job (default: likewise);

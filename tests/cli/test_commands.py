@@ -292,6 +292,8 @@ def test_result_sums_up_a_successful_run(deployed, cli):
         summary["plan"]["fits"] and summary["memory_estimate_ignored"] is False
     )  # the plan it launched with
     assert "estimate: peak memory" in text and "estimate: throughput" in text and "; measured 51,000" in text
+    low, high = summary["plan"]["throughput_spread"]["tokens_per_sec_per_gpu"]  # an estimate shows its band
+    assert summary["plan"]["throughput_basis"] == "estimate" and f"({low:,}-{high:,}) tokens/s" in text
 
     api = TrainingRuns(stack_name=STACK, region=REGION).result(name)  # the Python API says the same
     assert {k: api[k] for k in ("job", "cost_usd", "trainer_summary")} == {

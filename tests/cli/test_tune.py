@@ -1,6 +1,6 @@
 """``blackwell-training tune`` / ``tune-apply`` / ``result`` / ``plan`` against the workflow in moto: the trials and
 cost before launch (offline and deployed), a tuning run followed to its ranked table, the winning request written
-from the run's own input, and the plan's throughput "published" before a tuning run's records exist and
+from the run's own input, and the plan's throughput an "estimate" before a tuning run's records exist and
 "measured" after."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_tune_dry_run_shows_the_trials_and_the_cost_offline(cli, tmp_path):
     assert result.status == 0, result.err
     assert "Tuning plan: 3 trials of 3 combinations on 1 x ml.p6-b200.48xlarge" in result.out
     assert (
-        "(published)" in result.out
+        "(estimate " in result.out
         and "at most $" in result.out
         and "left out: 0 predicted not to fit" in result.out
     )
@@ -109,7 +109,7 @@ def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(de
     winner_settings = ("--set", "batch_size=2", "--set", "activation_checkpointing=full",
                        "--set", "hyperparameters.grad_accum_steps=2")  # fmt: skip
     before = json.loads(cli("plan", "--deployed", "--json", *winner_settings).out)
-    assert before["throughput_basis"] == "published"
+    assert before["throughput_basis"] == "estimate"
     request = {
         "job_name_prefix": prefix,
         "precision": "bf16",
@@ -152,7 +152,7 @@ def test_a_tuning_run_is_followed_to_its_ranked_table_and_its_winning_request(de
     text = cli("plan", "--deployed", *winner_settings).out
     assert "tokens/s per GPU (measured)" in text and "memory estimate against 2 stored measurement(s)" in text
     offline = json.loads(cli("plan", "--json", *winner_settings).out)
-    assert offline["throughput_basis"] == "published"  # offline: no image, no records
+    assert offline["throughput_basis"] == "estimate"  # offline: no image, no records
 
 
 def test_tune_apply_of_a_run_without_a_report_says_so(deployed, cli, tmp_path):

@@ -35,10 +35,14 @@ def record(
     return measured.make_record(key, figures, where)
 
 
-def test_without_records_the_plan_uses_the_published_points():
+def test_without_records_the_plan_estimates_from_the_articles_points():
     planned = plan.make_plan(REQUEST).to_dict()
-    assert planned["throughput_basis"] == "published" and planned["measured"] is None
-    assert planned["throughput_source"] == plan.REFERENCE_SOURCE and planned["memory_check"] is None
+    assert planned["throughput_basis"] == "estimate" and planned["measured"] is None
+    assert (
+        planned["throughput_source"] == "scaled from " + plan.REFERENCE_SOURCE
+        and planned["memory_check"] is None
+    )
+    assert plan.REFERENCE_URL in planned["throughput_source"]
 
 
 def test_a_matching_record_gives_measured_throughput_and_says_where_it_was_measured():
@@ -66,7 +70,7 @@ def test_a_matching_record_gives_measured_throughput_and_says_where_it_was_measu
 )
 def test_a_record_that_differs_in_any_part_of_its_key_is_not_used(changed, why):
     planned = plan.make_plan(REQUEST, measurements=[record(**changed)], image_tag="abc123")
-    assert planned.timing.basis == "published", why
+    assert planned.timing.basis == "estimate", why
 
 
 def test_versions_given_by_the_caller_must_match_and_the_newest_record_wins():
@@ -104,7 +108,7 @@ def test_no_record_is_matched_under_a_mutable_or_missing_image_tag(tag):
     assert contract.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo") == "latest"
     assert contract.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo:latest") == "latest"
     planned = plan.make_plan(REQUEST, measurements=[record(tag="latest")], image_tag=tag)
-    assert planned.timing.basis == "published" and planned.memory_check is None
+    assert planned.timing.basis == "estimate" and planned.memory_check is None
 
 
 def test_an_image_tag_pushed_again_with_other_versions_makes_its_older_records_stale():
@@ -113,7 +117,7 @@ def test_an_image_tag_pushed_again_with_other_versions_makes_its_older_records_s
     older = record(tps=20_000.0, torch_version="2.8.0", at="2026-11-01T00:00:00+00:00")
     newer_other_settings = record({**REQUEST, "batch_size": 8}, at="2026-11-21T00:00:00+00:00")
     planned = plan.make_plan(REQUEST, measurements=[older, newer_other_settings], image_tag="abc123")
-    assert planned.timing.basis == "published"  # the only record of these settings is of the older build
+    assert planned.timing.basis == "estimate"  # the only record of these settings is of the older build
     assert planned.memory_check["records"] == 1  # only the current build's record checks the estimate
     current = record(tps=25_000.0, at="2026-11-22T00:00:00+00:00")
     planned = plan.make_plan(REQUEST, measurements=[older, newer_other_settings, current], image_tag="abc123")

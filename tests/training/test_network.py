@@ -155,10 +155,10 @@ def test_the_plan_says_its_layout_and_network_and_adds_only_what_one_instance_wo
     assert two["network"]["layout"] == "replicate 2 x shard 8" and two["network"]["efa_gb_per_instance"] > 10
     assert "aws.amazon.com/ec2/instance-types/p6" in two["network"]["source"]
     assert 0 < two["network"]["share"] < 0.05
-    # the published points are one instance's: one instance's own exposure is not added again
+    # the article's points are one instance's: one instance's own exposure is not added again
     base = plan.setup_from_request(request(count=1))
-    published = plan.estimate_time(replace(base, instance_type="ml.p6e-gb200.36xlarge"))  # no network model
-    assert published.network is None
+    unlinked = plan.estimate_time(replace(base, instance_type="ml.p6e-gb200.36xlarge"))  # no network model
+    assert unlinked.network is None
     assert one["step_seconds"] == pytest.approx(base.tokens / one["tokens_per_sec_per_gpu"], rel=1e-3)
     assert two["step_seconds"] > one["step_seconds"]
 
@@ -187,6 +187,10 @@ def test_layouts_compares_full_and_hybrid_sharding_and_marks_autos_choice():
     assert text.splitlines()[0] == layouts.HEADER[0]
     assert len(text.splitlines()) == 2 + 3
     assert "replicate 2 x shard 8 (auto)" in text
+    bands = rows[1].bands()  # an estimate: throughput, step, hours and cost each with its low-high band
+    assert bands is not None and bands["hours"][0] <= hours <= bands["hours"][1]
+    assert bands["cost"] is not None and bands["cost"][0] <= cost <= bands["cost"][1]
+    assert f"({bands['tokens_per_sec_per_gpu'][0]:,.0f}-" in layouts.format_row(rows[1])
 
 
 def test_tune_compares_the_layouts_on_several_instances():

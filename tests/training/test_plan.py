@@ -243,6 +243,14 @@ def test_the_llama_plans_table_says_what_fits_on_one_and_two_b200_instances(caps
     # with AC only: on one instance at the edge (fused AdamW, no foreach temporaries), on two with room
     assert [("| yes |" in line) for line in seventy] == [False, True, False, True]
     assert all("| yes |" in line for line in lines if line.startswith("| llama3.1-8b |"))
+    # every figure an estimate with its low-high band from the plan's spread (none is the article's configuration)
+    assert "tokens/s per GPU, estimate (low-high)" in lines[0]
+    top = preset_plans.row("llama3.1-8b", 8192, 1, False, "bf16")
+    low, high = top["tokens_per_sec_per_gpu_band"]
+    assert (
+        round(low) <= top["tokens_per_sec_per_gpu"] <= round(high)
+        and f"{top['tokens_per_sec_per_gpu']:,} ({low:,.0f}-" in lines[2]
+    )
 
 
 def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
@@ -304,7 +312,7 @@ def test_a_run_whose_plan_cannot_finish_one_optimizer_step_in_its_time_limit_is_
     (refused,) = validate_request({"hyperparameters": {"grad_accum_steps": "65536"}}, RequestRules())
     assert refused.startswith(
         "max_runtime_seconds: the plan expects one optimizer step to take 25:14:11 (536,870,912 tokens per GPU: "
-        "grad_accum_steps 65536 x batch_size 1 x seq_length 8192, at about 5,909 tokens/s per GPU, published), more "
+        "grad_accum_steps 65536 x batch_size 1 x seq_length 8192, at about 5,909 tokens/s per GPU, estimate), more "
         "than the run's limit of 24:00:00: it would be stopped before its first step; raise max_runtime_seconds"
     )
     longer = {"hyperparameters": {"grad_accum_steps": "65536"}, "max_runtime_seconds": 26 * 3600}
@@ -368,3 +376,76 @@ def test_a_step_longer_than_the_time_limit_is_refused_on_several_instances(lora,
     )
     ok = decide_request({**request, "max_runtime_seconds": int(step) + 3600}, RequestRules())
     assert ok.valid, ok.problems
+
+
+def test_only_the_articles_own_configurations_are_published_and_every_other_figure_is_an_estimate_with_a_band():
+    headline = replace(plan.setup_from_request(SEED_HEADLINE), loss_chunk_tokens=0)
+    batch_one = replace(headline, batch_size=1, activation_checkpointing=False)
+    for point in (headline, batch_one):
+        timing = plan.estimate_time(point)
+        assert timing.basis == "published" and timing.spread is None
+        assert timing.source == plan.REFERENCE_SOURCE and plan.REFERENCE_URL in timing.source
+    others = {
+        "the default chunked loss": replace(headline, loss_chunk_tokens=2048),
+        "batch 16 without AC": replace(headline, activation_checkpointing=False),
+        "batch 1 with AC": replace(batch_one, activation_checkpointing=True),
+        "AC on every other block": replace(headline, activation_checkpointing_interval=2),
+        "bf16": replace(headline, precision="bf16"),
+        "two instances": replace(headline, instance_count=2),
+        "H100": replace(headline, instance_type="ml.p5.48xlarge"),
+        "8b": replace(headline, shape=contract.MODEL_PRESETS["8b"]),
+        "LoRA": replace(headline, lora_rank=16, lora_targets=("q_proj", "v_proj")),
+        "a tiny model": replace(batch_one, shape=contract.ModelShape(2, 64, 2, 256, 256), seq_length=256),
+    }
+    for why, setup in others.items():
+        t = plan.estimate_time(setup)
+        assert t.basis == "estimate" and t.spread is not None, why
+        assert t.source == "scaled from " + plan.REFERENCE_SOURCE, why
+        low, high = t.spread.tokens_per_sec_per_gpu
+        assert low <= t.tokens_per_sec_per_gpu <= high and low < high, why
+        assert t.spread.step_seconds == pytest.approx((setup.tokens / high, setup.tokens / low)), why
+        assert t.spread.run_seconds == pytest.approx(
+            tuple(v * setup.max_steps for v in t.spread.step_seconds)
+        )
+        assert "MFU" in t.spread.assumptions, why
+    # the tiny model: the centre holds the article's smaller point's MFU, the low end continues its trend down
+    tiny = plan.estimate_time(others["a tiny model"]).spread
+    assert tiny is not None and tiny.tokens_per_sec_per_gpu[1] / tiny.tokens_per_sec_per_gpu[0] > 100
+
+
+def test_the_band_names_its_sources_per_precision_and_gpu():
+    headline = replace(plan.setup_from_request(SEED_HEADLINE), loss_chunk_tokens=2048)
+    b200 = plan.estimate_time(headline).spread
+    h100 = plan.estimate_time(replace(headline, instance_type="ml.p5.48xlarge", precision="bf16")).spread
+    assert b200 is not None and h100 is not None
+    assert plan.TORCHAO_B200 in b200.assumptions and "mxfp8" in b200.assumptions
+    assert (
+        plan.TORCHTITAN_H100 in h100.assumptions and "39.0% MFU" in h100.assumptions
+    )  # torchtitan's 8B, compiled
+    # the published peer figures read as MFU with this project's FLOPs count: torchtitan says 33-39% on H100
+    by_gpu = {(p.gpus[0], p.precision): p.mfu_bf16 for p in plan.PEER_FIGURES}
+    assert 0.38 < by_gpu[("H100", "bf16")] < 0.40 and 0.21 < by_gpu[("B200", "bf16")] < 0.22
+    # a higher published MFU widens only the high end: H100's band reaches higher over the article's curve
+    assert h100.mfu_bf16[1] / plan.estimate_time(replace(headline, instance_type="ml.p5.48xlarge",
+                                                         precision="bf16")).mfu_bf16 > 1.5  # fmt: skip
+    fp32 = plan.estimate_time(replace(headline, precision="fp32")).spread
+    assert fp32 is not None and "no published figure" in fp32.assumptions
+
+
+def test_lora_step_time_comes_from_loras_flops():
+    """The frozen weights run their forward and input-gradient GEMMs only (4N, plus 6 per adapter parameter): at
+    the same MFU the step takes that share of full fine-tuning's work, not 6N's."""
+    full = replace(
+        plan.setup_from_request(SEED_HEADLINE), loss_chunk_tokens=0, activation_checkpointing=False
+    )
+    lora = replace(full, lora_rank=16, lora_targets=("q_proj", "v_proj"))
+    adapters = plan.lora_block_parameters(lora) * lora.shape.num_layers
+    lora_flops = contract.flops_per_token(lora.shape, 8192, adapters)
+    assert lora_flops < 0.8 * contract.flops_per_token(full.shape, 8192)  # 6N -> 4N, attention unchanged
+    expected = plan._reference_mfu(lora.tokens * lora_flops) * contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
+    timing = plan.estimate_time(lora)
+    assert timing.tokens_per_sec_per_gpu == pytest.approx(expected / lora_flops)
+    assert timing.step_seconds == pytest.approx(lora.tokens / timing.tokens_per_sec_per_gpu)
+    # the MFU the run would report counts the same FLOPs, so it is the curve's own
+    assert timing.mfu_bf16 == pytest.approx(plan._reference_mfu(lora.tokens * lora_flops))
+    assert timing.step_seconds < plan.estimate_time(full).step_seconds

@@ -102,7 +102,7 @@ def test_the_records_of_a_run_are_what_the_planner_matches():
     planned = plan.make_plan(request, measurements=records, image_tag="abc123")
     assert planned.timing.basis == "measured"
     assert planned.timing.tokens_per_sec_per_gpu == pytest.approx(8 * 8192 / 0.8)
-    assert plan.make_plan(request, measurements=records, image_tag="other").timing.basis == "published"
+    assert plan.make_plan(request, measurements=records, image_tag="other").timing.basis == "estimate"
     values = contract.parse_hyperparameters(plan.trainer_settings(request))
     assert measured.find(records, values, instance_type=B200, instance_count=1, image_tag="abc123",
                          versions={"torch": "2.9.0", "transformer_engine": "2.11.0"}) is not None  # fmt: skip

@@ -11,7 +11,7 @@ small ones) took 30 to 41 s each on the 2-core development machine under a load 
 test: 5 min 18 s), far inside ``TIMEOUT_SECONDS``.
 
 The trial list is given in the order a plan puts a larger model's candidates (largest micro-batch first): for this
-tiny model the published points predict the same MFU for every micro-batch (all below the seed's smallest point),
+tiny model the plan's estimate predicts the same MFU for every micro-batch (all below the seed's smallest point),
 so the plan would rank them by memory, smallest first (``tests/training/test_tuning.py`` checks the ranking)."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_a_tuning_job_under_the_toolkit_ranks_its_trials_through_an_oom_and_a_ti
         assert (
             row["measured_allocated_gb"] > 0 and row["measured_reserved_gb"] is None
         )  # no caching allocator
-        assert row["predicted_tokens_per_sec"] > 0 and row["basis"] == "published"
+        assert row["predicted_tokens_per_sec"] > 0 and row["basis"] == "estimate"
         assert row["usd_per_billion_tokens"] is None  # measured on CPU: no dollars projected
     assert [row["trial"] for row in report["rows"]][2:] == [1, 2]  # failures ranked last, in trial order
     assert sorted(row["trial"] for row in report["rows"][:2]) == [3, 4]

@@ -198,7 +198,7 @@ def test_the_jobs_hyperparameters_carry_the_ordered_trials_the_driver_parses_bac
     assert int(hyperparameters["tune_deadline_seconds"]) == tuned.max_runtime_seconds - int(
         tuning.REPORT_SECONDS
     )
-    assert tuned.to_dict()["trials"][0]["throughput_basis"] == "published"
+    assert tuned.to_dict()["trials"][0]["throughput_basis"] == "estimate"
 
 
 def test_trial_lists_refuse_settings_a_trial_may_not_change():

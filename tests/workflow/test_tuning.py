@@ -114,11 +114,11 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     assert tune["measurements"]["Error"].startswith("S3.") or "NoSuchKey" in json.dumps(tune["measurements"])
 
 
-def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(workflow, synthesized, rules):
+def test_the_stored_measurements_turn_the_next_plan_from_estimate_to_measured(workflow, synthesized, rules):
     _, _, bucket = synthesized
     request = {"batch_size": 2, "activation_checkpointing": True}
     before = _summary(workflow.run({"job_name_prefix": _prefix(), **request}))
-    assert before["plan"]["throughput_basis"] == "published"
+    assert before["plan"]["throughput_basis"] == "estimate"
     prefix, name = _prefix(), f"tune-{uuid.uuid4().hex[:8]}"
     folder = f"checkpoints/{SEGMENT}/{name}/tune/"
     hyperparameters = {**rules.full_defaults()["hyperparameters"], "precision": "bf16", "seq_length": "8192",
@@ -141,7 +141,7 @@ def test_the_stored_measurements_turn_the_next_plan_from_published_to_measured(w
     other = _summary(
         workflow.run({"job_name_prefix": _prefix(), "batch_size": 8, "activation_checkpointing": True})
     )
-    assert other["plan"]["throughput_basis"] == "published"  # not measured: the published points
+    assert other["plan"]["throughput_basis"] == "estimate"  # not measured: estimated
 
 
 def test_a_missing_winner_is_reported_not_failed(workflow):

@@ -1,6 +1,7 @@
 """The closed-form plan (``training.request.plan``) of model presets on one or more instances, as a Markdown table:
 for each preset, instance count and activation-checkpointing setting, the largest micro-batch (of 1, 2, 4, 8, 16,
-32) whose estimated per-GPU peak fits, with that peak, the moment it is reached, and the plan's throughput.
+32) whose estimated per-GPU peak fits, with that peak, the moment it is reached, and the plan's throughput and step
+time with their low-high band.
 
     python -m training.measure.preset_plans --presets llama3.1-8b,llama3.1-70b --seq 8192 --instances 1,2
     python -m training.measure.preset_plans --seq 4096 --instances 1 --lora-ranks 0,16 --batch 1
@@ -9,7 +10,10 @@ for each preset, instance count and activation-checkpointing setting, the larges
 micro-batch in every row instead of the largest that fits (so the peaks compare).
 
 Pure closed form (no tracing); the memory model's agreement with traced steps is ``training.measure.plan_agreement``.
-Throughput is the plan's estimate (scaled from the seed article's published B200 figures), not a measurement.
+Throughput is the plan's estimate, not a measurement: its centre scaled from the source article's two measured B200
+configurations (``plan.REFERENCE_SOURCE``), its low-high band from the MFU band ``plan.mfu_band`` states (the
+article's curve, torchao's and torchtitan's published peer figures, the article's 10-30% recompute overhead). Only
+the article's own two configurations would read ``published`` (no band); none of these presets is one of them.
 """
 
 from __future__ import annotations
@@ -70,7 +74,18 @@ def row(
         "moment": m.moment,
         "tokens_per_sec_per_gpu": round(t.tokens_per_sec_per_gpu),
         "step_seconds": round(t.step_seconds, 2),
+        "basis": t.basis,
+        "tokens_per_sec_per_gpu_band": None if t.spread is None else t.spread.tokens_per_sec_per_gpu,
+        "step_seconds_band": None if t.spread is None else t.spread.step_seconds,
     }
+
+
+def with_band(value: str, band: tuple[float, float] | None, text: str, basis: str) -> str:
+    """``value`` with an estimate's low-high ``band`` (each end formatted by ``text``), or its basis without one
+    ("6,000 (published)")."""
+    if band is None:
+        return f"{value} ({basis})"
+    return f"{value} ({text.format(band[0])}-{text.format(band[1])})"
 
 
 def format_table(rows: Sequence[dict[str, Any]], seq: int, lora: bool = False, fixed: bool = False) -> str:
@@ -78,15 +93,19 @@ def format_table(rows: Sequence[dict[str, Any]], seq: int, lora: bool = False, f
     batch = "micro-batch" if fixed else "largest micro-batch"
     lines = [
         f"| preset |{' LoRA rank |' if lora else ''} instances (GPUs) | AC | {batch} ({seq} tokens) | peak GiB per "
-        "GPU (limit) | fits | peak at | tokens/s per GPU (plan) | step s |",
+        "GPU (limit) | fits | peak at | tokens/s per GPU, estimate (low-high) | step s, estimate (low-high) |",
         f"|---|{'---:|' if lora else ''}---:|---|---:|---:|---|---|---:|---:|",
     ]
     for r in rows:
         rank = f" {r['lora_rank'] or 'full'} |" if lora else ""
+        speed = with_band(
+            f"{r['tokens_per_sec_per_gpu']:,}", r["tokens_per_sec_per_gpu_band"], "{:,.0f}", r["basis"]
+        )
+        step = with_band(f"{r['step_seconds']:.2f}", r["step_seconds_band"], "{:.2f}", r["basis"])
         lines.append(
             f"| {r['preset']} |{rank} {r['instances']} ({r['gpus']}) | {'on' if r['ac'] else 'off'} | {r['batch']} "
             f"| {r['peak_gib']:.1f} ({r['limit_gib']:.1f}) | {'yes' if r['fits'] else 'no'} | {r['moment']} "
-            f"| {r['tokens_per_sec_per_gpu']:,} | {r['step_seconds']:.2f} |"
+            f"| {speed} | {step} |"
         )
     return "\n".join(lines)
 

@@ -7,9 +7,11 @@ whenever it fits (``plan.Setup.replicate``).
     python -m training.request.layouts --preset llama3.1-8b --seq 8192 --batch 2 --nodes 1,2,4
 
 prints the Markdown table docs/multi-node.md shows. Pure closed form (standard library, ``contract``, ``plan``):
-the memory is the plan's estimate, the throughput the plan's (published single-instance points, scaled) with the
-network's exposed time added, the network figures from published link rates (``network.INTERCONNECTS``) at an
-assumed ``network.LINK_EFFICIENCY``. Nothing here is measured.
+the memory is the plan's estimate; the throughput the plan's estimate (its centre scaled from the source article's
+two measured single-instance configurations, its low-high band from ``plan.mfu_band``'s stated MFU band) with the
+network's exposed time added, and the step time, hours and cost that follow, each with its band; the network figures
+from published link rates (``network.INTERCONNECTS``) at an assumed ``network.LINK_EFFICIENCY``. Nothing here is
+measured.
 """
 
 from __future__ import annotations
@@ -44,11 +46,28 @@ class Row:
     def setup(self) -> plan.Setup:
         return self.planned.setup
 
-    def hours_and_cost(self, tokens: float = TOKENS_BUDGET) -> tuple[float, float | None]:
-        """Wall-clock hours and on-demand cost (None without a price) to train ``tokens`` tokens."""
+    def hours_and_cost(
+        self, tokens: float = TOKENS_BUDGET, tokens_per_sec_per_gpu: float | None = None
+    ) -> tuple[float, float | None]:
+        """Wall-clock hours and on-demand cost (None without a price) to train ``tokens`` tokens at the plan's
+        throughput (or at ``tokens_per_sec_per_gpu``: one end of its band)."""
         s, t = self.setup, self.planned.timing
-        seconds = tokens / (t.tokens_per_sec_per_gpu * s.world_size)
+        seconds = tokens / ((tokens_per_sec_per_gpu or t.tokens_per_sec_per_gpu) * s.world_size)
         return seconds / 3600.0, contract.estimate_cost_usd(s.instance_type, s.instance_count, seconds)
+
+    def bands(self) -> dict[str, tuple[float, float] | None] | None:
+        """The (least, most) tokens/s per GPU, step seconds, hours and cost of an estimate (``plan.Spread``); None
+        for the article's own (``published``) configurations."""
+        spread = self.planned.timing.spread
+        if spread is None:
+            return None
+        slow, fast = (self.hours_and_cost(tokens_per_sec_per_gpu=v) for v in spread.tokens_per_sec_per_gpu)
+        return {
+            "tokens_per_sec_per_gpu": spread.tokens_per_sec_per_gpu,
+            "step_seconds": spread.step_seconds,
+            "hours": (fast[0], slow[0]),
+            "cost": None if fast[1] is None or slow[1] is None else (fast[1], slow[1]),
+        }
 
 
 def compare(request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None) -> list[Row]:
@@ -76,16 +95,26 @@ def _request(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
 
 
 HEADER = (
-    "| instances (GPUs) | layout | peak GiB per GPU (limit) | tokens/s per GPU | step s | EFA GB per instance "
-    "per step | network busy s | exposed s | network share | hours per 1B tokens | $ per 1B tokens |",
+    "| instances (GPUs) | layout | peak GiB per GPU (limit) | tokens/s per GPU, estimate (low-high) | step s "
+    "(low-high) | EFA GB per instance per step | network busy s | exposed s | network share | hours per 1B tokens "
+    "(low-high) | $ per 1B tokens (low-high) |",
     "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
 )
+
+
+def _with_band(value: float, key: str, text: str, bands: Mapping[str, Any] | None, basis: str) -> str:
+    """``value`` and its estimate's low-high band, each formatted by ``text``; the basis instead without a band."""
+    if bands is None:
+        return f"{text.format(value)} ({basis})"
+    band = bands[key]
+    return text.format(value) + ("" if band is None else f" ({text.format(band[0])}-{text.format(band[1])})")
 
 
 def format_row(row: Row) -> str:
     s, m, t = row.setup, row.planned.memory, row.planned.timing
     net = t.network
     hours, cost = row.hours_and_cost()
+    bands = row.bands()
     layout = ("replicate " + f"{s.replicate} x " if s.replicate > 1 else "") + f"shard {s.shard_size}"
     layout += " (auto)" if row.auto else ""
     fits = "" if m.fits else ", does not fit"
@@ -93,14 +122,14 @@ def format_row(row: Row) -> str:
         f"{s.instance_count} ({s.world_size})",
         layout,
         f"{m.peak_gib:.1f} ({m.limit_gib:.1f}){fits}",
-        f"{t.tokens_per_sec_per_gpu:,.0f}",
-        f"{t.step_seconds:.3f}",
+        _with_band(t.tokens_per_sec_per_gpu, "tokens_per_sec_per_gpu", "{:,.0f}", bands, t.basis),
+        _with_band(t.step_seconds, "step_seconds", "{:.3f}", bands, t.basis),
         "n/a" if net is None else f"{net.node_bytes / 1e9:.1f}",
         "n/a" if net is None else f"{net.busy_seconds:.3f}",
         "n/a" if net is None else f"{net.exposed_seconds:.3f}",
         "n/a" if net is None else f"{100 * net.share:.1f}%",
-        f"{hours:.2f}",
-        "n/a" if cost is None else f"{cost:,.0f}",
+        _with_band(hours, "hours", "{:.2f}", bands, t.basis),
+        "n/a" if cost is None else _with_band(cost, "cost", "{:,.0f}", bands, t.basis),
     ]
     return "| " + " | ".join(cells) + " |"
 

@@ -65,9 +65,11 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
 
 A request fits when the estimate is at most ``HEADROOM`` x the GPU's memory (the contract's GB, 10^9 bytes).
 
-Throughput comes from the seed article's two published points, scaled by FLOPs and the GPU's peak
-(``basis`` ``published``), unless a tuning run measured this exact configuration on this instance type with this
-image (``basis`` ``measured``: :mod:`training.request.measured` decides, the caller passes the stored records in).
+Throughput is the source article's own figure at its two measured configurations (``basis`` ``published``,
+:func:`article_point`); anywhere else an ``estimate`` scaled from them by FLOPs and the GPU's peak, with a low-high
+band from a stated MFU band (:func:`mfu_band`); unless a tuning run measured this exact configuration on this
+instance type with this image (``basis`` ``measured``: :mod:`training.request.measured` decides, the caller passes
+the stored records in).
 Stored records also check the memory estimate: the plan reports its own error against them (:func:`memory_check`).
 """
 
@@ -107,17 +109,28 @@ QUANTIZED_BYTES: Mapping[str, float] = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nv
 """Bytes per value of one quantized usage (data + block scales: E8M0 per 32 values for MXFP8, E4M3 per 16 for
 NVFP4; fp8's per-tensor scale is negligible)."""
 
-# Throughput: published measurements where no tuning run has measured the configuration. The seed article (AWS blog
-# "Optimizing model training on Amazon SageMaker AI with NVIDIA Blackwell GPUs", 2026, Figure 1: 1B LLM, MXFP8,
-# 8K sequence, 8x B200, FSDP): batch 1 without AC ~6,000 tokens/s; batch 16 with AC ~51,000 tokens/s (per GPU: the
-# only reading that gives a plausible MFU). AC's recompute overhead: the seed's "typically 10-30%", taken as 20%.
+# Throughput: the source article's measured points where no tuning run has measured the configuration ("Optimize
+# model training on Amazon SageMaker AI with NVIDIA Blackwell", AWS Machine Learning blog, June 2026, Figure 1: 1B
+# LLM, MXFP8, 8K sequence, one ml.p6-b200.48xlarge, FSDP): batch 1 without AC ~6,000 tokens/s; batch 16 with AC
+# ~51,000 tokens/s (per GPU: the only reading that gives a plausible MFU). AC's recompute overhead: the article's
+# "typically 10-30%", taken as 20%. Any other configuration is an estimate from them (``estimate_time``).
+REFERENCE_URL = (
+    "https://aws.amazon.com/blogs/machine-learning/"
+    "optimize-model-training-on-amazon-sagemaker-ai-with-nvidia-blackwell/"
+)
 REFERENCE_GPU = "B200"
+REFERENCE_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
+REFERENCE_PRESET = "1b"
+REFERENCE_PRECISION = "mxfp8"
+REFERENCE_SEQ_LENGTH = 8192
 REFERENCE_POINTS: tuple[tuple[int, float, bool], ...] = ((8192, 6_000.0, False), (131_072, 51_000.0, True))
-"""(tokens per micro-batch, tokens/s per GPU, activation checkpointing) of the seed's 1B MXFP8 runs."""
+"""(tokens per micro-batch, tokens/s per GPU, activation checkpointing) of the article's 1B MXFP8 runs."""
 AC_OVERHEAD = 1.2
+AC_OVERHEAD_BAND = (1.1, 1.3)
+"""The article's "typically 10-30%" recompute overhead: the high estimate takes 10%, the low one 30%."""
 REFERENCE_SOURCE = (
-    "seed article (AWS ML blog, 2026) Fig. 1: 1B, MXFP8, 8K tokens, 8x B200: ~6,000 tokens/s at batch 1 "
-    "without AC, ~51,000 at batch 16 with AC; scaled by FLOPs per token and the GPU's bf16 peak"
+    f"the source article ({REFERENCE_URL}) Figure 1: 1B, MXFP8, 8K tokens, one {REFERENCE_INSTANCE_TYPE}: "
+    "~6,000 tokens/s per GPU at batch 1 without activation checkpointing, ~51,000 at batch 16 with it"
 )
 
 
@@ -830,8 +843,137 @@ def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[s
 
 
 # ----------------------------------------------------------------------------------------------------------
+# The estimate's band: the MFU a configuration the article did not measure may reach, and where each end comes from
+# ----------------------------------------------------------------------------------------------------------
+
+TORCHAO_B200 = "https://github.com/pytorch/ao/tree/main/torchao/prototype/mx_formats#training-e2e-benchmarks-on-nvidia-b200"
+TORCHTITAN_H100 = "https://github.com/pytorch/torchtitan/blob/main/docs/performance.md"
+
+
+@dataclass(frozen=True)
+class PeerFigure:
+    """A peer FSDP2 stack's published tokens/s per GPU for Llama 3 8B at 8,192 tokens, read as the MFU it is against
+    the GPU's bf16 peak (this project's ``flops_per_token`` of the ``llama3.1-8b`` preset)."""
+
+    gpus: tuple[str, ...]
+    """The GPU it was measured on, then those it stands for (same chip generation and bf16 peak class)."""
+    precision: str
+    tokens_per_sec_per_gpu: float
+    source: str
+
+    @property
+    def mfu_bf16(self) -> float:
+        flops = contract.flops_per_token(contract.MODEL_PRESETS["llama3.1-8b"], 8192)
+        return self.tokens_per_sec_per_gpu * flops / (contract.PEAK_TFLOPS[self.gpus[0]]["bf16"] * 1e12)
+
+
+PEER_FIGURES: tuple[PeerFigure, ...] = (
+    PeerFigure(
+        ("B200", "B300", "GB200"), "bf16", 8_307.5, f"torchao on torchtitan, 8x B200 ({TORCHAO_B200})"
+    ),
+    PeerFigure(
+        ("B200", "B300", "GB200"), "mxfp8", 9_969.0, f"torchao on torchtitan, 8x B200 ({TORCHAO_B200})"
+    ),
+    PeerFigure(
+        ("B200", "B300", "GB200"), "fp8", 10_417.0, f"torchao on torchtitan, 8x B200 ({TORCHAO_B200})"
+    ),
+    PeerFigure(("H100", "H200"), "bf16", 6_667.0, f"torchtitan, 8x H100 ({TORCHTITAN_H100})"),
+    PeerFigure(("H100", "H200"), "fp8", 8_532.0, f"torchtitan, 8x H100 ({TORCHTITAN_H100})"),
+    PeerFigure(("A100",), "bf16", 2_973.0, f"torchtitan, 64x A100 ({TORCHTITAN_H100})"),
+)
+"""The best published MFU of a peer FSDP2 stack per GPU and precision: the top of the estimate's band where it is
+above the article's (torchao's Llama3-8b table: bf16 8,307.5, mxfp8_cublas 9,969, float8 tensorwise 10,417 tokens/s
+per GPU, batch 1, torch.compile, selective AC; torchtitan's Llama 3.1 8B with torch.compile 6,667 and with Float8
+8,532, batch 2, selective AC; Llama 3 8B on A100 2,973). fp16 reads as bf16."""
+
+PRECISION_BAND: Mapping[str, tuple[float, float, str]] = {
+    "mxfp8": (1.0, 1.0, "the article's own precision"),
+    "bf16": (1 / 1.20, 1.0, "up to the 20% mxfp8 gains over bf16 on 8x B200 in torchao's table less, or as fast (the "
+             "article finds low precisions' gains modest under 14B)"),
+    "fp16": (1 / 1.20, 1.0, "as bf16"),
+    "fp8": (1.0, 1.254 / 1.200, "as mxfp8, or faster by float8 tensorwise's lead over mxfp8 in torchao's table "
+            "(+25.4% against +20.0% over bf16; the article finds fp8's overhead lower than mxfp8's)"),
+    "nvfp4": (1 / 1.20, 1.20, "no published NVFP4 training speed on this stack: mxfp8's 20% either way (the article: "
+              "NVFP4's gains come with large models)"),
+    "fp32": (0.5, 2.0, "no published figure: against the GPU's fp32 peak, a factor of two either way"),
+}  # fmt: skip
+"""Per precision: (low, high) factors on the article's MXFP8 MFU, and why."""
+
+
+@dataclass(frozen=True)
+class MfuBand:
+    """The MFU (against the peak the estimate uses) of the estimate's low, central and high ends, and their
+    sources in words."""
+
+    low: float
+    central: float
+    high: float
+    sources: str
+
+
+def _trend_mfu(step_flops: float) -> float:
+    """The low end of the band: MFU as a power of one micro-batch's FLOPs through the article's two points (a step
+    with fixed costs that shrink less than its work), below its larger micro-batch, where it lies under the
+    log-linear centre (:func:`_reference_mfu`) and goes on falling below the smaller one; held flat above."""
+    (x0, y0), (x1, y1) = _reference_curve()
+    x = math.log(max(step_flops, 1.0))
+    if x >= x1:
+        return y1
+    return y0 * math.exp((x - x0) * math.log(y1 / y0) / (x1 - x0))
+
+
+def mfu_band(s: Setup, step_flops: float) -> MfuBand:
+    """The estimate's MFU band for ``s`` at ``step_flops`` per micro-batch: the article's curve
+    (:func:`_reference_mfu`) as the centre; the low end the power law through its points (:func:`_trend_mfu`) times the precision's low factor (``PRECISION_BAND``); the high end the curve times the
+    larger of the precision's high factor and the best peer MFU for this GPU and precision (``PEER_FIGURES``) over
+    the article's top MFU."""
+    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    low_factor, high_factor, why = PRECISION_BAND[s.precision]
+    top = _reference_curve()[1][1]
+    peer_precision = "bf16" if s.precision == "fp16" else s.precision
+    peers = [p for p in PEER_FIGURES if gpu in p.gpus and p.precision == peer_precision]
+    sources = [f"{s.precision}: {why}"]
+    if peers:
+        best = max(peers, key=lambda p: p.mfu_bf16)
+        high_factor = max(high_factor, best.mfu_bf16 / top)
+        sources.append(f"best published on {gpu} {peer_precision}: {best.mfu_bf16:.1%} MFU, {best.source}")
+    central = _reference_mfu(step_flops)
+    return MfuBand(
+        low=_trend_mfu(step_flops) * low_factor,
+        central=central,
+        high=central * high_factor,
+        sources="; ".join(sources),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Time and cost
 # ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The low and high ends of an estimate (``basis`` ``estimate``), each a (least, most) pair: the throughput at
+    the MFU band's ends (``mfu_band``) with the article's 10-30% recompute overhead (``AC_OVERHEAD_BAND``), and the
+    step time, run time and cost that follow."""
+
+    tokens_per_sec_per_gpu: tuple[float, float]
+    step_seconds: tuple[float, float]
+    run_seconds: tuple[float, float]
+    cost_usd: tuple[float, float] | None
+    mfu_bf16: tuple[float, float]
+    """The MFU the run would report (as ``Timing.mfu_bf16``) at either end."""
+    assumptions: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens_per_sec_per_gpu": [round(v) for v in self.tokens_per_sec_per_gpu],
+            "step_seconds": [round(v, 4) for v in self.step_seconds],
+            "run_seconds": [round(v) for v in self.run_seconds],
+            "cost_usd": None if self.cost_usd is None else [round(v, 2) for v in self.cost_usd],
+            "mfu_bf16": [round(v, 4) for v in self.mfu_bf16],
+            "assumptions": self.assumptions,
+        }
 
 
 @dataclass(frozen=True)
@@ -851,31 +993,40 @@ class Timing:
     cost_usd: float | None
     warning: str | None
     source: str = REFERENCE_SOURCE
-    basis: str = "published"
-    """``published`` (the seed article's two points, scaled) or ``measured`` (a stored tuning measurement of this
-    exact configuration, image and instance: :mod:`training.request.measured`)."""
+    basis: str = "estimate"
+    """``published`` (one of the source article's own measured configurations, ``article_point``), ``estimate``
+    (scaled from them, with its ``spread``) or ``measured`` (a stored tuning measurement of this exact
+    configuration, image and instance: :mod:`training.request.measured`)."""
     network: network.StepNetwork | None = None
     """The step's collectives on this layout (:func:`step_network`); None where the instance type's links are not
     in ``network.INTERCONNECTS``."""
+    spread: Spread | None = None
+    """The estimate's low and high ends; None for ``published`` and ``measured`` figures."""
+
+
+def _reference_curve() -> tuple[tuple[float, float], tuple[float, float]]:
+    """The article's two points as (log of one micro-batch's FLOPs, MFU without AC against B200's bf16 peak): 2.3%
+    at 7e13, 23% at 1.1e15."""
+    ref_flops = contract.flops_per_token(contract.MODEL_PRESETS[REFERENCE_PRESET], REFERENCE_SEQ_LENGTH)
+    peak = contract.PEAK_TFLOPS[REFERENCE_GPU]["bf16"] * 1e12
+    first, second = (
+        (math.log(tokens * ref_flops), tps * (AC_OVERHEAD if ac else 1.0) * ref_flops / peak)
+        for tokens, tps, ac in REFERENCE_POINTS
+    )
+    return first, second
 
 
 def _reference_mfu(step_flops: float) -> float:
     """Model FLOPs utilization against B200's bf16 peak, without AC, interpolated log-linearly in the FLOPs of one
-    micro-batch (the work each kernel launch and each FSDP2 collective is spread over) between the seed's two
-    points (2.3% at 7e13, 23% at 1.1e15), held flat outside them."""
-    ref_flops = contract.flops_per_token(contract.MODEL_PRESETS["1b"], 8192)
-    peak = contract.PEAK_TFLOPS[REFERENCE_GPU]["bf16"] * 1e12
-    points = [
-        (math.log(tokens * ref_flops), tps * (AC_OVERHEAD if ac else 1.0) * ref_flops / peak)
-        for tokens, tps, ac in REFERENCE_POINTS
-    ]
-    (x0, y0), (x1, y1) = points
+    micro-batch (the work each kernel launch and each FSDP2 collective is spread over) between the article's two
+    points (:func:`_reference_curve`), held flat outside them."""
+    (x0, y0), (x1, y1) = _reference_curve()
     x = min(max(math.log(max(step_flops, 1.0)), x0), x1)
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def recompute_overhead(s: Setup) -> float:
-    """The slow-down activation checkpointing's recompute costs: ``AC_OVERHEAD`` (a whole block's forward again)
+def recompute_overhead(s: Setup, overhead: float = AC_OVERHEAD) -> float:
+    """The slow-down activation checkpointing's recompute costs: ``overhead`` (a whole block's forward again)
     for every checkpointed block's share of the blocks; ``selective`` recomputes only the output and down
     projections of the matmuls (and cheap element-wise work), so its share of a block's forward FLOPs,
     (h^2 + hf) / (2h^2 + 2h kv + 3hf + 2hS) per token, scales the overhead (QKV h(h + 2kv), output h^2, gate/up
@@ -887,42 +1038,109 @@ def recompute_overhead(s: Setup) -> float:
         h, f = s.shape.hidden_size, s.shape.ffn_hidden_size
         kv = s.shape.kv_heads * s.shape.head_dim
         share *= (h * h + h * f) / (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h * s.seq_length)
-    return 1.0 + (AC_OVERHEAD - 1.0) * share
+    return 1.0 + (overhead - 1.0) * share
+
+
+def article_point(s: Setup) -> bool:
+    """Whether ``s`` is one of the source article's own measured configurations (``REFERENCE_POINTS``): its 1B
+    shape, MXFP8, 8,192 tokens, one ml.p6-b200.48xlarge, full fine-tuning with the whole loss at once, and batch 1
+    without activation checkpointing or batch 16 with it on every block. Only there is the figure ``published``."""
+    article = contract.MODEL_PRESETS[REFERENCE_PRESET]
+    same_shape = replace(s.shape, num_kv_heads=s.shape.kv_heads) == replace(
+        article, num_kv_heads=article.kv_heads
+    )
+    if not same_shape or (s.precision, s.seq_length, s.instance_type, s.instance_count) != (
+        REFERENCE_PRECISION, REFERENCE_SEQ_LENGTH, REFERENCE_INSTANCE_TYPE, 1
+    ):  # fmt: skip
+        return False
+    if s.lora_rank or s.loss_chunk_tokens or s.activation_checkpointing == "selective":
+        return False
+    every_block = s.activation_checkpointing_interval == 1
+    return any(
+        s.tokens == tokens and s.ac_on == ac and (every_block or not ac) for tokens, _, ac in REFERENCE_POINTS
+    )
+
+
+def work_flops_per_token(s: Setup) -> float:
+    """The FLOPs per token a step of ``s`` runs (recompute and the chunked loss's extra GEMM aside): full
+    fine-tuning's ``6N``, or with LoRA the frozen weights' forward and input-gradient GEMMs and the adapters' three
+    (``contract.flops_per_token``'s ``lora_parameters``): also the model FLOPs the run's MFU counts."""
+    return contract.flops_per_token(s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers)
+
+
+def throughput_at(s: Setup, mfu: float, ac_overhead: float = AC_OVERHEAD) -> float:
+    """Tokens/s per GPU of ``s`` computing at ``mfu`` of its peak (bf16's; fp32's for fp32), slowed by the work the
+    model FLOPs leave out: activation checkpointing's recompute (:func:`recompute_overhead` at ``ac_overhead``) and
+    the chunked loss's second head GEMM in backward (2 x hidden x vocabulary FLOPs per token,
+    ``training/trainer/loss.py``)."""
+    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    flops = work_flops_per_token(s)
+    peak = contract.PEAK_TFLOPS[gpu]["fp32" if s.precision == "fp32" else "bf16"]
+    tps = mfu * peak * 1e12 / flops / recompute_overhead(s, ac_overhead)
+    if s.loss_chunk_tokens > 0:
+        tps /= 1 + 2.0 * s.shape.hidden_size * s.shape.vocab_size / flops
+    return tps
+
+
+def with_network(s: Setup, tps: float) -> tuple[float, float, network.StepNetwork | None]:
+    """(tokens/s per GPU, step seconds, the step's collectives) of ``s`` at the single-instance throughput ``tps``
+    once the network time this layout exposes beyond one instance's is added (the article measured one instance)."""
+    step = s.tokens * s.grad_accum_steps / tps
+    net = step_network(s, step)
+    if net is None:
+        return tps, step, None
+    one_instance = step_network(replace(s, instance_count=1, data_parallel_replicate=1), step)
+    step += net.exposed_seconds - (one_instance.exposed_seconds if one_instance else 0.0)
+    return s.tokens * s.grad_accum_steps / step, step, net
+
+
+def spread(s: Setup, band: MfuBand) -> Spread:
+    """The estimate's (least, most) throughput, step time, run time, cost and reported MFU at ``band``'s ends."""
+    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    ends = [
+        with_network(s, throughput_at(s, band.low, AC_OVERHEAD_BAND[1])),
+        with_network(s, throughput_at(s, band.high, AC_OVERHEAD_BAND[0])),
+    ]
+    runs = [step * s.max_steps for _, step, _ in ends]
+    costs = [contract.estimate_cost_usd(s.instance_type, s.instance_count, run) for run in runs]
+    mfus = [tps * work_flops_per_token(s) / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12) for tps, _, _ in ends]
+    ac = " and activation checkpointing 10-30% (the article)" if s.ac_on else ""
+    peak = "fp32" if s.precision == "fp32" else "bf16"
+    return Spread(
+        tokens_per_sec_per_gpu=(ends[0][0], ends[1][0]),
+        step_seconds=(ends[1][1], ends[0][1]),
+        run_seconds=(runs[1], runs[0]),
+        cost_usd=None if None in costs else (costs[1], costs[0]),  # type: ignore[arg-type]
+        mfu_bf16=(mfus[0], mfus[1]),
+        assumptions=(
+            f"MFU {band.low:.2%}-{band.high:.2%} of the {gpu}'s {peak} peak (centre {band.central:.2%}: "
+            f"the article's two points, log-linear in one micro-batch's FLOPs at the centre, as a power of them at "
+            f"the low end){ac}; {band.sources}"
+        ),
+    )
 
 
 def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing:
-    """Tokens/s per GPU from the model FLOPs at the reference MFU (or, given a ``measured`` record that stands
-    for this request, :func:`training.request.measured.find`, its measured tokens/s), step time, time for
-    ``max_steps``, and the on-demand cost (``contract.estimate_cost_usd``).
+    """Tokens/s per GPU, step time, time for ``max_steps`` and the on-demand cost (``contract.estimate_cost_usd``):
+    given a ``measured`` record that stands for this request (:func:`training.request.measured.find`), its
+    measured tokens/s (``measured``); at one of the article's own configurations its figure (``published``,
+    :func:`article_point`); else an ``estimate`` from the article's curve (:func:`_reference_mfu`) with its band
+    (:func:`mfu_band`, :func:`spread`).
 
-    The MFU is counted against the GPU's bf16 peak for every 16-bit and lower precision (the seed finds low
-    precisions' gains modest for small models, so none is assumed) and against its fp32 peak for fp32 (the
-    trainer's fp32 GEMMs do not use TF32: 30x below bf16 on B200). Work the model FLOPs leave out slows it down:
-    activation checkpointing's recompute (``recompute_overhead``) and the chunked loss's second head GEMM in backward
-    (2 x hidden x vocabulary FLOPs per token, ``training/trainer/loss.py``)."""
+    The MFU is counted against the GPU's bf16 peak for every 16-bit and lower precision and against its fp32 peak
+    for fp32 (the trainer's fp32 GEMMs do not use TF32: 30x below bf16 on B200), on the FLOPs a step runs
+    (:func:`work_flops_per_token`: LoRA's frozen weights have no weight-gradient GEMM), slowed by what the model
+    FLOPs leave out (:func:`throughput_at`)."""
     gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
-    flops = contract.flops_per_token(s.shape, s.seq_length)
-    mfu = _reference_mfu(s.tokens * flops)
-    peak = contract.PEAK_TFLOPS[gpu]["fp32" if s.precision == "fp32" else "bf16"]
-    tps = mfu * peak * 1e12 / flops
-    tps /= recompute_overhead(s)
-    if s.loss_chunk_tokens > 0:
-        tps /= 1 + 2.0 * s.shape.hidden_size * s.shape.vocab_size / flops
-    source, basis = REFERENCE_SOURCE, "published"
-    if measured is not None:
+    band = mfu_band(s, s.tokens * work_flops_per_token(s))
+    tps, step, net = with_network(s, throughput_at(s, band.central))
+    basis = "published" if article_point(s) else "estimate"
+    source = REFERENCE_SOURCE if basis == "published" else f"scaled from {REFERENCE_SOURCE}"
+    if measured is not None:  # a measured step already holds its network time
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
-        source, basis = measured_source(measured), "measured"
-    step = s.tokens * s.grad_accum_steps / tps
-    net = step_network(s, step)
-    if net is not None and basis == "published":  # a measured step already holds its network time
-        one_instance = step_network(replace(s, instance_count=1, data_parallel_replicate=1), step)
-        step += net.exposed_seconds - (one_instance.exposed_seconds if one_instance else 0.0)
-        tps = s.tokens * s.grad_accum_steps / step
-    # What the run reports at that speed: with LoRA the model FLOPs leave out the frozen weights' gradient GEMMs
-    model_flops = contract.flops_per_token(
-        s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers
-    )
-    mfu_bf16 = tps * model_flops / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
+        step, source, basis = s.tokens * s.grad_accum_steps / tps, measured_source(measured), "measured"
+        net = step_network(s, step)
+    mfu_bf16 = tps * work_flops_per_token(s) / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
     cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
@@ -932,12 +1150,13 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
             f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
-    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net)
+    band_spread = spread(s, band) if basis == "estimate" else None
+    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net, band_spread)
 
 
 def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None:
     """The collectives of one optimizer step of ``s`` on its layout (``s.replicate`` x ``s.shard_size``), against
-    ``compute_seconds`` of compute (:mod:`training.request.network`). The published throughput points were
+    ``compute_seconds`` of compute (:mod:`training.request.network`). The article's throughput points were
     measured on one instance, so :func:`estimate_time` adds only what this layout exposes beyond one instance's."""
     links = network.INTERCONNECTS.get(s.instance_type)
     if links is None:
@@ -1016,7 +1235,7 @@ class Plan:
     timing: Timing
     advice: list[str] = field(default_factory=list)
     measured: dict[str, Any] | None = None
-    """The stored record whose measured throughput the timing uses (None: published figures)."""
+    """The stored record whose measured throughput the timing uses (None: the article's figures or an estimate)."""
     memory_check: dict[str, Any] | None = None
     """The plan's memory error against the stored measurements of this instance and image (:func:`memory_check`)."""
     data: dict[str, Any] | None = None
@@ -1045,6 +1264,7 @@ class Plan:
             "advice": self.advice,
             "throughput_source": t.source,
             "throughput_basis": t.basis,
+            "throughput_spread": None if t.spread is None else t.spread.to_dict(),
             "measured": None if self.measured is None else self.measured["measured"],
             "memory_check": self.memory_check,
             "price_source": contract.PRICES_AS_OF,
@@ -1091,7 +1311,7 @@ def plan_of(
 ) -> Plan:
     """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
     ``measurements``: stored tuning records (:mod:`training.request.measured`); the one that stands for these
-    settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the published points,
+    settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the estimate,
     and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
     :func:`memory_check`; False, e.g. for each of a tuning run's candidates, which would re-plan every record once per
     candidate)."""
@@ -1141,6 +1361,28 @@ def refusal(plan: Plan) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 
 
+def throughput_line(d: Mapping[str, Any]) -> str:
+    """The plan's throughput, step, run and cost (of :meth:`Plan.to_dict`), with an estimate's low-high spread
+    after each figure and its assumptions after its source."""
+    band = d.get("throughput_spread")
+
+    def between(key: str, text: Any) -> str:
+        return "" if band is None or band[key] is None else f" ({text(band[key][0])}-{text(band[key][1])})"
+
+    cost = (
+        "unknown (no price)"
+        if d["cost_usd"] is None
+        else f"${d['cost_usd']:,.2f}{between('cost_usd', lambda v: f'${v:,.2f}')} (prices of {d['price_source']})"
+    )
+    source = d["throughput_source"] + (f"; {band['assumptions']}" if band else "")
+    return (
+        f"throughput ~{d['tokens_per_sec_per_gpu']:,}{between('tokens_per_sec_per_gpu', lambda v: f'{v:,}')} "
+        f"tokens/s per GPU ({d['throughput_basis']}: {source}), step {d['step_seconds']:.3f} s"
+        f"{between('step_seconds', lambda v: f'{v:.3f}')}, run {contract.format_duration(d['run_seconds'])}"
+        f"{between('run_seconds', contract.format_duration)}, cost {cost}"
+    )
+
+
 def format_plan(plan: Plan) -> str:
     """The plan as plain text (the operator CLI draws its own rich table from :meth:`Plan.to_dict`)."""
     d = plan.to_dict()
@@ -1153,16 +1395,7 @@ def format_plan(plan: Plan) -> str:
     lines.append(
         f"  {'allowance (context, workspaces, NCCL, fragmentation)':<40} {d['allowance_gib']:9.3f} GiB"
     )
-    lines.append(
-        f"throughput ~{d['tokens_per_sec_per_gpu']} tokens/s per GPU ({d['throughput_basis']}: "
-        f"{d['throughput_source']}), step {d['step_seconds']:.3f} s, "
-        f"run {contract.format_duration(d['run_seconds'])}, cost "
-        + (
-            "unknown (no price)"
-            if d["cost_usd"] is None
-            else f"${d['cost_usd']:,.2f} (prices of {d['price_source']})"
-        )
-    )
+    lines.append(throughput_line(d))
     if d["network"]:
         n = d["network"]
         lines.append(

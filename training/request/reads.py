@@ -229,7 +229,7 @@ def read_local_measurements(paths: Sequence[str | Path]) -> tuple[list[dict[str,
 def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:
     """The stored measurement records of the workflow's image (``rules.measurements_prefix``), newest files first,
     at most ``MAX_RECORD_FILES`` of them; none when the image or the bucket is not known or S3 refuses (the plan
-    then uses the published figures, and says so)."""
+    then uses its estimate, and says so)."""
     prefix = rules.measurements_prefix()
     if prefix is None or rules.bucket_name is None:
         return []

@@ -3,12 +3,13 @@ and limits), the candidates the plan picks from its search space, what they are 
 hyperparameters of the one SageMaker job that runs them (``training.tune`` in the image).
 
 The candidates: every combination of the search space's values over the base request, each planned
-(``training.request.plan``: memory, and throughput from the published points or a stored measurement); those
-predicted not to fit are dropped, the rest ranked by predicted tokens/s per GPU, the top ``max_trials`` kept,
-plus one probe just past the predicted memory edge (the dropped candidate nearest to the limit). Each candidate
-keeps the base request's tokens per optimizer step (its ``batch_size`` x ``grad_accum_steps`` x ``seq_length``)
-through its own ``grad_accum_steps``: a micro-batch that cannot divide them is left out, with the reason (give the
-request the global batch to split: ``batch_size`` 32, or 8 with ``grad_accum_steps`` 4).
+(``training.request.plan``: memory, and throughput estimated from the article's points or a stored
+measurement); those predicted not to fit are dropped, the rest ranked by predicted tokens/s per GPU, the top
+``max_trials`` kept, plus one probe just past the predicted memory edge (the dropped candidate nearest to the
+limit). Each candidate keeps the base request's tokens per optimizer step (its ``batch_size`` x
+``grad_accum_steps`` x ``seq_length``) through its own ``grad_accum_steps``: a micro-batch that cannot divide them
+is left out, with the reason (give the request the global batch to split: ``batch_size`` 32, or 8 with
+``grad_accum_steps`` 4).
 
 The cost: one job start-up plus each trial's start-up, warm-up and timed steps at the predicted step time and its
 one checkpoint save, plus the convergence runs; ``max_cost_usd`` keeps the top trials that fit in it and bounds
@@ -461,6 +462,11 @@ class TunePlan:
                     "probe": c.probe,
                     "predicted_tokens_per_sec_per_gpu": round(c.tokens_per_sec),
                     "throughput_basis": c.plan.timing.basis,
+                    "predicted_tokens_per_sec_per_gpu_spread": (
+                        None
+                        if c.plan.timing.spread is None
+                        else [round(v) for v in c.plan.timing.spread.tokens_per_sec_per_gpu]
+                    ),
                     "predicted_peak_gib": round(c.plan.memory.peak_gib, 2),
                     "fits": c.plan.memory.fits,
                     "expected_seconds": round(seconds),

@@ -78,6 +78,8 @@ class Row:
     log: str | None = None
     notes: list[str] = field(default_factory=list)
     tokens_per_step: int | None = None
+    predicted_spread: tuple[float, float] | None = None
+    """The plan's low-high tokens/s per GPU when its figure is an estimate (``plan.Spread``)."""
     """Tokens of one optimizer step per GPU: batch_size x grad_accum_steps x seq_length of the trial's settings."""
     stable: bool | None = None
     """Whether the trial's step time met the stability target (its last window's CV under ``tune_cv_target``, which
@@ -118,7 +120,8 @@ def make_row(
     architecture: Mapping[str, Any] | None = None,
     cv_target: float = 0.0,
 ) -> Row:
-    """A trial's row: its plan (the published figures, as the request check saw it) next to what it measured.
+    """A trial's row: its plan (the article's figures or an estimate from them, as the request check saw it) next
+    to what it measured.
     ``architecture``: the ``init_from`` model's settings, when the base has one (they give the shape);
     ``cv_target``: the stability target the trial ran under (0: none)."""
     request = trial_request(base, result.settings, where)
@@ -132,8 +135,9 @@ def make_row(
     row = Row(
         rank=0, trial=result.index, configuration=describe(result.settings), settings=dict(result.settings),
         status=result.status, probe=result.probe, error=result.error,
-        basis=planned.timing.basis if planned else "published",
+        basis=planned.timing.basis if planned else "estimate",
         predicted_tokens_per_sec=planned.timing.tokens_per_sec_per_gpu if planned else None,
+        predicted_spread=planned.timing.spread.tokens_per_sec_per_gpu if planned and planned.timing.spread else None,
         measured_tokens_per_sec=None, step_seconds=result.spread.as_dict() if result.spread else None,
         predicted_tensors_gb=planned.memory.tensors_gib * GB_PER_GIB if planned else None,
         predicted_peak_gb=planned.memory.peak_gib * GB_PER_GIB if planned else None,
@@ -305,7 +309,7 @@ def shown_columns(rows: Sequence[Row], where: Where | None = None) -> list[tuple
         if not (cpu and key in GPU_COLUMNS)
         and (
             key in ("rank", "configuration", "status")
-            or any(t[key] not in ("-", "- (published)") for t in texts)
+            or any(t[key] not in ("-", "- (estimate)") for t in texts)
         )
     ]
 
@@ -340,6 +344,7 @@ def cells(row: Row) -> dict[str, str]:
     speed = num(row.measured_tokens_per_sec, ",.0f")
     if (span := row.tokens_per_sec_range()) and row.measured_tokens_per_sec is not None:
         speed += f" [{span[0]:,.0f}-{span[1]:,.0f}]"
+    band = f" {row.predicted_spread[0]:,.0f}-{row.predicted_spread[1]:,.0f}" if row.predicted_spread else ""
     full = "-"
     if row.full_run_seconds is not None:
         full = contract.format_duration(row.full_run_seconds)
@@ -348,7 +353,7 @@ def cells(row: Row) -> dict[str, str]:
         "rank": str(row.rank),
         "configuration": row.configuration,
         "status": status,
-        "predicted_tokens_per_sec": num(row.predicted_tokens_per_sec, ",.0f") + f" ({row.basis})",
+        "predicted_tokens_per_sec": num(row.predicted_tokens_per_sec, ",.0f") + f" ({row.basis}{band})",
         "measured_tokens_per_sec": speed,
         "step": step,
         "predicted_peak_gb": (

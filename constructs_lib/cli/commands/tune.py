@@ -69,7 +69,7 @@ def do_tune(shell: Shell) -> int:
     out_path = _writable(args.apply)
     request = shell.request()
     offline = args.dry_run and not (args.deployed or args.stack)
-    # the deployed rules and their stored measurements, or cdk.json's rules (published figures) offline
+    # the deployed rules and their stored measurements, or cdk.json's rules offline (the plan's estimates)
     planned = tune_plan(request, shell.project.rules()) if offline else shell.runs.tune_plan(request)
     result: dict[str, Any] = {"plan": planned}
     if not args.json:

@@ -58,7 +58,8 @@ def where_lines(ctx: Context) -> list[str]:
         "- MFU: PaLM's model FLOPs per token (6N + 12 L H S, `contract.flops_per_token`) x tokens/s over the GPU's "
         "published dense bf16 peak (`contract.PEAK_TFLOPS`, NVIDIA's datasheet: 989 TFLOP/s for H100 and H200)",
         "- Predicted figures are the plan's (`training/request/plan.py`: memory in closed form; throughput from the "
-        "seed article's published 8x B200 points, scaled): measured against them here for the first time",
+        "estimate scaled from the source article's two measured 8x B200 configurations, with its low-high band): "
+        "measured against them here for the first time",
     ]
 
 

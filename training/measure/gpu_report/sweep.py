@@ -1,6 +1,7 @@
 """The sweep, decided by the plan before anything runs: every micro-batch x activation checkpointing x compile x
-attention backend, each planned (``training.request.plan``: the per-GPU peak, and the step time from its
-published points), those predicted not to fit left out, and the rest put in the order they are run:
+attention backend, each planned (``training.request.plan``: the per-GPU peak, and the step time it estimates
+from the source article's measured points), those predicted not to fit left out, and the rest put in the order
+they are run:
 
 1. the base: the trainer's defaults for the levers (no activation checkpointing, compile on, the first attention
    backend: cuDNN) at the largest micro-batch the plan fits with a margin (``BASE_MARGIN`` of the limit: the base

@@ -1,5 +1,5 @@
-"""What one H100 or H200 cannot measure, and the published figure (or the assumption) the plan uses instead, each
-read from the constant the plan itself uses, so the list cannot drift from the code."""
+"""What one H100 or H200 cannot measure, and the published figure, the estimate or the assumption the plan uses
+instead, each read from the constant the plan itself uses, so the list cannot drift from the code."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ def items() -> list[dict[str, Any]]:
         {
             "what": "FSDP2 communication across 8 GPUs (NVLink all-gathers and reduce-scatters of ml.p6-b200.48xlarge)",
             "why": "one GPU: FSDP2 on a one-rank mesh has nothing to exchange; its collectives are local copies",
-            "instead": f"the plan's throughput comes from published 8-GPU figures ({plan.REFERENCE_SOURCE}); its memory "
+            "instead": "the plan's throughput is an estimate with a low-high band, scaled from the source article's "
+            f"8-GPU measurements ({plan.REFERENCE_SOURCE}); its memory "
             f"counts NCCL's buffers in a fixed allowance of {plan.ALLOWANCE_FIXED_GIB:g} GiB per GPU (assumed)",
         },
         {
@@ -31,8 +32,8 @@ def items() -> list[dict[str, Any]]:
             "why": "the lent machines are Hopper (H100, H200)",
             "instead": f"B200 dense bf16 {b200['bf16']:g} TFLOP/s, "
             f"{contract.GPU_INSTANCE_TYPES['ml.p6-b200.48xlarge'].gpu_memory_gb} GB per GPU (NVIDIA's HGX B200 "
-            "datasheet, halved from its sparse figures); throughput scaled from the seed article's two 8x B200 "
-            "points by FLOPs and peak",
+            "datasheet, halved from its sparse figures); throughput an estimate scaled from the source article's two "
+            "8x B200 configurations by FLOPs and peak, its band from peer figures (plan.PEER_FIGURES)",
         },
         {
             "what": "Several instances (EFA between hosts) and SageMaker's own start-up and checkpoint volume",
