@@ -72,8 +72,15 @@ def setup(folder: Path, layers: int = 2, hidden: int = 128, seed: int = 0) -> No
         messages = record.get("messages") or [{"role": "user", "content": record["prompt"]},
                                               {"role": "assistant", "content": record["completion"]}]  # fmt: skip
         corpus.append(render.render(messages=messages, bos_token="", add_generation_prompt=False))
-    model_folder(folder / "model", "llama3.1", with_weights=True, layers=layers, hidden=hidden, seed=seed,
-                 corpus=corpus)
+    model_folder(
+        folder / "model",
+        "llama3.1",
+        with_weights=True,
+        layers=layers,
+        hidden=hidden,
+        seed=seed,
+        corpus=corpus,
+    )
 
 
 def chat(model_dir: Path, heldout: Path) -> dict[str, Any]:
