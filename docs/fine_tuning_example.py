@@ -5,9 +5,9 @@
 
 ``setup`` writes ``example/model/`` (a tiny random ``LlamaForCausalLM`` with Llama 3.1's published chat template
 and a byte-level tokenizer holding Llama 3's special tokens: the shape of a real instruct model folder, small
-enough for a CPU), ``example/numbers.jsonl`` (the user names a number, the assistant answers with the next one)
-and ``example/heldout.jsonl`` (numbers never trained on). ``chat`` loads an exported Hugging Face folder with
-``transformers``, renders each held-out prompt with ``apply_chat_template(..., add_generation_prompt=True)``,
+enough for a CPU), ``example/numbers.jsonl`` (the user names a three-digit number, the assistant answers with the
+next one) and ``example/heldout.jsonl`` (10 numbers never trained on). ``chat`` loads an exported Hugging Face
+folder with ``transformers``, renders each held-out prompt with ``apply_chat_template(..., add_generation_prompt=True)``,
 generates greedily and prints how many answers are right and how many stopped at the end-of-turn token.
 """
 
@@ -26,11 +26,11 @@ from tests.training.chat_models import model_folder, template  # noqa: E402
 
 NUMBERS = range(100, 1000)
 HELD_OUT = 10
-"""The three-digit numbers; 10 of them (chosen by the seed) never appear in the training conversations. Every
-number the same length and 890 different ones trained: too many to memorise for this model, so right answers to
-held-out ones mean the increment (carry included) was learnt. With 0-99 (90 numbers, each seen 8 times) the same
-steps learnt to copy the tens digit but not to increment the units digit (1 of 10 held-out answers right; measured,
-docs/fine-tuning.md)."""
+"""The three-digit numbers; 10 of them (chosen by the seed) never appear in the training conversations, so a right
+answer to one needs the increment, not a memorised table. Every number the same length (each digit of the answer
+at a fixed distance from the question's) and 890 different ones trained, each once, carries included. With 0-99
+(90 numbers, each seen 8 times) a smaller model learnt to copy the tens digit but not to increment the units digit
+(docs/fine-tuning.md)."""
 
 
 def conversations(folder: Path, seed: int = 0, repeats: int = 1) -> tuple[Path, Path]:
