@@ -5,9 +5,9 @@
 
 ``setup`` writes ``example/model/`` (a tiny random ``LlamaForCausalLM`` with Llama 3.1's published chat template
 and a byte-level tokenizer holding Llama 3's special tokens: the shape of a real instruct model folder, small
-enough for a CPU), ``example/numbers.jsonl`` (the user names a number, the assistant answers with the next one)
-and ``example/heldout.jsonl`` (numbers never trained on). ``chat`` loads an exported Hugging Face folder with
-``transformers``, renders each held-out prompt with ``apply_chat_template(..., add_generation_prompt=True)``,
+enough for a CPU), ``example/numbers.jsonl`` (the user names a three-digit number, the assistant answers with the
+next one) and ``example/heldout.jsonl`` (10 numbers never trained on). ``chat`` loads an exported Hugging Face
+folder with ``transformers``, renders each held-out prompt with ``apply_chat_template(..., add_generation_prompt=True)``,
 generates greedily and prints how many answers are right and how many stopped at the end-of-turn token.
 """
 
@@ -24,16 +24,16 @@ sys.path.insert(0, str(ROOT))
 
 from tests.training.chat_models import model_folder, template  # noqa: E402
 
-NUMBERS = range(100)
+NUMBERS = range(100, 1000)
 HELD_OUT = 10
-"""Numbers 0-99; 10 of them (chosen by the seed) never appear in the training conversations."""
-TEST_STEPS = 200
-TEST_MIN_VAL_ACCURACY = 0.45
-"""tests/training/test_fine_tuning.py's shorter run (the page's runs 400 steps): by then every answer stops at the
-end-of-turn token and the held-out token accuracy is above this (measured: see docs/fine-tuning.md)."""
+"""The three-digit numbers; 10 of them (chosen by the seed) never appear in the training conversations, so a right
+answer to one needs the increment, not a memorised table. Every number the same length (each digit of the answer
+at a fixed distance from the question's) and 890 different ones trained, each once, carries included. With 0-99
+(90 numbers, each seen 8 times) a smaller model learnt to copy the tens digit but not to increment the units digit
+(docs/fine-tuning.md)."""
 
 
-def conversations(folder: Path, seed: int = 0, repeats: int = 8) -> tuple[Path, Path]:
+def conversations(folder: Path, seed: int = 0, repeats: int = 1) -> tuple[Path, Path]:
     """``numbers.jsonl`` (each training number ``repeats`` times, in a seeded order, half as ``messages`` with a
     system turn, half as ``prompt``/``completion``) and ``heldout.jsonl`` (the others, as prompts)."""
     rng = random.Random(seed)
@@ -56,13 +56,13 @@ def conversations(folder: Path, seed: int = 0, repeats: int = 8) -> tuple[Path, 
     return train_path, held_path
 
 
-def setup(folder: Path, layers: int = 2, hidden: int = 64) -> None:
+def setup(folder: Path, layers: int = 2, hidden: int = 128, seed: int = 0) -> None:
     """The model folder (its tokenizer's merges learnt from the template's own rendering of the conversations, as a
     real vocabulary holds the template's words) and the conversations."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     folder.mkdir(parents=True, exist_ok=True)
-    train, _ = conversations(folder)
+    train, _ = conversations(folder, seed)
     render = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(
         template("llama3.1")
     )
@@ -72,7 +72,15 @@ def setup(folder: Path, layers: int = 2, hidden: int = 64) -> None:
         messages = record.get("messages") or [{"role": "user", "content": record["prompt"]},
                                               {"role": "assistant", "content": record["completion"]}]  # fmt: skip
         corpus.append(render.render(messages=messages, bos_token="", add_generation_prompt=False))
-    model_folder(folder / "model", "llama3.1", with_weights=True, layers=layers, hidden=hidden, corpus=corpus)
+    model_folder(
+        folder / "model",
+        "llama3.1",
+        with_weights=True,
+        layers=layers,
+        hidden=hidden,
+        seed=seed,
+        corpus=corpus,
+    )
 
 
 def chat(model_dir: Path, heldout: Path) -> dict[str, Any]:
