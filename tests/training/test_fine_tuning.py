@@ -19,7 +19,7 @@ import pytest
 from training.request import contract
 from training.trainer import chat_prepare, export_hf
 
-from .runner import ROOT, TINY, cli_args, env, fields, toolkit_job
+from .runner import ROOT, cli_args, env, fields, toolkit_job
 
 pytestmark = pytest.mark.slow
 
@@ -77,13 +77,25 @@ def test_trained_locally_as_the_page_shows_the_export_answers_held_out_prompts_a
     assert scores["right"] >= example.HELD_OUT - 1, scores  # the increment learnt, not memorised
 
 
+def page_hyperparameters(folder: Path, processes: int) -> dict[str, str]:
+    """The page's training settings as a SageMaker job's hyperparameters, for ``processes`` ranks: the same global
+    batch (``batch_size`` is per rank), the data and the model from their channels, no local folders."""
+    args = page_training_args(folder)
+    settings = {key.removeprefix("--"): value for key, value in zip(args[::2], args[1::2], strict=True)}
+    for key in ("data_dir", "init_from", "checkpoint_dir", "model_dir"):
+        settings.pop(key)
+    assert int(settings["batch_size"]) % processes == 0
+    settings["batch_size"] = str(int(settings["batch_size"]) // processes)
+    return settings
+
+
 def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_channels(prepared, tmp_path):
-    hyperparameters = {**TINY, **TRAINING, "max_steps": "6", "validation_interval": "3",
+    """The page's run as a SageMaker job on 2 processes (the global batch kept): the export answers the held-out
+    prompts as the local run's does, every answer stopping."""
+    hyperparameters = {**page_hyperparameters(prepared, 2), "log_interval": "20", "validation_batches": "2",
+                       "checkpoint_interval": "0", "validation_interval": "200",
                        "init_from": str(tmp_path / "opt_ml" / "input" / "data" / contract.WEIGHTS_CHANNEL),
                        "checkpoint_dir": str(tmp_path / "checkpoints"), "model_dir": str(tmp_path / "model")}  # fmt: skip
-    for key in ("model_preset", "num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size"):
-        hyperparameters.pop(key)  # the model's shape comes from init_from's config.json
-    hyperparameters.pop("deterministic")
     command, child_env = toolkit_job(tmp_path, hyperparameters)
     data = tmp_path / "opt_ml" / "input" / "data"
     shutil.copytree(prepared / "data", data / contract.TRAIN_CHANNEL)
@@ -92,7 +104,7 @@ def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_ch
         name: {"TrainingInputMode": "File"} for name in (contract.TRAIN_CHANNEL, contract.WEIGHTS_CHANNEL)
     }
     (tmp_path / "opt_ml" / "input" / "config" / "inputdataconfig.json").write_text(json.dumps(channels))
-    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert "conversations: " in output and "packed, best-fit decreasing" in output  # train.sh's check
@@ -100,14 +112,20 @@ def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_ch
         fields(next(line for line in output.splitlines() if line.startswith("config ")))["world_size"] == "2"
     )
     steps = [contract.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
-    assert all(0 < s[1]["trained_tokens"] < 2 * 4 * 256 and 0 <= s[1]["padding"] < 1 for s in steps if s)
-    assert "validation step=3/6 val_loss=" in output and " val_accuracy=" in output
+    assert steps and all(
+        0 < s[1]["trained_tokens"] < 8 * 256 and 0 <= s[1]["padding"] < 1 for s in steps if s
+    )
+    assert "validation step=200/400 val_loss=" in output and " val_accuracy=" in output
     hf = tmp_path / "model" / export_hf.HF_DIR
     assert json.loads((hf / "tokenizer_config.json").read_text())["chat_template"] == example.template(
         "llama3.1"
     )
     eot = json.loads((prepared / "data" / "metadata.json").read_text())["chat_template"]["end_of_turn_ids"]
     assert set(eot) <= set(json.loads((hf / "generation_config.json").read_text())["eos_token_id"])
+    scores = example.chat(hf, prepared / "heldout.jsonl")
+    print(f"held-out through train.sh: {scores}")
+    assert scores["total"] == example.HELD_OUT and scores["stopped"] == scores["total"], scores
+    assert scores["right"] >= example.HELD_OUT - 1, scores
 
 
 def test_lora_on_packed_conversations_trains_and_exports_an_adapter_peft_loads(prepared, tmp_path):
