@@ -39,7 +39,7 @@ def train_sh(settings: dict[str, str]) -> tuple[int, str]:
         env=environment,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # a guard: one call took ~40-60 s on the loaded 2-core machine
     )
     return proc.returncode, proc.stdout + proc.stderr
 
