@@ -11,7 +11,6 @@ requests must then be equal field by field, the job name aside.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -209,19 +208,23 @@ def test_a_taken_or_malformed_name_is_refused_before_any_call(deployed, runs, se
 
 def test_launch_direct_waits_streams_logs_and_returns_the_result_summary(deployed, runs, capsys):
     name = f"wait-{deployed.prefix()}"
-    created = threading.Event()
+    created, polled = threading.Event(), threading.Event()
 
     def on_create(**_: Any) -> None:
         _in_progress(name)
         created.set()
 
     def finish() -> None:
-        assert created.wait(20)
+        assert created.wait(120)  # guards against a hang, never reached when the test works
         deployed.log(name, "algo-1", "step=1 loss=2.5", format_summary_line({"steps": 1, "final_loss": 2.5}))
-        time.sleep(1.5)  # at least one poll sees the job running
+        polled.clear()
+        assert polled.wait(
+            120
+        )  # a poll after the log line saw the job running (not a sleep: the machine's speed)
         deployed.finish(name, seconds=600)
 
     runs.session.events.register("after-call.sagemaker.CreateTrainingJob", on_create)
+    runs.session.events.register("after-call.sagemaker.DescribeTrainingJob", lambda **_: polled.set())
     worker = threading.Thread(target=finish)
     worker.start()
     result = runs.launch_direct({"use_spot": True}, name=name, wait=True)

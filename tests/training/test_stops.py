@@ -39,7 +39,7 @@ def train_sh(settings: dict[str, str]) -> tuple[int, str]:
         env=environment,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # a guard: one call took ~40-60 s on the loaded 2-core machine
     )
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -152,41 +152,54 @@ def finite(folder: Path, scratch: Path) -> bool:
     )
 
 
+def diverges_and_keeps_every_good_checkpoint(
+    settings: dict[str, str], tmp_path: Path, losses: str, earliest: int
+) -> tuple[str, list[tuple[int, Path]]]:
+    """Run ``settings`` (16 steps, a checkpoint after each) through ``train.sh`` to its non-finite stop: one
+    ``error:`` line naming the step (from ``earliest`` on) whose loss (``losses``: a regex) was not finite and the
+    newest checkpoint, the one before it; every step before it logged and checkpointed (finite), none after it, no
+    model file or export; a rerun resumes from that checkpoint, stops with the same line and changes no file.
+    Returns the first run's output and its checkpoints."""
+    ckpt = Path(settings["checkpoint_dir"])
+    status, output = train_sh(settings)
+    assert status == 1, output
+    (line,) = errors(output)
+    match = re.fullmatch(
+        rf"error: non-finite training: step (\d+) gave loss ({losses}) \(rank \d\); stopped before saving "
+        r"anything from that step on: every checkpoint written before it is kept \(the newest: (.+)\); lower "
+        r"learning_rate \(or raise lr_warmup_steps\), or train in another precision",
+        line,
+    )
+    assert match, line
+    bad = int(match.group(1))
+    assert earliest <= bad <= 16 and match.group(3) == str(ckpt / checkpoint.step_dir_name(bad - 1)), line
+    assert "Traceback" not in output and "FAILED" not in output
+    assert f"step={bad}/16" in output and f"step={bad + 1}/16" not in output
+    saved = checkpoint.complete_checkpoints(ckpt)
+    assert [step for step, _ in saved] == list(range(1, bad))
+    assert sorted(p.name for p in ckpt.iterdir()) == [checkpoint.step_dir_name(s) for s in range(1, bad)]
+    for step, folder in saved:
+        assert finite(folder, tmp_path / f"state_{step}.pt"), folder
+    assert nothing_exported(Path(settings["model_dir"]))  # no model.pt, no hf/, no adapter/
+    before = checksums(ckpt)
+
+    status, rerun = train_sh(settings)
+    assert status == 1 and errors(rerun) == [line], rerun
+    assert f"resumed from {ckpt / checkpoint.step_dir_name(bad - 1)} at step {bad - 1}" in rerun
+    assert checksums(ckpt) == before and nothing_exported(Path(settings["model_dir"]))
+    return output, saved
+
+
 def test_a_run_that_diverges_stops_before_saving_anything_non_finite_and_keeps_every_good_checkpoint(
     tmp_path,
 ):
     """fp16 at learning rate 10 (after 6 warm-up steps) diverges: the first step whose loss is not finite stops the
     run in one line naming it; every checkpoint of the steps before it is kept and finite, none after it, no model
     file or export; a rerun resumes from the last good one, stops at the same step and changes nothing."""
-    ckpt = tmp_path / "ckpt"
     settings = {**TINY, "precision": "fp16", "learning_rate": "10", "lr_warmup_steps": "6", "max_steps": "16",
-                "checkpoint_interval": "1", "keep_checkpoints": "100", "checkpoint_dir": str(ckpt),
+                "checkpoint_interval": "1", "keep_checkpoints": "100", "checkpoint_dir": str(tmp_path / "ckpt"),
                 "model_dir": str(tmp_path / "model")}  # fmt: skip
-    status, output = train_sh(settings)
-    assert status == 1, output
-    (line,) = errors(output)
-    match = re.fullmatch(
-        r"error: non-finite training: step (\d+) gave loss nan \(rank \d\); stopped before saving anything from "
-        r"that step on: every checkpoint written before it is kept \(the newest: (.+)\); lower learning_rate \(or "
-        r"raise lr_warmup_steps\), or train in another precision",
-        line,
-    )
-    assert match, line
-    bad = int(match.group(1))
-    assert 3 <= bad <= 16 and match.group(2) == str(ckpt / checkpoint.step_dir_name(bad - 1)), line
-    assert "Traceback" not in output and "FAILED" not in output
-    assert f"step={bad}/16" in output and f"step={bad + 1}/16" not in output
-    assert [step for step, _ in checkpoint.complete_checkpoints(ckpt)] == list(range(1, bad))
-    assert sorted(p.name for p in ckpt.iterdir()) == [checkpoint.step_dir_name(s) for s in range(1, bad)]
-    for step, folder in checkpoint.complete_checkpoints(ckpt):
-        assert finite(folder, tmp_path / f"state_{step}.pt"), folder
-    assert nothing_exported(tmp_path / "model")  # no model.pt, no Hugging Face export
-    before = checksums(ckpt)
-
-    status, output = train_sh(settings)
-    assert status == 1 and errors(output) == [line], output
-    assert f"resumed from {ckpt / checkpoint.step_dir_name(bad - 1)} at step {bad - 1}" in output
-    assert checksums(ckpt) == before and nothing_exported(tmp_path / "model")
+    diverges_and_keeps_every_good_checkpoint(settings, tmp_path, losses="nan", earliest=3)
 
 
 def test_an_init_from_model_with_a_nan_is_refused_before_step_1_naming_the_tensor(tmp_path):
@@ -298,33 +311,13 @@ def test_a_lora_run_that_diverges_stops_before_saving_and_keeps_its_adapter_only
     """LoRA adapters in fp16 at learning rate 10 diverge: the first non-finite step stops the run in one line; the
     adapter-only checkpoints before it are kept and finite, none after it, no model file, merged folder or peft
     adapter; a rerun resumes from the last good one (its frozen base compared) and stops at the same step."""
-    ckpt = tmp_path / "ckpt"
     settings = {**TINY, "precision": "fp16", "learning_rate": "10", "lr_warmup_steps": "6", "max_steps": "16",
                 "lora_rank": "4", "lora_targets": "q,v,o,gate,down", "checkpoint_interval": "1",
-                "keep_checkpoints": "100", "checkpoint_dir": str(ckpt), "model_dir": str(tmp_path / "model")}  # fmt: skip
-    status, output = train_sh(settings)
-    assert status == 1, output
-    assert "lora rank=4" in output
-    (line,) = errors(output)
-    match = re.fullmatch(
-        r"error: non-finite training: step (\d+) gave loss (nan|inf|-inf) \(rank \d\); stopped before saving "
-        r"anything from that step on: every checkpoint written before it is kept \(the newest: (.+)\); lower "
-        r"learning_rate \(or raise lr_warmup_steps\), or train in another precision",
-        line,
+                "keep_checkpoints": "100", "checkpoint_dir": str(tmp_path / "ckpt"),
+                "model_dir": str(tmp_path / "model")}  # fmt: skip
+    output, saved = diverges_and_keeps_every_good_checkpoint(
+        settings, tmp_path, losses="nan|inf|-inf", earliest=2
     )
-    assert match, line
-    bad = int(match.group(1))
-    assert 2 <= bad <= 16 and match.group(3) == str(ckpt / checkpoint.step_dir_name(bad - 1)), line
-    assert "Traceback" not in output and "FAILED" not in output
-    assert f"step={bad}/16" in output and f"step={bad + 1}/16" not in output
-    assert sorted(p.name for p in ckpt.iterdir()) == [checkpoint.step_dir_name(s) for s in range(1, bad)]
-    for step, folder in checkpoint.complete_checkpoints(ckpt):
+    assert "lora rank=4" in output
+    for _, folder in saved:
         assert json.loads((folder / checkpoint.MARKER).read_text())["model_shape"]["lora"]["lora_rank"] == 4
-        assert finite(folder, tmp_path / f"state_{step}.pt"), folder
-    assert nothing_exported(tmp_path / "model")  # no model.pt, no hf/, no adapter/
-    before = checksums(ckpt)
-
-    status, output = train_sh(settings)
-    assert status == 1 and errors(output) == [line], output
-    assert f"resumed from {ckpt / checkpoint.step_dir_name(bad - 1)} at step {bad - 1}" in output
-    assert checksums(ckpt) == before and nothing_exported(tmp_path / "model")

@@ -51,7 +51,7 @@ def fake_nvidia_smi(directory: Path, gpus: int) -> None:
 
 def train_sh(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["dash", str(TRAIN_SH), *args], env=environment, capture_output=True, text=True, timeout=60, cwd="/"
+        ["dash", str(TRAIN_SH), *args], env=environment, capture_output=True, text=True, timeout=300, cwd="/"
     )
 
 

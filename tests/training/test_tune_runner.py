@@ -26,18 +26,24 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_a_hanging_tree_is_killed_at_its_timeout_including_a_worker_in_its_own_session(tmp_path):
+GRACE_SECONDS = 120.0
+"""The runner's wait for the output pipe's end after its kill, made generous so that no verdict here depends on the
+machine's speed: a holder left alive (sleeping 600 s) keeps the pipe open past it, and the run says so in its notes;
+a kill that works closes the pipe in well under a second."""
+
+
+def test_a_hanging_tree_is_killed_at_its_timeout_including_a_worker_in_its_own_session(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "KILL_GRACE_SECONDS", GRACE_SECONDS)
     assert runner.become_subreaper()
     started = time.monotonic()
     finished = runner.run(
         [sys.executable, "-c", HANGING_TREE], env=dict(os.environ), log_path=tmp_path / "trial.log", timeout=3
     )
     assert finished.timed_out and finished.exit_code is None
-    assert (
-        3 <= time.monotonic() - started < 3 + runner.KILL_GRACE_SECONDS
-    )  # the pipe closed: every holder died
+    assert time.monotonic() - started >= 3  # not before its timeout
+    assert finished.notes == []  # the pipe closed: every holder died
     child = int(finished.lines[0].split()[1])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a guard: SIGKILLed and reaped by the run already
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child)
@@ -78,14 +84,17 @@ print("parent done", flush=True)
 """
 
 
-def test_an_orphan_holding_the_pipe_is_swept_at_once_and_every_line_reaches_the_open_log(tmp_path):
+def test_an_orphan_holding_the_pipe_is_swept_at_once_and_every_line_reaches_the_open_log(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(runner, "KILL_GRACE_SECONDS", GRACE_SECONDS)
     assert runner.become_subreaper()
     started = time.monotonic()
     finished = runner.run([sys.executable, "-c", ORPHAN_HOLDS_THE_PIPE], env=dict(os.environ),
                           log_path=tmp_path / "t.log", timeout=60)  # fmt: skip
     took = time.monotonic() - started
     assert finished.exit_code == 0 and finished.notes == []  # the reader saw the pipe's end
-    assert took < runner.KILL_GRACE_SECONDS, took  # not the grace period spent waiting on the orphan's pipe
+    assert took < GRACE_SECONDS, took  # not the grace period spent waiting on the orphan's pipe (~2 s here)
     orphan = int(next(line for line in finished.lines if line.startswith("orphan")).split()[1])
     assert not alive(orphan) and orphan not in runner.descendants(os.getpid())
     assert sorted((tmp_path / "t.log").read_text().splitlines()) == sorted(finished.lines)

@@ -241,7 +241,7 @@ def _run_buildspec(tmp_path: Path, *, exists: bool, build_fails: bool = False) -
         "IMAGE_TAG": "f" * 64,
         "CACHE_TAG": CACHE_TAG,
     }
-    done = subprocess.run(["sh", "-c", script], cwd=src, env=env, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(["sh", "-c", script], cwd=src, env=env, capture_output=True, text=True, timeout=300)
     return done.returncode, log.read_text().splitlines(), src
 
 
