@@ -219,3 +219,59 @@ def test_the_document_mask_is_planned_on_the_torch_path_only():
     unpacked = plan.setup_from_values({**values, "packing": False}, instance_type="ml.p6-b200.48xlarge",
                                       conversations=True)  # fmt: skip
     assert not unpacked.packed_documents
+
+
+def edited_data(folders: dict[str, Path], name: str, edit) -> dict[str, Path]:
+    """``folders`` with a copy of the prepared data whose metadata.json ``edit`` changed (a damaged or hostile file)."""
+    copy = folders["root"] / name
+    if not copy.exists():
+        shutil.copytree(folders["data"], copy)
+        meta = json.loads((folders["data"] / "metadata.json").read_text())
+        edit(meta)
+        (copy / "metadata.json").write_text(json.dumps(meta))
+    return {**folders, "data": copy}
+
+
+@pytest.mark.parametrize(
+    ("field", "edit"),
+    [
+        ("max_token_id", lambda m: m.update(max_token_id="abc")),
+        ("max_example_tokens", lambda m: m.pop("max_example_tokens")),
+        ("splits", lambda m: m.update(splits=[1, 2])),
+        ("chat_template", lambda m: m.update(chat_template="x")),
+        ("tokenizer.sha256", lambda m: m.update(tokenizer={"sha256": 5})),
+        ("truncation.too_long", lambda m: m.update(truncation={"max_tokens": 8, "too_long": "x" * 300_000})),
+        ("counts.read", lambda m: m.update(counts={"read": "y" * 300_000})),
+        ("splits.train.lengths", lambda m: m["splits"]["train"].update(lengths=[[0, 5], [10, 3]])),
+        ("splits.train.tokens", lambda m: m["splits"]["train"].update(tokens="x")),
+        ("splits.validation.lengths", lambda m: m["splits"]["validation"].update(lengths=[[10.5, 2]])),
+    ],
+)
+def test_a_damaged_metadata_json_is_refused_by_name_not_crashed_on(folders, field, edit):
+    decision = decide(edited_data(folders, f"damaged_{field}", edit))
+    assert not decision.valid
+    [problem] = decision.problems
+    assert problem.startswith(f"train_data_uri: {DATA}metadata.json: {field}: must be ")
+    assert len(json.dumps(decision.state())) < 4096  # the hostile values are not carried into the state
+
+
+def test_seq_length_is_checked_against_the_recorded_lengths_too(folders):
+    """A metadata.json whose max_example_tokens is below its own lengths (hand-edited) does not let a seq_length
+    the trainer refuses through."""
+    data = edited_data(folders, "understated", lambda m: m.update(max_example_tokens=10))
+    longest = max(length for split in ("train", "validation") for length, _ in json.loads(
+        (folders["data"] / "metadata.json").read_text())["splits"][split]["lengths"])  # fmt: skip
+    decision = decide(data, {"seq_length": (longest - 1) // 16 * 16})  # bf16: a multiple of 16
+    assert any(p.startswith(f"seq_length: must be at least {longest},") for p in decision.problems)
+
+
+def test_a_metadata_json_too_large_for_the_lambda_is_refused_before_it_is_read(folders, monkeypatch):
+    from training.request import reads
+
+    monkeypatch.setattr(reads, "MAX_METADATA_BYTES", 100)
+    decision = decide(folders)
+    assert any(
+        p.startswith(f"train_data_uri: {DATA}metadata.json takes ")
+        and "more than the 100 read before launch" in p
+        for p in decision.problems
+    )

@@ -175,8 +175,10 @@ class ChatData:
 
     @property
     def longest(self) -> int:
-        """The longest example's tokens (every split)."""
-        return int(self.meta.get("max_example_tokens") or 0)
+        """The longest example's tokens (every split): the recorded ``max_example_tokens``, or a longer length the
+        splits' ``LENGTHS`` hold (what the trainer counts, from the token files, is never below either)."""
+        recorded = [max(lengths) for split in ("train", "validation") if (lengths := self.lengths(split))]
+        return max([int(self.meta.get("max_example_tokens") or 0), *recorded])
 
     def lengths(self, split: str = "train") -> dict[int, int] | None:
         """A split's example lengths (tokens -> examples), or None when ``prepare`` recorded none."""
@@ -195,3 +197,70 @@ class ChatData:
         if lengths is not None and max(lengths, default=0) <= seq_length:
             return packed_windows(lengths, seq_length), True
         return math.ceil(int(entry.get("tokens") or 0) / seq_length), False
+
+
+MAX_LENGTHS = 1 << 20
+"""The most ``[tokens, examples]`` pairs a split's ``LENGTHS`` may hold (``prepare`` writes one per distinct
+length, so at most its longest example's tokens)."""
+MAX_TEXT_CHARS = 1024
+"""The most characters a text of ``metadata.json`` that the request shows (``truncation.too_long``) may take."""
+
+
+def _is_count(value: Any, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def meta_problems(meta: Mapping[str, Any]) -> list[str]:
+    """What in conversation data's ``metadata.json`` (``kind: chat``) is not what ``prepare`` writes, for each
+    value the request reads (each ``<field>: must be ...; got ...``): a damaged or hand-edited file is refused by
+    name rather than read as something else."""
+    found: list[str] = []
+
+    def want(ok: bool, where: str, allowed: str, got: Any) -> None:
+        if not ok:
+            found.append(f"{where}: must be {allowed}; got {json.dumps(got)[:80]}")
+
+    want(meta.get("max_token_id") is None or _is_count(meta["max_token_id"]), "max_token_id",
+         "a token id (an integer >= 0)", meta.get("max_token_id"))  # fmt: skip
+    want(_is_count(meta.get("max_example_tokens"), 1), "max_example_tokens", "an integer >= 1",
+         meta.get("max_example_tokens"))  # fmt: skip
+    for name in ("chat_template", "tokenizer", "truncation", "counts"):
+        want(meta.get(name) is None or isinstance(meta[name], dict), name, "an object", meta.get(name))
+    for name in ("chat_template", "tokenizer"):
+        entry = meta.get(name) if isinstance(meta.get(name), dict) else {}
+        want(entry.get("sha256") is None or isinstance(entry["sha256"], str), f"{name}.sha256",
+             "a SHA-256 in hex", entry.get("sha256"))  # fmt: skip
+    truncation = meta.get("truncation") if isinstance(meta.get("truncation"), dict) else {}
+    want(truncation.get("max_tokens") is None or _is_count(truncation["max_tokens"], 1), "truncation.max_tokens",
+         "null or an integer >= 1", truncation.get("max_tokens"))  # fmt: skip
+    too_long = truncation.get("too_long")
+    want(too_long is None or (isinstance(too_long, str) and len(too_long) <= MAX_TEXT_CHARS), "truncation.too_long",
+         f"null or a word of at most {MAX_TEXT_CHARS} characters", too_long)  # fmt: skip
+    counts = meta.get("counts") if isinstance(meta.get("counts"), dict) else {}
+    for name, value in counts.items():
+        want(_is_count(value), f"counts.{name}", "an integer >= 0", value)
+    splits = meta.get("splits")
+    if not isinstance(splits, dict) or not isinstance(splits.get("train"), dict):
+        return [
+            *found,
+            f"splits: must be an object with a train split (an object); got {json.dumps(splits)[:80]}",
+        ]
+    for name, entry in splits.items():
+        if not isinstance(entry, dict):
+            found.append(f"splits.{name}: must be an object; got {json.dumps(entry)[:80]}")
+            continue
+        for key in ("examples", "tokens", "trained_tokens"):
+            want(_is_count(entry.get(key)), f"splits.{name}.{key}", "an integer >= 0", entry.get(key))
+        lengths = entry.get(LENGTHS)
+        pairs = (
+            isinstance(lengths, list)
+            and len(lengths) <= MAX_LENGTHS
+            and all(
+                isinstance(pair, list) and len(pair) == 2 and _is_count(pair[0], 1) and _is_count(pair[1], 1)
+                for pair in lengths
+            )
+        )
+        want(lengths is None or pairs, f"splits.{name}.{LENGTHS}",
+             f"[[tokens, examples], ...], at most {MAX_LENGTHS} pairs of integers >= 1",
+             lengths if not isinstance(lengths, list) else lengths[:4])  # fmt: skip
+    return found
