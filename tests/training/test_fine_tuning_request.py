@@ -275,3 +275,46 @@ def test_a_metadata_json_too_large_for_the_lambda_is_refused_before_it_is_read(f
         and "more than the 100 read before launch" in p
         for p in decision.problems
     )
+
+
+def _math_saved_bytes(dtype, masked: bool) -> int:
+    """Bytes torch's math SDPA saves for its backward beyond its inputs, for a grouped-query block's attention as
+    ``model.causal_attention`` calls it (causal with ``enable_gqa``, or a block-causal mask with key and value
+    repeated to the query's heads)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from training.trainer.model import causal_attention
+
+    batch, heads, kv_heads, seq, head_dim = 2, 8, 2, 64, 16
+    qkv = torch.randn(batch, seq, (heads + 2 * kv_heads) * head_dim, dtype=dtype, requires_grad=True)
+    q, k, v = (part.view(batch, seq, -1, head_dim).transpose(1, 2)
+               for part in qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1))  # fmt: skip
+    mask = torch.ones(batch, 1, seq, seq, dtype=torch.bool).tril() if masked else None
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), sdpa_kernel(SDPBackend.MATH):
+        causal_attention(q, k, v, mask=mask)
+    storages.pop(qkv.untyped_storage().data_ptr(), None)
+    return sum(storages.values())
+
+
+def test_with_math_attention_the_mask_adds_no_bias_nor_repeated_key_value_to_what_a_block_keeps():
+    """torch's math kernel keeps the same tensors with a block-causal mask and repeated key/value as causal with
+    enable_gqa (math_attention_bytes counts them): the plan adds only the per-document RoPE tables."""
+    import torch
+
+    for dtype in (torch.bfloat16, torch.float32):
+        assert _math_saved_bytes(dtype, masked=True) == _math_saved_bytes(dtype, masked=False)
+    values = contract.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
+                                             "batch_size": "2", "activation_checkpointing": "none",
+                                             "attention_backend": "math"})  # fmt: skip
+    packed = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
+    plain = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
+    per_document_rope = 4 * 2 * (2 - 1) * 4096 * 128
+    assert plan.document_mask_layer_bytes(packed) == per_document_rope
+    assert plan.saved_per_block(packed)[0] - plan.saved_per_block(plain)[0] == per_document_rope
