@@ -318,3 +318,23 @@ def test_with_math_attention_the_mask_adds_no_bias_nor_repeated_key_value_to_wha
     per_document_rope = 4 * 2 * (2 - 1) * 4096 * 128
     assert plan.document_mask_layer_bytes(packed) == per_document_rope
     assert plan.saved_per_block(packed)[0] - plan.saved_per_block(plain)[0] == per_document_rope
+
+
+def test_a_tuning_run_counts_each_splits_windows_once_per_seq_length(folders, monkeypatch):
+    """Best-fit decreasing over a long context's lengths takes a tenth of a second: a tuning run's candidates (up
+    to tuning.MAX_COMBINATIONS, in the 30-second Lambda) ask the same few seq_length again, answered once each."""
+    counted: list[int] = []
+    real = sft_data.packed_windows
+
+    def counting(histogram, capacity):
+        counted.append(capacity)
+        return real(histogram, capacity)
+
+    monkeypatch.setattr(sft_data, "packed_windows", counting)
+    tune = {
+        "search_space": {"batch_size": [1, 2], "activation_checkpointing": ["none", "full"]},
+        "max_trials": 4,
+    }
+    decision = decide(folders, {"tune": tune, "seq_length": 256})
+    assert decision.problems == [], decision.problems
+    assert sorted(counted) == [256, 256]  # the train and validation splits, once each

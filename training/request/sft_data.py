@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 CHAT_KIND = "chat"
@@ -173,16 +174,26 @@ class ChatData:
     model: str | None
     mismatches: tuple[str, ...]
 
-    @property
+    @cached_property
     def longest(self) -> int:
         """The longest example's tokens (every split): the recorded ``max_example_tokens``, or a longer length the
         splits' ``LENGTHS`` hold (what the trainer counts, from the token files, is never below either)."""
         recorded = [max(lengths) for split in ("train", "validation") if (lengths := self.lengths(split))]
         return max([int(self.meta.get("max_example_tokens") or 0), *recorded])
 
+    @cached_property
+    def _parsed(self) -> dict[str, dict[int, int] | None]:
+        """Each split's length histogram, parsed once (``split_lengths``)."""
+        return {split: split_lengths(self.meta, split) for split in (self.meta.get("splits") or {})}
+
+    @cached_property
+    def _windows(self) -> dict[tuple[str, int, bool], tuple[int, bool]]:
+        """``windows``' answers so far: a tuning run asks the same few ``seq_length`` for many candidates."""
+        return {}
+
     def lengths(self, split: str = "train") -> dict[int, int] | None:
         """A split's example lengths (tokens -> examples), or None when ``prepare`` recorded none."""
-        return split_lengths(self.meta, split)
+        return self._parsed.get(split)
 
     def split(self, split: str = "train") -> Mapping[str, Any]:
         return (self.meta.get("splits") or {}).get(split) or {}
@@ -190,7 +201,14 @@ class ChatData:
     def windows(self, split: str, seq_length: int, packing: bool) -> tuple[int, bool]:
         """How many windows of ``seq_length`` the split makes (``packing``: best-fit decreasing; otherwise one
         example each), and whether that is exact (the recorded lengths) or, without them, the lower bound of its
-        tokens over ``seq_length``."""
+        tokens over ``seq_length`` (each answer counted once: best-fit decreasing over a long context's lengths
+        takes a tenth of a second)."""
+        key = (split, seq_length, packing)
+        if key not in self._windows:
+            self._windows[key] = self._count_windows(split, seq_length, packing)
+        return self._windows[key]
+
+    def _count_windows(self, split: str, seq_length: int, packing: bool) -> tuple[int, bool]:
         entry, lengths = self.split(split), self.lengths(split)
         if not packing:
             return int(entry.get("examples") or 0), True
