@@ -234,6 +234,9 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     name rather than read as something else."""
     found: list[str] = []
 
+    def obj(value: Any) -> Mapping[str, Any]:
+        return value if isinstance(value, dict) else {}
+
     def want(ok: bool, where: str, allowed: str, got: Any) -> None:
         if not ok:
             found.append(f"{where}: must be {allowed}; got {json.dumps(got)[:80]}")
@@ -245,16 +248,16 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     for name in ("chat_template", "tokenizer", "truncation", "counts"):
         want(meta.get(name) is None or isinstance(meta[name], dict), name, "an object", meta.get(name))
     for name in ("chat_template", "tokenizer"):
-        entry = meta.get(name) if isinstance(meta.get(name), dict) else {}
+        entry = obj(meta.get(name))
         want(entry.get("sha256") is None or isinstance(entry["sha256"], str), f"{name}.sha256",
              "a SHA-256 in hex", entry.get("sha256"))  # fmt: skip
-    truncation = meta.get("truncation") if isinstance(meta.get("truncation"), dict) else {}
+    truncation = obj(meta.get("truncation"))
     want(truncation.get("max_tokens") is None or _is_count(truncation["max_tokens"], 1), "truncation.max_tokens",
          "null or an integer >= 1", truncation.get("max_tokens"))  # fmt: skip
     too_long = truncation.get("too_long")
     want(too_long is None or (isinstance(too_long, str) and len(too_long) <= MAX_TEXT_CHARS), "truncation.too_long",
          f"null or a word of at most {MAX_TEXT_CHARS} characters", too_long)  # fmt: skip
-    counts = meta.get("counts") if isinstance(meta.get("counts"), dict) else {}
+    counts = obj(meta.get("counts"))
     for name, value in counts.items():
         want(_is_count(value), f"counts.{name}", "an integer >= 0", value)
     splits = meta.get("splits")
