@@ -81,7 +81,7 @@ def check_offline(
 
     reads = Reads(local_init_from=init_from, local_train_data=data_folder)
     decision = decide_request(request, rules, reads=reads)
-    _refuse_unused_copies(decision.fields, init_from=init_from, data_folder=data_folder)
+    refuse_unused_copies(decision.fields, init_from=init_from, data_folder=data_folder)
     return decision
 
 
@@ -89,7 +89,7 @@ LOCAL_COPY_OPTIONS = {"init_from": "--init-from", "train_data_uri": "--data-fold
 """The request's S3 folders the CLI reads from a local copy offline, and the option that names the copy."""
 
 
-def _refuse_unused_copies(fields: Any, **copies: str | Path | None) -> None:
+def refuse_unused_copies(fields: Any, **copies: str | Path | None) -> None:
     """Refuses a local copy (``init_from``, ``data_folder``) of a folder the decided request does not set (the
     input's field, else the workflow's default)."""
     problems = []
@@ -202,7 +202,7 @@ def plan_request(
                 "--deployed or --stack, or offline with a local copy of the folder (--init-from DIR)"
             ]
         )
-    _refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
+    refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)

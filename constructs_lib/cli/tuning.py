@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
@@ -22,24 +23,38 @@ from training.request.tuning import with_settings
 
 
 def tune_plan(
-    request: Mapping[str, Any], rules: Any, measurements: list[dict[str, Any]] | None = None, s3: Any = None
+    request: Mapping[str, Any],
+    rules: Any,
+    measurements: list[dict[str, Any]] | None = None,
+    s3: Any = None,
+    *,
+    init_from: str | Path | None = None,
+    data_folder: str | Path | None = None,
 ) -> dict[str, Any]:
     """The tuning plan of ``request`` (a ``tune`` block of ``{}`` when it has none: the default search space)
     under ``rules``: the trials, their predicted figures and expected seconds, the cost and its bound. With the
-    S3 client ``s3``, an ``init_from`` model's config.json is read first, as the workflow does (without it such a
-    request is refused: its shape is not known offline). Raises ``InvalidRequest`` with every problem the workflow
-    would refuse it for."""
+    S3 client ``s3``, an ``init_from`` model's config.json is read first, as the workflow does; offline, from
+    ``init_from``, a local copy of the folder (without either such a request is refused: its shape is not known
+    offline), and ``data_folder``, a local copy of the ``train_data_uri`` folder (prepared conversations: the
+    candidates the data cannot fill are left out), as ``plan_request`` does. Raises ``InvalidRequest`` with every
+    problem the workflow would refuse it for."""
+    from constructs_lib.cli.request import refuse_unused_copies
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
-    if isinstance(request.get("init_from"), str) and s3 is None:
+    reads = Reads(
+        s3, measurements=measurements or (), local_init_from=init_from, local_train_data=data_folder
+    )
+    decision = decide_request(with_tune(request), rules, reads=reads)
+    fields = decision.fields
+    if init_from is None and s3 is None and fields is not None and isinstance(fields.init_from, str):
         raise InvalidRequest(
             [
                 "init_from: the tuning plan needs the model folder's config.json from S3 (its shape): plan it with "
-                "--deployed or --stack"
+                "--deployed or --stack, or offline with a local copy of the folder (--init-from DIR)"
             ]
         )
-    decision = decide_request(with_tune(request), rules, reads=Reads(s3, measurements=measurements or ()))
+    refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
     if decision.problems:
         raise InvalidRequest(decision.problems)
     assert decision.tune is not None and decision.fields is not None

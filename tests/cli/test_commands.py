@@ -790,3 +790,46 @@ def test_submit_prints_the_plan_before_it_starts(deployed, cli):
         cli("submit", "--json", "--name", f"run-{prefix}-j", "--set", f"job_name_prefix={prefix}").out
     )
     assert as_json["plan"]["fits"] and as_json["plan"]["peak_gib"] > 0
+
+
+def test_plan_takes_the_workflows_bucket_offline_as_validate_does(deployed, cli):
+    elsewhere = json.dumps({"train_data_uri": "s3://someone-elses-bucket/data/tokens/"})
+    named = cli("plan", "-", "--bucket", deployed.bucket, stdin=elsewhere)
+    assert named.status == 2 and _problems(named.err) == [
+        f"train_data_uri: must be an s3:// prefix ending in '/' under one of s3://{deployed.bucket}/data/, or null; "
+        'got "s3://someone-elses-bucket/data/tokens/"'
+    ]
+    own = cli("plan", "-", "--json", "--bucket", deployed.bucket,
+              stdin=json.dumps({"train_data_uri": f"s3://{deployed.bucket}/data/tokens/"}))  # fmt: skip
+    assert own.status == 0, own.err
+    both = cli("plan", "-", "--deployed", "--bucket", deployed.bucket, stdin=elsewhere)
+    assert both.status == 2 and "--bucket: offline only" in both.err
+
+
+def test_tune_dry_run_reads_local_copies_of_the_requests_folders_as_plan_does(cli, tmp_path):
+    """Offline, tune --dry-run takes --init-from DIR (the model's shape) and --data-folder DIR (the candidates the
+    conversation data cannot fill left out), as validate and plan do; a run started reads S3 and refuses them."""
+    from tests.training.test_fine_tuning_request import weightless
+    from training.trainer import chat_prepare
+
+    model = weightless(tmp_path / "model")
+    lines = [{"prompt": str(n), "completion": str(n + 1)} for n in range(300)]
+    (tmp_path / "n.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    chat_prepare.prepare_chat(
+        [tmp_path / "n.jsonl"], str(tmp_path / "data"), str(model), validation_fraction=0.1
+    )
+    request = json.dumps({"init_from": "s3://my-bucket/data/model/", "train_data_uri": "s3://my-bucket/data/chats/",
+                          "precision": "bf16", "seq_length": 256, "batch_size": 1,
+                          "tune": {"search_space": {"batch_size": [1, 64]}, "max_trials": 2}})  # fmt: skip
+    blind = cli("tune", "-", "--dry-run", stdin=request)
+    assert blind.status == 2 and "or offline with a local copy of the folder (--init-from DIR)" in blind.err
+    folders = ("--init-from", str(model), "--data-folder", str(tmp_path / "data"))
+    shown = cli("tune", "-", "--dry-run", "--json", *folders, stdin=request)
+    assert shown.status == 0, shown.err
+    planned = json.loads(shown.out)["plan"]
+    assert [t["settings"]["batch_size"] for t in planned["trials"] if not t["probe"]] == [1]
+    assert any(
+        r.startswith("batch_size=64") for r in planned["refused_by_the_trainer"]
+    )  # 270 examples: too few
+    started = cli("tune", "-", *folders, stdin=request)
+    assert started.status == 2 and "--init-from, --data-folder: with --dry-run only" in started.err

@@ -219,3 +219,122 @@ def test_the_document_mask_is_planned_on_the_torch_path_only():
     unpacked = plan.setup_from_values({**values, "packing": False}, instance_type="ml.p6-b200.48xlarge",
                                       conversations=True)  # fmt: skip
     assert not unpacked.packed_documents
+
+
+def edited_data(folders: dict[str, Path], name: str, edit) -> dict[str, Path]:
+    """``folders`` with a copy of the prepared data whose metadata.json ``edit`` changed (a damaged or hostile file)."""
+    copy = folders["root"] / name
+    if not copy.exists():
+        shutil.copytree(folders["data"], copy)
+        meta = json.loads((folders["data"] / "metadata.json").read_text())
+        edit(meta)
+        (copy / "metadata.json").write_text(json.dumps(meta))
+    return {**folders, "data": copy}
+
+
+@pytest.mark.parametrize(
+    ("field", "edit"),
+    [
+        ("max_token_id", lambda m: m.update(max_token_id="abc")),
+        ("max_example_tokens", lambda m: m.pop("max_example_tokens")),
+        ("splits", lambda m: m.update(splits=[1, 2])),
+        ("chat_template", lambda m: m.update(chat_template="x")),
+        ("tokenizer.sha256", lambda m: m.update(tokenizer={"sha256": 5})),
+        ("truncation.too_long", lambda m: m.update(truncation={"max_tokens": 8, "too_long": "x" * 300_000})),
+        ("counts.read", lambda m: m.update(counts={"read": "y" * 300_000})),
+        ("splits.train.lengths", lambda m: m["splits"]["train"].update(lengths=[[0, 5], [10, 3]])),
+        ("splits.train.tokens", lambda m: m["splits"]["train"].update(tokens="x")),
+        ("splits.validation.lengths", lambda m: m["splits"]["validation"].update(lengths=[[10.5, 2]])),
+    ],
+)
+def test_a_damaged_metadata_json_is_refused_by_name_not_crashed_on(folders, field, edit):
+    decision = decide(edited_data(folders, f"damaged_{field}", edit))
+    assert not decision.valid
+    [problem] = decision.problems
+    assert problem.startswith(f"train_data_uri: {DATA}metadata.json: {field}: must be ")
+    assert len(json.dumps(decision.state())) < 4096  # the hostile values are not carried into the state
+
+
+def test_seq_length_is_checked_against_the_recorded_lengths_too(folders):
+    """A metadata.json whose max_example_tokens is below its own lengths (hand-edited) does not let a seq_length
+    the trainer refuses through."""
+    data = edited_data(folders, "understated", lambda m: m.update(max_example_tokens=10))
+    longest = max(length for split in ("train", "validation") for length, _ in json.loads(
+        (folders["data"] / "metadata.json").read_text())["splits"][split]["lengths"])  # fmt: skip
+    decision = decide(data, {"seq_length": (longest - 1) // 16 * 16})  # bf16: a multiple of 16
+    assert any(p.startswith(f"seq_length: must be at least {longest},") for p in decision.problems)
+
+
+def test_a_metadata_json_too_large_for_the_lambda_is_refused_before_it_is_read(folders, monkeypatch):
+    from training.request import reads
+
+    monkeypatch.setattr(reads, "MAX_METADATA_BYTES", 100)
+    decision = decide(folders)
+    assert any(
+        p.startswith(f"train_data_uri: {DATA}metadata.json takes ")
+        and "more than the 100 read before launch" in p
+        for p in decision.problems
+    )
+
+
+def _math_saved_bytes(dtype, masked: bool) -> int:
+    """Bytes torch's math SDPA saves for its backward beyond its inputs, for a grouped-query block's attention as
+    ``model.causal_attention`` calls it (causal with ``enable_gqa``, or a block-causal mask with key and value
+    repeated to the query's heads)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from training.trainer.model import causal_attention
+
+    batch, heads, kv_heads, seq, head_dim = 2, 8, 2, 64, 16
+    qkv = torch.randn(batch, seq, (heads + 2 * kv_heads) * head_dim, dtype=dtype, requires_grad=True)
+    q, k, v = (part.view(batch, seq, -1, head_dim).transpose(1, 2)
+               for part in qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1))  # fmt: skip
+    mask = torch.ones(batch, 1, seq, seq, dtype=torch.bool).tril() if masked else None
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), sdpa_kernel(SDPBackend.MATH):
+        causal_attention(q, k, v, mask=mask)
+    storages.pop(qkv.untyped_storage().data_ptr(), None)
+    return sum(storages.values())
+
+
+def test_with_math_attention_the_mask_adds_no_bias_nor_repeated_key_value_to_what_a_block_keeps():
+    """torch's math kernel keeps the same tensors with a block-causal mask and repeated key/value as causal with
+    enable_gqa (math_attention_bytes counts them): the plan adds only the per-document RoPE tables."""
+    import torch
+
+    for dtype in (torch.bfloat16, torch.float32):
+        assert _math_saved_bytes(dtype, masked=True) == _math_saved_bytes(dtype, masked=False)
+    values = contract.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
+                                             "batch_size": "2", "activation_checkpointing": "none",
+                                             "attention_backend": "math"})  # fmt: skip
+    packed = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
+    plain = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
+    per_document_rope = 4 * 2 * (2 - 1) * 4096 * 128
+    assert plan.document_mask_layer_bytes(packed) == per_document_rope
+    assert plan.saved_per_block(packed)[0] - plan.saved_per_block(plain)[0] == per_document_rope
+
+
+def test_a_tuning_run_counts_each_splits_windows_once_per_seq_length(folders, monkeypatch):
+    """Best-fit decreasing over a long context's lengths takes a tenth of a second: a tuning run's candidates (up
+    to tuning.MAX_COMBINATIONS, in the 30-second Lambda) ask the same few seq_length again, answered once each."""
+    counted: list[int] = []
+    real = sft_data.packed_windows
+
+    def counting(histogram, capacity):
+        counted.append(capacity)
+        return real(histogram, capacity)
+
+    monkeypatch.setattr(sft_data, "packed_windows", counting)
+    tune = {
+        "search_space": {"batch_size": [1, 2], "activation_checkpointing": ["none", "full"]},
+        "max_trials": 4,
+    }
+    decision = decide(folders, {"tune": tune, "seq_length": 256})
+    assert decision.problems == [], decision.problems
+    assert sorted(counted) == [256, 256]  # the train and validation splits, once each

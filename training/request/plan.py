@@ -483,15 +483,23 @@ def document_mask_layer_bytes(s: Setup) -> float:
       each, instead of QKV h + 2kv plus the rotated query and key h + kv), c x 2h without it (the query still a
       view of QKV); nothing without grouped-query attention;
     * RoPE per document: cos and sin per token (``[batch, seq, 1, head_dim]``) instead of per position, for the
-      query and the key: 4 c (batch - 1) seq head_dim more than ``rope_layer_bytes``."""
+      query and the key: 4 c (batch - 1) seq head_dim more than ``rope_layer_bytes``.
+
+    With ``attention_backend`` math only the last: its kernel (``_scaled_dot_product_attention_math``) adds the
+    bias to the fp32 scores in place and saves the softmax, the scaled query and fp32 copies of the key and value
+    repeated to every query head, exactly what it saves for ``enable_gqa`` without a mask (``math_attention_bytes``
+    counts them): neither the bias nor the 16-bit repeated key and value outlive the call (traced in
+    tests/training/test_fine_tuning_request.py)."""
     if not s.packed_documents or s.precision in QUANTIZED_BYTES:
         return 0.0
     c, b, seq = s.compute_bytes, s.batch_size, s.seq_length
     h, kv = s.shape.hidden_size, s.shape.kv_heads * s.shape.head_dim
     rope = s.position_encoding == "rope"
+    per_token_rope = 4 * c * (b - 1) * seq * (h // s.shape.num_heads) if rope else 0
+    if s.attention_backend == "math":
+        return float(per_token_rope)
     bias = c * b * seq * (-(-seq // 8) * 8)
     repeated = 0 if kv == h else (h - 3 * kv if rope else 2 * h)
-    per_token_rope = 4 * c * (b - 1) * seq * (h // s.shape.num_heads) if rope else 0
     return float(bias + c * repeated * s.tokens + per_token_rope)
 
 

@@ -30,6 +30,11 @@ from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 from training.request.sft_data import ChatData
 
+MAX_FOLDER_FILE_BYTES = 64 * 1024 * 1024
+"""The most bytes of one model-folder file read before launch (a large vocabulary's tokenizer.json: about 33 MB)."""
+MAX_METADATA_BYTES = 16 * 1024 * 1024
+"""The most bytes of conversation data's metadata.json read before launch (its length histograms for examples up to
+131,072 tokens: about 9 MB as ``prepare`` writes it); the Lambda parses it in 256 MB."""
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""
 
@@ -83,18 +88,32 @@ class Reads:
         """Whether the ``train_data_uri`` folder can be read here (S3, or its local copy)."""
         return self.local_train_data is not None or self.s3 is not None
 
-    def folder_files(self, uri: str, names: Sequence[str], copy: Path | None) -> dict[str, bytes]:
+    def folder_files(
+        self, uri: str, names: Sequence[str], copy: Path | None, limit: int = MAX_FOLDER_FILE_BYTES
+    ) -> dict[str, bytes]:
         """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
         ``copy`` or S3 (one listing of the folder's level, then one ``GetObject`` per name found: only what exists
-        is read, so a missing object is never mistaken for a refused one)."""
+        is read, so a missing object is never mistaken for a refused one). One larger than ``limit`` bytes is not
+        read: ``ValueError`` naming it (the Lambda's memory is small)."""
         if copy is not None:
-            return {name: (copy / name).read_bytes() for name in names if (copy / name).is_file()}
-        bucket, _, prefix = uri[5:].partition("/")
-        found: set[str] = set()
-        for page in self.s3.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix, Delimiter="/"
-        ):
-            found.update(item["Key"][len(prefix) :] for item in page.get("Contents", []))
+            sizes = {name: (copy / name).stat().st_size for name in names if (copy / name).is_file()}
+        else:
+            bucket, _, prefix = uri[5:].partition("/")
+            sizes = {}
+            for page in self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix, Delimiter="/"
+            ):
+                sizes.update(
+                    {item["Key"][len(prefix) :]: item.get("Size", 0) for item in page.get("Contents", [])}
+                )
+        for name in names:
+            if sizes.get(name, 0) > limit:
+                raise ValueError(
+                    f"{uri}{name} takes {sizes[name]:,} bytes, more than the {limit:,} read before launch"
+                )
+        if copy is not None:
+            return {name: (copy / name).read_bytes() for name in names if name in sizes}
+        found = set(sizes)
         return {
             name: self.s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()
             for name in names
@@ -115,10 +134,17 @@ class Reads:
                 f"holding its {DATA_METADATA_FILE})"
             ]
         try:
-            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy).get(DATA_METADATA_FILE)
+            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy, MAX_METADATA_BYTES).get(
+                DATA_METADATA_FILE
+            )
             meta = None if raw is None else json.loads(raw)
-        except ValueError as err:
-            return None, [f"train_data_uri: {data_uri}{DATA_METADATA_FILE} is not valid JSON ({err})"]
+        except ValueError as err:  # too large, or not JSON
+            said = (
+                str(err)
+                if str(err).startswith(data_uri)
+                else f"{data_uri}{DATA_METADATA_FILE} is not valid JSON ({err})"
+            )
+            return None, [f"train_data_uri: {said}"]
         except (
             Exception
         ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda
@@ -127,6 +153,10 @@ class Reads:
             ]
         if not isinstance(meta, dict) or meta.get("kind") != sft_data.CHAT_KIND:
             return None, []
+        damaged = sft_data.meta_problems(meta)
+        if damaged:
+            where = f"train_data_uri: {data_uri}{DATA_METADATA_FILE}: "
+            return None, [where + "; ".join(damaged) + " (as prepare writes it: prepare the data again)"]
         if init_from is None or (self.local_init_from is None and self.s3 is None):
             return ChatData(data_uri, meta, None, ()), []
         try:

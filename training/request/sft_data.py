@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 CHAT_KIND = "chat"
@@ -173,14 +174,26 @@ class ChatData:
     model: str | None
     mismatches: tuple[str, ...]
 
-    @property
+    @cached_property
     def longest(self) -> int:
-        """The longest example's tokens (every split)."""
-        return int(self.meta.get("max_example_tokens") or 0)
+        """The longest example's tokens (every split): the recorded ``max_example_tokens``, or a longer length the
+        splits' ``LENGTHS`` hold (what the trainer counts, from the token files, is never below either)."""
+        recorded = [max(lengths) for split in ("train", "validation") if (lengths := self.lengths(split))]
+        return max([int(self.meta.get("max_example_tokens") or 0), *recorded])
+
+    @cached_property
+    def _parsed(self) -> dict[str, dict[int, int] | None]:
+        """Each split's length histogram, parsed once (``split_lengths``)."""
+        return {split: split_lengths(self.meta, split) for split in (self.meta.get("splits") or {})}
+
+    @cached_property
+    def _windows(self) -> dict[tuple[str, int, bool], tuple[int, bool]]:
+        """``windows``' answers so far: a tuning run asks the same few ``seq_length`` for many candidates."""
+        return {}
 
     def lengths(self, split: str = "train") -> dict[int, int] | None:
         """A split's example lengths (tokens -> examples), or None when ``prepare`` recorded none."""
-        return split_lengths(self.meta, split)
+        return self._parsed.get(split)
 
     def split(self, split: str = "train") -> Mapping[str, Any]:
         return (self.meta.get("splits") or {}).get(split) or {}
@@ -188,10 +201,87 @@ class ChatData:
     def windows(self, split: str, seq_length: int, packing: bool) -> tuple[int, bool]:
         """How many windows of ``seq_length`` the split makes (``packing``: best-fit decreasing; otherwise one
         example each), and whether that is exact (the recorded lengths) or, without them, the lower bound of its
-        tokens over ``seq_length``."""
+        tokens over ``seq_length`` (each answer counted once: best-fit decreasing over a long context's lengths
+        takes a tenth of a second)."""
+        key = (split, seq_length, packing)
+        if key not in self._windows:
+            self._windows[key] = self._count_windows(split, seq_length, packing)
+        return self._windows[key]
+
+    def _count_windows(self, split: str, seq_length: int, packing: bool) -> tuple[int, bool]:
         entry, lengths = self.split(split), self.lengths(split)
         if not packing:
             return int(entry.get("examples") or 0), True
         if lengths is not None and max(lengths, default=0) <= seq_length:
             return packed_windows(lengths, seq_length), True
         return math.ceil(int(entry.get("tokens") or 0) / seq_length), False
+
+
+MAX_LENGTHS = 1 << 20
+"""The most ``[tokens, examples]`` pairs a split's ``LENGTHS`` may hold (``prepare`` writes one per distinct
+length, so at most its longest example's tokens)."""
+MAX_TEXT_CHARS = 1024
+"""The most characters a text of ``metadata.json`` that the request shows (``truncation.too_long``) may take."""
+
+
+def _is_count(value: Any, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def meta_problems(meta: Mapping[str, Any]) -> list[str]:
+    """What in conversation data's ``metadata.json`` (``kind: chat``) is not what ``prepare`` writes, for each
+    value the request reads (each ``<field>: must be ...; got ...``): a damaged or hand-edited file is refused by
+    name rather than read as something else."""
+    found: list[str] = []
+
+    def obj(value: Any) -> Mapping[str, Any]:
+        return value if isinstance(value, dict) else {}
+
+    def want(ok: bool, where: str, allowed: str, got: Any) -> None:
+        if not ok:
+            found.append(f"{where}: must be {allowed}; got {json.dumps(got)[:80]}")
+
+    want(meta.get("max_token_id") is None or _is_count(meta["max_token_id"]), "max_token_id",
+         "a token id (an integer >= 0)", meta.get("max_token_id"))  # fmt: skip
+    want(_is_count(meta.get("max_example_tokens"), 1), "max_example_tokens", "an integer >= 1",
+         meta.get("max_example_tokens"))  # fmt: skip
+    for name in ("chat_template", "tokenizer", "truncation", "counts"):
+        want(meta.get(name) is None or isinstance(meta[name], dict), name, "an object", meta.get(name))
+    for name in ("chat_template", "tokenizer"):
+        entry = obj(meta.get(name))
+        want(entry.get("sha256") is None or isinstance(entry["sha256"], str), f"{name}.sha256",
+             "a SHA-256 in hex", entry.get("sha256"))  # fmt: skip
+    truncation = obj(meta.get("truncation"))
+    want(truncation.get("max_tokens") is None or _is_count(truncation["max_tokens"], 1), "truncation.max_tokens",
+         "null or an integer >= 1", truncation.get("max_tokens"))  # fmt: skip
+    too_long = truncation.get("too_long")
+    want(too_long is None or (isinstance(too_long, str) and len(too_long) <= MAX_TEXT_CHARS), "truncation.too_long",
+         f"null or a word of at most {MAX_TEXT_CHARS} characters", too_long)  # fmt: skip
+    counts = obj(meta.get("counts"))
+    for name, value in counts.items():
+        want(_is_count(value), f"counts.{name}", "an integer >= 0", value)
+    splits = meta.get("splits")
+    if not isinstance(splits, dict) or not isinstance(splits.get("train"), dict):
+        return [
+            *found,
+            f"splits: must be an object with a train split (an object); got {json.dumps(splits)[:80]}",
+        ]
+    for name, entry in splits.items():
+        if not isinstance(entry, dict):
+            found.append(f"splits.{name}: must be an object; got {json.dumps(entry)[:80]}")
+            continue
+        for key in ("examples", "tokens", "trained_tokens"):
+            want(_is_count(entry.get(key)), f"splits.{name}.{key}", "an integer >= 0", entry.get(key))
+        lengths = entry.get(LENGTHS)
+        pairs = (
+            isinstance(lengths, list)
+            and len(lengths) <= MAX_LENGTHS
+            and all(
+                isinstance(pair, list) and len(pair) == 2 and _is_count(pair[0], 1) and _is_count(pair[1], 1)
+                for pair in lengths
+            )
+        )
+        want(lengths is None or pairs, f"splits.{name}.{LENGTHS}",
+             f"[[tokens, examples], ...], at most {MAX_LENGTHS} pairs of integers >= 1",
+             lengths if not isinstance(lengths, list) else lengths[:4])  # fmt: skip
+    return found

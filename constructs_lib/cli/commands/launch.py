@@ -32,14 +32,8 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         help="validate with the deployed workflow's own rules (its state machine definition; needs AWS access); "
         "implied by --stack",
     )
-    validate_cmd.add_argument(
-        "--bucket",
-        metavar="NAME",
-        help="offline: the workflow's bucket (the stack output CheckpointBucketName), so that data sources in another "
-        "bucket are refused as the workflow refuses them (without it they are matched on their key only, and "
-        "validate says so)",
-    )
-    _local_copy_options(validate_cmd)
+    _bucket_option(validate_cmd)
+    local_copy_options(validate_cmd)
     plan = sub.add_parser(
         "plan",
         parents=[common, request],
@@ -51,13 +45,14 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         "records from S3. The throughput is the one a tuning run measured for this configuration on this instance "
         "and image where a record stands for it ('measured'), else the plan's estimate. Offline, --init-from DIR "
         "reads the init_from folder from a local copy (and --data-folder DIR the train_data_uri folder: prepared "
-        "conversations' windows), and --measurements PATH the records of a local tuning report "
+        "conversations' windows), --bucket NAME the workflow's bucket (as validate), and --measurements PATH the records of a local tuning report "
         "(with --image, the image the request would run). Exit 0 when it fits, 2 when it does not or is invalid.",
     )
     plan.add_argument(
         "--deployed", action="store_true", help="use the deployed workflow's rules (needs AWS access)"
     )
-    _local_copy_options(plan)
+    _bucket_option(plan)
+    local_copy_options(plan)
     plan.add_argument(
         "--measurements",
         metavar="PATH",
@@ -86,7 +81,18 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     return {"validate": do_validate, "plan": do_plan, "submit": do_submit}
 
 
-def _local_copy_options(command: Any) -> None:
+def _bucket_option(command: Any) -> None:
+    """``--bucket``: the workflow's bucket, offline (validate and plan refuse the same data sources)."""
+    command.add_argument(
+        "--bucket",
+        metavar="NAME",
+        help="offline: the workflow's bucket (the stack output CheckpointBucketName), so that data sources in another "
+        "bucket are refused as the workflow refuses them (without it they are matched on their key only, and "
+        "validate says so)",
+    )
+
+
+def local_copy_options(command: Any) -> None:
     """``--init-from`` and ``--data-folder``: local copies of the request's S3 folders, read offline."""
     command.add_argument(
         "--init-from",
@@ -102,7 +108,7 @@ def _local_copy_options(command: Any) -> None:
     )
 
 
-def _local_copies(shell: Shell) -> dict[str, Any]:
+def local_copies(shell: Shell) -> dict[str, Any]:
     """The local copies the options name (refused with --deployed: that reads the folders from S3 itself)."""
     copies = {"init_from": shell.args.init_from, "data_folder": shell.args.data_folder}
     if any(copies.values()) and (shell.args.deployed or shell.args.stack):
@@ -116,7 +122,7 @@ def do_validate(shell: Shell) -> int:
     """Every problem (exit 2), or ``valid`` and the checks that need what this validation could not read (S3,
     SageMaker, the run's name, the workflow's bucket): the workflow makes them before it launches."""
     request = shell.request()
-    copies = _local_copies(shell)
+    copies = local_copies(shell)
     if shell.args.deployed or shell.args.stack:
         decision = shell.runs.decide(request)
     else:
@@ -140,8 +146,10 @@ def do_plan(shell: Shell) -> int:
     args = shell.args
     request = shell.request()
     deployed = args.deployed or args.stack
-    rules = shell.runs.rules if deployed else shell.project.rules()
-    copies = _local_copies(shell)
+    if deployed and args.bucket:
+        raise InvalidRequest(["--bucket: offline only; --deployed reads the workflow's own bucket"])
+    rules = shell.runs.rules if deployed else shell.project.rules(bucket_name=args.bucket)
+    copies = local_copies(shell)
     if args.image:
         bare_tag = not any(mark in args.image for mark in "/:@")
         rules = replace(rules, image_uri=f"image:{args.image}" if bare_tag else args.image)

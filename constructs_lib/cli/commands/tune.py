@@ -10,7 +10,8 @@ from typing import Any
 
 from constructs_lib.cli import render
 from constructs_lib.cli.commands.follow import watch_until_ended
-from constructs_lib.cli.errors import OperatorError
+from constructs_lib.cli.commands.launch import local_copies, local_copy_options
+from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.shell import EXIT_OK, EXIT_RUN_FAILED, RUN_HELP, Parents, Shell
 from constructs_lib.cli.tuning import tune_plan
 
@@ -26,12 +27,14 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         "fit, keeps the best predicted (max_trials) and one probe past the memory edge; one SageMaker job runs "
         "each as a short fresh trial and ranks them by measured throughput. It shows the trials and the cost "
         "first (max_cost_usd bounds it), then starts. --dry-run only shows them (offline with cdk.json's "
-        "settings unless --deployed). --wait follows the run and prints the ranked table; --apply writes the "
+        "settings unless --deployed; --init-from DIR and --data-folder DIR read local copies of the request's init_from and "
+        "train_data_uri folders, as validate and plan do). --wait follows the run and prints the ranked table; --apply writes the "
         "winning request. Docs: docs/tuning.md.",
     )
     tune.add_argument("--name", help="run (execution) name (default: <job_name_prefix>-<UTC time>-<hex>)")
     tune.add_argument("--dry-run", action="store_true", help="show the trials and the cost; start nothing")
     tune.add_argument("--deployed", action="store_true", help="with --dry-run: the deployed workflow's rules")
+    local_copy_options(tune)
     tune.add_argument("--wait", action="store_true", help="follow the run, then print its ranked table")
     tune.add_argument("--apply", metavar="OUT.json", help="with --wait: write the winning request here")
     apply = sub.add_parser(
@@ -69,8 +72,16 @@ def do_tune(shell: Shell) -> int:
     out_path = _writable(args.apply)
     request = shell.request()
     offline = args.dry_run and not (args.deployed or args.stack)
-    # the deployed rules and their stored measurements, or cdk.json's rules offline (the plan's estimates)
-    planned = tune_plan(request, shell.project.rules()) if offline else shell.runs.tune_plan(request)
+    copies = local_copies(shell)
+    if any(copies.values()) and not args.dry_run:
+        raise InvalidRequest(
+            ["--init-from, --data-folder: with --dry-run only; a run reads the folders from S3"]
+        )
+    # the deployed rules and their stored measurements, or cdk.json's rules offline (the plan's estimates, the
+    # local copies of the request's folders)
+    planned = (
+        tune_plan(request, shell.project.rules(), **copies) if offline else shell.runs.tune_plan(request)
+    )
     result: dict[str, Any] = {"plan": planned}
     if not args.json:
         render.print_tune_plan(shell.out, planned)
