@@ -76,12 +76,36 @@ def check_offline(
     ``skipped`` names the checks that need S3, SageMaker, the run's name or the workflow's bucket. ``init_from``,
     ``data_folder``: local copies of the request's ``init_from`` and ``train_data_uri`` folders, read as the
     workflow reads S3 (the model's shape, chat template and tokenizer; conversation data's metadata.json)."""
-    from training.request.decision import decide_request
     from training.request.reads import Reads
 
     reads = Reads(local_init_from=init_from, local_train_data=data_folder)
+    return decide(request, rules, reads, init_from=init_from, data_folder=data_folder)
+
+
+def decide(
+    request: object,
+    rules: Any,
+    reads: Any,
+    *,
+    init_from: str | Path | None = None,
+    data_folder: str | Path | None = None,
+    unread_shape: str | None = None,
+) -> Any:
+    """The workflow's own decision (``decide_request``) of ``request`` under ``rules`` as the CLI makes it, reading
+    through ``reads`` (``training.request.reads.Reads``: S3 or none, and ``init_from`` and ``data_folder``, the local
+    copies it was given, read in S3's place); a copy of a folder the decided request does not set is refused.
+    ``unread_shape``: the refusal (a caller that needs the model's shape) when the decided ``init_from`` could be read
+    neither from S3 nor from a local copy."""
+    from training.request.decision import decide_request
+
     decision = decide_request(request, rules, reads=reads)
-    refuse_unused_copies(decision.fields, init_from=init_from, data_folder=data_folder)
+    fields = decision.fields
+    unread = (
+        init_from is None and reads.s3 is None and fields is not None and isinstance(fields.init_from, str)
+    )
+    if unread_shape is not None and unread:
+        raise InvalidRequest([unread_shape])  # the decided field (the input's, else the workflow's default)
+    refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
     return decision
 
 
@@ -192,17 +216,11 @@ def plan_request(
     from training.request.reads import Reads
 
     reads = Reads(s3, local_init_from=init_from, local_train_data=data_folder, measurements=measurements)
-    decision = decide_request(request, rules, reads=reads)
-    fields = decision.fields
-    if init_from is None and s3 is None and fields is not None and isinstance(fields.init_from, str):
-        # the decided field (the input's, else the workflow's default): offline, its shape is not known
-        raise InvalidRequest(
-            [
-                "init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
-                "--deployed or --stack, or offline with a local copy of the folder (--init-from DIR)"
-            ]
-        )
-    refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
+    decision = decide(
+        request, rules, reads, init_from=init_from, data_folder=data_folder,
+        unread_shape="init_from: the plan needs the model folder's config.json from S3 (its shape): plan with "
+        "--deployed or --stack, or offline with a local copy of the folder (--init-from DIR)",
+    )  # fmt: skip
     problems = [p for p in decision.problems if not p.startswith(("memory:", "ignore_memory_estimate:"))]
     if problems:
         raise InvalidRequest(problems)

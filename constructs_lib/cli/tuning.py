@@ -38,23 +38,17 @@ def tune_plan(
     offline), and ``data_folder``, a local copy of the ``train_data_uri`` folder (prepared conversations: the
     candidates the data cannot fill are left out), as ``plan_request`` does. Raises ``InvalidRequest`` with every
     problem the workflow would refuse it for."""
-    from constructs_lib.cli.request import refuse_unused_copies
-    from training.request.decision import decide_request
+    from constructs_lib.cli.request import decide
     from training.request.reads import Reads
 
     reads = Reads(
         s3, measurements=measurements or (), local_init_from=init_from, local_train_data=data_folder
     )
-    decision = decide_request(with_tune(request), rules, reads=reads)
-    fields = decision.fields
-    if init_from is None and s3 is None and fields is not None and isinstance(fields.init_from, str):
-        raise InvalidRequest(
-            [
-                "init_from: the tuning plan needs the model folder's config.json from S3 (its shape): plan it with "
-                "--deployed or --stack, or offline with a local copy of the folder (--init-from DIR)"
-            ]
-        )
-    refuse_unused_copies(fields, init_from=init_from, data_folder=data_folder)
+    decision = decide(
+        with_tune(request), rules, reads, init_from=init_from, data_folder=data_folder,
+        unread_shape="init_from: the tuning plan needs the model folder's config.json from S3 (its shape): plan it "
+        "with --deployed or --stack, or offline with a local copy of the folder (--init-from DIR)",
+    )  # fmt: skip
     if decision.problems:
         raise InvalidRequest(decision.problems)
     assert decision.tune is not None and decision.fields is not None

@@ -85,14 +85,19 @@ def test_every_caller_decides_through_the_one_function():
     callers = {where for where in calls("decide_request", SOURCES)}
     assert {
         ("constructs_lib/workflow/request_check.py", "decide"),
-        ("constructs_lib/cli/request.py", "plan_request"),
-        ("constructs_lib/cli/tuning.py", "tune_plan"),
+        ("constructs_lib/cli/request.py", "decide"),  # the CLI's validate, plan and tuning plan, below
+        ("constructs_lib/cli/request.py", "plan_request"),  # its plan again without ignore_memory_estimate
         ("constructs_lib/cli/api.py", "decide"),
-        ("constructs_lib/cli/request.py", "check_offline"),
         ("constructs_lib/cli/direct.py", "direct_request"),
         ("training/request/decision.py", "validate_request"),
         ("training/request/decision.py", "prepare_request"),
     } == callers
+    cli = [ROOT / "constructs_lib" / "cli" / name for name in ("request.py", "tuning.py")]
+    assert calls("decide", cli) == {
+        ("constructs_lib/cli/request.py", "check_offline"): 1,
+        ("constructs_lib/cli/request.py", "plan_request"): 1,
+        ("constructs_lib/cli/tuning.py", "tune_plan"): 1,
+    }
     assert calls("check_offline", [ROOT / "constructs_lib" / "cli" / "request.py"]) == {
         ("constructs_lib/cli/request.py", "validate"): 1
     }
