@@ -7,6 +7,7 @@ import io
 import json
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import boto3
 
@@ -680,10 +681,9 @@ def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
     deployed.wait_until_ended(name)
 
 
-def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(deployed, cli, tmp_path):
-    """Offline, ``--init-from`` and ``--data-folder`` stand for the request's S3 folders: the conversation data
-    is checked against the model's template (refused naming train_data_uri) and the plan counts its windows;
-    without them validate says what it did not check."""
+def prepared_chat_copies(tmp_path: Path) -> Path:
+    """A weightless model folder (``tmp_path/model``, returned) and 300 prompt/completion examples prepared with
+    its template into ``tmp_path/data``: local copies of a fine-tuning request's init_from and train_data_uri."""
     from tests.training.test_fine_tuning_request import weightless
     from training.trainer import chat_prepare
 
@@ -693,6 +693,14 @@ def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(d
     chat_prepare.prepare_chat(
         [tmp_path / "n.jsonl"], str(tmp_path / "data"), str(model), validation_fraction=0.1
     )
+    return model
+
+
+def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(deployed, cli, tmp_path):
+    """Offline, ``--init-from`` and ``--data-folder`` stand for the request's S3 folders: the conversation data
+    is checked against the model's template (refused naming train_data_uri) and the plan counts its windows;
+    without them validate says what it did not check."""
+    model = prepared_chat_copies(tmp_path)
     request = json.dumps({"init_from": "s3://my-bucket/data/model/", "train_data_uri": "s3://my-bucket/data/chats/",
                           "precision": "bf16", "seq_length": 256, "batch_size": 1})  # fmt: skip
     folders = ("--init-from", str(model), "--data-folder", str(tmp_path / "data"))
@@ -723,6 +731,8 @@ def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(d
     planned = json.loads(cli("plan", "-", "--json", *folders, stdin=request).out)
     assert planned["data"]["examples"] == 270 and planned["data"]["windows_exact"]
     assert "data: 270 training examples in " in cli("plan", "-", *folders, stdin=request).out
+    from tests.training.test_fine_tuning_request import weightless
+
     other = weightless(tmp_path / "other", "{{ messages[0]['content'] }}")
     refused = cli("validate", "-", "--init-from", str(other), "--data-folder", str(tmp_path / "data"),
                   stdin=request)  # fmt: skip
@@ -809,15 +819,7 @@ def test_plan_takes_the_workflows_bucket_offline_as_validate_does(deployed, cli)
 def test_tune_dry_run_reads_local_copies_of_the_requests_folders_as_plan_does(cli, tmp_path):
     """Offline, tune --dry-run takes --init-from DIR (the model's shape) and --data-folder DIR (the candidates the
     conversation data cannot fill left out), as validate and plan do; a run started reads S3 and refuses them."""
-    from tests.training.test_fine_tuning_request import weightless
-    from training.trainer import chat_prepare
-
-    model = weightless(tmp_path / "model")
-    lines = [{"prompt": str(n), "completion": str(n + 1)} for n in range(300)]
-    (tmp_path / "n.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    chat_prepare.prepare_chat(
-        [tmp_path / "n.jsonl"], str(tmp_path / "data"), str(model), validation_fraction=0.1
-    )
+    model = prepared_chat_copies(tmp_path)
     request = json.dumps({"init_from": "s3://my-bucket/data/model/", "train_data_uri": "s3://my-bucket/data/chats/",
                           "precision": "bf16", "seq_length": 256, "batch_size": 1,
                           "tune": {"search_space": {"batch_size": [1, 64]}, "max_trials": 2}})  # fmt: skip

@@ -83,6 +83,16 @@ def bad_id_where_step_reads(folder: Path, settings: dict[str, str], step: int) -
     raise AssertionError("no window of that step lies outside the sample: choose another step")
 
 
+def bad_id_stop_line(path: Path, at: int, ckpt: Path) -> str:
+    """The one line every rank stops with when the batch of step 6 holds id 300 at token ``at`` of ``path``."""
+    return (
+        f"error: vocab_size: must be above every token id in the data; {path} holds id 300 (token {at}), got 256, "
+        "in the batch of step 6: the check before training reads a sample of large data; stopped after step 5: "
+        f"the newest checkpoint, {ckpt / 'step_00000005'}, is kept; fix or remove that file, then run again to "
+        "continue from there"
+    )
+
+
 def unseal(folder: Path) -> None:
     """What a save written whole but never sealed leaves (a run killed before its seal)."""
     (folder / checkpoint.MARKER).unlink()
@@ -98,12 +108,7 @@ def test_a_bad_token_id_past_the_checks_sample_stops_every_rank_in_one_line_and_
     settings = {**TINY, "dataset": "channel", "data_dir": str(tmp_path / "data"), "max_steps": "10",
                 "checkpoint_interval": "5", "checkpoint_dir": str(ckpt), "model_dir": str(tmp_path / "model")}  # fmt: skip
     path, at = bad_id_where_step_reads(tmp_path / "data", settings, 6)
-    line = (
-        f"error: vocab_size: must be above every token id in the data; {path} holds id 300 (token {at}), got 256, "
-        "in the batch of step 6: the check before training reads a sample of large data; stopped after step 5: "
-        f"the newest checkpoint, {ckpt / 'step_00000005'}, is kept; fix or remove that file, then run again to "
-        "continue from there"
-    )
+    line = bad_id_stop_line(path, at, ckpt)
     status, output = train_sh(settings)
     assert status == 1, output
     assert errors(output) == [line], output
@@ -283,12 +288,7 @@ def test_a_bad_token_id_in_packed_conversations_past_the_checks_sample_stops_in_
                 "batch_size": "1", "grad_accum_steps": "2", "max_steps": "10", "checkpoint_interval": "5",
                 "checkpoint_dir": str(ckpt), "model_dir": str(tmp_path / "model")}  # fmt: skip
     path, at = packed_chat_with_a_bad_id(tmp_path / "data", settings, 6)
-    line = (
-        f"error: vocab_size: must be above every token id in the data; {path} holds id 300 (token {at}), got 256, "
-        "in the batch of step 6: the check before training reads a sample of large data; stopped after step 5: "
-        f"the newest checkpoint, {ckpt / 'step_00000005'}, is kept; fix or remove that file, then run again to "
-        "continue from there"
-    )
+    line = bad_id_stop_line(path, at, ckpt)
     status, output = train_sh(settings)
     assert status == 1, output
     assert errors(output) == [line], output
