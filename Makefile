@@ -83,7 +83,7 @@ test: setup
 lint: $(VENV)/.stamp-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy constructs_lib training/request/contract.py
+	$(BIN)/mypy constructs_lib training/contract/
 
 # docs/reference.md from the code's tables (input fields, trainer settings, cdk.json keys); a test fails when stale.
 docs: $(VENV)/.stamp

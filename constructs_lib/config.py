@@ -18,13 +18,13 @@ from aws_cdk import aws_codebuild as codebuild
 from constructs import Node
 
 from constructs_lib.workflow.request import MLFLOW_ARN
-from training.request.contract import (
+from training.contract.hardware import (
     DEFAULT_INSTANCE_TYPE,
     GPU_INSTANCE_TYPES,
-    HYPERPARAMETERS_BY_NAME,
     PRECISIONS,
     instance_types_supporting,
 )
+from training.contract.settings_table import HYPERPARAMETERS_BY_NAME
 from training.request.rules import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     RequestRules,

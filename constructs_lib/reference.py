@@ -2,7 +2,7 @@
 checks: the execution-input fields (``training.request.fields.FIELDS``), the ``evaluate`` block's
 fields (their defaults ``fields.EVALUATE_DEFAULTS``, their rows ``evaluate_block.EVALUATE_FIELDS``), the
 trainer settings
-(``training.request.contract.HYPERPARAMETERS`` and ``training.trainer.config.TRAINER_ONLY_SETTINGS``) and the
+(``training.contract.settings_table.HYPERPARAMETERS`` and ``training.trainer.config.TRAINER_ONLY_SETTINGS``) and the
 ``cdk.json`` keys (``constructs_lib.config.CONTEXT``).
 
     make docs                                   # the same as the next line
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from constructs_lib.config import CONTEXT, ContextKey
-from training.request.contract import HYPERPARAMETERS, TOP_LEVEL_SETTINGS, Hyperparameter
+from training.contract.settings_table import HYPERPARAMETERS, TOP_LEVEL_SETTINGS, Hyperparameter
 from training.request.evaluate_block import EVALUATE_FIELDS_BY_NAME
 from training.request.fields import EVALUATE_DEFAULTS, FIELDS
 from training.request.rules import PLATFORM_HYPERPARAMETERS, RequestRules
@@ -141,7 +141,7 @@ def trainer_sections() -> list[str]:
     lines = [
         "## Trainer settings",
         "",
-        "The trainer's settings (`training/request/contract.py`), the same for a SageMaker job, `train.sh` and a "
+        "The trainer's settings (`training/contract/`), the same for a SageMaker job, `train.sh` and a "
         "local run (`python -m training.trainer --name value`). Either spelling works: `--num_layers` or "
         "`--num-layers`, and in an execution's `hyperparameters` `num_layers` or `num-layers`; values are text "
         'there (`"2000"`), numbers and booleans are accepted too. `train.sh --help` lists them all.',

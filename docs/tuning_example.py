@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.request import contract  # noqa: E402
+from training.contract import hardware, tuning  # noqa: E402
 
 MODEL = {"model_preset": "custom", "num_layers": "2", "hidden_size": "64", "num_heads": "4",
          "ffn_hidden_size": "128", "vocab_size": "256", "seq_length": "32", "precision": "fp32",
@@ -47,8 +47,8 @@ TRIALS = [
     {"batch_size": 4096, "seq_length": 64, "activation_checkpointing": "full"},
 ]
 TUNE = {
-    contract.TUNE_TRIALS: contract.format_trials(TRIALS),
-    "tune_instance_type": contract.DEFAULT_INSTANCE_TYPE,
+    tuning.TUNE_TRIALS: tuning.format_trials(TRIALS),
+    "tune_instance_type": hardware.DEFAULT_INSTANCE_TYPE,
     "tune_max_measured_steps": "12",
     "tune_window_steps": "6",
     "tune_cv_target": "0.05",
@@ -79,7 +79,7 @@ def main(out: Path, replace: bool = False) -> int:
         done = subprocess.run(["/bin/sh", str(ROOT / "training" / "train.sh"), *args], env=env, cwd=work)
         if done.returncode != 0:
             return done.returncode
-        report = Path(work) / "checkpoints" / contract.TUNE_REPORT_FOLDER
+        report = Path(work) / "checkpoints" / tuning.TUNE_REPORT_FOLDER
         out.mkdir(parents=True, exist_ok=True)
         for name in KEPT:
             shutil.copy2(report / name, out / name)

@@ -120,9 +120,10 @@ def _record(
     settings: Mapping[str, Any], tps: float, at: str, allocated: float | None, status: str = "ok"
 ) -> dict:
     """A stored tuning measurement of the base rules' image (its key's settings parsed as the tuning job does)."""
-    from training.request import contract, measured
+    from training.contract import settings_parse
+    from training.request import measured
 
-    values = contract.parse_hyperparameters(dict(settings))
+    values = settings_parse.parse_hyperparameters(dict(settings))
     key = measured.make_key(values, instance_type="ml.p6-b200.48xlarge", instance_count=1, image_tag=IMAGE_TAG,
                             torch_version="2.9.0", te_version="2.11.0")  # fmt: skip
     figures = {"status": status, "tokens_per_sec_per_gpu": tps, "max_allocated_gb": allocated,

@@ -203,7 +203,7 @@ def test_the_graph_is_read():
     assert "training.request.decision" in graph["constructs_lib.workflow.construct"]
     assert "constructs_lib.image.repository" in graph["constructs_lib.image.build"]
     assert "constructs_lib._shared.console_links" in graph["constructs_lib.workflow.states"]
-    assert "training.request.contract" in graph["training.trainer.config"]
+    assert "training.contract.settings_table" in graph["training.trainer.config"]
     assert "training.trainer.loop" in graph["training.measure.benchmark"]
     assert "constructs_lib.workflow.construct" in graph["constructs_lib.workflow"]  # a lazy re-export
     # the image's self-check imports these by name: for name in (*TRAINER_MODULES, *EVALUATION_MODULES, ...)
@@ -264,13 +264,16 @@ def test_no_import_cycle_in_the_project():
 
 
 def test_training_parts_point_one_way():
-    """``training/request`` (what decides a request; in the Lambda asset) imports nothing else of the project;
+    """``training/request`` with ``training/contract`` (what decides a request; in the Lambda asset) imports nothing
+    else of the project, and the contract nothing but itself;
     the image's code (``training/trainer``) does not import the development measurements; nothing in
     ``training`` imports ``constructs_lib``."""
     graph = _graph()
     for name, targets in graph.items():
         if name.startswith("training.request"):
-            assert {t for t in targets if not t.startswith("training.request")} == set(), name
+            assert {t for t in targets if not t.startswith(("training.request", "training.contract"))} == set(), name
+        if name.startswith("training.contract"):
+            assert {t for t in targets if not t.startswith("training.contract")} == set(), name
         if name.startswith("training.trainer"):
             assert not {t for t in targets if t.startswith("training.measure")}, name
         if name.startswith("training"):

@@ -9,7 +9,8 @@ import json
 import re
 
 from tests import request_corpus
-from training.request import contract, fields
+from training.contract import settings_table
+from training.request import fields
 
 _LIST = re.compile(r"allowed: ((?:[a-z0-9_]+, )+[a-z0-9_]+)")
 
@@ -17,7 +18,7 @@ _LIST = re.compile(r"allowed: ((?:[a-z0-9_]+, )+[a-z0-9_]+)")
 def _tables() -> dict[str, set[str]]:
     """The tables whose names a refusal lists in full, by the token that stands for such a list."""
     return {
-        "<the contract's trainer settings>": set(contract.HYPERPARAMETERS_BY_NAME),
+        "<the contract's trainer settings>": set(settings_table.HYPERPARAMETERS_BY_NAME),
         "<the input fields>": set(fields.INPUT_FIELDS),
     }
 
@@ -92,8 +93,8 @@ def test_every_recorded_input_is_decided_as_recorded():
 
 
 def test_a_settings_list_counts_as_named_only_when_it_names_todays_settings():
-    today = ", ".join(contract.HYPERPARAMETERS_BY_NAME)
-    older = ", ".join(list(contract.HYPERPARAMETERS_BY_NAME)[:-1])
+    today = ", ".join(settings_table.HYPERPARAMETERS_BY_NAME)
+    older = ", ".join(list(settings_table.HYPERPARAMETERS_BY_NAME)[:-1])
     assert _settings_lists_as_named(f"x; allowed: {older}") == _settings_lists_as_named(
         f"x; allowed: {today}"
     )

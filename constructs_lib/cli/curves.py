@@ -16,14 +16,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from constructs_lib.cli.records import Job, LogEvent
-from training.request.contract import (
-    GPU_INSTANCE_TYPES,
-    HYPERPARAMETERS_BY_NAME,
-    estimate_cost_usd,
-    parse_config_line,
-    parse_step_line,
-    parse_validation_line,
-)
+from training.contract.hardware import GPU_INSTANCE_TYPES, estimate_cost_usd
+from training.contract.metric_lines import parse_config_line, parse_step_line, parse_validation_line
+from training.contract.settings_table import HYPERPARAMETERS_BY_NAME
 
 X_AXES: dict[str, str] = {
     "step": "step",

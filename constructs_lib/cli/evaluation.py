@@ -19,7 +19,8 @@ from typing import Any
 
 from constructs_lib.cli.errors import OperatorError
 from constructs_lib.cli.records import Job, Run
-from training.request.contract import EVALUATION_METRICS, HYPERPARAMETERS_BY_NAME, STANDARD_TASK_CHANCE
+from training.contract.evaluation import EVALUATION_METRICS, STANDARD_TASK_CHANCE
+from training.contract.settings_table import HYPERPARAMETERS_BY_NAME
 from training.request.evaluate_block import EVALUATED_TAG
 
 TrainingRuns = Any
@@ -155,7 +156,7 @@ def compare_row(runs: TrainingRuns, name: str) -> dict[str, Any]:
 
 
 def chance(task: str) -> float | None:
-    """A standard task's accuracy by chance (``training.request.contract.STANDARD_TASK_CHANCE``)."""
+    """A standard task's accuracy by chance (``training.contract.evaluation.STANDARD_TASK_CHANCE``)."""
     return STANDARD_TASK_CHANCE.get(task)
 
 

@@ -1,6 +1,6 @@
 """The trainer's progress (step N of M, loss, tokens/s, MFU, ETA), read from its log lines.
 
-The lines are the contract's (``training/request/contract.py``: ``config ...``, ``step=N ...``, ``summary ...``), parsed
+The lines are the contract's (``training/contract/``: ``config ...``, ``step=N ...``, ``summary ...``), parsed
 with the contract's own parsers, so the CLI and the trainer cannot disagree on a format.
 """
 
@@ -10,14 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request.contract import (
-    HYPERPARAMETERS_BY_NAME,
-    ContractError,
-    parse_config_line,
-    parse_hyperparameters,
-    parse_step_line,
-    parse_summary_line,
-)
+from training.contract.metric_lines import parse_config_line, parse_step_line, parse_summary_line
+from training.contract.settings_parse import parse_hyperparameters
+from training.contract.settings_table import HYPERPARAMETERS_BY_NAME, ContractError
 
 
 @dataclass

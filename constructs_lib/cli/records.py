@@ -11,7 +11,8 @@ from typing import Any
 
 from constructs_lib._shared.console_links import run_links
 from constructs_lib.cli.progress import Progress
-from training.request.contract import EVALUATE_ENTRY_POINT, PROGRAM_ENV, estimate_cost_usd
+from training.contract.container import EVALUATE_ENTRY_POINT, PROGRAM_ENV
+from training.contract.hardware import estimate_cost_usd
 
 JOB_ENDED = frozenset({"Completed", "Failed", "Stopped"})
 

@@ -9,7 +9,8 @@ from typing import Any
 from constructs_lib.cli.evaluation import evaluation_of
 from constructs_lib.cli.progress import Progress
 from constructs_lib.cli.records import Job, LogEvent, Run
-from training.request.contract import HF_EXPORT_DIR, restarted_from_none
+from training.contract.container import HF_EXPORT_DIR
+from training.contract.metric_lines import restarted_from_none
 
 
 def run_result(current: Run, events: list[LogEvent]) -> dict[str, Any]:

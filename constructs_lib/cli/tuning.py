@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
-from training.request.contract import TUNE_REPORT_FILE
+from training.contract.tuning import TUNE_REPORT_FILE
 from training.request.tuning import with_settings
 
 

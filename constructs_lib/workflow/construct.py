@@ -91,11 +91,8 @@ from constructs_lib.workflow.states import (
     training_summary,
 )
 from constructs_lib.workflow.tuning_states import TuningStorage, record_objects, report_objects, tuning_states
-from training.request.contract import (
-    DEFAULT_INSTANCE_TYPE,
-    GPU_INSTANCE_TYPES,
-    HYPERPARAMETERS_BY_NAME,
-)
+from training.contract.hardware import DEFAULT_INSTANCE_TYPE, GPU_INSTANCE_TYPES
+from training.contract.settings_table import HYPERPARAMETERS_BY_NAME
 from training.request.decision import validate_request
 from training.request.rules import (
     DEFAULT_MAX_KEEP_ALIVE_SECONDS,
@@ -175,7 +172,7 @@ class TrainingWorkflow(Construct):
         time, at most 5 minutes). Default 15 seconds.
     :param defaults: ``WorkflowDefaults`` for every input field. Default: ``WorkflowDefaults()``.
     :param allowed_instance_types: instance types an execution may ask for. Default: every type in
-        ``training.request.contract.GPU_INSTANCE_TYPES``.
+        ``training.contract.hardware.GPU_INSTANCE_TYPES``.
     :param max_instance_count: largest ``instance_count`` an execution may ask for (1 to 64). Default 4.
     :param max_capacity_retries: relaunches after a ``CapacityError`` (0 to 20). Default 3.
     :param capacity_retry_wait: wait before each relaunch (at least 1 second). Default 10 minutes.
@@ -308,7 +305,7 @@ class TrainingWorkflow(Construct):
         if not allowed or unknown or len(set(allowed)) != len(allowed):
             raise ValueError(
                 "TrainingWorkflow: allowed_instance_types must be distinct names from "
-                f"training.request.contract.GPU_INSTANCE_TYPES ({', '.join(GPU_INSTANCE_TYPES)}); got {list(allowed)}"
+                f"training.contract.hardware.GPU_INSTANCE_TYPES ({', '.join(GPU_INSTANCE_TYPES)}); got {list(allowed)}"
             )
         max_count = int_in("max_instance_count", max_instance_count, 4, 1, 64)
         retries = int_in("max_capacity_retries", max_capacity_retries, 3, 0, 20)

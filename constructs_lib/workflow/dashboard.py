@@ -10,7 +10,7 @@ those tokens next to each other and in that order. So each search is scoped to t
 ``job_name_prefix`` is not drawn, and a job of any other workflow (or any job) whose name holds the same tokens in
 a row is (two deployments with the same default prefix in one account and region share their curves). Further
 prefixes (``more_prefixes``, the ``dashboardJobNamePrefixes`` setting) are searched too, any of them matching.
-Every metric name comes from ``training.request.contract`` (``metric_name``, ``HOST_GPU_METRICS``): a renamed metric fails
+Every metric name comes from ``training.contract`` (``metric_name``, ``HOST_GPU_METRICS``): a renamed metric fails
 at synth. The executions come from Step Functions (``AWS/States``).
 """
 
@@ -24,13 +24,12 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from constructs_lib._shared.console_links import DASHBOARD, console_host_of_region
-from training.request.contract import (
-    DEFAULT_EVALUATION_TASKS,
+from training.contract.evaluation import DEFAULT_EVALUATION_TASKS, evaluation_metric_name
+from training.contract.metric_lines import (
     HOST_DIMENSION,
     HOST_GPU_METRICS,
     TRAINING_JOB_DIMENSION,
     TRAINING_METRICS_NAMESPACE,
-    evaluation_metric_name,
     metric_name,
 )
 

@@ -28,7 +28,7 @@ from constructs_lib.workflow.states import (
     loop_start,
     summary_links,
 )
-from training.request.contract import MODEL_CHANNEL
+from training.contract.container import MODEL_CHANNEL
 
 EVALUATION_CARRY = ("config", "launch_count", "training", "evaluated", "tasks")
 """What the evaluation's ``Normalize result`` keeps beside the job for its summary."""

@@ -11,11 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from training.request.contract import (
-    CHECKPOINT_LOCAL_PATH,
-    TENSORBOARD_LOCAL_PATH,
-    metric_definitions,
-)
+from training.contract.container import CHECKPOINT_LOCAL_PATH, TENSORBOARD_LOCAL_PATH
+from training.contract.metric_lines import metric_definitions
 
 MLFLOW_ARN = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:[0-9]{12}:mlflow-(tracking-server|app)/[A-Za-z0-9-]+$"

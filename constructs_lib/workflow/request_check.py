@@ -2,7 +2,7 @@
 (``training.request.decision.decide_request``) on the workflow's event and returns what the state becomes.
 
 Why a Lambda function and not JSONata states: the checks that matter are the trainer's own rules (every setting of
-``training/request/contract.py``, its parsers and its cross-setting rules), and running the contract runs exactly
+``training/contract/``, its parsers and its cross-setting rules), and running the contract runs exactly
 those rules, so a new trainer setting is checked with no edit here. A JSONata copy of them would be a second
 implementation to keep in step, could not list S3 to decide ``resume_from`` on its own, and is not evaluated by
 moto 5.2.5 (the tests would need a second evaluator). The Lambda asset (``request_function``) holds only this module

@@ -3,8 +3,9 @@
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
-``training/request/`` (the decision, the fields' table, the rules, the request read once, the checks, the evaluate
-and tune blocks, the reads, the job's request fields, the contract, a model folder's config.json, the plan and its
+``training/contract/`` (the contract between the workflow and the trainer) and ``training/request/`` (the decision,
+the fields' table, the rules, the request read once, the checks, the evaluate and tune blocks, the reads, the job's
+request fields, a model folder's config.json, the plan and its
 network term, the measurements' rules, the tuning candidates, conversation data against its model and the decision's
 size bound; standard library only) and an empty ``__init__.py`` in each of their folders (the real package
 ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
@@ -34,9 +35,17 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.contract.container
+import training.contract.evaluation
+import training.contract.hardware
+import training.contract.metric_lines
+import training.contract.settings_checks
+import training.contract.settings_parse
+import training.contract.settings_table
+import training.contract.shapes
+import training.contract.tuning
 import training.request.bounds
 import training.request.checks
-import training.request.contract
 import training.request.decision
 import training.request.evaluate_block
 import training.request.fields
@@ -62,7 +71,7 @@ from constructs_lib._shared.nag import (
     rendered,
 )
 from constructs_lib.workflow import request_check
-from training.request.contract import DATA_METADATA_FILE
+from training.contract.container import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
 from training.request.rules import CHECKPOINT_MARKER
 from training.request.sft_data import MODEL_FILES
@@ -77,9 +86,17 @@ data's template, tokenizer and lengths), and an ``init_from`` model's chat templ
 (``chat_template.jinja``, ``tokenizer_config.json``, ``tokenizer.json``: conversation data is checked against them)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/contract/container.py": Path(training.contract.container.__file__),
+    "training/contract/evaluation.py": Path(training.contract.evaluation.__file__),
+    "training/contract/hardware.py": Path(training.contract.hardware.__file__),
+    "training/contract/metric_lines.py": Path(training.contract.metric_lines.__file__),
+    "training/contract/settings_checks.py": Path(training.contract.settings_checks.__file__),
+    "training/contract/settings_parse.py": Path(training.contract.settings_parse.__file__),
+    "training/contract/settings_table.py": Path(training.contract.settings_table.__file__),
+    "training/contract/shapes.py": Path(training.contract.shapes.__file__),
+    "training/contract/tuning.py": Path(training.contract.tuning.__file__),
     "training/request/bounds.py": Path(training.request.bounds.__file__),
     "training/request/checks.py": Path(training.request.checks.__file__),
-    "training/request/contract.py": Path(training.request.contract.__file__),
     "training/request/decision.py": Path(training.request.decision.__file__),
     "training/request/evaluate_block.py": Path(training.request.evaluate_block.__file__),
     "training/request/fields.py": Path(training.request.fields.__file__),

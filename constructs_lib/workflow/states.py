@@ -19,7 +19,7 @@ from constructs import Construct
 from constructs_lib._shared import console_links
 from constructs_lib._shared.asl import format_intrinsic
 from constructs_lib.workflow import launch_retry
-from training.request.contract import HF_EXPORT_DIR
+from training.contract.container import HF_EXPORT_DIR
 
 CREATE_TRAINING_JOB_SYNC = "arn:aws:states:::sagemaker:createTrainingJob.sync"
 CAPACITY_ERROR_MARKER = "CapacityError"

@@ -24,7 +24,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from constructs_lib.workflow.states import TUNING, capacity_states, job_summary, launch_loop, loop_start
-from training.request.contract import TUNE_REPORT_FOLDER
+from training.contract.tuning import TUNE_REPORT_FOLDER
 
 TUNING_CARRY = ("config", "launch_count", "tune")
 """What the tuning's ``Normalize result`` keeps beside the job for its summary."""

@@ -17,14 +17,14 @@ from constructs_lib.cli.records import Job
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, DEPLOYED_MAX_INSTANCE_COUNT, STACK, Terminal
 from tests.workflow.harness import ACCOUNT, REGION, Outcome, capacity_error
 from tests.workflow.test_requests import _seal_checkpoint
-from training.request.contract import (
+from training.contract.metric_lines import (
     format_config_line,
     format_step_line,
     format_summary_line,
     parse_metric_line,
 )
 
-B200_PER_HOUR = 113.93  # training.request.contract.ON_DEMAND_USD_PER_HOUR for the default instance type
+B200_PER_HOUR = 113.93  # training.contract.hardware.ON_DEMAND_USD_PER_HOUR for the default instance type
 
 
 def _step(step: int, loss: float) -> str:

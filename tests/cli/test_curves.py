@@ -15,7 +15,7 @@ from constructs_lib.cli.plots import SPARK_BARS, sparkline
 from constructs_lib.cli.records import Job, LogEvent
 from tests.cli.conftest import LOG_GROUP
 from tests.workflow.harness import Outcome
-from training.request.contract import (
+from training.contract.metric_lines import (
     format_config_line,
     format_step_line,
     format_summary_line,

@@ -23,7 +23,7 @@ from constructs_lib.cli.errors import InvalidRequest
 from tests.cli.conftest import DEPLOYED_DATA_SOURCES, STACK
 from tests.workflow.harness import ACCOUNT, OUTCOMES, REGION, TRAINING_PLANS
 from tests.workflow.test_requests import _seal_checkpoint
-from training.request.contract import format_summary_line
+from training.contract.metric_lines import format_summary_line
 
 PLAN = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/b200"
 TRAINING_PLANS.add(PLAN, "ml.p6-b200.48xlarge", 4)  # the request check describes the plan a request names

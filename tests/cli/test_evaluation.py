@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.workflow.harness import OUTCOMES, Outcome
-from training.request.contract import EVALUATE_ENTRY_POINT, MODEL_CHANNEL
+from training.contract.container import EVALUATE_ENTRY_POINT, MODEL_CHANNEL
 
 FINAL = (("final:final_loss", 2.25), ("final:val_loss", 2.5))
 SCORES = (("eval:piqa:acc", 0.625), ("eval:piqa:acc_stderr", 0.0113), ("eval:piqa:acc_norm", 0.6375),

@@ -13,7 +13,8 @@ import pytest
 from constructs_lib.cli.errors import InvalidRequest
 from constructs_lib.cli.main import main
 from constructs_lib.cli.request import plan_request
-from training.request import contract, measured, plan
+from training.contract import shapes, tuning
+from training.request import measured, plan
 from training.request.reads import read_local_init_from, read_local_measurements
 from training.request.rules import RequestRules
 
@@ -65,7 +66,7 @@ def test_a_local_copy_of_the_init_from_folder_plans_as_the_s3_folder_does(tmp_pa
         s3.put_object(Bucket="model-bucket", Key="data/llama/model.safetensors", Body=b"w")
         from_s3 = plan_request(REQUEST, rules, s3=s3)
     assert local == from_s3
-    assert local["parameters"] == contract.MODEL_PRESETS["llama3.2-3b"].parameter_count()
+    assert local["parameters"] == shapes.MODEL_PRESETS["llama3.2-3b"].parameter_count()
 
 
 def test_a_local_folder_the_trainer_cannot_start_from_is_refused_as_the_s3_one_is(tmp_path):
@@ -87,13 +88,13 @@ def test_a_local_folder_the_trainer_cannot_start_from_is_refused_as_the_s3_one_i
 def test_local_records_files_and_report_folders_are_read_and_others_named(tmp_path):
     good = record_for({}, None)
     (tmp_path / "report").mkdir()
-    (tmp_path / "report" / contract.TUNE_RECORDS_FILE).write_text(
+    (tmp_path / "report" / tuning.TUNE_RECORDS_FILE).write_text(
         json.dumps({"records": [good, {"schema": 0}]})
     )
     (tmp_path / "one.json").write_text(json.dumps({"records": [good]}))
     records, files = read_local_measurements([tmp_path / "report", tmp_path / "one.json"])
     assert records == [good, good]  # the malformed one skipped, as from S3
-    assert files == [str(tmp_path / "report" / contract.TUNE_RECORDS_FILE), str(tmp_path / "one.json")]
+    assert files == [str(tmp_path / "report" / tuning.TUNE_RECORDS_FILE), str(tmp_path / "one.json")]
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ValueError, match="list.json: not a records file"):
         read_local_measurements([tmp_path / "list.json"])

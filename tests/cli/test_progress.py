@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from constructs_lib.cli.progress import Progress, format_duration
-from training.request.contract import format_config_line, format_step_line, format_summary_line
+from training.contract.metric_lines import format_config_line, format_step_line, format_summary_line
 
 
 def test_progress_follows_config_step_and_summary_lines():

@@ -112,7 +112,7 @@ def test_a_plan_of_an_init_from_request_reads_the_models_config_or_says_why_it_c
     import boto3
     from moto import mock_aws
 
-    from training.request import contract
+    from training.contract import shapes
     from training.request.rules import RequestRules
 
     rules = RequestRules(region="us-west-2", bucket_name="model-bucket").with_limits()
@@ -128,7 +128,7 @@ def test_a_plan_of_an_init_from_request_reads_the_models_config_or_says_why_it_c
         s3.put_object(Bucket="model-bucket", Key="data/llama/config.json", Body=json.dumps(config).encode())
         s3.put_object(Bucket="model-bucket", Key="data/llama/model.safetensors", Body=b"w")
         planned = plan_request(request, rules, s3=s3)
-        assert planned["parameters"] == contract.MODEL_PRESETS["llama3.2-3b"].parameter_count()
+        assert planned["parameters"] == shapes.MODEL_PRESETS["llama3.2-3b"].parameter_count()
         with pytest.raises(InvalidRequest, match="init_from: holds no config.json"):
             plan_request({"init_from": "s3://model-bucket/data/"}, rules, s3=s3)
 

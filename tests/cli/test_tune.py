@@ -12,12 +12,12 @@ from moto.sagemaker.models import sagemaker_backends
 
 from tests.workflow.harness import ACCOUNT, REGION, Outcome
 from tests.workflow.stacks import IMAGE_TAG
-from training.request import contract
+from training.contract import hardware
 from training.tune import report
 from training.tune.outcome import TrialResult
 from training.tune.stability import Spread
 
-B200 = contract.DEFAULT_INSTANCE_TYPE
+B200 = hardware.DEFAULT_INSTANCE_TYPE
 TUNE = {"search_space": {"batch_size": [1, 2, 4], "activation_checkpointing": ["full"]}, "max_trials": 3}
 """With a request of batch_size 4: 4 sequences per optimizer step, split by each candidate's accumulation."""
 
@@ -168,8 +168,8 @@ def test_tune_apply_of_a_run_without_a_report_says_so(deployed, cli, tmp_path):
 def test_a_tuning_run_starting_from_init_from_plans_with_the_models_config_and_starts(deployed, cli):
     """The CLI reads the init_from folder's config.json (as the workflow does) before it plans and checks the
     tuning run, so `tune` with init_from is shown and started; offline it is refused, naming init_from."""
+    from training.contract.settings_parse import parse_hyperparameters
     from training.request import hf_config
-    from training.request.contract import parse_hyperparameters
 
     prefix = deployed.prefix()
     folder = f"corpus/{prefix}/llama/"

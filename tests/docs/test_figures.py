@@ -197,11 +197,11 @@ def test_a_stale_closed_form_or_a_missing_command_is_found(pages, monkeypatch, t
 
 def test_a_changed_default_makes_the_tables_stale(pages, monkeypatch):
     """A new default loss chunk (the README's old agreement table was labelled 4096 while the default was 2048)."""
-    from training.request import contract
+    from training.contract import settings_table
 
     page = _measurements(pages)
-    spec = contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"]
-    monkeypatch.setattr(contract, "LOSS_CHUNK_TOKENS_DEFAULT", 1024)
+    spec = settings_table.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"]
+    monkeypatch.setattr(settings_table, "LOSS_CHUNK_TOKENS_DEFAULT", 1024)
     object.__setattr__(spec, "default", 1024)  # a frozen dataclass: the contract's own row
     try:
         problems = figure_problems([page])

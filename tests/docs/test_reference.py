@@ -2,7 +2,7 @@
 and that page is what ``make docs`` (``python -m constructs_lib.reference``) writes from the code's one table of each:
 ``constructs_lib.config.CONTEXT``, ``training.request.fields.FIELDS`` (and the ``evaluate`` block's
 ``EVALUATE_DEFAULTS``, each with its row of ``evaluate_block.EVALUATE_FIELDS``),
-``training.request.contract.HYPERPARAMETERS`` (and ``training.trainer.config.TRAINER_ONLY_SETTINGS``).
+``training.contract.settings_table.HYPERPARAMETERS`` (and ``training.trainer.config.TRAINER_ONLY_SETTINGS``).
 
 A new field, key or setting is a row in its table and ``make docs``; this test says so when it is forgotten."""
 
@@ -16,7 +16,7 @@ import pytest
 from constructs_lib import reference
 from constructs_lib.config import CONTEXT_KEYS
 from tests.docs.pages import Page
-from training.request.contract import HYPERPARAMETERS
+from training.contract.settings_table import HYPERPARAMETERS
 from training.request.evaluate_block import EVALUATE_FIELDS
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS
 from training.trainer.config import TRAINER_ONLY_SETTINGS

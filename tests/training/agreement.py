@@ -41,7 +41,7 @@ MAX_SHARE_ABOVE = 1e-3  # of the weights more than WEIGHT_ROUND_OFF off
 
 
 def last_digit(printed: str) -> float:
-    """One unit of the last digit of a number printed with 6 significant digits (``contract._fmt_metric``)."""
+    """One unit of the last digit of a number printed with 6 significant digits (``metric_lines._fmt_metric``)."""
     value = abs(float(printed))
     return 10.0 ** (math.floor(math.log10(value)) - 5) if value else 0.0
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.request import contract
+from training.contract import container, hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -110,7 +110,7 @@ def container_code_dir(code: Path) -> None:
     a job run from here fails as the image would when .dockerignore leaves out something it needs."""
     code.mkdir(parents=True)
     context = build_context()
-    for script in (contract.ENTRY_POINT, contract.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
+    for script in (container.ENTRY_POINT, container.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
         shutil.copy2(context / script, code / script)
     shutil.copytree(context, code / "training", ignore=shutil.ignore_patterns("Dockerfile", ".dockerignore"))
 
@@ -129,7 +129,7 @@ def toolkit_job(
     if (
         len(hosts) > 1
     ):  # as SageMaker writes it for a cluster (the loopback here: every "host" is this machine)
-        resources.update(network_interface_name="lo", current_instance_type=contract.DEFAULT_INSTANCE_TYPE)
+        resources.update(network_interface_name="lo", current_instance_type=hardware.DEFAULT_INSTANCE_TYPE)
     (config_dir / "resourceconfig.json").write_text(json.dumps(resources))
     (config_dir / "inputdataconfig.json").write_text("{}")
     container_code_dir(base / "code")
@@ -144,7 +144,7 @@ def toolkit_command(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     child_env.pop("PYTHONPATH")  # train.sh must find its package by itself
     child_env.update(
         SAGEMAKER_BASE_DIR=str(base),
-        SAGEMAKER_PROGRAM=contract.ENTRY_POINT,
+        SAGEMAKER_PROGRAM=container.ENTRY_POINT,
         SAGEMAKER_SUBMIT_DIRECTORY=str(base / "code"),
         SM_STUDIO_LOCAL_MODE="true",  # skips the toolkit's DNS wait for algo-1
         NPROC_PER_NODE="2",

@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
+from training.contract import settings_parse, shapes
 from training.measure import benchmark, external_baseline
-from training.request import contract
 from training.trainer import config
 
 from .runner import ROOT, TINY, env
@@ -86,20 +86,20 @@ def test_every_lever_case_is_a_valid_trainer_configuration(lever, values):
 def test_the_external_baseline_has_the_runs_architecture_so_its_flops_are_the_counted_ones(tied):
     """Grouped-query attention and tying change the parameters (and so the FLOPs the benchmark counts for the
     external loop as for ours): its model must have them too."""
-    settings = contract.parse_hyperparameters(
+    settings = settings_parse.parse_hyperparameters(
         {"model_preset": "custom", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_kv_heads": 2,
          "ffn_hidden_size": 128, "vocab_size": 256, "tie_embeddings": tied, "rms_norm_eps": 1e-6}
     )  # fmt: skip
     with torch.device("meta"):
         net = external_baseline.build(settings, seq=16)
-    assert external_baseline.parameter_count(net) == contract.model_shape(settings).parameter_count()
+    assert external_baseline.parameter_count(net) == settings_parse.model_shape(settings).parameter_count()
     assert tuple(net.layers[0].attention.wk.weight.shape) == (2 * 16, 64)
     assert (net.output.weight is net.tok_embeddings.weight) is tied and net.norm.eps == 1e-6
     for preset in ("llama3.2-1b", "llama3.1-8b"):
-        values = contract.parse_hyperparameters({"model_preset": preset})
+        values = settings_parse.parse_hyperparameters({"model_preset": preset})
         with torch.device("meta"):
             llama = external_baseline.build(values, seq=16)
-        assert external_baseline.parameter_count(llama) == contract.MODEL_PRESETS[preset].parameter_count()
+        assert external_baseline.parameter_count(llama) == shapes.MODEL_PRESETS[preset].parameter_count()
 
 
 def test_the_external_loop_trains_a_grouped_query_tied_model(process_group):
@@ -109,5 +109,5 @@ def test_the_external_loop_trains_a_grouped_query_tied_model(process_group):
     assert result["tokens_per_sec"] > 0
     # the FLOPs counted for it are the GQA, tied model's
     assert result["tflops_per_gpu"] == pytest.approx(
-        result["tokens_per_sec"] * contract.flops_per_token(cfg.shape, 16) / 1e12, rel=1e-3
+        result["tokens_per_sec"] * shapes.flops_per_token(cfg.shape, 16) / 1e12, rel=1e-3
     )

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from training.request import contract
+from training.contract import metric_lines, settings_table
 from training.trainer import checkpoint, config, refusal, sagemaker_job
 from training.trainer.__main__ import main
 from training.trainer.checkpoint import MARKER, checksum_problem, size_problem
@@ -129,26 +129,29 @@ def test_checkpoint_folder_names(name, order):
 def test_on_unusable_checkpoints_is_a_setting_with_two_values():
     cfg = config.config_from_mapping({**TINY, "checkpoint_dir": "c", "model_dir": "m"})
     assert cfg.on_unusable_checkpoints == "restart"
-    with pytest.raises(contract.ContractError) as err:
+    with pytest.raises(settings_table.ContractError) as err:
         config.config_from_mapping({**TINY, "on_unusable_checkpoints": "retry"})
     assert str(err.value) == "on_unusable_checkpoints: must be one of restart, fail; got 'retry'"
 
 
 def test_a_restart_from_nothing_is_in_the_summary_line_and_its_metric():
-    line = contract.format_summary_line({"steps": 12, "final_loss": 2.5, "unusable_checkpoints": 3})
+    line = metric_lines.format_summary_line({"steps": 12, "final_loss": 2.5, "unusable_checkpoints": 3})
     assert (
         line
         == "summary steps=12 final_loss=2.5 unusable_checkpoints=3 restarted_from: none (3 checkpoints unusable)"
     )
-    assert contract.parse_metric_line(line) == {"final:final_loss": 2.5, "final:unusable_checkpoints": 3.0}
-    assert contract.parse_summary_line(line) == {
+    assert metric_lines.parse_metric_line(line) == {
+        "final:final_loss": 2.5,
+        "final:unusable_checkpoints": 3.0,
+    }
+    assert metric_lines.parse_summary_line(line) == {
         "steps": 12.0,
         "final_loss": 2.5,
         "unusable_checkpoints": 3.0,
     }
-    one = contract.format_summary_line({"steps": 12, "unusable_checkpoints": 1})
+    one = metric_lines.format_summary_line({"steps": 12, "unusable_checkpoints": 1})
     assert one.endswith("unusable_checkpoints=1 restarted_from: none (1 checkpoint unusable)")
-    assert "restarted_from" not in contract.format_summary_line({"steps": 12, "final_loss": 2.5})
+    assert "restarted_from" not in metric_lines.format_summary_line({"steps": 12, "final_loss": 2.5})
 
 
 @pytest.fixture

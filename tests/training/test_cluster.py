@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from training.request import contract
+from training.contract import settings_table
 from training.trainer import cluster, config, data, launch, parallel
 
 from .runner import TINY, free_ports
@@ -161,7 +161,7 @@ def test_the_layout_is_checked_against_the_world_and_auto_asks_the_plan(tmp_path
     monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
     monkeypatch.delenv("SM_CURRENT_INSTANCE_TYPE", raising=False)
     assert parallel.data_parallel_replicate(tiny(data_parallel_replicate="2"), 4, 2) == (2, "set")
-    with pytest.raises(contract.ContractError) as refused:
+    with pytest.raises(settings_table.ContractError) as refused:
         parallel.data_parallel_replicate(tiny(data_parallel_replicate="3"), 4, 2)
     assert str(refused.value) == (
         "data_parallel_replicate: must divide the number of GPUs (4); got 3 (2 node(s) x 2 processes); or auto"

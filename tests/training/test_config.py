@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from training.request import contract
+from training.contract import metric_lines, settings_table, shapes
 from training.trainer import config
 from training.trainer.__main__ import main
 
@@ -16,7 +16,7 @@ from .runner import TINY, cli_args
 
 def test_config_fields_are_the_contract_hyperparameters_plus_trainer_switches():
     names = {f.name for f in dataclasses.fields(config.TrainConfig)}
-    assert names == {hp.name for hp in contract.HYPERPARAMETERS} | {
+    assert names == {hp.name for hp in settings_table.HYPERPARAMETERS} | {
         "deterministic",
         "data_dir",
         "tensorboard_dir",
@@ -41,10 +41,10 @@ def test_both_spellings_and_string_booleans():
         3, "full", False, 1024,
     )  # fmt: skip
     assert check_only
-    assert cfg.hidden_size == contract.MODEL_PRESETS["1b"].hidden_size  # the rest comes from the preset
+    assert cfg.hidden_size == shapes.MODEL_PRESETS["1b"].hidden_size  # the rest comes from the preset
     assert (
         cfg.shape.parameter_count()
-        == dataclasses.replace(contract.MODEL_PRESETS["1b"], num_layers=3).parameter_count()
+        == dataclasses.replace(shapes.MODEL_PRESETS["1b"], num_layers=3).parameter_count()
     )
 
 
@@ -118,7 +118,9 @@ def test_deterministic_on_a_gpu_names_the_op_without_a_deterministic_kernel(monk
     monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *_: (9, 0))
     cfg = config.config_from_mapping({**TINY, "deterministic": "true", "loss_chunk_tokens": "0"})
-    with pytest.raises(contract.ContractError, match="deterministic: true cannot be honoured on this GPU: "):
+    with pytest.raises(
+        settings_table.ContractError, match="deterministic: true cannot be honoured on this GPU: "
+    ):
         precision.check_run(cfg)
 
 
@@ -133,7 +135,7 @@ def test_fp8_dims_are_refused_at_start_for_the_recipe_this_gpu_runs(monkeypatch)
     precision.check_run(cfg)
     monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *_: (10, 0))
     with pytest.raises(
-        contract.ContractError, match=r"^seq_length: must be a multiple of 32 for precision=fp8"
+        settings_table.ContractError, match=r"^seq_length: must be a multiple of 32 for precision=fp8"
     ):
         precision.check_run(cfg)
 
@@ -156,8 +158,8 @@ def test_the_config_line_is_short_and_the_settings_file_has_every_setting(tmp_pa
     path = config.write_settings(settings, cfg.model_dir)
     line = config.config_line(settings, path)
     assert len(line) - len(str(path)) - len(cfg.checkpoint_dir) < 450  # the paths are as long as they are
-    assert len(contract.format_config_line(settings)) > 1000  # every setting, as the line had them
-    parsed = contract.parse_config_line(line)
+    assert len(metric_lines.format_config_line(settings)) > 1000  # every setting, as the line had them
+    parsed = metric_lines.parse_config_line(line)
     assert parsed is not None and parsed["settings"] == str(tmp_path / "m" / "settings.json")
     read_by_the_cli_and_the_tuning_driver = {"max_steps", "batch_size", "grad_accum_steps", "seq_length",
                                              "world_size", "device", "gpu"}  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.request import contract
+from training.contract import container, metric_lines
 from training.trainer.checkpoint import complete_checkpoints
 
 from .agreement import assert_same_printed, assert_same_weights
@@ -96,19 +96,19 @@ def test_metric_definitions_read_real_trainer_output(reference):
     _, output = reference
     last = step_lines(output)[STEPS]
     summary = next(line for line in output.splitlines() if line.startswith("summary "))
-    parsed = contract.parse_metric_line(last)
+    parsed = metric_lines.parse_metric_line(last)
     printed = fields(last)
     # on a CPU there is no peak, so no MFU (rather than a 0), and fp32 has no bf16-equivalent one; no caching
     # allocator either, so of the memory over every rank only the peak resident set; synthetic data has no
     # validation split, so no val_loss; a first run found no checkpoints at all, so no unusable_checkpoints
-    step_keys = [k for k in contract.STEP_METRICS if k not in ("mfu", "mfu_bf16")]
+    step_keys = [k for k in metric_lines.STEP_METRICS if k not in ("mfu", "mfu_bf16")]
     assert {f"train:{k}" for k in step_keys} == set(parsed)
     for key in step_keys:
         assert parsed[f"train:{key}"] == float(printed[key])
-    parsed_summary = contract.parse_metric_line(summary)
+    parsed_summary = metric_lines.parse_metric_line(summary)
     summary_keys = {
         k
-        for k in contract.SUMMARY_METRICS
+        for k in metric_lines.SUMMARY_METRICS
         if k
         not in (
             "steps",
@@ -132,7 +132,7 @@ def test_metric_definitions_read_real_trainer_output(reference):
         fields(summary)["peak_mem_gb"]
     )  # over every rank
     config = next(line for line in output.splitlines() if line.startswith("config "))
-    assert contract.parse_metric_line(config) == {}
+    assert metric_lines.parse_metric_line(config) == {}
 
 
 def run_until_sigterm(cfg: dict[str, str], after_step_seen: int) -> str:
@@ -170,12 +170,12 @@ def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path
 def test_an_earlier_runs_checkpoint_in_the_resume_channel_is_continued_and_left_alone(reference, tmp_path):
     """The workflow's resume_from: the earlier run's checkpoint arrives read-only as the resume channel."""
     ref_dir, ref_output = reference
-    channel = tmp_path / "input" / "data" / contract.RESUME_CHANNEL
+    channel = tmp_path / "input" / "data" / container.RESUME_CHANNEL
     shutil.copytree(ref_dir / "ckpt_ref" / "step_00000006", channel)
     before = {p.name: p.read_bytes() for p in channel.iterdir()}
     for path in (channel, *channel.iterdir()):
         path.chmod(0o555 if path.is_dir() else 0o444)
-    child_env = {**env(), f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}": str(channel)}
+    child_env = {**env(), f"SM_CHANNEL_{container.RESUME_CHANNEL.upper()}": str(channel)}
     proc = subprocess.run(
         torchrun_cmd(settings(tmp_path, "continued")),
         env=child_env,

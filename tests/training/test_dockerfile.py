@@ -12,7 +12,7 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from training.request import contract
+from training.contract import container
 from training.trainer import selfcheck
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
@@ -119,14 +119,14 @@ def test_slow_layers_come_before_the_trainer_code(instructions):
 
 
 def test_layout_and_sagemaker_settings_match_the_contract(parser, instructions):
-    assert parser.envs["SAGEMAKER_PROGRAM"] == contract.ENTRY_POINT
-    assert parser.envs["SAGEMAKER_SUBMIT_DIRECTORY"] == contract.CONTAINER_CODE_DIR
-    assert parser.envs["PYTHONPATH"] == contract.CONTAINER_CODE_DIR
+    assert parser.envs["SAGEMAKER_PROGRAM"] == container.ENTRY_POINT
+    assert parser.envs["SAGEMAKER_SUBMIT_DIRECTORY"] == container.CONTAINER_CODE_DIR
+    assert parser.envs["PYTHONPATH"] == container.CONTAINER_CODE_DIR
     entry = instructions[_index(instructions, "COPY", r"train\.sh")][1]
     assert entry == (
-        f"--chmod=0755 {contract.ENTRY_POINT} {contract.EVALUATE_ENTRY_POINT} entrypoint.sh {contract.CONTAINER_CODE_DIR}/"
+        f"--chmod=0755 {container.ENTRY_POINT} {container.EVALUATE_ENTRY_POINT} entrypoint.sh {container.CONTAINER_CODE_DIR}/"
     )
-    for script in (contract.ENTRY_POINT, contract.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
+    for script in (container.ENTRY_POINT, container.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
         assert (TRAINING / script).is_file() and (TRAINING / script).stat().st_mode & 0o111, script
 
 
@@ -134,7 +134,7 @@ def test_pid1_entrypoint_wraps_the_dlc_entrypoint(parser, instructions):
     # SageMaker's SIGTERM goes to PID 1 only: our forwarder must be PID 1, with the DLC's own entry point under it.
     (entrypoint,) = [value for kind, value in instructions if kind == "ENTRYPOINT"]
     assert json.loads(entrypoint) == [
-        f"{contract.CONTAINER_CODE_DIR}/entrypoint.sh",
+        f"{container.CONTAINER_CODE_DIR}/entrypoint.sh",
         "bash",
         "-m",
         "start_with_right_hostname.sh",

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from training.contract import container, evaluation, settings_table
 from training.evaluate import model_folder, run
-from training.request import contract
 from training.trainer import export_hf, prepare
 
 from .runner import TINY, env, run_single, toolkit_job
@@ -96,17 +96,17 @@ def _evaluation_job(trained: dict[str, Path], tmp_path: Path) -> tuple[list[str]
     command, child_env = toolkit_job(tmp_path, {"tasks": "memorized,shuffled", "batch_size": "16"})
     base = tmp_path / "opt_ml"
     data = base / "input" / "data"
-    (data / contract.MODEL_CHANNEL).mkdir(parents=True)
-    shutil.copy(trained["channel"] / "model.tar.gz", data / contract.MODEL_CHANNEL / "model.tar.gz")
-    shutil.copytree(trained["tasks"], data / contract.TASKS_CHANNEL)
+    (data / container.MODEL_CHANNEL).mkdir(parents=True)
+    shutil.copy(trained["channel"] / "model.tar.gz", data / container.MODEL_CHANNEL / "model.tar.gz")
+    shutil.copytree(trained["tasks"], data / container.TASKS_CHANNEL)
     channels = {
-        name: {"TrainingInputMode": "File"} for name in (contract.MODEL_CHANNEL, contract.TASKS_CHANNEL)
+        name: {"TrainingInputMode": "File"} for name in (container.MODEL_CHANNEL, container.TASKS_CHANNEL)
     }
     (base / "input" / "config" / "inputdataconfig.json").write_text(json.dumps(channels))
     child_env.update(
         {k: v for k, v in _offline_env(tmp_path).items() if k.startswith(("HF_", "HTTP", "NO_"))}
     )
-    child_env[contract.PROGRAM_ENV] = contract.EVALUATE_ENTRY_POINT
+    child_env[container.PROGRAM_ENV] = container.EVALUATE_ENTRY_POINT
     return command, child_env, base
 
 
@@ -116,7 +116,7 @@ def test_a_memorized_task_scores_1_and_shuffled_answers_score_chance(trained, tm
     command, child_env, base = _evaluation_job(trained, tmp_path)
     proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = dict(filter(None, (contract.parse_evaluation_line(line) for line in proc.stdout.splitlines())))
+    lines = dict(filter(None, (evaluation.parse_evaluation_line(line) for line in proc.stdout.splitlines())))
     scores = json.loads((base / "output" / "data" / "scores.json").read_text())
     for task in (
         "memorized",
@@ -136,7 +136,7 @@ def test_a_memorized_task_scores_1_and_shuffled_answers_score_chance(trained, tm
     (base / "input" / "config" / "hyperparameters.json").write_text(json.dumps({"tasks": "mmlu"}))
     proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    failure = (base / "output" / contract.FAILURE_FILE).read_text()
+    failure = (base / "output" / container.FAILURE_FILE).read_text()
     assert (
         failure.startswith("invalid setting tasks: mmlu not defined in ")
         and "define: memorized, shuffled" in failure
@@ -153,9 +153,9 @@ def test_scores_go_to_the_evaluated_runs_mlflow_run_when_its_variables_are_set(t
     monkeypatch.setenv(
         "MLFLOW_ALLOW_FILE_STORE", "true"
     )  # MLflow 3 keeps the file store for tests behind a flag
-    monkeypatch.setenv(contract.MLFLOW_TRACKING_URI_ENV, uri)
-    monkeypatch.setenv(contract.MLFLOW_EXPERIMENT_ENV, "Test-Workflow")
-    monkeypatch.setenv(contract.MLFLOW_RUN_NAME_ENV, "run-1")
+    monkeypatch.setenv(container.MLFLOW_TRACKING_URI_ENV, uri)
+    monkeypatch.setenv(container.MLFLOW_EXPERIMENT_ENV, "Test-Workflow")
+    monkeypatch.setenv(container.MLFLOW_RUN_NAME_ENV, "run-1")
     scores = {"piqa": {"acc": 0.6, "acc_stderr": 0.01, "samples": 1838}}
     settings = {"tasks": ["piqa"], "limit": None, "batch_size": 32, "dtype": "auto", "seed": 1234}
     run.report(scores, {"results": {}}, tmp_path / "out", settings)
@@ -281,7 +281,7 @@ def test_a_failure_of_lm_eval_itself_becomes_the_jobs_failure_reason(tmp_path, m
     monkeypatch.setattr(harness, "run", broken)
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
         run.main(["--tasks", "memorized", "--model_dir", str(folder), "--tasks_dir", str(tasks)])
-    failure = (tmp_path / "output" / contract.FAILURE_FILE).read_text()
+    failure = (tmp_path / "output" / container.FAILURE_FILE).read_text()
     assert failure == "evaluation failed: RuntimeError: CUDA out of memory\n"
 
 
@@ -300,7 +300,7 @@ def test_by_hand_each_evaluation_gets_a_folder_of_its_own_and_none_is_written_ov
     taken.mkdir()
     assert run.output_folder(str(taken), "m") == taken  # an empty folder is fine
     (taken / "scores.json").write_text("{}")
-    with pytest.raises(contract.ContractError, match=r"^output_dir: .* already holds scores.json"):
+    with pytest.raises(settings_table.ContractError, match=r"^output_dir: .* already holds scores.json"):
         run.output_folder(str(taken), "m")
     # what the run recorded beside its model: its settings.json (the newest settings-N.json of several)
     model = tmp_path / "model"

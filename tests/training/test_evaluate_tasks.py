@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from tests.training.runner import ROOT
+from training.contract import evaluation
 from training.evaluate import harness, prepare_tasks
 from training.evaluate.standard_tasks import STANDARD_TASKS
-from training.request import contract
 
 LM_EVAL_TASKS = Path(lm_eval.__file__).parent / "tasks"
 BUILT_IN = {"hellaswag": ("hellaswag", "hellaswag.yaml"), "arc_easy": ("arc", "arc_easy.yaml"),
@@ -119,7 +119,9 @@ def test_each_standard_task_gives_lm_evals_own_requests(tmp_path, name, monkeypa
 
 
 def test_the_standard_set_is_the_contracts():
-    assert tuple(STANDARD_TASKS) == contract.DEFAULT_EVALUATION_TASKS == tuple(contract.STANDARD_TASK_CHANCE)
+    assert (
+        tuple(STANDARD_TASKS) == evaluation.DEFAULT_EVALUATION_TASKS == tuple(evaluation.STANDARD_TASK_CHANCE)
+    )
 
 
 def test_prepare_writes_yaml_and_data_and_overwrites_nothing(tmp_path, capsys):

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from training.request import contract
+from training.contract import settings_table, shapes
 from training.trainer import (
     checkpoint,
     config,
@@ -175,7 +175,7 @@ def test_nothing_is_overwritten(trained, tmp_path, capsys):
 # Transformer Engine's layout (names and shapes of TE 2.11's TransformerLayer, fuse_qkv_params=True)
 # ---------------------------------------------------------------------------------------------------------------
 
-SHAPE = contract.ModelShape(num_layers=2, hidden_size=32, num_heads=4, ffn_hidden_size=48, vocab_size=40)
+SHAPE = shapes.ModelShape(num_layers=2, hidden_size=32, num_heads=4, ffn_hidden_size=48, vocab_size=40)
 
 
 def te_state_dict(generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -251,7 +251,7 @@ def test_transformer_engine_parameters_map_onto_llamas_projections():
 
 
 def _config() -> dict:
-    return {**{name: getattr(SHAPE, name) for name in contract.MODEL_DIM_NAMES}, "seq_length": 64,
+    return {**{name: getattr(SHAPE, name) for name in settings_table.MODEL_DIM_NAMES}, "seq_length": 64,
             "rope_theta": 10000.0, "position_encoding": "rope"}  # fmt: skip
 
 

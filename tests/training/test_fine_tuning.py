@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from training.request import contract
+from training.contract import container, metric_lines
 from training.trainer import chat_prepare, export_hf
 
 from .runner import ROOT, cli_args, env, fields, toolkit_job
@@ -63,7 +63,9 @@ def test_trained_locally_as_the_page_shows_the_export_answers_held_out_prompts_a
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     validation = [
-        contract.parse_validation_line(line) for line in output.splitlines() if line.startswith("validation ")
+        metric_lines.parse_validation_line(line)
+        for line in output.splitlines()
+        if line.startswith("validation ")
     ]
     assert validation and all({"val_loss", "val_accuracy"} <= set(v[1]) for v in validation)
     hf = prepared / "trained" / export_hf.HF_DIR
@@ -94,14 +96,14 @@ def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_ch
     prompts as the local run's does, every answer stopping."""
     hyperparameters = {**page_hyperparameters(prepared, 2), "log_interval": "20", "validation_batches": "2",
                        "checkpoint_interval": "0", "validation_interval": "200",
-                       "init_from": str(tmp_path / "opt_ml" / "input" / "data" / contract.WEIGHTS_CHANNEL),
+                       "init_from": str(tmp_path / "opt_ml" / "input" / "data" / container.WEIGHTS_CHANNEL),
                        "checkpoint_dir": str(tmp_path / "checkpoints"), "model_dir": str(tmp_path / "model")}  # fmt: skip
     command, child_env = toolkit_job(tmp_path, hyperparameters)
     data = tmp_path / "opt_ml" / "input" / "data"
-    shutil.copytree(prepared / "data", data / contract.TRAIN_CHANNEL)
-    shutil.copytree(prepared / "model", data / contract.WEIGHTS_CHANNEL)
+    shutil.copytree(prepared / "data", data / container.TRAIN_CHANNEL)
+    shutil.copytree(prepared / "model", data / container.WEIGHTS_CHANNEL)
     channels = {
-        name: {"TrainingInputMode": "File"} for name in (contract.TRAIN_CHANNEL, contract.WEIGHTS_CHANNEL)
+        name: {"TrainingInputMode": "File"} for name in (container.TRAIN_CHANNEL, container.WEIGHTS_CHANNEL)
     }
     (tmp_path / "opt_ml" / "input" / "config" / "inputdataconfig.json").write_text(json.dumps(channels))
     proc = subprocess.run(command, env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
@@ -111,7 +113,7 @@ def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_ch
     assert (
         fields(next(line for line in output.splitlines() if line.startswith("config ")))["world_size"] == "2"
     )
-    steps = [contract.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
+    steps = [metric_lines.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
     assert steps and all(
         0 < s[1]["trained_tokens"] < 8 * 256 and 0 <= s[1]["padding"] < 1 for s in steps if s
     )
@@ -145,7 +147,7 @@ def test_lora_on_packed_conversations_trains_and_exports_an_adapter_peft_loads(p
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
-    steps = [contract.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
+    steps = [metric_lines.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
     assert all(0 < s[1]["trained_tokens"] < 4 * 256 and 0 <= s[1]["padding"] < 0.5 for s in steps if s)
     assert steps[-1][1]["loss"] < steps[0][1]["loss"] - 0.1, (
         output

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.request import contract, hf_config, plan, sft_data
+from training.contract import settings_parse
+from training.request import hf_config, plan, sft_data
 from training.request.decision import decide_request
 from training.request.reads import Reads
 from training.request.rules import RequestRules
@@ -34,7 +35,7 @@ REQUEST = {"init_from": MODEL, "train_data_uri": DATA, "precision": "bf16", "seq
 def weightless(folder: Path, template_text: str | None = None) -> Path:
     """A model folder as the request reads it: Llama 3.1's tokenizer files, a config.json, a safetensors file."""
     model_folder(folder, "llama3.1", template_text=template_text)
-    config = hf_config.to_config(contract.parse_hyperparameters(SHAPE))
+    config = hf_config.to_config(settings_parse.parse_hyperparameters(SHAPE))
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "model.safetensors").write_bytes(b"{}")
     return folder
@@ -199,7 +200,7 @@ def test_tuning_candidates_keep_the_datas_constraints(folders):
 
 
 def test_the_document_mask_is_planned_on_the_torch_path_only():
-    values = contract.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
+    values = settings_parse.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
                                              "batch_size": "2", "activation_checkpointing": "none"})  # fmt: skip
     packed = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
     plain = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
@@ -310,7 +311,7 @@ def test_with_math_attention_the_mask_adds_no_bias_nor_repeated_key_value_to_wha
 
     for dtype in (torch.bfloat16, torch.float32):
         assert _math_saved_bytes(dtype, masked=True) == _math_saved_bytes(dtype, masked=False)
-    values = contract.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
+    values = settings_parse.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
                                              "batch_size": "2", "activation_checkpointing": "none",
                                              "attention_backend": "math"})  # fmt: skip
     packed = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)

@@ -230,7 +230,7 @@ def _context(tmp_path, gpu=H100):
 
 
 def test_a_gpu_trials_row_has_mfu_against_the_bf16_peak_and_the_plans_errors(tmp_path):
-    from training.request import contract
+    from training.contract import shapes
     from training.tune.outcome import TrialResult
     from training.tune.stability import Spread
 
@@ -245,7 +245,7 @@ def test_a_gpu_trials_row_has_mfu_against_the_bf16_peak_and_the_plans_errors(tmp
     row = trials.row_of(_context(tmp_path), candidate, result)
     tokens = 2 * 8192
     assert row["tokens_per_sec"] == pytest.approx(tokens / 0.5)
-    flops = contract.flops_per_token(contract.MODEL_PRESETS["llama3.2-1b"], 8192)
+    flops = shapes.flops_per_token(shapes.MODEL_PRESETS["llama3.2-1b"], 8192)
     assert row["mfu"] == pytest.approx(tokens / 0.5 * flops / 989e12)
     assert row["peak_error_pct"] == pytest.approx(100 * (row["predicted_peak_gb"] - 50.0) / 50.0)
     assert row["tensors_error_pct"] == pytest.approx(100 * (row["predicted_tensors_gb"] - 40.0) / 40.0)

@@ -8,7 +8,8 @@ import json
 import pytest
 from transformers import LlamaConfig
 
-from training.request import contract, hf_config
+from training.contract import settings_parse, settings_table, shapes
+from training.request import hf_config
 
 from .hf_models import tiny_config
 
@@ -48,9 +49,9 @@ LLAMA_3_2_1B = {  # meta-llama/Llama-3.2-1B config.json, as transformers 4.45 wr
 
 def test_the_transformers_4_spelling_of_llama_3_2_1b_is_the_preset():
     settings = hf_config.architecture(LLAMA_3_2_1B)
-    values = contract.parse_hyperparameters({}, settings)
+    values = settings_parse.parse_hyperparameters({}, settings)
     assert values["model_preset"] == "llama3.2-1b"
-    assert contract.model_shape(values) == contract.MODEL_PRESETS["llama3.2-1b"]
+    assert settings_parse.model_shape(values) == shapes.MODEL_PRESETS["llama3.2-1b"]
     assert (values["rope_theta"], values["rope_scaling"], values["rope_scaling_factor"]) == (
         500000.0,
         "llama3",
@@ -97,7 +98,7 @@ def test_the_transformers_5_spelling_and_the_old_type_key_give_the_same_settings
 )
 def test_what_the_trainer_cannot_load_is_refused_on_init_from(change, fragment):
     config = {**LLAMA_3_2_1B, **change}
-    with pytest.raises(contract.ContractError) as info:
+    with pytest.raises(settings_table.ContractError) as info:
         hf_config.architecture(config, "s3://bucket/data/llama/")
     assert info.value.field == "init_from"
     assert str(info.value).startswith("init_from: s3://bucket/data/llama/: ") and fragment in str(info.value)
@@ -108,26 +109,26 @@ def test_rms_norm_eps_is_the_folders_or_transformers_default_and_the_presets_kee
     presets' 1e-5; an explicit setting that contradicts the folder is refused, naming it."""
     without = {k: v for k, v in LLAMA_3_2_1B.items() if k != "rms_norm_eps"}
     assert hf_config.DEFAULT_RMS_NORM_EPS == LlamaConfig.from_dict(without).rms_norm_eps == 1e-6
-    values = contract.parse_hyperparameters({}, hf_config.architecture(without))
+    values = settings_parse.parse_hyperparameters({}, hf_config.architecture(without))
     assert values["rms_norm_eps"] == 1e-6
     assert values["model_preset"] == "custom"  # not exactly Llama 3.2 1B any more
-    with pytest.raises(contract.ContractError) as info:
-        contract.parse_hyperparameters({"rms_norm_eps": "1e-5"}, hf_config.architecture(without))
+    with pytest.raises(settings_table.ContractError) as info:
+        settings_parse.parse_hyperparameters({"rms_norm_eps": "1e-5"}, hf_config.architecture(without))
     assert info.value.field == "rms_norm_eps" and "config.json has rms_norm_eps=1e-06; got 1e-05" in str(
         info.value
     )
-    llama2 = contract.parse_hyperparameters(
+    llama2 = settings_parse.parse_hyperparameters(
         {}, hf_config.architecture({**LLAMA_3_2_1B, "rms_norm_eps": 1e-6})
     )
     assert llama2["rms_norm_eps"] == 1e-6
     assert hf_config.architecture(LLAMA_3_2_1B)["rms_norm_eps"] == 1e-5  # the published value
-    for preset in contract.MODEL_PRESETS:
-        assert contract.parse_hyperparameters({"model_preset": preset})["rms_norm_eps"] == 1e-5, preset
+    for preset in shapes.MODEL_PRESETS:
+        assert settings_parse.parse_hyperparameters({"model_preset": preset})["rms_norm_eps"] == 1e-5, preset
     assert hf_config.to_config(llama2)["rms_norm_eps"] == 1e-6  # and the export writes it back
 
 
 def test_the_written_config_reads_back_the_same_in_this_module_and_in_transformers():
-    values = contract.parse_hyperparameters({"model_preset": "llama3.1-8b"})
+    values = settings_parse.parse_hyperparameters({"model_preset": "llama3.1-8b"})
     written = hf_config.to_config(values)
     assert hf_config.architecture(written) == {k: values[k] for k in hf_config.architecture(written)}
     loaded = LlamaConfig(**json.loads(json.dumps(written)))
@@ -137,8 +138,8 @@ def test_the_written_config_reads_back_the_same_in_this_module_and_in_transforme
 
 
 def test_a_folder_that_is_missing_or_unreadable_is_refused(tmp_path):
-    with pytest.raises(contract.ContractError, match="is not a folder"):
+    with pytest.raises(settings_table.ContractError, match="is not a folder"):
         hf_config.read_local(tmp_path / "nothing")
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(contract.ContractError, match="config.json is not valid JSON"):
+    with pytest.raises(settings_table.ContractError, match="config.json is not valid JSON"):
         hf_config.read_local(tmp_path)

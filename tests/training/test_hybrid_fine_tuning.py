@@ -16,7 +16,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 
-from training.request import contract
+from training.contract import metric_lines
 from training.trainer import chat_prepare, checkpoint, export_peft, lora
 
 from .chat_models import model_folder
@@ -52,7 +52,9 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 def _validation(output: str) -> dict[int, dict]:
     parsed = [
-        contract.parse_validation_line(line) for line in output.splitlines() if line.startswith("validation ")
+        metric_lines.parse_validation_line(line)
+        for line in output.splitlines()
+        if line.startswith("validation ")
     ]
     return {step: values for step, values in parsed}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.request import contract
+from training.contract import shapes
 from training.trainer import (
     activation_checkpoint,
     attention,
@@ -189,7 +189,7 @@ def test_the_attention_kernel_is_pinned_per_gpu_generation_and_the_one_in_effect
         "math"
     ]
     cpu = torch.device("cpu")
-    probe = (contract.ModelShape(2, 64, 4, 128, num_kv_heads=2), 2, 32, torch.float32, cpu)
+    probe = (shapes.ModelShape(2, 64, 4, 128, num_kv_heads=2), 2, 32, torch.float32, cpu)
     assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel, GQA included
     assert attention.plan("math", cpu).in_effect(*probe) == "math"  # sdpa_kernel(set_priority=True) applied
     with attention.plan("math", cpu).context():

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch.distributed.tensor import DTensor
 
-from training.request import contract
+from training.contract import settings_checks, settings_parse, settings_table, shapes
+from training.contract import tuning as contract_tuning
 from training.trainer import (
     checkpoint,
     config,
@@ -58,13 +59,13 @@ TINY_LLAMA = {"precision": "fp32", "seq_length": "32", "log_interval": "1", "thr
 
 
 def test_lora_alpha_defaults_to_twice_the_rank_and_targets_take_short_or_hugging_face_names():
-    values = contract.parse_hyperparameters({"lora_rank": "16"})
+    values = settings_parse.parse_hyperparameters({"lora_rank": "16"})
     assert (values["lora_alpha"], values["lora_dropout"], values["lora_targets"]) == (32.0, 0.0, "all-linear")
-    assert contract.lora_target_modules("all-linear") == (
+    assert settings_checks.lora_target_modules("all-linear") == (
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
     )  # fmt: skip
-    assert contract.lora_target_modules("v, Q_PROJ,down") == ("q_proj", "v_proj", "down_proj")
-    assert contract.parse_hyperparameters({})["lora_alpha"] is None  # no LoRA: nothing filled in
+    assert settings_checks.lora_target_modules("v, Q_PROJ,down") == ("q_proj", "v_proj", "down_proj")
+    assert settings_parse.parse_hyperparameters({})["lora_alpha"] is None  # no LoRA: nothing filled in
     assert config.config_from_mapping({"lora-rank": "8", "lora_alpha": "4"}).lora_alpha == 4.0
 
 
@@ -87,8 +88,8 @@ def test_lora_alpha_defaults_to_twice_the_rank_and_targets_take_short_or_hugging
 )  # fmt: skip
 def test_impossible_lora_settings_are_refused_naming_the_field(settings, field, fragment):
     """By the contract's one check, which the request check and the trainer's parser both run."""
-    with pytest.raises(contract.ContractError) as refused:
-        contract.parse_hyperparameters(settings)
+    with pytest.raises(settings_table.ContractError) as refused:
+        settings_parse.parse_hyperparameters(settings)
     assert refused.value.field == field and fragment in str(refused.value), str(refused.value)
     with pytest.raises(SystemExit) as exited:
         config.parse_args(cli_args(settings))
@@ -99,7 +100,7 @@ def test_impossible_lora_settings_are_refused_naming_the_field(settings, field, 
 # The adapters
 # ---------------------------------------------------------------------------------------------------------------
 
-SHAPE = contract.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
+SHAPE = shapes.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
 
 
 def filled_block(settings: lora.LoraSettings, seed: int = 0) -> model.TorchBlock:
@@ -133,7 +134,7 @@ def test_a_fused_linear_adds_each_targeted_projections_scaled_b_a_in_its_own_row
                          "down.lora_a_down_proj", "down.lora_b_down_proj"}  # fmt: skip
     # merging gives a plain linear layer of the same outputs
     state = {f"layers.0.{k}": v for k, v in block.state_dict().items()}
-    merged = lora.merged_state(state, settings, contract.ModelShape(1, 32, 4, 48, 42, num_kv_heads=2))
+    merged = lora.merged_state(state, settings, shapes.ModelShape(1, 32, 4, 48, 42, num_kv_heads=2))
     assert not any(lora.is_adapter(name) for name in merged)
     torch.testing.assert_close(x @ merged["layers.0.qkv.weight"].T, out)
     torch.testing.assert_close(merged["layers.0.gate_up.weight"], state["layers.0.gate_up.weight"])
@@ -189,7 +190,7 @@ def lora_torch_model(settings: lora.LoraSettings, rank: int = 2) -> model.Transf
 def test_the_adapters_start_the_same_for_world_sizes_1_2_and_4_and_only_they_train():
     """Rank 2 over 4 ranks: two ranks hold no row of an A matrix (uneven shards) and the start is still the same."""
     settings = lora.LoraSettings(
-        rank=2, alpha=4.0, dropout=0.0, targets=contract.lora_target_modules("all-linear")
+        rank=2, alpha=4.0, dropout=0.0, targets=settings_checks.lora_target_modules("all-linear")
     )
     gathered: dict[int, dict[str, torch.Tensor]] = {}
     for world in (1, 2, 4):
@@ -233,7 +234,7 @@ def test_lora_trains_the_adapters_alone_alike_under_every_activation_checkpointi
     torch.use_deterministic_algorithms(True)
     try:
         runs, after = {}, {}
-        for mode in contract.AC_MODES:
+        for mode in settings_table.AC_MODES:
             cfg = config.config_from_mapping(
                 {**SETTINGS, **LORA_TINY, "weight_decay": "0", "activation_checkpointing": mode}
             )
@@ -392,8 +393,8 @@ def test_peft_and_the_merged_folder_give_the_trainers_logits(lora_reference):
     saved_config = torch.load(model_dir / "model.pt", weights_only=True)["config"]
     summary = fields(next(line for line in output.splitlines() if line.startswith("summary ")))
     flops = float(summary["tflops_per_gpu"]) * 1e12 / float(summary["tokens_per_sec"])
-    lora_flops = contract.flops_per_token(
-        contract.model_shape(saved_config), 32, contract.lora_parameters(saved_config)
+    lora_flops = shapes.flops_per_token(
+        settings_parse.model_shape(saved_config), 32, settings_parse.lora_parameters(saved_config)
     )
     assert flops == pytest.approx(lora_flops, rel=1e-4)  # the trainer's TFLOP/s: what a LoRA step computes
     adapter_config = json.loads((model_dir / "adapter" / "adapter_config.json").read_text())
@@ -532,22 +533,25 @@ def test_a_lora_runs_model_flops_leave_out_the_frozen_weights_gradient_gemms():
 
     settings = lora.LoraSettings(rank=3, alpha=6.0, dropout=0.0, targets=("q_proj", "v_proj", "down_proj"))
     adapters = lora.counts(lora_torch_model(settings))[0]
-    assert contract.lora_parameters({"lora_rank": 3, "lora_targets": "q,v,down", **SHAPE_VALUES}) == adapters
-    assert contract.lora_parameters({"lora_rank": 0, "lora_targets": "all-linear", **SHAPE_VALUES}) == 0
+    assert (
+        settings_parse.lora_parameters({"lora_rank": 3, "lora_targets": "q,v,down", **SHAPE_VALUES})
+        == adapters
+    )
+    assert settings_parse.lora_parameters({"lora_rank": 0, "lora_targets": "all-linear", **SHAPE_VALUES}) == 0
     attention = 12.0 * SHAPE.num_layers * SHAPE.hidden_size * 32
-    weights_ = (contract.flops_per_token(SHAPE, 32) - attention) / 6
+    weights_ = (shapes.flops_per_token(SHAPE, 32) - attention) / 6
     expected = 4 * weights_ + 6 * adapters + attention
-    assert contract.flops_per_token(SHAPE, 32, lora_parameters=adapters) == pytest.approx(expected)
+    assert shapes.flops_per_token(SHAPE, 32, lora_parameters=adapters) == pytest.approx(expected)
     meter = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), "fp32", lora_parameters=adapters)
     assert meter.rates(10**9, 1.0)["tflops_per_gpu"] == pytest.approx(1e9 * expected / 1e12)
     full, adapted = (plan.setup_from_request(lora_request("llama3.1-70b", rank)) for rank in (0, 16))
     full_time, adapted_time = plan.estimate_time(full), plan.estimate_time(adapted)
     # The plan's step time counts the same FLOPs (at the same reference MFU): a LoRA token costs about 2/3 of a
     # full fine-tuning one, so its tokens/s is about 1.44x, and the MFU the run would report is the same.
-    lora_flops = contract.flops_per_token(
+    lora_flops = shapes.flops_per_token(
         adapted.shape, adapted.seq_length, plan.lora_block_parameters(adapted) * adapted.shape.num_layers
     )
-    flops_ratio = contract.flops_per_token(full.shape, full.seq_length) / lora_flops
+    flops_ratio = shapes.flops_per_token(full.shape, full.seq_length) / lora_flops
     speed_ratio = adapted_time.tokens_per_sec_per_gpu / full_time.tokens_per_sec_per_gpu
     assert 1.40 < flops_ratio < 1.50, flops_ratio
     assert speed_ratio == pytest.approx(flops_ratio, rel=0.01), (speed_ratio, flops_ratio)
@@ -574,7 +578,7 @@ def test_the_plan_counts_the_adapters_parameters_as_the_trainer_makes_them():
                                           "vocab_size": "42", "lora_rank": "3", "lora_targets": targets})  # fmt: skip
         net = lora_torch_model(lora.LoraSettings.of(cfg))
         setup = plan.setup_from_request({"hyperparameters": {k: v for k, v in cfg.as_dict().items()
-                                                             if k in contract.HYPERPARAMETERS_BY_NAME}})  # fmt: skip
+                                                             if k in settings_table.HYPERPARAMETERS_BY_NAME}})  # fmt: skip
         assert plan.lora_block_parameters(setup) * 2 == lora.counts(net)[0], targets
 
 
@@ -614,4 +618,4 @@ def test_tuning_candidates_keep_the_requests_lora_settings_and_low_precisions_ar
     assert {c.overrides["precision"] for c in found.ranked} == {"bf16"}
     assert len(found.refused) == 4 and all("fp8 cannot train LoRA adapters" in r for r in found.refused)
     # a LoRA run's measurement never stands for a full fine-tuning run's
-    assert "lora_rank" in contract.measurement_key_settings()
+    assert "lora_rank" in contract_tuning.measurement_key_settings()

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from training.request.contract import ModelShape
+from training.contract.shapes import ModelShape
 from training.trainer import activation_checkpoint, model, parallel, weights
 from training.trainer.loss import IGNORE_INDEX, linear_cross_entropy
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from training.request import contract, measured, plan
+from training.contract import settings_parse, tuning
+from training.request import measured, plan
 
 INSTANCE = "ml.p6-b200.48xlarge"
 REQUEST = {"precision": "bf16", "batch_size": 4, "seq_length": 8192, "activation_checkpointing": True}
@@ -26,7 +27,7 @@ def record(
     allocated: float | None = 60.0,
     count: int = 1,
 ) -> dict[str, Any]:
-    values = contract.parse_hyperparameters(plan.trainer_settings(request))
+    values = settings_parse.parse_hyperparameters(plan.trainer_settings(request))
     key = measured.make_key(values, instance_type=INSTANCE, instance_count=count, image_tag=tag,
                             torch_version=torch_version, te_version="2.11.0")  # fmt: skip
     figures = {"status": status, "tokens_per_sec_per_gpu": tps, "max_allocated_gb": allocated,
@@ -78,7 +79,7 @@ def test_versions_given_by_the_caller_must_match_and_the_newest_record_wins():
         record(tps=20_000.0, at="2026-11-01T00:00:00+00:00"),
         record(tps=30_000.0, at="2026-11-21T00:00:00+00:00"),
     )
-    values = contract.parse_hyperparameters(plan.trainer_settings(REQUEST))
+    values = settings_parse.parse_hyperparameters(plan.trainer_settings(REQUEST))
     found = measured.find([old, new], values, instance_type=INSTANCE, instance_count=1, image_tag="abc123")
     assert found["measured"]["tokens_per_sec_per_gpu"] == 30_000.0
     stale = measured.find([new], values, instance_type=INSTANCE, instance_count=1, image_tag="abc123",
@@ -103,10 +104,10 @@ def test_the_plan_reports_its_memory_error_against_the_stored_measurements():
 
 @pytest.mark.parametrize("tag", ["latest", None])
 def test_no_record_is_matched_under_a_mutable_or_missing_image_tag(tag):
-    """An image without a tag or tagged latest (contract.image_tag says 'latest' for both) moves with each push:
+    """An image without a tag or tagged latest (tuning.image_tag says 'latest' for both) moves with each push:
     its records could be of an older image, so none stands for a request and none checks the memory estimate."""
-    assert contract.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo") == "latest"
-    assert contract.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo:latest") == "latest"
+    assert tuning.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo") == "latest"
+    assert tuning.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo:latest") == "latest"
     planned = plan.make_plan(REQUEST, measurements=[record(tag="latest")], image_tag=tag)
     assert planned.timing.basis == "estimate" and planned.memory_check is None
 

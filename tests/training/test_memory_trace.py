@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from training.contract import settings_parse, settings_table
 from training.measure import memory_trace
-from training.request import contract
 
 TINY = {"model_preset": "custom", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 128,
         "vocab_size": 256, "seq_length": 32, "batch_size": 2, "precision": "bf16"}  # fmt: skip
@@ -19,7 +19,7 @@ WORLD = 4
 
 
 def _param_shapes(settings: dict) -> list[tuple[int, ...]]:
-    values = contract.parse_hyperparameters(settings)
+    values = settings_parse.parse_hyperparameters(settings)
     h, f, v, layers = (values[k] for k in ("hidden_size", "ffn_hidden_size", "vocab_size", "num_layers"))
     block = [(h,), (3 * h, h), (h, h), (h,), (2 * f, h), (h, f)]
     return [(v, h)] + block * layers + [(h,), (v, h)]
@@ -65,11 +65,13 @@ def test_fused_rms_norm_stand_in_matches_rms_norm(dtype):
 
 
 def test_te_precisions_and_bad_settings_are_refused_before_tracing():
-    with pytest.raises(contract.ContractError, match="precision: mxfp8 runs through Transformer Engine"):
+    with pytest.raises(
+        settings_table.ContractError, match="precision: mxfp8 runs through Transformer Engine"
+    ):
         memory_trace.trace_step({**TINY, "precision": "mxfp8"}, world_size=WORLD)
-    with pytest.raises(contract.ContractError, match="batch_size"):
+    with pytest.raises(settings_table.ContractError, match="batch_size"):
         memory_trace.trace_step({**TINY, "batch_size": 0}, world_size=WORLD)
-    with pytest.raises(contract.ContractError, match="world_size: must be an integer"):
+    with pytest.raises(settings_table.ContractError, match="world_size: must be an integer"):
         memory_trace.trace_step(TINY, world_size=0)
 
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from training.request import contract, layouts, network, plan
+from training.contract import settings_table
+from training.request import layouts, network, plan
 
 B200 = network.INTERCONNECTS["ml.p6-b200.48xlarge"]
 GB = 1e9
@@ -134,15 +135,15 @@ def test_the_per_gpu_memory_of_one_replica_per_instance_is_one_instances():
 
 
 def test_a_replicate_count_that_does_not_divide_the_gpus_is_refused_by_name():
-    with pytest.raises(contract.ContractError) as refused:
+    with pytest.raises(settings_table.ContractError) as refused:
         plan.setup_from_request(request(count=2, data_parallel_replicate=3))
     assert str(refused.value) == (
         "data_parallel_replicate: must divide the number of GPUs (16); got 3 (2 x ml.p6-b200.48xlarge); or leave "
         "it auto"
     )
-    spec = contract.HYPERPARAMETERS_BY_NAME["data_parallel_replicate"]
+    spec = settings_table.HYPERPARAMETERS_BY_NAME["data_parallel_replicate"]
     assert spec.parse("auto") == "auto" and spec.parse("AUTO") == "auto" and spec.parse("4") == 4
-    with pytest.raises(contract.ContractError, match="must be auto or an integer in"):
+    with pytest.raises(settings_table.ContractError, match="must be auto or an integer in"):
         spec.parse("0")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.request import contract
+from training.contract import settings_table, shapes
 from training.trainer import chat_prepare, doc_mask, model, packing, rotary
 from training.trainer.loss import IGNORE_INDEX
 
@@ -83,11 +83,13 @@ def test_a_window_trains_exactly_the_marked_tokens_of_each_of_its_examples(prepa
 
 
 def test_an_example_longer_than_seq_length_and_too_few_windows_are_refused(prepared):
-    with pytest.raises(contract.ContractError, match=r"seq_length: the longest example of the train split has \d+ "
+    with pytest.raises(settings_table.ContractError, match=r"seq_length: the longest example of the train split has \d+ "
                        r"tokens .* raise seq_length, or prepare the data again with --max-tokens 32"):  # fmt: skip
         packing.Conversations(prepared, "train", token_dtype="uint16", seq_length=32, batch_size=1, seed=0, rank=0,
                               world_size=1)  # fmt: skip
-    with pytest.raises(contract.ContractError, match="batch_size: the validation split .* makes 1 windows"):
+    with pytest.raises(
+        settings_table.ContractError, match="batch_size: the validation split .* makes 1 windows"
+    ):
         packing.Conversations(prepared, "validation", token_dtype="uint16", seq_length=1024, batch_size=2, seed=0,
                               rank=0, world_size=1)  # fmt: skip
 
@@ -98,7 +100,7 @@ def test_the_data_check_of_conversations_counts_grad_accum_steps_and_names_the_p
     assert "conversations: 36 training examples" in packing.check(
         types.SimpleNamespace(**settings, grad_accum_steps=1), str(prepared), 1
     )
-    with pytest.raises(contract.ContractError) as info:  # about 8 windows: not 16
+    with pytest.raises(settings_table.ContractError) as info:  # about 8 windows: not 16
         packing.check(types.SimpleNamespace(**settings, grad_accum_steps=16), str(prepared), 1)
     assert str(info.value).startswith(f"batch_size: the train split in {prepared} makes ")
     assert str(info.value).endswith(
@@ -149,7 +151,7 @@ class _FakeTELayer(torch.nn.Module):
     def __init__(self, **kwargs):
         super().__init__()
         _FakeTELayer.built.append(kwargs)
-        shape = contract.ModelShape(1, kwargs["hidden_size"], kwargs["num_attention_heads"], kwargs["ffn_hidden_size"],
+        shape = shapes.ModelShape(1, kwargs["hidden_size"], kwargs["num_attention_heads"], kwargs["ffn_hidden_size"],
                                     8, kwargs["num_gqa_groups"])  # fmt: skip
         self.inner = model.TorchBlock(shape)
 
@@ -171,7 +173,7 @@ def test_the_transformer_engine_path_gets_thd_cu_seqlens_and_gives_the_torch_pat
     te.TransformerLayer = _FakeTELayer
     monkeypatch.setitem(sys.modules, "transformer_engine", types.ModuleType("transformer_engine"))
     monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", te)
-    shape = contract.ModelShape(2, 64, 4, 128, 96, 2)
+    shape = shapes.ModelShape(2, 64, 4, 128, 96, 2)
     rope = rotary.Rope(shape.head_dim, 10000.0)
     torch.manual_seed(0)
     reference = model.Transformer(shape, [model.TorchBlock(shape) for _ in range(2)], rope=rope)

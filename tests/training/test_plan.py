@@ -10,8 +10,9 @@ from dataclasses import replace
 
 import pytest
 
+from training.contract import hardware, settings_table, shapes
 from training.measure import plan_agreement
-from training.request import contract, plan
+from training.request import plan
 
 EIGHT_B_NO_AC_B200 = {  # the issue's first example: ~290+ GB of activations per GPU against 180 GB
     "hyperparameters": {"model_preset": "8b"},
@@ -101,7 +102,7 @@ EIGHT_B_BATCH_2_P5 = {**EIGHT_B_NO_AC_B200, "batch_size": 2, "instance_type": "m
 @pytest.mark.parametrize("request_", [EIGHT_B_NO_AC_B200, SIXTY_FOUR_B_P5, EIGHT_B_BATCH_2_P5])
 def test_every_suggestion_fits_when_applied(request_):
     setup = plan.setup_from_request(request_)
-    lines = plan.advice(setup, max_instance_count=4, instance_types=tuple(contract.GPU_INSTANCE_TYPES))
+    lines = plan.advice(setup, max_instance_count=4, instance_types=tuple(hardware.GPU_INSTANCE_TYPES))
     for line in lines:
         if line.startswith("instance_type "):
             names = line.removeprefix("instance_type ").split(" or ")
@@ -131,7 +132,7 @@ def test_the_seed_headline_configuration_is_accepted():
 
 def test_loss_term_is_bounded_by_the_chunk():
     setup = plan.setup_from_request(SEED_HEADLINE)
-    assert setup.loss_chunk_tokens == contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
+    assert setup.loss_chunk_tokens == settings_table.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
     unchunked = replace(setup, loss_chunk_tokens=0)
     tokens = 16 * 8192
     assert plan.loss_bytes(unchunked) == 12 * 32_000 * tokens
@@ -187,17 +188,17 @@ def test_throughput_reproduces_the_seed_figures_and_cost_is_price_times_time():
     batch_one = replace(headline, batch_size=1, activation_checkpointing=False)
     assert plan.estimate_time(batch_one).tokens_per_sec_per_gpu == pytest.approx(6_000)
     chunked = replace(headline, loss_chunk_tokens=4096)
-    extra = 2 * 2048 * 32_000 / contract.flops_per_token(headline.shape, 8192)
+    extra = 2 * 2048 * 32_000 / shapes.flops_per_token(headline.shape, 8192)
     assert plan.estimate_time(chunked).tokens_per_sec_per_gpu == pytest.approx(51_000 / (1 + extra))
     # fp32 GEMMs run at the GPU's fp32 peak (no TF32), not its bf16 peak
     fp32 = plan.estimate_time(replace(headline, precision="fp32")).tokens_per_sec_per_gpu
     assert fp32 == pytest.approx(
-        51_000 * contract.PEAK_TFLOPS["B200"]["fp32"] / contract.PEAK_TFLOPS["B200"]["bf16"]
+        51_000 * hardware.PEAK_TFLOPS["B200"]["fp32"] / hardware.PEAK_TFLOPS["B200"]["bf16"]
     )
     timing = plan.estimate_time(replace(headline, instance_count=2, max_steps=500))
     assert timing.step_seconds == pytest.approx(16 * 8192 / timing.tokens_per_sec_per_gpu)
     assert timing.run_seconds == pytest.approx(500 * timing.step_seconds)
-    price = contract.ON_DEMAND_USD_PER_HOUR["ml.p6-b200.48xlarge"]
+    price = hardware.ON_DEMAND_USD_PER_HOUR["ml.p6-b200.48xlarge"]
     assert timing.cost_usd == pytest.approx(price * 2 * timing.run_seconds / 3600)
     assert plan.estimate_time(replace(headline, instance_type="ml.p6-b300.48xlarge")).cost_usd is None
 
@@ -211,9 +212,9 @@ def test_a_run_longer_than_max_runtime_gets_a_warning_naming_the_step_it_reaches
 
 
 def test_bad_settings_are_named():
-    with pytest.raises(contract.ContractError, match="instance_type"):
+    with pytest.raises(settings_table.ContractError, match="instance_type"):
         plan.setup_from_request({"instance_type": "ml.g5.xlarge"})
-    with pytest.raises(contract.ContractError, match="batch_size"):
+    with pytest.raises(settings_table.ContractError, match="batch_size"):
         plan.setup_from_request({"batch_size": 0})
 
 
@@ -274,12 +275,12 @@ def test_selective_ac_counts_grouped_query_attentions_narrower_key_and_value():
     assert 1.0 < slower < plan.AC_OVERHEAD
     assert selective.step_seconds == pytest.approx(none.step_seconds * slower, rel=1e-12)
     assert selective.mfu_bf16 == pytest.approx(none.mfu_bf16 / slower, rel=1e-12)
-    flops = contract.flops_per_token(llama.shape, 8192)
+    flops = shapes.flops_per_token(llama.shape, 8192)
     assert (
         flops
         == 6 * (32 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + h + 128_256 * h) + 12 * 32 * h * 8192
     )
-    peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
+    peak = hardware.PEAK_TFLOPS["B200"]["bf16"] * 1e12
     assert selective.mfu_bf16 == pytest.approx(selective.tokens_per_sec_per_gpu * flops / peak, rel=1e-12)
 
 
@@ -393,9 +394,9 @@ def test_only_the_articles_own_configurations_are_published_and_every_other_figu
         "bf16": replace(headline, precision="bf16"),
         "two instances": replace(headline, instance_count=2),
         "H100": replace(headline, instance_type="ml.p5.48xlarge"),
-        "8b": replace(headline, shape=contract.MODEL_PRESETS["8b"]),
+        "8b": replace(headline, shape=shapes.MODEL_PRESETS["8b"]),
         "LoRA": replace(headline, lora_rank=16, lora_targets=("q_proj", "v_proj")),
-        "a tiny model": replace(batch_one, shape=contract.ModelShape(2, 64, 2, 256, 256), seq_length=256),
+        "a tiny model": replace(batch_one, shape=shapes.ModelShape(2, 64, 2, 256, 256), seq_length=256),
     }
     for why, setup in others.items():
         t = plan.estimate_time(setup)
@@ -440,9 +441,9 @@ def test_lora_step_time_comes_from_loras_flops():
     )
     lora = replace(full, lora_rank=16, lora_targets=("q_proj", "v_proj"))
     adapters = plan.lora_block_parameters(lora) * lora.shape.num_layers
-    lora_flops = contract.flops_per_token(lora.shape, 8192, adapters)
-    assert lora_flops < 0.8 * contract.flops_per_token(full.shape, 8192)  # 6N -> 4N, attention unchanged
-    expected = plan._reference_mfu(lora.tokens * lora_flops) * contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
+    lora_flops = shapes.flops_per_token(lora.shape, 8192, adapters)
+    assert lora_flops < 0.8 * shapes.flops_per_token(full.shape, 8192)  # 6N -> 4N, attention unchanged
+    expected = plan._reference_mfu(lora.tokens * lora_flops) * hardware.PEAK_TFLOPS["B200"]["bf16"] * 1e12
     timing = plan.estimate_time(lora)
     assert timing.tokens_per_sec_per_gpu == pytest.approx(expected / lora_flops)
     assert timing.step_seconds == pytest.approx(lora.tokens / timing.tokens_per_sec_per_gpu)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from training.request import contract
+from training.contract import hardware
 from training.trainer import precision, selfcheck
 
 
@@ -163,8 +163,8 @@ def test_hardware_check_needs_te_and_a_gpu():
 
 
 def test_every_te_precision_has_a_recipe_and_others_none():
-    for prec in contract.PRECISIONS:
-        assert (precision.recipe_spec(prec) is not None) == (prec in contract.TE_PRECISIONS)
+    for prec in hardware.PRECISIONS:
+        assert (precision.recipe_spec(prec) is not None) == (prec in hardware.TE_PRECISIONS)
 
 
 def test_selfcheck_passes_with_te_and_names_the_recipes(fake_te, capsys):

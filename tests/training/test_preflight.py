@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
-from training.request import contract
+from training.contract import container, settings_table
 from training.trainer import config, data, preflight, prepare, sagemaker_job
 from training.trainer.__main__ import main
 
@@ -30,7 +30,7 @@ def prepared(tmp_path, tokens: int = 3000) -> str:
 
 
 def field_of(cfg, world_size: int = 2) -> str:
-    with pytest.raises(contract.ContractError) as info:
+    with pytest.raises(settings_table.ContractError) as info:
         preflight.check(cfg, world_size)
     return f"{info.value.field}: {info.value}"
 
@@ -159,7 +159,7 @@ def test_outside_sagemaker_outputs_default_to_a_local_folder(monkeypatch, tmp_pa
     assert (given.checkpoint_dir, given.model_dir) == ("mine", f"{folder}/model")
     monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
     cfg, _ = config.parse_args(cli_args(TINY))
-    assert (cfg.checkpoint_dir, cfg.model_dir) == (contract.CHECKPOINT_LOCAL_PATH, contract.MODEL_DIR)
+    assert (cfg.checkpoint_dir, cfg.model_dir) == (container.CHECKPOINT_LOCAL_PATH, container.MODEL_DIR)
 
 
 def sealed_checkpoint(root, model_shape: dict) -> None:
@@ -172,7 +172,7 @@ def sealed_checkpoint(root, model_shape: dict) -> None:
 
 
 def test_a_checkpoint_of_other_position_settings_is_refused_and_one_without_them_counts_as_nope(tmp_path):
-    dims = {name: int(TINY[name]) for name in contract.MODEL_DIM_NAMES}
+    dims = {name: int(TINY[name]) for name in settings_table.MODEL_DIM_NAMES}
     sealed_checkpoint(tmp_path / "ckpt", {**dims, "position_encoding": "rope", "rope_theta": 10000.0})
     preflight.check_checkpoint_shape(cfg_for(tmp_path))  # the defaults: rope, 10000
     message = field_of(cfg_for(tmp_path, rope_theta="500000"))
@@ -283,7 +283,9 @@ def test_the_batch_check_counts_grad_accum_steps_and_names_the_product(tmp_path)
         "seq_length + 1 = 33; one optimizer step (batch_size 4 x grad_accum_steps 8 x 2 processes) needs 64: lower "
         "batch_size, grad_accum_steps or seq_length, or add data"
     )
-    with pytest.raises(contract.ContractError) as info:  # the data source's own check, when training starts
+    with pytest.raises(
+        settings_table.ContractError
+    ) as info:  # the data source's own check, when training starts
         data.TokenFiles([path], "uint16", 256, 32, 4 * 8, 0, 0, 2, grad_accum_steps=8)
     assert str(info.value) == (
         f"batch_size: the token files {path} hold 8 windows of 33 tokens; one optimizer step (batch_size 4 x "
@@ -306,7 +308,7 @@ def test_a_folder_holding_the_same_tokens_as_bin_and_npy_is_refused_naming_both(
         "would be read (the same tokens twice, when one was converted from the other): keep one"
     )
     assert field_of(channel(tmp_path)) == f"dataset: {expected}"
-    with pytest.raises(contract.ContractError) as info:  # and where training opens the files
+    with pytest.raises(settings_table.ContractError) as info:  # and where training opens the files
         data.make_dataset(channel(tmp_path), 0, 1)
     assert str(info.value) == expected
 

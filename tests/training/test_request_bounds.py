@@ -13,7 +13,8 @@ import pytest
 
 from constructs_lib.cli.tuning import tune_plan
 from constructs_lib.workflow.request_check import decide
-from training.request import bounds, contract, tuning
+from training.contract import tuning as contract_tuning
+from training.request import bounds, tuning
 from training.request.decision import decide_request, validate_request
 from training.request.rules import RequestRules
 
@@ -115,7 +116,9 @@ def _largest_spaces() -> list[tuple[str, dict]]:
     spaces = [("every setting", every), ("every combination refused", refused), ("2048 values", values)]
     for _, space in spaces:
         assert math.prod(len(set(map(str, v))) for v in space.values()) <= tuning.MAX_COMBINATIONS
-    assert set(every) == set(contract.TUNABLE_SETTINGS)  # a setting made tunable later is varied here too
+    assert set(every) == set(
+        contract_tuning.TUNABLE_SETTINGS
+    )  # a setting made tunable later is varied here too
     return spaces
 
 

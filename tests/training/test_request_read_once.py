@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from training.request import contract, measured, plan, value
+from training.contract import hardware, settings_parse, settings_table, tuning
+from training.request import measured, plan, value
 from training.request.decision import decide_request, prepare_request
 from training.request.rules import RequestRules
 
@@ -57,7 +58,7 @@ def test_the_requests_trainer_settings_are_parsed_in_one_function_called_once():
 
 
 def test_nothing_else_on_the_decision_path_parses_trainer_settings():
-    """``contract.parse_hyperparameters`` on the decision path: the request's settings (``read_settings``), a
+    """``settings_parse.parse_hyperparameters`` on the decision path: the request's settings (``read_settings``), a
     finished training job's ``HyperParameters`` (an evaluation-only request: another job's settings, not this
     request's) and a plain execution input (``plan.parse_request``: ``python -m training.request.plan``, the tuning
     report in the image, and a stored measurement's configuration that the plan checks its memory against)."""
@@ -105,15 +106,15 @@ def test_every_caller_decides_through_the_one_function():
 
 @pytest.fixture
 def parses(monkeypatch) -> Counter[str]:
-    """Every call of ``contract.parse_hyperparameters`` while the test runs, counted by its first argument's kind."""
+    """Every call of ``settings_parse.parse_hyperparameters`` while the test runs, counted by its first argument's kind."""
     counted: Counter[str] = Counter()
-    real = contract.parse_hyperparameters
+    real = settings_parse.parse_hyperparameters
 
     def counting(raw, architecture=None, *, sm=None):
         counted["calls"] += 1
         return real(raw, architecture, sm=sm)
 
-    monkeypatch.setattr(contract, "parse_hyperparameters", counting)
+    monkeypatch.setattr(settings_parse, "parse_hyperparameters", counting)
     return counted
 
 
@@ -140,7 +141,7 @@ SEED = {"precision": "mxfp8", "batch_size": 16, "activation_checkpointing": True
 
 def _stored_record() -> dict:
     """A stored tuning measurement of the image of :data:`IMAGE` (its settings as the tuning job stores them)."""
-    values = contract.parse_hyperparameters({"precision": "bf16", "batch_size": 4, "seq_length": 8192})
+    values = settings_parse.parse_hyperparameters({"precision": "bf16", "batch_size": 4, "seq_length": 8192})
     key = measured.make_key(values, instance_type="ml.p6-b200.48xlarge", instance_count=1, image_tag="abc123",
                             torch_version="2.9.0", te_version="2.11.0")  # fmt: skip
     figures = {"status": "ok", "tokens_per_sec_per_gpu": 30_000.0, "max_allocated_gb": 60.0,
@@ -152,26 +153,26 @@ def _stored_record() -> dict:
 def test_every_setting_parse_a_decision_makes_is_the_request_read_once_or_another_value(monkeypatch):
     """Every parse of a trainer setting's text (``Hyperparameter.parse``, the parse under every other) that a
     decision makes, by whose frame it runs in: the request read once (``value.read_request``: its settings and its
-    ``tune`` block), a tuning candidate's values (``contract.override_settings``: the tune block's, set over the
+    ``tune`` block), a tuning candidate's values (``settings_parse.override_settings``: the tune block's, set over the
     parsed settings), or another value than the request (a stored measurement's settings, ``plan.memory_check``).
     A check, the plan, the candidates or the job's request parsing the request's settings again fails here."""
     owners = {
         value.read_request.__code__: "the request read once",
-        contract.override_settings.__code__: "a candidate's values",
+        settings_parse.override_settings.__code__: "a candidate's values",
         plan.memory_check.__code__: "a stored measurement",
     }
     seen: Counter[str] = Counter()
-    real, record = contract.Hyperparameter.parse, _stored_record()
+    real, record = settings_table.Hyperparameter.parse, _stored_record()
 
     def attributed(spec, raw):
-        if contract.HYPERPARAMETERS_BY_NAME.get(spec.name) is spec:
+        if settings_table.HYPERPARAMETERS_BY_NAME.get(spec.name) is spec:
             frame, owner = sys._getframe(1), None
             while frame is not None and owner is None:
                 owner, frame = owners.get(frame.f_code), frame.f_back
             seen[owner or f"{spec.name}: parsed outside the request read once"] += 1
         return real(spec, raw)
 
-    monkeypatch.setattr(contract.Hyperparameter, "parse", attributed)
+    monkeypatch.setattr(settings_table.Hyperparameter, "parse", attributed)
     rules = RequestRules(region="us-west-2", image_uri=IMAGE).with_limits()
     architecture = {"num_layers": 16, "hidden_size": 2048, "num_heads": 32, "num_kv_heads": 8,
                     "ffn_hidden_size": 8192, "vocab_size": 128256, "tie_embeddings": True}  # fmt: skip
@@ -220,7 +221,7 @@ TUNED_BASES = (
 )
 
 
-def _sample(spec: contract.Hyperparameter) -> list:
+def _sample(spec: settings_table.Hyperparameter) -> list:
     """A few values of a setting as a search space gives them: each choice and alias, both booleans, an integer's
     bounds, default and a middle value."""
     if spec.kind == "choice":
@@ -235,21 +236,21 @@ def _sample(spec: contract.Hyperparameter) -> list:
 
 @pytest.mark.parametrize("base", TUNED_BASES, ids=lambda b: ",".join(b) or "defaults")
 def test_a_candidate_from_parsed_settings_is_the_request_parsed_with_its_values(base):
-    """A tuning candidate is the request's parsed settings with its own (``contract.override_settings``), never a
+    """A tuning candidate is the request's parsed settings with its own (``settings_parse.override_settings``), never a
     parse of the request again: that is only right while it equals what parsing the request with the candidate's
     values gives, the same settings or the same refusal. A tunable setting whose default another setting derives
     (as ``lora_alpha`` from ``lora_rank``) would break it, and fails here."""
-    sm = contract.GPU_INSTANCE_TYPES["ml.p6-b200.48xlarge"].sm
-    values = contract.parse_hyperparameters(base, sm=sm)
-    for name in contract.trial_settings():
-        for raw in _sample(contract.HYPERPARAMETERS_BY_NAME[name]):
+    sm = hardware.GPU_INSTANCE_TYPES["ml.p6-b200.48xlarge"].sm
+    values = settings_parse.parse_hyperparameters(base, sm=sm)
+    for name in tuning.trial_settings():
+        for raw in _sample(settings_table.HYPERPARAMETERS_BY_NAME[name]):
             try:
-                expected: object = contract.parse_hyperparameters({**base, name: raw}, sm=sm)
-            except contract.ContractError as error:
+                expected: object = settings_parse.parse_hyperparameters({**base, name: raw}, sm=sm)
+            except settings_table.ContractError as error:
                 expected = str(error)
             try:
-                got: object = contract.override_settings(values, {name: raw}, sm=sm)
-            except contract.ContractError as error:
+                got: object = settings_parse.override_settings(values, {name: raw}, sm=sm)
+            except settings_table.ContractError as error:
                 got = str(error)
             assert got == expected, (name, raw)
 
@@ -257,9 +258,9 @@ def test_a_candidate_from_parsed_settings_is_the_request_parsed_with_its_values(
 def test_a_new_trainer_setting_flows_through_the_value_with_no_other_edit(monkeypatch):
     """A row added to the contract's table is parsed, checked, rendered into ``HyperParameters`` and kept in the
     parsed settings the plan and the candidates read."""
-    spec = contract.Hyperparameter("val_interval", "int", 0, "Validation loss every N steps.", 0, 1000)
-    monkeypatch.setitem(contract.HYPERPARAMETERS_BY_NAME, spec.name, spec)
-    monkeypatch.setattr(contract, "HYPERPARAMETERS", (*contract.HYPERPARAMETERS, spec))
+    spec = settings_table.Hyperparameter("val_interval", "int", 0, "Validation loss every N steps.", 0, 1000)
+    monkeypatch.setitem(settings_table.HYPERPARAMETERS_BY_NAME, spec.name, spec)
+    monkeypatch.setattr(settings_table, "HYPERPARAMETERS", (*settings_table.HYPERPARAMETERS, spec))
     rules = RequestRules(region="us-west-2").with_limits()
     decision = decide_request({"hyperparameters": {"val-interval": "50"}}, rules)
     assert decision.valid and decision.hyperparameters["val_interval"] == "50"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.request import contract
+from training.contract import container, metric_lines, settings_table
 from training.trainer import checkpoint, prepare
 from training.trainer.checkpoint import complete_checkpoints
 
@@ -175,7 +175,7 @@ def test_when_no_checkpoint_loads_one_line_says_why_training_starts_at_step_0_an
     assert losses(output) == losses(reference[1])  # from scratch, exactly as the first run
     summary = next(x for x in output.splitlines() if x.startswith("summary "))
     assert summary.endswith(" unusable_checkpoints=3 restarted_from: none (3 checkpoints unusable)")
-    assert contract.parse_metric_line(summary)["final:unusable_checkpoints"] == 3
+    assert metric_lines.parse_metric_line(summary)["final:unusable_checkpoints"] == 3
     assert (
         f"checkpoint saved to {ckpt / 'step_00000006-2'}" in output
     )  # the folder and the .tmp's names are taken
@@ -214,7 +214,7 @@ def test_a_nope_checkpoint_from_before_rope_resumes_with_position_encoding_none_
     marker_path = tmp_path / "ckpt" / "step_00000004" / checkpoint.MARKER
     marker = json.loads(marker_path.read_text())
     assert marker["model_shape"]["position_encoding"] == "none" and "rope_theta" not in marker["model_shape"]
-    old_shape = {k: v for k, v in marker["model_shape"].items() if k in contract.MODEL_DIM_NAMES}
+    old_shape = {k: v for k, v in marker["model_shape"].items() if k in settings_table.MODEL_DIM_NAMES}
     marker_path.write_text(json.dumps({**marker, "model_shape": old_shape}))  # as written before RoPE
 
     status, output = run_single({**settings(tmp_path, max_steps="6"), "rope_theta": "20000"})  # rope: default
@@ -340,7 +340,7 @@ def test_a_model_trained_on_real_text_beats_the_unigram_entropy_on_held_out_text
 
 def resume_channel(reference, tmp_path: Path, step: int) -> Path:
     """An earlier run's checkpoint as the workflow hands it over: the read-only ``resume`` input channel."""
-    channel = tmp_path / "input" / "data" / contract.RESUME_CHANNEL
+    channel = tmp_path / "input" / "data" / container.RESUME_CHANNEL
     shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(step), channel)
     return channel
 
@@ -348,7 +348,7 @@ def resume_channel(reference, tmp_path: Path, step: int) -> Path:
 def run_with_channel(cfg: dict[str, str], channel: Path) -> str:
     for path in (channel, *channel.iterdir()):
         path.chmod(0o555 if path.is_dir() else 0o444)
-    child_env = {**env(), f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}": str(channel)}
+    child_env = {**env(), f"SM_CHANNEL_{container.RESUME_CHANNEL.upper()}": str(channel)}
     proc = subprocess.run(
         torchrun_cmd(cfg), env=child_env, cwd=ROOT, capture_output=True, text=True, timeout=180
     )
@@ -386,18 +386,18 @@ def test_a_damaged_resume_channel_is_skipped_with_its_reason_and_left_as_it_is(r
     assert f"{channel} (rank 0: checksum mismatch in .metadata; read-only, left as it is)" in skipped[0]
     assert losses(output) == losses(reference[1])  # from scratch, exactly as the first run
     assert {p.name: p.read_bytes() for p in channel.iterdir()} == before
-    assert sorted(p.name for p in channel.parent.iterdir()) == [contract.RESUME_CHANNEL]
+    assert sorted(p.name for p in channel.parent.iterdir()) == [container.RESUME_CHANNEL]
 
 
 def test_an_earlier_runs_checkpoint_of_another_shape_is_refused_naming_resume_from(reference, tmp_path):
     """The workflow's resume_from with other model settings than the earlier run: one line naming resume_from and
     both shapes, exit 2 before any process group, the earlier run's checkpoint untouched."""
-    channel = tmp_path / "input" / "data" / contract.RESUME_CHANNEL
+    channel = tmp_path / "input" / "data" / container.RESUME_CHANNEL
     shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(12), channel)
     before = listing(channel)
     proc = subprocess.run(
         [sys.executable, "-m", "training.trainer", *cli_args(settings(tmp_path, num_layers="3", max_steps="20"))],
-        env={**env(), f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}": str(channel)},
+        env={**env(), f"SM_CHANNEL_{container.RESUME_CHANNEL.upper()}": str(channel)},
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     output = proc.stdout + proc.stderr

@@ -8,7 +8,7 @@ import torch.distributed as dist
 from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama
 
-from training.request.contract import ModelShape
+from training.contract.shapes import ModelShape
 from training.trainer import activation_checkpoint, model, parallel, rotary, weights
 
 HEAD_DIM, THETA, SEQ = 16, 500000.0, 64

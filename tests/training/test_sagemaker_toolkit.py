@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from training.request import contract
+from training.contract import container
 from training.trainer import checkpoint
 
 from .runner import TINY, container_command, fields, toolkit_job
@@ -53,13 +53,13 @@ def test_toolkit_runs_train_sh_with_the_step_functions_hyperparameters(tmp_path)
 def test_a_start_up_refusal_becomes_the_jobs_failure_reason(reference, tmp_path):
     """The issue's case: resume_from an earlier run of another model shape. train.sh's check refuses it before
     torchrun; the trainer's line, not the toolkit's bare exit code, is what SageMaker reads as FailureReason."""
-    channel = tmp_path / "opt_ml" / "input" / "data" / contract.RESUME_CHANNEL
+    channel = tmp_path / "opt_ml" / "input" / "data" / container.RESUME_CHANNEL
     shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(12), channel)
     hyperparameters = {**TINY, "num_layers": "3", "max_steps": "20", "checkpoint_dir": str(tmp_path / "ckpt"),
                        "model_dir": str(tmp_path / "model")}  # fmt: skip
     command, child_env = toolkit_job(tmp_path, hyperparameters)
     (tmp_path / "opt_ml" / "input" / "config" / "inputdataconfig.json").write_text(
-        json.dumps({contract.RESUME_CHANNEL: {"TrainingInputMode": "File"}})
+        json.dumps({container.RESUME_CHANNEL: {"TrainingInputMode": "File"}})
     )
     proc = subprocess.run(
         container_command(command), env=child_env, cwd=tmp_path, capture_output=True, text=True, timeout=240

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from training.request import contract
+from training.contract import metric_lines
 from training.trainer import checkpoint, data, packing, preflight
 
 from .hf_models import tiny_llama
@@ -295,7 +295,7 @@ def test_a_bad_token_id_in_packed_conversations_past_the_checks_sample_stops_in_
     assert "Traceback" not in output and "FAILED" not in output
     assert "token ids sampled" in output and "packed, best-fit decreasing" in output  # the check (preflight)
     assert "step=5/10" in output and "step=6/10" not in output
-    steps = [contract.parse_step_line(row) for row in output.splitlines() if row.startswith("step=")]
+    steps = [metric_lines.parse_step_line(row) for row in output.splitlines() if row.startswith("step=")]
     assert all(s[1]["trained_tokens"] > 0 for s in steps if s)  # the marked answers trained
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000005"]
     assert nothing_exported(tmp_path / "model")

@@ -13,7 +13,7 @@ import pytest
 from mlflow import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from training.request import contract
+from training.contract import container
 from training.trainer import tensorboard
 from training.trainer.mlflow_log import MlflowLog
 
@@ -22,9 +22,9 @@ from .runner import ROOT, TINY, env, fields, run_single, step_lines, torchrun_cm
 
 def _mlflow_env(store: Path, run_name: str) -> dict[str, str]:
     return {
-        contract.MLFLOW_TRACKING_URI_ENV: store.as_uri(),
-        contract.MLFLOW_EXPERIMENT_ENV: "my-workflow",
-        contract.MLFLOW_RUN_NAME_ENV: run_name,
+        container.MLFLOW_TRACKING_URI_ENV: store.as_uri(),
+        container.MLFLOW_EXPERIMENT_ENV: "my-workflow",
+        container.MLFLOW_RUN_NAME_ENV: run_name,
         "MLFLOW_ALLOW_FILE_STORE": "true",  # MLflow 3 keeps the file store for tests like this one behind a flag
     }
 
@@ -106,7 +106,7 @@ def test_an_unreachable_mlflow_server_prints_one_warning_and_training_finishes(t
         "model_dir": str(tmp_path / "model"),
     }
     monkeypatch.setenv(
-        contract.MLFLOW_TRACKING_URI_ENV, "http://127.0.0.1:9"
+        container.MLFLOW_TRACKING_URI_ENV, "http://127.0.0.1:9"
     )  # discard port: refused at once
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     code, output = run_single(settings)
@@ -129,7 +129,7 @@ def test_event_files_go_where_asked_else_to_the_jobs_tensorboard_local_path(tmp_
     config.write_text(json.dumps({"LocalPath": "/opt/ml/output/tb", "S3OutputPath": "s3://b/p"}))
     assert tensorboard.log_dir(None, str(config)) == "/opt/ml/output/tb"
     config.write_text(json.dumps({"S3OutputPath": "s3://b/p"}))
-    assert tensorboard.log_dir(None, str(config)) == contract.TENSORBOARD_LOCAL_PATH
+    assert tensorboard.log_dir(None, str(config)) == container.TENSORBOARD_LOCAL_PATH
     assert tensorboard.log_dir(str(tmp_path / "mine"), str(config)) == str(tmp_path / "mine")
 
 
@@ -138,8 +138,8 @@ def test_mlflow_is_off_without_a_tracking_uri_and_names_experiment_and_run_from_
     assert MlflowLog.from_environment(said.append, {}) is None
     log = MlflowLog.from_environment(
         said.append,
-        {contract.MLFLOW_TRACKING_URI_ENV: "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/t",
-         contract.MLFLOW_EXPERIMENT_ENV: "wf", contract.MLFLOW_RUN_NAME_ENV: "exec-9"},
+        {container.MLFLOW_TRACKING_URI_ENV: "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/t",
+         container.MLFLOW_EXPERIMENT_ENV: "wf", container.MLFLOW_RUN_NAME_ENV: "exec-9"},
     )  # fmt: skip
     assert log is not None
     assert (log.experiment, log.run_name, log.active) == ("wf", "exec-9", False)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.request import contract
+from training.contract import container, settings_parse, settings_table
 from training.tune import driver, stability
 
 from .runner import ROOT, env
@@ -42,7 +42,7 @@ def test_the_arguments_split_into_tune_options_base_settings_and_trials():
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(args, field):
-    with pytest.raises(contract.ContractError) as refused:
+    with pytest.raises(settings_table.ContractError) as refused:
         driver.parse_args(args)
     assert refused.value.field == field
 
@@ -62,11 +62,11 @@ def test_a_trial_runs_the_base_with_its_own_settings_and_the_trials_mechanics(tm
         driver.trial_settings(job, {}, tmp_path, steps=10, warmup=3, save=False)["checkpoint_interval"] == "0"
     )
     monkeypatch.setenv(
-        contract.MLFLOW_TRACKING_URI_ENV, "arn:aws:sagemaker:us-west-2:1:mlflow-tracking-server/x"
+        container.MLFLOW_TRACKING_URI_ENV, "arn:aws:sagemaker:us-west-2:1:mlflow-tracking-server/x"
     )
     monkeypatch.setenv("MASTER_PORT", "29500")
     trial_env = driver.trial_environment(job, 3, tmp_path, 0.05)
-    assert contract.MLFLOW_TRACKING_URI_ENV not in trial_env  # a trial is not a tracked run
+    assert container.MLFLOW_TRACKING_URI_ENV not in trial_env  # a trial is not a tracked run
     # a trial's failure reason and refusal are its own, not the tuning job's
     assert trial_env["SM_OUTPUT_DIR"] == str(tmp_path / "output")
     assert trial_env["TRAINER_REFUSAL_FILE"] == str(tmp_path / "refusal")
@@ -92,7 +92,7 @@ signal.signal(signal.SIGTERM, lambda *_: received.append(True))
 lines = []
 watch = StopWhenStable(Stability(window=3, cv_target=0.02), lines.append)
 for step, seconds in enumerate([2.0, 1.0, 1.3, 1.0, 1.001, 1.002, 1.0], start=1):
-    watch(contract.format_step_line(step, {"loss": 1.0, "step_time": seconds}, 50))
+    watch(metric_lines.format_step_line(step, {"loss": 1.0, "step_time": seconds}, 50))
     if received:
         break
 print(step, len(received), lines[-1])
@@ -145,7 +145,7 @@ def test_a_base_that_starts_from_a_model_folder_takes_its_shape_for_the_trials_p
     assert job.architecture == hf_config.architecture(hf_config.read_local(tmp_path), str(tmp_path))
     where = report.Where("ml.p6-b200.48xlarge", 1, "cpu", None, 2, "local", None, None, None, "now", "h")
     row = report.make_row(TrialResult(1, {"batch_size": 2}, status="oom"), job.base, where, job.architecture)
-    planned = contract.model_shape(contract.parse_hyperparameters({}, job.architecture))
+    planned = settings_parse.model_shape(settings_parse.parse_hyperparameters({}, job.architecture))
     assert (planned.num_layers, planned.hidden_size, planned.num_kv_heads, planned.tie_embeddings) == (
         2,
         64,

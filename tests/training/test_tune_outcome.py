@@ -6,18 +6,18 @@ import math
 
 import pytest
 
-from training.request import contract
+from training.contract import metric_lines
 from training.tune import convergence, outcome
 from training.tune.runner import Finished
 from training.tune.stability import Spread, Stability, cv, percentile
 
-CONFIG = contract.format_config_line({"world_size": 8, "device": "cuda", "gpu": "B200"})
+CONFIG = metric_lines.format_config_line({"world_size": 8, "device": "cuda", "gpu": "B200"})
 
 
 def steps(times: list[float], warmup: int = 2) -> list[str]:
-    lines = [contract.format_step_line(i + 1, {"loss": 3.0}) for i in range(warmup)]
+    lines = [metric_lines.format_step_line(i + 1, {"loss": 3.0}) for i in range(warmup)]
     for i, seconds in enumerate(times, start=warmup + 1):
-        lines.append(contract.format_step_line(i, {"loss": 3.0 - i / 100, "step_time": seconds}, 40))
+        lines.append(metric_lines.format_step_line(i, {"loss": 3.0 - i / 100, "step_time": seconds}, 40))
     return lines
 
 
@@ -33,7 +33,7 @@ def classified(
 
 
 def summary(**fields: float) -> str:
-    return contract.format_summary_line({"steps": 10, "final_loss": 2.5, **fields})
+    return metric_lines.format_summary_line({"steps": 10, "final_loss": 2.5, **fields})
 
 
 def test_a_run_with_its_summary_is_ok_with_its_timed_steps_only():

@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from training.request import contract, measured, plan
+from training.contract import hardware, settings_parse, shapes
+from training.request import measured, plan
 from training.tune import charts, report, session
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult
@@ -59,9 +60,9 @@ def test_rows_rank_ok_by_measured_throughput_then_near_oom_then_failures():
     best = report.winner(ranked)
     assert best.trial == 3 and best.measured_tokens_per_sec == pytest.approx(8 * 8192 / 0.8)
     assert best.mfu == pytest.approx(
-        best.measured_tokens_per_sec * contract.flops_per_token(contract.MODEL_PRESETS["1b"], 8192) / 2250e12
+        best.measured_tokens_per_sec * shapes.flops_per_token(shapes.MODEL_PRESETS["1b"], 8192) / 2250e12
     )
-    per_second = contract.ON_DEMAND_USD_PER_HOUR[B200] / 3600
+    per_second = hardware.ON_DEMAND_USD_PER_HOUR[B200] / 3600
     assert best.usd_per_billion_tokens == pytest.approx(per_second * 1e9 / (best.measured_tokens_per_sec * 8))
     # the full run is the base request's tokens (1 x 8192 per GPU per step, 1000 steps) at the measured speed
     assert best.full_run_seconds == pytest.approx(1000 * 8192 / best.measured_tokens_per_sec)
@@ -103,7 +104,7 @@ def test_the_records_of_a_run_are_what_the_planner_matches():
     assert planned.timing.basis == "measured"
     assert planned.timing.tokens_per_sec_per_gpu == pytest.approx(8 * 8192 / 0.8)
     assert plan.make_plan(request, measurements=records, image_tag="other").timing.basis == "estimate"
-    values = contract.parse_hyperparameters(plan.trainer_settings(request))
+    values = settings_parse.parse_hyperparameters(plan.trainer_settings(request))
     assert measured.find(records, values, instance_type=B200, instance_count=1, image_tag="abc123",
                          versions={"torch": "2.9.0", "transformer_engine": "2.11.0"}) is not None  # fmt: skip
 
@@ -193,8 +194,8 @@ def test_mfu_has_one_denominator_the_gpus_bf16_peak_in_the_report_and_the_plan()
     """A low-precision trial's MFU against the bf16 peak (bf16-equivalent), as the plan shows the same measurement."""
     place = where()
     trial = report.make_row(result(1, {"batch_size": 1, "precision": "mxfp8"}, median=0.25), BASE, place)
-    bf16_peak = contract.PEAK_TFLOPS["B200"]["bf16"] * 1e12
-    flops = contract.flops_per_token(contract.MODEL_PRESETS["1b"], 8192)
+    bf16_peak = hardware.PEAK_TFLOPS["B200"]["bf16"] * 1e12
+    flops = shapes.flops_per_token(shapes.MODEL_PRESETS["1b"], 8192)
     assert trial.mfu == pytest.approx(trial.measured_tokens_per_sec * flops / bf16_peak)
     records = report.records([trial], BASE, place)
     request = {"instance_type": B200, "precision": "mxfp8", "seq_length": 8192, "batch_size": 1}

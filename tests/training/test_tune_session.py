@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from training.request import contract
+from training.contract import settings_parse, settings_table, tuning
 from training.tune import convergence, driver, hosts, session
 from training.tune.hosts import Hosts
 
@@ -27,13 +27,11 @@ def test_no_trial_ok_still_writes_the_report_and_exits_0_with_no_winner(tmp_path
     monkeypatch.delenv("SM_MODEL_DIR", raising=False)
     assert session.run(job_in(tmp_path), Hosts(("localhost",), "localhost"), share_port=47_611) == 0
     folder = tmp_path / "ckpt" / "tune"
-    report = json.loads((folder / contract.TUNE_REPORT_FILE).read_text())
+    report = json.loads((folder / tuning.TUNE_REPORT_FILE).read_text())
     assert report["winner"] is None and [r["status"] for r in report["rows"]] == ["failed", "failed"]
     assert "selective cannot run with precision=mxfp8" in report["rows"][0]["error"]
-    assert json.loads((folder / contract.TUNE_WINNER_FILE).read_text()) == {"trial": None, "settings": None}
-    assert (folder / contract.TUNE_RECORDS_FILE).is_file() and not (
-        folder / contract.TUNE_REQUEST_FILE
-    ).exists()
+    assert json.loads((folder / tuning.TUNE_WINNER_FILE).read_text()) == {"trial": None, "settings": None}
+    assert (folder / tuning.TUNE_RECORDS_FILE).is_file() and not (folder / tuning.TUNE_REQUEST_FILE).exists()
     assert "tune: no winner: no trial ran ok (2 tried)" in capsys.readouterr().out
 
 
@@ -46,7 +44,7 @@ def test_a_failed_hand_over_between_hosts_keeps_the_report_and_skips_convergence
     job = job_in(tmp_path, "--tune_convergence_precisions", "mxfp8", "--tune_convergence_steps", "20")
     leader = Hosts(("localhost", "algo-2"), "localhost")
     assert session.run(job, leader, share_port=47_612) == 0
-    report = json.loads((tmp_path / "ckpt" / "tune" / contract.TUNE_REPORT_FILE).read_text())
+    report = json.loads((tmp_path / "ckpt" / "tune" / tuning.TUNE_REPORT_FILE).read_text())
     assert len(report["rows"]) == 2 and report["convergence"] == []
     assert any(n.startswith("convergence runs skipped: the hand-over of the winner between hosts failed (Timeout")
                for n in report["notes"]), report["notes"]  # fmt: skip
@@ -72,14 +70,14 @@ def test_without_convergence_the_hosts_exchange_nothing(tmp_path, monkeypatch):
 )  # fmt: skip
 def test_a_convergence_run_takes_only_settings_its_precision_runs(base, winner, precision, changed):
     full = {"seq_length": "64", **base}
-    with pytest.raises(contract.ContractError) if changed else _nothing():
-        contract.parse_hyperparameters({**full, **{k: contract.format_setting(v) for k, v in winner.items()},
+    with pytest.raises(settings_table.ContractError) if changed else _nothing():
+        settings_parse.parse_hyperparameters({**full, **{k: settings_parse.format_setting(v) for k, v in winner.items()},
                                         "precision": precision})  # fmt: skip
     settings, notes = convergence.run_settings(full, winner, precision)
     assert settings["precision"] == precision and len(notes) == len(changed)
     assert {n.split(": ")[1].split("=")[0] for n in notes} == changed
-    merged = {**full, **{k: contract.format_setting(v) for k, v in settings.items()}}
-    contract.parse_hyperparameters(merged)  # the trainer's rules accept it
+    merged = {**full, **{k: settings_parse.format_setting(v) for k, v in settings.items()}}
+    settings_parse.parse_hyperparameters(merged)  # the trainer's rules accept it
 
 
 class _nothing:

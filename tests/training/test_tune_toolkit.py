@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from training.request import contract, measured, plan, tuning
+from training.contract import settings_parse, settings_table
+from training.contract import tuning as contract_tuning
+from training.request import measured, plan, tuning
 
 from .runner import TINY, toolkit_job
 
@@ -111,7 +113,11 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
     assert not problems
     planned = tuning.plan_tuning(*plan.parse_request(request), settings, max_runtime_seconds=86_400)
     assert not planned.problems
-    top_level = {k: contract.format_setting(request[k]) for k in contract.TOP_LEVEL_SETTINGS if k in request}
+    top_level = {
+        k: settings_parse.format_setting(request[k])
+        for k in settings_table.TOP_LEVEL_SETTINGS
+        if k in request
+    }
     return {
         **request["hyperparameters"],
         **top_level,
@@ -121,7 +127,7 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
         **tuning.job_hyperparameters(
             planned, instance_type=INSTANCE, image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:abc123"
         ),
-        contract.TUNE_TRIALS: contract.format_trials(TRIALS),
+        contract_tuning.TUNE_TRIALS: contract_tuning.format_trials(TRIALS),
         "tune_trial_memory_limit_gb": str(MEMORY_LIMIT_GB),
         "tune_trial_timeout_seconds": str(TIMEOUT_SECONDS),
     }  # fmt: skip
@@ -176,7 +182,7 @@ def test_a_tuning_job_under_the_toolkit_ranks_its_trials_through_an_oom_and_a_ti
     assert {r["measured"]["status"] for r in records} == {"ok", "oom"}
     assert all(r["key"]["image_tag"] == "abc123" and r["where"]["device"] == "cpu" for r in records)
     # a CPU measurement never stands for a B200 request
-    assert measured.find(records, contract.parse_hyperparameters({"batch_size": 8}), instance_type=INSTANCE,
+    assert measured.find(records, settings_parse.parse_hyperparameters({"batch_size": 8}), instance_type=INSTANCE,
                          instance_count=1, image_tag="abc123") is None  # fmt: skip
     (comparison,) = report["convergence"]
     assert (

@@ -8,7 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from training.request import contract, plan, tuning
+from training.contract import hardware, settings_table
+from training.contract import tuning as contract_tuning
+from training.request import plan, tuning
 
 B200 = "ml.p6-b200.48xlarge"
 BASE = {
@@ -90,7 +92,7 @@ def test_candidates_are_ranked_by_predicted_throughput_with_the_non_fits_dropped
     tuned = tuning.plan_tuning(*plan.parse_request(BASE), settings(search_space={k: list(v) for k, v in space.items()}, max_trials=3),
                                max_runtime_seconds=86_400)  # fmt: skip
     assert [c.probe for c in tuned.trials] == [False, False, False, True]
-    assert tuned.trials[-1].trial()[contract.TRIAL_PROBE] is True
+    assert tuned.trials[-1].trial()[contract_tuning.TRIAL_PROBE] is True
 
 
 def test_a_space_with_no_candidate_that_fits_is_refused_naming_the_nearest():
@@ -108,7 +110,7 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
     request = {**BASE, "batch_size": 8, "hyperparameters": {"model_preset": "64b"}}
     space = {"batch_size": [1, 2, 4, 8], "activation_checkpointing": ["none", "full", "selective"]}
     tuned = tuning.plan_tuning(*plan.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
-                               max_instance_count=4, instance_types=tuple(contract.GPU_INSTANCE_TYPES))  # fmt: skip
+                               max_instance_count=4, instance_types=tuple(hardware.GPU_INSTANCE_TYPES))  # fmt: skip
     (problem,) = tuned.problems
     advice = problem.split("; it would fit with: ")[1]
     assert (
@@ -154,7 +156,7 @@ def test_combinations_the_trainer_refuses_are_left_out_with_the_reason():
 
 def test_the_cost_bound_keeps_the_best_trials_that_fit_and_bounds_the_jobs_run_time():
     free = tuning.plan_tuning(*plan.parse_request(BASE), settings(), max_runtime_seconds=86_400)
-    price = contract.ON_DEMAND_USD_PER_HOUR[B200]
+    price = hardware.ON_DEMAND_USD_PER_HOUR[B200]
     assert free.expected_cost_usd == pytest.approx(free.expected_seconds * price / 3600)
     one_trial = (tuning.JOB_START_SECONDS + tuning.REPORT_SECONDS + free.trial_seconds[0]) * price / 3600
     bounded = tuning.plan_tuning(
@@ -181,7 +183,7 @@ def test_a_cost_bound_needs_a_price():
                                max_runtime_seconds=86_400)  # fmt: skip
     assert tuned.problems == [
         "tune.max_cost_usd: ml.p6-b300.48xlarge has no on-demand price in this version "
-        "(contract.ON_DEMAND_USD_PER_HOUR), so the bound cannot be kept; leave max_cost_usd out"
+        "(hardware.ON_DEMAND_USD_PER_HOUR), so the bound cannot be kept; leave max_cost_usd out"
     ]
 
 
@@ -189,11 +191,13 @@ def test_the_jobs_hyperparameters_carry_the_ordered_trials_the_driver_parses_bac
     tuned = tuning.plan_tuning(*plan.parse_request(BASE), settings(max_trials=4, convergence={"precisions": ["mxfp8"], "steps": 50}),
                                max_runtime_seconds=86_400)  # fmt: skip
     hyperparameters = tuning.job_hyperparameters(tuned, instance_type=B200, image_uri="r/x:tag1")
-    trials = contract.parse_trials(hyperparameters[contract.TUNE_TRIALS])
+    trials = contract_tuning.parse_trials(hyperparameters[contract_tuning.TUNE_TRIALS])
     assert trials == [c.trial() for c in tuned.trials]
-    assert set(hyperparameters) <= set(contract.TUNE_HYPERPARAMETERS_BY_NAME)
+    assert set(hyperparameters) <= set(contract_tuning.TUNE_HYPERPARAMETERS_BY_NAME)
     for name, text in hyperparameters.items():
-        contract.TUNE_HYPERPARAMETERS_BY_NAME[name].parse(text)  # every value is what the driver accepts
+        contract_tuning.TUNE_HYPERPARAMETERS_BY_NAME[name].parse(
+            text
+        )  # every value is what the driver accepts
     assert hyperparameters["tune_convergence_precisions"] == "mxfp8"
     assert int(hyperparameters["tune_deadline_seconds"]) == tuned.max_runtime_seconds - int(
         tuning.REPORT_SECONDS
@@ -202,17 +206,17 @@ def test_the_jobs_hyperparameters_carry_the_ordered_trials_the_driver_parses_bac
 
 
 def test_trial_lists_refuse_settings_a_trial_may_not_change():
-    with pytest.raises(contract.ContractError, match="tune_trials: trial 2: 'learning_rate=1' is not"):
-        contract.parse_trials("batch_size=2;learning_rate=1")
-    with pytest.raises(contract.ContractError, match="trial 1 is empty"):
-        contract.parse_trials("")
+    with pytest.raises(settings_table.ContractError, match="tune_trials: trial 2: 'learning_rate=1' is not"):
+        contract_tuning.parse_trials("batch_size=2;learning_rate=1")
+    with pytest.raises(settings_table.ContractError, match="trial 1 is empty"):
+        contract_tuning.parse_trials("")
 
 
 def test_a_candidate_keeps_the_requests_tokens_per_optimizer_step_by_accumulation():
     base = {**BASE, "batch_size": 8, "hyperparameters": {"grad_accum_steps": 2}}  # 16 sequences per step
     found = tuning.candidates(*plan.parse_request(base), {"batch_size": (1, 4, 16, 32)})
     everyone = [*found.ranked, *found.not_fitting]
-    assert {c.overrides["batch_size"]: c.overrides[contract.GRAD_ACCUM_SETTING] for c in everyone} == {
+    assert {c.overrides["batch_size"]: c.overrides[contract_tuning.GRAD_ACCUM_SETTING] for c in everyone} == {
         1: 16, 4: 4, 16: 1
     }  # fmt: skip
     assert [r.split(":")[0] for r in found.refused] == ["batch_size=32"]
@@ -220,8 +224,8 @@ def test_a_candidate_keeps_the_requests_tokens_per_optimizer_step_by_accumulatio
     assert one.plan.setup.grad_accum_steps == 4
     # an optimizer step is its 4 micro-batches (the plan counts them)
     assert one.step_seconds() == pytest.approx(4 * 4 * 8192 / one.plan.timing.tokens_per_sec_per_gpu)
-    assert contract.parse_trials(contract.format_trials([one.trial()])) == [one.trial()]
-    assert contract.GRAD_ACCUM_SETTING in contract.measurement_key_settings()
+    assert contract_tuning.parse_trials(contract_tuning.format_trials([one.trial()])) == [one.trial()]
+    assert contract_tuning.GRAD_ACCUM_SETTING in contract_tuning.measurement_key_settings()
 
 
 def test_with_settings_puts_top_level_fields_on_top():

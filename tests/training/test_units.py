@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from training.request import contract
+from training.contract import hardware, metric_lines, settings_table, shapes
 from training.trainer import checkpoint, data, loop, metrics, model, weights
 
-SHAPE = contract.ModelShape(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256)
+SHAPE = shapes.ModelShape(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256)
 
 
 def tiny_model() -> model.Transformer:
@@ -38,7 +38,7 @@ def test_the_torch_model_is_built_on_the_meta_device_blocks_included():
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
-    shape = contract.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
+    shape = shapes.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
     net = model.build_model(shape, use_te=False, te_params_dtype=torch.float32)
     assert sum(p.numel() for p in net.parameters()) == shape.parameter_count()
     assert ("head.weight" in dict(net.named_parameters())) is not tied
@@ -117,18 +117,18 @@ def test_token_files_are_sharded_across_ranks_and_resumable(tmp_path):
 
 
 def test_token_files_errors_name_the_setting(tmp_path):
-    with pytest.raises(contract.ContractError) as err:
+    with pytest.raises(settings_table.ContractError) as err:
         data.TokenFiles(str(tmp_path), "uint16", 300, 9, 2, 5, 0, 2)
     assert err.value.field == "dataset"
     write_token_files(tmp_path)
-    with pytest.raises(contract.ContractError) as err:
+    with pytest.raises(settings_table.ContractError) as err:
         data.TokenFiles(str(tmp_path), "uint32", 10, 9, 2, 5, 0, 2).next_batch()
     assert err.value.field == "vocab_size"
 
 
 def test_channel_dir_comes_from_sm_channel_train(monkeypatch):
     monkeypatch.delenv("SM_CHANNEL_TRAIN", raising=False)
-    with pytest.raises(contract.ContractError, match="SM_CHANNEL_TRAIN"):
+    with pytest.raises(settings_table.ContractError, match="SM_CHANNEL_TRAIN"):
         data.channel_dir()
     monkeypatch.setenv("SM_CHANNEL_TRAIN", "/data/train")
     assert data.channel_dir() == "/data/train"
@@ -156,7 +156,7 @@ def test_only_complete_checkpoints_count(tmp_path):
 
 def test_flops_formula():
     n = SHAPE.parameter_count() - 256 * 64
-    assert contract.flops_per_token(SHAPE, 32) == 6 * n + 12 * 2 * 64 * 32
+    assert shapes.flops_per_token(SHAPE, 32) == 6 * n + 12 * 2 * 64 * 32
 
 
 def test_throughput_leaves_out_warmup_and_has_no_mfu_on_cpu():
@@ -181,11 +181,11 @@ def test_low_precision_runs_also_report_a_bf16_equivalent_mfu(monkeypatch, gpu, 
     low = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), prec).rates(10**9, 1.0)
     tflops = low["tflops_per_gpu"]
     assert low["mfu"] == pytest.approx(tflops / own_peak)
-    assert low["mfu_bf16"] == pytest.approx(tflops / contract.PEAK_TFLOPS[gpu]["bf16"])
-    step = contract.format_step_line(5, low)
-    assert contract.parse_metric_line(step)["train:mfu_bf16"] == pytest.approx(low["mfu_bf16"], rel=1e-5)
+    assert low["mfu_bf16"] == pytest.approx(tflops / hardware.PEAK_TFLOPS[gpu]["bf16"])
+    step = metric_lines.format_step_line(5, low)
+    assert metric_lines.parse_metric_line(step)["train:mfu_bf16"] == pytest.approx(low["mfu_bf16"], rel=1e-5)
     bf16 = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), "bf16").rates(10**9, 1.0)
-    assert "mfu_bf16" not in bf16 and bf16["mfu"] == pytest.approx(tflops / contract.PEAK_TFLOPS[gpu]["bf16"])
+    assert "mfu_bf16" not in bf16 and bf16["mfu"] == pytest.approx(tflops / hardware.PEAK_TFLOPS[gpu]["bf16"])
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():
@@ -236,5 +236,5 @@ def test_empty_token_files_are_skipped(tmp_path):
     (tmp_path / "empty.bin").write_bytes(b"")
     dataset = data.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, 0, 2)
     assert len(dataset.arrays) == 2
-    with pytest.raises(contract.ContractError, match="no non-empty"):
+    with pytest.raises(settings_table.ContractError, match="no non-empty"):
         data.TokenFiles([tmp_path / "empty.bin"], "uint32", 2000, 9, 2, 5, 0, 2)

@@ -26,13 +26,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from transformers import LlamaForCausalLM
 
-from training.request import contract, hf_config
+from training.contract import settings_parse, settings_table
+from training.contract import shapes as contract_shapes
+from training.request import hf_config
 from training.trainer import export_hf, levers, llama_layout, master_weights, model, parallel, rotary, weights
 
 from .hf_models import ORIGINAL_MAX_POSITIONS, tiny_llama, tokens
 from .runner import ROOT, cli_args, env
 
-SHAPE = contract.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
+SHAPE = contract_shapes.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
 """42 vocabulary rows and 64-row fused QKV: uneven shards at world size 4 (11, 11, 11, 9 rows)."""
 CPU = torch.device("cpu")
 
@@ -63,7 +65,7 @@ def gathered(build: Callable[[], model.Transformer], world: int, **init) -> dict
     return {name: torch.cat(parts) for name, parts in pieces.items()}
 
 
-def torch_model(shape: contract.ModelShape = SHAPE) -> model.Transformer:
+def torch_model(shape: contract_shapes.ModelShape = SHAPE) -> model.Transformer:
     return model.build_model(shape, use_te=False, te_params_dtype=torch.float32)
 
 
@@ -124,7 +126,7 @@ class FakeTEBlock(nn.Module):
     + 2 * kv_heads * head_dim`` rows), ``self_attention.proj.weight``, ``layernorm_mlp.{layer_norm_weight,
     fc1_weight, fc2_weight}``."""
 
-    def __init__(self, shape: contract.ModelShape, quantized: bool = False):
+    def __init__(self, shape: contract_shapes.ModelShape, quantized: bool = False):
         super().__init__()
         h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
         self.self_attention = nn.Module()
@@ -137,7 +139,7 @@ class FakeTEBlock(nn.Module):
         )
 
 
-def te_model(shape: contract.ModelShape = SHAPE, quantized: bool = False) -> model.Transformer:
+def te_model(shape: contract_shapes.ModelShape = SHAPE, quantized: bool = False) -> model.Transformer:
     blocks = [FakeTEBlock(shape, quantized) for _ in range(shape.num_layers)]
     with torch.device("meta"):
         return model.Transformer(shape, blocks)
@@ -245,10 +247,10 @@ def test_the_masters_of_quantized_weights_start_from_their_values_before_quantiz
 
 def imported(folder, shape_changes: dict | None = None) -> tuple[model.Transformer, dict]:
     """The trainer's model of ``folder`` (one process, no sharding) with its weights."""
-    values = contract.parse_hyperparameters(
+    values = settings_parse.parse_hyperparameters(
         {"precision": "fp32", "seq_length": 48}, hf_config.architecture(hf_config.read_local(folder))
     )
-    shape = contract.model_shape(values)
+    shape = settings_parse.model_shape(values)
     net = model.build_model(
         shape,
         use_te=False,
@@ -298,13 +300,13 @@ def test_an_imported_llamas_rms_norm_eps_is_its_config_jsons_or_transformers_def
             )
             torch.testing.assert_close(net.logits(ids), theirs, rtol=0, atol=1e-5)
             for norm in [m for m in net.modules() if isinstance(m, nn.RMSNorm)]:
-                norm.eps = contract.NORM_EPS
+                norm.eps = contract_shapes.NORM_EPS
             assert (net.logits(ids) - theirs).abs().max() > 1e-4, folder  # the epsilon shows
 
 
 def test_te_named_modules_import_the_same_tensors_for_world_sizes_1_and_2(tmp_path):
     reference = tiny_llama(tmp_path, tied=False)
-    shape = contract.ModelShape(2, 64, 4, 96, 96, num_kv_heads=2)
+    shape = contract_shapes.ModelShape(2, 64, 4, 96, 96, num_kv_heads=2)
     folder = str(tmp_path)
     for world in (1, 2):
         state = gathered(lambda: te_model(shape), world, seed=0, init_from=folder)
@@ -315,7 +317,7 @@ def test_te_named_modules_import_the_same_tensors_for_world_sizes_1_and_2(tmp_pa
 def test_interleaving_is_what_te_attention_reads_as_query_key_and_value():
     """TE 2.11 MultiheadAttention.forward: ``[.., ng * (np/ng + 2) * hn] -> [.., ng, (np/ng + 2), hn]``, split
     ``(np/ng, 1, 1)``; query head g * np/ng + i must use key/value head g, as Llama's repeat_kv."""
-    shape = contract.ModelShape(1, 32, 4, 48, 10, num_kv_heads=2)
+    shape = contract_shapes.ModelShape(1, 32, 4, 48, 10, num_kv_heads=2)
     q, k, v = torch.randn(32, 32), torch.randn(16, 32), torch.randn(16, 32)
     layout = llama_layout.parts("layers.0.self_attention.layernorm_qkv.weight", shape)
     fused = llama_layout.fuse(layout, [q, k, v], shape)
@@ -348,7 +350,7 @@ def rewrite_index(folder, change: Callable[[dict], None]) -> None:
 
 
 def refusal(folder) -> str:
-    with pytest.raises(contract.ContractError) as info:
+    with pytest.raises(settings_table.ContractError) as info:
         weights.check_init_from(folder_cfg(folder))
     assert info.value.field == "init_from" and "\n" not in str(info.value)
     return str(info.value)
@@ -394,11 +396,11 @@ def test_a_missing_tensor_a_wrong_shape_a_missing_shard_and_an_extra_tensor_are_
 def test_a_folder_without_weights_or_config_or_of_another_architecture_is_refused_naming_it(tmp_path):
     for path in tmp_path.iterdir():
         path.unlink()
-    with pytest.raises(contract.ContractError, match=r"init_from: .*holds no config\.json"):
+    with pytest.raises(settings_table.ContractError, match=r"init_from: .*holds no config\.json"):
         folder_cfg(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(tiny_llama_config(model_type="mistral")))
     with pytest.raises(
-        contract.ContractError, match=r"model_type 'mistral' is not supported; supported: llama"
+        settings_table.ContractError, match=r"model_type 'mistral' is not supported; supported: llama"
     ):
         folder_cfg(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(tiny_llama_config()))
@@ -416,12 +418,14 @@ def test_explicit_settings_that_contradict_the_folder_are_refused_naming_both(tm
     from training.trainer import config
 
     base = {"init_from": str(tmp_path), "precision": "fp32", "seq_length": "32"}
-    with pytest.raises(contract.ContractError) as info:
+    with pytest.raises(settings_table.ContractError) as info:
         config.config_from_mapping({**base, "num_kv_heads": "4"})
     assert str(info.value) == (
         "num_kv_heads: must be 2 or left out: the init_from model's config.json has num_kv_heads=2; got 4"
     )
-    with pytest.raises(contract.ContractError, match="model_preset: llama3.2-1b is not the init_from model"):
+    with pytest.raises(
+        settings_table.ContractError, match="model_preset: llama3.2-1b is not the init_from model"
+    ):
         config.config_from_mapping({**base, "model_preset": "llama3.2-1b"})
     agreeing = config.config_from_mapping({**base, "hidden_size": "64", "tie_embeddings": "true"})
     assert agreeing.model_preset == "custom" and agreeing.shape.kv_heads == 2
@@ -468,7 +472,7 @@ def test_on_two_gloo_ranks_an_imported_llama_gives_transformers_logits_and_loss(
         their_loss = torch.nn.functional.cross_entropy(theirs.reshape(-1, 96), targets.reshape(-1))
     torch.testing.assert_close(result["logits"], theirs, rtol=0, atol=1e-5)
     torch.testing.assert_close(result["loss"], their_loss, rtol=0, atol=1e-5)
-    llama = export_hf.to_hf_state_dict(result["state"], contract.model_shape(reference_settings(tied)))
+    llama = export_hf.to_hf_state_dict(result["state"], settings_parse.model_shape(reference_settings(tied)))
     assert all(
         torch.equal(llama[name], value) for name, value in reference.state_dict().items() if name in llama
     )

@@ -13,18 +13,14 @@ import pytest
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, TRAINING_PLANS, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import build_workflow
-from training.request import contract, hf_config
-from training.request.contract import (
-    EVALUATE_ENTRY_POINT,
-    MODEL_CHANNEL,
-    TASKS_CHANNEL,
-    TRAIN_CHANNEL,
-    evaluation_metric_definitions,
-)
+from training.contract import container, settings_parse
+from training.contract.container import EVALUATE_ENTRY_POINT, MODEL_CHANNEL, TASKS_CHANNEL, TRAIN_CHANNEL
+from training.contract.evaluation import evaluation_metric_definitions
+from training.request import hf_config
 
 PLAN = f"arn:aws:sagemaker:{REGION}:012345678901:training-plan/b200-week"
 TRAINING_PLANS.add(PLAN, "ml.p6-b200.48xlarge", 2)  # the request check describes the plan a request names
-SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
+SMALL_LLAMA = hf_config.to_config(settings_parse.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
 SCORES = (("eval:piqa:acc", 0.61), ("eval:piqa:acc_stderr", 0.011), ("eval:piqa:acc_norm", 0.62),
           ("eval:piqa:acc_norm_stderr", 0.011), ("eval:hellaswag:acc", 0.29))  # fmt: skip
 
@@ -178,7 +174,7 @@ def test_a_run_started_from_open_weights_is_evaluated_with_their_tokenizer(deplo
     result = _run(workflow, execution_input, name)
     assert result["status"] == "SUCCEEDED", result
     train, evaluation = OUTCOMES.requests[prefix]
-    assert {c["ChannelName"] for c in train["InputDataConfig"]} == {TRAIN_CHANNEL, contract.WEIGHTS_CHANNEL}
+    assert {c["ChannelName"] for c in train["InputDataConfig"]} == {TRAIN_CHANNEL, container.WEIGHTS_CHANNEL}
     assert {t["Key"]: t["Value"] for t in evaluation["Tags"]}["training-workflow-evaluates"] == name
     OUTCOMES.plan(prefix, Outcome(final_metrics=SCORES))
     only = {"job_name_prefix": prefix, "evaluate": _evaluate(base, training_job=train["TrainingJobName"])}

@@ -28,12 +28,9 @@ from tests.workflow.harness import (
     moto_workflow,
 )
 from tests.workflow.stacks import build_workflow
-from training.request.contract import (
-    CHECKPOINT_LOCAL_PATH,
-    DEFAULT_INSTANCE_TYPE,
-    MODEL_DIR,
-    metric_definitions,
-)
+from training.contract.container import CHECKPOINT_LOCAL_PATH, MODEL_DIR
+from training.contract.hardware import DEFAULT_INSTANCE_TYPE
+from training.contract.metric_lines import metric_definitions
 from training.request.decision import validate_request
 from training.request.plan import make_plan
 from training.request.rules import RequestRules
@@ -304,7 +301,7 @@ def test_without_num_layers_the_model_preset_decides_the_depth(workflow):
     assert "num_layers" not in request["HyperParameters"]
     assert request["HyperParameters"]["model_preset"] == "8b"
     # ... and the trainer then takes the preset's 32 layers.
-    from training.request.contract import parse_hyperparameters
+    from training.contract.settings_parse import parse_hyperparameters
 
     assert parse_hyperparameters(request["HyperParameters"])["num_layers"] == 32
 

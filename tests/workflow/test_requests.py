@@ -19,15 +19,10 @@ from constructs_lib.workflow.request_check import decide
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, TRAINING_PLANS, Outcome, definitions_of, moto_workflows
 from tests.workflow.stacks import build_workflow
+from training.contract.container import RESUME_CHANNEL, TRAIN_CHANNEL, WEIGHTS_CHANNEL, WEIGHTS_CHANNEL_DIR
+from training.contract.settings_parse import parse_hyperparameters
+from training.contract.shapes import MODEL_PRESETS
 from training.request import hf_config
-from training.request.contract import (
-    MODEL_PRESETS,
-    RESUME_CHANNEL,
-    TRAIN_CHANNEL,
-    WEIGHTS_CHANNEL,
-    WEIGHTS_CHANNEL_DIR,
-    parse_hyperparameters,
-)
 from training.request.job import job_fields
 from training.request.rules import RequestRules
 from training.request.value import Fields

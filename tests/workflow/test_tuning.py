@@ -15,7 +15,9 @@ from constructs_lib._shared.nag import logical_id
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import OUTCOMES, REGION, Outcome, definition_of, moto_workflow
 from tests.workflow.stacks import IMAGE_TAG, build_workflow
-from training.request import contract, plan, tuning
+from training.contract import container, hardware, settings_table
+from training.contract import tuning as contract_tuning
+from training.request import plan, tuning
 from training.request.rules import RequestRules
 from training.tune import report, session
 from training.tune.outcome import TrialResult
@@ -65,8 +67,8 @@ def _summary(result: dict) -> dict:
 def records_file(hyperparameters: dict[str, str], measured: dict[int, float]) -> str:
     """The ``measurements.json`` a tuning job on 8 x B200 with this image writes (the driver's own functions), for
     trials of micro-batch -> median step seconds."""
-    base = {k: v for k, v in hyperparameters.items() if k in contract.HYPERPARAMETERS_BY_NAME}
-    place = report.Where(contract.DEFAULT_INSTANCE_TYPE, 1, "cuda", "B200", 8, IMAGE_TAG, "2.9.0", "2.11.0",
+    base = {k: v for k, v in hyperparameters.items() if k in settings_table.HYPERPARAMETERS_BY_NAME}
+    place = report.Where(hardware.DEFAULT_INSTANCE_TYPE, 1, "cuda", "B200", 8, IMAGE_TAG, "2.9.0", "2.11.0",
                          "tune-job", "2026-11-23T10:00:00+00:00", "algo-1")  # fmt: skip
     rows = []
     for index, (batch, seconds) in enumerate(measured.items(), start=1):
@@ -93,15 +95,15 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     summary = _summary(result)
     (request,) = OUTCOMES.requests[prefix]  # one job for every trial
     tuned = tuning.plan_tuning(
-        *plan.parse_request({**rules.full_defaults(), **BASE, "tune": TUNE}), tuning.parse_tune(TUNE, contract.DEFAULT_INSTANCE_TYPE)[0],
+        *plan.parse_request({**rules.full_defaults(), **BASE, "tune": TUNE}), tuning.parse_tune(TUNE, hardware.DEFAULT_INSTANCE_TYPE)[0],
         max_runtime_seconds=86_400,
     )  # fmt: skip
     hyperparameters = request["HyperParameters"]
     assert len(tuned.trials) == 3 and {c.overrides["grad_accum_steps"] for c in tuned.trials} == {1, 2, 4}
-    assert contract.parse_trials(hyperparameters["tune_trials"]) == [c.trial() for c in tuned.trials]
+    assert contract_tuning.parse_trials(hyperparameters["tune_trials"]) == [c.trial() for c in tuned.trials]
     assert hyperparameters["tune_image_uri"] == request["AlgorithmSpecification"]["TrainingImage"]
     assert hyperparameters["tune_instance_type"] == request["ResourceConfig"]["InstanceType"]
-    assert hyperparameters["checkpoint_dir"] == contract.CHECKPOINT_LOCAL_PATH  # the report's folder
+    assert hyperparameters["checkpoint_dir"] == container.CHECKPOINT_LOCAL_PATH  # the report's folder
     assert request["StoppingCondition"]["MaxRuntimeInSeconds"] == tuned.max_runtime_seconds
     assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/checkpoints/{SEGMENT}/{name}/"
     tune = summary["tune"]
@@ -160,8 +162,8 @@ def test_a_tuning_job_where_no_trial_ran_ok_summarizes_no_winner_with_its_report
     name = f"tune-{uuid.uuid4().hex[:8]}"
     folder = f"checkpoints/{SEGMENT}/{name}/tune/"
     base = {k: v for k, v in {**rules.full_defaults()["hyperparameters"], "precision": "bf16", "seq_length": "8192",
-            "batch_size": "4"}.items() if k in contract.HYPERPARAMETERS_BY_NAME}  # fmt: skip
-    place = report.Where(contract.DEFAULT_INSTANCE_TYPE, 1, "cuda", "B200", 8, IMAGE_TAG, "2.9.0", "2.11.0",
+            "batch_size": "4"}.items() if k in settings_table.HYPERPARAMETERS_BY_NAME}  # fmt: skip
+    place = report.Where(hardware.DEFAULT_INSTANCE_TYPE, 1, "cuda", "B200", 8, IMAGE_TAG, "2.9.0", "2.11.0",
                          "tune-job", "2026-11-23T10:00:00+00:00", "algo-1")  # fmt: skip
     results = [TrialResult(i, {"batch_size": b, "grad_accum_steps": 4 // b}, status="oom", error="CUDA out of memory")
                for i, b in enumerate((4, 2), start=1)]  # fmt: skip
@@ -169,8 +171,8 @@ def test_a_tuning_job_where_no_trial_ran_ok_summarizes_no_winner_with_its_report
     winner = session.winner_summary(report.winner(rows), None, place)
     records = json.dumps({"records": report.records(rows, base, place)})
     prefix = _prefix()
-    OUTCOMES.plan(prefix, Outcome(uploads=((bucket, folder + contract.TUNE_WINNER_FILE, json.dumps(winner)),
-                                           (bucket, folder + contract.TUNE_RECORDS_FILE, records))))  # fmt: skip
+    OUTCOMES.plan(prefix, Outcome(uploads=((bucket, folder + contract_tuning.TUNE_WINNER_FILE, json.dumps(winner)),
+                                           (bucket, folder + contract_tuning.TUNE_RECORDS_FILE, records))))  # fmt: skip
     summary = _summary(workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name))
     tune = summary["tune"]
     assert summary["status"] == "Completed" and tune["winner"] == {"value": {"trial": None, "settings": None}}

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from training.request import contract
+from training.contract import evaluation
 
 
 @contextlib.contextmanager
@@ -40,14 +40,14 @@ def known_tasks(tasks_dir: Path) -> list[str]:
 
 def device_and_args(folder: Path) -> tuple[str, dict[str, Any]]:
     """``cuda`` when a GPU is visible (split over all of them, ``parallelize``, when the weights take more than
-    ``contract.EVALUATION_WEIGHTS_SHARE`` of one), else ``cpu``."""
+    ``evaluation.EVALUATION_WEIGHTS_SHARE`` of one), else ``cpu``."""
     import torch
 
     if not torch.cuda.is_available():
         return "cpu", {}
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     per_gpu = torch.cuda.get_device_properties(0).total_memory
-    if torch.cuda.device_count() > 1 and weights > contract.EVALUATION_WEIGHTS_SHARE * per_gpu:
+    if torch.cuda.device_count() > 1 and weights > evaluation.EVALUATION_WEIGHTS_SHARE * per_gpu:
         return "cuda", {"parallelize": True}
     return "cuda", {}
 
@@ -98,7 +98,7 @@ def scores(results: Mapping[str, Any]) -> dict[str, dict[str, float | int]]:
     counts = results.get("n-samples") or {}
     for task, metrics in (results.get("results") or {}).items():
         found: dict[str, float | int] = {}
-        for field in contract.EVALUATION_METRICS:
+        for field in evaluation.EVALUATION_METRICS:
             value = metrics.get(f"{field},none")
             if isinstance(value, int | float) and value == value:  # lm-eval writes "N/A" when it has none
                 found[field] = float(value)

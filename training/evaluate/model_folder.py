@@ -13,7 +13,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from training.request import contract
+from training.contract import container
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 """Any of these makes a folder loadable by ``AutoTokenizer`` (fast tokenizer, SentencePiece, BPE vocabulary)."""
@@ -28,7 +28,7 @@ def _is_model_folder(path: Path) -> bool:
     return (path / "config.json").is_file()
 
 
-def extract_export(archive: Path, into: Path, folder: str = contract.HF_EXPORT_DIR) -> Path:
+def extract_export(archive: Path, into: Path, folder: str = container.HF_EXPORT_DIR) -> Path:
     """The ``folder/`` members of ``archive`` extracted under ``into``; returns the extracted folder."""
     prefix = folder.strip("/") + "/"
     try:
@@ -53,14 +53,14 @@ def locate(model_dir: str | Path, work_dir: str | Path) -> Path:
         return extract_export(path, Path(work_dir))
     if not path.is_dir():
         raise ModelFolderError(f"model_dir: {path} is neither a folder nor a model.tar.gz")
-    for candidate in (path, path / contract.HF_EXPORT_DIR):
+    for candidate in (path, path / container.HF_EXPORT_DIR):
         if _is_model_folder(candidate):
             return candidate
     archives = sorted(path.glob("*.tar.gz"))
     if len(archives) == 1:
         return extract_export(archives[0], Path(work_dir))
     raise ModelFolderError(
-        f"model_dir: {path} holds no Hugging Face folder (config.json), no {contract.HF_EXPORT_DIR}/ folder and "
+        f"model_dir: {path} holds no Hugging Face folder (config.json), no {container.HF_EXPORT_DIR}/ folder and "
         f"{'no' if not archives else 'more than one'} {ARCHIVE}"
     )
 

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from training.request import contract
+from training.contract import container, evaluation, settings_table
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 LOCAL_OUTPUT_DIR = "evaluations"
@@ -47,11 +47,11 @@ def _channel(name: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__.splitlines()[0])
-    for spec in contract.EVALUATION_SETTINGS:
+    for spec in evaluation.EVALUATION_SETTINGS:
         parse.add_argument(*spec.cli_flags, dest=spec.name, default=spec.default, help=spec.help)
-    parse.add_argument("--model_dir", "--model-dir", default=_channel(contract.MODEL_CHANNEL),
+    parse.add_argument("--model_dir", "--model-dir", default=_channel(container.MODEL_CHANNEL),
                        help="A Hugging Face folder, a model folder holding hf/, or a model.tar.gz (or its folder).")  # fmt: skip
-    parse.add_argument("--tasks_dir", "--tasks-dir", default=_channel(contract.TASKS_CHANNEL),
+    parse.add_argument("--tasks_dir", "--tasks-dir", default=_channel(container.TASKS_CHANNEL),
                        help="The task folder: lm-eval task YAML files and their data files.")  # fmt: skip
     parse.add_argument("--output_dir", "--output-dir", default=os.environ.get("SM_OUTPUT_DATA_DIR"),
                        help="Where scores.json, results.json and evaluation.json are written: a folder that holds "
@@ -66,13 +66,13 @@ def output_folder(given: str | None, model_dir: str, now: datetime | None = None
     if given is None:
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
         model = Path(model_dir).resolve()
-        name = model.parent.name if model.name in ("model", contract.HF_EXPORT_DIR) else model.name
+        name = model.parent.name if model.name in ("model", container.HF_EXPORT_DIR) else model.name
         folder = Path(LOCAL_OUTPUT_DIR) / f"{name or 'model'}-{stamp}"
         return folder.with_name(f"{folder.name}-{os.getpid()}") if folder.exists() else folder
     folder = Path(given)
     taken = [name for name in OUTPUT_FILES if (folder / name).exists()]
     if taken:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "output_dir", f"{folder} already holds {', '.join(taken)} of an evaluation; choose a new folder"
         )
     return folder
@@ -80,13 +80,13 @@ def output_folder(given: str | None, model_dir: str, now: datetime | None = None
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """The contract's evaluation settings, parsed (raises ``ContractError`` naming the first bad one)."""
-    values = {spec.name: spec.parse(getattr(args, spec.name)) for spec in contract.EVALUATION_SETTINGS}
+    values = {spec.name: spec.parse(getattr(args, spec.name)) for spec in evaluation.EVALUATION_SETTINGS}
     tasks = [t.strip() for t in str(values["tasks"]).split(",") if t.strip()]
-    bad = [t for t in tasks if not contract.TASK_NAME.match(t)]
-    if not tasks or bad or len(tasks) > contract.MAX_EVALUATION_TASKS or len(set(tasks)) != len(tasks):
-        raise contract.ContractError(
+    bad = [t for t in tasks if not evaluation.TASK_NAME.match(t)]
+    if not tasks or bad or len(tasks) > evaluation.MAX_EVALUATION_TASKS or len(set(tasks)) != len(tasks):
+        raise settings_table.ContractError(
             "tasks",
-            f"must be 1 to {contract.MAX_EVALUATION_TASKS} distinct task names (letters, digits, _ . -), comma "
+            f"must be 1 to {evaluation.MAX_EVALUATION_TASKS} distinct task names (letters, digits, _ . -), comma "
             f"separated; got {values['tasks']!r}",
         )
     values["tasks"] = tasks
@@ -97,13 +97,13 @@ def check_tasks(tasks: list[str], tasks_dir: Path) -> None:
     from training.evaluate import harness
 
     if not tasks_dir.is_dir():
-        raise contract.ContractError(
-            "tasks_dir", f"{tasks_dir} is not a folder (the '{contract.TASKS_CHANNEL}' channel)"
+        raise settings_table.ContractError(
+            "tasks_dir", f"{tasks_dir} is not a folder (the '{container.TASKS_CHANNEL}' channel)"
         )
     known = harness.known_tasks(tasks_dir)
     unknown = [t for t in tasks if t not in known]
     if unknown:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "tasks",
             f"{', '.join(unknown)} not defined in {tasks_dir} (its YAML files define: {', '.join(known) or 'nothing'})",
         )
@@ -133,7 +133,7 @@ def report(
     """Print the metric lines, write scores.json, results.json and evaluation.json, log to MLflow when
     configured."""
     for task, values in scores.items():
-        print(contract.format_evaluation_line(task, values, values.get("samples")), flush=True)
+        print(evaluation.format_evaluation_line(task, values, values.get("samples")), flush=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     kept = {k: v for k, v in results.items() if k != "samples"}
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tempfile.mkdtemp(prefix="evaluate-model-"))
         folder = model_folder.locate(args.model_dir, work)
         model_folder.check_tokenizer(folder)
-    except contract.ContractError as err:
+    except settings_table.ContractError as err:
         return refuse(f"invalid setting {err}", report=True)
     except model_folder.ModelFolderError as err:
         return refuse(str(err), report=True)

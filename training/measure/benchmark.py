@@ -32,8 +32,8 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
+from training.contract import hardware, settings_parse, settings_table, shapes
 from training.measure import external_baseline
-from training.request import contract
 from training.trainer import compile as compiling
 from training.trainer import config, data, loop, metrics, parallel, precision
 
@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--preset",
-        choices=tuple(contract.MODEL_PRESETS),
+        choices=tuple(shapes.MODEL_PRESETS),
         default="1b" if gpu else None,
         help="Model preset (default: 1b on a GPU, a tiny custom model on CPU).",
     )
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--loss-chunk-tokens",
         type=int,
-        default=contract.LOSS_CHUNK_TOKENS_DEFAULT,
+        default=settings_table.LOSS_CHUNK_TOKENS_DEFAULT,
         help="Tokens per chunk of the LM head and loss (0: unchunked). Default: the contract's.",
     )
     parser.add_argument(
@@ -88,7 +88,7 @@ def default_precisions(device: torch.device) -> list[str]:
     capability = torch.cuda.get_device_capability(device)
     runnable = ["bf16", "fp16"]
     if precision.te_available():
-        runnable += [p for p in ("fp8", "mxfp8", "nvfp4") if contract.precision_supported_on(p, capability)]
+        runnable += [p for p in ("fp8", "mxfp8", "nvfp4") if hardware.precision_supported_on(p, capability)]
     return runnable
 
 
@@ -163,7 +163,13 @@ def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float
     seconds = time.perf_counter() - start
     tokens = (cfg.max_steps - cfg.throughput_warmup_steps) * cfg.batch_size * cfg.seq_length
     meter = metrics.Throughput(
-        cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision, contract.lora_parameters(cfg.as_dict())
+        cfg.shape,
+        cfg.seq_length,
+        0,
+        0,
+        env.device,
+        cfg.precision,
+        settings_parse.lora_parameters(cfg.as_dict()),
     )
     return {**meter.rates(tokens, seconds), "peak_mem_gb": metrics.peak_memory_gb(env.device)}
 
@@ -201,14 +207,21 @@ def external_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, f
     """``external_baseline.train`` on this cell's architecture (grouped-query attention and tying included, so
     its FLOPs are the ones counted), batch and precision (no activation checkpointing)."""
     shape = {
-        name: getattr(cfg, name) for name in (*contract.ARCHITECTURE_NAMES, "rope_theta", "rms_norm_eps")
+        name: getattr(cfg, name)
+        for name in (*settings_table.ARCHITECTURE_NAMES, "rope_theta", "rms_norm_eps")
     }
     tokens_per_sec = external_baseline.train(
         shape, cfg.seq_length, cfg.batch_size, cfg.max_steps, cfg.throughput_warmup_steps, env.mesh,
         precision.compute_dtype(cfg.precision),
     )  # fmt: skip
     meter = metrics.Throughput(
-        cfg.shape, cfg.seq_length, 0, 0, env.device, cfg.precision, contract.lora_parameters(cfg.as_dict())
+        cfg.shape,
+        cfg.seq_length,
+        0,
+        0,
+        env.device,
+        cfg.precision,
+        settings_parse.lora_parameters(cfg.as_dict()),
     )
     return {**meter.rates(int(tokens_per_sec), 1.0), "peak_mem_gb": metrics.peak_memory_gb(env.device)}
 
@@ -295,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         f"runs, world size {env.world_size}, {gpu}, loss_chunk_tokens {args.loss_chunk_tokens}"
     )
     say(
-        "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs contract.PEAK_TFLOPS "
+        "flops/token = 6*N + 12*layers*hidden*seq (N without the input embedding); MFU vs hardware.PEAK_TFLOPS "
         "(fp8/mxfp8/nvfp4: own peak/bf16 peak)"
     )
     say(

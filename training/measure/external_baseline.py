@@ -5,7 +5,7 @@ with ``training.trainer`` (its own model, data and loop), so the benchmark can s
 against something that is not itself. It logs nothing, saves nothing and computes the whole loss at once.
 
 It has the run's architecture, so its parameters and FLOPs are the ones the benchmark counts for both loops
-(``contract.flops_per_token`` of the run's shape): grouped-query attention (``num_kv_heads`` key/value heads, SDPA's
+(``shapes.flops_per_token`` of the run's shape): grouped-query attention (``num_kv_heads`` key/value heads, SDPA's
 ``enable_gqa``, as torchtitan's ``n_kv_heads``), tied input and output embeddings (``tie_embeddings``: the output
 projection is the embedding's matrix), ``rope_theta`` and ``rms_norm_eps``. Llama 3's RoPE frequency scaling is
 left out: it changes the angles' values, not the work.

@@ -14,14 +14,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from training.request import contract, plan
+from training.contract import settings_table, shapes
+from training.request import plan
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m training.measure.loss_memory_table", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--preset", default="1b", choices=tuple(contract.MODEL_PRESETS))
+    parser.add_argument("--preset", default="1b", choices=tuple(shapes.MODEL_PRESETS))
     parser.add_argument("--layers", type=int, default=None, help="num_layers (default: the preset's).")
     parser.add_argument("--seq", type=int, default=8192)
     parser.add_argument("--batches", default="1,4,16", help="Comma-separated micro-batch sizes.")
@@ -31,7 +32,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-ac", action="store_true", help="Activation checkpointing off.")
     parser.add_argument(
-        "--chunks", default=f"0,{contract.LOSS_CHUNK_TOKENS_DEFAULT}", help="loss_chunk_tokens values."
+        "--chunks", default=f"0,{settings_table.LOSS_CHUNK_TOKENS_DEFAULT}", help="loss_chunk_tokens values."
     )
     return parser.parse_args(argv)
 
@@ -55,7 +56,7 @@ def settings(args: argparse.Namespace, vocab: int, batch: int, chunk: int) -> di
 def closed_form_gib(args: argparse.Namespace, vocab: int, batch: int, chunk: int) -> float:
     """The plan's live tensors (no allowance, which no tracer sees) for one cell, on ml.p6-b200.48xlarge."""
     values = settings(args, vocab, batch, chunk)
-    top = {name: values.pop(name) for name in contract.TOP_LEVEL_SETTINGS if name in values}
+    top = {name: values.pop(name) for name in settings_table.TOP_LEVEL_SETTINGS if name in values}
     request = {**top, "instance_count": args.world // 8, "hyperparameters": values}
     return plan.estimate_memory(plan.setup_from_request(request)).tensors_gib
 

@@ -14,16 +14,16 @@ import time
 
 import torch
 
+from training.contract import settings_table, shapes
 from training.measure.benchmark import TINY
-from training.request import contract
 from training.trainer import activation_checkpoint, model, weights
 
 SEQ = 64
-CHUNKS = (0, contract.LOSS_CHUNK_TOKENS_DEFAULT, 32)
+CHUNKS = (0, settings_table.LOSS_CHUNK_TOKENS_DEFAULT, 32)
 
 
 def median_step_seconds(chunk: int, batch: int, ac: bool, steps: int = 60, skip: int = 5) -> float:
-    shape = contract.ModelShape(**{dim: TINY[dim] for dim in contract.MODEL_DIM_NAMES})
+    shape = shapes.ModelShape(**{dim: TINY[dim] for dim in settings_table.MODEL_DIM_NAMES})
     torch.manual_seed(0)
     net = model.build_model(
         shape,

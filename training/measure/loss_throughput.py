@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from training.contract import settings_table
 from training.measure import benchmark
-from training.request import contract
 from training.trainer import loop, parallel
 
 
@@ -34,7 +34,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--chunk",
         type=int,
-        default=contract.LOSS_CHUNK_TOKENS_DEFAULT,
+        default=settings_table.LOSS_CHUNK_TOKENS_DEFAULT,
         help="The chunked run's loss_chunk_tokens.",
     )
     parser.add_argument("--batch-sizes", default="1,4", help="Comma-separated (default 1,4).")

@@ -37,7 +37,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from training.request import contract, plan
+from training.contract import hardware, settings_parse, settings_table, shapes
+from training.request import plan
 from training.request.plan import GIB
 
 PARTS: Mapping[str, str] = {
@@ -110,10 +111,10 @@ def _fused_forward(norm: nn.RMSNorm):
 
 
 def trace_settings(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
-    """The contract's checked settings (``contract.parse_hyperparameters``), refusing what cannot be traced here."""
-    values = contract.parse_hyperparameters(hyperparameters)
-    if values["precision"] in contract.TE_PRECISIONS:
-        raise contract.ContractError(
+    """The contract's checked settings (``settings_parse.parse_hyperparameters``), refusing what cannot be traced here."""
+    values = settings_parse.parse_hyperparameters(hyperparameters)
+    if values["precision"] in hardware.TE_PRECISIONS:
+        raise settings_table.ContractError(
             "precision",
             f"{values['precision']} runs through Transformer Engine, which cannot be traced without a GPU; "
             "trace with one of fp32, fp16, bf16 (--precision bf16 traces a request's bf16 twin)",
@@ -127,11 +128,13 @@ def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[s
     dims from ``model_preset`` unless given).
 
     Returns ``{"peak_gib", "parts_gib": {part: GiB at the peak}, "peak_by_module_gib": {module: GiB},
-    "settings", "world_size", "trace_seconds"}``. Raises ``contract.ContractError`` on a bad setting, before
+    "settings", "world_size", "trace_seconds"}``. Raises ``settings_table.ContractError`` on a bad setting, before
     anything is built.
     """
     if not isinstance(world_size, int) or isinstance(world_size, bool) or not 1 <= world_size <= 1_000_000:
-        raise contract.ContractError("world_size", f"must be an integer in [1, 1000000]; got {world_size!r}")
+        raise settings_table.ContractError(
+            "world_size", f"must be an integer in [1, 1000000]; got {world_size!r}"
+        )
     values = trace_settings(hyperparameters)
     if dist.is_initialized():
         raise RuntimeError(
@@ -167,7 +170,7 @@ def trace_request(request: Mapping[str, Any]) -> dict[str, Any]:
 
 _REPORTED = (
     "model_preset",
-    *contract.ARCHITECTURE_NAMES,
+    *settings_table.ARCHITECTURE_NAMES,
     "seq_length",
     "batch_size",
     "activation_checkpointing",
@@ -191,7 +194,7 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
 
     from training.trainer import activation_checkpoint, levers, lora, model, parallel, precision, rotary
 
-    shape = contract.model_shape(values)
+    shape = settings_parse.model_shape(values)
     mesh = init_device_mesh("cpu", (world_size,))
     device = torch.device("cpu")
     # the kernel CUDA runs: Flash (what auto pins first among those that save the same), or math when asked for
@@ -276,7 +279,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m training.measure.memory_trace", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--preset", default="1b", help=f"One of {', '.join(contract.MODEL_PRESET_NAMES)}.")
+    parser.add_argument("--preset", default="1b", help=f"One of {', '.join(shapes.MODEL_PRESET_NAMES)}.")
     parser.add_argument("--layers", type=int, default=None, help="num_layers (default: the preset's).")
     parser.add_argument("--vocab", type=int, default=None, help="vocab_size (default: the preset's).")
     parser.add_argument("--seq", type=int, default=8192, help="seq_length.")
@@ -330,11 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.request:
             request = json.loads(Path(args.request).read_text(encoding="utf-8"))
             if not isinstance(request, dict):
-                raise contract.ContractError("request", "the execution input must be a JSON object")
+                raise settings_table.ContractError("request", "the execution input must be a JSON object")
             result = trace_request({**request, "precision": args.precision} if args.precision else request)
         else:
             result = trace_step(settings, world_size=args.world)
-    except (contract.ContractError, OSError, ValueError) as err:
+    except (settings_table.ContractError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from training.request import contract, plan
+from training.contract import hardware, settings_table, shapes
+from training.request import plan
 
 TOLERANCE = 0.05
 """The closed form must be within 5% of every traced row."""
@@ -60,21 +61,21 @@ class Row:
             "batch_size": self.batch,
             "seq_length": self.seq,
             "activation_checkpointing": self.ac,
-            "instance_type": contract.DEFAULT_INSTANCE_TYPE,
+            "instance_type": hardware.DEFAULT_INSTANCE_TYPE,
             "instance_count": self.world // 8,
             "hyperparameters": hyperparameters,
         }
 
     @property
     def traceable(self) -> bool:
-        return self.precision not in contract.TE_PRECISIONS
+        return self.precision not in hardware.TE_PRECISIONS
 
     def label(self) -> str:
-        full = contract.MODEL_PRESETS[self.preset].num_layers
+        full = shapes.MODEL_PRESETS[self.preset].num_layers
         layers = f"{self.layers}/{full}" if self.layers != full else str(full)
         tokens = self.loss_chunk_tokens
         if tokens is None:
-            tokens = contract.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
+            tokens = settings_table.HYPERPARAMETERS_BY_NAME["loss_chunk_tokens"].default
         chunk = " loss unchunked" if tokens == 0 else f" loss chunk {tokens}"
         position = "" if self.position_encoding in (None, "rope") else f" {self.position_encoding} position"
         ac = {True: "AC", False: "no AC", "full": "AC", "none": "no AC"}.get(self.ac, f"{self.ac} AC")

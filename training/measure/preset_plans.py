@@ -23,7 +23,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from training.request import contract, plan
+from training.contract import hardware
+from training.request import plan
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -37,7 +38,7 @@ def request(
         "batch_size": batch,
         "activation_checkpointing": ac,
         "precision": precision,
-        "instance_type": contract.DEFAULT_INSTANCE_TYPE,
+        "instance_type": hardware.DEFAULT_INSTANCE_TYPE,
         "instance_count": instances,
     }
 
@@ -117,7 +118,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--presets", default="llama3.1-8b,llama3.1-70b", help="comma-separated model presets")
     parser.add_argument("--seq", type=int, default=8192, help="seq_length")
     parser.add_argument(
-        "--instances", default="1,2", help=f"comma-separated counts of {contract.DEFAULT_INSTANCE_TYPE}"
+        "--instances", default="1,2", help=f"comma-separated counts of {hardware.DEFAULT_INSTANCE_TYPE}"
     )
     parser.add_argument("--precision", default="bf16", help="precision")
     parser.add_argument(

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from training.request import contract
+from training.contract import metric_lines
 from training.tune import driver, runner
 from training.tune.stability import percentile
 
@@ -43,9 +43,9 @@ def one_trial(job: driver.Job, index: int, scratch: Path) -> dict[str, float]:
         now = time.monotonic() - started
         if line.startswith("settings ok:"):
             stamps.setdefault("settings checked", now)
-        elif contract.parse_config_line(line) is not None:
+        elif metric_lines.parse_config_line(line) is not None:
             stamps.setdefault("workers up", now)
-        elif contract.parse_step_line(line) is not None:
+        elif metric_lines.parse_step_line(line) is not None:
             stamps.setdefault("first step", now)
             stamps["last step"] = now
 

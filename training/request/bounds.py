@@ -27,8 +27,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from training.contract.hardware import GPU_INSTANCE_TYPES
 from training.request import evaluate_block, job
-from training.request.contract import GPU_INSTANCE_TYPES
 from training.request.rules import RequestRules
 
 if TYPE_CHECKING:

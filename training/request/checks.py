@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from training.contract.hardware import instance_types_supporting
+from training.contract.metric_lines import format_duration
 from training.request import plan
-from training.request.contract import format_duration, instance_types_supporting
 from training.request.fields import (
     ENVIRONMENT_PREFIXES,
     TAG_CHARACTERS,

@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.contract.container import RESUME_CHANNEL
 from training.request import bounds, checks, evaluate_block, fine_tuning, job, plan
-from training.request.contract import RESUME_CHANNEL
 from training.request.fields import show
 from training.request.reads import Reads, data_problems, resume, run_folder_problems, training_plan_problems
 from training.request.rules import RequestRules

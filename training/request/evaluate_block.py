@@ -13,7 +13,7 @@ Refused before launch: a malformed block, an unknown task (one the task folder's
 folder outside the allowed data prefixes, and a model that cannot be evaluated: one with no Hugging Face export
 (not rotary, the job not completed, not this workflow's) or none with a tokenizer. The tokenizer is decided as
 ``training.trainer.export_hf`` decides it: a run started from ``init_from`` takes the tokenizer files of that
-folder (``contract.INIT_FROM_TRAVELLING_FILES``: ``tokenizer.json`` or ``tokenizer.model`` make one lm-eval can
+folder (``container.INIT_FROM_TRAVELLING_FILES``: ``tokenizer.json`` or ``tokenizer.model`` make one lm-eval can
 load); any other run, or one whose ``init_from`` folder has no tokenizer file at all, takes the training data's
 (read from the ``metadata.json`` that ``training.trainer.prepare`` wrote beside it: none for synthetic or
 byte-level data). The evaluation job's instance type is decided here too (:func:`evaluation_instance_type`: one
@@ -32,32 +32,32 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from training.request.contract import (
+from training.contract.container import (
     DATA_METADATA_FILE,
-    DEFAULT_EVALUATION_TASKS,
     EVALUATE_ENTRY_POINT,
+    INIT_FROM_TOKENIZERS,
+    INIT_FROM_TRAVELLING_FILES,
+    MODEL_CHANNEL,
+    PROGRAM_ENV,
+    TASKS_CHANNEL,
+    TRAIN_CHANNEL,
+    WEIGHTS_CHANNEL,
+)
+from training.contract.evaluation import (
+    DEFAULT_EVALUATION_TASKS,
     EVALUATION_INSTANCE_TYPE,
     EVALUATION_SETTINGS_BY_NAME,
     EVALUATION_WEIGHTS_SHARE,
-    GPU_INSTANCE_TYPES,
-    HYPERPARAMETERS_BY_NAME,
-    INIT_FROM_TOKENIZERS,
-    INIT_FROM_TRAVELLING_FILES,
     MAX_EVALUATION_TASKS,
-    MODEL_CHANNEL,
-    PROGRAM_ENV,
     TASK_NAME,
-    TASKS_CHANNEL,
-    TRAIN_CHANNEL,
-    TUNE_TRIALS,
-    WEIGHTS_CHANNEL,
-    ContractError,
     evaluation_fits,
     evaluation_metric_definitions,
     export_weight_bytes,
-    model_shape,
-    parse_hyperparameters,
 )
+from training.contract.hardware import GPU_INSTANCE_TYPES
+from training.contract.settings_parse import model_shape, parse_hyperparameters
+from training.contract.settings_table import HYPERPARAMETERS_BY_NAME, ContractError
+from training.contract.tuning import TUNE_TRIALS
 from training.request.fields import EVALUATE_DEFAULTS, data_uri_ok
 from training.request.job import channel
 from training.request.reads import Reads, read_init_from
@@ -444,7 +444,7 @@ def evaluation_instance_type(
     Left out (null): with ``training_plan_arn``, ``trained_on`` (a job on a plan runs on the plan's instance type,
     :func:`plan_problems`, and the plan's capacity is paid for); else ``EVALUATION_INSTANCE_TYPE`` (one GPU) when
     the workflow allows it and the weights fit one of its GPUs; else ``trained_on`` (the weights were trained
-    there). Refused: a type whose GPUs together cannot hold the weights (``contract.evaluation_fits``)."""
+    there). Refused: a type whose GPUs together cannot hold the weights (``evaluation.evaluation_fits``)."""
     chosen = block.instance_type
     if chosen is None:
         single = (

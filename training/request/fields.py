@@ -19,14 +19,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from training.request.contract import (
-    AC_MODES,
-    DEFAULT_EVALUATION_TASKS,
-    DEFAULT_INSTANCE_TYPE,
-    EVALUATION_SETTINGS_BY_NAME,
-    HYPERPARAMETERS_BY_NAME,
-    PRECISIONS,
-)
+from training.contract.evaluation import DEFAULT_EVALUATION_TASKS, EVALUATION_SETTINGS_BY_NAME
+from training.contract.hardware import DEFAULT_INSTANCE_TYPE, PRECISIONS
+from training.contract.settings_table import AC_MODES, HYPERPARAMETERS_BY_NAME
 from training.request.tuning import TUNE_KEYS
 
 MAX_RUNTIME_SECONDS_LIMIT = 28 * 24 * 3600
@@ -342,7 +337,7 @@ FIELDS: tuple[InputField, ...] = (
     InputField(
         "instance_type",
         DEFAULT_INSTANCE_TYPE,
-        "The SageMaker instance type: a GPU type of training/request/contract.py that the workflow allows.",
+        "The SageMaker instance type: a GPU type of training/contract/ that the workflow allows.",
         lambda v, r: isinstance(v, str) and v in r.allowed_instance_types,
         _one_of(lambda r: r.allowed_instance_types),
         context_key="defaultInstanceType",

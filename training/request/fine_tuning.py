@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from training.request import contract, sft_data
+from training.contract import hardware, tuning
+from training.request import sft_data
 from training.request.sft_data import ChatData
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def problems(request: Request) -> list[str]:
             f"{values['vocab_size']}: the data was tokenized for another vocabulary (fine-tune from its model with "
             "init_from, or raise vocab_size)"
         )
-    world = contract.GPU_INSTANCE_TYPES[request.fields.instance_type].gpus * request.fields.instance_count
+    world = hardware.GPU_INSTANCE_TYPES[request.fields.instance_type].gpus * request.fields.instance_count
     found += constraint_problems(chat, values, world)
     return found
 
@@ -65,7 +66,7 @@ def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -
             f"{chat.uri} ({longer}longer than {seq}; {sft_data_how(chat)}); examples are never cut at training: "
             f"raise seq_length, or prepare the data again with --max-tokens {seq}; got {seq}"
         ]
-    accumulate = int(values.get(contract.GRAD_ACCUM_SETTING) or 1)
+    accumulate = int(values.get(tuning.GRAD_ACCUM_SETTING) or 1)
     found = []
     for split, batch in (("train", values["batch_size"] * accumulate), ("validation", values["batch_size"])):
         if not chat.split(split):
@@ -111,7 +112,7 @@ def data_plan(chat: ChatData, values: Mapping[str, Any], world: int) -> dict[str
     entry = chat.split("train")
     windows, exact = chat.windows("train", seq, packing)
     tokens, trained = int(entry.get("tokens") or 0), int(entry.get("trained_tokens") or 0)
-    per_step = world * values["batch_size"] * int(values.get(contract.GRAD_ACCUM_SETTING) or 1)
+    per_step = world * values["batch_size"] * int(values.get(tuning.GRAD_ACCUM_SETTING) or 1)
     steps = windows / per_step if per_step else 0.0
     epochs = values["max_steps"] / steps if steps else 0.0
     counted = "" if exact else "at least "

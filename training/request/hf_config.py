@@ -1,7 +1,7 @@
 """What a Hugging Face model folder's ``config.json`` means in the contract's terms: the architecture an ``init_from``
 model gives the trainer (shape, grouped-query attention, tying, RoPE), or why it cannot be loaded.
 
-Pure Python (standard library and ``training.request.contract`` only): the request check's Lambda reads the folder's
+Pure Python (standard library and ``training.contract`` only): the request check's Lambda reads the folder's
 ``config.json`` from S3 and the trainer from its weights channel, and both turn it into settings here, so the plan
 before launch and the model in the job are the same. Supported: ``LlamaForCausalLM`` (``model_type`` llama) with
 the trainer's block (SiLU/SwiGLU MLP, no biases, head_dim = hidden / heads, all of head_dim rotated), its RMSNorm
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from training.request import contract
+from training.contract import settings_parse, settings_table, shapes
 
 CONFIG_FILE = "config.json"
 ARCHITECTURE = "LlamaForCausalLM"
@@ -39,9 +39,9 @@ _LLAMA3_KEYS: Mapping[str, str] = {
 """The contract's llama3 settings and their names in Hugging Face's ``rope_scaling`` / ``rope_parameters``."""
 
 
-def refuse(where: str, message: str) -> contract.ContractError:
+def refuse(where: str, message: str) -> settings_table.ContractError:
     """The refusal of an ``init_from`` folder (``where``: its path or S3 URI)."""
-    return contract.ContractError("init_from", f"{where}: {message}")
+    return settings_table.ContractError("init_from", f"{where}: {message}")
 
 
 def read_local(folder: str | Path) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def parse(text: str | bytes, where: str) -> dict[str, Any]:
 
 
 def architecture(config: Mapping[str, Any], where: str = "init_from") -> dict[str, Any]:
-    """The contract settings of the model ``config`` describes (``contract.ARCHITECTURE_NAMES``, the position
+    """The contract settings of the model ``config`` describes (``settings_table.ARCHITECTURE_NAMES``, the position
     encoding and RoPE's), or a ``ContractError`` on ``init_from`` naming what the trainer cannot load."""
     _check_supported(config, where)
     try:
@@ -107,7 +107,7 @@ def _norm_eps(config: Mapping[str, Any], where: str) -> float:
     """``rms_norm_eps``, or transformers' default without one; within the contract's range."""
     eps = config.get("rms_norm_eps")
     eps = DEFAULT_RMS_NORM_EPS if eps is None else eps
-    low, high = contract.NORM_EPS_RANGE
+    low, high = shapes.NORM_EPS_RANGE
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not low <= eps <= high:
         raise refuse(
             where, f"{CONFIG_FILE}: rms_norm_eps must be a number from {low:g} to {high:g}; got {eps!r}"
@@ -198,7 +198,7 @@ def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
 def to_config(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The architecture part of a ``LlamaForCausalLM`` config.json for contract settings (the inverse of
     :func:`architecture`): both RoPE spellings, so that readers of transformers 4 and 5 agree."""
-    shape = contract.model_shape(settings)
+    shape = settings_parse.model_shape(settings)
     theta = float(settings["rope_theta"])
     rope_parameters: dict[str, Any] = {"rope_type": "default", "rope_theta": theta}
     rope_scaling = None
@@ -207,7 +207,7 @@ def to_config(settings: Mapping[str, Any]) -> dict[str, Any]:
         for name, key in _LLAMA3_KEYS.items():
             rope_scaling[key] = settings[name]
         rope_parameters = {**rope_scaling, "rope_theta": theta}
-    eps = float(settings.get("rms_norm_eps", contract.NORM_EPS))  # a model.pt from before the setting: 1e-5
+    eps = float(settings.get("rms_norm_eps", shapes.NORM_EPS))  # a model.pt from before the setting: 1e-5
     return {
         "architectures": [ARCHITECTURE],
         "model_type": MODEL_TYPE,

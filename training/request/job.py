@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from training.request.contract import (
+from training.contract.container import (
     MLFLOW_EXPERIMENT_ENV,
     MLFLOW_RUN_NAME_ENV,
     MLFLOW_TRACKING_URI_ENV,

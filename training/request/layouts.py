@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from training.request import contract, plan
+from training.contract import hardware, settings_table, shapes
+from training.request import plan
 
 TOKENS_BUDGET = 1e9
 """The table's time and cost are for training this many tokens (one figure comparable across instance counts,
@@ -53,7 +54,7 @@ class Row:
         throughput (or at ``tokens_per_sec_per_gpu``: one end of its band)."""
         s, t = self.setup, self.planned.timing
         seconds = tokens / ((tokens_per_sec_per_gpu or t.tokens_per_sec_per_gpu) * s.world_size)
-        return seconds / 3600.0, contract.estimate_cost_usd(s.instance_type, s.instance_count, seconds)
+        return seconds / 3600.0, hardware.estimate_cost_usd(s.instance_type, s.instance_count, seconds)
 
     def bands(self) -> dict[str, tuple[float, float] | None] | None:
         """The (least, most) tokens/s per GPU, step seconds, hours and cost of an estimate (``plan.Spread``); None
@@ -153,14 +154,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m training.request.layouts", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--preset", default="llama3.1-8b", choices=sorted(contract.MODEL_PRESETS))
+    parser.add_argument("--preset", default="llama3.1-8b", choices=sorted(shapes.MODEL_PRESETS))
     parser.add_argument("--nodes", type=_counts, default=[1, 2, 4], help="instance counts, comma-separated")
-    parser.add_argument("--instance-type", default=contract.DEFAULT_INSTANCE_TYPE,
-                        choices=sorted(contract.GPU_INSTANCE_TYPES))  # fmt: skip
-    parser.add_argument("--precision", default="bf16", choices=contract.PRECISIONS)
+    parser.add_argument("--instance-type", default=hardware.DEFAULT_INSTANCE_TYPE,
+                        choices=sorted(hardware.GPU_INSTANCE_TYPES))  # fmt: skip
+    parser.add_argument("--precision", default="bf16", choices=hardware.PRECISIONS)
     parser.add_argument("--seq", type=int, default=8192, help="seq_length")
     parser.add_argument("--batch", type=int, default=1, help="batch_size (micro-batch per GPU)")
-    parser.add_argument("--ac", default="none", choices=contract.AC_MODES, help="activation_checkpointing")
+    parser.add_argument(
+        "--ac", default="none", choices=settings_table.AC_MODES, help="activation_checkpointing"
+    )
     parser.add_argument("--grad-accum", type=int, default=1, help="grad_accum_steps")
     return parser.parse_args(argv)
 
@@ -169,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         print(table(args))
-    except contract.ContractError as err:
+    except settings_table.ContractError as err:
         print(f"error: invalid setting {err}", file=sys.stderr)
         return 2
     return 0

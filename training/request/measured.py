@@ -2,7 +2,7 @@
 that decide whether a record stands for a request.
 
 A record (JSON, one per trial, ``training.tune`` writes them) holds the key (every trainer setting that changes
-throughput or memory, :func:`training.request.contract.measurement_key_settings`; the instance type and count; the
+throughput or memory, :func:`training.contract.tuning.measurement_key_settings`; the instance type and count; the
 image tag and the torch and Transformer Engine versions in that image), what was measured and where. A record
 stands for a request only when every part of the key is equal, it was measured on the GPU of the request's
 instance type (never a CPU run), and it comes from the image the request would run:
@@ -25,19 +25,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from training.request import contract
+from training.contract import hardware, tuning
 
 SCHEMA = 1
 MUTABLE_TAGS = frozenset({"latest"})
-"""Image tags that move to each new push (``contract.image_tag`` gives ``latest`` for an URI without a tag): no
+"""Image tags that move to each new push (``tuning.image_tag`` gives ``latest`` for an URI without a tag): no
 record is matched under them."""
 THROUGHPUT_STATUSES = ("ok", "near-oom")
 """Records whose throughput stands (a run that ended with its summary)."""
 
 
 def key_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The key's trainer settings from parsed settings (``contract.parse_hyperparameters``' output)."""
-    return {name: values[name] for name in contract.measurement_key_settings()}
+    """The key's trainer settings from parsed settings (``settings_parse.parse_hyperparameters``' output)."""
+    return {name: values[name] for name in tuning.measurement_key_settings()}
 
 
 def make_key(
@@ -103,7 +103,7 @@ def _matches(
     versions: Mapping[str, str | None] | None,
 ) -> bool:
     key, where = record.get("key") or {}, record.get("where") or {}
-    gpu = contract.GPU_INSTANCE_TYPES.get(instance_type)
+    gpu = hardware.GPU_INSTANCE_TYPES.get(instance_type)
     if record.get("schema") != SCHEMA or gpu is None or where.get("gpu") != gpu.gpu:
         return False
     if (key.get("instance_type"), key.get("instance_count"), key.get("image_tag")) != (
@@ -174,7 +174,7 @@ def same_hardware(
     assert image_tag is not None
     records = list(records)
     versions = image_versions(records, image_tag) or {}
-    gpu = contract.GPU_INSTANCE_TYPES.get(instance_type)
+    gpu = hardware.GPU_INSTANCE_TYPES.get(instance_type)
     return [
         dict(r)
         for r in records

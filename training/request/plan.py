@@ -1,6 +1,6 @@
 """Know before paying: one request's per-GPU peak memory by part, its time and its cost, in closed form.
 
-Pure Python (standard library and ``training.request.contract`` only, no torch): it runs in the request-check Lambda, in
+Pure Python (standard library and ``training.contract`` only, no torch): it runs in the request-check Lambda, in
 the operator CLI and at synth. ``python -m training.request.plan RUN.json [--json]`` prints the closed form. The
 measured reference it is checked against lives with the development measurements, which import this module and
 never the other way round: ``python -m training.measure.memory_trace --request RUN.json`` traces one real FSDP2 step
@@ -84,7 +84,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from training.request import contract, measured, network
+from training.contract import hardware, metric_lines, settings_checks, settings_parse, settings_table, shapes
+from training.request import measured, network
 
 GIB = 2**30
 HEADROOM = 0.95
@@ -143,13 +144,13 @@ REFERENCE_SOURCE = (
 class Setup:
     """What the estimate needs from a request (its merged, parsed settings)."""
 
-    shape: contract.ModelShape
+    shape: shapes.ModelShape
     precision: str
     quantized_model_init: bool
     batch_size: int
     seq_length: int
     activation_checkpointing: str | bool
-    """none, full or selective (``contract.AC_MODES``); True and False are taken as full and none."""
+    """none, full or selective (``settings_table.AC_MODES``); True and False are taken as full and none."""
     instance_type: str
     instance_count: int
     max_steps: int
@@ -206,7 +207,7 @@ class Setup:
 
     @property
     def gpus_per_instance(self) -> int:
-        return contract.GPU_INSTANCE_TYPES[self.instance_type].gpus
+        return hardware.GPU_INSTANCE_TYPES[self.instance_type].gpus
 
     @property
     def world_size(self) -> int:
@@ -237,14 +238,14 @@ class Setup:
 def trainer_settings(request: Mapping[str, Any]) -> dict[str, Any]:
     """The trainer's settings of an execution input: its ``hyperparameters`` with the top-level ones set over them."""
     settings = dict(request.get("hyperparameters") or {})
-    settings.update({k: request[k] for k in contract.TOP_LEVEL_SETTINGS if request.get(k) is not None})
+    settings.update({k: request[k] for k in settings_table.TOP_LEVEL_SETTINGS if request.get(k) is not None})
     return settings
 
 
 def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None) -> Setup:
     """A :class:`Setup` from an execution input (the workflow's fields; absent ones take the trainer's and the
     workflow's defaults). ``architecture``: the settings of the ``init_from`` model's config.json
-    (``training.request.hf_config.architecture``), which give the shape. Raises ``contract.ContractError`` naming
+    (``training.request.hf_config.architecture``), which give the shape. Raises ``settings_table.ContractError`` naming
     a bad setting."""
     return parse_request(request, architecture)[1]
 
@@ -252,20 +253,20 @@ def setup_from_request(request: Mapping[str, Any], architecture: Mapping[str, An
 def parse_request(
     request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], Setup]:
-    """The parsed settings (``contract.parse_hyperparameters``) and the :class:`Setup` of a plain execution input,
+    """The parsed settings (``settings_parse.parse_hyperparameters``) and the :class:`Setup` of a plain execution input,
     for a plan outside the request's decision (``python -m training.request.plan``, the tuning report, the
     measurements, a stored record's configuration); the decision passes its own parsed settings to
-    :func:`setup_from_values`. Raises ``contract.ContractError`` naming a bad setting."""
-    instance_type = request.get("instance_type") or contract.DEFAULT_INSTANCE_TYPE
-    if instance_type not in contract.GPU_INSTANCE_TYPES:
-        raise contract.ContractError(
-            "instance_type", f"must be one of {', '.join(contract.GPU_INSTANCE_TYPES)}; got {instance_type!r}"
+    :func:`setup_from_values`. Raises ``settings_table.ContractError`` naming a bad setting."""
+    instance_type = request.get("instance_type") or hardware.DEFAULT_INSTANCE_TYPE
+    if instance_type not in hardware.GPU_INSTANCE_TYPES:
+        raise settings_table.ContractError(
+            "instance_type", f"must be one of {', '.join(hardware.GPU_INSTANCE_TYPES)}; got {instance_type!r}"
         )
-    sm = contract.GPU_INSTANCE_TYPES[instance_type].sm
-    values = contract.parse_hyperparameters(trainer_settings(request), architecture, sm=sm)
+    sm = hardware.GPU_INSTANCE_TYPES[instance_type].sm
+    values = settings_parse.parse_hyperparameters(trainer_settings(request), architecture, sm=sm)
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise contract.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+        raise settings_table.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
     replicate_setting(values, count, instance_type)
     setup = setup_from_values(
         values,
@@ -284,11 +285,11 @@ def setup_from_values(
     max_runtime_seconds: int | None = None,
     conversations: bool = False,
 ) -> Setup:
-    """A :class:`Setup` from parsed settings (``contract.parse_hyperparameters``' result, their
+    """A :class:`Setup` from parsed settings (``settings_parse.parse_hyperparameters``' result, their
     ``data_parallel_replicate`` checked against the GPUs by :func:`replicate_setting`: nothing is parsed or checked
     here) on ``instance_count`` x ``instance_type``, with the run's time limit; ``conversations``: the data is
     prepared conversations (packed into windows when the settings' ``packing`` is on)."""
-    shape = contract.model_shape(values)
+    shape = settings_parse.model_shape(values)
     return Setup(
         shape=shape,
         precision=values["precision"],
@@ -307,7 +308,9 @@ def setup_from_values(
         adamw_impl=values["adamw_impl"],
         nvfp4_bf16_blocks=values["nvfp4_bf16_blocks"],
         lora_rank=values["lora_rank"],
-        lora_targets=contract.lora_target_modules(values["lora_targets"]) if values["lora_rank"] else (),
+        lora_targets=settings_checks.lora_target_modules(values["lora_targets"])
+        if values["lora_rank"]
+        else (),
         lora_dropout=values["lora_dropout"],
         data_parallel_replicate=values.get("data_parallel_replicate", "auto"),
         attention_backend=values["attention_backend"],
@@ -320,10 +323,10 @@ def replicate_setting(values: Mapping[str, Any], count: int, instance_type: str)
     x ``instance_type``: where the settings are read (``value.read_settings`` for a request, :func:`parse_request`
     for a plain input) and for each tuning candidate that sets it."""
     replicate = values.get("data_parallel_replicate", "auto")
-    world = count * contract.GPU_INSTANCE_TYPES[instance_type].gpus
+    world = count * hardware.GPU_INSTANCE_TYPES[instance_type].gpus
     problem = None if replicate == "auto" else network.layout_problem(int(replicate), world)
     if problem:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "data_parallel_replicate", f"{problem} ({count} x {instance_type}); or leave it auto"
         )
     return replicate
@@ -740,7 +743,7 @@ def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dic
 
 def lora_block_parameters(s: Setup) -> int:
     """One block's adapter parameters: rank x (in + out) for each targeted projection."""
-    return contract.lora_block_parameter_count(s.shape, s.lora_rank, s.lora_targets)
+    return shapes.lora_block_parameter_count(s.shape, s.lora_rank, s.lora_targets)
 
 
 def lora_selective_extra_bytes(s: Setup) -> float:
@@ -779,7 +782,7 @@ def estimate_memory(s: Setup) -> Memory:
     moment, parts = max(moments.items(), key=lambda item: sum(item[1].values()))
     tensors = sum(parts.values())
     allowance = ALLOWANCE_FIXED_GIB * GIB + ALLOWANCE_FRACTION * tensors
-    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu_memory_gb * 1e9
+    gpu = hardware.GPU_INSTANCE_TYPES[s.instance_type].gpu_memory_gb * 1e9
     return Memory(
         moment=moment,
         parts={k: v / GIB for k, v in parts.items() if v > 0},
@@ -842,7 +845,7 @@ def advice(s: Setup, *, max_instance_count: int = 64, instance_types: Sequence[s
         t
         for t in instance_types
         if t != s.instance_type
-        and contract.GPU_INSTANCE_TYPES[t].supports(s.precision)
+        and hardware.GPU_INSTANCE_TYPES[t].supports(s.precision)
         and fits(replace(s, instance_type=t))
     ]
     if bigger:
@@ -871,8 +874,8 @@ class PeerFigure:
 
     @property
     def mfu_bf16(self) -> float:
-        flops = contract.flops_per_token(contract.MODEL_PRESETS["llama3.1-8b"], 8192)
-        return self.tokens_per_sec_per_gpu * flops / (contract.PEAK_TFLOPS[self.gpus[0]]["bf16"] * 1e12)
+        flops = shapes.flops_per_token(shapes.MODEL_PRESETS["llama3.1-8b"], 8192)
+        return self.tokens_per_sec_per_gpu * flops / (hardware.PEAK_TFLOPS[self.gpus[0]]["bf16"] * 1e12)
 
 
 PEER_FIGURES: tuple[PeerFigure, ...] = (
@@ -935,7 +938,7 @@ def mfu_band(s: Setup, step_flops: float) -> MfuBand:
     (:func:`_reference_mfu`) as the centre; the low end the power law through its points (:func:`_trend_mfu`) times the precision's low factor (``PRECISION_BAND``); the high end the curve times the
     larger of the precision's high factor and the best peer MFU for this GPU and precision (``PEER_FIGURES``) over
     the article's top MFU."""
-    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    gpu = hardware.GPU_INSTANCE_TYPES[s.instance_type].gpu
     low_factor, high_factor, why = PRECISION_BAND[s.precision]
     top = _reference_curve()[1][1]
     peer_precision = "bf16" if s.precision == "fp16" else s.precision
@@ -1015,8 +1018,8 @@ class Timing:
 def _reference_curve() -> tuple[tuple[float, float], tuple[float, float]]:
     """The article's two points as (log of one micro-batch's FLOPs, MFU without AC against B200's bf16 peak): 2.3%
     at 7e13, 23% at 1.1e15."""
-    ref_flops = contract.flops_per_token(contract.MODEL_PRESETS[REFERENCE_PRESET], REFERENCE_SEQ_LENGTH)
-    peak = contract.PEAK_TFLOPS[REFERENCE_GPU]["bf16"] * 1e12
+    ref_flops = shapes.flops_per_token(shapes.MODEL_PRESETS[REFERENCE_PRESET], REFERENCE_SEQ_LENGTH)
+    peak = hardware.PEAK_TFLOPS[REFERENCE_GPU]["bf16"] * 1e12
     first, second = (
         (math.log(tokens * ref_flops), tps * (AC_OVERHEAD if ac else 1.0) * ref_flops / peak)
         for tokens, tps, ac in REFERENCE_POINTS
@@ -1053,7 +1056,7 @@ def article_point(s: Setup) -> bool:
     """Whether ``s`` is one of the source article's own measured configurations (``REFERENCE_POINTS``): its 1B
     shape, MXFP8, 8,192 tokens, one ml.p6-b200.48xlarge, full fine-tuning with the whole loss at once, and batch 1
     without activation checkpointing or batch 16 with it on every block. Only there is the figure ``published``."""
-    article = contract.MODEL_PRESETS[REFERENCE_PRESET]
+    article = shapes.MODEL_PRESETS[REFERENCE_PRESET]
     same_shape = replace(s.shape, num_kv_heads=s.shape.kv_heads) == replace(
         article, num_kv_heads=article.kv_heads
     )
@@ -1072,8 +1075,8 @@ def article_point(s: Setup) -> bool:
 def work_flops_per_token(s: Setup) -> float:
     """The FLOPs per token a step of ``s`` runs (recompute and the chunked loss's extra GEMM aside): full
     fine-tuning's ``6N``, or with LoRA the frozen weights' forward and input-gradient GEMMs and the adapters' three
-    (``contract.flops_per_token``'s ``lora_parameters``): also the model FLOPs the run's MFU counts."""
-    return contract.flops_per_token(s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers)
+    (``shapes.flops_per_token``'s ``lora_parameters``): also the model FLOPs the run's MFU counts."""
+    return shapes.flops_per_token(s.shape, s.seq_length, lora_block_parameters(s) * s.shape.num_layers)
 
 
 def throughput_at(s: Setup, mfu: float, ac_overhead: float = AC_OVERHEAD) -> float:
@@ -1081,9 +1084,9 @@ def throughput_at(s: Setup, mfu: float, ac_overhead: float = AC_OVERHEAD) -> flo
     model FLOPs leave out: activation checkpointing's recompute (:func:`recompute_overhead` at ``ac_overhead``) and
     the chunked loss's second head GEMM in backward (2 x hidden x vocabulary FLOPs per token,
     ``training/trainer/loss.py``)."""
-    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    gpu = hardware.GPU_INSTANCE_TYPES[s.instance_type].gpu
     flops = work_flops_per_token(s)
-    peak = contract.PEAK_TFLOPS[gpu]["fp32" if s.precision == "fp32" else "bf16"]
+    peak = hardware.PEAK_TFLOPS[gpu]["fp32" if s.precision == "fp32" else "bf16"]
     tps = mfu * peak * 1e12 / flops / recompute_overhead(s, ac_overhead)
     if s.loss_chunk_tokens > 0:
         tps /= 1 + 2.0 * s.shape.hidden_size * s.shape.vocab_size / flops
@@ -1104,14 +1107,14 @@ def with_network(s: Setup, tps: float) -> tuple[float, float, network.StepNetwor
 
 def spread(s: Setup, band: MfuBand) -> Spread:
     """The estimate's (least, most) throughput, step time, run time, cost and reported MFU at ``band``'s ends."""
-    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    gpu = hardware.GPU_INSTANCE_TYPES[s.instance_type].gpu
     ends = [
         with_network(s, throughput_at(s, band.low, AC_OVERHEAD_BAND[1])),
         with_network(s, throughput_at(s, band.high, AC_OVERHEAD_BAND[0])),
     ]
     runs = [step * s.max_steps for _, step, _ in ends]
-    costs = [contract.estimate_cost_usd(s.instance_type, s.instance_count, run) for run in runs]
-    mfus = [tps * work_flops_per_token(s) / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12) for tps, _, _ in ends]
+    costs = [hardware.estimate_cost_usd(s.instance_type, s.instance_count, run) for run in runs]
+    mfus = [tps * work_flops_per_token(s) / (hardware.PEAK_TFLOPS[gpu]["bf16"] * 1e12) for tps, _, _ in ends]
     ac = " and activation checkpointing 10-30% (the article)" if s.ac_on else ""
     peak = "fp32" if s.precision == "fp32" else "bf16"
     return Spread(
@@ -1129,7 +1132,7 @@ def spread(s: Setup, band: MfuBand) -> Spread:
 
 
 def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing:
-    """Tokens/s per GPU, step time, time for ``max_steps`` and the on-demand cost (``contract.estimate_cost_usd``):
+    """Tokens/s per GPU, step time, time for ``max_steps`` and the on-demand cost (``hardware.estimate_cost_usd``):
     given a ``measured`` record that stands for this request (:func:`training.request.measured.find`), its
     measured tokens/s (``measured``); at one of the article's own configurations its figure (``published``,
     :func:`article_point`); else an ``estimate`` from the article's curve (:func:`_reference_mfu`) with its band
@@ -1139,7 +1142,7 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
     for fp32 (the trainer's fp32 GEMMs do not use TF32: 30x below bf16 on B200), on the FLOPs a step runs
     (:func:`work_flops_per_token`: LoRA's frozen weights have no weight-gradient GEMM), slowed by what the model
     FLOPs leave out (:func:`throughput_at`)."""
-    gpu = contract.GPU_INSTANCE_TYPES[s.instance_type].gpu
+    gpu = hardware.GPU_INSTANCE_TYPES[s.instance_type].gpu
     band = mfu_band(s, s.tokens * work_flops_per_token(s))
     tps, step, net = with_network(s, throughput_at(s, band.central))
     basis = "published" if article_point(s) else "estimate"
@@ -1148,14 +1151,14 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
         tps = float(measured["measured"]["tokens_per_sec_per_gpu"])
         step, source, basis = s.tokens * s.grad_accum_steps / tps, measured_source(measured), "measured"
         net = step_network(s, step)
-    mfu_bf16 = tps * work_flops_per_token(s) / (contract.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
+    mfu_bf16 = tps * work_flops_per_token(s) / (hardware.PEAK_TFLOPS[gpu]["bf16"] * 1e12)
     run = step * s.max_steps
-    cost = contract.estimate_cost_usd(s.instance_type, s.instance_count, run)
+    cost = hardware.estimate_cost_usd(s.instance_type, s.instance_count, run)
     warning = None
     if s.max_runtime_seconds is not None and run > s.max_runtime_seconds:
         reached = int(s.max_runtime_seconds // step)
         warning = (
-            f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {contract.format_duration(run)} for "
+            f"max_runtime_seconds {s.max_runtime_seconds}: the run needs about {metric_lines.format_duration(run)} for "
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
     band_spread = spread(s, band) if basis == "estimate" else None
@@ -1275,7 +1278,7 @@ class Plan:
             "throughput_spread": None if t.spread is None else t.spread.to_dict(),
             "measured": None if self.measured is None else self.measured["measured"],
             "memory_check": self.memory_check,
-            "price_source": contract.PRICES_AS_OF,
+            "price_source": hardware.PRICES_AS_OF,
             "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
             "network": None if t.network is None else t.network.to_dict(),
             **({"data": self.data} if self.data is not None else {}),
@@ -1386,8 +1389,8 @@ def throughput_line(d: Mapping[str, Any]) -> str:
     return (
         f"throughput ~{d['tokens_per_sec_per_gpu']:,}{between('tokens_per_sec_per_gpu', lambda v: f'{v:,}')} "
         f"tokens/s per GPU ({d['throughput_basis']}: {source}), step {d['step_seconds']:.3f} s"
-        f"{between('step_seconds', lambda v: f'{v:.3f}')}, run {contract.format_duration(d['run_seconds'])}"
-        f"{between('run_seconds', contract.format_duration)}, cost {cost}"
+        f"{between('step_seconds', lambda v: f'{v:.3f}')}, run {metric_lines.format_duration(d['run_seconds'])}"
+        f"{between('run_seconds', metric_lines.format_duration)}, cost {cost}"
     )
 
 

@@ -17,22 +17,17 @@ from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from training.request.contract import (
+from training.contract.container import (
     CHECKPOINT_LOCAL_PATH,
-    DEFAULT_INSTANCE_TYPE,
-    GPU_INSTANCE_TYPES,
     MLFLOW_EXPERIMENT_ENV,
     MLFLOW_RUN_NAME_ENV,
     MLFLOW_TRACKING_URI_ENV,
     MODEL_DIR,
-    PRECISIONS,
-    TOP_LEVEL_SETTINGS,
-    TUNE_RECORDS_FILE,
-    TUNE_REPORT_FOLDER,
-    TUNE_WINNER_FILE,
     WEIGHTS_CHANNEL_DIR,
-    image_tag,
 )
+from training.contract.hardware import DEFAULT_INSTANCE_TYPE, GPU_INSTANCE_TYPES, PRECISIONS
+from training.contract.settings_table import TOP_LEVEL_SETTINGS
+from training.contract.tuning import TUNE_RECORDS_FILE, TUNE_REPORT_FOLDER, TUNE_WINNER_FILE, image_tag
 from training.request.fields import DEFAULT_INPUT, INPUT_FIELDS, MAX_RUNTIME_SECONDS_LIMIT
 
 INVALID_INPUT_ERROR = "InvalidInput"
@@ -220,7 +215,7 @@ class RequestRules:
         return tuple(s if s.startswith("s3://") else f"s3://{bucket}/{s}" for s in self.data_sources)
 
     def image_tag(self) -> str | None:
-        """The tag of the workflow's image (``contract.image_tag``), or None when the image is not known."""
+        """The tag of the workflow's image (``tuning.image_tag``), or None when the image is not known."""
         return image_tag(self.image_uri) if self.image_uri else None
 
     def measurements_prefix(self) -> str | None:

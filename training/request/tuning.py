@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from training.request import contract, plan
+from training.contract import hardware, settings_parse, settings_table, tuning
+from training.request import plan
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 DEFAULT_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -125,10 +126,10 @@ class TuneSettings:
 def default_space(instance_type: str, instance_count: int = 1) -> dict[str, tuple[Any, ...]]:
     """The issue's defaults: micro-batch, activation checkpointing, and the precisions the GPU supports; on several
     instances also the data-parallel layouts (every state sharded over every GPU, or one replica per instance)."""
-    gpu = contract.GPU_INSTANCE_TYPES[instance_type]
+    gpu = hardware.GPU_INSTANCE_TYPES[instance_type]
     space: dict[str, tuple[Any, ...]] = {
         "batch_size": DEFAULT_BATCH_SIZES,
-        "activation_checkpointing": contract.AC_MODES,
+        "activation_checkpointing": settings_table.AC_MODES,
         "precision": tuple(p for p in DEFAULT_PRECISIONS if gpu.supports(p)),
     }
     if instance_count > 1:
@@ -175,8 +176,8 @@ def parse_space(
     raw: Any, instance_type: str, instance_count: int = 1
 ) -> tuple[dict[str, tuple[Any, ...]], list[str]]:
     """A search space: absent (null) means :func:`default_space`; otherwise an object naming at least one of
-    ``contract.TUNABLE_SETTINGS``, each with a non-empty list of values the trainer accepts."""
-    allowed = ", ".join(contract.TUNABLE_SETTINGS)
+    ``tuning.TUNABLE_SETTINGS``, each with a non-empty list of values the trainer accepts."""
+    allowed = ", ".join(tuning.TUNABLE_SETTINGS)
     if raw is None:
         return default_space(instance_type, instance_count), []
     if not isinstance(raw, Mapping) or not raw:
@@ -187,35 +188,35 @@ def parse_space(
     space: dict[str, tuple[Any, ...]] = {}
     problems = []
     for key, values in raw.items():
-        name = contract.normalize_name(str(key))
+        name = settings_parse.normalize_name(str(key))
         where = f"tune.search_space.{key}"
-        if name not in contract.TUNABLE_SETTINGS:
+        if name not in tuning.TUNABLE_SETTINGS:
             problems.append(f"{where}: unknown setting; allowed: {allowed}")
             continue
         if not isinstance(values, list) or not values:
             problems.append(f"{where}: must be a non-empty list of values; got {_show(values)}")
             continue
-        spec = contract.HYPERPARAMETERS_BY_NAME[name]
+        spec = settings_table.HYPERPARAMETERS_BY_NAME[name]
         try:
             parsed = tuple(dict.fromkeys(spec.parse(v) for v in values))
-        except contract.ContractError:
+        except settings_table.ContractError:
             problems.append(f"{where}: each value must be {spec.allowed()}; got {_show(values)}")
             continue
         if name in ("precision", "fp8_recipe"):
-            # fp8_recipe mxfp8 is MXFP8BlockScaling: the GPUs precision mxfp8 needs (contract.check_fp8_recipe)
+            # fp8_recipe mxfp8 is MXFP8BlockScaling: the GPUs precision mxfp8 needs (settings_checks.check_fp8_recipe)
             unsupported = [
                 p
                 for p in parsed
-                if not contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
+                if not hardware.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
             ]
             if unsupported:
-                choices = contract.PRECISIONS if name == "precision" else contract.FP8_RECIPES
+                choices = hardware.PRECISIONS if name == "precision" else hardware.FP8_RECIPES
                 problems.append(
                     f"{where}: {', '.join(unsupported)} cannot run on the GPUs of {instance_type}; it runs "
                     + ", ".join(
                         p
                         for p in choices
-                        if contract.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
+                        if hardware.GPU_INSTANCE_TYPES[instance_type].supports(_recipe_precision(p))
                     )
                 )
                 continue
@@ -234,13 +235,13 @@ def _recipe_precision(value: Any) -> str:
     """The precision a value of ``precision`` or ``fp8_recipe`` needs the GPU to run: its own, ``mxfp8``'s for the
     recipe ``mxfp8``; the other recipes need only what the run's precision needs (bf16's, which every type here
     runs: an fp8 run's own precision is checked apart)."""
-    return str(value) if value in contract.PRECISIONS else "bf16"
+    return str(value) if value in hardware.PRECISIONS else "bf16"
 
 
 def parse_convergence(raw: Any, instance_type: str) -> tuple[Convergence | None, list[str]]:
     if raw is None:
         return None, []
-    gpu = contract.GPU_INSTANCE_TYPES[instance_type]
+    gpu = hardware.GPU_INSTANCE_TYPES[instance_type]
     runnable = [p for p in CONVERGENCE_PRECISIONS if gpu.supports(p)]
     if not isinstance(raw, Mapping) or set(raw) - {"precisions", "steps", "reference"}:
         return None, [
@@ -301,17 +302,17 @@ class Candidate:
         return self.plan.timing.step_seconds
 
     def trial(self) -> dict[str, Any]:
-        return {**self.overrides, **({contract.TRIAL_PROBE: True} if self.probe else {})}
+        return {**self.overrides, **({tuning.TRIAL_PROBE: True} if self.probe else {})}
 
     def describe(self) -> str:
-        return ", ".join(f"{k}={contract.format_setting(v)}" for k, v in self.overrides.items())
+        return ", ".join(f"{k}={settings_parse.format_setting(v)}" for k, v in self.overrides.items())
 
 
 def with_settings(request: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """``request`` with trainer settings set: top-level fields where the input has them, else hyperparameters."""
     out = {**request, "hyperparameters": dict(request.get("hyperparameters") or {})}
     for name, value in overrides.items():
-        if name in contract.TOP_LEVEL_SETTINGS:
+        if name in settings_table.TOP_LEVEL_SETTINGS:
             out[name] = value
         else:
             out["hyperparameters"][name] = value
@@ -324,7 +325,7 @@ DOES_NOT_DIVIDE = "does not divide"
 def _keep_tokens_per_step(values: Mapping[str, Any], overrides: dict[str, Any]) -> str | None:
     """Set ``grad_accum_steps`` so that the candidate trains the base request's tokens per optimizer step; the
     reason when its micro-batch cannot."""
-    tokens = values["batch_size"] * int(values.get(contract.GRAD_ACCUM_SETTING) or 1) * values["seq_length"]
+    tokens = values["batch_size"] * int(values.get(tuning.GRAD_ACCUM_SETTING) or 1) * values["seq_length"]
     batch = overrides.get("batch_size", values["batch_size"])
     seq = overrides.get("seq_length", values["seq_length"])
     if tokens % (batch * seq):
@@ -332,7 +333,7 @@ def _keep_tokens_per_step(values: Mapping[str, Any], overrides: dict[str, Any]) 
             f"batch_size {batch} x seq_length {seq} {DOES_NOT_DIVIDE} the request's {tokens} tokens per optimizer "
             "step per GPU (batch_size x grad_accum_steps x seq_length; give it the global batch to split)"
         )
-    overrides[contract.GRAD_ACCUM_SETTING] = tokens // (batch * seq)
+    overrides[tuning.GRAD_ACCUM_SETTING] = tokens // (batch * seq)
     return None
 
 
@@ -359,11 +360,11 @@ def candidates(
 ) -> Candidates:
     """Every combination of ``space`` over the request whose parsed settings are ``values`` and whose setup (instance
     type and count, time limit, packed documents) is ``setup``, planned and ranked. Each candidate is the
-    request's settings with its own (``contract.override_settings``: the trainer's cross-setting rules checked
+    request's settings with its own (``settings_parse.override_settings``: the trainer's cross-setting rules checked
     again); nothing is parsed from the request again. ``data_check``: why a candidate's settings (on the setup's
     world size) cannot run on the request's data, or None (``fine_tuning.candidate_check``: conversation data)."""
     names = list(space)
-    sm = contract.GPU_INSTANCE_TYPES[setup.instance_type].sm
+    sm = hardware.GPU_INSTANCE_TYPES[setup.instance_type].sm
     fitting: list[Candidate] = []
     not_fitting: list[Candidate] = []
     refused: list[str] = []
@@ -376,9 +377,9 @@ def candidates(
             refused.append(f"{asked}: {reason}")
             continue
         try:
-            settings = contract.override_settings(values, overrides, sm=sm)
+            settings = settings_parse.override_settings(values, overrides, sm=sm)
             plan.replicate_setting(settings, setup.instance_count, setup.instance_type)
-        except contract.ContractError as err:
+        except settings_table.ContractError as err:
             refused.append(f"{asked}: {err}")
             continue
         problem = None if data_check is None else data_check(settings, setup.world_size)
@@ -405,7 +406,7 @@ def candidates(
 
 
 def _describe(overrides: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={contract.format_setting(v)}" for k, v in overrides.items())
+    return ", ".join(f"{k}={settings_parse.format_setting(v)}" for k, v in overrides.items())
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -484,7 +485,7 @@ class TunePlan:
             "max_cost_usd": None if self.max_cost_usd is None else round(self.max_cost_usd, 2),
             "cost_basis": (
                 f"job start-up {JOB_START_SECONDS:.0f} s and trial start-up {TRIAL_START_SECONDS:.0f} s (assumed), "
-                "steps at the plan's predicted step time, on-demand prices of " + contract.PRICES_AS_OF
+                "steps at the plan's predicted step time, on-demand prices of " + hardware.PRICES_AS_OF
             ),
         }
 
@@ -539,14 +540,14 @@ def no_fit_advice(
         if count is not None:
             peak = plan.estimate_memory(replace(s, instance_count=count)).peak_gib
             hints.append(f"instance_count {count} (the nearest candidate then plans {peak:.1f} GiB)")
-        bigger = [t for t in instance_types if t != s.instance_type and contract.GPU_INSTANCE_TYPES[t].supports(
+        bigger = [t for t in instance_types if t != s.instance_type and hardware.GPU_INSTANCE_TYPES[t].supports(
             s.precision) and plan.estimate_memory(replace(s, instance_type=t)).fits]  # fmt: skip
         if bigger:
             hints.append("instance_type " + " or ".join(bigger))
     smallest = min(int(b) for b in space.get("batch_size", (values["batch_size"],)))
     if smallest > 1:
         hints.append(f"batch_size values below {smallest}")
-    if "full" not in {contract.AC_ALIASES.get(str(a).lower(), str(a)) for a in
+    if "full" not in {settings_table.AC_ALIASES.get(str(a).lower(), str(a)) for a in
                       space.get("activation_checkpointing", (values["activation_checkpointing"],))}:  # fmt: skip
         hints.append("activation_checkpointing full")
     if not hints:
@@ -579,7 +580,7 @@ def plan_tuning(
     if settings.probe_memory_edge and found.edge is not None and chosen:
         chosen.append(found.edge)
     instance_type, count = setup.instance_type, setup.instance_count
-    price = contract.ON_DEMAND_USD_PER_HOUR.get(instance_type)
+    price = hardware.ON_DEMAND_USD_PER_HOUR.get(instance_type)
     most = setup.instance_count if max_instance_count is None else max_instance_count
     problems = (
         []
@@ -598,7 +599,7 @@ def plan_tuning(
         if price is None:
             problems.append(
                 f"tune.max_cost_usd: {instance_type} has no on-demand price in this version "
-                "(contract.ON_DEMAND_USD_PER_HOUR), so the bound cannot be kept; leave max_cost_usd out"
+                "(hardware.ON_DEMAND_USD_PER_HOUR), so the bound cannot be kept; leave max_cost_usd out"
             )
         else:
             budget = settings.max_cost_usd * 3600.0 / (price * count) - JOB_START_SECONDS - REPORT_SECONDS
@@ -616,7 +617,7 @@ def plan_tuning(
                 kept = max(n for n in range(1, len(chosen) + 1) if sum(seconds[:n]) + extra <= budget)
                 trimmed = len(chosen) - kept
     chosen, seconds = chosen[:kept], seconds[:kept]
-    text = contract.format_trials([c.trial() for c in chosen])
+    text = tuning.format_trials([c.trial() for c in chosen])
     if len(text) > 2500:
         problems.append(
             f"tune.max_trials: the {len(chosen)} trials take {len(text)} characters, more than one SageMaker "
@@ -640,10 +641,10 @@ def job_hyperparameters(
     instance_type: str,
     image_uri: str | None,
 ) -> dict[str, str]:
-    """The ``tune_*`` hyperparameters of the tuning job (``contract.TUNE_HYPERPARAMETERS``), as strings."""
+    """The ``tune_*`` hyperparameters of the tuning job (``tuning.TUNE_HYPERPARAMETERS``), as strings."""
     s = tuned.settings
     out = {
-        contract.TUNE_TRIALS: contract.format_trials([c.trial() for c in tuned.trials]),
+        tuning.TUNE_TRIALS: tuning.format_trials([c.trial() for c in tuned.trials]),
         "tune_warmup_steps": str(s.warmup_steps),
         "tune_max_measured_steps": str(s.max_measured_steps),
         "tune_window_steps": str(s.window_steps),

@@ -15,7 +15,7 @@ parses the trainer settings again.
 * ``chat``: the conversation data ``train_data_uri`` names (its metadata.json), read once with the ``init_from``
   model's template and tokenizer files (``sft_data.ChatData``).
 
-A new trainer setting (a row of ``contract.HYPERPARAMETERS``) and a new input field (a row of ``fields.FIELDS``)
+A new trainer setting (a row of ``settings_table.HYPERPARAMETERS``) and a new input field (a row of ``fields.FIELDS``)
 flow through this value with no edit here.
 """
 
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from training.request import contract, plan, sft_data, tuning
+from training.contract import container, hardware, settings_parse, settings_table
+from training.request import plan, sft_data, tuning
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
 from training.request.reads import Reads
 from training.request.rules import (
@@ -92,7 +93,7 @@ class TrainerSettings:
     each: Mapping[str, Any]
     """Each setting of the input's ``hyperparameters`` parsed on its own (those that parse)."""
     values: Mapping[str, Any] | None
-    """Every setting parsed with its default and cross-checked (``contract.parse_hyperparameters``); None when they
+    """Every setting parsed with its default and cross-checked (``settings_parse.parse_hyperparameters``); None when they
     cannot be (a problem), or with ``init_from`` before its config.json is read (the trainer checks them then)."""
     hyperparameters: Mapping[str, str]
     """The ``HyperParameters`` map (the platform's paths included); empty when the settings have problems."""
@@ -195,7 +196,7 @@ def read_settings(
     """THE one place the request's trainer settings are parsed: each setting of ``hyperparameters`` on its own
     (known, not the platform's, by the trainer's own parser: every problem at once, even when other fields have
     problems); then, when every field is valid, with the top-level settings, the ``init_from`` channel's folder and
-    the data switch, all together by ``contract.parse_hyperparameters`` (with ``init_from``: against
+    the data switch, all together by ``settings_parse.parse_hyperparameters`` (with ``init_from``: against
     ``architecture``, the folder's config.json; left to the trainer when it was not read) on the instance type's
     GPU, the data-parallel layout (``data_parallel_replicate``) against the job's GPUs (``plan.replicate_setting``),
     and rendered as the ``HyperParameters`` map within SageMaker's sizes."""
@@ -208,7 +209,7 @@ def read_settings(
         if getattr(fields, name) is not None:
             given[name] = getattr(fields, name)
     if fields.init_from is not None:
-        given["init_from"] = contract.WEIGHTS_CHANNEL_DIR
+        given["init_from"] = container.WEIGHTS_CHANNEL_DIR
     has_data = fields.train_data_uri is not None
     dataset = str(given.get(DATA_HYPERPARAMETER, "channel" if has_data else "synthetic")).strip().lower()
     if dataset == "channel" and not has_data:
@@ -227,13 +228,13 @@ def read_settings(
     values = None
     try:
         if fields.init_from is None or architecture is not None:
-            gpu = contract.GPU_INSTANCE_TYPES.get(fields.instance_type)
-            values = contract.parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
+            gpu = hardware.GPU_INSTANCE_TYPES.get(fields.instance_type)
+            values = settings_parse.parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
             if gpu is not None:  # the data-parallel layout against the job's GPUs, checked here once
                 plan.replicate_setting(values, fields.instance_count, fields.instance_type)
-    except contract.ContractError as err:
+    except settings_table.ContractError as err:
         return _settings(given, each, None, {}, [f"hyperparameters.{err}"])
-    rendered = {**contract.to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
+    rendered = {**settings_parse.to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}
     return _settings(given, each, values, rendered, size_problems(rendered, rules))
 
 
@@ -246,11 +247,11 @@ def _each_setting(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     given: dict[str, Any] = {}
     each: dict[str, Any] = {}
     for key, value in settings.items():
-        name = contract.normalize_name(key)
-        spec = contract.HYPERPARAMETERS_BY_NAME.get(name)
+        name = settings_parse.normalize_name(key)
+        spec = settings_table.HYPERPARAMETERS_BY_NAME.get(name)
         where = f"hyperparameters.{key}"
         if spec is None:
-            unknown.append(f"{key}{suggest(name, contract.HYPERPARAMETERS_BY_NAME)}")
+            unknown.append(f"{key}{suggest(name, settings_table.HYPERPARAMETERS_BY_NAME)}")
         elif name in PLATFORM_HYPERPARAMETERS:
             problems.append(
                 f"{where}: set by the platform ({PLATFORM_HYPERPARAMETERS[name]}, the path SageMaker syncs); "
@@ -270,12 +271,12 @@ def _each_setting(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
             try:
                 each[name] = spec.parse(value)
                 given[name] = value
-            except contract.ContractError as err:
+            except settings_table.ContractError as err:
                 problems.append(f"hyperparameters.{err}")
     if unknown:
         settable = [
             n
-            for n in contract.HYPERPARAMETERS_BY_NAME
+            for n in settings_table.HYPERPARAMETERS_BY_NAME
             if n not in PLATFORM_HYPERPARAMETERS
             and n not in TOP_LEVEL_HYPERPARAMETERS
             and n not in INPUT_FIELD_HYPERPARAMETERS

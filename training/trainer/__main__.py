@@ -3,7 +3,7 @@
 Settings are validated, the precision checked against this machine, and the output folders and data checked
 (``preflight``), before any process group starts. ``--check-only`` stops there (``train.sh`` runs it before
 starting torchrun) and says how much of the data it read. Every refusal before training (any
-``contract.ContractError`` before the process group; a ``refusal.Refusal`` after it, such as a checkpoint of
+``settings_table.ContractError`` before the process group; a ``refusal.Refusal`` after it, such as a checkpoint of
 another model shape or ``on_unusable_checkpoints=fail``) is one ``error: ...`` line, exit status 2, and under
 SageMaker the job's failure reason; a failure during training is exit status 1 with its reason in the failure
 file, and one ``error: ...`` line when the ranks found it together (``refusal.TrainingFailure``: a bad token id,
@@ -30,7 +30,7 @@ import time
 
 import torch.distributed as dist
 
-from training.request import contract
+from training.contract import settings_table
 from training.trainer import config, loop, parallel, precision, preflight, refusal, sagemaker_job
 
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         replicate, why = parallel.data_parallel_replicate(
             cfg, world, int(os.environ.get("LOCAL_WORLD_SIZE", world))
         )
-    except contract.ContractError as err:
+    except settings_table.ContractError as err:
         return refusal.refuse(f"invalid setting {err}")
     if check_only:
         print("settings ok: " + config.config_line(cfg.as_dict()).removeprefix("config "))

@@ -12,7 +12,7 @@ parameter names, the FSDP2 units, checkpoints and the Hugging Face export are un
   variants) are saved, except every second matmul of a block, which is recomputed; everything else (RMSNorm,
   RoPE, SiLU, the products and residual adds) is recomputed. In ``TorchBlock`` that saves the QKV projection,
   attention's output and log-sum-exp and the gate/up projection; the output and down projections are recomputed.
-  Refused with Transformer Engine (``contract.check_levers``): TE's GEMMs are its own extension calls, not
+  Refused with Transformer Engine (``settings_checks.check_levers``): TE's GEMMs are its own extension calls, not
   ATen ops, so an op-level policy cannot see them (it would recompute them all, i.e. full AC with extra
   bookkeeping), and only ``te.distributed.checkpoint`` keeps TE's FP8 scaling state right across a recompute.
 * every k-th block: ``interval`` k checkpoints blocks 0, k, 2k, ... and leaves the others' activations saved.

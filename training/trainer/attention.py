@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from training.request.contract import ModelShape
+from training.contract.shapes import ModelShape
 from training.trainer import model, refusal
 from training.trainer.rotary import Rope
 

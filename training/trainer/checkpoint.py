@@ -67,7 +67,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from training.request import contract
+from training.contract import container, settings_table, shapes
 from training.trainer import lora, sagemaker_job
 from training.trainer.refusal import Refusal
 
@@ -75,9 +75,9 @@ MARKER = "COMPLETE"
 STARTED = "STARTED"
 """Written into a save's folder before anything else: what its ``COMPLETE`` will record (step, world size, model
 shape, job), so that a save written whole but never sealed can be sealed later with the writer's facts."""
-_NAME = contract.CHECKPOINT_DIR_NAME
+_NAME = container.CHECKPOINT_DIR_NAME
 _TMP = ".tmp"
-_ASIDE = contract.SET_ASIDE_SUFFIX
+_ASIDE = container.SET_ASIDE_SUFFIX
 
 
 def step_dir_name(step: int, generation: int = 1) -> str:
@@ -205,7 +205,7 @@ def _files(path: Path) -> list[str]:
 
 def resume_channel_dir() -> Path | None:
     """The earlier run's checkpoint this job continues from (``SM_CHANNEL_RESUME``), or None."""
-    folder = os.environ.get(f"SM_CHANNEL_{contract.RESUME_CHANNEL.upper()}")
+    folder = os.environ.get(f"SM_CHANNEL_{container.RESUME_CHANNEL.upper()}")
     return Path(folder) if folder else None
 
 
@@ -592,13 +592,13 @@ REMEDY = {
 
 
 POSITION_SETTINGS = (
-    "rms_norm_eps", "position_encoding", "rope_theta", "rope_scaling", *contract.LLAMA3_ROPE_SETTINGS
+    "rms_norm_eps", "position_encoding", "rope_theta", "rope_scaling", *shapes.LLAMA3_ROPE_SETTINGS
 )  # fmt: skip
 """Model settings recorded next to the shape (RMSNorm's epsilon and the position encoding): a model trained with
 one cannot continue with another."""
 
 LEGACY_MODEL_SETTINGS: dict[str, Any] = {
-    "position_encoding": "none", "tie_embeddings": False, "rms_norm_eps": contract.NORM_EPS
+    "position_encoding": "none", "tie_embeddings": False, "rms_norm_eps": shapes.NORM_EPS
 }  # fmt: skip
 """What a checkpoint written before a setting was recorded holds: every model before RoPE was NoPE, before tying
 untied, before ``rms_norm_eps`` 1e-5 (and before grouped-query attention, one key/value head per query head;
@@ -609,14 +609,14 @@ def model_identity(cfg) -> dict[str, Any]:
     """What a checkpoint of ``cfg``'s model records and a resume must match: the shape (``ARCHITECTURE_NAMES``:
     the dims, key/value heads, tying), ``rms_norm_eps``, ``position_encoding`` and, with RoPE, ``rope_theta`` and
     ``rope_scaling`` (with llama3's four parameters)."""
-    identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in contract.ARCHITECTURE_NAMES}
+    identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in settings_table.ARCHITECTURE_NAMES}
     identity["rms_norm_eps"] = float(cfg.rms_norm_eps)
     identity["position_encoding"] = cfg.position_encoding
     if cfg.position_encoding == "rope":
         identity["rope_theta"] = float(cfg.rope_theta)
         identity["rope_scaling"] = cfg.rope_scaling
         if cfg.rope_scaling != "none":
-            identity |= {name: getattr(cfg, name) for name in contract.LLAMA3_ROPE_SETTINGS}
+            identity |= {name: getattr(cfg, name) for name in shapes.LLAMA3_ROPE_SETTINGS}
     if getattr(cfg, "lora_rank", 0):
         identity["lora"] = lora.identity(cfg)  # the adapters' settings and the frozen base they refer to
     return identity

@@ -37,7 +37,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from training.request.contract import ModelShape
+from training.contract.shapes import ModelShape
 from training.trainer import activation_checkpoint, model, parallel
 from training.trainer import loss as loss_module
 from training.trainer.rotary import Rope

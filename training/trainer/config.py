@@ -1,6 +1,6 @@
 """Command line -> validated, frozen ``TrainConfig``.
 
-The options are generated from ``training.request.contract.HYPERPARAMETERS`` (both ``--num_layers`` and ``--num-layers``
+The options are generated from ``training.contract.settings_table.HYPERPARAMETERS`` (both ``--num_layers`` and ``--num-layers``
 spellings, values as strings such as ``True``/``true``), so the trainer accepts exactly what the CDK side sends.
 Every error names the setting and exits non-zero before any process group is started.
 """
@@ -16,25 +16,26 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.request import contract, hf_config
+from training.contract import settings_parse, settings_table, shapes
+from training.request import hf_config
 from training.trainer.refusal import refuse
 from training.trainer.sagemaker_job import in_sagemaker
 
 # Trainer-only switches (not SageMaker hyperparameters): tests and local runs use them.
 TRAINER_ONLY_SETTINGS = (
-    contract.Hyperparameter(
+    settings_table.Hyperparameter(
         "deterministic",
         "bool",
         False,
         "Use deterministic algorithms (bit-exact reruns and resumes; slower on GPU).",
     ),
-    contract.Hyperparameter(
+    settings_table.Hyperparameter(
         "data_dir",
         "str",
         None,
         "Folder of token files for dataset=channel (default: the train channel, SM_CHANNEL_TRAIN).",
     ),
-    contract.Hyperparameter(
+    settings_table.Hyperparameter(
         "tensorboard_dir",
         "str",
         None,
@@ -57,7 +58,7 @@ def local_defaults(
 ) -> dict[str, Any]:
     """``raw`` with checkpoint_dir and model_dir defaulting to the run's own folder under ``./trainer-output/``
     outside SageMaker (the contract's /opt/ml paths are the defaults inside a job). ``kind`` prefixes the folder's
-    name and ``salt`` (the tuning job's own options) tells its runs apart; raises ``contract.ContractError`` for a
+    name and ``salt`` (the tuning job's own options) tells its runs apart; raises ``settings_table.ContractError`` for a
     bad setting, as :func:`config_from_mapping` does."""
     if in_sagemaker() or all(name in raw for name in _LOCAL_DIRS):
         return raw
@@ -145,7 +146,7 @@ class TrainConfig:
     lora_rank: int = 0
     lora_alpha: float | None = None
     lora_dropout: float = 0.0
-    lora_targets: str = contract.LORA_ALL_LINEAR
+    lora_targets: str = settings_table.LORA_ALL_LINEAR
     packing: bool = True
     data_parallel_replicate: int | str = "auto"
     deterministic: bool = False
@@ -153,8 +154,8 @@ class TrainConfig:
     tensorboard_dir: str | None = None
 
     @property
-    def shape(self) -> contract.ModelShape:
-        return contract.model_shape(self.as_dict())
+    def shape(self) -> shapes.ModelShape:
+        return settings_parse.model_shape(self.as_dict())
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,7 +176,7 @@ ones (``init_from``, ``data_dir``) are left out; every other setting that differ
 
 
 def config_line(settings: Mapping[str, Any], settings_file: Path | None = None) -> str:
-    """``config key=value ...`` (``contract.parse_config_line`` reads it): :data:`CONFIG_LINE_KEYS` of
+    """``config key=value ...`` (``metric_lines.parse_config_line`` reads it): :data:`CONFIG_LINE_KEYS` of
     ``settings``, then the other settings that differ from their defaults, then ``settings=`` the file with every
     one (when there is one)."""
     defaults = config_from_mapping(dict.fromkeys(_LOCAL_DIRS, ".")).as_dict()
@@ -235,10 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m training.trainer",
         description="FSDP2 decoder-only LM trainer. Every option accepts --snake_case and --kebab-case.",
     )
-    for spec in (*contract.HYPERPARAMETERS, *TRAINER_ONLY_SETTINGS):
+    for spec in (*settings_table.HYPERPARAMETERS, *TRAINER_ONLY_SETTINGS):
         default = spec.default
         if default is None:
-            default = "preset" if spec.name in contract.ARCHITECTURE_NAMES else "unset"
+            default = "preset" if spec.name in settings_table.ARCHITECTURE_NAMES else "unset"
         elif spec.name in _LOCAL_DIRS:
             default = (
                 f"{default} in SageMaker, elsewhere ./{LOCAL_OUTPUT_DIR}/<run>/{_LOCAL_DIRS[spec.name]}, a folder per "
@@ -262,20 +263,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
-    """Validate raw settings (strings or typed values) into a TrainConfig; raises contract.ContractError. With
+    """Validate raw settings (strings or typed values) into a TrainConfig; raises settings_table.ContractError. With
     ``init_from``, the model's shape and RoPE settings come from that folder's config.json."""
     raw = dict(raw)
     extras = {
         spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
         for spec in TRAINER_ONLY_SETTINGS
     }
-    return TrainConfig(**contract.parse_hyperparameters(raw, init_from_architecture(raw)), **extras)
+    return TrainConfig(**settings_parse.parse_hyperparameters(raw, init_from_architecture(raw)), **extras)
 
 
 def init_from_architecture(raw: dict[str, Any]) -> dict[str, Any] | None:
     """The settings the ``init_from`` folder's config.json gives (None without ``init_from``)."""
-    given = [value for key, value in raw.items() if contract.normalize_name(key) == "init_from"]
-    folder = contract.HYPERPARAMETERS_BY_NAME["init_from"].parse(given[0]) if given else None
+    given = [value for key, value in raw.items() if settings_parse.normalize_name(key) == "init_from"]
+    folder = settings_table.HYPERPARAMETERS_BY_NAME["init_from"].parse(given[0]) if given else None
     if folder is None:
         return None
     return hf_config.architecture(hf_config.read_local(folder), folder)
@@ -290,5 +291,5 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool]:
     try:
         raw = local_defaults({key: value for key, value in namespace.items() if value is not None})
         return config_from_mapping(raw), check_only
-    except contract.ContractError as err:
+    except settings_table.ContractError as err:
         raise SystemExit(refuse(f"invalid setting {err}")) from None

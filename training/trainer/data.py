@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.request import contract
+from training.contract import container, settings_table
 
 
 class _PositionedBatches:
@@ -57,7 +57,7 @@ class _PositionedBatches:
         id not below the vocabulary, naming the file and the position. None when nothing is."""
         try:
             self._ahead = (self.position, self._batch(self._first_sample()))
-        except contract.ContractError as err:
+        except settings_table.ContractError as err:
             return str(err)
         return None
 
@@ -166,7 +166,9 @@ class TokenFiles(_PositionedBatches):
         opened = [(p, open_tokens(p, token_dtype)) for p in paths]
         opened = [(p, tokens) for p, tokens in opened if len(tokens)]  # an empty file holds no window
         if not opened:
-            raise contract.ContractError("dataset", f"no non-empty .bin or .npy token files in {source}")
+            raise settings_table.ContractError(
+                "dataset", f"no non-empty .bin or .npy token files in {source}"
+            )
         self.paths = paths = [p for p, _ in opened]
         self.arrays = [tokens for _, tokens in opened]
         self.window = seq_length + 1
@@ -174,7 +176,7 @@ class TokenFiles(_PositionedBatches):
         self.starts = np.concatenate([[0], np.cumsum(counts)])
         need, what = batch_need(batch_size // grad_accum_steps, grad_accum_steps, world_size)
         if self.starts[-1] < need:
-            raise contract.ContractError(
+            raise settings_table.ContractError(
                 "batch_size",
                 f"the token files {_names(paths)} hold {self.starts[-1]} windows of {self.window} tokens; "
                 f"{what} needs {need}",
@@ -211,7 +213,7 @@ class TokenFiles(_PositionedBatches):
             j = next(j for j, window in enumerate(windows) if int(window.max()) >= self.vocab_size)
             file, begin = self._where(first_sample + j)
             peak = int(windows[j].max())
-            raise contract.ContractError(
+            raise settings_table.ContractError(
                 "vocab_size",
                 f"must be above every token id in the data; {self.paths[file]} holds id {peak} (token "
                 f"{begin + int(np.argmax(windows[j]))}), got {self.vocab_size}",
@@ -245,7 +247,7 @@ def _names(paths: list[Path]) -> str:
     return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
-METADATA_FILE = contract.DATA_METADATA_FILE
+METADATA_FILE = container.DATA_METADATA_FILE
 """Written by ``training.trainer.prepare`` next to the token files: token dtype, vocabulary size, tokenizer,
 token counts and the files of each split (``train``, ``validation``)."""
 
@@ -261,7 +263,9 @@ def read_metadata(directory: str | Path) -> dict | None:
         int(meta["vocab_size"])
         str(meta["token_dtype"])
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise contract.ContractError("dataset", f"{path} is not a valid metadata file: {err!r}") from None
+        raise settings_table.ContractError(
+            "dataset", f"{path} is not a valid metadata file: {err!r}"
+        ) from None
     return meta
 
 
@@ -286,7 +290,7 @@ def _refuse_twins(files: list[Path], directory: str | Path) -> None:
         if twin not in seen:
             seen.add(twin)
             continue
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset",
             f"{twin}.bin and {twin}.npy are both token files of the data folder {directory}, so both would be read "
             "(the same tokens twice, when one was converted from the other): keep one",
@@ -305,12 +309,14 @@ def open_tokens(path: Path, token_dtype: str) -> np.ndarray:
         if path.suffix == ".npy":
             return _open_npy(path)
         size, itemsize = path.stat().st_size, np.dtype(token_dtype).itemsize
-    except contract.ContractError:
+    except settings_table.ContractError:
         raise
     except (OSError, ValueError, EOFError) as err:  # what numpy raises for a damaged or cut-short .npy
-        raise contract.ContractError("dataset", f"cannot read {path} as token ids: {_why(err)}") from None
+        raise settings_table.ContractError(
+            "dataset", f"cannot read {path} as token ids: {_why(err)}"
+        ) from None
     if size % itemsize:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset",
             f"{path} has {size} bytes, not a whole number of {token_dtype} tokens ({itemsize} bytes each): the file "
             f"is cut short, or was written in another dtype than token_dtype={token_dtype}",
@@ -326,13 +332,13 @@ def _open_npy(path: Path) -> np.ndarray:
             raise ValueError("it is not a .npy file (no NumPy header)")
     array = np.load(path, mmap_mode="r", allow_pickle=False)
     if array.dtype.kind != "u":
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset",
             f"{path} holds {array.dtype} values; token files hold unsigned integers (uint8, uint16, uint32, uint64): "
             "save it with array.astype(np.uint32), or np.uint16 when every id is below 65536",
         )
     if array.ndim != 1:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset",
             f"{path} holds a {array.ndim}-D array of shape {tuple(array.shape)} ({array.size} tokens); a token file "
             "holds one stream of token ids (1-D): save it with array.reshape(-1)",
@@ -354,11 +360,11 @@ def channel_dir(cfg=None) -> str:
     (``SM_CHANNEL_TRAIN``, set by the SageMaker toolkit)."""
     if cfg is not None and cfg.data_dir:
         return cfg.data_dir
-    env = f"SM_CHANNEL_{contract.TRAIN_CHANNEL.upper()}"
+    env = f"SM_CHANNEL_{container.TRAIN_CHANNEL.upper()}"
     directory = os.environ.get(env)
     if not directory:
-        raise contract.ContractError(
-            "dataset", f"dataset=channel needs the '{contract.TRAIN_CHANNEL}' channel ({env})"
+        raise settings_table.ContractError(
+            "dataset", f"dataset=channel needs the '{container.TRAIN_CHANNEL}' channel ({env})"
         )
     return directory
 

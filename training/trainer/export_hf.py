@@ -35,14 +35,15 @@ from typing import Any
 
 import torch
 
-from training.request import contract, hf_config
+from training.contract import container, settings_parse, settings_table, shapes
+from training.request import hf_config
 from training.trainer import chat_export, llama_layout, lora
 from training.trainer.weights import INIT_STD
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
 """Hugging Face's own default shard limit for ``save_pretrained`` (5 GB)."""
-HF_DIR = contract.HF_EXPORT_DIR
+HF_DIR = container.HF_EXPORT_DIR
 """The folder a finished training job writes next to ``model.pt`` in its model artifact."""
 
 
@@ -106,8 +107,8 @@ def check_exportable(config: dict[str, Any], path: Path) -> None:
         )
 
 
-def shape_of(config: dict[str, Any]) -> contract.ModelShape:
-    return contract.model_shape(config)
+def shape_of(config: dict[str, Any]) -> shapes.ModelShape:
+    return settings_parse.model_shape(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -122,7 +123,7 @@ def _value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def to_hf_state_dict(state: dict[str, torch.Tensor], shape: contract.ModelShape) -> dict[str, torch.Tensor]:
+def to_hf_state_dict(state: dict[str, torch.Tensor], shape: shapes.ModelShape) -> dict[str, torch.Tensor]:
     """The trainer's state dict (torch or Transformer Engine blocks) under ``LlamaForCausalLM``'s names.
 
     Every entry must be used (TE's ``_extra_state`` excepted) and every Llama tensor made: an unknown name is an
@@ -219,7 +220,7 @@ def write_weights(
     return [*names, "model.safetensors.index.json"]
 
 
-TRAVELLING_FILES = contract.INIT_FROM_TRAVELLING_FILES
+TRAVELLING_FILES = container.INIT_FROM_TRAVELLING_FILES
 """Files of an ``init_from`` model folder that travel to the export (its tokenizer and generation settings; the
 contract's, since the request check reads the same names to decide whether the export will have a tokenizer)."""
 
@@ -233,7 +234,7 @@ def source_info(folder: str) -> dict[str, Any]:
     try:
         files = {name: (path / name).read_bytes() for name in TRAVELLING_FILES if (path / name).is_file()}
         return {"path": folder, "config": hf_config.read_local(path), "files": files}
-    except (OSError, contract.ContractError) as err:
+    except (OSError, settings_table.ContractError) as err:
         return {"path": folder, "config": None, "files": {}, "unreadable": str(err)}
 
 
@@ -342,7 +343,7 @@ def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], toke
         origin += (
             f", as LoRA adapters (rank {adapters.rank}, alpha {adapters.alpha:g}, on {', '.join(adapters.targets)}) "
             f"merged into the frozen base weights (W + alpha / rank x B A; the adapter alone is the peft folder "
-            f"`{contract.PEFT_EXPORT_DIR}/` beside this one)"
+            f"`{container.PEFT_EXPORT_DIR}/` beside this one)"
         )
     return f"""# Llama-architecture model exported by `training.trainer.export_hf`
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from training.request import contract
+from training.contract import container, settings_table
 from training.trainer import export_hf, llama_layout, lora
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
-PEFT_DIR = contract.PEFT_EXPORT_DIR
+PEFT_DIR = container.PEFT_EXPORT_DIR
 
 
 def adapter_settings(config: dict[str, Any], path: Path) -> lora.LoraSettings:
@@ -120,7 +120,7 @@ Requests then name `"model": "my-adapter"`. The merged model (no adapter needed)
 
 def vllm_rank(rank: int) -> int:
     """The smallest of vLLM's ``--max-lora-rank`` values that holds ``rank``."""
-    return next(r for r in (8, 16, 32, 64, 128, 256, 320, contract.LORA_MAX_RANK) if r >= rank)
+    return next(r for r in (8, 16, 32, 64, 128, 256, 320, settings_table.LORA_MAX_RANK) if r >= rank)
 
 
 def export(model_dir: str | Path, out_dir: str | Path) -> list[str]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from training.request.contract import ModelShape
+from training.contract.shapes import ModelShape
 
 ROOT = {
     "embed.weight": "model.embed_tokens.weight",

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from training.request import contract
+from training.contract import hardware, metric_lines, settings_checks, settings_table
 from training.trainer import (
     activation_checkpoint,
     attention,
@@ -329,7 +329,7 @@ def run(
     if cfg.lora_rank:
         trainable, total = lora.counts(state.net)
         say(f"lora rank={cfg.lora_rank} alpha={cfg.lora_alpha:g} dropout={cfg.lora_dropout:g} "
-            f"targets={','.join(contract.lora_target_modules(cfg.lora_targets))} trainable_parameters={trainable} "
+            f"targets={','.join(settings_checks.lora_target_modules(cfg.lora_targets))} trainable_parameters={trainable} "
             f"({100.0 * trainable / total:.3g}% of {total}; the base is frozen)")  # fmt: skip
     if complete:
         _finished_already(cfg, env, state, say)
@@ -361,7 +361,7 @@ def _validation_batches(validation: Any, cfg: TrainConfig, env: parallel.DistEnv
     if validation is not None:
         try:
             batches = validation.validation_batches(cfg.validation_batches)
-        except contract.ContractError as err:
+        except settings_table.ContractError as err:
             problem = guard.Problem(guard.DATA, str(err))
     problems: list[Any] = [None] * env.world_size
     torch.distributed.all_gather_object(problems, problem, group=env.cpu_group)
@@ -403,13 +403,13 @@ def levers_line(
         resolved["recipe"] = type(plan.recipe).__name__
         resolved["attention"] = "transformer_engine (its choice is logged after step 1)"
         if cfg.precision == "fp8":
-            resolved["fp8_recipe"] = contract.fp8_recipe_for(cfg.fp8_recipe, sm)
+            resolved["fp8_recipe"] = hardware.fp8_recipe_for(cfg.fp8_recipe, sm)
         if cfg.precision == "nvfp4":
             resolved["bf16_blocks"] = cfg.nvfp4_bf16_blocks
     else:
         resolved["attention"] = sdpa[1]
         resolved["attention_priority"] = ",".join(sdpa[0].order or ["torch_default"])
-    return "levers " + " ".join(f"{key}={contract._fmt_config(value)}" for key, value in resolved.items())
+    return "levers " + " ".join(f"{key}={metric_lines._fmt_config(value)}" for key, value in resolved.items())
 
 
 class Shares(list):
@@ -612,7 +612,7 @@ def _train(
 
     def validate() -> tuple[float, float]:
         loss, accuracy = evaluate(net, val_batches, env, plan, getattr(dataset, "packing", False))
-        say(contract.format_validation_line(state.step, cfg.max_steps, loss, accuracy))
+        say(metric_lines.format_validation_line(state.step, cfg.max_steps, loss, accuracy))
         tracking.validation(state.step, loss, accuracy)
         return loss, accuracy
 
@@ -648,7 +648,7 @@ def _train(
                         padding=shares.padding)  # fmt: skip
             empty.report(step)
             elapsed, eta = progress.timing(step)
-            say(contract.format_step_line(step, line, cfg.max_steps, elapsed, eta))
+            say(metric_lines.format_step_line(step, line, cfg.max_steps, elapsed, eta))
             tracking.step(step, line)
         if (
             val_batches
@@ -692,7 +692,7 @@ def _train(
     sealed(manager.seal_pending())  # a save still in flight is waited for and sealed before the summary
     stop.close()
     summary = _summary(state, progress, meter, env, manager, val_loss, empty.total)
-    say(contract.format_summary_line(summary))
+    say(metric_lines.format_summary_line(summary))
     tracking.summary(state.step, summary)
     tracking.stopped = stopped
     return summary

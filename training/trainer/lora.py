@@ -1,6 +1,6 @@
 """LoRA (``lora_rank`` > 0): low-rank adapters on the frozen base model's linear layers, trained alone.
 
-Each targeted Llama projection ``W`` (``q_proj`` ... ``down_proj``, ``contract.LORA_TARGETS``) gets two matrices,
+Each targeted Llama projection ``W`` (``q_proj`` ... ``down_proj``, ``settings_table.LORA_TARGETS``) gets two matrices,
 ``A`` (``rank x in``) and ``B`` (``out x rank``), and computes ``W x + (alpha / rank) B A dropout(x)``, as peft's
 ``LoraLayer`` does. The torch block fuses projections (``qkv`` = ``[q; k; v]``, ``gate_up`` = ``[gate; up]``,
 ``llama_layout``), so a fused linear layer keeps one adapter pair per projection it holds, and its output is the
@@ -35,14 +35,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from training.request import contract
+from training.contract import settings_checks, settings_table, shapes
 from training.trainer import llama_layout, weights
 
 PEFT_PREFIX = "base_model.model."
 """peft's ``PeftModelForCausalLM`` prefix before the ``LlamaForCausalLM`` module names."""
 _ADAPTER = re.compile(r"^layers\.(\d+)\.(\w+)\.lora_([ab])_(\w+)$")
 """Our adapter parameter names: ``layers.<i>.<linear>.lora_a_<projection>`` (and ``lora_b_``)."""
-_MODULE_OF = {module.rsplit(".", 1)[1]: module for module in contract.LORA_TARGETS.values()}
+_MODULE_OF = {module.rsplit(".", 1)[1]: module for module in settings_table.LORA_TARGETS.values()}
 """``q_proj`` -> ``self_attn.q_proj``, ..., ``down_proj`` -> ``mlp.down_proj``."""
 
 
@@ -73,7 +73,9 @@ class LoraSettings:
             rank=rank,
             alpha=float(alpha if alpha is not None else 2 * rank),
             dropout=float(get("lora_dropout") or 0.0),
-            targets=contract.lora_target_modules(get("lora_targets") or contract.LORA_ALL_LINEAR),
+            targets=settings_checks.lora_target_modules(
+                get("lora_targets") or settings_table.LORA_ALL_LINEAR
+            ),
         )
 
 
@@ -129,7 +131,7 @@ class LoRALinear(nn.Linear):
         return f"{super().extra_repr()}, lora={','.join(self.targeted)}, scale={self.scale:g}"
 
 
-def block_parts(shape: contract.ModelShape) -> dict[str, tuple[tuple[str, int], ...]]:
+def block_parts(shape: shapes.ModelShape) -> dict[str, tuple[tuple[str, int], ...]]:
     """The torch block's linear layers (``qkv``, ``out_proj``, ``gate_up``, ``down``) -> their Llama projections
     and rows, from ``llama_layout.TORCH_BLOCK`` (the norms excluded)."""
     dims = llama_layout.block_tensors(shape)
@@ -142,7 +144,7 @@ def block_parts(shape: contract.ModelShape) -> dict[str, tuple[tuple[str, int], 
     return out
 
 
-def apply_to_block(block: nn.Module, shape: contract.ModelShape, settings: LoraSettings) -> None:
+def apply_to_block(block: nn.Module, shape: shapes.ModelShape, settings: LoraSettings) -> None:
     """Swap ``block``'s linear layers that hold a targeted projection for ``LoRALinear`` (same device, so on meta
     before sharding) and freeze the block's other parameters."""
     for attr, parts in block_parts(shape).items():
@@ -234,7 +236,7 @@ def adapter_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def merged_state(
-    state: dict[str, torch.Tensor], settings: LoraSettings, shape: contract.ModelShape
+    state: dict[str, torch.Tensor], settings: LoraSettings, shape: shapes.ModelShape
 ) -> dict[str, torch.Tensor]:
     """The trainer state dict with every adapter merged into its base weight, ``W + (alpha / rank) B A`` in fp32
     per projection (rows of a fused weight with no adapter unchanged), and the adapters left out: the model a

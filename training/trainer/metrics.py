@@ -8,9 +8,9 @@ N: parameters taking part in matmuls (all but the input embedding, a lookup; the
 L layers, H hidden size, S sequence length: the second term is attention's QK^T and AV matmuls (2 * 2 * S * H
 multiply-adds per token per layer, x3 for training), counted in full although the causal mask skips about half.
 A LoRA run computes no weight gradient of its frozen weights: ``4 * N + 6 * Na + 12 * L * H * S`` with Na the
-adapters' parameters (``contract.flops_per_token``).
+adapters' parameters (``shapes.flops_per_token``).
 
-MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (contract.PEAK_TFLOPS);
+MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (hardware.PEAK_TFLOPS);
 left out (not printed as 0) on a CPU or an unknown GPU, which have no peak to divide by. A low-precision run is
 counted against its own precision's peak (fp8 and mxfp8 against the FP8 peak, nvfp4 against the FP4 peak), so its
 MFU is comparable across precisions only as "share of what that format can do": the same TFLOP/s gives an fp8 run
@@ -27,21 +27,21 @@ import time
 import torch
 import torch.distributed
 
-from training.request import contract
+from training.contract import hardware, shapes
 
 
 def gpu_name(device: torch.device) -> str | None:
-    """The contract.PEAK_TFLOPS key of this GPU (e.g. "B200"), or None on CPU / an unlisted GPU."""
+    """The hardware.PEAK_TFLOPS key of this GPU (e.g. "B200"), or None on CPU / an unlisted GPU."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device).upper()
     # longest key first: "NVIDIA GB200" contains "B200"
-    return next((key for key in sorted(contract.PEAK_TFLOPS, key=len, reverse=True) if key in name), None)
+    return next((key for key in sorted(hardware.PEAK_TFLOPS, key=len, reverse=True) if key in name), None)
 
 
 def peak_tflops(device: torch.device, precision: str) -> float | None:
     name = gpu_name(device)
-    return contract.PEAK_TFLOPS.get(name, {}).get(precision) if name else None
+    return hardware.PEAK_TFLOPS.get(name, {}).get(precision) if name else None
 
 
 def peak_memory_gb(device: torch.device) -> float:
@@ -53,7 +53,7 @@ def peak_memory_gb(device: torch.device) -> float:
 
 
 def memory_over_ranks(device: torch.device, group: torch.distributed.ProcessGroup) -> dict[str, float]:
-    """``contract.MEMORY_SUMMARY_METRICS`` of this run: every rank's peaks and allocator counts, reduced over
+    """``metric_lines.MEMORY_SUMMARY_METRICS`` of this run: every rank's peaks and allocator counts, reduced over
     ``group`` (a collective: every rank calls it). On a CPU only ``max_allocated_gb`` (the peak resident set size;
     there is no caching allocator to reserve or retry)."""
     if device.type == "cuda":
@@ -77,7 +77,7 @@ class Throughput:
 
     def __init__(
         self,
-        shape: contract.ModelShape,
+        shape: shapes.ModelShape,
         seq_length: int,
         tokens_per_step: int,
         warmup_steps: int,
@@ -87,9 +87,9 @@ class Throughput:
     ):
         """``lora_parameters``: the LoRA adapters' parameters (0: every weight trains)."""
         self.tokens_per_step, self.warmup_steps, self.device = tokens_per_step, warmup_steps, device
-        self.flops_per_token = contract.flops_per_token(shape, seq_length, lora_parameters)
+        self.flops_per_token = shapes.flops_per_token(shape, seq_length, lora_parameters)
         self.peak = peak_tflops(device, precision)
-        self.bf16_peak = peak_tflops(device, "bf16") if precision in contract.TE_PRECISIONS else None
+        self.bf16_peak = peak_tflops(device, "bf16") if precision in hardware.TE_PRECISIONS else None
         self.interval_start = 0.0
         self.steps_done = self.interval_steps = self.measured_steps = 0
         self.measured_seconds = 0.0

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from training.request import contract
+from training.contract import container
 
 DEFAULT_EXPERIMENT = "blackwell-training"
 
@@ -41,11 +41,11 @@ class MlflowLog:
     def from_environment(
         cls, say: Callable[[str], None], environ: Mapping[str, str] = os.environ
     ) -> MlflowLog | None:
-        uri = environ.get(contract.MLFLOW_TRACKING_URI_ENV)
+        uri = environ.get(container.MLFLOW_TRACKING_URI_ENV)
         if not uri:
             return None
-        experiment = environ.get(contract.MLFLOW_EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
-        return cls(uri, experiment, environ.get(contract.MLFLOW_RUN_NAME_ENV) or None, say)
+        experiment = environ.get(container.MLFLOW_EXPERIMENT_ENV) or DEFAULT_EXPERIMENT
+        return cls(uri, experiment, environ.get(container.MLFLOW_RUN_NAME_ENV) or None, say)
 
     @property
     def active(self) -> bool:

@@ -1,7 +1,7 @@
 """Decoder-only language model: embedding, N blocks, final RMSNorm, LM head, next-token cross-entropy (the head
 and the loss in chunks of tokens, ``loss.linear_cross_entropy``).
 
-Two interchangeable blocks with the same parameter count (``contract.ModelShape.parameter_count``):
+Two interchangeable blocks with the same parameter count (``shapes.ModelShape.parameter_count``):
 
 * ``TorchBlock``: pre-norm RMSNorm, fused QKV, SDPA causal attention with grouped-query attention
   (``num_kv_heads`` key/value heads shared by ``num_heads / num_kv_heads`` query heads each, as Llama's
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.request.contract import NORM_EPS, POSITION_ENCODINGS, ModelShape
+from training.contract.shapes import NORM_EPS, POSITION_ENCODINGS, ModelShape
 from training.trainer import doc_mask
 from training.trainer.loss import linear_cross_entropy, token_statistics
 from training.trainer.rotary import Llama3Scaling, Rope, apply_rotary

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from training.request import contract, sft_data
+from training.contract import settings_table
+from training.request import sft_data
 from training.trainer import data
 from training.trainer.loss import IGNORE_INDEX
 
@@ -109,7 +110,7 @@ class Conversations(data._PositionedBatches):
         lengths = np.diff(self.offsets)
         where = f"{directory}/{data.METADATA_FILE}"
         if len(lengths) and int(lengths.max()) > seq_length:
-            raise contract.ContractError(
+            raise settings_table.ContractError(
                 "seq_length",
                 f"the longest example of the {split} split has {int(lengths.max())} tokens ({where}: "
                 f"{int((lengths > seq_length).sum())} examples are longer than seq_length {seq_length}); examples "
@@ -126,7 +127,7 @@ class Conversations(data._PositionedBatches):
                 if grad_accum_steps > 1
                 else "batch_size or seq_length"
             )
-            raise contract.ContractError(
+            raise settings_table.ContractError(
                 "batch_size",
                 f"the {split} split in {directory} makes {len(self.windows)} windows of seq_length {seq_length} "
                 f"({len(lengths)} examples, {'packed' if packing else 'one per window'}); {what} needs {need}: "
@@ -160,7 +161,7 @@ class Conversations(data._PositionedBatches):
             length = end - begin
             ids_of = np.asarray(self.tokens[begin:end], dtype=np.int64)
             if self.vocab_size is not None and int(ids_of.max()) >= self.vocab_size:
-                raise contract.ContractError(
+                raise settings_table.ContractError(
                     "vocab_size",
                     f"must be above every token id in the data; {self.token_file} holds id {int(ids_of.max())} "
                     f"(token {begin + int(np.argmax(ids_of))}), got {self.vocab_size}",
@@ -195,7 +196,7 @@ def read_split(
     names = [entry.get(key) or [] for key in ("files", "masks", "documents")]
     where = f"{directory}/{data.METADATA_FILE}"
     if any(len(listed) != 1 for listed in names):
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset", f"{where}: the {split} split must list one file each of files, masks and documents"
         )
     base = Path(directory)
@@ -203,13 +204,13 @@ def read_split(
     mask = _raw(base / names[1][0], np.uint8)
     offsets = _raw(base / names[2][0], np.int64)
     if len(mask) != len(tokens) or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(tokens):
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset",
             f"{where}: the {split} split's files disagree ({len(tokens)} tokens, {len(mask)} mask entries, example "
             f"offsets ending at {int(offsets[-1]) if len(offsets) else 'none'}): a file is cut short or was replaced",
         )
     if np.any(np.diff(offsets) < 1):
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset", f"{where}: the {split} split's example offsets are not increasing"
         )
     return tokens, mask, np.asarray(offsets)
@@ -219,9 +220,9 @@ def _raw(path: Path, dtype: type) -> np.ndarray:
     try:
         size = path.stat().st_size
     except OSError as err:
-        raise contract.ContractError("dataset", f"cannot read {path}: {err.strerror or err}") from None
+        raise settings_table.ContractError("dataset", f"cannot read {path}: {err.strerror or err}") from None
     if size % np.dtype(dtype).itemsize:
-        raise contract.ContractError("dataset", f"{path} is cut short ({size} bytes)")
+        raise settings_table.ContractError("dataset", f"{path} is cut short ({size} bytes)")
     return np.memmap(path, dtype=dtype, mode="r") if size else np.empty(0, dtype=dtype)
 
 
@@ -284,7 +285,7 @@ def check_model(meta: dict, folder: Path) -> None:
     config = json.loads(config_file.read_text()) if config_file.is_file() else None
     problems = sft_data.check_against_model(meta, files, config, str(folder))
     if problems:
-        raise contract.ContractError("init_from", "; ".join(problems))
+        raise settings_table.ContractError("init_from", "; ".join(problems))
 
 
 def check(cfg, directory: str, world_size: int) -> str:

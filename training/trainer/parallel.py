@@ -25,7 +25,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.request import contract, network, plan
+from training.contract import hardware, settings_table
+from training.request import network, plan
 from training.trainer import cluster
 from training.trainer.model import Transformer
 
@@ -94,13 +95,13 @@ def data_parallel_replicate(cfg, world_size: int, local_world_size: int) -> tupl
     """The replicas this run's mesh has, and why: ``cfg.data_parallel_replicate`` as set (refused by name when it
     does not divide ``world_size``), or ``auto``: the number of nodes when the plan says one node's GPUs hold the
     sharded states with room for the step (``plan.Setup.replicate``, on the instance type SageMaker names), else 1.
-    Raises ``contract.ContractError`` (before any process group)."""
+    Raises ``settings_table.ContractError`` (before any process group)."""
     setting = cfg.data_parallel_replicate
     nodes = world_size // local_world_size if local_world_size and world_size % local_world_size == 0 else 1
     if setting != "auto":
         problem = network.layout_problem(int(setting), world_size)
         if problem:
-            raise contract.ContractError(
+            raise settings_table.ContractError(
                 "data_parallel_replicate",
                 f"{problem} ({nodes} node(s) x {local_world_size} processes); or auto",
             )
@@ -108,12 +109,12 @@ def data_parallel_replicate(cfg, world_size: int, local_world_size: int) -> tupl
     if nodes == 1:
         return 1, "auto: one node"
     instance_type = cluster.current_instance_type()
-    if instance_type not in contract.GPU_INSTANCE_TYPES:
+    if instance_type not in hardware.GPU_INSTANCE_TYPES:
         return (
             1,
             f"auto: instance type {instance_type or 'unknown'} has no memory figures, so every state is sharded",
         )
-    settings = {k: v for k, v in cfg.as_dict().items() if k in contract.HYPERPARAMETERS_BY_NAME}
+    settings = {k: v for k, v in cfg.as_dict().items() if k in settings_table.HYPERPARAMETERS_BY_NAME}
     settings.pop("init_from", None)  # its shape is in the settings already
     setup = plan.setup_from_request(
         {"instance_type": instance_type, "instance_count": nodes, "hyperparameters": settings}

@@ -26,13 +26,13 @@ from typing import Any
 
 import torch
 
-from training.request import contract
+from training.contract import hardware, settings_checks, settings_table
 
 TE_RECIPE_MODULE = "transformer_engine.common.recipe"
 TE_TORCH_MODULE = "transformer_engine.pytorch"
 
 
-class PrecisionError(contract.ContractError):
+class PrecisionError(settings_table.ContractError):
     """The precision cannot run here (no GPU, no TE, or the wrong GPU generation)."""
 
     def __init__(self, message: str):
@@ -56,9 +56,9 @@ def recipe_spec(
 ) -> RecipeSpec | None:
     """The TE recipe for ``precision`` (None for fp32/fp16/bf16, which run without TE); for fp8, ``fp8_recipe``
     on a GPU of compute capability ``sm`` (``auto``: current scaling, MXFP8 on SM 10.x;
-    ``contract.fp8_recipe_for``)."""
+    ``hardware.fp8_recipe_for``)."""
     if precision == "fp8":
-        fp8_recipe = contract.fp8_recipe_for(fp8_recipe, sm)
+        fp8_recipe = hardware.fp8_recipe_for(fp8_recipe, sm)
         if fp8_recipe == "mxfp8":
             return RecipeSpec("MXFP8BlockScaling", {}, {"fp8_format": "E4M3"})
         if fp8_recipe == "delayed":
@@ -69,14 +69,14 @@ def recipe_spec(
             )
         if fp8_recipe == "current":
             return RecipeSpec("Float8CurrentScaling", {}, {"fp8_format": "HYBRID"})
-        raise contract.ContractError("fp8_recipe", f"must be one of {', '.join(contract.FP8_RECIPES)}")
+        raise settings_table.ContractError("fp8_recipe", f"must be one of {', '.join(hardware.FP8_RECIPES)}")
     if precision == "mxfp8":
         return RecipeSpec("MXFP8BlockScaling", {}, {"fp8_format": "E4M3"})
     if precision == "nvfp4":
         return RecipeSpec("NVFP4BlockScaling")
-    if precision in contract.PRECISIONS:
+    if precision in hardware.PRECISIONS:
         return None
-    raise contract.ContractError("precision", f"must be one of {', '.join(contract.PRECISIONS)}")
+    raise settings_table.ContractError("precision", f"must be one of {', '.join(hardware.PRECISIONS)}")
 
 
 def build_recipe(spec: RecipeSpec, recipe_module: ModuleType | None = None) -> Any:
@@ -93,7 +93,7 @@ def compute_dtype(precision: str) -> torch.dtype:
 
 
 def uses_te(precision: str) -> bool:
-    return precision in contract.TE_PRECISIONS
+    return precision in hardware.TE_PRECISIONS
 
 
 def te_available() -> bool:
@@ -125,15 +125,15 @@ def check_hardware(
     if (
         cuda_available
         and capability is not None
-        and not contract.precision_supported_on(precision, capability)
+        and not hardware.precision_supported_on(precision, capability)
     ):
         needs = (
-            "a data-centre Blackwell GPU (SM 10.x)" if precision in contract.BLACKWELL_ONLY_PRECISIONS else ""
+            "a data-centre Blackwell GPU (SM 10.x)" if precision in hardware.BLACKWELL_ONLY_PRECISIONS else ""
         )
         needs = needs or (
             "SM 8.9+ (Ada, Hopper, Blackwell)" if precision == "fp8" else "SM 8.0+ (Ampere or newer)"
         )
-        supported = ", ".join(contract.instance_types_supporting(precision))
+        supported = ", ".join(hardware.instance_types_supporting(precision))
         raise PrecisionError(
             f"{precision} needs {needs}; this GPU is SM {capability[0]}.{capability[1]}. "
             f"Instance types that support it: {supported}"
@@ -255,13 +255,13 @@ def nondeterministic_op(cfg: Any, capability: tuple[int, int] | None) -> str | N
 
 def check_run(cfg: Any) -> None:
     """Everything about ``cfg`` this machine can refuse before any process starts: the precision's hardware
-    (``check_this_machine``), the model's dims for the recipe this GPU runs (``contract.check_dims``: fp8 runs
+    (``check_this_machine``), the model's dims for the recipe this GPU runs (``settings_checks.check_dims``: fp8 runs
     MXFP8 on SM 10.x, which needs multiples of 32) and ``deterministic=true`` with an op that has no deterministic
     kernel here."""
     check_this_machine(cfg.precision)
     capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
-    contract.check_dims(cfg.as_dict(), capability)
+    settings_checks.check_dims(cfg.as_dict(), capability)
     if cfg.deterministic:
         op = nondeterministic_op(cfg, capability)
         if op is not None:
-            raise contract.ContractError("deterministic", f"true cannot be honoured on this GPU: {op}")
+            raise settings_table.ContractError("deterministic", f"true cannot be honoured on this GPU: {op}")

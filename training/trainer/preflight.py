@@ -5,7 +5,7 @@ read readable as tokens and consistent with the settings and its metadata (token
 full, or sampled when the data is large), enough tokens for one optimizer step (``grad_accum_steps`` micro-batches
 on every process) and one validation batch.
 
-Each check raises ``contract.ContractError`` naming the setting (and the file) and what is allowed, so a bad run
+Each check raises ``settings_table.ContractError`` naming the setting (and the file) and what is allowed, so a bad run
 fails in seconds instead of at its first checkpoint or mid-run.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.request import contract
+from training.contract import settings_table
 from training.trainer import checkpoint, data, packing, weights
 
 SCAN_CHUNK = 1 << 24
@@ -59,7 +59,7 @@ def check_checkpoint_shape(cfg) -> None:
     if path is not None:
         message = checkpoint.shape_mismatch(Path(path), shape, checkpoint.REMEDY[field])
         if message:
-            raise contract.ContractError(field, message)
+            raise settings_table.ContractError(field, message)
 
 
 def check_writable(directory: str, field: str) -> None:
@@ -71,12 +71,12 @@ def check_writable(directory: str, field: str) -> None:
         existing = existing.parent
     if not existing.is_dir():
         where = "it is not a folder" if existing == path else f"{existing} is not a folder"
-        raise contract.ContractError(field, f"{directory} is not a writable folder: {where}")
+        raise settings_table.ContractError(field, f"{directory} is not a writable folder: {where}")
     try:
         with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-check-"):
             pass
     except OSError as err:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             field, f"{directory} is not a writable folder: {err.strerror or err}"
         ) from None
 
@@ -86,14 +86,14 @@ def check_data(cfg, world_size: int) -> str:
     batch per split; returns what was checked."""
     directory = data.channel_dir(cfg)
     if not Path(directory).is_dir():
-        raise contract.ContractError("dataset", f"the data folder {directory} does not exist")
+        raise settings_table.ContractError("dataset", f"the data folder {directory} does not exist")
     meta = data.read_metadata(directory)
     splits = {split: data.split_files(directory, split) for split in ("train", "validation")}
     if not splits["train"]:
-        raise contract.ContractError("dataset", f"no .bin or .npy token files under {directory}")
+        raise settings_table.ContractError("dataset", f"no .bin or .npy token files under {directory}")
     missing = [str(p) for files in splits.values() for p in files if not p.is_file()]
     if missing:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "dataset", f"{data.METADATA_FILE} lists missing files: {', '.join(missing)}"
         )
     if meta is not None:
@@ -120,7 +120,7 @@ def _check_one_batch(cfg, world_size: int, directory: str, split: str, counts: d
     windows = sum(count // (cfg.seq_length + 1) for count in counts.values())
     if counts and windows < need:
         lower = "batch_size, grad_accum_steps or seq_length" if accum > 1 else "batch_size or seq_length"
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "batch_size",
             f"the {split} split in {directory} holds {sum(counts.values())} tokens, {windows} sequences of "
             f"seq_length + 1 = {cfg.seq_length + 1}; {what} needs {need}: lower {lower}, or add data",
@@ -132,21 +132,21 @@ def _check_metadata(cfg, meta: dict, directory: str) -> None:
     if any(p.suffix == ".bin" for p in data.split_files(directory, "train")) and (
         meta["token_dtype"] != cfg.token_dtype
     ):
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "token_dtype", f"must be {meta['token_dtype']}, the dtype the data was written in ({where}); "
             f"got {cfg.token_dtype}"
         )  # fmt: skip
     vocab = int(meta["vocab_size"])
     if vocab > cfg.vocab_size:
         tokenizer = meta.get("tokenizer", {}).get("name", "its tokenizer")
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "vocab_size",
             f"must be at least {vocab}, the vocabulary of {tokenizer} that made the data ({where}); "
             f"got {cfg.vocab_size}",
         )
     largest = meta.get("max_token_id")
     if largest is not None and int(largest) >= cfg.vocab_size:
-        raise contract.ContractError(
+        raise settings_table.ContractError(
             "vocab_size",
             f"must be above the largest token id {largest} in the data ({where}); got {cfg.vocab_size}",
         )
@@ -159,7 +159,7 @@ def _check_split_sizes(meta: dict, directory: str, splits: dict, counts: dict) -
         recorded = (meta["splits"].get(split) or {}).get("tokens")
         held = sum(counts[p] for p in files)
         if recorded is not None and int(recorded) != held:
-            raise contract.ContractError(
+            raise settings_table.ContractError(
                 "dataset",
                 f"{directory}/{data.METADATA_FILE} records {recorded} tokens in the {split} split, but its files "
                 f"({', '.join(p.name for p in files)}) hold {held}: a file is cut short or was replaced",
@@ -181,7 +181,7 @@ def _check_ids(cfg, counts: dict[Path, int]) -> str:
             peak = int(np.max(block))
             if peak >= cfg.vocab_size:
                 at = begin + int(np.argmax(block))
-                raise contract.ContractError(
+                raise settings_table.ContractError(
                     "vocab_size",
                     f"must be above every token id in the data; {path} holds id {peak} (token {at}), "
                     f"got {cfg.vocab_size}",

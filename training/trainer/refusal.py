@@ -3,7 +3,7 @@ training is exit status 1 with its reason as the SageMaker job's failure reason.
 
 Two kinds of refusal reach here:
 
-* before the process group: any ``contract.ContractError`` (a bad setting, a failed preflight check). Each process
+* before the process group: any ``settings_table.ContractError`` (a bad setting, a failed preflight check). Each process
   decides it alone. Under ``torchrun`` every worker decides the same, so only the node's first worker
   (``LOCAL_RANK`` 0, or a process not under torchrun) prints the line; the others wait ``QUIET_WAIT_SECONDS`` for
   it to go first (torchrun then stops them) and print their own line only if it did not.

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from training.request import contract
+from training.contract import container
 
 RESOURCE_CONFIG = Path("/opt/ml/input/config/resourceconfig.json")
 """Written by SageMaker into every training container."""
@@ -37,7 +37,7 @@ def failure_file() -> Path | None:
     ``/opt/ml/output`` in a job); None outside SageMaker."""
     if not in_sagemaker():
         return None
-    return Path(os.environ.get("SM_OUTPUT_DIR") or contract.OUTPUT_DIR) / contract.FAILURE_FILE
+    return Path(os.environ.get("SM_OUTPUT_DIR") or container.OUTPUT_DIR) / container.FAILURE_FILE
 
 
 def write_failure(message: str) -> Path | None:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-from training.request import contract
+from training.contract import hardware
 
 EXPECTED_TE_VERSION = "2.11.0"
 TRAINER_MODULES = (
@@ -77,8 +77,8 @@ def run_checks(
         precision = import_module("training.trainer.precision")
     except Exception:
         return results  # already reported above; the recipes cannot be checked without it
-    for name in sorted(contract.TE_PRECISIONS):
-        for fp8_recipe in contract.FP8_RECIPES if name == "fp8" else (None,):
+    for name in sorted(hardware.TE_PRECISIONS):
+        for fp8_recipe in hardware.FP8_RECIPES if name == "fp8" else (None,):
             label = f"{name} ({fp8_recipe})" if fp8_recipe else name
             try:
                 spec = precision.recipe_spec(name, fp8_recipe or "delayed")

@@ -13,10 +13,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from training.request import contract
+from training.contract import container
 
 
-def log_dir(requested: str | None, config_file: str = contract.TENSORBOARD_CONFIG_FILE) -> str | None:
+def log_dir(requested: str | None, config_file: str = container.TENSORBOARD_CONFIG_FILE) -> str | None:
     """The folder to write event files to: ``requested`` (``--tensorboard_dir``) when given, else the
     ``LocalPath`` of the job's TensorBoard output config when SageMaker wrote one, else None (no TensorBoard)."""
     if requested:
@@ -28,7 +28,7 @@ def log_dir(requested: str | None, config_file: str = contract.TENSORBOARD_CONFI
         local = json.loads(path.read_text()).get("LocalPath")
     except (OSError, ValueError, AttributeError):
         local = None
-    return local or contract.TENSORBOARD_LOCAL_PATH
+    return local or container.TENSORBOARD_LOCAL_PATH
 
 
 class TensorBoardLog:

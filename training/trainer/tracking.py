@@ -1,7 +1,7 @@
 """Rank 0's metrics, as printed in the step, validation and summary lines, also sent to TensorBoard and MLflow.
 
-Names, the same in both: ``train/<field>`` for each step-line field (contract.STEP_METRICS), ``validation/val_loss``
-and ``final/<field>`` for each summary field (contract.SUMMARY_METRICS), logged at the run's last step.
+Names, the same in both: ``train/<field>`` for each step-line field (metric_lines.STEP_METRICS), ``validation/val_loss``
+and ``final/<field>`` for each summary field (metric_lines.SUMMARY_METRICS), logged at the run's last step.
 """
 
 from __future__ import annotations

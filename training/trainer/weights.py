@@ -311,7 +311,7 @@ def check_init_from(cfg) -> None:
     """Refuse, before any process group, an ``init_from`` folder whose safetensors do not hold the model its
     config.json describes (``cfg.shape``, derived from it): no weights files, an index naming a missing file, a
     tensor missing, of another shape or not a float type, a tensor Llama has no place for. Reads the files'
-    headers only. Each refusal is one ``contract.ContractError`` on ``init_from``."""
+    headers only. Each refusal is one ``settings_table.ContractError`` on ``init_from``."""
     if cfg.init_from is None:
         return
     where = cfg.init_from

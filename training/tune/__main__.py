@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from training.request import contract
+from training.contract import settings_table
 from training.trainer import refusal
 from training.tune import driver, session
 from training.tune.hosts import SHARE_PORT_OFFSET, Hosts
@@ -16,7 +16,7 @@ from training.tune.hosts import SHARE_PORT_OFFSET, Hosts
 def main(argv: list[str] | None = None) -> int:
     try:
         job = driver.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except contract.ContractError as err:
+    except settings_table.ContractError as err:
         return refusal.refuse(f"invalid setting {err}", report=True)
     signal.signal(signal.SIGTERM, driver.on_sigterm(job))
     share_port = int(os.environ.get("MASTER_PORT", "29500")) + SHARE_PORT_OFFSET

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from training.request import contract
+from training.contract import hardware, settings_parse, settings_table
 
 SKIP_FRACTION = 0.20
 MIN_CORRELATION = 0.95
@@ -101,21 +101,21 @@ def run_settings(
     base: Mapping[str, str], settings: Mapping[str, Any], precision: str
 ) -> tuple[dict[str, Any], list[str]]:
     """The winner's ``settings`` in ``precision`` for one convergence run, with every setting that only the other
-    kind of precision runs set to what this one can (the trainer's rules, ``contract.check_levers``):
+    kind of precision runs set to what this one can (the trainer's rules, ``settings_checks.check_levers``):
     ``quantized_model_init`` off outside fp8/mxfp8; on the Transformer Engine path (fp8, mxfp8, nvfp4) ``compile``
     true -> auto, selective activation checkpointing -> full, ``attention_backend`` -> auto. Returns the settings
     and one note per change (the report shows them: the runs differ in that too)."""
-    merged = {**base, **{k: contract.format_setting(v) for k, v in settings.items()}}
+    merged = {**base, **{k: settings_parse.format_setting(v) for k, v in settings.items()}}
 
     def value(name: str) -> Any:
-        spec = contract.HYPERPARAMETERS_BY_NAME[name]
+        spec = settings_table.HYPERPARAMETERS_BY_NAME[name]
         return spec.parse(merged[name]) if name in merged else spec.default
 
     out, notes = {**settings, "precision": precision}, []
     changes = []
-    if precision not in contract.QUANTIZED_INIT_PRECISIONS and value("quantized_model_init"):
+    if precision not in hardware.QUANTIZED_INIT_PRECISIONS and value("quantized_model_init"):
         changes.append(("quantized_model_init", False))
-    if precision in contract.TE_PRECISIONS:
+    if precision in hardware.TE_PRECISIONS:
         if value("compile") == "true":
             changes.append(("compile", "auto"))
         if value("activation_checkpointing") == "selective":
@@ -125,7 +125,7 @@ def run_settings(
     for name, new in changes:
         out[name] = new
         notes.append(
-            f"convergence run {precision}: {name}={contract.format_setting(value(name))} cannot run in "
-            f"{precision}; it ran with {name}={contract.format_setting(new)}"
+            f"convergence run {precision}: {name}={settings_parse.format_setting(value(name))} cannot run in "
+            f"{precision}; it ran with {name}={settings_parse.format_setting(new)}"
         )
     return out, notes

@@ -1,6 +1,6 @@
 """The tuning driver's parts: ``python -m training.tune --tune_trials "batch_size=4;batch_size=8" --<trainer setting> ...``
 (``train.sh`` runs it when the job's hyperparameters have ``tune_trials``; the other ``tune_*`` ones are
-``contract.TUNE_HYPERPARAMETERS``, everything else is the base request's trainer settings).
+``tuning.TUNE_HYPERPARAMETERS``, everything else is the base request's trainer settings).
 
 Each trial is a fresh ``train.sh`` of :mod:`training.tune.trial` in a process group of its own
 (:mod:`training.tune.runner`): the base settings with the trial's own, a short run (warm-up, then timed steps until
@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from training.request import contract
+from training.contract import container, hardware, settings_parse, settings_table, tuning
 from training.trainer import config, refusal, sagemaker_job
 from training.trainer.checkpoint import PID_DIR_ENV
 from training.tune import runner, stability
@@ -40,9 +40,9 @@ SCRATCH_ENV = "TUNE_SCRATCH_DIR"
 """Where trials write their checkpoints (removed after each trial). Default: ``/opt/ml/tune-scratch`` in a job (the
 ML volume, which SageMaker does not sync), the system's temporary folder elsewhere."""
 MLFLOW_ENVIRONMENT = (
-    contract.MLFLOW_TRACKING_URI_ENV,
-    contract.MLFLOW_EXPERIMENT_ENV,
-    contract.MLFLOW_RUN_NAME_ENV,
+    container.MLFLOW_TRACKING_URI_ENV,
+    container.MLFLOW_EXPERIMENT_ENV,
+    container.MLFLOW_RUN_NAME_ENV,
 )
 """Left out of a trial's environment: a trial is a measurement, not a run to track."""
 MIN_TRIAL_SECONDS = 30.0
@@ -70,19 +70,19 @@ class Job:
 
 
 def parse_args(argv: list[str]) -> Job:
-    """``--key value`` (or ``--key=value``) pairs into a :class:`Job`; raises ``contract.ContractError``."""
+    """``--key value`` (or ``--key=value``) pairs into a :class:`Job`; raises ``settings_table.ContractError``."""
     raw: dict[str, str] = {}
     items = iter(argv)
     for item in items:
         if not item.startswith("-"):
-            raise contract.ContractError(item, "expected --setting value pairs")
+            raise settings_table.ContractError(item, "expected --setting value pairs")
         key, sep, value = item.partition("=")
-        raw[contract.normalize_name(key)] = value if sep else next(items, "")
+        raw[settings_parse.normalize_name(key)] = value if sep else next(items, "")
     options = {
         spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
-        for spec in contract.TUNE_HYPERPARAMETERS
+        for spec in tuning.TUNE_HYPERPARAMETERS
     }
-    trials = contract.parse_trials(options[contract.TUNE_TRIALS] or "")
+    trials = tuning.parse_trials(options[tuning.TUNE_TRIALS] or "")
     base = config.local_defaults(raw, kind="tune", salt=options)  # a folder of its own, never a run's
     config.config_from_mapping(base)  # every base setting checked by the trainer's own rules
     return Job(base, options, trials, config.init_from_architecture(base))
@@ -115,8 +115,8 @@ def scratch_root() -> Path:
 def train_sh() -> Path:
     """``train.sh`` beside the package (the image: /opt/ml/code/train.sh) or in it (the repository)."""
     package_root = Path(__file__).resolve().parents[2]
-    beside = package_root / contract.ENTRY_POINT
-    return beside if beside.is_file() else package_root / "training" / contract.ENTRY_POINT
+    beside = package_root / container.ENTRY_POINT
+    return beside if beside.is_file() else package_root / "training" / container.ENTRY_POINT
 
 
 def trial_settings(job: Job, overrides: Mapping[str, Any], folder: Path, *, steps: int, warmup: int,
@@ -125,7 +125,7 @@ def trial_settings(job: Job, overrides: Mapping[str, Any], folder: Path, *, step
     per line, its one checkpoint save at the end unless it stops early and saves then, its own folders)."""
     settings = dict(job.base)
     settings.update(
-        {k: contract.format_setting(v) for k, v in overrides.items() if k != contract.TRIAL_PROBE}
+        {k: settings_parse.format_setting(v) for k, v in overrides.items() if k != tuning.TRIAL_PROBE}
     )
     settings.update(
         max_steps=str(steps),
@@ -161,8 +161,8 @@ def run_trial(job: Job, index: int, overrides: Mapping[str, Any], logs: Path, *,
     """Run one trial (or, with ``convergence``, one fixed-length convergence run) and classify it. ``save``
     False leaves out a trial's one checkpoint save (a measurement that only times steps: the GPU report)."""
     options = job.options
-    result = TrialResult(index, {k: v for k, v in overrides.items() if k != contract.TRIAL_PROBE},
-                         probe=bool(overrides.get(contract.TRIAL_PROBE)))  # fmt: skip
+    result = TrialResult(index, {k: v for k, v in overrides.items() if k != tuning.TRIAL_PROBE},
+                         probe=bool(overrides.get(tuning.TRIAL_PROBE)))  # fmt: skip
     timeout = float(
         options["tune_convergence_timeout_seconds" if convergence else "tune_trial_timeout_seconds"]
     )
@@ -188,10 +188,11 @@ def run_trial(job: Job, index: int, overrides: Mapping[str, Any], logs: Path, *,
     log_path = logs / f"{'convergence' if convergence else 'trial'}-{index:02d}.log"
     result.log = str(log_path)
     try:
-        contract.parse_hyperparameters(
-            {k: v for k, v in settings.items() if k in contract.HYPERPARAMETERS_BY_NAME}, job.architecture
+        settings_parse.parse_hyperparameters(
+            {k: v for k, v in settings.items() if k in settings_table.HYPERPARAMETERS_BY_NAME},
+            job.architecture,
         )
-    except contract.ContractError as err:
+    except settings_table.ContractError as err:
         result.status, result.error = "failed", f"invalid setting {err}"
         shutil.rmtree(folder, ignore_errors=True)
         return result
@@ -231,12 +232,12 @@ def where(job: Job, hosts: Hosts, results: list[TrialResult]) -> Where:
     image = job.options.get("tune_image_uri")
     return Where(
         instance_type=job.options.get("tune_instance_type") or os.environ.get("SM_CURRENT_INSTANCE_TYPE")
-        or contract.DEFAULT_INSTANCE_TYPE,
+        or hardware.DEFAULT_INSTANCE_TYPE,
         instance_count=hosts.count,
         device=seen.get("device", "unknown"),
         gpu=None if seen.get("gpu") in (None, "none") else seen.get("gpu"),
         world_size=int(seen["world_size"]) if "world_size" in seen else None,
-        image_tag=contract.image_tag(image) if image else "local",
+        image_tag=tuning.image_tag(image) if image else "local",
         torch_version=torch_version,
         te_version=te_version,
         job=sagemaker_job.job_name(),

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import contract
+from training.contract import metric_lines
 from training.tune.runner import Finished
 from training.tune.stability import Spread
 
@@ -86,11 +86,11 @@ def error_line(lines: list[str]) -> str | None:
 def read_lines(result: TrialResult, lines: list[str]) -> None:
     """Fill ``result`` from the trial's lines: config, timed step times, losses, summary."""
     for line in lines:
-        config = contract.parse_config_line(line)
+        config = metric_lines.parse_config_line(line)
         if config is not None:
             result.config = config
             continue
-        step = contract.parse_step_line(line)
+        step = metric_lines.parse_step_line(line)
         if step is not None:
             number, values = step
             if "loss" in values:
@@ -98,7 +98,7 @@ def read_lines(result: TrialResult, lines: list[str]) -> None:
             if "step_time" in values:
                 result.step_times.append(values["step_time"])
             continue
-        summary = contract.parse_summary_line(line)
+        summary = metric_lines.parse_summary_line(line)
         if summary is not None:
             result.summary = summary
         elif line.startswith("tune: step time stable"):

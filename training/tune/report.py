@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.request import contract, measured, plan
+from training.contract import hardware, metric_lines, settings_parse, settings_table, shapes, tuning
+from training.request import measured, plan
 from training.tune.outcome import TrialResult
 
 GB_PER_GIB = 2**30 / 1e9
@@ -43,7 +44,7 @@ class Where:
     @property
     def on_target(self) -> bool:
         """Whether the trials ran on the GPUs of the instance type they are for (costs are projected only then)."""
-        target = contract.GPU_INSTANCE_TYPES.get(self.instance_type)
+        target = hardware.GPU_INSTANCE_TYPES.get(self.instance_type)
         return self.device == "cuda" and target is not None and self.gpu == target.gpu
 
 
@@ -109,7 +110,7 @@ def tokens_per_step(values: Mapping[str, Any]) -> int:
     return (
         int(values["batch_size"])
         * int(values["seq_length"])
-        * int(values.get(contract.GRAD_ACCUM_SETTING) or 1)
+        * int(values.get(tuning.GRAD_ACCUM_SETTING) or 1)
     )
 
 
@@ -126,11 +127,11 @@ def make_row(
     ``cv_target``: the stability target the trial ran under (0: none)."""
     request = trial_request(base, result.settings, where)
     try:  # a trial the trainer refused (its status says why) has no plan and no figures
-        values: Mapping[str, Any] | None = contract.parse_hyperparameters(
+        values: Mapping[str, Any] | None = settings_parse.parse_hyperparameters(
             plan.trainer_settings(request), architecture
         )
         planned: plan.Plan | None = plan.make_plan(request, architecture=architecture)
-    except (contract.ContractError, KeyError):
+    except (settings_table.ContractError, KeyError):
         values, planned = None, None
     row = Row(
         rank=0, trial=result.index, configuration=describe(result.settings), settings=dict(result.settings),
@@ -149,7 +150,7 @@ def make_row(
         tokens_per_step=None if values is None else tokens_per_step(values),
         stable=result.stopped_early if result.ran and cv_target > 0 else None,
     )  # fmt: skip
-    base_tokens = tokens_per_step(contract.parse_hyperparameters(dict(base), architecture))
+    base_tokens = tokens_per_step(settings_parse.parse_hyperparameters(dict(base), architecture))
     if row.tokens_per_step not in (None, base_tokens):
         row.notes.append(
             f"{row.tokens_per_step} tokens per optimizer step per GPU, not the base request's {base_tokens}"
@@ -161,7 +162,9 @@ def make_row(
             100.0 * (row.predicted_tensors_gb - row.measured_allocated_gb) / row.measured_allocated_gb
         )
     if result.ran and result.spread is not None and values is not None:
-        _throughput(row, values, contract.parse_hyperparameters(dict(base), architecture), result, where)
+        _throughput(
+            row, values, settings_parse.parse_hyperparameters(dict(base), architecture), result, where
+        )
     return row
 
 
@@ -175,15 +178,15 @@ def _throughput(
     assert result.spread is not None
     tps = tokens_per_step(values) / result.spread.median
     row.measured_tokens_per_sec = tps
-    shape = contract.model_shape(values)
-    peak = contract.PEAK_TFLOPS.get(where.gpu or "", {}).get("bf16")
+    shape = settings_parse.model_shape(values)
+    peak = hardware.PEAK_TFLOPS.get(where.gpu or "", {}).get("bf16")
     if peak and where.device == "cuda":
-        flops = contract.flops_per_token(shape, values["seq_length"], contract.lora_parameters(values))
+        flops = shapes.flops_per_token(shape, values["seq_length"], settings_parse.lora_parameters(values))
         row.mfu = tps * flops / (peak * 1e12)
     gpus = (result.config and int(result.config.get("world_size", 0))) or where.world_size or 1
     run_tokens = tokens_per_step(base_values) * int(base_values["max_steps"]) * gpus
     row.full_run_seconds = run_tokens / (tps * gpus)
-    price = contract.ON_DEMAND_USD_PER_HOUR.get(where.instance_type)
+    price = hardware.ON_DEMAND_USD_PER_HOUR.get(where.instance_type)
     if where.on_target and price is not None:
         per_second = price * where.instance_count / 3600.0
         row.usd_per_billion_tokens = per_second * 1e9 / (tps * gpus)
@@ -196,8 +199,8 @@ def tokens_per_step_notes(
     """What the report says of the tokens per optimizer step, checked on every row (batch_size x
     grad_accum_steps x seq_length): that every trial kept the base request's, or which did not (their throughput
     still compares; their loss per step and their projected full run are of another batch)."""
-    values = {k: v for k, v in base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
-    wanted = tokens_per_step(contract.parse_hyperparameters(values, architecture))
+    values = {k: v for k, v in base.items() if k in settings_table.HYPERPARAMETERS_BY_NAME}
+    wanted = tokens_per_step(settings_parse.parse_hyperparameters(values, architecture))
     other = [row for row in rows if row.tokens_per_step is not None and row.tokens_per_step != wanted]
     if not other:
         return [
@@ -215,7 +218,7 @@ def tokens_per_step_notes(
 
 def describe(settings: Mapping[str, Any]) -> str:
     return " ".join(
-        f"{k}={contract.format_setting(v)}" for k, v in settings.items() if k != contract.TRIAL_PROBE
+        f"{k}={settings_parse.format_setting(v)}" for k, v in settings.items() if k != tuning.TRIAL_PROBE
     )
 
 
@@ -246,7 +249,7 @@ def records(
     for row in rows:
         if row.status not in ("ok", "near-oom", "oom"):
             continue
-        values = contract.parse_hyperparameters(
+        values = settings_parse.parse_hyperparameters(
             plan.trainer_settings(trial_request(base, row.settings, where)), architecture
         )
         key = measured.make_key(
@@ -347,7 +350,7 @@ def cells(row: Row) -> dict[str, str]:
     band = f" {row.predicted_spread[0]:,.0f}-{row.predicted_spread[1]:,.0f}" if row.predicted_spread else ""
     full = "-"
     if row.full_run_seconds is not None:
-        full = contract.format_duration(row.full_run_seconds)
+        full = metric_lines.format_duration(row.full_run_seconds)
         full += f", ${row.full_run_usd:,.0f}" if row.full_run_usd is not None else ", $ -"
     return {
         "rank": str(row.rank),

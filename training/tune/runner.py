@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.request import contract
+from training.contract import metric_lines, settings_parse
 
 KILL_GRACE_SECONDS = 10.0
 """After killing a trial: how long to wait for its output pipe to close."""
@@ -44,7 +44,9 @@ class Finished:
 
 def cli_args(settings: Mapping[str, object]) -> list[str]:
     """``--key value`` for each setting (values as the contract prints them)."""
-    return [part for key, value in settings.items() for part in (f"--{key}", contract.format_setting(value))]
+    return [
+        part for key, value in settings.items() for part in (f"--{key}", settings_parse.format_setting(value))
+    ]
 
 
 def _limit_memory(gigabytes: float | None) -> Callable[[], None] | None:
@@ -152,7 +154,7 @@ def run(
                 line = line.rstrip("\n")
                 log.write(line + "\n")
                 lines.append(line)
-                if not first_step and contract.parse_step_line(line) is not None:
+                if not first_step and metric_lines.parse_step_line(line) is not None:
                     first_step.append(time.monotonic() - started)
                 if echo is not None:
                     echo(line)

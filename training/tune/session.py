@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from training.request import contract
+from training.contract import hardware, settings_parse, settings_table, tuning
 from training.trainer import sagemaker_job
 from training.trainer.checkpoint import PID_DIR_ENV
 from training.tune import charts, convergence, report, runner
@@ -24,7 +24,7 @@ from training.tune.driver import Job, run_trial, say, scratch_root, where
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult
 
-REPORT_FOLDER = contract.TUNE_REPORT_FOLDER
+REPORT_FOLDER = tuning.TUNE_REPORT_FOLDER
 TAIL_LINES = 15
 
 
@@ -91,7 +91,7 @@ def said(result: TrialResult) -> str:
 def run_trials(job: Job, logs: Path, gpu_memory_gb: float | None) -> list[TrialResult]:
     results = []
     for index, trial in enumerate(job.trials, start=1):
-        probe = " (probe past the predicted memory edge)" if trial.get(contract.TRIAL_PROBE) else ""
+        probe = " (probe past the predicted memory edge)" if trial.get(tuning.TRIAL_PROBE) else ""
         say(f"trial {index}/{len(job.trials)}: {report.describe(trial)}{probe}")
         result = run_trial(job, index, trial, logs, gpu_memory_gb=gpu_memory_gb)
         results.append(result)
@@ -148,13 +148,13 @@ def run(job: Job, hosts: Hosts, *, share_port: int) -> int:
     runner.become_subreaper()
     folder = report_folder(job.base["checkpoint_dir"]) if hosts.leader else None
     logs = folder / "trials" if folder else scratch_root() / "tune-logs"
-    instance = contract.GPU_INSTANCE_TYPES.get(job.options.get("tune_instance_type") or "")
+    instance = hardware.GPU_INSTANCE_TYPES.get(job.options.get("tune_instance_type") or "")
     gpu_memory_gb = instance.gpu_memory_gb if instance else None
     say(
         f"{len(job.trials)} trials, each a fresh train.sh on {hosts.count} host(s); report in {folder or 'the leader'}"
     )
     results = run_trials(job, logs, gpu_memory_gb)
-    base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
+    base = {k: v for k, v in job.base.items() if k in settings_table.HYPERPARAMETERS_BY_NAME}
     place = where(job, hosts, results)
     rows = (
         report.rank(
@@ -228,9 +228,9 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
         measured_on,
         *run_notes,
     ]
-    options = {k: v for k, v in job.options.items() if k != contract.TUNE_TRIALS}
+    options = {k: v for k, v in job.options.items() if k != tuning.TUNE_TRIALS}
     extra = {"convergence": comparisons, "notes": notes, "options": options}
-    (folder / contract.TUNE_REPORT_FILE).write_text(report.report_json(rows, place, extra))
+    (folder / tuning.TUNE_REPORT_FILE).write_text(report.report_json(rows, place, extra))
     heading = f"# Tuning: {len(rows)} trials ({measured_on})"
     (folder / "table.md").write_text(report.markdown(rows, heading, notes, place))
     (folder / "table.csv").write_text(report.csv_text(rows))
@@ -246,15 +246,15 @@ def write(folder: Path, job: Job, rows: Sequence[report.Row], place: report.Wher
         )
         charts.loss_curves(curves, reference, convergence.SKIP_FRACTION, convergence.tolerance, title,
                            folder / "convergence.png")  # fmt: skip
-    base = {k: v for k, v in job.base.items() if k in contract.HYPERPARAMETERS_BY_NAME}
-    (folder / contract.TUNE_WINNER_FILE).write_text(
+    base = {k: v for k, v in job.base.items() if k in settings_table.HYPERPARAMETERS_BY_NAME}
+    (folder / tuning.TUNE_WINNER_FILE).write_text(
         json.dumps(winner_summary(best, job, place), indent=2, default=str) + "\n"
     )
     if best is not None:
         request = winning_request(base, best.settings, place)
-        (folder / contract.TUNE_REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n")
+        (folder / tuning.TUNE_REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n")
     records = report.records(rows, base, place, job.architecture)
-    (folder / contract.TUNE_RECORDS_FILE).write_text(
+    (folder / tuning.TUNE_RECORDS_FILE).write_text(
         json.dumps({"records": records}, indent=1, default=str) + "\n"
     )
 
@@ -286,14 +286,14 @@ def winning_request(
     """An execution input for the winner: the instance, the top-level settings, the rest as hyperparameters (the
     platform's folders and the data switch left to the workflow; a run on channel data needs its
     ``train_data_uri`` added: ``blackwell-training tune-apply`` writes the complete request from the run's input)."""
-    merged = {**base, **{k: contract.format_setting(v) for k, v in settings.items()}}
+    merged = {**base, **{k: settings_parse.format_setting(v) for k, v in settings.items()}}
     request: dict[str, Any] = {"instance_type": place.instance_type, "instance_count": place.instance_count}
     hyperparameters = {}
     for name, value in merged.items():
         if name in ("checkpoint_dir", "model_dir", "dataset"):
             continue
-        if name in contract.TOP_LEVEL_SETTINGS:
-            request[name] = contract.HYPERPARAMETERS_BY_NAME[name].parse(value)
+        if name in settings_table.TOP_LEVEL_SETTINGS:
+            request[name] = settings_table.HYPERPARAMETERS_BY_NAME[name].parse(value)
         else:
             hyperparameters[name] = value
     request["hyperparameters"] = hyperparameters

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from training.request import contract
+from training.contract import metric_lines
 from training.trainer import config, loop, parallel
 from training.trainer.__main__ import exit_now
 from training.tune.stability import Stability, cv, from_environment
@@ -35,7 +35,7 @@ class StopWhenStable:
 
     def __call__(self, line: str) -> None:
         self.emit(line)
-        parsed = contract.parse_step_line(line)
+        parsed = metric_lines.parse_step_line(line)
         if parsed is None or "step_time" not in parsed[1]:
             return
         self.times.append(parsed[1]["step_time"])

@@ -15,7 +15,8 @@ from constructs_lib.workflow.permissions import MLFLOW_ACTIONS
 from tests.cdk_helpers import synth_with_nag
 from tests.workflow.harness import definition_of, resolve
 from tests.workflow.stacks import build_workflow
-from training.request import contract, evaluate_block
+from training.contract import container, evaluation, metric_lines
+from training.request import evaluate_block
 from training.request.decision import validate_request
 from training.request.job import job_fields
 from training.request.rules import RequestRules
@@ -56,7 +57,7 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
             match = SEARCH.match(options["expression"])
             assert match, options["expression"]
             namespace, dimension, name, terms, _statistic = match.groups()
-            assert namespace == contract.TRAINING_METRICS_NAMESPACE
+            assert namespace == metric_lines.TRAINING_METRICS_NAMESPACE
             assert terms == search_terms(dimension, "blackwell-training")
             assert terms == f"{dimension}=blackwell-training"  # tokens next to each other, in order
             searched.append((dimension, name))
@@ -64,12 +65,12 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
             namespace, name = metric[0], metric[1]
             assert namespace == "AWS/States"
             plain.append(name)
-    defined = {definition.name for definition in contract.metric_definitions()}
-    job_metrics = {name for dimension, name in searched if dimension == contract.TRAINING_JOB_DIMENSION}
-    host_metrics = {name for dimension, name in searched if dimension == contract.HOST_DIMENSION}
+    defined = {definition.name for definition in metric_lines.metric_definitions()}
+    job_metrics = {name for dimension, name in searched if dimension == metric_lines.TRAINING_JOB_DIMENSION}
+    host_metrics = {name for dimension, name in searched if dimension == metric_lines.HOST_DIMENSION}
     scores = {
         d.name
-        for d in contract.evaluation_metric_definitions(contract.DEFAULT_EVALUATION_TASKS)
+        for d in evaluation.evaluation_metric_definitions(evaluation.DEFAULT_EVALUATION_TASKS)
         if "stderr" not in d.name
     }
     assert job_metrics <= defined | scores
@@ -86,7 +87,7 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
         | scores
     )
     assert len(scores) == 8  # acc and acc_norm of the four standard tasks
-    assert host_metrics == set(contract.HOST_GPU_METRICS)
+    assert host_metrics == set(metric_lines.HOST_GPU_METRICS)
     assert set(plain) == {
         "ExecutionsStarted",
         "ExecutionsSucceeded",
@@ -144,7 +145,9 @@ def test_impossible_dashboard_prefixes_are_refused_at_synth(props, message):
 
 
 def test_a_renamed_contract_metric_fails_the_synth(monkeypatch):
-    monkeypatch.setattr(contract, "STEP_METRICS", tuple(m for m in contract.STEP_METRICS if m != "mfu"))
+    monkeypatch.setattr(
+        metric_lines, "STEP_METRICS", tuple(m for m in metric_lines.STEP_METRICS if m != "mfu")
+    )
     with pytest.raises(ValueError, match="no metric definition for train field 'mfu'"):
         build_workflow(cdk.App())
 
@@ -161,7 +164,7 @@ def test_the_evaluation_scores_are_bars_of_the_latest_value_between_0_and_1(temp
         assert props["view"] == "bar" and props["setPeriodToTimeRange"] is True
         assert props["yAxis"]["left"]["min"] == 0 and props["yAxis"]["left"]["max"] == 1
         assert [m[-1]["label"] for m in props["metrics"]] == [
-            f"{task} ${{PROP('Dim.TrainingJobName')}}" for task in contract.DEFAULT_EVALUATION_TASKS
+            f"{task} ${{PROP('Dim.TrainingJobName')}}" for task in evaluation.DEFAULT_EVALUATION_TASKS
         ]  # each bar says its task and (CloudWatch's dynamic label) its job
 
 
@@ -200,7 +203,7 @@ def test_every_launch_writes_tensorboard_files_under_the_output_prefix_per_execu
     assert launches
     for params in launches:
         config = params["TensorBoardOutputConfig"]
-        assert config["LocalPath"] == contract.TENSORBOARD_LOCAL_PATH
+        assert config["LocalPath"] == container.TENSORBOARD_LOCAL_PATH
         assert re.fullmatch(
             r"States\.Format\('s3://[^/]+/output/tensorboard/Test-Workflow/\{\}/', \$\$\.Execution\.Name\)",
             config["S3OutputPath.$"],
@@ -233,9 +236,9 @@ def test_mlflow_config_environment_and_a_grant_on_that_server_only_nag_clean():
     environment = job_fields(config, rules, "run-7")["Environment"]
     assert environment == {
         "NCCL_DEBUG": "INFO",
-        contract.MLFLOW_TRACKING_URI_ENV: MLFLOW,
-        contract.MLFLOW_EXPERIMENT_ENV: "Test-Workflow",
-        contract.MLFLOW_RUN_NAME_ENV: "run-7",
+        container.MLFLOW_TRACKING_URI_ENV: MLFLOW,
+        container.MLFLOW_EXPERIMENT_ENV: "Test-Workflow",
+        container.MLFLOW_RUN_NAME_ENV: "run-7",
     }
     room = rules.sagemaker()["Environment"]["max"] - 3  # the three MLflow variables must still fit
     too_many = {f"NCCL_X{i}": "1" for i in range(room + 1)}

@@ -1,7 +1,8 @@
 """The CreateTrainingJob request as a pure function: no stack, no state machine."""
 
 from constructs_lib.workflow.request import resource_config, training_job_request
-from training.request.contract import CHECKPOINT_LOCAL_PATH, metric_definitions
+from training.contract.container import CHECKPOINT_LOCAL_PATH
+from training.contract.metric_lines import metric_definitions
 from training.request.decision import prepare_request
 from training.request.job import job_fields
 from training.request.rules import RequestRules
@@ -93,7 +94,7 @@ def _create_training_job_member(name: str):
 def test_tensorboard_output_goes_under_the_output_prefix_per_execution_and_fits_the_api() -> None:
     import re
 
-    from training.request.contract import TENSORBOARD_LOCAL_PATH
+    from training.contract.container import TENSORBOARD_LOCAL_PATH
 
     assert "TensorBoardOutputConfig" not in training_job_request(**BASE)
     config = training_job_request(**BASE, tensorboard_segment="Stack-Workflow")["TensorBoardOutputConfig"]

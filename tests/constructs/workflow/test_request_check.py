@@ -12,7 +12,8 @@ import botocore.session
 import pytest
 
 from constructs_lib.workflow.request_check import decide
-from training.request import contract, hf_config
+from training.contract import container, settings_parse, settings_table, shapes, tuning
+from training.request import hf_config
 from training.request.decision import prepare_request, validate_request
 from training.request.fields import DEFAULT_INPUT, INPUT_FIELDS
 from training.request.reads import newest_complete_checkpoint, read_init_from, resume_problems
@@ -92,7 +93,7 @@ def test_issue_examples_are_each_named(rules):
     assert "hyperparameters.learning_rate: must be a number in [0, 10]; got 'fast'" in problems
 
 
-@pytest.mark.parametrize("spec", contract.HYPERPARAMETERS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", settings_table.HYPERPARAMETERS, ids=lambda s: s.name)
 def test_every_contract_setting_is_checked_with_the_trainers_parser(spec, rules):
     """Generated from the contract's table: each setting's bad value is refused, named, with what is allowed."""
     if spec.name in PLATFORM_HYPERPARAMETERS:
@@ -111,8 +112,8 @@ def test_every_contract_setting_is_checked_with_the_trainers_parser(spec, rules)
 
 
 def test_a_new_contract_setting_is_checked_with_no_other_edit(monkeypatch, rules):
-    spec = contract.Hyperparameter("val_interval", "int", 0, "Validation loss every N steps.", 0, 1000)
-    monkeypatch.setitem(contract.HYPERPARAMETERS_BY_NAME, spec.name, spec)
+    spec = settings_table.Hyperparameter("val_interval", "int", 0, "Validation loss every N steps.", 0, 1000)
+    monkeypatch.setitem(settings_table.HYPERPARAMETERS_BY_NAME, spec.name, spec)
     assert validate_request({"hyperparameters": {"val_interval": "50"}}, rules) == []
     assert one({"hyperparameters": {"val-interval": "5000"}}, rules) == (
         "hyperparameters.val_interval: must be an integer in [0, 1000]; got '5000'"
@@ -164,7 +165,9 @@ def test_fp8_dims_are_checked_for_the_recipe_the_instance_types_gpu_runs(rules):
 def test_activation_checkpointing_takes_true_false_and_its_modes(value, rules):
     prepared = prepare_request({"activation_checkpointing": value, "batch_size": 1}, rules)
     expected = {True: "full", False: "none"}.get(value, value)
-    assert contract.parse_hyperparameters(prepared.hyperparameters)["activation_checkpointing"] == expected
+    assert (
+        settings_parse.parse_hyperparameters(prepared.hyperparameters)["activation_checkpointing"] == expected
+    )
 
 
 def test_an_unknown_activation_checkpointing_mode_is_refused_naming_the_field(rules):
@@ -399,7 +402,7 @@ def test_a_later_save_of_a_step_under_a_free_name_is_the_newest():
         objects |= {f"{run}{folder}/{name}": size for name, size in files.items()}
     objects[f"{run}step_00000100/.metadata"] = 10  # unsealed
     assert newest_complete_checkpoint(objects, markers.__getitem__, run) == (100, f"{run}step_00000100-2/")
-    objects[f"{run}step_00000100-2{contract.SET_ASIDE_SUFFIX}"] = (
+    objects[f"{run}step_00000100-2{container.SET_ASIDE_SUFFIX}"] = (
         80  # the trainer set it aside: its record beside it
     )
     assert newest_complete_checkpoint(objects, markers.__getitem__, run) == (90, f"{run}step_00000090/")
@@ -526,7 +529,7 @@ def test_the_seed_headline_configuration_is_accepted_with_its_plan(rules):
 
 # ---- init_from: a Hugging Face model folder under the data sources -----------------------------------------------
 
-LLAMA_CONFIG = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.1-8b"}))
+LLAMA_CONFIG = hf_config.to_config(settings_parse.parse_hyperparameters({"model_preset": "llama3.1-8b"}))
 """A config.json of Llama 3.1 8B's architecture, as the export writes it."""
 FOLDER = "s3://my-bucket/data/llama-3.1-8b/"
 
@@ -555,9 +558,9 @@ def put_folder(s3, key: str, config: dict | None, weights: bool = True) -> str:
 def test_init_from_is_a_read_only_weights_channel_and_the_trainers_setting_points_at_it(rules):
     prepared = prepare_request({"init_from": FOLDER}, rules)  # offline: the folder's shape is not known yet
     assert prepared.problems == [] and prepared.plan is None
-    assert prepared.hyperparameters["init_from"] == contract.WEIGHTS_CHANNEL_DIR
+    assert prepared.hyperparameters["init_from"] == container.WEIGHTS_CHANNEL_DIR
     (weights,) = prepared.channels
-    assert weights["ChannelName"] == contract.WEIGHTS_CHANNEL == "weights" and weights["InputMode"] == "File"
+    assert weights["ChannelName"] == container.WEIGHTS_CHANNEL == "weights" and weights["InputMode"] == "File"
     assert weights["DataSource"]["S3DataSource"]["S3Uri"] == FOLDER
     assert one({"hyperparameters": {"init_from": "/opt/x"}}, rules).startswith(
         "hyperparameters.init_from: set by the platform from the input field init_from"
@@ -571,7 +574,7 @@ def test_the_folders_shape_makes_the_plan_and_refuses_a_contradicting_request(ru
     architecture = hf_config.architecture(LLAMA_CONFIG)
     prepared = prepare_request({"init_from": FOLDER, "activation_checkpointing": True}, rules, architecture)
     assert prepared.problems == []
-    assert prepared.plan["parameters"] == contract.MODEL_PRESETS["llama3.1-8b"].parameter_count()
+    assert prepared.plan["parameters"] == shapes.MODEL_PRESETS["llama3.1-8b"].parameter_count()
     refused = prepare_request(
         {"init_from": FOLDER, "hyperparameters": {"num_kv_heads": "32"}}, rules, architecture
     )
@@ -606,7 +609,7 @@ def test_decide_reads_the_folder_before_anything_else_and_plans_its_shape(s3, ru
     uri = put_folder(s3, "data/llama/", LLAMA_CONFIG)
     decided = decide({"input": {"init_from": uri}, "rules": rules.to_json(), "execution": "e"}, s3=s3)
     assert decided["valid"], decided["cause"]
-    assert decided["plan"]["parameters"] == contract.MODEL_PRESETS["llama3.1-8b"].parameter_count()
+    assert decided["plan"]["parameters"] == shapes.MODEL_PRESETS["llama3.1-8b"].parameter_count()
     assert [c["ChannelName"] for c in decided["channels"]] == ["weights"]
     mismatch = decide({"input": {"init_from": uri, "num_layers": 4}, "rules": rules.to_json()}, s3=s3)
     assert mismatch["cause"] == (
@@ -705,7 +708,7 @@ def test_a_tuning_runs_job_is_refused_as_an_evaluation_source_saying_what_to_eva
                 "TrainingJobStatus": "Completed",
                 "CheckpointConfig": {"S3Uri": "s3://b/checkpoints/W/tune-1/"},
                 "ModelArtifacts": {"S3ModelArtifacts": "s3://b/output/tune-job/output/model.tar.gz"},
-                "HyperParameters": {contract.TUNE_TRIALS: "batch_size=1;batch_size=2", "dataset": "channel"},
+                "HyperParameters": {tuning.TUNE_TRIALS: "batch_size=1;batch_size=2", "dataset": "channel"},
             }
 
     facts, problems = evaluate_block.training_job_facts(SageMaker(), "tune-job", rules)
@@ -718,7 +721,7 @@ def test_a_tuning_runs_job_is_refused_as_an_evaluation_source_saying_what_to_eva
 
 # ---- evaluate a run started from init_from: the export's tokenizer is the folder's (export_hf.write_tokenizer) ----
 
-SMALL_LLAMA = hf_config.to_config(contract.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
+SMALL_LLAMA = hf_config.to_config(settings_parse.parse_hyperparameters({"model_preset": "llama3.2-1b"}))
 
 
 def _evaluation_world(s3) -> None:
@@ -958,7 +961,7 @@ def test_a_reused_run_name_is_refused_unless_the_input_continues_that_run_in_its
         s3, rules, {"resume_from": "old-run", "hyperparameters": {"max_steps": "300"}}, "new-run"
     )
     assert elsewhere["valid"] and elsewhere["resume"]["in_place"] is False
-    assert [c["ChannelName"] for c in elsewhere["channels"]] == [contract.RESUME_CHANNEL]
+    assert [c["ChannelName"] for c in elsewhere["channels"]] == [container.RESUME_CHANNEL]
     nothing = _decide(s3, rules, {"resume_from": "fresh"}, "fresh")
     assert nothing["cause"] == (
         "resume_from: execution fresh has no complete checkpoint under s3://my-bucket/checkpoints/Test-Workflow/fresh/; "

@@ -62,7 +62,7 @@ def test_asset_holds_only_what_the_handler_imports():
     imported = _handler_imports()
     assert not imported - modules, f"the handler imports {sorted(imported - modules)}: add to ASSET_FILES"
     assert not modules - imported, f"the handler never imports {sorted(modules - imported)}: leave it out"
-    assert {"training.request.decision", "training.request.contract"} < modules
+    assert {"training.request.decision", "training.contract"} < modules
     assert files - sources == {f"{name.rsplit('/', 1)[0]}/__init__.py" for name in files}  # and nothing else
     for package in ("constructs_lib", "constructs_lib/workflow", "training", "training/request"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.contract import hardware, settings_parse, settings_table, shapes
 from training.measure.gpu_report.budget import Share
-from training.request import contract
 
 BUDGET_SECONDS = 480.0
 """The issue's budget: 8 minutes of wall time for the whole report, every process start included."""
@@ -25,19 +25,19 @@ the same one-GPU set-up against its own memory (the contract's 141 GB); both hav
 
 @dataclass(frozen=True)
 class Gpu:
-    """A GPU the report knows: its name (``contract.PEAK_TFLOPS`` key) and its memory (the contract's GB)."""
+    """A GPU the report knows: its name (``hardware.PEAK_TFLOPS`` key) and its memory (the contract's GB)."""
 
     name: str
     memory_gb: float
 
     @property
     def bf16_peak_tflops(self) -> float:
-        return contract.PEAK_TFLOPS[self.name]["bf16"]
+        return hardware.PEAK_TFLOPS[self.name]["bf16"]
 
 
 GPUS: Mapping[str, Gpu] = {
-    "H100": Gpu("H100", contract.GPU_INSTANCE_TYPES["ml.p5.4xlarge"].gpu_memory_gb),
-    "H200": Gpu("H200", contract.GPU_INSTANCE_TYPES["ml.p5e.48xlarge"].gpu_memory_gb),
+    "H100": Gpu("H100", hardware.GPU_INSTANCE_TYPES["ml.p5.4xlarge"].gpu_memory_gb),
+    "H200": Gpu("H200", hardware.GPU_INSTANCE_TYPES["ml.p5e.48xlarge"].gpu_memory_gb),
 }
 
 
@@ -96,8 +96,8 @@ class Mode:
         """The phases' shares in seconds of ``budget`` (the fractions sum to 1)."""
         return [Share(name, fraction * budget, what) for name, fraction, what in self.shares]
 
-    def shape(self) -> contract.ModelShape:
-        return contract.model_shape(contract.parse_hyperparameters(dict(self.model)))
+    def shape(self) -> shapes.ModelShape:
+        return settings_parse.model_shape(settings_parse.parse_hyperparameters(dict(self.model)))
 
 
 SHARES: tuple[tuple[str, float, str], ...] = (
@@ -151,7 +151,7 @@ GPU_MODE = Mode(
         "tokens": 8192,
         "hidden": 2048,
         "vocab": 128_256,
-        "chunk": contract.LOSS_CHUNK_TOKENS_DEFAULT,
+        "chunk": settings_table.LOSS_CHUNK_TOKENS_DEFAULT,
     },
     sdpa_check={"batch": 1, "heads": 32, "kv_heads": 8, "seq": 4096, "head_dim": 64},
     profile_steps=(1, 2),

@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from training.request import contract
+    from training.contract import metric_lines
     from training.trainer import config, loop, parallel
 
     args, rest = parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def emit(line: str) -> None:
             print(line, flush=True)
-            if contract.parse_step_line(line) is not None:
+            if metric_lines.parse_step_line(line) is not None:
                 prof.step()
 
         summary = loop.run(cfg, env, emit=emit, final_save=False)

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.contract import settings_parse
 from training.measure.gpu_report.modes import PLAN_INSTANCE_TYPE, Gpu, Mode, StartUp
-from training.request import contract, plan
+from training.request import plan
 
 LEVERS = ("batch_size", "activation_checkpointing", "compile", "attention_backend")
 BASE_MARGIN = 0.8
@@ -54,7 +55,7 @@ class Candidate:
         return tuple(self.settings[name] for name in LEVERS)
 
     def describe(self) -> str:
-        return " ".join(f"{k}={contract.format_setting(v)}" for k, v in self.settings.items())
+        return " ".join(f"{k}={settings_parse.format_setting(v)}" for k, v in self.settings.items())
 
 
 def request(

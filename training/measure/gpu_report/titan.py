@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from training.contract import settings_parse, shapes
 from training.measure.gpu_report.context import Context, say
 from training.measure.gpu_report.modes import Mode
 from training.measure.gpu_report.trials import GB_PER_GIB, KILL_MARGIN_SECONDS
-from training.request import contract
 from training.tune import runner
 from training.tune.stability import Spread
 
@@ -99,12 +99,12 @@ def config(
 
 def shape_json(mode: Mode) -> str:
     """The model's shape for :mod:`titan_spec` (``GPU_REPORT_TITAN_SHAPE``)."""
-    values = contract.parse_hyperparameters({**mode.model, "seq_length": mode.seq_length})
-    shape = contract.model_shape(values)
+    values = settings_parse.parse_hyperparameters({**mode.model, "seq_length": mode.seq_length})
+    shape = settings_parse.model_shape(values)
     return json.dumps({
         "hidden_size": shape.hidden_size, "num_layers": shape.num_layers, "num_heads": shape.num_heads,
         "num_kv_heads": shape.kv_heads, "ffn_hidden_size": shape.ffn_hidden_size, "vocab_size": shape.vocab_size,
-        "norm_eps": values.get("rms_norm_eps") or contract.NORM_EPS, "rope_theta": values["rope_theta"],
+        "norm_eps": values.get("rms_norm_eps") or shapes.NORM_EPS, "rope_theta": values["rope_theta"],
         "rope_scaling_factor": values.get("rope_scaling_factor"),
     })  # fmt: skip
 
@@ -185,7 +185,7 @@ def measure(
     if spread is not None:
         out["step"] = spread.as_dict()
     if ctx.gpu is not None:
-        flops = contract.flops_per_token(ctx.mode.shape(), ctx.mode.seq_length)
+        flops = shapes.flops_per_token(ctx.mode.shape(), ctx.mode.seq_length)
         out["mfu"] = tps * flops / (ctx.gpu.bf16_peak_tflops * 1e12)
     return out
 

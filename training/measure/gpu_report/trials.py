@@ -3,7 +3,7 @@
 left out of the timing), in the order :mod:`sweep` decides, each started only when its predicted time (calibrated
 by the trials before it) fits what is left of the phase; and each trial's row: measured against the plan.
 
-A row: tokens/s per GPU from the median step time, MFU (PaLM's model FLOPs per token, ``contract.flops_per_token``,
+A row: tokens/s per GPU from the median step time, MFU (PaLM's model FLOPs per token, ``shapes.flops_per_token``,
 against the GPU's published dense bf16 peak), the step times' spread, the allocated and reserved peaks (max over
 ranks), the plan's predicted peak and live tensors with their errors, the attention kernel the trainer's probe
 found (its ``levers`` line), the time to the first step and (compile on) compile's warm-up: that time less the
@@ -16,9 +16,9 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from training.contract import settings_parse, shapes
 from training.measure.gpu_report import sweep
 from training.measure.gpu_report.context import Context, say, tail
-from training.request import contract
 from training.tune import driver
 from training.tune.outcome import TrialResult
 
@@ -34,7 +34,7 @@ def job_for(settings: Mapping[str, Any], *, warmup: int, measured: int) -> drive
             "--tune_max_measured_steps", str(measured), "--tune_window_steps", str(min(3, measured)),
             "--tune_cv_target", "0"]  # fmt: skip
     for key, value in settings.items():
-        argv += [f"--{key}", contract.format_setting(value)]
+        argv += [f"--{key}", settings_parse.format_setting(value)]
     return driver.parse_args(argv)
 
 
@@ -71,7 +71,7 @@ def row_of(ctx: Context, candidate: sweep.Candidate, result: TrialResult) -> dic
         tokens = int(candidate.settings["batch_size"]) * ctx.mode.seq_length
         row["tokens_per_sec"] = tokens / result.spread.median
         if ctx.gpu is not None:
-            flops = contract.flops_per_token(shape, ctx.mode.seq_length)
+            flops = shapes.flops_per_token(shape, ctx.mode.seq_length)
             row["mfu"] = row["tokens_per_sec"] * flops / (ctx.gpu.bf16_peak_tflops * 1e12)
     peak, reserved, allocated = row["predicted_peak_gb"], row["max_reserved_gb"], row["max_allocated_gb"]
     if reserved:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from training.request import contract, plan, tuning
+from training.contract import hardware
+from training.request import plan, tuning
 
 
 def items() -> list[dict[str, Any]]:
-    b200 = contract.PEAK_TFLOPS["B200"]
-    h100 = contract.PEAK_TFLOPS["H100"]
+    b200 = hardware.PEAK_TFLOPS["B200"]
+    h100 = hardware.PEAK_TFLOPS["H100"]
     return [
         {
             "what": "FSDP2 communication across 8 GPUs (NVLink all-gathers and reduce-scatters of ml.p6-b200.48xlarge)",
@@ -31,7 +32,7 @@ def items() -> list[dict[str, Any]]:
             "what": "Blackwell (B200, B300, GB200): speed, memory, the product's target GPU",
             "why": "the lent machines are Hopper (H100, H200)",
             "instead": f"B200 dense bf16 {b200['bf16']:g} TFLOP/s, "
-            f"{contract.GPU_INSTANCE_TYPES['ml.p6-b200.48xlarge'].gpu_memory_gb} GB per GPU (NVIDIA's HGX B200 "
+            f"{hardware.GPU_INSTANCE_TYPES['ml.p6-b200.48xlarge'].gpu_memory_gb} GB per GPU (NVIDIA's HGX B200 "
             "datasheet, halved from its sparse figures); throughput an estimate scaled from the source article's two "
             "8x B200 configurations by FLOPs and peak, its band from peer figures (plan.PEER_FIGURES)",
         },

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from training.contract import settings_parse
 from training.measure.gpu_report.context import Context, say, tail
 from training.measure.gpu_report.trials import KILL_MARGIN_SECONDS, base_settings, job_for
-from training.request import contract
 from training.tune import convergence, driver, runner
 
 
@@ -55,7 +55,7 @@ def profile(ctx: Context, settings: Mapping[str, Any]) -> None:
               "checkpoint_dir": str(ctx.scratch / "profile-checkpoints"), "model_dir": str(ctx.scratch / "profile-model")}  # fmt: skip
     args = ["--skip", str(skip), "--active", str(active), "--"]
     for key, value in merged.items():
-        args += [f"--{key}", contract.format_setting(value)]
+        args += [f"--{key}", settings_parse.format_setting(value)]
     need = ctx.mode.start_up.worker + (
         ctx.mode.start_up.compile / 3 if settings.get("compile") == "true" else 0
     )

@@ -1,0 +1,139 @@
+"""The model's shape: ``ModelShape`` (a Llama-style decoder), the named presets and their RoPE settings, and
+the parameter and FLOP counts the trainer's MFU and the plan read (``flops_per_token``, the LoRA adapters' count).
+
+Held here until ``training/models/`` (the typed model config and its families) replaces it. Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A Llama-style decoder's shape. ``num_kv_heads``: key/value heads of grouped-query attention (None: one per
+    query head, multi-head attention); ``tie_embeddings``: the LM head is the input embedding's matrix."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    ffn_hidden_size: int
+    vocab_size: int = 32_000
+    num_kv_heads: int | None = None
+    tie_embeddings: bool = False
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads in effect (``num_heads`` when ``num_kv_heads`` is None)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def parameter_count(self) -> int:
+        """Parameters of the decoder-only LM (embedding, head unless tied, RMSNorm, SwiGLU MLP, no biases)."""
+        return self.num_layers * self.block_parameter_count() + self.root_parameter_count()
+
+    def block_parameter_count(self) -> int:
+        """Parameters of one block: attention's query and output projections (h x h each), key and value
+        projections (h x kv_heads * head_dim each), the SwiGLU MLP's three, two RMSNorm weights."""
+        h = self.hidden_size
+        kv_width = self.kv_heads * self.head_dim
+        return 2 * h * h + 2 * h * kv_width + 3 * h * self.ffn_hidden_size + 2 * h
+
+    def root_parameter_count(self) -> int:
+        """Parameters outside the blocks: the embedding, the LM head (none of its own when tied) and the final
+        RMSNorm."""
+        matrices = 1 if self.tie_embeddings else 2
+        return matrices * self.vocab_size * self.hidden_size + self.hidden_size
+
+
+MODEL_PRESETS: Mapping[str, ModelShape] = {
+    "1b": ModelShape(num_layers=16, hidden_size=2048, num_heads=16, ffn_hidden_size=5632),
+    "8b": ModelShape(num_layers=32, hidden_size=4096, num_heads=32, ffn_hidden_size=14336),
+    "14b": ModelShape(num_layers=40, hidden_size=5120, num_heads=40, ffn_hidden_size=17920),
+    "32b": ModelShape(num_layers=64, hidden_size=6144, num_heads=48, ffn_hidden_size=20480),
+    "64b": ModelShape(num_layers=80, hidden_size=8192, num_heads=64, ffn_hidden_size=22016),
+    # Meta's Llama 3.x, exactly (docs/open-weights.md says how each value was checked): hidden_size,
+    # num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size and
+    # tie_word_embeddings of each model's config.json; their RoPE settings are in PRESET_SETTINGS.
+    "llama3.2-1b": ModelShape(16, 2048, 32, 8192, 128_256, num_kv_heads=8, tie_embeddings=True),
+    "llama3.2-3b": ModelShape(28, 3072, 24, 8192, 128_256, num_kv_heads=8, tie_embeddings=True),
+    "llama3.1-8b": ModelShape(32, 4096, 32, 14336, 128_256, num_kv_heads=8),
+    "llama3.1-70b": ModelShape(80, 8192, 64, 28672, 128_256, num_kv_heads=8),
+}
+MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
+
+ROPE_SCALINGS: tuple[str, ...] = ("none", "llama3")
+"""``rope_scaling`` values: none, or Llama 3.1's frequency-dependent scaling (Hugging Face ``rope_type`` llama3)."""
+LLAMA3_ROPE_SETTINGS: tuple[str, ...] = (
+    "rope_scaling_factor",
+    "rope_low_freq_factor",
+    "rope_high_freq_factor",
+    "rope_original_max_position_embeddings",
+)
+"""The four parameters of ``rope_scaling=llama3`` (Hugging Face's ``factor``, ``low_freq_factor``,
+``high_freq_factor``, ``original_max_position_embeddings``)."""
+
+
+def _llama3_rope(factor: float) -> Mapping[str, Any]:
+    return {
+        "rope_theta": 500_000.0,
+        "rope_scaling": "llama3",
+        "rope_scaling_factor": factor,
+        "rope_low_freq_factor": 1.0,
+        "rope_high_freq_factor": 4.0,
+        "rope_original_max_position_embeddings": 8192,
+    }
+
+
+PRESET_SETTINGS: Mapping[str, Mapping[str, Any]] = {
+    "llama3.2-1b": _llama3_rope(32.0),
+    "llama3.2-3b": _llama3_rope(32.0),
+    "llama3.1-8b": _llama3_rope(8.0),
+    "llama3.1-70b": _llama3_rope(8.0),
+}
+"""Settings other than the shape that a preset gives when the request leaves them out: the Llama presets' RoPE
+(``rope_theta`` 500000 and ``rope_scaling`` llama3 with factor 32 for 3.2, 8 for 3.1, as their config.json)."""
+
+NORM_EPS = 1e-5
+"""The default epsilon of every RMSNorm of the model (the ``rms_norm_eps`` setting): Llama 3.x's published value
+(``rms_norm_eps`` 1e-05 in each Llama 3.x model's config.json), which every preset keeps. An ``init_from`` model's
+comes from its config.json (``hf_config.architecture``)."""
+NORM_EPS_RANGE: tuple[float, float] = (1e-12, 1e-2)
+"""The ``rms_norm_eps`` values allowed (a setting, or an ``init_from`` model's config.json)."""
+
+POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
+"""``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
+
+
+def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0) -> float:
+    """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
+    ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
+    lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
+    AV matmuls, counted in full although the causal mask skips about half (grouped-query attention changes
+    neither: every query head attends over the whole head_dim). Used by the trainer's MFU and by
+    ``training.request.plan``'s time estimate.
+
+    LoRA (``lora_parameters`` > 0, the adapters' count, ``lora_parameters``): the frozen weights run their forward
+    and input-gradient GEMMs but no weight-gradient GEMM, ``4 * N``, and the adapters all three, ``6 * Na``; the
+    attention term is unchanged. About 2/3 of full fine-tuning's, as Megatron-Bridge counts a LoRA run's TFLOP/s
+    (NVIDIA-NeMo/Megatron-Bridge issue 2409) and NeMo AutoModel its MFU ((1 + 1 + Na / N) / 3)."""
+    lm_head = shape.vocab_size * shape.hidden_size  # a matmul whether or not it shares the embedding's matrix
+    matmul_params = shape.num_layers * shape.block_parameter_count() + shape.hidden_size + lm_head
+    attention = 12.0 * shape.num_layers * shape.hidden_size * seq_length
+    if lora_parameters:
+        return 4.0 * matmul_params + 6.0 * lora_parameters + attention
+    return 6.0 * matmul_params + attention
+
+
+def lora_block_parameter_count(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
+    """One block's LoRA adapter parameters (``training/trainer/lora.py``): rank x (in + out) for each targeted
+    projection (``q_proj``, ..., ``down_proj``)."""
+    h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
+    dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
+            "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
+    return sum(rank * (dims[t][0] + dims[t][1]) for t in targets)
