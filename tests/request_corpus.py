@@ -121,7 +121,7 @@ def _record(
 ) -> dict:
     """A stored tuning measurement of the base rules' image (its key's settings parsed as the tuning job does)."""
     from training.contract import settings_parse
-    from training.request import measured
+    from training.plan import measured
 
     values = settings_parse.parse_hyperparameters(dict(settings))
     key = measured.make_key(values, instance_type="ml.p6-b200.48xlarge", instance_count=1, image_tag=IMAGE_TAG,

@@ -112,7 +112,7 @@ def _between(band: dict[str, Any] | None, key: str, text: Any) -> str:
 
 
 def print_plan(out: Any, planned: dict[str, Any]) -> None:
-    """The plan (``training.request.plan``) as a rich table: memory by part, then throughput, time and cost."""
+    """The plan (``training.plan``) as a rich table: memory by part, then throughput, time and cost."""
     from rich.table import Table
     from rich.text import Text
 

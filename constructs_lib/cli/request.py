@@ -202,7 +202,7 @@ def plan_request(
     data_folder: str | Path | None = None,
     measurements: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The memory, time and cost plan (``training.request.plan``) of ``request`` merged over ``rules``' defaults, as a
+    """The memory, time and cost plan (``training.plan``) of ``request`` merged over ``rules``' defaults, as a
     JSON-ready dict: the workflow's own decision's (``decide_request``). Raises ``InvalidRequest`` with every
     problem other than the memory estimate's own (a plan that does not fit is still shown, with its advice). A
     request with ``init_from`` is planned with the shape of that model folder's config.json, read with the S3 client
@@ -210,7 +210,7 @@ def plan_request(
     offline); ``data_folder``: a local copy of the ``train_data_uri`` folder (prepared conversations: the plan
     counts their windows), read in place of S3. The throughput is measured where a stored tuning record of the
     rules' image stands for the request (``measurements``: records the caller read, e.g. from a local tuning report;
-    else read with ``s3``; the same rules as the workflow's, :mod:`training.request.measured`), else the plan's
+    else read with ``s3``; the same rules as the workflow's, :mod:`training.plan.measured`), else the plan's
     estimate."""
     from training.request.decision import decide_request
     from training.request.reads import Reads

@@ -3,12 +3,12 @@
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
 holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
 wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
-``training/contract/`` (the contract between the workflow and the trainer) and ``training/request/`` (the decision,
-the fields' table, the rules, the request read once, the checks, the evaluate and tune blocks, the reads, the job's
-request fields, a model folder's config.json, the plan and its
-network term, the measurements' rules, the tuning candidates, conversation data against its model and the decision's
-size bound; standard library only) and an empty ``__init__.py`` in each of their folders (the real package
-``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
+``training/contract/`` (the contract between the workflow and the trainer), ``training/plan/`` (the memory, time
+and cost plan, its network term and the measurements' rules, without its command line) and ``training/request/``
+(the decision, the fields' table, the rules, the request read once, the checks, the evaluate and tune blocks, the
+reads, the job's request fields, a model folder's config.json, the tuning candidates, conversation data against its
+model and the decision's size bound; standard library only) and an empty ``__init__.py`` in each of their folders
+(the real package ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
 checkpoint prefix only, the listing and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data
 prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only objects
 named exactly ``config.json`` (an ``init_from`` model's architecture), ``metadata.json`` (prepared data's tokenizer,
@@ -44,6 +44,16 @@ import training.contract.settings_parse
 import training.contract.settings_table
 import training.contract.shapes
 import training.contract.tuning
+import training.plan.advice
+import training.plan.band
+import training.plan.estimate
+import training.plan.inputs
+import training.plan.measured
+import training.plan.memory
+import training.plan.memory_terms
+import training.plan.network
+import training.plan.refusal
+import training.plan.timing
 import training.request.bounds
 import training.request.checks
 import training.request.decision
@@ -52,9 +62,6 @@ import training.request.fields
 import training.request.fine_tuning
 import training.request.hf_config
 import training.request.job
-import training.request.measured
-import training.request.network
-import training.request.plan
 import training.request.reads
 import training.request.rules
 import training.request.sft_data
@@ -95,6 +102,16 @@ ASSET_FILES = {
     "training/contract/settings_table.py": Path(training.contract.settings_table.__file__),
     "training/contract/shapes.py": Path(training.contract.shapes.__file__),
     "training/contract/tuning.py": Path(training.contract.tuning.__file__),
+    "training/plan/advice.py": Path(training.plan.advice.__file__),
+    "training/plan/band.py": Path(training.plan.band.__file__),
+    "training/plan/estimate.py": Path(training.plan.estimate.__file__),
+    "training/plan/inputs.py": Path(training.plan.inputs.__file__),
+    "training/plan/measured.py": Path(training.plan.measured.__file__),
+    "training/plan/memory.py": Path(training.plan.memory.__file__),
+    "training/plan/memory_terms.py": Path(training.plan.memory_terms.__file__),
+    "training/plan/network.py": Path(training.plan.network.__file__),
+    "training/plan/refusal.py": Path(training.plan.refusal.__file__),
+    "training/plan/timing.py": Path(training.plan.timing.__file__),
     "training/request/bounds.py": Path(training.request.bounds.__file__),
     "training/request/checks.py": Path(training.request.checks.__file__),
     "training/request/decision.py": Path(training.request.decision.__file__),
@@ -103,10 +120,7 @@ ASSET_FILES = {
     "training/request/fine_tuning.py": Path(training.request.fine_tuning.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/job.py": Path(training.request.job.__file__),
-    "training/request/plan.py": Path(training.request.plan.__file__),
-    "training/request/network.py": Path(training.request.network.__file__),
     "training/request/reads.py": Path(training.request.reads.__file__),
-    "training/request/measured.py": Path(training.request.measured.__file__),
     "training/request/rules.py": Path(training.request.rules.__file__),
     "training/request/sft_data.py": Path(training.request.sft_data.__file__),
     "training/request/tune_block.py": Path(training.request.tune_block.__file__),

@@ -14,7 +14,7 @@ from constructs_lib.cli.errors import InvalidRequest
 from constructs_lib.cli.main import main
 from constructs_lib.cli.request import plan_request
 from training.contract import shapes, tuning
-from training.request import measured, plan
+from training.plan import inputs, measured
 from training.request.reads import read_local_init_from, read_local_measurements
 from training.request.rules import RequestRules
 
@@ -38,7 +38,7 @@ def record_for(
     request: dict, architecture: dict | None, *, gpu: str = "B200", tag: str = TAG, tps: float = 12345.0
 ):
     """A record as a tuning run stores it for ``request``'s settings (``training.tune.report.records``' shape)."""
-    values, s = plan.parse_request(request, architecture)
+    values, s = inputs.parse_request(request, architecture)
     key = measured.make_key(values, instance_type=s.instance_type, instance_count=s.instance_count, image_tag=tag,
                             torch_version="2.9.0", te_version="2.11.0")  # fmt: skip
     figures = {"status": "ok", "tokens_per_sec_per_gpu": tps, "step_seconds": {"median": 1.0, "steps": 20},

@@ -4,7 +4,7 @@ is recomputed here, so that a changed default or formula cannot leave a table st
 A figure is marked by the line right before its table (or its block of output): ``<!-- figure: python -m MODULE
 ARGS -->``. Every table in docs/measurements.md must have one, and so must any table elsewhere whose header shows
 GiB, GB or tokens/s. The command must parse with the module's own ``parse_args``. For the commands in
-:data:`RECOMPUTED`, the columns that come from the memory plan's closed form (``training/request/plan.py``, no torch)
+:data:`RECOMPUTED`, the columns that come from the memory plan's closed form (``training/plan/``, no torch)
 and the configurations themselves are recomputed; a difference fails with the command to run again.
 """
 
@@ -104,7 +104,7 @@ RECOMPUTED: dict[str, Callable[[ModuleType, list[str], Table], list[str]]] = {
     "training.measure.loss_memory_table": check_loss_table,
     "training.measure.seed_comparison": check_seed,
     "training.measure.preset_plans": check_preset_plans,
-    "training.request.layouts": check_layouts,
+    "training.plan.layouts": check_layouts,
 }
 """Commands whose tables are (partly) closed form, and their checks. Others (timed, traced) are only parsed."""
 

@@ -430,14 +430,14 @@ def test_fp8_dims_follow_the_recipe_that_runs_mxfp8_on_blackwell_current_scaling
 
 
 def test_the_plan_checks_fp8_dims_for_its_instance_types_gpu():
-    from training.request import plan
+    from training.plan import inputs
 
     request = {"precision": "fp8", "seq_length": 4112, "batch_size": 1}
     with pytest.raises(
         settings_table.ContractError, match="^seq_length: must be a multiple of 32 for precision=fp8"
     ):
-        plan.setup_from_request(request)  # ml.p6-b200.48xlarge
-    assert plan.setup_from_request({**request, "instance_type": "ml.p5.48xlarge"}).seq_length == 4112
+        inputs.setup_from_request(request)  # ml.p6-b200.48xlarge
+    assert inputs.setup_from_request({**request, "instance_type": "ml.p5.48xlarge"}).seq_length == 4112
 
 
 def test_fp8_with_the_mxfp8_recipe_needs_a_blackwell_gpu_as_precision_mxfp8_does():

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from training.contract import settings_parse
-from training.request import hf_config, plan, sft_data
+from training.plan import inputs, memory, memory_terms
+from training.request import hf_config, sft_data
 from training.request.decision import decide_request
 from training.request.reads import Reads
 from training.request.rules import RequestRules
@@ -103,7 +104,7 @@ def test_a_matching_fine_tuning_request_is_valid_and_its_plan_counts_the_packed_
     unpacked = decide(folders, {"hyperparameters": {"max_steps": "100", "packing": "false"}}).plan["data"]
     assert unpacked["windows"] == data["examples"] > data["windows"]
     assert (
-        decision.estimate.memory.parts["document mask"] == 256 * 256 / plan.GIB
+        decision.estimate.memory.parts["document mask"] == 256 * 256 / memory_terms.GIB
     )  # bf16: the torch path's mask
 
 
@@ -202,22 +203,22 @@ def test_tuning_candidates_keep_the_datas_constraints(folders):
 def test_the_document_mask_is_planned_on_the_torch_path_only():
     values = settings_parse.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
                                              "batch_size": "2", "activation_checkpointing": "none"})  # fmt: skip
-    packed = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
-    plain = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
-    assert plan.document_mask_bytes(packed) == 2 * 4096 * 4096 and plan.document_mask_bytes(plain) == 0
+    packed = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
+    plain = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
+    assert memory.document_mask_bytes(packed) == 2 * 4096 * 4096 and memory.document_mask_bytes(plain) == 0
     h, kv, hd = 4096, 1024, 128
     bias = 2 * 2 * 4096 * 4096  # bf16 additive bias, [batch, 1, seq, seq]
     assert (
-        plan.document_mask_layer_bytes(packed) == bias + 2 * (h - 3 * kv) * 2 * 4096 + 4 * 2 * 1 * 4096 * hd
+        memory.document_mask_layer_bytes(packed) == bias + 2 * (h - 3 * kv) * 2 * 4096 + 4 * 2 * 1 * 4096 * hd
     )
-    saved = plan.saved_per_block(packed)[0] - plan.saved_per_block(plain)[0]
-    assert saved == plan.document_mask_layer_bytes(packed)
-    grown = plan.estimate_memory(packed).peak_gib - plan.estimate_memory(plain).peak_gib
-    assert grown > 32 * bias / plan.GIB  # every block keeps its bias without activation checkpointing
-    mxfp8 = plan.setup_from_values({**values, "precision": "mxfp8"}, instance_type="ml.p6-b200.48xlarge",
+    saved = memory.saved_per_block(packed)[0] - memory.saved_per_block(plain)[0]
+    assert saved == memory.document_mask_layer_bytes(packed)
+    grown = memory.estimate_memory(packed).peak_gib - memory.estimate_memory(plain).peak_gib
+    assert grown > 32 * bias / memory_terms.GIB  # every block keeps its bias without activation checkpointing
+    mxfp8 = inputs.setup_from_values({**values, "precision": "mxfp8"}, instance_type="ml.p6-b200.48xlarge",
                                    conversations=True)  # fmt: skip
-    assert plan.document_mask_bytes(mxfp8) == plan.document_mask_layer_bytes(mxfp8) == 0  # TE: cu_seqlens
-    unpacked = plan.setup_from_values({**values, "packing": False}, instance_type="ml.p6-b200.48xlarge",
+    assert memory.document_mask_bytes(mxfp8) == memory.document_mask_layer_bytes(mxfp8) == 0  # TE: cu_seqlens
+    unpacked = inputs.setup_from_values({**values, "packing": False}, instance_type="ml.p6-b200.48xlarge",
                                       conversations=True)  # fmt: skip
     assert not unpacked.packed_documents
 
@@ -314,11 +315,11 @@ def test_with_math_attention_the_mask_adds_no_bias_nor_repeated_key_value_to_wha
     values = settings_parse.parse_hyperparameters({"model_preset": "llama3.1-8b", "precision": "bf16", "seq_length": "4096",
                                              "batch_size": "2", "activation_checkpointing": "none",
                                              "attention_backend": "math"})  # fmt: skip
-    packed = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
-    plain = plan.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
+    packed = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
+    plain = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
     per_document_rope = 4 * 2 * (2 - 1) * 4096 * 128
-    assert plan.document_mask_layer_bytes(packed) == per_document_rope
-    assert plan.saved_per_block(packed)[0] - plan.saved_per_block(plain)[0] == per_document_rope
+    assert memory.document_mask_layer_bytes(packed) == per_document_rope
+    assert memory.saved_per_block(packed)[0] - memory.saved_per_block(plain)[0] == per_document_rope
 
 
 def test_a_tuning_run_counts_each_splits_windows_once_per_seq_length(folders, monkeypatch):

@@ -528,7 +528,7 @@ def test_a_lora_runs_model_flops_leave_out_the_frozen_weights_gradient_gemms():
     """The frozen base's weights run their forward and input-gradient GEMMs only (4 FLOPs per weight and token),
     the adapters all three (6), attention's matmuls are unchanged: the trainer's TFLOP/s and MFU, the plan's and
     the tuning report's, count what a LoRA step computes (Megatron-Bridge's LoRA TFLOP/s fix: 2/3 of full)."""
-    from training.request import plan
+    from training.plan import inputs, memory, timing
     from training.trainer import metrics
 
     settings = lora.LoraSettings(rank=3, alpha=6.0, dropout=0.0, targets=("q_proj", "v_proj", "down_proj"))
@@ -544,12 +544,12 @@ def test_a_lora_runs_model_flops_leave_out_the_frozen_weights_gradient_gemms():
     assert shapes.flops_per_token(SHAPE, 32, lora_parameters=adapters) == pytest.approx(expected)
     meter = metrics.Throughput(SHAPE, 32, 128, 0, torch.device("cpu"), "fp32", lora_parameters=adapters)
     assert meter.rates(10**9, 1.0)["tflops_per_gpu"] == pytest.approx(1e9 * expected / 1e12)
-    full, adapted = (plan.setup_from_request(lora_request("llama3.1-70b", rank)) for rank in (0, 16))
-    full_time, adapted_time = plan.estimate_time(full), plan.estimate_time(adapted)
+    full, adapted = (inputs.setup_from_request(lora_request("llama3.1-70b", rank)) for rank in (0, 16))
+    full_time, adapted_time = timing.estimate_time(full), timing.estimate_time(adapted)
     # The plan's step time counts the same FLOPs (at the same reference MFU): a LoRA token costs about 2/3 of a
     # full fine-tuning one, so its tokens/s is about 1.44x, and the MFU the run would report is the same.
     lora_flops = shapes.flops_per_token(
-        adapted.shape, adapted.seq_length, plan.lora_block_parameters(adapted) * adapted.shape.num_layers
+        adapted.shape, adapted.seq_length, memory.lora_block_parameters(adapted) * adapted.shape.num_layers
     )
     flops_ratio = shapes.flops_per_token(full.shape, full.seq_length) / lora_flops
     speed_ratio = adapted_time.tokens_per_sec_per_gpu / full_time.tokens_per_sec_per_gpu
@@ -570,27 +570,27 @@ def lora_request(model_preset: str, rank: int, **settings) -> dict:
 
 
 def test_the_plan_counts_the_adapters_parameters_as_the_trainer_makes_them():
-    from training.request import plan
+    from training.plan import inputs, memory
 
     for targets in ("all-linear", "q,v", "gate,down"):
         cfg = config.config_from_mapping({"model_preset": "custom", "num_layers": "2", "hidden_size": "32",
                                           "num_heads": "4", "num_kv_heads": "2", "ffn_hidden_size": "48",
                                           "vocab_size": "42", "lora_rank": "3", "lora_targets": targets})  # fmt: skip
         net = lora_torch_model(lora.LoraSettings.of(cfg))
-        setup = plan.setup_from_request({"hyperparameters": {k: v for k, v in cfg.as_dict().items()
+        setup = inputs.setup_from_request({"hyperparameters": {k: v for k, v in cfg.as_dict().items()
                                                              if k in settings_table.HYPERPARAMETERS_BY_NAME}})  # fmt: skip
-        assert plan.lora_block_parameters(setup) * 2 == lora.counts(net)[0], targets
+        assert memory.lora_block_parameters(setup) * 2 == lora.counts(net)[0], targets
 
 
 def test_the_plan_gives_a_frozen_base_no_gradient_and_no_optimizer_state_and_the_adapters_both():
-    from training.request import plan
+    from training.plan import inputs, memory
 
-    full = plan.estimate_memory(plan.setup_from_request(lora_request("llama3.1-70b", 0)))
-    setup = plan.setup_from_request(lora_request("llama3.1-70b", 16))
-    adapted = plan.estimate_memory(setup)
-    adapters = plan.lora_block_parameters(setup) * 80
+    full = memory.estimate_memory(inputs.setup_from_request(lora_request("llama3.1-70b", 0)))
+    setup = inputs.setup_from_request(lora_request("llama3.1-70b", 16))
+    adapted = memory.estimate_memory(setup)
+    adapters = memory.lora_block_parameters(setup) * 80
     assert adapters == 16 * 80 * (2 * (8192 + 8192) + 2 * (1024 + 8192) + 3 * (28672 + 8192))
-    moments = plan.lora_memory(setup, plan._moments(setup))
+    moments = memory.lora_memory(setup, memory._moments(setup))
     step = moments["optimizer step"]
     assert step["AdamW state"] == 8 * adapters / 8 and step["gradients (sharded)"] == 4 * adapters / 8
     assert step["sharded parameters"] == pytest.approx(4 * (setup.shape.parameter_count() + adapters) / 8)
@@ -599,18 +599,19 @@ def test_the_plan_gives_a_frozen_base_no_gradient_and_no_optimizer_state_and_the
         for m in moments.values()
     )
     assert full.fits and adapted.fits and adapted.peak_gib < full.peak_gib / 2
-    dropout = plan.setup_from_request(lora_request("llama3.1-8b", 16, lora_dropout=0.1))
-    assert plan.lora_activation_bytes(dropout) > plan.lora_activation_bytes(
-        plan.setup_from_request(lora_request("llama3.1-8b", 16))
+    dropout = inputs.setup_from_request(lora_request("llama3.1-8b", 16, lora_dropout=0.1))
+    assert memory.lora_activation_bytes(dropout) > memory.lora_activation_bytes(
+        inputs.setup_from_request(lora_request("llama3.1-8b", 16))
     )
 
 
 def test_tuning_candidates_keep_the_requests_lora_settings_and_low_precisions_are_refused_for_it():
-    from training.request import plan, tuning
+    from training.plan import inputs
+    from training.request import tuning
 
     request = lora_request("llama3.1-8b", 16, lora_targets="q,k,v,o", batch_size=8)
     found = tuning.candidates(
-        *plan.parse_request(request), {"batch_size": (1, 2, 4, 8), "precision": ("bf16", "fp8")}
+        *inputs.parse_request(request), {"batch_size": (1, 2, 4, 8), "precision": ("bf16", "fp8")}
     )
     assert found.ranked and all(c.plan.setup.lora_rank == 16 for c in found.ranked)
     assert all(c.plan.setup.lora_targets == ("q_proj", "k_proj", "v_proj", "o_proj") for c in found.ranked)

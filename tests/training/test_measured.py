@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from training.contract import settings_parse, tuning
-from training.request import measured, plan
+from training.plan import band, inputs, measured, memory
+from training.plan import estimate as plan_estimate
 
 INSTANCE = "ml.p6-b200.48xlarge"
 REQUEST = {"precision": "bf16", "batch_size": 4, "seq_length": 8192, "activation_checkpointing": True}
@@ -27,7 +28,7 @@ def record(
     allocated: float | None = 60.0,
     count: int = 1,
 ) -> dict[str, Any]:
-    values = settings_parse.parse_hyperparameters(plan.trainer_settings(request))
+    values = settings_parse.parse_hyperparameters(inputs.trainer_settings(request))
     key = measured.make_key(values, instance_type=INSTANCE, instance_count=count, image_tag=tag,
                             torch_version=torch_version, te_version="2.11.0")  # fmt: skip
     figures = {"status": status, "tokens_per_sec_per_gpu": tps, "max_allocated_gb": allocated,
@@ -37,17 +38,17 @@ def record(
 
 
 def test_without_records_the_plan_estimates_from_the_articles_points():
-    planned = plan.make_plan(REQUEST).to_dict()
+    planned = plan_estimate.make_plan(REQUEST).to_dict()
     assert planned["throughput_basis"] == "estimate" and planned["measured"] is None
     assert (
-        planned["throughput_source"] == "scaled from " + plan.REFERENCE_SOURCE
+        planned["throughput_source"] == "scaled from " + band.REFERENCE_SOURCE
         and planned["memory_check"] is None
     )
-    assert plan.REFERENCE_URL in planned["throughput_source"]
+    assert band.REFERENCE_URL in planned["throughput_source"]
 
 
 def test_a_matching_record_gives_measured_throughput_and_says_where_it_was_measured():
-    planned = plan.make_plan(REQUEST, measurements=[record()], image_tag="abc123").to_dict()
+    planned = plan_estimate.make_plan(REQUEST, measurements=[record()], image_tag="abc123").to_dict()
     assert planned["throughput_basis"] == "measured"
     assert planned["tokens_per_sec_per_gpu"] == 31_000
     assert (
@@ -70,7 +71,7 @@ def test_a_matching_record_gives_measured_throughput_and_says_where_it_was_measu
     ],
 )
 def test_a_record_that_differs_in_any_part_of_its_key_is_not_used(changed, why):
-    planned = plan.make_plan(REQUEST, measurements=[record(**changed)], image_tag="abc123")
+    planned = plan_estimate.make_plan(REQUEST, measurements=[record(**changed)], image_tag="abc123")
     assert planned.timing.basis == "estimate", why
 
 
@@ -79,7 +80,7 @@ def test_versions_given_by_the_caller_must_match_and_the_newest_record_wins():
         record(tps=20_000.0, at="2026-11-01T00:00:00+00:00"),
         record(tps=30_000.0, at="2026-11-21T00:00:00+00:00"),
     )
-    values = settings_parse.parse_hyperparameters(plan.trainer_settings(REQUEST))
+    values = settings_parse.parse_hyperparameters(inputs.trainer_settings(REQUEST))
     found = measured.find([old, new], values, instance_type=INSTANCE, instance_count=1, image_tag="abc123")
     assert found["measured"]["tokens_per_sec_per_gpu"] == 30_000.0
     stale = measured.find([new], values, instance_type=INSTANCE, instance_count=1, image_tag="abc123",
@@ -90,13 +91,15 @@ def test_versions_given_by_the_caller_must_match_and_the_newest_record_wins():
 
 def test_the_plan_reports_its_memory_error_against_the_stored_measurements():
     other = {**REQUEST, "batch_size": 2}
-    estimate = plan.estimate_memory(plan.setup_from_request(REQUEST)).tensors_gib * 2**30 / 1e9
+    estimate = memory.estimate_memory(inputs.setup_from_request(REQUEST)).tensors_gib * 2**30 / 1e9
     records = [
         record(allocated=estimate * 1.25),
         record(other, allocated=None, status="oom"),
         record(tag="zzz"),
     ]
-    check = plan.make_plan(REQUEST, measurements=records, image_tag="abc123").to_dict()["memory_check"]
+    check = plan_estimate.make_plan(REQUEST, measurements=records, image_tag="abc123").to_dict()[
+        "memory_check"
+    ]
     assert check["records"] == 1 and check["this_request_error_pct"] == pytest.approx(-20.0, abs=0.1)
     assert check["mean_abs_error_pct"] == pytest.approx(20.0, abs=0.1)
     assert check["oom_predicted_to_fit"] == 1  # batch 2 with AC is predicted to fit, and it ran out of memory
@@ -108,7 +111,7 @@ def test_no_record_is_matched_under_a_mutable_or_missing_image_tag(tag):
     its records could be of an older image, so none stands for a request and none checks the memory estimate."""
     assert tuning.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo") == "latest"
     assert tuning.image_tag("123.dkr.ecr.us-west-2.amazonaws.com/repo:latest") == "latest"
-    planned = plan.make_plan(REQUEST, measurements=[record(tag="latest")], image_tag=tag)
+    planned = plan_estimate.make_plan(REQUEST, measurements=[record(tag="latest")], image_tag=tag)
     assert planned.timing.basis == "estimate" and planned.memory_check is None
 
 
@@ -117,11 +120,13 @@ def test_an_image_tag_pushed_again_with_other_versions_makes_its_older_records_s
     same tag with another torch (e.g. the same training/ built on another base image) is not used."""
     older = record(tps=20_000.0, torch_version="2.8.0", at="2026-11-01T00:00:00+00:00")
     newer_other_settings = record({**REQUEST, "batch_size": 8}, at="2026-11-21T00:00:00+00:00")
-    planned = plan.make_plan(REQUEST, measurements=[older, newer_other_settings], image_tag="abc123")
+    planned = plan_estimate.make_plan(REQUEST, measurements=[older, newer_other_settings], image_tag="abc123")
     assert planned.timing.basis == "estimate"  # the only record of these settings is of the older build
     assert planned.memory_check["records"] == 1  # only the current build's record checks the estimate
     current = record(tps=25_000.0, at="2026-11-22T00:00:00+00:00")
-    planned = plan.make_plan(REQUEST, measurements=[older, newer_other_settings, current], image_tag="abc123")
+    planned = plan_estimate.make_plan(
+        REQUEST, measurements=[older, newer_other_settings, current], image_tag="abc123"
+    )
     assert planned.timing.basis == "measured" and planned.timing.tokens_per_sec_per_gpu == 25_000.0
 
 

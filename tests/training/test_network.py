@@ -1,5 +1,5 @@
-"""The network model (training.request.network), the plan's layout hook (data_parallel_replicate, per-layout
-memory, the exposed network time) and the layout comparison (training.request.layouts): closed form, no torch."""
+"""The network model (training.plan.network), the plan's layout hook (data_parallel_replicate, per-layout
+memory, the exposed network time) and the layout comparison (training.plan.layouts): closed form, no torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from training.contract import settings_table
-from training.request import layouts, network, plan
+from training.plan import estimate, inputs, layouts, memory, network, report, timing
 
 B200 = network.INTERCONNECTS["ml.p6-b200.48xlarge"]
 GB = 1e9
@@ -100,11 +100,11 @@ def test_lora_reduces_only_the_adapters_gradients():
     """FSDP2 reduces the gradients there are: with LoRA the adapters' alone, so hybrid sharding's all-reduce
     across instances is the adapters' (MB), not the 70B base's (before: 282 GB per instance per step, as full
     fine-tuning's)."""
-    full = plan.setup_from_request(request("llama3.1-70b", batch=1, ac="full", data_parallel_replicate=2))
+    full = inputs.setup_from_request(request("llama3.1-70b", batch=1, ac="full", data_parallel_replicate=2))
     adapted = replace(full, lora_rank=16, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"))
     compute = 9.0
-    full_net, lora_net = plan.step_network(full, compute), plan.step_network(adapted, compute)
-    adapters = plan.lora_block_parameters(adapted) * adapted.shape.num_layers
+    full_net, lora_net = timing.step_network(full, compute), timing.step_network(adapted, compute)
+    adapters = memory.lora_block_parameters(adapted) * adapted.shape.num_layers
     # inside each instance the same gathers; across them only the replicas' all-reduce of the adapters' shards
     assert lora_net.node_bytes == pytest.approx(8 * 2 * adapters * 4 / 8 / 2)  # g 2 (D/shard) (R-1)/R, fp32
     assert full_net.node_bytes > 1000 * lora_net.node_bytes
@@ -116,19 +116,19 @@ def test_lora_reduces_only_the_adapters_gradients():
 
 
 def test_auto_replicates_per_instance_when_one_instance_holds_the_sharded_states():
-    eight_b = plan.setup_from_request(request())
+    eight_b = inputs.setup_from_request(request())
     assert (eight_b.replicate, eight_b.shard_size) == (2, 8)
     # 70B at micro-batch 4 with AC does not fit on one instance: every state is sharded over all 16 GPUs
-    seventy_b = plan.setup_from_request(request("llama3.1-70b", batch=4, ac="full"))
+    seventy_b = inputs.setup_from_request(request("llama3.1-70b", batch=4, ac="full"))
     assert (seventy_b.replicate, seventy_b.shard_size) == (1, 16)
-    assert not plan.estimate_memory(replace(seventy_b, data_parallel_replicate=2)).fits
-    assert plan.setup_from_request(request(count=1)).replicate == 1
+    assert not memory.estimate_memory(replace(seventy_b, data_parallel_replicate=2)).fits
+    assert inputs.setup_from_request(request(count=1)).replicate == 1
 
 
 def test_the_per_gpu_memory_of_one_replica_per_instance_is_one_instances():
-    one = plan.estimate_memory(plan.setup_from_request(request(count=1)))
-    hybrid = plan.estimate_memory(plan.setup_from_request(request(count=4, data_parallel_replicate=4)))
-    full = plan.estimate_memory(plan.setup_from_request(request(count=4, data_parallel_replicate=1)))
+    one = memory.estimate_memory(inputs.setup_from_request(request(count=1)))
+    hybrid = memory.estimate_memory(inputs.setup_from_request(request(count=4, data_parallel_replicate=4)))
+    full = memory.estimate_memory(inputs.setup_from_request(request(count=4, data_parallel_replicate=1)))
     assert hybrid.peak_gib == pytest.approx(one.peak_gib)
     assert full.peak_gib < hybrid.peak_gib - 5  # sharded parameters and AdamW moments over 32 GPUs, not 8
     assert full.parts["AdamW state"] == pytest.approx(hybrid.parts["AdamW state"] / 4)
@@ -136,7 +136,7 @@ def test_the_per_gpu_memory_of_one_replica_per_instance_is_one_instances():
 
 def test_a_replicate_count_that_does_not_divide_the_gpus_is_refused_by_name():
     with pytest.raises(settings_table.ContractError) as refused:
-        plan.setup_from_request(request(count=2, data_parallel_replicate=3))
+        inputs.setup_from_request(request(count=2, data_parallel_replicate=3))
     assert str(refused.value) == (
         "data_parallel_replicate: must divide the number of GPUs (16); got 3 (2 x ml.p6-b200.48xlarge); or leave "
         "it auto"
@@ -148,33 +148,33 @@ def test_a_replicate_count_that_does_not_divide_the_gpus_is_refused_by_name():
 
 
 def test_the_plan_says_its_layout_and_network_and_adds_only_what_one_instance_would_not_expose():
-    one = plan.make_plan(request(count=1)).to_dict()
+    one = estimate.make_plan(request(count=1)).to_dict()
     assert one["data_parallel"] == {"replicate": 1, "shard": 8}
     assert one["network"]["efa_gb_per_instance"] == 0.0
-    two = plan.make_plan(request(count=2)).to_dict()
+    two = estimate.make_plan(request(count=2)).to_dict()
     assert two["data_parallel"] == {"replicate": 2, "shard": 8}
     assert two["network"]["layout"] == "replicate 2 x shard 8" and two["network"]["efa_gb_per_instance"] > 10
     assert "aws.amazon.com/ec2/instance-types/p6" in two["network"]["source"]
     assert 0 < two["network"]["share"] < 0.05
     # the article's points are one instance's: one instance's own exposure is not added again
-    base = plan.setup_from_request(request(count=1))
-    unlinked = plan.estimate_time(replace(base, instance_type="ml.p6e-gb200.36xlarge"))  # no network model
+    base = inputs.setup_from_request(request(count=1))
+    unlinked = timing.estimate_time(replace(base, instance_type="ml.p6e-gb200.36xlarge"))  # no network model
     assert unlinked.network is None
     assert one["step_seconds"] == pytest.approx(base.tokens / one["tokens_per_sec_per_gpu"], rel=1e-3)
     assert two["step_seconds"] > one["step_seconds"]
 
 
 def test_the_plans_text_names_the_layout_and_its_network():
-    text = plan.format_plan(plan.make_plan(request(count=2)))
+    text = report.format_plan(estimate.make_plan(request(count=2)))
     assert "network (replicate 2 x shard 8): " in text and "GB per instance over EFA" in text
-    assert "network" not in plan.format_plan(
-        plan.make_plan({**request(count=2), "instance_type": "ml.p6e-gb200.36xlarge"})
+    assert "network" not in report.format_plan(
+        estimate.make_plan({**request(count=2), "instance_type": "ml.p6e-gb200.36xlarge"})
     )
 
 
 def test_an_instance_type_without_published_links_has_no_network_time():
     req = {**request(count=2), "instance_type": "ml.p6e-gb200.36xlarge"}
-    assert plan.make_plan(req).timing.network is None
+    assert estimate.make_plan(req).timing.network is None
 
 
 def test_layouts_compares_full_and_hybrid_sharding_and_marks_autos_choice():
@@ -202,7 +202,7 @@ def test_tune_compares_the_layouts_on_several_instances():
     settings, problems = tuning.parse_tune({}, "ml.p6-b200.48xlarge", instance_count=2)
     assert problems == [] and settings is not None
     assert settings.search_space["data_parallel_replicate"] == (1, 2)
-    values, setup = plan.parse_request(request(count=2))
+    values, setup = inputs.parse_request(request(count=2))
     found = tuning.candidates(values, setup, {"data_parallel_replicate": [1, 2]})
     by_layout = {c.overrides["data_parallel_replicate"]: c.plan for c in found.ranked}
     assert set(by_layout) == {1, 2}
@@ -271,13 +271,13 @@ def test_the_layout_is_checked_once_where_the_settings_are_read(monkeypatch):
     from training.request.value import read_settings
 
     checked: list[tuple[object, int, str]] = []
-    real = plan.replicate_setting
+    real = inputs.replicate_setting
 
     def counting(values, count, instance_type):
         checked.append((values["data_parallel_replicate"], count, instance_type))
         return real(values, count, instance_type)
 
-    monkeypatch.setattr(plan, "replicate_setting", counting)
+    monkeypatch.setattr(inputs, "replicate_setting", counting)
     rules = RequestRules(region="us-west-2").with_limits()
     raw = {
         "instance_count": 2,

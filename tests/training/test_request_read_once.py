@@ -16,18 +16,23 @@ from pathlib import Path
 import pytest
 
 from training.contract import hardware, settings_parse, settings_table, tuning
-from training.request import measured, plan, value
+from training.plan import estimate, measured
+from training.request import value
 from training.request.decision import decide_request, prepare_request
 from training.request.rules import RequestRules
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*(ROOT / "constructs_lib").rglob("*.py"), *(ROOT / "training").rglob("*.py")])
 DECISION_PATH = [
-    *sorted((ROOT / "training" / "request").glob("*.py")),
+    *(
+        path
+        for part in ("request", "plan", "contract")
+        for path in sorted((ROOT / "training" / part).glob("*.py"))
+    ),
     ROOT / "constructs_lib" / "workflow" / "request_check.py",
     *(ROOT / "constructs_lib" / "cli" / name for name in ("request.py", "tuning.py", "api.py", "direct.py")),
 ]
-"""What decides a request (``training/request/``), the Lambda's entry point and the CLI's and SDK path's callers."""
+"""What decides a request (``training/request/``, ``training/plan/``, ``training/contract/``), the Lambda's entry point and the CLI's and SDK path's callers."""
 
 
 def calls(name: str, paths: list[Path]) -> Counter[tuple[str, str]]:
@@ -60,22 +65,22 @@ def test_the_requests_trainer_settings_are_parsed_in_one_function_called_once():
 def test_nothing_else_on_the_decision_path_parses_trainer_settings():
     """``settings_parse.parse_hyperparameters`` on the decision path: the request's settings (``read_settings``), a
     finished training job's ``HyperParameters`` (an evaluation-only request: another job's settings, not this
-    request's) and a plain execution input (``plan.parse_request``: ``python -m training.request.plan``, the tuning
+    request's) and a plain execution input (``inputs.parse_request``: ``python -m training.plan``, the tuning
     report in the image, and a stored measurement's configuration that the plan checks its memory against)."""
     assert calls("parse_hyperparameters", DECISION_PATH) == {
         ("training/request/value.py", "read_settings"): 1,
         ("training/request/evaluate_block.py", "trained_parameters"): 1,
-        ("training/request/plan.py", "parse_request"): 1,
+        ("training/plan/inputs.py", "parse_request"): 1,
     }
     # a plain input's parse is never made for the request on the decision path: only for a stored record
     assert calls("parse_request", DECISION_PATH) == {
-        ("training/request/plan.py", "setup_from_request"): 1,
-        ("training/request/plan.py", "make_plan"): 1,
-        ("training/request/layouts.py", "compare"): 1,  # python -m training.request.layouts (docs' tables)
+        ("training/plan/inputs.py", "setup_from_request"): 1,
+        ("training/plan/estimate.py", "make_plan"): 1,
+        ("training/plan/layouts.py", "compare"): 1,  # python -m training.plan.layouts (docs' tables)
     }
-    assert calls("setup_from_request", DECISION_PATH) == {("training/request/plan.py", "memory_check"): 1}
-    assert calls("make_plan", DECISION_PATH) == {("training/request/plan.py", "main"): 1}  # python -m ...plan
-    assert calls("trainer_settings", DECISION_PATH) == {("training/request/plan.py", "parse_request"): 1}
+    assert calls("setup_from_request", DECISION_PATH) == {("training/plan/estimate.py", "memory_check"): 1}
+    assert calls("make_plan", DECISION_PATH) == {("training/plan/report.py", "main"): 1}  # python -m ...plan
+    assert calls("trainer_settings", DECISION_PATH) == {("training/plan/inputs.py", "parse_request"): 1}
     # the names that parsed the request's settings again before it was read once are gone
     for gone in ("hyperparameter_map", "setting_problems", "_trained_parameters", "init_from_architecture"):
         assert calls(gone, DECISION_PATH) == Counter(), gone
@@ -159,7 +164,7 @@ def test_every_setting_parse_a_decision_makes_is_the_request_read_once_or_anothe
     owners = {
         value.read_request.__code__: "the request read once",
         settings_parse.override_settings.__code__: "a candidate's values",
-        plan.memory_check.__code__: "a stored measurement",
+        estimate.memory_check.__code__: "a stored measurement",
     }
     seen: Counter[str] = Counter()
     real, record = settings_table.Hyperparameter.parse, _stored_record()

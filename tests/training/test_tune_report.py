@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from training.contract import hardware, settings_parse, shapes
-from training.request import measured, plan
+from training.plan import estimate, inputs, measured
 from training.tune import charts, report, session
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult
@@ -67,7 +67,7 @@ def test_rows_rank_ok_by_measured_throughput_then_near_oom_then_failures():
     # the full run is the base request's tokens (1 x 8192 per GPU per step, 1000 steps) at the measured speed
     assert best.full_run_seconds == pytest.approx(1000 * 8192 / best.measured_tokens_per_sec)
     assert best.full_run_usd == pytest.approx(best.full_run_seconds * per_second)
-    planned = plan.make_plan({"instance_type": B200, "hyperparameters": {**BASE, "batch_size": "8",
+    planned = estimate.make_plan({"instance_type": B200, "hyperparameters": {**BASE, "batch_size": "8",
                                                                          "activation_checkpointing": "full"}})  # fmt: skip
     assert best.predicted_tokens_per_sec == pytest.approx(planned.timing.tokens_per_sec_per_gpu)
     assert best.memory_error_pct == pytest.approx(100 * (planned.memory.tensors_gib * 2**30 / 1e9 - 40) / 40)
@@ -100,11 +100,11 @@ def test_the_records_of_a_run_are_what_the_planner_matches():
     assert {r["measured"]["status"] for r in records} == {"ok", "near-oom", "oom"}
     request = {"instance_type": B200, "precision": "bf16", "seq_length": 8192, "batch_size": 8,
                "activation_checkpointing": "full"}  # fmt: skip
-    planned = plan.make_plan(request, measurements=records, image_tag="abc123")
+    planned = estimate.make_plan(request, measurements=records, image_tag="abc123")
     assert planned.timing.basis == "measured"
     assert planned.timing.tokens_per_sec_per_gpu == pytest.approx(8 * 8192 / 0.8)
-    assert plan.make_plan(request, measurements=records, image_tag="other").timing.basis == "estimate"
-    values = settings_parse.parse_hyperparameters(plan.trainer_settings(request))
+    assert estimate.make_plan(request, measurements=records, image_tag="other").timing.basis == "estimate"
+    values = settings_parse.parse_hyperparameters(inputs.trainer_settings(request))
     assert measured.find(records, values, instance_type=B200, instance_count=1, image_tag="abc123",
                          versions={"torch": "2.9.0", "transformer_engine": "2.11.0"}) is not None  # fmt: skip
 
@@ -199,7 +199,7 @@ def test_mfu_has_one_denominator_the_gpus_bf16_peak_in_the_report_and_the_plan()
     assert trial.mfu == pytest.approx(trial.measured_tokens_per_sec * flops / bf16_peak)
     records = report.records([trial], BASE, place)
     request = {"instance_type": B200, "precision": "mxfp8", "seq_length": 8192, "batch_size": 1}
-    planned = plan.make_plan(request, measurements=records, image_tag="abc123")
+    planned = estimate.make_plan(request, measurements=records, image_tag="abc123")
     assert planned.timing.basis == "measured" and planned.timing.mfu_bf16 == pytest.approx(trial.mfu)
 
 

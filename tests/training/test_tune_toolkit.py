@@ -31,7 +31,8 @@ import pytest
 
 from training.contract import settings_parse, settings_table
 from training.contract import tuning as contract_tuning
-from training.request import measured, plan, tuning
+from training.plan import inputs, measured
+from training.request import tuning
 
 from .runner import TINY, toolkit_job
 
@@ -111,7 +112,7 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
         INSTANCE,
     )
     assert not problems
-    planned = tuning.plan_tuning(*plan.parse_request(request), settings, max_runtime_seconds=86_400)
+    planned = tuning.plan_tuning(*inputs.parse_request(request), settings, max_runtime_seconds=86_400)
     assert not planned.problems
     top_level = {
         k: settings_parse.format_setting(request[k])

@@ -10,7 +10,8 @@ import pytest
 
 from training.contract import hardware, settings_table
 from training.contract import tuning as contract_tuning
-from training.request import plan, tuning
+from training.plan import inputs, memory
+from training.request import tuning
 
 B200 = "ml.p6-b200.48xlarge"
 BASE = {
@@ -76,7 +77,7 @@ def test_each_refusal_names_its_field(block, problem):
 
 def test_candidates_are_ranked_by_predicted_throughput_with_the_non_fits_dropped_and_one_probe():
     space = {"batch_size": (1, 4, 16, 64), "activation_checkpointing": ("none", "full")}
-    found = tuning.candidates(*plan.parse_request(BASE), space)
+    found = tuning.candidates(*inputs.parse_request(BASE), space)
     assert found.considered == 8
     speeds = [c.tokens_per_sec for c in found.ranked]
     assert speeds == sorted(speeds, reverse=True) and all(c.plan.memory.fits for c in found.ranked)
@@ -89,14 +90,14 @@ def test_candidates_are_ranked_by_predicted_throughput_with_the_non_fits_dropped
         "activation_checkpointing": "none",
         "grad_accum_steps": 4,
     }
-    tuned = tuning.plan_tuning(*plan.parse_request(BASE), settings(search_space={k: list(v) for k, v in space.items()}, max_trials=3),
+    tuned = tuning.plan_tuning(*inputs.parse_request(BASE), settings(search_space={k: list(v) for k, v in space.items()}, max_trials=3),
                                max_runtime_seconds=86_400)  # fmt: skip
     assert [c.probe for c in tuned.trials] == [False, False, False, True]
     assert tuned.trials[-1].trial()[contract_tuning.TRIAL_PROBE] is True
 
 
 def test_a_space_with_no_candidate_that_fits_is_refused_naming_the_nearest():
-    tuned = tuning.plan_tuning(*plan.parse_request({**BASE, "batch_size": 128, "hyperparameters": {"model_preset": "64b"}}),
+    tuned = tuning.plan_tuning(*inputs.parse_request({**BASE, "batch_size": 128, "hyperparameters": {"model_preset": "64b"}}),
                                settings(search_space={"batch_size": [64, 128]}), max_runtime_seconds=86_400)  # fmt: skip
     (problem,) = tuned.problems
     assert problem.startswith("tune.search_space: no candidate of the 2 combinations is predicted to fit")
@@ -109,7 +110,7 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
     fewest under which the nearest candidate fits) or a larger type the workflow allows, never those again."""
     request = {**BASE, "batch_size": 8, "hyperparameters": {"model_preset": "64b"}}
     space = {"batch_size": [1, 2, 4, 8], "activation_checkpointing": ["none", "full", "selective"]}
-    tuned = tuning.plan_tuning(*plan.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
+    tuned = tuning.plan_tuning(*inputs.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
                                max_instance_count=4, instance_types=tuple(hardware.GPU_INSTANCE_TYPES))  # fmt: skip
     (problem,) = tuned.problems
     advice = problem.split("; it would fit with: ")[1]
@@ -118,10 +119,10 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
     )
     assert "batch_size" not in advice and "activation_checkpointing" not in advice
     nearest = tuned.found.not_fitting[0].plan.setup
-    assert plan.estimate_memory(replace(nearest, instance_count=3)).fits
-    assert not plan.estimate_memory(replace(nearest, instance_count=2)).fits
+    assert memory.estimate_memory(replace(nearest, instance_count=3)).fits
+    assert not memory.estimate_memory(replace(nearest, instance_count=2)).fits
     # a workflow allowing one instance and no larger type: nothing it allows would help, and it says so
-    alone = tuning.plan_tuning(*plan.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
+    alone = tuning.plan_tuning(*inputs.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
                                max_instance_count=1)  # fmt: skip
     assert alone.problems[0].endswith(
         "no instance count up to 1, allowed instance type, micro-batch or activation checkpointing fits it: tune a "
@@ -130,7 +131,7 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
 
 
 def test_a_space_whose_micro_batches_all_exceed_the_requests_batch_advises_raising_it():
-    tuned = tuning.plan_tuning(*plan.parse_request({**BASE, "batch_size": 1}), settings(search_space={"batch_size": [2, 4]}),
+    tuned = tuning.plan_tuning(*inputs.parse_request({**BASE, "batch_size": 1}), settings(search_space={"batch_size": [2, 4]}),
                                max_runtime_seconds=86_400)  # fmt: skip
     (problem,) = tuned.problems
     assert "2 are refused by the trainer's rules (first: batch_size=2: batch_size 2 x seq_length" in problem
@@ -140,13 +141,13 @@ def test_a_space_whose_micro_batches_all_exceed_the_requests_batch_advises_raisi
 
 def test_combinations_the_trainer_refuses_are_left_out_with_the_reason():
     found = tuning.candidates(
-        *plan.parse_request({**BASE, "seq_length": 8200, "batch_size": 1}), {"precision": ("bf16", "mxfp8")}
+        *inputs.parse_request({**BASE, "seq_length": 8200, "batch_size": 1}), {"precision": ("bf16", "mxfp8")}
     )
     assert [c.overrides for c in found.ranked] == [{"precision": "bf16", "grad_accum_steps": 1}]
     assert found.refused == [
         "precision=mxfp8: seq_length: must be a multiple of 32 for precision=mxfp8; got 8200"
     ]
-    split = tuning.candidates(*plan.parse_request({**BASE, "batch_size": 8}), {"batch_size": (2, 16)})
+    split = tuning.candidates(*inputs.parse_request({**BASE, "batch_size": 8}), {"batch_size": (2, 16)})
     assert [c.overrides for c in split.ranked] == [{"batch_size": 2, "grad_accum_steps": 4}]
     assert split.refused == [
         "batch_size=16: batch_size 16 x seq_length 8192 does not divide the request's 65536 tokens per optimizer "
@@ -155,12 +156,12 @@ def test_combinations_the_trainer_refuses_are_left_out_with_the_reason():
 
 
 def test_the_cost_bound_keeps_the_best_trials_that_fit_and_bounds_the_jobs_run_time():
-    free = tuning.plan_tuning(*plan.parse_request(BASE), settings(), max_runtime_seconds=86_400)
+    free = tuning.plan_tuning(*inputs.parse_request(BASE), settings(), max_runtime_seconds=86_400)
     price = hardware.ON_DEMAND_USD_PER_HOUR[B200]
     assert free.expected_cost_usd == pytest.approx(free.expected_seconds * price / 3600)
     one_trial = (tuning.JOB_START_SECONDS + tuning.REPORT_SECONDS + free.trial_seconds[0]) * price / 3600
     bounded = tuning.plan_tuning(
-        *plan.parse_request(BASE),
+        *inputs.parse_request(BASE),
         settings(max_cost_usd=round(one_trial * 2.5, 2)),
         max_runtime_seconds=86_400,
     )
@@ -170,7 +171,7 @@ def test_the_cost_bound_keeps_the_best_trials_that_fit_and_bounds_the_jobs_run_t
     assert bounded.trials == free.trials[: len(bounded.trials)]
     assert bounded.max_cost_usd <= one_trial * 2.5 + 0.01  # SageMaker stops the job at its max run time
     too_small = tuning.plan_tuning(
-        *plan.parse_request(BASE),
+        *inputs.parse_request(BASE),
         settings(max_cost_usd=round(one_trial * 0.9, 2)),
         max_runtime_seconds=86_400,
     )
@@ -179,7 +180,7 @@ def test_the_cost_bound_keeps_the_best_trials_that_fit_and_bounds_the_jobs_run_t
 
 
 def test_a_cost_bound_needs_a_price():
-    tuned = tuning.plan_tuning(*plan.parse_request({**BASE, "instance_type": "ml.p6-b300.48xlarge"}), settings(max_cost_usd=100),
+    tuned = tuning.plan_tuning(*inputs.parse_request({**BASE, "instance_type": "ml.p6-b300.48xlarge"}), settings(max_cost_usd=100),
                                max_runtime_seconds=86_400)  # fmt: skip
     assert tuned.problems == [
         "tune.max_cost_usd: ml.p6-b300.48xlarge has no on-demand price in this version "
@@ -188,7 +189,7 @@ def test_a_cost_bound_needs_a_price():
 
 
 def test_the_jobs_hyperparameters_carry_the_ordered_trials_the_driver_parses_back():
-    tuned = tuning.plan_tuning(*plan.parse_request(BASE), settings(max_trials=4, convergence={"precisions": ["mxfp8"], "steps": 50}),
+    tuned = tuning.plan_tuning(*inputs.parse_request(BASE), settings(max_trials=4, convergence={"precisions": ["mxfp8"], "steps": 50}),
                                max_runtime_seconds=86_400)  # fmt: skip
     hyperparameters = tuning.job_hyperparameters(tuned, instance_type=B200, image_uri="r/x:tag1")
     trials = contract_tuning.parse_trials(hyperparameters[contract_tuning.TUNE_TRIALS])
@@ -214,7 +215,7 @@ def test_trial_lists_refuse_settings_a_trial_may_not_change():
 
 def test_a_candidate_keeps_the_requests_tokens_per_optimizer_step_by_accumulation():
     base = {**BASE, "batch_size": 8, "hyperparameters": {"grad_accum_steps": 2}}  # 16 sequences per step
-    found = tuning.candidates(*plan.parse_request(base), {"batch_size": (1, 4, 16, 32)})
+    found = tuning.candidates(*inputs.parse_request(base), {"batch_size": (1, 4, 16, 32)})
     everyone = [*found.ranked, *found.not_fitting]
     assert {c.overrides["batch_size"]: c.overrides[contract_tuning.GRAD_ACCUM_SETTING] for c in everyone} == {
         1: 16, 4: 4, 16: 1
@@ -234,7 +235,7 @@ def test_with_settings_puts_top_level_fields_on_top():
         "max_steps": 1000,
         "loss_chunk_tokens": 0,
     }
-    assert plan.setup_from_request(request).loss_chunk_tokens == 0 and BASE["hyperparameters"] == {
+    assert inputs.setup_from_request(request).loss_chunk_tokens == 0 and BASE["hyperparameters"] == {
         "max_steps": 1000
     }
 

@@ -31,8 +31,8 @@ from tests.workflow.stacks import build_workflow
 from training.contract.container import CHECKPOINT_LOCAL_PATH, MODEL_DIR
 from training.contract.hardware import DEFAULT_INSTANCE_TYPE
 from training.contract.metric_lines import metric_definitions
+from training.plan.estimate import make_plan
 from training.request.decision import validate_request
-from training.request.plan import make_plan
 from training.request.rules import RequestRules
 
 MAX_CAPACITY_RETRIES = 2

@@ -43,7 +43,7 @@ TOP_LEVEL_SETTINGS: tuple[str, ...] = (
     "activation_checkpointing",
 )
 """Trainer settings that are top-level fields of the workflow's execution input (not inside ``hyperparameters``):
-the request check and ``training.request.plan`` merge them over the ``hyperparameters`` the same way."""
+the request check and ``training.plan`` merge them over the ``hyperparameters`` the same way."""
 
 
 class ContractError(ValueError):

@@ -116,7 +116,7 @@ def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0
     lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
     AV matmuls, counted in full although the causal mask skips about half (grouped-query attention changes
     neither: every query head attends over the whole head_dim). Used by the trainer's MFU and by
-    ``training.request.plan``'s time estimate.
+    ``training.plan``'s time estimate.
 
     LoRA (``lora_parameters`` > 0, the adapters' count, ``lora_parameters``): the frozen weights run their forward
     and input-gradient GEMMs but no weight-gradient GEMM, ``4 * N``, and the adapters all three, ``6 * Na``; the

@@ -177,7 +177,7 @@ MEASUREMENT_KEY_SETTINGS: tuple[str, ...] = (
 """The trainer settings that change a measured throughput or peak memory (the model's shape, the precision, the
 micro-batch and sequence, activation checkpointing, the chunked loss and every speed lever, accumulation
 included): with the instance type and count, the image tag and its torch and Transformer Engine versions they key a
-measurement (``training.request.measured``)."""
+measurement (``training.plan.measured``)."""
 
 
 def measurement_key_settings() -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Print the chunked-loss table of docs/measurements.md: the traced per-GPU peak memory of one training step with the
 loss unchunked and chunked (``training.measure.memory_trace``), next to the memory plan's closed form
-(``training.request.plan``), over micro-batch sizes and vocabularies.
+(``training.plan``), over micro-batch sizes and vocabularies.
 
     python -m training.measure.loss_memory_table                  # 1b, seq 8192, AC, world 8, micro-batch 1/4/16
     python -m training.measure.loss_memory_table --layers 4       # a shallower model, where tracing takes too long
@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 from training.contract import settings_table, shapes
-from training.request import plan
+from training.plan import inputs, memory
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,7 +58,7 @@ def closed_form_gib(args: argparse.Namespace, vocab: int, batch: int, chunk: int
     values = settings(args, vocab, batch, chunk)
     top = {name: values.pop(name) for name in settings_table.TOP_LEVEL_SETTINGS if name in values}
     request = {**top, "instance_count": args.world // 8, "hyperparameters": values}
-    return plan.estimate_memory(plan.setup_from_request(request)).tensors_gib
+    return memory.estimate_memory(inputs.setup_from_request(request)).tensors_gib
 
 
 def header(args: argparse.Namespace, chunks: list[int]) -> list[str]:

@@ -38,8 +38,8 @@ import torch.distributed as dist
 from torch import nn
 
 from training.contract import hardware, settings_parse, settings_table, shapes
-from training.request import plan
-from training.request.plan import GIB
+from training.plan import inputs
+from training.plan.memory_terms import GIB
 
 PARTS: Mapping[str, str] = {
     "Sharded Param": "sharded_parameters",
@@ -160,12 +160,12 @@ def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[s
 
 
 def trace_request(request: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`trace_step` for an execution input (the workflow's fields, as ``training.request.plan`` reads them),
+    """:func:`trace_step` for an execution input (the workflow's fields, as ``training.plan`` reads them),
     with the GPUs its states are sharded over (its instance type and count; with hybrid sharding one replica's:
     a rank of a replicas x shards mesh holds what a rank of a 1-D mesh of the shards holds): the measured reference
     of that request's plan."""
-    shards = plan.setup_from_request(request).shard_size
-    return trace_step(plan.trainer_settings(request), world_size=shards)
+    shards = inputs.setup_from_request(request).shard_size
+    return trace_step(inputs.trainer_settings(request), world_size=shards)
 
 
 _REPORTED = (

@@ -1,4 +1,4 @@
-"""The memory plan's closed form (``training.request.plan``) against traced FSDP2 steps (``training.measure.memory_trace``):
+"""The memory plan's closed form (``training.plan``) against traced FSDP2 steps (``training.measure.memory_trace``):
 the agreement table of docs/measurements.md (a docs test recomputes its configurations and closed-form column).
 
 ``python -m training.measure.plan_agreement [--json] [--rows N,M] [--presets A,B]`` traces each configuration of :data:`ROWS` on this CPU
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from training.contract import hardware, settings_table, shapes
-from training.request import plan
+from training.plan import inputs, memory
 
 TOLERANCE = 0.05
 """The closed form must be within 5% of every traced row."""
@@ -148,7 +148,7 @@ and with AC, grouped-query attention, fp32, selective, every other block); then 
 
 
 def closed_form_gib(row: Row) -> float:
-    return plan.estimate_memory(plan.setup_from_request(row.request())).tensors_gib
+    return memory.estimate_memory(inputs.setup_from_request(row.request())).tensors_gib
 
 
 def evaluate(row: Row) -> dict[str, Any]:

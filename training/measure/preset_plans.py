@@ -1,4 +1,4 @@
-"""The closed-form plan (``training.request.plan``) of model presets on one or more instances, as a Markdown table:
+"""The closed-form plan (``training.plan``) of model presets on one or more instances, as a Markdown table:
 for each preset, instance count and activation-checkpointing setting, the largest micro-batch (of 1, 2, 4, 8, 16,
 32) whose estimated per-GPU peak fits, with that peak, the moment it is reached, and the plan's throughput and step
 time with their low-high band.
@@ -11,7 +11,7 @@ micro-batch in every row instead of the largest that fits (so the peaks compare)
 
 Pure closed form (no tracing); the memory model's agreement with traced steps is ``training.measure.plan_agreement``.
 Throughput is the plan's estimate, not a measurement: its centre scaled from the source article's two measured B200
-configurations (``plan.REFERENCE_SOURCE``), its low-high band from the MFU band ``plan.mfu_band`` states (the
+configurations (``band.REFERENCE_SOURCE``), its low-high band from the MFU band ``band.mfu_band`` states (the
 article's curve, torchao's and torchtitan's published peer figures, the article's 10-30% recompute overhead). Only
 the article's own two configurations would read ``published`` (no band); none of these presets is one of them.
 """
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from training.contract import hardware
-from training.request import plan
+from training.plan import estimate
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -55,7 +55,7 @@ def row(
     """The largest micro-batch that fits (or batch 1 when none does), or ``batch``, and its plan."""
     chosen = None
     for size in BATCHES if batch is None else (batch,):
-        candidate = plan.make_plan(request(preset, seq, instances, ac, size, precision, lora_rank))
+        candidate = estimate.make_plan(request(preset, seq, instances, ac, size, precision, lora_rank))
         if chosen is None or candidate.memory.fits:
             chosen = candidate
         if not candidate.memory.fits:

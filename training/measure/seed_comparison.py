@@ -1,5 +1,5 @@
 """Print the seed-comparison table of docs/measurements.md: the source article's three peak-memory figures next to
-the memory plan's estimate (``training.request.plan``) for the same settings.
+the memory plan's estimate (``training.plan``) for the same settings.
 
     python -m training.measure.seed_comparison
 
@@ -16,7 +16,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from training.request import plan
+from training.plan import inputs, memory_terms
+from training.plan import memory as plan_memory
 
 SEED_FIGURES: tuple[tuple[str, bool, int, float], ...] = (
     ("no AC, batch 1", False, 1, 15.5),
@@ -33,12 +34,12 @@ def request(ac: bool, batch: int) -> dict[str, Any]:
 
 
 def row(label: str, ac: bool, batch: int, seed_gb: float) -> str:
-    memory = plan.estimate_memory(plan.setup_from_request(request(ac, batch)))
+    memory = plan_memory.estimate_memory(inputs.setup_from_request(request(ac, batch)))
     peak, tensors, allowance = (
-        x * plan.GIB / GB for x in (memory.peak_gib, memory.tensors_gib, memory.allowance_gib)
+        x * memory_terms.GIB / GB for x in (memory.peak_gib, memory.tensors_gib, memory.allowance_gib)
     )
     largest = sorted(memory.parts.items(), key=lambda kv: -kv[1])[:PARTS_SHOWN]
-    parts = ", ".join(f"{name} {gib * plan.GIB / GB:.1f}" for name, gib in largest)
+    parts = ", ".join(f"{name} {gib * memory_terms.GIB / GB:.1f}" for name, gib in largest)
     return (
         f"| {label} | {seed_gb:.1f} | {peak:.1f} ({tensors:.1f} + {allowance:.1f}) | "
         f"{100 * (peak / seed_gb - 1):+.0f}% / {100 * (tensors / seed_gb - 1):+.0f}% | {parts} |"

@@ -14,7 +14,7 @@ import unicodedata
 
 from training.contract.hardware import instance_types_supporting
 from training.contract.metric_lines import format_duration
-from training.request import plan
+from training.plan import estimate as plan_estimate
 from training.request.fields import (
     ENVIRONMENT_PREFIXES,
     TAG_CHARACTERS,
@@ -137,7 +137,7 @@ def tune_with_evaluate(request: Request) -> list[str]:
     return ["tune: a tuning run trains no model to evaluate; leave out evaluate (or tune)"]
 
 
-def one_step_problems(estimate: plan.Plan, rules: RequestRules) -> list[str]:
+def one_step_problems(estimate: plan_estimate.Plan, rules: RequestRules) -> list[str]:
     """A training run whose own plan says one optimizer step outlasts its ``max_runtime_seconds``: SageMaker would
     stop it before its first step ends (nothing trained, nothing saved, the instances paid)."""
     timing, s = estimate.timing, estimate.setup

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.contract.container import RESUME_CHANNEL
-from training.request import bounds, checks, evaluate_block, fine_tuning, job, plan
+from training.plan import estimate as plan_estimate
+from training.plan import refusal
+from training.request import bounds, checks, evaluate_block, fine_tuning, job
 from training.request.fields import show
 from training.request.reads import Reads, data_problems, resume, run_folder_problems, training_plan_problems
 from training.request.rules import RequestRules
@@ -51,7 +53,7 @@ class Decision:
     fields: Fields | None = None
     hyperparameters: dict[str, str] = field(default_factory=dict)
     channels: list[dict[str, Any]] = field(default_factory=list)
-    estimate: plan.Plan | None = None
+    estimate: plan_estimate.Plan | None = None
     plan: dict[str, Any] | None = None
     tune: dict[str, Any] | None = None
     resume: dict[str, Any] | None = None
@@ -243,7 +245,7 @@ def _job_and_plan(
     decision.channels = job.channels(fields)
     if request.settings.values is None:
         return  # init_from before its config.json is read: its shape is not known
-    estimate = plan.plan_of(
+    estimate = plan_estimate.plan_of(
         request.setup(fields),
         request.settings.values,
         max_instance_count=rules.max_instance_count,
@@ -257,7 +259,7 @@ def _job_and_plan(
         return  # each trial has its own plan (in tune)
     ignored = bool(fields.ignore_memory_estimate) and not estimate.memory.fits
     decision.plan = {**estimate.to_dict(), "ignored": ignored}
-    refused = None if fields.ignore_memory_estimate else plan.refusal(estimate)
+    refused = None if fields.ignore_memory_estimate else refusal.refusal(estimate)
     if refused:
         decision.problems.append(refused)
         decision.hyperparameters, decision.channels = {}, []

@@ -28,7 +28,7 @@ from training.request import sft_data
 from training.request.sft_data import ChatData
 
 if TYPE_CHECKING:
-    from training.request.plan import Plan
+    from training.plan.estimate import Plan
     from training.request.value import Request
 
 

@@ -21,7 +21,8 @@ from typing import Any
 from training.contract.container import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE, SET_ASIDE_SUFFIX
 from training.contract.settings_table import ContractError
 from training.contract.tuning import TUNE_RECORDS_FILE
-from training.request import hf_config, measured, sft_data
+from training.plan import measured
+from training.request import hf_config, sft_data
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 from training.request.sft_data import ChatData

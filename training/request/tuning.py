@@ -3,7 +3,7 @@ and limits), the candidates the plan picks from its search space, what they are 
 hyperparameters of the one SageMaker job that runs them (``training.tune`` in the image).
 
 The candidates: every combination of the search space's values over the base request, each planned
-(``training.request.plan``: memory, and throughput estimated from the article's points or a stored
+(``training.plan``: memory, and throughput estimated from the article's points or a stored
 measurement); those predicted not to fit are dropped, the rest ranked by predicted tokens/s per GPU, the top
 ``max_trials`` kept, plus one probe just past the predicted memory edge (the dropped candidate nearest to the
 limit). Each candidate keeps the base request's tokens per optimizer step (its ``batch_size`` x
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from training.contract import hardware, settings_parse, settings_table, tuning
-from training.request import plan
+from training.plan import estimate, inputs, memory
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 DEFAULT_PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -290,7 +290,7 @@ class Candidate:
     """One trial: the settings it changes over the base request, its plan, and whether it probes the edge."""
 
     overrides: dict[str, Any]
-    plan: plan.Plan
+    plan: estimate.Plan
     probe: bool = False
 
     @property
@@ -351,7 +351,7 @@ class Candidates:
 
 def candidates(
     values: Mapping[str, Any],
-    setup: plan.Setup,
+    setup: memory.Setup,
     space: Mapping[str, Sequence[Any]],
     *,
     measurements: Sequence[Mapping[str, Any]] = (),
@@ -378,7 +378,7 @@ def candidates(
             continue
         try:
             settings = settings_parse.override_settings(values, overrides, sm=sm)
-            plan.replicate_setting(settings, setup.instance_count, setup.instance_type)
+            inputs.replicate_setting(settings, setup.instance_count, setup.instance_type)
         except settings_table.ContractError as err:
             refused.append(f"{asked}: {err}")
             continue
@@ -386,7 +386,7 @@ def candidates(
         if problem is not None:
             refused.append(f"{asked}: {problem}")
             continue
-        trial = plan.setup_from_values(
+        trial = inputs.setup_from_values(
             settings,
             instance_type=setup.instance_type,
             instance_count=setup.instance_count,
@@ -395,7 +395,7 @@ def candidates(
         )
         # no memory check: a candidate's plan shows none (the request's own plan does), and it would re-plan every
         # stored record once per candidate
-        planned = plan.plan_of(
+        planned = estimate.plan_of(
             trial, settings, measurements=measurements, image_tag=image_tag, check_memory=False
         )
         (fitting if planned.memory.fits else not_fitting).append(Candidate(overrides, planned))
@@ -536,12 +536,12 @@ def no_fit_advice(
     if found.not_fitting:
         s = found.not_fitting[0].plan.setup
         counts = range(s.instance_count + 1, max_instance_count + 1)
-        count = next((k for k in counts if plan.estimate_memory(replace(s, instance_count=k)).fits), None)
+        count = next((k for k in counts if memory.estimate_memory(replace(s, instance_count=k)).fits), None)
         if count is not None:
-            peak = plan.estimate_memory(replace(s, instance_count=count)).peak_gib
+            peak = memory.estimate_memory(replace(s, instance_count=count)).peak_gib
             hints.append(f"instance_count {count} (the nearest candidate then plans {peak:.1f} GiB)")
         bigger = [t for t in instance_types if t != s.instance_type and hardware.GPU_INSTANCE_TYPES[t].supports(
-            s.precision) and plan.estimate_memory(replace(s, instance_type=t)).fits]  # fmt: skip
+            s.precision) and memory.estimate_memory(replace(s, instance_type=t)).fits]  # fmt: skip
         if bigger:
             hints.append("instance_type " + " or ".join(bigger))
     smallest = min(int(b) for b in space.get("batch_size", (values["batch_size"],)))
@@ -560,7 +560,7 @@ def no_fit_advice(
 
 def plan_tuning(
     values: Mapping[str, Any],
-    setup: plan.Setup,
+    setup: memory.Setup,
     settings: TuneSettings,
     *,
     max_runtime_seconds: int,

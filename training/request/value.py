@@ -28,7 +28,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from training.contract import container, hardware, settings_parse, settings_table
-from training.request import plan, sft_data, tuning
+from training.plan import inputs, memory
+from training.request import sft_data, tuning
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
 from training.request.reads import Reads
 from training.request.rules import (
@@ -135,12 +136,12 @@ class Request:
     data_read: bool = False
     """Whether ``train_data_uri``'s folder was read (S3 or a local copy of it)."""
 
-    def setup(self, fields: Fields | None = None) -> plan.Setup:
+    def setup(self, fields: Fields | None = None) -> memory.Setup:
         """The plan's setup of the request's parsed settings on its instances (``fields``: the decided ones, e.g. a
         tuning run's time limit; default the input's). Needs the settings parsed (``settings.values``)."""
         chosen = self.fields if fields is None else fields
         assert self.settings.values is not None, "the settings were not parsed"
-        return plan.setup_from_values(
+        return inputs.setup_from_values(
             self.settings.values,
             instance_type=chosen.instance_type,
             instance_count=chosen.instance_count,
@@ -198,7 +199,7 @@ def read_settings(
     problems); then, when every field is valid, with the top-level settings, the ``init_from`` channel's folder and
     the data switch, all together by ``settings_parse.parse_hyperparameters`` (with ``init_from``: against
     ``architecture``, the folder's config.json; left to the trainer when it was not read) on the instance type's
-    GPU, the data-parallel layout (``data_parallel_replicate``) against the job's GPUs (``plan.replicate_setting``),
+    GPU, the data-parallel layout (``data_parallel_replicate``) against the job's GPUs (``inputs.replicate_setting``),
     and rendered as the ``HyperParameters`` map within SageMaker's sizes."""
     if field_problems and any(p.startswith("hyperparameters") for p in field_problems):
         return _settings({}, {}, None, {}, [])  # not an object of settings: its field's problem says so
@@ -231,7 +232,7 @@ def read_settings(
             gpu = hardware.GPU_INSTANCE_TYPES.get(fields.instance_type)
             values = settings_parse.parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
             if gpu is not None:  # the data-parallel layout against the job's GPUs, checked here once
-                plan.replicate_setting(values, fields.instance_count, fields.instance_type)
+                inputs.replicate_setting(values, fields.instance_count, fields.instance_type)
     except settings_table.ContractError as err:
         return _settings(given, each, None, {}, [f"hyperparameters.{err}"])
     rendered = {**settings_parse.to_sagemaker_hyperparameters(given), **PLATFORM_HYPERPARAMETERS}

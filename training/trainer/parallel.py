@@ -26,7 +26,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.contract import hardware, settings_table
-from training.request import network, plan
+from training.plan import inputs, network
 from training.trainer import cluster
 from training.trainer.model import Transformer
 
@@ -94,7 +94,7 @@ def init_distributed(replicate: int = 1) -> DistEnv:
 def data_parallel_replicate(cfg, world_size: int, local_world_size: int) -> tuple[int, str]:
     """The replicas this run's mesh has, and why: ``cfg.data_parallel_replicate`` as set (refused by name when it
     does not divide ``world_size``), or ``auto``: the number of nodes when the plan says one node's GPUs hold the
-    sharded states with room for the step (``plan.Setup.replicate``, on the instance type SageMaker names), else 1.
+    sharded states with room for the step (``memory.Setup.replicate``, on the instance type SageMaker names), else 1.
     Raises ``settings_table.ContractError`` (before any process group)."""
     setting = cfg.data_parallel_replicate
     nodes = world_size // local_world_size if local_world_size and world_size % local_world_size == 0 else 1
@@ -116,7 +116,7 @@ def data_parallel_replicate(cfg, world_size: int, local_world_size: int) -> tupl
         )
     settings = {k: v for k, v in cfg.as_dict().items() if k in settings_table.HYPERPARAMETERS_BY_NAME}
     settings.pop("init_from", None)  # its shape is in the settings already
-    setup = plan.setup_from_request(
+    setup = inputs.setup_from_request(
         {"instance_type": instance_type, "instance_count": nodes, "hyperparameters": settings}
     )
     held = "holds" if setup.replicate > 1 else "does not hold"

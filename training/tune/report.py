@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from training.contract import hardware, metric_lines, settings_parse, settings_table, shapes, tuning
-from training.request import measured, plan
+from training.plan import estimate, inputs, measured
 from training.tune.outcome import TrialResult
 
 GB_PER_GIB = 2**30 / 1e9
@@ -80,7 +80,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     tokens_per_step: int | None = None
     predicted_spread: tuple[float, float] | None = None
-    """The plan's low-high tokens/s per GPU when its figure is an estimate (``plan.Spread``)."""
+    """The plan's low-high tokens/s per GPU when its figure is an estimate (``timing.Spread``)."""
     """Tokens of one optimizer step per GPU: batch_size x grad_accum_steps x seq_length of the trial's settings."""
     stable: bool | None = None
     """Whether the trial's step time met the stability target (its last window's CV under ``tune_cv_target``, which
@@ -128,9 +128,9 @@ def make_row(
     request = trial_request(base, result.settings, where)
     try:  # a trial the trainer refused (its status says why) has no plan and no figures
         values: Mapping[str, Any] | None = settings_parse.parse_hyperparameters(
-            plan.trainer_settings(request), architecture
+            inputs.trainer_settings(request), architecture
         )
-        planned: plan.Plan | None = plan.make_plan(request, architecture=architecture)
+        planned: estimate.Plan | None = estimate.make_plan(request, architecture=architecture)
     except (settings_table.ContractError, KeyError):
         values, planned = None, None
     row = Row(
@@ -244,13 +244,13 @@ def winner(rows: Sequence[Row]) -> Row | None:
 def records(
     rows: Sequence[Row], base: Mapping[str, Any], where: Where, architecture: Mapping[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """The measurement records of every trial that ran or ran out of memory (``training.request.measured``)."""
+    """The measurement records of every trial that ran or ran out of memory (``training.plan.measured``)."""
     out = []
     for row in rows:
         if row.status not in ("ok", "near-oom", "oom"):
             continue
         values = settings_parse.parse_hyperparameters(
-            plan.trainer_settings(trial_request(base, row.settings, where)), architecture
+            inputs.trainer_settings(trial_request(base, row.settings, where)), architecture
         )
         key = measured.make_key(
             values, instance_type=where.instance_type, instance_count=where.instance_count,

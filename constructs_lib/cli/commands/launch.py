@@ -39,7 +39,7 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         parents=[common, request],
         help="a request's per-GPU peak memory by part, time and cost, before paying",
         description="Estimate a request's per-GPU peak memory (by part, against the GPU's memory with its "
-        "headroom), its throughput, run time and on-demand cost (training/request/plan.py's closed form), and when it "
+        "headroom), its throughput, run time and on-demand cost (training/plan/'s closed form), and when it "
         "does not fit the smallest changes that do. Offline with cdk.json's settings; with --deployed (or --stack) "
         "under the deployed workflow's rules, reading the init_from folder's config.json and the stored tuning "
         "records from S3. The throughput is the one a tuning run measured for this configuration on this instance "

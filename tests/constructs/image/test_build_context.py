@@ -105,7 +105,7 @@ def test_the_build_context_is_what_the_container_runs(tmp_path):
     others = sorted(name for name in context - shipped if name not in BUILD_FILES)
     assert others and all(copied_by_the_dockerfile(name, dockerfile) for name in others), others
     assert set(BUILD_FILES) <= context  # the build reads them from the asset
-    assert {"trainer/loop.py", "evaluate/run.py", "contract/", "train.sh"} <= context
+    assert {"trainer/loop.py", "evaluate/run.py", "contract/settings_table.py", "train.sh"} <= context
     assert not {"trainer/prepare.py", "evaluate/prepare_tasks.py", "measure/benchmark.py"} & context
 
 
@@ -117,7 +117,7 @@ def test_the_tag_is_the_hash_of_the_context_only(tmp_path):
     for index, name in enumerate(["trainer/prepare.py", "evaluate/prepare_tasks.py", "request/tuning.py"]):
         (copy / name).write_text((copy / name).read_text() + "\n# changed\n")
         assert staged(copy, tmp_path / f"out-left-{index}")[0] == first, name
-    for index, name in enumerate(["train.sh", "requirements.txt", "contract/", "Dockerfile"]):
+    for index, name in enumerate(["train.sh", "requirements.txt", "contract/settings_table.py", "Dockerfile"]):
         assert name in context
         original = (copy / name).read_text()
         (copy / name).write_text(original + "\n# changed\n")

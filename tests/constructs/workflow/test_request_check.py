@@ -493,7 +493,7 @@ def test_limits_and_rules_of_an_earlier_deployment_still_check_the_new_fields():
     assert validate_request({"tags": {"aws:x": "1"}}, rules)[0].startswith("tags.aws:x: reserved")
 
 
-# ---- the memory plan (training.request.plan) ------------------------------------------------------------------------------
+# ---- the memory plan (training.plan) ------------------------------------------------------------------------------
 
 EIGHT_B_NO_AC = {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8}
 

@@ -62,7 +62,7 @@ def test_asset_holds_only_what_the_handler_imports():
     imported = _handler_imports()
     assert not imported - modules, f"the handler imports {sorted(imported - modules)}: add to ASSET_FILES"
     assert not modules - imported, f"the handler never imports {sorted(modules - imported)}: leave it out"
-    assert {"training.request.decision", "training.contract"} < modules
+    assert {"training.request.decision", "training.contract.settings_table"} < modules
     assert files - sources == {f"{name.rsplit('/', 1)[0]}/__init__.py" for name in files}  # and nothing else
     for package in ("constructs_lib", "constructs_lib/workflow", "training", "training/request"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
@@ -134,7 +134,7 @@ def test_a_tuning_run_is_decided_from_the_asset_alone(tmp_path):
 
 
 def test_memory_estimate_runs_from_the_asset_alone(tmp_path):
-    """The plan (training/request/plan.py, standard library only) refuses what cannot fit, inside the asset, with -S."""
+    """The plan (training/plan/, standard library only) refuses what cannot fit, inside the asset, with -S."""
     rules = RequestRules(region="us-west-2", bucket_name="b").with_limits().to_json()
     requests = [
         {"hyperparameters": {"model_preset": "8b"}, "seq_length": 8192, "batch_size": 8},

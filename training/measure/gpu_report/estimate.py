@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from training.measure.gpu_report import sweep
 from training.measure.gpu_report.modes import Gpu, Mode
-from training.request import plan
+from training.plan import estimate as plan_estimate
 
 SETUP_SECONDS = 5.0
 """Assumed: nvidia-smi, installing the carried wheels (about 2 MB, no network), the plan."""
@@ -90,7 +90,7 @@ def numerics(mode: Mode, share: float) -> PhaseEstimate:
     estimate = PhaseEstimate("numerics", share, mode.start_up.worker + KERNEL_CHECK_SECONDS,
                              ["kernel checks: chunked loss, every SDPA backend"])  # fmt: skip
     for precision in ("fp32", "bf16"):
-        made = plan.make_plan(sweep.request(mode, {"precision": precision}, mode.numerics_model))
+        made = plan_estimate.make_plan(sweep.request(mode, {"precision": precision}, mode.numerics_model))
         need = mode.start_up.trial + mode.numerics_steps * made.timing.step_seconds
         estimate.expected += need
         estimate.chosen.append(f"convergence {precision}: {mode.numerics_steps} steps at {made.timing.step_seconds:.3f} s"

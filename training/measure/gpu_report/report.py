@@ -57,7 +57,7 @@ def where_lines(ctx: Context) -> list[str]:
         f"budget {ctx.clock.budget:.0f} s from this process's start (every process start counted)",
         "- MFU: PaLM's model FLOPs per token (6N + 12 L H S, `shapes.flops_per_token`) x tokens/s over the GPU's "
         "published dense bf16 peak (`hardware.PEAK_TFLOPS`, NVIDIA's datasheet: 989 TFLOP/s for H100 and H200)",
-        "- Predicted figures are the plan's (`training/request/plan.py`: memory in closed form; throughput from the "
+        "- Predicted figures are the plan's (`training/plan/`: memory in closed form; throughput from the "
         "estimate scaled from the source article's two measured 8x B200 configurations, with its low-high band): "
         "measured against them here for the first time",
     ]

@@ -1,5 +1,5 @@
 """The sweep, decided by the plan before anything runs: every micro-batch x activation checkpointing x compile x
-attention backend, each planned (``training.request.plan``: the per-GPU peak, and the step time it estimates
+attention backend, each planned (``training.plan``: the per-GPU peak, and the step time it estimates
 from the source article's measured points), those predicted not to fit left out, and the rest put in the order
 they are run:
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from training.contract import settings_parse
 from training.measure.gpu_report.modes import PLAN_INSTANCE_TYPE, Gpu, Mode, StartUp
-from training.request import plan
+from training.plan import estimate, memory_terms
 
 LEVERS = ("batch_size", "activation_checkpointing", "compile", "attention_backend")
 BASE_MARGIN = 0.8
@@ -69,9 +69,9 @@ def request(
 
 
 def planned(mode: Mode, gpu: Gpu, settings: Mapping[str, Any], role: str = "grid") -> Candidate:
-    """The plan of one trial on ``gpu``: its peak against this GPU's memory (``plan.HEADROOM`` of it)."""
-    made = plan.make_plan(request(mode, settings))
-    limit = plan.HEADROOM * gpu.memory_gb * 1e9 / plan.GIB
+    """The plan of one trial on ``gpu``: its peak against this GPU's memory (``memory_terms.HEADROOM`` of it)."""
+    made = estimate.make_plan(request(mode, settings))
+    limit = memory_terms.HEADROOM * gpu.memory_gb * 1e9 / memory_terms.GIB
     return Candidate(dict(settings), made.memory.peak_gib, made.memory.tensors_gib, limit,
                      made.timing.step_seconds, made.timing.tokens_per_sec_per_gpu, role)  # fmt: skip
 

@@ -2,8 +2,8 @@
 instances (EFA) for a data-parallel layout, the time they take over the instance type's published link
 bandwidths, and how much of that time the step's compute hides.
 
-Pure Python (standard library only): ``training.request.plan`` adds the exposed time to its step
-time, and ``training.request.layouts`` compares layouts with it.
+Pure Python (standard library only): ``training.plan`` adds the exposed time to its step
+time, and ``training.plan.layouts`` compares layouts with it.
 
 The layout is a mesh of ``replicate`` x ``shard`` GPUs (``data_parallel_replicate``; ranks are contiguous per
 instance, as torchrun numbers them, so a shard group of at most one instance's GPUs stays inside it). What the

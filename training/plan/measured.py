@@ -17,7 +17,7 @@ A record of another image or other versions is stale and never used. Of several 
 wins.
 
 Pure Python (standard library and ``contract`` only): the request-check Lambda and the CLI pass the records they
-read from S3 to ``training.request.plan``; nothing here reads S3.
+read from S3 to ``training.plan``; nothing here reads S3.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The data-parallel layouts of a request on several instances, side by side: for each ``data_parallel_replicate``
 worth comparing (1: every state sharded over every GPU; the instance count: one replica per instance, its states
 sharded over the instance's GPUs), the plan's per-GPU memory, the step's collective traffic and how much of it
-the compute hides (:mod:`training.request.network`), throughput, time and cost. ``auto`` picks the second
-whenever it fits (``plan.Setup.replicate``).
+the compute hides (:mod:`training.plan.network`), throughput, time and cost. ``auto`` picks the second
+whenever it fits (``memory.Setup.replicate``).
 
-    python -m training.request.layouts --preset llama3.1-8b --seq 8192 --batch 2 --nodes 1,2,4
+    python -m training.plan.layouts --preset llama3.1-8b --seq 8192 --batch 2 --nodes 1,2,4
 
 prints the Markdown table docs/multi-node.md shows. Pure closed form (standard library, ``contract``, ``plan``):
 the memory is the plan's estimate; the throughput the plan's estimate (its centre scaled from the source article's
-two measured single-instance configurations, its low-high band from ``plan.mfu_band``'s stated MFU band) with the
+two measured single-instance configurations, its low-high band from ``band.mfu_band``'s stated MFU band) with the
 network's exposed time added, and the step time, hours and cost that follow, each with its band; the network figures
 from published link rates (``network.INTERCONNECTS``) at an assumed ``network.LINK_EFFICIENCY``. Nothing here is
 measured.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from training.contract import hardware, settings_table, shapes
-from training.request import plan
+from training.plan import estimate, inputs, memory
 
 TOKENS_BUDGET = 1e9
 """The table's time and cost are for training this many tokens (one figure comparable across instance counts,
@@ -40,11 +40,11 @@ def replicate_choices(instance_count: int, gpus: int) -> tuple[int, ...]:
 class Row:
     """One layout of one request: its plan, and whether ``auto`` would choose it."""
 
-    planned: plan.Plan
+    planned: estimate.Plan
     auto: bool
 
     @property
-    def setup(self) -> plan.Setup:
+    def setup(self) -> memory.Setup:
         return self.planned.setup
 
     def hours_and_cost(
@@ -57,7 +57,7 @@ class Row:
         return seconds / 3600.0, hardware.estimate_cost_usd(s.instance_type, s.instance_count, seconds)
 
     def bands(self) -> dict[str, tuple[float, float] | None] | None:
-        """The (least, most) tokens/s per GPU, step seconds, hours and cost of an estimate (``plan.Spread``); None
+        """The (least, most) tokens/s per GPU, step seconds, hours and cost of an estimate (``timing.Spread``); None
         for the article's own (``published``) configurations."""
         spread = self.planned.timing.spread
         if spread is None:
@@ -73,12 +73,12 @@ class Row:
 
 def compare(request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None) -> list[Row]:
     """Every layout of ``replicate_choices`` for ``request`` (a plain execution input, parsed once), planned."""
-    values, base = plan.parse_request(request, architecture)
+    values, base = inputs.parse_request(request, architecture)
     chosen = base.replicate if base.data_parallel_replicate == "auto" else None
     rows = []
     for replicate in replicate_choices(base.instance_count, base.gpus_per_instance):
         layout = {**values, "data_parallel_replicate": replicate}
-        planned = plan.plan_of(replace(base, data_parallel_replicate=replicate), layout)
+        planned = estimate.plan_of(replace(base, data_parallel_replicate=replicate), layout)
         rows.append(Row(planned, auto=chosen == replicate))
     return rows
 
@@ -152,7 +152,7 @@ def _counts(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m training.request.layouts", description=__doc__.split("\n\n")[0]
+        prog="python -m training.plan.layouts", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--preset", default="llama3.1-8b", choices=sorted(shapes.MODEL_PRESETS))
     parser.add_argument("--nodes", type=_counts, default=[1, 2, 4], help="instance counts, comma-separated")
