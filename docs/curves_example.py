@@ -1,7 +1,7 @@
 """Make docs/curves-example.png, the README's picture of ``blackwell-training curves``, from two real CPU runs.
 
 Two runs of the tiny 2-layer model on real text (the source of four standard-library packages, tokenized by
-``training.trainer.prepare``), learning rates 0.01 and 0.002, each line of the trainer time-stamped as it is printed
+``training.prepare``), learning rates 0.01 and 0.002, each line of the trainer time-stamped as it is printed
 (as CloudWatch Logs does), then drawn by the same code as ``curves --out`` (``curves.curve_of`` and ``plots.png``).
 About 2 minutes on 2 CPU cores: ``.venv/bin/python docs/curves_example.py [OUT.png]`` (default
 ``./curves-example.png``; an existing file is refused, so nothing is written over; ``--replace`` writes over it, as
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from constructs_lib.cli import plots  # noqa: E402
 from constructs_lib.cli.curves import curve_of  # noqa: E402
 from constructs_lib.cli.records import Job, LogEvent  # noqa: E402
-from training.trainer import prepare  # noqa: E402
+from training.prepare import corpus  # noqa: E402
 
 SETTINGS = {
     "model_preset": "custom", "num_layers": "2", "hidden_size": "64", "num_heads": "4", "ffn_hidden_size": "128",
@@ -55,7 +55,7 @@ def main(out: Path, replace: bool = False) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         stdlib = Path(sysconfig.get_paths()["stdlib"])
-        meta = prepare.prepare([str(stdlib / n) for n in ("json", "email", "html", "http")], f"{tmp}/data")
+        meta = corpus.prepare([str(stdlib / n) for n in ("json", "email", "html", "http")], f"{tmp}/data")
         curves = []
         for name, lr in (("lr-0.01", "0.01"), ("lr-0.002", "0.002")):
             settings = {**SETTINGS, "learning_rate": lr, "vocab_size": str(meta["vocab_size"]),

@@ -10,7 +10,7 @@
 * ``training/measure/``: development measurements (benchmark, memory tracer, plan agreement, loss tables, exit-status
   check), run on a developer's machine. Never in the image: ``.dockerignore`` (the one list, which the image build's
   source asset reads too) leaves the folder out, so a change there neither rebuilds the image nor changes its tag;
-  so are the data-preparation scripts (``trainer/prepare.py``, ``evaluate/prepare_tasks.py``), run before any job.
+  so are the data-preparation scripts (``prepare/corpus.py``, ``evaluate/prepare_tasks.py``), run before any job.
 
 Arrows point one way: ``measure`` -> ``trainer`` -> ``request``; nothing here imports ``constructs_lib``.
 """

@@ -65,7 +65,7 @@ else
 fi
 
 # The hosts: SageMaker's resourceconfig.json ($SAGEMAKER_BASE_DIR or /opt/ml, input/config/); one without it.
-nnodes=$("$python" -m training.trainer.cluster --count)
+nnodes=$("$python" -m training.trainer.distributed.cluster --count)
 
 # Fail fast, before torchrun, for the world size torchrun will start: a bad setting, a precision this machine
 # cannot run, an unwritable output folder, missing, damaged or inconsistent data, too little data for one global
@@ -73,10 +73,10 @@ nnodes=$("$python" -m training.trainer.cluster --count)
 # trainer also writes it to $SM_OUTPUT_DIR/failure, the job's FailureReason.
 WORLD_SIZE=$((nnodes * nproc)) LOCAL_WORLD_SIZE=$nproc "$python" -m training.trainer --check-only "$@"
 
-# torchrun, through training.trainer.launch: it adds the node options from resourceconfig.json (--standalone on
+# torchrun, through training.trainer.distributed.launch: it adds the node options from resourceconfig.json (--standalone on
 # one host; on several, once every host resolves and answers the roll call at the first host: a static rendezvous
 # there, node ranks in the file's order), logs the network stack, and sets none of the stale EFA variables. A
 # refusal the workers can only make once they run together (a checkpoint that does not load,
 # on_unusable_checkpoints=fail) exits 2 with their one `error:` line, where torchrun alone would exit 1 after its
 # failure report; a failure during training exits 1 (docs/exit-status.md), as does a host that never joins.
-exec "$python" -m training.trainer.launch --nproc-per-node="$nproc" -m "$module" "$@"
+exec "$python" -m training.trainer.distributed.launch --nproc-per-node="$nproc" -m "$module" "$@"

@@ -292,7 +292,7 @@ MLFLOW_ACTIONS = tuple(
         "LogBatch",
     )
 )
-"""Exactly the REST calls ``training.trainer.mlflow_log`` makes through mlflow 3.17's ``MlflowClient`` (read in its
+"""Exactly the REST calls ``training.trainer.observe.mlflow_log`` makes through mlflow 3.17's ``MlflowClient`` (read in its
 source: ``get_experiment_by_name``, ``create_experiment``, ``search_runs``, ``create_run``, ``update_run`` and
 ``set_terminated``, which read the run first (``GetRun``) and then ``UpdateRun``, and ``log_batch`` for parameters and
 metrics). A call outside the list turns MLflow logging off with one warning; it never fails the run."""

@@ -684,15 +684,13 @@ def test_shell_refuses_a_job_without_remote_debugging(deployed, cli):
 def prepared_chat_copies(tmp_path: Path) -> Path:
     """A weightless model folder (``tmp_path/model``, returned) and 300 prompt/completion examples prepared with
     its template into ``tmp_path/data``: local copies of a fine-tuning request's init_from and train_data_uri."""
-    from tests.training.test_fine_tuning_request import weightless
-    from training.trainer import chat_prepare
+    from tests.request.test_fine_tuning_request import weightless
+    from training.prepare import chat
 
     model = weightless(tmp_path / "model")
     lines = [{"prompt": str(n), "completion": str(n + 1)} for n in range(300)]
     (tmp_path / "n.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    chat_prepare.prepare_chat(
-        [tmp_path / "n.jsonl"], str(tmp_path / "data"), str(model), validation_fraction=0.1
-    )
+    chat.prepare_chat([tmp_path / "n.jsonl"], str(tmp_path / "data"), str(model), validation_fraction=0.1)
     return model
 
 
@@ -731,7 +729,7 @@ def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(d
     planned = json.loads(cli("plan", "-", "--json", *folders, stdin=request).out)
     assert planned["data"]["examples"] == 270 and planned["data"]["windows_exact"]
     assert "data: 270 training examples in " in cli("plan", "-", *folders, stdin=request).out
-    from tests.training.test_fine_tuning_request import weightless
+    from tests.request.test_fine_tuning_request import weightless
 
     other = weightless(tmp_path / "other", "{{ messages[0]['content'] }}")
     refused = cli("validate", "-", "--init-from", str(other), "--data-folder", str(tmp_path / "data"),

@@ -70,7 +70,7 @@ PLANTED_README = """# A project
 
 ```bash
 .venv/bin/python -c "print('fine')"
-.venv/bin/python -m training.trainer.prepare no-such-file.txt --output data/
+.venv/bin/python -m training.prepare no-such-file.txt --output data/
 .venv/bin/python -c "print('never reached')"
 ```
 

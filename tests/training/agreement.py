@@ -22,7 +22,7 @@ reference, seeds 1234 (the default), 1, 2, 3, 7 and 11, after 1, 3 and 12 steps 
 - A real bug fails every one of these checks by far: the last micro-batch of each step counted twice prints a
   step-1 loss of 8.35 against 5.56 and leaves 114,263 of the 115,008 weights more than 1e-5 off, the worst by
   0.030 (10x lr); the last micro-batch dropped (weight 0) prints 2.77 and leaves 114,823 more than 1e-5 off, the
-  worst by 0.032 (checked by hand: ``loop._micro_batches``'s last share doubled, then zeroed, against the same
+  worst by 0.032 (checked by hand: ``optimizer_step._micro_batches``'s last share doubled, then zeroed, against the same
   reference, seed 1234).
 """
 
@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from .runner import fields, step_lines
+from tests.training.runner import fields, step_lines
 
 LOSS_RTOL = 2e-5
 GRAD_NORM_RTOL = 1e-4

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from training.trainer import parallel
-
-from .runner import reference_settings, run_trainer
+from tests.training.runner import reference_settings, run_trainer
+from training.trainer.distributed import parallel
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.trainer import checkpoint, config, export_peft, loop, lora, parallel, precision
+from training.trainer import config, loop
 from training.trainer.__main__ import exit_now
+from training.trainer.checkpoint import checkpoint, export_peft
+from training.trainer.distributed import parallel, precision
+from training.trainer.model import lora
 
 
 def main(out: str, argv: list[str]) -> None:

@@ -4,7 +4,7 @@ for packed documents (``loop.build(packed=True)``: sharded by FSDP2) and:
 
 * runs its own packed windows (``packed_windows``), and each example alone, through the sharded model (root
   unsharded for the logits): the largest difference between an example's logits in the pack and alone;
-* runs one optimizer step's micro-batches through the trainer's own ``loop._micro_batches`` and ``loop.train_step``
+* runs one optimizer step's micro-batches through the trainer's own ``optimizer_step._micro_batches`` and ``optimizer_step.train_step``
   (targets counted over both ranks in one all-reduce), with deliberately unequal trained-token counts per rank and
   micro-batch (rank 1's first micro-batch has none at all), an optimizer that records the reduced gradients instead
   of stepping.
@@ -23,9 +23,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from training.trainer import config, doc_mask, loop, model, parallel, precision, rotary
+from training.trainer import config, loop, optimizer_step
 from training.trainer.__main__ import exit_now
+from training.trainer.distributed import parallel, precision
 from training.trainer.loss import IGNORE_INDEX
+from training.trainer.model import decoder, doc_mask, rotary
 
 LAYOUTS = {  # per rank: micro-batches of windows, each window the lengths of its examples (the rest padding)
     0: [[[5, 9, 3, 12], [30]], [[7, 7, 7], [2, 20]]],
@@ -84,7 +86,7 @@ class Recorder:
             p.grad = None
 
 
-def logits_difference(net: model.Transformer, env: parallel.DistEnv, cfg) -> float:
+def logits_difference(net: decoder.Transformer, env: parallel.DistEnv, cfg) -> float:
     tokens, _, ids, examples = packed_windows(env.rank, cfg.seq_length, cfg.vocab_size)
     worst = 0.0
     with torch.no_grad():
@@ -106,7 +108,7 @@ def reference_gradients(state: dict, cfg, naive: bool = False) -> dict[str, torc
     batch loss gives."""
     shape = cfg.shape
     rope = rotary.Rope.from_settings(cfg.as_dict())
-    net = model.Transformer(shape, [model.TorchBlock(shape, cfg.rms_norm_eps) for _ in range(shape.num_layers)],
+    net = decoder.Transformer(shape, [decoder.TorchBlock(shape, cfg.rms_norm_eps) for _ in range(shape.num_layers)],
                             rope=rope, norm_eps=cfg.rms_norm_eps)  # fmt: skip
     net.load_state_dict(state)
     sums, counts = [], []
@@ -139,9 +141,11 @@ def main(out: str, argv: list[str]) -> None:
     net = loop.build(cfg, env, plan, packed=True)
     state = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     tokens, targets, ids, _ = packed_windows(env.rank, cfg.seq_length, cfg.vocab_size)
-    micro, shares = loop._micro_batches(Fixed((tokens, targets, ids)), 2, env.device, env.cpu_group)
+    micro, shares = optimizer_step._micro_batches(Fixed((tokens, targets, ids)), 2, env.device, env.cpu_group)
     recorder = Recorder(list(net.named_parameters()))
-    loop.train_step(net, recorder, None, plan, micro, shares, [p for _, p in recorder.named], float("inf"))
+    optimizer_step.train_step(
+        net, recorder, None, plan, micro, shares, [p for _, p in recorder.named], float("inf")
+    )
     worst = torch.tensor([logits_difference(net, env, cfg)])  # FSDP2: the root's forward has run first
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     if env.is_main:

@@ -7,11 +7,10 @@ import json
 
 import pytest
 
+from tests.training.runner import TINY, cli_args
 from training.contract import metric_lines, settings_table, shapes
 from training.trainer import config
 from training.trainer.__main__ import main
-
-from .runner import TINY, cli_args
 
 
 def test_config_fields_are_the_contract_hyperparameters_plus_trainer_switches():
@@ -96,14 +95,14 @@ def test_te_precision_without_te_or_gpu_fails_before_any_process_group(capsys, m
     def no_process_group():
         raise AssertionError("a process group was started")
 
-    monkeypatch.setattr("training.trainer.parallel.init_distributed", no_process_group)
+    monkeypatch.setattr("training.trainer.distributed.parallel.init_distributed", no_process_group)
     code = main(cli_args({**TINY, "precision": "fp8", "seq_length": "32"}))
     assert code == 2
     assert "error: invalid setting precision: fp8 needs NVIDIA Transformer Engine" in capsys.readouterr().err
 
 
 def test_deterministic_on_a_gpu_names_the_op_without_a_deterministic_kernel(monkeypatch):
-    from training.trainer import precision
+    from training.trainer.distributed import precision
 
     def op(sm, **settings):
         return precision.nondeterministic_op(config.config_from_mapping({**TINY, **settings}), sm)
@@ -126,7 +125,7 @@ def test_deterministic_on_a_gpu_names_the_op_without_a_deterministic_kernel(monk
 
 def test_fp8_dims_are_refused_at_start_for_the_recipe_this_gpu_runs(monkeypatch):
     """fp8's auto recipe is MXFP8 on SM 10.x: seq_length 48 (a multiple of 16, not of 32) runs on Hopper only."""
-    from training.trainer import precision
+    from training.trainer.distributed import precision
 
     cfg = config.config_from_mapping({**TINY, "precision": "fp8", "seq_length": "48"})  # GPU not known yet
     monkeypatch.setattr(precision, "check_this_machine", lambda _: None)

@@ -10,11 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.contract import container, metric_lines
-from training.trainer.checkpoint import complete_checkpoints
-
-from .agreement import assert_same_printed, assert_same_weights
-from .runner import (
+from tests.training.agreement import assert_same_printed, assert_same_weights
+from tests.training.runner import (
     REFERENCE_STEPS,
     ROOT,
     TINY,
@@ -26,6 +23,8 @@ from .runner import (
     step_lines,
     torchrun_cmd,
 )
+from training.contract import container, metric_lines
+from training.trainer.checkpoint.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.slow
 STEPS = REFERENCE_STEPS

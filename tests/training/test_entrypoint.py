@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from training.trainer.checkpoint import complete_checkpoints
-
-from .runner import ROOT, TINY, step_lines, toolkit_job
+from tests.training.runner import ROOT, TINY, step_lines, toolkit_job
+from training.trainer.checkpoint.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.training.runner import ROOT, cli_args, env, fields, toolkit_job
 from training.contract import container, metric_lines
-from training.trainer import chat_prepare, export_hf
-
-from .runner import ROOT, cli_args, env, fields, toolkit_job
+from training.prepare import chat
+from training.trainer.checkpoint import export_hf
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ TRAINING = {"seq_length": "256", "batch_size": "4", "precision": "fp32", "learni
 def prepared(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("fine_tuning")
     example.setup(folder)
-    chat_prepare.prepare_chat([folder / "numbers.jsonl"], str(folder / "data"), str(folder / "model"),
+    chat.prepare_chat([folder / "numbers.jsonl"], str(folder / "data"), str(folder / "model"),
                               validation_fraction=0.1)  # fmt: skip
     return folder
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from training.trainer import data, guard
+from training.trainer import guard
+from training.trainer.data import token_files
 
 
 class _NoData:
@@ -50,8 +51,8 @@ def test_the_next_batch_is_read_ahead_kept_for_its_step_and_a_bad_id_named_by_fi
     path = tmp_path / "tokens.bin"
     tokens = np.arange(33 * 8, dtype=np.uint16) % 200
     tokens.tofile(path)
-    source = data.TokenFiles([path], "uint16", 256, 32, 2, 0, 0, 1)
-    reference = data.TokenFiles([path], "uint16", 256, 32, 2, 0, 0, 1)
+    source = token_files.TokenFiles([path], "uint16", 256, 32, 2, 0, 0, 1)
+    reference = token_files.TokenFiles([path], "uint16", 256, 32, 2, 0, 0, 1)
     assert source.check_next() is None
     assert source.position == 0
     for _ in range(2):
@@ -61,7 +62,7 @@ def test_the_next_batch_is_read_ahead_kept_for_its_step_and_a_bad_id_named_by_fi
     file, begin = source._where(2 * 2)  # the first window of the batch at position 2
     tokens[begin + 5] = 300
     tokens.tofile(path)
-    bad = data.TokenFiles([path], "uint16", 256, 32, 2, 0, 0, 1)
+    bad = token_files.TokenFiles([path], "uint16", 256, 32, 2, 0, 0, 1)
     bad.load_state_dict(source.state_dict())
     g = guard.Guard(bad, torch.device("cpu"), 2, check_grad_norm=True, rank=0)
     problem = g.problem(read_values=True, next_batch=True)

@@ -16,11 +16,12 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 
+from tests.training.chat_models import model_folder
+from tests.training.runner import fields, run_trainer, step_lines
 from training.contract import metric_lines
-from training.trainer import chat_prepare, checkpoint, export_peft, lora
-
-from .chat_models import model_folder
-from .runner import fields, run_trainer, step_lines
+from training.prepare import chat
+from training.trainer.checkpoint import checkpoint, export_peft
+from training.trainer.model import lora
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     folder = model_folder(tmp / "base", "qwen2.5", with_weights=True)
     lines = [{"prompt": str(n) * (1 + n % 7), "completion": str(n + 1)} for n in range(300)]
     (tmp / "chats.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    chat_prepare.prepare_chat([tmp / "chats.jsonl"], str(tmp / "data"), str(folder), validation_fraction=0.2)
+    chat.prepare_chat([tmp / "chats.jsonl"], str(tmp / "data"), str(folder), validation_fraction=0.2)
     outputs = {}
     for name, replicate in (("hybrid", "2"), ("flat", "1")):
         settings = {"seq_length": "256", "batch_size": "1", "grad_accum_steps": "2", "precision": "fp32",

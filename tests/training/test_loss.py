@@ -12,8 +12,10 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from training.contract.shapes import ModelShape
-from training.trainer import activation_checkpoint, model, parallel, weights
+from training.trainer.checkpoint import weights
+from training.trainer.distributed import activation_checkpoint, parallel
 from training.trainer.loss import IGNORE_INDEX, linear_cross_entropy
+from training.trainer.model import decoder
 
 FP32 = {"atol": 1e-6, "rtol": 1e-5}
 """Chunked vs unchunked in fp32: the same sums in another order (round-off only)."""
@@ -149,7 +151,7 @@ def _fsdp_step(mesh, dtype, ac: bool, chunk: int, rank: int):
     """Loss, full gradients and collective counts of one forward+backward of the sharded model."""
     from torch.distributed.tensor.debug import CommDebugMode
 
-    net = model.build_model(
+    net = decoder.build_model(
         SHAPE,
         use_te=False,
         te_params_dtype=torch.float32,

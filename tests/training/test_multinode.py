@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .runner import TINY, fields, free_ports, losses, toolkit_command, toolkit_job
+from tests.training.runner import TINY, fields, free_ports, losses, toolkit_command, toolkit_job
 
 pytestmark = pytest.mark.slow
 

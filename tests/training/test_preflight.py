@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
+from tests.training.hf_models import BROKEN, broken_llama
+from tests.training.runner import TINY, cli_args, run_single
 from training.contract import container, settings_table
-from training.trainer import config, data, preflight, prepare, sagemaker_job
+from training.prepare import corpus
+from training.trainer import config, preflight, sagemaker_job
 from training.trainer.__main__ import main
-
-from .hf_models import BROKEN, broken_llama
-from .runner import TINY, cli_args, run_single
+from training.trainer.data import token_files
 
 
 def cfg_for(tmp_path, **extra):
@@ -25,7 +26,7 @@ def cfg_for(tmp_path, **extra):
 def prepared(tmp_path, tokens: int = 3000) -> str:
     source = tmp_path / "text.txt"
     source.write_text("abcdefghij" * (tokens // 10))
-    prepare.prepare([str(source)], str(tmp_path / "data"), block_tokens=100, validation_fraction=0.2)
+    corpus.prepare([str(source)], str(tmp_path / "data"), block_tokens=100, validation_fraction=0.2)
     return str(tmp_path / "data")
 
 
@@ -254,7 +255,7 @@ def test_a_damaged_npy_file_is_refused_naming_it(tmp_path):
 def test_tokens_are_counted_by_element_and_checked_against_the_metadata(tmp_path):
     path = data_file(tmp_path, "tokens.npy")
     np.save(path, np.arange(6000, dtype=np.uint16) % 200)
-    assert data.token_count(path, "uint16") == 6000
+    assert token_files.token_count(path, "uint16") == 6000
     (note,) = preflight.check(channel(tmp_path), 2)
     assert note.startswith("data ok: 1 files of 6000 tokens in ")
     data_dir = prepared(tmp_path)  # train.bin 2401 tokens (with the end-of-document), validation.bin 600
@@ -286,7 +287,7 @@ def test_the_batch_check_counts_grad_accum_steps_and_names_the_product(tmp_path)
     with pytest.raises(
         settings_table.ContractError
     ) as info:  # the data source's own check, when training starts
-        data.TokenFiles([path], "uint16", 256, 32, 4 * 8, 0, 0, 2, grad_accum_steps=8)
+        token_files.TokenFiles([path], "uint16", 256, 32, 4 * 8, 0, 0, 2, grad_accum_steps=8)
     assert str(info.value) == (
         f"batch_size: the token files {path} hold 8 windows of 33 tokens; one optimizer step (batch_size 4 x "
         "grad_accum_steps 8 x 2 processes) needs 64"
@@ -309,7 +310,7 @@ def test_a_folder_holding_the_same_tokens_as_bin_and_npy_is_refused_naming_both(
     )
     assert field_of(channel(tmp_path)) == f"dataset: {expected}"
     with pytest.raises(settings_table.ContractError) as info:  # and where training opens the files
-        data.make_dataset(channel(tmp_path), 0, 1)
+        token_files.make_dataset(channel(tmp_path), 0, 1)
     assert str(info.value) == expected
 
 

@@ -1,5 +1,5 @@
 """The exit-status contract's parts: who prints a refusal, what a refusing worker records for the launcher and for
-torchrun, how ``training.trainer.launch`` tells a refusal from a failure, the reason of a failure during training,
+torchrun, how ``training.trainer.distributed.launch`` tells a refusal from a failure, the reason of a failure during training,
 and a refusal under a bare ``torchrun`` (whose own exit status is 1 for any failed worker)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from training.trainer import launch, refusal
+from tests.training.runner import TINY, cli_args, env, torchrun_cmd
+from training.trainer import refusal
 from training.trainer.__main__ import main
-
-from .runner import TINY, cli_args, env, torchrun_cmd
+from training.trainer.distributed import launch
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_a_failure_during_training_is_raised_with_its_reason_as_the_jobs(monkeyp
     monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(
-        "training.trainer.parallel.init_distributed",
+        "training.trainer.distributed.parallel.init_distributed",
         lambda replicate=1: SimpleNamespace(rank=1, local_rank=1, is_main=False),
     )
 
@@ -136,7 +136,7 @@ def test_the_launcher_keeps_torchruns_report_and_exit_1_for_a_failure(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text("import os, sys\nsys.exit(1 if os.environ['RANK'] == '1' else 0)\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "training.trainer.launch", "--standalone", "--nproc-per-node=2", str(script)],
+        [sys.executable, "-m", "training.trainer.distributed.launch", "--standalone", "--nproc-per-node=2", str(script)],
         env=env(), cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr

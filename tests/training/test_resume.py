@@ -15,11 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.contract import container, metric_lines, settings_table
-from training.trainer import checkpoint, prepare
-from training.trainer.checkpoint import complete_checkpoints
-
-from .runner import (
+from tests.training.runner import (
     ROOT,
     TINY,
     cli_args,
@@ -32,6 +28,10 @@ from .runner import (
     step_lines,
     torchrun_cmd,
 )
+from training.contract import container, metric_lines, settings_table
+from training.prepare import corpus
+from training.trainer.checkpoint import checkpoint
+from training.trainer.checkpoint.checkpoint import complete_checkpoints
 
 pytestmark = pytest.mark.slow
 
@@ -318,7 +318,7 @@ def stdlib_text() -> list[str]:
 
 
 def test_a_model_trained_on_real_text_beats_the_unigram_entropy_on_held_out_text(tmp_path):
-    meta = prepare.prepare(stdlib_text(), str(tmp_path / "data"))
+    meta = corpus.prepare(stdlib_text(), str(tmp_path / "data"))
     train = np.fromfile(tmp_path / "data" / "train.bin", dtype=meta["token_dtype"])
     counts = np.bincount(train, minlength=meta["vocab_size"]).astype(np.float64)
     p = counts[counts > 0] / counts.sum()

@@ -9,10 +9,9 @@ import subprocess
 
 import pytest
 
+from tests.training.runner import TINY, container_command, fields, toolkit_job
 from training.contract import container
-from training.trainer import checkpoint
-
-from .runner import TINY, container_command, fields, toolkit_job
+from training.trainer.checkpoint import checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +42,7 @@ def test_toolkit_runs_train_sh_with_the_step_functions_hyperparameters(tmp_path)
             assert config[key] == str(settings[key]).lower(), key
     assert (tmp_path / "checkpoints" / "step_00000004" / "COMPLETE").is_file()
     assert (tmp_path / "model" / "model.pt").is_file()
-    # the model artifact holds the Hugging Face folder (training.trainer.export_hf)
+    # the model artifact holds the Hugging Face folder (training.trainer.checkpoint.export_hf)
     assert {p.name for p in (tmp_path / "model" / "hf").iterdir()} == {
         "README.md", "config.json", "generation_config.json", "model.safetensors"
     }  # fmt: skip

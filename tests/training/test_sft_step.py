@@ -1,4 +1,4 @@
-"""One optimizer step of conversation data (loop._micro_batches, loop.train_step) in a world of one: a micro-batch
+"""One optimizer step of conversation data (optimizer_step._micro_batches, optimizer_step.train_step) in a world of one: a micro-batch
 whose targets are all ignored contributes nothing (no NaN), is counted and said in the log; a step with no trained
 target anywhere leaves the weights and the optimizer as they were."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from training.trainer import config, levers, loop, precision
+from tests.training.runner import TINY
+from training.trainer import config, loop, optimizer_step
+from training.trainer.distributed import levers, precision
 from training.trainer.loss import IGNORE_INDEX
-
-from .runner import TINY
 
 
 class Fixed:
@@ -41,21 +41,23 @@ def test_an_all_ignored_micro_batch_contributes_nothing_and_an_empty_step_change
     params = [p for p in net.parameters() if p.requires_grad]
     optimizer = levers.build_optimizer(params, "foreach", 0.01, 0.1)
     before = [p.detach().full_tensor().clone() for p in params]
-    micro, shares = loop._micro_batches(
+    micro, shares = optimizer_step._micro_batches(
         Fixed(batch([False, True])), 2, process_group.device, process_group.cpu_group
     )
     assert list(shares) == [0.0, 1.0] and shares.empty == 1 and shares.step_tokens == 10
     assert shares.padding == 16 / 64
-    loss, grad_norm = loop.train_step(net, optimizer, None, plan, micro, shares, params, float("inf"))
+    loss, grad_norm = optimizer_step.train_step(
+        net, optimizer, None, plan, micro, shares, params, float("inf")
+    )
     assert torch.isfinite(loss) and torch.isfinite(grad_norm) and grad_norm > 0
     after = [p.detach().full_tensor().clone() for p in params]
     assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))  # the step trained
-    micro, shares = loop._micro_batches(
+    micro, shares = optimizer_step._micro_batches(
         Fixed(batch([False, False])), 2, process_group.device, process_group.cpu_group
     )
     assert shares.step_tokens == 0 and shares.empty == 2
     state = {k: v.clone() if torch.is_tensor(v) else v for k, v in optimizer.state_dict()["state"][0].items()}
-    loss, _ = loop.train_step(net, optimizer, None, plan, micro, shares, params, float("inf"))
+    loss, _ = optimizer_step.train_step(net, optimizer, None, plan, micro, shares, params, float("inf"))
     assert loss.item() == 0.0
     assert all(torch.equal(p.detach().full_tensor(), a) for p, a in zip(params, after, strict=True))
     assert all(
@@ -65,7 +67,7 @@ def test_an_all_ignored_micro_batch_contributes_nothing_and_an_empty_step_change
 
 def test_the_log_says_how_many_micro_batches_had_nothing_to_train():
     lines = []
-    empty = loop._EmptyMicroBatches(lines.append)
+    empty = optimizer_step._EmptyMicroBatches(lines.append)
     empty.add(0)
     empty.report(10)
     empty.add(2)

@@ -17,11 +17,12 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from tests.training.hf_models import tiny_llama
+from tests.training.runner import ROOT, TINY, cli_args, env
 from training.contract import metric_lines
-from training.trainer import checkpoint, data, packing, preflight
-
-from .hf_models import tiny_llama
-from .runner import ROOT, TINY, cli_args, env
+from training.trainer import preflight
+from training.trainer.checkpoint import checkpoint
+from training.trainer.data import packing, token_files
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ def bad_id_where_step_reads(folder: Path, settings: dict[str, str], step: int) -
     sampled = preflight._ranges(TOKENS, preflight.ID_CHECK_TOKENS)
     batch, seq = int(settings["batch_size"]), int(settings["seq_length"])
     for rank in (0, 1):
-        source = data.TokenFiles([path], "uint16", 256, seq, batch, 1234, rank, 2)
+        source = token_files.TokenFiles([path], "uint16", 256, seq, batch, 1234, rank, 2)
         for j in range(batch):
             _, begin = source._where(((step - 1) * 2 + rank) * batch + j)
             if all(end <= begin or first >= begin + seq + 1 for first, end in sampled):
@@ -251,7 +252,7 @@ def packed_chat_with_a_bad_id(folder: Path, settings: dict[str, str], step: int)
     split = {"files": ["train.bin"], "masks": ["train.mask"], "documents": ["train.docs"], "tokens": total}
     meta = {"format": "training.trainer.prepare/1", "kind": packing.CHAT_KIND, "token_dtype": "uint16",
             "vocab_size": 256, "splits": {"train": split}}  # fmt: skip
-    (folder / data.METADATA_FILE).write_text(json.dumps(meta))
+    (folder / token_files.METADATA_FILE).write_text(json.dumps(meta))
     sampled = preflight._ranges(total, preflight.ID_CHECK_TOKENS)
     accum, batch = int(settings["grad_accum_steps"]), int(settings["batch_size"])
     marks = np.memmap(mask, dtype=np.uint8, mode="r+")

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .hf_models import BROKEN, broken_llama
-from .runner import ROOT, TINY, cli_args, env
+from tests.training.hf_models import BROKEN, broken_llama
+from tests.training.runner import ROOT, TINY, cli_args, env
 
 TRAIN_SH = ROOT / "training" / "train.sh"
 GOOD = ["--model_preset", "custom", "--num-layers", "2", "--hidden_size", "64", "--num_heads", "4",
@@ -32,7 +32,7 @@ def stub_env(tmp_path: Path) -> dict[str, str]:
     wrapper = tmp_path / "python"
     wrapper.write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = "-m" ] && [ "$2" = "training.trainer.launch" ]; then shift 2; echo "TORCHRUN $*"; exit 0; fi\n'
+        'if [ "$1" = "-m" ] && [ "$2" = "training.trainer.distributed.launch" ]; then shift 2; echo "TORCHRUN $*"; exit 0; fi\n'
         f'exec {sys.executable} "$@"\n'
     )
     wrapper.chmod(0o755)

@@ -9,13 +9,17 @@ import pytest
 import torch
 
 from training.contract import hardware, metric_lines, settings_table, shapes
-from training.trainer import checkpoint, data, loop, metrics, model, weights
+from training.trainer import loop, optimizer_step
+from training.trainer.checkpoint import checkpoint, weights
+from training.trainer.data import token_files
+from training.trainer.model import decoder
+from training.trainer.observe import metrics
 
 SHAPE = shapes.ModelShape(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256)
 
 
-def tiny_model() -> model.Transformer:
-    net = model.build_model(
+def tiny_model() -> decoder.Transformer:
+    net = decoder.build_model(
         SHAPE,
         use_te=False,
         te_params_dtype=torch.float32,
@@ -32,14 +36,14 @@ def test_torch_model_matches_the_contract_parameter_count():
 def test_the_torch_model_is_built_on_the_meta_device_blocks_included():
     """Nothing of a 70B model is allocated or initialized in host memory before FSDP2 shards it (weights.py then
     gives every parameter its value); the model has no buffers to fill either."""
-    net = model.build_model(SHAPE, use_te=False, te_params_dtype=torch.float32)
+    net = decoder.build_model(SHAPE, use_te=False, te_params_dtype=torch.float32)
     assert all(p.is_meta for p in net.parameters()) and not list(net.buffers())
 
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
     shape = shapes.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
-    net = model.build_model(shape, use_te=False, te_params_dtype=torch.float32)
+    net = decoder.build_model(shape, use_te=False, te_params_dtype=torch.float32)
     assert sum(p.numel() for p in net.parameters()) == shape.parameter_count()
     assert ("head.weight" in dict(net.named_parameters())) is not tied
 
@@ -47,7 +51,7 @@ def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_co
 def test_init_is_seeded_and_loss_starts_near_log_vocab():
     a, b = tiny_model(), tiny_model()
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
-    tokens, targets = data.SyntheticTokens(256, 32, 4, seed=0, rank=0, world_size=1).next_batch()
+    tokens, targets = token_files.SyntheticTokens(256, 32, 4, seed=0, rank=0, world_size=1).next_batch()
     assert abs(a(tokens, targets).item() - np.log(256)) < 0.5
 
 
@@ -61,9 +65,9 @@ def test_attention_is_causal():
 
 
 def test_a_steps_batch_goes_to_a_gpu_pinned_and_without_blocking_and_to_a_cpu_as_it_is(monkeypatch):
-    dataset = data.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1)
-    tokens, targets = data.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1).next_batch()
-    micro, shares = loop._micro_batches(
+    dataset = token_files.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1)
+    tokens, targets = token_files.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=1).next_batch()
+    micro, shares = optimizer_step._micro_batches(
         dataset, 2, torch.device("cpu")
     )  # never pinned: a CPU-only torch refuses
     assert shares == [0.5, 0.5] and len(micro) == 2
@@ -71,29 +75,29 @@ def test_a_steps_batch_goes_to_a_gpu_pinned_and_without_blocking_and_to_a_cpu_as
         micro, tokens.chunk(2), targets.chunk(2), strict=True
     ):
         assert torch.equal(x, x_expected) and torch.equal(y, y_expected) and documents is None
-    assert not data.pins(torch.device("cpu")) and data.pins(torch.device("cuda", 3))
+    assert not token_files.pins(torch.device("cpu")) and token_files.pins(torch.device("cuda", 3))
     # a GPU's path, recorded (none here): into pinned host memory, then one copy that does not block the host
     calls = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin_memory") or self.clone())
     monkeypatch.setattr(
         torch.Tensor, "to", lambda self, *args, **kwargs: calls.append((args, kwargs)) or self
     )
-    on_gpu = data.to_device(tokens, targets, torch.device("cuda", 3))
+    on_gpu = token_files.to_device(tokens, targets, torch.device("cuda", 3))
     assert torch.equal(on_gpu[0], tokens) and torch.equal(on_gpu[1], targets)
     assert calls == ["pin_memory", ((torch.device("cuda", 3),), {"non_blocking": True})]
 
 
 def test_synthetic_data_is_learnable_deterministic_and_resumable():
-    ds = data.SyntheticTokens(256, 16, 3, seed=7, rank=1, world_size=2)
+    ds = token_files.SyntheticTokens(256, 16, 3, seed=7, rank=1, world_size=2)
     first = [ds.next_batch() for _ in range(3)]
     tokens, targets = first[0]
     assert torch.equal(tokens[:, 1:], targets[:, :-1])
     successor = {int(a): int(b) for a, b in zip(tokens.flatten(), targets.flatten(), strict=True)}
     for a, b in zip(first[1][0].flatten(), first[1][1].flatten(), strict=True):
         assert successor.get(int(a), int(b)) == int(b)  # one fixed next token per token
-    other_rank = data.SyntheticTokens(256, 16, 3, seed=7, rank=0, world_size=2).next_batch()[0]
+    other_rank = token_files.SyntheticTokens(256, 16, 3, seed=7, rank=0, world_size=2).next_batch()[0]
     assert not torch.equal(other_rank, tokens)
-    resumed = data.SyntheticTokens(256, 16, 3, seed=7, rank=1, world_size=2)
+    resumed = token_files.SyntheticTokens(256, 16, 3, seed=7, rank=1, world_size=2)
     resumed.load_state_dict({"position": 2})
     assert torch.equal(resumed.next_batch()[0], first[2][0])
 
@@ -106,32 +110,32 @@ def write_token_files(directory) -> None:
 
 def test_token_files_are_sharded_across_ranks_and_resumable(tmp_path):
     write_token_files(tmp_path)
-    ranks = [data.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, r, 2) for r in range(2)]
+    ranks = [token_files.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, r, 2) for r in range(2)]
     windows = [tuple(row.tolist()) for _ in range(2) for ds in ranks for row in ds.next_batch()[0]]
     assert len(set(windows)) == len(windows) == 8  # 2 steps x 2 ranks x batch 2, all different windows
     for window in windows:
         assert all(b - a == 1 for a, b in zip(window, window[1:], strict=False))  # never across files
-    resumed = data.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, 1, 2)
+    resumed = token_files.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, 1, 2)
     resumed.load_state_dict(ranks[1].state_dict())  # position 2
     assert torch.equal(resumed.next_batch()[0], ranks[1].next_batch()[0])
 
 
 def test_token_files_errors_name_the_setting(tmp_path):
     with pytest.raises(settings_table.ContractError) as err:
-        data.TokenFiles(str(tmp_path), "uint16", 300, 9, 2, 5, 0, 2)
+        token_files.TokenFiles(str(tmp_path), "uint16", 300, 9, 2, 5, 0, 2)
     assert err.value.field == "dataset"
     write_token_files(tmp_path)
     with pytest.raises(settings_table.ContractError) as err:
-        data.TokenFiles(str(tmp_path), "uint32", 10, 9, 2, 5, 0, 2).next_batch()
+        token_files.TokenFiles(str(tmp_path), "uint32", 10, 9, 2, 5, 0, 2).next_batch()
     assert err.value.field == "vocab_size"
 
 
 def test_channel_dir_comes_from_sm_channel_train(monkeypatch):
     monkeypatch.delenv("SM_CHANNEL_TRAIN", raising=False)
     with pytest.raises(settings_table.ContractError, match="SM_CHANNEL_TRAIN"):
-        data.channel_dir()
+        token_files.channel_dir()
     monkeypatch.setenv("SM_CHANNEL_TRAIN", "/data/train")
-    assert data.channel_dir() == "/data/train"
+    assert token_files.channel_dir() == "/data/train"
 
 
 def fake_checkpoint(root, name: str, complete: bool = True):
@@ -234,7 +238,7 @@ def test_a_run_as_short_as_its_warmup_reports_throughput_over_all_its_steps():
 def test_empty_token_files_are_skipped(tmp_path):
     write_token_files(tmp_path)
     (tmp_path / "empty.bin").write_bytes(b"")
-    dataset = data.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, 0, 2)
+    dataset = token_files.TokenFiles(str(tmp_path), "uint32", 2000, 9, 2, 5, 0, 2)
     assert len(dataset.arrays) == 2
     with pytest.raises(settings_table.ContractError, match="no non-empty"):
-        data.TokenFiles([tmp_path / "empty.bin"], "uint32", 2000, 9, 2, 5, 0, 2)
+        token_files.TokenFiles([tmp_path / "empty.bin"], "uint32", 2000, 9, 2, 5, 0, 2)

@@ -12,8 +12,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from training.trainer import config, loop, parallel, precision
+from training.trainer import config, loop
 from training.trainer.__main__ import exit_now
+from training.trainer.distributed import parallel, precision
 
 PROBE_SEQ = 40
 

@@ -394,7 +394,7 @@ def test_a_fine_tuning_request_is_checked_against_its_model_and_planned_for_its_
     launches with both channels and plans the packed windows; data rendered with another template is refused
     before any SageMaker call, naming train_data_uri."""
     from tests.training.chat_models import model_folder, template
-    from training.trainer import chat_prepare
+    from training.prepare import chat
 
     bucket = synthesized["bucket"]
     shape = parse_hyperparameters({"model_preset": "custom", "num_layers": "2", "hidden_size": "64",
@@ -408,7 +408,7 @@ def test_a_fine_tuning_request_is_checked_against_its_model_and_planned_for_its_
         folders[name] = _upload(workflow.s3, bucket, f"data/sft-{name}/", folder)
     lines = [{"prompt": str(n), "completion": str(n + 1)} for n in range(200)]
     (tmp_path / "numbers.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    chat_prepare.prepare_chat([tmp_path / "numbers.jsonl"], str(tmp_path / "data"), str(tmp_path / "model"),
+    chat.prepare_chat([tmp_path / "numbers.jsonl"], str(tmp_path / "data"), str(tmp_path / "model"),
                               validation_fraction=0.1)  # fmt: skip
     data = _upload(workflow.s3, bucket, "data/sft-chats/", tmp_path / "data")
     request = {"init_from": folders["model"], "train_data_uri": data, "seq_length": 256, "batch_size": 1,

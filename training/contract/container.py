@@ -19,7 +19,7 @@ WEIGHTS_CHANNEL = "weights"
 an S3 prefix; the trainer's ``init_from`` is then ``SM_CHANNEL_WEIGHTS``, ``/opt/ml/input/data/weights``)."""
 WEIGHTS_CHANNEL_DIR = f"/opt/ml/input/data/{WEIGHTS_CHANNEL}"
 DATA_METADATA_FILE = "metadata.json"
-"""Written by ``training.trainer.prepare`` next to the token files (token dtype, vocabulary size, tokenizer, token
+"""Written by ``training.prepare`` next to the token files (token dtype, vocabulary size, tokenizer, token
 counts, the files of each split); the request check reads exactly this name to learn a run's tokenizer."""
 INIT_FROM_TRAVELLING_FILES: tuple[str, ...] = (
     "generation_config.json",
@@ -29,7 +29,7 @@ INIT_FROM_TRAVELLING_FILES: tuple[str, ...] = (
     "tokenizer.model",
     "chat_template.jinja",
 )
-"""Files of an ``init_from`` model folder that travel to the run's Hugging Face export (``training.trainer.export_hf``:
+"""Files of an ``init_from`` model folder that travel to the run's Hugging Face export (``training.trainer.checkpoint.export_hf``:
 its tokenizer and generation settings). When any but ``generation_config.json`` is there, the export's tokenizer is
 the folder's (not the data's)."""
 INIT_FROM_TOKENIZERS: tuple[str, ...] = ("tokenizer.json", "tokenizer.model")
@@ -70,10 +70,10 @@ UNUSABLE_CHECKPOINT_ACTIONS: tuple[str, ...] = ("restart", "fail")
 """``on_unusable_checkpoints``: what the trainer does when ``checkpoint_dir`` holds checkpoints and none is usable."""
 HF_EXPORT_DIR = "hf"
 """The Hugging Face ``LlamaForCausalLM`` folder a finished run writes into ``MODEL_DIR`` (so into the job's
-``model.tar.gz``), next to ``model.pt`` (``training.trainer.export_hf``); the workflow's summary names it."""
+``model.tar.gz``), next to ``model.pt`` (``training.trainer.checkpoint.export_hf``); the workflow's summary names it."""
 PEFT_EXPORT_DIR = "adapter"
 """The PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) a finished LoRA run
-(``lora_rank`` > 0) writes next to ``model.pt`` and the merged ``hf/`` folder (``training.trainer.export_peft``)."""
+(``lora_rank`` > 0) writes next to ``model.pt`` and the merged ``hf/`` folder (``training.trainer.checkpoint.export_peft``)."""
 
 
 PROGRAM_ENV = "SAGEMAKER_PROGRAM"

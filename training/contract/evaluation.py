@@ -27,7 +27,7 @@ holds lm-eval's batch: activations and the log-probabilities over the vocabulary
 
 
 def export_weight_bytes(parameters: int, precision: str) -> int:
-    """Bytes of a run's exported weights (``training.trainer.export_hf``): float32 for fp32 runs, else bfloat16."""
+    """Bytes of a run's exported weights (``training.trainer.checkpoint.export_hf``): float32 for fp32 runs, else bfloat16."""
     return parameters * (4 if precision == "fp32" else 2)
 
 

@@ -62,7 +62,7 @@ MEMORY_SUMMARY_METRICS: tuple[str, ...] = (
     "alloc_retries",
     "alloc_ooms",
 )
-"""Memory over every rank, in the summary line (``training.trainer.metrics.memory_over_ranks``):
+"""Memory over every rank, in the summary line (``training.trainer.observe.metrics.memory_over_ranks``):
 ``max_allocated_gb`` the largest peak of any rank (CUDA: ``max_memory_allocated``; CPU: the peak resident set
 size); on CUDA only, ``max_reserved_gb`` the largest peak the caching allocator reserved, ``alloc_retries`` the
 allocator's retries after a failed ``cudaMalloc`` (it freed its cache and tried again: a sign of near-OOM) and

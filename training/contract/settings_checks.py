@@ -196,7 +196,7 @@ def check_levers(values: Mapping[str, Any]) -> None:
 
 
 def check_lora(values: Mapping[str, Any]) -> None:
-    """LoRA's cross-field rules: adapters wrap the torch path's linear layers (``training/trainer/lora.py``), so
+    """LoRA's cross-field rules: adapters wrap the torch path's linear layers (``training/trainer/model/lora.py``), so
     no Transformer Engine precision and no quantized primary weights; ``lora_targets`` names Llama projections;
     the other LoRA settings only with ``lora_rank`` > 0."""
     if not values.get("lora_rank"):

@@ -131,7 +131,7 @@ def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0
 
 
 def lora_block_parameter_count(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
-    """One block's LoRA adapter parameters (``training/trainer/lora.py``): rank x (in + out) for each targeted
+    """One block's LoRA adapter parameters (``training/trainer/model/lora.py``): rank x (in + out) for each targeted
     projection (``q_proj``, ..., ``down_proj``)."""
     h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
     dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),

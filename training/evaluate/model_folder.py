@@ -1,7 +1,7 @@
 """The model an evaluation reads: a Hugging Face folder (``config.json`` and weights), found as it is or taken out
 of a training job's ``model.tar.gz`` (the ``model`` channel), and checked to have tokenizer files.
 
-A finished run writes its export as ``hf/`` into the model folder (``training.trainer.export_hf``), so into the job's
+A finished run writes its export as ``hf/`` into the model folder (``training.trainer.checkpoint.export_hf``), so into the job's
 ``model.tar.gz`` beside ``model.pt``. Only the members under ``hf/`` are extracted (the training state is not
 needed), with tarfile's ``data`` filter (no links out of the folder, no absolute paths, no devices). The folder is
 then read by ``transformers``' own loading (config, weights, tokenizer), so whatever the export writes (grouped-query
@@ -66,14 +66,14 @@ def locate(model_dir: str | Path, work_dir: str | Path) -> Path:
 
 
 def check_tokenizer(folder: Path) -> None:
-    """Refuse a folder without tokenizer files: a byte-level model (``training.trainer.prepare``'s default) has
+    """Refuse a folder without tokenizer files: a byte-level model (``training.prepare``'s default) has
     none, and lm-eval needs a Hugging Face tokenizer to turn the tasks' text into the model's tokens."""
     if any((folder / name).is_file() for name in TOKENIZER_FILES):
         return
     readme = folder / "README.md"
     byte_level = readme.is_file() and "Byte-level" in readme.read_text(errors="replace")
     why = (
-        "it was trained on byte-level tokens (training.trainer.prepare without --tokenizer), which no Hugging Face "
+        "it was trained on byte-level tokens (training.prepare without --tokenizer), which no Hugging Face "
         "tokenizer describes"
         if byte_level
         else "the data it was trained on had no tokenizer.json"
@@ -81,5 +81,5 @@ def check_tokenizer(folder: Path) -> None:
     raise ModelFolderError(
         f"model: {folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): {why}. Evaluation needs the "
         "model's own tokenizer: prepare the training data with --tokenizer tokenizer.json and train again "
-        "(python -m training.trainer.train_tokenizer writes one from your text, offline: docs/evaluation.md)."
+        "(python -m training.prepare.tokenizer writes one from your text, offline: docs/evaluation.md)."
     )

@@ -10,7 +10,7 @@
    contract's format, which the job's metric definitions read), written to ``scores.json``, lm-eval's whole
    ``results.json`` and ``evaluation.json`` (what was evaluated) in the output folder (the job's
    ``output.tar.gz``; run by hand, a new folder under ``evaluations/``, never one holding results), and logged to MLflow when its variables
-   are set (``training.trainer.mlflow_log``: the run being evaluated, metrics ``eval/<task>/<field>``): only when
+   are set (``training.trainer.observe.mlflow_log``: the run being evaluated, metrics ``eval/<task>/<field>``): only when
    run by hand, since the workflow's evaluation job is always network-isolated and is given no MLflow variables.
 
 A refusal (bad setting, no model, no tokenizer, unknown task) is one ``error: ...`` line, exit status 2 and, in a
@@ -142,7 +142,7 @@ def report(
                  "run": run_settings(model) if model else None}  # fmt: skip
     (output_dir / "evaluation.json").write_text(json.dumps(evaluated, indent=2, default=str) + "\n")
     print(f"scores written to {output_dir}", flush=True)
-    from training.trainer.mlflow_log import MlflowLog
+    from training.trainer.observe.mlflow_log import MlflowLog
 
     mlflow = MlflowLog.from_environment(print)
     if mlflow is not None:

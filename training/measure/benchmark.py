@@ -34,8 +34,11 @@ import torch.distributed as dist
 
 from training.contract import hardware, settings_parse, settings_table, shapes
 from training.measure import external_baseline
-from training.trainer import compile as compiling
-from training.trainer import config, data, loop, metrics, parallel, precision
+from training.trainer import config, loop
+from training.trainer.data import token_files
+from training.trainer.distributed import compile as compiling
+from training.trainer.distributed import parallel, precision
+from training.trainer.observe import metrics
 
 TINY = {"model_preset": "custom", "num_layers": 2, "hidden_size": 128, "num_heads": 4, "ffn_hidden_size": 256,
         "vocab_size": 512}  # fmt: skip
@@ -137,7 +140,7 @@ def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float
     net = loop.build(cfg, env, plan)
     optimizer = torch.optim.AdamW(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     scaler = plan.grad_scaler()
-    dataset = data.SyntheticTokens(
+    dataset = token_files.SyntheticTokens(
         cfg.vocab_size, cfg.seq_length, cfg.batch_size, cfg.seed, env.rank, env.world_size
     )
     start = 0.0
@@ -145,7 +148,9 @@ def bare_loop(cfg: config.TrainConfig, env: parallel.DistEnv) -> dict[str, float
         if step == cfg.throughput_warmup_steps:
             _sync(env.device)
             start = time.perf_counter()
-        tokens, targets = data.to_device(*dataset.next_batch(), env.device)  # as the trainer copies them
+        tokens, targets = token_files.to_device(
+            *dataset.next_batch(), env.device
+        )  # as the trainer copies them
         with plan.autocast():
             loss = net(tokens, targets)
         if scaler is not None:

@@ -16,7 +16,9 @@ import torch
 
 from training.contract import settings_table, shapes
 from training.measure.benchmark import TINY
-from training.trainer import activation_checkpoint, model, weights
+from training.trainer.checkpoint import weights
+from training.trainer.distributed import activation_checkpoint
+from training.trainer.model import decoder
 
 SEQ = 64
 CHUNKS = (0, settings_table.LOSS_CHUNK_TOKENS_DEFAULT, 32)
@@ -25,7 +27,7 @@ CHUNKS = (0, settings_table.LOSS_CHUNK_TOKENS_DEFAULT, 32)
 def median_step_seconds(chunk: int, batch: int, ac: bool, steps: int = 60, skip: int = 5) -> float:
     shape = shapes.ModelShape(**{dim: TINY[dim] for dim in settings_table.MODEL_DIM_NAMES})
     torch.manual_seed(0)
-    net = model.build_model(
+    net = decoder.build_model(
         shape,
         use_te=False,
         te_params_dtype=torch.float32,

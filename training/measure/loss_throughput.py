@@ -23,7 +23,8 @@ import torch.distributed as dist
 
 from training.contract import settings_table
 from training.measure import benchmark
-from training.trainer import loop, parallel
+from training.trainer import loop
+from training.trainer.distributed import parallel
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

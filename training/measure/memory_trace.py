@@ -192,7 +192,8 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.trainer import activation_checkpoint, levers, lora, model, parallel, precision, rotary
+    from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
+    from training.trainer.model import decoder, lora, rotary
 
     shape = settings_parse.model_shape(values)
     mesh = init_device_mesh("cpu", (world_size,))
@@ -200,7 +201,7 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     # the kernel CUDA runs: Flash (what auto pins first among those that save the same), or math when asked for
     kernel = SDPBackend.MATH if values["attention_backend"] == "math" else SDPBackend.FLASH_ATTENTION
     with FakeTensorMode(), sdpa_kernel(kernel):
-        net = model.build_model(
+        net = decoder.build_model(
             shape,
             use_te=False,
             te_params_dtype=torch.float32,
@@ -250,7 +251,7 @@ def _step(
     micro_batches: int = 1,
     tracker: Any = None,
 ) -> None:
-    """One training step as ``loop.train_step`` runs it (no loss scaler: fp16 is traced as bf16's memory): each
+    """One training step as ``optimizer_step.train_step`` runs it (no loss scaler: fp16 is traced as bf16's memory): each
     micro-batch's forward and backward, gradients reduced on the last only, then clipping and AdamW. The
     tracker's per-module statistics are reset between micro-batches (it follows one forward per module); its
     peak covers them all."""

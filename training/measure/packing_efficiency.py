@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from training.trainer import data, packing
+from training.trainer.data import packing, token_files
 
 
 def measure(lengths: np.ndarray, trained: np.ndarray, seq: int) -> dict[str, float]:
@@ -46,7 +46,7 @@ def from_data(directory: str, seq: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dtype(directory: str) -> str:
-    return str((data.read_metadata(directory) or {}).get("token_dtype", "uint16"))
+    return str((token_files.read_metadata(directory) or {}).get("token_dtype", "uint16"))
 
 
 def from_lognormal(

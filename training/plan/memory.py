@@ -6,12 +6,12 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
 
 * persistent: sharded fp32 parameters 4P/W, AdamW's two fp32 moments 8P/W (gradients are set to None after each
   step, so they exist only in the backward pass: 4Pb/W per finished block);
-* FSDP2 buffers (``training/trainer/parallel.py``: bf16 all-gather, fp32 reduce-scatter, every block but the last
+* FSDP2 buffers (``training/trainer/distributed/parallel.py``: bf16 all-gather, fp32 reduce-scatter, every block but the last
   resharded after forward, the root never): the root's unsharded bf16 weights 2Pr for the whole step, one block's
   unsharded bf16 weights 2Pb, the next block's prefetched all-gather 2Pb, and in the backward pass the previous
   block's fp32 reduce-scatter input 4Pb (FSDP2 frees it only at the next reduce-scatter) and the head's bf16
   weight gradient 2Vh (kept until the root's reduce-scatter at the end);
-* saved activations per layer (``training/trainer/model.TorchBlock`` with CUDA's flash attention and fused
+* saved activations per layer (``training/trainer/model/decoder.TorchBlock`` with CUDA's flash attention and fused
   RMSNorm): 2(6h + 2kv + 4f) + 4nh + 8 bytes per token without activation checkpointing, with kv = kv_heads x
   head_dim the key and value width (h without grouped-query attention): block input, normed input, QKV (h + 2kv),
   attention output (flash returns it sequence-major: the reshape is a view), residual, normed input, gate/up,
@@ -41,7 +41,7 @@ W = GPUs per instance x instance_count, T = micro-batch x sequence tokens, h/f/V
   makes the weight's copy, the backward uses its column-wise usage, ``module/linear.py`` line 695), and with
   ``quantized_model_init`` (``quantization.py``: primary weights stored quantized) the blocks' sharded and
   gathered weights in the quantized format (both usages) and bf16 gradients, AdamW's moments still fp32, plus the
-  blocks' fp32 master weights (``training/trainer/master_weights.py``; they start from the fp32 values
+  blocks' fp32 master weights (``training/trainer/distributed/master_weights.py``; they start from the fp32 values
   ``weights.py`` keeps until step 1, no memory beyond their own) and, in the step, their gradients' fp32 copies.
   The seed article:
   "TE maintains both high-precision primary weights and quantized copies", which is what the default terms model.
@@ -197,7 +197,7 @@ def layer_activation_bytes(s: Setup) -> float:
 
 
 def selective_saved_bytes(s: Setup) -> float:
-    """Bytes per token a ``selective`` block keeps (``training/trainer/activation_checkpoint.py``, torchtitan's
+    """Bytes per token a ``selective`` block keeps (``training/trainer/distributed/activation_checkpoint.py``, torchtitan's
     op-level policy): its input (h), the QKV projection's output (h + 2kv: the query, and the key and value
     ``kv_heads * head_dim`` wide each, h without grouped-query attention), attention's output (h) and fp32
     log-sum-exp (4 bytes per head), the gate/up projection's output (2f); the output and down projections (every
@@ -279,7 +279,7 @@ def rope_layer_bytes(s: Setup) -> float:
 
 
 def document_mask_bytes(s: Setup) -> float:
-    """The torch path's block-causal mask of a packed micro-batch (``training/trainer/doc_mask.block_causal_mask``:
+    """The torch path's block-causal mask of a packed micro-batch (``training/trainer/model/doc_mask.block_causal_mask``:
     ``[batch, 1, seq, seq]`` bool, one byte per pair of tokens), made once per micro-batch and given to every block;
     counted through the whole step (checkpointed blocks keep it for their recompute; without activation
     checkpointing it is freed after the forward pass, so this over-counts the backward by batch x seq^2 bytes).
@@ -312,7 +312,7 @@ def document_mask_layer_bytes(s: Setup) -> float:
     bias to the fp32 scores in place and saves the softmax, the scaled query and fp32 copies of the key and value
     repeated to every query head, exactly what it saves for ``enable_gqa`` without a mask (``math_attention_bytes``
     counts them): neither the bias nor the 16-bit repeated key and value outlive the call (traced in
-    tests/training/test_fine_tuning_request.py)."""
+    tests/request/test_fine_tuning_request.py)."""
     if not s.packed_documents or s.precision in QUANTIZED_BYTES:
         return 0.0
     c, b, seq = s.compute_bytes, s.batch_size, s.seq_length
@@ -523,7 +523,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
 
 
 def lora_memory(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """LoRA's terms (``lora_rank`` > 0; ``training/trainer/lora.py``) in place of full fine-tuning's, at every moment.
+    """LoRA's terms (``lora_rank`` > 0; ``training/trainer/model/lora.py``) in place of full fine-tuning's, at every moment.
     The frozen base keeps its sharded fp32 weights and its gathered ones, and has no gradient (unsharded, reduced,
     sharded or accumulated), no AdamW moments and no head or root gradient; the adapters (Pa parameters, Pab per
     block: rank x (in + out) per targeted projection) have all of those: their sharded fp32 weights 4Pa/W, AdamW

@@ -7,7 +7,7 @@ time, and ``training.plan.layouts`` compares layouts with it.
 
 The layout is a mesh of ``replicate`` x ``shard`` GPUs (``data_parallel_replicate``; ranks are contiguous per
 instance, as torchrun numbers them, so a shard group of at most one instance's GPUs stays inside it). What the
-trainer's FSDP2 does per optimizer step (``training/trainer/parallel.py``: every block its own group, resharded
+trainer's FSDP2 does per optimizer step (``training/trainer/distributed/parallel.py``: every block its own group, resharded
 after forward except the last, the root never; ``training/trainer/loop.py``: gradients reduced only on the last
 of ``grad_accum_steps`` micro-batches):
 

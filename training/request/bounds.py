@@ -16,7 +16,7 @@ repeats the hyperparameters and the environment), so the decision keeps well und
   ``HyperParameters`` map, the channels and the job's per-execution fields as decided, the evaluation's part for the
   longest execution name and instance type, and fixed allowances for the parts whose size the request does not set
   (the plan, a tuning run's trials, ``resume_from``'s checkpoint). It is never below what the workflow's state
-  becomes (``tests/training/test_request_bounds.py``).
+  becomes (``tests/request/test_request_bounds.py``).
 
 Pure Python, standard library only; part of the request check's Lambda asset.
 """

@@ -12,10 +12,10 @@ Two ways in, one check:
 Refused before launch: a malformed block, an unknown task (one the task folder's YAML files do not define), a task
 folder outside the allowed data prefixes, and a model that cannot be evaluated: one with no Hugging Face export
 (not rotary, the job not completed, not this workflow's) or none with a tokenizer. The tokenizer is decided as
-``training.trainer.export_hf`` decides it: a run started from ``init_from`` takes the tokenizer files of that
+``training.trainer.checkpoint.export_hf`` decides it: a run started from ``init_from`` takes the tokenizer files of that
 folder (``container.INIT_FROM_TRAVELLING_FILES``: ``tokenizer.json`` or ``tokenizer.model`` make one lm-eval can
 load); any other run, or one whose ``init_from`` folder has no tokenizer file at all, takes the training data's
-(read from the ``metadata.json`` that ``training.trainer.prepare`` wrote beside it: none for synthetic or
+(read from the ``metadata.json`` that ``training.prepare`` wrote beside it: none for synthetic or
 byte-level data). The evaluation job's instance type is decided here too (:func:`evaluation_instance_type`: one
 GPU when the exported weights fit one, the plan's with a training plan) and refused when it cannot hold the
 weights or, with a training plan, is not the training's (:func:`plan_problems`).
@@ -263,14 +263,14 @@ def training_model_problems(request: Request) -> list[str]:
 
 def tokenizer_problems(s3: Any, data_uri: str, where: str) -> list[str]:
     """The model trained on ``data_uri`` gets no tokenizer files in its export: refused with the reason (read
-    from the data's ``metadata.json``, written by ``training.trainer.prepare``)."""
+    from the data's ``metadata.json``, written by ``training.prepare``)."""
     bucket, _, prefix = data_uri[5:].partition("/")
     try:
         meta = json.loads(s3.get_object(Bucket=bucket, Key=prefix + DATA_METADATA_FILE)["Body"].read())
         tokenizer = meta.get("tokenizer") or {}
     except Exception:  # noqa: BLE001 - missing, unreadable or not JSON: the reason is the same
         return [f"evaluate: {where} was trained on {data_uri}, which has no readable metadata.json (not prepared "
-                "with python -m training.trainer.prepare), so its tokenizer is unknown; evaluation needs a "
+                "with python -m training.prepare), so its tokenizer is unknown; evaluation needs a "
                 "Hugging Face tokenizer"]  # fmt: skip
     if tokenizer.get("kind") == "byte-level UTF-8":
         return [f"evaluate: {where} was trained on byte-level tokens ({data_uri}metadata.json: tokenizer "

@@ -54,7 +54,7 @@ def problems(request: Request) -> list[str]:
 
 
 def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -> list[str]:
-    """What the trainer refuses before step 1 for these settings on this data (``training.trainer.packing``):
+    """What the trainer refuses before step 1 for these settings on this data (``training.trainer.data.packing``):
     an example longer than ``seq_length``, and a split with fewer windows than one global batch."""
     seq, packing = values["seq_length"], bool(values.get("packing", True))
     if chat.longest > seq:

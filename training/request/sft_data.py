@@ -1,5 +1,5 @@
 """Conversation data against the model it fine-tunes: does a prepared folder's ``metadata.json`` (written by
-``training.trainer.prepare --init-from``) fit an ``init_from`` model folder? Pure Python (json, hashlib), on the
+``training.prepare --init-from``) fit an ``init_from`` model folder? Pure Python (json, hashlib), on the
 files' contents, so the trainer reads them from disk and the request check can read the same files from S3.
 
 What must match: the chat template (its SHA-256: the data was rendered with exactly the template the model will be
@@ -120,7 +120,7 @@ def split_lengths(meta: Mapping[str, Any], split: str = "train") -> dict[int, in
 def packed_windows(histogram: Mapping[int, int], capacity: int) -> int:
     """How many ``capacity``-token windows best-fit decreasing fills with examples of these lengths
     (``histogram``: tokens -> examples, each length in [1, capacity]): the count
-    ``training.trainer.packing.best_fit_decreasing`` gives, computed per length rather than per example.
+    ``training.trainer.data.packing.best_fit_decreasing`` gives, computed per length rather than per example.
 
     Longest first, each example goes into the open window with the least room that still holds it. For one length
     L, the window with the least room r >= L takes r // L examples in a row (after each it keeps the least room

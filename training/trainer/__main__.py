@@ -31,7 +31,8 @@ import time
 import torch.distributed as dist
 
 from training.contract import settings_table
-from training.trainer import config, loop, parallel, precision, preflight, refusal, sagemaker_job
+from training.trainer import config, loop, preflight, refusal, sagemaker_job
+from training.trainer.distributed import parallel, precision
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from training.contract import settings_table
-from training.trainer import checkpoint, data, packing, weights
+from training.trainer.checkpoint import checkpoint, weights
+from training.trainer.data import packing, token_files
 
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time when every token id is read."""
@@ -84,21 +85,21 @@ def check_writable(directory: str, field: str) -> None:
 def check_data(cfg, world_size: int) -> str:
     """The token files exist, are readable as tokens, match the metadata and the settings, and hold one global
     batch per split; returns what was checked."""
-    directory = data.channel_dir(cfg)
+    directory = token_files.channel_dir(cfg)
     if not Path(directory).is_dir():
         raise settings_table.ContractError("dataset", f"the data folder {directory} does not exist")
-    meta = data.read_metadata(directory)
-    splits = {split: data.split_files(directory, split) for split in ("train", "validation")}
+    meta = token_files.read_metadata(directory)
+    splits = {split: token_files.split_files(directory, split) for split in ("train", "validation")}
     if not splits["train"]:
         raise settings_table.ContractError("dataset", f"no .bin or .npy token files under {directory}")
     missing = [str(p) for files in splits.values() for p in files if not p.is_file()]
     if missing:
         raise settings_table.ContractError(
-            "dataset", f"{data.METADATA_FILE} lists missing files: {', '.join(missing)}"
+            "dataset", f"{token_files.METADATA_FILE} lists missing files: {', '.join(missing)}"
         )
     if meta is not None:
         _check_metadata(cfg, meta, directory)
-    counts = {p: data.token_count(p, cfg.token_dtype) for files in splits.values() for p in files}
+    counts = {p: token_files.token_count(p, cfg.token_dtype) for files in splits.values() for p in files}
     if meta is not None:
         _check_split_sizes(meta, directory, splits, counts)
     note = _check_ids(cfg, counts)
@@ -116,7 +117,7 @@ def _check_one_batch(cfg, world_size: int, directory: str, split: str, counts: d
     """The split holds what one step reads: for training one optimizer step, batch_size x grad_accum_steps
     sequences on every process (``data.batch_need``); for validation one batch of batch_size on every process."""
     accum = cfg.grad_accum_steps if split == "train" else 1
-    need, what = data.batch_need(cfg.batch_size, accum, world_size)
+    need, what = token_files.batch_need(cfg.batch_size, accum, world_size)
     windows = sum(count // (cfg.seq_length + 1) for count in counts.values())
     if counts and windows < need:
         lower = "batch_size, grad_accum_steps or seq_length" if accum > 1 else "batch_size or seq_length"
@@ -128,8 +129,8 @@ def _check_one_batch(cfg, world_size: int, directory: str, split: str, counts: d
 
 
 def _check_metadata(cfg, meta: dict, directory: str) -> None:
-    where = f"{directory}/{data.METADATA_FILE}"
-    if any(p.suffix == ".bin" for p in data.split_files(directory, "train")) and (
+    where = f"{directory}/{token_files.METADATA_FILE}"
+    if any(p.suffix == ".bin" for p in token_files.split_files(directory, "train")) and (
         meta["token_dtype"] != cfg.token_dtype
     ):
         raise settings_table.ContractError(
@@ -161,7 +162,7 @@ def _check_split_sizes(meta: dict, directory: str, splits: dict, counts: dict) -
         if recorded is not None and int(recorded) != held:
             raise settings_table.ContractError(
                 "dataset",
-                f"{directory}/{data.METADATA_FILE} records {recorded} tokens in the {split} split, but its files "
+                f"{directory}/{token_files.METADATA_FILE} records {recorded} tokens in the {split} split, but its files "
                 f"({', '.join(p.name for p in files)}) hold {held}: a file is cut short or was replaced",
             )
 
@@ -174,7 +175,7 @@ def _check_ids(cfg, counts: dict[Path, int]) -> str:
     for path, count in counts.items():
         if count == 0:
             continue
-        tokens = data.open_tokens(path, cfg.token_dtype)
+        tokens = token_files.open_tokens(path, cfg.token_dtype)
         share = count if total <= ID_CHECK_TOKENS else max(ID_CHECK_BLOCK, ID_CHECK_TOKENS * count // total)
         for begin, end in _ranges(count, share):
             block = tokens[begin:end]

@@ -13,7 +13,7 @@ Two kinds of refusal reach here:
 
 Either way the processes that speak (each node's first worker) record the reason in ``$TRAINER_REFUSAL_FILE``
 (when set) and in torchrun's per-worker error file (``TORCHELASTIC_ERROR_FILE``): the first tells
-``training.trainer.launch`` and the container's ``entrypoint.sh`` that the workers refused (so they exit 2, where
+``training.trainer.distributed.launch`` and the container's ``entrypoint.sh`` that the workers refused (so they exit 2, where
 torchrun and the toolkit would exit 1), the second puts the reason into torchrun's own failure report under a bare
 ``torchrun``. The other workers write neither and leave after them: torchrun names as its root cause the failure
 with the earliest timestamp (the error file's, in whole seconds; for a worker without one, when torchrun saw it
@@ -42,12 +42,12 @@ FAILED = 1
 """Exit status of a failure during training (Python's own status for an uncaught exception)."""
 
 MARKER_ENV = "TRAINER_REFUSAL_FILE"
-"""Environment variable naming the file a refusing process writes its reason into (set by ``training.trainer.launch``
+"""Environment variable naming the file a refusing process writes its reason into (set by ``training.trainer.distributed.launch``
 and ``entrypoint.sh``; unset: nothing is written)."""
 
 FAILURE_MARKER_ENV = "TRAINER_FAILURE_FILE"
 """Environment variable naming the file rank 0 writes the reason of a ``TrainingFailure`` into (set by
-``training.trainer.launch``; unset: nothing is written)."""
+``training.trainer.distributed.launch``; unset: nothing is written)."""
 
 QUIET_WAIT_SECONDS = 60.0
 """How long a worker that stays silent waits for its node's first worker to print the line and exit (torchrun then

@@ -18,20 +18,20 @@ from training.contract import hardware
 EXPECTED_TE_VERSION = "2.11.0"
 TRAINER_MODULES = (
     "training.trainer.config",
-    "training.trainer.precision",
-    "training.trainer.model",
-    "training.trainer.parallel",
-    "training.trainer.data",
-    "training.trainer.checkpoint",
-    "training.trainer.metrics",
+    "training.trainer.distributed.precision",
+    "training.trainer.model.decoder",
+    "training.trainer.distributed.parallel",
+    "training.trainer.data.token_files",
+    "training.trainer.checkpoint.checkpoint",
+    "training.trainer.observe.metrics",
     "training.trainer.loop",
-    "training.trainer.tracking",
-    "training.trainer.rotary",
-    "training.trainer.export_hf",
-    "training.trainer.export_peft",
-    "training.trainer.lora",
-    "training.trainer.weights",
-    "training.trainer.llama_layout",
+    "training.trainer.observe.tracking",
+    "training.trainer.model.rotary",
+    "training.trainer.checkpoint.export_hf",
+    "training.trainer.checkpoint.export_peft",
+    "training.trainer.model.lora",
+    "training.trainer.checkpoint.weights",
+    "training.trainer.model.llama_layout",
     "training.request.hf_config",
     "safetensors.torch",
 )
@@ -50,7 +50,7 @@ EVALUATION_MODULES = (
     "peft",
 )
 """What an evaluation job imports (``training/evaluate/``, started by ``evaluate.sh``), and peft, which a LoRA run's
-export imports (``training.trainer.export_peft``, after training): checked at build too."""
+export imports (``training.trainer.checkpoint.export_peft``, after training): checked at build too."""
 
 
 def run_checks(
@@ -74,7 +74,7 @@ def run_checks(
         except Exception as err:
             results.append(f"FAILED: import {name}: {type(err).__name__}: {err}")
     try:
-        precision = import_module("training.trainer.precision")
+        precision = import_module("training.trainer.distributed.precision")
     except Exception:
         return results  # already reported above; the recipes cannot be checked without it
     for name in sorted(hardware.TE_PRECISIONS):

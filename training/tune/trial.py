@@ -17,8 +17,9 @@ from collections.abc import Callable
 import torch.distributed as dist
 
 from training.contract import metric_lines
-from training.trainer import config, loop, parallel
+from training.trainer import config, loop
 from training.trainer.__main__ import exit_now
+from training.trainer.distributed import parallel
 from training.tune.stability import Stability, cv, from_environment
 
 

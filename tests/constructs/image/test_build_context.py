@@ -6,7 +6,7 @@ build's own ``Dockerfile`` and ``.dockerignore``, so the files CDK stages and ha
 
 What the container runs: the programs the ``Dockerfile`` names (``train.sh``, ``evaluate.sh``, ``entrypoint.sh``,
 its ``RUN`` lines), and the Python modules they start (every ``training.<module>`` their lines name: ``python -m
-training.trainer``, ``training.trainer.launch``, ``training.evaluate``, ``training.trainer.selfcheck``, ...), with
+training.trainer``, ``training.trainer.distributed.launch``, ``training.evaluate``, ``training.trainer.selfcheck``, ...), with
 everything those import (the import graph of ``tests/test_import_cycles.py``: import statements anywhere and imports
 by literal name) and their packages' ``__init__``. The staged context's Python files must be exactly these: a module
 the container imports cannot be left out, and a script it never runs (data preparation, the task-folder writer,
@@ -82,7 +82,7 @@ def test_the_source_asset_leaves_out_what_dockerignore_lists():
     lines = [line.strip() for line in (TRAINING_DIR / ".dockerignore").read_text().splitlines()]
     listed = [line for line in lines if line and not line.startswith("#")]
     assert source_excludes(TRAINING_DIR) == [*listed, "!Dockerfile", "!.dockerignore"]
-    assert {"measure", "trainer/prepare.py", "**/__pycache__"} <= set(listed)
+    assert {"measure", "prepare", "**/__pycache__"} <= set(listed)
 
 
 def test_the_build_context_is_what_the_container_runs(tmp_path):
@@ -106,7 +106,7 @@ def test_the_build_context_is_what_the_container_runs(tmp_path):
     assert others and all(copied_by_the_dockerfile(name, dockerfile) for name in others), others
     assert set(BUILD_FILES) <= context  # the build reads them from the asset
     assert {"trainer/loop.py", "evaluate/run.py", "contract/settings_table.py", "train.sh"} <= context
-    assert not {"trainer/prepare.py", "evaluate/prepare_tasks.py", "measure/benchmark.py"} & context
+    assert not {"prepare/corpus.py", "evaluate/prepare_tasks.py", "measure/benchmark.py"} & context
 
 
 def test_the_tag_is_the_hash_of_the_context_only(tmp_path):
@@ -114,10 +114,12 @@ def test_the_tag_is_the_hash_of_the_context_only(tmp_path):
     copy = tmp_path / "training"
     shutil.copytree(TRAINING_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     first, context = staged(copy, tmp_path / "out0")
-    for index, name in enumerate(["trainer/prepare.py", "evaluate/prepare_tasks.py", "request/tuning.py"]):
+    for index, name in enumerate(["prepare/corpus.py", "evaluate/prepare_tasks.py", "request/tuning.py"]):
         (copy / name).write_text((copy / name).read_text() + "\n# changed\n")
         assert staged(copy, tmp_path / f"out-left-{index}")[0] == first, name
-    for index, name in enumerate(["train.sh", "requirements.txt", "contract/settings_table.py", "Dockerfile"]):
+    for index, name in enumerate(
+        ["train.sh", "requirements.txt", "contract/settings_table.py", "Dockerfile"]
+    ):
         assert name in context
         original = (copy / name).read_text()
         (copy / name).write_text(original + "\n# changed\n")

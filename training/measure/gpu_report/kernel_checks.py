@@ -78,7 +78,7 @@ def sdpa_check(
     import torch
     from torch.nn.attention import sdpa_kernel
 
-    from training.trainer import attention, model
+    from training.trainer.model import attention, decoder
 
     generator = torch.Generator(device="cpu").manual_seed(11)
     q = torch.randn(batch, heads, seq, head_dim, generator=generator).to(device)
@@ -89,7 +89,7 @@ def sdpa_check(
     def run(dtype, backend):
         inputs = [x.detach().to(dtype, copy=True).requires_grad_() for x in (q, k, v)]
         with sdpa_kernel([backend]):
-            out = model.causal_attention(*inputs)
+            out = decoder.causal_attention(*inputs)
         out.backward(g.to(dtype))
         return [out.detach(), *(x.grad for x in inputs)]
 

@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torch.profiler import ProfilerActivity, profile, schedule
 
     from training.contract import metric_lines
-    from training.trainer import config, loop, parallel
+    from training.trainer import config, loop
+    from training.trainer.distributed import parallel
 
     args, rest = parse_args(list(sys.argv[1:] if argv is None else argv))
     steps = args.skip + 1 + args.active

@@ -3,7 +3,7 @@ imports it before it looks up the model): registers the train spec ``gpukit_llam
 ``register_train_spec``. It is torchtitan's Llama 3 spec (its model, parallelize function: FSDP2, activation
 checkpointing and per-block compile, its optimizer, LR schedule and loss) with two changes: the flavor ``run``
 has the shape of the model our trainer ran (``GPU_REPORT_TITAN_SHAPE``, JSON, set by :mod:`titan`), and the data
-are our trainer's synthetic tokens (``training.trainer.data.SyntheticTokens``: the same batches our trials train
+are our trainer's synthetic tokens (``training.trainer.data.token_files.SyntheticTokens``: the same batches our trials train
 on), so no tokenizer or data set needs carrying; no validator, no checkpoint adapter.
 """
 
@@ -22,7 +22,7 @@ from torchtitan.models.llama3 import TransformerModelArgs, get_train_spec
 from torchtitan.models.llama3.model.args import RoPEScalingArgs
 from torchtitan.protocols.train_spec import register_train_spec
 
-from training.trainer.data import SyntheticTokens
+from training.trainer.data.token_files import SyntheticTokens
 
 NAME = "gpukit_llama3"
 FLAVOR = "run"

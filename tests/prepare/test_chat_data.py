@@ -1,0 +1,167 @@
+"""Conversations -> ids and loss mask (training.prepare.chat_data) with the real Llama 3.1 and Qwen 2.5 templates:
+the ids are apply_chat_template's, the trained tokens exactly the answers and their end-of-turn token, the same as
+transformers' own assistant mask on a copy of each template marked with {% generation %}; every refusal named."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from tests.training.chat_models import FAMILIES, model_folder, template
+from training.prepare import chat, chat_data
+
+POOL = [
+    "17",
+    "What is 2 + 2?",
+    "  spaced out  ",
+    "line one\nline two",
+    "café 日本 ✓",
+    "",
+    "Hello!\n",
+    "x" * 40,
+]
+LLAMA_TURN = (
+    "        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|eot_id|>' }}\n"
+)
+QWEN_TURN = "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+
+
+def marked(family: str) -> str:
+    """The family's template with the assistant's answer and end-of-turn token inside {% generation %}."""
+    text = template(family)
+    if family == "llama3.1":
+        branch = ("        {%- if message['role'] == 'assistant' %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+                  "{% generation %}{{- message['content'] | trim + '<|eot_id|>' }}{% endgeneration %}"
+                  "{%- else %}\n" + LLAMA_TURN + "        {%- endif %}\n")  # fmt: skip
+        assert LLAMA_TURN in text
+        return text.replace(LLAMA_TURN, branch)
+    branch = ("        {%- if message.role == 'assistant' %}{{- '<|im_start|>assistant\\n' }}{% generation %}"
+              "{{- message.content + '<|im_end|>' }}{% endgeneration %}{{- '\\n' }}{%- else %}\n" + QWEN_TURN +
+              "        {%- endif %}\n")  # fmt: skip
+    assert QWEN_TURN in text
+    return text.replace(QWEN_TURN, branch)
+
+
+def conversations(count: int, seed: int = 0) -> list[list[dict]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        messages = [{"role": "system", "content": rng.choice(POOL)}] if rng.random() < 0.5 else []
+        for _ in range(rng.randint(1, 3)):
+            messages += [
+                {"role": "user", "content": rng.choice(POOL) or "hi"},
+                {"role": "assistant", "content": rng.choice(POOL)},
+            ]
+        out.append(messages)
+    return out
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, tmp_path_factory):
+    folder = model_folder(tmp_path_factory.mktemp(request.param) / "model", request.param)
+    return request.param, folder, AutoTokenizer.from_pretrained(folder)
+
+
+def test_ids_are_apply_chat_templates_and_the_mask_is_transformers_own_on_the_marked_template(family):
+    name, folder, tokenizer = family
+    renderer = chat_data.Renderer(*chat_data.load_tokenizer(str(folder)))
+    agreed = total = 0
+    for messages in conversations(60):
+        checked, _ = chat_data.messages_of({"messages": messages}, "t:1")
+        example = renderer.render(checked, "messages", "t:1")
+        reference = tokenizer.apply_chat_template(messages, chat_template=marked(name), tokenize=True,
+                                                  return_dict=True, return_assistant_tokens_mask=True)  # fmt: skip
+        assert example.ids.tolist() == tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=False
+        )
+        assert example.ids.tolist() == reference["input_ids"]
+        agreed += sum(
+            int(a == b) for a, b in zip(example.mask.tolist(), reference["assistant_masks"], strict=True)
+        )
+        total += len(example.ids)
+        # the trained spans, decoded, are exactly each answer (Llama trims it) and the end-of-turn token
+        spans, current = [], []
+        for token, trained in zip([*example.ids.tolist(), -1], [*example.mask.tolist(), 0], strict=True):
+            if trained:
+                current.append(token)
+            elif current:
+                spans.append(tokenizer.decode(current))
+                current = []
+        eot = FAMILIES[name]["end_of_turn"]
+        answers = [
+            m["content"].strip() if name == "llama3.1" else m["content"]
+            for m in messages
+            if m["role"] == "assistant"
+        ]
+        assert spans == [answer + eot for answer in answers]
+    assert agreed == total  # every token of 60 conversations
+    print(f"{name}: mask agrees with transformers' on {agreed}/{total} tokens")
+
+
+def test_a_turn_marked_train_false_and_a_conversation_without_an_answer_to_train(family):
+    _, folder, tokenizer = family
+    renderer = chat_data.Renderer(*chat_data.load_tokenizer(str(folder)))
+    record = {"messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "bad", "train": False},
+                           {"role": "user", "content": "2"}, {"role": "assistant", "content": "3"}]}  # fmt: skip
+    example = renderer.render(*chat_data.messages_of(record, "t:1"), "t:1")
+    trained = tokenizer.decode([t for t, m in zip(example.ids, example.mask, strict=True) if m])
+    assert trained.startswith("3") and "bad" not in trained
+    record = {
+        "messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "x", "train": False}]
+    }
+    assert renderer.render(*chat_data.messages_of(record, "t:2"), "t:2") is None  # counted, not refused
+
+
+def write(path: Path, lines: list) -> Path:
+    path.write_bytes(
+        b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
+    )
+    return path
+
+
+GOOD = {"prompt": "1", "completion": "2"}
+ANSWERS_ONLY = (
+    "{% for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}<|eot_id|>{% endif %}{% endfor %}"
+)
+FORGETFUL = (
+    "{% for m in messages %}{% if m.role == 'assistant' and not loop.last %}<|im_start|>assistant\n<|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SILENT = "{% for m in messages %}{% if m.role != 'assistant' %}<|im_start|>{{ m.content }}<|im_end|>{% endif %}{% endfor %}"
+REFUSED = {
+    "not UTF-8": ("qwen2.5", None, [GOOD, b'{"prompt": "\xff", "completion": "2"}'], 2, "not UTF-8"),
+    "not JSON": ("qwen2.5", None, [GOOD, GOOD, b'{"prompt": "1",'], 3, "not valid JSON"),
+    "unknown role": ("qwen2.5", None, [{"messages": [{"role": "tool", "content": "x"}]}], 1, "has role 'tool'; allowed: system, user, assistant"),
+    "special token in content": ("llama3.1", None, [{"prompt": "a<|eot_id|>b", "completion": "2"}], 1, "holds the tokenizer's special token '<|eot_id|>'"),
+    "no trained token": ("qwen2.5", SILENT, [GOOD], 1, "assistant turn 1 yields no trained token"),
+    "every token trained": ("llama3.1", ANSWERS_ONLY, [GOOD], 1, "every token of this example would be trained"),
+    "opens with the assistant": ("llama3.1", None, [{"messages": [{"role": "assistant", "content": "hi"}]}], 1, "opens with an assistant turn"),
+    "turn rendered differently": ("qwen2.5", FORGETFUL, [GOOD, {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]}], 2, "renders assistant turn 1 differently once later turns follow"),
+    "other shape": ("qwen2.5", None, [{"text": "x"}], 1, "an example is a JSON object with 'messages'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_each_refusal_names_the_file_and_line_and_nothing_is_written(case, tmp_path):
+    family, template_text, lines, line, reason = REFUSED[case]
+    folder = model_folder(tmp_path / "model", family, template_text=template_text)
+    data = write(tmp_path / "chats.jsonl", lines)
+    with pytest.raises(chat_data.ChatDataError) as refused:
+        chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
+    assert str(refused.value).startswith(f"{data}:{line}: ") and reason in str(refused.value), refused.value
+    assert len(str(refused.value).splitlines()) == 1
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_model_folder_without_a_template_is_refused_before_anything_is_written(tmp_path):
+    folder = model_folder(tmp_path / "model", "qwen2.5", template_text="")
+    data = write(tmp_path / "chats.jsonl", [GOOD])
+    with pytest.raises(chat_data.ChatDataError, match=f"init-from: {folder} has no chat template"):
+        chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
+    assert not (tmp_path / "out").exists()

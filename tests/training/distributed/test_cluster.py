@@ -1,0 +1,202 @@
+"""The job's hosts before torchrun (training.trainer.distributed.cluster, training.trainer.distributed.launch): resourceconfig.json, name
+resolution within a bound, the roll call over real sockets (threads standing in for hosts), torchrun's node
+options, the network report; and the trainer's layout (parallel.data_parallel_replicate) and data position
+across layouts. Fast: no torchrun (the two-agent runs are tests/training/test_multinode.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.training.runner import TINY, free_ports
+from training.contract import settings_table
+from training.trainer import config
+from training.trainer.data import token_files
+from training.trainer.distributed import cluster, launch, parallel
+
+
+def write_config(base: Path, hosts: list[str], current: str, **extra) -> Path:
+    path = base / cluster.RESOURCE_CONFIG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"current_host": current, "hosts": hosts, **extra}))
+    return path
+
+
+def test_hosts_come_from_resourceconfig_json_in_its_order(tmp_path, monkeypatch):
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    assert cluster.Hosts.read().names == ("localhost",)  # no file: one host
+    write_config(tmp_path, ["algo-1", "algo-2", "algo-3"], "algo-2", network_interface_name="eth0",
+                 current_instance_type="ml.p6-b200.48xlarge")  # fmt: skip
+    hosts = cluster.Hosts.read()
+    assert (hosts.count, hosts.rank, hosts.master, hosts.interface) == (3, 1, "algo-1", "eth0")
+    assert cluster.current_instance_type() == "ml.p6-b200.48xlarge"
+    assert cluster.torchrun_node_args(hosts, 6000) == [
+        "--nnodes=3", "--node-rank=1", "--master-addr=algo-1", "--master-port=6000"
+    ]  # fmt: skip
+    write_config(tmp_path, ["algo-1"], "algo-9")
+    with pytest.raises(cluster.JoinError, match="current_host 'algo-9' is not one of its hosts"):
+        cluster.Hosts.read()
+
+
+def test_names_are_retried_until_they_resolve_and_those_that_never_do_are_named():
+    tries = {"algo-2": 0}
+
+    def lookup(name):
+        if name == "algo-2" and tries["algo-2"] < 2:
+            tries["algo-2"] += 1
+            raise OSError("not yet")
+        if name == "algo-3":
+            raise OSError("never")
+
+    cluster.resolve(["algo-1", "algo-2"], 30.0, lookup)
+    assert tries["algo-2"] == 2
+    with pytest.raises(cluster.JoinError) as refused:
+        cluster.resolve(["algo-1", "algo-3"], 0.2, lookup)
+    assert str(refused.value) == (
+        "host algo-3 did not resolve within 0.2 s (HOST_JOIN_TIMEOUT; the job's hosts: algo-1, algo-3)"
+    )
+
+
+def roll_call(names, bound, nprocs, started=None):
+    """Each started host's roll call in a thread, over real sockets on this machine; their errors (None: joined)."""
+    port = free_ports()
+    errors: dict[str, str | None] = {}
+
+    def host(name: str, nproc: int) -> None:
+        try:
+            cluster.roll_call(cluster.Hosts(tuple(names), name), port, bound, nproc)
+            errors[name] = None
+        except cluster.JoinError as err:
+            errors[name] = str(err).replace(str(port), "PORT")
+
+    threads = [threading.Thread(target=host, args=(n, p)) for n, p in zip(names, nprocs, strict=True)
+               if started is None or n in started]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return errors
+
+
+def test_the_roll_call_lets_every_host_through_once_all_have_answered():
+    assert roll_call(["127.0.0.1", "localhost"], 30.0, [2, 2]) == {"127.0.0.1": None, "localhost": None}
+
+
+def test_a_host_that_never_comes_is_named_on_the_first_host_and_on_those_that_came():
+    errors = roll_call(
+        ["127.0.0.1", "localhost", "algo-3"], 1.0, [2, 2, 2], started={"127.0.0.1", "localhost"}
+    )
+    line = "host algo-3 did not join at 127.0.0.1:PORT within 1 s (HOST_JOIN_TIMEOUT; joined: 127.0.0.1, localhost)"
+    assert errors == {"127.0.0.1": line, "localhost": line}
+
+
+def test_hosts_that_differ_in_processes_are_refused_together():
+    errors = roll_call(["127.0.0.1", "localhost"], 30.0, [8, 7])
+    line = "hosts differ in processes per node: 127.0.0.1 has 8, localhost has 7"
+    assert errors == {"127.0.0.1": line, "localhost": line}
+
+
+def test_a_first_host_that_never_answers_is_named():
+    errors = roll_call(["127.0.0.1", "localhost"], 1.0, [2, 2], started={"localhost"})
+    assert errors == {
+        "localhost": "host 127.0.0.1 (the first host, where the job meets) did not answer at 127.0.0.1:PORT within "
+        "1 s (HOST_JOIN_TIMEOUT)"
+    }
+
+
+def test_the_launcher_adds_node_options_unless_given_and_on_one_host_runs_standalone(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    argv = ["--nproc-per-node=2", "-m", "training.trainer", "--max_steps", "3"]
+    assert launch.node_arguments(["--standalone", *argv], {}) == ["--standalone", *argv]
+    assert launch.node_arguments(argv, {}) == ["--standalone", *argv]  # no resourceconfig.json: one host
+    assert "train.sh: network: NCCL not used (no GPU: gloo)" in capsys.readouterr().out
+    write_config(tmp_path, ["127.0.0.1", "localhost"], "127.0.0.1", network_interface_name="lo")
+    environ = {"HOST_JOIN_TIMEOUT": "0.5", "MASTER_PORT": str(free_ports())}
+    with pytest.raises(cluster.JoinError, match="host localhost did not join at 127.0.0.1:"):
+        launch.node_arguments(argv, environ)
+    assert environ["NCCL_SOCKET_IFNAME"] == "lo"  # SageMaker's interface, as the toolkit's runner sets it
+    monkeypatch.setenv("HOST_JOIN_TIMEOUT", "0.5")
+    monkeypatch.setenv("MASTER_PORT", str(free_ports()))
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth9")  # a value already set is kept
+    capsys.readouterr()
+    assert launch.main(argv) == 1  # a host that never joined: a failure (exit 1), one line
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 1 and errors[0].startswith("error: host localhost did not join at 127.0.0.1:")
+
+
+def test_stale_variables_are_reported_never_set(tmp_path):
+    hosts = cluster.Hosts(("algo-1", "algo-2"), "algo-1")
+    lines = cluster.network_report(
+        hosts, {"NCCL_PROTO": "simple", "RDMAV_FORK_SAFE": "1", "RDMAV_HUGEPAGES_SAFE": "1"}
+    )
+    assert lines[0].startswith("network: NCCL ") and "EFA devices: none" in lines[0]
+    assert any(
+        line.startswith("warning: NCCL_PROTO=simple is set") and "aws-ofi-nccl 1.5" in line for line in lines
+    )
+    assert any(line.startswith("warning: RDMAV_FORK_SAFE=1 is set") for line in lines)
+    assert any("RDMAV_HUGEPAGES_SAFE set" in line for line in lines)
+    assert not any(
+        line.startswith("warning") for line in cluster.network_report(hosts, {})
+    )  # no GPU: no EFA warning
+
+
+def test_efa_devices_are_the_rdma_devices_whose_driver_is_efa(tmp_path):
+    for name, driver in (("rdmap16s27", "efa"), ("rdmap32s27", "efa"), ("mlx5_0", "mlx5_core")):
+        (tmp_path / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "class" / name / "device").mkdir(parents=True)
+        (tmp_path / "class" / name / "device" / "driver").symlink_to(tmp_path / "drivers" / driver)
+    assert cluster.efa_devices(tmp_path / "class") == ["rdmap16s27", "rdmap32s27"]
+    assert cluster.efa_devices(tmp_path / "none") == []
+
+
+def tiny(**settings) -> config.TrainConfig:
+    return config.config_from_mapping({**TINY, **settings})
+
+
+def test_the_layout_is_checked_against_the_world_and_auto_asks_the_plan(tmp_path, monkeypatch):
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv("SM_CURRENT_INSTANCE_TYPE", raising=False)
+    assert parallel.data_parallel_replicate(tiny(data_parallel_replicate="2"), 4, 2) == (2, "set")
+    with pytest.raises(settings_table.ContractError) as refused:
+        parallel.data_parallel_replicate(tiny(data_parallel_replicate="3"), 4, 2)
+    assert str(refused.value) == (
+        "data_parallel_replicate: must divide the number of GPUs (4); got 3 (2 node(s) x 2 processes); or auto"
+    )
+    assert parallel.data_parallel_replicate(tiny(), 2, 2) == (1, "auto: one node")
+    replicate, why = parallel.data_parallel_replicate(tiny(), 4, 2)
+    assert replicate == 1 and why.startswith("auto: instance type unknown")
+    write_config(tmp_path, ["a", "b"], "a", current_instance_type="ml.p6-b200.48xlarge")
+    assert parallel.data_parallel_replicate(tiny(), 4, 2)[0] == 2  # the tiny model fits on one instance
+    big = tiny(model_preset="llama3.1-70b", num_layers=None, hidden_size=None, num_heads=None, ffn_hidden_size=None,
+               vocab_size=None, seq_length="8192", precision="bf16", batch_size="4", activation_checkpointing="full")  # fmt: skip
+    assert parallel.data_parallel_replicate(big, 32, 8)[0] == 1  # 70B at micro-batch 4 does not
+
+
+def test_the_data_continue_from_the_first_sample_not_trained_on_in_another_layout():
+    written = token_files.SyntheticTokens(256, 16, 4, seed=7, rank=0, world_size=4)
+    for _ in range(3):
+        written.next_batch()
+    state = written.state_dict()
+    assert state == {"position": 3, "offset": 0, "world_size": 4, "batch_size": 4}
+    # the next global batch of the 4 x 4 layout is samples 48-63; 2 ranks x 8 read exactly those
+    expected = [token_files.SyntheticTokens(256, 16, 4, seed=7, rank=r, world_size=4) for r in range(4)]
+    for source in expected:
+        source.load_state_dict(state)
+    wanted = [s.next_batch()[0] for s in expected]
+    resumed = [token_files.SyntheticTokens(256, 16, 8, seed=7, rank=r, world_size=2) for r in range(2)]
+    notes = [source.load_state_dict(state) for source in resumed]
+    assert notes[0] == (
+        "data: the checkpoint's 4 ranks x 4 samples per step consumed 48 samples; 2 ranks x 8 continue from sample "
+        "48 of the same order"
+    )
+    got = [s.next_batch()[0] for s in resumed]
+    assert all((got[i // 2][4 * (i % 2) : 4 * (i % 2) + 4] == wanted[i]).all() for i in range(4))
+    same = token_files.SyntheticTokens(256, 16, 4, seed=7, rank=1, world_size=4)
+    assert same.load_state_dict(state) is None and same.position == 3
+    old = token_files.SyntheticTokens(256, 16, 4, seed=7, rank=1, world_size=2)
+    assert old.load_state_dict({"position": 5}) is None and old.position == 5  # before layouts were recorded

@@ -1,0 +1,2 @@
+"""The training batches: token files and synthetic tokens (``token_files``) and conversation data packed into
+windows (``packing``)."""
