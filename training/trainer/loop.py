@@ -1,6 +1,5 @@
 """The training loop: build, shard, resume, train (AdamW, warm-up + cosine LR, grad clipping), log progress and
-the validation loss, checkpoint, stop on SIGTERM, save the model.
-"""
+the validation loss, checkpoint, stop on SIGTERM, save the model."""
 
 from __future__ import annotations
 
