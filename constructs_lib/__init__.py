@@ -22,7 +22,7 @@ _EXPORTS = {
     "TrainingImageBuild": ".image.build",
     "TrainingImageRepository": ".image.repository",
     "TrainingWorkflow": ".workflow.construct",
-    "WorkflowDefaults": ".workflow.construct",
+    "WorkflowDefaults": ".workflow.defaults",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -3,7 +3,7 @@ checks: the execution-input fields (``training.request.fields.FIELDS``), the ``e
 fields (their defaults ``fields.EVALUATE_DEFAULTS``, their rows ``evaluate_block.EVALUATE_FIELDS``), the
 trainer settings
 (``training.contract.settings_table.HYPERPARAMETERS`` and ``training.trainer.config.TRAINER_ONLY_SETTINGS``) and the
-``cdk.json`` keys (``constructs_lib.config.CONTEXT``).
+``cdk.json`` keys (``constructs_lib.context_keys.CONTEXT``).
 
     make docs                                   # the same as the next line
     python -m constructs_lib.reference          # writes docs/reference.md
@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from constructs_lib.config import CONTEXT, ContextKey
+from constructs_lib.context_keys import CONTEXT, ContextKey
 from training.contract.settings_table import HYPERPARAMETERS, TOP_LEVEL_SETTINGS, Hyperparameter
 from training.request.evaluate_block import EVALUATE_FIELDS_BY_NAME
 from training.request.fields import EVALUATE_DEFAULTS, FIELDS

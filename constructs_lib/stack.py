@@ -15,7 +15,8 @@ from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.image.build import TrainingImageBuild
 from constructs_lib.image.repository import TrainingImageRepository
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
-from constructs_lib.workflow.construct import TrainingWorkflow, WorkflowDefaults
+from constructs_lib.workflow.construct import TrainingWorkflow
+from constructs_lib.workflow.defaults import WorkflowDefaults
 
 
 class BlackwellTrainingStack(Stack):

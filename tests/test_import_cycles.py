@@ -200,7 +200,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read():
     """The reader sees the imports that are there (so that an empty graph cannot pass the test below)."""
     graph = _graph()
-    assert "training.request.decision" in graph["constructs_lib.workflow.construct"]
+    assert "training.request.decision" in graph["constructs_lib.workflow.rules"]
     assert "constructs_lib.image.repository" in graph["constructs_lib.image.build"]
     assert "constructs_lib._shared.console_links" in graph["constructs_lib.workflow.states"]
     assert "training.contract.settings_table" in graph["training.trainer.config"]

@@ -1,8 +1,9 @@
 """The training workflow: a Step Functions state machine that checks a request, launches one SageMaker training
 job with capacity retries, and reports how it ended.
 
-* ``construct``: ``TrainingWorkflow`` and ``WorkflowDefaults``; checks the props and composes the parts below
-  (the only module that holds the workflow's attributes);
+* ``construct``: ``TrainingWorkflow``; checks the props and composes the parts below (the only module that holds
+  the workflow's attributes); ``defaults``: ``WorkflowDefaults``; ``rules``: what an execution may ask for (the
+  ``RequestRules`` made from the props); ``job_network``: the jobs' ``VpcConfig``;
 * ``request``: the ``CreateTrainingJob`` request, a pure function of the workflow's settings;
 * ``request_check``: the Lambda ``handler`` of **the request check**, which runs what decides a request
   (``training.request.decision.decide_request``, pure Python, no aws_cdk, shared by the Lambda function, the
@@ -31,7 +32,7 @@ _EXPORTS = {
     "RequestRules": "training.request.rules",
     "RequestValidator": ".request_function",
     "TrainingWorkflow": ".construct",
-    "WorkflowDefaults": ".construct",
+    "WorkflowDefaults": ".defaults",
     "validate_request": "training.request.decision",
 }
 

@@ -17,21 +17,19 @@ apart.
 Everything is JSONPath (moto's engine, used by the tests, cannot evaluate JSONata).
 
 This module checks the props and composes the parts of this package, each a function or construct that takes what
-it uses and returns what it builds: the request (``request``), its check (the Lambda function
-``request_function`` running ``request_check``, the states that call it ``request_states``), the states (``states``, ``evaluation_states``,
-``launch_retry``) and
-observability (``observability``, ``dashboard``), and its IAM (``permissions``); ``props`` checks the props. Only
-this module holds the workflow's attributes.
+it uses and returns what it builds: the request (``request``), what an execution may ask for (``rules``, from the
+``defaults``), its check (the Lambda function ``request_function`` running ``request_check``, the states that call
+it ``request_states``), the states (``states``, ``evaluation_states``, ``launch_retry``), the jobs' network
+(``job_network``), observability (``observability``, ``dashboard``), and its IAM (``permissions``); ``props`` checks
+the props. Only this module holds the workflow's attributes.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from aws_cdk import Duration, Names, RemovalPolicy, Stack, Tags
+from aws_cdk import Duration, RemovalPolicy, Stack, Tags
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
@@ -44,11 +42,6 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from constructs_lib._shared.log_keys import keyed_log_group
-from constructs_lib._shared.nag import (
-    NIST_800_53_R5,
-    acknowledge,
-)
-from constructs_lib._shared.subnets import subnet_selection_kwargs
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.storage.checkpoint_bucket import (
     CHECKPOINT_PREFIX,
@@ -57,7 +50,9 @@ from constructs_lib.storage.checkpoint_bucket import (
     CheckpointBucket,
 )
 from constructs_lib.workflow.dashboard import dashboard_url, training_dashboard
+from constructs_lib.workflow.defaults import WorkflowDefaults
 from constructs_lib.workflow.evaluation_states import evaluation_states
+from constructs_lib.workflow.job_network import vpc_config as job_vpc_config
 from constructs_lib.workflow.observability import alarm_and_notifications, trigger
 from constructs_lib.workflow.permissions import (
     data_prefixes,
@@ -83,6 +78,7 @@ from constructs_lib.workflow.props import (
 from constructs_lib.workflow.request import evaluation_job_request, resource_config, training_job_request
 from constructs_lib.workflow.request_function import RequestValidator
 from constructs_lib.workflow.request_states import decide_request_states
+from constructs_lib.workflow.rules import request_rules
 from constructs_lib.workflow.states import (
     CREATE_TRAINING_JOB_SYNC,
     capacity_states,
@@ -91,60 +87,18 @@ from constructs_lib.workflow.states import (
     training_summary,
 )
 from constructs_lib.workflow.tuning_states import TuningStorage, record_objects, report_objects, tuning_states
-from training.contract.hardware import DEFAULT_INSTANCE_TYPE, GPU_INSTANCE_TYPES
-from training.contract.settings_table import HYPERPARAMETERS_BY_NAME
-from training.request.decision import validate_request
+from training.contract.hardware import GPU_INSTANCE_TYPES
 from training.request.rules import (
-    DEFAULT_MAX_KEEP_ALIVE_SECONDS,
     MAX_RUNTIME_SECONDS_LIMIT,
     WORKFLOW_TAG,
-    RequestRules,
     measurements_root,
-    parse_data_sources,
 )
 
 __all__ = [
     "CREATE_TRAINING_JOB_SYNC",
     "TrainingWorkflow",
-    "WorkflowDefaults",
 ]
 """``CREATE_TRAINING_JOB_SYNC`` is ``states``'s, re-exported for the tests that read the definition."""
-
-
-def _default(name: str) -> Any:
-    return HYPERPARAMETERS_BY_NAME[name].default
-
-
-@dataclass(frozen=True)
-class WorkflowDefaults:
-    """The value of every execution-input field that an execution leaves out (trainer settings from the
-    contract). ``num_layers`` None means the trainer's model preset decides the depth (``model_preset`` in
-    ``hyperparameters``, default 1b)."""
-
-    precision: str = _default("precision")
-    num_layers: int | None = None
-    batch_size: int = _default("batch_size")
-    seq_length: int = _default("seq_length")
-    activation_checkpointing: bool | str = _default("activation_checkpointing")
-    instance_type: str = DEFAULT_INSTANCE_TYPE
-    instance_count: int = 1
-    training_plan_arn: str | None = None
-    use_spot: bool = False
-    max_runtime_seconds: int = 24 * 3600
-    max_wait_seconds: int | None = None
-    hyperparameters: Mapping[str, str] = field(default_factory=dict)
-    job_name_prefix: str = "blackwell-training"
-    train_data_uri: str | None = None
-    train_data_input_mode: str = "FastFile"
-    keep_alive_seconds: int = 0
-    infra_check: bool = False
-    environment: Mapping[str, str] = field(default_factory=dict)
-
-    def as_input(self) -> dict[str, Any]:
-        values = asdict(self)
-        values["hyperparameters"] = dict(self.hyperparameters)
-        values["environment"] = dict(self.environment)
-        return values
 
 
 class TrainingWorkflow(Construct):
@@ -328,8 +282,11 @@ class TrainingWorkflow(Construct):
         self.defaults = defaults or WorkflowDefaults()
         limits = (allowed, max_count, min(MAX_RUNTIME_SECONDS_LIMIT, timeout), retries)
         self.remote_debug = checked_remote_debug(remote_debug, network_isolation)
-        self.request_rules = self._request_rules(
+        self.request_rules, self.data_sources = request_rules(
             stack,
+            self.bucket,
+            self.run_segment,
+            self.defaults,
             data_sources,
             train_data_prefix,
             checkpoint_prefix,
@@ -349,7 +306,7 @@ class TrainingWorkflow(Construct):
         self.max_capacity_retries = retries
         self.image_uri = image_uri
 
-        vpc_config = self._vpc_config(vpc, subnets, security_groups)
+        self.security_groups, vpc_config = job_vpc_config(self, vpc, subnets, security_groups)
         launch_params = self._launch_params(
             output_prefix, internal_retries, output_kms_key, vpc_config, network_isolation, tensorboard
         )
@@ -505,45 +462,6 @@ class TrainingWorkflow(Construct):
             encryption_key=self.encryption_key,
         )
 
-    def _vpc_config(
-        self,
-        vpc: ec2.IVpc | None,
-        subnets: ec2.SubnetSelection | None,
-        security_groups: Sequence[ec2.ISecurityGroup] | None,
-    ) -> dict[str, Any] | None:
-        """``VpcConfig`` of the jobs (None without ``vpc``); creates the nodes' security group if none given."""
-        self.security_groups: list[ec2.ISecurityGroup] = list(security_groups or [])
-        vpc_config: dict[str, Any] | None = None
-        if vpc is not None:
-            if not self.security_groups:
-                group = ec2.SecurityGroup(
-                    self,
-                    "JobSecurityGroup",
-                    vpc=vpc,
-                    description="Training job nodes: talk to each other (NCCL/EFA) and out to AWS APIs",
-                    allow_all_outbound=True,
-                )
-                group.add_ingress_rule(group, ec2.Port.all_traffic(), "Training nodes talk to each other")
-                acknowledge(
-                    group.node.find_child(f"from {Names.unique_id(group)}:ALL TRAFFIC"),
-                    "EC2RestrictedCommonPorts",
-                    "NCCL and EFA between the nodes of one job use ports chosen at run time; all traffic is "
-                    "allowed only from this same security group (the job's own nodes), never from an address.",
-                    pack=NIST_800_53_R5,
-                )
-                self.security_groups = [group]
-            vpc_config = {
-                "SecurityGroupIds": [g.security_group_id for g in self.security_groups],
-                "Subnets": vpc.select_subnets(
-                    **(
-                        {"subnet_type": ec2.SubnetType.PRIVATE_WITH_EGRESS}
-                        if subnets is None
-                        else subnet_selection_kwargs(subnets)
-                    )
-                ).subnet_ids,
-            }
-        return vpc_config
-
     def _state_machine(
         self, definition: sfn.IChainable, name: str, timeout: int, key: kms.IKey | None
     ) -> sfn.StateMachine:
@@ -662,64 +580,3 @@ class TrainingWorkflow(Construct):
             rules_json=self.request_rules.to_json(),
             next_state=route,
         )
-
-    def _request_rules(
-        self,
-        stack: Stack,
-        data_sources: Sequence[str] | None,
-        train_data_prefix: str | None,
-        checkpoint_prefix: str,
-        limits: tuple[tuple[str, ...], int, int, int],
-        *,
-        max_keep_alive_seconds: int | None,
-        **settings: Any,
-    ) -> RequestRules:
-        """What an execution may ask for (the Lambda function's rules; the operator CLI validates with them),
-        with SageMaker's limits read from botocore now; the defaults must pass them. ``limits``: allowed
-        instance types, max instance count, max runtime, capacity retries; ``settings``: further
-        ``RequestRules`` fields."""
-        allowed, max_count, max_runtime, retries = limits
-        try:
-            sources = parse_data_sources(list(data_sources) if data_sources is not None else None)
-        except ValueError as error:
-            raise ValueError(
-                f"TrainingWorkflow: data_sources{str(error).removeprefix('context dataSources')}"
-            ) from None
-        defaults = self.defaults.as_input()
-        if train_data_prefix is not None:
-            if defaults["train_data_uri"] is not None:
-                raise ValueError(
-                    "TrainingWorkflow: give train_data_prefix or defaults.train_data_uri, not both"
-                )
-            defaults["train_data_uri"] = f"s3://{self.bucket.bucket_name}/{train_data_prefix}"
-            sources = tuple(dict.fromkeys((*sources, train_data_prefix)))
-        self.data_sources = sources
-        rules = RequestRules(
-            defaults=defaults,
-            allowed_instance_types=allowed,
-            max_instance_count=max_count,
-            max_runtime_seconds=max_runtime,
-            region=stack.region,
-            bucket_name=self.bucket.bucket_name,
-            checkpoint_prefix=checkpoint_prefix,
-            workflow_segment=self.run_segment,
-            data_sources=sources,
-            max_capacity_retries=retries,
-            **settings,
-        ).with_limits()
-        keep_alive_limit = int(rules.sagemaker()["KeepAlivePeriodInSeconds"]["max"])
-        rules = replace(
-            rules,
-            max_keep_alive_seconds=int_in(
-                "max_keep_alive_seconds",
-                max_keep_alive_seconds,
-                DEFAULT_MAX_KEEP_ALIVE_SECONDS,
-                0,
-                keep_alive_limit,
-            ),
-        )
-        concrete_region = None if re.search(r"\$\{Token", stack.region) else stack.region
-        problems = validate_request({}, replace(rules, region=concrete_region))
-        if problems:
-            raise ValueError(f"TrainingWorkflow: defaults.{problems[0]}")
-        return rules

@@ -67,6 +67,7 @@ import training.request.rules
 import training.request.sft_data
 import training.request.tune_block
 import training.request.tuning
+import training.request.tuning_plan
 import training.request.value
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
@@ -125,6 +126,7 @@ ASSET_FILES = {
     "training/request/sft_data.py": Path(training.request.sft_data.__file__),
     "training/request/tune_block.py": Path(training.request.tune_block.__file__),
     "training/request/tuning.py": Path(training.request.tuning.__file__),
+    "training/request/tuning_plan.py": Path(training.request.tuning_plan.__file__),
     "training/request/value.py": Path(training.request.value.__file__),
 }
 

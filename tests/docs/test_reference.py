@@ -1,6 +1,6 @@
 """Every ``cdk.json`` key, execution-input field and trainer setting is documented exactly once, in docs/reference.md,
 and that page is what ``make docs`` (``python -m constructs_lib.reference``) writes from the code's one table of each:
-``constructs_lib.config.CONTEXT``, ``training.request.fields.FIELDS`` (and the ``evaluate`` block's
+``constructs_lib.context_keys.CONTEXT``, ``training.request.fields.FIELDS`` (and the ``evaluate`` block's
 ``EVALUATE_DEFAULTS``, each with its row of ``evaluate_block.EVALUATE_FIELDS``),
 ``training.contract.settings_table.HYPERPARAMETERS`` (and ``training.trainer.config.TRAINER_ONLY_SETTINGS``).
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from constructs_lib import reference
-from constructs_lib.config import CONTEXT_KEYS
+from constructs_lib.context_keys import CONTEXT_KEYS
 from tests.docs.pages import Page
 from training.contract.settings_table import HYPERPARAMETERS
 from training.request.evaluate_block import EVALUATE_FIELDS

@@ -11,7 +11,7 @@ import pytest
 from training.contract import hardware, settings_table
 from training.contract import tuning as contract_tuning
 from training.plan import inputs, memory
-from training.request import tuning
+from training.request import tuning, tuning_plan
 
 B200 = "ml.p6-b200.48xlarge"
 BASE = {
@@ -90,14 +90,14 @@ def test_candidates_are_ranked_by_predicted_throughput_with_the_non_fits_dropped
         "activation_checkpointing": "none",
         "grad_accum_steps": 4,
     }
-    tuned = tuning.plan_tuning(*inputs.parse_request(BASE), settings(search_space={k: list(v) for k, v in space.items()}, max_trials=3),
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request(BASE), settings(search_space={k: list(v) for k, v in space.items()}, max_trials=3),
                                max_runtime_seconds=86_400)  # fmt: skip
     assert [c.probe for c in tuned.trials] == [False, False, False, True]
     assert tuned.trials[-1].trial()[contract_tuning.TRIAL_PROBE] is True
 
 
 def test_a_space_with_no_candidate_that_fits_is_refused_naming_the_nearest():
-    tuned = tuning.plan_tuning(*inputs.parse_request({**BASE, "batch_size": 128, "hyperparameters": {"model_preset": "64b"}}),
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request({**BASE, "batch_size": 128, "hyperparameters": {"model_preset": "64b"}}),
                                settings(search_space={"batch_size": [64, 128]}), max_runtime_seconds=86_400)  # fmt: skip
     (problem,) = tuned.problems
     assert problem.startswith("tune.search_space: no candidate of the 2 combinations is predicted to fit")
@@ -110,7 +110,7 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
     fewest under which the nearest candidate fits) or a larger type the workflow allows, never those again."""
     request = {**BASE, "batch_size": 8, "hyperparameters": {"model_preset": "64b"}}
     space = {"batch_size": [1, 2, 4, 8], "activation_checkpointing": ["none", "full", "selective"]}
-    tuned = tuning.plan_tuning(*inputs.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
                                max_instance_count=4, instance_types=tuple(hardware.GPU_INSTANCE_TYPES))  # fmt: skip
     (problem,) = tuned.problems
     advice = problem.split("; it would fit with: ")[1]
@@ -122,7 +122,7 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
     assert memory.estimate_memory(replace(nearest, instance_count=3)).fits
     assert not memory.estimate_memory(replace(nearest, instance_count=2)).fits
     # a workflow allowing one instance and no larger type: nothing it allows would help, and it says so
-    alone = tuning.plan_tuning(*inputs.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
+    alone = tuning_plan.plan_tuning(*inputs.parse_request(request), settings(search_space=space), max_runtime_seconds=86_400,
                                max_instance_count=1)  # fmt: skip
     assert alone.problems[0].endswith(
         "no instance count up to 1, allowed instance type, micro-batch or activation checkpointing fits it: tune a "
@@ -131,7 +131,7 @@ def test_when_nothing_fits_the_advice_names_what_would_help_not_what_the_space_t
 
 
 def test_a_space_whose_micro_batches_all_exceed_the_requests_batch_advises_raising_it():
-    tuned = tuning.plan_tuning(*inputs.parse_request({**BASE, "batch_size": 1}), settings(search_space={"batch_size": [2, 4]}),
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request({**BASE, "batch_size": 1}), settings(search_space={"batch_size": [2, 4]}),
                                max_runtime_seconds=86_400)  # fmt: skip
     (problem,) = tuned.problems
     assert "2 are refused by the trainer's rules (first: batch_size=2: batch_size 2 x seq_length" in problem
@@ -156,11 +156,13 @@ def test_combinations_the_trainer_refuses_are_left_out_with_the_reason():
 
 
 def test_the_cost_bound_keeps_the_best_trials_that_fit_and_bounds_the_jobs_run_time():
-    free = tuning.plan_tuning(*inputs.parse_request(BASE), settings(), max_runtime_seconds=86_400)
+    free = tuning_plan.plan_tuning(*inputs.parse_request(BASE), settings(), max_runtime_seconds=86_400)
     price = hardware.ON_DEMAND_USD_PER_HOUR[B200]
     assert free.expected_cost_usd == pytest.approx(free.expected_seconds * price / 3600)
-    one_trial = (tuning.JOB_START_SECONDS + tuning.REPORT_SECONDS + free.trial_seconds[0]) * price / 3600
-    bounded = tuning.plan_tuning(
+    one_trial = (
+        (tuning_plan.JOB_START_SECONDS + tuning_plan.REPORT_SECONDS + free.trial_seconds[0]) * price / 3600
+    )
+    bounded = tuning_plan.plan_tuning(
         *inputs.parse_request(BASE),
         settings(max_cost_usd=round(one_trial * 2.5, 2)),
         max_runtime_seconds=86_400,
@@ -170,7 +172,7 @@ def test_the_cost_bound_keeps_the_best_trials_that_fit_and_bounds_the_jobs_run_t
     )
     assert bounded.trials == free.trials[: len(bounded.trials)]
     assert bounded.max_cost_usd <= one_trial * 2.5 + 0.01  # SageMaker stops the job at its max run time
-    too_small = tuning.plan_tuning(
+    too_small = tuning_plan.plan_tuning(
         *inputs.parse_request(BASE),
         settings(max_cost_usd=round(one_trial * 0.9, 2)),
         max_runtime_seconds=86_400,
@@ -180,7 +182,7 @@ def test_the_cost_bound_keeps_the_best_trials_that_fit_and_bounds_the_jobs_run_t
 
 
 def test_a_cost_bound_needs_a_price():
-    tuned = tuning.plan_tuning(*inputs.parse_request({**BASE, "instance_type": "ml.p6-b300.48xlarge"}), settings(max_cost_usd=100),
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request({**BASE, "instance_type": "ml.p6-b300.48xlarge"}), settings(max_cost_usd=100),
                                max_runtime_seconds=86_400)  # fmt: skip
     assert tuned.problems == [
         "tune.max_cost_usd: ml.p6-b300.48xlarge has no on-demand price in this version "
@@ -189,9 +191,9 @@ def test_a_cost_bound_needs_a_price():
 
 
 def test_the_jobs_hyperparameters_carry_the_ordered_trials_the_driver_parses_back():
-    tuned = tuning.plan_tuning(*inputs.parse_request(BASE), settings(max_trials=4, convergence={"precisions": ["mxfp8"], "steps": 50}),
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request(BASE), settings(max_trials=4, convergence={"precisions": ["mxfp8"], "steps": 50}),
                                max_runtime_seconds=86_400)  # fmt: skip
-    hyperparameters = tuning.job_hyperparameters(tuned, instance_type=B200, image_uri="r/x:tag1")
+    hyperparameters = tuning_plan.job_hyperparameters(tuned, instance_type=B200, image_uri="r/x:tag1")
     trials = contract_tuning.parse_trials(hyperparameters[contract_tuning.TUNE_TRIALS])
     assert trials == [c.trial() for c in tuned.trials]
     assert set(hyperparameters) <= set(contract_tuning.TUNE_HYPERPARAMETERS_BY_NAME)
@@ -201,7 +203,7 @@ def test_the_jobs_hyperparameters_carry_the_ordered_trials_the_driver_parses_bac
         )  # every value is what the driver accepts
     assert hyperparameters["tune_convergence_precisions"] == "mxfp8"
     assert int(hyperparameters["tune_deadline_seconds"]) == tuned.max_runtime_seconds - int(
-        tuning.REPORT_SECONDS
+        tuning_plan.REPORT_SECONDS
     )
     assert tuned.to_dict()["trials"][0]["throughput_basis"] == "estimate"
 

@@ -33,7 +33,7 @@ from tests.training.runner import TINY, toolkit_job
 from training.contract import settings_parse, settings_table
 from training.contract import tuning as contract_tuning
 from training.plan import inputs, measured
-from training.request import tuning
+from training.request import tuning, tuning_plan
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +111,7 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
         INSTANCE,
     )
     assert not problems
-    planned = tuning.plan_tuning(*inputs.parse_request(request), settings, max_runtime_seconds=86_400)
+    planned = tuning_plan.plan_tuning(*inputs.parse_request(request), settings, max_runtime_seconds=86_400)
     assert not planned.problems
     top_level = {
         k: settings_parse.format_setting(request[k])
@@ -124,7 +124,7 @@ def tune_hyperparameters(tmp_path) -> dict[str, str]:
         "deterministic": "true",
         "checkpoint_dir": str(tmp_path / "checkpoints"),
         "model_dir": str(tmp_path / "model"),
-        **tuning.job_hyperparameters(
+        **tuning_plan.job_hyperparameters(
             planned, instance_type=INSTANCE, image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/t:abc123"
         ),
         contract_tuning.TUNE_TRIALS: contract_tuning.format_trials(TRIALS),

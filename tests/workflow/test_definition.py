@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from constructs_lib.workflow import launch_retry
-from constructs_lib.workflow.construct import CREATE_TRAINING_JOB_SYNC, WorkflowDefaults
+from constructs_lib.workflow.construct import CREATE_TRAINING_JOB_SYNC
+from constructs_lib.workflow.defaults import WorkflowDefaults
 from tests.cdk_helpers import synth_with_nag
 from tests.conftest import ROOT
 from tests.workflow.harness import definition_of

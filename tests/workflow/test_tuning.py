@@ -18,7 +18,7 @@ from tests.workflow.stacks import IMAGE_TAG, build_workflow
 from training.contract import container, hardware, settings_table
 from training.contract import tuning as contract_tuning
 from training.plan import inputs
-from training.request import tuning
+from training.request import tuning, tuning_plan
 from training.request.rules import RequestRules
 from training.tune import report, session
 from training.tune.outcome import TrialResult
@@ -95,7 +95,7 @@ def test_a_tune_input_runs_one_tuning_job_whose_summary_names_the_report_the_win
     result = workflow.run({"job_name_prefix": prefix, **BASE, "tune": TUNE}, name)
     summary = _summary(result)
     (request,) = OUTCOMES.requests[prefix]  # one job for every trial
-    tuned = tuning.plan_tuning(
+    tuned = tuning_plan.plan_tuning(
         *inputs.parse_request({**rules.full_defaults(), **BASE, "tune": TUNE}), tuning.parse_tune(TUNE, hardware.DEFAULT_INSTANCE_TYPE)[0],
         max_runtime_seconds=86_400,
     )  # fmt: skip

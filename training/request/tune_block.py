@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import fine_tuning, tuning
+from training.request import fine_tuning, tuning_plan
 from training.request.rules import RequestRules, size_problems
 from training.request.value import Request
 
@@ -61,7 +61,7 @@ def decide_tune(
         # decision says this check was skipped (``decision.skipped_checks``)
         return TuneDecision([])
     assert request.settings.values is not None
-    tuned = tuning.plan_tuning(
+    tuned = tuning_plan.plan_tuning(
         request.settings.values,
         request.setup(),
         block.settings,
@@ -74,7 +74,9 @@ def decide_tune(
     )
     if tuned.problems:
         return TuneDecision(tuned.problems)
-    extra = tuning.job_hyperparameters(tuned, instance_type=fields.instance_type, image_uri=rules.image_uri)
+    extra = tuning_plan.job_hyperparameters(
+        tuned, instance_type=fields.instance_type, image_uri=rules.image_uri
+    )
     paths = rules.tuning_paths(execution) if execution else {}
     hyperparameters = {**request.settings.hyperparameters, **extra}
     return TuneDecision(

@@ -20,7 +20,8 @@ from constructs_lib._shared.nag import logical_id
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.image.repository import TrainingImageRepository
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
-from constructs_lib.workflow.construct import TrainingWorkflow, WorkflowDefaults
+from constructs_lib.workflow.construct import TrainingWorkflow
+from constructs_lib.workflow.defaults import WorkflowDefaults
 from constructs_lib.workflow.states import CREATE_TRAINING_JOB_SYNC
 from tests.cdk_helpers import DEFAULT_ENV, as_list, synth_with_nag
 from tests.workflow.harness import definition_of, definitions_of

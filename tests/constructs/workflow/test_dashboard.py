@@ -111,7 +111,7 @@ def test_a_prefix_the_dashboard_cannot_search_by_is_refused(prefix):
 
 
 def test_the_dashboard_searches_by_the_workflows_own_default_prefix():
-    from constructs_lib.workflow.construct import WorkflowDefaults
+    from constructs_lib.workflow.defaults import WorkflowDefaults
 
     body = _body(_template(defaults=WorkflowDefaults(job_name_prefix="team-a")))
     expressions = [m[-1]["expression"] for m in _metrics(body) if "expression" in m[-1]]

@@ -7,7 +7,7 @@ from typing import Any
 
 from training.contract import hardware
 from training.plan import band, memory_terms
-from training.request import tuning
+from training.request import tuning_plan
 
 
 def items() -> list[dict[str, Any]]:
@@ -40,8 +40,8 @@ def items() -> list[dict[str, Any]]:
         {
             "what": "Several instances (EFA between hosts) and SageMaker's own start-up and checkpoint volume",
             "why": "one machine, outside SageMaker",
-            "instead": f"a tuning job's start assumed {tuning.JOB_START_SECONDS:.0f} s, a trial's "
-            f"{tuning.TRIAL_START_SECONDS:.0f} s, a checkpoint write {tuning.SAVE_GB_PER_SECOND_PER_GPU:g} GB/s per GPU "
+            "instead": f"a tuning job's start assumed {tuning_plan.JOB_START_SECONDS:.0f} s, a trial's "
+            f"{tuning_plan.TRIAL_START_SECONDS:.0f} s, a checkpoint write {tuning_plan.SAVE_GB_PER_SECOND_PER_GPU:g} GB/s per GPU "
             "(round upper figures, not measured)",
         },
     ]
