@@ -83,7 +83,7 @@ def test_a_trial_past_its_deadline_is_not_started(tmp_path):
 
 STOPPER = """
 import signal, sys
-from training.request import contract
+from training.contract import metric_lines
 from training.tune.stability import Stability
 from training.tune.trial import StopWhenStable
 received = []
