@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests import run_folder
-from training.trainer import compile as compiling
+from training.trainer.distributed import compile as compiling
 
 from .runner import ROOT, TINY, cli_args, env
 
@@ -124,7 +124,7 @@ COMPILE_AND_BACKWARD = """
 import json, sys
 from pathlib import Path
 import torch
-from training.trainer import compile as compiling
+from training.trainer.distributed import compile as compiling
 
 compiling.disable_autograd_cache()  # as the trainer: the backward graph compiles lazily, at the first backward
 
@@ -187,13 +187,13 @@ def developer_shell(machine_tmp: Path) -> dict[str, str]:
 
 PLANT = """
 import json, torch
-from training.trainer import compile as compiling
+from training.trainer.distributed import compile as compiling
 
 torch.compile(lambda x: torch.nn.functional.gelu(x * 2).sum())(torch.linspace(-1, 1, 64))
 print(json.dumps({name: str(path) for name, path in compiling.cache_locations().items()}))
 """
 COMPILE_TEST = (
-    "tests/training/test_levers.py::"
+    "tests/training/distributed/test_levers.py::"
     "test_compiled_blocks_and_loss_chunks_train_like_eager_ones_with_every_graph_compiled_in_the_warm_up"
 )
 
