@@ -18,9 +18,8 @@ import pytest
 import torch
 
 from tests import run_folder
+from tests.training.runner import ROOT, TINY, cli_args, env
 from training.trainer.distributed import compile as compiling
-
-from .runner import ROOT, TINY, cli_args, env
 
 A_SHARED_OBJECT = Path(torch.__file__).parent / "lib" / "libtorch_global_deps.so"
 
