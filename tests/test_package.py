@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import run_folder
 from tests.constructs.image.test_build_context import staged as staged_context
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,8 +130,9 @@ def _reuse_example() -> str:
 
 @pytest.mark.slow
 def test_reuse_example_synthesizes_from_a_fresh_install(dist, tmp_path):
-    """Fresh venv + the wheel (pinned dependencies from the registries, the pip cache reused), docs/reuse.md's app
-    written into a folder of its own, synthesized with cdk-nag AwsSolutions on, jsii on the wheel's Node."""
+    """Fresh venv + the wheel (pinned dependencies from the registries, through the run's pip cache),
+    docs/reuse.md's app written into a folder of its own, synthesized with cdk-nag AwsSolutions on, jsii on the
+    wheel's Node."""
     venv = tmp_path / "venv"
     consumer = tmp_path / "consumer"
     assert not consumer.is_relative_to(ROOT)
@@ -169,8 +171,8 @@ def test_reuse_example_synthesizes_from_a_fresh_install(dist, tmp_path):
     (consumer / "app.py").write_text(_reuse_example())
     env = {
         "PATH": str(venv / "bin"),  # no system Node, no checkout tools
-        "HOME": os.environ.get("HOME", str(tmp_path)),  # jsii's package cache
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        **{name: os.environ[name] for name in run_folder.FOLDERS if name in os.environ},  # the run's caches
         "JSII_NODE": str(node),
         "CDK_OUTDIR": str(consumer / "cdk.out"),
     }

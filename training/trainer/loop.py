@@ -15,7 +15,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from training.contract import hardware, metric_lines, settings_checks, settings_table
-from training.trainer import config, guard, refusal
+from training.trainer import config, guard, refusal, sagemaker_job
 from training.trainer.checkpoint import checkpoint, export_hf, export_peft, weights
 from training.trainer.config import TrainConfig
 from training.trainer.data import packing
@@ -299,6 +299,11 @@ def run(
         else attention.resolve(cfg, env.device, plan.dtype, env.cpu_group, packing.packs(cfg))
     )
     say(levers_line(cfg, env, plan, allocator, (attention_plan, kernel)))
+    if (
+        compiling.resolve(cfg.compile, env.device, plan.recipe is not None)
+        and not sagemaker_job.in_sagemaker()
+    ):
+        say(compiling.cache_line())  # a local run's: where a damaged entry an earlier run left would be
     # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
     # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)

@@ -22,14 +22,27 @@ failure in either pass falls back cleanly (every rank compiles the same graphs a
 blocks and loss chunks then find their graphs in Dynamo's cache, so the first step compiles nothing new. torch 2.9
 raises a C++ compiler failure in the lazy backward bare (``InvalidCxxCompiler``); torch 2.13 wraps it in
 ``InductorError``: both are caught.
+
+The compile cache. Inductor keeps what it compiled on disk (``cache_locations``): a local run says where
+(``cache_line``). A compile stopped half-way (a killed run) can leave a damaged entry there, typically a 0-byte or
+truncated ``.so`` (g++ writes its output in place; Inductor writes its sources atomically) or precompiled header,
+which every later compile of the same code loads: a load error (``file too short``) torch raises bare from the
+lazy backward compile, 2.9 and 2.13 alike, or a C++ error that names another file. A compile failure therefore also
+counts a load error naming a file of the cache (``is_compile_failure``), and its warning is followed by one line
+naming the damaged entries (``damaged_entries``: those the error names, then any other) and how to clear them.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
+import re
+import shlex
+import struct
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -96,6 +109,129 @@ def _warn(err: BaseException, where: str) -> None:
             file=sys.stderr,
             flush=True,
         )
+        damaged = damaged_entries(err)
+        if damaged:
+            print(damaged_line(damaged), file=sys.stderr, flush=True)
+
+
+def cache_locations() -> dict[str, Path]:
+    """Where this process's compiled code is kept, as torch decides it (2.9 to 2.13 alike): Inductor's cache
+    (``TORCHINDUCTOR_CACHE_DIR``, by default ``<temp dir>/torchinductor_<user>``; Triton's kernels inside it unless
+    ``TRITON_CACHE_DIR`` says otherwise), and Inductor's precompiled C++ headers, which stay in the default folder
+    whatever ``TORCHINDUCTOR_CACHE_DIR`` says (the temp dir moves them). Creates Inductor's folder, as a compile would."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.runtime import cache_dir_utils
+
+    inductor = Path(os.path.abspath(cache_dir_utils.cache_dir()))
+    found = {"inductor": inductor}
+    if getattr(inductor_config, "cpp_cache_precompile_headers", False):
+        codecache = importlib.import_module("torch._inductor.codecache")
+        default = os.path.join(cache_dir_utils.default_cache_dir(), "precompiled_headers")
+        found["precompiled_headers"] = Path(os.path.abspath(getattr(codecache, "_HEADER_DIR", default)))
+    if os.environ.get("TRITON_CACHE_DIR"):
+        found["triton"] = Path(os.path.abspath(os.environ["TRITON_CACHE_DIR"]))
+    return found
+
+
+def cache_line() -> str:
+    """``compile cache: ...``: where this process's compiled code is kept (``cache_locations``); a local run prints
+    it (a SageMaker job's container starts with an empty cache)."""
+    places = cache_locations()
+    inductor = places.pop("inductor")
+    described = {"precompiled_headers": "its precompiled C++ headers in", "triton": "Triton's kernels in"}
+    others = "".join(
+        f", {described[name]} {path}" for name, path in places.items() if not path.is_relative_to(inductor)
+    )
+    return f"compile cache: {inductor} (Inductor's, TORCHINDUCTOR_CACHE_DIR){others}"
+
+
+_PATH = re.compile(r"/[^\s'\"():;,]+")
+_PCH_ERROR = re.compile(r"\bPCH\b|precompiled header", re.IGNORECASE)
+
+
+def _messages(err: BaseException) -> str:
+    """The text of ``err`` and of every exception it was raised from or during."""
+    texts, seen, current = [], set(), err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts.append(str(current))
+        current = current.__cause__ or current.__context__
+    return "\n".join(texts)
+
+
+def _named_cache_files(text: str, roots: list[Path]) -> list[Path]:
+    """The files of a compile cache (under ``roots``) that ``text`` names, in order."""
+    named = (Path(match) for match in _PATH.findall(text))
+    return list(dict.fromkeys(p for p in named if any(p.is_relative_to(root) for root in roots)))
+
+
+def is_compile_failure(err: BaseException) -> bool:
+    """Whether ``err`` means "this could not be compiled": a ``compile_errors`` type, or a load error (ImportError,
+    OSError) naming a file of the compile cache (a damaged entry, which torch raises bare from a lazy compile)."""
+    if isinstance(err, compile_errors()):
+        return True
+    return isinstance(err, ImportError | OSError) and bool(
+        _named_cache_files(str(err), list(cache_locations().values()))
+    )
+
+
+def _damage(path: Path) -> str | None:
+    """Why ``path``, a compiled file, cannot be whole (0 bytes; a shared object that is not ELF or whose section
+    headers, the end of a linked ELF file, lie past its end), or None."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "0 bytes"
+        if path.suffix != ".so" or not sys.platform.startswith("linux"):
+            return None
+        with path.open("rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return None
+    if head[:4] != b"\x7fELF":
+        return "not a shared object"
+    if len(head) == 64 and head[4] == 2:  # ELF64: e_shoff at 0x28, e_shentsize and e_shnum at 0x3A
+        order = "<" if head[5] == 1 else ">"
+        (offset,) = struct.unpack_from(order + "Q", head, 0x28)
+        entry, count = struct.unpack_from(order + "HH", head, 0x3A)
+        if offset + entry * count > size:
+            return f"truncated: {size} of at least {offset + entry * count} bytes"
+    return None
+
+
+def damaged_entries(err: BaseException | None = None) -> list[tuple[Path, str]]:
+    """The damaged entries of the compile caches (``cache_locations``) and why: first the files ``err`` names (a
+    precompiled header the C++ compiler could not read included), then any other compiled file (``.so``, ``.gch``)
+    ``_damage`` finds there."""
+    roots = [root for root in cache_locations().values() if root.is_dir()]
+    found: dict[Path, str] = {}
+    text = _messages(err) if err is not None else ""
+    for path in _named_cache_files(text, roots):
+        why = _damage(path)
+        if why is None and path.suffix == ".h" and _PCH_ERROR.search(text) and Path(f"{path}.gch").is_file():
+            path, why = Path(f"{path}.gch"), "the C++ compiler cannot read it"
+        if why is not None:
+            found.setdefault(path, why)
+    for root in roots:
+        for folder, _, files in os.walk(root):
+            for name in files:
+                if name.endswith((".so", ".gch")) and (why := _damage(Path(folder, name))) is not None:
+                    found.setdefault(Path(folder, name), why)
+    return list(found.items())
+
+
+def damaged_line(damaged: list[tuple[Path, str]], listed: int = 10) -> str:
+    """One line: the first damaged entry, how many others, and the command that clears them (those entries, or
+    past ``listed`` of them the cache folders that hold them); the next run compiles what they held again."""
+    (first, why), others = damaged[0], len(damaged) - 1
+    if len(damaged) <= listed:
+        clear = "rm -f " + " ".join(shlex.quote(str(path)) for path, _ in damaged)
+    else:
+        roots = sorted(cache_locations().values(), key=lambda root: len(root.parts))  # outermost first
+        holding = {next((r for r in roots if path.is_relative_to(r)), path.parent) for path, _ in damaged}
+        clear = "rm -rf " + " ".join(shlex.quote(str(folder)) for folder in sorted(holding))
+    more = f" and {others} more" if others else ""
+    return f"warning: damaged compile cache entry {first} ({why}){more}: clear with `{clear}`, and the next run compiles again"
 
 
 def guarded(compiled: Callable, eager: Callable, what: str) -> Callable:
@@ -107,7 +243,9 @@ def guarded(compiled: Callable, eager: Callable, what: str) -> Callable:
         if _State.failed is None:
             try:
                 return compiled(*args, **kwargs)
-            except compile_errors() as err:
+            except Exception as err:
+                if not is_compile_failure(err):
+                    raise
                 _warn(err, f"compiling {what}")
         return eager(*args, **kwargs)
 
@@ -192,11 +330,24 @@ def warm_up(
         for input_grad in (True, False) if adapt is not None and mode == checkpointing[0] else (True,):
             hidden = torch.full((batch, seq, h), 0.1, dtype=dtype, device=device, requires_grad=input_grad)
             loss = loss_module.linear_cross_entropy(block(hidden, **kwargs), head, targets, loss_chunk_tokens)
-            try:
-                loss.backward()
-            except compile_errors() as err:
-                _warn(err, f"compiling a block's backward ({mode} activation checkpointing) in the warm-up")
+            if not backward(
+                loss, f"compiling a block's backward ({mode} activation checkpointing) in the warm-up"
+            ):
                 return
+
+
+def backward(loss: torch.Tensor, where: str) -> bool:
+    """``loss.backward()``, where AOTAutograd compiles the backward graphs: False, with every compiled function
+    eager from then on and one warning naming ``where``, when that compile fails (``is_compile_failure``); any
+    other error is raised."""
+    try:
+        loss.backward()
+    except Exception as err:
+        if not is_compile_failure(err):
+            raise
+        _warn(err, where)
+        return False
+    return True
 
 
 def reset() -> None:
