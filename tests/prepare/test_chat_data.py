@@ -156,7 +156,40 @@ def test_each_refusal_names_the_file_and_line_and_nothing_is_written(case, tmp_p
         chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
     assert str(refused.value).startswith(f"{data}:{line}: ") and reason in str(refused.value), refused.value
     assert len(str(refused.value).splitlines()) == 1
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert not (tmp_path / "out").exists()  # the folder it would have created is not left behind either
+
+
+def test_a_refusal_removes_the_folders_it_made_and_keeps_a_folder_the_user_had(tmp_path):
+    """chat.py's docstring: a refusal leaves nothing behind; the folders a run created go with it, a folder that was
+    there before (with the user's own files) stays as it was."""
+    folder = model_folder(tmp_path / "model", "qwen2.5")
+    data = write(tmp_path / "chats.jsonl", [GOOD, b'{"prompt": "1",'])
+    with pytest.raises(chat_data.ChatDataError, match="not valid JSON"):
+        chat.prepare_chat([data], str(tmp_path / "a" / "b" / "out"), str(folder), validation_fraction=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.jsonl", "model"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(chat_data.ChatDataError, match="not valid JSON"):
+        chat.prepare_chat([data], str(mine / "out"), str(folder), validation_fraction=0)
+    with pytest.raises(chat_data.ChatDataError, match="not valid JSON"):
+        chat.prepare_chat([data], str(mine), str(folder), validation_fraction=0)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_a_run_stopped_after_its_token_files_were_named_takes_them_back(tmp_path, monkeypatch):
+    """All or nothing: stopped while copying the tokenizer (the splits already have their names), nothing stays."""
+    folder = model_folder(tmp_path / "model", "qwen2.5")
+    data = write(tmp_path / "chats.jsonl", [GOOD] * 4)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(chat, "_copy_tokenizer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_model_folder_without_a_template_is_refused_before_anything_is_written(tmp_path):

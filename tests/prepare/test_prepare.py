@@ -104,8 +104,19 @@ def test_a_local_tokenizer_json_is_used_with_its_end_of_document_token(tmp_path)
 def test_bad_options_name_the_option_and_leave_no_files(tmp_path, kwargs, fragment):
     with pytest.raises(corpus.PrepareError, match=fragment.replace("[", r"\[").replace(")", r"\)")):
         corpus.prepare([str(write_inputs(tmp_path))], str(tmp_path / "out"), **kwargs)
-    leftovers = list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else []
-    assert leftovers == []
+    assert not (tmp_path / "out").exists()  # no empty folder left behind either
+
+
+def test_a_refusal_keeps_a_folder_the_user_had(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    inputs = [str(write_inputs(tmp_path))]
+    with pytest.raises(corpus.PrepareError, match="no block went to validation"):
+        corpus.prepare(inputs, str(mine), block_tokens=100_000)
+    with pytest.raises(corpus.PrepareError, match="no block went to validation"):
+        corpus.prepare(inputs, str(mine / "x" / "y"), block_tokens=100_000)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
 def test_an_output_folder_with_prepared_data_is_never_overwritten(tmp_path, capsys):

@@ -13,7 +13,7 @@ Validation: every k-th example (k = 1 / ``validation_fraction``), or the example
 (above ``max_tokens``): ``drop`` (the default) leaves the example out; ``truncate`` keeps its first ``max_tokens``
 tokens (an answer cut there loses its end-of-turn token, so its model learns no stop for it; an example left with
 no trained token is dropped). Files are written as ``.partial`` and named only once every example has passed:
-a refusal leaves nothing behind.
+a refusal leaves nothing behind, not even the output folder when this run made it (``output``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from training.prepare.chat_data import ChatDataError, Renderer, load_tokenizer, read_jsonl
+from training.prepare.output import output_folder
 from training.request import sft_data
 from training.trainer.data.token_files import METADATA_FILE
 
@@ -110,14 +111,60 @@ def prepare_chat(
     source = _template_source(init_from, template)
     renderer = Renderer(tokenizer, template)
     dtype = np.dtype(np.uint16 if len(tokenizer) <= 1 << 16 else np.uint32)
-    out.mkdir(parents=True, exist_ok=True)
-    splits = {name: _Split(name, out, dtype) for name in ("train", "validation")}
-    counts = dict.fromkeys(("read", "no_assistant_turn", "truncated", "dropped_for_length"), 0)
-    shapes: set[str] = set()
     sources = [(path, None) for path in inputs] + (
         [(Path(validation_file), "validation")] if validation_file else []
     )
     every = round(1 / validation_fraction) if validation_fraction > 0 and not validation_file else None
+    with output_folder(out, [p.name for p in own_files(out)], ChatDataError):
+        splits = {name: _Split(name, out, dtype) for name in ("train", "validation")}
+        counts, shapes, longest, largest = _render_into(
+            splits, renderer, sources, every, max_tokens, too_long
+        )
+        _check_counts(splits, counts, every, validation_file, inputs)
+        published = {name: split.publish() for name, split in splits.items() if split.examples}
+        for split in splits.values():
+            if not split.examples:
+                split.discard()
+        tokenizer_info, template_info = _copy_tokenizer(init_from, out, template, source, renderer)
+        meta = {
+            "format": "training.trainer.prepare/1",
+            "kind": sft_data.CHAT_KIND,
+            "input_format": "+".join(sorted(shapes)),
+            "token_dtype": dtype.name,
+            "vocab_size": len(tokenizer),
+            "max_token_id": largest,
+            "tokenizer": tokenizer_info,
+            "chat_template": template_info,
+            "init_from": str(Path(init_from).resolve()),
+            "examples": sum(split.examples for split in splits.values()),
+            "tokens": sum(split.tokens for split in splits.values()),
+            "trained_tokens": sum(split.trained for split in splits.values()),
+            "max_example_tokens": longest,
+            "counts": {**counts, "examples": sum(split.examples for split in splits.values())},
+            "truncation": {"max_tokens": max_tokens, "too_long": too_long, "how": _how(max_tokens, too_long)},
+            "sources": [str(p) for p, _ in sources],
+            "validation_fraction": None if validation_file else validation_fraction,
+            "validation_file": validation_file,
+            "splits": published,
+        }
+        tmp = out / (METADATA_FILE + ".partial")
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(tmp, out / METADATA_FILE)
+    return meta
+
+
+def _render_into(
+    splits: dict[str, _Split],
+    renderer: Renderer,
+    sources: list[tuple[Path, str | None]],
+    every: int | None,
+    max_tokens: int | None,
+    too_long: str,
+) -> tuple[dict[str, int], set[str], int, int]:
+    """Render every example of ``sources`` into its split's ``.partial`` files (closed at the end, removed on a
+    refusal); returns the counts, the input shapes seen, the longest example and the largest token id."""
+    counts = dict.fromkeys(("read", "no_assistant_turn", "truncated", "dropped_for_length"), 0)
+    shapes: set[str] = set()
     longest, largest = 0, -1
     for split in splits.values():
         split.open()
@@ -136,43 +183,13 @@ def prepare_chat(
                 target = forced or ("validation" if every and counts["read"] % every == 0 else "train")
                 splits[target].add(ids, mask)
                 longest, largest = max(longest, len(ids)), max(largest, int(ids.max()))
-        _check_counts(splits, counts, every, validation_file, inputs)
     except BaseException:
         for split in splits.values():
             split.discard()
         raise
     for split in splits.values():
         split.close()
-    published = {name: split.publish() for name, split in splits.items() if split.examples}
-    for split in splits.values():
-        if not split.examples:
-            split.discard()
-    tokenizer_info, template_info = _copy_tokenizer(init_from, out, template, source, renderer)
-    meta = {
-        "format": "training.trainer.prepare/1",
-        "kind": sft_data.CHAT_KIND,
-        "input_format": "+".join(sorted(shapes)),
-        "token_dtype": dtype.name,
-        "vocab_size": len(tokenizer),
-        "max_token_id": largest,
-        "tokenizer": tokenizer_info,
-        "chat_template": template_info,
-        "init_from": str(Path(init_from).resolve()),
-        "examples": sum(split.examples for split in splits.values()),
-        "tokens": sum(split.tokens for split in splits.values()),
-        "trained_tokens": sum(split.trained for split in splits.values()),
-        "max_example_tokens": longest,
-        "counts": {**counts, "examples": sum(split.examples for split in splits.values())},
-        "truncation": {"max_tokens": max_tokens, "too_long": too_long, "how": _how(max_tokens, too_long)},
-        "sources": [str(p) for p, _ in sources],
-        "validation_fraction": None if validation_file else validation_fraction,
-        "validation_file": validation_file,
-        "splits": published,
-    }
-    tmp = out / (METADATA_FILE + ".partial")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, out / METADATA_FILE)
-    return meta
+    return counts, shapes, longest, largest
 
 
 def _fit(ids: np.ndarray, mask: np.ndarray, max_tokens: int | None, too_long: str, counts: dict) -> tuple:

@@ -18,7 +18,7 @@ goes to ``validation.bin``, the rest to ``train.bin`` (spread over the whole inp
 ``metadata.json`` records token dtype, vocabulary size, tokenizer, token counts, largest id and the files of each
 split; a ``tokenizer.json`` is copied next to them (the trainer stores it with the model for the Hugging Face
 export). The trainer (``--dataset channel --data_dir <output>``) checks it against its settings. The output folder
-must hold none of these files already: nothing is overwritten.
+must hold none of these files already: nothing is overwritten. A refusal leaves nothing behind (``output``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import numpy as np
 
 from training.prepare import chat as chat_prepare
 from training.prepare import chat_data
+from training.prepare.output import output_folder
 from training.trainer.data.token_files import METADATA_FILE
 
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".py", ".rst")
@@ -201,48 +202,47 @@ def prepare(
     files = input_files(inputs)
     encode, vocab, eos, info = hf_tokenizer(tokenizer) if tokenizer else byte_tokenizer()
     dtype = np.dtype(np.uint16 if vocab <= 1 << 16 else np.uint32)
-    out.mkdir(parents=True, exist_ok=True)
-    every = round(1 / validation_fraction) if validation_fraction > 0 else None
-    writer = _SplitWriter(out, dtype, block_tokens, every)
-    count = 0
-    try:
-        for text in documents(files, text_field):
-            ids = np.asarray(encode(text), dtype=np.int64)
-            writer.add(np.append(ids, eos) if eos is not None else ids)
-            count += 1
-    except BaseException:
-        writer.discard()
-        raise
-    writer.close()
-    if every and not writer.counts["validation"]:
-        writer.discard()
-        raise PrepareError(
-            f"validation-fraction: the input has {writer.counts['train']} tokens, fewer than {every} blocks of "
-            f"{block_tokens}, so no block went to validation; lower --block-tokens or pass --validation-fraction 0"
-        )
-    meta = {
-        "format": "training.trainer.prepare/1",
-        "token_dtype": dtype.name,
-        "vocab_size": vocab,
-        "max_token_id": writer.max_id,
-        "tokenizer": info,
-        "documents": count,
-        "sources": [str(p) for p in files],
-        "validation_fraction": validation_fraction,
-        "block_tokens": block_tokens,
-        "splits": writer.publish(),
-    }
-    meta["tokens"] = sum(split["tokens"] for split in meta["splits"].values())
-    if (
-        tokenizer
-    ):  # next to the tokens, so that the trainer (and its Hugging Face export) finds it in the channel
-        if not in_place:
-            shutil.copyfile(tokenizer, out / (TOKENIZER_FILE + ".partial"))
-            os.replace(out / (TOKENIZER_FILE + ".partial"), out / TOKENIZER_FILE)
-        info["file"] = TOKENIZER_FILE
-    tmp = out / (METADATA_FILE + ".partial")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, out / METADATA_FILE)
+    with output_folder(out, [p.name for p in own[: 3 if in_place else 4]], PrepareError):
+        every = round(1 / validation_fraction) if validation_fraction > 0 else None
+        writer = _SplitWriter(out, dtype, block_tokens, every)
+        count = 0
+        try:
+            for text in documents(files, text_field):
+                ids = np.asarray(encode(text), dtype=np.int64)
+                writer.add(np.append(ids, eos) if eos is not None else ids)
+                count += 1
+        except BaseException:
+            writer.discard()
+            raise
+        writer.close()
+        if every and not writer.counts["validation"]:
+            writer.discard()
+            raise PrepareError(
+                f"validation-fraction: the input has {writer.counts['train']} tokens, fewer than {every} blocks of "
+                f"{block_tokens}, so no block went to validation; lower --block-tokens or pass --validation-fraction 0"
+            )
+        meta = {
+            "format": "training.trainer.prepare/1",
+            "token_dtype": dtype.name,
+            "vocab_size": vocab,
+            "max_token_id": writer.max_id,
+            "tokenizer": info,
+            "documents": count,
+            "sources": [str(p) for p in files],
+            "validation_fraction": validation_fraction,
+            "block_tokens": block_tokens,
+            "splits": writer.publish(),
+        }
+        meta["tokens"] = sum(split["tokens"] for split in meta["splits"].values())
+        # next to the tokens, so that the trainer (and its Hugging Face export) finds it in the channel
+        if tokenizer:
+            if not in_place:
+                shutil.copyfile(tokenizer, out / (TOKENIZER_FILE + ".partial"))
+                os.replace(out / (TOKENIZER_FILE + ".partial"), out / TOKENIZER_FILE)
+            info["file"] = TOKENIZER_FILE
+        tmp = out / (METADATA_FILE + ".partial")
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(tmp, out / METADATA_FILE)
     return meta
 
 
