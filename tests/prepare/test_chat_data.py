@@ -4,10 +4,12 @@ transformers' own assistant mask on a copy of each template marked with {% gener
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
@@ -198,3 +200,25 @@ def test_a_model_folder_without_a_template_is_refused_before_anything_is_written
     with pytest.raises(chat_data.ChatDataError, match=f"init-from: {folder} has no chat template"):
         chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
     assert not (tmp_path / "out").exists()
+
+
+def test_metadata_records_each_files_sha256_and_each_splits_trained_tokens_and_examples(tmp_path):
+    """/work/coord/chat-metadata.md: what the trainer verifies before training (issue 53 item 12)."""
+    folder = model_folder(tmp_path / "model", "llama3.1")
+    lines = [{"messages": m} for m in conversations(12, seed=3)]
+    data = write(tmp_path / "chats.jsonl", lines)
+    meta = chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0.25)
+    out = tmp_path / "out"
+    assert set(meta["splits"]) == {"train", "validation"}
+    for split, entry in meta["splits"].items():
+        names = [*entry["files"], *entry["masks"], *entry["documents"]]
+        assert names == [f"{split}.bin", f"{split}.mask", f"{split}.docs"]
+        assert entry["sha256"] == {
+            name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in names
+        }
+        mask = np.fromfile(out / f"{split}.mask", dtype=np.uint8)
+        offsets = np.fromfile(out / f"{split}.docs", dtype=np.int64)
+        assert entry["trained_tokens"] == int(mask.sum()) > 0
+        assert entry["examples"] == len(offsets) - 1
+        assert entry["tokens"] == len(mask) == int(offsets[-1])
+    assert sum(entry["examples"] for entry in meta["splits"].values()) == 12

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -34,10 +35,15 @@ def test_byte_level_splits_every_kth_block_and_loses_no_token(tmp_path):
     assert meta["tokenizer"]["name"] == "bytes" and meta["max_token_id"] == 256
     train = np.fromfile(out / "train.bin", dtype=np.uint16)
     val = np.fromfile(out / "validation.bin", dtype=np.uint16)
-    assert meta["splits"] == {
-        "train": {"files": ["train.bin"], "tokens": len(train)},
-        "validation": {"files": ["validation.bin"], "tokens": len(val)},
+    digest = {
+        name: hashlib.sha256((out / name).read_bytes()).hexdigest()
+        for name in ("train.bin", "validation.bin")
     }
+    assert meta["splits"] == {
+        "train": {"files": ["train.bin"], "tokens": len(train), "sha256": {"train.bin": digest["train.bin"]}},
+        "validation": {"files": ["validation.bin"], "tokens": len(val),
+                       "sha256": {"validation.bin": digest["validation.bin"]}},
+    }  # fmt: skip
     # Re-interleave: blocks 4, 8, 12, ... went to validation; the stream is every document's bytes + EOS.
     blocks, t, v = [], 0, 0
     while t < len(train) or v < len(val):

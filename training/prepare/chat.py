@@ -7,7 +7,8 @@ the model's ``tokenizer.json`` and ``tokenizer_config.json`` (its chat template:
 it), and ``metadata.json``: ``kind: chat``, the input format, the template's and the tokenizer's SHA-256
 (``training.request.sft_data`` checks them against a model folder), the counts (examples read and kept, tokens,
 trained tokens, examples truncated, dropped for length, and without an assistant turn), each split's example lengths
-(a histogram: the request's plan counts the packed windows from it) and how truncation was done.
+(a histogram: the request's plan counts the packed windows from it), trained tokens, examples and each file's
+SHA-256 (the trainer verifies them before training), and how truncation was done.
 
 Validation: every k-th example (k = 1 / ``validation_fraction``), or the examples of ``validation_file``. Too long
 (above ``max_tokens``): ``drop`` (the default) leaves the example out; ``truncate`` keeps its first ``max_tokens``
@@ -18,6 +19,7 @@ a refusal leaves nothing behind, not even the output folder when this run made i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -38,12 +40,13 @@ SPLIT_FILES = {"files": ".bin", "masks": ".mask", "documents": ".docs"}
 
 @dataclass
 class _Split:
-    """One split's ``.partial`` files and counts."""
+    """One split's ``.partial`` files (each hashed as it is written), and its counts."""
 
     name: str
     out: Path
     dtype: np.dtype
     handles: dict[str, Any] = field(default_factory=dict)
+    digests: dict[str, Any] = field(default_factory=dict)
     tokens: int = 0
     trained: int = 0
     examples: int = 0
@@ -52,16 +55,22 @@ class _Split:
     def open(self) -> None:
         for key, suffix in SPLIT_FILES.items():
             self.handles[key] = open(self.out / f"{self.name}{suffix}.partial", "wb")  # noqa: SIM115 (closed below)
-        self.handles["documents"].write(np.zeros(1, dtype=np.int64).tobytes())
+            self.digests[key] = hashlib.sha256()
+        self._write("documents", np.zeros(1, dtype=np.int64))
+
+    def _write(self, key: str, values: np.ndarray) -> None:
+        data = values.tobytes()
+        self.handles[key].write(data)
+        self.digests[key].update(data)
 
     def add(self, ids: np.ndarray, mask: np.ndarray) -> None:
-        self.handles["files"].write(ids.astype(self.dtype).tobytes())
-        self.handles["masks"].write(mask.astype(np.uint8).tobytes())
+        self._write("files", ids.astype(self.dtype))
+        self._write("masks", mask.astype(np.uint8))
         self.tokens += len(ids)
         self.trained += int(mask.sum())
         self.examples += 1
         self.lengths.append(len(ids))
-        self.handles["documents"].write(np.array([self.tokens], dtype=np.int64).tobytes())
+        self._write("documents", np.array([self.tokens], dtype=np.int64))
 
     def close(self) -> None:
         for handle in self.handles.values():
@@ -73,12 +82,18 @@ class _Split:
             (self.out / f"{self.name}{suffix}.partial").unlink(missing_ok=True)
 
     def publish(self) -> dict[str, Any]:
+        """Name the files; the split's entry of ``metadata.json``: its files, counts (``trained_tokens``: the mask's
+        ones; ``examples``: the documents, one offset fewer than ``.docs`` holds), length histogram and each file's
+        SHA-256 (what the trainer verifies before training)."""
         entry: dict[str, Any] = {}
         for key, suffix in SPLIT_FILES.items():
             os.replace(self.out / f"{self.name}{suffix}.partial", self.out / f"{self.name}{suffix}")
             entry[key] = [f"{self.name}{suffix}"]
+        digests = {
+            f"{self.name}{suffix}": self.digests[key].hexdigest() for key, suffix in SPLIT_FILES.items()
+        }
         return {**entry, "tokens": self.tokens, "trained_tokens": self.trained, "examples": self.examples,
-                sft_data.LENGTHS: sft_data.length_histogram(self.lengths)}  # fmt: skip
+                sft_data.LENGTHS: sft_data.length_histogram(self.lengths), "sha256": digests}  # fmt: skip
 
 
 def own_files(out: Path) -> list[Path]:

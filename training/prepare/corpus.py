@@ -16,14 +16,16 @@ the tokenizer's end-of-document token when it has one.
 The token stream is cut into blocks of ``--block-tokens``; every k-th block (k = 1 / ``--validation-fraction``)
 goes to ``validation.bin``, the rest to ``train.bin`` (spread over the whole input, also for one long file).
 ``metadata.json`` records token dtype, vocabulary size, tokenizer, token counts, largest id and the files of each
-split; a ``tokenizer.json`` is copied next to them (the trainer stores it with the model for the Hugging Face
-export). The trainer (``--dataset channel --data_dir <output>``) checks it against its settings. The output folder
-must hold none of these files already: nothing is overwritten. A refusal leaves nothing behind (``output``).
+split with their SHA-256; a ``tokenizer.json`` is copied next to them (the trainer stores it with the model for the
+Hugging Face export). The trainer (``--dataset channel --data_dir <output>``) checks it against its settings. The
+output folder must hold none of these files already: nothing is overwritten. A refusal leaves nothing behind
+(``output``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -129,6 +131,7 @@ class _SplitWriter:
         # closed by close() or discard()
         self.handles = {split: open(_partial(p), "wb") for split, p in self.paths.items()}  # noqa: SIM115
         self.counts = {"train": 0, "validation": 0}
+        self.digests = {split: hashlib.sha256() for split in self.paths}
         self.pending: list[np.ndarray] = []
         self.pending_len = self.blocks = 0
         self.max_id = -1
@@ -148,7 +151,9 @@ class _SplitWriter:
     def _emit(self, block: np.ndarray) -> None:
         self.blocks += 1
         split = "validation" if self.every and self.blocks % self.every == 0 else "train"
-        self.handles[split].write(block.tobytes())
+        data = block.tobytes()
+        self.handles[split].write(data)
+        self.digests[split].update(data)
         self.counts[split] += len(block)
 
     def close(self) -> None:
@@ -164,12 +169,14 @@ class _SplitWriter:
             _partial(self.paths[split]).unlink(missing_ok=True)
 
     def publish(self) -> dict[str, dict]:
-        """Give the files their final names (empty splits are dropped); the metadata's ``splits``."""
+        """Give the files their final names (empty splits are dropped); the metadata's ``splits``: each split's
+        files, tokens and each file's SHA-256."""
         splits = {}
         for split, path in self.paths.items():
             if self.counts[split]:
                 os.replace(_partial(path), path)
-                splits[split] = {"files": [path.name], "tokens": self.counts[split]}
+                splits[split] = {"files": [path.name], "tokens": self.counts[split],
+                                 "sha256": {path.name: self.digests[split].hexdigest()}}  # fmt: skip
             else:
                 os.unlink(_partial(path))
         return splits
