@@ -14,7 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.training.chat_models import FAMILIES, model_folder, template
-from training.prepare import chat, chat_data
+from training.prepare import chat, chat_data, corpus
 
 POOL = [
     "17",
@@ -222,3 +222,34 @@ def test_metadata_records_each_files_sha256_and_each_splits_trained_tokens_and_e
         assert entry["examples"] == len(offsets) - 1
         assert entry["tokens"] == len(mask) == int(offsets[-1])
     assert sum(entry["examples"] for entry in meta["splits"].values()) == 12
+
+
+ENDLESS = (
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}{% endfor %}{% endfor %}"
+    "{% endfor %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+)
+
+
+def test_a_template_that_loops_without_end_is_stopped_and_named_with_the_example(tmp_path, capsys):
+    """Issue 53 item 9: a nested-loop template ran until killed; now each rendering is bounded (--template-seconds)
+    and the refusal names the template's file and the example's file and line."""
+    folder = model_folder(tmp_path / "model", "qwen2.5", template_text=ENDLESS)
+    data = write(tmp_path / "chats.jsonl", [GOOD])
+    argv = [
+        str(data),
+        "--init-from",
+        str(folder),
+        "--output",
+        str(tmp_path / "out"),
+        "--validation-fraction",
+        "0",
+    ]
+    assert corpus.main([*argv, "--template-seconds", "0.3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        f"error: {data}:1: the chat template of {folder / 'tokenizer_config.json'} did not finish"
+    )
+    assert "within 0.3 s (--template-seconds)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(chat_data.ChatDataError, match="template-seconds: must be above 0"):
+        chat.prepare_chat([data], str(tmp_path / "out"), str(folder), template_seconds=0)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from training.prepare.chat_data import ChatDataError, Renderer, load_tokenizer, read_jsonl
+from training.prepare.chat_data import TEMPLATE_SECONDS, ChatDataError, Renderer, load_tokenizer, read_jsonl
 from training.prepare.output import output_folder
 from training.request import sft_data
 from training.trainer.data.token_files import METADATA_FILE
@@ -111,9 +111,13 @@ def prepare_chat(
     validation_file: str | None = None,
     max_tokens: int | None = None,
     too_long: str = "drop",
+    template_seconds: float = TEMPLATE_SECONDS,
 ) -> dict[str, Any]:
     """Render ``inputs`` (JSON Lines) with ``init_from``'s chat template into ``output``; return the metadata.
-    Raises ``ChatDataError`` naming the option, or the file and line, and why."""
+    Raises ``ChatDataError`` naming the option, or the file and line, and why. ``template_seconds``: the longest
+    one rendering may take (``chat_data.TEMPLATE_SECONDS``)."""
+    if not template_seconds > 0:
+        raise ChatDataError(f"template-seconds: must be above 0; got {template_seconds}")
     if too_long not in TOO_LONG:
         raise ChatDataError(f"too-long: must be one of {', '.join(TOO_LONG)}; got {too_long!r}")
     if max_tokens is not None and max_tokens < 2:
@@ -124,7 +128,7 @@ def prepare_chat(
         raise ChatDataError(f"output: {output} already holds {', '.join(taken)}; choose an empty folder")
     tokenizer, template = load_tokenizer(init_from)
     source = _template_source(init_from, template)
-    renderer = Renderer(tokenizer, template)
+    renderer = Renderer(tokenizer, template, seconds=template_seconds, name=str(Path(init_from) / source))
     dtype = np.dtype(np.uint16 if len(tokenizer) <= 1 << 16 else np.uint32)
     sources = [(path, None) for path in inputs] + (
         [(Path(validation_file), "validation")] if validation_file else []

@@ -310,6 +310,13 @@ def _chat_options(parser: argparse.ArgumentParser) -> None:
         choices=chat_prepare.TOO_LONG,
         help="An example above --max-tokens: drop it (default) or truncate it.",
     )
+    chat.add_argument(
+        "--template-seconds",
+        type=float,
+        default=chat_data.TEMPLATE_SECONDS,
+        help=f"The longest one rendering of the chat template may take (default {chat_data.TEMPLATE_SECONDS:g}); "
+        "a template that loops without end is stopped and named.",
+    )
 
 
 def _main_chat(args: argparse.Namespace) -> int:
@@ -323,6 +330,7 @@ def _main_chat(args: argparse.Namespace) -> int:
             validation_file=args.validation_file,
             max_tokens=args.max_tokens,
             too_long=args.too_long,
+            template_seconds=args.template_seconds,
         )
     except (PrepareError, chat_data.ChatDataError) as err:
         print(f"error: {err}", file=sys.stderr)
