@@ -253,3 +253,60 @@ def test_a_template_that_loops_without_end_is_stopped_and_named_with_the_example
     assert not (tmp_path / "out").exists()
     with pytest.raises(chat_data.ChatDataError, match="template-seconds: must be above 0"):
         chat.prepare_chat([data], str(tmp_path / "out"), str(folder), template_seconds=0)
+
+
+def straddling_tokenizer(folder: Path) -> None:
+    """Replace the folder's byte-level tokenizer with one whose merges cross the edge of an answer: no regex split,
+    and merges "\\n" + "\\n" and "\\n\\n" + "H", so the header's newline and the answer's first characters can be one
+    token (as a real vocabulary's merges of blank lines are: Qwen 2.5's "\\n\\n" is one token)."""
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    newline = next(char for char, index in vocab.items() if index == ord("\n"))
+    base = len(vocab)
+    vocab.update({newline * 2: base, newline * 2 + "H": base + 1})
+    spec["model"]["merges"] = [[newline, newline], [newline * 2, "H"]]
+    spec["pre_tokenizer"]["use_regex"] = False
+    for shift, token in enumerate(spec["added_tokens"]):
+        token["id"] = base + 2 + shift
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+
+
+STRADDLING = {
+    # Llama trims the answer; its header ends in a blank line that merges with the answer's "H"
+    "llama3.1": ["Hi there", "  Hello"],
+    # Qwen's header ends in one newline; an answer starting with blank lines merges with it (issue 53 item 18)
+    "qwen2.5": ["\nHi there", "\n\nHello", "\n\n\nHey"],
+}
+
+
+@pytest.mark.parametrize("name", list(STRADDLING))
+def test_a_token_straddling_the_start_of_an_answer_is_trained_as_transformers_generation_mask_trains_it(
+    name, tmp_path
+):
+    """Where a token holds the end of the template's header and the start of the answer, transformers' own
+    {% generation %} mask trains it (it marks from the token holding the answer's first character): so does
+    prepare, token for token."""
+    folder = model_folder(tmp_path / "model", name)
+    straddling_tokenizer(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    renderer = chat_data.Renderer(*chat_data.load_tokenizer(str(folder)))
+    straddled = 0
+    for answer in STRADDLING[name]:
+        messages = [{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": answer},
+                    {"role": "user", "content": "and 3 + 3?"}, {"role": "assistant", "content": answer}]  # fmt: skip
+        example = renderer.render(*chat_data.messages_of({"messages": messages}, "t:1"), "t:1")
+        reference = tokenizer.apply_chat_template(messages, chat_template=marked(name), tokenize=True,
+                                                  return_dict=True, return_assistant_tokens_mask=True)  # fmt: skip
+        assert example.ids.tolist() == reference["input_ids"]
+        assert example.mask.tolist() == reference["assistant_masks"]
+        # each trained run begins with a token that begins before the answer: the header's end and the answer's start
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        shown = (answer.strip() if name == "llama3.1" else answer) + FAMILIES[name]["end_of_turn"]
+        runs = [k for k, m in enumerate(example.mask.tolist()) if m and (k == 0 or not example.mask[k - 1])]
+        assert len(runs) == 2
+        for k in runs:
+            begin, end = offsets[k]
+            assert any(text[p:].startswith(shown) for p in range(begin + 1, end)), (answer, text[begin:end])
+        straddled += len(runs)
+    assert straddled == 2 * len(STRADDLING[name])

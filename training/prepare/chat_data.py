@@ -12,9 +12,12 @@ second of the whole rendering (a template that renders a turn differently once l
 characters between the two ends are what the model writes for that turn; of them the trained ones run up to and
 including the template's end-of-turn token (the special token the turn's text ends with, trailing whitespace after
 it left out, e.g. Qwen's newline after ``<|im_end|>``). The whole rendering is tokenized once, as
-``apply_chat_template`` tokenizes it (``add_special_tokens=False``), and a token is trained when its characters lie
-inside a trained span. So system, user and tool text and the template's own headers are never trained; the
-assistant's content and its end-of-turn token always are (unless that message says ``"train": false``).
+``apply_chat_template`` tokenizes it (``add_special_tokens=False``), and the tokens of each trained span are
+transformers' own ``{% generation %}`` mask's: from the token holding its first character through the one holding its
+last (``char_to_token``). So a token that straddles the start of an answer (the header's last newline merged with an
+answer's leading blank line, as Qwen 2.5's vocabulary merges ``"\n\n"``) is trained, as transformers and TRL's
+``assistant_only_loss`` train it. Otherwise system, user and tool text and the template's own headers are never
+trained; the assistant's content and its end-of-turn token always are (unless that message says ``"train": false``).
 
 **Refused**, each in one line naming the file and line, before any output file gets its name: a line that is not
 UTF-8 or not JSON, an example of another shape, an unknown role, content that is not a string or holds one of the
@@ -188,18 +191,26 @@ class Renderer:
         spans = [self._span(messages, i, full, where) for i, m in enumerate(messages) if m["train"]]
         encoded = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
         ids = np.asarray(encoded["input_ids"], dtype=np.int64)
+        offsets = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
         mask = np.zeros(len(ids), dtype=np.uint8)
         for begin, end, turn, eot in spans:
-            inside = [
-                k for k, (a, b) in enumerate(encoded["offset_mapping"]) if begin <= a and b <= end and b > a
-            ]
-            if not inside:
-                raise ChatDataError(f"{where}: assistant turn {turn} yields no trained token")
-            if self.tokenizer.convert_ids_to_tokens(int(ids[inside[-1]])) != eot:
+            # as transformers' {% generation %} mask: from the token holding the answer's first character (it may
+            # begin in the header before it) through the one holding its last, the end-of-turn token
+            first = encoded.char_to_token(begin)
+            if (
+                first is None
+            ):  # no token holds that character (a normalizer dropped it): the next one that begins
+                first = int(np.searchsorted(offsets[:, 0], begin))
+            last = encoded.char_to_token(end - 1)
+            if (
+                last is None
+                or offsets[last, 0] != end - len(eot)
+                or self.tokenizer.convert_ids_to_tokens(int(ids[last])) != eot
+            ):
                 raise ChatDataError(
                     f"{where}: the end-of-turn token {eot!r} of assistant turn {turn} is not a token of its own"
                 )
-            mask[inside] = 1
+            mask[first : last + 1] = 1
         if mask.all():
             raise ChatDataError(
                 f"{where}: every token of this example would be trained: the chat template renders nothing around "
