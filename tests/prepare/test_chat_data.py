@@ -310,3 +310,56 @@ def test_a_token_straddling_the_start_of_an_answer_is_trained_as_transformers_ge
             assert any(text[p:].startswith(shown) for p in range(begin + 1, end)), (answer, text[begin:end])
         straddled += len(runs)
     assert straddled == 2 * len(STRADDLING[name])
+
+
+SYSTEM, USER = {"role": "system", "content": "Be brief."}, {"role": "user", "content": "17"}
+ANSWER = {"role": "assistant", "content": "18"}
+TRL_FORMS = {
+    # TRL's conversational prompt-completion: the prompt is context (its assistant turns too), the completion trained
+    "conversational prompt-completion": (
+        {"prompt": [SYSTEM, USER, {"role": "assistant", "content": "x"}, USER], "completion": [ANSWER]},
+        [SYSTEM, USER, {"role": "assistant", "content": "x", "train": False}, USER, ANSWER],
+    ),
+    # TRL's conversational language modeling, with the from/value keys its SFTTrainer converts (maybe_convert_to_chatml)
+    "conversations (from/value)": (
+        {"conversations": [{"from": "system", "value": "Be brief."}, {"from": "user", "value": "17"},
+                           {"from": "assistant", "value": "18"}]},
+        [SYSTEM, USER, ANSWER],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("form", list(TRL_FORMS))
+def test_trls_conversational_forms_render_as_the_same_conversation_in_messages(form, family):
+    """Issue 53 item 19: TRL's conversational prompt-completion form (message lists) is accepted: its prompt is the
+    context, every turn of its completion is trained, as TRL's completion_only_loss does."""
+    _, folder, _ = family
+    renderer = chat_data.Renderer(*chat_data.load_tokenizer(str(folder)))
+    record, same = TRL_FORMS[form]
+    example = renderer.render(*chat_data.messages_of(record, "t:1"), "t:1")
+    reference = renderer.render(*chat_data.messages_of({"messages": same}, "t:1"), "t:1")
+    assert example.ids.tolist() == reference.ids.tolist() and example.mask.tolist() == reference.mask.tolist()
+    assert example.shape == ("conversational_prompt_completion" if "prompt" in record else "conversations")
+
+
+NOT_SFT = {
+    "prompt-only": ({"prompt": [USER]}, "TRL's prompt-only type: a prompt with no completion has nothing to train"),
+    "preference": ({"prompt": [USER], "chosen": [ANSWER], "rejected": [ANSWER]}, "TRL's preference type"),
+    "implicit preference": ({"chosen": [USER, ANSWER], "rejected": [USER, ANSWER]}, "TRL's preference type"),
+    "unpaired preference": ({"prompt": [USER], "completion": [ANSWER], "label": False}, "TRL's unpaired preference type"),
+    "stepwise": ({"prompt": "9.8 or 9.11?", "completions": ["a", "b"], "labels": [True, False]}, "TRL's stepwise supervision type"),
+    "standard language modeling": ({"text": "The sky is blue."}, "plain text (TRL's language modeling type): prepare it without --init-from"),
+    "mixed prompt-completion": ({"prompt": [USER], "completion": "18"}, "'prompt' and 'completion' must both be strings (standard) or both lists of messages (conversational)"),
+    "user turn in a completion": ({"prompt": [USER], "completion": [ANSWER, USER]}, "completion message 1 has role 'user'; a completion holds the assistant's turns: put the turns before them in the prompt"),
+    "trained turn in a prompt": ({"prompt": [USER, {**ANSWER, "train": True}, USER], "completion": [ANSWER]}, 'prompt message 1 (assistant) says "train": true; the prompt is context: put the turns to train in the completion'),
+    "empty completion": ({"prompt": [USER], "completion": []}, "'completion' must be a non-empty list of messages"),
+    "bad prompt message": ({"prompt": [{"role": "tool", "content": "x"}], "completion": [ANSWER]}, "prompt message 0 has role 'tool'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(NOT_SFT))
+def test_other_trl_types_are_refused_naming_the_type_and_what_to_give(case):
+    record, reason = NOT_SFT[case]
+    with pytest.raises(chat_data.ChatDataError) as refused:
+        chat_data.messages_of(record, "data.jsonl:7")
+    assert str(refused.value).startswith("data.jsonl:7: ") and reason in str(refused.value), refused.value

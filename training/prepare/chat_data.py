@@ -1,8 +1,12 @@
 """Conversations -> token ids and a loss mask, through the model's own chat template (transformers'
 ``apply_chat_template``; no template code of our own).
 
-Input: JSON Lines, one example a line: ``{"messages": [{"role": "system"|"user"|"assistant", "content": "...",
-"train": false?}, ...]}`` or ``{"prompt": "...", "completion": "..."}`` (a user turn and an assistant turn).
+Input: JSON Lines, one example a line, the shapes TRL's ``SFTTrainer`` takes: ``{"messages": [{"role":
+"system"|"user"|"assistant", "content": "...", "train": false?}, ...]}``, ``{"prompt": [messages], "completion":
+[messages]}`` (the prompt is context, its assistant turns too; the completion holds the assistant's turns, trained),
+``{"prompt": "...", "completion": "..."}`` (a user turn and an assistant turn), or ``{"conversations": [{"from",
+"value"}]}`` (read as ``messages``, the keys renamed as TRL's ``maybe_convert_to_chatml`` does). TRL's other types
+(prompt-only, preference, unpaired preference, stepwise supervision) and plain text are refused by name.
 
 **Which tokens are trained** (the mask), without relying on ``{% generation %}`` markers, which most stock templates
 (Llama 3.x, Qwen 2.5) do not have: for each assistant turn ``i`` the conversation is rendered twice more, up to the
@@ -102,39 +106,103 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, list[dict[str, Any]], str]]:
 
 
 def messages_of(record: Any, where: str) -> tuple[list[dict[str, Any]], str]:
-    """The checked messages of one JSON record and its shape (``messages`` or ``prompt_completion``)."""
-    if isinstance(record, dict) and "messages" in record:
-        messages = record["messages"]
-        if not isinstance(messages, list) or not messages:
-            raise ChatDataError(f"{where}: 'messages' must be a non-empty list of messages")
-        return [_message(m, where, i) for i, m in enumerate(messages)], "messages"
-    if isinstance(record, dict) and {"prompt", "completion"} <= record.keys():
-        if not isinstance(record["prompt"], str) or not isinstance(record["completion"], str):
-            raise ChatDataError(f"{where}: 'prompt' and 'completion' must be strings")
-        turns = [
-            {"role": "user", "content": record["prompt"]},
-            {"role": "assistant", "content": record["completion"]},
-        ]
-        return [_message(m, where, i) for i, m in enumerate(turns)], "prompt_completion"
-    raise ChatDataError(
-        f"{where}: an example is a JSON object with 'messages' (a list of {{'role', 'content'}}) or with 'prompt' "
-        "and 'completion'"
-    )
+    """The checked messages of one JSON record and its shape: ``messages``, ``conversations`` (TRL's from/value
+    keys), ``prompt_completion`` (strings) or ``conversational_prompt_completion`` (message lists)."""
+    if not isinstance(record, dict):
+        raise ChatDataError(f"{where}: {SHAPES}")
+    for key in ("messages", "conversations"):
+        if key in record:
+            messages = _listed(record, key, where)
+            if key == "conversations":  # as TRL's maybe_convert_to_chatml: the keys renamed, nothing else
+                messages = [_chatml(m) for m in messages]
+            return [_message(m, where, i) for i, m in enumerate(messages)], key
+    if {"prompt", "completion"} <= record.keys() and "label" not in record:
+        prompt, completion = record["prompt"], record["completion"]
+        if isinstance(prompt, str) and isinstance(completion, str):
+            turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+            return [_message(m, where, i) for i, m in enumerate(turns)], "prompt_completion"
+        if isinstance(prompt, list) and isinstance(completion, list):
+            return _prompt_completion(record, where), "conversational_prompt_completion"
+        raise ChatDataError(
+            f"{where}: 'prompt' and 'completion' must both be strings (standard) or both lists of messages "
+            "(conversational)"
+        )
+    raise ChatDataError(f"{where}: {_other_type(record)}{SHAPES}")
 
 
-def _message(message: Any, where: str, index: int) -> dict[str, Any]:
+SHAPES = (
+    "an example is a JSON object with 'messages' (a list of {'role', 'content'}), or 'prompt' and 'completion' "
+    "(both strings, or both lists of messages: TRL's prompt-completion type)"
+)
+
+
+def _other_type(record: dict[str, Any]) -> str:
+    """What a record of another of TRL's dataset types is, in words (docs/fine-tuning.md: the data)."""
+    keys = record.keys()
+    if {"chosen", "rejected"} <= keys:
+        return "this is TRL's preference type ('chosen' and 'rejected'), not supervised fine-tuning data; "
+    if "label" in keys and {"prompt", "completion"} <= keys:
+        return (
+            "this is TRL's unpaired preference type ('label' marks a completion good or bad), not supervised "
+            "fine-tuning data (drop 'label' once the bad completions are removed); "
+        )
+    if {"completions", "labels"} <= keys:
+        return "this is TRL's stepwise supervision type, not supervised fine-tuning data; "
+    if "prompt" in keys:
+        return "this is TRL's prompt-only type: a prompt with no completion has nothing to train; "
+    if "text" in keys:
+        return "this is plain text (TRL's language modeling type): prepare it without --init-from; "
+    return ""
+
+
+def _listed(record: dict[str, Any], key: str, where: str) -> list[Any]:
+    messages = record[key]
+    if not isinstance(messages, list) or not messages:
+        raise ChatDataError(f"{where}: '{key}' must be a non-empty list of messages")
+    return messages
+
+
+def _chatml(message: Any) -> Any:
     if not isinstance(message, dict):
-        raise ChatDataError(f"{where}: message {index} is not an object with 'role' and 'content'")
+        return message
+    renamed = {"from": "role", "value": "content"}
+    return {renamed.get(key, key): value for key, value in message.items()}
+
+
+def _prompt_completion(record: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """TRL's conversational prompt-completion: the prompt's turns are context (its assistant turns too, as TRL's
+    ``completion_only_loss`` trains only the completion), the completion's are the assistant's, trained."""
+    prompt, completion = _listed(record, "prompt", where), _listed(record, "completion", where)
+    context = [_message(m, where, i, "prompt message") for i, m in enumerate(prompt)]
+    for index, message in enumerate(prompt):
+        if message.get("train") is True:
+            raise ChatDataError(
+                f'{where}: prompt message {index} ({message["role"]}) says "train": true; the prompt is context: '
+                "put the turns to train in the completion"
+            )
+    answers = [_message(m, where, i, "completion message") for i, m in enumerate(completion)]
+    for index, message in enumerate(answers):
+        if message["role"] != "assistant":
+            raise ChatDataError(
+                f"{where}: completion message {index} has role {message['role']!r}; a completion holds the "
+                "assistant's turns: put the turns before them in the prompt"
+            )
+    return [{**m, "train": False} for m in context] + answers
+
+
+def _message(message: Any, where: str, index: int, label: str = "message") -> dict[str, Any]:
+    if not isinstance(message, dict):
+        raise ChatDataError(f"{where}: {label} {index} is not an object with 'role' and 'content'")
     role, content, train = message.get("role"), message.get("content"), message.get("train", True)
     if role not in ROLES:
-        raise ChatDataError(f"{where}: message {index} has role {role!r}; allowed: {', '.join(ROLES)}")
+        raise ChatDataError(f"{where}: {label} {index} has role {role!r}; allowed: {', '.join(ROLES)}")
     if not isinstance(content, str):
-        raise ChatDataError(f"{where}: message {index} ({role}) has no string 'content'")
+        raise ChatDataError(f"{where}: {label} {index} ({role}) has no string 'content'")
     if not isinstance(train, bool):
-        raise ChatDataError(f"{where}: message {index} has 'train' {train!r}; allowed: true or false")
+        raise ChatDataError(f"{where}: {label} {index} has 'train' {train!r}; allowed: true or false")
     if train and role != "assistant" and "train" in message:
         raise ChatDataError(
-            f'{where}: message {index} ({role}) says "train": true; only assistant turns are trained'
+            f'{where}: {label} {index} ({role}) says "train": true; only assistant turns are trained'
         )
     return {"role": role, "content": content, "train": train and role == "assistant"}
 

@@ -300,7 +300,8 @@ def _chat_options(parser: argparse.ArgumentParser) -> None:
     chat.add_argument(
         "--init-from",
         help="A model folder (tokenizer files with a chat template): the inputs are JSON Lines of 'messages' or "
-        "'prompt'/'completion', rendered with its template; only the assistant's turns are trained.",
+        "'prompt'/'completion' (strings or message lists, as TRL's SFTTrainer takes them), rendered with its "
+        "template; only the assistant's turns are trained.",
     )
     chat.add_argument("--validation-file", help="JSON Lines held out for validation (instead of a fraction).")
     chat.add_argument("--max-tokens", type=int, help="Longest example kept (default: no limit).")
