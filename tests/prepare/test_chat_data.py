@@ -363,3 +363,24 @@ def test_other_trl_types_are_refused_naming_the_type_and_what_to_give(case):
     with pytest.raises(chat_data.ChatDataError) as refused:
         chat_data.messages_of(record, "data.jsonl:7")
     assert str(refused.value).startswith("data.jsonl:7: ") and reason in str(refused.value), refused.value
+
+
+def test_the_suggested_seq_length_is_capped_at_the_models_max_position_embeddings_with_a_word(
+    tmp_path, capsys
+):
+    """Issue 53 item 20: a long example made prepare suggest a seq_length the model cannot take (1,044,056)."""
+    folder = model_folder(tmp_path / "model", "qwen2.5")
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 256}))
+    data = write(tmp_path / "chats.jsonl", [GOOD, GOOD, {"prompt": "x" * 300, "completion": "y"}])
+    argv = [str(data), "--init-from", str(folder), "--validation-fraction", "0"]
+    assert corpus.main([*argv, "--output", str(tmp_path / "long")]) == 0
+    printed = capsys.readouterr().out.splitlines()[-1]
+    assert printed.startswith(f"train with: --dataset channel --data_dir {tmp_path / 'long'} ")
+    assert printed.endswith(
+        "--seq_length 256 (the model's max_position_embeddings, config.json; 1 example is longer, up to 400 tokens, "
+        "and is refused at training: prepare again with --max-tokens 256 to drop it, or --too-long truncate)"
+    )
+    data = write(tmp_path / "short.jsonl", [GOOD, {"prompt": "1234", "completion": "5"}])
+    assert corpus.main([str(data), "--init-from", str(folder), "--validation-fraction", "0", "--output",
+                        str(tmp_path / "short")]) == 0  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[-1].endswith("--seq_length 104 (at least)")

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from tests.docs import runs
+from tests.docs.pages import ROOT, Page
 from training.prepare import corpus
 from training.trainer.data import token_files
 
@@ -136,3 +138,17 @@ def test_an_output_folder_with_prepared_data_is_never_overwritten(tmp_path, caps
     assert (tmp_path / "out" / "train.bin").read_bytes() == before
     assert corpus.main([str(tmp_path / "missing"), "--output", str(tmp_path / "o2")]) == 2
     assert "input: " in capsys.readouterr().err
+
+
+def test_the_exit_status_page_shows_what_a_refused_prepare_prints(tmp_path):
+    """docs/exit-status.md's prepare example runs as printed (the docs run only each page's opening): the refusal,
+    exit 2, and no output folder."""
+    page = Page.read(ROOT / "docs" / "exit-status.md")
+    block = next(b for b in page.blocks if b.language == "console" and "training.prepare" in b.text)
+    root = tmp_path / "checkout"
+    root.mkdir()
+    for name in (".venv", "training"):
+        (root / name).symlink_to(ROOT / name)
+    runner = runs.Runner(root, tmp_path)
+    assert runner.console(page, block), runner.outcome.failures
+    assert not (root / "hello-data").exists()

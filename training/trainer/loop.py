@@ -18,7 +18,7 @@ from training.contract import hardware, metric_lines, settings_checks, settings_
 from training.trainer import config, guard, refusal, sagemaker_job
 from training.trainer.checkpoint import checkpoint, export_hf, export_peft, weights
 from training.trainer.config import TrainConfig
-from training.trainer.data import packing
+from training.trainer.data import packing, token_files
 from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
 from training.trainer.distributed import compile as compiling
 from training.trainer.model import attention, decoder, doc_mask, lora, rotary
@@ -327,6 +327,12 @@ def run(
     if env.is_main:
         config.write_settings(full, cfg.model_dir)  # the run trains: its settings beside its model
     val_batches = _validation_batches(validation, cfg, env)
+    if validation is not None:  # every window is scored unless validation_batches is too low: say so
+        left = token_files.validation_note(
+            validation.window_count, cfg.validation_batches, cfg.batch_size, env.world_size
+        )
+        if left:
+            say(left)
     tracking = Tracking.open(cfg.tensorboard_dir, settings, env.is_main, say)
     collector = levers.GarbageCollection(cfg.gc_interval)
     try:

@@ -19,7 +19,7 @@ from tests.training.chat_models import model_folder
 from tests.training.runner import ROOT, cli_args, env
 from training.contract import settings_table, shapes
 from training.prepare import chat
-from training.trainer.data import packing
+from training.trainer.data import packing, token_files
 from training.trainer.loss import IGNORE_INDEX
 from training.trainer.model import decoder, doc_mask, rotary
 
@@ -228,3 +228,38 @@ def test_on_two_ranks_packed_logits_equal_alone_and_the_gradient_is_the_mean_ove
     assert result["naive_diff"] > 1e-4  # the mean of micro-batch means would fail this test
     # unequal counts: rank 0's micro-batches weigh 1.18 and 0.23 of a per-token mean, rank 1's first none at all
     assert result["empty"] == 1 and result["shares"][1] < 0.5 < result["shares"][0]
+
+
+def test_validation_scores_every_window_once_the_last_batch_filled_with_windows_that_count_nothing(prepared):
+    """Issue 53 item 20: the windows that do not fill a whole global batch were left out (56 of 59 scored); now the
+    last batch is filled up with padding windows (no target counted), and every trained target is scored once."""
+    _, mask, offsets = packing.read_split(prepared, "train", "uint16")
+    ranks = [packing.Conversations(prepared, "train", token_dtype="uint16", seq_length=512, batch_size=5, seed=0,
+                                   rank=r, world_size=2, packing=False, shuffle=False) for r in range(2)]  # fmt: skip
+    assert len(ranks[0].windows) == 36  # 3 global batches of 10 and 6 more
+    batches = [data.validation_batches(100) for data in ranks]
+    assert [len(b) for b in batches] == [4, 4]  # every rank the same number (a collective)
+    counted = sum(int((batch[1] != IGNORE_INDEX).sum()) for share in batches for batch in share)
+    assert counted == int(mask.sum())  # each example's trained targets (its first token is never one)
+    last = batches[1][-1]  # rank 1's share of the last global batch: window 35, then 4 of padding
+    assert (last[1][1:] == IGNORE_INDEX).all() and (last[2][1:] == 0).all() and (last[0][1:] == 0).all()
+    assert len(batches[0][0]) == 3 and (batches[0][0][1] != IGNORE_INDEX).any(axis=1).all()
+    assert token_files.validation_note(36, 2, 5, 2) == (
+        "validation: scores 20 of the split's 36 windows each time (validation_batches 2 x batch_size 5 x 2 "
+        "processes); raise validation_batches to 4 to score them all"
+    )
+    assert token_files.validation_note(36, 4, 5, 2) is None
+
+
+def test_validation_of_token_files_scores_every_window_once(tmp_path):
+    tokens = np.arange(7 * 9, dtype=np.uint16) % 50  # 7 windows of seq_length 8 + 1
+    tokens.tofile(tmp_path / "validation.bin")
+    ranks = [token_files.TokenFiles([tmp_path / "validation.bin"], "uint16", 50, 8, 2, 0, r, 2, shuffle=False)
+             for r in range(2)]  # fmt: skip
+    batches = [data.validation_batches(10) for data in ranks]
+    assert [len(b) for b in batches] == [2, 2]
+    targets = sorted(
+        int(t) for share in batches for batch in share for t in batch[1].flatten() if t != IGNORE_INDEX
+    )
+    expected = sorted(int(t) for w in range(7) for t in tokens[w * 9 + 1 : (w + 1) * 9])
+    assert targets == expected

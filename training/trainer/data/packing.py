@@ -178,12 +178,14 @@ class Conversations(token_files._PositionedBatches):
         tokens, targets, ids = (torch.from_numpy(np.stack(parts)) for parts in zip(*rows, strict=True))
         return tokens, targets, ids
 
-    def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """This rank's share of the first ``wanted`` global batches, in order; every rank gets the same number."""
-        count = min(wanted, len(self.windows) // (self.world_size * self.batch_size))
-        return [
-            self._batch((index * self.world_size + self.rank) * self.batch_size) for index in range(count)
-        ]
+    def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, ...]]:
+        """This rank's share of the first ``wanted`` global batches, in order (``token_files.validation_share``:
+        every window once, the last batch filled up with padding)."""
+        return token_files.validation_share(self, wanted, len(self.windows))
+
+    @property
+    def window_count(self) -> int:
+        return len(self.windows)
 
 
 def read_split(

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from training.contract import container, settings_table
+from training.trainer.loss import IGNORE_INDEX
 
 
 class _PositionedBatches:
@@ -189,6 +190,10 @@ class TokenFiles(_PositionedBatches):
     def windows(self) -> int:
         return int(self.starts[-1])
 
+    @property
+    def window_count(self) -> int:
+        return self.windows
+
     def _window(self, sample: int) -> np.ndarray:
         file, begin = self._where(sample)
         return np.asarray(self.arrays[file][begin : begin + self.window], dtype=np.int64)
@@ -221,12 +226,40 @@ class TokenFiles(_PositionedBatches):
         return seq
 
     def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, ...]]:
-        """This rank's share of the first ``wanted`` global batches, in order (fewer when the files hold fewer);
-        every rank gets the same number."""
-        count = min(wanted, self.windows // (self.world_size * self.batch_size))
-        return [
-            self._batch((index * self.world_size + self.rank) * self.batch_size) for index in range(count)
-        ]
+        """This rank's share of the first ``wanted`` global batches, in order (``validation_share``)."""
+        return validation_share(self, wanted, self.windows)
+
+
+def validation_share(source: _PositionedBatches, wanted: int, windows: int) -> list[tuple[torch.Tensor, ...]]:
+    """``source``'s (a split read in order) share of the first ``wanted`` global batches of its ``windows``: every
+    window once, the last batch filled up with padding windows (token 0, no target counted, document id 0), so
+    every window is scored when ``wanted`` allows (``validation_note`` says how many are otherwise); every rank gets
+    the same number of batches (the validation loss is a collective)."""
+    per_batch = source.world_size * source.batch_size
+    batches = []
+    for index in range(min(wanted, -(-windows // per_batch))):
+        first = (index * source.world_size + source.rank) * source.batch_size
+        batch = source._batch(first)
+        real = max(0, min(source.batch_size, windows - first))
+        if real < source.batch_size:  # the rows past the end wrapped round to the first windows: blank them
+            batch = tuple(part.clone() for part in batch)
+            for number, part in enumerate(batch):
+                part[real:] = IGNORE_INDEX if number == 1 else 0
+        batches.append(batch)
+    return batches
+
+
+def validation_note(windows: int, wanted: int, batch_size: int, world_size: int) -> str | None:
+    """The line a run prints when ``validation_batches`` scores fewer windows than the split holds; None when it
+    scores them all."""
+    scored = min(windows, wanted * batch_size * world_size)
+    if scored == windows:
+        return None
+    return (
+        f"validation: scores {scored} of the split's {windows} windows each time (validation_batches {wanted} "
+        f"x batch_size {batch_size} x {world_size} processes); raise validation_batches to "
+        f"{-(-windows // (batch_size * world_size))} to score them all"
+    )
 
 
 def batch_need(batch_size: int, grad_accum_steps: int, world_size: int) -> tuple[int, str]:
