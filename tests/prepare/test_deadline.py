@@ -3,6 +3,7 @@ other; a block that ends in time is left alone, and no TimeUp reaches the code a
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import threading
 import time
@@ -66,3 +67,20 @@ def test_no_limit_and_no_nesting():
         spin(0.01)
     with deadline.limit(5), pytest.raises(RuntimeError, match="do not nest"), deadline.limit(5):
         pass
+
+
+def _stopped_in_a_child() -> str:
+    try:
+        with deadline.limit(0.2):
+            while True:
+                pass
+    except deadline.TimeUp:
+        return "stopped"
+
+
+def test_a_forked_child_gets_a_watchdog_of_its_own():
+    """A process pool's worker forked while the parent's watchdog runs: the limit holds there too."""
+    with deadline.limit(5):  # the parent's watchdog is running, with a block waiting on it
+        context = multiprocessing.get_context("fork")
+        with context.Pool(1) as pool:
+            assert pool.apply_async(_stopped_in_a_child).get(timeout=60) == "stopped"

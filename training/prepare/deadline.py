@@ -69,6 +69,19 @@ def _ensure_watchdog() -> None:
         thread.start()
 
 
+def _forked() -> None:
+    """In a forked child (a process pool's worker): fresh state and a fresh lock (the parent's watchdog may have
+    held it at the fork; its thread is not in the child), the watchdog started again on first use."""
+    global _cond
+    _cond = threading.Condition()
+    _expiries.clear()
+    _fired.clear()
+    _watchdog.update(pid=None, thread=None, until=math.inf)
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 @contextmanager
 def limit(seconds: float | None) -> Iterator[None]:
     """Raise ``TimeUp`` in this thread if the block runs longer than ``seconds`` (None: no limit). Blocks in one
