@@ -384,3 +384,12 @@ def test_the_suggested_seq_length_is_capped_at_the_models_max_position_embedding
     assert corpus.main([str(data), "--init-from", str(folder), "--validation-fraction", "0", "--output",
                         str(tmp_path / "short")]) == 0  # fmt: skip
     assert capsys.readouterr().out.splitlines()[-1].endswith("--seq_length 104 (at least)")
+
+
+def test_a_validation_file_that_is_not_there_is_refused_by_name_before_anything_is_written(tmp_path):
+    folder = model_folder(tmp_path / "model", "qwen2.5")
+    data = write(tmp_path / "chats.jsonl", [GOOD])
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(chat_data.ChatDataError, match=f"validation-file: {missing} is not a file"):
+        chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_file=str(missing))
+    assert not (tmp_path / "out").exists()

@@ -122,6 +122,8 @@ def prepare_chat(
         raise ChatDataError(f"too-long: must be one of {', '.join(TOO_LONG)}; got {too_long!r}")
     if max_tokens is not None and max_tokens < 2:
         raise ChatDataError(f"max-tokens: must be at least 2; got {max_tokens}")
+    if validation_file and not Path(validation_file).is_file():
+        raise ChatDataError(f"validation-file: {validation_file} is not a file")
     out = Path(output)
     taken = [p.name for p in own_files(out) if p.exists()]
     if taken:
