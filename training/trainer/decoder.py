@@ -11,7 +11,7 @@ Two interchangeable blocks with the same parameters (``ModelConfig.parameter_cou
   have one (a mask), the gated MLP (SwiGLU or GeGLU).
 * ``te_block``: ``transformer_engine.pytorch.TransformerLayer`` where Transformer Engine 2.11 can express the
   family (fp8/mxfp8/nvfp4), imported lazily; the families it cannot express are refused in one line
-  (``te_refusal``). kwargs checked against TE tag v2.11 ``transformer_engine/pytorch/transformer.py`` and
+  (``training.models.te_support.te_refusal``). kwargs checked against TE tag v2.11 ``transformer_engine/pytorch/transformer.py`` and
   ``attention/multi_head_attention.py``.
 
 Norms: ``nn.RMSNorm`` (``x / rms(x) * w``, Llama's), or ``UnitOffsetRMSNorm`` (Gemma's ``x / rms(x) * (1 + w)``,
@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.models.config import ModelConfig, RopeConfig
+from training.models.te_support import te_refusal
 from training.trainer import doc_mask
 from training.trainer.loss import linear_cross_entropy, token_statistics
 from training.trainer.rotary import Llama3Scaling, Rope, apply_rotary
@@ -237,26 +238,6 @@ def causal_attention(
         k = k.repeat_interleave(q.size(1) // k.size(1), dim=1)
         v = v.repeat_interleave(q.size(1) // v.size(1), dim=1)
     return call(q, k, v, attn_mask=mask, **extra)
-
-
-def te_refusal(config: ModelConfig) -> str | None:
-    """Why Transformer Engine 2.11's ``TransformerLayer`` cannot be this family's block (one line naming what it
-    lacks), or None when it can (see /work/coord/models-te.md and docs/open-weights.md): it has one ``bias``
-    switch for all four of its linear layers (attention's and the MLP's), no norm after attention or the MLP
-    (Gemma's sandwich), a query/key RMSNorm without the (1 + w) form, and no attention scale of its own."""
-    if config.attention_bias.any:
-        return (
-            f"{config.family}: the attention bias (on q/k/v{'/o' if config.attention_bias.o else ''} only) "
-            "cannot be expressed by Transformer Engine's TransformerLayer, whose bias switch covers every linear "
-            "layer including the MLP's"
-        )
-    if config.norm_placement != "pre":
-        return f"{config.family}: the norms after attention and after the MLP have no Transformer Engine counterpart"
-    if config.norm != "rmsnorm":
-        return f"{config.family}: the (1 + w) RMSNorm of the query/key norms has no Transformer Engine counterpart"
-    if config.query_pre_attn_scalar is not None and config.query_pre_attn_scalar != config.head_dim:
-        return f"{config.family}: the attention scale query_pre_attn_scalar has no Transformer Engine counterpart"
-    return None
 
 
 def te_block(
