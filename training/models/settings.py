@@ -1,0 +1,85 @@
+"""A ``ModelConfig`` and the contract's flat model settings, both ways: what an ``init_from`` config.json or a
+named size gives the settings (``to_settings``: the shape, the position encoding, RoPE, the RMSNorm epsilon and the
+family), and the Llama model a run's settings describe when no config.json or named size of another family does
+(``llama_from_settings``: the custom shapes and the Llama presets, as the trainer has always built them).
+
+The setting names are the contract's (``num_layers``, ``hidden_size``, ``num_heads``, ``num_kv_heads``,
+``ffn_hidden_size``, ``vocab_size``, ``tie_embeddings``, ``position_encoding``, ``rope_theta``, ``rope_scaling``
+and its four ``rope_*`` parameters, ``rms_norm_eps``, ``model_family``); this module reads and writes them as
+plain values and imports nothing of the contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from training.models.config import ModelConfig, RopeConfig
+
+LLAMA3_ROPE_SETTINGS: Mapping[str, str] = {
+    "rope_scaling_factor": "factor",
+    "rope_low_freq_factor": "low_freq_factor",
+    "rope_high_freq_factor": "high_freq_factor",
+    "rope_original_max_position_embeddings": "original_max_position_embeddings",
+}
+"""The contract's llama3 RoPE settings -> ``RopeConfig`` fields."""
+LEGACY_NORM_EPS = 1e-5
+"""The epsilon of a run saved before ``rms_norm_eps`` was a setting (every such run used Llama 3's 1e-5)."""
+
+
+def to_settings(config: ModelConfig) -> dict[str, Any]:
+    """The contract settings ``config`` gives (its shape, position encoding, RoPE of its global layers and RMSNorm
+    epsilon, in the order and form ``init_from`` has always given them) and ``model_family``."""
+    rope = config.rope
+    settings: dict[str, Any] = {
+        "num_layers": config.num_layers,
+        "hidden_size": config.hidden_size,
+        "num_heads": config.num_heads,
+        "num_kv_heads": config.num_kv_heads,
+        "ffn_hidden_size": config.ffn_hidden_size,
+        "vocab_size": config.vocab_size,
+        "tie_embeddings": config.tie_embeddings,
+        "position_encoding": config.position_encoding,
+        "rms_norm_eps": config.norm_eps,
+        "rope_theta": rope.theta,
+        "rope_scaling": rope.scaling,
+    }
+    for name, key in LLAMA3_ROPE_SETTINGS.items():
+        settings[name] = getattr(rope, key) if rope.scaling == "llama3" or key == "factor" else None
+    if rope.scaling == "none":
+        settings["rope_scaling_factor"] = None
+    return settings | {"model_family": config.family}
+
+
+def llama_from_settings(values: Mapping[str, Any]) -> ModelConfig:
+    """The Llama model of a run's settings (``parse_hyperparameters``' result, or a saved run's config; one saved
+    before grouped-query attention, tying or ``rms_norm_eps`` existed has none of them): ``head_dim`` = hidden /
+    heads, no bias, pre-norm RMSNorm, SwiGLU, RoPE with the settings' base and scaling (or none)."""
+    heads = int(values["num_heads"])
+    rope = RopeConfig(float(values.get("rope_theta") or 10000.0))
+    if values.get("rope_scaling", "none") == "llama3":
+        rope = RopeConfig(
+            rope.theta,
+            "llama3",
+            float(values["rope_scaling_factor"]),
+            float(values["rope_low_freq_factor"]),
+            float(values["rope_high_freq_factor"]),
+            int(values["rope_original_max_position_embeddings"]),
+        )
+    elif values.get("rope_scaling", "none") == "linear":
+        rope = RopeConfig(rope.theta, "linear", float(values["rope_scaling_factor"]))
+    eps = values.get("rms_norm_eps")
+    return ModelConfig(
+        family="llama3",
+        vocab_size=int(values["vocab_size"]),
+        hidden_size=int(values["hidden_size"]),
+        num_layers=int(values["num_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(values.get("num_kv_heads") or heads),
+        head_dim=int(values["hidden_size"]) // heads,
+        ffn_hidden_size=int(values["ffn_hidden_size"]),
+        norm_eps=float(LEGACY_NORM_EPS if eps is None else eps),
+        position_encoding=str(values.get("position_encoding") or "rope"),
+        rope=rope,
+        tie_embeddings=bool(values.get("tie_embeddings") or False),
+    )
