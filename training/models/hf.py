@@ -10,6 +10,7 @@ Every refusal is a ``ModelConfigError`` naming the key and what is supported.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,9 +90,9 @@ class Reader:
     def choice(self, key: str, allowed: tuple[Any, ...], why: str) -> Any:
         """The value, refused unless one of ``allowed`` (``why``: what the trainer's block is instead)."""
         value = self.raw(key)
-        if value not in allowed:
-            shown = ", ".join(repr(a) for a in allowed)
-            raise ModelConfigError(key, f"{value!r} is not supported ({why}); supported: {shown}")
+        if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
+            shown = ", ".join(json.dumps(a) for a in allowed)
+            raise ModelConfigError(key, f"{json.dumps(value)} is not supported ({why}); supported: {shown}")
         return value
 
     def sizes(self) -> dict[str, Any]:
@@ -160,7 +161,7 @@ def refuse_unsupported_kinds(config: Mapping[str, Any], supported: str) -> None:
     for key in EXPERT_KEYS:
         if config.get(key):
             raise ModelConfigError(
-                key, f"={config[key]!r}: mixture-of-experts models are not supported; supported: {supported}"
+                key, f"{config[key]!r}: mixture-of-experts models are not supported; supported: {supported}"
             )
     for key in WRAPPER_KEYS:
         if config.get(key) is not None:
@@ -194,7 +195,7 @@ def rope_config(parameters: Mapping[str, Any], theta: Any, where: str) -> RopeCo
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         raise ModelConfigError(
-            where, f"RoPE type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}"
+            where, f"has RoPE type {rope_type!r}, which is not supported; supported: {', '.join(ROPE_TYPES)}"
         )
     factor = parameters.get("partial_rotary_factor", 1.0)
     if factor != 1.0:
@@ -207,12 +208,12 @@ def rope_config(parameters: Mapping[str, Any], theta: Any, where: str) -> RopeCo
     wanted = {"none": (), "linear": ("factor",), "llama3": _LLAMA3_KEYS}[scaling]
     missing = [key for key in wanted if parameters.get(key) is None]
     if missing:
-        raise ModelConfigError(where, f"RoPE type {rope_type} needs {', '.join(missing)}")
+        raise ModelConfigError(where, f"has RoPE type {rope_type}, which needs {', '.join(missing)}")
     values: dict[str, Any] = {}
     for key in wanted:
         value = parameters[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ModelConfigError(where, f"{key} must be a positive number; got {value!r}")
+            raise ModelConfigError(where, f"has {key} {value!r}; it must be a positive number")
         values[key] = int(value) if key == "original_max_position_embeddings" else float(value)
     return RopeConfig(theta=float(theta), scaling=scaling, **values)
 

@@ -52,7 +52,7 @@ def read(config: Mapping[str, Any]) -> ModelConfig:
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         if config.get(key) is not None:
             raise ModelConfigError(
-                key, f"={config[key]!r}: Gemma 2's soft-capping is not implemented; supported: null (Gemma 3)"
+                key, f"{config[key]!r}: Gemma 2's soft-capping is not implemented; supported: null (Gemma 3)"
             )
     reader.choice("use_bidirectional_attention", (False,), "the trainer's decoder is causal")
     reader.choice("hidden_activation", ("gelu_pytorch_tanh",), "the Gemma 3 MLP is GeGLU with the tanh GELU")
