@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 
 from tests.models.tiny import tiny_hf_config
+from tests.request.test_hf_config import LLAMA_3_2_1B
+from training.contract import settings_parse, shapes
 from training.models import registry, settings
-from training.request import contract, hf_config
-
-from ..training.test_hf_config import LLAMA_3_2_1B
+from training.models.config import ModelConfig, ModelConfigError
+from training.request import hf_config
 
 
 @pytest.mark.parametrize(
@@ -25,14 +26,16 @@ from ..training.test_hf_config import LLAMA_3_2_1B
 )
 def test_a_llama_config_gives_the_settings_hf_config_gives(config):
     given = settings.to_settings(registry.read_hf_config(config))
-    assert given.pop("model_family") == "llama3"
+    assert "model_config" not in given  # the flat settings say it all: nothing new in a Llama run's settings
     assert given == hf_config.architecture(config)
     assert list(given) == list(hf_config.architecture(config))
 
 
-@pytest.mark.parametrize("preset", list(contract.MODEL_PRESETS))
+@pytest.mark.parametrize(
+    "preset", [n for n in shapes.MODEL_PRESETS if registry.named_size(n).family == "llama3"]
+)
 def test_a_llama_presets_settings_give_its_named_size(preset):
-    values = contract.parse_hyperparameters({"model_preset": preset})
+    values = settings_parse.parse_hyperparameters({"model_preset": preset})
     size = registry.named_size(preset)
     assert settings.llama_from_settings(values) == replace(size, max_position_embeddings=None)
 
@@ -50,13 +53,28 @@ def test_a_run_saved_before_the_newer_settings_is_the_model_it_trained():
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "mistral", "gemma3"])
-def test_other_families_give_their_shape_and_family(family):
+def test_other_families_give_their_shape_and_the_whole_config(family):
     config = registry.read_hf_config(tiny_hf_config(family))
     given = settings.to_settings(config)
-    assert given["model_family"] == family and given["num_kv_heads"] == 2 and given["rms_norm_eps"] == 1e-5
+    assert given["num_kv_heads"] == 2 and given["rms_norm_eps"] == 1e-5
+    assert given["model_config"] == config.summary() and settings.model_config(given) == config
     if family == "gemma3":
         assert (given["rope_theta"], given["rope_scaling"], given["rope_scaling_factor"]) == (
             1e6,
             "linear",
             2.0,
         )
+
+
+def test_a_llama_the_flat_settings_cannot_say_carries_its_config():
+    for changes in ({"head_dim": 16}, {"attention_bias": True}):
+        config = registry.read_hf_config(tiny_hf_config("llama3", **changes))
+        given = settings.to_settings(config)
+        assert settings.needs_model_config(config) and settings.model_config(given) == config
+
+
+def test_a_summary_reads_back_and_a_bad_one_is_refused():
+    for size in registry.SIZES.values():
+        assert ModelConfig.from_summary(size.summary()) == size
+    with pytest.raises(ModelConfigError, match="model_config has unknown keys"):
+        ModelConfig.from_summary({**size.summary(), "heads": 3})

@@ -19,6 +19,7 @@ Norms: RMSNorm ``x / rms(x) * w``, or Gemma's ``x / rms(x) * (1 + w)``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -292,6 +293,23 @@ class ModelConfig:
             not unknown, "lora_targets", f"{unknown} are not projections; allowed: {', '.join(PROJECTIONS)}"
         )
         return sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets)
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> ModelConfig:
+        """The config of ``summary()``'s dict (a saved run's, a run's settings'), checked as any config is."""
+        known = {item.name for item in fields(cls)}
+        unknown = sorted(set(summary) - known)
+        _check(not unknown, "model_config", f"has unknown keys {unknown}; known: {', '.join(sorted(known))}")
+        values = dict(summary)
+        try:
+            values["attention_bias"] = AttentionBias(**values.get("attention_bias", {}))
+            values["rope"] = RopeConfig(**values.get("rope", {}))
+            if values.get("local_rope") is not None:
+                values["local_rope"] = RopeConfig(**values["local_rope"])
+            values["layer_types"] = tuple(values.get("layer_types", ()))
+            return cls(**values)
+        except TypeError as err:
+            raise ModelConfigError("model_config", f"is not a model config: {err}") from None
 
     def summary(self) -> dict[str, Any]:
         """The config as plain JSON-ready values (nested dataclasses as dicts)."""

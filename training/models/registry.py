@@ -12,17 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from training.models import gemma3, hf, llama3, mistral, qwen2, qwen3
+from training.models import hf
 from training.models.config import ModelConfig, ModelConfigError
 from training.models.family import Family
+from training.models.gemma3.family import FAMILY as GEMMA3
+from training.models.llama3.family import FAMILY as LLAMA3
+from training.models.mistral.family import FAMILY as MISTRAL
+from training.models.qwen2.family import FAMILY as QWEN2
+from training.models.qwen3.family import FAMILY as QWEN3
 
-FAMILIES: Mapping[str, Family] = {
-    "llama3": llama3.FAMILY,
-    "qwen2": qwen2.FAMILY,
-    "qwen3": qwen3.FAMILY,
-    "mistral": mistral.FAMILY,
-    "gemma3": gemma3.FAMILY,
-}
+FAMILIES: Mapping[str, Family] = {family.name: family for family in (LLAMA3, QWEN2, QWEN3, MISTRAL, GEMMA3)}
 """Every family, by folder name."""
 
 KNOWN_UNSUPPORTED: Mapping[str, str] = {

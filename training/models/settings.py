@@ -5,13 +5,16 @@ family), and the Llama model a run's settings describe when no config.json or na
 
 The setting names are the contract's (``num_layers``, ``hidden_size``, ``num_heads``, ``num_kv_heads``,
 ``ffn_hidden_size``, ``vocab_size``, ``tie_embeddings``, ``position_encoding``, ``rope_theta``, ``rope_scaling``
-and its four ``rope_*`` parameters, ``rms_norm_eps``, ``model_family``); this module reads and writes them as
-plain values and imports nothing of the contract.
+and its four ``rope_*`` parameters, ``rms_norm_eps``); this module reads and writes them as plain values and imports
+nothing of the contract. What they cannot say (another family, an explicit ``head_dim``, biases, windows, ...) a
+run's settings carry as ``model_config``, the model's ``ModelConfig.summary()``, derived from the ``init_from``
+folder or the named size (``model_config``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from training.models.config import ModelConfig, RopeConfig
@@ -29,7 +32,15 @@ LEGACY_NORM_EPS = 1e-5
 
 def to_settings(config: ModelConfig) -> dict[str, Any]:
     """The contract settings ``config`` gives (its shape, position encoding, RoPE of its global layers and RMSNorm
-    epsilon, in the order and form ``init_from`` has always given them) and ``model_family``."""
+    epsilon, in the order and form ``init_from`` has always given them), and ``model_config`` (``config.summary()``)
+    when those settings do not describe it whole (``needs_model_config``)."""
+    settings = _flat_settings(config)
+    if needs_model_config(config):
+        settings["model_config"] = config.summary()
+    return settings
+
+
+def _flat_settings(config: ModelConfig) -> dict[str, Any]:
     rope = config.rope
     settings: dict[str, Any] = {
         "num_layers": config.num_layers,
@@ -48,7 +59,15 @@ def to_settings(config: ModelConfig) -> dict[str, Any]:
         settings[name] = getattr(rope, key) if rope.scaling == "llama3" or key == "factor" else None
     if rope.scaling == "none":
         settings["rope_scaling_factor"] = None
-    return settings | {"model_family": config.family}
+    return settings
+
+
+def needs_model_config(config: ModelConfig) -> bool:
+    """Whether the flat settings leave out part of ``config``: another family than Llama, or a Llama with what
+    its settings cannot say (an explicit ``head_dim`` other than hidden / heads, an attention bias). Its maximum
+    positions do not count (the trainer's model does not depend on them)."""
+    plain = replace(config, max_position_embeddings=None)
+    return plain != llama_from_settings(_flat_settings(config))
 
 
 def llama_from_settings(values: Mapping[str, Any]) -> ModelConfig:
@@ -83,3 +102,12 @@ def llama_from_settings(values: Mapping[str, Any]) -> ModelConfig:
         rope=rope,
         tie_embeddings=bool(values.get("tie_embeddings") or False),
     )
+
+
+def model_config(values: Mapping[str, Any]) -> ModelConfig:
+    """The model of a run's settings: its ``model_config`` when it has one (an ``init_from`` model or named size
+    the flat settings do not describe whole), else the Llama model of its flat settings."""
+    summary = values.get("model_config")
+    if summary:
+        return ModelConfig.from_summary(summary)
+    return llama_from_settings(values)

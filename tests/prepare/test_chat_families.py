@@ -23,10 +23,9 @@ import pytest
 from tokenizers import AddedToken, Tokenizer
 from transformers import AutoTokenizer
 
-from training.trainer import chat_data, chat_prepare
-
-from .chat_models import TEMPLATES, tokenizer_json
-from .test_chat_data import POOL, write
+from tests.prepare.test_chat_data import POOL, write
+from tests.training.chat_models import TEMPLATES, tokenizer_json
+from training.prepare import chat, chat_data
 
 FAMILIES = {
     "qwen3": {
@@ -207,7 +206,7 @@ def test_what_a_published_template_cannot_give_is_refused_in_one_line(name, mess
     folder = model_folder(tmp_path / "model", name)
     data = write(tmp_path / "chat.jsonl", [{"messages": messages}])
     with pytest.raises(chat_data.ChatDataError) as caught:
-        chat_prepare.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
+        chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
     assert (
         fragment in str(caught.value) and f"{data}:1" in str(caught.value) and "\n" not in str(caught.value)
     )
@@ -242,6 +241,6 @@ def test_qwen3_earlier_answers_train_with_the_prefix_preserving_template_or_as_c
 def test_prepare_writes_each_familys_conversations_and_names_its_end_of_turn(family, tmp_path):
     name, folder, _ = family
     data = write(tmp_path / "chat.jsonl", [{"messages": m} for m in conversations(name, 8, seed=3)])
-    meta = chat_prepare.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
+    meta = chat.prepare_chat([data], str(tmp_path / "out"), str(folder), validation_fraction=0)
     assert meta["chat_template"]["end_of_turn"] == [FAMILIES[name]["end_of_turn"]]
     assert meta["examples"] == 8

@@ -1,5 +1,5 @@
 """training.trainer.layout: our parameters <-> Hugging Face tensors for every family, both blocks (torch's stacked
-rows, Transformer Engine's per-group QKV interleaving); for Llama the same as llama_layout, value for value."""
+rows, Transformer Engine's per-group QKV interleaving); (for Llama the values llama_layout gave: ``test_weights``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import torch
 
 from tests.models.tiny import tiny_hf_config
 from training.models import registry
-from training.models.config import ModelConfig
-from training.request import contract
-from training.trainer import layout, llama_layout
+from training.trainer.model import layout
 
 FAMILIES = list(registry.FAMILIES)
 
@@ -48,24 +46,3 @@ def test_te_interleaving_puts_each_groups_key_and_value_after_its_query_heads():
     assert torch.equal(fused[0, 0], q[:hd]) and torch.equal(fused[0, 1], q[hd : 2 * hd])
     assert torch.equal(fused[0, 2], k[:hd]) and torch.equal(fused[0, 3], v[:hd])
     assert torch.equal(fused[1, 0], q[2 * hd : 3 * hd]) and torch.equal(fused[1, 2], k[hd:])
-
-
-@pytest.mark.parametrize(("kv_heads", "tied"), [(2, True), (4, False)])
-def test_llama_is_llama_layouts_value_for_value(kv_heads, tied):
-    """Llama's names, shapes and fused values are llama_layout's, both blocks (the trainer's numbers stay the
-    same)."""
-    shape = contract.ModelShape(2, 32, 4, 48, 96, num_kv_heads=kv_heads, tie_embeddings=tied)
-    config = ModelConfig(family="llama3", vocab_size=96, hidden_size=32, num_layers=2, num_heads=4,
-                         num_kv_heads=kv_heads, head_dim=8, ffn_hidden_size=48, tie_embeddings=tied)  # fmt: skip
-    assert layout.hf_tensors(config) == llama_layout.llama_tensors(shape)
-    tensors = {n: torch.randn(d) for n, d in llama_layout.llama_tensors(shape).items()}
-    names = [*layout.names_of(config).parameters(), *(f"layers.1.{te}" for te in llama_layout.TE_BLOCK)]
-    for name in names:
-        ours, theirs = layout.parts(name, config), llama_layout.parts(name, shape)
-        assert (ours.names, ours.interleaved) == (theirs.names, theirs.interleaved)
-        given = [tensors[n] for n in ours.names]
-        assert torch.equal(layout.fuse(ours, given, config), llama_layout.fuse(theirs, given, shape))
-        value = layout.fuse(ours, given, config)
-        mine, old = layout.split(ours, value, config), llama_layout.split(theirs, value, shape)
-        assert mine.keys() == old.keys() and all(torch.equal(mine[k], old[k]) for k in mine)
-    assert (layout.parts("head.weight", config) is None) == tied

@@ -13,7 +13,7 @@ import transformers
 
 from tests.models.tiny import tiny_hf_config
 from training.models import registry
-from training.trainer import decoder, doc_mask
+from training.trainer.model import decoder, doc_mask
 
 FAMILIES = list(registry.FAMILIES)
 TOLERANCE = 1e-4
