@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM
 from tests.training.checkpoint.test_export_hf import exported_by_the_trainer
 from tests.training.hf_models import TOKENIZER_FILES
 from tests.training.model.test_decoder_families import _hf_model
+from tests.training.runner import losses, run_single
 from training.models import registry
 from training.trainer import config
 from training.trainer.checkpoint import checkpoint, export_hf, export_peft
@@ -147,3 +148,30 @@ def test_lora_adapters_load_in_peft_and_give_the_merged_exports_logits(tmp_path,
     )
     assert peft_diff <= 1e-4 and merged_diff <= 1e-4  # fp32, the issue's bound (W + BA merged vs two GEMMs)
     assert (ours - before).abs().max().item() > 1e-2  # the adapters change the model
+
+
+@pytest.mark.slow
+def test_a_gemma3_model_trains_and_exports_on_the_trainers_own_command(tmp_path):
+    """The whole trainer (one process) on the family furthest from Llama: a tiny Gemma 3 (four (1 + w) norms, GeGLU,
+    query/key norm, local sliding-window and global layers, scaled embedding, tied) imported by ``init_from``,
+    trained 4 steps on synthetic tokens past its window, checkpointed with its model_config, exported as
+    ``Gemma3ForCausalLM``; and fp8 refused for it before anything runs, in one line."""
+    source = tmp_path / "source"
+    _source(source, "gemma3")
+    settings = {"init_from": str(source), "precision": "fp32", "seq_length": "16", "batch_size": "2",
+                "max_steps": "4", "learning_rate": "0.01", "lr_warmup_steps": "0", "log_interval": "1",
+                "throughput_warmup_steps": "1", "checkpoint_interval": "2", "checkpoint_dir": str(tmp_path / "ckpt"),
+                "model_dir": str(tmp_path / "model")}  # fmt: skip
+    status, output = run_single(settings, timeout=600)
+    assert status == 0, output
+    assert "model_family=gemma3" in next(line for line in output.splitlines() if line.startswith("config "))
+    steps = losses(output)
+    assert len(steps) == 4 and all(float(loss) == float(loss) for loss in steps.values())  # finite
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "model" / export_hf.HF_DIR, dtype=torch.float32)
+    assert type(loaded).__name__ == "Gemma3ForCausalLM"
+    marker = json.loads(next((tmp_path / "ckpt").glob("step_*/COMPLETE")).read_text())
+    assert marker["model_shape"]["model_config"]["family"] == "gemma3"
+    status, output = run_single({**settings, "precision": "fp8", "model_dir": str(tmp_path / "fp8")}, timeout=300)
+    refusal = next(line for line in output.splitlines() if line.startswith("error: invalid setting precision: "))
+    assert status == 2 and "fp8 runs the model on Transformer Engine's TransformerLayer" in refusal, output
+    assert "the norms after attention and after the MLP" in refusal
