@@ -85,3 +85,43 @@ def test_the_sequence_goes_past_the_window(pair):
     tokens = torch.randint(0, 64, (2, 13), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert (unwindowed.logits(tokens) - ours.logits(tokens)).abs().max().item() > 1e-2
+
+
+def test_loss_and_every_gradient_equal_transformers(pair):
+    """The trainer's loss (its chunked head and cross-entropy, chunks smaller than the batch) and the gradient of
+    every parameter equal transformers' ``labels=`` loss and its gradients, the fused parameters split back into
+    the Hugging Face tensors by the family's name map; a packed batch, so positions restart and windows stay
+    within each document. Token 0 is left out: it is Gemma 3's ``pad_token_id``, whose embedding row transformers'
+    ``nn.Embedding(padding_idx=0)`` gives no gradient from the input side (the trainer's data holds no padding
+    token; a document that did would train that row here)."""
+    hf, ours = pair
+    names = registry.family(ours.config.family).names(ours.config)
+    lengths = [9, 4]
+    tokens = torch.randint(1, 64, (1, sum(lengths) + 1), generator=torch.Generator().manual_seed(3))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    ids = torch.cat([torch.full((n,), i + 1) for i, n in enumerate(lengths)]).unsqueeze(0)
+    ours.zero_grad(set_to_none=True)
+    hf.zero_grad(set_to_none=True)
+    ours.loss_chunk_tokens = 4
+    try:
+        loss = ours(inputs, targets, doc_mask.Documents.from_ids(ids))
+    finally:
+        ours.loss_chunk_tokens = 0
+    loss.backward()
+    # transformers' mean over both documents, each alone: the sum of its per-document sums over the token count.
+    expected = sum(
+        hf(piece).logits.squeeze(0).log_softmax(-1).gather(1, target.T).sum().neg()
+        for piece, target in zip(inputs.split(lengths, dim=1), targets.split(lengths, dim=1), strict=True)
+    ) / sum(lengths)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) < TOLERANCE
+    theirs = dict(hf.named_parameters())
+    checked = 0
+    for name, param in ours.named_parameters():
+        parts = names.parts(name)
+        expected_grad = torch.cat([theirs[part].grad for part in parts])
+        assert param.grad is not None, name
+        scale = max(expected_grad.abs().max().item(), 1e-3)
+        assert (param.grad - expected_grad).abs().max().item() < TOLERANCE * scale * 10, name
+        checked += len(parts)
+    assert checked == len(theirs)  # every Hugging Face tensor (tied: one matrix) compared
