@@ -27,6 +27,24 @@ def test_the_registry_covers_every_family_folder():
         assert all(size.family == name for size in family.sizes.values())
 
 
+def test_a_family_folder_is_reached_only_through_the_registry():
+    """Outside its own folder, nothing imports a family's modules but the registry (and ``settings``, which reads
+    the flat settings as the Llama they describe): adding a family touches its folder and one registry line, and
+    nothing family-specific lives in the trainer, the planner or the request code."""
+    training = PACKAGE.parent
+    allowed = {PACKAGE / "registry.py", PACKAGE / "settings.py"}
+    for path in [*training.rglob("*.py"), *(training.parent / "constructs_lib").rglob("*.py")]:
+        if path in allowed or path.parent.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                imported = [parts[2]] if parts[:2] == ["training", "models"] and len(parts) > 2 else []
+                if node.module == "training.models":
+                    imported = [alias.name for alias in node.names]
+                assert not set(imported) & set(registry.FAMILIES), f"{path} imports {node.module}"
+
+
 def test_named_sizes_are_unique_across_families():
     names = [name for family in registry.FAMILIES.values() for name in family.sizes]
     assert len(names) == len(set(names)) == len(registry.SIZES)

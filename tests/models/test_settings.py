@@ -12,6 +12,7 @@ from tests.request.test_hf_config import LLAMA_3_2_1B
 from training.contract import settings_parse, shapes
 from training.models import registry, settings
 from training.models.config import ModelConfig, ModelConfigError
+from training.models.llama3 import settings as llama3_settings
 from training.request import hf_config
 
 
@@ -37,13 +38,13 @@ def test_a_llama_config_gives_the_settings_hf_config_gives(config):
 def test_a_llama_presets_settings_give_its_named_size(preset):
     values = settings_parse.parse_hyperparameters({"model_preset": preset})
     size = registry.named_size(preset)
-    assert settings.llama_from_settings(values) == replace(size, max_position_embeddings=None)
+    assert llama3_settings.from_flat_settings(values) == replace(size, max_position_embeddings=None)
 
 
 def test_a_run_saved_before_the_newer_settings_is_the_model_it_trained():
     old = {"num_layers": 2, "hidden_size": 32, "num_heads": 4, "ffn_hidden_size": 48, "vocab_size": 64,
            "rope_theta": 10000.0}  # fmt: skip
-    config = settings.llama_from_settings(old)
+    config = llama3_settings.from_flat_settings(old)
     assert (config.num_kv_heads, config.tie_embeddings, config.norm_eps, config.position_encoding) == (
         4,
         False,

@@ -312,7 +312,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "float",
         NORM_EPS,
         "Epsilon of every RMSNorm (Llama 3.x and every preset: 1e-5; Llama 2: 1e-6). With init_from it comes "
-        "from the model's config.json (rms_norm_eps; without one, transformers' LlamaConfig default 1e-6).",
+        "from the model's config.json (rms_norm_eps; without one, 1e-6, the default of every supported family's transformers config).",
         *NORM_EPS_RANGE,
     ),
     Hyperparameter(

@@ -15,7 +15,6 @@ from typing import Any
 from training.models import hf, registry
 from training.models import settings as model_settings
 from training.models.config import ModelConfig
-from training.models.llama3 import sizes as llama3_sizes
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class ModelShape:
         return matrices * self.vocab_size * self.hidden_size + self.hidden_size
 
 
-NORM_EPS = llama3_sizes.NORM_EPS
+NORM_EPS = model_settings.FLAT_NORM_EPS
 """The default epsilon of every RMSNorm of the model (the ``rms_norm_eps`` setting): Llama 3.x's published value
 (``rms_norm_eps`` 1e-05 in each Llama 3.x model's config.json), which every Llama preset keeps. An ``init_from``
 model's, or another family's named size's, comes from its config.json (``hf_config.architecture``)."""

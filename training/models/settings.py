@@ -1,7 +1,8 @@
 """A ``ModelConfig`` and the contract's flat model settings, both ways: what an ``init_from`` config.json or a
 named size gives the settings (``to_settings``: the shape, the position encoding, RoPE, the RMSNorm epsilon and the
 family), and the Llama model a run's settings describe when no config.json or named size of another family does
-(``llama_from_settings``: the custom shapes and the Llama presets, as the trainer has always built them).
+(``training.models.llama3.settings.from_flat_settings``: the custom shapes and the Llama presets, as the trainer
+has always built them).
 
 The setting names are the contract's (``num_layers``, ``hidden_size``, ``num_heads``, ``num_kv_heads``,
 ``ffn_hidden_size``, ``vocab_size``, ``tie_embeddings``, ``position_encoding``, ``rope_theta``, ``rope_scaling``
@@ -17,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from training.models.config import ModelConfig, RopeConfig
+from training.models.config import ModelConfig
+from training.models.llama3.settings import DEFAULT_NORM_EPS, FAMILY_NAME, from_flat_settings
 
 LLAMA3_ROPE_SETTINGS: Mapping[str, str] = {
     "rope_scaling_factor": "factor",
@@ -26,8 +28,10 @@ LLAMA3_ROPE_SETTINGS: Mapping[str, str] = {
     "rope_original_max_position_embeddings": "original_max_position_embeddings",
 }
 """The contract's llama3 RoPE settings -> ``RopeConfig`` fields."""
-LEGACY_NORM_EPS = 1e-5
-"""The epsilon of a run saved before ``rms_norm_eps`` was a setting (every such run used Llama 3's 1e-5)."""
+FLAT_FAMILY = FAMILY_NAME
+"""The family of a run's model when its settings carry no ``model_config`` (the model of its flat settings)."""
+FLAT_NORM_EPS = DEFAULT_NORM_EPS
+"""The flat settings' default RMSNorm epsilon (the ``rms_norm_eps`` setting's)."""
 
 
 def to_settings(config: ModelConfig) -> dict[str, Any]:
@@ -67,41 +71,7 @@ def needs_model_config(config: ModelConfig) -> bool:
     its settings cannot say (an explicit ``head_dim`` other than hidden / heads, an attention bias). Its maximum
     positions do not count (the trainer's model does not depend on them)."""
     plain = replace(config, max_position_embeddings=None)
-    return plain != llama_from_settings(_flat_settings(config))
-
-
-def llama_from_settings(values: Mapping[str, Any]) -> ModelConfig:
-    """The Llama model of a run's settings (``parse_hyperparameters``' result, or a saved run's config; one saved
-    before grouped-query attention, tying or ``rms_norm_eps`` existed has none of them): ``head_dim`` = hidden /
-    heads, no bias, pre-norm RMSNorm, SwiGLU, RoPE with the settings' base and scaling (or none)."""
-    heads = int(values["num_heads"])
-    rope = RopeConfig(float(values.get("rope_theta") or 10000.0))
-    if values.get("rope_scaling", "none") == "llama3":
-        rope = RopeConfig(
-            rope.theta,
-            "llama3",
-            float(values["rope_scaling_factor"]),
-            float(values["rope_low_freq_factor"]),
-            float(values["rope_high_freq_factor"]),
-            int(values["rope_original_max_position_embeddings"]),
-        )
-    elif values.get("rope_scaling", "none") == "linear":
-        rope = RopeConfig(rope.theta, "linear", float(values["rope_scaling_factor"]))
-    eps = values.get("rms_norm_eps")
-    return ModelConfig(
-        family="llama3",
-        vocab_size=int(values["vocab_size"]),
-        hidden_size=int(values["hidden_size"]),
-        num_layers=int(values["num_layers"]),
-        num_heads=heads,
-        num_kv_heads=int(values.get("num_kv_heads") or heads),
-        head_dim=int(values["hidden_size"]) // heads,
-        ffn_hidden_size=int(values["ffn_hidden_size"]),
-        norm_eps=float(LEGACY_NORM_EPS if eps is None else eps),
-        position_encoding=str(values.get("position_encoding") or "rope"),
-        rope=rope,
-        tie_embeddings=bool(values.get("tie_embeddings") or False),
-    )
+    return plain != from_flat_settings(_flat_settings(config))
 
 
 def model_config(values: Mapping[str, Any]) -> ModelConfig:
@@ -110,4 +80,4 @@ def model_config(values: Mapping[str, Any]) -> ModelConfig:
     summary = values.get("model_config")
     if summary:
         return ModelConfig.from_summary(summary)
-    return llama_from_settings(values)
+    return from_flat_settings(values)

@@ -884,7 +884,7 @@ def test_the_evaluate_check_reads_the_setting_as_parsed_once(rules):
     }
     nope = (
         "evaluate: the run trains with position_encoding=none, and such a model has no Hugging Face export "
-        "(LlamaForCausalLM always applies rotary embeddings), so there is nothing to evaluate"
+        "(every supported Hugging Face class applies rotary embeddings), so there is nothing to evaluate"
     )
     for spelling in ({"position-encoding": "none"}, {"position_encoding": " NONE"}):
         assert validate_request({**base, "hyperparameters": spelling}, rules) == [nope]

@@ -171,7 +171,11 @@ def test_a_gemma3_model_trains_and_exports_on_the_trainers_own_command(tmp_path)
     assert type(loaded).__name__ == "Gemma3ForCausalLM"
     marker = json.loads(next((tmp_path / "ckpt").glob("step_*/COMPLETE")).read_text())
     assert marker["model_shape"]["model_config"]["family"] == "gemma3"
-    status, output = run_single({**settings, "precision": "fp8", "model_dir": str(tmp_path / "fp8")}, timeout=300)
-    refusal = next(line for line in output.splitlines() if line.startswith("error: invalid setting precision: "))
+    status, output = run_single(
+        {**settings, "precision": "fp8", "model_dir": str(tmp_path / "fp8")}, timeout=300
+    )
+    refusal = next(
+        line for line in output.splitlines() if line.startswith("error: invalid setting precision: ")
+    )
     assert status == 2 and "fp8 runs the model on Transformer Engine's TransformerLayer" in refusal, output
     assert "the norms after attention and after the MLP" in refusal

@@ -68,6 +68,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from training.contract import container, settings_table, shapes
+from training.models import settings as model_settings
 from training.trainer import sagemaker_job
 from training.trainer.model import lora
 from training.trainer.refusal import Refusal
@@ -678,7 +679,8 @@ def _model_config_mismatch(path: Path, stored: Any, ours: Any, remedy: str) -> s
     ``model_config``: the family and what the flat settings do not say), naming what differs; None when the same."""
     if stored == ours:
         return None
-    theirs, mine = stored or {"family": "llama3"}, ours or {"family": "llama3"}
+    flat = {"family": model_settings.FLAT_FAMILY}  # no model_config: the model of the flat settings
+    theirs, mine = stored or flat, ours or flat
     differing = [key for key in sorted(set(theirs) | set(mine)) if theirs.get(key) != mine.get(key)]
     shown = ", ".join(f"{key} {theirs.get(key)!r} vs {mine.get(key)!r}" for key in differing[:3])
     return (

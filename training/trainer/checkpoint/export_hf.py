@@ -104,12 +104,12 @@ def _load_unrestricted(path: Path) -> Any:
 
 
 def check_exportable(config: dict[str, Any], path: Path) -> None:
-    """Refuse a model Llama's architecture cannot represent: one trained without rotary embeddings."""
+    """Refuse a model no supported Hugging Face class can represent: one trained without rotary embeddings."""
     encoding = config.get("position_encoding", "none")  # saved before the setting existed: NoPE
     if encoding != "rope":
         raise ExportError(
             f"position_encoding: {path} was trained with position_encoding={encoding} (no position encoding); "
-            "LlamaForCausalLM always applies rotary embeddings, so these weights would load there and give wrong "
+            "every supported Hugging Face class applies rotary embeddings, so these weights would load there and give wrong "
             "outputs. Only models trained with position_encoding=rope can be exported."
         )
 
@@ -164,8 +164,8 @@ def to_hf_state_dict(
 
 
 def _family(shape: ModelConfig | shapes.ModelShape) -> Family:
-    """The family of the model of ``shape`` (the contract's ``ModelShape``: Llama)."""
-    return registry.family(getattr(shape, "family", "llama3"))
+    """The family of the model of ``shape`` (the contract's ``ModelShape``: the family of the flat settings)."""
+    return registry.family(getattr(shape, "family", model_settings.FLAT_FAMILY))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -490,7 +490,7 @@ def export_after_training(model_file: Path, cfg) -> str:
     if cfg.position_encoding != "rope":
         return (
             f"Hugging Face export skipped: position_encoding={cfg.position_encoding} (only models trained with "
-            "rotary embeddings map onto LlamaForCausalLM)"
+            "rotary embeddings map onto a Hugging Face class)"
         )
     out = model_file.parent / HF_DIR
     if out.exists():

@@ -124,7 +124,7 @@ def as_config(
                    "rope_low_freq_factor": rope_scaling.low_freq_factor,
                    "rope_high_freq_factor": rope_scaling.high_freq_factor,
                    "rope_original_max_position_embeddings": rope_scaling.original_max_position_embeddings}  # fmt: skip
-    return model_settings.llama_from_settings(values)
+    return model_settings.model_config(values)
 
 
 class TorchBlock(nn.Module):

@@ -1,6 +1,6 @@
 """LoRA (``lora_rank`` > 0): low-rank adapters on the frozen base model's linear layers, trained alone.
 
-Each targeted Llama projection ``W`` (``q_proj`` ... ``down_proj``, ``settings_table.LORA_TARGETS``) gets two matrices,
+Each targeted projection ``W`` (``q_proj`` ... ``down_proj``, ``settings_table.LORA_TARGETS``) gets two matrices,
 ``A`` (``rank x in``) and ``B`` (``out x rank``), and computes ``W x + (alpha / rank) B A dropout(x)``, as peft's
 ``LoraLayer`` does. The torch block fuses projections (``qkv`` = ``[q; k; v]``, ``gate_up`` = ``[gate; up]``,
 ``layout``), so a fused linear layer keeps one adapter pair per projection it holds, and its output is the
@@ -41,7 +41,8 @@ from training.trainer.checkpoint import weights
 from training.trainer.model import decoder
 
 PEFT_PREFIX = "base_model.model."
-"""peft's ``PeftModelForCausalLM`` prefix before the ``LlamaForCausalLM`` module names."""
+"""peft's ``PeftModelForCausalLM`` prefix before the module names of the family's Hugging Face class
+(``model.layers.<i>.self_attn.q_proj``, ...: the same in every family here)."""
 _ADAPTER = re.compile(r"^layers\.(\d+)\.(\w+)\.lora_([ab])_(\w+)$")
 """Our adapter parameter names: ``layers.<i>.<linear>.lora_a_<projection>`` (and ``lora_b_``)."""
 _MODULE_OF = {module.rsplit(".", 1)[1]: module for module in settings_table.LORA_TARGETS.values()}
@@ -51,7 +52,7 @@ _MODULE_OF = {module.rsplit(".", 1)[1]: module for module in settings_table.LORA
 @dataclass(frozen=True)
 class LoraSettings:
     """The run's LoRA settings: rank, alpha (the contract fills its default, 2 x rank), dropout, and the targeted
-    Llama projections (``q_proj``, ..., in block order)."""
+    projections (``q_proj``, ..., in block order)."""
 
     rank: int
     alpha: float
@@ -209,7 +210,7 @@ def peft_key(name: str) -> str:
 
 
 def peft_module(layer: int, projection: str) -> str:
-    """peft's name of block ``layer``'s projection (``q_proj``...) in a ``LlamaForCausalLM`` it wraps."""
+    """peft's name of block ``layer``'s projection (``q_proj``...) in the family's class it wraps."""
     return f"{PEFT_PREFIX}model.layers.{layer}.{_MODULE_OF[projection]}"
 
 
@@ -258,7 +259,7 @@ def merged_state(
 ) -> dict[str, torch.Tensor]:
     """The trainer state dict with every adapter merged into its base weight, ``W + (alpha / rank) B A`` in fp32
     per projection (rows of a fused weight with no adapter unchanged), and the adapters left out: the model a
-    plain ``LlamaForCausalLM`` computes (``export_hf.to_hf_state_dict`` maps it). Every targeted projection of
+    plain Hugging Face model of the family computes (``export_hf.to_hf_state_dict`` maps it). Every targeted projection of
     every block must have both matrices (a missing one is an error, not a silent base weight)."""
     out = {name: tensor for name, tensor in state.items() if not is_adapter(name)}
     parts_of = block_parts(shape)

@@ -9,7 +9,7 @@ default), built by ``transformer_engine.pytorch.attention.rope.RotaryPositionEmb
 ``emb.reshape(seq, 1, 1, dim)`` with ``emb = cat((freqs, freqs), -1)``; ``_apply_rotary_pos_emb_base`` computes
 ``t * cos + _rotate_half(t) * sin`` with ``_rotate_half(x) = cat((-x2, x1))``). Hugging Face's Llama builds the
 same angles (``LlamaRotaryEmbedding``: ``emb = cat((freqs, freqs))``, ``rotate_half``), so a model trained here
-maps onto ``LlamaForCausalLM`` with no permutation of the query and key projections.
+maps onto every family's Hugging Face class with no permutation of the query and key projections.
 
 The torch block applies the same rotation itself (``apply_rotary``, cos/sin cast to the activations' dtype as
 Hugging Face does). Frequencies are never parameters or buffers: nothing in the state dict, nothing for FSDP to
