@@ -264,8 +264,9 @@ def test_no_import_cycle_in_the_project():
 
 
 def test_training_parts_point_one_way():
-    """``training/request`` with ``training/contract`` and ``training/plan`` (what decides a request; in the Lambda
-    asset) imports nothing else of the project, the plan only the contract, and the contract nothing but itself;
+    """``training/request`` with ``training/contract``, ``training/plan`` and ``training/models`` (what decides a
+    request; in the Lambda asset) imports nothing else of the project, the plan only the contract and the models,
+    the contract nothing but itself and the models, and the models (the families' configs) nothing but themselves;
     the image's code (``training/trainer``) does not import the development measurements; nothing in
     ``training`` imports ``constructs_lib``."""
     graph = _graph()
@@ -274,14 +275,22 @@ def test_training_parts_point_one_way():
             assert {
                 t
                 for t in targets
-                if not t.startswith(("training.request", "training.contract", "training.plan"))
+                if not t.startswith(
+                    ("training.request", "training.contract", "training.plan", "training.models")
+                )
             } == set(), name
         if name.startswith("training.plan"):
             assert {
-                t for t in targets if not t.startswith(("training.plan", "training.contract"))
+                t
+                for t in targets
+                if not t.startswith(("training.plan", "training.contract", "training.models"))
             } == set(), name
         if name.startswith("training.contract"):
-            assert {t for t in targets if not t.startswith("training.contract")} == set(), name
+            assert {
+                t for t in targets if not t.startswith(("training.contract", "training.models"))
+            } == set(), name
+        if name.startswith("training.models"):
+            assert {t for t in targets if not t.startswith("training.models")} == set(), name
         if name.startswith("training.trainer"):
             assert not {t for t in targets if t.startswith("training.measure")}, name
         if name.startswith("training"):

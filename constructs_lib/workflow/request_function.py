@@ -44,6 +44,7 @@ import training.contract.settings_parse
 import training.contract.settings_table
 import training.contract.shapes
 import training.contract.tuning
+import training.models
 import training.plan.advice
 import training.plan.band
 import training.plan.estimate
@@ -85,6 +86,8 @@ from training.request.rules import CHECKPOINT_MARKER
 from training.request.sft_data import MODEL_FILES
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
+MODELS_DIR = Path(training.models.__file__).parent
+"""``training/models``: the family registry the decision reads an ``init_from`` config.json with."""
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
 """Endings of the task files the check may read under a data prefix (an evaluation's task names: any file name)."""
 NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE, *MODEL_FILES)
@@ -128,6 +131,12 @@ ASSET_FILES = {
     "training/request/tuning.py": Path(training.request.tuning.__file__),
     "training/request/tuning_plan.py": Path(training.request.tuning_plan.__file__),
     "training/request/value.py": Path(training.request.value.__file__),
+    # The model families (pure Python: each family's config.json reading, names and sizes), every module of them.
+    **{
+        f"training/models/{path.relative_to(MODELS_DIR).as_posix()}": path
+        for path in sorted(MODELS_DIR.rglob("*.py"))
+        if path.name != "__init__.py"  # each package's __init__ is made empty, as the others'
+    },
 }
 
 

@@ -123,7 +123,7 @@ def test_instance_types_by_precision():
 def test_parameter_counts_match_the_preset_names():
     billions = {name: shape.parameter_count() / 1e9 for name, shape in shapes.MODEL_PRESETS.items()}
     for name, count in billions.items():
-        nominal = float(re.search(r"([0-9.]+)b$", name).group(1))
+        nominal = float(re.search(r"(?:^|-)([0-9.]+)b(?:-|$)", name).group(1))
         assert 0.7 * nominal <= count <= 1.3 * nominal, (name, count)
 
 

@@ -10,6 +10,7 @@ from transformers import LlamaConfig
 
 from tests.training.hf_models import tiny_config
 from training.contract import settings_parse, settings_table, shapes
+from training.models import registry
 from training.request import hf_config
 
 LLAMA_3_2_1B = {  # meta-llama/Llama-3.2-1B config.json, as transformers 4.45 wrote it
@@ -70,7 +71,7 @@ def test_the_transformers_5_spelling_and_the_old_type_key_give_the_same_settings
     plain = {**v4, "rope_scaling": None}
     assert hf_config.architecture(plain)["rope_scaling"] == "none"
     without_theta = {k: v for k, v in plain.items() if k != "rope_theta"}
-    assert hf_config.architecture(without_theta)["rope_theta"] == hf_config.DEFAULT_ROPE_THETA
+    assert hf_config.architecture(without_theta)["rope_theta"] == 10000.0  # LlamaConfig's default
     nulls = {**plain, "rope_theta": None, "num_key_value_heads": None}  # transformers' "the default"
     assert hf_config.architecture(nulls)["num_kv_heads"] == plain["num_attention_heads"]
 
@@ -78,19 +79,29 @@ def test_the_transformers_5_spelling_and_the_old_type_key_give_the_same_settings
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
-        ({"model_type": "mistral"}, "model_type 'mistral' is not supported; supported: llama"),
+        (
+            {"model_type": "phi3"},
+            "model_type 'phi3' is not supported; supported: llama (LlamaForCausalLM), qwen2",
+        ),
+        ({"model_type": "mistral"}, "architectures ['LlamaForCausalLM'] is not model_type 'mistral''s class"),
         (
             {"architectures": ["LlamaForSequenceClassification"]},
-            "is not supported; supported: LlamaForCausalLM",
+            "is not supported; supported: llama (LlamaForCausalLM)",
         ),
-        ({"attention_bias": True}, "attention_bias=True is not supported"),
-        ({"hidden_act": "gelu"}, "hidden_act='gelu' is not supported"),
+        ({"model_type": "qwen3_moe"}, "model_type 'qwen3_moe' is a mixture-of-experts model"),
+        ({"mlp_bias": True}, "mlp_bias true is not supported"),
+        ({"hidden_act": "gelu"}, 'hidden_act "gelu" is not supported'),
         ({"rms_norm_eps": 0.5}, "config.json: rms_norm_eps must be a number from 1e-12 to 0.01; got 0.5"),
         ({"rms_norm_eps": "1e-5"}, "rms_norm_eps must be a number from 1e-12 to 0.01; got '1e-5'"),
-        ({"quantization_config": {"quant_method": "fbgemm_fp8"}}, "quantization_config="),
-        ({"head_dim": 128}, "head_dim 128 x num_attention_heads 32 is not hidden_size 2048"),
-        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE type 'yarn' is not supported"),
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "RoPE type llama3 needs low_freq_factor"),
+        (
+            {"quantization_config": {"quant_method": "fbgemm_fp8"}},
+            "quantization_config (quant_method 'fbgemm_fp8')",
+        ),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "RoPE type 'yarn', which is not supported"),
+        (
+            {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+            "RoPE type llama3, which needs low_freq_factor",
+        ),
         ({"num_hidden_layers": None}, "num_hidden_layers is missing"),
         ({"vocab_size": "128256"}, "vocab_size must be a positive integer; got '128256'"),
     ],
@@ -107,7 +118,9 @@ def test_rms_norm_eps_is_the_folders_or_transformers_default_and_the_presets_kee
     """A config.json without rms_norm_eps is read as transformers' LlamaConfig reads it (1e-6), not as the
     presets' 1e-5; an explicit setting that contradicts the folder is refused, naming it."""
     without = {k: v for k, v in LLAMA_3_2_1B.items() if k != "rms_norm_eps"}
-    assert hf_config.DEFAULT_RMS_NORM_EPS == LlamaConfig.from_dict(without).rms_norm_eps == 1e-6
+    assert (
+        hf_config.architecture(without)["rms_norm_eps"] == LlamaConfig.from_dict(without).rms_norm_eps == 1e-6
+    )
     values = settings_parse.parse_hyperparameters({}, hf_config.architecture(without))
     assert values["rms_norm_eps"] == 1e-6
     assert values["model_preset"] == "custom"  # not exactly Llama 3.2 1B any more
@@ -121,8 +134,14 @@ def test_rms_norm_eps_is_the_folders_or_transformers_default_and_the_presets_kee
     )
     assert llama2["rms_norm_eps"] == 1e-6
     assert hf_config.architecture(LLAMA_3_2_1B)["rms_norm_eps"] == 1e-5  # the published value
-    for preset in shapes.MODEL_PRESETS:
-        assert settings_parse.parse_hyperparameters({"model_preset": preset})["rms_norm_eps"] == 1e-5, preset
+    for (
+        preset
+    ) in shapes.MODEL_PRESETS:  # the Llama ones keep Llama 3's; the other families' their published one
+        expected = registry.named_size(preset).norm_eps
+        assert expected == 1e-5 or registry.named_size(preset).family != "llama3", preset
+        assert settings_parse.parse_hyperparameters({"model_preset": preset})["rms_norm_eps"] == expected, (
+            preset
+        )
     assert hf_config.to_config(llama2)["rms_norm_eps"] == 1e-6  # and the export writes it back
 
 

@@ -71,7 +71,7 @@ def tokens(batch: int = 2, seq: int = SEQ, vocab: int = 96, seed: int = 1) -> to
 BROKEN = {
     "missing tensor": "has no tensor model.layers.1.mlp.up_proj.weight",
     "wrong shape": "model.layers.1.mlp.up_proj.weight in wrong.safetensors has shape (96, 32)",
-    "unsupported model_type": "model_type 'mistral' is not supported; supported: llama",
+    "unsupported model_type": "model_type 'phi3' is not supported; supported: llama",
     "damaged shard": "cannot read model-00002-of-00012.safetensors: SafetensorError: Error while deserializing header",
 }
 """Folders the trainer must refuse before step 1, and a fragment of each refusal."""
@@ -95,6 +95,6 @@ def broken_llama(folder: Path, kind: str) -> Path:
         shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     else:
         config = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
+        (folder / "config.json").write_text(json.dumps({**config, "model_type": "phi3"}))
     index_file.write_text(json.dumps(index))
     return folder

@@ -345,7 +345,7 @@ def test_init_from_mounts_the_model_read_only_and_the_plan_is_the_models(workflo
     [
         ("s3://elsewhere/models/llama/", {}, "init_from: must be an s3:// prefix ending in '/' under one of"),
         ("data/no-config/", {}, "init_from: holds no config.json (a Hugging Face model folder has one)"),
-        ("data/mistral/", {}, "model_type 'mistral' is not supported; supported: llama (LlamaForCausalLM"),
+        ("data/phi3/", {}, "model_type 'phi3' is not supported; supported: llama (LlamaForCausalLM"),
         (
             "data/llama/",
             {"hyperparameters": {"num_kv_heads": "32"}},
@@ -369,7 +369,7 @@ def test_init_from_mounts_the_model_read_only_and_the_plan_is_the_models(workflo
 def test_init_from_is_refused_before_launch_naming_the_field(workflow, synthesized, folder, settings, cause):
     bucket = synthesized["bucket"]
     _model_folder(workflow.s3, bucket, "data/no-config/", None)
-    _model_folder(workflow.s3, bucket, "data/mistral/", {**LLAMA_8B_CONFIG, "model_type": "mistral"})
+    _model_folder(workflow.s3, bucket, "data/phi3/", {**LLAMA_8B_CONFIG, "model_type": "phi3"})
     uri = folder if folder.startswith("s3://") else f"s3://{bucket}/{folder}"
     prefix = _prefix()
     result = workflow.run({"job_name_prefix": prefix, "init_from": uri, **settings})

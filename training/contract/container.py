@@ -69,7 +69,7 @@ rename is a deletion of the S3 prefix plus a full re-upload. A folder with that 
 UNUSABLE_CHECKPOINT_ACTIONS: tuple[str, ...] = ("restart", "fail")
 """``on_unusable_checkpoints``: what the trainer does when ``checkpoint_dir`` holds checkpoints and none is usable."""
 HF_EXPORT_DIR = "hf"
-"""The Hugging Face ``LlamaForCausalLM`` folder a finished run writes into ``MODEL_DIR`` (so into the job's
+"""The Hugging Face folder (of the model family's class) a finished run writes into ``MODEL_DIR`` (so into the job's
 ``model.tar.gz``), next to ``model.pt`` (``training.trainer.checkpoint.export_hf``); the workflow's summary names it."""
 PEFT_EXPORT_DIR = "adapter"
 """The PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) a finished LoRA run

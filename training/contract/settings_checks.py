@@ -22,6 +22,9 @@ from training.contract.settings_table import (
     ContractError,
 )
 from training.contract.shapes import LLAMA3_ROPE_SETTINGS
+from training.models import settings as model_settings
+from training.models.config import ModelConfig, ModelConfigError
+from training.models.te_support import te_refusal
 
 
 def lora_target_modules(text: str) -> tuple[str, ...]:
@@ -78,12 +81,17 @@ def check_dims(values: Mapping[str, Any], sm: tuple[int, int] | None = None) -> 
     for field in ("seq_length", "hidden_size", "ffn_hidden_size"):
         if values[field] % multiple:
             raise ContractError(field, f"must be a multiple of {multiple} for {why}; got {values[field]}")
-    head_dim = values["hidden_size"] // values["num_heads"]
-    qkv_rows = values["hidden_size"] + 2 * values["num_kv_heads"] * head_dim
+    if values.get("model_config"):
+        model = model_of(values)
+        qkv_rows = model.q_width + 2 * model.kv_width
+    else:  # a Llama of its flat settings: head_dim = hidden_size / num_heads
+        head_dim = values["hidden_size"] // values["num_heads"]
+        qkv_rows = values["hidden_size"] + 2 * values["num_kv_heads"] * head_dim
     if multiple >= SEQ_LENGTH_MULTIPLE["mxfp8"] and qkv_rows % multiple:
         raise ContractError(
             "num_kv_heads",
-            f"hidden_size + 2 x num_kv_heads x head_dim (the fused QKV projection's rows) must be a multiple of "
+            f"{'num_heads x head_dim' if values.get('model_config') else 'hidden_size'} + 2 x num_kv_heads x head_dim "
+            f"(the fused QKV projection's rows) must be a multiple of "
             f"{multiple} for {why}; got {qkv_rows} with num_kv_heads={values['num_kv_heads']}",
         )
 
@@ -91,13 +99,18 @@ def check_dims(values: Mapping[str, Any], sm: tuple[int, int] | None = None) -> 
 def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = None) -> None:
     """Cross-field rules that no single field can express (``sm``: the run's GPU, when known)."""
     precision = values["precision"]
-    if values["hidden_size"] % values["num_heads"]:
-        raise ContractError(
-            "num_heads", f"must divide hidden_size ({values['hidden_size']}); got {values['num_heads']}"
-        )
-    head_dim = values["hidden_size"] // values["num_heads"]
-    if head_dim % 8:
-        raise ContractError("num_heads", f"hidden_size / num_heads must be a multiple of 8; got {head_dim}")
+    if not values.get("model_config"):  # a Llama from its flat settings: head_dim = hidden_size / num_heads
+        if values["hidden_size"] % values["num_heads"]:
+            raise ContractError(
+                "num_heads", f"must divide hidden_size ({values['hidden_size']}); got {values['num_heads']}"
+            )
+        head_dim = values["hidden_size"] // values["num_heads"]
+        if head_dim % 8:
+            raise ContractError(
+                "num_heads", f"hidden_size / num_heads must be a multiple of 8; got {head_dim}"
+            )
+    else:
+        check_model_config(values)
     if values["num_heads"] % values["num_kv_heads"]:
         raise ContractError(
             "num_kv_heads", f"must divide num_heads ({values['num_heads']}); got {values['num_kv_heads']}"
@@ -112,6 +125,47 @@ def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = No
     _check_rope_scaling(values)
     check_levers(values)
     check_lora(values)
+    check_te_block(values)
+
+
+def model_of(values: Mapping[str, Any]) -> ModelConfig:
+    """The model of parsed settings (``training.models.settings.model_config``), a bad ``model_config`` refused
+    by name."""
+    try:
+        return model_settings.model_config(values)
+    except ModelConfigError as err:
+        raise ContractError("model_config", f"{err}") from None
+
+
+def check_model_config(values: Mapping[str, Any]) -> None:
+    """A run whose model the flat settings do not describe whole (another family, from ``init_from`` or a named
+    size) carries it as ``model_config``: every flat setting of the model must say what it says (a setting
+    given against a named size's model is refused by name: another shape of that family is an ``init_from``
+    folder)."""
+    model = model_of(values)
+    for name, value in model_settings.to_settings(model).items():
+        if name != "model_config" and values.get(name) != value:
+            preset = values.get("model_preset")
+            source = f"model_preset {preset}" if preset not in (None, "custom") else "the init_from model"
+            raise ContractError(
+                name,
+                f"must be {value} or left out: {source} is a {model.family} model with {name}={value}; got "
+                f"{values.get(name)}",
+            )
+
+
+def check_te_block(values: Mapping[str, Any]) -> None:
+    """The precisions that run on Transformer Engine's ``TransformerLayer`` (fp8, mxfp8, nvfp4) are refused for a
+    model that layer cannot express (``training.models.te_support``), before anything is launched."""
+    if values["precision"] not in TE_PRECISIONS:
+        return
+    problem = te_refusal(model_of(values))
+    if problem is not None:
+        raise ContractError(
+            "precision",
+            f"{values['precision']} runs the model on Transformer Engine's TransformerLayer, which cannot be this "
+            f"model's block ({problem}); use bf16, fp16 or fp32 (the torch block)",
+        )
 
 
 def check_fp8_recipe(values: Mapping[str, Any], sm: tuple[int, int] | None) -> None:
@@ -129,13 +183,25 @@ def check_fp8_recipe(values: Mapping[str, Any], sm: tuple[int, int] | None) -> N
 
 
 def _check_rope_scaling(values: Mapping[str, Any]) -> None:
-    """``rope_scaling=llama3`` needs RoPE and its four parameters (high above low); ``none`` takes none of them."""
-    if values["rope_scaling"] == "none":
-        for name in LLAMA3_ROPE_SETTINGS:
+    """``rope_scaling=llama3`` needs RoPE and its four parameters (high above low), ``linear`` RoPE and
+    ``rope_scaling_factor`` alone; ``none`` takes none of them."""
+    scaling = values["rope_scaling"]
+    if scaling in ("none", "linear"):
+        for name in LLAMA3_ROPE_SETTINGS[1:] if scaling == "linear" else LLAMA3_ROPE_SETTINGS:
             if values.get(name) is not None:
                 raise ContractError(
-                    name, f"only with rope_scaling=llama3; got {values[name]!r} with rope_scaling=none"
+                    name, f"only with rope_scaling=llama3; got {values[name]!r} with rope_scaling={scaling}"
                 )
+        if scaling == "none":
+            return
+    if values["position_encoding"] != "rope":
+        raise ContractError(
+            "rope_scaling",
+            f"{values['rope_scaling']} needs position_encoding=rope; got {values['position_encoding']}",
+        )
+    if scaling == "linear":
+        if values.get("rope_scaling_factor") is None:
+            raise ContractError("rope_scaling_factor", "must be set when rope_scaling=linear")
         return
     if values["position_encoding"] != "rope":
         raise ContractError(

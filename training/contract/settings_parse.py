@@ -26,6 +26,7 @@ from training.contract.shapes import (
     ModelShape,
     lora_block_parameter_count,
 )
+from training.models.config import ModelConfig
 
 
 def lora_parameters(values: Mapping[str, Any]) -> int:
@@ -106,9 +107,14 @@ def override_settings(
     return out
 
 
-def model_shape(values: Mapping[str, Any]) -> ModelShape:
+def model_shape(values: Mapping[str, Any]) -> ModelShape | ModelConfig:
     """The ``ModelShape`` of parsed settings (``parse_hyperparameters``' result, or a saved run's config; a config
-    saved before grouped-query attention and tying existed has neither)."""
+    saved before grouped-query attention and tying existed has neither). A run whose model the flat settings do
+    not describe whole (``model_config``: another family, from ``init_from`` or a named size) gets its
+    ``training.models`` ``ModelConfig`` instead, which has every name and count of ``ModelShape`` (and the
+    family's own: ``head_dim`` explicit, biases, windows)."""
+    if values.get("model_config"):
+        return ModelConfig.from_summary(values["model_config"])
     shape = {name: values[name] for name in MODEL_DIM_NAMES}
     return ModelShape(
         **{name: int(value) for name, value in shape.items()},
@@ -157,7 +163,8 @@ def _preset_settings(preset: str) -> dict[str, Any]:
     settings: dict[str, Any] = {name: getattr(shape, name) for name in ARCHITECTURE_NAMES}
     settings["num_kv_heads"] = shape.kv_heads
     rope = {"rope_theta": HYPERPARAMETERS_BY_NAME["rope_theta"].default, "rope_scaling": "none"}
-    return {**settings, **rope, "rms_norm_eps": NORM_EPS, **PRESET_SETTINGS.get(preset, {})}
+    own = {"rms_norm_eps": NORM_EPS, "model_config": None, **PRESET_SETTINGS.get(preset, {})}
+    return {**settings, **rope, **own}
 
 
 def _preset_view(architecture: Mapping[str, Any], preset: str) -> dict[str, Any]:

@@ -165,8 +165,9 @@ LORA_TARGETS: Mapping[str, str] = {
     "up": "mlp.up_proj",
     "down": "mlp.down_proj",
 }
-"""``lora_targets``' short names -> the ``LlamaForCausalLM`` module (after ``model.layers.<i>.``) that gets the
-adapter: every linear layer of a Llama block, which is what peft's ``all-linear`` selects there."""
+"""``lora_targets``' short names -> the module (after ``model.layers.<i>.``) that gets the adapter, the same in every
+supported family's Hugging Face class: every linear layer of a block, which is what peft's ``all-linear`` selects
+there."""
 
 
 LOSS_CHUNK_TOKENS_DEFAULT = 2048
@@ -311,24 +312,25 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "float",
         NORM_EPS,
         "Epsilon of every RMSNorm (Llama 3.x and every preset: 1e-5; Llama 2: 1e-6). With init_from it comes "
-        "from the model's config.json (rms_norm_eps; without one, transformers' LlamaConfig default 1e-6).",
+        "from the model's config.json (rms_norm_eps; without one, 1e-6, the default of every supported family's transformers config).",
         *NORM_EPS_RANGE,
     ),
     Hyperparameter(
         "init_from",
         "str",
         None,
-        "A Hugging Face LlamaForCausalLM folder (config.json and safetensors) to start from instead of random "
-        "weights: the model's shape and RoPE settings come from its config.json (explicit settings must agree). "
-        "In the workflow: the input field init_from, an S3 prefix mounted as the weights channel.",
+        "A Hugging Face model folder (config.json and safetensors) of a supported family (LlamaForCausalLM, "
+        "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM) to start from instead of random "
+        "weights: the model's family, shape and RoPE settings come from its config.json (explicit settings must "
+        "agree). In the workflow: the input field init_from, an S3 prefix mounted as the weights channel.",
     ),
     Hyperparameter(
         "position_encoding",
         "choice",
         "rope",
-        "rope: rotary position embeddings as Llama applies them (rotate-half on query and key; the model "
-        "exports to Hugging Face LlamaForCausalLM); none: no position encoding (NoPE, models trained before "
-        "RoPE existed here; cannot be exported).",
+        "rope: rotary position embeddings as every supported family applies them (rotate-half on query and key; "
+        "the model exports to its Hugging Face class); none: no position encoding (NoPE, Llama-style models "
+        "trained before RoPE existed here; cannot be exported).",
         choices=POSITION_ENCODINGS,
     ),
     Hyperparameter(
@@ -343,12 +345,17 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "rope_scaling",
         "choice",
         "none",
-        "RoPE frequency scaling: none, or llama3 (Llama 3.1's, with the four rope_* settings below; the Llama "
-        "presets set it).",
+        "RoPE frequency scaling: none, llama3 (Llama 3.1's, with the four rope_* settings below; the Llama "
+        "presets set it), or linear (every frequency divided by rope_scaling_factor; Gemma 3's global layers).",
         choices=ROPE_SCALINGS,
     ),
     Hyperparameter(
-        "rope_scaling_factor", "float", None, "rope_scaling=llama3: factor (3.1: 8, 3.2: 32).", 1.0, 1e6
+        "rope_scaling_factor",
+        "float",
+        None,
+        "rope_scaling=llama3 or linear: factor (Llama 3.1: 8, 3.2: 32; Gemma 3: 8).",
+        1.0,
+        1e6,
     ),
     Hyperparameter(
         "rope_low_freq_factor", "float", None, "rope_scaling=llama3: low_freq_factor (Llama: 1).", 1e-6, 1e6

@@ -1,7 +1,9 @@
 """The model's shape: ``ModelShape`` (a Llama-style decoder), the named presets and their RoPE settings, and
 the parameter and FLOP counts the trainer's MFU and the plan read (``flops_per_token``, the LoRA adapters' count).
 
-Held here until ``training/models/`` (the typed model config and its families) replaces it. Standard library only.
+The named presets come from ``training.models`` (each family's sizes); ``ModelShape`` and its counts stay here for
+the plan's formulas until the plan reads ``training.models.config.ModelConfig`` (its drop-in: the same names).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from training.models import hf, registry
+from training.models import settings as model_settings
+from training.models.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -51,24 +57,16 @@ class ModelShape:
         return matrices * self.vocab_size * self.hidden_size + self.hidden_size
 
 
-MODEL_PRESETS: Mapping[str, ModelShape] = {
-    "1b": ModelShape(num_layers=16, hidden_size=2048, num_heads=16, ffn_hidden_size=5632),
-    "8b": ModelShape(num_layers=32, hidden_size=4096, num_heads=32, ffn_hidden_size=14336),
-    "14b": ModelShape(num_layers=40, hidden_size=5120, num_heads=40, ffn_hidden_size=17920),
-    "32b": ModelShape(num_layers=64, hidden_size=6144, num_heads=48, ffn_hidden_size=20480),
-    "64b": ModelShape(num_layers=80, hidden_size=8192, num_heads=64, ffn_hidden_size=22016),
-    # Meta's Llama 3.x, exactly (docs/open-weights.md says how each value was checked): hidden_size,
-    # num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size and
-    # tie_word_embeddings of each model's config.json; their RoPE settings are in PRESET_SETTINGS.
-    "llama3.2-1b": ModelShape(16, 2048, 32, 8192, 128_256, num_kv_heads=8, tie_embeddings=True),
-    "llama3.2-3b": ModelShape(28, 3072, 24, 8192, 128_256, num_kv_heads=8, tie_embeddings=True),
-    "llama3.1-8b": ModelShape(32, 4096, 32, 14336, 128_256, num_kv_heads=8),
-    "llama3.1-70b": ModelShape(80, 8192, 64, 28672, 128_256, num_kv_heads=8),
-}
-MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
+NORM_EPS = model_settings.FLAT_NORM_EPS
+"""The default epsilon of every RMSNorm of the model (the ``rms_norm_eps`` setting): Llama 3.x's published value
+(``rms_norm_eps`` 1e-05 in each Llama 3.x model's config.json), which every Llama preset keeps. An ``init_from``
+model's, or another family's named size's, comes from its config.json (``hf_config.architecture``)."""
+NORM_EPS_RANGE: tuple[float, float] = hf.NORM_EPS_RANGE
+"""The ``rms_norm_eps`` values allowed (a setting, or an ``init_from`` model's config.json)."""
 
-ROPE_SCALINGS: tuple[str, ...] = ("none", "llama3")
-"""``rope_scaling`` values: none, or Llama 3.1's frequency-dependent scaling (Hugging Face ``rope_type`` llama3)."""
+ROPE_SCALINGS: tuple[str, ...] = ("none", "llama3", "linear")
+"""``rope_scaling`` values: none, Llama 3.1's frequency-dependent scaling (Hugging Face ``rope_type`` llama3), or
+linear (every frequency divided by ``rope_scaling_factor``: Gemma 3's global layers)."""
 LLAMA3_ROPE_SETTINGS: tuple[str, ...] = (
     "rope_scaling_factor",
     "rope_low_freq_factor",
@@ -76,35 +74,46 @@ LLAMA3_ROPE_SETTINGS: tuple[str, ...] = (
     "rope_original_max_position_embeddings",
 )
 """The four parameters of ``rope_scaling=llama3`` (Hugging Face's ``factor``, ``low_freq_factor``,
-``high_freq_factor``, ``original_max_position_embeddings``)."""
+``high_freq_factor``, ``original_max_position_embeddings``); ``linear`` takes the first."""
+_DEFAULTS: Mapping[str, Any] = {
+    "position_encoding": "rope",
+    "rms_norm_eps": NORM_EPS,
+    "rope_theta": 10000.0,
+    "rope_scaling": "none",
+    **dict.fromkeys(LLAMA3_ROPE_SETTINGS),
+}
+"""The contract's defaults of the settings a named size may set besides its shape."""
+_SHAPE_NAMES = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "num_kv_heads",
+                "tie_embeddings")  # fmt: skip
 
 
-def _llama3_rope(factor: float) -> Mapping[str, Any]:
-    return {
-        "rope_theta": 500_000.0,
-        "rope_scaling": "llama3",
-        "rope_scaling_factor": factor,
-        "rope_low_freq_factor": 1.0,
-        "rope_high_freq_factor": 4.0,
-        "rope_original_max_position_embeddings": 8192,
-    }
+def _shape_of(size: ModelConfig) -> ModelShape:
+    """A named size's dimensions (``num_kv_heads`` None for multi-head attention, as the Llama presets say it)."""
+    kv = None if size.num_kv_heads == size.num_heads else size.num_kv_heads
+    return ModelShape(size.num_layers, size.hidden_size, size.num_heads, size.ffn_hidden_size, size.vocab_size,
+                      num_kv_heads=kv, tie_embeddings=size.tie_embeddings)  # fmt: skip
 
+
+MODEL_PRESETS: Mapping[str, ModelShape] = {name: _shape_of(size) for name, size in registry.SIZES.items()}
+"""Every named size of ``training.models`` (``registry.SIZES``: the seed article's Llama-style range, Meta's Llama
+3.x, Qwen 2.5 and 3, Mistral 7B v0.3, Gemma 3 12B and 27B, each family's folder citing its published config.json),
+by its dimensions."""
+MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
 
 PRESET_SETTINGS: Mapping[str, Mapping[str, Any]] = {
-    "llama3.2-1b": _llama3_rope(32.0),
-    "llama3.2-3b": _llama3_rope(32.0),
-    "llama3.1-8b": _llama3_rope(8.0),
-    "llama3.1-70b": _llama3_rope(8.0),
+    name: settings
+    for name, size in registry.SIZES.items()
+    if (
+        settings := {
+            key: value
+            for key, value in model_settings.to_settings(size).items()
+            if key not in _SHAPE_NAMES and value != _DEFAULTS.get(key)
+        }
+    )
 }
-"""Settings other than the shape that a preset gives when the request leaves them out: the Llama presets' RoPE
-(``rope_theta`` 500000 and ``rope_scaling`` llama3 with factor 32 for 3.2, 8 for 3.1, as their config.json)."""
-
-NORM_EPS = 1e-5
-"""The default epsilon of every RMSNorm of the model (the ``rms_norm_eps`` setting): Llama 3.x's published value
-(``rms_norm_eps`` 1e-05 in each Llama 3.x model's config.json), which every preset keeps. An ``init_from`` model's
-comes from its config.json (``hf_config.architecture``)."""
-NORM_EPS_RANGE: tuple[float, float] = (1e-12, 1e-2)
-"""The ``rms_norm_eps`` values allowed (a setting, or an ``init_from`` model's config.json)."""
+"""Settings other than the shape that a preset gives when the request leaves them out: the Llama 3.x presets' RoPE
+(``rope_theta`` 500000 and ``rope_scaling`` llama3 with factor 32 for 3.2, 8 for 3.1, as their config.json); the
+other families' RMSNorm epsilon, RoPE and ``model_config`` (what the flat settings cannot say of them)."""
 
 POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""

@@ -250,7 +250,7 @@ def training_model_problems(request: Request) -> list[str]:
     if request.settings.each.get("position_encoding", default) != "rope":
         return [
             "evaluate: the run trains with position_encoding=none, and such a model has no Hugging Face export "
-            "(LlamaForCausalLM always applies rotary embeddings), so there is nothing to evaluate"
+            "(every supported Hugging Face class applies rotary embeddings), so there is nothing to evaluate"
         ]
     # with init_from the export may take that folder's tokenizer: decided in S3 (export_tokenizer_problems)
     if request.fields.train_data_uri is None and request.fields.init_from is None:
@@ -394,7 +394,7 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
              "instance_type": (described.get("ResourceConfig") or {}).get("InstanceType"), "hyperparameters": hp}  # fmt: skip
     if str(hp.get("position_encoding", "rope")).lower() != "rope":
         return facts, [f"evaluate.training_job: {job} trained with position_encoding=none, which has no Hugging "
-                       "Face export (LlamaForCausalLM always applies rotary embeddings)"]  # fmt: skip
+                       "Face export (every supported Hugging Face class applies rotary embeddings)"]  # fmt: skip
     channels = {
         c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"]
         for c in described.get("InputDataConfig") or []

@@ -434,16 +434,16 @@ FIELDS: tuple[InputField, ...] = (
     InputField(
         "init_from",
         None,
-        "A Hugging Face LlamaForCausalLM model (e.g. Llama 3.x) to start from instead of random weights: an s3:// "
-        "prefix under one of the deployment's dataSources holding its config.json and safetensors, mounted "
-        "read-only as the weights channel (File mode). Its config.json is read before launch: the model's shape "
-        "and RoPE replace the preset's, and a request that contradicts them or an architecture the trainer "
-        "cannot load is refused (docs/open-weights.md).",
+        "A Hugging Face model (Llama 3, Qwen 2 / 2.5, Qwen 3, Mistral or Gemma 3 text) to start from instead of "
+        "random weights: an s3:// prefix under one of the deployment's dataSources holding its config.json and "
+        "safetensors, mounted read-only as the weights channel (File mode). Its config.json is read before launch: "
+        "the model's family, shape and RoPE replace the preset's, and a request that contradicts them or an "
+        "architecture the trainer cannot load is refused (docs/open-weights.md).",
         data_uri_ok,
         lambda r: (
             "an s3:// prefix ending in '/' under one of "
             + ", ".join(r.data_source_uris())
-            + " holding a Hugging Face LlamaForCausalLM folder (config.json and safetensors)"
+            + " holding a Hugging Face model folder (config.json and safetensors)"
         ),
         nullable=True,
     ),

@@ -8,6 +8,7 @@ Every error names the setting and exits non-zero before any process group is sta
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import re
@@ -16,7 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.contract import settings_parse, settings_table, shapes
+from training.contract import settings_parse, settings_table
+from training.models import settings as model_settings
+from training.models.config import ModelConfig
 from training.request import hf_config
 from training.trainer.refusal import refuse
 from training.trainer.sagemaker_job import in_sagemaker
@@ -152,10 +155,14 @@ class TrainConfig:
     deterministic: bool = False
     data_dir: str | None = None
     tensorboard_dir: str | None = None
+    model_config: dict[str, Any] | None = None
+    """The model's ``ModelConfig.summary()`` when the flat settings do not describe it whole (another family than
+    Llama, from ``init_from`` or a named size: ``training.models.settings``); None for a Llama of its settings."""
 
-    @property
-    def shape(self) -> shapes.ModelShape:
-        return settings_parse.model_shape(self.as_dict())
+    @functools.cached_property
+    def shape(self) -> ModelConfig:
+        """The model (``training.models.config.ModelConfig``: the family's block, its counts and shapes)."""
+        return model_settings.model_config(self.as_dict())
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,10 +188,12 @@ def config_line(settings: Mapping[str, Any], settings_file: Path | None = None) 
     one (when there is one)."""
     defaults = config_from_mapping(dict.fromkeys(_LOCAL_DIRS, ".")).as_dict()
     shown = {key: settings[key] for key in CONFIG_LINE_KEYS if settings.get(key) is not None}
+    if settings.get("model_config"):  # the whole config is in the settings file; the line names its family
+        shown["model_family"] = settings["model_config"]["family"]
     shown |= {
         key: value
         for key, value in sorted(settings.items())
-        if key in defaults and key not in (*_LOCAL_DIRS, *shown) and value != defaults[key]
+        if key in defaults and key not in (*_LOCAL_DIRS, *shown, "model_config") and value != defaults[key]
     }
     if settings_file is not None:
         shown["settings"] = settings_file

@@ -21,7 +21,7 @@ from training.trainer.config import TrainConfig
 from training.trainer.data import packing, token_files
 from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
 from training.trainer.distributed import compile as compiling
-from training.trainer.model import attention, decoder, doc_mask, lora, rotary
+from training.trainer.model import attention, decoder, doc_mask, lora
 from training.trainer.observe import metrics
 from training.trainer.observe.progress import Progress
 from training.trainer.observe.tracking import Tracking
@@ -54,14 +54,10 @@ def build(
     adapters = lora.LoraSettings.of(cfg)
     with plan.init_context():
         net = decoder.build_model(
-            cfg.shape,
+            cfg.shape,  # the model's ModelConfig: its family, position encoding, RoPE and norm epsilon
             use_te=use_te,
             loss_chunk_tokens=cfg.loss_chunk_tokens,
             te_params_dtype=torch.bfloat16 if plan.quantized_init else torch.float32,
-            position_encoding=cfg.position_encoding,
-            rope_theta=cfg.rope_theta,
-            rope_scaling=rotary.Llama3Scaling.from_settings(cfg.as_dict()),
-            norm_eps=cfg.rms_norm_eps,
             packed=packed,
         )
     if adapters is not None:

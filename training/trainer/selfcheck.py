@@ -31,7 +31,8 @@ TRAINER_MODULES = (
     "training.trainer.checkpoint.export_peft",
     "training.trainer.model.lora",
     "training.trainer.checkpoint.weights",
-    "training.trainer.model.llama_layout",
+    "training.trainer.model.layout",
+    "training.models.registry",
     "training.request.hf_config",
     "safetensors.torch",
 )

@@ -596,8 +596,8 @@ def test_read_init_from_reads_the_config_and_refuses_what_cannot_be_started_from
         put_folder(
             s3, "data/no-weights/", LLAMA_CONFIG, weights=False
         ): "init_from: holds no safetensors weights",
-        put_folder(s3, "data/mistral/", {**LLAMA_CONFIG, "model_type": "mistral"}): (
-            "init_from: s3://my-bucket/data/mistral/: model_type 'mistral' is not supported; supported: llama"
+        put_folder(s3, "data/phi3/", {**LLAMA_CONFIG, "model_type": "phi3"}): (
+            "init_from: s3://my-bucket/data/phi3/: config.json: model_type 'phi3' is not supported; supported: llama"
         ),
     }
     for uri, start in cases.items():
@@ -884,7 +884,7 @@ def test_the_evaluate_check_reads_the_setting_as_parsed_once(rules):
     }
     nope = (
         "evaluate: the run trains with position_encoding=none, and such a model has no Hugging Face export "
-        "(LlamaForCausalLM always applies rotary embeddings), so there is nothing to evaluate"
+        "(every supported Hugging Face class applies rotary embeddings), so there is nothing to evaluate"
     )
     for spelling in ({"position-encoding": "none"}, {"position_encoding": " NONE"}):
         assert validate_request({**base, "hyperparameters": spelling}, rules) == [nope]

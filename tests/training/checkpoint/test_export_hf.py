@@ -143,7 +143,7 @@ def test_a_model_without_rotary_embeddings_is_refused_with_the_reason(trained, t
     assert export_hf.main([str(path), str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"error: position_encoding: {path} was trained with position_encoding=none")
-    assert "LlamaForCausalLM always applies rotary embeddings" in error and "\n" not in error
+    assert "every supported Hugging Face class applies rotary embeddings" in error and "\n" not in error
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 

@@ -1,4 +1,4 @@
-"""training.trainer.checkpoint.weights and llama_layout: one full value per parameter (imported or seeded by its name), then
+"""training.trainer.checkpoint.weights and layout: one full value per parameter (imported or seeded by its name), then
 this rank's shard; the same initial model for world sizes 1, 2 and 4 on the torch path and with Transformer
 Engine 2.11's parameter names and shapes; an imported Hugging Face model gives transformers' logits; an unusable
 folder is refused before step 1, reading only the safetensors headers.
@@ -33,7 +33,7 @@ from training.contract import shapes as contract_shapes
 from training.request import hf_config
 from training.trainer.checkpoint import export_hf, weights
 from training.trainer.distributed import levers, master_weights, parallel
-from training.trainer.model import decoder, llama_layout, rotary
+from training.trainer.model import decoder, layout, rotary
 
 SHAPE = contract_shapes.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
 """42 vocabulary rows and 64-row fused QKV: uneven shards at world size 4 (11, 11, 11, 9 rows)."""
@@ -320,15 +320,15 @@ def test_interleaving_is_what_te_attention_reads_as_query_key_and_value():
     ``(np/ng, 1, 1)``; query head g * np/ng + i must use key/value head g, as Llama's repeat_kv."""
     shape = contract_shapes.ModelShape(1, 32, 4, 48, 10, num_kv_heads=2)
     q, k, v = torch.randn(32, 32), torch.randn(16, 32), torch.randn(16, 32)
-    layout = llama_layout.parts("layers.0.self_attention.layernorm_qkv.weight", shape)
-    fused = llama_layout.fuse(layout, [q, k, v], shape)
+    parts = layout.parts("layers.0.self_attention.layernorm_qkv.weight", shape)
+    fused = layout.fuse(parts, [q, k, v], shape)
     x = torch.randn(5, 32)
     mixed = (x @ fused.T).view(5, 2, 4, 8)  # ng = 2 groups of (2 queries + key + value)
     te_q, te_k, te_v = mixed.split((2, 1, 1), dim=2)
     torch.testing.assert_close(te_q.reshape(5, 4, 8), (x @ q.T).view(5, 4, 8))
     torch.testing.assert_close(te_k.reshape(5, 2, 8), (x @ k.T).view(5, 2, 8))
     torch.testing.assert_close(te_v.reshape(5, 2, 8), (x @ v.T).view(5, 2, 8))
-    split = llama_layout.split(layout, fused, shape)
+    split = layout.split(parts, fused, shape)
     assert all(torch.equal(a, b) for a, b in zip(split.values(), (q, k, v), strict=True))
 
 
@@ -399,9 +399,9 @@ def test_a_folder_without_weights_or_config_or_of_another_architecture_is_refuse
         path.unlink()
     with pytest.raises(settings_table.ContractError, match=r"init_from: .*holds no config\.json"):
         folder_cfg(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps(tiny_llama_config(model_type="mistral")))
+    (tmp_path / "config.json").write_text(json.dumps(tiny_llama_config(model_type="phi3")))
     with pytest.raises(
-        settings_table.ContractError, match=r"model_type 'mistral' is not supported; supported: llama"
+        settings_table.ContractError, match=r"model_type 'phi3' is not supported; supported: llama"
     ):
         folder_cfg(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps(tiny_llama_config()))

@@ -68,6 +68,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from training.contract import container, settings_table, shapes
+from training.models import settings as model_settings
 from training.trainer import sagemaker_job
 from training.trainer.model import lora
 from training.trainer.refusal import Refusal
@@ -618,6 +619,8 @@ def model_identity(cfg) -> dict[str, Any]:
         identity["rope_scaling"] = cfg.rope_scaling
         if cfg.rope_scaling != "none":
             identity |= {name: getattr(cfg, name) for name in shapes.LLAMA3_ROPE_SETTINGS}
+    if getattr(cfg, "model_config", None):
+        identity["model_config"] = cfg.model_config  # another family, or what the flat settings cannot say
     if getattr(cfg, "lora_rank", 0):
         identity["lora"] = lora.identity(cfg)  # the adapters' settings and the frozen base they refer to
     return identity
@@ -647,13 +650,16 @@ def shape_mismatch(
     lora_problem = lora_mismatch(path, stored.get("lora"), shape.get("lora"), remedy)
     if lora_problem is not None:
         return lora_problem
-    dims = [name for name in shape if name not in (*POSITION_SETTINGS, "lora")]
+    dims = [name for name in shape if name not in (*POSITION_SETTINGS, "lora", "model_config")]
     stored_dims = {name: stored.get(name) for name in dims}
     if stored_dims != {name: shape[name] for name in dims}:
         return (
             f"{path} holds a model of shape {_shape_text(stored_dims)}, but this run's shape is "
             f"{_shape_text({name: shape[name] for name in dims})}; {remedy}"
         )
+    problem = _model_config_mismatch(path, stored.get("model_config"), shape.get("model_config"), remedy)
+    if problem is not None:
+        return problem
     if "position_encoding" not in shape:
         return None
     ours = {name: shape[name] for name in POSITION_SETTINGS if name in shape}
@@ -664,6 +670,21 @@ def shape_mismatch(
         ours.pop("rms_norm_eps", None), theirs.pop("rms_norm_eps", None)
     return (
         f"{path} holds a model trained with {_settings_text(theirs)}, but this run has {_settings_text(ours)}; "
+        f"{remedy}"
+    )
+
+
+def _model_config_mismatch(path: Path, stored: Any, ours: Any, remedy: str) -> str | None:
+    """Why the checkpoint at ``path`` holds another model than this run's beyond the flat shape (its
+    ``model_config``: the family and what the flat settings do not say), naming what differs; None when the same."""
+    if stored == ours:
+        return None
+    flat = {"family": model_settings.FLAT_FAMILY}  # no model_config: the model of the flat settings
+    theirs, mine = stored or flat, ours or flat
+    differing = [key for key in sorted(set(theirs) | set(mine)) if theirs.get(key) != mine.get(key)]
+    shown = ", ".join(f"{key} {theirs.get(key)!r} vs {mine.get(key)!r}" for key in differing[:3])
+    return (
+        f"{path} holds a {theirs.get('family')} model, but this run's is a {mine.get('family')} model ({shown}); "
         f"{remedy}"
     )
 

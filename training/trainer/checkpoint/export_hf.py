@@ -1,11 +1,13 @@
-"""The trained model as a Hugging Face ``LlamaForCausalLM`` folder: ``python -m training.trainer.checkpoint.export_hf MODEL_DIR OUT_DIR``.
+"""The trained model as a Hugging Face folder of its family's class (``LlamaForCausalLM``, ``Qwen2ForCausalLM``,
+``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Gemma3ForCausalLM``):
+``python -m training.trainer.checkpoint.export_hf MODEL_DIR OUT_DIR``.
 
 Reads ``model.pt`` (``checkpoint.save_model``: ``{"config", "step", "state_dict", "data"}``) and writes into
 ``OUT_DIR`` (which must not exist, or be empty; nothing is overwritten):
 
-* ``config.json``: a ``LlamaForCausalLM`` config (sizes, heads, ``num_key_value_heads``, ``intermediate_size``,
-  ``rms_norm_eps``, ``rope_theta`` with the RoPE scaling in both spellings, ``rope_scaling`` and
-  ``rope_parameters``, vocabulary, ``tie_word_embeddings``, no biases, dtype). A run that started from a Hugging
+* ``config.json``: the family's config (``training.models.<family>``: sizes, heads, ``num_key_value_heads``,
+  ``head_dim``, ``intermediate_size``, ``rms_norm_eps``, ``rope_theta`` with the RoPE scaling in both spellings,
+  ``rope_scaling`` and ``rope_parameters``, vocabulary, ``tie_word_embeddings``, the family's own keys, dtype). A run that started from a Hugging
   Face model (``init_from``) writes that model's own config.json back, with only the dtype changed, so import ->
   train -> export keeps every field (its ``max_position_embeddings``, token ids, ...);
 * ``model.safetensors``, or above ``--max-shard-size`` shards ``model-0000i-of-0000n.safetensors`` and
@@ -17,8 +19,8 @@ Reads ``model.pt`` (``checkpoint.save_model``: ``{"config", "step", "state_dict"
   trainer stores them in ``model.pt``);
 * ``README.md``: what the model is, how it was trained, how to load it, and its tokenizer (byte-level: say so).
 
-Weight mapping: ``training.trainer.model.llama_layout`` (torch blocks and Transformer Engine 2.11 blocks, grouped-query
-attention, tying), the same table the import (``training.trainer.checkpoint.weights``) reads.
+Weight mapping: ``training.trainer.model.layout`` (the family's tensor names; torch blocks and Transformer Engine 2.11
+blocks, grouped-query attention, tying), the same table the import (``training.trainer.checkpoint.weights``) reads.
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ from typing import Any
 
 import torch
 
-from training.contract import container, settings_parse, settings_table, shapes
+from training.contract import container, settings_table, shapes
+from training.models import registry
+from training.models import settings as model_settings
+from training.models.config import ModelConfig
+from training.models.family import Family
 from training.request import hf_config
 from training.trainer.checkpoint import chat_export
 from training.trainer.checkpoint.weights import INIT_STD
-from training.trainer.model import llama_layout, lora
+from training.trainer.model import layout, lora
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
@@ -98,18 +104,19 @@ def _load_unrestricted(path: Path) -> Any:
 
 
 def check_exportable(config: dict[str, Any], path: Path) -> None:
-    """Refuse a model Llama's architecture cannot represent: one trained without rotary embeddings."""
+    """Refuse a model no supported Hugging Face class can represent: one trained without rotary embeddings."""
     encoding = config.get("position_encoding", "none")  # saved before the setting existed: NoPE
     if encoding != "rope":
         raise ExportError(
             f"position_encoding: {path} was trained with position_encoding={encoding} (no position encoding); "
-            "LlamaForCausalLM always applies rotary embeddings, so these weights would load there and give wrong "
+            "every supported Hugging Face class applies rotary embeddings, so these weights would load there and give wrong "
             "outputs. Only models trained with position_encoding=rope can be exported."
         )
 
 
-def shape_of(config: dict[str, Any]) -> shapes.ModelShape:
-    return settings_parse.model_shape(config)
+def shape_of(config: dict[str, Any]) -> ModelConfig:
+    """The model of a saved run's settings (``model.pt``'s ``config``): its ``ModelConfig``."""
+    return model_settings.model_config(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -124,32 +131,41 @@ def _value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def to_hf_state_dict(state: dict[str, torch.Tensor], shape: shapes.ModelShape) -> dict[str, torch.Tensor]:
-    """The trainer's state dict (torch or Transformer Engine blocks) under ``LlamaForCausalLM``'s names.
+def to_hf_state_dict(
+    state: dict[str, torch.Tensor], shape: ModelConfig | shapes.ModelShape
+) -> dict[str, torch.Tensor]:
+    """The trainer's state dict (torch or Transformer Engine blocks) under its Hugging Face class's names
+    (``layout``: the family's).
 
-    Every entry must be used (TE's ``_extra_state`` excepted) and every Llama tensor made: an unknown name is an
-    error, not a silent drop."""
+    Every entry must be used (TE's ``_extra_state`` excepted) and every Hugging Face tensor made: an unknown name
+    is an error, not a silent drop."""
     out: dict[str, torch.Tensor] = {}
     unused = []
     for name, tensor in state.items():
-        layout = llama_layout.parts(name, shape)
-        if layout is None:
+        parts = layout.parts(name, shape)
+        if parts is None:
             if not name.endswith("_extra_state"):
                 unused.append(name)
             continue
         value = _value(tensor)
-        dims = [llama_layout.dims_of(n, shape) for n in layout.names]
+        dims = [layout.dims_of(n, shape) for n in parts.names]
         expected = (sum(d[0] for d in dims), *dims[0][1:])
         if tuple(value.shape) != expected:
             raise ExportError(f"state_dict: {name} has shape {tuple(value.shape)}; expected {expected}")
-        out.update(llama_layout.split(layout, value, shape))
+        out.update(layout.split(parts, value, shape))
     if unused:
         shown = ", ".join(sorted(unused)[:5]) + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
-        raise ExportError(f"state_dict: entries with no Llama counterpart: {shown}")
-    missing = [name for name in llama_layout.llama_tensors(shape) if name not in out]
+        raise ExportError(f"state_dict: entries with no {_family(shape).title} counterpart: {shown}")
+    names = layout.hf_tensors(shape)
+    missing = [name for name in names if name not in out]
     if missing:
         raise ExportError(f"state_dict: no entry holds {missing[0]}")
-    return {name: out[name] for name in llama_layout.llama_tensors(shape)}
+    return {name: out[name] for name in names}
+
+
+def _family(shape: ModelConfig | shapes.ModelShape) -> Family:
+    """The family of the model of ``shape`` (the contract's ``ModelShape``: the family of the flat settings)."""
+    return registry.family(getattr(shape, "family", model_settings.FLAT_FAMILY))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -160,8 +176,9 @@ def to_hf_state_dict(state: dict[str, torch.Tensor], shape: shapes.ModelShape) -
 def hf_config_json(
     config: dict[str, Any], dtype: str, eos_id: int | None, source: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``config.json`` of ``LlamaForCausalLM`` for the trainer's settings ``config``; the ``init_from`` model's
-    own config.json (``source``) when the run started from one, with the dtype changed."""
+    """``config.json`` of the model's Hugging Face class for the trainer's settings ``config``
+    (``hf_config.to_config``: the family's keys); the ``init_from`` model's own config.json (``source``) when the run
+    started from one, with the dtype changed."""
     if source is not None:  # its own dtype key(s): transformers 5 writes dtype, 4 torch_dtype
         keys = [key for key in ("dtype", "torch_dtype") if key in source] or ["dtype", "torch_dtype"]
         return {**source, **dict.fromkeys(keys, dtype)}
@@ -346,12 +363,13 @@ def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], toke
             f"merged into the frozen base weights (W + alpha / rank x B A; the adapter alone is the peft folder "
             f"`{container.PEFT_EXPORT_DIR}/` beside this one)"
         )
-    return f"""# Llama-architecture model exported by `training.trainer.checkpoint.export_hf`
+    family = _family(shape)
+    return f"""# {family.title} model ({family.architecture}) exported by `training.trainer.checkpoint.export_hf`
 
 Trained by this project's FSDP2 trainer for {step} steps{origin} (precision `{config.get("precision")}`,
 `seq_length={config.get("seq_length")}`, rotary embeddings with `{rope}`),
 {shape.parameter_count():,} parameters: {shape.num_layers} layers, hidden size {shape.hidden_size},
-{shape.num_heads} heads ({attention}), MLP {shape.ffn_hidden_size}, vocabulary {shape.vocab_size},
+{shape.num_heads} heads of {shape.head_dim} ({attention}), MLP {shape.ffn_hidden_size}, vocabulary {shape.vocab_size},
 {embeddings} input and output embeddings. Weights in `{dtype}`: {", ".join(f"`{f}`" for f in files)}.
 
 ## Tokenizer
@@ -362,9 +380,9 @@ Trained by this project's FSDP2 trainer for {step} steps{origin} (precision `{co
 
 ```python
 import torch
-from transformers import LlamaForCausalLM
+from transformers import {family.architecture}
 
-model = LlamaForCausalLM.from_pretrained("PATH/TO/THIS/FOLDER", dtype=torch.{dtype})
+model = {family.architecture}.from_pretrained("PATH/TO/THIS/FOLDER", dtype=torch.{dtype})
 ```
 """
 
@@ -472,7 +490,7 @@ def export_after_training(model_file: Path, cfg) -> str:
     if cfg.position_encoding != "rope":
         return (
             f"Hugging Face export skipped: position_encoding={cfg.position_encoding} (only models trained with "
-            "rotary embeddings map onto LlamaForCausalLM)"
+            "rotary embeddings map onto a Hugging Face class)"
         )
     out = model_file.parent / HF_DIR
     if out.exists():

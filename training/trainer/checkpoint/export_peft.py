@@ -4,9 +4,10 @@ Reads ``model.pt`` (``checkpoint.save_model``: every rank's shard of every tenso
 adapter) of a run with ``lora_rank`` > 0 and writes into ``OUT_DIR`` (new or empty; nothing is overwritten):
 
 * ``adapter_config.json``: written by peft itself (``peft.LoraConfig(...).save_pretrained``; ``task_type``
-  CAUSAL_LM, ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules`` the Llama projection names, ``bias``
+  CAUSAL_LM, ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules`` the projection names (the same in every
+  family: ``q_proj`` ... ``down_proj``), ``bias``
   none, no ``modules_to_save``, no DoRA or rsLoRA: what vLLM's ``PEFTHelper`` accepts);
-* ``adapter_model.safetensors``: the adapter matrices in float32 under peft's names for ``LlamaForCausalLM``
+* ``adapter_model.safetensors``: the adapter matrices in float32 under peft's names for the family's class
   (``base_model.model.model.layers.<i>.self_attn.q_proj.lora_A.weight``, ``...lora_B.weight``, as
   ``peft.get_peft_model_state_dict`` writes them);
 * ``README.md``: how to load it with peft and serve it with vLLM's ``--lora-modules``.
@@ -28,7 +29,7 @@ import torch
 
 from training.contract import container, settings_table
 from training.trainer.checkpoint import export_hf
-from training.trainer.model import llama_layout, lora
+from training.trainer.model import decoder, lora
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -49,11 +50,7 @@ def adapter_settings(config: dict[str, Any], path: Path) -> lora.LoraSettings:
 def check_adapters(tensors: dict[str, torch.Tensor], settings: lora.LoraSettings, shape) -> None:
     """Every targeted projection of every block has its two matrices at their full shapes (``rank x in`` and
     ``out x rank``): a file that holds one rank's slice of an adapter is refused, not written."""
-    dims = {
-        name.split(".")[1]: value
-        for name, value in llama_layout.block_tensors(shape).items()
-        if name.endswith("proj.weight")
-    }
+    dims = decoder.as_config(shape).projection_shapes()
     for layer in range(shape.num_layers):
         for projection in settings.targets:
             out_rows, in_cols = dims[projection]

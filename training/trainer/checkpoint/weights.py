@@ -2,11 +2,12 @@
 imported Hugging Face model (``init_from``) or from a generator seeded by (seed, tensor name), and then this rank
 keeps its shard. Loading weights and initializing them are the same operation, so the initial model is the same
 whatever the world size, on the torch path and the TE path, and a torch model and a TE model of one seed hold the
-same Llama tensors.
+same Hugging Face tensors.
 
-Values are made per Llama tensor (``llama_layout``: ``model.layers.3.self_attn.k_proj.weight`` and so on) and fused
-into our layout (the torch block's ``[q; k; v]`` rows, TE's per-group interleaving), so both paths share them.
-Generated values: ones for the RMSNorm weights, N(0, 0.02) for the others, the output projections of each block
+Values are made per Hugging Face tensor (``layout``, the family's names: ``model.layers.3.self_attn.k_proj.weight``
+and so on) and fused into our layout (the torch block's ``[q; k; v]`` rows, TE's per-group interleaving), so both
+paths share them. Generated values: ones for the RMSNorm weights (zeros for Gemma's ``x * (1 + w)`` norms: the same
+identity), zeros for biases, N(0, 0.02) for the others, the output projections of each block
 (``o_proj``, ``down_proj``) scaled by 1/sqrt(2 * num_layers) (GPT-2's), each drawn in fp32 on the parameter's
 device from its own ``torch.Generator`` seeded by a hash of (seed, name). Imported values: read one tensor at a
 time from the folder's safetensors files (``safetensors.safe_open``: the file's header says where the tensor is;
@@ -39,9 +40,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from training.models import registry
 from training.request import hf_config
 from training.trainer.distributed import master_weights
-from training.trainer.model import llama_layout
+from training.trainer.model import layout
 from training.trainer.refusal import Refusal
 
 INIT_STD = 0.02
@@ -58,14 +60,19 @@ FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 
 
 class Generated:
-    """Initial values: a full fp32 tensor per Llama tensor name, the same on every rank and for every world size."""
+    """Initial values: a full fp32 tensor per Hugging Face tensor name, the same on every rank and for every world
+    size. ``unit_offset_norms``: the model's norms compute ``x * (1 + w)`` (Gemma), so their weights start at 0
+    (the identity, as transformers' ``Gemma3RMSNorm``), not 1."""
 
-    def __init__(self, seed: int, num_layers: int):
-        self.seed, self.num_layers = seed, num_layers
+    def __init__(self, seed: int, num_layers: int, unit_offset_norms: bool = False):
+        self.seed, self.num_layers, self.unit_offset_norms = seed, num_layers, unit_offset_norms
 
     def tensor(self, name: str, dims: tuple[int, ...], device: torch.device) -> torch.Tensor:
         if name.endswith("norm.weight"):
-            return torch.ones(dims, device=device, dtype=torch.float32)
+            fill = torch.zeros if self.unit_offset_norms else torch.ones
+            return fill(dims, device=device, dtype=torch.float32)
+        if name.endswith(".bias"):  # Qwen 2's query/key/value bias, an attention_bias: zeros, as transformers
+            return torch.zeros(dims, device=device, dtype=torch.float32)
         std = INIT_STD
         if name.endswith(("o_proj.weight", "down_proj.weight")):
             std /= math.sqrt(2 * self.num_layers)
@@ -143,7 +150,7 @@ class HuggingFaceFolder:
         return torch.device("cpu")
 
     def note_nonfinite(self, rows: torch.Tensor, names: list[str], tensors: list[torch.Tensor]) -> None:
-        """When ``rows`` (this rank's share of a parameter made of the Llama tensors ``names``, ``tensors``) holds
+        """When ``rows`` (this rank's share of a parameter made of the Hugging Face tensors ``names``, ``tensors``) holds
         a NaN or an infinity, note which tensor of which file (checked on the host, before the copy to the
         device; every rank checks its own rows, so the ranks together check every value once)."""
         if bool(torch.isfinite(rows).all()):
@@ -158,8 +165,11 @@ class HuggingFaceFolder:
                 return
 
 
-def source_for(init_from: str | None, seed: int, num_layers: int) -> Generated | HuggingFaceFolder:
-    return Generated(seed, num_layers) if init_from is None else HuggingFaceFolder(init_from)
+def source_for(init_from: str | None, seed: int, shape: Any) -> Generated | HuggingFaceFolder:
+    """Where the values of the model of ``shape`` (its ``ModelConfig``) come from."""
+    if init_from is not None:
+        return HuggingFaceFolder(init_from)
+    return Generated(seed, shape.num_layers, getattr(shape, "norm", "rmsnorm") == "rmsnorm_unit_offset")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -186,12 +196,12 @@ def initialize(
 
     ``keep_master_values`` (``quantized_model_init``'s fp32 masters): each parameter stored in less than fp32
     keeps its fp32 value from before quantization, where ``master_weights.MasterWeightAdamW`` starts its master.
-    ``skip``: parameters with no Llama counterpart that another module fills (``lora.is_adapter``).
+    ``skip``: parameters with no Hugging Face counterpart that another module fills (``lora.is_adapter``).
 
     Returns what this rank found non-finite in ``init_from``'s values (``HuggingFaceFolder.note_nonfinite``: one
     line per tensor); the caller agrees with the other ranks and refuses (``refuse_nonfinite``)."""
     shape = model.shape
-    source = source_for(init_from, seed, shape.num_layers)
+    source = source_for(init_from, seed, shape)
     te_owned: set[str] = set()
     for module_name, module in model.named_modules():
         if hasattr(module, "param_init_meta"):
@@ -238,20 +248,22 @@ def shard_value(
     name: str, param: torch.Tensor, shape, source, device: torch.device | None = None
 ) -> torch.Tensor:
     """This rank's shard of parameter ``name``'s full value (made on the source's work device)."""
-    layout = llama_layout.parts(name, shape)
-    if layout is None:
-        raise ValueError(f"{name}: no Llama tensor holds this parameter, so it has no value to load or draw")
+    parts = layout.parts(name, shape)
+    if parts is None:
+        raise ValueError(
+            f"{name}: no Hugging Face tensor holds this parameter, so it has no value to load or draw"
+        )
     device = device or _local(param).device
     where = source.work_device(device)
-    tensors = [source.tensor(n, llama_layout.dims_of(n, shape), where) for n in layout.names]
-    full = llama_layout.fuse(layout, tensors, shape)
+    tensors = [source.tensor(n, layout.dims_of(n, shape), where) for n in parts.names]
+    full = layout.fuse(parts, tensors, shape)
     if tuple(full.shape) != tuple(param.shape):
         raise ValueError(
-            f"{name}: the Llama tensors give shape {tuple(full.shape)}; the parameter is {tuple(param.shape)}"
+            f"{name}: the Hugging Face tensors give shape {tuple(full.shape)}; the parameter is {tuple(param.shape)}"
         )
     rows = local_rows(full, param)
     if isinstance(source, HuggingFaceFolder):
-        source.note_nonfinite(rows, list(layout.names), tensors)
+        source.note_nonfinite(rows, list(parts.names), tensors)
     return rows.to(device)
 
 
@@ -311,7 +323,7 @@ def refuse_nonfinite(found: list[str], init_from: str | None, group: Any) -> Non
 def check_init_from(cfg) -> None:
     """Refuse, before any process group, an ``init_from`` folder whose safetensors do not hold the model its
     config.json describes (``cfg.shape``, derived from it): no weights files, an index naming a missing file, a
-    tensor missing, of another shape or not a float type, a tensor Llama has no place for. Reads the files'
+    tensor missing, of another shape or not a float type, a tensor the model's class has no place for. Reads the files'
     headers only. Each refusal is one ``settings_table.ContractError`` on ``init_from``."""
     if cfg.init_from is None:
         return
@@ -327,7 +339,7 @@ def check_init_from(cfg) -> None:
         raise hf_config.refuse(
             where, f"holds no weights: no model.safetensors, no {INDEX_FILE} and no other *.safetensors file"
         )
-    expected = llama_layout.llama_tensors(cfg.shape)
+    expected = layout.hf_tensors(cfg.shape)
     missing = [name for name in expected if name not in found]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
@@ -347,8 +359,9 @@ def check_init_from(cfg) -> None:
     tied_head = "lm_head.weight" if cfg.shape.tie_embeddings else None
     extra = [n for n in found if n not in expected and n != tied_head and not n.endswith(IGNORED_TENSORS)]
     if extra:
+        architecture = registry.family(cfg.shape.family).architecture
         raise hf_config.refuse(
-            where, f"holds tensors LlamaForCausalLM has no place for: {', '.join(extra[:3])}"
+            where, f"holds tensors {architecture} has no place for: {', '.join(extra[:3])}"
         )
 
 

@@ -85,10 +85,10 @@ class AttentionPlan:
         """The backend SDPA runs under this plan for a block of ``shape`` on a ``[batch, seq]`` micro-batch in
         ``dtype`` on ``device`` (``rope``: the run's rotary frequencies, None for NoPE). The inputs are made by the
         block's own code from an uninitialized fused QKV output (``_fused_sdp_choice`` reads shapes, strides,
-        dtypes, the device and whether grad is required, never values) and freed on return. ``packed``: with the
-        block-causal mask of packed documents (``model.causal_attention``'s ``mask``), which rules out the
-        kernels that take no mask."""
-        width = shape.hidden_size + 2 * shape.kv_heads * shape.head_dim
+        dtypes, the device and whether grad is required, never values) and freed on return. ``packed``: with a mask
+        (packed documents' block-causal mask, or a sliding window: ``decoder.causal_attention``'s ``mask``), which
+        rules out the kernels that take no mask."""
+        width = (shape.num_heads + 2 * shape.kv_heads) * shape.head_dim  # the fused QKV projection's output
         with torch.enable_grad():
             qkv = torch.empty((batch, seq, width), dtype=dtype, device=device, requires_grad=True)
             freqs = None if rope is None else rope(seq, device)
@@ -133,8 +133,11 @@ def resolve(
     on the run's shapes); a named backend torch cannot run is refused (``BackendUnavailable``) on every rank
     together: the ranks agree through one all-reduce on ``group`` (the host-side gloo group)."""
     chosen_plan = plan(cfg.attention_backend, device, cfg.deterministic)
-    rope = Rope.from_settings(cfg.as_dict())
-    chosen = chosen_plan.in_effect(cfg.shape, cfg.batch_size, cfg.seq_length, dtype, device, rope, packed)
+    model = cfg.shape
+    rope = Rope.from_config(model.rope_of(0), model.head_dim)
+    windowed = any(model.attention_span(i, cfg.seq_length) < cfg.seq_length for i in range(model.num_layers))
+    masked = packed or windowed  # a sliding window is a mask too (the block's attention_mask)
+    chosen = chosen_plan.in_effect(model, cfg.batch_size, cfg.seq_length, dtype, device, rope, masked)
     problem = unavailable(cfg.attention_backend, chosen, cfg.shape, cfg.seq_length, dtype, device)
     flag = torch.tensor([0 if problem is None else 1], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)

@@ -1,9 +1,9 @@
 """LoRA (``lora_rank`` > 0): low-rank adapters on the frozen base model's linear layers, trained alone.
 
-Each targeted Llama projection ``W`` (``q_proj`` ... ``down_proj``, ``settings_table.LORA_TARGETS``) gets two matrices,
+Each targeted projection ``W`` (``q_proj`` ... ``down_proj``, ``settings_table.LORA_TARGETS``) gets two matrices,
 ``A`` (``rank x in``) and ``B`` (``out x rank``), and computes ``W x + (alpha / rank) B A dropout(x)``, as peft's
 ``LoraLayer`` does. The torch block fuses projections (``qkv`` = ``[q; k; v]``, ``gate_up`` = ``[gate; up]``,
-``llama_layout``), so a fused linear layer keeps one adapter pair per projection it holds, and its output is the
+``layout``), so a fused linear layer keeps one adapter pair per projection it holds, and its output is the
 base output plus each projection's delta in its own rows (zeros for a projection that is not targeted): the
 adapters map one to one onto peft's ``base_model.model.model.layers.<i>.self_attn.q_proj.lora_A.weight`` and so
 on (``peft_key``), which is what ``export_peft`` writes and vLLM and peft load.
@@ -36,11 +36,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from training.contract import settings_checks, settings_table, shapes
+from training.models.config import ModelConfig
 from training.trainer.checkpoint import weights
-from training.trainer.model import llama_layout
+from training.trainer.model import decoder
 
 PEFT_PREFIX = "base_model.model."
-"""peft's ``PeftModelForCausalLM`` prefix before the ``LlamaForCausalLM`` module names."""
+"""peft's ``PeftModelForCausalLM`` prefix before the module names of the family's Hugging Face class
+(``model.layers.<i>.self_attn.q_proj``, ...: the same in every family here)."""
 _ADAPTER = re.compile(r"^layers\.(\d+)\.(\w+)\.lora_([ab])_(\w+)$")
 """Our adapter parameter names: ``layers.<i>.<linear>.lora_a_<projection>`` (and ``lora_b_``)."""
 _MODULE_OF = {module.rsplit(".", 1)[1]: module for module in settings_table.LORA_TARGETS.values()}
@@ -50,7 +52,7 @@ _MODULE_OF = {module.rsplit(".", 1)[1]: module for module in settings_table.LORA
 @dataclass(frozen=True)
 class LoraSettings:
     """The run's LoRA settings: rank, alpha (the contract fills its default, 2 x rank), dropout, and the targeted
-    Llama projections (``q_proj``, ..., in block order)."""
+    projections (``q_proj``, ..., in block order)."""
 
     rank: int
     alpha: float
@@ -81,8 +83,9 @@ class LoraSettings:
 
 
 class LoRALinear(nn.Linear):
-    """A bias-free ``nn.Linear`` (its ``weight`` the frozen base) with an adapter pair per targeted projection of
-    the rows it holds: ``parts`` is ``(projection, rows)`` in row order (``llama_layout``'s fusion)."""
+    """An ``nn.Linear`` (its ``weight``, and ``bias`` when the base has one, e.g. Qwen 2's query/key/value bias: the
+    frozen base) with an adapter pair per targeted projection of the rows it holds: ``parts`` is ``(projection,
+    rows)`` in row order (``layout``'s fusion)."""
 
     def __init__(
         self,
@@ -91,8 +94,9 @@ class LoRALinear(nn.Linear):
         parts: tuple[tuple[str, int], ...],
         settings: LoraSettings,
         device: torch.device | str | None = None,
+        bias: bool = False,
     ):
-        super().__init__(in_features, out_features, bias=False, device=device)
+        super().__init__(in_features, out_features, bias=bias, device=device)
         if sum(rows for _, rows in parts) != out_features:
             raise ValueError(f"the parts' rows {parts} do not add up to out_features {out_features}")
         self.parts = parts
@@ -114,7 +118,7 @@ class LoRALinear(nn.Linear):
         gives zero rows): one output-sized temporary, and the scale applied rank-wide, not output-wide. With
         dropout each targeted projection draws its own mask (peft's ``q_proj``, ``k_proj`` and ``v_proj`` each
         have their own dropout module), so the ``A`` products are one GEMM per projection."""
-        out = F.linear(x, self.weight)
+        out = F.linear(x, self.weight, self.bias)
         matrices = [getattr(self, f"lora_a_{name}") for name in self.targeted]
         if isinstance(self.lora_dropout, nn.Dropout):
             down = torch.cat([F.linear(self.lora_dropout(x), a) for a in matrices], dim=-1)
@@ -132,27 +136,41 @@ class LoRALinear(nn.Linear):
         return f"{super().extra_repr()}, lora={','.join(self.targeted)}, scale={self.scale:g}"
 
 
-def block_parts(shape: shapes.ModelShape) -> dict[str, tuple[tuple[str, int], ...]]:
-    """The torch block's linear layers (``qkv``, ``out_proj``, ``gate_up``, ``down``) -> their Llama projections
-    and rows, from ``llama_layout.TORCH_BLOCK`` (the norms excluded)."""
-    dims = llama_layout.block_tensors(shape)
-    out = {}
-    for name, tensors in llama_layout.TORCH_BLOCK.items():
-        if name.endswith("norm.weight"):
-            continue
-        parts = tuple((t.split(".")[1], dims[t][0]) for t in tensors)
-        out[name.removesuffix(".weight")] = parts
-    return out
+BLOCK_LINEARS: dict[str, tuple[str, ...]] = {
+    "qkv": ("q_proj", "k_proj", "v_proj"),
+    "out_proj": ("o_proj",),
+    "gate_up": ("gate_proj", "up_proj"),
+    "down": ("down_proj",),
+}
+"""The torch block's linear layers and the Hugging Face projections they hold, in row order (every family in
+``training.models``: ``training.trainer.model.layout``'s fusion)."""
 
 
-def apply_to_block(block: nn.Module, shape: shapes.ModelShape, settings: LoraSettings) -> None:
+def block_parts(shape: ModelConfig | shapes.ModelShape) -> dict[str, tuple[tuple[str, int], ...]]:
+    """The torch block's linear layers (``qkv``, ``out_proj``, ``gate_up``, ``down``) -> their projections and
+    rows (``ModelConfig.projection_shapes``; the contract's Llama ``ModelShape`` as the Llama it describes)."""
+    shapes_of = decoder.as_config(shape).projection_shapes()
+    return {
+        linear: tuple((projection, shapes_of[projection][0]) for projection in projections)
+        for linear, projections in BLOCK_LINEARS.items()
+    }
+
+
+def apply_to_block(block: nn.Module, shape: ModelConfig | shapes.ModelShape, settings: LoraSettings) -> None:
     """Swap ``block``'s linear layers that hold a targeted projection for ``LoRALinear`` (same device, so on meta
     before sharding) and freeze the block's other parameters."""
     for attr, parts in block_parts(shape).items():
         base = getattr(block, attr)
         if not any(name in settings.targets for name, _ in parts):
             continue
-        wrapped = LoRALinear(base.in_features, base.out_features, parts, settings, device=base.weight.device)
+        wrapped = LoRALinear(
+            base.in_features,
+            base.out_features,
+            parts,
+            settings,
+            device=base.weight.device,
+            bias=base.bias is not None,
+        )
         setattr(block, attr, wrapped)
     freeze_base(block)
 
@@ -192,7 +210,7 @@ def peft_key(name: str) -> str:
 
 
 def peft_module(layer: int, projection: str) -> str:
-    """peft's name of block ``layer``'s projection (``q_proj``...) in a ``LlamaForCausalLM`` it wraps."""
+    """peft's name of block ``layer``'s projection (``q_proj``...) in the family's class it wraps."""
     return f"{PEFT_PREFIX}model.layers.{layer}.{_MODULE_OF[projection]}"
 
 
@@ -237,11 +255,11 @@ def adapter_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def merged_state(
-    state: dict[str, torch.Tensor], settings: LoraSettings, shape: shapes.ModelShape
+    state: dict[str, torch.Tensor], settings: LoraSettings, shape: ModelConfig | shapes.ModelShape
 ) -> dict[str, torch.Tensor]:
     """The trainer state dict with every adapter merged into its base weight, ``W + (alpha / rank) B A`` in fp32
     per projection (rows of a fused weight with no adapter unchanged), and the adapters left out: the model a
-    plain ``LlamaForCausalLM`` computes (``export_hf.to_hf_state_dict`` maps it). Every targeted projection of
+    plain Hugging Face model of the family computes (``export_hf.to_hf_state_dict`` maps it). Every targeted projection of
     every block must have both matrices (a missing one is an error, not a silent base weight)."""
     out = {name: tensor for name, tensor in state.items() if not is_adapter(name)}
     parts_of = block_parts(shape)

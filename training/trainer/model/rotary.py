@@ -1,4 +1,5 @@
-"""Rotary position embeddings (RoPE) as Llama defines them: rotate-half on query and key, base ``rope_theta``.
+"""Rotary position embeddings (RoPE) as Llama (and every family in ``training.models``) defines them: rotate-half on
+query and key, base ``rope_theta``, optionally scaled (Llama 3.1's ``llama3``, or ``linear``).
 
 One frequency tensor per forward, in Transformer Engine's layout: ``[seq, 1, 1, head_dim]`` fp32 holding the
 angles ``position * theta ** (-2i / head_dim)`` with the two halves repeated (``cat(freqs, freqs)``). That is what
@@ -8,7 +9,7 @@ default), built by ``transformer_engine.pytorch.attention.rope.RotaryPositionEmb
 ``emb.reshape(seq, 1, 1, dim)`` with ``emb = cat((freqs, freqs), -1)``; ``_apply_rotary_pos_emb_base`` computes
 ``t * cos + _rotate_half(t) * sin`` with ``_rotate_half(x) = cat((-x2, x1))``). Hugging Face's Llama builds the
 same angles (``LlamaRotaryEmbedding``: ``emb = cat((freqs, freqs))``, ``rotate_half``), so a model trained here
-maps onto ``LlamaForCausalLM`` with no permutation of the query and key projections.
+maps onto every family's Hugging Face class with no permutation of the query and key projections.
 
 The torch block applies the same rotation itself (``apply_rotary``, cos/sin cast to the activations' dtype as
 Hugging Face does). Frequencies are never parameters or buffers: nothing in the state dict, nothing for FSDP to
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from training.models.config import RopeConfig
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,22 @@ class Llama3Scaling:
         return torch.where(between, blended, long)
 
 
+@dataclass(frozen=True)
+class LinearScaling:
+    """Linear RoPE scaling (Hugging Face ``rope_type`` linear, ``_compute_linear_scaling_rope_parameters``: every
+    inverse frequency divided by ``factor``; Gemma 3's global layers)."""
+
+    factor: float
+
+    def apply(self, inv_freq: torch.Tensor) -> torch.Tensor:
+        return inv_freq / self.factor
+
+
 def inverse_frequencies(
     head_dim: int,
     theta: float,
     device: torch.device | str | None = None,
-    scaling: Llama3Scaling | None = None,
+    scaling: Llama3Scaling | LinearScaling | None = None,
 ) -> torch.Tensor:
     """``theta ** (-2i / head_dim)`` for i in [0, head_dim / 2), fp32 (Llama's, and TE's, formula), scaled by
     ``scaling`` when given."""
@@ -91,7 +105,7 @@ def frequencies(
     head_dim: int,
     theta: float,
     device: torch.device | str | None = None,
-    scaling: Llama3Scaling | None = None,
+    scaling: Llama3Scaling | LinearScaling | None = None,
 ) -> torch.Tensor:
     """The rotation angles of positions ``0 .. seq_len-1``: ``[seq_len, 1, 1, head_dim]`` fp32, halves repeated
     (computed in fp32 whatever autocast is in effect)."""
@@ -124,7 +138,7 @@ class Rope:
     """The frequencies one forward passes to every block (torch or Transformer Engine: the same tensor, see the
     module doc), cached by (sequence length, device)."""
 
-    def __init__(self, head_dim: int, theta: float, scaling: Llama3Scaling | None = None):
+    def __init__(self, head_dim: int, theta: float, scaling: Llama3Scaling | LinearScaling | None = None):
         inverse_frequencies(head_dim, theta)  # refuses an odd head_dim now, not at the first forward
         self.head_dim, self.theta, self.scaling = head_dim, float(theta), scaling
         self._cache: dict[tuple[int, str], torch.Tensor] = {}
@@ -136,6 +150,24 @@ class Rope:
             return None
         head_dim = int(settings["hidden_size"]) // int(settings["num_heads"])
         return cls(head_dim, float(settings["rope_theta"]), Llama3Scaling.from_settings(settings))
+
+    @classmethod
+    def from_config(cls, rope: RopeConfig | None, head_dim: int) -> Rope | None:
+        """The rotary frequencies of one kind of layer of a ``ModelConfig`` (``config.rope_of(layer)``), or None
+        (NoPE)."""
+        if rope is None:
+            return None
+        scaling: Llama3Scaling | LinearScaling | None = None
+        if rope.scaling == "llama3":
+            scaling = Llama3Scaling(
+                float(rope.factor or 0),
+                float(rope.low_freq_factor or 0),
+                float(rope.high_freq_factor or 0),
+                int(rope.original_max_position_embeddings or 0),
+            )
+        elif rope.scaling == "linear":
+            scaling = LinearScaling(float(rope.factor or 0))
+        return cls(head_dim, rope.theta, scaling)
 
     def __call__(self, seq_len: int, device: torch.device) -> torch.Tensor:
         key = (seq_len, str(device))

@@ -1,0 +1,16 @@
+"""Mistral's (``MistralForCausalLM``) block tensors: each trainer parameter -> the tensors after
+``model.layers.<i>.`` it holds, stacked along the rows in this order (transformers
+``models/mistral/modeling_mistral.py``: Llama's, no bias)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+BLOCK: Mapping[str, tuple[str, ...]] = {
+    "attention_norm.weight": ("input_layernorm.weight",),
+    "qkv.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "out_proj.weight": ("self_attn.o_proj.weight",),
+    "ffn_norm.weight": ("post_attention_layernorm.weight",),
+    "gate_up.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+    "down.weight": ("mlp.down_proj.weight",),
+}
