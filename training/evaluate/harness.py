@@ -64,6 +64,10 @@ def run(
     from lm_eval.models.huggingface import HFLM
 
     device, extra = device_and_args(folder)
+    if device == "cpu":  # its threads, as the trainer chooses them on the CPU
+        from training.trainer.distributed import cpu_threads
+
+        print(cpu_threads.configure(), flush=True)
     model = HFLM(
         pretrained=str(folder.resolve()),
         device=device,

@@ -7,7 +7,8 @@ starting torchrun) and says how much of the data it read. Every refusal before t
 another model shape or ``on_unusable_checkpoints=fail``) is one ``error: ...`` line, exit status 2, and under
 SageMaker the job's failure reason; a failure during training is exit status 1 with its reason in the failure
 file, and one ``error: ...`` line when the ranks found it together (``refusal.TrainingFailure``: a bad token id,
-a non-finite loss) (``training.trainer.refusal``; docs/exit-status.md).
+a non-finite loss) (``training.trainer.refusal``; docs/exit-status.md). A run on the CPU then chooses how many
+threads torch computes with and says so in one line (``distributed.cpu_threads``).
 
 Leaving: every rank meets at a barrier, destroys the process group, flushes its output and ends the process with
 ``os._exit``, skipping interpreter finalization. Why: ``destroy_process_group`` does not stop gloo's threads
@@ -28,11 +29,12 @@ import os
 import sys
 import time
 
+import torch
 import torch.distributed as dist
 
 from training.contract import settings_table
 from training.trainer import config, loop, preflight, refusal, sagemaker_job
-from training.trainer.distributed import parallel, precision
+from training.trainer.distributed import cpu_threads, parallel, precision
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         for note in [*notes, f"layout ok: {world} processes, data_parallel_replicate={replicate} ({why})"]:
             print(note)
         return 0
+    if not torch.cuda.is_available():  # a CPU run: its threads, chosen before the first operator
+        threads = cpu_threads.configure()
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(threads, flush=True)
     try:
         env = parallel.init_distributed(replicate)
         loop.run(cfg, env)
