@@ -4,11 +4,22 @@ watched run, and the list of a request's problems. No AWS call here."""
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from constructs_lib.cli.progress import format_duration
 from constructs_lib.cli.records import Snapshot
+from training.contract.settings_parse import format_setting
+
+
+def say(out: Any, text: str, indent: str = "  ") -> None:
+    """``text`` in lines that fit the terminal (``out``'s width), broken between words only: a word longer than a
+    line (a URL) stays whole on a line of its own; the lines after the first indented by ``indent``."""
+    lines = textwrap.wrap(text, width=max(20, out.width), subsequent_indent=indent, break_long_words=False,
+                          break_on_hyphens=False)  # fmt: skip
+    for line in lines or [""]:
+        out.print(line, markup=False, soft_wrap=True)
 
 
 def print_problems(problems: Sequence[str], err: Any, json_out: Any) -> None:
@@ -137,31 +148,31 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
         f"{planned.get('price_source', 'unknown date')})"
     )
     basis = planned.get("throughput_basis", "estimate")
-    source = planned["throughput_source"] + (f"; {band['assumptions']}" if band else "")
-    out.print(
-        f"{planned['world_size']} GPUs{_layout(planned)}; ~{planned['tokens_per_sec_per_gpu']:,}"
-        f"{_between(band, 'tokens_per_sec_per_gpu', '{:,}'.format)} tokens/s per GPU ({basis}); step "
-        f"{planned['step_seconds']:.3f} s{_between(band, 'step_seconds', '{:.3f}'.format)}; run "
-        f"{format_duration(planned['run_seconds'])}{_between(band, 'run_seconds', format_duration)}; cost "
-        f"{cost} (throughput {basis}: {source})",
-        markup=False,
-    )
+    say(out, f"{planned['world_size']} GPUs{_layout(planned)}: ~{planned['tokens_per_sec_per_gpu']:,}"
+        f"{_between(band, 'tokens_per_sec_per_gpu', '{:,}'.format)} tokens/s per GPU ({basis})")  # fmt: skip
+    say(out, f"step {planned['step_seconds']:.3f} s{_between(band, 'step_seconds', '{:.3f}'.format)}; run "
+        f"{format_duration(planned['run_seconds'])}{_between(band, 'run_seconds', format_duration)}")  # fmt: skip
+    say(out, f"cost {cost}")
+    say(out, f"throughput {basis}: {planned['throughput_source']}")
+    if band:
+        say(out, f"its spread: {band['assumptions']}")
     net = planned.get("network")
     if net:
-        out.print(
+        say(
+            out,
             f"network per step: {net['efa_gb_per_instance']:.1f} GB per instance over EFA, "
             f"{net['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink; busy {net['busy_seconds']:.3f} s, exposed "
             f"{net['exposed_seconds']:.3f} s ({100 * net['share']:.1f}% of the step; links: {net['source']})",
-            markup=False,
         )
     records = planned.get("records")
     if records is not None:
-        out.print(records_line(planned, records), markup=False)
+        say(out, records_line(planned, records))
     if planned.get("data"):
-        out.print(f"data: {planned['data']['summary']}", markup=False)
+        say(out, f"data: {planned['data']['summary']}")
     check = planned.get("memory_check")
     if check:
-        out.print(
+        say(
+            out,
             f"memory estimate against {check['records']} stored measurement(s) of this instance and image: mean "
             f"error {check['mean_abs_error_pct']}%, largest {check['max_abs_error_pct']}%"
             + (
@@ -174,12 +185,13 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
                 if check["oom_predicted_to_fit"]
                 else ""
             ),
-            markup=False,
         )
     if planned["warning"]:
-        out.print(f"warning: {planned['warning']}", markup=False)
+        say(out, f"warning: {planned['warning']}")
+    for note in planned.get("notes", []):
+        say(out, f"note: {note}")
     if planned["advice"]:
-        out.print("fits with: " + "; ".join(planned["advice"]), markup=False)
+        say(out, "fits with: " + "; ".join(planned["advice"]))
 
 
 def _layout(planned: dict[str, Any]) -> str:
@@ -224,26 +236,31 @@ def print_tune_plan(out: Any, planned: dict[str, Any]) -> None:
 
     table = Table(
         title=f"Tuning plan: {len(planned['trials'])} trials of {planned['considered']} combinations on "
-        f"{planned['instance_count']} x {planned['instance_type']}"
+        f"{planned['instance_count']} x {planned['instance_type']}",
     )
-    for heading in ("#", "settings", "predicted tok/s/GPU", "predicted peak GiB", "expected s"):
-        table.add_column(heading, justify="left" if heading == "settings" else "right", overflow="fold")
+    # Nothing wraps or breaks: one setting a line (the column as wide as the longest), the throughput on lines of
+    # its own; 80 columns hold the widest setting name.
+    for heading in ("#", "settings", "tok/s per GPU", "GiB", "seconds"):
+        table.add_column(heading, justify="left" if heading == "settings" else "right", no_wrap=True)
     for number, trial in enumerate(planned["trials"], start=1):
-        settings = " ".join(f"{k}={json.dumps(v)}" for k, v in trial["settings"].items())
-        probe = " (probe: predicted not to fit)" if trial["probe"] else ""
+        settings = [f"{k}={format_setting(v)}" for k, v in trial["settings"].items()]
+        probe = ["(probe: predicted not to fit)"] if trial["probe"] else []
         spread = trial.get("predicted_tokens_per_sec_per_gpu_spread")
-        band = f" {spread[0]:,}-{spread[1]:,}" if spread else ""
-        table.add_row(str(number), Text(settings + probe), f"{trial['predicted_tokens_per_sec_per_gpu']:,} "
-                      f"({trial['throughput_basis']}{band})", f"{trial['predicted_peak_gib']:.1f}", str(trial["expected_seconds"]))  # fmt: skip
+        speed = [f"{trial['predicted_tokens_per_sec_per_gpu']:,}", *([f"{spread[0]:,}-{spread[1]:,}"] if spread else []),
+                 trial["throughput_basis"]]  # fmt: skip
+        table.add_row(str(number), Text("\n".join(settings + probe)), Text("\n".join(speed)),
+                      f"{trial['predicted_peak_gib']:.1f}", str(trial["expected_seconds"]))  # fmt: skip
     out.print(table)
+    say(out, "predicted for each trial: tokens/s per GPU (its low-high; an estimate, or measured), peak GiB per "
+        "GPU and seconds")  # fmt: skip
     cost = (
         "unknown (no on-demand price)"
         if planned["expected_cost_usd"] is None
         else f"${planned['expected_cost_usd']:,.2f}"
     )
     bound = "" if planned["max_cost_usd"] is None else f"; at most ${planned['max_cost_usd']:,.2f}"
-    out.print(f"expected {format_duration(planned['expected_seconds'])}, {cost}{bound} (the job stops after "
-              f"{format_duration(planned['max_runtime_seconds'])}); {planned['cost_basis']}", markup=False)  # fmt: skip
+    say(out, f"expected {format_duration(planned['expected_seconds'])}, {cost}{bound} (the job stops after "
+        f"{format_duration(planned['max_runtime_seconds'])}); {planned['cost_basis']}")  # fmt: skip
     left = [f"{planned['predicted_not_to_fit']} predicted not to fit"]
     if planned["trimmed_by_cost"]:
         left.append(f"{planned['trimmed_by_cost']} beyond max_cost_usd")
@@ -320,28 +337,80 @@ def evaluation_rows(evaluation: dict[str, Any] | None) -> list[tuple[str, Any]]:
 
 
 def print_compare(out: Any, rows: list[dict[str, Any]]) -> None:
-    """Runs side by side: precision, max_steps, final and validation loss, then each task's acc / acc_norm."""
+    """Runs side by side: precision, max_steps, final and validation loss, then each task's acc / acc_norm. Every
+    cell on one line when that fits the terminal; else each cell on lines of its own and the tasks over as many
+    tables as the width needs; a run name is never cut (where even one task would not fit beside the names, the
+    runs are numbered and named whole above the table)."""
+    tasks = sorted({task for row in rows for task in row["scores"]})
+    losses = [k for k in ("final_loss", "val_loss") if any(row[k] is not None for row in rows)]
+    wide = _compare_columns(rows, tasks, losses, narrow=False)
+    if _table_width(wide) <= out.width:
+        _print_columns(out, "Runs compared (acc / acc_norm ± standard error; chance in the header)", wide)
+        return
+    numbered = _table_width(_compare_columns(rows, tasks[:1], losses, narrow=True)) > out.width
+    if numbered:
+        for number, row in enumerate(rows, start=1):
+            say(out, f"run {number}: {_run_text(row, ' ')}")
+    groups, rest = [], tasks  # as many tasks to a table as fit beside the runs, at least one
+    while rest:
+        count = 1
+        while count < len(rest):
+            if _table_width(_compare_columns(rows, rest[: count + 1], losses, True, numbered)) > out.width:
+                break
+            count += 1
+        groups.append(rest[:count])
+        rest = rest[count:]
+    for index, group in enumerate(groups or [[]]):
+        title = "Runs compared (acc over acc_norm, ± standard error)"
+        _print_columns(out, title if index == 0 else "Runs compared (continued)",
+                       _compare_columns(rows, group, losses, True, numbered))  # fmt: skip
+
+
+def _run_text(row: dict[str, Any], sep: str) -> str:
+    return row["run"] + (f"{sep}(of {row['trained_run']})" if row["trained_run"] != row["run"] else "")
+
+
+def _compare_columns(
+    rows: list[dict[str, Any]], tasks: list[str], losses: list[str], narrow: bool, numbered: bool = False
+) -> list[tuple[str, list[str]]]:
+    """``compare``'s columns (heading, one cell per run): ``narrow`` puts each heading's and cell's parts on lines
+    of their own; ``numbered`` shows the runs' numbers instead of their names."""
+    from constructs_lib.cli.evaluation import chance
+
+    sep = "\n" if narrow else " "
+    names = [str(n) for n in range(1, len(rows) + 1)] if numbered else [_run_text(r, sep) for r in rows]
+    columns = [("run", names), ("precision", [str(r["precision"] or "-") for r in rows]),
+               (f"max{sep}steps" if narrow else "max_steps", [str(r["max_steps"] or "-") for r in rows])]  # fmt: skip
+    for k in losses:
+        columns.append((k.replace("_", sep), [f"{r[k]:.4f}" if r[k] is not None else "-" for r in rows]))
+    for task in tasks:
+        level = chance(task)
+        cells = []
+        for row in rows:
+            values = row["scores"].get(task, {})
+            texts = [score_text(values, f) or "-" for f in ("acc", "acc_norm")]
+            cells.append(("\n" if narrow else " / ").join(texts) if values else "-")
+        columns.append((task + (f"{sep}(chance {level:.2f})" if level else ""), cells))
+    return columns
+
+
+def _table_width(columns: list[tuple[str, list[str]]]) -> int:
+    """The width of a rich table of these columns, none wrapped: the longest line of each, its padding (one
+    space each side) and the borders."""
+    lines = [
+        max(len(line) for text in (heading, *cells) for line in text.split("\n"))
+        for heading, cells in columns
+    ]
+    return sum(lines) + 3 * len(columns) + 1
+
+
+def _print_columns(out: Any, title: str, columns: list[tuple[str, list[str]]]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from constructs_lib.cli.evaluation import chance
-
-    tasks = sorted({task for row in rows for task in row["scores"]})
-    table = Table(title="Runs compared (acc / acc_norm ± standard error; chance in the header)")
-    # a local results folder has no losses: no column of dashes
-    losses = [k for k in ("final_loss", "val_loss") if any(row[k] is not None for row in rows)]
-    for column in ("run", "precision", "max_steps", *(k.replace("_", " ") for k in losses)):
-        table.add_column(column, justify="left" if column == "run" else "right")
-    for task in tasks:
-        level = chance(task)
-        table.add_column(f"{task}" + (f" (chance {level:.2f})" if level else ""), justify="right")
-    for row in rows:
-        cells = [row["run"] + (f" (of {row['trained_run']})" if row["trained_run"] != row["run"] else "")]
-        cells += [str(row["precision"] or "-"), str(row["max_steps"] or "-")]
-        cells += [f"{row[k]:.4f}" if row[k] is not None else "-" for k in losses]
-        for task in tasks:
-            values = row["scores"].get(task, {})
-            texts = [score_text(values, f) or "-" for f in ("acc", "acc_norm")]
-            cells.append(" / ".join(texts) if values else "-")
-        table.add_row(*(Text(c) for c in cells))
+    table = Table(title=title)
+    for heading, _ in columns:
+        table.add_column(heading, justify="left" if heading == "run" else "right", no_wrap=True)
+    for cells in zip(*(cells for _, cells in columns), strict=True):
+        table.add_row(*(Text(cell) for cell in cells))
     out.print(table)
