@@ -211,7 +211,7 @@ def plan_request(
     counts their windows), read in place of S3. The throughput is measured where a stored tuning record of the
     rules' image stands for the request (``measurements``: records the caller read, e.g. from a local tuning report;
     else read with ``s3``; the same rules as the workflow's, :mod:`training.plan.measured`), else the plan's
-    estimate."""
+    estimate. ``notes``: what the decision notes without refusing (``checks.notes``)."""
     from training.request.decision import decide_request
     from training.request.reads import Reads
 
@@ -231,4 +231,4 @@ def plan_request(
         if problems or decision.estimate is None:
             raise InvalidRequest(problems)
     assert decision.estimate is not None
-    return decision.estimate.to_dict()
+    return {**decision.estimate.to_dict(), "notes": decision.notes}

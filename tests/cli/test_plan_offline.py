@@ -149,3 +149,25 @@ def test_the_cli_plan_names_a_bad_local_input(project, capsys):
     assert status == 2 and "init_from: the plan needs the model folder's config.json from S3" in err
     status, _, err = run(capsys, "plan", "run.json", "--init-from", "llama", "--measurements", "nowhere")
     assert status == 2 and "--measurements: nowhere/" not in err and "nowhere: cannot read" in err
+
+
+def test_a_seq_length_above_the_models_max_position_embeddings_is_noted_by_validate_and_plan(project, capsys):
+    """Not refused (the trainer can run it), but said: the model was not trained on those positions, and its export
+    keeps the folder's max_position_embeddings; at or below it, nothing is said."""
+    model_folder(project / "llama", {**CONFIG, "max_position_embeddings": 2048})
+    note = (
+        "note: seq_length: 4096 is above the init_from model's max_position_embeddings 2048 (its config.json): the "
+        "model was not trained on positions past 2048"
+    )
+    for seq_length, noted in ((4096, True), (2048, False)):
+        (project / "run.json").write_text(json.dumps({**REQUEST, "seq_length": seq_length}))
+        for command in ("validate", "plan"):
+            status, out, err = run(capsys, command, "run.json", "--init-from", "llama")
+            assert status == 0, err
+            assert (note in " ".join(out.split())) is noted, out
+        checked = json.loads(run(capsys, "validate", "run.json", "--init-from", "llama", "--json")[1])
+        planned = json.loads(run(capsys, "plan", "run.json", "--init-from", "llama", "--json")[1])
+        assert checked["notes"] == planned["notes"] and len(planned["notes"]) == int(noted)
+    model_folder(project / "unsaid", CONFIG)  # a config.json without max_position_embeddings: nothing to note
+    (project / "run.json").write_text(json.dumps({**REQUEST, "seq_length": 65536}))
+    assert json.loads(run(capsys, "validate", "run.json", "--init-from", "unsaid", "--json")[1])["notes"] == []

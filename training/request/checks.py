@@ -15,6 +15,7 @@ import unicodedata
 from training.contract.hardware import instance_types_supporting
 from training.contract.metric_lines import format_duration
 from training.plan import estimate as plan_estimate
+from training.request import hf_config
 from training.request.fields import (
     ENVIRONMENT_PREFIXES,
     TAG_CHARACTERS,
@@ -150,6 +151,19 @@ def one_step_problems(estimate: plan_estimate.Plan, rules: RequestRules) -> list
         f"{timing.basis}), more than the run's limit of {format_duration(s.max_runtime_seconds)}: it would be stopped "
         f"before its first step; raise max_runtime_seconds (at most {rules.max_runtime_seconds}) or lower "
         f"grad_accum_steps; got {s.max_runtime_seconds}"
+    ]
+
+
+def notes(request: Request) -> list[str]:
+    """What a request is told without being refused, one line each: a ``seq_length`` above the ``init_from``
+    model's ``max_position_embeddings`` (its config.json)."""
+    values, limit = request.settings.values, hf_config.max_positions(request.architecture)
+    if values is None or limit is None or values["seq_length"] <= limit:
+        return []
+    return [
+        f"seq_length: {values['seq_length']} is above the init_from model's max_position_embeddings {limit} (its "
+        f"config.json): the model was not trained on positions past {limit}, and its Hugging Face export keeps "
+        f"max_position_embeddings {limit}; a seq_length of at most {limit} stays within what it was built for"
     ]
 
 

@@ -62,6 +62,9 @@ class Decision:
     tune_refused: list[str] = field(default_factory=list)
     """A tuning run's combinations the trainer's rules refuse, every one (``tune`` carries the count and the first
     few: ``bounds``)."""
+    notes: list[str] = field(default_factory=list)
+    """What the request is told without being refused (``checks.notes``), one line each; not in the workflow's
+    state."""
     skipped: list[str] = field(default_factory=list)
     """The checks this decision could not make with what it was let read (``skipped_checks``: offline, without S3
     or SageMaker, or without the run's name); the workflow makes every one before launch."""
@@ -136,6 +139,7 @@ def decide_request(
     if decision.valid:
         decision.problems += bounds.state_problems(decision.state())
     decision.skipped = skipped_checks(request, rules, reads, execution)
+    decision.notes = checks.notes(request)
     return decision
 
 

@@ -25,6 +25,19 @@ from training.models.config import ModelConfig, ModelConfigError
 CONFIG_FILE = "config.json"
 
 
+class Architecture(dict[str, Any]):
+    """:func:`architecture`'s settings (a plain mapping of contract settings, which is all the settings take from
+    it), and what else the config.json says that a check notes: ``max_position_embeddings``, the context the model
+    was built for (None when it names none)."""
+
+    max_position_embeddings: int | None = None
+
+
+def max_positions(architecture: Mapping[str, Any] | None) -> int | None:
+    """The ``max_position_embeddings`` of the model whose settings ``architecture`` are (None: not known)."""
+    return getattr(architecture, "max_position_embeddings", None)
+
+
 def refuse(where: str, message: str) -> settings_table.ContractError:
     """The refusal of an ``init_from`` folder (``where``: its path or S3 URI)."""
     return settings_table.ContractError("init_from", f"{where}: {message}")
@@ -58,15 +71,19 @@ def parse(text: str | bytes, where: str) -> dict[str, Any]:
     return config
 
 
-def architecture(config: Mapping[str, Any], where: str = "init_from") -> dict[str, Any]:
+def architecture(config: Mapping[str, Any], where: str = "init_from") -> Architecture:
     """The contract settings of the model ``config`` describes (``settings_table.ARCHITECTURE_NAMES``, the position
     encoding, RoPE, the RMSNorm epsilon, and ``model_config`` when those do not describe it whole:
-    ``training.models.settings.to_settings``), or a ``ContractError`` on ``init_from`` naming the key of the
-    config.json the trainer cannot load and what is supported (``training.models.registry``)."""
+    ``training.models.settings.to_settings``), with its ``max_position_embeddings`` beside them, or a
+    ``ContractError`` on ``init_from`` naming the key of the config.json the trainer cannot load and what is
+    supported (``training.models.registry``)."""
     try:
-        return model_settings.to_settings(registry.read_hf_config(config))
+        model = registry.read_hf_config(config)
     except ModelConfigError as err:
         raise refuse(where, f"{CONFIG_FILE}: {err}") from None
+    out = Architecture(model_settings.to_settings(model))
+    out.max_position_embeddings = model.max_position_embeddings
+    return out
 
 
 def model_of(config: Mapping[str, Any], where: str = "init_from") -> ModelConfig:

@@ -130,9 +130,11 @@ def do_validate(shell: Shell) -> int:
     if decision.problems:
         raise InvalidRequest(decision.problems)
     if shell.args.json:
-        shell.emit({"valid": True, "problems": [], "not_checked": decision.skipped})
+        shell.emit({"valid": True, "problems": [], "notes": decision.notes, "not_checked": decision.skipped})
         return EXIT_OK
     shell.out.print("valid", markup=False)
+    for note in decision.notes:
+        render.say(shell.out, f"note: {note}")
     if decision.skipped:
         shell.out.print("not checked here (the workflow checks them before it launches):", markup=False)
         for line in decision.skipped:
