@@ -212,7 +212,9 @@ def digest(root: Path, names: list[str]) -> dict[str, str]:
 
 def fresh_environment(root: Path, scratch: Path) -> dict[str, str]:
     """A fresh login's environment: the system PATH (no venv), a home of its own, no AWS credentials (and no
-    instance metadata to wait for); the copy's code first on the path (as its editable install would have it)."""
+    instance metadata to wait for); the copy's code first on the path (as its editable install would have it).
+    Nothing the pages do not print: no thread count (the trainer and the evaluation choose theirs), no terminal
+    width (a reader's is unknown; rich falls back to 80 columns without one)."""
     for folder in ("home", "tmp", "hf"):
         (scratch / folder).mkdir(exist_ok=True)
     return {
@@ -225,8 +227,6 @@ def fresh_environment(root: Path, scratch: Path) -> dict[str, str]:
         "AWS_CONFIG_FILE": str(scratch / "no-aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(scratch / "no-aws-credentials"),
         "AWS_EC2_METADATA_DISABLED": "true",
-        "COLUMNS": "160",
-        "OMP_NUM_THREADS": "1",  # a good neighbour on a shared CI machine; changes no result
     }
 
 
@@ -404,6 +404,7 @@ def run_pages(pages: list[Page], root: Path, scratch: Path) -> Outcome:
     copy.mkdir(parents=True)
     tracked = copy_checkout(root, copy)
     before = digest(copy, tracked)
+    present = set(files_in(copy))
     runner = Runner(copy, scratch)
     copied = [Page.read(copy / p.name, p.name) for p in pages]
     for page, start, blocks in to_run(copied):
@@ -415,4 +416,31 @@ def run_pages(pages: list[Page], root: Path, scratch: Path) -> Outcome:
         runner.outcome.failures.append(
             f"committed files changed by the pages' commands: {', '.join(changed)}"
         )
+    shown = not_ignored(root, sorted(set(files_in(copy)) - present))
+    if shown:
+        runner.outcome.failures.append(
+            "files the pages' commands create that git does not ignore (git status would offer them to commit): "
+            + ", ".join(shown[:10])
+            + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
+        )
     return runner.outcome
+
+
+def files_in(folder: Path) -> list[str]:
+    """Every file under ``folder`` (relative paths), but the linked ``.venv`` and ``node_modules``."""
+    return [
+        path.relative_to(folder).as_posix()
+        for path in folder.rglob("*")
+        if path.parts[len(folder.parts)] not in (".venv", "node_modules") and not path.is_dir()
+    ]
+
+
+def not_ignored(root: Path, names: list[str]) -> list[str]:
+    """Those of ``names`` (paths relative to the checkout ``root``) that its .gitignore does not ignore."""
+    if not names:
+        return []
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin", "-z"], cwd=root, input="\0".join(names) + "\0",
+        capture_output=True, text=True,
+    ).stdout.split("\0")  # fmt: skip
+    return [name for name in names if name not in set(ignored)]

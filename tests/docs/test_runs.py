@@ -42,6 +42,28 @@ def test_the_openings_run_elsewhere_are_run_there():
         )
 
 
+def test_the_pages_run_in_the_environment_a_reader_has(tmp_path):
+    """Only what a fresh terminal has (and the isolation of the copy: its home, temporary folder, Hugging Face
+    cache, no AWS credentials): no thread count and no terminal width the pages do not print."""
+    environment = runs.fresh_environment(tmp_path / "checkout", tmp_path)
+    assert set(environment) == {
+        "HOME", "PATH", "LANG", "TMPDIR", "PYTHONPATH", "HF_HOME", "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE", "AWS_EC2_METADATA_DISABLED",
+    }  # fmt: skip
+    assert environment["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+def test_the_folders_the_pages_create_with_weights_inside_are_ignored_by_git():
+    """docs/fine-tuning.md's example/ (run by tests/training/test_fine_tuning.py, not here) and docs/evaluation.md's
+    eval-demo/ among them; the run above checks every file the pages it runs create."""
+    created = ["example/model/model.safetensors", "example/trained/hf/model.safetensors", "example/data/train.bin",
+               "eval-demo/run-300/model/hf/model.safetensors", "eval-demo/scores-300/scores.json",
+               "eval-demo/tokenizer.json", "cut-short/train.bin", "run.json"]  # fmt: skip
+    assert runs.not_ignored(ROOT, created) == []
+    assert runs.not_ignored(ROOT, ["docs/example/x.py", "training/eval-demo.py"]) == [
+        "docs/example/x.py", "training/eval-demo.py"]  # fmt: skip
+
+
 def test_each_command_is_run_checked_or_listed():
     assert runs.kind_of("python -m training.trainer --max_steps 3") == "run"
     assert runs.kind_of("NPROC_PER_NODE=2 training/train.sh --tune_trials x") == "run"
@@ -105,7 +127,7 @@ cat README.md > README.md.copy && echo changed > docs/a.md
 def test_a_broken_command_a_wrong_output_and_a_wrong_exit_are_found(tmp_path):
     """A planted page set: the README's second command fails (exit 2), docs/a.md's console shows another output
     than its command prints, docs/b.md's AWS command exits 2 (a bad option) instead of 3 and its last command
-    changes a committed file; the good commands pass (validate of the saved run.json, the AWS check of `runs`)."""
+    changes a committed file and leaves a new one that git does not ignore; the good commands pass (validate of the saved run.json, the AWS check of `runs`)."""
     root = tmp_path / "planted"
     (root / "docs").mkdir(parents=True)
     (root / "README.md").write_text(PLANTED_README)
@@ -122,7 +144,7 @@ def test_a_broken_command_a_wrong_output_and_a_wrong_exit_are_found(tmp_path):
     pages = [Page.read(root / name, name) for name in ("README.md", "docs/a.md", "docs/b.md")]
     outcome = runs.run_pages(pages, root, tmp_path / "scratch")
     failures = sorted(outcome.failures)
-    assert len(failures) == 4, failures
+    assert len(failures) == 5, failures
     assert failures[0].startswith("README.md:11: exit 2: ") and "no-such-file.txt" in failures[0]
     assert failures[1].startswith("committed files changed by the pages' commands: docs/a.md")
     assert failures[2].startswith("docs/a.md:4: ") and "printed ['one']" in failures[2]
@@ -130,5 +152,9 @@ def test_a_broken_command_a_wrong_output_and_a_wrong_exit_are_found(tmp_path):
         "docs/b.md:6: blackwell-training runs --no-such-option: without AWS credentials"
     )
     assert "it exited 2" in failures[3]
+    assert failures[4] == (  # the planted checkout has no .gitignore
+        "files the pages' commands create that git does not ignore (git status would offer them to commit): "
+        "README.md.copy, run.json"
+    )
     assert list(outcome.seconds) == ["README.md", "docs/b.md", "docs/a.md"]
     assert outcome.count("aws") == 2 and len(outcome.aws_checked) == 2
