@@ -170,4 +170,6 @@ def test_a_seq_length_above_the_models_max_position_embeddings_is_noted_by_valid
         assert checked["notes"] == planned["notes"] and len(planned["notes"]) == int(noted)
     model_folder(project / "unsaid", CONFIG)  # a config.json without max_position_embeddings: nothing to note
     (project / "run.json").write_text(json.dumps({**REQUEST, "seq_length": 65536}))
-    assert json.loads(run(capsys, "validate", "run.json", "--init-from", "unsaid", "--json")[1])["notes"] == []
+    assert (
+        json.loads(run(capsys, "validate", "run.json", "--init-from", "unsaid", "--json")[1])["notes"] == []
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs.pages import Page
 from tests.training.runner import ROOT, cli_args, env, fields, toolkit_job
 from training.contract import container, metric_lines
 from training.prepare import chat
@@ -55,7 +56,8 @@ def page_training_args(folder: Path) -> list[str]:
 
 def test_trained_locally_as_the_page_shows_the_export_answers_held_out_prompts_and_stops(prepared):
     """The page's training command as printed (plus ``deterministic``): at least 9 of the 10 held-out numbers get
-    the next number, every answer a number that ends at ``<|eot_id|>``."""
+    the next number, every answer a number that ends at ``<|eot_id|>``; and the page's ``transformers`` snippet,
+    run as printed on that trained model, prints what the page shows (one model trained for both)."""
     args = [*page_training_args(prepared), "--deterministic", "true", "--validation_batches", "2"]
     assert args[args.index("--data_dir") + 1] == str(prepared / "data")
     proc = subprocess.run([sys.executable, "-m", "training.trainer", *args], env=env(), cwd=ROOT,
@@ -77,6 +79,33 @@ def test_trained_locally_as_the_page_shows_the_export_answers_held_out_prompts_a
     assert scores["stopped"] == scores["total"], scores  # every answer ends at <|eot_id|>
     assert all(answer.isdigit() and len(answer) <= 4 for answer in scores["answers"]), scores  # a number only
     assert scores["right"] >= example.HELD_OUT - 1, scores  # the increment learnt, not memorised
+    snippet, shown = page_export_snippet()
+    assert "example/trained/hf" in snippet
+    printed = run_as_the_page(snippet, prepared)
+    assert printed == shown, f"the page's export snippet printed {printed!r}; the page shows {shown!r}"
+
+
+def page_export_snippet() -> tuple[str, str]:
+    """docs/fine-tuning.md's ``transformers`` snippet (the python block of its section "The export") and the
+    output the page shows for it (the text block right after it)."""
+    page = Page.read(ROOT / "docs" / "fine-tuning.md")
+    start = page.path.read_text().splitlines().index("## The export") + 1
+    after = [block for block in page.blocks if block.line > start]
+    assert after[0].language == "python" and after[1].language == "text", after[:2]
+    return after[0].text, after[1].text.strip()
+
+
+def run_as_the_page(snippet: str, folder: Path) -> str:
+    """What the snippet prints, run by the venv's Python from a folder where ``example/`` is ``folder`` (the
+    page's commands write ``example/``)."""
+    reader = folder.parent / f"{folder.name}-reader"
+    reader.mkdir(exist_ok=True)
+    if not (reader / "example").exists():
+        (reader / "example").symlink_to(folder)
+    done = subprocess.run([sys.executable, "-"], input=snippet, env=env(), cwd=reader, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip()
 
 
 def page_hyperparameters(folder: Path, processes: int) -> dict[str, str]:

@@ -73,6 +73,7 @@ def test_configure_sets_torchs_threads_and_says_so():
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_a_cpu_run_without_thread_variables_chooses_and_says_it_in_one_line(tmp_path):
     """The trainer as a reader runs it (no OMP_NUM_THREADS, no MKL_NUM_THREADS): its first line says the threads
     it computes with, no more than the CPUs it may use, and why."""
