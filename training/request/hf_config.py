@@ -82,7 +82,9 @@ def architecture(config: Mapping[str, Any], where: str = "init_from") -> Archite
     except ModelConfigError as err:
         raise refuse(where, f"{CONFIG_FILE}: {err}") from None
     out = Architecture(model_settings.to_settings(model))
-    out.max_position_embeddings = model.max_position_embeddings
+    positions = config.get("max_position_embeddings")  # as config.json says it (not a family's default)
+    if isinstance(positions, int) and not isinstance(positions, bool) and positions > 0:
+        out.max_position_embeddings = positions
     return out
 
 
