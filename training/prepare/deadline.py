@@ -10,6 +10,12 @@ own handler). Jinja compiles a template to Python code, so every step of its ren
 there. What it does not stop: one long call into C (a huge string built in one operation) ends first. The common
 path costs two short lock holds per block; the watchdog wakes at most once per expiry, not once per block.
 ``TimeUp`` is a ``BaseException`` (as ``KeyboardInterrupt``), so code that catches ``Exception`` lets it through.
+
+The limited thread takes the state's lock only with ``with _lock:`` on the C lock itself: a ``TimeUp`` can arrive
+at any bytecode while its block is registered (also in ``limit``'s own entry and exit), and a Python-level
+``__enter__`` (``Condition.__enter__``, an ``RLock``) can be interrupted after it has taken the lock and before the
+``with`` protects it, leaving the lock held and the watchdog waiting for it forever (every later block then ran
+unlimited). The C lock's ``__enter__`` runs no bytecode, so the lock is released whenever the exception comes.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ class TimeUp(BaseException):
     """The limited block ran past its limit."""
 
 
-_cond = threading.Condition()
+_lock = threading.Lock()
+_cond = threading.Condition(_lock)  # the watchdog waits on it; the limited threads take only ``_lock``
 _expiries: dict[int, tuple[float, int]] = {}  # thread id -> (time.monotonic() expiry, block number)
 _fired: set[int] = set()  # blocks whose TimeUp was raised
 _blocks = itertools.count()
@@ -61,7 +68,7 @@ def _watch() -> None:
 
 
 def _ensure_watchdog() -> None:
-    """Start the watchdog (again in a forked child, which inherits no threads). Called holding ``_cond``."""
+    """Start the watchdog (again in a forked child, which inherits no threads). Called holding ``_lock``."""
     thread = _watchdog["thread"]
     if _watchdog["pid"] != os.getpid() or not (isinstance(thread, threading.Thread) and thread.is_alive()):
         thread = threading.Thread(target=_watch, name="deadline-watchdog", daemon=True)
@@ -72,8 +79,9 @@ def _ensure_watchdog() -> None:
 def _forked() -> None:
     """In a forked child (a process pool's worker): fresh state and a fresh lock (the parent's watchdog may have
     held it at the fork; its thread is not in the child), the watchdog started again on first use."""
-    global _cond
-    _cond = threading.Condition()
+    global _cond, _lock
+    _lock = threading.Lock()
+    _cond = threading.Condition(_lock)
     _expiries.clear()
     _fired.clear()
     _watchdog.update(pid=None, thread=None, until=math.inf)
@@ -91,7 +99,7 @@ def limit(seconds: float | None) -> Iterator[None]:
         return
     thread_id, block = threading.get_ident(), next(_blocks)
     expiry = time.monotonic() + seconds
-    with _cond:
+    with _lock:
         if thread_id in _expiries:
             raise RuntimeError("deadline.limit blocks do not nest")
         _ensure_watchdog()
@@ -101,7 +109,7 @@ def limit(seconds: float | None) -> Iterator[None]:
     try:
         yield
     finally:
-        with _cond:
+        with _lock:
             _expiries.pop(thread_id, None)
             fired = block in _fired
             _fired.discard(block)
