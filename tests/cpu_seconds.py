@@ -11,10 +11,10 @@ counts for the test that reaps it. On an idle 2-core machine ``make test`` takes
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -60,7 +60,14 @@ def summary(rows: list[dict], longest: int = 30) -> str:
     return "\n".join(lines)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.cpu_seconds", description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", metavar="FILE", help="what --cpu-seconds wrote (several: summed)")
+    parser.add_argument("--longest", type=int, default=30, help="how many of the longest tests to list")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    print(
-        summary([json.loads(line) for name in sys.argv[1:] for line in Path(name).read_text().splitlines()])
-    )
+    args = parse_args()
+    rows = [json.loads(line) for name in args.files for line in Path(name).read_text().splitlines()]
+    print(summary(rows, args.longest))
