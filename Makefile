@@ -89,8 +89,9 @@ synth: $(VENV)/.stamp node_modules/.stamp
 	$(CDK) synth --quiet --no-notices --no-version-reporting $(CDK_ARGS)
 	@ls cdk.out/*.template.json
 
+# Two workers, each taking the next test as it frees up, the longest first (tests/schedule.py).
 test: setup
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(VENV)/.stamp-test
 	$(BIN)/ruff check .
@@ -103,7 +104,7 @@ docs: $(VENV)/.stamp
 
 compat: $(COMPAT)/.stamp
 	@$(COMPAT)/bin/python -c 'import torch; print("make compat: torch", torch.__version__)'
-	PYTHONPATH=$(CURDIR) $(COMPAT)/bin/python -m pytest -n 2 -p no:cacheprovider $(PYTEST_ARGS) tests/training
+	PYTHONPATH=$(CURDIR) $(COMPAT)/bin/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider $(PYTEST_ARGS) tests/training
 
 bench: $(VENV)/.stamp-local
 	$(BIN)/python -m training.measure.benchmark

@@ -485,12 +485,13 @@ def reference_settings(tied: bool) -> dict:
 
 
 @pytest.mark.slow
-def test_the_gathered_initial_model_is_bit_identical_for_world_sizes_1_2_and_4(tmp_path):
+def test_the_gathered_initial_model_is_bit_identical_for_world_sizes_1_and_4(tmp_path):
+    """4 ranks: even shards and uneven ones (90 vocabulary rows over 4: 23, 23, 23, 21); 2 ranks, the suite's
+    usual world, shard evenly and add nothing over 4."""
     settings = {**PROBE_SETTINGS, **TINY_GQA}
-    states = {nproc: probe(tmp_path, settings, nproc)["state"] for nproc in (1, 2, 4)}
-    assert states[1].keys() == states[2].keys() == states[4].keys()
-    for nproc in (2, 4):
-        assert all(torch.equal(states[nproc][name], value) for name, value in states[1].items()), nproc
+    states = {nproc: probe(tmp_path, settings, nproc)["state"] for nproc in (1, 4)}
+    assert states[1].keys() == states[4].keys()
+    assert all(torch.equal(states[4][name], value) for name, value in states[1].items())
 
 
 TINY_GQA = {"model_preset": "custom", "num_layers": "2", "hidden_size": "64", "num_heads": "4", "num_kv_heads": "2",

@@ -487,11 +487,11 @@ def test_a_peft_adapter_export_interrupted_by_sigkill_is_completed_by_a_rerun(lo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path, nproc):
+def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path):
     """The defect class of FSDP2 + peft saving rank 0's slice only: each rank writes values naming itself into its
     shard; the peft file holds exactly the gathered full tensors, with rows of every rank. Rank 2 on 4 ranks:
-    two ranks hold no row of an A matrix."""
+    two ranks hold no row of an A matrix (2 ranks, a row each, add nothing over it)."""
+    nproc = 4
     settings = {**TINY_LLAMA, "init_from": str(tmp_path / "source"), "lora_rank": "2",
                 "model_dir": str(tmp_path / "model"), "checkpoint_dir": str(tmp_path / "ckpt")}  # fmt: skip
     tiny_llama(tmp_path / "source", tied=True)
@@ -507,7 +507,7 @@ def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path, np
     owners = {int(value) // 1000 for full in written.values() for value in full[:, 0].tolist()}
     assert owners == set(range(1, nproc + 1))  # rows written by every rank
     a_rows = [rows["layers.0.qkv.lora_a_q_proj"] for rows in probe["rows"]]
-    assert sum(a_rows) == 2 and (nproc == 2 or 0 in a_rows)
+    assert sum(a_rows) == 2 and 0 in a_rows
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""The order ``make test`` hands tests to its two pytest-xdist workers: longest first, so that the last test to
+start is a short one and neither worker idles at the end while the other still runs a long one (the wall time of
+``-n 2`` is bounded below by its longest test, and by the sum of all over two).
+
+It applies with ``--dist loadgroup --no-loadscope-reorder`` only (the Makefile's ``test`` target): each test is a
+unit of its own, handed to whichever worker is free next, but the tests of a module that share a module-scoped
+fixture (a synthesized stack, a multi-process run several tests read) form one unit, so that the fixture is made
+once, on one worker. Any other way of running the suite keeps pytest's own order.
+
+``SECONDS`` is what the longest tests took (``pytest --durations=0``, docs/measurements.md): only their order
+comes from it, never a verdict. A test missing from it counts ``SLOW_SECONDS`` when marked ``slow``, else
+``FAST_SECONDS``; a stale entry only changes the order.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SECONDS = {
+    "tests/tune/test_tune_toolkit.py::test_a_tuning_job_under_the_toolkit_ranks_its_trials": 290,
+    "tests/training/test_stops.py::test_a_bad_token_id_past_the_checks_sample": 200,
+    "tests/measure/test_gpu_report.py::test_the_smoke_run_writes_every_file": 140,
+    "tests/training/test_stops.py::test_a_lora_run_that_diverges": 140,
+    "tests/training/test_stops.py::test_a_bad_token_id_in_packed_conversations": 120,
+    "tests/training/model/test_lora.py::test_compiled_lora_blocks_train_like_eager_ones": 120,
+    "tests/training/test_fine_tuning.py::test_through_train_sh_under_the_sagemaker_toolkit": 120,
+    "tests/training/test_stops.py::test_a_run_that_diverges": 107,
+    "tests/docs/test_runs.py::test_every_command_of_the_first_run": 100,
+    "tests/training/test_fine_tuning.py::test_trained_locally_as_the_page_shows": 96,
+    "tests/training/test_multinode.py::test_two_agents_with_hybrid_sharding": 88,
+    "tests/training/test_multinode.py::test_a_checkpoint_resumes_from_four_processes": 86,
+    "tests/training/test_hybrid_fine_tuning.py::test_lora_on_packed_conversations_trains_alike": 67,
+    "tests/training/checkpoint/test_weights.py::test_the_gathered_initial_model_is_bit_identical": 66,
+    "tests/training/observe/test_tracking.py::test_a_two_process_run_and_its_resume": 64,
+    "tests/training/distributed/test_levers.py::test_accumulation_resumed_mid_run": 52,
+    "tests/training/model/test_lora.py::test_a_lora_checkpoint_holds_only_adapters": 51,
+    "tests/evaluate/test_evaluate_run.py::test_a_memorized_task_scores_1": 47,
+    "tests/training/distributed/test_levers.py::test_compiled_blocks_and_loss_chunks": 44,
+    "tests/training/model/test_lora.py::test_every_ranks_slice_of_every_adapter": 42,
+    "tests/training/distributed/test_levers.py::test_sigterm_during_async_saves": 39,
+    "tests/tune/test_tune_driver.py::test_the_overhead_benchmark_prints_each_phase": 37,
+    "tests/training/test_train_sh.py::test_on_unusable_checkpoints_fail_with_2_processes": 37,
+    "tests/test_package.py::test_reuse_example_synthesizes_from_a_fresh_install": 37,
+    "tests/training/distributed/test_levers.py::test_a_compile_error_in_the_backward_pass": 32,
+    "tests/training/test_sagemaker_toolkit.py::test_toolkit_runs_train_sh": 31,
+    "tests/training/model/test_lora.py::test_a_peft_adapter_export_interrupted": 30,
+    "tests/training/test_loss.py::test_chunked_loss_under_fsdp2_with_two_processes": 28,
+}
+"""Test node id (or its start): seconds, from the suite's ``--durations=0`` on the shared 2-core machine."""
+SLOW_SECONDS = 20
+FAST_SECONDS = 1
+
+SPLIT = ("tests/training/test_fine_tuning.py",)
+"""Modules whose module-scoped fixture is cheaper than keeping its tests on one worker (each worker makes it)."""
+
+
+def seconds(item: pytest.Item) -> float:
+    for start, value in SECONDS.items():
+        if item.nodeid.startswith(start):
+            return value
+    return SLOW_SECONDS if item.get_closest_marker("slow") else FAST_SECONDS
+
+
+def shared_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture made once per module (or class, or package)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None or item.nodeid.startswith(SPLIT):
+        return False
+    return any(
+        definitions[-1].scope in ("module", "class", "package")
+        for definitions in info.name2fixturedefs.values()
+        if definitions
+    )
+
+
+def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup --no-loadscope-reorder``: mark the tests sharing a module-scoped fixture as one
+    group per module, and order the units (a group, or a test) by their summed ``seconds``, longest first (pytest's
+    order kept among equals and within a unit)."""
+    if config.getoption("dist", "no") != "loadgroup" or config.getoption("loadscopereorder", True):
+        return
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if shared_module_fixture(item):
+            group = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = item.nodeid
+        units.setdefault(group, []).append(item)
+    ordered = sorted(units.values(), key=lambda unit: -sum(seconds(item) for item in unit))
+    items[:] = [item for unit in ordered for item in unit]
