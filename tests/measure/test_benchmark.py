@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from tests.training.runner import ROOT, TINY, env
+from tests.training.runner import GUARD_SECONDS, ROOT, TINY, env
 from training.contract import settings_parse, shapes
 from training.measure import benchmark, external_baseline
 from training.trainer import config
@@ -25,7 +25,7 @@ def test_benchmark_prints_every_loop_of_each_cell_and_each_levers_effect():
     proc = subprocess.run(
         [sys.executable, "-m", "training.measure.benchmark", "--steps", "3", "--warmup", "1", "--repeats", "1",
          "--seq-length", "16", "--batch-sizes", "1", "--lever-repeats", "1", "--levers", ",".join(LEVERS)],
-        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=180,
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=GUARD_SECONDS,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines() if re.match(r"\s*fp32\s", line)]

@@ -55,7 +55,12 @@ def torchrun_cmd(settings: dict[str, str], nproc: int = 2) -> list[str]:
     ]  # fmt: skip
 
 
-def run_trainer(settings: dict[str, str], nproc: int = 2, timeout: float = 180) -> str:
+GUARD_SECONDS = 900
+"""The default limit of a trainer run here: a guard against a hang, never a verdict (a tiny run takes seconds on an
+idle machine; a 12-step 2-process run took over 3 minutes at a load average of 30 on the shared 2-core machine)."""
+
+
+def run_trainer(settings: dict[str, str], nproc: int = 2, timeout: float = GUARD_SECONDS) -> str:
     """Run the trainer to completion under torchrun; return stdout+stderr (asserting exit status 0)."""
     proc = subprocess.run(
         torchrun_cmd(settings, nproc), env=env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout
@@ -65,7 +70,7 @@ def run_trainer(settings: dict[str, str], nproc: int = 2, timeout: float = 180) 
     return output
 
 
-def run_single(settings: dict[str, str], timeout: float = 120) -> tuple[int, str]:
+def run_single(settings: dict[str, str], timeout: float = GUARD_SECONDS) -> tuple[int, str]:
     """Run the trainer as one process without torchrun (world size 1); return (exit status, stdout+stderr)."""
     proc = subprocess.run(
         [sys.executable, "-m", "training.trainer", *cli_args(settings)],
