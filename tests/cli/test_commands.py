@@ -365,6 +365,7 @@ def test_validate_a_good_request(deployed, cli, tmp_path):
     assert json.loads(cli("validate", str(path), "--json").out) == {
         "valid": True,
         "problems": [],
+        "notes": [],
         "not_checked": [name_check],
     }
 

@@ -81,7 +81,7 @@ def test_tune_dry_run_shows_the_trials_and_the_cost_offline(cli, tmp_path):
     assert result.status == 0, result.err
     assert "Tuning plan: 3 trials of 3 combinations on 1 x ml.p6-b200.48xlarge" in result.out
     assert (
-        "(estimate " in result.out
+        result.out.count(" estimate ") == 3  # each trial says its basis, on a line of its own
         and "at most $" in result.out
         and "left out: 0 predicted not to fit" in result.out
     )
