@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from training.contract import container
 from training.trainer import refusal
@@ -73,8 +74,19 @@ def compute(net: Any, split: pairs.PreferencePairs, env: Any, plan: Any) -> torc
                 out[numbers] = answer_log_probs(per_token, micro).reshape(-1)
     finally:
         net.train(was_training)
+        _reshard(net)
     torch.distributed.all_reduce(out)
     return out.cpu()
+
+
+def _reshard(net: Any) -> None:
+    """Every FSDP2 module of ``net`` back to its sharded parameters. The root and the last block are not resharded
+    after a forward (``parallel.shard_model``: a backward follows at once in training); after this pass none
+    follows, and a model left unsharded would hand the training loop its unsharded parameters (``net.parameters()``
+    then lists them, so gradient clipping would miss the gradients FSDP2 gives the sharded ones)."""
+    for module in net.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def folder(cfg: Any) -> Path:
