@@ -77,24 +77,46 @@ def our_run(root: Path, run: str, env, **more: str) -> list[float]:
     return [metric_lines.parse_step_line(line)[1]["loss"] for line in lines if line.startswith("step=")]
 
 
-def trl_trainer(root: Path, steps: int):
-    """TRL's DPOTrainer on the same model folder and pairs, with the same settings; trained for ``steps``."""
+def trl_trainer(
+    root: Path,
+    steps: int,
+    loss: str = "sigmoid",
+    adapter: Path | None = None,
+    learning_rate: float = LEARNING_RATE,
+):
+    """TRL's DPOTrainer on the same model folder and pairs, with the same settings and ``loss``; trained for
+    ``steps``. ``adapter``: a peft adapter folder (ours, exported at step 0): TRL trains a LoRA adapter of its
+    config (``peft_config``: its reference is the model with the adapter disabled, every step) starting from that
+    adapter's values."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
     args = DPOConfig(
         output_dir=str(root / "trl"), per_device_train_batch_size=len(records()), max_steps=max(steps, 1),
-        learning_rate=LEARNING_RATE, lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": 0.1},
+        learning_rate=learning_rate, lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": 0.1},
         warmup_steps=0, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.95, max_grad_norm=1.0, beta=BETA,
-        loss_type=["sigmoid"], precompute_ref_log_probs=True, max_length=None, logging_steps=1, report_to=[],
+        loss_type=[loss], precompute_ref_log_probs=adapter is None, max_length=None, logging_steps=1, report_to=[],
         save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, bf16=False, fp16=False,  # fp32 throughout
     )  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(root / "model", dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(root / "model")
+    peft_config = None
+    if adapter is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig.from_pretrained(str(adapter))
+        peft_config.inference_mode = False  # the exported config says inference: TRL trains this one
     trainer = DPOTrainer(
-        model=model, args=args, train_dataset=Dataset.from_list(records()), processing_class=tokenizer
-    )
+        model=model, args=args, train_dataset=Dataset.from_list(records()), processing_class=tokenizer,
+        peft_config=peft_config,
+    )  # fmt: skip
+    if adapter is not None:  # our initial adapter's values (A seeded, B zeros) in TRL's freshly made one
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        result = set_peft_model_state_dict(trainer.model, load_file(adapter / "adapter_model.safetensors"))
+        assert not [key for key in result.missing_keys if "lora_" in key]
     if steps:
         trainer.train()
     return trainer
@@ -189,3 +211,75 @@ def test_qwen_answers_agree_on_trls_tokens_and_differ_by_the_newline_we_do_not_t
           f"{newline_share.min():.3f} to {newline_share.max():.3f}")  # fmt: skip
     assert gap <= TOLERANCE
     assert np.all(newline_share < -1e-3)
+
+
+@pytest.mark.parametrize("loss", ["ipo", "sigmoid_norm"])
+def test_the_ipo_and_length_normalised_losses_agree_with_trl_for_five_steps(llama, process_group, loss):
+    """``dpo_loss`` ipo and sigmoid_norm (TRL's ``loss_type`` of the same names: the log-ratios averaged over each
+    answer's tokens): five steps' losses within 1e-4 of TRL's, unpacked, same settings; at step 1 IPO's loss is
+    (1 / (2 beta))^2 and the length-normalised one ln 2."""
+    trainer = trl_trainer(llama, STEPS, loss)
+    theirs = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    ours = our_run(llama, f"loss_{loss}", process_group, dpo_loss=loss)
+    first = (1 / (2 * BETA)) ** 2 if loss == "ipo" else math.log(2)
+    differences = [abs(a - b) for a, b in zip(ours, theirs, strict=True)]
+    print(f"{loss}: ours {ours}, TRL {theirs}; largest difference {max(differences):.2e}")
+    assert len(ours) == len(theirs) == STEPS
+    assert abs(ours[0] - first) <= 1e-5 * first
+    assert max(differences) <= TOLERANCE * max(1.0, first)  # IPO's losses are ~25: the same relative bound
+    assert theirs[-1] < theirs[0] - 0.01 * first  # the five steps moved the model
+
+
+def initial_adapter(root: Path, env, **lora: str) -> Path:
+    """Our LoRA model at step 0 (``loop.build``: the adapters as the trainer initializes them), saved and exported
+    as a peft folder (``export_peft``), for TRL to start from the same values."""
+    from training.trainer.checkpoint import checkpoint, export_peft
+
+    cfg = config.config_from_mapping(settings(root, "lora_start", **lora))
+    plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    net = loop.build(cfg, env, plan, packed=False)
+    saved = checkpoint.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank)
+    assert saved is not None
+    export_peft.export(saved, root / "lora_start" / "adapter")
+    return root / "lora_start" / "adapter"
+
+
+def test_lora_with_the_adapter_switched_off_as_reference_agrees_with_trl_and_peft(llama, process_group):
+    """LoRA DPO (``dpo_reference`` auto: the same model with its adapters switched off, every step; no stored
+    reference, no copy): from the same initial adapter, five steps' losses within 1e-4 of TRL's DPOTrainer with a
+    ``peft_config`` (whose reference is the model with peft's adapter disabled); step 1 is ln 2; the adapter trained
+    and exported agrees with TRL's (each answer's log-probability through peft within 1e-4); no reference folder."""
+    lora = {"lora_rank": "4", "learning_rate": "0.02"}
+    adapter = initial_adapter(llama, process_group, **lora)
+    trainer = trl_trainer(llama, STEPS, adapter=adapter, learning_rate=0.02)
+    theirs = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    lines: list[str] = []
+    loop.run(config.config_from_mapping(settings(llama, "lora", **lora)), process_group, emit=lines.append)
+    ours = [metric_lines.parse_step_line(line)[1]["loss"] for line in lines if line.startswith("step=")]
+    differences = [abs(a - b) for a, b in zip(ours, theirs, strict=True)]
+    print(f"LoRA adapter_off: ours {ours}, TRL {theirs}; largest difference {max(differences):.2e}")
+    assert any("reference=adapter_off" in line for line in lines)
+    assert len(ours) == len(theirs) == STEPS and abs(ours[0] - math.log(2)) <= 1e-6
+    assert max(differences) <= TOLERANCE and theirs[-1] < theirs[0] - 0.05
+    assert not (llama / "lora" / "checkpoints" / reference.FOLDER).exists()  # nothing precomputed, no copy
+    exported = llama / "lora" / "model" / "adapter"
+    assert (exported / "adapter_model.safetensors").is_file() and (llama / "lora" / "model" / "hf").is_dir()
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(llama / "model", dtype=torch.float32)
+    ours_through_peft = PeftModel.from_pretrained(base, exported).eval()
+    from peft import get_peft_model_state_dict
+
+    theirs_adapter = get_peft_model_state_dict(trainer.model)
+    mine_adapter = get_peft_model_state_dict(ours_through_peft)
+    assert mine_adapter.keys() == theirs_adapter.keys()
+    adapter_gap = max(float((mine_adapter[k] - theirs_adapter[k].cpu()).abs().max()) for k in mine_adapter)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
+    trainer.model.eval()
+    with torch.no_grad():
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        logit_gap = float((ours_through_peft(**inputs).logits - trainer.model(**inputs).logits).abs().max())
+    print(f"LoRA after {STEPS} steps: largest adapter difference {adapter_gap:.2e}, through peft largest logit "
+          f"difference {logit_gap:.2e}")  # fmt: skip
+    assert adapter_gap <= TOLERANCE and logit_gap <= TOLERANCE
