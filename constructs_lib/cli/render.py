@@ -169,6 +169,8 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
         say(out, records_line(planned, records))
     if planned.get("data"):
         say(out, f"data: {planned['data']['summary']}")
+    if planned.get("preference"):
+        say(out, f"preference tuning (dpo): {planned['preference']['summary']}")
     check = planned.get("memory_check")
     if check:
         say(
