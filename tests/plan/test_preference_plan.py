@@ -5,9 +5,12 @@ the precomputed reference's pass in the run's time once the data's windows are k
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from training.contract import shapes
+from training.measure import dpo_plans
 from training.plan import estimate, preference, report
 from training.plan.memory_terms import GIB
 
@@ -55,7 +58,7 @@ def test_the_docs_rows_fit_one_instance_with_the_memory_of_next_token_training_a
 def test_the_reference_pass_is_the_forward_share_of_a_steps_time_per_window():
     next_token, _ = plans(ROWS["llama3.1-8b full"])
     s, values = next_token.setup, {"objective": "dpo", "dpo_reference": "auto", "lora_rank": 0}
-    with_data = preference.with_preference(next_token, values, windows=80_000, answers=160_000)
+    with_data = estimate.with_preference(next_token, values, windows=80_000, answers=160_000)
     part = with_data.preference
     share = preference.forward_flops_per_token(s) / (
         shapes.flops_per_token(s.shape, s.seq_length)
@@ -68,3 +71,14 @@ def test_the_reference_pass_is_the_forward_share_of_a_steps_time_per_window():
         next_token.timing.run_seconds + part["reference_pass_seconds"], rel=1e-4
     )
     assert part["stored_reference_bytes"] == 640_000
+
+
+def test_the_docs_table_is_what_the_command_prints_now():
+    """docs/preference-tuning.md's plan table, under its ``<!-- figure: python -m training.measure.dpo_plans -->``
+    marker, is the command's output: a changed default or formula makes it stale."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "preference-tuning.md").read_text()
+    marker = "<!-- figure: python -m training.measure.dpo_plans -->\n"
+    shown = page.split(marker, 1)[1].split("\n\n", 1)[0].strip()
+    assert shown == dpo_plans.table(dpo_plans.parse_args([])), (
+        "run python -m training.measure.dpo_plans and paste it"
+    )

@@ -6,7 +6,7 @@ stands for it, and the memory estimate's error against the stored measurements (
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from training.contract import hardware
@@ -15,7 +15,7 @@ from training.plan.advice import advice
 from training.plan.inputs import parse_request, setup_from_request
 from training.plan.memory import Setup, estimate_memory
 from training.plan.memory_terms import GIB, Memory
-from training.plan.preference import with_preference
+from training.plan.preference import dpo_timing, preference_plan
 from training.plan.timing import Timing, estimate_time
 
 
@@ -166,3 +166,13 @@ def plan_of(
         else None
     )
     return Plan(s, memory, estimate_time(s, record), hints, record, check)
+
+
+def with_preference(
+    estimate: Plan, values: Mapping[str, Any], *, windows: int | None = None, answers: int | None = None
+) -> Plan:
+    """``estimate`` (a next-token plan of these settings) as the DPO run's: its timing (``preference.dpo_timing``) and
+    the DPO part (``preference.preference_plan``: training.plan.preference)."""
+    s = estimate.setup
+    part = preference_plan(s, values, estimate.timing, windows=windows, answers=answers)
+    return replace(estimate, timing=dpo_timing(s, estimate.timing, part), preference=part.to_dict())

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from training.contract import hardware, settings_table, tuning
-from training.plan import preference
+from training.plan.estimate import with_preference
 from training.request import sft_data
 from training.request.sft_data import ChatData
 
@@ -233,7 +233,7 @@ def with_data_plan(estimate: Plan, request: Request) -> Plan:
         splits = [split for split in ("train", "validation") if chat.split(split)]
         windows = sum(chat.windows(split, values["seq_length"], packing)[0] for split in splits)
         answers = sum(2 * int(chat.split(split).get("examples") or 0) for split in splits)
-    return preference.with_preference(estimate, values, windows=windows, answers=answers)
+    return with_preference(estimate, values, windows=windows, answers=answers)
 
 
 def candidate_check(request: Request) -> Callable[[Mapping[str, Any], int], str | None] | None:

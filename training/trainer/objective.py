@@ -80,7 +80,8 @@ def of(cfg: Any, env: Any) -> NextToken | Dpo:
 
 def check(cfg: Any) -> str:
     """The objective ``cfg`` trains (``next_token`` or ``dpo``), or ``settings_table.ContractError`` naming
-    ``objective`` when it does not fit the data (the preflight's check, before any process starts)."""
+    ``objective`` when it does not fit the data, or the ``dpo_*`` setting given to a next-token run (the
+    preflight's check, before any process starts; the request check's is ``training.request.fine_tuning``)."""
     preference = pairs.preference_data(cfg)
     if cfg.objective == "dpo" and not preference:
         raise settings_table.ContractError(
@@ -94,6 +95,15 @@ def check(cfg: Any) -> str:
             f"next_token cannot train on preference data ({_data(cfg)} holds pairs of chosen and rejected answers): "
             "use objective dpo (or auto); got next_token",
         )
+    if not preference:
+        for name in settings_table.DPO_SETTINGS:
+            value = getattr(cfg, name)
+            if value != settings_table.HYPERPARAMETERS_BY_NAME[name].default:
+                raise settings_table.ContractError(
+                    name,
+                    f"only for preference tuning (objective dpo, or auto on preference data); this run trains the "
+                    f"next-token loss on {_data(cfg)}; got {value!r}",
+                )
     return "dpo" if preference else "next_token"
 
 
