@@ -123,11 +123,13 @@ def format_validation_line(
 ) -> str:
     """``validation step=10/100 val_loss=2.3456 val_accuracy=0.5123`` (``val_accuracy`` when given); ``fields``: the
     others of ``VALIDATION_METRICS`` (a preference tuning run's), in that order."""
-    values = {"val_loss": val_loss, "val_accuracy": val_accuracy, **fields}
+    values: dict[str, float | None] = {"val_loss": val_loss, "val_accuracy": val_accuracy, **fields}
     unknown = set(values) - set(VALIDATION_METRICS)
     if unknown:
         raise ValueError(f"not validation metrics: {', '.join(sorted(unknown))}")
-    shown = " ".join(f"{k}={_fmt_metric(values[k])}" for k in VALIDATION_METRICS if values.get(k) is not None)
+    shown = " ".join(
+        f"{k}={_fmt_metric(value)}" for k in VALIDATION_METRICS if (value := values.get(k)) is not None
+    )
     return f"validation step={step}/{max_steps} {shown}"
 
 

@@ -98,6 +98,11 @@ class PreferencePairs(token_files._PositionedBatches):
         return (len(self.offsets) - 1) // 2
 
     @property
+    def window_count(self) -> int:
+        """The split's windows (every rank's), as conversation data's ``window_count``."""
+        return len(self.windows)
+
+    @property
     def sequences(self) -> int:
         return len(self.offsets) - 1
 
@@ -150,11 +155,25 @@ class PreferencePairs(token_files._PositionedBatches):
         return tuple(torch.from_numpy(np.stack(parts)) for parts in zip(*rows, strict=True))
 
     def validation_batches(self, wanted: int) -> list[tuple[torch.Tensor, ...]]:
-        """This rank's share of the first ``wanted`` global batches, in order; every rank gets the same number."""
-        count = min(wanted, len(self.windows) // (self.world_size * self.batch_size))
-        return [
-            self._batch((index * self.world_size + self.rank) * self.batch_size) for index in range(count)
-        ]
+        """This rank's share of the first ``wanted`` global batches, in order, as conversation data's
+        (``token_files.validation_share``): every window once, the last batch filled up with padding windows (no
+        pair: sequence number -1, no target, document id 0); every rank gets the same number."""
+        per_batch = self.world_size * self.batch_size
+        count = len(self.windows)
+        batches = []
+        for index in range(min(wanted, -(-count // per_batch))):
+            first = (index * self.world_size + self.rank) * self.batch_size
+            real = max(0, min(self.batch_size, count - first))
+            rows = [self.window(first + j) for j in range(real)]
+            rows += [self._padding()] * (self.batch_size - real)
+            batches.append(tuple(torch.from_numpy(np.stack(parts)) for parts in zip(*rows, strict=True)))
+        return batches
+
+    def _padding(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A window holding no pair."""
+        length = self.seq_length
+        return (np.zeros(length, dtype=np.int64), np.full(length, IGNORE_INDEX, dtype=np.int64),
+                np.zeros(length, dtype=np.int32), np.full(length, -1, dtype=np.int64))  # fmt: skip
 
 
 def _read(directory: str | Path, split: str, token_dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
