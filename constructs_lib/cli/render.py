@@ -167,8 +167,9 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     records = planned.get("records")
     if records is not None:
         say(out, records_line(planned, records))
-    if planned.get("data"):
-        say(out, f"data: {planned['data']['summary']}")
+    for key, label in (("data", "data"), ("preference", "preference tuning (dpo)")):  # each part's summary
+        if planned.get(key):
+            say(out, f"{label}: {planned[key]['summary']}")
     check = planned.get("memory_check")
     if check:
         say(

@@ -95,6 +95,40 @@ def _graph(
     )
 
 
+def preference_row(prefixes: tuple[str, ...]) -> list[cloudwatch.IWidget]:
+    """Preference tuning's graphs (``objective`` dpo; empty for other runs): the rewards of the chosen and the
+    rejected answers and their margin, with the reward accuracy (training and held-out pairs) on the right axis; the
+    policy's log-probabilities of the answers."""
+    job = TRAINING_JOB_DIMENSION
+    return [
+        _graph(
+            "DPO rewards (preference tuning)",
+            [
+                (search(metric_name(name), job, prefixes), name)
+                for name in ("rewards_chosen", "rewards_rejected", "reward_margin")
+            ],
+            "beta x log-probability ratio",
+            12,
+            right=(
+                [
+                    (search(metric_name("reward_accuracy"), job, prefixes), "reward_accuracy"),
+                    (
+                        search(metric_name("val_reward_accuracy", "validation"), job, prefixes),
+                        "val_reward_accuracy",
+                    ),
+                ],
+                "share of pairs",
+            ),
+        ),  # fmt: skip
+        _graph(
+            "DPO log-probabilities of the answers",
+            [(search(metric_name(name), job, prefixes), name) for name in ("logps_chosen", "logps_rejected")],
+            "log-probability (sum over the answer)",
+            12,
+        ),
+    ]
+
+
 def training_dashboard(
     scope: Construct,
     state_machine: sfn.StateMachine,
@@ -145,6 +179,7 @@ def training_dashboard(
                 "GB",
             ),
         ],
+        preference_row(prefixes),
         [
             _graph(
                 "GPU utilization per host",

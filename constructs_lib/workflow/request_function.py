@@ -53,6 +53,7 @@ import training.plan.measured
 import training.plan.memory
 import training.plan.memory_terms
 import training.plan.network
+import training.plan.preference
 import training.plan.refusal
 import training.plan.timing
 import training.request.bounds
@@ -114,6 +115,7 @@ ASSET_FILES = {
     "training/plan/memory.py": Path(training.plan.memory.__file__),
     "training/plan/memory_terms.py": Path(training.plan.memory_terms.__file__),
     "training/plan/network.py": Path(training.plan.network.__file__),
+    "training/plan/preference.py": Path(training.plan.preference.__file__),
     "training/plan/refusal.py": Path(training.plan.refusal.__file__),
     "training/plan/timing.py": Path(training.plan.timing.__file__),
     "training/request/bounds.py": Path(training.request.bounds.__file__),

@@ -10,6 +10,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+DPO_STEP_METRICS: tuple[str, ...] = (
+    "rewards_chosen",
+    "rewards_rejected",
+    "reward_accuracy",
+    "reward_margin",
+    "logps_chosen",
+    "logps_rejected",
+)
+"""A preference tuning run's step-line fields (``objective`` dpo), each a mean over the pairs trained since the last
+line, over every rank (TRL's ``rewards/chosen``, ``rewards/rejected``, ``rewards/accuracies``, ``rewards/margins``,
+``logps/chosen``, ``logps/rejected``): the rewards ``dpo_beta`` x (policy - reference) log-probability of the chosen
+and the rejected answer, the share of pairs whose chosen reward is the higher, the mean difference of the two
+rewards, and the policy's log-probabilities of the answers (sums over their trained tokens)."""
+
 STEP_METRICS: tuple[str, ...] = (
     "loss",
     "lr",
@@ -22,13 +36,15 @@ STEP_METRICS: tuple[str, ...] = (
     "step_time",
     "trained_tokens",
     "padding",
+    *DPO_STEP_METRICS,
 )
 """Fields of a ``step=N ...`` line, in print order. Throughput fields exclude the warm-up steps. ``mfu`` is against
 the peak of the run's own precision (``PEAK_TFLOPS``); ``mfu_bf16``, printed for the low precisions
 (``TE_PRECISIONS``: fp8, mxfp8, nvfp4), is the same TFLOP/s against the GPU's bf16 peak: the bf16-equivalent MFU,
 comparable with a bf16 run's ``mfu``. ``trained_tokens``: the targets the last step's loss counted, over every rank
 and micro-batch (conversation data trains only the assistant's tokens); ``padding``: the share of that step's
-window positions that hold padding (0 for token streams; with packing, what is left at the end of each window)."""
+window positions that hold padding (0 for token streams; with packing, what is left at the end of each window).
+The :data:`DPO_STEP_METRICS` only in a preference tuning run's lines."""
 
 SUMMARY_METRICS: tuple[str, ...] = (
     "steps",
@@ -47,10 +63,14 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "unusable_checkpoints",
     "val_accuracy",
     "empty_micro_batches",
+    "val_reward_accuracy",
+    "val_reward_margin",
 )
 """Fields of the final ``summary ...`` line (``mfu_bf16`` as in ``STEP_METRICS``; ``val_loss`` and ``val_accuracy``
 (the share of counted validation targets the model's argmax predicts) only when the data has a validation split;
-``empty_micro_batches`` only when some micro-batch had no target to count (every one ignored): it contributed
+``val_reward_accuracy`` and ``val_reward_margin`` (preference tuning's, as in :data:`VALIDATION_METRICS`) only for a
+preference tuning run with a validation split; ``empty_micro_batches`` only when some micro-batch had no target to
+count (every one ignored): it contributed
 nothing to its step;
 ``unusable_checkpoints`` only when checkpoints were found and none was usable, so the run restarted from step 0:
 the line then ends ``restarted_from: none (N checkpoints unusable)``). ``peak_mem_gb`` is rank 0's; the
@@ -69,10 +89,12 @@ allocator's retries after a failed ``cudaMalloc`` (it freed its cache and tried 
 ``alloc_ooms`` the allocations that failed even then, summed over ranks (``torch.cuda.memory_stats``'s
 ``num_alloc_retries`` and ``num_ooms``)."""
 
-VALIDATION_METRICS: tuple[str, ...] = ("val_loss", "val_accuracy")
+VALIDATION_METRICS: tuple[str, ...] = ("val_loss", "val_accuracy", "val_reward_accuracy", "val_reward_margin")
 """Fields of a ``validation step=N/M val_loss=... val_accuracy=...`` line (every ``validation_interval`` steps and
 at the end): the mean loss over every counted target of the held-out split, and the token accuracy (the share of
-those targets the logits' argmax predicts)."""
+those targets the logits' argmax predicts). A preference tuning run's: ``val_loss`` its DPO loss over every held-out
+pair, ``val_reward_accuracy`` the share of those pairs whose chosen answer gets the higher reward, and
+``val_reward_margin`` the mean difference of the two rewards (no ``val_accuracy``)."""
 
 _NUMBER = r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
 
@@ -97,11 +119,18 @@ def format_step_line(
 
 
 def format_validation_line(
-    step: int, max_steps: int, val_loss: float, val_accuracy: float | None = None
+    step: int, max_steps: int, val_loss: float, val_accuracy: float | None = None, **fields: float
 ) -> str:
-    """``validation step=10/100 val_loss=2.3456 val_accuracy=0.5123`` (``val_accuracy`` when given)."""
-    line = f"validation step={step}/{max_steps} val_loss={_fmt_metric(val_loss)}"
-    return line if val_accuracy is None else f"{line} val_accuracy={_fmt_metric(val_accuracy)}"
+    """``validation step=10/100 val_loss=2.3456 val_accuracy=0.5123`` (``val_accuracy`` when given); ``fields``: the
+    others of ``VALIDATION_METRICS`` (a preference tuning run's), in that order."""
+    values: dict[str, float | None] = {"val_loss": val_loss, "val_accuracy": val_accuracy, **fields}
+    unknown = set(values) - set(VALIDATION_METRICS)
+    if unknown:
+        raise ValueError(f"not validation metrics: {', '.join(sorted(unknown))}")
+    shown = " ".join(
+        f"{k}={_fmt_metric(value)}" for k in VALIDATION_METRICS if (value := values.get(k)) is not None
+    )
+    return f"validation step={step}/{max_steps} {shown}"
 
 
 def format_duration(seconds: float) -> str:

@@ -15,6 +15,7 @@ from training.contract.hardware import (
     precision_supported_on,
 )
 from training.contract.settings_table import (
+    DPO_SETTINGS,
     HYPERPARAMETERS_BY_NAME,
     LORA_ALL_LINEAR,
     LORA_SETTINGS,
@@ -126,6 +127,7 @@ def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = No
     check_levers(values)
     check_lora(values)
     check_te_block(values)
+    check_objective(values)
 
 
 def model_of(values: Mapping[str, Any]) -> ModelConfig:
@@ -286,4 +288,24 @@ def check_lora(values: Mapping[str, Any]) -> None:
             "precision",
             f"{precision} cannot train LoRA adapters (lora_rank={values['lora_rank']}): the adapters wrap the "
             "torch path's linear layers, not Transformer Engine's; use precision bf16 (or fp16, fp32)",
+        )
+
+
+def check_objective(values: Mapping[str, Any]) -> None:
+    """Preference tuning's rules: its settings only where DPO may run (``objective`` dpo or auto: auto decides
+    from the data, ``training/trainer/preference``), and the reference with the adapters switched off only with
+    adapters (LoRA)."""
+    if values.get("objective", "auto") == "next_token":
+        for name in DPO_SETTINGS:
+            default = HYPERPARAMETERS_BY_NAME[name].default
+            if values.get(name) is not None and values[name] != default:
+                raise ContractError(
+                    name, f"only with objective dpo (or auto on preference data); got {values[name]!r} with "
+                    "objective=next_token",
+                )  # fmt: skip
+    if values.get("dpo_reference") == "adapter_off" and not values.get("lora_rank"):
+        raise ContractError(
+            "dpo_reference",
+            "adapter_off needs LoRA adapters to switch off (lora_rank > 0); without them the reference is "
+            "precomputed (dpo_reference precomputed or auto); got adapter_off with lora_rank=0",
         )

@@ -268,6 +268,65 @@ LEVERS: tuple[Hyperparameter, ...] = (
 )
 """The speed levers (docs/performance.md): each resolved at start where it says ``auto`` and logged."""
 
+OBJECTIVES: tuple[str, ...] = ("auto", "next_token", "dpo")
+"""``objective``: ``next_token`` (the next-token cross-entropy: pretraining, and conversations on their assistant
+turns), ``dpo`` (direct preference optimization on prepared preference pairs), or ``auto``: what the data is
+(``kind: preference`` in its ``metadata.json`` trains DPO, any other data the next-token loss)."""
+DPO_LOSSES: tuple[str, ...] = ("sigmoid", "ipo", "sigmoid_norm")
+"""``dpo_loss``: TRL's ``loss_type`` names for the same objectives (``trl/trainer/dpo_trainer.py``)."""
+DPO_REFERENCES: tuple[str, ...] = ("auto", "precomputed", "adapter_off")
+"""``dpo_reference``: where the reference model's log-probabilities come from."""
+DPO_SETTINGS: tuple[str, ...] = ("dpo_beta", "dpo_loss", "dpo_sft_weight", "dpo_reference")
+"""The settings only preference tuning uses."""
+
+OBJECTIVE_SETTINGS: tuple[Hyperparameter, ...] = (
+    Hyperparameter(
+        "objective",
+        "choice",
+        "auto",
+        "What the run minimizes: next_token (the next-token loss of pretraining and of conversations), dpo (preference "
+        "tuning on chosen and rejected answers, data prepared from preference pairs), or auto: dpo for preference "
+        "data, next_token for any other.",
+        choices=OBJECTIVES,
+    ),
+    Hyperparameter(
+        "dpo_beta",
+        "float",
+        0.1,
+        "DPO: how far the policy may move from the reference (the rewards are beta x the log-probability ratios); "
+        "for dpo_loss=ipo the regularization tau (TRL's beta).",
+        1e-4,
+        100.0,
+    ),
+    Hyperparameter(
+        "dpo_loss",
+        "choice",
+        "sigmoid",
+        "DPO loss: sigmoid (-log sigmoid of the reward margin, the DPO paper's), ipo (squared, on per-token average "
+        "log-ratios), or sigmoid_norm (sigmoid on per-token average log-ratios: length-normalised).",
+        choices=DPO_LOSSES,
+    ),
+    Hyperparameter(
+        "dpo_sft_weight",
+        "float",
+        0.0,
+        "DPO: weight of an added next-token loss on the chosen answers (their mean over the step's chosen tokens; "
+        "TRL's loss_type sft); 0: none.",
+        0.0,
+        100.0,
+    ),
+    Hyperparameter(
+        "dpo_reference",
+        "choice",
+        "auto",
+        "DPO's reference log-probabilities: precomputed (one pass of the initial model over the data before step 1, "
+        "stored in checkpoint_dir and reused by a resumed run), adapter_off (LoRA: the same model with its adapters "
+        "switched off, every step), or auto: adapter_off with LoRA, precomputed otherwise.",
+        choices=DPO_REFERENCES,
+    ),
+)
+"""The objective and preference tuning's settings (docs/preference-tuning.md)."""
+
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("precision", "choice", "bf16", "Numeric format of the GEMMs.", choices=PRECISIONS),
     Hyperparameter(
@@ -459,6 +518,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "only to itself with its positions restarting at 0 (best-fit decreasing); false: one example per window, "
         "padded. Ignored for other data.",
     ),
+    *OBJECTIVE_SETTINGS,
     Hyperparameter("log_interval", "int", 10, "Print a metrics line every N steps.", 1, 1_000_000),
     Hyperparameter(
         "validation_interval",

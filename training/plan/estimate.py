@@ -6,7 +6,7 @@ stands for it, and the memory estimate's error against the stored measurements (
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from training.contract import hardware
@@ -15,6 +15,7 @@ from training.plan.advice import advice
 from training.plan.inputs import parse_request, setup_from_request
 from training.plan.memory import Setup, estimate_memory
 from training.plan.memory_terms import GIB, Memory
+from training.plan.preference import dpo_timing, preference_plan
 from training.plan.timing import Timing, estimate_time
 
 
@@ -66,6 +67,9 @@ class Plan:
     data: dict[str, Any] | None = None
     """Prepared conversation data: its windows of ``seq_length``, the epochs ``max_steps`` makes and how it was
     truncated (``training.request.fine_tuning.data_plan``); None for other data."""
+    preference: dict[str, Any] | None = None
+    """Preference tuning (``objective`` dpo): its reference, the step's and the run's time with it, the memory a
+    kept reference would take (``training.plan.preference``); None for a next-token run."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (what the CLI's --json prints and the execution's summary carries)."""
@@ -96,6 +100,7 @@ class Plan:
             "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
             "network": None if t.network is None else t.network.to_dict(),
             **({"data": self.data} if self.data is not None else {}),
+            **({"preference": self.preference} if self.preference is not None else {}),
         }
 
 
@@ -112,7 +117,7 @@ def make_plan(
     """The plan of one plain execution input (:func:`parse_request`, then :func:`plan_of`); ``architecture``: the
     ``init_from`` model's settings."""
     values, s = parse_request(request, architecture)
-    return plan_of(
+    planned = plan_of(
         s,
         values,
         max_instance_count=max_instance_count,
@@ -121,6 +126,9 @@ def make_plan(
         image_tag=image_tag,
         versions=versions,
     )
+    if values.get("objective") == "dpo":  # a plain input does not say its data: auto stays next_token
+        planned = with_preference(planned, values)
+    return planned
 
 
 def plan_of(
@@ -158,3 +166,13 @@ def plan_of(
         else None
     )
     return Plan(s, memory, estimate_time(s, record), hints, record, check)
+
+
+def with_preference(
+    estimate: Plan, values: Mapping[str, Any], *, windows: int | None = None, answers: int | None = None
+) -> Plan:
+    """``estimate`` (a next-token plan of these settings) as the DPO run's: its timing (``preference.dpo_timing``) and
+    the DPO part (``preference.preference_plan``: training.plan.preference)."""
+    s = estimate.setup
+    part = preference_plan(s, values, estimate.timing, windows=windows, answers=answers)
+    return replace(estimate, timing=dpo_timing(s, estimate.timing, part), preference=part.to_dict())

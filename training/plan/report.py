@@ -61,6 +61,8 @@ def format_plan(plan: Plan) -> str:
         )
     if d.get("data"):
         lines.append(f"data: {d['data']['summary']}")
+    if d.get("preference"):
+        lines.append(f"preference tuning (dpo): {d['preference']['summary']}")
     if d["warning"]:
         lines.append(f"warning: {d['warning']}")
     if d["advice"]:

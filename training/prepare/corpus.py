@@ -5,7 +5,8 @@
     python -m training.prepare conversations.jsonl --init-from llama-3.1-8b-instruct/ --output chat/
 
 With ``--init-from`` (a model folder holding its tokenizer and chat template) the inputs are conversations, rendered
-with that model's own chat template and trained only on the assistant's turns: ``training.prepare.chat``.
+with that model's own chat template and trained only on the assistant's turns: ``training.prepare.chat``; or
+preference pairs (``chosen`` and ``rejected`` answers, for ``objective`` dpo): ``training.prepare.pairs``.
 
 Inputs are files or folders (searched for ``*.txt``, ``*.md``, ``*.jsonl``, ``*.py``, ``*.rst``). A ``.jsonl``
 file holds one JSON object per line whose ``--text-field`` is a document; any other file is one document.
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from training.prepare import chat as chat_prepare
-from training.prepare import chat_data
+from training.prepare import chat_data, pairs
 from training.prepare.output import output_folder
 from training.trainer.data.token_files import METADATA_FILE
 
@@ -301,10 +302,15 @@ def _chat_options(parser: argparse.ArgumentParser) -> None:
         "--init-from",
         help="A model folder (tokenizer files with a chat template): the inputs are JSON Lines of 'messages' or "
         "'prompt'/'completion' (strings or message lists, as TRL's SFTTrainer takes them), rendered with its "
-        "template; only the assistant's turns are trained.",
+        "template; only the assistant's turns are trained. Or of preference pairs ('chosen' and 'rejected', with or "
+        "without 'prompt'): the answers are trained.",
     )
     chat.add_argument("--validation-file", help="JSON Lines held out for validation (instead of a fraction).")
-    chat.add_argument("--max-tokens", type=int, help="Longest example kept (default: no limit).")
+    chat.add_argument(
+        "--max-tokens",
+        type=int,
+        help="Longest example kept, a pair's two sequences together (default: no limit).",
+    )
     chat.add_argument(
         "--too-long",
         default="drop",
@@ -323,6 +329,8 @@ def _chat_options(parser: argparse.ArgumentParser) -> None:
 def _main_chat(args: argparse.Namespace) -> int:
     try:
         files = [p for p in input_files(args.inputs) if p.suffix == ".jsonl" or str(p) in args.inputs]
+        if files and pairs.is_preference(files[0]):  # chosen and rejected answers: preference data
+            return _main_pairs(args, files)
         meta = chat_prepare.prepare_chat(
             files,
             args.output,
@@ -378,6 +386,22 @@ def _max_positions(folder: Path) -> int | None:
     except (OSError, ValueError, AttributeError):
         return None
     return value // 8 * 8 if isinstance(value, int) and value >= 8 else None
+
+
+def _main_pairs(args: argparse.Namespace, files: list[Path]) -> int:
+    """``prepare --init-from`` of preference pairs (``training.prepare.pairs``)."""
+    meta = pairs.prepare_pairs(
+        files,
+        args.output,
+        args.init_from,
+        validation_fraction=args.validation_fraction,
+        validation_file=args.validation_file,
+        max_tokens=args.max_tokens,
+        too_long=args.too_long,
+    )
+    for line in pairs.summary(meta, args.output, args.init_from):
+        print(line)
+    return 0
 
 
 if __name__ == "__main__":

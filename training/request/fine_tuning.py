@@ -15,7 +15,11 @@ decided before launch, as the trainer would decide it at its start after the ins
 * :func:`skipped_checks`, :func:`model_unread`: what could not be checked where the decision ran (offline, without
   the folders), for ``decision.skipped_checks``.
 
-Pure Python (standard library and ``training.request`` only): part of the request check's Lambda asset.
+* :func:`objective`, :func:`objective_problems`: the objective the data makes (``auto``: dpo on preference pairs)
+  and the trainer's refusals of one that does not fit it; a DPO run's plan (``training.plan.preference``).
+
+Pure Python (standard library, ``training.request`` and ``training.plan``): part of the request check's Lambda
+asset.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from training.contract import hardware, tuning
+from training.contract import hardware, settings_table, tuning
+from training.plan.estimate import with_preference
 from training.request import sft_data
 from training.request.sft_data import ChatData
 
@@ -32,16 +37,71 @@ if TYPE_CHECKING:
     from training.request.value import Request
 
 
+def objective(request: Request) -> str | None:
+    """The objective the trainer will run (``objective``, with ``auto`` decided by the data as the trainer decides
+    it: ``dpo`` for preference pairs, else ``next_token``), or None when ``auto`` meets data that was not read."""
+    values = request.settings.values or {}
+    chosen = values.get("objective", "auto")
+    if chosen != "auto":
+        return str(chosen)
+    if request.chat is not None:
+        return "dpo" if request.chat.meta.get("kind") == sft_data.PREFERENCE_KIND else "next_token"
+    if request.fields.train_data_uri is not None and not request.data_read:
+        return None
+    return "next_token"
+
+
+def objective_problems(request: Request) -> list[str]:
+    """The trainer's refusal of an objective that does not fit the data (``training.trainer.objective.check``),
+    before launch: dpo on data that is not preference pairs (synthetic data, token files, conversations), next_token
+    on preference pairs; and preference tuning's settings on a run that trains the next-token loss."""
+    values = request.settings.values
+    if values is None or any(problem.startswith("train_data_uri:") for problem in request.read_problems):
+        return []
+    chosen, kind = (
+        values.get("objective", "auto"),
+        None if request.chat is None else request.chat.meta.get("kind"),
+    )
+    uri = request.fields.train_data_uri
+    known = uri is None or request.data_read
+    if chosen == "dpo" and known and kind != sft_data.PREFERENCE_KIND:
+        what = (
+            "synthetic data (no train_data_uri)"
+            if uri is None
+            else f"the data in {uri} ({kind or 'token files'})"
+        )
+        return [
+            "hyperparameters.objective: dpo trains on preference data (pairs of a chosen and a rejected answer, prepared with python "
+            f"-m training.prepare PAIRS.jsonl --init-from MODEL); {what} is not; got dpo"
+        ]
+    if chosen == "next_token" and kind == sft_data.PREFERENCE_KIND:
+        return [
+            f"hyperparameters.objective: next_token cannot train on preference data ({uri} holds pairs of chosen and rejected "
+            "answers): use objective dpo (or auto); got next_token"
+        ]
+    if objective(request) == "next_token":
+        for name in settings_table.DPO_SETTINGS:
+            given = (request.fields.hyperparameters or {}).get(name)
+            if given is not None and values.get(name) != settings_table.HYPERPARAMETERS_BY_NAME[name].default:
+                return [
+                    f"hyperparameters.{name}: only for preference tuning (objective dpo, or auto on preference data); this run "
+                    f"trains the next-token loss on {'synthetic data' if uri is None else uri}; got {given!r}"
+                ]
+    return []
+
+
 def problems(request: Request) -> list[str]:
-    """The decision's step for conversation data: every problem, each naming its field (none without such data,
-    or, with ``init_from`` not read here, only the model's mismatches: the settings wait for its shape)."""
+    """The decision's step for conversation and preference data: every problem, each naming its field (the
+    objective against the data; none else without such data, or, with ``init_from`` not read here, only the
+    model's mismatches: the settings wait for its shape)."""
     chat = request.chat
     if chat is None:
-        return []
+        return objective_problems(request)
     found = [f"train_data_uri: {mismatch}" for mismatch in chat.mismatches]
     values = request.settings.values
     if values is None:
         return found
+    found += objective_problems(request)
     if request.fields.init_from is None and int(chat.meta.get("max_token_id", -1)) >= values["vocab_size"]:
         found.append(
             f"train_data_uri: the data holds token id {chat.meta['max_token_id']}, but vocab_size is "
@@ -60,10 +120,10 @@ def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -
     if chat.longest > seq:
         splits = [chat.lengths(split) for split in ("train", "validation") if chat.split(split)]
         counted = sum(n for lengths in splits if lengths for t, n in lengths.items() if t > seq)
-        longer = "" if None in splits else f"{counted} examples "
+        longer = "" if None in splits else f"{counted} {_examples(chat)} "
         return [
-            f"seq_length: must be at least {chat.longest}, the longest example of the conversation data in "
-            f"{chat.uri} ({longer}longer than {seq}; {sft_data_how(chat)}); examples are never cut at training: "
+            f"seq_length: must be at least {chat.longest}, the longest {_example_of(chat)} in "
+            f"{chat.uri} ({longer}longer than {seq}; {sft_data_how(chat)}); {_examples(chat)} are never cut at training: "
             f"raise seq_length, or prepare the data again with --max-tokens {seq}; got {seq}"
         ]
     accumulate = int(values.get(tuning.GRAD_ACCUM_SETTING) or 1)
@@ -81,6 +141,20 @@ def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -
                 f"{values['batch_size']}"
             )
     return found
+
+
+def _examples(chat: ChatData) -> str:
+    """What the data's examples are, in a word: conversations' ``examples``, preference data's ``pairs`` (a chosen
+    and a rejected sequence each, packed together)."""
+    return "pairs" if chat.meta.get("kind") == sft_data.PREFERENCE_KIND else "examples"
+
+
+def _example_of(chat: ChatData) -> str:
+    return (
+        "pair of the preference data"
+        if chat.meta.get("kind") == sft_data.PREFERENCE_KIND
+        else "example of the conversation data"
+    )
 
 
 def sft_data_how(chat: ChatData) -> str:
@@ -118,7 +192,7 @@ def data_plan(chat: ChatData, values: Mapping[str, Any], world: int) -> dict[str
     counted = "" if exact else "at least "
     way = "packed by best-fit decreasing" if packing else "one example per window, padded"
     return {
-        "kind": sft_data.CHAT_KIND,
+        "kind": chat.meta.get("kind", sft_data.CHAT_KIND),
         "uri": chat.uri,
         "examples": int(entry.get("examples") or 0),
         "longest_example_tokens": chat.longest,
@@ -132,7 +206,7 @@ def data_plan(chat: ChatData, values: Mapping[str, Any], world: int) -> dict[str
         "truncation": truncation_said(chat),
         "checked_against": chat.model,
         "summary": (
-            f"{entry.get('examples')} training examples in {counted}{windows} windows of {seq} tokens ({way}; "
+            f"{entry.get('examples')} training {_examples(chat)} in {counted}{windows} windows of {seq} tokens ({way}; "
             f"{100 * tokens / (windows * seq) if windows else 0:.1f}% filled, "
             f"{trained / windows if windows else 0:.1f} trained tokens per window); {steps:.1f} steps per epoch, "
             f"max_steps {values['max_steps']} = {epochs:.1f} epochs; {truncation_said(chat)}"
@@ -141,13 +215,25 @@ def data_plan(chat: ChatData, values: Mapping[str, Any], world: int) -> dict[str
 
 
 def with_data_plan(estimate: Plan, request: Request) -> Plan:
-    """``estimate`` with the data's part (:func:`data_plan`) when the request trains on conversation data."""
+    """``estimate`` with the data's part (:func:`data_plan`) when the request trains on conversation or preference
+    data, and as a DPO run's (``training.plan.preference``: the reference's pass over the data's windows, or the
+    adapters switched off every step) when it runs the objective dpo."""
     from dataclasses import replace  # noqa: PLC0415 - dataclasses is cheap; kept next to its one use
 
-    if request.chat is None or request.settings.values is None:
+    values, chat = request.settings.values, request.chat
+    if values is None:
         return estimate
-    world = estimate.setup.world_size
-    return replace(estimate, data=data_plan(request.chat, request.settings.values, world))
+    if chat is not None:
+        estimate = replace(estimate, data=data_plan(chat, values, estimate.setup.world_size))
+    if objective(request) != "dpo":
+        return estimate
+    windows = answers = None
+    if chat is not None:
+        packing = bool(values.get("packing", True))
+        splits = [split for split in ("train", "validation") if chat.split(split)]
+        windows = sum(chat.windows(split, values["seq_length"], packing)[0] for split in splits)
+        answers = sum(2 * int(chat.split(split).get("examples") or 0) for split in splits)
+    return with_preference(estimate, values, windows=windows, answers=answers)
 
 
 def candidate_check(request: Request) -> Callable[[Mapping[str, Any], int], str | None] | None:

@@ -118,7 +118,8 @@ class Reads:
         }
 
     def chat_data(self, data_uri: str | None, init_from: str | None) -> tuple[ChatData | None, list[str]]:
-        """The conversation data ``data_uri`` names (its ``metadata.json``, ``kind: chat``) with what
+        """The conversation data ``data_uri`` names (its ``metadata.json``, ``kind: chat``, or ``preference``:
+        pairs of conversations, read the same way) with what
         ``sft_data.check_against_model`` finds against the ``init_from`` folder (its template files, tokenizer.json
         and config.json); ``(None, [])`` without such data or when the folder cannot be read here, or the problem
         of a ``metadata.json`` that cannot be read."""
@@ -148,7 +149,7 @@ class Reads:
             return None, [
                 f"train_data_uri: cannot read {data_uri}{DATA_METADATA_FILE}: {type(err).__name__}: {err}"
             ]
-        if not isinstance(meta, dict) or meta.get("kind") != sft_data.CHAT_KIND:
+        if not isinstance(meta, dict) or meta.get("kind") not in sft_data.TEMPLATE_KINDS:
             return None, []
         damaged = sft_data.meta_problems(meta)
         if damaged:

@@ -28,6 +28,11 @@ from typing import Any
 
 CHAT_KIND = "chat"
 """``metadata.json``'s ``kind`` for conversation data."""
+PREFERENCE_KIND = "preference"
+"""``metadata.json``'s ``kind`` for preference pairs (``training.prepare.pairs``): conversation data whose examples
+are pairs of a chosen and a rejected conversation (two sequences each), rendered and checked the same way."""
+TEMPLATE_KINDS = (CHAT_KIND, PREFERENCE_KIND)
+"""The kinds of data rendered with a model's chat template: checked against the model folder alike."""
 TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")
 """Where a model folder keeps its chat template, in the order transformers looks."""
 TOKENIZER_FILE = "tokenizer.json"
@@ -67,7 +72,7 @@ def check_against_model(
     """What does not match between conversation data's ``meta`` and a model folder (``files``: its
     ``TEMPLATE_FILES`` and ``tokenizer.json`` that exist, by name; ``config``: its config.json, or None), each a
     sentence naming ``where`` (the folder) and what to do; empty when they match or the data is not conversations."""
-    if meta.get("kind") != CHAT_KIND:
+    if meta.get("kind") not in TEMPLATE_KINDS:
         return []
     problems = []
     recorded = meta.get("chat_template") or {}

@@ -151,6 +151,11 @@ class TrainConfig:
     lora_dropout: float = 0.0
     lora_targets: str = settings_table.LORA_ALL_LINEAR
     packing: bool = True
+    objective: str = "auto"
+    dpo_beta: float = 0.1
+    dpo_loss: str = "sigmoid"
+    dpo_sft_weight: float = 0.0
+    dpo_reference: str = "auto"
     data_parallel_replicate: int | str = "auto"
     deterministic: bool = False
     data_dir: str | None = None

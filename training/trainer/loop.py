@@ -15,17 +15,17 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from training.contract import hardware, metric_lines, settings_checks, settings_table
-from training.trainer import config, guard, refusal, sagemaker_job
+from training.trainer import config, guard, objective, refusal, sagemaker_job
 from training.trainer.checkpoint import checkpoint, export_hf, export_peft, weights
 from training.trainer.config import TrainConfig
 from training.trainer.data import packing, token_files
 from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
 from training.trainer.distributed import compile as compiling
-from training.trainer.model import attention, decoder, doc_mask, lora
+from training.trainer.model import attention, decoder, lora
 from training.trainer.observe import metrics
 from training.trainer.observe.progress import Progress
 from training.trainer.observe.tracking import Tracking
-from training.trainer.optimizer_step import _boundary, _EmptyMicroBatches, _micro_batches, train_step
+from training.trainer.optimizer_step import _boundary, _EmptyMicroBatches
 from training.trainer.schedule import MIN_LR_RATIO, Schedule, lr_factor, warmup_for
 
 __all__ = ["MIN_LR_RATIO", "build", "lr_factor", "run", "set_determinism"]
@@ -248,29 +248,6 @@ def _save_model(cfg: TrainConfig, env: parallel.DistEnv, state: _State):
     return checkpoint.save_model(state.net, cfg.model_dir, state.step, cfg.as_dict(), env.rank, data_info)
 
 
-def evaluate(
-    net: decoder.Transformer,
-    batches: list,
-    env: parallel.DistEnv,
-    plan: precision.PrecisionPlan,
-    packed: bool = False,
-) -> tuple[float, float]:
-    """The loss and token accuracy over every counted target of this rank's validation ``batches`` and every
-    rank's (a collective): summed per token (``Transformer.forward(statistics=True)``), then divided once, so a
-    batch with more counted targets weighs more, as in training. ``packed``: the batches carry document ids."""
-    net.eval()
-    total = torch.zeros(3, device=env.device)
-    with torch.no_grad(), plan.autocast():
-        for batch in batches:
-            documents = doc_mask.Documents.from_ids(batch[2], env.device) if packed else None
-            tokens, targets = batch[0].to(env.device), batch[1].to(env.device)
-            total += net(tokens, targets, documents, statistics=True).float()
-    net.train()
-    torch.distributed.all_reduce(total)
-    loss_sum, correct, counted = (float(value) for value in total.tolist())
-    return loss_sum / max(counted, 1.0), correct / max(counted, 1.0)
-
-
 def run(
     cfg: TrainConfig, env: parallel.DistEnv, emit: Callable[[str], None] = print, final_save: bool = True
 ) -> dict[str, Any]:
@@ -303,10 +280,9 @@ def run(
     # One data batch per optimizer step, cut into grad_accum_steps micro-batches: the same samples as one batch
     # grad_accum_steps times larger, and the data position saved at step boundaries resumes exactly.
     step_batch = dataclasses.replace(cfg, batch_size=cfg.batch_size * cfg.grad_accum_steps)
-    dataset = packing.make_dataset(
-        step_batch, env.rank, env.world_size, grad_accum_steps=cfg.grad_accum_steps
-    )
-    validation = packing.make_validation(cfg, env.rank, env.world_size)
+    goal = objective.of(cfg, env)  # what the run minimizes: next-token or preference (DPO)
+    dataset = goal.make_dataset(step_batch, env.rank, env.world_size, grad_accum_steps=cfg.grad_accum_steps)
+    validation = goal.make_validation(cfg, env.rank, env.world_size)
     shape = checkpoint.model_identity(cfg)
     manager = checkpoint.CheckpointManager(
         cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape, resume_dir=checkpoint.resume_channel_dir()
@@ -320,6 +296,9 @@ def run(
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
+    if goal.describe():
+        say(goal.describe())
+    goal.prepare(state.net, state.step, lambda: build(cfg, env, plan, packing.packs(cfg)), plan, say)
     if env.is_main:
         config.write_settings(full, cfg.model_dir)  # the run trains: its settings beside its model
     val_batches = _validation_batches(validation, cfg, env)
@@ -333,9 +312,8 @@ def run(
     collector = levers.GarbageCollection(cfg.gc_interval)
     try:
         with attention_plan.context():  # forward, recompute and validation all run the pinned kernel
-            summary = _train(
-                cfg, env, plan, state, dataset, manager, val_batches, say, final_save, tracking, collector
-            )
+            summary = _train(cfg, env, plan, state, dataset, manager, val_batches, say, final_save, tracking,
+                             collector, goal)  # fmt: skip
     except BaseException:
         tracking.close(failed=True)
         raise
@@ -410,7 +388,7 @@ def _summary(
     meter: Any,
     env: parallel.DistEnv,
     manager: Any,
-    val_loss: Any,
+    validated: dict[str, float] | None,
     empty: int,
 ) -> dict[str, Any]:
     """The summary line's values (a collective: the memory over the ranks)."""
@@ -422,8 +400,7 @@ def _summary(
         **metrics.memory_over_ranks(env.device, env.cpu_group),
         "train_seconds": meter.total_seconds(),
     }
-    if val_loss is not None:
-        summary["val_loss"], summary["val_accuracy"] = val_loss
+    summary.update(validated or {})
     if empty:
         summary["empty_micro_batches"] = empty
     if manager.skipped and manager.loaded is None:  # found checkpoints, none usable: restarted from step 0
@@ -443,6 +420,7 @@ def _train(
     final_save,
     tracking: Tracking,
     collector,
+    goal: Any,
 ) -> dict[str, Any]:
     """The step loop from ``state.step`` to ``cfg.max_steps`` (or SIGTERM), then the final save and summary."""
     warmup = cfg.throughput_warmup_steps
@@ -460,7 +438,7 @@ def _train(
     net, optimizer, scheduler, scaler = state.net, state.optimizer, state.scheduler, state.scaler
     params = [p for p in net.parameters() if p.requires_grad]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    last_saved, stopped, val_loss, empty = state.step, False, None, _EmptyMicroBatches(say)
+    last_saved, stopped, validated, empty = state.step, False, None, _EmptyMicroBatches(say)
     watch = guard.Guard(dataset, env.device, state.step, check_grad_norm=scaler is None, rank=env.rank)
     te_attention_unlogged = plan.recipe is not None
 
@@ -485,11 +463,11 @@ def _train(
         sealed(manager.seal_pending())
         raise refusal.TrainingFailure(guard.failure_message(problems, state.step, manager.newest))
 
-    def validate() -> tuple[float, float]:
-        loss, accuracy = evaluate(net, val_batches, env, plan, getattr(dataset, "packing", False))
-        say(metric_lines.format_validation_line(state.step, cfg.max_steps, loss, accuracy))
-        tracking.validation(state.step, loss, accuracy)
-        return loss, accuracy
+    def validate() -> dict[str, float]:
+        found = goal.evaluate(net, val_batches, env, plan, packed=getattr(dataset, "packing", False))
+        say(metric_lines.format_validation_line(state.step, cfg.max_steps, **found))
+        tracking.validation(state.step, **found)
+        return found
 
     meter.start()
     problems = stop.agreed(None, watch.problem(read_values=False, next_batch=state.step < cfg.max_steps))[2]
@@ -497,8 +475,8 @@ def _train(
         stop_for(problems)
     while state.step < cfg.max_steps:
         lr = scheduler.get_last_lr()[0]
-        micro, shares = _micro_batches(dataset, cfg.grad_accum_steps, env.device, env.cpu_group)
-        loss, grad_norm = train_step(net, optimizer, scaler, plan, micro, shares, params, max_norm)
+        micro, shares = goal.micro_batches(dataset, cfg.grad_accum_steps, env.device, env.cpu_group)
+        loss, grad_norm = goal.train_step(net, optimizer, scaler, plan, micro, shares, params, max_norm)
         watch.step_done(loss, grad_norm)
         scheduler.step()
         state.step += 1
@@ -520,7 +498,7 @@ def _train(
                 **meter.interval(),
             }
             line.update(peak_mem_gb=metrics.peak_memory_gb(env.device), trained_tokens=shares.step_tokens,
-                        padding=shares.padding)  # fmt: skip
+                        padding=shares.padding, **goal.step_fields())  # fmt: skip
             empty.report(step)
             elapsed, eta = progress.timing(step)
             say(metric_lines.format_step_line(step, line, cfg.max_steps, elapsed, eta))
@@ -531,7 +509,7 @@ def _train(
             and step % cfg.validation_interval == 0
             and step < cfg.max_steps
         ):
-            val_loss = validate()
+            validated = validate()
             meter.reset_interval()
 
         interval = bool(cfg.checkpoint_interval) and step % cfg.checkpoint_interval == 0
@@ -555,7 +533,7 @@ def _train(
     if progress.pending:  # stopped between two log lines: the loss of the steps since the last one
         progress.mean_loss()
     if val_batches and not stopped:
-        val_loss = validate()
+        validated = validate()
     if not stopped and final_save:
         if last_saved != state.step:
             save()
@@ -566,7 +544,7 @@ def _train(
             _export(saved, cfg, say)
     sealed(manager.seal_pending())  # a save still in flight is waited for and sealed before the summary
     stop.close()
-    summary = _summary(state, progress, meter, env, manager, val_loss, empty.total)
+    summary = _summary(state, progress, meter, env, manager, validated, empty.total)
     say(metric_lines.format_summary_line(summary))
     tracking.summary(state.step, summary)
     tracking.stopped = stopped

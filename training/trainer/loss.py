@@ -152,47 +152,124 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         hidden, weight, targets, log_sum_exp, count = ctx.saved_tensors
-        need_hidden, need_weight = ctx.needs_input_grad[:2]
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        # The head's gradient is a sum over chunks: accumulated in fp32 (one 16-bit rounding per chunk's product, as
-        # one GEMM rounds once), not in the weight's 16-bit dtype, whose rounding per addition grows with the chunk
-        # count (bf16, 128 chunks: 1.9% error in norm against 0.24% unchunked; see tests/training/test_loss.py).
-        # The first chunk's GEMM writes it (no zero fill), the others add into it.
-        grad_weight: torch.Tensor | None = None
         # d loss / d logit = (softmax - one_hot(target)) * grad_loss / count, zero for ignored tokens.
         row_scale = (targets != IGNORE_INDEX) * (grad_loss.float() / count)
-        tokens, chunk = hidden.shape[0], ctx.chunk_tokens
-        gradient = _CHUNK_FUNCTIONS["gradient"]
-        for start in reversed(range(0, tokens, chunk)):  # the last chunk first: its softmax was kept
-            end = min(start + chunk, tokens)
-            softmax = getattr(ctx, "last_softmax", None)
-            if softmax is not None:
-                del ctx.last_softmax
-            grad_logits = gradient(
-                hidden[start:end],
-                weight,
-                targets[start:end],
-                log_sum_exp[start:end],
-                row_scale[start:end],
-                softmax,
-            )
-            del softmax
-            if grad_hidden is not None:
-                torch.mm(grad_logits, weight, out=grad_hidden[start:end])
-            if need_weight and grad_weight is None:
-                grad_weight = torch.mm(grad_logits.t(), hidden[start:end]).to(
-                    _accumulation_dtype(weight.dtype)
-                )
-            elif grad_weight is not None and grad_weight.dtype == grad_logits.dtype:
-                grad_weight.addmm_(grad_logits.t(), hidden[start:end])
-            elif grad_weight is not None:
-                grad_weight.add_(torch.mm(grad_logits.t(), hidden[start:end]))
-            del grad_logits
-        if grad_weight is not None:
-            grad_weight = grad_weight.to(weight.dtype)
+        kept = [getattr(ctx, "last_softmax", None)]  # handed over, not held here: freed after its chunk
+        if kept[0] is not None:
+            del ctx.last_softmax
+        grad_hidden, grad_weight = _backward_chunks(
+            hidden, weight, targets, log_sum_exp, row_scale, ctx.chunk_tokens, ctx.needs_input_grad[:2], kept
+        )
         return grad_hidden, grad_weight, None, None
+
+
+def _backward_chunks(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    log_sum_exp: torch.Tensor,
+    row_scale: torch.Tensor,
+    chunk: int,
+    needs: tuple[bool, ...],
+    kept: list[torch.Tensor | None],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The head's input and weight gradients of ``sum(row_scale x (log_sum_exp - target logit))``, chunk by chunk:
+    d/d logits = (softmax - one_hot(target)) x ``row_scale``. The last chunk first: ``kept``'s one item, when not
+    None, is its softmax, taken out of the list so that it is freed once that chunk is done. ``needs``: whether the
+    hidden states and the weight want a gradient."""
+    need_hidden, need_weight = needs
+    grad_hidden = torch.empty_like(hidden) if need_hidden else None
+    # The head's gradient is a sum over chunks: accumulated in fp32 (one 16-bit rounding per chunk's product, as
+    # one GEMM rounds once), not in the weight's 16-bit dtype, whose rounding per addition grows with the chunk
+    # count (bf16, 128 chunks: 1.9% error in norm against 0.24% unchunked; see tests/training/test_loss.py).
+    # The first chunk's GEMM writes it (no zero fill), the others add into it.
+    grad_weight: torch.Tensor | None = None
+    gradient = _CHUNK_FUNCTIONS["gradient"]
+    softmax = kept.pop()
+    for start in reversed(range(0, hidden.shape[0], chunk)):  # the last chunk first: its softmax may be kept
+        end = min(start + chunk, hidden.shape[0])
+        grad_logits = gradient(
+            hidden[start:end],
+            weight,
+            targets[start:end],
+            log_sum_exp[start:end],
+            row_scale[start:end],
+            softmax,
+        )
+        softmax = None
+        if grad_hidden is not None:
+            torch.mm(grad_logits, weight, out=grad_hidden[start:end])
+        if need_weight and grad_weight is None:
+            grad_weight = torch.mm(grad_logits.t(), hidden[start:end]).to(_accumulation_dtype(weight.dtype))
+        elif grad_weight is not None and grad_weight.dtype == grad_logits.dtype:
+            grad_weight.addmm_(grad_logits.t(), hidden[start:end])
+        elif grad_weight is not None:
+            grad_weight.add_(torch.mm(grad_logits.t(), hidden[start:end]))
+        del grad_logits
+    if grad_weight is not None:
+        grad_weight = grad_weight.to(weight.dtype)
+    return grad_hidden, grad_weight
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """fp32 for 16-bit weights, the weight's own dtype otherwise."""
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def token_log_probs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
+    """Each token's log-probability of its target under ``hidden @ weight.T`` (fp32 logits), 0 where the target is
+    ``IGNORE_INDEX``: what preference tuning sums per answer (``training/trainer/preference``). One per target, in
+    ``targets``' flattened order (a fresh tensor, not a view); differentiable. ``chunk_tokens`` > 0: the logits
+    made that many tokens at a time in forward and again in backward (``_ChunkedTokenLogProbs``), so the
+    vocabulary-sized memory is bounded by the chunk as for the loss; 0: all at once with ``F.log_softmax``."""
+    hidden = hidden.reshape(-1, hidden.shape[-1])
+    targets = targets.reshape(-1)
+    if chunk_tokens < 0:
+        raise ValueError(f"loss_chunk_tokens: must be an integer >= 0; got {chunk_tokens}")
+    if chunk_tokens == 0:
+        logits = F.linear(hidden, weight).float()
+        picked = logits.log_softmax(dim=-1).gather(1, targets.clamp(min=0).unsqueeze(1)).squeeze(1)
+        return picked * (targets != IGNORE_INDEX)
+    return _ChunkedTokenLogProbs.apply(hidden, weight, targets, chunk_tokens)
+
+
+class _ChunkedTokenLogProbs(torch.autograd.Function):
+    """``token_log_probs`` for ``chunk_tokens`` > 0: saves the head's input, the targets and one fp32 log-sum-exp per
+    token; backward recomputes each chunk's logits (d log p / d logits = one_hot(target) - softmax, times the
+    incoming gradient: the loss's backward with ``row_scale`` = - that gradient)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
+    ) -> torch.Tensor:
+        tokens = hidden.shape[0]
+        log_sum_exp = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
+        out = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
+        valid = targets != IGNORE_INDEX
+        forward = _CHUNK_FUNCTIONS["forward"]
+        for start in range(0, tokens, chunk_tokens):
+            end = min(start + chunk_tokens, tokens)
+            lse, target_logit, _ = forward(hidden[start:end], weight, targets[start:end], False)
+            log_sum_exp[start:end] = lse
+            out[start:end] = (target_logit - lse) * valid[start:end]
+        ctx.chunk_tokens = chunk_tokens
+        ctx.save_for_backward(hidden, weight, targets, log_sum_exp)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        hidden, weight, targets, log_sum_exp = ctx.saved_tensors
+        row_scale = (targets != IGNORE_INDEX) * -grad_out.float()
+        grad_hidden, grad_weight = _backward_chunks(
+            hidden,
+            weight,
+            targets,
+            log_sum_exp,
+            row_scale,
+            ctx.chunk_tokens,
+            ctx.needs_input_grad[:2],
+            [None],
+        )
+        return grad_hidden, grad_weight, None, None

@@ -60,7 +60,8 @@ def _micro_batches(
 
 
 def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, shares: list[float], params: list,
-               max_norm: float) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+               max_norm: float, forward: Callable[[Any], torch.Tensor] | None = None,
+               ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Forward and backward of every micro-batch (gradients reduced only on the last: FSDP2's
     ``set_requires_gradient_sync``), then clip and step. Returns the step's loss and gradient norm as device
     tensors (nothing here waits on the device).
@@ -75,14 +76,15 @@ def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, sh
     ranks (``Progress``) is that global mean. A micro-batch with no counted target has loss 0 and weight 0
     (``loss.linear_cross_entropy``): it contributes nothing (it still runs: FSDP2's collectives need every rank).
     A step with no counted target on any rank (``shares.step_tokens`` 0) leaves the weights and the optimizer's
-    state as they were."""
-    step_loss = torch.zeros((), device=micro[0][0].device)
+    state as they were. ``forward``: what gives a micro-batch's loss instead of the model's next-token loss
+    (``net(tokens, targets, documents)``): another objective's (``preference.dpo``)."""
+    step_loss = torch.zeros((), device=micro[0][0].device if forward is None else micro[0].tokens.device)
     last = len(micro) - 1
-    for index, ((tokens, targets, documents), share) in enumerate(zip(micro, shares, strict=True)):
+    for index, (item, share) in enumerate(zip(micro, shares, strict=True)):
         if last:
             net.set_requires_gradient_sync(index == last)
         with plan.autocast():
-            loss = net(tokens, targets, documents) * share
+            loss = (net(*item) if forward is None else forward(item)) * share
         (scaler.scale(loss) if scaler is not None else loss).backward()
         step_loss += loss.detach().float()
     if getattr(shares, "step_tokens", 1) == 0:  # nothing counted anywhere: no update (weight decay included)

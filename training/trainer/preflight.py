@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from training.contract import settings_table
+from training.trainer import objective
 from training.trainer.checkpoint import checkpoint, weights
-from training.trainer.data import packing, token_files
+from training.trainer.data import packing, pairs, token_files
 
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time when every token id is read."""
@@ -41,6 +42,7 @@ def check(cfg, world_size: int) -> list[str]:
     for field in ("checkpoint_dir", "model_dir"):
         check_writable(getattr(cfg, field), field)
     check_checkpoint_shape(cfg)
+    objective.check(cfg)
     if cfg.dataset == "channel":
         return [check_data(cfg, world_size)]
     return []
@@ -103,6 +105,11 @@ def check_data(cfg, world_size: int) -> str:
     if meta is not None:
         _check_split_sizes(meta, directory, splits, counts)
     note = _check_ids(cfg, counts)
+    if pairs.is_preference(meta):  # pairs in windows: their own check
+        return (
+            f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; "
+            + pairs.check(cfg, directory, world_size)
+        )
     if packing.is_chat(meta):  # examples in windows, not a token stream: packing checks them
         return (
             f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; "

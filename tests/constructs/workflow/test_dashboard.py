@@ -83,6 +83,13 @@ def test_the_dashboard_reads_only_contract_metrics_in_the_two_namespaces_scoped_
             "train:tokens_per_sec",
             "train:mfu",
             "train:peak_mem_gb",
+            "train:rewards_chosen",
+            "train:rewards_rejected",
+            "train:reward_margin",
+            "train:reward_accuracy",
+            "val_reward_accuracy",
+            "train:logps_chosen",
+            "train:logps_rejected",
         }
         | scores
     )

@@ -21,9 +21,9 @@ from training.request import sft_data
 
 
 def chat_info(directory: Path, meta: dict[str, Any]) -> dict[str, Any] | None:
-    """What the export needs of conversation data in ``directory`` (None for other data, or when the data folder
-    no longer holds its template)."""
-    if meta.get("kind") != sft_data.CHAT_KIND:
+    """What the export needs of conversation data in ``directory`` (preference pairs too: rendered the same way;
+    None for other data, or when the data folder no longer holds its template)."""
+    if meta.get("kind") not in sft_data.TEMPLATE_KINDS:
         return None
     recorded = meta.get("chat_template") or {}
     files = {

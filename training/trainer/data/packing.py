@@ -234,9 +234,13 @@ def chat_data(cfg) -> bool:
 
 
 def packs(cfg) -> bool:
-    """Whether the run's batches hold packed documents (conversation data with ``packing`` on): the model then
-    blocks attention between examples."""
-    return bool(getattr(cfg, "packing", False)) and chat_data(cfg)
+    """Whether the run's batches hold several documents per window (conversation data with ``packing`` on, and
+    preference data always: a window holds a pair's two sequences, ``data.pairs``): the model then blocks
+    attention between them."""
+    if cfg.dataset != "channel":
+        return False
+    kind = (token_files.read_metadata(token_files.channel_dir(cfg)) or {}).get("kind")
+    return kind == sft_data.PREFERENCE_KIND or (bool(getattr(cfg, "packing", False)) and kind == CHAT_KIND)
 
 
 def make_dataset(cfg, rank: int, world_size: int, grad_accum_steps: int = 1) -> Any:

@@ -41,7 +41,7 @@ from training.contract.shapes import NORM_EPS, POSITION_ENCODINGS, ModelShape
 from training.models import settings as model_settings
 from training.models.config import ModelConfig
 from training.models.te_support import te_refusal
-from training.trainer.loss import linear_cross_entropy, token_statistics
+from training.trainer.loss import linear_cross_entropy, token_log_probs, token_statistics
 from training.trainer.model import doc_mask
 from training.trainer.model.rotary import Llama3Scaling, Rope, apply_rotary
 
@@ -429,15 +429,20 @@ class Transformer(nn.Module):
         documents: doc_mask.Documents | None = None,
         *,
         statistics: bool = False,
+        log_probs: bool = False,
     ) -> torch.Tensor:
         """The mean next-token cross-entropy over the targets that count; ``documents``: a packed batch's layout.
         ``statistics`` (validation, no gradient): ``[loss sum, correct, counted]`` instead (``loss.token_statistics``:
-        sums that add up over batches and ranks, and the token accuracy). A keyword of ``forward`` rather than a
-        method of its own, so that FSDP2's hooks gather the root's parameters for it as for training."""
+        sums that add up over batches and ranks, and the token accuracy). ``log_probs``: each token's log-probability
+        of its target instead (flattened, 0 where ignored; ``loss.token_log_probs``: preference tuning).
+        Keywords of ``forward`` rather than methods of their own, so that FSDP2's hooks gather the root's
+        parameters for them as for training."""
         x = self.norm(self.hidden_states(tokens, documents))
         # The head's weight, not a call of the head: FSDP2 has gathered it with the root's parameters.
         if statistics:
             return token_statistics(x, self.head_weight, targets, self.loss_chunk_tokens)
+        if log_probs:
+            return token_log_probs(x, self.head_weight, targets, self.loss_chunk_tokens)
         return linear_cross_entropy(x, self.head_weight, targets, self.loss_chunk_tokens)
 
     def logits(self, tokens: torch.Tensor, documents: doc_mask.Documents | None = None) -> torch.Tensor:

@@ -21,6 +21,7 @@ so the start does not depend on the world size; ``B`` zeros (the model starts as
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -85,7 +86,9 @@ class LoraSettings:
 class LoRALinear(nn.Linear):
     """An ``nn.Linear`` (its ``weight``, and ``bias`` when the base has one, e.g. Qwen 2's query/key/value bias: the
     frozen base) with an adapter pair per targeted projection of the rows it holds: ``parts`` is ``(projection,
-    rows)`` in row order (``layout``'s fusion)."""
+    rows)`` in row order (``layout``'s fusion). ``enabled`` False (``adapters_off``): the base layer alone."""
+
+    enabled: bool = True
 
     def __init__(
         self,
@@ -119,6 +122,8 @@ class LoRALinear(nn.Linear):
         dropout each targeted projection draws its own mask (peft's ``q_proj``, ``k_proj`` and ``v_proj`` each
         have their own dropout module), so the ``A`` products are one GEMM per projection."""
         out = F.linear(x, self.weight, self.bias)
+        if not self.enabled:  # switched off (``adapters_off``): the base model's layer
+            return out
         matrices = [getattr(self, f"lora_a_{name}") for name in self.targeted]
         if isinstance(self.lora_dropout, nn.Dropout):
             down = torch.cat([F.linear(self.lora_dropout(x), a) for a in matrices], dim=-1)
@@ -186,6 +191,21 @@ def apply(net: nn.Module, settings: LoraSettings) -> None:
             )
         apply_to_block(block, net.shape, settings)
     freeze_base(net)
+
+
+@contextlib.contextmanager
+def adapters_off(net: nn.Module) -> Iterator[None]:
+    """Within it, ``net``'s adapters are switched off: the model computes the frozen base model's outputs (peft's
+    ``disable_adapter``), with no copy of any weight; preference tuning's reference model with LoRA. A compiled
+    block is compiled again once for this state (Dynamo guards on the flag)."""
+    layers = [module for module in net.modules() if isinstance(module, LoRALinear)]
+    for layer in layers:
+        layer.enabled = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.enabled = True
 
 
 def freeze_base(module: nn.Module) -> None:

@@ -1,7 +1,7 @@
 """Rank 0's metrics, as printed in the step, validation and summary lines, also sent to TensorBoard and MLflow.
 
 Names, the same in both: ``train/<field>`` for each step-line field (metric_lines.STEP_METRICS), ``validation/val_loss``
-and ``final/<field>`` for each summary field (metric_lines.SUMMARY_METRICS), logged at the run's last step.
+(and each other validation field) and ``final/<field>`` for each summary field (metric_lines.SUMMARY_METRICS), logged at the run's last step.
 """
 
 from __future__ import annotations
@@ -59,10 +59,14 @@ class Tracking:
     def step(self, step: int, fields: Mapping[str, float]) -> None:
         self._send(step, {tag("train", k): v for k, v in fields.items()})
 
-    def validation(self, step: int, val_loss: float, val_accuracy: float | None = None) -> None:
+    def validation(
+        self, step: int, val_loss: float, val_accuracy: float | None = None, **fields: float
+    ) -> None:
+        """``fields``: a preference tuning run's other validation metrics (``val_reward_accuracy``, ...)."""
         values = {tag("validation", "val_loss"): val_loss}
         if val_accuracy is not None:
             values[tag("validation", "val_accuracy")] = val_accuracy
+        values.update({tag("validation", name): value for name, value in fields.items()})
         self._send(step, values)
 
     def summary(self, step: int, summary: Mapping[str, float]) -> None:
