@@ -119,7 +119,7 @@ POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
 
-def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0) -> float:
+def flops_per_token(shape: ModelShape | ModelConfig, seq_length: int, lora_parameters: int = 0) -> float:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
     ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
     lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
@@ -131,6 +131,8 @@ def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0
     and input-gradient GEMMs but no weight-gradient GEMM, ``4 * N``, and the adapters all three, ``6 * Na``; the
     attention term is unchanged. About 2/3 of full fine-tuning's, as Megatron-Bridge counts a LoRA run's TFLOP/s
     (NVIDIA-NeMo/Megatron-Bridge issue 2409) and NeMo AutoModel its MFU ((1 + 1 + Na / N) / 3)."""
+    if isinstance(shape, ModelConfig):  # any family: the query's width, sliding windows at their window
+        return shape.flops_per_token(seq_length, lora_parameters)
     lm_head = shape.vocab_size * shape.hidden_size  # a matmul whether or not it shares the embedding's matrix
     matmul_params = shape.num_layers * shape.block_parameter_count() + shape.hidden_size + lm_head
     attention = 12.0 * shape.num_layers * shape.hidden_size * seq_length
@@ -139,9 +141,11 @@ def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0
     return 6.0 * matmul_params + attention
 
 
-def lora_block_parameter_count(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
+def lora_block_parameter_count(shape: ModelShape | ModelConfig, rank: int, targets: Sequence[str]) -> int:
     """One block's LoRA adapter parameters (``training/trainer/model/lora.py``): rank x (in + out) for each targeted
     projection (``q_proj``, ..., ``down_proj``)."""
+    if isinstance(shape, ModelConfig):  # any family: the projections' own shapes
+        return shape.lora_block_parameter_count(rank, tuple(targets))
     h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
     dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
             "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip
