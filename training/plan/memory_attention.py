@@ -179,8 +179,8 @@ def mask_layer_bytes(s: Setup, layer: int | None) -> float:
     bias = c * (b if s.packed_documents else 1) * seq * (-(-seq // 8) * 8)
     if kv == qw:
         repeated = 0
-    elif getattr(s.shape, "qk_norm", False):  # the q/k norms keep QKV alive: the repeated key and value on top
-        repeated = 2 * qw - kv
+    elif getattr(s.shape, "qk_norm", False):
+        repeated = 2 * qw - kv  # the q/k norms keep QKV alive: the repeated key and value on top
     else:
         repeated = qw - 3 * kv if rope else 2 * qw
     return float(bias + c * repeated * s.tokens + per_token_rope)
