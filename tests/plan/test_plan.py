@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from training.contract import hardware, settings_table, shapes
+from training.contract import hardware, settings_parse, settings_table, shapes
 from training.measure import plan_agreement
 from training.models import registry
 from training.plan import (
@@ -508,4 +508,9 @@ def test_each_familys_named_size_is_planned_with_its_own_counts(name):
     q_rows, q_cols = size.projection_shapes()["q_proj"]
     assert memory.lora_block_parameters(lora) >= 8 * (q_rows + q_cols)
     assert memory.lora_block_parameters(lora) == size.lora_block_parameter_count(8, lora.lora_targets)
+    # the trainer's MFU and the tuning report count the same (shapes.flops_per_token of the run's model)
+    values = settings_parse.parse_hyperparameters({"model_preset": name, "lora_rank": "8"})
+    assert settings_parse.lora_parameters(values) == size.num_layers * memory.lora_block_parameters(lora)
+    assert shapes.flops_per_token(settings_parse.model_shape(values), 8192) == size.flops_per_token(8192)
+    assert shapes.MODEL_PRESETS[name].head_dim == size.head_dim
     assert estimate.make_plan(request).to_dict()["parameters"] == size.parameter_count()

@@ -94,10 +94,14 @@ def _shape_of(size: ModelConfig) -> ModelShape:
                       num_kv_heads=kv, tie_embeddings=size.tie_embeddings)  # fmt: skip
 
 
-MODEL_PRESETS: Mapping[str, ModelShape] = {name: _shape_of(size) for name, size in registry.SIZES.items()}
+MODEL_PRESETS: Mapping[str, ModelShape | ModelConfig] = {
+    name: size if model_settings.needs_model_config(size) else _shape_of(size)
+    for name, size in registry.SIZES.items()
+}
 """Every named size of ``training.models`` (``registry.SIZES``: the seed article's Llama-style range, Meta's Llama
-3.x, Qwen 2.5 and 3, Mistral 7B v0.3, Gemma 3 12B and 27B, each family's folder citing its published config.json),
-by its dimensions."""
+3.x, Qwen 2.5 and 3, Mistral 7B v0.3, Gemma 3 12B and 27B, each family's folder citing its published config.json):
+a Llama preset by its dimensions (a ``ModelShape``), another family's as its ``ModelConfig`` (the same attribute
+names, with its own ``head_dim``, query width, norms and windows)."""
 MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
 
 PRESET_SETTINGS: Mapping[str, Mapping[str, Any]] = {

@@ -7,12 +7,12 @@ PyTorch's math kernel. ``memory`` adds them to the block's saved activations and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from training.plan.memory_terms import QUANTIZED_BYTES
 
-if TYPE_CHECKING:
-    from training.plan.memory import Setup
+Setup = Any
+"""``training.plan.memory.Setup`` (not imported: ``memory`` imports this module)."""
 
 
 def q_width(s: Setup) -> int:
