@@ -514,3 +514,24 @@ def test_each_familys_named_size_is_planned_with_its_own_counts(name):
     assert shapes.flops_per_token(settings_parse.model_shape(values), 8192) == size.flops_per_token(8192)
     assert shapes.MODEL_PRESETS[name].head_dim == size.head_dim
     assert estimate.make_plan(request).to_dict()["parameters"] == size.parameter_count()
+
+
+@pytest.mark.parametrize("ac", [False, True])
+def test_a_windowed_mistral_is_planned_within_5_percent_of_its_trace(ac):
+    """Mistral with a ``sliding_window`` shorter than the sequence (v0.1's 4,096; here 1,024 of 4,096 tokens on 2
+    blocks, as an ``init_from`` folder would give it): every layer takes the mask, keeps its bias and the key and
+    value repeated to its 32 query heads."""
+    from training.measure import memory_trace
+    from training.models import settings as model_settings
+
+    size = registry.named_size("mistral-7b-v0.3").trimmed(2, 32_000)
+    windowed = replace(size, layer_types=("sliding", "sliding"), sliding_window=1024)
+    architecture = model_settings.to_settings(windowed)
+    request = {"precision": "bf16", "num_layers": 2, "batch_size": 1 + ac, "seq_length": 4096,
+               "activation_checkpointing": ac, "instance_type": hardware.DEFAULT_INSTANCE_TYPE}  # fmt: skip
+    setup = inputs.setup_from_request(request, architecture)
+    closed = memory.estimate_memory(setup).tensors_gib
+    unwindowed = memory.estimate_memory(inputs.setup_from_request(request, model_settings.to_settings(size)))
+    assert closed > unwindowed.tensors_gib  # the masks are counted
+    traced = memory_trace.trace_request(request, architecture)["peak_gib"]
+    assert abs(closed / traced - 1) <= plan_agreement.TOLERANCE, (closed, traced)
