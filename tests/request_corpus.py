@@ -112,6 +112,11 @@ LLAMA_1B = {
     "attention_bias": False, "mlp_bias": False,
 }  # fmt: skip
 """A config.json of Llama 3.2 1B's architecture."""
+FAMILY_CONFIGS = {
+    name: json.loads((Path(__file__).parent / "models" / "published" / f"{name}.json").read_text())
+    for name in ("qwen2.5-7b", "qwen3-8b", "mistral-7b-v0.3", "gemma3-12b")
+}
+"""A published config.json of each family besides Llama (``tests/models/published``)."""
 LLAMA_8B = {**LLAMA_1B, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "head_dim": 128,
             "rope_scaling": {**LLAMA_1B["rope_scaling"], "factor": 8.0}, "tie_word_embeddings": False}  # fmt: skip
 
@@ -158,6 +163,7 @@ def world_objects() -> dict[str, bytes]:
         "biased": ({**LLAMA_1B, "attention_bias": True}, True),
         "yarn": ({**LLAMA_1B, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, True),
         "bare": (LLAMA_1B, True),
+        **{name: (config, True) for name, config in FAMILY_CONFIGS.items()},
     }
     for name, (config, weights) in folders.items():
         objects[f"data/{name}/config.json"] = json.dumps(config).encode()
@@ -565,6 +571,20 @@ def _cases() -> list[tuple[str, Any, dict[str, Any]]]:
     add("init-bad-folder-and-field", {"init_from": f"{DATA}mistral/", "batch_size": 0})
     add("init-with-data", {"init_from": f"{DATA}llama-1b/", "train_data_uri": WORDS})
     add("init-fp8-dims", {"init_from": f"{DATA}llama-1b/", "precision": "mxfp8", "seq_length": 4112})
+    # each family's folder: planned with its own shape; the TE precisions refused where TE cannot be its block
+    for name in FAMILY_CONFIGS:
+        add(f"init-{name}", {"init_from": f"{DATA}{name}/", "activation_checkpointing": True}, deployed=True)
+    add("init-qwen2.5-7b-mxfp8", {"init_from": f"{DATA}qwen2.5-7b/", "precision": "mxfp8"}, deployed=True)
+    add("init-gemma3-12b-fp8", {"init_from": f"{DATA}gemma3-12b/", "precision": "fp8"}, deployed=True)
+    add("init-qwen3-8b-mxfp8", {"init_from": f"{DATA}qwen3-8b/", "precision": "mxfp8",
+                                "activation_checkpointing": True})  # fmt: skip
+    add(
+        "preset-qwen2.5-72b-nvfp4", {"precision": "nvfp4", "hyperparameters": {"model_preset": "qwen2.5-72b"}}
+    )
+    add("preset-gemma3-27b-bf16", {"activation_checkpointing": True, "instance_count": 2,
+                                   "hyperparameters": {"model_preset": "gemma3-27b"}})  # fmt: skip
+    add("preset-mistral-mxfp8", {"precision": "mxfp8", "activation_checkpointing": True,
+                                 "hyperparameters": {"model_preset": "mistral-7b-v0.3"}})  # fmt: skip
     # -- evaluate ---------------------------------------------------------------------------------------------------
     add("eval-ok", {"train_data_uri": WORDS, "evaluate": TASKS})
     add("eval-defaults-offline", {"train_data_uri": WORDS, "evaluate": {"task_data_uri": f"{DATA}tasks/"}})

@@ -159,3 +159,16 @@ def test_summary_is_plain_values():
     }
     assert summary["layer_types"][:6] == ["sliding"] * 5 + ["full"]
     assert summary["attention_bias"] == {"q": False, "k": False, "v": False, "o": False}
+
+
+def test_a_trimmed_model_keeps_each_kind_of_layer():
+    """What the memory traces measure in place of a whole named size: its first blocks, its last layer's kind kept
+    (Gemma 3's global layer beside a local one), the vocabulary replaced when asked."""
+    gemma = registry.named_size("gemma3-12b")
+    two = gemma.trimmed(2, 32_000)
+    assert (two.num_layers, two.layer_types, two.vocab_size) == (2, ("sliding", "full"), 32_000)
+    assert gemma.trimmed(6).layer_types == gemma.layer_types[:6]
+    assert gemma.trimmed(1).layer_types == ("sliding",)
+    assert two.block_parameter_count() == gemma.block_parameter_count()
+    qwen = registry.named_size("qwen2.5-7b").trimmed(3)
+    assert (qwen.num_layers, qwen.layer_types, qwen.vocab_size) == (3, ("full",) * 3, 152_064)

@@ -37,12 +37,15 @@ def test_a_family_folder_is_reached_only_through_the_registry():
         if path in allowed or path.parent.parent == PACKAGE:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                parts = node.module.split(".")
-                imported = [parts[2]] if parts[:2] == ["training", "models"] and len(parts) > 2 else []
-                if node.module == "training.models":
-                    imported = [alias.name for alias in node.names]
-                assert not set(imported) & set(registry.FAMILIES), f"{path} imports {node.module}"
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for module in modules:
+                parts = module.split(".")
+                family = parts[2] if parts[:2] == ["training", "models"] and len(parts) > 2 else None
+                assert family not in registry.FAMILIES, f"{path} imports {module}"
 
 
 def test_named_sizes_are_unique_across_families():

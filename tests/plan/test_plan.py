@@ -10,9 +10,20 @@ from dataclasses import replace
 
 import pytest
 
-from training.contract import hardware, settings_table, shapes
+from training.contract import hardware, settings_parse, settings_table, shapes
 from training.measure import plan_agreement
-from training.plan import advice, band, estimate, inputs, memory, memory_terms, refusal, report
+from training.models import registry
+from training.plan import (
+    advice,
+    band,
+    estimate,
+    inputs,
+    memory,
+    memory_attention,
+    memory_terms,
+    refusal,
+    report,
+)
 from training.plan import timing as plan_timing
 
 EIGHT_B_NO_AC_B200 = {  # the issue's first example: ~290+ GB of activations per GPU against 180 GB
@@ -58,6 +69,14 @@ def test_plan_imports_no_torch():
         # attention_backend math keeps its fp32 score matrix per layer, and two more in its backward
         plan_agreement.Row("llama3.2-1b", 2, 32_000, 2, False, 8, seq=2048, attention="math"),
         plan_agreement.Row("1b", 2, 32_000, 2, True, 8, seq=2048, attention="math"),
+        # the other families (2 of their blocks): Qwen 2.5's q/k/v bias; Qwen 3 32B's query wider than its hidden
+        # size and its query/key norms; Gemma 3's (1 + w) norms after attention and the MLP, and its first layer
+        # windowed (1,024 of 4,096 tokens: a mask, its bias, the key and value repeated), with and without AC
+        plan_agreement.Row("qwen2.5-7b", 2, 32_000, 1, False, 8, seq=4096),
+        plan_agreement.Row("qwen3-32b", 2, 32_000, 1, True, 8, seq=4096),
+        plan_agreement.Row("mistral-7b-v0.3", 2, 32_000, 1, False, 8, seq=4096),
+        plan_agreement.Row("gemma3-12b", 2, 32_000, 1, False, 8, seq=4096),
+        plan_agreement.Row("gemma3-12b", 2, 32_000, 2, True, 8, seq=4096),
     ],
     ids=lambda row: row.label(),
 )
@@ -155,7 +174,7 @@ def test_rope_and_fp32_terms():
     assert (
         memory.layer_activation_bytes(bf16) - memory.layer_activation_bytes(nope) == 4 * h
     )  # rotated q and k
-    assert memory.rope_layer_bytes(nope) == memory.rope_table_bytes(nope) == 0
+    assert memory_attention.rope_layer_bytes(nope) == memory_attention.rope_table_bytes(nope) == 0
     fp32 = replace(bf16, precision="fp32")
     assert fp32.compute_bytes == 4 and bf16.compute_bytes == 2
     assert memory.estimate_memory(fp32).tensors_gib > 1.5 * memory.estimate_memory(bf16).tensors_gib
@@ -303,11 +322,11 @@ def test_math_attention_counts_its_score_matrix_and_refuses_what_cannot_fit():
 
     request = {"batch_size": 4, "seq_length": 8192, "hyperparameters": {"attention_backend": "math"}}
     setup = inputs.setup_from_request(request)
-    per_layer = memory.math_attention_bytes(setup) * setup.tokens / memory_terms.GIB
+    per_layer = memory_attention.math_attention_bytes(setup) * setup.tokens / memory_terms.GIB
     assert (
         per_layer == 16.0 + 0.75 - 1 / 512
     )  # the scores (16 heads x 8192 x 4 bytes a token), fp32 q, k, v, no LSE
-    assert memory.math_attention_bytes(replace(setup, attention_backend="auto")) == 0.0
+    assert memory_attention.math_attention_bytes(replace(setup, attention_backend="auto")) == 0.0
     (refused,) = validate_request(request, RequestRules())
     assert refused.startswith("memory: estimated peak 372.0 GiB per GPU (saved activations 308.6, ")
     assert "at last block backward, in its attention (math)" in refused
@@ -353,7 +372,7 @@ def test_math_attention_is_counted_under_lora_and_every_layout(lora, instances, 
     assert math_setup.lora_rank == (64 if lora else 0)
     # micro-batch 2: half the review's example per layer (the scores, fp32 q, k, v, no LSE)
     assert (
-        memory.math_attention_bytes(math_setup) * math_setup.tokens / memory_terms.GIB
+        memory_attention.math_attention_bytes(math_setup) * math_setup.tokens / memory_terms.GIB
         == (16.0 + 0.75 - 1 / 512) / 2
     )
     math_memory, flash_memory = memory.estimate_memory(math_setup), memory.estimate_memory(flash_setup)
@@ -466,3 +485,53 @@ def test_lora_step_time_comes_from_loras_flops():
     # the MFU the run would report counts the same FLOPs, so it is the curve's own
     assert timing.mfu_bf16 == pytest.approx(band._reference_mfu(lora.tokens * lora_flops))
     assert timing.step_seconds < plan_timing.estimate_time(full).step_seconds
+
+
+@pytest.mark.parametrize("name", [n for n, size in registry.SIZES.items() if size.family != "llama3"])
+def test_each_familys_named_size_is_planned_with_its_own_counts(name):
+    """The plan of a named size of another family than Llama counts that model: its parameters (equal to
+    transformers', ``tests/models/test_transformers.py``), its FLOPs per token (the query's width, a
+    sliding-window layer at its window) and its LoRA adapters' shapes; and the plan's output names the count."""
+    size = registry.named_size(name)
+    request = {
+        "activation_checkpointing": True,
+        "instance_count": 2,
+        "hyperparameters": {"model_preset": name},
+    }
+    setup = inputs.setup_from_request(request)
+    assert setup.shape == size
+    assert plan_timing.work_flops_per_token(setup) == size.flops_per_token(setup.seq_length)
+    unwindowed = replace(size, layer_types=("full",) * size.num_layers)
+    windowed = "sliding" in size.layer_types and size.sliding_window < setup.seq_length
+    assert (size.flops_per_token(8192) < unwindowed.flops_per_token(8192)) == windowed
+    lora = inputs.setup_from_request({**request, "hyperparameters": {"model_preset": name, "lora_rank": "8"}})
+    q_rows, q_cols = size.projection_shapes()["q_proj"]
+    assert memory.lora_block_parameters(lora) >= 8 * (q_rows + q_cols)
+    assert memory.lora_block_parameters(lora) == size.lora_block_parameter_count(8, lora.lora_targets)
+    # the trainer's MFU and the tuning report count the same (shapes.flops_per_token of the run's model)
+    values = settings_parse.parse_hyperparameters({"model_preset": name, "lora_rank": "8"})
+    assert settings_parse.lora_parameters(values) == size.num_layers * memory.lora_block_parameters(lora)
+    assert shapes.flops_per_token(settings_parse.model_shape(values), 8192) == size.flops_per_token(8192)
+    assert shapes.MODEL_PRESETS[name].head_dim == size.head_dim
+    assert estimate.make_plan(request).to_dict()["parameters"] == size.parameter_count()
+
+
+@pytest.mark.parametrize("ac", [False, True])
+def test_a_windowed_mistral_is_planned_within_5_percent_of_its_trace(ac):
+    """Mistral with a ``sliding_window`` shorter than the sequence (v0.1's 4,096; here 1,024 of 4,096 tokens on 2
+    blocks, as an ``init_from`` folder would give it): every layer takes the mask, keeps its bias and the key and
+    value repeated to its 32 query heads."""
+    from training.measure import memory_trace
+    from training.models import settings as model_settings
+
+    size = registry.named_size("mistral-7b-v0.3").trimmed(2, 32_000)
+    windowed = replace(size, layer_types=("sliding", "sliding"), sliding_window=1024)
+    architecture = model_settings.to_settings(windowed)
+    request = {"precision": "bf16", "num_layers": 2, "batch_size": 1 + ac, "seq_length": 4096,
+               "activation_checkpointing": ac, "instance_type": hardware.DEFAULT_INSTANCE_TYPE}  # fmt: skip
+    setup = inputs.setup_from_request(request, architecture)
+    closed = memory.estimate_memory(setup).tensors_gib
+    unwindowed = memory.estimate_memory(inputs.setup_from_request(request, model_settings.to_settings(size)))
+    assert closed > unwindowed.tensors_gib  # the masks are counted
+    traced = memory_trace.trace_request(request, architecture)["peak_gib"]
+    assert abs(closed / traced - 1) <= plan_agreement.TOLERANCE, (closed, traced)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.training.chat_models import model_folder, template
 from training.contract import settings_parse
-from training.plan import inputs, memory, memory_terms
+from training.plan import inputs, memory, memory_attention, memory_terms
 from training.prepare import chat
 from training.request import hf_config, sft_data
 from training.request.decision import decide_request
@@ -205,19 +205,25 @@ def test_the_document_mask_is_planned_on_the_torch_path_only():
                                              "batch_size": "2", "activation_checkpointing": "none"})  # fmt: skip
     packed = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
     plain = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
-    assert memory.document_mask_bytes(packed) == 2 * 4096 * 4096 and memory.document_mask_bytes(plain) == 0
+    assert (
+        memory_attention.document_mask_bytes(packed) == 2 * 4096 * 4096
+        and memory_attention.document_mask_bytes(plain) == 0
+    )
     h, kv, hd = 4096, 1024, 128
     bias = 2 * 2 * 4096 * 4096  # bf16 additive bias, [batch, 1, seq, seq]
     assert (
-        memory.document_mask_layer_bytes(packed) == bias + 2 * (h - 3 * kv) * 2 * 4096 + 4 * 2 * 1 * 4096 * hd
+        memory_attention.document_mask_layer_bytes(packed)
+        == bias + 2 * (h - 3 * kv) * 2 * 4096 + 4 * 2 * 1 * 4096 * hd
     )
     saved = memory.saved_per_block(packed)[0] - memory.saved_per_block(plain)[0]
-    assert saved == memory.document_mask_layer_bytes(packed)
+    assert saved == memory_attention.document_mask_layer_bytes(packed)
     grown = memory.estimate_memory(packed).peak_gib - memory.estimate_memory(plain).peak_gib
     assert grown > 32 * bias / memory_terms.GIB  # every block keeps its bias without activation checkpointing
     mxfp8 = inputs.setup_from_values({**values, "precision": "mxfp8"}, instance_type="ml.p6-b200.48xlarge",
                                    conversations=True)  # fmt: skip
-    assert memory.document_mask_bytes(mxfp8) == memory.document_mask_layer_bytes(mxfp8) == 0  # TE: cu_seqlens
+    assert (
+        memory_attention.document_mask_bytes(mxfp8) == memory_attention.document_mask_layer_bytes(mxfp8) == 0
+    )  # TE: cu_seqlens
     unpacked = inputs.setup_from_values({**values, "packing": False}, instance_type="ml.p6-b200.48xlarge",
                                       conversations=True)  # fmt: skip
     assert not unpacked.packed_documents
@@ -318,7 +324,7 @@ def test_with_math_attention_the_mask_adds_no_bias_nor_repeated_key_value_to_wha
     packed = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge", conversations=True)
     plain = inputs.setup_from_values(values, instance_type="ml.p6-b200.48xlarge")
     per_document_rope = 4 * 2 * (2 - 1) * 4096 * 128
-    assert memory.document_mask_layer_bytes(packed) == per_document_rope
+    assert memory_attention.document_mask_layer_bytes(packed) == per_document_rope
     assert memory.saved_per_block(packed)[0] - memory.saved_per_block(plain)[0] == per_document_rope
 
 

@@ -30,7 +30,7 @@ from training.models.te_support import te_refusal
 
 def lora_target_modules(text: str) -> tuple[str, ...]:
     """The Llama projections (``q_proj``, ..., ``down_proj``, in block order) that ``lora_targets`` names; raises
-    ContractError for a name a Llama block has no projection of, or an empty or repeated list."""
+    ContractError for a name a decoder block (every family here) has no projection of, or an empty or repeated list."""
     if text.strip().lower() == LORA_ALL_LINEAR:
         return tuple(module.rsplit(".", 1)[1] for module in LORA_TARGETS.values())
     names = [part.strip().lower() for part in text.split(",")]
@@ -39,7 +39,11 @@ def lora_target_modules(text: str) -> tuple[str, ...]:
     for name in names:
         short = name.removesuffix("_proj")
         if short not in LORA_TARGETS:
-            what = "an empty entry" if not name else f"{name!r}, which a Llama block has no projection of"
+            what = (
+                "an empty entry"
+                if not name
+                else f"{name!r}, which a decoder block (every family here) has no projection of"
+            )
             raise ContractError("lora_targets", f"must be {allowed}; got {text!r} with {what}")
         if short in chosen:
             raise ContractError("lora_targets", f"names {short} twice; got {text!r}")

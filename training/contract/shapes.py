@@ -94,10 +94,14 @@ def _shape_of(size: ModelConfig) -> ModelShape:
                       num_kv_heads=kv, tie_embeddings=size.tie_embeddings)  # fmt: skip
 
 
-MODEL_PRESETS: Mapping[str, ModelShape] = {name: _shape_of(size) for name, size in registry.SIZES.items()}
+MODEL_PRESETS: Mapping[str, ModelShape | ModelConfig] = {
+    name: size if model_settings.needs_model_config(size) else _shape_of(size)
+    for name, size in registry.SIZES.items()
+}
 """Every named size of ``training.models`` (``registry.SIZES``: the seed article's Llama-style range, Meta's Llama
-3.x, Qwen 2.5 and 3, Mistral 7B v0.3, Gemma 3 12B and 27B, each family's folder citing its published config.json),
-by its dimensions."""
+3.x, Qwen 2.5 and 3, Mistral 7B v0.3, Gemma 3 12B and 27B, each family's folder citing its published config.json):
+a Llama preset by its dimensions (a ``ModelShape``), another family's as its ``ModelConfig`` (the same attribute
+names, with its own ``head_dim``, query width, norms and windows)."""
 MODEL_PRESET_NAMES: tuple[str, ...] = (*MODEL_PRESETS, "custom")
 
 PRESET_SETTINGS: Mapping[str, Mapping[str, Any]] = {
@@ -119,7 +123,7 @@ POSITION_ENCODINGS: tuple[str, ...] = ("rope", "none")
 """``position_encoding`` values: rotary embeddings (Llama's), or none (NoPE)."""
 
 
-def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0) -> float:
+def flops_per_token(shape: ModelShape | ModelConfig, seq_length: int, lora_parameters: int = 0) -> float:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM/Megatron convention:
     ``6 * N + 12 * L * H * S`` with N the parameters taking part in matmuls (all but the input embedding, a
     lookup; the LM head counts, also when it is the embedding's matrix). The second term is attention's QK^T and
@@ -131,6 +135,8 @@ def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0
     and input-gradient GEMMs but no weight-gradient GEMM, ``4 * N``, and the adapters all three, ``6 * Na``; the
     attention term is unchanged. About 2/3 of full fine-tuning's, as Megatron-Bridge counts a LoRA run's TFLOP/s
     (NVIDIA-NeMo/Megatron-Bridge issue 2409) and NeMo AutoModel its MFU ((1 + 1 + Na / N) / 3)."""
+    if isinstance(shape, ModelConfig):  # any family: the query's width, sliding windows at their window
+        return shape.flops_per_token(seq_length, lora_parameters)
     lm_head = shape.vocab_size * shape.hidden_size  # a matmul whether or not it shares the embedding's matrix
     matmul_params = shape.num_layers * shape.block_parameter_count() + shape.hidden_size + lm_head
     attention = 12.0 * shape.num_layers * shape.hidden_size * seq_length
@@ -139,9 +145,11 @@ def flops_per_token(shape: ModelShape, seq_length: int, lora_parameters: int = 0
     return 6.0 * matmul_params + attention
 
 
-def lora_block_parameter_count(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
+def lora_block_parameter_count(shape: ModelShape | ModelConfig, rank: int, targets: Sequence[str]) -> int:
     """One block's LoRA adapter parameters (``training/trainer/model/lora.py``): rank x (in + out) for each targeted
     projection (``q_proj``, ..., ``down_proj``)."""
+    if isinstance(shape, ModelConfig):  # any family: the projections' own shapes
+        return shape.lora_block_parameter_count(rank, tuple(targets))
     h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
     dims = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h), "gate_proj": (f, h),
             "up_proj": (f, h), "down_proj": (h, f)}  # fmt: skip

@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from training.contract import hardware, settings_parse, settings_table, shapes
+from training.models import settings as model_settings
 from training.plan import inputs
 from training.plan.memory_terms import GIB
 
@@ -110,9 +111,13 @@ def _fused_forward(norm: nn.RMSNorm):
     return forward
 
 
-def trace_settings(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
-    """The contract's checked settings (``settings_parse.parse_hyperparameters``), refusing what cannot be traced here."""
-    values = settings_parse.parse_hyperparameters(hyperparameters)
+def trace_settings(
+    hyperparameters: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The contract's checked settings (``settings_parse.parse_hyperparameters``; ``architecture``: an
+    ``init_from`` model's settings, ``training.plan.inputs.trimmed_architecture``), refusing what cannot be traced
+    here."""
+    values = settings_parse.parse_hyperparameters(hyperparameters, architecture)
     if values["precision"] in hardware.TE_PRECISIONS:
         raise settings_table.ContractError(
             "precision",
@@ -122,7 +127,9 @@ def trace_settings(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[str, Any]:
+def trace_step(
+    hyperparameters: Mapping[str, Any], *, world_size: int, architecture: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Peak memory of rank 0 in one training step (forward, backward, gradient clipping, AdamW step) with
     ``world_size`` ranks, and its parts, for the trainer settings ``hyperparameters`` (contract names; model
     dims from ``model_preset`` unless given).
@@ -135,7 +142,7 @@ def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[s
         raise settings_table.ContractError(
             "world_size", f"must be an integer in [1, 1000000]; got {world_size!r}"
         )
-    values = trace_settings(hyperparameters)
+    values = trace_settings(hyperparameters, architecture)
     if dist.is_initialized():
         raise RuntimeError(
             "memory_trace: a process group is already initialized in this process; trace in a fresh process"
@@ -159,13 +166,15 @@ def trace_step(hyperparameters: Mapping[str, Any], *, world_size: int) -> dict[s
     }
 
 
-def trace_request(request: Mapping[str, Any]) -> dict[str, Any]:
+def trace_request(
+    request: Mapping[str, Any], architecture: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """:func:`trace_step` for an execution input (the workflow's fields, as ``training.plan`` reads them),
     with the GPUs its states are sharded over (its instance type and count; with hybrid sharding one replica's:
     a rank of a replicas x shards mesh holds what a rank of a 1-D mesh of the shards holds): the measured reference
     of that request's plan."""
-    shards = inputs.setup_from_request(request).shard_size
-    return trace_step(inputs.trainer_settings(request), world_size=shards)
+    shards = inputs.setup_from_request(request, architecture).shard_size
+    return trace_step(inputs.trainer_settings(request), world_size=shards, architecture=architecture)
 
 
 _REPORTED = (
@@ -193,9 +202,9 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
-    from training.trainer.model import decoder, lora, rotary
+    from training.trainer.model import decoder, lora
 
-    shape = settings_parse.model_shape(values)
+    shape = model_settings.model_config(values)  # as the trainer's loop builds it (TrainConfig.shape)
     mesh = init_device_mesh("cpu", (world_size,))
     device = torch.device("cpu")
     # the kernel CUDA runs: Flash (what auto pins first among those that save the same), or math when asked for
@@ -206,9 +215,6 @@ def _traced_step(values: Mapping[str, Any], world_size: int) -> tuple[dict[str, 
             use_te=False,
             te_params_dtype=torch.float32,
             loss_chunk_tokens=values["loss_chunk_tokens"],
-            position_encoding=values["position_encoding"],
-            rope_theta=values["rope_theta"],
-            rope_scaling=rotary.Llama3Scaling.from_settings(values),
         )
         adapters = lora.LoraSettings.of(values)
         if adapters is not None:  # as loop.build: adapters on the blocks' linear layers, the rest frozen
@@ -331,13 +337,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     settings = {key: value for key, value in settings.items() if value is not None}
     try:
+        architecture = inputs.trimmed_architecture(args.preset, args.layers, args.vocab)
+        if (
+            architecture is not None
+        ):  # another family's named size: its layers and vocabulary are not settings
+            settings = {
+                k: v for k, v in settings.items() if k not in ("model_preset", "num_layers", "vocab_size")
+            }
         if args.request:
             request = json.loads(Path(args.request).read_text(encoding="utf-8"))
             if not isinstance(request, dict):
                 raise settings_table.ContractError("request", "the execution input must be a JSON object")
             result = trace_request({**request, "precision": args.precision} if args.precision else request)
         else:
-            result = trace_step(settings, world_size=args.world)
+            result = trace_step(settings, world_size=args.world, architecture=architecture)
     except (settings_table.ContractError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -40,9 +40,20 @@ class Row:
     accum: int = 1
     attention: str | None = None
 
+    def architecture(self) -> dict[str, Any] | None:
+        """For a named size of another family than the flat settings' (whose layers and vocabulary are not
+        settings): the ``init_from``-style settings of its first ``layers`` blocks with ``vocab`` entries
+        (``inputs.trimmed_architecture``); None for a Llama preset."""
+        return inputs.trimmed_architecture(self.preset, self.layers, self.vocab)
+
     def request(self) -> dict[str, Any]:
-        """The execution input of this row (on ml.p6-b200.48xlarge: 8 GPUs per instance)."""
+        """The execution input of this row (on ml.p6-b200.48xlarge: 8 GPUs per instance); with
+        :meth:`architecture` for a family's named size."""
         hyperparameters: dict[str, Any] = {"model_preset": self.preset, "vocab_size": self.vocab}
+        if (
+            self.architecture() is not None
+        ):  # the model comes from the architecture, as from an init_from folder
+            hyperparameters = {}
         if self.world > 8:  # the trace shards over every rank (a 1-D mesh), whatever auto would choose
             hyperparameters["data_parallel_replicate"] = 1
         if self.loss_chunk_tokens is not None:
@@ -133,6 +144,13 @@ ROWS: tuple[Row, ...] = (
     Row("llama3.2-1b", 4, 32_000, 2, "selective", 8, seq=2048, attention="math"),
     Row("1b", 4, 32_000, 2, "full", 8, seq=4096, ac_interval=2, attention="math"),
     Row("1b", 4, 32_000, 1, False, 8, attention="math"),
+    Row("qwen2.5-7b", 2, 32_000, 1, False, 8),
+    Row("qwen3-8b", 2, 32_000, 2, True, 8),
+    Row("qwen3-32b", 2, 32_000, 1, False, 8),
+    Row("mistral-7b-v0.3", 2, 32_000, 2, True, 8),
+    Row("gemma3-12b", 2, 32_000, 1, False, 8),
+    Row("gemma3-12b", 2, 32_000, 2, True, 8),
+    Row("gemma3-27b", 2, 32_000, 1, False, 16),
     Row("1b", 16, 32_000, 1, False, 8, precision="mxfp8"),
     Row("1b", 16, 32_000, 16, True, 8, precision="mxfp8"),
     Row("8b", 32, 128_256, 4, True, 8, precision="fp8"),
@@ -144,11 +162,14 @@ unchunked, fp32 (activations and gathered weights in 4 bytes), RoPE (the default
 activation checkpointing mode (selective, also with grouped-query attention; full on every k-th block, selective on
 every other block) and gradient
 accumulation (without AC, with full AC, with selective AC); ``attention_backend`` math (its fp32 score matrix: without
-and with AC, grouped-query attention, fp32, selective, every other block); then TE rows (closed form only)."""
+and with AC, grouped-query attention, fp32, selective, every other block); each other family's named sizes (2 of their blocks, a 32,000 vocabulary: Qwen 2.5's q/k/v
+bias, Qwen 3's query/key norms and, for 32B, a query wider than the hidden size, Mistral, Gemma 3's (1 + w) norms
+after attention and the MLP, GeGLU, and a sliding-window layer past the window beside a global one); then TE rows
+(closed form only)."""
 
 
 def closed_form_gib(row: Row) -> float:
-    return memory.estimate_memory(inputs.setup_from_request(row.request())).tensors_gib
+    return memory.estimate_memory(inputs.setup_from_request(row.request(), row.architecture())).tensors_gib
 
 
 def evaluate(row: Row) -> dict[str, Any]:
@@ -160,7 +181,7 @@ def evaluate(row: Row) -> dict[str, Any]:
         return result
     from training.measure import memory_trace  # torch: only for the traced rows
 
-    traced = memory_trace.trace_request(row.request())
+    traced = memory_trace.trace_request(row.request(), row.architecture())
     result.update(
         traced_gib=round(traced["peak_gib"], 3),
         difference=round(estimate / traced["peak_gib"] - 1, 4),

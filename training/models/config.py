@@ -20,7 +20,7 @@ Norms: RMSNorm ``x / rms(x) * w``, or Gemma's ``x / rms(x) * (1 + w)``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 ACTIVATIONS: tuple[str, ...] = ("silu", "gelu_tanh")
@@ -293,6 +293,21 @@ class ModelConfig:
             not unknown, "lora_targets", f"{unknown} are not projections; allowed: {', '.join(PROJECTIONS)}"
         )
         return sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets)
+
+    def trimmed(self, num_layers: int, vocab_size: int | None = None) -> ModelConfig:
+        """This model with ``num_layers`` blocks (its first ones, the last taking the kind of the model's last
+        layer when that kind would otherwise be missing: a Gemma 3 of 2 layers has a sliding and a global one) and
+        optionally another vocabulary: what the memory traces measure in place of a whole named size (every
+        per-layer term is in, the trace's time does not grow with the layers)."""
+        kinds = list(self.layer_types[:num_layers])
+        if num_layers > 1 and self.layer_types[-1] not in kinds:
+            kinds[-1] = self.layer_types[-1]
+        return replace(
+            self,
+            num_layers=num_layers,
+            layer_types=tuple(kinds),
+            vocab_size=self.vocab_size if vocab_size is None else vocab_size,
+        )
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any]) -> ModelConfig:

@@ -10,6 +10,7 @@ Every refusal is a ``ModelConfigError`` naming the key and what is supported.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -60,7 +61,7 @@ class Reader:
             raise ModelConfigError(key, f"must be a positive integer; got {value!r}")
         return value
 
-    def optional_int(self, key: str) -> int | None:
+    def optional_int(self, key: str) -> builtins.int | None:
         """A positive integer, or None when absent or null with no default (a window, a maximum)."""
         value = self.raw(key)
         return None if value is REQUIRED or value is None else self.int(key)
@@ -71,7 +72,7 @@ class Reader:
             raise ModelConfigError(key, f"must be true or false; got {value!r}")
         return value
 
-    def number(self, key: str) -> float:
+    def number(self, key: str) -> builtins.float:
         value = self.raw(key)
         if value is REQUIRED:
             raise ModelConfigError(key, "is missing")
@@ -79,7 +80,7 @@ class Reader:
             raise ModelConfigError(key, f"must be a positive number; got {value!r}")
         return float(value)
 
-    def norm_eps(self) -> float:
+    def norm_eps(self) -> builtins.float:
         """``rms_norm_eps`` within ``NORM_EPS_RANGE``."""
         eps = self.raw("rms_norm_eps")
         low, high = NORM_EPS_RANGE

@@ -56,7 +56,7 @@ def family_of(config: Mapping[str, Any]) -> Family:
     architectures = config.get("architectures")
     if model_type is None and architectures is None:
         raise ModelConfigError("model_type", f"and architectures are both missing; supported: {supported()}")
-    if model_type in KNOWN_UNSUPPORTED:
+    if isinstance(model_type, str) and model_type in KNOWN_UNSUPPORTED:
         raise ModelConfigError(
             "model_type", f"{model_type!r} is {KNOWN_UNSUPPORTED[model_type]}; supported: {supported()}"
         )

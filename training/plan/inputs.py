@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from training.contract import hardware, settings_checks, settings_parse, settings_table
+from training.models import registry
+from training.models import settings as model_settings
 from training.plan import network
 from training.plan.memory import Setup
 
@@ -108,3 +110,17 @@ def replicate_setting(values: Mapping[str, Any], count: int, instance_type: str)
             "data_parallel_replicate", f"{problem} ({count} x {instance_type}); or leave it auto"
         )
     return replicate
+
+
+def trimmed_architecture(
+    name: str, num_layers: int | None = None, vocab_size: int | None = None
+) -> dict[str, Any] | None:
+    """The settings an ``init_from`` folder of the named size ``name`` with ``num_layers`` blocks (its pattern of
+    layer kinds kept, ``ModelConfig.trimmed``) and ``vocab_size`` would give (``setup_from_request``'s
+    ``architecture``): how the measurements plan and trace a fraction of a family's model, whose flat settings
+    cannot be changed against its named size. None for a model of the flat settings (a Llama preset), whose
+    ``num_layers`` and ``vocab_size`` are plain settings, or a name that is no named size (``custom``)."""
+    size = registry.SIZES.get(name)
+    if size is None or not model_settings.needs_model_config(size):
+        return None
+    return model_settings.to_settings(size.trimmed(num_layers or size.num_layers, vocab_size))

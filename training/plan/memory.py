@@ -65,6 +65,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from training.contract import hardware, shapes
+from training.plan.memory_attention import (
+    document_mask_bytes,
+    family_saved_bytes,
+    kv_width,
+    mask_layer_bytes,
+    math_attention_bytes,
+    math_attention_moments,
+    q_width,
+    recompute_gradient_bytes,
+    rope_layer_bytes,
+    rope_table_bytes,
+    window_mask_bytes,
+)
 from training.plan.memory_terms import (
     AC_RECOMPUTE_BYTES_PER_H,
     AC_TAIL_BYTES_PER_HF,
@@ -182,18 +195,20 @@ def layer_activation_bytes(s: Setup) -> float:
     saves, while the QKV projection's output stays alive through the value, a view of it (torch path: traced;
     TE path: its fused RoPE also returns new query and key tensors, assumed to be saved the same way)."""
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
-    kv = s.shape.kv_heads * s.shape.head_dim  # key (and value) width: h without grouped-query attention
+    qw, kv = q_width(s), kv_width(s)  # query width (h for Llama); key/value width (h without GQA)
     c = s.compute_bytes
-    # flash attention's fp32 log-sum-exp per query head (math's score matrix instead), two RMSNorm rstd
-    stats = 4 * nh + 8 + math_attention_bytes(s)
-    rope = c * (h + kv) if s.position_encoding == "rope" else 0  # the rotated query and key
+    # flash attention's fp32 log-sum-exp per query head (math's score matrix instead), two RMSNorm rstd, and the
+    # family's extra norms (``family_saved_bytes``)
+    stats = 4 * nh + 8 + math_attention_bytes(s) + family_saved_bytes(s)
+    rope = c * (qw + kv) if s.position_encoding == "rope" else 0  # the rotated query and key
     if s.precision in QUANTIZED_BYTES:
         q = QUANTIZED_BYTES[s.precision]
-        # x, q/k/v (h + 2kv), attention output, residual in bf16; three GEMM inputs quantized (3qh); fc1 output
-        # in bf16 for SwiGLU's backward (4f); fc2's input quantized (qf)
-        return 2 * (4 * h + 2 * kv) + 3 * q * h + (4 + q) * f + stats + rope
-    # block input, normed input, QKV (h + 2kv), attention output, residual, normed input; gate/up, SiLU, product
-    return c * (6 * h + 2 * kv + 4 * f) + stats + rope
+        # x, q/k/v (qw + 2kv), attention output, residual in bf16; three GEMM inputs quantized (q(2h + qw)); fc1
+        # output in bf16 for SwiGLU's backward (4f); fc2's input quantized (qf)
+        return 2 * (2 * h + 2 * qw + 2 * kv) + q * (2 * h + qw) + (4 + q) * f + stats + rope
+    # block input, normed input, QKV (qw + 2kv), attention output (qw), residual, normed input; gate/up, SiLU,
+    # product
+    return c * (4 * h + 2 * qw + 2 * kv + 4 * f) + stats + rope
 
 
 def selective_saved_bytes(s: Setup) -> float:
@@ -203,54 +218,8 @@ def selective_saved_bytes(s: Setup) -> float:
     log-sum-exp (4 bytes per head), the gate/up projection's output (2f); the output and down projections (every
     second matmul) and everything else are recomputed."""
     h, f, nh = s.shape.hidden_size, s.shape.ffn_hidden_size, s.shape.num_heads
-    kv = s.shape.kv_heads * s.shape.head_dim
-    return s.compute_bytes * (3 * h + 2 * kv + 2 * f) + 4 * nh
-
-
-def math_attention_bytes(s: Setup) -> float:
-    """Bytes per token one block's attention keeps beyond Flash's with ``attention_backend`` math (torch path only:
-    Transformer Engine precisions choose their own kernel). PyTorch's math kernel
-    (``_scaled_dot_product_attention_math``, ATen ``native/transformers/attention.cpp``) computes in fp32 for 16-bit
-    inputs (``allow_fp16_bf16_reduction_math_sdp`` is off by default) and keeps for its backward the softmax of the
-    whole score matrix (``num_heads x seq_length`` fp32 values per token, causal or not), the scaled query, and the
-    key and value repeated to every query head (fp32: 4h each; in fp32 runs the value only with grouped-query
-    attention, else it is the projection's own), and no log-sum-exp (Flash's 4 bytes per head, counted by the
-    caller, less). The traced rows of ``training.measure.plan_agreement`` run it."""
-    if s.attention_backend != "math" or s.precision in QUANTIZED_BYTES:
-        return 0.0
-    h, nh = s.shape.hidden_size, s.shape.num_heads
-    value = 4.0 * h if s.compute_bytes < 4 or s.shape.kv_heads != nh else 0.0
-    return 4.0 * nh * s.seq_length + 8.0 * h + value - 4.0 * nh
-
-
-def math_attention_moments(s: Setup, moments: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """With ``attention_backend`` math, the moment inside a block's attention backward: the first block's backward
-    (``last block backward``, or the top checkpointed block's right after its recompute) once its MLP is done (its
-    saved tensors freed, ``mlp_saved_bytes``), with the score matrix's gradient and the softmax's input gradient in
-    flight (fp32, ``num_heads x seq_length`` values per token each). Selective activation checkpointing keeps no
-    score matrix (its policy saves the kernels' outputs, and math is matmuls and a softmax): it appears in the
-    recompute only. Traced: ``training.measure.plan_agreement``'s math rows."""
-    if s.attention_backend != "math" or s.precision in QUANTIZED_BYTES:
-        return moments
-    in_flight = 2 * 4.0 * s.shape.num_heads * s.seq_length * s.tokens
-    mlp = mlp_saved_bytes(s) * s.tokens
-    out = dict(moments)
-    for name, held in (("last block backward", "saved activations"),
-                       ("block backward, after its recompute", "recomputed block")):  # fmt: skip
-        if name in moments:
-            parts = moments[name]
-            out[f"{name}, in its attention (math)"] = {
-                **parts,
-                held: parts[held] - mlp,
-                "gradients in flight": in_flight,
-            }
-    return out
-
-
-def mlp_saved_bytes(s: Setup) -> float:
-    """Bytes per token a block keeps for its MLP's backward (torch path): the normed input, gate/up, SiLU and their
-    product, and the norm's fp32 rstd."""
-    return s.compute_bytes * (s.shape.hidden_size + 4 * s.shape.ffn_hidden_size) + 4.0
+    qw, kv = q_width(s), kv_width(s)
+    return s.compute_bytes * (h + 2 * qw + 2 * kv + 2 * f) + 4 * nh
 
 
 def saved_per_block(s: Setup) -> list[float]:
@@ -258,79 +227,19 @@ def saved_per_block(s: Setup) -> list[float]:
     or ``selective_saved_bytes``, the others every activation (``layer_activation_bytes`` and RoPE's cos/sin; in
     bf16 for NVFP4's ``high_precision_blocks``)."""
     t, checkpointed, edges = s.tokens, set(s.checkpointed_blocks), s.high_precision_blocks
-    whole = layer_activation_bytes(s) * t + rope_layer_bytes(s) + document_mask_layer_bytes(s)
+    whole = layer_activation_bytes(s) * t + rope_layer_bytes(s)
     whole_bf16 = layer_activation_bytes(replace(s, precision="bf16")) * t + rope_layer_bytes(s)
     kept = float(s.compute_bytes * s.shape.hidden_size * t)
     if s.activation_checkpointing == "selective":
         kept = selective_saved_bytes(s) * t
     return [
-        kept if index in checkpointed else whole_bf16 if index in edges else whole
+        kept
+        if index in checkpointed
+        else whole_bf16
+        if index in edges
+        else whole + mask_layer_bytes(s, index)
         for index in range(s.shape.num_layers)
     ]
-
-
-def rope_layer_bytes(s: Setup) -> float:
-    """Per block, independent of the micro-batch: the torch block's RoPE saves cos and sin (in the compute
-    dtype, ``[seq, head_dim]``) once for the query and once for the key (``rotary.apply_rotary``). TE's fused RoPE
-    saves only the shared fp32 frequencies (``rope_table_bytes``)."""
-    if s.position_encoding != "rope" or s.precision in QUANTIZED_BYTES:
-        return 0.0
-    return 4.0 * s.compute_bytes * s.seq_length * (s.shape.hidden_size // s.shape.num_heads)
-
-
-def document_mask_bytes(s: Setup) -> float:
-    """The torch path's block-causal mask of a packed micro-batch (``training/trainer/model/doc_mask.block_causal_mask``:
-    ``[batch, 1, seq, seq]`` bool, one byte per pair of tokens), made once per micro-batch and given to every block;
-    counted through the whole step (checkpointed blocks keep it for their recompute; without activation
-    checkpointing it is freed after the forward pass, so this over-counts the backward by batch x seq^2 bytes).
-    0 on Transformer Engine's path (``cu_seqlens``, no mask) and without packed documents."""
-    if not s.packed_documents or s.precision in QUANTIZED_BYTES:
-        return 0.0
-    return float(s.batch_size * s.seq_length * s.seq_length)
-
-
-def document_mask_layer_bytes(s: Setup) -> float:
-    """What a packed micro-batch adds on the torch path to each block that keeps its activations (and to a block
-    being recomputed), beyond ``layer_activation_bytes``. Read in torch's SDPA (``aten/src/ATen/native/
-    transformers``; the same at 2.9 and 2.13):
-
-    * the additive bias: ``scaled_dot_product_attention`` turns the boolean mask into ``where(mask, 0, -inf)`` in
-      the compute dtype (``convert_boolean_attn_mask``: a new ``[batch, 1, seq, seq]`` tensor per block; padded to
-      a multiple of 8 keys when seq_length is not one, ``preprocess_mask``), expands it over the heads as a view,
-      and the kernel that takes a mask (memory-efficient attention on a GPU; cuDNN's takes one as well) saves it
-      for its backward (their derivatives take ``attn_bias``): c x batch x seq x seq bytes, about 3x the bool
-      mask's in bf16 per block;
-    * grouped-query attention: with a mask the key and value are repeated to every query head
-      (``model.causal_attention``), and SDPA saves the repeated ones; the fused QKV output is then no longer kept
-      alive by the value (a view of it), so per token c x (h - 3kv) with RoPE (the query, key and value h wide
-      each, instead of QKV h + 2kv plus the rotated query and key h + kv), c x 2h without it (the query still a
-      view of QKV); nothing without grouped-query attention;
-    * RoPE per document: cos and sin per token (``[batch, seq, 1, head_dim]``) instead of per position, for the
-      query and the key: 4 c (batch - 1) seq head_dim more than ``rope_layer_bytes``.
-
-    With ``attention_backend`` math only the last: its kernel (``_scaled_dot_product_attention_math``) adds the
-    bias to the fp32 scores in place and saves the softmax, the scaled query and fp32 copies of the key and value
-    repeated to every query head, exactly what it saves for ``enable_gqa`` without a mask (``math_attention_bytes``
-    counts them): neither the bias nor the 16-bit repeated key and value outlive the call (traced in
-    tests/request/test_fine_tuning_request.py)."""
-    if not s.packed_documents or s.precision in QUANTIZED_BYTES:
-        return 0.0
-    c, b, seq = s.compute_bytes, s.batch_size, s.seq_length
-    h, kv = s.shape.hidden_size, s.shape.kv_heads * s.shape.head_dim
-    rope = s.position_encoding == "rope"
-    per_token_rope = 4 * c * (b - 1) * seq * (h // s.shape.num_heads) if rope else 0
-    if s.attention_backend == "math":
-        return float(per_token_rope)
-    bias = c * b * seq * (-(-seq // 8) * 8)
-    repeated = 0 if kv == h else (h - 3 * kv if rope else 2 * h)
-    return float(bias + c * repeated * s.tokens + per_token_rope)
-
-
-def rope_table_bytes(s: Setup) -> float:
-    """The rotary frequencies every block gets (``rotary.Rope``: ``[seq, 1, 1, head_dim]`` fp32, cached)."""
-    if s.position_encoding != "rope":
-        return 0.0
-    return 4.0 * s.seq_length * (s.shape.hidden_size // s.shape.num_heads)
 
 
 def _weights(s: Setup) -> dict[str, float]:
@@ -399,6 +308,7 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         "inputs (tokens, targets)": 16.0 * t * s.grad_accum_steps,
         "rotary frequencies": rope_table_bytes(s),
         "document mask": document_mask_bytes(s),
+        "window mask": window_mask_bytes(s),
     }
     blocks = saved_per_block(s)
     checkpointed = s.checkpointed_blocks
@@ -443,6 +353,8 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
         # the topmost checkpointed block's backward: the blocks above it are done (their activations freed)
         top = checkpointed[-1]
         held = {"saved activations": sum(blocks[: top + 1])}
+        # the recomputed block that holds the most (a masked one: a sliding-window layer of Gemma 3)
+        worst = max(checkpointed, key=lambda i: mask_layer_bytes(s, i) + recompute_gradient_bytes(s, i))
         cached = selective_saved_bytes(s) - c * h if s.activation_checkpointing == "selective" else 0.0
         done = {"accumulated gradients (fp32, unsharded)": max(accumulated - 4.0 * pb * (layers - top), 0.0)}
         if s.activation_checkpointing_interval > 1 and top == layers - 1:
@@ -454,8 +366,9 @@ def _moments(s: Setup) -> dict[str, dict[str, float]]:
             "gradients (sharded, so far)": 2 * wt["block gradient (sharded)"],
             **held,
             **qcopies,
-            "recomputed block": (act_layer - cached) * t + per_layer + document_mask_layer_bytes(s),
-            "gradients in flight": AC_RECOMPUTE_BYTES_PER_H * c / 2 * h * t,
+            "recomputed block": (act_layer - cached) * t + per_layer + mask_layer_bytes(s, worst),
+            "gradients in flight": (AC_RECOMPUTE_BYTES_PER_H * c / 2 * h + recompute_gradient_bytes(s, worst))
+            * t,
             **inputs,
             **done,
         }
