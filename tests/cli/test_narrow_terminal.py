@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from constructs_lib.cli import render
+from constructs_lib.cli import render, render_compare
 from constructs_lib.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_compare_cuts_no_run_name_at_80_columns(runs, tasks):
     if tasks != ("colours",):
         for row in rows:
             row.update(final_loss=2.1234, val_loss=2.2345)
-    lines = rendered(render.print_compare, rows)
+    lines = rendered(render_compare.print_compare, rows)
     assert not fits(lines), "\n".join(lines)
     text = "\n".join(lines)
     for run, trained in runs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from constructs_lib.cli import render
+from constructs_lib.cli import render_compare
 from constructs_lib.cli.commands.follow import watch_until_ended
 from constructs_lib.cli.shell import EXIT_OK, RUN_HELP, Parents, Shell, positive_integer
 
@@ -87,5 +87,5 @@ def do_compare(shell: Shell) -> int:
     if shell.args.json:
         shell.emit(rows)
     else:
-        render.print_compare(shell.out, rows)
+        render_compare.print_compare(shell.out, rows)
     return EXIT_OK
