@@ -43,6 +43,7 @@ from training.models import settings as model_settings
 from training.models.config import ModelConfig
 from training.models.family import Family
 from training.request import hf_config
+from training.trainer import files
 from training.trainer.checkpoint import chat_export
 from training.trainer.checkpoint.weights import INIT_STD
 from training.trainer.model import layout, lora
@@ -477,11 +478,23 @@ def data_info(cfg) -> dict[str, Any]:
     info["tokenizer"] = tokenizer
     info["chat"] = chat_export.chat_info(directory, meta or {})
     if tokenizer.get("kind") == "tokenizers":
-        candidates = [directory / tokenizer["file"]] if tokenizer.get("file") else []
-        candidates += [Path(tokenizer["path"])] if tokenizer.get("path") else []
+        candidates = [_tokenizer_file(directory, tokenizer["file"])] if tokenizer.get("file") else []
+        # where prepare read it (data prepared before it copied the tokenizer): a tokenizer.json only
+        path = Path(str(tokenizer.get("path") or ""))
+        candidates += [path] if path.name == "tokenizer.json" else []
         found = next((p for p in candidates if p.is_file()), None)
         info["tokenizer_json"] = found.read_text() if found else None
     return info
+
+
+def _tokenizer_file(directory: Path, name: str) -> Path:
+    """The tokenizer file ``metadata.json`` names, confined to the data folder (``training.trainer.files``)."""
+    try:
+        return files.inside(
+            directory, name, f"{directory / container.DATA_METADATA_FILE}", "as the tokenizer file"
+        )
+    except files.OutsideFolderError as err:
+        raise settings_table.ContractError("dataset", str(err)) from None
 
 
 def export_after_training(model_file: Path, cfg) -> str:
