@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import re
 import shutil
 import sys
@@ -44,7 +43,7 @@ from training.models.config import ModelConfig
 from training.models.family import Family
 from training.request import hf_config
 from training.trainer import files
-from training.trainer.checkpoint import chat_export
+from training.trainer.checkpoint import chat_export, safe_load
 from training.trainer.checkpoint.weights import INIT_STD
 from training.trainer.model import layout, lora
 
@@ -81,13 +80,12 @@ def find_model_file(model_dir: str | Path) -> Path:
 
 
 def load_model_file(path: Path) -> dict[str, Any]:
-    """``model.pt``'s dict (tensors memory-mapped, not read into memory at once)."""
+    """``model.pt``'s dict (tensors memory-mapped, not read into memory at once), read weights-only
+    (``safe_load``: a file carrying more than tensors and plain values is refused, nothing in it run)."""
     try:
-        saved = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except pickle.UnpicklingError:
-        # Transformer Engine's quantized primary weights (quantized_model_init) are tensor subclasses that only
-        # full unpickling restores; the file is this trainer's own output.
-        saved = _load_unrestricted(path)
+        saved = safe_load.load(path, map_location="cpu", mmap=True)
+    except safe_load.UnsafeFileError as err:
+        raise ExportError(f"model_dir: {err}") from None
     except Exception as err:  # torch raises several types for a file it cannot read
         raise ExportError(f"model_dir: cannot read {path}: {type(err).__name__}: {err}") from None
     if not isinstance(saved, dict) or not {"config", "state_dict"} <= saved.keys():
@@ -95,13 +93,6 @@ def load_model_file(path: Path) -> dict[str, Any]:
             f"model_dir: {path} is not a model saved by this trainer (no config and state_dict)"
         )
     return saved
-
-
-def _load_unrestricted(path: Path) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    except Exception as err:
-        raise ExportError(f"model_dir: cannot read {path}: {type(err).__name__}: {err}") from None
 
 
 def check_exportable(config: dict[str, Any], path: Path) -> None:
