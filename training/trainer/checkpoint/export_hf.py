@@ -489,16 +489,17 @@ def _tokenizer_file(directory: Path, name: str) -> Path:
 
 
 def export_after_training(model_file: Path, cfg) -> str:
-    """Export a finished run's ``model_file`` into ``hf/`` next to it (``hf_step_XXXXXXXX/`` when ``hf/`` is
-    taken); returns the line to print. The weights keep the run's precision (:func:`run_dtype`)."""
+    """Export a finished run's ``model_file`` into its folder next to it (``export_folder``: ``hf/`` for
+    ``model.pt``, ``hf_step_XXXXXXXX/`` for ``model_step_XXXXXXXX.pt``); returns the line to print. The weights
+    keep the run's precision (:func:`run_dtype`)."""
     if cfg.position_encoding != "rope":
         return (
             f"Hugging Face export skipped: position_encoding={cfg.position_encoding} (only models trained with "
             "rotary embeddings map onto a Hugging Face class)"
         )
-    out = model_file.parent / HF_DIR
-    if out.exists():
-        out = model_file.parent / f"{HF_DIR}_{model_file.stem.removeprefix('model_')}"
+    out = export_folder(model_file)
+    if out.exists():  # hf/ of another model beside a new model.pt
+        out = model_file.parent / f"{HF_DIR}_{model_file.stem}"
     dtype = run_dtype(cfg.precision)
     try:
         files = export(model_file, out, dtype)
@@ -507,23 +508,34 @@ def export_after_training(model_file: Path, cfg) -> str:
     return f"Hugging Face model ({dtype}) exported to {out}: {', '.join(files)}"
 
 
-def pending_export(model_dir: str | Path, cfg, prefix: str = HF_DIR) -> tuple[Path, str] | None:
-    """The model file whose Hugging Face export an earlier run of ``cfg`` did not finish, and how it was left: an
-    export folder still being written (``hf.partial``, ``hf_step_N.partial``: the job was killed while it
-    exported), or no export folder at all beside the model file (killed before it began). The newest model file
-    (``model_step_N.pt`` after ``model.pt``) is the one a finished run exports last. None when there is nothing to
-    do (no model file, an export folder there, or a model that has no export: ``position_encoding=none``).
-    ``prefix``: the export folder's name (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
+def export_folder(model_file: Path, prefix: str = HF_DIR) -> Path:
+    """Where ``model_file``'s export goes: ``hf/`` beside ``model.pt``, ``hf_step_XXXXXXXX/`` beside
+    ``model_step_XXXXXXXX.pt`` (the model file of a run that continued a finished one: ``checkpoint.save_model``).
+    ``prefix``: the export's kind (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
+    return model_file.parent / (prefix + model_file.stem.removeprefix("model"))
+
+
+def pending_exports(model_dir: str | Path, cfg, prefix: str = HF_DIR) -> list[tuple[Path, str]]:
+    """The model files whose export an earlier run of ``cfg`` did not finish, oldest first, and how each was left:
+    its export folder (``export_folder``) still being written (``hf.partial``, ``hf_step_N.partial``: the job was
+    killed while it exported), or none at all (killed before it began; after a raised ``max_steps``,
+    ``model_step_N.pt`` beside an older ``model.pt`` and its ``hf/``). Empty when there is nothing to do, or the
+    model has no export (``position_encoding=none``). ``prefix``: the export folder's name
+    (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
     folder = Path(model_dir)
     models = sorted(folder.glob("model*.pt")) if folder.is_dir() else []
-    if not models or cfg.position_encoding != "rope":
-        return None
-    partials = sorted(p.name for p in folder.glob(f"{prefix}*.partial") if p.is_dir())
-    if partials:
-        return models[-1], f"one was interrupted: {', '.join(partials)}"
-    if not any(p.is_dir() for p in folder.glob(f"{prefix}*")):
-        return models[-1], "none was made"
-    return None
+    if cfg.position_encoding != "rope":
+        return []
+    pending = []
+    for model in models:
+        out = export_folder(model, prefix)
+        if out.is_dir():
+            continue
+        partial = out.with_name(out.name + ".partial")
+        pending.append(
+            (model, f"one was interrupted: {partial.name}" if partial.is_dir() else "none was made")
+        )
+    return pending
 
 
 def parse_size(text: str) -> int:

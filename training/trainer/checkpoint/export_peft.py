@@ -155,11 +155,12 @@ def export(model_dir: str | Path, out_dir: str | Path) -> list[str]:
 
 
 def export_after_training(model_file: Path, cfg) -> str:
-    """Export a finished LoRA run's adapter into ``adapter/`` next to ``model_file`` (``adapter_step_XXXXXXXX/``
-    when ``adapter/`` is taken); returns the line to print."""
-    out = model_file.parent / PEFT_DIR
-    if out.exists():
-        out = model_file.parent / f"{PEFT_DIR}_{model_file.stem.removeprefix('model_')}"
+    """Export a finished LoRA run's adapter into its folder next to ``model_file`` (``export_hf.export_folder``:
+    ``adapter/`` for ``model.pt``, ``adapter_step_XXXXXXXX/`` for ``model_step_XXXXXXXX.pt``); returns the line to
+    print."""
+    out = export_hf.export_folder(model_file, PEFT_DIR)
+    if out.exists():  # adapter/ of another model beside a new model.pt
+        out = model_file.parent / f"{PEFT_DIR}_{model_file.stem}"
     try:
         files = export(model_file, out)
     except (export_hf.ExportError, ImportError) as err:
