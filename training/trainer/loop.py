@@ -292,6 +292,9 @@ def run(
         say(f"lora rank={cfg.lora_rank} alpha={cfg.lora_alpha:g} dropout={cfg.lora_dropout:g} "
             f"targets={','.join(settings_checks.lora_target_modules(cfg.lora_targets))} trainable_parameters={trainable} "
             f"({100.0 * trainable / total:.3g}% of {total}; the base is frozen)")  # fmt: skip
+        note = lora.rank_note(cfg.shape, lora.LoraSettings.of(cfg))  # type: ignore[arg-type]
+        if note:
+            say(note)
     if complete:
         _finished_already(cfg, env, state, say)
         return {}

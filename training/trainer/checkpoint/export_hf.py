@@ -235,6 +235,14 @@ TRAVELLING_FILES = container.INIT_FROM_TRAVELLING_FILES
 contract's, since the request check reads the same names to decide whether the export will have a tokenizer)."""
 
 
+def base_name(saved: dict[str, Any]) -> str | None:
+    """What names the model a saved run started from (``model.pt``'s dict): its ``init_from_source`` (a Hub model
+    id; a job's ``init_from`` S3 URI), else ``init_from`` as an absolute path (a model file from before they were
+    recorded: ``init_from`` as typed); None without ``init_from``."""
+    source = (saved.get("data") or {}).get("init_from") or {}
+    return source.get("source") or source.get("path") or saved["config"].get("init_from")
+
+
 def source_info(folder: str) -> dict[str, Any]:
     """What ``model.pt`` keeps of the ``init_from`` folder for the export: its path, its config.json and the bytes
     of its ``TRAVELLING_FILES`` that exist. A folder gone unreadable since the start (checked then) gives none of
@@ -303,7 +311,7 @@ def _imported_tokenizer(source: dict[str, Any], synthetic: bool) -> str:
     its tokenizer files, when they travelled; with ``synthetic`` data, what this run's tokens were (the model
     learnt its language before this run)."""
     travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
-    origin = f"`init_from` {source['path']}"
+    origin = f"`init_from` {source.get('source') or source['path']}"
     if travelled:
         names = ", ".join(f"`{name}`" for name in sorted(travelled))
         text = f"The tokenizer of the model this run started from ({origin}): {names} are here."
@@ -335,7 +343,15 @@ def _token_name(tokenizer_json: str, token_id: int | None) -> str | None:
     )
 
 
-def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], tokenizer_text: str) -> str:
+def readme(
+    config: dict[str, Any],
+    step: int,
+    dtype: str,
+    files: list[str],
+    tokenizer_text: str,
+    base: str | None = None,
+) -> str:
+    """The model card; ``base``: what names the model the run started from (``base_name``)."""
     shape = shape_of(config)
     attention = (
         f"{shape.kv_heads} key/value heads (grouped-query attention)"
@@ -347,7 +363,8 @@ def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], toke
         f", {scaling} scaling" if scaling != "none" else ""
     )
     embeddings = "tied" if shape.tie_embeddings else "untied"
-    origin = f", starting from `{config['init_from']}`" if config.get("init_from") else ""
+    base = base or config.get("init_from")
+    origin = f", starting from `{base}`" if base else ""
     adapters = lora.LoraSettings.of(config)
     if adapters is not None:
         origin += (
@@ -440,7 +457,8 @@ def export(
     chat_text = chat_export.write(data, tmp)  # a run on conversations: its template and end-of-turn stop
     if chat_text:
         tokenizer_text += "\n\n" + chat_text
-    (tmp / "README.md").write_text(readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text))
+    card = readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text, base_name(saved))
+    (tmp / "README.md").write_text(card)
     mode = (
         tmp / "README.md"
     ).stat().st_mode & 0o777  # safetensors creates its files 0600: the umask's mode instead
@@ -458,7 +476,8 @@ def data_info(cfg) -> dict[str, Any]:
     the data folder, where ``prepare`` copies it, then at the path ``prepare`` read it from)."""
     info: dict[str, Any] = {"dataset": cfg.dataset}
     if getattr(cfg, "init_from", None):
-        info["init_from"] = source_info(cfg.init_from)
+        named = getattr(cfg, "init_from_source", None) or str(Path(cfg.init_from).resolve())
+        info["init_from"] = {**source_info(cfg.init_from), "source": named}
     if cfg.dataset != "channel":
         return info
     from training.trainer.data import token_files as data  # numpy; only a training run gets here
