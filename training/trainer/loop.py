@@ -484,7 +484,7 @@ def _train(
         state.step += 1
         meter.step_done()
         progress.add(loss)
-        empty.add(shares.empty)
+        empty.add(shares.empty, shares.step_tokens)
         collector.step(state.step)
         step = state.step
         if te_attention_unlogged:
@@ -536,6 +536,9 @@ def _train(
         progress.mean_loss()
     if val_batches and not stopped:
         validated = validate()
+    if not stopped and empty.nothing_trained():
+        sealed(manager.seal_pending())  # what was saved stays; no model from a run that changed nothing
+        raise empty.failure()
     if not stopped and final_save:
         if last_saved != state.step:
             save()
