@@ -100,14 +100,14 @@ def check_data(cfg, world_size: int) -> str:
         raise settings_table.ContractError(
             "dataset", f"{token_files.METADATA_FILE} lists missing files: {', '.join(missing)}"
         )
-    verified = ""
     if meta is not None:
         _check_metadata(cfg, meta, directory)
+    counts = {p: token_files.token_count(p, cfg.token_dtype) for files in splits.values() for p in files}
+    verified = ""
+    if meta is not None:
+        _check_split_sizes(meta, directory, splits, counts)  # a file cut short: said as such, before its digest
         if not pairs.is_preference(meta):  # preference pairs: their own files (not verified here yet)
             verified = "; " + checksums.verify(directory, meta, packing.is_chat(meta))
-    counts = {p: token_files.token_count(p, cfg.token_dtype) for files in splits.values() for p in files}
-    if meta is not None:
-        _check_split_sizes(meta, directory, splits, counts)
     note = _check_ids(cfg, counts)
     if pairs.is_preference(meta):  # pairs in windows: their own check
         return (
