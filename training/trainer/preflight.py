@@ -105,7 +105,9 @@ def check_data(cfg, world_size: int) -> str:
     counts = {p: token_files.token_count(p, cfg.token_dtype) for files in splits.values() for p in files}
     verified = ""
     if meta is not None:
-        _check_split_sizes(meta, directory, splits, counts)  # a file cut short: said as such, before its digest
+        _check_split_sizes(
+            meta, directory, splits, counts
+        )  # a file cut short: said as such, before its digest
         if not pairs.is_preference(meta):  # preference pairs: their own files (not verified here yet)
             verified = "; " + checksums.verify(directory, meta, packing.is_chat(meta))
     note = _check_ids(cfg, counts)
