@@ -108,6 +108,26 @@ def test_a_matching_fine_tuning_request_is_valid_and_its_plan_counts_the_packed_
     )  # bf16: the torch path's mask
 
 
+def test_the_job_names_init_froms_s3_uri_as_the_source_its_exports_record_unless_the_request_names_one(
+    folders,
+):
+    """The job sees only the weights channel's folder: the decision passes init_from's S3 URI as the trainer's
+    ``init_from_source``, which the peft adapter records as its base (issue 53 item 13); a Hub model id the request
+    gives is kept."""
+    decision = decide(folders)
+    assert decision.valid, decision.problems
+    assert decision.hyperparameters["init_from"] == "/opt/ml/input/data/weights"
+    assert decision.hyperparameters["init_from_source"] == MODEL
+    named = decide(
+        folders, {"hyperparameters": {"max_steps": "100", "init_from_source": "meta-llama/Llama-3.1-8B"}}
+    )
+    assert named.valid and named.hyperparameters["init_from_source"] == "meta-llama/Llama-3.1-8B"
+    refused = decide_request({"hyperparameters": {"init_from_source": "org/model"}}, RULES)
+    assert any(
+        p.startswith("hyperparameters.init_from_source: only with init_from") for p in refused.problems
+    ), refused.problems
+
+
 def test_data_rendered_with_another_template_is_refused_in_one_line_naming_the_field(folders):
     (problem,) = decide(folders, {"init_from": OTHER}).problems
     assert problem.startswith(f"train_data_uri: the chat template of {OTHER} (tokenizer_config.json, sha256 ")

@@ -336,6 +336,7 @@ def test_init_from_mounts_the_model_read_only_and_the_plan_is_the_models(workflo
         }
     ]
     assert request["HyperParameters"]["init_from"] == WEIGHTS_CHANNEL_DIR
+    assert request["HyperParameters"]["init_from_source"] == uri  # what the exports name as the base
     plan = json.loads(result["output"])["plan"]
     assert plan["parameters"] == MODEL_PRESETS["llama3.1-8b"].parameter_count() and plan["fits"]
 

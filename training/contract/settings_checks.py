@@ -132,6 +132,11 @@ def check_consistency(values: Mapping[str, Any], sm: tuple[int, int] | None = No
     check_lora(values)
     check_te_block(values)
     check_objective(values)
+    if values.get("init_from_source") is not None and values.get("init_from") is None:
+        raise ContractError(
+            "init_from_source",
+            f"only with init_from (it names that model); got {values['init_from_source']!r} without init_from",
+        )
 
 
 def model_of(values: Mapping[str, Any]) -> ModelConfig:

@@ -384,6 +384,15 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "agree). In the workflow: the input field init_from, an S3 prefix mounted as the weights channel.",
     ),
     Hyperparameter(
+        "init_from_source",
+        "str",
+        None,
+        "What names the init_from model for those who load what the run exports: the base model a LoRA run's peft "
+        "adapter records (adapter_config.json's base_model_name_or_path, which peft's AutoPeftModelForCausalLM "
+        "loads) and the model cards name, such as a Hugging Face Hub model id. Default: init_from as an absolute "
+        "path; in the workflow, the input field init_from's S3 URI. Only with init_from.",
+    ),
+    Hyperparameter(
         "position_encoding",
         "choice",
         "rope",

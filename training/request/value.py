@@ -211,6 +211,7 @@ def read_settings(
             given[name] = getattr(fields, name)
     if fields.init_from is not None:
         given["init_from"] = container.WEIGHTS_CHANNEL_DIR
+        given.setdefault("init_from_source", fields.init_from)  # what the exports name as the base (peft's)
     has_data = fields.train_data_uri is not None
     dataset = str(given.get(DATA_HYPERPARAMETER, "channel" if has_data else "synthetic")).strip().lower()
     if dataset == "channel" and not has_data:

@@ -163,6 +163,7 @@ class TrainConfig:
     model_config: dict[str, Any] | None = None
     """The model's ``ModelConfig.summary()`` when the flat settings do not describe it whole (another family than
     Llama, from ``init_from`` or a named size: ``training.models.settings``); None for a Llama of its settings."""
+    init_from_source: str | None = None
 
     @functools.cached_property
     def shape(self) -> ModelConfig:

@@ -206,26 +206,25 @@ def _finished_already(
 ) -> None:
     """A checkpoint at or past ``max_steps``: write nothing, except the model file when the model folder has
     none (e.g. a new SageMaker job's empty /opt/ml/model), so that the job's output is not empty, and the Hugging
-    Face export of a model file that has none (the run was killed while it exported: ``export_hf.pending_export``;
-    rank 0 alone, as at the end of a run), and a LoRA run's peft adapter folder likewise."""
+    Face export of every model file that has none (the run was killed while it exported, or before it began:
+    ``export_hf.pending_exports``; rank 0 alone, as at the end of a run), and a LoRA run's peft adapter folder
+    likewise."""
     done = (
         f"run already complete: the newest checkpoint is at step {state.step} and max_steps={cfg.max_steps}"
     )
     if checkpoint.model_files(cfg.model_dir):
-        pending = export_hf.pending_export(cfg.model_dir, cfg) if env.is_main else None
-        adapter = (
-            export_hf.pending_export(cfg.model_dir, cfg, export_peft.PEFT_DIR)
-            if env.is_main and cfg.lora_rank
-            else None
-        )
-        if pending is None and adapter is None:
+        exports = [(export_hf.export_after_training, "Hugging Face export", export_hf.HF_DIR)]
+        if cfg.lora_rank:
+            exports.append((export_peft.export_after_training, "peft adapter folder", export_peft.PEFT_DIR))
+        pending = [
+            (export, what, model, how)
+            for export, what, prefix in exports
+            for model, how in (export_hf.pending_exports(cfg.model_dir, cfg, prefix) if env.is_main else [])
+        ]
+        if not pending:
             say(f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written")
-        if pending is not None:
-            exported = export_hf.export_after_training(pending[0], cfg)
-            say(f"{done}; {pending[0]} has no Hugging Face export ({pending[1]}): {exported}")
-        if adapter is not None:
-            exported = export_peft.export_after_training(adapter[0], cfg)
-            say(f"{done}; {adapter[0]} has no peft adapter folder ({adapter[1]}): {exported}")
+        for export, what, model, how in pending:
+            say(f"{done}; {model} has no {what} ({how}): {export(model, cfg)}")
         return
     saved = _save_model(cfg, env, state)
     say(
@@ -293,6 +292,9 @@ def run(
         say(f"lora rank={cfg.lora_rank} alpha={cfg.lora_alpha:g} dropout={cfg.lora_dropout:g} "
             f"targets={','.join(settings_checks.lora_target_modules(cfg.lora_targets))} trainable_parameters={trainable} "
             f"({100.0 * trainable / total:.3g}% of {total}; the base is frozen)")  # fmt: skip
+        note = lora.rank_note(cfg.shape, lora.LoraSettings.of(cfg))  # type: ignore[arg-type]
+        if note:
+            say(note)
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
@@ -482,7 +484,7 @@ def _train(
         state.step += 1
         meter.step_done()
         progress.add(loss)
-        empty.add(shares.empty)
+        empty.add(shares.empty, shares.step_tokens)
         collector.step(state.step)
         step = state.step
         if te_attention_unlogged:
@@ -534,6 +536,9 @@ def _train(
         progress.mean_loss()
     if val_batches and not stopped:
         validated = validate()
+    if not stopped and empty.nothing_trained():
+        sealed(manager.seal_pending())  # what was saved stays; no model from a run that changed nothing
+        raise empty.failure()
     if not stopped and final_save:
         if last_saved != state.step:
             save()

@@ -1,7 +1,8 @@
 """One optimizer step: a step's batch cut into micro-batches with each one's weight in the step's loss
 (``_micro_batches``, ``Shares``), their forward and backward, clipping and the optimizer's step (``train_step``), the
 step boundary's agreement across ranks (``_boundary``) and the count of micro-batches with nothing to train
-(``_EmptyMicroBatches``). The loop (``loop``) runs one per step.
+(``_EmptyMicroBatches``, which also fails a run whose every step trained nothing). The loop (``loop``) runs one
+per step.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 
-from training.trainer import guard
+from training.trainer import guard, refusal
 from training.trainer import loss as loss_module
 from training.trainer.checkpoint import checkpoint
 from training.trainer.data import token_files
@@ -123,10 +124,24 @@ class _EmptyMicroBatches:
     summary: each contributed nothing and the run went on."""
 
     def __init__(self, say: Callable[[str], None]):
-        self.say, self.total, self.reported = say, 0, 0
+        self.say, self.total, self.reported, self.steps, self.trained = say, 0, 0, 0, 0
 
-    def add(self, count: int) -> None:
+    def add(self, count: int, trained: int = 1) -> None:
+        """A step done: ``count`` micro-batches without a target, ``trained`` targets counted over every rank."""
         self.total += count
+        self.steps, self.trained = self.steps + 1, self.trained + trained
+
+    def nothing_trained(self) -> bool:
+        """Whether every step of this run counted no target over every rank (so each skipped its update and the
+        model is unchanged): the same answer on every rank."""
+        return bool(self.steps) and not self.trained
+
+    def failure(self) -> refusal.TrainingFailure:
+        """The failure of a run that trained nothing, raised before the model is saved or exported."""
+        return refusal.TrainingFailure(
+            f"every step of this run trained nothing ({self.steps} steps, 0 trained tokens: every target of the "
+            "windows it read is masked out), so no model is saved: check the data's masks (prepare the data again)"
+        )
 
     def report(self, step: int) -> None:
         if self.total > self.reported:

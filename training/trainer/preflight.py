@@ -1,7 +1,8 @@
 """Checks before step 1, before any process group, creating nothing: the ``init_from`` model's weights (its
 safetensors headers: ``weights.check_init_from``), output folders writable (probed without creating them; the run
 creates them when it first writes), the checkpoint to resume of the run's model shape, every data file the run will
-read readable as tokens and consistent with the settings and its metadata (token ids below the vocabulary: read in
+read readable as tokens and consistent with the settings and its metadata (each file's SHA-256 and each split's
+counts as ``prepare`` recorded them: ``data.checksums``; token ids below the vocabulary: read in
 full, or sampled when the data is large), enough tokens for one optimizer step (``grad_accum_steps`` micro-batches
 on every process) and one validation batch.
 
@@ -21,7 +22,7 @@ import numpy as np
 from training.contract import settings_table
 from training.trainer import objective
 from training.trainer.checkpoint import checkpoint, weights
-from training.trainer.data import packing, pairs, token_files
+from training.trainer.data import checksums, packing, pairs, token_files
 
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time when every token id is read."""
@@ -102,8 +103,13 @@ def check_data(cfg, world_size: int) -> str:
     if meta is not None:
         _check_metadata(cfg, meta, directory)
     counts = {p: token_files.token_count(p, cfg.token_dtype) for files in splits.values() for p in files}
+    verified = ""
     if meta is not None:
-        _check_split_sizes(meta, directory, splits, counts)
+        _check_split_sizes(
+            meta, directory, splits, counts
+        )  # a file cut short: said as such, before its digest
+        if not pairs.is_preference(meta):  # preference pairs: their own files (not verified here yet)
+            verified = "; " + checksums.verify(directory, meta, packing.is_chat(meta))
     note = _check_ids(cfg, counts)
     if pairs.is_preference(meta):  # pairs in windows: their own check
         return (
@@ -112,12 +118,12 @@ def check_data(cfg, world_size: int) -> str:
         )
     if packing.is_chat(meta):  # examples in windows, not a token stream: packing checks them
         return (
-            f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}; "
+            f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}{verified}; "
             + packing.check(cfg, directory, world_size)
         )
     for split, files in splits.items():
         _check_one_batch(cfg, world_size, directory, split, {p: counts[p] for p in files})
-    return f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}"
+    return f"data ok: {len(counts)} files of {sum(counts.values())} tokens in {directory}; {note}{verified}"
 
 
 def _check_one_batch(cfg, world_size: int, directory: str, split: str, counts: dict[Path, int]) -> None:

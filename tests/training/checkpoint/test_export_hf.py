@@ -443,3 +443,58 @@ def test_import_train_on_two_ranks_export_and_from_pretrained_reproduces_the_tra
         trained = ours.logits(ids)
         torch.testing.assert_close(theirs(ids).logits, trained, rtol=0, atol=1e-5)
         assert (trained - reference(ids).logits).abs().max() > 1e-3  # it trained: not the imported weights
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A rerun completes an export that never started (issue 53 item 11)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lora_rank", ["0", "4"], ids=["full", "lora"])
+def test_after_a_raised_max_steps_a_model_file_whose_export_never_started_is_exported_by_the_rerun(
+    tmp_path, process_group, lora_rank
+):
+    """A run of 12 steps wrote model.pt and its hf/ (a LoRA run also adapter/); max_steps raised to 15, the next
+    run wrote model_step_00000015.pt and was killed before its export began. The rerun finds the run complete and
+    exports that file into hf_step_00000015/ (and adapter_step_00000015/), leaving the older folders as they
+    are; a third run writes nothing."""
+    from types import SimpleNamespace
+
+    from training.trainer.checkpoint import export_peft
+
+    settings = {**TINY, "model_dir": str(tmp_path / "model"), "lora_rank": lora_rank}
+    cfg = config.config_from_mapping({**settings, "max_steps": "15"})
+    net = loop.build(
+        cfg, process_group, precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
+    )
+    first = checkpoint.save_model(net, cfg.model_dir, 12, cfg.as_dict(), 0)
+    lines = [export_hf.export_after_training(first, cfg)]
+    if cfg.lora_rank:
+        lines.append(export_peft.export_after_training(first, cfg))
+    assert all(" exported to " in line for line in lines), lines
+    raised = checkpoint.save_model(net, cfg.model_dir, 15, cfg.as_dict(), 0)  # killed before its export
+    assert raised == tmp_path / "model" / "model_step_00000015.pt"
+    before = {
+        p.name: sorted(q.name for q in p.iterdir()) for p in (tmp_path / "model").iterdir() if p.is_dir()
+    }
+    said: list[str] = []
+    loop._finished_already(cfg, SimpleNamespace(is_main=True), SimpleNamespace(step=15), said.append)
+    done = "run already complete: the newest checkpoint is at step 15 and max_steps=15"
+    hf = tmp_path / "model" / "hf_step_00000015"
+    assert said[0] == (
+        f"{done}; {raised} has no Hugging Face export (none was made): Hugging Face model (float32) exported to "
+        f"{hf}: README.md, config.json, generation_config.json, model.safetensors"
+    )
+    if cfg.lora_rank:
+        adapter = tmp_path / "model" / "adapter_step_00000015"
+        assert (
+            said[1].startswith(f"{done}; {raised} has no peft adapter folder (none was made): ")
+            and str(adapter) in said[1]
+        ), said
+        assert (adapter / "adapter_model.safetensors").is_file()
+    assert len(said) == (2 if cfg.lora_rank else 1) and (hf / "model.safetensors").is_file()
+    for name, files in before.items():
+        assert sorted(q.name for q in (tmp_path / "model" / name).iterdir()) == files
+    said.clear()
+    loop._finished_already(cfg, SimpleNamespace(is_main=True), SimpleNamespace(step=15), said.append)
+    assert said == [f"{done}; the model is in {cfg.model_dir}; nothing trained, nothing written"]

@@ -70,6 +70,7 @@ from torch.distributed.checkpoint.state_dict import (
 from training.contract import container, settings_table, shapes
 from training.models import settings as model_settings
 from training.trainer import sagemaker_job
+from training.trainer.checkpoint import safe_load
 from training.trainer.model import lora
 from training.trainer.refusal import Refusal
 
@@ -560,15 +561,13 @@ class CheckpointManager:
     def _load(self, path: Path, model, optimizer) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(model, optimizer, options=self._options)
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, storage_reader=safe_load.Reader(str(path)), planner=safe_load.Planner(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=self._options)  # fmt: skip
         marker = json.loads((path / MARKER).read_text())
         saved_world = marker["world_size"]
         own = path / f"rank_{self.rank:05d}.pt"
-        trainer_state = torch.load(
-            own if saved_world == self.world_size else path / "rank_00000.pt", weights_only=False
-        )
+        trainer_state = safe_load.load(own if saved_world == self.world_size else path / "rank_00000.pt")
         if saved_world == self.world_size:
             set_rng_state(trainer_state["rng"], self.device)
         trainer_state["path"], trainer_state["same_world_size"] = str(path), saved_world == self.world_size
@@ -793,7 +792,7 @@ def _node_view(tmp: Path, final: Path) -> dict[str, Any]:
         return view
     if ".metadata" in view["files"]:
         try:
-            metadata = dcp.FileSystemReader(str(tmp)).read_metadata()
+            metadata = safe_load.Reader(str(tmp)).read_metadata()
             listed: dict[str, int] = {}
             for info in metadata.storage_data.values():
                 end = int(info.offset) + int(info.length)
@@ -841,6 +840,7 @@ def save_model(
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank != 0:
         return None
+    state = {name: safe_load.plain(value) for name, value in state.items()}
     directory = Path(model_dir)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "model.pt"

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import re
 import shutil
 import sys
@@ -43,7 +42,8 @@ from training.models import settings as model_settings
 from training.models.config import ModelConfig
 from training.models.family import Family
 from training.request import hf_config
-from training.trainer.checkpoint import chat_export
+from training.trainer import files
+from training.trainer.checkpoint import chat_export, safe_load
 from training.trainer.checkpoint.weights import INIT_STD
 from training.trainer.model import layout, lora
 
@@ -80,13 +80,12 @@ def find_model_file(model_dir: str | Path) -> Path:
 
 
 def load_model_file(path: Path) -> dict[str, Any]:
-    """``model.pt``'s dict (tensors memory-mapped, not read into memory at once)."""
+    """``model.pt``'s dict (tensors memory-mapped, not read into memory at once), read weights-only
+    (``safe_load``: a file carrying more than tensors and plain values is refused, nothing in it run)."""
     try:
-        saved = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except pickle.UnpicklingError:
-        # Transformer Engine's quantized primary weights (quantized_model_init) are tensor subclasses that only
-        # full unpickling restores; the file is this trainer's own output.
-        saved = _load_unrestricted(path)
+        saved = safe_load.load(path, map_location="cpu", mmap=True)
+    except safe_load.UnsafeFileError as err:
+        raise ExportError(f"model_dir: {err}") from None
     except Exception as err:  # torch raises several types for a file it cannot read
         raise ExportError(f"model_dir: cannot read {path}: {type(err).__name__}: {err}") from None
     if not isinstance(saved, dict) or not {"config", "state_dict"} <= saved.keys():
@@ -94,13 +93,6 @@ def load_model_file(path: Path) -> dict[str, Any]:
             f"model_dir: {path} is not a model saved by this trainer (no config and state_dict)"
         )
     return saved
-
-
-def _load_unrestricted(path: Path) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    except Exception as err:
-        raise ExportError(f"model_dir: cannot read {path}: {type(err).__name__}: {err}") from None
 
 
 def check_exportable(config: dict[str, Any], path: Path) -> None:
@@ -243,6 +235,14 @@ TRAVELLING_FILES = container.INIT_FROM_TRAVELLING_FILES
 contract's, since the request check reads the same names to decide whether the export will have a tokenizer)."""
 
 
+def base_name(saved: dict[str, Any]) -> str | None:
+    """What names the model a saved run started from (``model.pt``'s dict): its ``init_from_source`` (a Hub model
+    id; a job's ``init_from`` S3 URI), else ``init_from`` as an absolute path (a model file from before they were
+    recorded: ``init_from`` as typed); None without ``init_from``."""
+    source = (saved.get("data") or {}).get("init_from") or {}
+    return source.get("source") or source.get("path") or saved["config"].get("init_from")
+
+
 def source_info(folder: str) -> dict[str, Any]:
     """What ``model.pt`` keeps of the ``init_from`` folder for the export: its path, its config.json and the bytes
     of its ``TRAVELLING_FILES`` that exist. A folder gone unreadable since the start (checked then) gives none of
@@ -311,7 +311,7 @@ def _imported_tokenizer(source: dict[str, Any], synthetic: bool) -> str:
     its tokenizer files, when they travelled; with ``synthetic`` data, what this run's tokens were (the model
     learnt its language before this run)."""
     travelled = [name for name in source.get("files") or {} if name != "generation_config.json"]
-    origin = f"`init_from` {source['path']}"
+    origin = f"`init_from` {source.get('source') or source['path']}"
     if travelled:
         names = ", ".join(f"`{name}`" for name in sorted(travelled))
         text = f"The tokenizer of the model this run started from ({origin}): {names} are here."
@@ -343,7 +343,15 @@ def _token_name(tokenizer_json: str, token_id: int | None) -> str | None:
     )
 
 
-def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], tokenizer_text: str) -> str:
+def readme(
+    config: dict[str, Any],
+    step: int,
+    dtype: str,
+    files: list[str],
+    tokenizer_text: str,
+    base: str | None = None,
+) -> str:
+    """The model card; ``base``: what names the model the run started from (``base_name``)."""
     shape = shape_of(config)
     attention = (
         f"{shape.kv_heads} key/value heads (grouped-query attention)"
@@ -355,7 +363,8 @@ def readme(config: dict[str, Any], step: int, dtype: str, files: list[str], toke
         f", {scaling} scaling" if scaling != "none" else ""
     )
     embeddings = "tied" if shape.tie_embeddings else "untied"
-    origin = f", starting from `{config['init_from']}`" if config.get("init_from") else ""
+    base = base or config.get("init_from")
+    origin = f", starting from `{base}`" if base else ""
     adapters = lora.LoraSettings.of(config)
     if adapters is not None:
         origin += (
@@ -448,7 +457,8 @@ def export(
     chat_text = chat_export.write(data, tmp)  # a run on conversations: its template and end-of-turn stop
     if chat_text:
         tokenizer_text += "\n\n" + chat_text
-    (tmp / "README.md").write_text(readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text))
+    card = readme(config, int(saved.get("step", 0)), dtype, files, tokenizer_text, base_name(saved))
+    (tmp / "README.md").write_text(card)
     mode = (
         tmp / "README.md"
     ).stat().st_mode & 0o777  # safetensors creates its files 0600: the umask's mode instead
@@ -466,7 +476,8 @@ def data_info(cfg) -> dict[str, Any]:
     the data folder, where ``prepare`` copies it, then at the path ``prepare`` read it from)."""
     info: dict[str, Any] = {"dataset": cfg.dataset}
     if getattr(cfg, "init_from", None):
-        info["init_from"] = source_info(cfg.init_from)
+        named = getattr(cfg, "init_from_source", None) or str(Path(cfg.init_from).resolve())
+        info["init_from"] = {**source_info(cfg.init_from), "source": named}
     if cfg.dataset != "channel":
         return info
     from training.trainer.data import token_files as data  # numpy; only a training run gets here
@@ -477,24 +488,37 @@ def data_info(cfg) -> dict[str, Any]:
     info["tokenizer"] = tokenizer
     info["chat"] = chat_export.chat_info(directory, meta or {})
     if tokenizer.get("kind") == "tokenizers":
-        candidates = [directory / tokenizer["file"]] if tokenizer.get("file") else []
-        candidates += [Path(tokenizer["path"])] if tokenizer.get("path") else []
+        candidates = [_tokenizer_file(directory, tokenizer["file"])] if tokenizer.get("file") else []
+        # where prepare read it (data prepared before it copied the tokenizer): a tokenizer.json only
+        path = Path(str(tokenizer.get("path") or ""))
+        candidates += [path] if path.name == "tokenizer.json" else []
         found = next((p for p in candidates if p.is_file()), None)
         info["tokenizer_json"] = found.read_text() if found else None
     return info
 
 
+def _tokenizer_file(directory: Path, name: str) -> Path:
+    """The tokenizer file ``metadata.json`` names, confined to the data folder (``training.trainer.files``)."""
+    try:
+        return files.inside(
+            directory, name, f"{directory / container.DATA_METADATA_FILE}", "as the tokenizer file"
+        )
+    except files.OutsideFolderError as err:
+        raise settings_table.ContractError("dataset", str(err)) from None
+
+
 def export_after_training(model_file: Path, cfg) -> str:
-    """Export a finished run's ``model_file`` into ``hf/`` next to it (``hf_step_XXXXXXXX/`` when ``hf/`` is
-    taken); returns the line to print. The weights keep the run's precision (:func:`run_dtype`)."""
+    """Export a finished run's ``model_file`` into its folder next to it (``export_folder``: ``hf/`` for
+    ``model.pt``, ``hf_step_XXXXXXXX/`` for ``model_step_XXXXXXXX.pt``); returns the line to print. The weights
+    keep the run's precision (:func:`run_dtype`)."""
     if cfg.position_encoding != "rope":
         return (
             f"Hugging Face export skipped: position_encoding={cfg.position_encoding} (only models trained with "
             "rotary embeddings map onto a Hugging Face class)"
         )
-    out = model_file.parent / HF_DIR
-    if out.exists():
-        out = model_file.parent / f"{HF_DIR}_{model_file.stem.removeprefix('model_')}"
+    out = export_folder(model_file)
+    if out.exists():  # hf/ of another model beside a new model.pt
+        out = model_file.parent / f"{HF_DIR}_{model_file.stem}"
     dtype = run_dtype(cfg.precision)
     try:
         files = export(model_file, out, dtype)
@@ -503,23 +527,34 @@ def export_after_training(model_file: Path, cfg) -> str:
     return f"Hugging Face model ({dtype}) exported to {out}: {', '.join(files)}"
 
 
-def pending_export(model_dir: str | Path, cfg, prefix: str = HF_DIR) -> tuple[Path, str] | None:
-    """The model file whose Hugging Face export an earlier run of ``cfg`` did not finish, and how it was left: an
-    export folder still being written (``hf.partial``, ``hf_step_N.partial``: the job was killed while it
-    exported), or no export folder at all beside the model file (killed before it began). The newest model file
-    (``model_step_N.pt`` after ``model.pt``) is the one a finished run exports last. None when there is nothing to
-    do (no model file, an export folder there, or a model that has no export: ``position_encoding=none``).
-    ``prefix``: the export folder's name (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
+def export_folder(model_file: Path, prefix: str = HF_DIR) -> Path:
+    """Where ``model_file``'s export goes: ``hf/`` beside ``model.pt``, ``hf_step_XXXXXXXX/`` beside
+    ``model_step_XXXXXXXX.pt`` (the model file of a run that continued a finished one: ``checkpoint.save_model``).
+    ``prefix``: the export's kind (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
+    return model_file.parent / (prefix + model_file.stem.removeprefix("model"))
+
+
+def pending_exports(model_dir: str | Path, cfg, prefix: str = HF_DIR) -> list[tuple[Path, str]]:
+    """The model files whose export an earlier run of ``cfg`` did not finish, oldest first, and how each was left:
+    its export folder (``export_folder``) still being written (``hf.partial``, ``hf_step_N.partial``: the job was
+    killed while it exported), or none at all (killed before it began; after a raised ``max_steps``,
+    ``model_step_N.pt`` beside an older ``model.pt`` and its ``hf/``). Empty when there is nothing to do, or the
+    model has no export (``position_encoding=none``). ``prefix``: the export folder's name
+    (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
     folder = Path(model_dir)
     models = sorted(folder.glob("model*.pt")) if folder.is_dir() else []
-    if not models or cfg.position_encoding != "rope":
-        return None
-    partials = sorted(p.name for p in folder.glob(f"{prefix}*.partial") if p.is_dir())
-    if partials:
-        return models[-1], f"one was interrupted: {', '.join(partials)}"
-    if not any(p.is_dir() for p in folder.glob(f"{prefix}*")):
-        return models[-1], "none was made"
-    return None
+    if cfg.position_encoding != "rope":
+        return []
+    pending = []
+    for model in models:
+        out = export_folder(model, prefix)
+        if out.is_dir():
+            continue
+        partial = out.with_name(out.name + ".partial")
+        pending.append(
+            (model, f"one was interrupted: {partial.name}" if partial.is_dir() else "none was made")
+        )
+    return pending
 
 
 def parse_size(text: str) -> int:

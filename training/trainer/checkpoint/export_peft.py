@@ -3,10 +3,12 @@
 Reads ``model.pt`` (``checkpoint.save_model``: every rank's shard of every tensor gathered, so every row of every
 adapter) of a run with ``lora_rank`` > 0 and writes into ``OUT_DIR`` (new or empty; nothing is overwritten):
 
-* ``adapter_config.json``: written by peft itself (``peft.LoraConfig(...).save_pretrained``; ``task_type``
-  CAUSAL_LM, ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules`` the projection names (the same in every
-  family: ``q_proj`` ... ``down_proj``), ``bias``
-  none, no ``modules_to_save``, no DoRA or rsLoRA: what vLLM's ``PEFTHelper`` accepts);
+* ``adapter_config.json``: peft's own ``LoraConfig`` (``task_type`` CAUSAL_LM, ``r``, ``lora_alpha``,
+  ``lora_dropout``, ``target_modules`` the projection names in block order (the same in every family: ``q_proj``
+  ... ``down_proj``), ``bias`` none, no ``modules_to_save``, no DoRA or rsLoRA: what vLLM's ``PEFTHelper``
+  accepts), whose ``base_model_name_or_path`` names the base: ``init_from_source`` when the run had one (a Hub
+  model id; in a job, ``init_from``'s S3 URI), else ``init_from``'s absolute path, so
+  ``peft.AutoPeftModelForCausalLM.from_pretrained(OUT_DIR)`` loads both;
 * ``adapter_model.safetensors``: the adapter matrices in float32 under peft's names for the family's class
   (``base_model.model.model.layers.<i>.self_attn.q_proj.lora_A.weight``, ``...lora_B.weight``, as
   ``peft.get_peft_model_state_dict`` writes them);
@@ -19,6 +21,7 @@ model (``W + alpha / r x B A``) is the Hugging Face folder ``export_hf`` writes 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -85,6 +88,38 @@ def lora_config(settings: lora.LoraSettings, base: str | None) -> Any:
     )
 
 
+def write_config(settings: lora.LoraSettings, base: str | None, folder: Path) -> None:
+    """``adapter_config.json``: peft's ``LoraConfig`` as peft writes it (``save_pretrained``: its fields, sorted
+    keys), but ``target_modules`` in block order (``q_proj``, ..., ``down_proj``): peft keeps them in a set and
+    writes the set's order, which differs between processes (Python's string hashing), so two identical runs
+    wrote different files."""
+    fields = lora_config(settings, base).to_dict()
+    for key, value in fields.items():
+        if isinstance(value, set):
+            fields[key] = list(settings.targets) if key == "target_modules" else sorted(value, key=str)
+    (folder / ADAPTER_CONFIG).write_text(json.dumps(fields, indent=2, sort_keys=True))
+
+
+def _loading(base: str | None) -> str:
+    """How to load the adapter, for the base it names."""
+    if not base:
+        return "Load the base model the run started from, then the adapter:"
+    if base.startswith("s3://"):
+        return (
+            f"It names its base by the S3 URI the job read it from, `{base}`, which transformers does not read: "
+            "download that folder (`aws s3 sync "
+            + base
+            + " base/`) and load the base from there as below (or "
+            "give the run `init_from_source` = the base's Hugging Face Hub model id, which "
+            '`AutoPeftModelForCausalLM.from_pretrained("PATH/TO/THIS/FOLDER")` then loads by itself).'
+        )
+    return (
+        f"It names its base, `{base}` (`base_model_name_or_path` in `{ADAPTER_CONFIG}`), so peft loads both at once:"
+        "\n\n```python\nfrom peft import AutoPeftModelForCausalLM\n\n"
+        'model = AutoPeftModelForCausalLM.from_pretrained("PATH/TO/THIS/FOLDER")\n```\n\nOr the base by hand:'
+    )
+
+
 def readme(settings: lora.LoraSettings, step: int, base: str | None, rank_hint: int) -> str:
     where = f"`{base}`" if base else "the base model the run started from"
     return f"""# LoRA adapter exported by `training.trainer.checkpoint.export_peft`
@@ -92,9 +127,11 @@ def readme(settings: lora.LoraSettings, step: int, base: str | None, rank_hint: 
 Trained by this project's FSDP2 trainer for {step} steps on the frozen base model {where}: rank {settings.rank},
 alpha {settings.alpha:g} (each adapter adds {settings.scale:g} x B A to its weight), dropout {settings.dropout:g},
 on {", ".join(f"`{t}`" for t in settings.targets)} of every block. Weights in float32: `{ADAPTER_WEIGHTS}`, with
-`{ADAPTER_CONFIG}` written by peft.
+`{ADAPTER_CONFIG}` peft's own configuration.
 
 ## Load it with peft
+
+{_loading(base)}
 
 ```python
 import torch
@@ -136,12 +173,12 @@ def export(model_dir: str | Path, out_dir: str | Path) -> list[str]:
         k: v.detach().float().contiguous().clone() for k, v in lora.adapter_state(saved["state_dict"]).items()
     }
     check_adapters(tensors, settings, shape)
-    base = ((saved.get("data") or {}).get("init_from") or {}).get("path") or config.get("init_from")
+    base = export_hf.base_name(saved)
     out = Path(out_dir)
     tmp = export_hf._fresh_folder(out)
     try:
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-        lora_config(settings, base).save_pretrained(str(tmp))
+        write_config(settings, base, tmp)
         step = int(saved.get("step", 0))
         (tmp / "README.md").write_text(readme(settings, step, base, vllm_rank(settings.rank)))
         os.chmod(tmp / ADAPTER_WEIGHTS, (tmp / "README.md").stat().st_mode & 0o777)
@@ -155,11 +192,12 @@ def export(model_dir: str | Path, out_dir: str | Path) -> list[str]:
 
 
 def export_after_training(model_file: Path, cfg) -> str:
-    """Export a finished LoRA run's adapter into ``adapter/`` next to ``model_file`` (``adapter_step_XXXXXXXX/``
-    when ``adapter/`` is taken); returns the line to print."""
-    out = model_file.parent / PEFT_DIR
-    if out.exists():
-        out = model_file.parent / f"{PEFT_DIR}_{model_file.stem.removeprefix('model_')}"
+    """Export a finished LoRA run's adapter into its folder next to ``model_file`` (``export_hf.export_folder``:
+    ``adapter/`` for ``model.pt``, ``adapter_step_XXXXXXXX/`` for ``model_step_XXXXXXXX.pt``); returns the line to
+    print."""
+    out = export_hf.export_folder(model_file, PEFT_DIR)
+    if out.exists():  # adapter/ of another model beside a new model.pt
+        out = model_file.parent / f"{PEFT_DIR}_{model_file.stem}"
     try:
         files = export(model_file, out)
     except (export_hf.ExportError, ImportError) as err:

@@ -42,6 +42,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from training.models import registry
 from training.request import hf_config
+from training.trainer import files
 from training.trainer.distributed import master_weights
 from training.trainer.model import layout
 from training.trainer.refusal import Refusal
@@ -116,9 +117,13 @@ class HuggingFaceFolder:
         index = self.folder / INDEX_FILE
         if index.is_file():
             weight_map = json.loads(index.read_text())["weight_map"]
-            return {name: self.folder / file for name, file in weight_map.items()}
+            return {
+                name: files.inside(self.folder, file, INDEX_FILE, f"for {name}")
+                for name, file in weight_map.items()
+            }
         found: dict[str, Path] = {}
         for path in sorted(self.folder.glob("*.safetensors")):
+            files.found_inside(self.folder, path)
             handle = self._open(path)
             found |= dict.fromkeys(handle.keys(), path)
         return found
@@ -331,7 +336,7 @@ def check_init_from(cfg) -> None:
     try:
         folder = HuggingFaceFolder(where)
         found = {name: (path, dims, dtype) for name, path, dims, dtype in folder.headers()}
-    except DamagedFileError as err:  # the file, not only the folder
+    except (DamagedFileError, files.OutsideFolderError) as err:  # the file, not only the folder
         raise hf_config.refuse(where, str(err)) from None
     except Exception as err:  # OSError, a bad index (ValueError, KeyError), safetensors' own SafetensorError
         raise hf_config.refuse(where, f"cannot read its safetensors: {_one_line(err)}") from None

@@ -105,7 +105,7 @@ class Conversations(token_files._PositionedBatches):
         grad_accum_steps: int = 1,
     ):
         self.tokens, self.mask, self.offsets = read_split(directory, split, token_dtype)
-        self.token_file = Path(directory) / token_files.read_metadata(directory)["splits"][split]["files"][0]
+        self.token_file = token_files.split_files(directory, split)[0]
         self.vocab_size = vocab_size
         lengths = np.diff(self.offsets)
         where = f"{directory}/{token_files.METADATA_FILE}"
@@ -201,10 +201,10 @@ def read_split(
         raise settings_table.ContractError(
             "dataset", f"{where}: the {split} split must list one file each of files, masks and documents"
         )
-    base = Path(directory)
-    tokens = token_files.open_tokens(base / names[0][0], token_dtype)
-    mask = _raw(base / names[1][0], np.uint8)
-    offsets = _raw(base / names[2][0], np.int64)
+    paths = [token_files.listed_file(directory, listed[0], split) for listed in names]
+    tokens = token_files.open_tokens(paths[0], token_dtype)
+    mask = _raw(paths[1], np.uint8)
+    offsets = _raw(paths[2], np.int64)
     if len(mask) != len(tokens) or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(tokens):
         raise settings_table.ContractError(
             "dataset",

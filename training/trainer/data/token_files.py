@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from training.contract import container, settings_table
+from training.trainer import files
 from training.trainer.loss import IGNORE_INDEX
 
 
@@ -308,12 +309,28 @@ def split_files(directory: str | Path, split: str) -> list[Path]:
     meta = read_metadata(directory)
     if meta is not None:
         entry = meta["splits"].get(split)
-        return [Path(directory) / name for name in entry["files"]] if entry else []
+        return [listed_file(directory, name, split) for name in entry["files"]] if entry else []
     if split != "train":
         return []
     found = sorted(p for p in Path(directory).rglob("*") if p.suffix in (".bin", ".npy") and p.is_file())
+    for path in found:
+        try:
+            files.found_inside(directory, path)
+        except files.OutsideFolderError as err:
+            raise settings_table.ContractError("dataset", str(err)) from None
     _refuse_twins(found, directory)
     return found
+
+
+def listed_file(directory: str | Path, name: str, split: str) -> Path:
+    """The file ``name`` of ``split`` that the folder's ``metadata.json`` lists, confined to the folder
+    (``training.trainer.files``: a ``../``, absolute or linked-out name refused, naming it)."""
+    try:
+        return files.inside(
+            directory, name, f"{Path(directory) / METADATA_FILE}", f"as a file of the {split} split"
+        )
+    except files.OutsideFolderError as err:
+        raise settings_table.ContractError("dataset", str(err)) from None
 
 
 def _refuse_twins(files: list[Path], directory: str | Path) -> None:

@@ -151,6 +151,26 @@ BLOCK_LINEARS: dict[str, tuple[str, ...]] = {
 ``training.models``: ``training.trainer.model.layout``'s fusion)."""
 
 
+def rank_note(shape: ModelConfig | shapes.ModelShape, settings: LoraSettings) -> str | None:
+    """A note when ``lora_rank`` is above what a targeted projection can use: an adapter ``B A`` of an
+    ``out x in`` weight has rank at most ``min(out, in)``, so a larger rank adds parameters and memory but nothing
+    to learn (above the hidden size, no projection of a block can use it). None when every targeted projection
+    can."""
+    model = decoder.as_config(shape)
+    dims = model.projection_shapes()
+    over = [(name, dims[name]) for name in settings.targets if settings.rank > min(dims[name])]
+    if not over:
+        return None
+    named = " and ".join(f"{name} ({rows} x {cols})" for name, (rows, cols) in over)
+    hidden = f"the hidden size {model.hidden_size} and " if settings.rank > model.hidden_size else ""
+    them = "it" if len(over) == 1 else "them"
+    return (
+        f"note: lora_rank {settings.rank} is above {hidden}what {named} can use: an adapter's B A has rank at most "
+        "the smaller side of its weight, so the rank beyond adds parameters and memory but nothing to learn; lower "
+        f"lora_rank to {min(min(d) for _, d in over)}, or leave {them} out of lora_targets"
+    )
+
+
 def block_parts(shape: ModelConfig | shapes.ModelShape) -> dict[str, tuple[tuple[str, int], ...]]:
     """The torch block's linear layers (``qkv``, ``out_proj``, ``gate_up``, ``down``) -> their projections and
     rows (``ModelConfig.projection_shapes``; the contract's Llama ``ModelShape`` as the Llama it describes)."""

@@ -1,0 +1,170 @@
+"""Nothing this trainer reads is unpickled without ``weights_only`` (issue 53 item 8): ``model.pt`` (the exports),
+a checkpoint's ``rank_*.pt`` trainer state, DCP's ``.metadata`` and the non-tensor values DCP stores as bytes. A
+file that carries code is refused in one line naming it, and its code never runs (each tampered file here would
+create a file when unpickled). One process, no torchrun."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from training.trainer.checkpoint import checkpoint, export_hf, safe_load
+from training.trainer.checkpoint.checkpoint import MARKER
+
+
+class Payload:
+    """What an attacker puts in a pickle: unpickling it runs ``os.system``, which here only creates ``ran``."""
+
+    def __init__(self, ran: Path):
+        self.ran = ran
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.ran}",))
+
+
+def test_a_model_file_carrying_code_is_refused_in_one_line_and_its_code_never_runs(tmp_path):
+    ran = tmp_path / "ran"
+    model = tmp_path / "model.pt"
+    torch.save({"config": {}, "step": 1, "state_dict": {"w": torch.zeros(2)}, "data": Payload(ran)}, model)
+    with pytest.raises(export_hf.ExportError) as info:
+        export_hf.load_model_file(model)
+    message = str(info.value)
+    assert message.startswith(
+        f"model_dir: {model} was not loaded: it holds more than tensors and plain values"
+    )
+    assert "GLOBAL posix.system" in message and "\n" not in message, message
+    assert not ran.exists()
+
+
+def test_a_model_file_of_quantized_weights_is_saved_as_plain_tensors_and_loads_weights_only(
+    tmp_path, monkeypatch
+):
+    """Transformer Engine's quantized primary weights (``quantized_model_init``) are tensor subclasses that a
+    weights-only load refuses: ``save_model`` writes their values (``dequantize()``), as the export reads them."""
+
+    class Quantized(torch.Tensor):
+        def dequantize(self):
+            return torch.Tensor(self).as_subclass(torch.Tensor) * 2
+
+    weight = torch.ones(2, 3).as_subclass(Quantized)
+    monkeypatch.setattr(
+        checkpoint, "get_model_state_dict", lambda *_a, **_k: {"w": weight, "b": torch.ones(3)}
+    )
+    saved = checkpoint.save_model(None, str(tmp_path), 3, {"precision": "fp8"}, rank=0)
+    loaded = export_hf.load_model_file(saved)
+    assert type(loaded["state_dict"]["w"]) is torch.Tensor and torch.equal(
+        loaded["state_dict"]["w"], weight * 2
+    )
+    assert torch.equal(loaded["state_dict"]["b"], torch.ones(3))
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A one-process gloo group and the ``DistEnv`` fields ``CheckpointManager`` reads."""
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        yield SimpleNamespace(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), cpu_group=None)
+    finally:
+        dist.destroy_process_group()
+
+
+def reseal(folder: Path) -> None:
+    """Record the folder's files as they are now in its ``COMPLETE`` (what someone who can write the bucket does
+    after changing a file: the checksums then pass)."""
+    marker = json.loads((folder / MARKER).read_text())
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != MARKER}
+    marker["files"] = {name: len(content) for name, content in files.items()}
+    marker["sha256"] = {name: hashlib.sha256(content).hexdigest() for name, content in files.items()}
+    (folder / MARKER).write_text(json.dumps(marker))
+
+
+def saved_checkpoint(root: Path, env) -> tuple[Path, torch.nn.Module, torch.optim.Optimizer]:
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(net.parameters())
+    manager = checkpoint.CheckpointManager(str(root), 3, env)
+    folder = manager.save(4, net, optimizer, {"step": 4, "data": {"position": 4}})
+    return folder, net, optimizer
+
+
+def test_a_checkpoints_trainer_state_loads_weights_only(one_rank, tmp_path):
+    folder, net, optimizer = saved_checkpoint(tmp_path / "ckpt", one_rank)
+    state = checkpoint.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank).load_latest(net, optimizer)
+    assert state is not None and state["step"] == 4 and state["data"] == {"position": 4}
+    assert optimizer.param_groups[0]["lr"] == 0.001  # DCP's non-tensor values (bytes), loaded weights-only
+
+
+def tamper_rank_file(folder: Path, ran: Path) -> str:
+    state = torch.load(folder / "rank_00000.pt", weights_only=True)
+    torch.save({**state, "data": Payload(ran)}, folder / "rank_00000.pt")
+    return "rank_00000.pt"
+
+
+def tamper_metadata(folder: Path, ran: Path) -> str:
+    (folder / ".metadata").write_bytes(pickle.dumps(Payload(ran)))
+    return ".metadata"
+
+
+def tamper_stored_value(folder: Path, ran: Path) -> str:
+    """Rewrite the checkpoint with DCP itself, its optimizer's learning rate (a value DCP stores as bytes) replaced
+    by the payload."""
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(net.parameters())
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(net, optimizer)
+    optim_sd["param_groups"][0]["lr"] = Payload(ran)
+    for path in folder.glob("*.distcp"):
+        path.unlink()
+    (folder / ".metadata").unlink()
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder))
+    return "__0_0.distcp"
+
+
+@pytest.mark.parametrize("tamper", [tamper_rank_file, tamper_metadata, tamper_stored_value])
+def test_a_checkpoint_file_carrying_code_is_set_aside_naming_it_and_its_code_never_runs(
+    one_rank, tmp_path, tamper
+):
+    folder, net, optimizer = saved_checkpoint(tmp_path / "ckpt", one_rank)
+    ran = tmp_path / "ran"
+    name = tamper(folder, ran)
+    reseal(folder)
+    manager = checkpoint.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank)
+    assert manager.load_latest(net, optimizer) is None
+    assert not ran.exists()
+    ((skipped, reason),) = manager.set_aside
+    assert skipped == folder.name and "\n" not in reason
+    assert (
+        f"{folder / name}" in reason
+        and "was not loaded: it holds more than tensors and plain values" in reason
+    )
+    assert (folder.parent / f"{folder.name}.unusable").is_file()
+
+
+def test_an_unsealed_saves_metadata_carrying_code_is_not_run_when_the_next_start_looks_at_it(
+    one_rank, tmp_path
+):
+    folder, _, _ = saved_checkpoint(tmp_path / "ckpt", one_rank)
+    ran = tmp_path / "ran"
+    (folder / MARKER).unlink()
+    tmp = folder.rename(folder.with_name(folder.name + ".tmp"))
+    tamper_metadata(tmp, ran)
+    view = checkpoint._node_view(tmp, folder)
+    assert view["listed"] is None and not ran.exists()
+
+
+def test_the_metadata_reader_allows_what_dcp_writes_and_nothing_else(tmp_path):
+    dcp.save({"w": torch.zeros(2, 3, dtype=torch.bfloat16), "n": 3}, checkpoint_id=str(tmp_path))
+    metadata = safe_load.Reader(str(tmp_path)).read_metadata()
+    assert set(metadata.state_dict_metadata) == {"w", "n"}
+    loaded = {"w": torch.ones(2, 3, dtype=torch.bfloat16), "n": 0}
+    dcp.load(loaded, storage_reader=safe_load.Reader(str(tmp_path)), planner=safe_load.Planner(tmp_path))
+    assert loaded["n"] == 3 and not loaded["w"].any()
