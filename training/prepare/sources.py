@@ -86,7 +86,13 @@ def records(path: Path, name: str, *, text_field: str | None) -> Iterator[tuple[
                 )
             else:
                 yield f"{name}:1", _decode(stream.read(), f"{name}:1")
-    except (OSError, EOFError) as err:  # a damaged gzip/zstd stream, or a cut-short object
+    except SourceError:
+        raise
+    except (OSError, EOFError, ValueError) as err:  # a damaged gzip stream, a cut-short object
+        raise SourceError(f"{name}: cannot be read as {compression or suffix}: {err}") from None
+    except Exception as err:
+        if type(err).__name__ != "ZstdError":  # zstandard's own (no OSError), for a damaged .zst
+            raise
         raise SourceError(f"{name}: cannot be read as {compression or suffix}: {err}") from None
 
 
