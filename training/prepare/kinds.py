@@ -30,9 +30,13 @@ from typing import Any
 import numpy as np
 
 from training.request import sft_data
-from training.trainer import chat_data, chat_prepare
-from training.trainer.prepare import BYTE_EOS, EOS_CANDIDATES
+from training.trainer import chat_data
 
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
+"""A tokenizer's end-of-document token: the first of these it has (as local ``prepare`` picks it)."""
+BYTE_EOS = 256
+"""The byte-level tokenizer's end of document (ids 0-255 are the UTF-8 bytes)."""
+TOO_LONG = ("drop", "truncate")
 SPLITS = ("train", "validation")
 TOKENIZER_FILE = "tokenizer.json"
 ENCODE_BATCH = 64
@@ -154,10 +158,10 @@ class ChatKind:
     histograms: bool = True
 
     def __post_init__(self) -> None:
-        if self.too_long not in chat_prepare.TOO_LONG:
-            raise KindError(
-                f"too-long: must be one of {', '.join(chat_prepare.TOO_LONG)}; got {self.too_long!r}"
-            )
+        from training.trainer import chat_prepare  # noqa: PLC0415 - the trainer's data module (torch): chat only
+
+        if self.too_long not in TOO_LONG:
+            raise KindError(f"too-long: must be one of {', '.join(TOO_LONG)}; got {self.too_long!r}")
         if self.max_tokens is not None and self.max_tokens < 2:
             raise KindError(f"max-tokens: must be at least 2; got {self.max_tokens}")
         try:
@@ -184,6 +188,8 @@ class ChatKind:
         return np.dtype(np.uint16 if self.vocab_size <= 1 << 16 else np.uint32)
 
     def settings(self) -> dict[str, Any]:
+        from training.trainer import chat_prepare  # noqa: PLC0415
+
         return {"kind": self.name, "token_dtype": self.dtype.name, "vocab_size": self.vocab_size,
                 "tokenizer": self.info, "chat_template": self.template,
                 "truncation": {"max_tokens": self.max_tokens, "too_long": self.too_long,
@@ -198,6 +204,8 @@ class ChatKind:
         return json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     def encode(self, records: list[tuple[str, Any]], counts: Counter) -> list[Example | None]:
+        from training.trainer import chat_prepare  # noqa: PLC0415
+
         out: list[Example | None] = []
         for where, record in records:
             counts["read"] += 1

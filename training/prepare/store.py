@@ -125,7 +125,7 @@ class S3Store:
         checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
         try:
             with open(path, "rb") as body:
-                self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=body, IfNoneMatch="*",
+                self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=body, IfNoneMatch="*", ChecksumAlgorithm="SHA256",
                                        ChecksumSHA256=checksum)  # fmt: skip
         except ClientError as err:
             if err.response["Error"]["Code"] in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
