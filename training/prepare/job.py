@@ -235,6 +235,11 @@ def s3_keys(uri: str, client: Any) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.model:  # a Processing job's model channel: the tokenizer (text) or the model folder (chat)
+        args.tokenizer = args.tokenizer or (
+            str(Path(args.model) / "tokenizer.json") if args.kind == "text" else None
+        )
+        args.init_from = args.init_from or (args.model if args.kind == "chat" else None)
     options = Options(kind=args.kind, tokenizer=args.tokenizer, text_field=args.text_field, init_from=args.init_from,
                       max_tokens=args.max_tokens, too_long=args.too_long,
                       validation_fraction=args.validation_fraction)  # fmt: skip
@@ -299,7 +304,10 @@ def _parser() -> argparse.ArgumentParser:
         "--text-field", default="text", help="JSON Lines field / Parquet column of a document."
     )
     parser.add_argument("--init-from", help="A model folder with its chat template (chat).")
-    parser.add_argument("--max-tokens", type=int, help="Longest example kept (chat; default no limit).")
+    parser.add_argument("--model", help="A folder with tokenizer.json (text) or a chat model's files (chat).")
+    parser.add_argument(
+        "--max-tokens", type=_limit, help="Longest example kept (chat; default none: no limit)."
+    )
     parser.add_argument(
         "--too-long", default="drop", choices=("drop", "truncate"), help="Above --max-tokens (chat)."
     )
@@ -308,6 +316,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--workers", type=int, help="Processes (default: one per core).")
     return parser
+
+
+def _limit(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
 
 
 if __name__ == "__main__":
