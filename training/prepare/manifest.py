@@ -25,6 +25,8 @@ MANIFEST_FILE = "metadata.json"
 SPLITS = ("train", "validation")
 FILE_KEYS = ("files", "masks", "documents")
 SHARDS = "shards/"
+RECORD_FILE = "record.json"
+"""A shard's record (its counts and files), written last: its presence marks the shard complete."""
 SHOWN = 5
 """At most this many problems are named one by one."""
 
@@ -180,7 +182,7 @@ def unfinished_problem(sizes: Mapping[str, int], where: str) -> list[str]:
     """A folder with shards but no manifest: its preparation has not finished (or failed)."""
     if MANIFEST_FILE in sizes or not any(name.startswith(SHARDS) for name in sizes):
         return []
-    records = sum(1 for name in sizes if name.startswith(SHARDS) and name.endswith("/record.json"))
+    records = sum(1 for name in sizes if name.startswith(SHARDS) and name.endswith("/" + RECORD_FILE))
     return [
         f"{where} holds {records} complete shards but no {MANIFEST_FILE}: its preparation has not finished (or "
         "failed); run it again to complete it (complete shards are kept), then train"

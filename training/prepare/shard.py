@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from training.prepare import sources
+from training.prepare import manifest, sources
 from training.prepare.kinds import (
     ENCODE_BATCH,
     SPLITS,
@@ -30,10 +30,10 @@ from training.prepare.kinds import (
     TextKind,
     stable_fraction,
 )
+from training.prepare.manifest import RECORD_FILE
 
 RECORD_FORMAT = "training.prepare.shard/1"
-RECORD_FILE = "record.json"
-SHARDS = "shards/"
+SHARDS = manifest.SHARDS
 """Where the shards live under the output prefix (or folder)."""
 
 

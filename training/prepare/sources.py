@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 COMPRESSIONS = (".gz", ".zst")
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".text")
@@ -45,7 +45,7 @@ def is_input(name: str) -> bool:
 
 
 @contextmanager
-def opened(path: Path, compression: str | None) -> Iterator[IO[bytes]]:
+def opened(path: Path, compression: str | None) -> Iterator[Any]:
     """The object's bytes, decompressed."""
     with open(path, "rb") as raw:
         if compression == ".gz":
@@ -103,7 +103,7 @@ def _decode(raw: bytes, where: str) -> str:
         raise SourceError(f"{where}: not UTF-8 ({err.reason} at byte {err.start})") from None
 
 
-def _jsonl(stream: IO[bytes], name: str, text_field: str | None) -> Iterator[tuple[str, Any]]:
+def _jsonl(stream: Any, name: str, text_field: str | None) -> Iterator[tuple[str, Any]]:
     for number, raw in enumerate(
         io.BufferedReader(stream, 1 << 20) if not hasattr(stream, "peek") else stream, 1
     ):
