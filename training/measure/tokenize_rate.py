@@ -65,7 +65,14 @@ def timed(run, folder: Path) -> tuple[float, float, int]:
     return time.perf_counter() - started, cpu_seconds() - cpu, tokens
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = _parser().parse_args(argv)
+    if not args.wikipedia and not args.news:
+        _parser().error("give --wikipedia, --news or both")
+    return args
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m training.measure.tokenize_rate", description=__doc__.splitlines()[0]
     )
@@ -82,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--copies", type=int, default=1, help="Repeat the documents (a longer steady state).")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="Processes of the pool run.")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
     from tokenizers import Tokenizer  # noqa: PLC0415 - after the thread settings
@@ -91,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     from training.prepare.store import LocalStore  # noqa: PLC0415
     from training.trainer import prepare as local  # noqa: PLC0415
 
-    if not args.wikipedia and not args.news:
-        parser.error("give --wikipedia, --news or both")
     docs = wikipedia_documents(Path(args.wikipedia)) if args.wikipedia else []
     if args.news:
         docs += [line for line in Path(args.news).read_text(encoding="utf-8").splitlines() if line.strip()]
