@@ -13,7 +13,7 @@ from constructs_lib.preparation.construct import DataPreparation
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 from tests.cdk_helpers import DEFAULT_ENV
 from tests.training.chat_models import tokenizer_json
-from tests.training.prepare.corpus import write_corpus
+from tests.training.input_formats import write_corpus
 from tests.workflow import processing
 from tests.workflow.harness import definition_of
 

@@ -10,7 +10,7 @@ warm-up run (discarded), alternating, the median and the spread (min to max) pri
 
 * ``tokenizer``: ``Tokenizer.encode_batch`` over the documents in memory, single-threaded (``RAYON_NUM_THREADS=1``,
   ``TOKENIZERS_PARALLELISM=false``): the ceiling of one core;
-* ``local prepare``: ``training.trainer.prepare.prepare`` (one process: read, tokenize, write ``train.bin``);
+* ``local prepare``: ``training.prepare.corpus.prepare`` (one process: read, tokenize, write ``train.bin``);
 * ``processing script``: ``training.prepare.job.run`` with one process (read the objects, tokenize, split by hash,
   hash and write the shards, records, manifest) into a local folder, and with ``--workers`` processes (the pool).
 
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["RAYON_NUM_THREADS"] = "1"
     from tokenizers import Tokenizer  # noqa: PLC0415 - after the thread settings
 
+    from training.prepare import corpus as local  # noqa: PLC0415
     from training.prepare import job  # noqa: PLC0415
     from training.prepare.store import LocalStore  # noqa: PLC0415
-    from training.trainer import prepare as local  # noqa: PLC0415
 
     docs = wikipedia_documents(Path(args.wikipedia)) if args.wikipedia else []
     if args.news:

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from training.prepare import chat_data
 from training.request import sft_data
-from training.trainer import chat_data
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 """A tokenizer's end-of-document token: the first of these it has (as local ``prepare`` picks it)."""
@@ -158,7 +158,7 @@ class ChatKind:
     histograms: bool = True
 
     def __post_init__(self) -> None:
-        from training.trainer import chat_prepare  # noqa: PLC0415 - the trainer's data module (torch): chat only
+        from training.prepare import chat  # noqa: PLC0415 - the trainer's data module (torch): chat only
 
         if self.too_long not in TOO_LONG:
             raise KindError(f"too-long: must be one of {', '.join(TOO_LONG)}; got {self.too_long!r}")
@@ -166,7 +166,7 @@ class ChatKind:
             raise KindError(f"max-tokens: must be at least 2; got {self.max_tokens}")
         try:
             tokenizer, template = chat_data.load_tokenizer(self.init_from)
-            source = chat_prepare._template_source(self.init_from, template)
+            source = chat._template_source(self.init_from, template)
         except chat_data.ChatDataError as err:
             raise KindError(str(err)) from None
         self.renderer = chat_data.Renderer(tokenizer, template)
@@ -188,12 +188,12 @@ class ChatKind:
         return np.dtype(np.uint16 if self.vocab_size <= 1 << 16 else np.uint32)
 
     def settings(self) -> dict[str, Any]:
-        from training.trainer import chat_prepare  # noqa: PLC0415
+        from training.prepare import chat  # noqa: PLC0415
 
         return {"kind": self.name, "token_dtype": self.dtype.name, "vocab_size": self.vocab_size,
                 "tokenizer": self.info, "chat_template": self.template,
                 "truncation": {"max_tokens": self.max_tokens, "too_long": self.too_long,
-                               "how": chat_prepare._how(self.max_tokens, self.too_long)}}  # fmt: skip
+                               "how": chat._how(self.max_tokens, self.too_long)}}  # fmt: skip
 
     def model_files(self) -> dict[str, Path]:
         folder = Path(self.init_from)
@@ -204,7 +204,7 @@ class ChatKind:
         return json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     def encode(self, records: list[tuple[str, Any]], counts: Counter) -> list[Example | None]:
-        from training.trainer import chat_prepare  # noqa: PLC0415
+        from training.prepare import chat  # noqa: PLC0415
 
         out: list[Example | None] = []
         for where, record in records:
@@ -218,7 +218,7 @@ class ChatKind:
                 counts["no_assistant_turn"] += 1
                 out.append(None)
                 continue
-            ids, mask = chat_prepare._fit(example.ids, example.mask, self.max_tokens, self.too_long, counts)
+            ids, mask = chat._fit(example.ids, example.mask, self.max_tokens, self.too_long, counts)
             if ids is None:
                 out.append(None)
                 continue

@@ -5,7 +5,7 @@ The rate is per process (one core, the tokenizer single-threaded), measured on t
 (``training.measure.tokenize_rate``; docs/data.md gives the run): a Processing instance runs one process per vCPU,
 as many as it has input objects to give them. Time = the job's start + the input over (instances x busy processes
 x the rate). Prices: on-demand Linux EC2 list rates, us-east-1 (a floor for SageMaker's ml.* rate, as
-``training.request.contract``'s GPU prices): update them for your region from the SageMaker AI pricing page.
+``training.contract.hardware``'s GPU prices): update them for your region from the SageMaker AI pricing page.
 """
 
 from __future__ import annotations

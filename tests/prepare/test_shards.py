@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.training.chat_models import model_folder
-from tests.training.prepare.corpus import write_corpus
+from tests.training.input_formats import write_corpus
 from training.prepare import job, manifest
 from training.prepare.kinds import stable_fraction
 from training.prepare.shard import record_name

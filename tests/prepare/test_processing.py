@@ -14,11 +14,11 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from tests.training.prepare.corpus import write_corpus
+from tests.training.input_formats import write_corpus
 from training.prepare import manifest
 from training.prepare.store import LocalStore
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "data"
 FRACTION = "0.2"
 
