@@ -178,3 +178,34 @@ def test_conversations_make_the_chat_manifest_the_request_check_reads(tmp_path):
             == meta["splits"][split]["tokens"]
         )
         assert sum(lengths.values()) == meta["splits"][split]["examples"]
+
+
+def test_the_request_check_refuses_a_prepared_folder_unfinished_or_disagreeing_with_its_manifest(
+    corpus, tmp_path
+):
+    import boto3
+    from moto import mock_aws
+
+    from training.request.reads import prepared_problems
+
+    folder, _ = corpus
+    prepare(folder, tmp_path / "out")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="data-bucket")
+        for name in LocalStore(tmp_path / "out").listing():
+            s3.upload_file(str(tmp_path / "out" / name), "data-bucket", f"data/ready/{name}")
+        s3.put_object(Bucket="data-bucket", Key="data/plain/train.bin", Body=b"\0\0")
+        assert prepared_problems(s3, "s3://data-bucket/data/ready/") == []
+        assert prepared_problems(s3, "s3://data-bucket/data/plain/") == []  # no shards: another kind of data
+        meta = json.loads((tmp_path / "out" / manifest.MANIFEST_FILE).read_text())
+        s3.delete_object(Bucket="data-bucket", Key=f"data/ready/{meta['splits']['train']['files'][0]}")
+        (found,) = prepared_problems(s3, "s3://data-bucket/data/ready/")
+        assert found.startswith(
+            "train_data_uri: s3://data-bucket/data/ready/metadata.json lists 1 files that are not"
+        )
+        s3.delete_object(Bucket="data-bucket", Key="data/ready/metadata.json")
+        (found,) = prepared_problems(s3, "s3://data-bucket/data/ready/")
+        assert found.startswith(
+            "train_data_uri: s3://data-bucket/data/ready/ holds 7 complete shards but no metadata"
+        )
