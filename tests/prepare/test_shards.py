@@ -15,6 +15,7 @@ from training.prepare import job, manifest
 from training.prepare.kinds import stable_fraction
 from training.prepare.shard import record_name
 from training.prepare.store import LocalStore, StoreError
+from training.trainer.data import packing
 
 FRACTION = 0.2
 
@@ -178,6 +179,11 @@ def test_conversations_make_the_chat_manifest_the_request_check_reads(tmp_path):
             == meta["splits"][split]["tokens"]
         )
         assert sum(lengths.values()) == meta["splits"][split]["examples"]
+        read, trained, offsets = packing.read_split(
+            tmp_path / "out", split, "uint16"
+        )  # as the trainer reads it
+        assert read.tobytes() == tokens.tobytes() and trained.tobytes() == mask.tobytes()
+        assert sorted(np.diff(offsets).tolist()) == sorted(n for n, c in lengths.items() for _ in range(c))
 
 
 def test_the_request_check_refuses_a_prepared_folder_unfinished_or_disagreeing_with_its_manifest(
