@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
@@ -36,6 +37,7 @@ from constructs_lib.image.repository import TrainingImageRepository
 from constructs_lib.preparation.job_request import processing_job_request
 from constructs_lib.preparation.permissions import grant_job_role, grant_state_machine
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
+from constructs_lib.workflow.permissions import trust_only_this_state_machine
 from training.prepare.plan import DEFAULT_INSTANCE_TYPE, PROCESSING_INSTANCE_TYPES
 
 CREATE_PROCESSING_JOB_SYNC = "arn:aws:states:::sagemaker:createProcessingJob.sync"
@@ -71,6 +73,8 @@ class DataPreparation(Construct):
     :param volume_size_gb: EBS volume per instance (its share of the corpus is downloaded there). Default 500.
     :param max_runtime: one job's bound (1 hour to 5 days). Default 24 hours.
     :param log_retention: of the execution log group. Default six months.
+    :param encryption_key: customer managed key of the execution log group (its policy gets what CloudWatch Logs
+        needs). Default: CloudWatch Logs' own encryption.
     :param removal_policy: of the log group. Default ``RETAIN``.
     :param tags: on the jobs. Default none.
     """
@@ -93,6 +97,7 @@ class DataPreparation(Construct):
         volume_size_gb: int = 500,
         max_runtime: Duration | None = None,
         log_retention: logs.RetentionDays | None = None,
+        encryption_key: kms.IKey | None = None,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
         tags: Mapping[str, str] | None = None,
     ) -> None:
@@ -140,14 +145,16 @@ class DataPreparation(Construct):
                        output_prefix=self.output_prefix, repository=repository)  # fmt: skip
         request = processing_job_request(role_arn=self.role.role_arn, image_uri=image_uri, volume_size_gb=volume_size_gb,
                                          max_runtime_seconds=runtime, tags=dict(tags or {}))  # fmt: skip
-        self.log_group = keyed_log_group(self, None, log_retention or logs.RetentionDays.SIX_MONTHS, removal_policy,
+        self.log_group = keyed_log_group(self, encryption_key, log_retention or logs.RetentionDays.SIX_MONTHS, removal_policy,
                                          "/aws/vendedlogs/states/")  # fmt: skip
+        name = Names.unique_resource_name(self, max_length=80)  # known at synth: the trust names this machine
         self.state_machine = sfn.StateMachine(
-            self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(self._definition(request)),
+            self, "StateMachine", state_machine_name=name, definition_body=sfn.DefinitionBody.from_chainable(self._definition(request)),
             timeout=Duration.seconds(runtime + 3600), tracing_enabled=True,
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
             comment="Prepare one corpus as a SageMaker Processing job over several instances (docs/data.md)",
         )  # fmt: skip
+        trust_only_this_state_machine(self.state_machine, name)
         grant_state_machine(self, self.state_machine.role, job_role=self.role, bucket=self.bucket,
                             output_prefix=self.output_prefix)  # fmt: skip
 
