@@ -154,8 +154,9 @@ def run(options: Options, store: Store, all_keys: list[str], here: dict[str, Pat
             outcome.tokens += sum(e["tokens"] for e in record["splits"].values())
             outcome.source_bytes += int(record["source_bytes"])
             elapsed = time.monotonic() - started
-            say(f"shard {outcome.prepared}/{len(todo)} {record['key']}: {outcome.tokens:,} tokens, "
-                f"{outcome.source_bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s here")  # fmt: skip
+            tokens = sum(e["tokens"] for e in record["splits"].values())
+            say(f"shard {outcome.prepared}/{len(todo)} {record['key']}: {tokens:,} tokens ({outcome.tokens:,} so far "
+                f"here, {outcome.source_bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s of input)")  # fmt: skip
     outcome.seconds = time.monotonic() - started
     finish(kind, options, store, all_keys, digest, outcome, say)
     return outcome
