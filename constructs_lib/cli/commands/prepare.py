@@ -104,8 +104,8 @@ def do_prepare(shell: Shell) -> int:
 
 def do_status(shell: Shell) -> int:
     args = shell.args
-    state = preparation.progress(_client(shell, "s3"), _client(shell, "stepfunctions"), args.execution,
-                                 args.input_uri, args.output_uri)  # fmt: skip
+    sfn = _client(shell, "stepfunctions") if args.execution else None
+    state = preparation.progress(_client(shell, "s3"), sfn, args.execution, args.input_uri, args.output_uri)
     if args.json:
         shell.emit(state.__dict__)
     else:
