@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.prepare import manifest, plan, sources
-from training.prepare.manifest import RECORD_FILE
+from training.prepare import plan, sources
+from training.request import data_manifest as manifest
+from training.request.data_manifest import RECORD_FILE
 
 
 def _split(uri: str) -> tuple[str, str]:

@@ -15,8 +15,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.training.input_formats import write_corpus
-from training.prepare import manifest
 from training.prepare.store import LocalStore
+from training.request import data_manifest as manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "data"

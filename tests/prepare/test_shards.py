@@ -11,10 +11,11 @@ import pytest
 
 from tests.training.chat_models import model_folder
 from tests.training.input_formats import write_corpus
-from training.prepare import job, manifest
+from training.prepare import job
 from training.prepare.kinds import stable_fraction
 from training.prepare.shard import record_name
 from training.prepare.store import LocalStore, StoreError
+from training.request import data_manifest as manifest
 from training.trainer.data import packing
 
 FRACTION = 0.2

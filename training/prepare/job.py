@@ -33,9 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.prepare import manifest, sources
+from training.prepare import sources
 from training.prepare.kinds import KindError, file_sha256, make_kind, single_threaded
-from training.prepare.manifest import MANIFEST_FILE, ManifestError
 from training.prepare.shard import (
     RECORD_FILE,
     ShardError,
@@ -45,6 +44,8 @@ from training.prepare.shard import (
     write_shard,
 )
 from training.prepare.store import LocalStore, S3Store, Store, StoreError
+from training.request import data_manifest as manifest
+from training.request.data_manifest import MANIFEST_FILE, ManifestError
 
 SETTINGS_FILE = "prepare.json"
 PROCESSING_INPUT = "/opt/ml/processing/input/data"

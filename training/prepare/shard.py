@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from training.prepare import manifest, sources
+from training.prepare import sources
 from training.prepare.kinds import (
     ENCODE_BATCH,
     SPLITS,
@@ -30,7 +30,8 @@ from training.prepare.kinds import (
     TextKind,
     stable_fraction,
 )
-from training.prepare.manifest import RECORD_FILE
+from training.request import data_manifest as manifest
+from training.request.data_manifest import RECORD_FILE
 
 RECORD_FORMAT = "training.prepare.shard/1"
 SHARDS = manifest.SHARDS

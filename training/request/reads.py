@@ -22,7 +22,7 @@ from training.contract.container import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE,
 from training.contract.settings_table import ContractError
 from training.contract.tuning import TUNE_RECORDS_FILE
 from training.plan import measured
-from training.prepare import manifest
+from training.request import data_manifest as manifest
 from training.request import hf_config, sft_data
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
