@@ -1,7 +1,8 @@
 """The Processing job's script as N local instances: each a process with its own ``/opt/ml/processing``-shaped
 folder holding its share of the input objects (as ``ShardedByS3Key`` hands them out), all listing the input and
 writing the output through a real S3-compatible server on loopback (moto's server mode). One instance and four,
-and a local run into a folder, give the same objects byte for byte; a rerun writes nothing new."""
+and a local run into a folder (``python -m training.prepare --sharded``, as docs/data.md prints it), give the same
+objects byte for byte; a rerun writes nothing new."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_one_instance_and_four_and_a_local_run_write_the_same_bytes(s3, tmp_path
     assert [p.returncode for p in started] == [0] * 5, "\n".join(logs)
     assert sum("manifest s3://" in log for log in logs[1:]) >= 1  # the last of the four wrote it
     local = tmp_path / "local"
-    done = subprocess.run([sys.executable, "-m", "training.prepare.job", "--input", str(corpus), "--output", str(local),
+    done = subprocess.run([sys.executable, "-m", "training.prepare", "--sharded", str(corpus), "--output", str(local),
                            "--validation-fraction", FRACTION, "--workers", "1"], cwd=ROOT, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,8 @@
 The corpus (``tokenize_rate``'s) is cut into ``--objects`` JSON Lines objects and put on an S3-compatible server on
 loopback (moto's server mode); the Processing script then runs as one instance with two processes and as four
 instances with one process each (every instance a process of its own with its share of the objects in a folder of
-its own, as ``ShardedByS3Key`` hands them out), and once locally into a folder. It prints the objects each wrote,
+its own, as ``ShardedByS3Key`` hands them out), and once locally into a folder (``python -m training.prepare
+--sharded``). It prints the objects each wrote,
 whether they are equal, and the SHA-256 of each split's token stream in the manifest's order.
 """
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             if process.returncode:
                 print(output)
                 return 1
-    subprocess.run([sys.executable, "-m", "training.prepare.job", "--input", str(tmp / "corpus"), "--output",
+    subprocess.run([sys.executable, "-m", "training.prepare", "--sharded", str(tmp / "corpus"), "--output",
                     str(tmp / "local"), "--tokenizer", args.tokenizer, "--workers", "1"], cwd=ROOT, check=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)  # fmt: skip
 

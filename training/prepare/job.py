@@ -16,6 +16,10 @@ finishes earlier leaves that to the last.
 A bad record stops the run with one line naming the object and the line (exit 2); the shards written before stay
 complete and are skipped by the rerun. What the run writes depends only on the input objects and the settings
 (``prepare.json``, written first): one instance or many, one worker or sixteen, give the same bytes.
+
+On a laptop the same run is ``python -m training.prepare --sharded FILE_OR_FOLDER ... --output FOLDER``
+(``prepare_local``): each file is the object its name below the folder given (or, named itself, its own name) would
+be under ``input_uri``, so its output equals the Processing job's for the same objects and settings.
 """
 
 from __future__ import annotations
@@ -137,6 +141,9 @@ def run(options: Options, store: Store, all_keys: list[str], here: dict[str, Pat
     kind = make_kind(options.kind, **asdict(options))
     settings = {**kind.settings(), "validation_fraction": options.validation_fraction}
     digest = settings_sha256(settings)
+    if store.head(SETTINGS_FILE) is None and store.head(MANIFEST_FILE) is not None:
+        raise StoreError(f"{store.where} holds a {MANIFEST_FILE} of another preparation (no {SETTINGS_FILE}: not "
+                         "sharded); prepare into another output")  # fmt: skip
     _put_json(store, SETTINGS_FILE, settings)
     outcome, started = Outcome(total=len(all_keys)), time.monotonic()
     todo = []
@@ -230,6 +237,44 @@ def local_inputs(folder: Path) -> dict[str, Path]:
             if p.is_file() and sources.is_input(p.name)}  # fmt: skip
 
 
+def input_keys(inputs: list[str]) -> dict[str, Path]:
+    """Local inputs by the key each would have under ``input_uri``: a folder's files by their path below it (what
+    ``aws s3 sync FOLDER INPUT_URI`` names them), a file named itself by its name. ``KindError`` for a name that is
+    neither, a file of no input format, two files with one key, or no input at all."""
+    found: dict[str, Path] = {}
+    for name in inputs:
+        path = Path(name)
+        if path.is_dir():
+            items = local_inputs(path)
+        elif path.is_file() and sources.is_input(path.name):
+            items = {path.name: path}
+        elif path.is_file():
+            raise KindError(f"input: {name} is not an input format ({', '.join(sources.SUFFIXES)}, optionally "
+                            f"{' or '.join(sources.COMPRESSIONS)})")  # fmt: skip
+        else:
+            raise KindError(f"input: {name} is neither a file nor a folder")
+        for key, file in items.items():
+            if key in found:
+                raise KindError(
+                    f"input: {found[key]} and {file} would both be the object {key}; give each once"
+                )
+            found[key] = file
+    if not found:
+        raise KindError(f"input: no input objects in {', '.join(inputs)} (formats {', '.join(sources.SUFFIXES)}, "
+                        f"optionally {' or '.join(sources.COMPRESSIONS)})")  # fmt: skip
+    return found
+
+
+def prepare_local(inputs: list[str], output: str, options: Options, *, workers: int,
+                  say: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+    """``python -m training.prepare --sharded``: the Processing job's run on this machine, every input here, into
+    the folder ``output``; the manifest."""
+    here = input_keys(inputs)
+    store = LocalStore(output)
+    run(options, store, sorted(here), here, workers=workers, say=say)
+    return json.loads(store.get(MANIFEST_FILE) or b"{}")
+
+
 def s3_keys(uri: str, client: Any) -> list[str]:
     """Every input object's key below the prefix ``uri`` (what ``ShardedByS3Key`` shares out)."""
     return sorted(k for k in S3Store(uri, client).listing() if sources.is_input(k) and not k.endswith("/"))
@@ -262,6 +307,37 @@ def main(argv: list[str] | None = None) -> int:
     except (ShardError, KindError, ManifestError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
+    return 0
+
+
+def main_local(args: argparse.Namespace) -> int:
+    """``python -m training.prepare --sharded ...`` (its parsed arguments): ``prepare_local``, then what was
+    written and the trainer's options, as local ``prepare`` prints them."""
+    refused = [option for option, given in (("--validation-file", args.validation_file),
+                                            ("--block-tokens", args.block_tokens)) if given is not None]  # fmt: skip
+    if refused:
+        print(f"error: {', '.join(refused)}: not with --sharded (the split is by each record's hash: "
+              "--validation-fraction)", file=sys.stderr)  # fmt: skip
+        return 2
+    options = Options(kind="chat" if args.init_from else "text", tokenizer=args.tokenizer, text_field=args.text_field,
+                      init_from=args.init_from, max_tokens=args.max_tokens, too_long=args.too_long,
+                      validation_fraction=args.validation_fraction)  # fmt: skip
+    try:
+        meta = prepare_local(args.inputs, args.output, options, workers=args.workers or os.cpu_count() or 1,
+                             say=lambda s: print(s, flush=True))  # fmt: skip
+    except (ShardError, KindError, ManifestError, StoreError) as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    splits = ", ".join(f"{name} {entry['tokens']:,} tokens" for name, entry in meta["splits"].items())
+    print(f"prepared {len(meta['shards'])} input objects into {args.output} (sharded, split by hash): {splits}; "
+          f"tokenizer {meta['tokenizer']['name']}, vocab_size {meta['vocab_size']}, token_dtype {meta['token_dtype']}")  # fmt: skip
+    if options.kind == "chat":
+        seq = max(8, -(-int(meta["max_example_tokens"]) // 8) * 8)
+        print(f"train with: --dataset channel --data_dir {args.output} --init_from {args.init_from} --token_dtype "
+              f"{meta['token_dtype']} --seq_length {seq} (at least)")  # fmt: skip
+    else:
+        print(f"train with: --dataset channel --data_dir {args.output} --vocab_size {meta['vocab_size']} "
+              f"--token_dtype {meta['token_dtype']}")  # fmt: skip
     return 0
 
 
