@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.prepare import plan, sources
+from training.prepare import plan
 from training.request import data_manifest as manifest
 from training.request.data_manifest import RECORD_FILE
 
@@ -25,27 +25,19 @@ def _split(uri: str) -> tuple[str, str]:
 
 def input_size(s3: Any, uri: str) -> tuple[int, int]:
     """(input objects, their bytes) under ``uri``: the objects a preparation reads (known formats only)."""
-    bucket, prefix = _split(uri)
-    objects = size = 0
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            if sources.is_input(item["Key"]):
-                objects, size = objects + 1, size + int(item["Size"])
-    return objects, size
+    return plan.prefix_size(s3, uri)
 
 
 def local_size(folder: str | Path) -> tuple[int, int]:
     """:func:`input_size` of a local folder (the plan offline)."""
-    files = [p for p in Path(folder).rglob("*") if p.is_file() and sources.is_input(p.name)]
-    return len(files), sum(p.stat().st_size for p in files)
+    return plan.folder_size(folder)
 
 
 def plan_for(objects: int, size: int, **options: Any) -> dict[str, Any]:
-    """The plan as the CLI shows it: the row, its inputs and the sources of its figures."""
+    """The plan as the CLI shows it: the row, its inputs, the sources of its figures and its lines in words."""
     chosen = plan.plan(size, objects, **options)
     return {**asdict(chosen), "row": chosen.row(), "input_objects": objects, "input_bytes": size,
-            "rate": plan.MEASURED, "prices": plan.PRICES_SOURCE,
-            "note": "compressed objects hold more text than their size: the time is a lower bound for them"}  # fmt: skip
+            "rate": plan.MEASURED, "lines": plan.describe(chosen, objects, size)}  # fmt: skip
 
 
 def start(sfn: Any, state_machine_arn: str, request: dict[str, Any], name: str | None = None) -> str:

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from constructs_lib.cli import preparation
 from constructs_lib.cli.commands import prepare
+from constructs_lib.cli.errors import OperatorError
 from constructs_lib.cli.shell import Shell, shared_arguments
 from training.prepare import plan
 
@@ -41,7 +42,8 @@ def measured(monkeypatch):
 
 def test_the_plan_picks_the_fewest_instances_within_the_target_and_says_where_figures_come_from():
     one_tb = preparation.plan_for(4000, 10**12)
-    vcpus, price = plan.PROCESSING_INSTANCE_TYPES["ml.c5.18xlarge"]
+    instance = plan.PROCESSING_INSTANCE_TYPES["ml.c5.18xlarge"]
+    vcpus, price = instance.vcpus, instance.usd_per_hour
     hours = plan.START_SECONDS / 3600 + 10**12 / (one_tb["instance_count"] * vcpus * 1e6) / 3600
     assert one_tb["hours"] == pytest.approx(hours) and one_tb["hours"] <= 2.0
     assert plan.plan(10**12, 4000, instance_count=one_tb["instance_count"] - 1).hours > 2.0
@@ -81,8 +83,50 @@ def test_plan_start_and_status_against_moto(tmp_path):
         assert prepare._output_uri(sfn, execution["executionArn"]) == output
 
 
-def test_a_local_folder_is_planned_offline(tmp_path):
+def test_a_local_folder_is_planned_offline_by_the_cli_and_the_plan_command(tmp_path, capsys):
     (tmp_path / "a.jsonl.zst").write_bytes(b"x" * 5000)
     (tmp_path / "notes.bin").write_bytes(b"x" * 5000)
     code, out = run(["prepare-plan", str(tmp_path), "--instance-count", "1"])
     assert code == 0 and out.startswith("1 input objects, 0.00 GB: 1 x ml.c5.18xlarge (1 processes busy)")
+    lines = out.splitlines()
+    assert lines[1] == "  rate: 1.0 MB/s per process (test)"
+    assert lines[2].startswith("  price: $3.06 per ml.c5.18xlarge hour (EC2 on-demand us-east-1, from the EC2 "
+                               "Auto Scaling user guide's instance-weighting example table (https://")  # fmt: skip
+    assert "only 1 input objects: 1 of each instance's 72 vCPUs busy" in out
+    # python -m training.prepare.plan FOLDER prints the same lines
+    assert plan.main([str(tmp_path), "--instance-count", "1"]) == 0
+    assert capsys.readouterr().out == out
+    code, out = run(
+        ["prepare-plan", str(tmp_path), "--instance-type", "ml.c7i.48xlarge", "--usd-per-hour", "12.5"]
+    )
+    assert (
+        code == 0
+        and "at $12.50 an instance-hour" in out
+        and "per ml.c7i.48xlarge hour (given (--usd-per-hour))" in out
+    )
+    # a price of 0 is refused naming the field (not read as "no price given"), and so is a folder with no input
+    with pytest.raises(OperatorError, match="usd_per_hour: must be above 0; got 0"):
+        run(["prepare-plan", str(tmp_path), "--usd-per-hour", "0"])
+    with pytest.raises(OperatorError, match="input: no input objects"):
+        run(["prepare-plan", str(_empty(tmp_path))])
+
+
+def test_every_price_says_where_it_is_from():
+    for name, instance in plan.PROCESSING_INSTANCE_TYPES.items():
+        assert instance.usd_per_hour > 0 and instance.vcpus > 0, name
+        assert "floor for SageMaker's ml.* rate" in instance.price_source, name
+        assert (
+            "https://" in instance.price_source
+            or "not checked against a published source" in instance.price_source
+        )
+    with pytest.raises(ValueError, match="usd_per_hour: must be above 0; got 0"):
+        plan.plan(10**9, 10, usd_per_hour=0)
+    with pytest.raises(ValueError, match=r"^input: no input objects \(formats \.txt, "):
+        plan.plan(0, 0)
+
+
+def _empty(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    (folder / "notes.bin").write_bytes(b"x")
+    return folder

@@ -48,14 +48,17 @@ def _sizing(parser: Any) -> None:
     parser.add_argument("--instance-count", dest="instance_count", type=positive_integer,
                         help="default: the fewest that finish within --target-hours")  # fmt: skip
     parser.add_argument("--target-hours", dest="target_hours", type=float, default=2.0, help="default 2")
+    parser.add_argument("--usd-per-hour", dest="usd_per_hour", type=float,
+                        help="your price of one instance-hour (default: the plan's table, its source named)")  # fmt: skip
 
 
 def _plan(shell: Shell, uri: str) -> dict[str, Any]:
     args = shell.args
-    objects, size = preparation.input_size(_client(shell, "s3"), uri) if uri.startswith("s3://") else \
-        preparation.local_size(uri)  # fmt: skip
-    options = {k: getattr(args, k) for k in ("instance_type", "instance_count") if getattr(args, k, None)}
+    options = {k: getattr(args, k) for k in ("instance_type", "instance_count", "usd_per_hour")
+               if getattr(args, k, None) is not None}  # fmt: skip
     try:
+        objects, size = preparation.input_size(_client(shell, "s3"), uri) if uri.startswith("s3://") else \
+            preparation.local_size(uri)  # fmt: skip
         return preparation.plan_for(objects, size, target_hours=args.target_hours, **options)
     except ValueError as err:
         raise OperatorError(str(err)) from None
@@ -66,13 +69,8 @@ def do_plan(shell: Shell) -> int:
     if shell.args.json:
         shell.emit(planned)
         return EXIT_OK
-    shell.out.print(f"{planned['input_objects']} input objects, {planned['input_bytes'] / 1e9:.2f} GB: {planned['row']}",
-                    markup=False)  # fmt: skip
-    rate = planned["rate"]
-    shell.out.print(f"  rate: {rate['mb_per_second_per_core']} MB/s per process ({rate['where']}); prices: "
-                    f"{planned['prices']}", markup=False)  # fmt: skip
-    for note in planned["notes"]:
-        shell.out.print(f"  note: {note}", markup=False)
+    for line in planned["lines"]:
+        shell.out.print(line, markup=False)
     return EXIT_OK
 
 
