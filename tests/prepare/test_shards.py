@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -63,6 +64,16 @@ def test_every_format_becomes_the_documents_in_key_order_split_by_their_own_hash
     assert manifest.meta_problems(meta) == []
     sizes = LocalStore(tmp_path / "out").listing()
     assert manifest.listing_problems(meta, sizes, "s3://b/p/") == []
+    assert_split_digests(tmp_path / "out", meta, ("files",))
+
+
+def assert_split_digests(folder: Path, meta: dict, keys: tuple[str, ...]) -> None:
+    """Each split's ``sha256`` (the field a local preparation writes, for the trainer to verify) names every file of
+    the split with its bytes' digest."""
+    for split, entry in meta["splits"].items():
+        names = [name for key in keys for name in entry[key]]
+        digests = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in names}
+        assert entry["sha256"] == digests, split
 
 
 def test_a_process_pool_writes_the_same_bytes(corpus, tmp_path):
@@ -166,6 +177,7 @@ def test_conversations_make_the_chat_manifest_the_request_check_reads(tmp_path):
     )
     assert meta["chat_template"]["end_of_turn"] == ["<|eot_id|>"] and meta["input_format"] == "messages"
     assert sft_data.meta_problems(meta) == []
+    assert_split_digests(tmp_path / "out", meta, ("files", "masks", "documents"))
     files = {name: (model / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")}
     assert sft_data.check_against_model(meta, files, None, str(model)) == []
     assert (tmp_path / "out" / "tokenizer.json").read_bytes() == files["tokenizer.json"]

@@ -4,10 +4,11 @@ check read. Pure Python (json only): the request check's Lambda reads it too.
 It is built from the shards' records in the order of their input keys (``build``), so it is the same, byte for
 byte, whichever instances made the shards. It says: the kind, token dtype, vocabulary and tokenizer (and the chat
 template's SHA-256 for conversations), every split's files in order (``files``; for conversations also ``masks`` and
-``documents``, one of each per shard), its tokens, trained tokens and examples, the example lengths as a histogram
-(conversations, and pairs later), the counts (records read, dropped, truncated), and ``shards``: each input key with
-its files' sizes and SHA-256. A folder holding it is what ``train_data_uri`` names: the trainer reads the listed
-files in order (the split's token stream is their concatenation).
+``documents``, one of each per shard) with each file's SHA-256 (``sha256``: name -> hex digest, the field a local
+preparation writes, for the trainer to verify), its tokens, trained tokens and examples, the example lengths as a
+histogram (conversations, and pairs later), the counts (records read, dropped, truncated), and ``shards``: each
+input key with its files' sizes and SHA-256. A folder holding it is what ``train_data_uri`` names: the trainer reads
+the listed files in order (the split's token stream is their concatenation).
 
 ``listing_problems`` is the request check's side: a manifest missing (shards but no manifest: the preparation has
 not finished), damaged, or disagreeing with the objects beside it (a listed file missing or of another size).
@@ -48,6 +49,7 @@ def build(settings: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *, 
             into = splits.setdefault(split, {"tokens": 0, "trained_tokens": 0, "examples": 0})
             for key, file in entry["files"].items():
                 into.setdefault(key, []).append(file["name"])
+                into.setdefault("sha256", {})[file["name"]] = file["sha256"]
             for name in ("tokens", "trained_tokens", "examples"):
                 into[name] += int(entry[name])
             lengths[split].update({int(n): int(c) for n, c in entry.get("lengths") or []})
