@@ -11,7 +11,8 @@ Execution input (JSONPath): ``name`` (the output folder ``<output_prefix><name>/
 ``s3://bucket/prefix/`` under ``read_prefixes``), ``model_uri`` (a folder holding ``tokenizer.json``, or for
 ``kind`` ``chat`` the model's tokenizer and chat template files), and optionally ``kind`` (``text``),
 ``text_field`` (``text``), ``validation_fraction`` (0.01), ``max_tokens``, ``too_long`` (``drop``),
-``instance_type`` and ``instance_count`` (the construct's defaults). The states: merge the defaults, refuse what
+``template_seconds`` (10: the longest one rendering of a chat template may take), ``instance_type`` and
+``instance_count`` (the construct's defaults). The states: merge the defaults, refuse what
 is not allowed (each refusal a Fail naming the field), run the job (``createProcessingJob.sync``), then read the
 manifest: an execution succeeds only with ``metadata.json`` in place, and its output names the folder to train on.
 """
@@ -42,6 +43,9 @@ from training.prepare.plan import DEFAULT_INSTANCE_TYPE, PROCESSING_INSTANCE_TYP
 
 CREATE_PROCESSING_JOB_SYNC = "arn:aws:states:::sagemaker:createProcessingJob.sync"
 MANIFEST = "metadata.json"
+TEMPLATE_SECONDS = 10.0
+"""The default bound on one rendering of a chat template: ``training.prepare.chat_data.TEMPLATE_SECONDS`` (not
+imported: that module loads numpy, which a synth does not need; a test keeps the two equal)."""
 
 
 def _prefix(name: str, value: str) -> str:
@@ -175,7 +179,8 @@ class DataPreparation(Construct):
 
     def _defaults(self) -> dict[str, Any]:
         return {"kind": "text", "text_field": "text", "validation_fraction": 0.01, "max_tokens": "none",
-                "too_long": "drop", "instance_type": self.default_instance_type, "instance_count": 1}  # fmt: skip
+                "too_long": "drop", "template_seconds": TEMPLATE_SECONDS, "instance_type": self.default_instance_type,
+                "instance_count": 1}  # fmt: skip
 
     def _definition(self, request: dict[str, Any]) -> sfn.IChainable:
         merge = sfn.Pass(self, "Defaults", parameters={"defaults": self._defaults(), "given.$": "$"})
@@ -190,6 +195,7 @@ class DataPreparation(Construct):
             "manifest_key.$": f"States.Format('{self.output_prefix}{{}}/{MANIFEST}', $.request.name)",
             "validation_fraction.$": "States.Format('{}', $.request.validation_fraction)",
             "max_tokens.$": "States.Format('{}', $.request.max_tokens)",
+            "template_seconds.$": "States.Format('{}', $.request.template_seconds)",
         })  # fmt: skip
         run = sfn.CustomState(self, "Prepare", state_json={
             "Type": "Task", "Resource": CREATE_PROCESSING_JOB_SYNC, "Parameters": request, "ResultPath": "$.processing",

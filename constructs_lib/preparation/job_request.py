@@ -25,7 +25,7 @@ def processing_job_request(*, role_arn: str, image_uri: str, volume_size_gb: int
         "States.Array('--input', $.request.input_uri, '--output', $.job.output_uri, '--local-input', "
         f"'{DATA_PATH}', '--model', '{MODEL_PATH}', '--kind', $.request.kind, '--text-field', $.request.text_field, "
         "'--validation-fraction', $.job.validation_fraction, '--max-tokens', $.job.max_tokens, '--too-long', "
-        "$.request.too_long)"
+        "$.request.too_long, '--template-seconds', $.job.template_seconds)"
     )
     return {
         "ProcessingJobName.$": "$.job.name",

@@ -81,6 +81,17 @@ def test_plan_start_and_status_against_moto(tmp_path):
                          "--execution", execution["executionArn"]])  # fmt: skip
         assert out.strip() == "RUNNING: 1 of 3 shards complete (33%); no manifest yet"
         assert prepare._output_uri(sfn, execution["executionArn"]) == output
+        # every option given is sent, a 0 too (a fraction of 0: nothing held out, not the default)
+        code, out = run(["prepare", "chats", "--input", "s3://data-bucket/raw/", "--model", "s3://data-bucket/tok/",
+                         "--state-machine", arn, "--kind", "chat", "--validation-fraction", "0",
+                         "--template-seconds", "30"])  # fmt: skip
+        (chats,) = [
+            e
+            for e in sfn.list_executions(stateMachineArn=arn)["executions"]
+            if e["name"] != execution["name"]
+        ]
+        sent = json.loads(sfn.describe_execution(executionArn=chats["executionArn"])["input"])
+        assert (sent["kind"], sent["validation_fraction"], sent["template_seconds"]) == ("chat", 0.0, 30.0)
 
 
 def test_a_local_folder_is_planned_offline_by_the_cli_and_the_plan_command(tmp_path, capsys):

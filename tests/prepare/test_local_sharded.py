@@ -128,3 +128,26 @@ def test_without_sharded_a_parquet_or_compressed_file_is_refused_not_read_as_tex
         f"error: input: {inputs / 'b.jsonl.gz'} is gz: read with --sharded (docs/data.md)\n",
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_a_template_that_loops_without_end_is_stopped_by_template_seconds_as_locally(tmp_path, capsys):
+    """The sharded path bounds each rendering as local prepare does (issue 53 item 9): --template-seconds is
+    passed to every process of the pool, and the refusal names the template's file and the object and line."""
+    from tests.prepare.test_chat_data import ENDLESS, GOOD
+    from tests.training.chat_models import model_folder
+
+    folder = model_folder(tmp_path / "model", "qwen2.5", template_text=ENDLESS)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "chats.jsonl").write_text(json.dumps(GOOD) + "\n")
+    argv = [str(tmp_path / "in"), "--sharded", "--init-from", str(folder), "--output", str(tmp_path / "o"),
+            "--validation-fraction", "0", "--workers", "1", "--template-seconds", "0.3"]  # fmt: skip
+    assert corpus.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: chats.jsonl:1: the chat template of ") and len(err.splitlines()) == 1, err
+    assert (
+        f"{folder / 'tokenizer_config.json'} did not finish" in err
+        and "within 0.3 s (--template-seconds)" in err
+    )
+    assert not list((tmp_path / "o").glob("shards/*/record.json"))
+    assert corpus.main([*argv[:-1], "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: template-seconds: must be above 0; got 0.0")

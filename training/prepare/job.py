@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from training.prepare import sources
+from training.prepare.chat_data import TEMPLATE_SECONDS
 from training.prepare.kinds import KindError, file_sha256, make_kind, single_threaded
 from training.prepare.shard import (
     RECORD_FILE,
@@ -67,10 +68,14 @@ class Options:
     max_tokens: int | None = None
     too_long: str = "drop"
     validation_fraction: float = 0.01
+    template_seconds: float = TEMPLATE_SECONDS
+    """The longest one rendering of the chat template may take (it does not change what is written)."""
 
     def check(self) -> None:
         if not 0 <= self.validation_fraction < 0.5:
             raise KindError(f"validation-fraction: must be in [0, 0.5); got {self.validation_fraction}")
+        if not self.template_seconds > 0:
+            raise KindError(f"template-seconds: must be above 0; got {self.template_seconds}")
 
 
 @dataclass
@@ -289,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         args.init_from = args.init_from or (args.model if args.kind == "chat" else None)
     options = Options(kind=args.kind, tokenizer=args.tokenizer, text_field=args.text_field, init_from=args.init_from,
                       max_tokens=args.max_tokens, too_long=args.too_long,
-                      validation_fraction=args.validation_fraction)  # fmt: skip
+                      validation_fraction=args.validation_fraction, template_seconds=args.template_seconds)  # fmt: skip
     try:
         store, all_keys, here = _where(args)
         if not all_keys:
@@ -321,7 +326,7 @@ def main_local(args: argparse.Namespace) -> int:
         return 2
     options = Options(kind="chat" if args.init_from else "text", tokenizer=args.tokenizer, text_field=args.text_field,
                       init_from=args.init_from, max_tokens=args.max_tokens, too_long=args.too_long,
-                      validation_fraction=args.validation_fraction)  # fmt: skip
+                      validation_fraction=args.validation_fraction, template_seconds=args.template_seconds)  # fmt: skip
     try:
         meta = prepare_local(args.inputs, args.output, options, workers=args.workers or os.cpu_count() or 1,
                              say=lambda s: print(s, flush=True))  # fmt: skip
@@ -392,6 +397,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--validation-fraction", type=float, default=0.01, help="Share held out by hash (0.01)."
     )
+    parser.add_argument(
+        "--template-seconds", type=float, default=TEMPLATE_SECONDS,
+        help=f"The longest one rendering of the chat template may take (chat; default {TEMPLATE_SECONDS:g}).",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, help="Processes (default: one per core).")
     return parser
 

@@ -145,11 +145,13 @@ class TextKind:
 @dataclass
 class ChatKind:
     """Conversations: ``init_from`` a model folder (its tokenizer and chat template), examples above
-    ``max_tokens`` dropped or truncated (``too_long``), as ``prepare --init-from`` does locally."""
+    ``max_tokens`` dropped or truncated (``too_long``), each rendering bounded by ``template_seconds``, as
+    ``prepare --init-from`` does locally."""
 
     init_from: str
     max_tokens: int | None = None
     too_long: str = "drop"
+    template_seconds: float = chat_data.TEMPLATE_SECONDS
     name: str = "chat"
     text_field: None = None
     file_keys: dict[str, str] = field(
@@ -169,7 +171,9 @@ class ChatKind:
             source = chat._template_source(self.init_from, template)
         except chat_data.ChatDataError as err:
             raise KindError(str(err)) from None
-        self.renderer = chat_data.Renderer(tokenizer, template)
+        self.renderer = chat_data.Renderer(
+            tokenizer, template, seconds=self.template_seconds, name=str(Path(self.init_from) / source)
+        )
         self.vocab_size = len(tokenizer)
         folder = Path(self.init_from)
         tokenizer_json = folder / TOKENIZER_FILE
@@ -242,14 +246,17 @@ KINDS = {"text": TextKind, "chat": ChatKind}
 
 def make_kind(name: str, **options: Any) -> TextKind | ChatKind:
     """The kind ``name`` with its options (``tokenizer``, ``text_field``; ``init_from``, ``max_tokens``,
-    ``too_long``); ``KindError`` naming the option otherwise."""
+    ``too_long``, ``template_seconds``); ``KindError`` naming the option otherwise."""
     if name not in KINDS:
         raise KindError(f"kind: must be one of {', '.join(KINDS)}; got {name!r}")
     if name == "text":
         return TextKind(tokenizer=options.get("tokenizer"), text_field=options.get("text_field") or "text")
     if not options.get("init_from"):
         raise KindError("init-from: the chat kind needs a model folder with a chat template")
-    return ChatKind(options["init_from"], options.get("max_tokens"), options.get("too_long") or "drop")
+    seconds = options.get("template_seconds", chat_data.TEMPLATE_SECONDS)
+    return ChatKind(
+        options["init_from"], options.get("max_tokens"), options.get("too_long") or "drop", seconds
+    )
 
 
 def single_threaded() -> None:

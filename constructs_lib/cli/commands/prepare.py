@@ -34,6 +34,8 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
     started.add_argument("--kind", choices=("text", "chat"), help="default text")
     started.add_argument("--text-field", dest="text_field", help="default text")
     started.add_argument("--validation-fraction", dest="validation_fraction", type=float, help="default 0.01")
+    started.add_argument("--template-seconds", dest="template_seconds", type=float,
+                         help="chat: the longest one rendering of the chat template may take (default 10)")  # fmt: skip
     started.add_argument("--wait", action="store_true", help="then show its progress until it ends")
     _sizing(started)
     status = sub.add_parser("prepare-status", parents=[common], help="a preparation's progress")
@@ -80,7 +82,11 @@ def do_prepare(shell: Shell) -> int:
     request = {"name": args.name, "input_uri": args.input_uri, "model_uri": args.model_uri,
                "instance_type": planned["instance_type"], "instance_count": planned["instance_count"]}  # fmt: skip
     request.update(
-        {k: getattr(args, k) for k in ("kind", "text_field", "validation_fraction") if getattr(args, k)}
+        {
+            k: getattr(args, k)
+            for k in ("kind", "text_field", "validation_fraction", "template_seconds")
+            if getattr(args, k) is not None
+        }  # fmt: skip
     )
     sfn = _client(shell, "stepfunctions")
     try:

@@ -103,3 +103,10 @@ def test_an_existing_role_is_accepted_and_grants_are_exposed():
     prepare.grant_read_prepared(user)
     text = str(cdk.assertions.Template.from_stack(stack).to_json())
     assert "states:StartExecution" in text and "data/prepared/*" in text
+
+
+def test_the_default_template_bound_is_local_prepares():
+    from constructs_lib.preparation import construct
+    from training.prepare import chat_data
+
+    assert construct.TEMPLATE_SECONDS == chat_data.TEMPLATE_SECONDS
