@@ -380,12 +380,12 @@ def _main_chat(args: argparse.Namespace) -> int:
     )
     print(
         f"train with: --dataset channel --data_dir {args.output} --init_from {args.init_from} --token_dtype "
-        f"{meta['token_dtype']} {_seq_length_advice(meta, args.init_from)}"
+        f"{meta['token_dtype']} {seq_length_advice(meta, args.init_from)}"
     )
     return 0
 
 
-def _seq_length_advice(meta: dict, init_from: str) -> str:
+def seq_length_advice(meta: dict, init_from: str) -> str:
     """``--seq_length N (at least)``: the longest example rounded up to a multiple of 8; capped, with the reason, at
     the model's ``max_position_embeddings`` (its ``config.json``) when the longest is above it."""
     longest = meta["max_example_tokens"]
