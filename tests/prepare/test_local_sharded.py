@@ -148,6 +148,64 @@ def test_a_template_that_loops_without_end_is_stopped_by_template_seconds_as_loc
         f"{folder / 'tokenizer_config.json'} did not finish" in err
         and "within 0.3 s (--template-seconds)" in err
     )
-    assert not list((tmp_path / "o").glob("shards/*/record.json"))
+    assert not (tmp_path / "o").exists()
     assert corpus.main([*argv[:-1], "0"]) == 2
     assert capsys.readouterr().err.startswith("error: template-seconds: must be above 0; got 0.0")
+
+
+def test_conversations_are_read_as_local_prepare_reads_them_preference_pairs_refused_alike(tmp_path, capsys):
+    """Issue 55 item 2: conversations and preference pairs "as prepare reads them locally": TRL's forms and
+    refusals are chat_data's in both (a preference pair is refused by name until the pairs kind exists)."""
+    from tests.training.chat_models import model_folder
+
+    folder = model_folder(tmp_path / "model", "qwen2.5")
+    (tmp_path / "in").mkdir()
+    good = {"conversations": [{"from": "user", "value": "hi"}, {"from": "assistant", "value": "hello"}]}
+    pair = {"prompt": "q", "chosen": "a", "rejected": "b"}
+    (tmp_path / "in" / "chats.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(pair) + "\n")
+    said = []
+    for sharded in ([], ["--sharded", "--workers", "1"]):
+        argv = [str(tmp_path / "in" / "chats.jsonl"), *sharded, "--init-from", str(folder), "--output",
+                str(tmp_path / f"o{len(sharded)}"), "--validation-fraction", "0"]  # fmt: skip
+        assert corpus.main(argv) == 2
+        said.append(capsys.readouterr().err.strip())
+        assert not (tmp_path / f"o{len(sharded)}").exists()  # refused before any shard: nothing left behind
+    assert said[0].endswith("chats.jsonl:2: " + said[1].split("chats.jsonl:2: ", 1)[1]), said
+    assert (
+        "this is TRL's preference type ('chosen' and 'rejected')" in said[1]
+        and len(said[1].splitlines()) == 1
+    )
+    (tmp_path / "in" / "chats.jsonl").write_text(json.dumps(good) + "\n")
+    assert corpus.main([*argv[:1], "--sharded", "--workers", "1", *argv[4:]]) == 0
+    meta = json.loads((tmp_path / "o3" / manifest.MANIFEST_FILE).read_text())
+    assert meta["input_format"] == "conversations" and meta["examples"] == 1
+
+
+def test_a_refused_run_keeps_its_complete_shards_for_the_same_command_to_go_on(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "fine"}\n')
+    (tmp_path / "in" / "b.jsonl").write_text('{"text": "fine too"}\n{"text": 3}\n')
+    out = tmp_path / "made" / "o"
+    argv = [
+        str(tmp_path / "in"),
+        "--sharded",
+        "--workers",
+        "1",
+        "--output",
+        str(out),
+        "--validation-fraction",
+        "0",
+    ]
+    assert corpus.main(argv) == 2
+    assert capsys.readouterr().err.startswith("error: b.jsonl:2: ")
+    assert len(list(out.glob("shards/*/record.json"))) == 1 and not (out / manifest.MANIFEST_FILE).exists()
+    (tmp_path / "in" / "b.jsonl").write_text('{"text": "fine too"}\n')
+    assert corpus.main(argv) == 0
+    assert "1 already complete, 1 to prepare" in capsys.readouterr().out
+    # refused before any shard: the folder it made, and the parent it made, are gone
+    (tmp_path / "in" / "c.jsonl").write_text('{"text": 3}\n')
+    assert (
+        corpus.main([str(tmp_path / "in" / "c.jsonl"), *argv[1:-3], str(tmp_path / "new" / "o"), *argv[-2:]])
+        == 2
+    )
+    assert not (tmp_path / "new").exists()

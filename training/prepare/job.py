@@ -273,10 +273,22 @@ def input_keys(inputs: list[str]) -> dict[str, Path]:
 def prepare_local(inputs: list[str], output: str, options: Options, *, workers: int,
                   say: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """``python -m training.prepare --sharded``: the Processing job's run on this machine, every input here, into
-    the folder ``output``; the manifest."""
+    the folder ``output``; the manifest. A run refused before any shard was complete leaves nothing behind in a
+    folder it made (as local prepare); complete shards stay, for the same command to go on from."""
     here = input_keys(inputs)
+    made = [p for p in (Path(output), *Path(output).parents) if not p.exists()]
     store = LocalStore(output)
-    run(options, store, sorted(here), here, workers=workers, say=say)
+    try:
+        run(options, store, sorted(here), here, workers=workers, say=say)
+    except BaseException:
+        if made and not any(Path(output).glob(f"{manifest.SHARDS}*/{manifest.RECORD_FILE}")):
+            shutil.rmtree(output, ignore_errors=True)
+            for folder in made[1:]:  # the parents it made, deepest first, while empty
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        raise
     return json.loads(store.get(MANIFEST_FILE) or b"{}")
 
 
