@@ -349,7 +349,7 @@ def main_local(args: argparse.Namespace) -> int:
     print(f"prepared {len(meta['shards'])} input objects into {args.output} (sharded, split by hash): {splits}; "
           f"tokenizer {meta['tokenizer']['name']}, vocab_size {meta['vocab_size']}, token_dtype {meta['token_dtype']}")  # fmt: skip
     if options.kind == "chat":
-        from training.prepare.corpus import seq_length_advice  # noqa: PLC0415 - local prepare's advice, as it gives it
+        from training.prepare.chat import seq_length_advice  # noqa: PLC0415 - conversations only
 
         print(f"train with: --dataset channel --data_dir {args.output} --init_from {args.init_from} --token_dtype "
               f"{meta['token_dtype']} {seq_length_advice(meta, args.init_from)}")  # fmt: skip
