@@ -57,7 +57,7 @@ def test_a_preparation_runs_on_its_instances_and_ends_with_its_manifest(prepared
                                                                                            "FullyReplicated"]  # fmt: skip
     args = request["AppSpecification"]["ContainerArguments"]
     assert args[args.index("--validation-fraction") + 1] == "0.2" and args[args.index("--kind") + 1] == "text"
-    assert args[args.index("--template-seconds") + 1] == "10.0"  # the default, as local prepare's
+    assert float(args[args.index("--template-seconds") + 1]) == 10  # the default, as local prepare's
     meta = json.loads(
         workflow.s3.get_object(Bucket=bucket, Key="data/prepared/corpus/metadata.json")["Body"].read()
     )

@@ -281,9 +281,10 @@ def _before_launch(
     decision: Decision, request: Request, rules: RequestRules, reads: Reads, execution: str | None
 ) -> None:
     """What only S3 and SageMaker can tell, in order, each when nothing before it refused: the data prefix holds an
-    object (and, when a sharded preparation wrote it, its complete manifest agreeing with its files), the run's own checkpoint folder holds no earlier run's (unless ``resume_from`` continues it), the run
-    ``resume_from`` names has a complete checkpoint below ``max_steps``, the evaluation's tasks, tokenizer and
-    instance type, and the training plan holds the job's instances."""
+    object (and, when a sharded preparation wrote it, its complete manifest agreeing with its files), the run's own
+    checkpoint folder holds no earlier run's (unless ``resume_from`` continues it), the run ``resume_from`` names
+    has a complete checkpoint below ``max_steps``, the evaluation's tasks, tokenizer and instance type, and the
+    training plan holds the job's instances."""
     fields = decision.fields
     assert fields is not None
     if fields.train_data_uri is not None:
