@@ -213,6 +213,12 @@ class ChatKind:
         out: list[Example | None] = []
         for where, record in records:
             counts["read"] += 1
+            if isinstance(record, dict) and {"chosen", "rejected"} <= record.keys():
+                raise KindError(
+                    f"{where}: a preference pair ('chosen' and 'rejected'): the sharded preparation does not prepare "
+                    "pairs yet; prepare them with python -m training.prepare FILE --init-from MODEL (without "
+                    "--sharded; docs/preference-tuning.md)"
+                )
             try:
                 messages, shape = chat_data.messages_of(record, where)
                 example = self.renderer.render(messages, shape, where)
