@@ -14,6 +14,7 @@ from constructs_lib.config import WorkflowSettings
 from constructs_lib.identity.execution_role import SageMakerExecutionRole
 from constructs_lib.image.build import TrainingImageBuild
 from constructs_lib.image.repository import TrainingImageRepository
+from constructs_lib.preparation.construct import DataPreparation
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 from constructs_lib.workflow.construct import TrainingWorkflow
 from constructs_lib.workflow.defaults import WorkflowDefaults
@@ -160,6 +161,15 @@ class BlackwellTrainingStack(Stack):
                 else None
             ),
         )
+        self.preparation = DataPreparation(
+            self,
+            "DataPreparation",
+            image_uri=self.image_build.image_uri,
+            checkpoint_bucket=self.checkpoints,
+            image_repository=self.images,
+            encryption_key=self.encryption_key,
+            removal_policy=removal_policy,
+        )
         self._outputs()
 
     def _outputs(self) -> None:
@@ -199,6 +209,13 @@ class BlackwellTrainingStack(Stack):
             "StateMachineArn",
             value=self.workflow.state_machine_arn,
             description="Training workflow: aws stepfunctions start-execution --state-machine-arn <this> --input '{}'",
+        )
+        CfnOutput(
+            self,
+            "DataPreparationStateMachineArn",
+            value=self.preparation.state_machine_arn,
+            description="Data preparation as a Processing job (docs/data.md): blackwell-training prepare NAME "
+            "--state-machine <this> ...",
         )
         if self.workflow.dashboard_url is not None:
             CfnOutput(

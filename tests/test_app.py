@@ -349,6 +349,10 @@ CloudFormation), its role (CDK's trust: aws:SourceArn ``stateMachine:*``) and th
 statements name that waiter, never the workflow's state machine."""
 
 
+PREPARATION = "DataPreparation"
+"""The data preparation's state machine (constructs_lib/preparation/): its role's trust names that machine only."""
+
+
 @pytest.mark.parametrize("setting", ["default", "kms"])
 def test_every_iam_reference_to_a_state_machine_names_the_workflows(setting, app_nag, kms_app_nag):
     """In the app's templates (cdk.json's settings; useKms with the trigger on), every Resource and Condition
@@ -359,7 +363,12 @@ def test_every_iam_reference_to_a_state_machine_names_the_workflows(setting, app
     (machine,) = [k for k in machines if k.startswith("WorkflowStateMachine")]
     ours = names_only_this_state_machine(template, machine)
     references = state_machine_references(template)
-    workflow = [r for r in references if not r[0].startswith(IMAGE_BUILD_PROVIDER)]
+    preparation = [r for r in references if r[0].startswith(PREPARATION)]
+    (prepares,) = [k for k in machines if k.startswith(f"{PREPARATION}StateMachine")]
+    assert preparation and all(
+        names_only_this_state_machine(template, prepares)(text) for _, _, text in preparation
+    )
+    workflow = [r for r in references if not r[0].startswith((IMAGE_BUILD_PROVIDER, PREPARATION))]
     assert [r for r in workflow if not ours(r[2])] == []
     condition = "kms:EncryptionContext:aws:states:stateMachineArn"
     found = sorted((logical[:-8], where.rsplit("/", 1)[1]) for logical, where, _ in workflow)
@@ -384,6 +393,7 @@ CLEAN_UP_NAMES = {
     "ImageBuildDeployLogs": "deploy-time functions",
     "WorkflowRequestValidatorLogs": "request validator",
     "WorkflowLogs": "workflow executions",
+    "DataPreparationLogs": "data preparation executions",
 }
 
 

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from constructs_lib.cli import render
-from constructs_lib.cli.commands import evaluate, follow, launch, results, tune
+from constructs_lib.cli.commands import evaluate, follow, launch, prepare, results, tune
 from constructs_lib.cli.errors import InvalidRequest, OperatorError, explain
 from constructs_lib.cli.shell import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_INVALID, Shell, shared_arguments
 
-COMMAND_GROUPS = (launch, follow, results, evaluate, tune)
+COMMAND_GROUPS = (launch, follow, results, evaluate, tune, prepare)
 """The modules of :mod:`constructs_lib.cli.commands`, in the order their subcommands are listed."""
 
 

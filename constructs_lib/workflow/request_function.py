@@ -7,7 +7,7 @@ wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` 
 and cost plan, its network term and the measurements' rules, without its command line) and ``training/request/``
 (the decision, the fields' table, the rules, the request read once, the checks, the evaluate and tune blocks, the
 reads, the job's request fields, a model folder's config.json, the tuning candidates, conversation data against its
-model and the decision's size bound; standard library only) and an empty ``__init__.py`` in each of their folders
+model and the decision's size bound; standard library only), the manifest check of prepared data (``training/request/data_manifest.py``) and an empty ``__init__.py`` in each of their folders
 (the real package ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
 checkpoint prefix only, the listing and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data
 prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only objects
@@ -58,6 +58,7 @@ import training.plan.refusal
 import training.plan.timing
 import training.request.bounds
 import training.request.checks
+import training.request.data_manifest
 import training.request.decision
 import training.request.evaluate_block
 import training.request.fields
@@ -118,6 +119,7 @@ ASSET_FILES = {
     "training/plan/preference.py": Path(training.plan.preference.__file__),
     "training/plan/refusal.py": Path(training.plan.refusal.__file__),
     "training/plan/timing.py": Path(training.plan.timing.__file__),
+    "training/request/data_manifest.py": Path(training.request.data_manifest.__file__),
     "training/request/bounds.py": Path(training.request.bounds.__file__),
     "training/request/checks.py": Path(training.request.checks.__file__),
     "training/request/decision.py": Path(training.request.decision.__file__),

@@ -99,12 +99,24 @@ def check_layouts(module: ModuleType, argv: list[str], table: Table) -> list[str
     return []
 
 
+def check_preparation_costs(module: ModuleType, argv: list[str], table: Table) -> list[str]:
+    """The preparation's cost table (docs/data.md) is closed form from the measured rate and the prices: the whole
+    table."""
+    args = module.parse_args(argv)
+    printed = Page.parse("\n".join(module.table(object_bytes=args.object_mb * 1e6)) + "\n", Path("printed.md"),
+                         "printed").tables[0]  # fmt: skip
+    if (table.header, table.rows) != (printed.header, printed.rows):
+        return [_rerun(" ".join(["python -m", module.__name__, *map(shlex.quote, argv)]), table)]
+    return []
+
+
 RECOMPUTED: dict[str, Callable[[ModuleType, list[str], Table], list[str]]] = {
     "training.measure.plan_agreement": check_agreement,
     "training.measure.loss_memory_table": check_loss_table,
     "training.measure.seed_comparison": check_seed,
     "training.measure.preset_plans": check_preset_plans,
     "training.plan.layouts": check_layouts,
+    "training.prepare.plan": check_preparation_costs,
 }
 """Commands whose tables are (partly) closed form, and their checks. Others (timed, traced) are only parsed."""
 
@@ -209,3 +221,20 @@ def test_a_changed_default_makes_the_tables_stale(pages, monkeypatch):
         object.__setattr__(spec, "default", 2048)
     for command in ("plan_agreement", "seed_comparison", "loss_memory_table`"):
         assert any(command in p for p in problems), (command, problems)
+
+
+def test_a_stale_preparation_cost_table_is_found(pages, monkeypatch):
+    """docs/data.md's cost table: a changed cell, and a changed price in the plan's table, each fail with the
+    command to rerun."""
+    from training.prepare import plan
+
+    (page,) = [p for p in pages if p.name == "docs/data.md"]
+    assert figure_problems([page]) == []
+    text = page.path.read_text()
+    planted = text.replace("| 1.61 | 14.81 |", "| 1.61 | 14.80 |", 1)
+    assert planted != text
+    problems = figure_problems([Page.parse(planted, page.path, "docs/data.md")])
+    assert len(problems) == 1 and "python -m training.prepare.plan`" in problems[0], problems
+    cheaper = plan.ProcessingInstance(72, 2.0, "test")
+    monkeypatch.setitem(plan.PROCESSING_INSTANCE_TYPES, plan.DEFAULT_INSTANCE_TYPE, cheaper)
+    assert len(figure_problems([page])) == 1

@@ -384,6 +384,13 @@ def test_the_suggested_seq_length_is_capped_at_the_models_max_position_embedding
     assert corpus.main([str(data), "--init-from", str(folder), "--validation-fraction", "0", "--output",
                         str(tmp_path / "short")]) == 0  # fmt: skip
     assert capsys.readouterr().out.splitlines()[-1].endswith("--seq_length 104 (at least)")
+    # the sharded preparation (the cloud job's, run here) gives the same advice from its manifest
+    assert corpus.main([*argv, "--sharded", "--workers", "1", "--output", str(tmp_path / "sharded")]) == 0
+    printed = capsys.readouterr().out.splitlines()[-1]
+    assert printed.startswith(f"train with: --dataset channel --data_dir {tmp_path / 'sharded'} ")
+    assert printed.endswith("--seq_length 256 (the model's max_position_embeddings, config.json; 1 example is longer, "
+                            "up to 400 tokens, and is refused at training: prepare again with --max-tokens 256 to "
+                            "drop it, or --too-long truncate)")  # fmt: skip
 
 
 def test_a_validation_file_that_is_not_there_is_refused_by_name_before_anything_is_written(tmp_path):

@@ -221,6 +221,8 @@ def test_the_trainers_packages_are_hash_pinned_at_the_versions_the_tests_use():
         "transformers",
         "tokenizers",
         "peft",
+        "zstandard",
+        "pyarrow",
     )
     assert set(shared) <= image.keys()
     dev = {}

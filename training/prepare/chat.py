@@ -309,3 +309,31 @@ def _copy_tokenizer(
         "end_of_turn_ids": [int(tokenizer.convert_tokens_to_ids(t)) for t in eot],
     }
     return info, template_info
+
+
+def seq_length_advice(meta: dict, init_from: str) -> str:
+    """``--seq_length N (at least)``: the longest example rounded up to a multiple of 8; capped, with the reason, at
+    the model's ``max_position_embeddings`` (its ``config.json``) when the longest is above it."""
+    longest = meta["max_example_tokens"]
+    need = max(8, -(-longest // 8) * 8)
+    limit = _max_positions(Path(init_from))
+    if limit is None or need <= limit:
+        return f"--seq_length {need} (at least)"
+    lengths = [n for entry in meta["splits"].values() for n, count in entry["lengths"] for _ in range(count)]
+    longer = sum(1 for n in lengths if n > limit)
+    one = longer == 1
+    return (
+        f"--seq_length {limit} (the model's max_position_embeddings, config.json; {longer} "
+        f"example{' is' if one else 's are'} longer, up to {longest} tokens, and {'is' if one else 'are'} refused at "
+        f"training: prepare again with --max-tokens {limit} to drop {'it' if one else 'them'}, or --too-long truncate)"
+    )
+
+
+def _max_positions(folder: Path) -> int | None:
+    """The model folder's ``max_position_embeddings`` (``config.json``), rounded down to a multiple of 8; None when
+    it records none."""
+    try:
+        value = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value // 8 * 8 if isinstance(value, int) and value >= 8 else None

@@ -14,6 +14,10 @@ Documents are tokenized by a byte-level tokenizer (UTF-8 bytes are ids 0-255, en
 257) or by a local Hugging Face ``tokenizer.json`` (the ``tokenizers`` library; no downloads), each followed by
 the tokenizer's end-of-document token when it has one.
 
+With ``--sharded`` the output is the cloud's instead: the SageMaker Processing job's code (``training.prepare.job``)
+run here, one shard per input file, each document to validation by its own hash, one manifest; byte for byte what
+the job writes for the same files and settings (docs/data.md). It also reads Parquet and ``.gz``/``.zst`` files.
+
 The token stream is cut into blocks of ``--block-tokens``; every k-th block (k = 1 / ``--validation-fraction``)
 goes to ``validation.bin``, the rest to ``train.bin`` (spread over the whole input, also for one long file).
 ``metadata.json`` records token dtype, vocabulary size, tokenizer, token counts, largest id and the files of each
@@ -42,6 +46,8 @@ from training.prepare.output import output_folder
 from training.trainer.data.token_files import METADATA_FILE
 
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".py", ".rst")
+SHARDED_ONLY = (".parquet", ".gz", ".zst")
+"""Inputs only ``--sharded`` reads (``training.prepare.sources``); read here, they would be taken for text."""
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 BYTE_EOS = 256
 TOKENIZER_FILE = "tokenizer.json"
@@ -59,13 +65,16 @@ def input_files(inputs: list[str]) -> list[Path]:
         path = Path(name)
         if path.is_dir():
             files += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        elif path.is_file() and path.suffix in SHARDED_ONLY:
+            raise PrepareError(f"input: {name} is {path.suffix[1:]}: read with --sharded (docs/data.md)")
         elif path.is_file():
             files.append(path)
         else:
             raise PrepareError(f"input: {name} is neither a file nor a folder")
     if not files:
         raise PrepareError(
-            f"input: no text files in {', '.join(inputs)} (looked for {', '.join(TEXT_SUFFIXES)})"
+            f"input: no text files in {', '.join(inputs)} (looked for {', '.join(TEXT_SUFFIXES)}; "
+            f"{', '.join(SHARDED_ONLY)} with --sharded)"
         )
     return files
 
@@ -262,14 +271,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tokenizer", help="A local Hugging Face tokenizer.json (default: byte-level).")
     parser.add_argument(
-        "--validation-fraction", type=float, default=0.05, help="Share held out (default 0.05)."
+        "--validation-fraction",
+        type=float,
+        help="Share held out (default 0.05; with --sharded 0.01, the cloud job's).",
     )
-    parser.add_argument("--block-tokens", type=int, default=4096, help="Split granularity (default 4096).")
+    parser.add_argument("--block-tokens", type=int, help="Split granularity (default 4096).")
     parser.add_argument(
         "--text-field", default="text", help="JSON Lines field holding the text (default text)."
     )
+    parser.add_argument(
+        "--sharded",
+        action="store_true",
+        help="Write what the cloud's Processing job writes (shards, a manifest, the split by each record's hash), "
+        "byte for byte: the same code, run here (docs/data.md).",
+    )
+    parser.add_argument("--workers", type=int, help="With --sharded: processes (default: one per core).")
     _chat_options(parser)
     args = parser.parse_args(argv)
+    if args.sharded:
+        from training.prepare import job  # noqa: PLC0415 - the sharded run's modules, only for it
+
+        args.validation_fraction = 0.01 if args.validation_fraction is None else args.validation_fraction
+        return job.main_local(args)
+    args.validation_fraction = 0.05 if args.validation_fraction is None else args.validation_fraction
+    args.block_tokens = 4096 if args.block_tokens is None else args.block_tokens
     if args.init_from:
         return _main_chat(args)
     try:
@@ -355,37 +380,9 @@ def _main_chat(args: argparse.Namespace) -> int:
     )
     print(
         f"train with: --dataset channel --data_dir {args.output} --init_from {args.init_from} --token_dtype "
-        f"{meta['token_dtype']} {_seq_length_advice(meta, args.init_from)}"
+        f"{meta['token_dtype']} {chat_prepare.seq_length_advice(meta, args.init_from)}"
     )
     return 0
-
-
-def _seq_length_advice(meta: dict, init_from: str) -> str:
-    """``--seq_length N (at least)``: the longest example rounded up to a multiple of 8; capped, with the reason, at
-    the model's ``max_position_embeddings`` (its ``config.json``) when the longest is above it."""
-    longest = meta["max_example_tokens"]
-    need = max(8, -(-longest // 8) * 8)
-    limit = _max_positions(Path(init_from))
-    if limit is None or need <= limit:
-        return f"--seq_length {need} (at least)"
-    lengths = [n for entry in meta["splits"].values() for n, count in entry["lengths"] for _ in range(count)]
-    longer = sum(1 for n in lengths if n > limit)
-    one = longer == 1
-    return (
-        f"--seq_length {limit} (the model's max_position_embeddings, config.json; {longer} "
-        f"example{' is' if one else 's are'} longer, up to {longest} tokens, and {'is' if one else 'are'} refused at "
-        f"training: prepare again with --max-tokens {limit} to drop {'it' if one else 'them'}, or --too-long truncate)"
-    )
-
-
-def _max_positions(folder: Path) -> int | None:
-    """The model folder's ``max_position_embeddings`` (``config.json``), rounded down to a multiple of 8; None when
-    it records none."""
-    try:
-        value = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value // 8 * 8 if isinstance(value, int) and value >= 8 else None
 
 
 def _main_pairs(args: argparse.Namespace, files: list[Path]) -> int:

@@ -32,7 +32,14 @@ from training.plan import estimate as plan_estimate
 from training.plan import refusal
 from training.request import bounds, checks, evaluate_block, fine_tuning, job
 from training.request.fields import show
-from training.request.reads import Reads, data_problems, resume, run_folder_problems, training_plan_problems
+from training.request.reads import (
+    Reads,
+    data_problems,
+    prepared_problems,
+    resume,
+    run_folder_problems,
+    training_plan_problems,
+)
 from training.request.rules import RequestRules
 from training.request.tune_block import TuneDecision, decide_tune
 from training.request.value import Fields, Request, read_request
@@ -274,13 +281,16 @@ def _before_launch(
     decision: Decision, request: Request, rules: RequestRules, reads: Reads, execution: str | None
 ) -> None:
     """What only S3 and SageMaker can tell, in order, each when nothing before it refused: the data prefix holds an
-    object, the run's own checkpoint folder holds no earlier run's (unless ``resume_from`` continues it), the run
-    ``resume_from`` names has a complete checkpoint below ``max_steps``, the evaluation's tasks, tokenizer and
-    instance type, and the training plan holds the job's instances."""
+    object (and, when a sharded preparation wrote it, its complete manifest agreeing with its files), the run's own
+    checkpoint folder holds no earlier run's (unless ``resume_from`` continues it), the run ``resume_from`` names
+    has a complete checkpoint below ``max_steps``, the evaluation's tasks, tokenizer and instance type, and the
+    training plan holds the job's instances."""
     fields = decision.fields
     assert fields is not None
     if fields.train_data_uri is not None:
         decision.problems += data_problems(reads.s3, fields.train_data_uri)
+        if decision.valid:
+            decision.problems += prepared_problems(reads.s3, fields.train_data_uri)
     trains = request.evaluate is None or request.evaluate.training_job is None
     if decision.valid and trains and execution is not None and fields.resume_from != execution:
         decision.problems += run_folder_problems(reads.s3, rules, execution, tuning=request.tune is not None)

@@ -22,6 +22,7 @@ from training.contract.container import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE,
 from training.contract.settings_table import ContractError
 from training.contract.tuning import TUNE_RECORDS_FILE
 from training.plan import measured
+from training.request import data_manifest as manifest
 from training.request import hf_config, sft_data
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
@@ -288,6 +289,35 @@ def data_problems(s3: Any, uri: str) -> list[str]:
     if s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0):
         return []
     return [f"train_data_uri: must hold the training data, but no object is under it; got {show(uri)}"]
+
+
+def prepared_problems(s3: Any, uri: str) -> list[str]:
+    """The problems of a folder a sharded preparation wrote (``training.prepare.job``, docs/data.md): shards
+    without a manifest (the preparation has not finished), a manifest that is damaged, or one that lists a file
+    that is not there or of another size than the listing shows. A folder without ``shards/`` is another kind of
+    data (none). One ``ListObjectsV2`` (``MaxKeys`` 1) of its ``shards/``, then, for a prepared folder, its whole
+    listing and its ``metadata.json``."""
+    bucket, _, prefix = uri[5:].partition("/")
+    if not s3.list_objects_v2(Bucket=bucket, Prefix=prefix + manifest.SHARDS, MaxKeys=1).get("KeyCount", 0):
+        return []
+    sizes = {key[len(prefix) :]: size for key, size in list_objects(s3, bucket, prefix).items()}
+    unfinished = manifest.unfinished_problem(sizes, uri)
+    if unfinished:
+        return [f"train_data_uri: {unfinished[0]}"]
+    if sizes[manifest.MANIFEST_FILE] > MAX_METADATA_BYTES:
+        return [f"train_data_uri: {uri}{manifest.MANIFEST_FILE} takes {sizes[manifest.MANIFEST_FILE]:,} bytes, more "
+                f"than the {MAX_METADATA_BYTES:,} read before launch"]  # fmt: skip
+    try:
+        meta = json.loads(s3.get_object(Bucket=bucket, Key=prefix + manifest.MANIFEST_FILE)["Body"].read())
+    except ValueError as err:
+        return [f"train_data_uri: {uri}{manifest.MANIFEST_FILE} is not valid JSON ({err})"]
+    if not manifest.is_sharded(meta):
+        return [f"train_data_uri: {uri}{manifest.MANIFEST_FILE} is not the manifest of the shards beside it (format "
+                f"{str(meta.get('format') if isinstance(meta, dict) else None)[:40]}, not {manifest.FORMAT})"]  # fmt: skip
+    damaged = manifest.meta_problems(meta)
+    if damaged:
+        return [f"train_data_uri: {uri}{manifest.MANIFEST_FILE}: " + "; ".join(damaged[:5])]
+    return [f"train_data_uri: {problem}" for problem in manifest.listing_problems(meta, sizes, uri)]
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_the_source_asset_leaves_out_what_dockerignore_lists():
     lines = [line.strip() for line in (TRAINING_DIR / ".dockerignore").read_text().splitlines()]
     listed = [line for line in lines if line and not line.startswith("#")]
     assert source_excludes(TRAINING_DIR) == [*listed, "!Dockerfile", "!.dockerignore"]
-    assert {"measure", "prepare", "**/__pycache__"} <= set(listed)
+    assert {"measure", "prepare/corpus.py", "**/__pycache__"} <= set(listed)
 
 
 def test_the_build_context_is_what_the_container_runs(tmp_path):
@@ -105,8 +105,18 @@ def test_the_build_context_is_what_the_container_runs(tmp_path):
     others = sorted(name for name in context - shipped if name not in BUILD_FILES)
     assert others and all(copied_by_the_dockerfile(name, dockerfile) for name in others), others
     assert set(BUILD_FILES) <= context  # the build reads them from the asset
-    assert {"trainer/loop.py", "evaluate/run.py", "contract/settings_table.py", "train.sh"} <= context
-    assert not {"prepare/corpus.py", "evaluate/prepare_tasks.py", "measure/benchmark.py"} & context
+    assert {
+        "trainer/loop.py",
+        "evaluate/run.py",
+        "contract/settings_table.py",
+        "train.sh",
+        "prepare/job.py",
+        "prepare/sources.py",
+    } <= context
+    assert (
+        not {"prepare/corpus.py", "prepare/plan.py", "evaluate/prepare_tasks.py", "measure/benchmark.py"}
+        & context
+    )
 
 
 def test_the_tag_is_the_hash_of_the_context_only(tmp_path):

@@ -105,7 +105,8 @@ class Conversations(token_files._PositionedBatches):
         grad_accum_steps: int = 1,
     ):
         self.tokens, self.mask, self.offsets = read_split(directory, split, token_dtype)
-        self.token_file = token_files.split_files(directory, split)[0]
+        listed = token_files.split_files(directory, split)
+        self.token_file = listed[0] if len(listed) == 1 else f"the {split} split of {directory}"
         self.vocab_size = vocab_size
         lengths = np.diff(self.offsets)
         where = f"{directory}/{token_files.METADATA_FILE}"
@@ -192,28 +193,47 @@ def read_split(
     directory: str | Path, split: str, token_dtype: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A split's token ids, loss mask (1: the token is trained as a target) and example offsets (``examples + 1``
-    int64, from 0 to the token count), memory-mapped; refuses files that disagree with each other."""
+    int64, from 0 to the token count); refuses files that disagree with each other. One file each (``prepare
+    --init-from``) is memory-mapped; a sharded preparation's several (``training.prepare.job``: one of each per
+    shard, in the manifest's order) are read into memory as one stream, their offsets shifted to follow on."""
     meta = token_files.read_metadata(directory) or {}
     entry = (meta.get("splits") or {}).get(split) or {}
     names = [entry.get(key) or [] for key in ("files", "masks", "documents")]
     where = f"{directory}/{token_files.METADATA_FILE}"
-    if any(len(listed) != 1 for listed in names):
+    if not names[0] or any(len(listed) != len(names[0]) for listed in names):
         raise settings_table.ContractError(
-            "dataset", f"{where}: the {split} split must list one file each of files, masks and documents"
+            "dataset",
+            f"{where}: the {split} split must list as many files, masks and documents (at least one)",
         )
-    paths = [token_files.listed_file(directory, listed[0], split) for listed in names]
+    parts = [_shard(directory, triple, token_dtype, split) for triple in zip(*names, strict=True)]
+    if len(parts) == 1:
+        return parts[0]
+    starts = np.cumsum([0] + [len(tokens) for tokens, _, _ in parts[:-1]])
+    offsets = np.concatenate(
+        [[0], *[offsets[1:] + start for (_, _, offsets), start in zip(parts, starts, strict=True)]]
+    )
+    return (np.concatenate([tokens for tokens, _, _ in parts]), np.concatenate([mask for _, mask, _ in parts]),
+            offsets.astype(np.int64))  # fmt: skip
+
+
+def _shard(directory: str | Path, names: tuple[str, str, str], token_dtype: str, split: str) -> tuple:
+    """One shard's token ids, mask and offsets (each name confined to the folder), memory-mapped and checked
+    against each other."""
+    paths = [token_files.listed_file(directory, name, split) for name in names]
+    where = f"{directory}/{token_files.METADATA_FILE}"
     tokens = token_files.open_tokens(paths[0], token_dtype)
     mask = _raw(paths[1], np.uint8)
     offsets = _raw(paths[2], np.int64)
     if len(mask) != len(tokens) or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(tokens):
         raise settings_table.ContractError(
             "dataset",
-            f"{where}: the {split} split's files disagree ({len(tokens)} tokens, {len(mask)} mask entries, example "
-            f"offsets ending at {int(offsets[-1]) if len(offsets) else 'none'}): a file is cut short or was replaced",
+            f"{where}: the {split} split's files disagree ({names[0]}: {len(tokens)} tokens, {len(mask)} mask "
+            f"entries, example offsets ending at {int(offsets[-1]) if len(offsets) else 'none'}): a file is cut "
+            "short or was replaced",
         )
     if np.any(np.diff(offsets) < 1):
         raise settings_table.ContractError(
-            "dataset", f"{where}: the {split} split's example offsets are not increasing"
+            "dataset", f"{where}: the {split} split's example offsets are not increasing ({names[2]})"
         )
     return tokens, mask, np.asarray(offsets)
 

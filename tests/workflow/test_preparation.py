@@ -1,0 +1,100 @@
+"""The data preparation's synthesized state machine in moto's ASL engine: defaults, refusals by field, the
+Processing job (its script run as its instances against moto's S3), the manifest check, a bad record, a rerun."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pytest
+
+from constructs_lib.image.repository import TrainingImageRepository
+from constructs_lib.preparation.construct import DataPreparation
+from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
+from tests.cdk_helpers import DEFAULT_ENV
+from tests.training.chat_models import tokenizer_json
+from tests.training.input_formats import write_corpus
+from tests.workflow import processing
+from tests.workflow.harness import definition_of
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """The state machine in moto, with a corpus and a tokenizer folder in the bucket."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Test", env=DEFAULT_ENV)
+    bucket = CheckpointBucket(stack, "Checkpoints")
+    images = TrainingImageRepository(stack, "Images")
+    DataPreparation(stack, "Prepare", image_uri=images.image_uri("v1"), checkpoint_bucket=bucket,
+                    image_repository=images, max_instance_count=4)  # fmt: skip
+    template = app.synth().get_stack_by_name("Test").template
+    name = f"fake-{stack.resolve(bucket.bucket.node.default_child.logical_id).lower()}"
+    corpus = tmp_path_factory.mktemp("corpus")
+    write_corpus(corpus)
+    with processing.moto_preparation(definition_of(template)) as workflow:
+        workflow.s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        for path in sorted(p for p in corpus.rglob("*") if p.is_file()):
+            workflow.s3.upload_file(str(path), name, f"data/raw/{path.relative_to(corpus).as_posix()}")
+        workflow.s3.put_object(Bucket=name, Key="data/tok/tokenizer.json", Body=tokenizer_json(["</s>"]))
+        yield workflow, name
+
+
+def given(bucket: str, **fields):
+    return {"name": "corpus", "input_uri": f"s3://{bucket}/data/raw/", "model_uri": f"s3://{bucket}/data/tok/",
+            **fields}  # fmt: skip
+
+
+def test_a_preparation_runs_on_its_instances_and_ends_with_its_manifest(prepared):
+    workflow, bucket = prepared
+    done = workflow.run(given(bucket, instance_count=3, validation_fraction=0.2), timeout=300)
+    assert done["status"] == "SUCCEEDED", done
+    output = json.loads(done["output"])
+    assert output["output_uri"] == f"s3://{bucket}/data/prepared/corpus/"
+    request = processing.REQUESTS[-1]
+    assert request["ProcessingResources"]["ClusterConfig"] == {"InstanceCount": 3, "InstanceType": "ml.c5.18xlarge",
+                                                               "VolumeSizeInGB": 500}  # fmt: skip
+    assert [i["S3Input"]["S3DataDistributionType"] for i in request["ProcessingInputs"]] == ["ShardedByS3Key",
+                                                                                           "FullyReplicated"]  # fmt: skip
+    args = request["AppSpecification"]["ContainerArguments"]
+    assert args[args.index("--validation-fraction") + 1] == "0.2" and args[args.index("--kind") + 1] == "text"
+    assert float(args[args.index("--template-seconds") + 1]) == 10  # the default, as local prepare's
+    meta = json.loads(
+        workflow.s3.get_object(Bucket=bucket, Key="data/prepared/corpus/metadata.json")["Body"].read()
+    )
+    assert len(meta["shards"]) == 7 and meta["tokenizer"]["kind"] == "tokenizers"
+    # the same name again: every shard complete, nothing rewritten, still succeeds
+    again = workflow.run(given(bucket, instance_count=2, validation_fraction=0.2), timeout=300)
+    assert again["status"] == "SUCCEEDED", again
+
+
+@pytest.mark.parametrize(
+    ("fields", "cause"),
+    [
+        ({"instance_count": 5}, "instance_count: must be a number from 1 to 4"),
+        (
+            {"input_uri": "s3://elsewhere/data/raw/"},
+            "input_uri: must be s3://{bucket}/<prefix>/ under one of data/",
+        ),
+        ({"kind": "pairs"}, "kind: must be text or chat"),
+        ({"instance_type": "ml.p5.48xlarge"}, "instance_type: must be one of"),
+    ],
+)
+def test_what_is_not_allowed_is_refused_by_field_before_any_job(prepared, fields, cause):
+    workflow, bucket = prepared
+    before = len(processing.REQUESTS)
+    done = workflow.run(given(bucket, **fields))
+    assert done["status"] == "FAILED" and done["error"] == "InvalidInput"
+    assert done["cause"].startswith(cause)
+    assert len(processing.REQUESTS) == before
+
+
+def test_a_bad_record_fails_the_execution_and_writes_no_manifest(prepared):
+    workflow, bucket = prepared
+    workflow.s3.put_object(Bucket=bucket, Key="data/bad/x.jsonl", Body=b'{"text": "fine"}\n{"text": 7}\n')
+    done = workflow.run(given(bucket, name="bad", input_uri=f"s3://{bucket}/data/bad/"), timeout=300)
+    assert done["status"] == "FAILED" and done["error"] == "PreparationFailed", done
+    reason = processing.REQUESTS and workflow.sagemaker.describe_processing_job(
+        ProcessingJobName=processing.REQUESTS[-1]["ProcessingJobName"])  # fmt: skip
+    assert "x.jsonl:2: field 'text' is not a string" in json.dumps(reason, default=str)
+    listed = workflow.s3.list_objects_v2(Bucket=bucket, Prefix="data/prepared/bad/").get("Contents", [])
+    assert "data/prepared/bad/metadata.json" not in {o["Key"] for o in listed}

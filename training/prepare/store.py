@@ -1,0 +1,144 @@
+"""Where shards and the manifest go: a local folder or an S3 prefix, one interface, never an overwrite.
+
+``put`` creates an object only where none exists: in a folder by a hard link from a file already complete
+(``os.link`` fails when the name exists), in S3 by a conditional write (``PutObject`` with ``If-None-Match: *``,
+which S3 refuses with 412 when the key exists, also against a concurrent writer) carrying its SHA-256 as the
+object's checksum (``ChecksumSHA256``: S3 verifies the bytes on arrival and returns it on ``HeadObject``). A name
+that already exists with the same SHA-256 counts as written (a rerun writing the same bytes again); with other bytes
+it is ``StoreError``: nothing is ever replaced.
+
+``head`` gives ``(bytes, sha256)`` of an object (S3: its stored checksum, no download), ``get`` its bytes,
+``listing`` every name under a prefix with its size.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Protocol
+
+from training.prepare.kinds import file_sha256
+
+
+class StoreError(RuntimeError):
+    """An object exists with other bytes, or the store refused a write."""
+
+
+class Store(Protocol):
+    where: str
+
+    def head(self, name: str) -> tuple[int, str | None] | None: ...
+    def get(self, name: str) -> bytes | None: ...
+    def put(self, name: str, path: Path, sha256: str) -> bool: ...
+    def listing(self, prefix: str = "") -> dict[str, int]: ...
+
+
+def same_or_refuse(store: Store, name: str, sha256: str) -> bool:
+    """After a refused create: False when the existing object holds these bytes (nothing to do), else
+    ``StoreError``."""
+    found = store.head(name)
+    if found is not None and found[1] == sha256:
+        return False
+    raise StoreError(
+        f"{store.where}{name} already exists with other bytes (sha256 {found[1] if found else '?'}, these "
+        f"{sha256}); it is never overwritten: prepare into another output, or delete the old output first"
+    )
+
+
+class LocalStore:
+    """A local output folder."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.where = f"{self.folder}/"
+
+    def head(self, name: str) -> tuple[int, str | None] | None:
+        path = self.folder / name
+        return (path.stat().st_size, file_sha256(path)) if path.is_file() else None
+
+    def get(self, name: str) -> bytes | None:
+        path = self.folder / name
+        return path.read_bytes() if path.is_file() else None
+
+    def put(self, name: str, path: Path, sha256: str) -> bool:
+        target = self.folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.resolve() == target.resolve():
+            return True  # written in place (a local run's scratch is the output)
+        staged = target.with_name(target.name + f".{os.getpid()}.partial")
+        shutil.copyfile(path, staged)
+        try:
+            os.link(staged, target)  # fails when the name exists: never replaced
+        except FileExistsError:
+            return same_or_refuse(self, name, sha256)
+        finally:
+            staged.unlink(missing_ok=True)
+        return True
+
+    def listing(self, prefix: str = "") -> dict[str, int]:
+        base = self.folder / prefix
+        if not base.is_dir():
+            return {}
+        return {p.relative_to(self.folder).as_posix(): p.stat().st_size for p in base.rglob("*")
+                if p.is_file() and not p.name.endswith(".partial")}  # fmt: skip
+
+
+class S3Store:
+    """An S3 prefix (``s3://bucket/prefix/``) through a boto3 client."""
+
+    def __init__(self, uri: str, client: Any):
+        if not uri.startswith("s3://") or not uri.endswith("/"):
+            raise ValueError(f"output: must be s3://bucket/prefix/ (ending in /); got {uri}")
+        self.bucket, _, self.prefix = uri[5:].partition("/")
+        self.client, self.where = client, uri
+
+    def head(self, name: str) -> tuple[int, str | None] | None:
+        from botocore.exceptions import ClientError  # noqa: PLC0415 - with boto3, where S3 is used
+
+        try:
+            found = self.client.head_object(
+                Bucket=self.bucket, Key=self.prefix + name, ChecksumMode="ENABLED"
+            )
+        except ClientError as err:
+            if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        checksum = found.get("ChecksumSHA256")
+        digest = base64.b64decode(checksum).hex() if checksum and "-" not in checksum else None
+        return int(found["ContentLength"]), digest
+
+    def get(self, name: str) -> bytes | None:
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read()
+        except ClientError as err:
+            if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+
+    def put(self, name: str, path: Path, sha256: str) -> bool:
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
+        checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
+        try:
+            with open(path, "rb") as body:
+                self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=body, IfNoneMatch="*", ChecksumAlgorithm="SHA256",
+                                       ChecksumSHA256=checksum)  # fmt: skip
+        except ClientError as err:
+            if err.response["Error"]["Code"] in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                return same_or_refuse(self, name, sha256)
+            raise
+        return True
+
+    def listing(self, prefix: str = "") -> dict[str, int]:
+        found: dict[str, int] = {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix + prefix
+        )
+        for page in pages:
+            for item in page.get("Contents", []):
+                found[item["Key"][len(self.prefix) :]] = int(item["Size"])
+        return found
