@@ -127,7 +127,8 @@ def test_torch_variables_that_import_run_or_write_what_they_name_are_refused(nam
 
 
 @pytest.mark.parametrize(
-    "name", ["TORCH_SOMETHING_FN", "PYTORCH_HOOK_MODULE", "TORCH_X_CLASS", "TORCH_Y_CALLABLE", "TORCH_Z_FUNCTION"]
+    "name",
+    ["TORCH_SOMETHING_FN", "PYTORCH_HOOK_MODULE", "TORCH_X_CLASS", "TORCH_Y_CALLABLE", "TORCH_Z_FUNCTION"],
 )
 def test_a_variable_named_like_a_python_callable_is_refused_before_a_version_has_it(name):
     (problem,) = _problems({name: "package.module.fn"})
