@@ -47,11 +47,28 @@ def sha256(data: bytes | str) -> str:
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
-def model_template(files: Mapping[str, bytes]) -> tuple[str, str] | None:
+class TemplateError(ValueError):
+    """A model folder's template file that transformers cannot read as a template (not UTF-8 text)."""
+
+
+def joined(folder: str, name: str) -> str:
+    """``name`` in ``folder`` (an S3 prefix ending in ``/``, or a local path): one slash between them."""
+    return f"{folder}{name}" if folder.endswith("/") else f"{folder}/{name}"
+
+
+def model_template(files: Mapping[str, bytes], where: str = "the model folder") -> tuple[str, str] | None:
     """The chat template a model folder's files give transformers, and the file it came from; None without one.
-    ``files``: file name -> content, for the names in ``TEMPLATE_FILES`` that exist."""
+    ``files``: file name -> content, for the names in ``TEMPLATE_FILES`` that exist. A ``chat_template.jinja``
+    that is not UTF-8 is a :class:`TemplateError` naming it in ``where`` (transformers reads it as UTF-8)."""
     if files.get("chat_template.jinja"):
-        return files["chat_template.jinja"].decode("utf-8"), "chat_template.jinja"
+        raw = files["chat_template.jinja"]
+        try:
+            return raw.decode("utf-8"), "chat_template.jinja"
+        except UnicodeDecodeError as err:
+            raise TemplateError(
+                f"{joined(where, 'chat_template.jinja')} is not UTF-8 text (byte {err.start}: "
+                f"{raw[err.start : err.start + 4]!r}); transformers reads a template as UTF-8: save it as UTF-8"
+            ) from None
     raw = files.get("tokenizer_config.json")
     if raw is None:
         return None
@@ -76,7 +93,10 @@ def check_against_model(
         return []
     problems = []
     recorded = meta.get("chat_template") or {}
-    found = model_template(files)
+    try:
+        found = model_template(files, where)
+    except TemplateError as err:
+        return [str(err)]
     if found is None:
         problems.append(
             f"{where} has no chat template ({' or '.join(TEMPLATE_FILES)}), but the data was rendered with one "
@@ -92,13 +112,13 @@ def check_against_model(
     tokenizer = (meta.get("tokenizer") or {}).get("sha256")
     if tokenizer and TOKENIZER_FILE in files and sha256(files[TOKENIZER_FILE]) != tokenizer:
         problems.append(
-            f"{where}/{TOKENIZER_FILE} is not the tokenizer the data was made with (sha256 "
-            f"{sha256(files[TOKENIZER_FILE])[:12]}... against {tokenizer[:12]}...): prepare the data again with "
-            "--init-from this folder"
+            f"{joined(where, TOKENIZER_FILE)} is not the tokenizer the data was made with (the folder's has sha256 "
+            f"{sha256(files[TOKENIZER_FILE])[:12]}..., the data's metadata.json records {str(tokenizer)[:12]}...): "
+            "prepare the data again with --init-from this folder"
         )
-    vocab = (config or {}).get("vocab_size")
+    vocab = (config or {}).get("vocab_size")  # not a count: the config.json's own check names it
     largest = meta.get("max_token_id")
-    if vocab is not None and largest is not None and int(largest) >= int(vocab):
+    if _is_count(vocab, 1) and _is_count(largest) and largest >= vocab:
         problems.append(
             f"the data holds token id {largest}, but the model of {where} has vocab_size {vocab}: the data was "
             "tokenized for another model"
