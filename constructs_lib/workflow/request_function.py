@@ -43,6 +43,7 @@ import training.contract.settings_checks
 import training.contract.settings_parse
 import training.contract.settings_table
 import training.contract.shapes
+import training.contract.token_data
 import training.contract.tuning
 import training.models
 import training.plan.advice
@@ -106,6 +107,7 @@ ASSET_FILES = {
     "training/contract/settings_parse.py": Path(training.contract.settings_parse.__file__),
     "training/contract/settings_table.py": Path(training.contract.settings_table.__file__),
     "training/contract/shapes.py": Path(training.contract.shapes.__file__),
+    "training/contract/token_data.py": Path(training.contract.token_data.__file__),
     "training/contract/tuning.py": Path(training.contract.tuning.__file__),
     "training/plan/advice.py": Path(training.plan.advice.__file__),
     "training/plan/band.py": Path(training.plan.band.__file__),

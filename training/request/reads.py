@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.contract import token_data
 from training.contract.container import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE, SET_ASIDE_SUFFIX
 from training.contract.settings_table import ContractError
 from training.contract.tuning import TUNE_RECORDS_FILE
@@ -34,6 +36,44 @@ MAX_METADATA_BYTES = 16 * 1024 * 1024
 131,072 tokens: about 9 MB as ``prepare`` writes it); the Lambda parses it in 256 MB."""
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """What the decision read of ``train_data_uri``'s folder (:meth:`Reads.train_data`): its conversations
+    (``chat``: ``kind: chat``, with what does not match ``init_from``), and ``token_dtype``, the dtype its ``.bin``
+    token files were written in as its metadata.json records it (None: no metadata.json, none recorded, or no
+    ``.bin`` file: the trainer's setting decides alone)."""
+
+    chat: ChatData | None = None
+    token_dtype: str | None = None
+
+
+def dtype_problems(meta: Mapping[str, Any]) -> list[str]:
+    """A token-data ``metadata.json`` (not conversations) whose recorded ``token_dtype`` the trainer cannot read its
+    tokens in (each as ``sft_data.meta_problems`` says it)."""
+    if "token_dtype" not in meta or meta["token_dtype"] in token_data.TOKEN_DTYPES:
+        return []
+    return [
+        f"token_dtype: must be one of {', '.join(token_data.TOKEN_DTYPES)} (the integer types the trainer reads); "
+        f"got {json.dumps(meta['token_dtype'])[:80]}"
+    ]
+
+
+def unlabelled_conversations(data_uri: str, listing: Mapping[str, int]) -> list[str]:
+    """A folder holding conversation data's masks or example boundaries (``prepare``'s ``<split>.mask`` and
+    ``<split>.docs``) but no metadata.json: the trainer would read its token files as plain text."""
+    suffixes = tuple(suffix for key, suffix in sft_data.SPLIT_FILES.items() if key != "files")
+    found = sorted(name for name in listing if name.endswith(suffixes))
+    if not found:
+        return []
+    shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+    return [
+        f"train_data_uri: {data_uri} holds {shown} (conversation data as prepare writes it) but no "
+        f"{DATA_METADATA_FILE}: without it the trainer would read its token files as plain text, training every "
+        "token (the user turns too) and ignoring the masks and the examples' boundaries; upload the "
+        f"{DATA_METADATA_FILE} prepare wrote with them"
+    ]
 
 
 class Reads:
@@ -85,24 +125,34 @@ class Reads:
         """Whether the ``train_data_uri`` folder can be read here (S3, or its local copy)."""
         return self.local_train_data is not None or self.s3 is not None
 
+    def folder_listing(self, uri: str, copy: Path | None) -> dict[str, int]:
+        """The objects directly in the folder ``uri`` (name -> size), from its local ``copy`` or S3 (one listing of
+        the folder's own level, ``Delimiter`` ``/``)."""
+        if copy is not None:
+            return {path.name: path.stat().st_size for path in copy.iterdir() if path.is_file()}
+        bucket, _, prefix = uri[5:].partition("/")
+        sizes: dict[str, int] = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/"
+        ):
+            sizes.update(
+                {item["Key"][len(prefix) :]: item.get("Size", 0) for item in page.get("Contents", [])}
+            )
+        return sizes
+
     def folder_files(
-        self, uri: str, names: Sequence[str], copy: Path | None, limit: int = MAX_FOLDER_FILE_BYTES
+        self,
+        uri: str,
+        names: Sequence[str],
+        copy: Path | None,
+        limit: int = MAX_FOLDER_FILE_BYTES,
+        listing: Mapping[str, int] | None = None,
     ) -> dict[str, bytes]:
         """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
-        ``copy`` or S3 (one listing of the folder's level, then one ``GetObject`` per name found: only what exists
-        is read, so a missing object is never mistaken for a refused one). One larger than ``limit`` bytes is not
-        read: ``ValueError`` naming it (the Lambda's memory is small)."""
-        if copy is not None:
-            sizes = {name: (copy / name).stat().st_size for name in names if (copy / name).is_file()}
-        else:
-            bucket, _, prefix = uri[5:].partition("/")
-            sizes = {}
-            for page in self.s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix, Delimiter="/"
-            ):
-                sizes.update(
-                    {item["Key"][len(prefix) :]: item.get("Size", 0) for item in page.get("Contents", [])}
-                )
+        ``copy`` or S3 (its ``listing``, :meth:`folder_listing` when not given, then one ``GetObject`` per name
+        found: only what exists is read, so a missing object is never mistaken for a refused one). One larger than
+        ``limit`` bytes is not read: ``ValueError`` naming it (the Lambda's memory is small)."""
+        sizes = self.folder_listing(uri, copy) if listing is None else listing
         for name in names:
             if sizes.get(name, 0) > limit:
                 raise ValueError(
@@ -110,29 +160,31 @@ class Reads:
                 )
         if copy is not None:
             return {name: (copy / name).read_bytes() for name in names if name in sizes}
-        found = set(sizes)
+        bucket, _, prefix = uri[5:].partition("/")
         return {
             name: self.s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()
             for name in names
-            if name in found
+            if name in sizes
         }
 
-    def chat_data(self, data_uri: str | None, init_from: str | None) -> tuple[ChatData | None, list[str]]:
-        """The conversation data ``data_uri`` names (its ``metadata.json``, ``kind: chat``, or ``preference``:
-        pairs of conversations, read the same way) with what
-        ``sft_data.check_against_model`` finds against the ``init_from`` folder (its template files, tokenizer.json
-        and config.json); ``(None, [])`` without such data or when the folder cannot be read here, or the problem
-        of a ``metadata.json`` that cannot be read."""
+    def train_data(self, data_uri: str | None, init_from: str | None) -> tuple[TrainData, list[str]]:
+        """What ``data_uri``'s folder says (:class:`TrainData`): the dtype its metadata.json records for its
+        ``.bin`` token files, and conversation data (``kind: chat``, or ``preference``: pairs of conversations, read the same way) with what ``sft_data.check_against_model``
+        finds against the ``init_from`` folder (its template files, tokenizer.json and config.json); nothing
+        without such a folder or when it cannot be read here; or the problem of a folder the trainer would
+        misread: a metadata.json that cannot be read, records no integer token dtype, or (conversations) is not
+        what ``prepare`` writes, and prepared conversations without their metadata.json."""
         if data_uri is None or not self.reads_train_data:
-            return None, []
+            return TrainData(), []
         copy = self.local_train_data
         if copy is not None and not copy.is_dir():
-            return None, [
+            return TrainData(), [
                 f"train_data_uri: {copy}: is not a folder (a local copy of {data_uri}: the prepared data's folder, "
                 f"holding its {DATA_METADATA_FILE})"
             ]
         try:
-            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy, MAX_METADATA_BYTES).get(
+            listing = self.folder_listing(data_uri, copy)
+            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy, MAX_METADATA_BYTES, listing).get(
                 DATA_METADATA_FILE
             )
             meta = None if raw is None else json.loads(raw)
@@ -142,19 +194,39 @@ class Reads:
                 if str(err).startswith(data_uri)
                 else f"{data_uri}{DATA_METADATA_FILE} is not valid JSON ({err})"
             )
-            return None, [f"train_data_uri: {said}"]
+            return TrainData(), [f"train_data_uri: {said}"]
         except (
             Exception
         ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda
-            return None, [
+            return TrainData(), [
                 f"train_data_uri: cannot read {data_uri}{DATA_METADATA_FILE}: {type(err).__name__}: {err}"
             ]
-        if not isinstance(meta, dict) or meta.get("kind") not in sft_data.TEMPLATE_KINDS:
-            return None, []
-        damaged = sft_data.meta_problems(meta)
+        if meta is None:
+            return TrainData(), unlabelled_conversations(data_uri, listing)
+        if not isinstance(meta, dict):
+            return TrainData(), []
+        where = f"train_data_uri: {data_uri}{DATA_METADATA_FILE}: "
+        damaged = (
+            sft_data.meta_problems(meta)
+            if meta.get("kind") in sft_data.TEMPLATE_KINDS
+            else dtype_problems(meta)
+        )
         if damaged:
-            where = f"train_data_uri: {data_uri}{DATA_METADATA_FILE}: "
-            return None, [where + "; ".join(damaged) + " (as prepare writes it: prepare the data again)"]
+            return TrainData(), [
+                where + "; ".join(damaged) + " (as prepare writes it: prepare the data again)"
+            ]
+        recorded = (
+            str(meta["token_dtype"]) if "token_dtype" in meta and token_data.raw_token_files(meta) else None
+        )
+        if meta.get("kind") not in sft_data.TEMPLATE_KINDS:
+            return TrainData(token_dtype=recorded), []
+        chat, problems = self._chat(data_uri, meta, init_from)
+        return TrainData(chat, recorded), problems
+
+    def _chat(
+        self, data_uri: str, meta: Mapping[str, Any], init_from: str | None
+    ) -> tuple[ChatData | None, list[str]]:
+        """Conversation data checked against the ``init_from`` folder's files, when it can be read here."""
         if init_from is None or (self.local_init_from is None and self.s3 is None):
             return ChatData(data_uri, meta, None, ()), []
         try:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from training.contract.token_data import TOKEN_DTYPES
+
 CHAT_KIND = "chat"
 """``metadata.json``'s ``kind`` for conversation data."""
 PREFERENCE_KIND = "preference"
@@ -40,6 +42,9 @@ MODEL_FILES = (*TEMPLATE_FILES, TOKENIZER_FILE)
 """The files of a model folder that ``check_against_model`` reads (besides its config.json)."""
 LENGTHS = "lengths"
 """A split's entry of ``metadata.json``: its example lengths as ``[[tokens, examples], ...]``, shortest first."""
+SPLIT_FILES = {"files": ".bin", "masks": ".mask", "documents": ".docs"}
+"""A split's files as ``prepare`` writes them (``<split>.bin``, ...) and the key of ``metadata.json``'s split entry
+that lists each: the token ids, the loss mask (one byte per token) and where each example starts."""
 
 
 def sha256(data: bytes | str) -> str:
@@ -253,6 +258,11 @@ def _is_count(value: Any, least: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+def _is_file_name(value: Any) -> bool:
+    """A file directly in the data folder: a name, not a path (the trainer reads it beside ``metadata.json``)."""
+    return isinstance(value, str) and value not in ("", ".", "..") and "/" not in value and "\\" not in value
+
+
 def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     """What in conversation data's ``metadata.json`` (``kind: chat``) is not what ``prepare`` writes, for each
     value the request reads (each ``<field>: must be ...; got ...``): a damaged or hand-edited file is refused by
@@ -266,6 +276,8 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
         if not ok:
             found.append(f"{where}: must be {allowed}; got {json.dumps(got)[:80]}")
 
+    want(meta.get("token_dtype") in TOKEN_DTYPES, "token_dtype",
+         f"one of {', '.join(TOKEN_DTYPES)} (the integer types the trainer reads)", meta.get("token_dtype"))  # fmt: skip
     want(meta.get("max_token_id") is None or _is_count(meta["max_token_id"]), "max_token_id",
          "a token id (an integer >= 0)", meta.get("max_token_id"))  # fmt: skip
     want(_is_count(meta.get("max_example_tokens"), 1), "max_example_tokens", "an integer >= 1",
@@ -297,6 +309,10 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
             continue
         for key in ("examples", "tokens", "trained_tokens"):
             want(_is_count(entry.get(key)), f"splits.{name}.{key}", "an integer >= 0", entry.get(key))
+        for key, suffix in SPLIT_FILES.items():
+            listed = entry.get(key)
+            want(isinstance(listed, list) and len(listed) == 1 and _is_file_name(listed[0]),
+                 f"splits.{name}.{key}", f"a list of one file name ([\"{name}{suffix}\"] from prepare)", listed)  # fmt: skip
         lengths = entry.get(LENGTHS)
         pairs = (
             isinstance(lengths, list)
