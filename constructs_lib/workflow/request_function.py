@@ -35,6 +35,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.contract.checkpoint_identity
 import training.contract.container
 import training.contract.evaluation
 import training.contract.hardware
@@ -99,6 +100,7 @@ data's template, tokenizer and lengths), and an ``init_from`` model's chat templ
 (``chat_template.jinja``, ``tokenizer_config.json``, ``tokenizer.json``: conversation data is checked against them)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/contract/checkpoint_identity.py": Path(training.contract.checkpoint_identity.__file__),
     "training/contract/container.py": Path(training.contract.container.__file__),
     "training/contract/evaluation.py": Path(training.contract.evaluation.__file__),
     "training/contract/hardware.py": Path(training.contract.hardware.__file__),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.contract import token_data
+from training.contract import checkpoint_identity, token_data
 from training.contract.container import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE, SET_ASIDE_SUFFIX
 from training.contract.settings_table import ContractError
 from training.contract.tuning import TUNE_RECORDS_FILE
@@ -368,25 +368,34 @@ def data_problems(s3: Any, uri: str) -> list[str]:
 
 
 def resume(
-    s3: Any, rules: RequestRules, name: str, execution: str | None, max_steps: int
+    s3: Any,
+    rules: RequestRules,
+    name: str,
+    execution: str | None,
+    max_steps: int,
+    identity: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """Where run ``name`` of this workflow has its newest complete checkpoint (``{"step", "uri", "execution",
-    "in_place"}``), and the problems of continuing from it to ``max_steps`` (none found, or not further than its
-    step). ``name`` this very execution (``execution``): the run continues in its own folder, which SageMaker's
-    checkpoint sync brings back (``in_place``: no resume channel); else it starts in its own folder from ``name``'s
-    checkpoint, mounted as the resume channel."""
+    "in_place"}``), and the problems of continuing from it to ``max_steps`` (none found, not further than its
+    step, or, given this run's ``identity`` (``checkpoint_identity.model_identity``), a model the trainer would
+    refuse to continue: :func:`identity_problems`). ``name`` this very execution (``execution``): the run continues
+    in its own folder, which SageMaker's checkpoint sync brings back (``in_place``: no resume channel); else it
+    starts in its own folder from ``name``'s checkpoint, mounted as the resume channel."""
     runs_uri = rules.runs_uri()
     if runs_uri is None:
         raise ValueError("RequestRules.bucket_name: needed to decide resume_from")
     run_uri = f"{runs_uri}{name}/"
     bucket, _, run_key = run_uri[5:].partition("/")
     objects = list_objects(s3, bucket, run_key)
-    found = newest_complete_checkpoint(
-        objects, lambda key: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), run_key
-    )
+    read = lambda key: s3.get_object(Bucket=bucket, Key=key)["Body"].read()  # noqa: E731
+    found = newest_complete_checkpoint(objects, read, run_key)
     problems = resume_problems(name, max_steps, found, run_uri)
     if found is None:
         return None, problems
+    if identity is not None:
+        problems += identity_problems(
+            f"s3://{bucket}/{found[1]}", read(found[1] + CHECKPOINT_MARKER), identity
+        )
     in_place = name == execution
     return {
         "step": found[0],
@@ -449,6 +458,20 @@ def newest_complete_checkpoint(
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return None
+
+
+def identity_problems(uri: str, marker: bytes, identity: Mapping[str, Any]) -> list[str]:
+    """The checkpoint at ``uri`` (its ``COMPLETE`` marker's bytes) holds a model this run's trainer refuses to
+    continue (``identity``: the run's ``checkpoint_identity.model_identity``): full fine-tuning against LoRA, LoRA
+    adapters of another rank, alpha or targets, another shape or position encoding; in the words the trainer says
+    it at its start (``checkpoint_identity.mismatch``). The frozen base LoRA adapters were trained on is the
+    trainer's to compare (it samples the weights)."""
+    try:
+        stored = json.loads(marker).get("model_shape")
+    except (ValueError, AttributeError):
+        return []  # newest_complete_checkpoint read it already
+    message = checkpoint_identity.mismatch(uri, stored, identity, checkpoint_identity.REMEDY["resume_from"])
+    return [] if message is None else [f"resume_from: {message}"]
 
 
 def resume_problems(name: str, max_steps: int, found: tuple[int, str] | None, run_uri: str) -> list[str]:
