@@ -66,6 +66,7 @@ import training.request.fields
 import training.request.fine_tuning
 import training.request.hf_config
 import training.request.job
+import training.request.read_limits
 import training.request.reads
 import training.request.rules
 import training.request.sft_data
@@ -130,6 +131,7 @@ ASSET_FILES = {
     "training/request/fine_tuning.py": Path(training.request.fine_tuning.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/job.py": Path(training.request.job.__file__),
+    "training/request/read_limits.py": Path(training.request.read_limits.__file__),
     "training/request/reads.py": Path(training.request.reads.__file__),
     "training/request/rules.py": Path(training.request.rules.__file__),
     "training/request/sft_data.py": Path(training.request.sft_data.__file__),
@@ -253,7 +255,7 @@ class RequestValidator(Construct):
             handler=HANDLER,
             description="Decides a training request (contract settings, SageMaker limits, resume_from, init_from) before launch",
             timeout=Duration.seconds(30),
-            memory_size=256,
+            memory_size=training.request.read_limits.LAMBDA_MEMORY_MB,
             role=self.role,
             log_group=self.log_group,
         )

@@ -274,15 +274,15 @@ def test_seq_length_is_checked_against_the_recorded_lengths_too(folders):
 
 
 def test_a_metadata_json_too_large_for_the_lambda_is_refused_before_it_is_read(folders, monkeypatch):
-    from training.request import reads
+    from training.request import read_limits
 
-    monkeypatch.setattr(reads, "MAX_METADATA_BYTES", 100)
+    monkeypatch.setattr(read_limits, "MAX_JSON_BYTES", 100)
     decision = decide(folders)
     assert any(
         p.startswith(f"train_data_uri: {DATA}metadata.json takes ")
-        and "more than the 100 read before launch" in p
+        and "more than the 100 the request check reads of such a file (its Lambda function has 256 MB)" in p
         for p in decision.problems
-    )
+    ), decision.problems
 
 
 def _math_saved_bytes(dtype, masked: bool) -> int:

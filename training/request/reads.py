@@ -24,16 +24,11 @@ from training.contract.container import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE,
 from training.contract.settings_table import ContractError
 from training.contract.tuning import TUNE_RECORDS_FILE
 from training.plan import measured
-from training.request import hf_config, sft_data
+from training.request import hf_config, read_limits, sft_data
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 from training.request.sft_data import ChatData
 
-MAX_FOLDER_FILE_BYTES = 64 * 1024 * 1024
-"""The most bytes of one model-folder file read before launch (a large vocabulary's tokenizer.json: about 33 MB)."""
-MAX_METADATA_BYTES = 16 * 1024 * 1024
-"""The most bytes of conversation data's metadata.json read before launch (its length histograms for examples up to
-131,072 tokens: about 9 MB as ``prepare`` writes it); the Lambda parses it in 256 MB."""
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""
 
@@ -141,30 +136,31 @@ class Reads:
         return sizes
 
     def folder_files(
-        self,
-        uri: str,
-        names: Sequence[str],
-        copy: Path | None,
-        limit: int = MAX_FOLDER_FILE_BYTES,
-        listing: Mapping[str, int] | None = None,
+        self, uri: str, names: Sequence[str], copy: Path | None, listing: Mapping[str, int] | None = None
     ) -> dict[str, bytes]:
         """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
         ``copy`` or S3 (its ``listing``, :meth:`folder_listing` when not given, then one ``GetObject`` per name
         found: only what exists is read, so a missing object is never mistaken for a refused one). One larger than
-        ``limit`` bytes is not read: ``ValueError`` naming it (the Lambda's memory is small)."""
+        the check reads of it (``read_limits.limit_of``) is not read: ``read_limits.TooLarge`` naming it (the
+        Lambda's memory is small); a file only hashed (``tokenizer.json``) comes as its ``FileDigest``."""
         sizes = self.folder_listing(uri, copy) if listing is None else listing
         for name in names:
-            if sizes.get(name, 0) > limit:
-                raise ValueError(
-                    f"{uri}{name} takes {sizes[name]:,} bytes, more than the {limit:,} read before launch"
-                )
+            if sizes.get(name, 0) > read_limits.limit_of(name):
+                raise read_limits.too_large(f"{uri}{name}", sizes[name], read_limits.limit_of(name))
+        found = [name for name in names if name in sizes]
         if copy is not None:
-            return {name: (copy / name).read_bytes() for name in names if name in sizes}
+            return {
+                name: read_limits.local_sha256(copy / name)
+                if name in read_limits.HASHED_FILES
+                else read_limits.read_local(copy / name)
+                for name in found
+            }
         bucket, _, prefix = uri[5:].partition("/")
         return {
-            name: self.s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()
-            for name in names
-            if name in sizes
+            name: read_limits.object_sha256(self.s3, bucket, prefix + name)
+            if name in read_limits.HASHED_FILES
+            else read_limits.read_object(self.s3, bucket, prefix + name)
+            for name in found
         }
 
     def train_data(self, data_uri: str | None, init_from: str | None) -> tuple[TrainData, list[str]]:
@@ -184,10 +180,8 @@ class Reads:
             ]
         try:
             listing = self.folder_listing(data_uri, copy)
-            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy, MAX_METADATA_BYTES, listing).get(
-                DATA_METADATA_FILE
-            )
-            meta = None if raw is None else json.loads(raw)
+            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy, listing).get(DATA_METADATA_FILE)
+            meta = None if raw is None else read_limits.parse_json(raw, f"{data_uri}{DATA_METADATA_FILE}")
         except ValueError as err:  # too large, or not JSON
             said = (
                 str(err)
@@ -229,17 +223,26 @@ class Reads:
         """Conversation data checked against the ``init_from`` folder's files, when it can be read here."""
         if init_from is None or (self.local_init_from is None and self.s3 is None):
             return ChatData(data_uri, meta, None, ()), []
+        local = self.local_init_from
         try:
-            names = [*sft_data.MODEL_FILES, hf_config.CONFIG_FILE]
-            files = self.folder_files(init_from, names, self.local_init_from)
+            listing = self.folder_listing(init_from, local)
+            files = self.folder_files(init_from, sft_data.MODEL_FILES, local, listing)
+            if "tokenizer_config.json" in files:
+                where = sft_data.joined(init_from, "tokenizer_config.json")
+                read_limits.check_json(files["tokenizer_config.json"], where)
+        except read_limits.TooLarge as err:
+            return None, [f"init_from: {err}"]
         except Exception as err:  # as above
             return None, [
                 f"init_from: cannot read its chat template and tokenizer files: {type(err).__name__}: {err}"
             ]
         try:
-            config = json.loads(files.pop(hf_config.CONFIG_FILE, b"null"))
+            raw = self.folder_files(init_from, [hf_config.CONFIG_FILE], local, listing).get(
+                hf_config.CONFIG_FILE
+            )
+            config = None if raw is None else read_limits.parse_json(raw, hf_config.CONFIG_FILE)
         except ValueError:
-            config = None  # init_from's own read names it
+            config = None  # too large, or not JSON: init_from's own read names it
         mismatches = sft_data.check_against_model(
             meta, files, config if isinstance(config, dict) else None, init_from
         )
@@ -273,8 +276,11 @@ def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]
             f"model.safetensors.index.json); got {show(uri)}"
         ]
     try:
-        body = s3.get_object(Bucket=bucket, Key=prefix + hf_config.CONFIG_FILE)["Body"].read()
+        body = read_limits.read_object(s3, bucket, prefix + hf_config.CONFIG_FILE)
+        read_limits.check_json(body, f"{uri}{hf_config.CONFIG_FILE}")
         return hf_config.architecture(hf_config.parse(body, uri), uri), []
+    except read_limits.TooLarge as err:
+        return None, [f"init_from: {err}"]
     except ContractError as err:
         return None, [str(err)]
     except (
@@ -288,6 +294,9 @@ def read_local_init_from(folder: str | Path) -> tuple[dict[str, Any] | None, lis
     config.json, no safetensors weights directly in it, a config.json the trainer cannot load), read from disk."""
     path = Path(folder)
     try:
+        config_file = path / hf_config.CONFIG_FILE
+        if config_file.is_file():
+            read_limits.check_json(read_limits.read_local(config_file), str(config_file))
         config = hf_config.read_local(path)
         if not any(path.glob("*.safetensors")):
             return None, [
@@ -295,6 +304,8 @@ def read_local_init_from(folder: str | Path) -> tuple[dict[str, Any] | None, lis
                 "model.safetensors.index.json)"
             ]
         return hf_config.architecture(config, str(folder)), []
+    except read_limits.TooLarge as err:
+        return None, [f"init_from: {err}"]
     except ContractError as err:
         return None, [str(err)]
 
@@ -340,13 +351,16 @@ def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=rules.bucket_name, Prefix=prefix):
             listed += [item for item in page.get("Contents", []) if item["Key"].endswith(".json")]
         listed.sort(key=lambda item: item["LastModified"], reverse=True)
-        records = []
+        records, held = [], 0
         for item in listed[:MAX_RECORD_FILES]:
-            body = s3.get_object(Bucket=rules.bucket_name, Key=item["Key"])["Body"].read()
             try:
-                listed_records = json.loads(body).get("records", [])
+                body = read_limits.read_object(s3, rules.bucket_name, item["Key"])
+                held += read_limits.estimated_json_bytes(body)
+                if held > read_limits.JSON_BUDGET_BYTES:
+                    break  # the older files: more records than the Lambda holds
+                listed_records = read_limits.parse_json(body, item["Key"]).get("records", [])
             except (ValueError, AttributeError):
-                continue  # not a record file: skipped, never fatal to a request
+                continue  # not a record file, or too large: skipped, never fatal to a request
             if isinstance(listed_records, list):
                 records += [r for r in listed_records if measured.well_formed(r)]  # malformed records skipped
         return records
@@ -387,7 +401,7 @@ def resume(
     run_uri = f"{runs_uri}{name}/"
     bucket, _, run_key = run_uri[5:].partition("/")
     objects = list_objects(s3, bucket, run_key)
-    read = lambda key: s3.get_object(Bucket=bucket, Key=key)["Body"].read()  # noqa: E731
+    read = lambda key: read_limits.read_object(s3, bucket, key, read_limits.MAX_JSON_BYTES)  # noqa: E731
     found = newest_complete_checkpoint(objects, read, run_key)
     problems = resume_problems(name, max_steps, found, run_uri)
     if found is None:
@@ -452,11 +466,13 @@ def newest_complete_checkpoint(
             candidates.append((int(m.group(1)), int(m.group(2) or 1), f"{run_key}{parts[0]}/"))
     for step, _, prefix in sorted(candidates, reverse=True):
         try:
-            files = json.loads(read(prefix + CHECKPOINT_MARKER))["files"]
+            files = read_limits.parse_json(read(prefix + CHECKPOINT_MARKER), prefix + CHECKPOINT_MARKER)[
+                "files"
+            ]
             if all(objects.get(prefix + name) == size for name, size in files.items()):
                 return step, prefix
         except (ValueError, KeyError, TypeError, AttributeError):
-            continue
+            continue  # unreadable, or larger than the check holds: not the trainer's
     return None
 
 
@@ -467,7 +483,7 @@ def identity_problems(uri: str, marker: bytes, identity: Mapping[str, Any]) -> l
     it at its start (``checkpoint_identity.mismatch``). The frozen base LoRA adapters were trained on is the
     trainer's to compare (it samples the weights)."""
     try:
-        stored = json.loads(marker).get("model_shape")
+        stored = read_limits.parse_json(marker, uri + CHECKPOINT_MARKER).get("model_shape")
     except (ValueError, AttributeError):
         return []  # newest_complete_checkpoint read it already
     message = checkpoint_identity.mismatch(uri, stored, identity, checkpoint_identity.REMEDY["resume_from"])

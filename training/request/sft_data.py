@@ -27,6 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from training.contract.token_data import TOKEN_DTYPES
+from training.request import read_limits
 
 CHAT_KIND = "chat"
 """``metadata.json``'s ``kind`` for conversation data."""
@@ -48,7 +49,9 @@ that lists each: the token ids, the loss mask (one byte per token) and where eac
 
 
 def sha256(data: bytes | str) -> str:
-    """Hex SHA-256 of bytes, or of a string's UTF-8."""
+    """Hex SHA-256 of bytes, or of a string's UTF-8; a file only hashed (``read_limits.FileDigest``) is its own."""
+    if isinstance(data, read_limits.FileDigest):
+        return str(data)
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
@@ -79,7 +82,7 @@ def model_template(files: Mapping[str, bytes], where: str = "the model folder") 
         return None
     try:
         template = json.loads(raw).get("chat_template")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     if isinstance(template, list):  # named templates: apply_chat_template uses "default"
         template = next(
