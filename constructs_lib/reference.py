@@ -26,6 +26,7 @@ from typing import Any
 
 from constructs_lib.context_keys import CONTEXT, ContextKey
 from training.contract.settings_table import HYPERPARAMETERS, TOP_LEVEL_SETTINGS, Hyperparameter
+from training.request import bounds
 from training.request.evaluate_block import EVALUATE_FIELDS_BY_NAME
 from training.request.fields import EVALUATE_DEFAULTS, FIELDS
 from training.request.rules import PLATFORM_HYPERPARAMETERS, RequestRules
@@ -84,8 +85,13 @@ def input_fields_section() -> list[str]:
         "The JSON object an execution starts with (console, `blackwell-training submit`, the Python API, "
         "EventBridge's `detail`). Every field is optional; any other field, and an input that is not a JSON "
         "object, is refused with every problem listed. Allowed values are shown as the default deployment checks "
-        "them (`cdk.json` keys set some bounds: the default column names them, and so does the text). Check an "
-        "input with `blackwell-training validate` ([running jobs](running-jobs.md)).",
+        "them (`cdk.json` keys set some bounds: the default column names them, and so does the text). Each field "
+        "is checked against its own limits, then the decision as a whole against the room the workflow's state "
+        "keeps for it: fields each within their own limits can still be refused together (long `hyperparameters` "
+        "values, many `environment` variables and `tags`) when the decided request would take more than "
+        f"{bounds.STATE_LIMIT_BYTES // bounds.KIB} KiB of the workflow's state (Step Functions passes at most "
+        "256 KiB between states, and the job's description joins the decision after the job); the refusal names "
+        "the largest fields. Check an input with `blackwell-training validate` ([running jobs](running-jobs.md)).",
         "",
     ]
     rows = []

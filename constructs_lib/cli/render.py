@@ -11,6 +11,7 @@ from typing import Any
 from constructs_lib.cli.progress import format_duration
 from constructs_lib.cli.records import Snapshot
 from training.contract.settings_parse import format_setting
+from training.plan.report import instances_text, network_line
 
 
 def say(out: Any, text: str, indent: str = "  ") -> None:
@@ -144,7 +145,8 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     cost = (
         "unknown (no on-demand price)"
         if planned["cost_usd"] is None
-        else f"${planned['cost_usd']:,.2f}{_between(band, 'cost_usd', '${:,.2f}'.format)} (on-demand prices of "
+        else f"${planned['cost_usd']:,.2f}{_between(band, 'cost_usd', '${:,.2f}'.format)}{instances_text(planned)} "
+        "(on-demand prices of "
         f"{planned.get('price_source', 'unknown date')})"
     )
     basis = planned.get("throughput_basis", "estimate")
@@ -156,14 +158,9 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     say(out, f"throughput {basis}: {planned['throughput_source']}")
     if band:
         say(out, f"its spread: {band['assumptions']}")
-    net = planned.get("network")
+    net = network_line(planned)
     if net:
-        say(
-            out,
-            f"network per step: {net['efa_gb_per_instance']:.1f} GB per instance over EFA, "
-            f"{net['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink; busy {net['busy_seconds']:.3f} s, exposed "
-            f"{net['exposed_seconds']:.3f} s ({100 * net['share']:.1f}% of the step; links: {net['source']})",
-        )
+        say(out, net)
     records = planned.get("records")
     if records is not None:
         say(out, records_line(planned, records))

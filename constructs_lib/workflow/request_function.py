@@ -35,6 +35,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.contract.checkpoint_identity
 import training.contract.container
 import training.contract.evaluation
 import training.contract.hardware
@@ -43,6 +44,7 @@ import training.contract.settings_checks
 import training.contract.settings_parse
 import training.contract.settings_table
 import training.contract.shapes
+import training.contract.token_data
 import training.contract.tuning
 import training.models
 import training.plan.advice
@@ -65,6 +67,7 @@ import training.request.fields
 import training.request.fine_tuning
 import training.request.hf_config
 import training.request.job
+import training.request.read_limits
 import training.request.reads
 import training.request.rules
 import training.request.sft_data
@@ -99,6 +102,7 @@ data's template, tokenizer and lengths), and an ``init_from`` model's chat templ
 (``chat_template.jinja``, ``tokenizer_config.json``, ``tokenizer.json``: conversation data is checked against them)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/contract/checkpoint_identity.py": Path(training.contract.checkpoint_identity.__file__),
     "training/contract/container.py": Path(training.contract.container.__file__),
     "training/contract/evaluation.py": Path(training.contract.evaluation.__file__),
     "training/contract/hardware.py": Path(training.contract.hardware.__file__),
@@ -107,6 +111,7 @@ ASSET_FILES = {
     "training/contract/settings_parse.py": Path(training.contract.settings_parse.__file__),
     "training/contract/settings_table.py": Path(training.contract.settings_table.__file__),
     "training/contract/shapes.py": Path(training.contract.shapes.__file__),
+    "training/contract/token_data.py": Path(training.contract.token_data.__file__),
     "training/contract/tuning.py": Path(training.contract.tuning.__file__),
     "training/plan/advice.py": Path(training.plan.advice.__file__),
     "training/plan/band.py": Path(training.plan.band.__file__),
@@ -128,6 +133,7 @@ ASSET_FILES = {
     "training/request/fine_tuning.py": Path(training.request.fine_tuning.__file__),
     "training/request/hf_config.py": Path(training.request.hf_config.__file__),
     "training/request/job.py": Path(training.request.job.__file__),
+    "training/request/read_limits.py": Path(training.request.read_limits.__file__),
     "training/request/reads.py": Path(training.request.reads.__file__),
     "training/request/rules.py": Path(training.request.rules.__file__),
     "training/request/sft_data.py": Path(training.request.sft_data.__file__),
@@ -251,7 +257,7 @@ class RequestValidator(Construct):
             handler=HANDLER,
             description="Decides a training request (contract settings, SageMaker limits, resume_from, init_from) before launch",
             timeout=Duration.seconds(30),
-            memory_size=256,
+            memory_size=training.request.read_limits.LAMBDA_MEMORY_MB,
             role=self.role,
             log_group=self.log_group,
         )

@@ -752,7 +752,10 @@ def test_plan_prints_memory_by_part_time_and_cost(deployed, cli):
     assert result.status == 0, result.err
     assert "(fits)" in result.out and "saved activations" in result.out and "AdamW state" in result.out
     assert "tokens/s per GPU" in result.out and "cost $" in result.out
-    assert "8 GPUs, shard 8:" in result.out and "network per step: 0.0 GB per instance over EFA" in result.out
+    assert (
+        "8 GPUs, shard 8:" in result.out
+        and "network per step (shard 8): 0.0 GB per instance over EFA" in result.out
+    )
     planned = json.loads(cli("plan", "-", "--json", stdin=json.dumps(SEED_HEADLINE)).out)
     assert planned["fits"] and planned["world_size"] == 8 and planned["peak_gib"] < planned["limit_gib"]
     assert abs(sum(planned["parts_gib"].values()) - planned["tensors_gib"]) < 0.05
@@ -767,7 +770,7 @@ def test_plan_on_two_instances_shows_the_layout_and_the_networks_share(deployed,
     net = planned["network"]
     assert "16 GPUs, replicate 2 x shard 8:" in result.out
     assert (
-        f"network per step: {net['efa_gb_per_instance']:.1f} GB per instance over EFA, "
+        f"network per step (replicate 2 x shard 8): {net['efa_gb_per_instance']:.1f} GB per instance over EFA, "
         f"{net['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink; busy {net['busy_seconds']:.3f} s, exposed "
         f"{net['exposed_seconds']:.3f} s ({100 * net['share']:.1f}% of the step; links: "
     ) in result.out

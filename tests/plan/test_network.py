@@ -33,19 +33,69 @@ def test_a_shard_group_inside_one_instance_sends_nothing_over_efa():
     assert traffic.gpu_bytes == pytest.approx(8 * GB * 7 / 8)
 
 
-def test_full_sharding_over_two_instances_moves_half_the_tensor_into_each():
+def test_full_sharding_over_two_instances_moves_a_rings_share_into_each():
     layout = network.Layout(nodes=2, gpus=8, replicate=1)
     traffic = network.gather(8 * GB, layout, size=layout.shard)
-    assert traffic.node_bytes == pytest.approx(4 * GB)  # N (m-1)/m with m = 2
+    assert traffic.node_bytes == pytest.approx(
+        8 * GB * 15 / 16
+    )  # N (k-1)/k: the ring's one entry, not N (m-1)/m
     assert traffic.gpu_bytes == pytest.approx(8 * GB * 15 / 16)
 
 
+def ring_bytes_into_each_instance(
+    layout: network.Layout, size: int, consecutive: bool, total: float
+) -> float:
+    """NCCL's ring all-gather simulated: each group's ranks in a ring ordered by instance (NCCL's rings keep an
+    instance's GPUs together), ``size - 1`` steps in each of which every rank passes one ``total / size`` chunk
+    to the next; the bytes that cross into each instance, the busiest one's."""
+    into: dict[int, float] = {}
+    for group in network._groups(layout, size, consecutive):
+        ring = sorted(group, key=lambda rank: (rank // layout.gpus, rank))
+        for _ in range(size - 1):
+            for position, rank in enumerate(ring):
+                nxt = ring[(position + 1) % size]
+                if rank // layout.gpus != nxt // layout.gpus:
+                    into[nxt // layout.gpus] = into.get(nxt // layout.gpus, 0.0) + total / size
+    return max(into.values(), default=0.0)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "replicate"),
+    [(2, 8, 1), (2, 8, 2), (2, 8, 16), (4, 8, 4), (4, 8, 2), (3, 8, 2), (4, 1, 1)],
+)
+def test_the_efa_bytes_are_nccls_ring_moved_chunk_by_chunk(nodes, gpus, replicate):
+    """Issue 53 item 15: the per-instance EFA bytes were the lower bound ``N (m-1)/m``, which a ring with several
+    ranks per instance exceeds about twice. Each of the layout's collectives now moves what NCCL's ring does,
+    counted here chunk by chunk."""
+    layout = network.Layout(nodes=nodes, gpus=gpus, replicate=replicate)
+    shards = network.gather(8 * GB, layout, size=layout.shard)
+    assert shards.node_bytes == pytest.approx(
+        ring_bytes_into_each_instance(layout, layout.shard, True, 8 * GB)
+    )
+    replicas = network.gather(8 * GB, layout, size=layout.replicate, consecutive=False)
+    simulated = ring_bytes_into_each_instance(layout, layout.replicate, False, 8 * GB)
+    assert replicas.node_bytes == pytest.approx(simulated)
+
+
+def test_one_group_of_every_rank_moves_about_twice_what_one_replica_per_instance_moves():
+    """replicate 16 x shard 1 and replicate 2 x shard 8 on two instances of 8 showed the same EFA bytes; the first's
+    all-reduce is one ring of 16 that enters each instance with 15/16 of the gradient twice, the second's eight
+    rings of 2 carry an eighth each, once per instance."""
+    model = network.Model(block_params=200_000_000, root_params=0, layers=4, gather_bytes=2.0)
+    wide = network.step(model, network.Layout(2, 8, 16), B200, 10.0).node_bytes
+    per_instance = network.step(model, network.Layout(2, 8, 2), B200, 10.0).node_bytes
+    gradient = 4 * 200_000_000 * 4.0  # fp32
+    assert per_instance == pytest.approx(2 * gradient / 8 * 1 / 2 * 8)
+    assert wide == pytest.approx(2 * gradient * 15 / 16)
+    assert wide / per_instance == pytest.approx(1.875)
+
+
 def test_a_shard_group_straddling_instances_counts_the_busiest_instances_efa_bytes():
-    # 3 instances of 8, replicate 2: shards of 12 ranks, 8 + 4 and 4 + 8; the middle instance holds 4 of each and
-    # receives the other 8 ranks' share of both: 2 x N 8/12 (before: counted as inside one instance, no EFA)
+    # 3 instances of 8, replicate 2: shards of 12 ranks, 8 + 4 and 4 + 8; the middle instance holds 4 of each, and
+    # each group's ring enters it once: 2 x N 11/12 (before: counted as inside one instance, no EFA)
     layout = network.Layout(nodes=3, gpus=8, replicate=2)
     traffic = network.gather(12 * GB, layout, size=layout.shard)
-    assert traffic.node_bytes == pytest.approx(2 * 12 * GB * 8 / 12)
+    assert traffic.node_bytes == pytest.approx(2 * 12 * GB * 11 / 12)
     assert traffic.latency == pytest.approx(network.ring_latency(12, 2))
     # the replicas: rank r and r + 12, on two instances for every r
     assert network.all_reduce(1 * GB, layout).node_bytes > 0
@@ -166,15 +216,32 @@ def test_the_plan_says_its_layout_and_network_and_adds_only_what_one_instance_wo
 
 def test_the_plans_text_names_the_layout_and_its_network():
     text = report.format_plan(estimate.make_plan(request(count=2)))
-    assert "network (replicate 2 x shard 8): " in text and "GB per instance over EFA" in text
-    assert "network" not in report.format_plan(
-        estimate.make_plan({**request(count=2), "instance_type": "ml.p6e-gb200.36xlarge"})
+    assert "network per step (replicate 2 x shard 8): " in text and "GB per instance over EFA" in text
+    assert "for 2 x ml.p6-b200.48xlarge" in text  # the time and cost are both instances'
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "why"),
+    [
+        ("ml.p6e-gb200.36xlarge", "its NVLink domain spans the UltraServer's instances (up to 72 GPUs)"),
+        ("ml.p5.4xlarge", "one GPU per instance, so every collective crosses the network"),
+    ],
+)
+def test_an_instance_type_without_published_links_says_why_its_time_and_cost_are_a_floor(instance_type, why):
+    """Issue 53 item 15: two ml.p5.4xlarge or two ml.p6e-gb200.36xlarge printed no network line and no reason,
+    and time and cost with nothing to say they leave the collectives out."""
+    req = {**request(preset="1b", count=2), "instance_type": instance_type}
+    planned = estimate.make_plan(req)
+    assert planned.timing.network is None
+    note = planned.to_dict()["network_note"]
+    assert note == (f"not estimated for 2 x {instance_type}: {why}{note.split(why, 1)[1]}") and note.endswith(
+        "the step time, run time and cost leave out the collectives' time (a floor for 2 instances)"
     )
-
-
-def test_an_instance_type_without_published_links_has_no_network_time():
-    req = {**request(count=2), "instance_type": "ml.p6e-gb200.36xlarge"}
-    assert estimate.make_plan(req).timing.network is None
+    text = report.format_plan(planned)
+    assert f"network per step: {note}" in text and f"for 2 x {instance_type}" in text
+    one_gpu = estimate.make_plan({**req, "instance_type": "ml.p5.4xlarge", "instance_count": 1}).to_dict()
+    assert one_gpu["network_note"] is None and "network" not in report.format_plan(estimate.make_plan(
+        {**req, "instance_type": "ml.p5.4xlarge", "instance_count": 1}))  # fmt: skip
 
 
 def test_layouts_compares_full_and_hybrid_sharding_and_marks_autos_choice():

@@ -294,15 +294,15 @@ def test_seq_length_is_checked_against_the_recorded_lengths_too(folders):
 
 
 def test_a_metadata_json_too_large_for_the_lambda_is_refused_before_it_is_read(folders, monkeypatch):
-    from training.request import reads
+    from training.request import read_limits
 
-    monkeypatch.setattr(reads, "MAX_METADATA_BYTES", 100)
+    monkeypatch.setattr(read_limits, "MAX_JSON_BYTES", 100)
     decision = decide(folders)
     assert any(
         p.startswith(f"train_data_uri: {DATA}metadata.json takes ")
-        and "more than the 100 read before launch" in p
+        and "more than the 100 the request check reads of such a file (its Lambda function has 256 MB)" in p
         for p in decision.problems
-    )
+    ), decision.problems
 
 
 def _math_saved_bytes(dtype, masked: bool) -> int:
@@ -366,3 +366,43 @@ def test_a_tuning_run_counts_each_splits_windows_once_per_seq_length(folders, mo
     decision = decide(folders, {"tune": tune, "seq_length": 256})
     assert decision.problems == [], decision.problems
     assert sorted(counted) == [256, 256]  # the train and validation splits, once each
+
+
+def edited_model(folders: dict[str, Path], name: str, edit) -> dict[str, Path]:
+    """``folders`` with a copy of the model folder that ``edit`` changed (a hostile or damaged file)."""
+    copy = folders["root"] / name
+    if not copy.exists():
+        shutil.copytree(folders["model"], copy)
+        edit(copy)
+    return {**folders, "model": copy}
+
+
+def _config_with(folder: Path, text: str) -> None:
+    config = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(config.replace('"vocab_size": 272', f'"vocab_size": {text}'))
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "said"),
+    [
+        ("jinja", lambda f: (f / "chat_template.jinja").write_bytes(b"{{ messages }}\xff"),
+         f"train_data_uri: {MODEL}chat_template.jinja is not UTF-8 text (byte 14: "),
+        ("vocab_abc", lambda f: _config_with(f, '"abc"'),
+         "config.json: vocab_size must be a positive integer; got 'abc'"),
+        ("vocab_1e400", lambda f: _config_with(f, "1e400"),
+         "config.json: vocab_size must be a positive integer; got inf"),
+    ],
+)  # fmt: skip
+def test_a_hostile_model_file_is_refused_by_name_not_raised(folders, name, edit, said):
+    """Issue 53 item 6: a chat_template.jinja that is not UTF-8 and a vocab_size of "abc" or 1e400 raised in
+    sft_data (UnicodeDecodeError, ValueError, OverflowError) instead of refusing."""
+    changed = edited_model(folders, f"hostile_{name}", edit)
+    decision = decide_request(
+        {**REQUEST}, RULES, reads=Reads(local_init_from=changed["model"], local_train_data=folders["data"])
+    )
+    if said.startswith("config.json"):  # the init_from read names the folder it read (here its local copy)
+        assert any(p.startswith("init_from: ") and p.endswith(said) for p in decision.problems), (
+            decision.problems
+        )
+    else:
+        assert any(p.startswith(said) for p in decision.problems), decision.problems

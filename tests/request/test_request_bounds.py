@@ -206,6 +206,18 @@ def test_a_valid_request_whose_decision_would_be_too_large_is_refused_alike_offl
     assert "its largest fields: environment " in problem and problem.endswith("; shorten them")
 
 
+def test_the_reference_says_fields_within_their_own_limits_can_be_refused_together_for_the_size():
+    """Issue 53 item 4: each field of the request above is within its own limit (the reference's table), yet
+    the request is refused for the decision's size; docs/reference.md says so, with the limits."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text(encoding="utf-8")
+    intro = page.split("## Execution input fields", 1)[1].split("| field |", 1)[0]
+    assert "fields each within their own limits can still be refused together" in intro
+    assert f"more than {bounds.STATE_LIMIT_BYTES // bounds.KIB} KiB of the workflow's state" in intro
+    assert "Step Functions passes at most 256 KiB between states" in intro
+
+
 def test_a_large_but_reasonable_request_stays_valid(rules, s3):
     raw = {
         "train_data_uri": "s3://bounds-bucket/data/tokens/",

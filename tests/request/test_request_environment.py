@@ -105,3 +105,44 @@ def test_docs_security_names_every_refused_variable_with_its_source():
     text = DOCS.read_text(encoding="utf-8")
     missing = [name for name in ENVIRONMENT_LOADS_CODE if f"`{name}`" not in text]
     assert not missing, f"docs/security.md does not name {missing}"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        # torch 2.13 torch/_native/__init__.py (get_user_ordering_fn): importlib.import_module of the value
+        ("TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN", "PyTorch imports the module that value names"),
+        # torch 2.9 and 2.13 torch/testing/_internal/common_device_type.py: runpy.run_path of each path listed
+        ("TORCH_TEST_DEVICES", "PyTorch's device-type test harness runs the Python files it lists"),
+        # torch 2.13 torch/_dynamo/config.py (dynamo_profiler): a path the profile is saved to
+        ("TORCH_COMPILE_DYNAMO_PROFILER", "PyTorch writes to that path"),
+    ],
+)
+def test_torch_variables_that_import_run_or_write_what_they_name_are_refused(name, reason):
+    """From reading torch 2.9's and 2.13's Python source for environment reads whose value reaches
+    ``importlib.import_module``, ``__import__``, ``runpy.run_path``, ``spec_from_file_location``, ``ctypes.CDLL`` or a
+    file written (docs/security.md)."""
+    (problem,) = _problems({name: "my_package.module.fn"})
+    assert problem.startswith(f"environment.{name}: refused: {reason}"), problem
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["TORCH_SOMETHING_FN", "PYTORCH_HOOK_MODULE", "TORCH_X_CLASS", "TORCH_Y_CALLABLE", "TORCH_Z_FUNCTION"],
+)
+def test_a_variable_named_like_a_python_callable_is_refused_before_a_version_has_it(name):
+    (problem,) = _problems({name: "package.module.fn"})
+    assert "it names Python code (a module, class or function) for a library of the job to import" in problem
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["PYTHONPATH", "PYTHONSTARTUP", "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONHOME", "PYTHONUSERBASE",
+     "PYTHONPYCACHEPREFIX", "PYTHONINSPECT", "PYTHONSAFEPATH", "LD_PRELOAD", "LD_LIBRARY_PATH"],
+)  # fmt: skip
+def test_pythons_own_variables_that_import_or_load_are_outside_the_prefixes(name):
+    """Python imports a named callable (PYTHONBREAKPOINT, a PYTHONWARNINGS category), runs a file (PYTHONSTARTUP)
+    or reads modules and bytecode from a path (PYTHONPATH, PYTHONHOME, PYTHONUSERBASE, PYTHONPYCACHEPREFIX): none
+    of them starts with an allowed prefix, so each is refused as such."""
+    (problem,) = _problems({name: "x"})
+    assert problem.startswith(f"environment.{name}: name must start with one of NCCL_, TORCH_"), problem

@@ -97,6 +97,7 @@ def test_every_caller_decides_through_the_one_function():
         ("constructs_lib/cli/direct.py", "direct_request"),
         ("training/request/decision.py", "validate_request"),
         ("training/request/decision.py", "prepare_request"),
+        ("training/measure/request_check_memory.py", "child"),  # the Lambda's decision, its memory measured
     } == callers
     cli = [ROOT / "constructs_lib" / "cli" / name for name in ("request.py", "tuning.py")]
     assert calls("decide", cli) == {

@@ -45,3 +45,28 @@ def test_another_template_tokenizer_or_vocabulary_is_named():
     assert missing.startswith("m has no chat template (chat_template.jinja or tokenizer_config.json)")
     (tokenizer,) = sft_data.check_against_model(META, files(tokenizer=b"{}"), None, "m")
     assert tokenizer.startswith("m/tokenizer.json is not the tokenizer the data was made with")
+
+
+def test_a_template_that_is_not_utf8_is_named_not_raised():
+    (problem,) = sft_data.check_against_model(
+        META, {**files(), "chat_template.jinja": b"{{ x }}\xff\xfe"}, None, "s3://b/model/"
+    )
+    assert problem.startswith("s3://b/model/chat_template.jinja is not UTF-8 text (byte 7: ")
+    assert problem.endswith("transformers reads a template as UTF-8: save it as UTF-8")
+
+
+def test_a_vocab_size_that_is_not_an_integer_leaves_the_vocabulary_to_the_config_check():
+    """The config.json's own check (``hf_config.architecture``, the init_from read) names such a vocab_size; the
+    comparison with the data's largest token id skips it rather than raising."""
+    for vocab in ("abc", float("inf"), 1e400, None, True, -3, 2.5):
+        assert sft_data.check_against_model(META, files(), {"vocab_size": vocab}, "m") == []
+
+
+def test_the_tokenizer_mismatch_says_whose_hash_is_whose_and_joins_the_path_once():
+    (problem,) = sft_data.check_against_model(META, files(tokenizer=b"{}"), None, "s3://b/data/model/")
+    found, recorded = sft_data.sha256(b"{}")[:12], sft_data.sha256(TOKENIZER)[:12]
+    assert problem == (
+        f"s3://b/data/model/tokenizer.json is not the tokenizer the data was made with (the folder's has sha256 "
+        f"{found}..., the data's metadata.json records {recorded}...): prepare the data again with --init-from "
+        "this folder"
+    )

@@ -269,3 +269,35 @@ def test_the_mxfp8_recipe_is_refused_in_a_space_for_a_gpu_that_cannot_run_it():
         "precision=fp8, activation_checkpointing=full: fp8_recipe: mxfp8 (TE MXFP8BlockScaling)"
     )
     assert [t["settings"]["precision"] for t in decided.tune["plan"]["trials"]] == ["bf16"]
+
+
+def test_a_space_whose_layouts_all_fail_to_divide_the_gpus_names_the_ones_that_do():
+    """Issue 53 item 4: every data_parallel_replicate value of the space failing to divide the GPUs was answered
+    with memory advice ("it would fit with: activation_checkpointing full"), which nothing had planned."""
+    request = {**BASE, "instance_count": 2, "batch_size": 8}
+    parsed, problems = tuning.parse_tune({"search_space": {"data_parallel_replicate": [3, 5]}}, B200, 2)
+    assert not problems
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request(request), parsed, max_runtime_seconds=86_400,
+                                    max_instance_count=4)  # fmt: skip
+    (problem,) = tuned.problems
+    assert (
+        "2 are refused by the trainer's rules (first: data_parallel_replicate=3: data_parallel_replicate: "
+        in problem
+    )
+    assert "it would fit with" not in problem and "activation_checkpointing" not in problem.split("; ")[-1]
+    assert problem.endswith(
+        "list data_parallel_replicate values that divide the job's 16 GPUs (1, 2, 4, 8, 16), or leave it out of the "
+        "search space (auto)"
+    )
+
+
+def test_a_space_every_combination_of_which_the_trainer_refuses_gives_no_memory_advice():
+    request = {**BASE, "seq_length": 8200, "batch_size": 1}
+    parsed, _ = tuning.parse_tune({"search_space": {"precision": ["mxfp8"]}}, B200)
+    tuned = tuning_plan.plan_tuning(*inputs.parse_request(request), parsed, max_runtime_seconds=86_400)
+    (problem,) = tuned.problems
+    assert "it would fit with" not in problem
+    assert problem.endswith(
+        "every combination is refused by the trainer's rules, before any memory was planned: change the values "
+        "the reasons name (blackwell-training tune --dry-run lists every one)"
+    )

@@ -108,6 +108,42 @@ def run_as_the_page(snippet: str, folder: Path) -> str:
     return done.stdout.strip()
 
 
+def page_offline_plan() -> tuple[str, list[str]]:
+    """docs/fine-tuning.md's offline plan: the request it saves as ``example/run.json`` and the command line that
+    plans it, as printed."""
+    page = (ROOT / "docs" / "fine-tuning.md").read_text()
+    request = page.split("```json input save=example/run.json\n", 1)[1].split("```", 1)[0]
+    line = next(line for line in page.splitlines() if " plan example/run.json " in line)
+    return request, shlex.split(line)
+
+
+def test_the_pages_offline_plan_plans_the_example_as_printed(prepared, tmp_path):
+    """Issue 53 item 23: the page's offline plan named the README's 1B request, and with the page's own 8B request
+    its example folders are refused (11 windows of 4,096 tokens where a step needs 16, as the page says). The page
+    now saves a request of its example and plans it: run as printed, in a folder holding ``example/``, it exits 0
+    with the data's packing as the page states it (183 windows of 256 tokens)."""
+    request, command = page_offline_plan()
+    assert command[0] == ".venv/bin/blackwell-training"
+    (tmp_path / "example").mkdir()
+    for name in ("model", "data"):
+        (tmp_path / "example" / name).symlink_to(prepared / name)
+    (tmp_path / "example" / "run.json").write_text(request)
+    program = [str(Path(sys.executable).parent / "blackwell-training")]
+    proc = subprocess.run([*program, *command[1:]], env=env(), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "data: 801 training examples in 183 windows of 256 tokens" in proc.stdout, proc.stdout
+    section = (ROOT / "docs" / "fine-tuning.md").read_text().split("## In the workflow", 1)[1]
+    (tmp_path / "workflow.json").write_text(section.split("```json input\n", 1)[1].split("```", 1)[0])
+    refused = subprocess.run([*program, "plan", "workflow.json", *command[3:]], env=env(), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert (
+        "makes 11 windows of seq_length 4096 (801 examples, packed); one global batch (batch_size 2 x 8 GPUs) "
+        "needs 16" in refused.stderr
+    ), refused.stderr
+
+
 def page_hyperparameters(folder: Path, processes: int) -> dict[str, str]:
     """The page's training settings as a SageMaker job's hyperparameters, for ``processes`` ranks: the same global
     batch (``batch_size`` is per rank), the data and the model from their channels, no local folders."""

@@ -99,6 +99,9 @@ class Plan:
             "price_source": hardware.PRICES_AS_OF,
             "data_parallel": {"replicate": s.replicate, "shard": s.shard_size},
             "network": None if t.network is None else t.network.to_dict(),
+            "network_note": t.network_note,
+            "instance_type": s.instance_type,
+            "instance_count": s.instance_count,
             **({"data": self.data} if self.data is not None else {}),
             **({"preference": self.preference} if self.preference is not None else {}),
         }

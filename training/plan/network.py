@@ -17,15 +17,23 @@ of ``grad_accum_steps`` micro-batches):
 * once per step: a reduce-scatter of every gradient in fp32 (``parallel.mixed_precision``'s reduce dtype; with
   LoRA the adapters' alone: the frozen base has no gradient, FSDP2 reduces none for it) over the shard group and, with more than one replica, an all-reduce of each shard's fp32 gradient over the replicas.
 
-Traffic of a ring collective over a group of ``k`` ranks spread evenly over ``m`` instances (NCCL's rings and
-trees cross each instance boundary once per chunk): an all-gather of ``N`` bytes in total (or a reduce-scatter
-of ``N`` bytes per rank) sends ``N (k-1)/k`` bytes from each GPU and moves ``N (m-1)/m`` bytes into each
-instance per group; an all-reduce twice that. An instance holds ``g m / k`` groups' members of each kind, so its
-EFA carries ``g N (m-1) / k`` bytes per all-gather. A collective takes the longer of its NVLink time (each GPU's
-bytes over its NVLink bandwidth per direction) and its EFA time (each instance's bytes over its EFA bandwidth),
-both at ``LINK_EFFICIENCY`` of the published rates, plus NCCL's own latency estimate for a ring with its Simple
-protocol (``RING_LATENCY_US``: a base, and a per-step latency over NVLink or the network; small next to blocks
-of 10^8 parameters, but it counts the collectives each layout makes).
+Traffic of a collective over a group of ``k`` ranks on ``m`` instances, as NCCL's ring moves it: an all-gather of
+``N`` bytes in total (or a reduce-scatter of ``N`` bytes per rank) takes ``k - 1`` steps, in each of which every
+rank sends one ``N / k`` chunk to the next, so every edge of the ring carries ``N (k-1)/k`` (nccl-tests' bus
+bandwidth is defined from that: ``busBw = algBw (k-1)/k`` for both,
+https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md). NCCL orders a ring by instance (its
+``src/graph`` search keeps an instance's GPUs together), so a ring over several instances enters each of them
+once, by the network: each instance a group has members on receives ``N (k-1)/k`` over EFA per group, whatever
+the number of its members (several channels share that between NICs; they add no bytes). That is the bound
+``N (m-1)/m`` (every byte from elsewhere, once) when the group has one rank per instance, as the replicas of one
+replica per instance do, and about twice it with several ranks per instance on two instances: a group of 16 over
+two instances of 8 moves ``N 15/16`` into each, not ``N/2``. An all-reduce is a reduce-scatter and an all-gather:
+twice that. (NCCL's tuner may pick its tree for an all-reduce, whose inter-instance bytes do not grow with the
+ranks per instance; the plan counts the ring, the upper of the two.) A collective takes the longer of its NVLink
+time (each GPU's bytes over its NVLink bandwidth per direction) and its EFA time (the busiest instance's bytes over
+its EFA bandwidth), both at ``LINK_EFFICIENCY`` of the published rates, plus NCCL's own latency estimate for a ring
+with its Simple protocol (``RING_LATENCY_US``: a base, and a per-step latency over NVLink or the network; small
+next to blocks of 10^8 parameters, but it counts the collectives each layout makes).
 
 Overlap (FSDP2 prefetches one block ahead): a block's all-gather runs while the previous block computes; in the
 backward pass the next block's all-gather and the previous block's reduce-scatter (and all-reduce) run while the
@@ -104,9 +112,31 @@ INTERCONNECTS: Mapping[str, Interconnect] = {
         f"instance ({_AWS_P4})",
     ),
 }
-"""Published link bandwidths of the instance types a job may span. Not listed: ``ml.p6e-gb200.36xlarge`` (its
-NVLink domain spans the UltraServer's instances, which this model of one NVLink island per instance does not
-describe) and ``ml.p5.4xlarge`` (one GPU): the plan gives them no network time and says so."""
+"""Published link bandwidths of the instance types a job may span. Not listed (``UNMODELLED``):
+``ml.p6e-gb200.36xlarge`` and ``ml.p5.4xlarge``: the plan gives them no network time and says why (:func:`unmodelled`)."""
+
+UNMODELLED: Mapping[str, str] = {
+    "ml.p6e-gb200.36xlarge": "its NVLink domain spans the UltraServer's instances (up to 72 GPUs), which this "
+    "model of one NVLink island per instance does not describe",
+    "ml.p5.4xlarge": "one GPU per instance, so every collective crosses the network, and the plan has no "
+    "published EFA bandwidth for it",
+}
+"""Why an instance type a job may span has no network time in the plan."""
+
+
+def unmodelled(instance_type: str, instance_count: int, gpus_per_instance: int) -> str | None:
+    """Why the plan gives a job of ``instance_count`` x ``instance_type`` no network time, for a job that has
+    collectives (more than one GPU) on an instance type without published links; None otherwise. The step time,
+    run time and cost then leave the collectives out: a floor."""
+    if instance_type in INTERCONNECTS or instance_count * gpus_per_instance <= 1:
+        return None
+    why = UNMODELLED.get(instance_type, "the plan has no published NVLink and EFA bandwidths for it")
+    scope = f"{instance_count} x {instance_type}" if instance_count > 1 else instance_type
+    return (
+        f"not estimated for {scope}: {why}; the step time, run time and cost leave out the collectives' time "
+        f"(a floor{' for ' + str(instance_count) + ' instances' if instance_count > 1 else ''})"
+    )
+
 
 LINK_EFFICIENCY = 0.75
 """The share of a link's published rate a large NCCL collective reaches (bus bandwidth over link rate): an
@@ -230,10 +260,10 @@ def _groups(layout: Layout, size: int, consecutive: bool) -> list[range]:
 
 def gather(total_bytes: float, layout: Layout, *, size: int, consecutive: bool = True) -> Collective:
     """An all-gather of ``total_bytes`` in all (or a reduce-scatter of that many bytes per rank) over groups of
-    ``size`` ranks. Each instance receives, for each group with members on it, the ``total_bytes`` share of the
-    members elsewhere (``N (m-1)/m`` for a group spread evenly over ``m`` instances); the busiest instance counts,
-    so a group that straddles instances unevenly (a shard of 12 over instances of 8) is not taken for an NVLink
-    one. The latency counts the most instances any group spans."""
+    ``size`` ranks, as NCCL's ring moves it (the module's docstring): each instance receives, for each group with
+    members on it that spans several instances, ``N (k-1)/k`` over EFA (its ring's one entry); the busiest
+    instance counts, so a group that straddles instances unevenly (a shard of 12 over instances of 8) is not taken
+    for an NVLink one. The latency counts the most instances any group spans."""
     if size <= 1:
         return NONE
     into: dict[int, float] = {}
@@ -244,8 +274,8 @@ def gather(total_bytes: float, layout: Layout, *, size: int, consecutive: bool =
             members[rank // layout.gpus] = members.get(rank // layout.gpus, 0) + 1
         span = max(span, len(members))
         if len(members) > 1:
-            for instance, here in members.items():
-                into[instance] = into.get(instance, 0.0) + total_bytes * (size - here) / size
+            for instance in members:
+                into[instance] = into.get(instance, 0.0) + total_bytes * (size - 1) / size
     node = max(into.values(), default=0.0)
     return Collective(total_bytes * (size - 1) / size, node, ring_latency(size, span))
 

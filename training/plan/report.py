@@ -28,7 +28,8 @@ def throughput_line(d: Mapping[str, Any]) -> str:
     cost = (
         "unknown (no price)"
         if d["cost_usd"] is None
-        else f"${d['cost_usd']:,.2f}{between('cost_usd', lambda v: f'${v:,.2f}')} (prices of {d['price_source']})"
+        else f"${d['cost_usd']:,.2f}{between('cost_usd', lambda v: f'${v:,.2f}')}{instances_text(d)} (prices of "
+        f"{d['price_source']})"
     )
     source = d["throughput_source"] + (f"; {band['assumptions']}" if band else "")
     return (
@@ -37,6 +38,24 @@ def throughput_line(d: Mapping[str, Any]) -> str:
         f"{between('step_seconds', lambda v: f'{v:.3f}')}, run {metric_lines.format_duration(d['run_seconds'])}"
         f"{between('run_seconds', metric_lines.format_duration)}, cost {cost}"
     )
+
+
+def instances_text(d: Mapping[str, Any]) -> str:
+    """`` for 2 x ml.p6-b200.48xlarge``: what the time and cost are of (every instance of the job)."""
+    return f" for {d['instance_count']} x {d['instance_type']}" if d.get("instance_type") else ""
+
+
+def network_line(d: Mapping[str, Any]) -> str | None:
+    """The plan's network line (of :meth:`Plan.to_dict`): the step's bytes and time on this layout, or why there
+    is no estimate (``network_note``); None for one GPU."""
+    n = d.get("network")
+    if n:
+        return (
+            f"network per step ({n['layout']}): {n['efa_gb_per_instance']:.1f} GB per instance over EFA, "
+            f"{n['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink; busy {n['busy_seconds']:.3f} s, exposed "
+            f"{n['exposed_seconds']:.3f} s ({100 * n['share']:.1f}% of the step; links: {n['source']})"
+        )
+    return f"network per step: {d['network_note']}" if d.get("network_note") else None
 
 
 def format_plan(plan: Plan) -> str:
@@ -52,13 +71,9 @@ def format_plan(plan: Plan) -> str:
         f"  {'allowance (context, workspaces, NCCL, fragmentation)':<40} {d['allowance_gib']:9.3f} GiB"
     )
     lines.append(throughput_line(d))
-    if d["network"]:
-        n = d["network"]
-        lines.append(
-            f"network ({n['layout']}): {n['efa_gb_per_instance']:.1f} GB per instance over EFA and "
-            f"{n['nvlink_gb_per_gpu']:.1f} GB per GPU over NVLink per step, busy {n['busy_seconds']:.3f} s, "
-            f"exposed {n['exposed_seconds']:.3f} s ({100 * n['share']:.1f}% of the step; links: {n['source']})"
-        )
+    net = network_line(d)
+    if net:
+        lines.append(net)
     if d.get("data"):
         lines.append(f"data: {d['data']['summary']}")
     if d.get("preference"):

@@ -78,6 +78,9 @@ class Timing:
     in ``network.INTERCONNECTS``."""
     spread: Spread | None = None
     """The estimate's low and high ends; None for ``published`` and ``measured`` figures."""
+    network_note: str | None = None
+    """Why a job with collectives has no ``network`` (``network.unmodelled``): its time and cost are then a floor.
+    None with a network estimate, a measured figure (which holds the network's time) or one GPU."""
 
 
 def recompute_overhead(s: Setup, overhead: float = AC_OVERHEAD) -> float:
@@ -206,7 +209,12 @@ def estimate_time(s: Setup, measured: Mapping[str, Any] | None = None) -> Timing
             f"max_steps {s.max_steps}; it will stop near step {reached} (raise max_runtime_seconds, or lower max_steps)"
         )
     band_spread = spread(s, band) if basis == "estimate" else None
-    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net, band_spread)
+    note = (
+        None
+        if net is not None or basis == "measured"
+        else network.unmodelled(s.instance_type, s.instance_count, s.gpus_per_instance)
+    )
+    return Timing(tps, mfu_bf16, step, run, cost, warning, source, basis, net, band_spread, note)
 
 
 def step_network(s: Setup, compute_seconds: float) -> network.StepNetwork | None:

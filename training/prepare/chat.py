@@ -35,7 +35,7 @@ from training.request import sft_data
 from training.trainer.data.token_files import METADATA_FILE
 
 TOO_LONG = ("drop", "truncate")
-SPLIT_FILES = {"files": ".bin", "masks": ".mask", "documents": ".docs"}
+SPLIT_FILES = sft_data.SPLIT_FILES  # the per-split files the request check reads in metadata.json
 
 
 @dataclass

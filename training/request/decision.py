@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.contract import checkpoint_identity
 from training.contract.container import RESUME_CHANNEL
 from training.plan import estimate as plan_estimate
 from training.plan import refusal
@@ -297,7 +298,10 @@ def _before_launch(
     if decision.valid and fields.resume_from is not None:
         assert request.settings.values is not None
         max_steps = request.settings.values["max_steps"]
-        decision.resume, problems = resume(reads.s3, rules, fields.resume_from, execution, max_steps)
+        identity = checkpoint_identity.model_identity(request.settings.values)
+        decision.resume, problems = resume(
+            reads.s3, rules, fields.resume_from, execution, max_steps, identity
+        )
         decision.problems += problems
         if decision.resume is not None and not decision.resume["in_place"]:
             decision.channels.append(job.channel(RESUME_CHANNEL, decision.resume["uri"], "File"))

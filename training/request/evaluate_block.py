@@ -58,6 +58,7 @@ from training.contract.hardware import GPU_INSTANCE_TYPES
 from training.contract.settings_parse import model_shape, parse_hyperparameters
 from training.contract.settings_table import HYPERPARAMETERS_BY_NAME, ContractError
 from training.contract.tuning import TUNE_TRIALS
+from training.request import read_limits
 from training.request.fields import EVALUATE_DEFAULTS, data_uri_ok
 from training.request.job import channel
 from training.request.reads import Reads, read_init_from
@@ -266,8 +267,12 @@ def tokenizer_problems(s3: Any, data_uri: str, where: str) -> list[str]:
     from the data's ``metadata.json``, written by ``training.prepare``)."""
     bucket, _, prefix = data_uri[5:].partition("/")
     try:
-        meta = json.loads(s3.get_object(Bucket=bucket, Key=prefix + DATA_METADATA_FILE)["Body"].read())
-        tokenizer = meta.get("tokenizer") or {}
+        raw = read_limits.read_object(s3, bucket, prefix + DATA_METADATA_FILE)
+        tokenizer = read_limits.parse_json(raw, f"{data_uri}{DATA_METADATA_FILE}").get("tokenizer") or {}
+    except read_limits.TooLarge as err:
+        return [
+            f"evaluate: {where} was trained on {data_uri}, whose metadata.json names its tokenizer, but {err}"
+        ]
     except Exception:  # noqa: BLE001 - missing, unreadable or not JSON: the reason is the same
         return [f"evaluate: {where} was trained on {data_uri}, which has no readable metadata.json (not prepared "
                 "with python -m training.prepare), so its tokenizer is unknown; evaluation needs a "
@@ -337,7 +342,7 @@ def defined_tasks(s3: Any, task_uri: str) -> list[str]:
         keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith((".yaml", ".yml"))]
     names: list[str] = []
     for key in keys[:MAX_TASK_FILES]:
-        text = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8", errors="replace")
+        text = read_limits.read_object(s3, bucket, key).decode("utf-8", errors="replace")
         names += TASK_LINE.findall(text)
         for block in TASK_LIST_ITEM.findall(text):
             names += [
@@ -348,7 +353,10 @@ def defined_tasks(s3: Any, task_uri: str) -> list[str]:
 
 def task_problems(s3: Any, block: EvaluateBlock) -> list[str]:
     """The tasks the task folder does not define (one listing, and each task file read)."""
-    known = defined_tasks(s3, block.task_data_uri)
+    try:
+        known = defined_tasks(s3, block.task_data_uri)
+    except read_limits.TooLarge as err:
+        return [f"evaluate.task_data_uri: {err}"]
     unknown = [t for t in block.tasks if t not in known]
     if not unknown:
         return []

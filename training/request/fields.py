@@ -82,6 +82,12 @@ ENVIRONMENT_LOADS_CODE: Mapping[str, str] = MappingProxyType(
         "TORCH_CUSTOM_PYTHONPATH": "TorchInductor's compile workers import Python from it (their PYTHONPATH)",
         "TORCH_CUPTI_MONITOR_LIBCUPTI_PATH": "PyTorch's CUPTI monitor loads that library",
         "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "torch.load then unpickles any object, running the code a file carries",
+        # torch 2.13 torch/_native/__init__.py (importlib.import_module), torch 2.9 and 2.13
+        # torch/testing/_internal/common_device_type.py (runpy.run_path), torch 2.13 torch/_dynamo/config.py
+        "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN": "PyTorch imports the module that value names and calls the "
+        "function it names in it",
+        "TORCH_TEST_DEVICES": "PyTorch's device-type test harness runs the Python files it lists",
+        "TORCH_COMPILE_DYNAMO_PROFILER": f"PyTorch {_WRITES}",
         "TORCH_LOGS_OUT": f"PyTorch {_WRITES}",
         "TORCH_TRACE": f"PyTorch {_WRITES}",
         "TORCH_COMPILE_DEBUG_DIR": f"PyTorch {_WRITES}",
@@ -100,6 +106,10 @@ ENVIRONMENT_PATH_NAME = re.compile(
 )
 """Names that end like a path's (``_PATH``, ``_DIR``, ``_FILE``, ``_PLUGIN``, ...): refused too, for the variables a
 later version of these libraries adds (NCCL added four plugin variables in two years)."""
+ENVIRONMENT_CODE_NAME = re.compile(r"(_FN|_FUNC|_FUNCTION|_MODULE|_MODULES|_CLASS|_CALLABLE|_HOOK|_IMPORT)$")
+"""Names that end like a Python callable's or module's (``_FN``, ``_MODULE``, ``_CLASS``, ...): refused too, for the
+variables a later PyTorch adds that import what they name (torch 2.13 added
+``TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN``)."""
 
 
 def environment_name_refusal(name: str) -> str | None:
@@ -109,6 +119,8 @@ def environment_name_refusal(name: str) -> str | None:
     reason = ENVIRONMENT_LOADS_CODE.get(name)
     if reason is None and ENVIRONMENT_PATH_NAME.search(name):
         reason = "it names a file or folder for a library of the job to load from or write to"
+    if reason is None and ENVIRONMENT_CODE_NAME.search(name):
+        reason = "it names Python code (a module, class or function) for a library of the job to import"
     if reason is None:
         return None
     return (
@@ -279,8 +291,9 @@ def _environment_allowed(rules: Any) -> str:
         f"a JSON object of string values (at most {limits['Environment']['max']} variables whose names start "
         f"with {', '.join(ENVIRONMENT_PREFIXES)} (letters, digits and _, at most "
         f"{limits['EnvironmentKey']['max']} characters), values of up to {limits['EnvironmentValue']['max']} "
-        f"characters; not {', '.join(PLATFORM_ENVIRONMENT)}, nor a name that makes a library load code or names a "
-        "path: those listed in docs/security.md and any ending in PATH, _DIR, _FILE, _LIB, _PLUGIN, _HOME, ...)"
+        f"characters; not {', '.join(PLATFORM_ENVIRONMENT)}, nor a name that makes a library load or import code "
+        "or names a path: those listed in docs/security.md and any ending in PATH, _DIR, _FILE, _LIB, _PLUGIN, "
+        "_HOME, _FN, _MODULE, _CLASS, ...)"
     )
 
 

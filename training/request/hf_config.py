@@ -66,6 +66,8 @@ def parse(text: str | bytes, where: str) -> dict[str, Any]:
         config = json.loads(text)
     except ValueError as err:
         raise refuse(where, f"{CONFIG_FILE} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise refuse(where, f"{CONFIG_FILE} nests its arrays or objects too deeply to be read") from None
     if not isinstance(config, dict):
         raise refuse(where, f"{CONFIG_FILE} is not a JSON object")
     return config

@@ -15,26 +15,61 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.contract import checkpoint_identity, token_data
 from training.contract.container import CHECKPOINT_DIR_NAME, DATA_METADATA_FILE, SET_ASIDE_SUFFIX
 from training.contract.settings_table import ContractError
 from training.contract.tuning import TUNE_RECORDS_FILE
 from training.plan import measured
 from training.request import data_manifest as manifest
-from training.request import hf_config, sft_data
+from training.request import hf_config, read_limits, sft_data
 from training.request.fields import show
 from training.request.rules import CHECKPOINT_MARKER, RequestRules
 from training.request.sft_data import ChatData
 
-MAX_FOLDER_FILE_BYTES = 64 * 1024 * 1024
-"""The most bytes of one model-folder file read before launch (a large vocabulary's tokenizer.json: about 33 MB)."""
-MAX_METADATA_BYTES = 16 * 1024 * 1024
-"""The most bytes of conversation data's metadata.json read before launch (its length histograms for examples up to
-131,072 tokens: about 9 MB as ``prepare`` writes it); the Lambda parses it in 256 MB."""
 MAX_RECORD_FILES = 100
 """At most this many tuning runs' record files (the newest) are read per request (the Lambda has 30 seconds)."""
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """What the decision read of ``train_data_uri``'s folder (:meth:`Reads.train_data`): its conversations
+    (``chat``: ``kind: chat``, with what does not match ``init_from``), and ``token_dtype``, the dtype its ``.bin``
+    token files were written in as its metadata.json records it (None: no metadata.json, none recorded, or no
+    ``.bin`` file: the trainer's setting decides alone)."""
+
+    chat: ChatData | None = None
+    token_dtype: str | None = None
+
+
+def dtype_problems(meta: Mapping[str, Any]) -> list[str]:
+    """A token-data ``metadata.json`` (not conversations) whose recorded ``token_dtype`` the trainer cannot read its
+    tokens in (each as ``sft_data.meta_problems`` says it)."""
+    if "token_dtype" not in meta or meta["token_dtype"] in token_data.TOKEN_DTYPES:
+        return []
+    return [
+        f"token_dtype: must be one of {', '.join(token_data.TOKEN_DTYPES)} (the integer types the trainer reads); "
+        f"got {json.dumps(meta['token_dtype'])[:80]}"
+    ]
+
+
+def unlabelled_conversations(data_uri: str, listing: Mapping[str, int]) -> list[str]:
+    """A folder holding conversation data's masks or example boundaries (``prepare``'s ``<split>.mask`` and
+    ``<split>.docs``) but no metadata.json: the trainer would read its token files as plain text."""
+    suffixes = tuple(suffix for key, suffix in sft_data.SPLIT_FILES.items() if key != "files")
+    found = sorted(name for name in listing if name.endswith(suffixes))
+    if not found:
+        return []
+    shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+    return [
+        f"train_data_uri: {data_uri} holds {shown} (conversation data as prepare writes it) but no "
+        f"{DATA_METADATA_FILE}: without it the trainer would read its token files as plain text, training every "
+        "token (the user turns too) and ignoring the masks and the examples' boundaries; upload the "
+        f"{DATA_METADATA_FILE} prepare wrote with them"
+    ]
 
 
 class Reads:
@@ -86,89 +121,129 @@ class Reads:
         """Whether the ``train_data_uri`` folder can be read here (S3, or its local copy)."""
         return self.local_train_data is not None or self.s3 is not None
 
+    def folder_listing(self, uri: str, copy: Path | None) -> dict[str, int]:
+        """The objects directly in the folder ``uri`` (name -> size), from its local ``copy`` or S3 (one listing of
+        the folder's own level, ``Delimiter`` ``/``)."""
+        if copy is not None:
+            return {path.name: path.stat().st_size for path in copy.iterdir() if path.is_file()}
+        bucket, _, prefix = uri[5:].partition("/")
+        sizes: dict[str, int] = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/"
+        ):
+            sizes.update(
+                {item["Key"][len(prefix) :]: item.get("Size", 0) for item in page.get("Contents", [])}
+            )
+        return sizes
+
     def folder_files(
-        self, uri: str, names: Sequence[str], copy: Path | None, limit: int = MAX_FOLDER_FILE_BYTES
+        self, uri: str, names: Sequence[str], copy: Path | None, listing: Mapping[str, int] | None = None
     ) -> dict[str, bytes]:
         """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
-        ``copy`` or S3 (one listing of the folder's level, then one ``GetObject`` per name found: only what exists
-        is read, so a missing object is never mistaken for a refused one). One larger than ``limit`` bytes is not
-        read: ``ValueError`` naming it (the Lambda's memory is small)."""
-        if copy is not None:
-            sizes = {name: (copy / name).stat().st_size for name in names if (copy / name).is_file()}
-        else:
-            bucket, _, prefix = uri[5:].partition("/")
-            sizes = {}
-            for page in self.s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix, Delimiter="/"
-            ):
-                sizes.update(
-                    {item["Key"][len(prefix) :]: item.get("Size", 0) for item in page.get("Contents", [])}
-                )
+        ``copy`` or S3 (its ``listing``, :meth:`folder_listing` when not given, then one ``GetObject`` per name
+        found: only what exists is read, so a missing object is never mistaken for a refused one). One larger than
+        the check reads of it (``read_limits.limit_of``) is not read: ``read_limits.TooLarge`` naming it (the
+        Lambda's memory is small); a file only hashed (``tokenizer.json``) comes as its ``FileDigest``."""
+        sizes = self.folder_listing(uri, copy) if listing is None else listing
         for name in names:
-            if sizes.get(name, 0) > limit:
-                raise ValueError(
-                    f"{uri}{name} takes {sizes[name]:,} bytes, more than the {limit:,} read before launch"
-                )
+            if sizes.get(name, 0) > read_limits.limit_of(name):
+                raise read_limits.too_large(f"{uri}{name}", sizes[name], read_limits.limit_of(name))
+        found = [name for name in names if name in sizes]
         if copy is not None:
-            return {name: (copy / name).read_bytes() for name in names if name in sizes}
-        found = set(sizes)
+            return {
+                name: read_limits.local_sha256(copy / name)
+                if name in read_limits.HASHED_FILES
+                else read_limits.read_local(copy / name)
+                for name in found
+            }
+        bucket, _, prefix = uri[5:].partition("/")
         return {
-            name: self.s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()
-            for name in names
-            if name in found
+            name: read_limits.object_sha256(self.s3, bucket, prefix + name)
+            if name in read_limits.HASHED_FILES
+            else read_limits.read_object(self.s3, bucket, prefix + name)
+            for name in found
         }
 
-    def chat_data(self, data_uri: str | None, init_from: str | None) -> tuple[ChatData | None, list[str]]:
-        """The conversation data ``data_uri`` names (its ``metadata.json``, ``kind: chat``, or ``preference``:
-        pairs of conversations, read the same way) with what
-        ``sft_data.check_against_model`` finds against the ``init_from`` folder (its template files, tokenizer.json
-        and config.json); ``(None, [])`` without such data or when the folder cannot be read here, or the problem
-        of a ``metadata.json`` that cannot be read."""
+    def train_data(self, data_uri: str | None, init_from: str | None) -> tuple[TrainData, list[str]]:
+        """What ``data_uri``'s folder says (:class:`TrainData`): the dtype its metadata.json records for its
+        ``.bin`` token files, and conversation data (``kind: chat``, or ``preference``: pairs of conversations, read the same way) with what ``sft_data.check_against_model``
+        finds against the ``init_from`` folder (its template files, tokenizer.json and config.json); nothing
+        without such a folder or when it cannot be read here; or the problem of a folder the trainer would
+        misread: a metadata.json that cannot be read, records no integer token dtype, or (conversations) is not
+        what ``prepare`` writes, and prepared conversations without their metadata.json."""
         if data_uri is None or not self.reads_train_data:
-            return None, []
+            return TrainData(), []
         copy = self.local_train_data
         if copy is not None and not copy.is_dir():
-            return None, [
+            return TrainData(), [
                 f"train_data_uri: {copy}: is not a folder (a local copy of {data_uri}: the prepared data's folder, "
                 f"holding its {DATA_METADATA_FILE})"
             ]
         try:
-            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy, MAX_METADATA_BYTES).get(
-                DATA_METADATA_FILE
-            )
-            meta = None if raw is None else json.loads(raw)
+            listing = self.folder_listing(data_uri, copy)
+            raw = self.folder_files(data_uri, [DATA_METADATA_FILE], copy, listing).get(DATA_METADATA_FILE)
+            meta = None if raw is None else read_limits.parse_json(raw, f"{data_uri}{DATA_METADATA_FILE}")
         except ValueError as err:  # too large, or not JSON
             said = (
                 str(err)
                 if str(err).startswith(data_uri)
                 else f"{data_uri}{DATA_METADATA_FILE} is not valid JSON ({err})"
             )
-            return None, [f"train_data_uri: {said}"]
+            return TrainData(), [f"train_data_uri: {said}"]
         except (
             Exception
         ) as err:  # botocore's ClientError (AccessDenied, ...): no botocore import in the Lambda
-            return None, [
+            return TrainData(), [
                 f"train_data_uri: cannot read {data_uri}{DATA_METADATA_FILE}: {type(err).__name__}: {err}"
             ]
-        if not isinstance(meta, dict) or meta.get("kind") not in sft_data.TEMPLATE_KINDS:
-            return None, []
-        damaged = sft_data.meta_problems(meta)
+        if meta is None:
+            return TrainData(), unlabelled_conversations(data_uri, listing)
+        if not isinstance(meta, dict):
+            return TrainData(), []
+        where = f"train_data_uri: {data_uri}{DATA_METADATA_FILE}: "
+        damaged = (
+            sft_data.meta_problems(meta)
+            if meta.get("kind") in sft_data.TEMPLATE_KINDS
+            else dtype_problems(meta)
+        )
         if damaged:
-            where = f"train_data_uri: {data_uri}{DATA_METADATA_FILE}: "
-            return None, [where + "; ".join(damaged) + " (as prepare writes it: prepare the data again)"]
+            return TrainData(), [
+                where + "; ".join(damaged) + " (as prepare writes it: prepare the data again)"
+            ]
+        recorded = (
+            str(meta["token_dtype"]) if "token_dtype" in meta and token_data.raw_token_files(meta) else None
+        )
+        if meta.get("kind") not in sft_data.TEMPLATE_KINDS:
+            return TrainData(token_dtype=recorded), []
+        chat, problems = self._chat(data_uri, meta, init_from)
+        return TrainData(chat, recorded), problems
+
+    def _chat(
+        self, data_uri: str, meta: Mapping[str, Any], init_from: str | None
+    ) -> tuple[ChatData | None, list[str]]:
+        """Conversation data checked against the ``init_from`` folder's files, when it can be read here."""
         if init_from is None or (self.local_init_from is None and self.s3 is None):
             return ChatData(data_uri, meta, None, ()), []
+        local = self.local_init_from
         try:
-            names = [*sft_data.MODEL_FILES, hf_config.CONFIG_FILE]
-            files = self.folder_files(init_from, names, self.local_init_from)
+            listing = self.folder_listing(init_from, local)
+            files = self.folder_files(init_from, sft_data.MODEL_FILES, local, listing)
+            if "tokenizer_config.json" in files:
+                where = sft_data.joined(init_from, "tokenizer_config.json")
+                read_limits.check_json(files["tokenizer_config.json"], where)
+        except read_limits.TooLarge as err:
+            return None, [f"init_from: {err}"]
         except Exception as err:  # as above
             return None, [
                 f"init_from: cannot read its chat template and tokenizer files: {type(err).__name__}: {err}"
             ]
         try:
-            config = json.loads(files.pop(hf_config.CONFIG_FILE, b"null"))
+            raw = self.folder_files(init_from, [hf_config.CONFIG_FILE], local, listing).get(
+                hf_config.CONFIG_FILE
+            )
+            config = None if raw is None else read_limits.parse_json(raw, hf_config.CONFIG_FILE)
         except ValueError:
-            config = None  # init_from's own read names it
+            config = None  # too large, or not JSON: init_from's own read names it
         mismatches = sft_data.check_against_model(
             meta, files, config if isinstance(config, dict) else None, init_from
         )
@@ -202,8 +277,11 @@ def read_init_from(s3: Any, uri: str) -> tuple[dict[str, Any] | None, list[str]]
             f"model.safetensors.index.json); got {show(uri)}"
         ]
     try:
-        body = s3.get_object(Bucket=bucket, Key=prefix + hf_config.CONFIG_FILE)["Body"].read()
+        body = read_limits.read_object(s3, bucket, prefix + hf_config.CONFIG_FILE)
+        read_limits.check_json(body, f"{uri}{hf_config.CONFIG_FILE}")
         return hf_config.architecture(hf_config.parse(body, uri), uri), []
+    except read_limits.TooLarge as err:
+        return None, [f"init_from: {err}"]
     except ContractError as err:
         return None, [str(err)]
     except (
@@ -217,6 +295,9 @@ def read_local_init_from(folder: str | Path) -> tuple[dict[str, Any] | None, lis
     config.json, no safetensors weights directly in it, a config.json the trainer cannot load), read from disk."""
     path = Path(folder)
     try:
+        config_file = path / hf_config.CONFIG_FILE
+        if config_file.is_file():
+            read_limits.check_json(read_limits.read_local(config_file), str(config_file))
         config = hf_config.read_local(path)
         if not any(path.glob("*.safetensors")):
             return None, [
@@ -224,6 +305,8 @@ def read_local_init_from(folder: str | Path) -> tuple[dict[str, Any] | None, lis
                 "model.safetensors.index.json)"
             ]
         return hf_config.architecture(config, str(folder)), []
+    except read_limits.TooLarge as err:
+        return None, [f"init_from: {err}"]
     except ContractError as err:
         return None, [str(err)]
 
@@ -269,13 +352,16 @@ def read_measurements(s3: Any, rules: RequestRules) -> list[dict[str, Any]]:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=rules.bucket_name, Prefix=prefix):
             listed += [item for item in page.get("Contents", []) if item["Key"].endswith(".json")]
         listed.sort(key=lambda item: item["LastModified"], reverse=True)
-        records = []
+        records, held = [], 0
         for item in listed[:MAX_RECORD_FILES]:
-            body = s3.get_object(Bucket=rules.bucket_name, Key=item["Key"])["Body"].read()
             try:
-                listed_records = json.loads(body).get("records", [])
+                body = read_limits.read_object(s3, rules.bucket_name, item["Key"])
+                held += read_limits.estimated_json_bytes(body)
+                if held > read_limits.JSON_BUDGET_BYTES:
+                    break  # the older files: more records than the Lambda holds
+                listed_records = read_limits.parse_json(body, item["Key"]).get("records", [])
             except (ValueError, AttributeError):
-                continue  # not a record file: skipped, never fatal to a request
+                continue  # not a record file, or too large: skipped, never fatal to a request
             if isinstance(listed_records, list):
                 records += [r for r in listed_records if measured.well_formed(r)]  # malformed records skipped
         return records
@@ -304,13 +390,14 @@ def prepared_problems(s3: Any, uri: str) -> list[str]:
     unfinished = manifest.unfinished_problem(sizes, uri)
     if unfinished:
         return [f"train_data_uri: {unfinished[0]}"]
-    if sizes[manifest.MANIFEST_FILE] > MAX_METADATA_BYTES:
-        return [f"train_data_uri: {uri}{manifest.MANIFEST_FILE} takes {sizes[manifest.MANIFEST_FILE]:,} bytes, more "
-                f"than the {MAX_METADATA_BYTES:,} read before launch"]  # fmt: skip
+    where = f"{uri}{manifest.MANIFEST_FILE}"
     try:
-        meta = json.loads(s3.get_object(Bucket=bucket, Key=prefix + manifest.MANIFEST_FILE)["Body"].read())
+        raw = read_limits.read_object(s3, bucket, prefix + manifest.MANIFEST_FILE)
+        meta = read_limits.parse_json(raw, where)
+    except read_limits.TooLarge as err:
+        return [f"train_data_uri: {err}"]
     except ValueError as err:
-        return [f"train_data_uri: {uri}{manifest.MANIFEST_FILE} is not valid JSON ({err})"]
+        return [f"train_data_uri: {where} is not valid JSON ({err})"]
     if not manifest.is_sharded(meta):
         return [f"train_data_uri: {uri}{manifest.MANIFEST_FILE} is not the manifest of the shards beside it (format "
                 f"{str(meta.get('format') if isinstance(meta, dict) else None)[:40]}, not {manifest.FORMAT})"]  # fmt: skip
@@ -326,25 +413,34 @@ def prepared_problems(s3: Any, uri: str) -> list[str]:
 
 
 def resume(
-    s3: Any, rules: RequestRules, name: str, execution: str | None, max_steps: int
+    s3: Any,
+    rules: RequestRules,
+    name: str,
+    execution: str | None,
+    max_steps: int,
+    identity: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """Where run ``name`` of this workflow has its newest complete checkpoint (``{"step", "uri", "execution",
-    "in_place"}``), and the problems of continuing from it to ``max_steps`` (none found, or not further than its
-    step). ``name`` this very execution (``execution``): the run continues in its own folder, which SageMaker's
-    checkpoint sync brings back (``in_place``: no resume channel); else it starts in its own folder from ``name``'s
-    checkpoint, mounted as the resume channel."""
+    "in_place"}``), and the problems of continuing from it to ``max_steps`` (none found, not further than its
+    step, or, given this run's ``identity`` (``checkpoint_identity.model_identity``), a model the trainer would
+    refuse to continue: :func:`identity_problems`). ``name`` this very execution (``execution``): the run continues
+    in its own folder, which SageMaker's checkpoint sync brings back (``in_place``: no resume channel); else it
+    starts in its own folder from ``name``'s checkpoint, mounted as the resume channel."""
     runs_uri = rules.runs_uri()
     if runs_uri is None:
         raise ValueError("RequestRules.bucket_name: needed to decide resume_from")
     run_uri = f"{runs_uri}{name}/"
     bucket, _, run_key = run_uri[5:].partition("/")
     objects = list_objects(s3, bucket, run_key)
-    found = newest_complete_checkpoint(
-        objects, lambda key: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), run_key
-    )
+    read = lambda key: read_limits.read_object(s3, bucket, key, read_limits.MAX_JSON_BYTES)  # noqa: E731
+    found = newest_complete_checkpoint(objects, read, run_key)
     problems = resume_problems(name, max_steps, found, run_uri)
     if found is None:
         return None, problems
+    if identity is not None:
+        problems += identity_problems(
+            f"s3://{bucket}/{found[1]}", read(found[1] + CHECKPOINT_MARKER), identity
+        )
     in_place = name == execution
     return {
         "step": found[0],
@@ -401,12 +497,28 @@ def newest_complete_checkpoint(
             candidates.append((int(m.group(1)), int(m.group(2) or 1), f"{run_key}{parts[0]}/"))
     for step, _, prefix in sorted(candidates, reverse=True):
         try:
-            files = json.loads(read(prefix + CHECKPOINT_MARKER))["files"]
+            files = read_limits.parse_json(read(prefix + CHECKPOINT_MARKER), prefix + CHECKPOINT_MARKER)[
+                "files"
+            ]
             if all(objects.get(prefix + name) == size for name, size in files.items()):
                 return step, prefix
         except (ValueError, KeyError, TypeError, AttributeError):
-            continue
+            continue  # unreadable, or larger than the check holds: not the trainer's
     return None
+
+
+def identity_problems(uri: str, marker: bytes, identity: Mapping[str, Any]) -> list[str]:
+    """The checkpoint at ``uri`` (its ``COMPLETE`` marker's bytes) holds a model this run's trainer refuses to
+    continue (``identity``: the run's ``checkpoint_identity.model_identity``): full fine-tuning against LoRA, LoRA
+    adapters of another rank, alpha or targets, another shape or position encoding; in the words the trainer says
+    it at its start (``checkpoint_identity.mismatch``). The frozen base LoRA adapters were trained on is the
+    trainer's to compare (it samples the weights)."""
+    try:
+        stored = read_limits.parse_json(marker, uri + CHECKPOINT_MARKER).get("model_shape")
+    except (ValueError, AttributeError):
+        return []  # newest_complete_checkpoint read it already
+    message = checkpoint_identity.mismatch(uri, stored, identity, checkpoint_identity.REMEDY["resume_from"])
+    return [] if message is None else [f"resume_from: {message}"]
 
 
 def resume_problems(name: str, max_steps: int, found: tuple[int, str] | None, run_uri: str) -> list[str]:

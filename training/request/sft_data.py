@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from training.contract.token_data import TOKEN_DTYPES
+from training.request import read_limits
+
 CHAT_KIND = "chat"
 """``metadata.json``'s ``kind`` for conversation data."""
 PREFERENCE_KIND = "preference"
@@ -40,24 +43,46 @@ MODEL_FILES = (*TEMPLATE_FILES, TOKENIZER_FILE)
 """The files of a model folder that ``check_against_model`` reads (besides its config.json)."""
 LENGTHS = "lengths"
 """A split's entry of ``metadata.json``: its example lengths as ``[[tokens, examples], ...]``, shortest first."""
+SPLIT_FILES = {"files": ".bin", "masks": ".mask", "documents": ".docs"}
+"""A split's files as ``prepare`` writes them (``<split>.bin``, ...) and the key of ``metadata.json``'s split entry
+that lists each: the token ids, the loss mask (one byte per token) and where each example starts."""
 
 
 def sha256(data: bytes | str) -> str:
-    """Hex SHA-256 of bytes, or of a string's UTF-8."""
+    """Hex SHA-256 of bytes, or of a string's UTF-8; a file only hashed (``read_limits.FileDigest``) is its own."""
+    if isinstance(data, read_limits.FileDigest):
+        return str(data)
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
-def model_template(files: Mapping[str, bytes]) -> tuple[str, str] | None:
+class TemplateError(ValueError):
+    """A model folder's template file that transformers cannot read as a template (not UTF-8 text)."""
+
+
+def joined(folder: str, name: str) -> str:
+    """``name`` in ``folder`` (an S3 prefix ending in ``/``, or a local path): one slash between them."""
+    return f"{folder}{name}" if folder.endswith("/") else f"{folder}/{name}"
+
+
+def model_template(files: Mapping[str, bytes], where: str = "the model folder") -> tuple[str, str] | None:
     """The chat template a model folder's files give transformers, and the file it came from; None without one.
-    ``files``: file name -> content, for the names in ``TEMPLATE_FILES`` that exist."""
+    ``files``: file name -> content, for the names in ``TEMPLATE_FILES`` that exist. A ``chat_template.jinja``
+    that is not UTF-8 is a :class:`TemplateError` naming it in ``where`` (transformers reads it as UTF-8)."""
     if files.get("chat_template.jinja"):
-        return files["chat_template.jinja"].decode("utf-8"), "chat_template.jinja"
+        raw = files["chat_template.jinja"]
+        try:
+            return raw.decode("utf-8"), "chat_template.jinja"
+        except UnicodeDecodeError as err:
+            raise TemplateError(
+                f"{joined(where, 'chat_template.jinja')} is not UTF-8 text (byte {err.start}: "
+                f"{raw[err.start : err.start + 4]!r}); transformers reads a template as UTF-8: save it as UTF-8"
+            ) from None
     raw = files.get("tokenizer_config.json")
     if raw is None:
         return None
     try:
         template = json.loads(raw).get("chat_template")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     if isinstance(template, list):  # named templates: apply_chat_template uses "default"
         template = next(
@@ -76,7 +101,10 @@ def check_against_model(
         return []
     problems = []
     recorded = meta.get("chat_template") or {}
-    found = model_template(files)
+    try:
+        found = model_template(files, where)
+    except TemplateError as err:
+        return [str(err)]
     if found is None:
         problems.append(
             f"{where} has no chat template ({' or '.join(TEMPLATE_FILES)}), but the data was rendered with one "
@@ -92,13 +120,13 @@ def check_against_model(
     tokenizer = (meta.get("tokenizer") or {}).get("sha256")
     if tokenizer and TOKENIZER_FILE in files and sha256(files[TOKENIZER_FILE]) != tokenizer:
         problems.append(
-            f"{where}/{TOKENIZER_FILE} is not the tokenizer the data was made with (sha256 "
-            f"{sha256(files[TOKENIZER_FILE])[:12]}... against {tokenizer[:12]}...): prepare the data again with "
-            "--init-from this folder"
+            f"{joined(where, TOKENIZER_FILE)} is not the tokenizer the data was made with (the folder's has sha256 "
+            f"{sha256(files[TOKENIZER_FILE])[:12]}..., the data's metadata.json records {str(tokenizer)[:12]}...): "
+            "prepare the data again with --init-from this folder"
         )
-    vocab = (config or {}).get("vocab_size")
+    vocab = (config or {}).get("vocab_size")  # not a count: the config.json's own check names it
     largest = meta.get("max_token_id")
-    if vocab is not None and largest is not None and int(largest) >= int(vocab):
+    if _is_count(vocab, 1) and _is_count(largest) and largest >= vocab:
         problems.append(
             f"the data holds token id {largest}, but the model of {where} has vocab_size {vocab}: the data was "
             "tokenized for another model"
@@ -233,6 +261,11 @@ def _is_count(value: Any, least: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+def _is_file_name(value: Any) -> bool:
+    """A file directly in the data folder: a name, not a path (the trainer reads it beside ``metadata.json``)."""
+    return isinstance(value, str) and value not in ("", ".", "..") and "/" not in value and "\\" not in value
+
+
 def meta_problems(meta: Mapping[str, Any]) -> list[str]:
     """What in conversation data's ``metadata.json`` (``kind: chat``) is not what ``prepare`` writes, for each
     value the request reads (each ``<field>: must be ...; got ...``): a damaged or hand-edited file is refused by
@@ -246,6 +279,8 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
         if not ok:
             found.append(f"{where}: must be {allowed}; got {json.dumps(got)[:80]}")
 
+    want(meta.get("token_dtype") in TOKEN_DTYPES, "token_dtype",
+         f"one of {', '.join(TOKEN_DTYPES)} (the integer types the trainer reads)", meta.get("token_dtype"))  # fmt: skip
     want(meta.get("max_token_id") is None or _is_count(meta["max_token_id"]), "max_token_id",
          "a token id (an integer >= 0)", meta.get("max_token_id"))  # fmt: skip
     want(_is_count(meta.get("max_example_tokens"), 1), "max_example_tokens", "an integer >= 1",
@@ -277,6 +312,10 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
             continue
         for key in ("examples", "tokens", "trained_tokens"):
             want(_is_count(entry.get(key)), f"splits.{name}.{key}", "an integer >= 0", entry.get(key))
+        for key, suffix in SPLIT_FILES.items():
+            listed = entry.get(key)
+            want(isinstance(listed, list) and len(listed) == 1 and _is_file_name(listed[0]),
+                 f"splits.{name}.{key}", f"a list of one file name ([\"{name}{suffix}\"] from prepare)", listed)  # fmt: skip
         lengths = entry.get(LENGTHS)
         pairs = (
             isinstance(lengths, list)

@@ -118,8 +118,10 @@ def no_fit_problem(
     *,
     max_instance_count: int,
     instance_types: Sequence[str] = (),
+    world: int | None = None,
 ) -> str:
-    """Why a search space leaves nothing to run, naming the field, and what would help (:func:`no_fit_advice`)."""
+    """Why a search space leaves nothing to run, naming the field, and what would help: when the trainer's rules
+    refuse every combination :func:`refused_advice` (``world``: the job's GPUs), else :func:`no_fit_advice`."""
     parts = [f"no candidate of the {found.considered} combinations is predicted to fit"]
     if found.not_fitting:
         nearest = found.not_fitting[0]
@@ -129,17 +131,38 @@ def no_fit_problem(
         )
     if found.refused:
         parts.append(f"{len(found.refused)} are refused by the trainer's rules (first: {found.refused[0]})")
-    undivided = [r for r in found.refused if DOES_NOT_DIVIDE in r]
-    if found.refused and len(undivided) == len(found.refused) == found.considered:
-        advice = (
-            "raise the request's batch_size (or grad_accum_steps) to the global batch the micro-batches should "
-            "split, or list micro-batches that divide it"
-        )
+    if found.refused and len(found.refused) == found.considered:
+        advice = refused_advice(found, world)
     else:
         advice = no_fit_advice(
             found, space, values, max_instance_count=max_instance_count, instance_types=instance_types
         )
     return "tune.search_space: " + "; ".join(parts) + "; " + advice
+
+
+LAYOUT_REFUSAL = "data_parallel_replicate: must divide the number of GPUs"
+"""How the trainer's rules refuse a ``data_parallel_replicate`` (``inputs.replicate_setting``)."""
+
+
+def refused_advice(found: Candidates, world: int | None) -> str:
+    """What to change when the trainer's rules refuse every combination (nothing was planned, so no memory
+    advice): the request's batch when no micro-batch divides it, the layouts that divide the job's ``world`` GPUs
+    when none of the space's does, else the values the reasons name."""
+    if all(DOES_NOT_DIVIDE in r for r in found.refused):
+        return (
+            "raise the request's batch_size (or grad_accum_steps) to the global batch the micro-batches should "
+            "split, or list micro-batches that divide it"
+        )
+    if world is not None and all(LAYOUT_REFUSAL in r for r in found.refused):
+        divisors = ", ".join(str(d) for d in range(1, world + 1) if world % d == 0)
+        return (
+            f"list data_parallel_replicate values that divide the job's {world} GPUs ({divisors}), or leave it out "
+            "of the search space (auto)"
+        )
+    return (
+        "every combination is refused by the trainer's rules, before any memory was planned: change the values the "
+        "reasons name (blackwell-training tune --dry-run lists every one)"
+    )
 
 
 def no_fit_advice(
@@ -208,7 +231,12 @@ def plan_tuning(
         if found.ranked
         else [
             no_fit_problem(
-                found, settings.search_space, values, max_instance_count=most, instance_types=instance_types
+                found,
+                settings.search_space,
+                values,
+                max_instance_count=most,
+                instance_types=instance_types,
+                world=setup.world_size,
             )
         ]  # fmt: skip
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from training.contract import container, hardware, settings_parse, settings_table
+from training.contract import container, hardware, settings_parse, settings_table, token_data
 from training.plan import inputs, memory
 from training.request import sft_data, tuning
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
@@ -172,18 +172,18 @@ def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | Non
     reads = reads or Reads()
     architecture, read_problems = reads.init_from(folder)
     data = None if any(p.startswith("train_data_uri:") for p in field_problems) else fields.train_data_uri
-    chat, data_problems = reads.chat_data(data, folder)
+    train, data_problems = reads.train_data(data, folder)
     return Request(
         keys=tuple(raw),
         fields=fields,
         unknown=unknown,
         field_problems=field_problems,
-        settings=read_settings(fields, field_problems, rules, architecture),
+        settings=read_settings(fields, field_problems, rules, architecture, train.token_dtype),
         evaluate=_evaluate_block(fields.evaluate),
         tune=_tune_block(fields, field_problems),
         architecture=architecture,
         read_problems=(*read_problems, *data_problems),
-        chat=chat,
+        chat=train.chat,
         data_read=data is not None and reads.reads_train_data,
     )
 
@@ -193,6 +193,7 @@ def read_settings(
     field_problems: Sequence[str],
     rules: RequestRules,
     architecture: Mapping[str, Any] | None,
+    data_dtype: str | None = None,
 ) -> TrainerSettings:
     """THE one place the request's trainer settings are parsed: each setting of ``hyperparameters`` on its own
     (known, not the platform's, by the trainer's own parser: every problem at once, even when other fields have
@@ -200,7 +201,9 @@ def read_settings(
     the data switch, all together by ``settings_parse.parse_hyperparameters`` (with ``init_from``: against
     ``architecture``, the folder's config.json; left to the trainer when it was not read) on the instance type's
     GPU, the data-parallel layout (``data_parallel_replicate``) against the job's GPUs (``inputs.replicate_setting``),
-    and rendered as the ``HyperParameters`` map within SageMaker's sizes."""
+    and rendered as the ``HyperParameters`` map within SageMaker's sizes. ``data_dtype``: the dtype the data's
+    ``.bin`` token files were written in (its metadata.json): it is the job's ``token_dtype``, and a contradicting
+    one is refused in the trainer's words (``token_data.token_dtype_refusal``)."""
     if field_problems and any(p.startswith("hyperparameters") for p in field_problems):
         return _settings({}, {}, None, {}, [])  # not an object of settings: its field's problem says so
     given, each, problems = _each_setting(fields.hyperparameters)
@@ -225,6 +228,12 @@ def read_settings(
         )
     if has_data:
         given[DATA_HYPERPARAMETER] = "channel"
+    if has_data and data_dtype is not None:
+        where = f"{fields.train_data_uri}{container.DATA_METADATA_FILE}"
+        refused = token_data.token_dtype_refusal(data_dtype, each.get("token_dtype", data_dtype), where)
+        if refused is not None:
+            problems.append(f"hyperparameters.{refused}")
+        given.setdefault("token_dtype", data_dtype)
     if problems:
         return _settings(given, each, None, {}, problems)
     values = None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.contract import settings_table
+from training.contract import settings_table, token_data
 from training.trainer import objective
 from training.trainer.checkpoint import checkpoint, weights
 from training.trainer.data import checksums, packing, pairs, token_files
@@ -143,13 +143,10 @@ def _check_one_batch(cfg, world_size: int, directory: str, split: str, counts: d
 
 def _check_metadata(cfg, meta: dict, directory: str) -> None:
     where = f"{directory}/{token_files.METADATA_FILE}"
-    if any(p.suffix == ".bin" for p in token_files.split_files(directory, "train")) and (
-        meta["token_dtype"] != cfg.token_dtype
-    ):
-        raise settings_table.ContractError(
-            "token_dtype", f"must be {meta['token_dtype']}, the dtype the data was written in ({where}); "
-            f"got {cfg.token_dtype}"
-        )  # fmt: skip
+    if any(p.suffix == ".bin" for p in token_files.split_files(directory, "train")):
+        refused = token_data.token_dtype_refusal(str(meta["token_dtype"]), cfg.token_dtype, where)
+        if refused is not None:  # the request check refuses the same before launch, in these words
+            raise refused
     vocab = int(meta["vocab_size"])
     if vocab > cfg.vocab_size:
         tokenizer = meta.get("tokenizer", {}).get("name", "its tokenizer")

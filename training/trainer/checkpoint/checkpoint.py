@@ -67,8 +67,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from training.contract import container, settings_table, shapes
-from training.models import settings as model_settings
+from training.contract import checkpoint_identity, container
 from training.trainer import sagemaker_job
 from training.trainer.checkpoint import safe_load
 from training.trainer.model import lora
@@ -585,178 +584,36 @@ def _one_line(err: BaseException, rank: int) -> str:
     return f"{type(err).__name__}: {text[:300]}"
 
 
-REMEDY = {
-    "checkpoint_dir": "use another checkpoint_dir or the checkpoint's model settings",
-    "resume_from": "continue a run of this model shape, or give this run the earlier run's model settings",
-}
-"""What the user can change when a checkpoint's model shape differs, by the setting that chose the checkpoint."""
-
-
-POSITION_SETTINGS = (
-    "rms_norm_eps", "position_encoding", "rope_theta", "rope_scaling", *shapes.LLAMA3_ROPE_SETTINGS
-)  # fmt: skip
-"""Model settings recorded next to the shape (RMSNorm's epsilon and the position encoding): a model trained with
-one cannot continue with another."""
-
-LEGACY_MODEL_SETTINGS: dict[str, Any] = {
-    "position_encoding": "none", "tie_embeddings": False, "rms_norm_eps": shapes.NORM_EPS
-}  # fmt: skip
-"""What a checkpoint written before a setting was recorded holds: every model before RoPE was NoPE, before tying
-untied, before ``rms_norm_eps`` 1e-5 (and before grouped-query attention, one key/value head per query head;
-before RoPE scaling, none)."""
+REMEDY = checkpoint_identity.REMEDY
+"""What the user can change when a checkpoint's model shape differs, by the setting that chose the checkpoint
+(the contract's: the request check says the same of ``resume_from`` before launch)."""
 
 
 def model_identity(cfg) -> dict[str, Any]:
-    """What a checkpoint of ``cfg``'s model records and a resume must match: the shape (``ARCHITECTURE_NAMES``:
-    the dims, key/value heads, tying), ``rms_norm_eps``, ``position_encoding`` and, with RoPE, ``rope_theta`` and
-    ``rope_scaling`` (with llama3's four parameters)."""
-    identity: dict[str, Any] = {name: getattr(cfg.shape, name) for name in settings_table.ARCHITECTURE_NAMES}
-    identity["rms_norm_eps"] = float(cfg.rms_norm_eps)
-    identity["position_encoding"] = cfg.position_encoding
-    if cfg.position_encoding == "rope":
-        identity["rope_theta"] = float(cfg.rope_theta)
-        identity["rope_scaling"] = cfg.rope_scaling
-        if cfg.rope_scaling != "none":
-            identity |= {name: getattr(cfg, name) for name in shapes.LLAMA3_ROPE_SETTINGS}
-    if getattr(cfg, "model_config", None):
-        identity["model_config"] = cfg.model_config  # another family, or what the flat settings cannot say
+    """What a checkpoint of ``cfg``'s model records and a resume must match (``checkpoint_identity.model_identity``),
+    with LoRA's frozen base the adapters refer to (``lora.identity``)."""
+    identity = checkpoint_identity.model_identity(cfg.as_dict())
     if getattr(cfg, "lora_rank", 0):
         identity["lora"] = lora.identity(cfg)  # the adapters' settings and the frozen base they refer to
     return identity
 
 
-def _with_legacy(stored: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's recorded identity with what checkpoints of earlier versions left out."""
-    stored = {**LEGACY_MODEL_SETTINGS, **stored}
-    stored.setdefault("num_kv_heads", stored.get("num_heads"))
-    if stored["position_encoding"] == "rope":
-        stored.setdefault("rope_scaling", "none")
-    return stored
-
-
 def shape_mismatch(
     path: Path, shape: dict[str, Any] | None, remedy: str = REMEDY["checkpoint_dir"]
 ) -> str | None:
-    """A one-line message when the checkpoint at ``path`` holds a model of another shape than ``shape``, or one
-    trained with other position settings (``POSITION_SETTINGS``; a checkpoint without them was NoPE)."""
+    """A one-line message when the checkpoint at ``path`` holds a model this run cannot continue
+    (``checkpoint_identity.mismatch``: another shape, position settings or LoRA adapters), in the words the
+    request check uses before launch."""
     try:
         stored = json.loads((path / MARKER).read_text()).get("model_shape")
     except (OSError, ValueError, AttributeError):
         return None  # unreadable marker: verification reports it
-    if shape is None or not isinstance(stored, dict):
-        return None
-    stored = _with_legacy(stored)
-    lora_problem = lora_mismatch(path, stored.get("lora"), shape.get("lora"), remedy)
-    if lora_problem is not None:
-        return lora_problem
-    dims = [name for name in shape if name not in (*POSITION_SETTINGS, "lora", "model_config")]
-    stored_dims = {name: stored.get(name) for name in dims}
-    if stored_dims != {name: shape[name] for name in dims}:
-        return (
-            f"{path} holds a model of shape {_shape_text(stored_dims)}, but this run's shape is "
-            f"{_shape_text({name: shape[name] for name in dims})}; {remedy}"
-        )
-    problem = _model_config_mismatch(path, stored.get("model_config"), shape.get("model_config"), remedy)
-    if problem is not None:
-        return problem
-    if "position_encoding" not in shape:
-        return None
-    ours = {name: shape[name] for name in POSITION_SETTINGS if name in shape}
-    theirs = {name: stored[name] for name in POSITION_SETTINGS if name in stored}
-    if ours == theirs:
-        return None
-    if ours.get("rms_norm_eps") == theirs.get("rms_norm_eps"):  # named only when it is what differs
-        ours.pop("rms_norm_eps", None), theirs.pop("rms_norm_eps", None)
-    return (
-        f"{path} holds a model trained with {_settings_text(theirs)}, but this run has {_settings_text(ours)}; "
-        f"{remedy}"
-    )
-
-
-def _model_config_mismatch(path: Path, stored: Any, ours: Any, remedy: str) -> str | None:
-    """Why the checkpoint at ``path`` holds another model than this run's beyond the flat shape (its
-    ``model_config``: the family and what the flat settings do not say), naming what differs; None when the same."""
-    if stored == ours:
-        return None
-    flat = {"family": model_settings.FLAT_FAMILY}  # no model_config: the model of the flat settings
-    theirs, mine = stored or flat, ours or flat
-    differing = [key for key in sorted(set(theirs) | set(mine)) if theirs.get(key) != mine.get(key)]
-    shown = ", ".join(f"{key} {theirs.get(key)!r} vs {mine.get(key)!r}" for key in differing[:3])
-    return (
-        f"{path} holds a {theirs.get('family')} model, but this run's is a {mine.get('family')} model ({shown}); "
-        f"{remedy}"
-    )
-
-
-def lora_mismatch(path: Path, stored: Any, ours: Any, remedy: str) -> str | None:
-    """Why a run cannot continue the checkpoint at ``path``: one of full fine-tuning and one of LoRA, LoRA
-    adapters of another rank, alpha or targets, or adapters trained on another frozen base (``lora.identity``);
-    None when they match."""
-    if stored == ours:
-        return None
-    if not stored or not ours:
-        theirs = "LoRA adapters (lora_rank > 0)" if stored else "a full fine-tuning run (every weight)"
-        mine = "trains LoRA adapters" if ours else "is full fine-tuning (lora_rank=0)"
-        return f"{path} holds {theirs}, but this run {mine}; {remedy}"
-    settings = ("lora_rank", "lora_alpha", "lora_targets")
-    if any(stored.get(name) != ours.get(name) for name in settings):
-        text = ", ".join
-        return (
-            f"{path} holds LoRA adapters of {text(f'{n}={stored.get(n)}' for n in settings)}, but this run has "
-            f"{text(f'{n}={ours.get(n)}' for n in settings)}; {remedy}"
-        )
-    if _same_base(stored.get("base"), ours.get("base")):
-        return None
-    return (
-        f"{path} holds LoRA adapters trained on another frozen base ({_base_text(stored.get('base'))}) than this "
-        f"run's ({_base_text(ours.get('base'))}); give init_from (or seed) the base they were trained on, or {remedy}"
-    )
-
-
-def _same_base(stored: Any, ours: Any) -> bool:
-    """Whether two ``lora.base_reference`` values name the same frozen base: the same seed, or ``init_from`` files
-    of the same sampled SHA-256 wherever the folder is now (a base copied or mounted elsewhere is the same base);
-    an unreadable folder matches only the same path unreadable alike."""
-    if not isinstance(stored, dict) or not isinstance(ours, dict):
-        return False
-    digests = str(stored.get("sha256", "")), str(ours.get("sha256", ""))
-    if "init_from" in stored and "init_from" in ours and not any(d.startswith("unreadable") for d in digests):
-        return digests[0] == digests[1]
-    return stored == ours
-
-
-def _base_text(base: Any) -> str:
-    if not isinstance(base, dict):
-        return "unknown"
-    if "init_from" in base:
-        return f"init_from={base['init_from']} with sampled SHA-256 {str(base.get('sha256'))[:16]}"
-    return f"a generated base of seed={base.get('seed')}"
+    return checkpoint_identity.mismatch(str(path), stored, shape, remedy)
 
 
 def file_sha256(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def _shape_text(shape: dict[str, Any]) -> str:
-    """``(num_layers=2, ...)``; key/value heads only when fewer than the heads (grouped-query attention), tying
-    only when tied (the defaults of every model before they existed)."""
-    shown = {
-        key: value
-        for key, value in shape.items()
-        if not (key == "num_kv_heads" and value == shape.get("num_heads"))
-        and not (key == "tie_embeddings" and not value)
-    }
-    return "(" + ", ".join(f"{key}={value}" for key, value in shown.items()) + ")"
-
-
-def _settings_text(settings: dict[str, Any]) -> str:
-    """``position_encoding=rope, rope_theta=10000``; RoPE scaling only when there is one."""
-    return ", ".join(
-        f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-        for key, value in settings.items()
-        if not (key == "rope_scaling" and value == "none")
-    )
 
 
 def _write_atomic(path: Path, text: str) -> None:

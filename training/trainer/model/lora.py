@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from training.contract import settings_checks, settings_table, shapes
+from training.contract import checkpoint_identity, settings_checks, settings_table, shapes
 from training.models.config import ModelConfig
 from training.trainer.checkpoint import weights
 from training.trainer.model import decoder
@@ -332,17 +332,13 @@ SAMPLED_BLOCK_BYTES = 64 * 1024
 
 def identity(cfg: Any) -> dict[str, Any] | None:
     """What a LoRA checkpoint records and a resume must match (None without LoRA): the adapters' shape (rank,
-    targets) and alpha, and the frozen base they were trained on (``base_reference``). The checkpoint holds only
-    the adapters and their optimizer state: the base comes from that reference again."""
-    settings = LoraSettings.of(cfg)
+    targets) and alpha (``checkpoint_identity.lora_settings``, which the request check compares before launch), and
+    the frozen base they were trained on (``base_reference``). The checkpoint holds only the adapters and their
+    optimizer state: the base comes from that reference again."""
+    settings = checkpoint_identity.lora_settings(cfg)
     if settings is None:
         return None
-    return {
-        "lora_rank": settings.rank,
-        "lora_alpha": settings.alpha,
-        "lora_targets": ",".join(settings.targets),
-        "base": base_reference(cfg.init_from, cfg.seed),
-    }
+    return {**settings, "base": base_reference(cfg.init_from, cfg.seed)}
 
 
 def base_reference(init_from: str | None, seed: int) -> dict[str, Any]:
