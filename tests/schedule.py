@@ -44,6 +44,9 @@ SECONDS = {
     "tests/training/distributed/test_levers.py::test_a_compile_error_in_the_backward_pass": 32,
     "tests/training/test_sagemaker_toolkit.py::test_toolkit_runs_train_sh": 31,
     "tests/training/model/test_lora.py::test_a_peft_adapter_export_interrupted": 30,
+    "tests/training/preference/test_trl_agreement.py::test_log_probabilities_and_five_losses_agree": 30,
+    "tests/training/preference/test_trl_agreement.py::test_lora_with_the_adapter_switched_off": 30,
+    "tests/training/preference/test_trl_agreement.py::test_the_ipo_and_length_normalised_losses": 25,
     "tests/training/test_loss.py::test_chunked_loss_under_fsdp2_with_two_processes": 28,
 }
 """Test node id (or its start): seconds, from the suite's ``--durations=0`` on the shared 2-core machine."""
