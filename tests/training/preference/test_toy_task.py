@@ -21,19 +21,18 @@ pytestmark = pytest.mark.slow
 
 
 def page_commands() -> list[list[str]]:
-    """The opening block's commands but the plan's (tests/plan/test_preference_plan.py's), each as argv
-    (``.venv/bin/python`` read as this interpreter; the block's ``export OMP_NUM_THREADS=1`` is the test's
-    environment)."""
+    """The opening block's commands, each as argv (``.venv/bin/python`` read as this interpreter; the block's
+    ``export OMP_NUM_THREADS=1`` is the test's environment). tests/docs/test_runs.py leaves the page to this test."""
     page = (ROOT / "docs" / "preference-tuning.md").read_text()
     block = page.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
     commands = []
     for line in block.splitlines():
         argv = shlex.split(line.split("#", 1)[0])
-        if argv and argv[0].endswith("bin/python") and "training.measure.dpo_plans" not in argv:
+        if argv and argv[0].endswith("bin/python"):
             commands.append([sys.executable, *argv[1:]])
         else:
-            assert not argv or argv == ["export", "OMP_NUM_THREADS=1"] or "dpo_plans" in line, line
-    assert len(commands) == 6, block
+            assert not argv or argv == ["export", "OMP_NUM_THREADS=1"], line
+    assert len(commands) == 7, block
     return commands
 
 
@@ -64,6 +63,7 @@ def test_the_pages_commands_teach_the_preferred_style_and_answers_still_stop(tmp
     dpo_summary = next(line for line in outputs[4].splitlines() if line.startswith("summary "))
     accuracy = float(re.search(r" val_reward_accuracy=(\S+)", dpo_summary).group(1))
     counts = styles_of(outputs[5])
+    assert "| Llama 3.1 8B, full DPO |" in outputs[6], outputs[6]
     before, after = counts["sft"], counts["dpo"]
     print(dpo_summary, counts)
     assert accuracy >= 0.9, dpo_summary
