@@ -87,7 +87,7 @@ def setup(folder: Path, layers: int = 2, hidden: int = 128, seed: int = 0) -> No
         ]
         corpus.append(render.render(messages=messages, bos_token="", add_generation_prompt=False))
     model_folder(folder / "model", "llama3.1", with_weights=True, layers=layers, hidden=hidden, seed=seed,
-                 corpus=corpus)  # fmt: skip
+                 corpus=corpus, newline_runs=True)  # fmt: skip
 
 
 def style_of(text: str) -> str:

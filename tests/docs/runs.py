@@ -62,6 +62,12 @@ SKIPPED_OPENINGS = {
         "that test runs the page's training command as printed (read from the page) on the example its setup and "
         "prepare functions make, and checks the held-out answers the chat command prints, at least 9 of 10 right",
     ),
+    "docs/preference-tuning.md": (
+        "tests/training/preference/test_toy_task.py",
+        "test_the_pages_commands_teach_the_preferred_style_and_answers_still_stop",
+        "that test runs the page's commands as printed (read from the page): a supervised fine-tuning and DPO of a tiny "
+        "model, and checks the reward accuracy and the styles of the held-out answers",
+    ),
 }
 """Openings run by another test instead (file, test, why): the test must exist."""
 KINDS = ("run", "aws", "account", "set-up", "suite")

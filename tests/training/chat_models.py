@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 FAMILIES = {
@@ -49,13 +49,22 @@ def tokenizer_json(special: list[str]) -> str:
     return tokenizer.to_str()
 
 
-def compact_tokenizer_json(special: list[str], corpus: list[str], merges: int = 200) -> str:
+def compact_tokenizer_json(
+    special: list[str], corpus: list[str], merges: int = 200, *, newline_runs: bool = False
+) -> str:
     """A byte-level BPE tokenizer whose ``merges`` merges are learnt from ``corpus`` (the template's own text, so
     its headers and preamble take a few tokens each, as in a real vocabulary), digits kept one per token (as
-    Llama 3's and Qwen 2.5's pre-tokenizers split numbers), then ``special`` as special tokens."""
+    Llama 3's and Qwen 2.5's pre-tokenizers split numbers), then ``special`` as special tokens.
+
+    ``newline_runs``: a run of newlines is one piece whatever follows it, as Llama 3's and Qwen 2.5's pattern
+    (``\\s*[\\r\\n]+``) keeps it. Without it GPT-2's pattern splits ``"\\n\\nThe"`` as ``"\\n" "\\n" "The"`` but
+    ``"\\n\\n418"`` as ``"\\n\\n" ...``: a chat template's generation prompt (ending ``"\\n\\n"``) is then not the
+    token prefix of a conversation whose answer starts with a letter."""
     tokenizer = Tokenizer(models.BPE())
+    pieces = [pre_tokenizers.Split(Regex(r"\s*[\r\n]+"), behavior="isolated")] if newline_runs else []
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
+            *pieces,
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ]
@@ -102,13 +111,18 @@ def model_folder(
     hidden: int = 64,
     seed: int = 0,
     corpus: list[str] | None = None,
+    newline_runs: bool = False,
 ) -> Path:
     """A model folder of ``family`` (``FAMILIES``): tokenizer.json (byte-level; with ``corpus``, BPE merges learnt
     from it), tokenizer_config.json with the real chat template (or ``template_text``; ``""``: none),
-    generation_config.json; ``with_weights``: a tiny Llama too."""
+    generation_config.json; ``with_weights``: a tiny Llama too; ``newline_runs``: see ``compact_tokenizer_json``."""
     spec = FAMILIES[family]
     folder.mkdir(parents=True, exist_ok=True)
-    text_json = compact_tokenizer_json(spec["special"], corpus) if corpus else tokenizer_json(spec["special"])
+    text_json = (
+        compact_tokenizer_json(spec["special"], corpus, newline_runs=newline_runs)
+        if corpus
+        else tokenizer_json(spec["special"])
+    )
     (folder / "tokenizer.json").write_text(text_json)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096,
               "clean_up_tokenization_spaces": False, **spec["config"]}  # fmt: skip
