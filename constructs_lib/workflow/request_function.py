@@ -53,6 +53,7 @@ import training.plan.estimate
 import training.plan.inputs
 import training.plan.measured
 import training.plan.memory
+import training.plan.memory_attention
 import training.plan.memory_terms
 import training.plan.network
 import training.plan.preference
@@ -119,6 +120,7 @@ ASSET_FILES = {
     "training/plan/inputs.py": Path(training.plan.inputs.__file__),
     "training/plan/measured.py": Path(training.plan.measured.__file__),
     "training/plan/memory.py": Path(training.plan.memory.__file__),
+    "training/plan/memory_attention.py": Path(training.plan.memory_attention.__file__),
     "training/plan/memory_terms.py": Path(training.plan.memory_terms.__file__),
     "training/plan/network.py": Path(training.plan.network.__file__),
     "training/plan/preference.py": Path(training.plan.preference.__file__),
