@@ -261,9 +261,17 @@ def _is_count(value: Any, least: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+MAX_SHARDS = 100_000
+"""The most shards a split may list (a sharded preparation writes one per input object)."""
+
+
 def _is_file_name(value: Any) -> bool:
-    """A file directly in the data folder: a name, not a path (the trainer reads it beside ``metadata.json``)."""
-    return isinstance(value, str) and value not in ("", ".", "..") and "/" not in value and "\\" not in value
+    """A file inside the data folder: a name beside ``metadata.json`` (``prepare``) or a relative path below it
+    (a sharded preparation's ``shards/<key>/train.bin``), never absolute, never through ``..`` (the trainer confines
+    every listed name to its folder too: training/trainer/files.py)."""
+    if not isinstance(value, str) or not value or "\\" in value or value.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in value.split("/"))
 
 
 def meta_problems(meta: Mapping[str, Any]) -> list[str]:
@@ -312,10 +320,18 @@ def meta_problems(meta: Mapping[str, Any]) -> list[str]:
             continue
         for key in ("examples", "tokens", "trained_tokens"):
             want(_is_count(entry.get(key)), f"splits.{name}.{key}", "an integer >= 0", entry.get(key))
+        shards = entry.get("files")
+        count = len(shards) if isinstance(shards, list) and 0 < len(shards) <= MAX_SHARDS else 1
         for key, suffix in SPLIT_FILES.items():
             listed = entry.get(key)
-            want(isinstance(listed, list) and len(listed) == 1 and _is_file_name(listed[0]),
-                 f"splits.{name}.{key}", f"a list of one file name ([\"{name}{suffix}\"] from prepare)", listed)  # fmt: skip
+            allowed = (
+                f'a list of one file name (["{name}{suffix}"] from prepare)'
+                if count == 1
+                else f"a list of {count:,} file names inside the folder, one per shard as files lists "
+                f"(shards/<key>/{name}{suffix} from a sharded preparation)"
+            )
+            want(isinstance(listed, list) and len(listed) == count and all(map(_is_file_name, listed)),
+                 f"splits.{name}.{key}", allowed, listed if not isinstance(listed, list) else listed[:4])  # fmt: skip
         lengths = entry.get(LENGTHS)
         pairs = (
             isinstance(lengths, list)

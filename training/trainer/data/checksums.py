@@ -24,7 +24,7 @@ CHUNK = 1 << 24
 """Bytes hashed at a time (16 MiB)."""
 
 LISTS = ("files", "masks", "documents")
-"""The keys of a split's entry that list its files."""
+"""The keys of a split's entry that list its files (a sharded text preparation's ``documents`` is a count: skipped)."""
 
 CHANGED = "the file was changed or replaced after prepare wrote it: prepare the data again"
 
@@ -46,7 +46,7 @@ def verify(directory: str, meta: dict, chat: bool) -> str:
     for split, entry in (meta.get("splits") or {}).items():
         if not entry:
             continue
-        names = [name for key in LISTS for name in entry.get(key) or []]
+        names = [name for key in LISTS if isinstance(entry.get(key), list) for name in entry[key]]
         recorded = entry.get("sha256")
         if recorded is None:
             unrecorded.append(split)
