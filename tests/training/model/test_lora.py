@@ -68,7 +68,7 @@ def test_lora_alpha_defaults_to_twice_the_rank_and_targets_take_short_or_hugging
         ({"lora_rank": "8", "precision": "mxfp8"}, "precision", "not Transformer Engine's"),
         ({"lora_rank": "8", "precision": "fp8", "quantized_model_init": "true"}, "quantized_model_init",
          "must be false with LoRA"),
-        ({"lora_rank": "8", "lora_targets": "q,lm_head"}, "lora_targets", "'lm_head', which a Llama block has"),
+        ({"lora_rank": "8", "lora_targets": "q,lm_head"}, "lora_targets", "'lm_head', which a decoder block (every family here) has no projection of"),
         ({"lora_rank": "8", "lora_targets": "q,,v"}, "lora_targets", "an empty entry"),
         ({"lora_rank": "8", "lora_targets": "q,q_proj"}, "lora_targets", "names q twice"),
         ({"lora_alpha": "16"}, "lora_alpha", "only with lora_rank > 0"),
