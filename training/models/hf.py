@@ -241,3 +241,16 @@ def rope_keys(rope: RopeConfig) -> dict[str, Any]:
     parameters = rope_parameters(rope)
     scaling = None if rope.scaling == "none" else {k: v for k, v in parameters.items() if k != "rope_theta"}
     return {"rope_theta": rope.theta, "rope_scaling": scaling, "rope_parameters": parameters}
+
+
+def shape_keys(model: ModelConfig) -> dict[str, Any]:
+    """The shape keys every family's ``config.json`` spells alike (sizes, heads, key/value heads, ``head_dim``)."""
+    return {
+        "vocab_size": model.vocab_size,
+        "hidden_size": model.hidden_size,
+        "intermediate_size": model.ffn_hidden_size,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "num_key_value_heads": model.num_kv_heads,
+        "head_dim": model.head_dim,
+    }
