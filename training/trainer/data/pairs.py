@@ -62,7 +62,9 @@ class PreferencePairs(token_files._PositionedBatches):
         grad_accum_steps: int = 1,
     ):
         self.tokens, self.mask, self.offsets = _read(directory, split, token_dtype)
-        self.token_file = token_files.split_files(directory, split)[0]  # confined to the folder, as read_split
+        self.token_file = token_files.split_files(directory, split)[
+            0
+        ]  # confined to the folder, as read_split
         self.vocab_size = vocab_size
         sides = np.diff(self.offsets)
         lengths = sides[0::2] + sides[1::2]
