@@ -32,7 +32,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner
 
 from training.trainer import s3_store
-from training.trainer.s3_dcp import HashingS3Writer
+from training.trainer.s3_dcp import DEFAULT_TUNING, HashingS3Writer, Tuning
 from training.trainer.s3_store import MARKER, STARTED, Listing, S3Store
 
 SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
@@ -46,8 +46,10 @@ def step_name(step: int, generation: int = 1) -> str:
 class S3Checkpoints:
     """The run's prefix ``uri`` seen by one rank of ``world_size``; ``group`` carries the agreements."""
 
-    def __init__(self, uri: str, rank: int, world_size: int, group: Any = None):
-        self.store = S3Store(uri)
+    def __init__(
+        self, uri: str, rank: int, world_size: int, group: Any = None, tuning: Tuning = DEFAULT_TUNING
+    ):
+        self.store = S3Store(uri, tuning)
         self.rank, self.world_size, self.group = rank, world_size, group
         self._writer: HashingS3Writer | None = (
             None  # the save in flight on this rank (its writer records digests)

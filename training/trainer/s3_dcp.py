@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from s3torchconnector import S3ClientConfig, S3ReaderConstructor
@@ -51,14 +52,29 @@ def region() -> str:
     return found
 
 
-def client_config() -> S3ClientConfig:
-    """The connector's settings: path-style addressing when an endpoint is given (an S3-compatible server has no
-    bucket sub-domains); otherwise its defaults."""
-    return S3ClientConfig(force_path_style=endpoint() is not None)
+@dataclass(frozen=True)
+class Tuning:
+    """How the connector moves bytes: the throughput it aims at (it opens connections to match) and the size of
+    each part of an upload or ranged download. The connector's defaults: 10 Gbit/s, 8 MiB."""
+
+    throughput_gbps: float = 10.0
+    part_size: int = 8 * 1024 * 1024
 
 
-def s3_client() -> S3Client:
-    return S3Client(region(), endpoint=endpoint(), s3client_config=client_config())
+DEFAULT_TUNING = Tuning()
+
+
+def client_config(tuning: Tuning = DEFAULT_TUNING) -> S3ClientConfig:
+    """The connector's settings: ``tuning``, and path-style addressing when an endpoint is given (an
+    S3-compatible server has no bucket sub-domains)."""
+    return S3ClientConfig(
+        throughput_target_gbps=tuning.throughput_gbps, part_size=tuning.part_size,
+        force_path_style=endpoint() is not None,
+    )  # fmt: skip
+
+
+def s3_client(tuning: Tuning = DEFAULT_TUNING) -> S3Client:
+    return S3Client(region(), endpoint=endpoint(), s3client_config=client_config(tuning))
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -115,8 +131,8 @@ class _HashingFileSystem(S3FileSystem):
     """The connector's S3 file system, recording ``(size, sha256)`` of every object whose upload completed,
     keyed by its name relative to ``base`` (the checkpoint's URI)."""
 
-    def __init__(self, base: str):
-        super().__init__(region(), s3_client=s3_client())
+    def __init__(self, base: str, tuning: Tuning):
+        super().__init__(region(), s3_client=s3_client(tuning))
         self.base = base.rstrip("/") + "/"
         self.digests: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()  # DCP's writer threads upload several objects at once
@@ -151,9 +167,9 @@ class HashingS3Writer(S3StorageWriter):
     shards there; ``digests`` holds ``{name: (size, sha256)}`` of what this rank uploaded (rank 0 also
     ``.metadata``, once every rank's shards are written)."""
 
-    def __init__(self, uri: str, thread_count: int = 1):
-        super().__init__(region(), uri, s3client_config=client_config(), thread_count=thread_count)
-        self.fs: _HashingFileSystem = _HashingFileSystem(uri)  # type: ignore[assignment]
+    def __init__(self, uri: str, tuning: Tuning = DEFAULT_TUNING, thread_count: int = 1):
+        super().__init__(region(), uri, s3client_config=client_config(tuning), thread_count=thread_count)
+        self.fs: _HashingFileSystem = _HashingFileSystem(uri, tuning)  # type: ignore[assignment]
         self.path = self.fs.init_path(uri)
 
     @property
@@ -161,11 +177,12 @@ class HashingS3Writer(S3StorageWriter):
         return dict(self.fs.digests)
 
 
-def reader(uri: str) -> S3StorageReader:
+def reader(uri: str, tuning: Tuning = DEFAULT_TUNING) -> S3StorageReader:
     """DCP's reader for the checkpoint at ``uri``: each rank fetches only the byte ranges of the shards its own
     state needs (the connector's DCP-optimized reader, ranges coalesced)."""
-    storage = S3StorageReader(region(), uri, s3client_config=client_config())
-    storage.fs = S3FileSystem(region(), s3_client=s3_client(), reader_constructor=storage._reader_constructor)
+    storage = S3StorageReader(region(), uri, s3client_config=client_config(tuning))
+    constructor = storage._reader_constructor
+    storage.fs = S3FileSystem(region(), s3_client=s3_client(tuning), reader_constructor=constructor)
     storage.path = storage.fs.init_path(uri)
     return storage
 

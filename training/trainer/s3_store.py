@@ -135,9 +135,9 @@ class S3Store:
     """The run's prefix ``uri`` (``s3://bucket/prefix/``): listing, conditional creation, reads, deletion of
     checkpoints, and the DCP writer and reader of one checkpoint."""
 
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, tuning: s3_dcp.Tuning = s3_dcp.DEFAULT_TUNING):
         bucket, prefix = s3_dcp.split_uri(uri if uri.endswith("/") else uri + "/")
-        self.bucket, self.prefix = bucket, prefix
+        self.bucket, self.prefix, self.tuning = bucket, prefix, tuning
         self._client: Any = None
         self._crt: Any = None
 
@@ -159,7 +159,7 @@ class S3Store:
     def crt(self) -> Any:
         """s3torchconnector's client: large objects, read and written in parallel parts."""
         if self._crt is None:
-            self._crt = s3_dcp.s3_client()
+            self._crt = s3_dcp.s3_client(self.tuning)
         return self._crt
 
     def uri(self, name: str = "") -> str:
@@ -225,8 +225,8 @@ class S3Store:
 
     def writer(self, name: str, thread_count: int = 1) -> s3_dcp.HashingS3Writer:
         """DCP's writer of this rank's shards of the checkpoint ``name``."""
-        return s3_dcp.HashingS3Writer(self.uri(name), thread_count=thread_count)
+        return s3_dcp.HashingS3Writer(self.uri(name), self.tuning, thread_count=thread_count)
 
     def reader(self, name: str) -> Any:
         """DCP's reader of the checkpoint ``name`` (each rank fetches the ranges its state needs)."""
-        return s3_dcp.reader(self.uri(name))
+        return s3_dcp.reader(self.uri(name), self.tuning)
