@@ -8,10 +8,11 @@ torchrun (gloo, ``--nproc`` processes). Each process builds the state of a model
 weight matrix at its real size, FSDP2-sharded over the processes; ``--state weights``: the weights in bf16,
 ``full``: fp32 weights and Adam's two moments, what the trainer saves), then, for each backend in turn:
 
-* pause: a step-like loop (``--step-seconds`` of matrix products per step) saves in the background every
-  step; the pause is how long the save call holds the step (staging the state into host memory, the plan, the
-  trainer-state object), plus the time the next save waits for the previous upload, plus the seal. The first save
-  is a warm-up and left out; the median and the range (min to max) of ``--repeats`` saves are printed.
+* saving: a step-like loop (``--step-seconds`` of matrix products per step) saves in the background every
+  step. Printed separately: how long the save call holds the step (staging the state into host memory, the plan,
+  the trainer-state object), how long the next save is held (the rest of the previous upload, if it still runs,
+  then the seal), and how long the upload took behind the steps. The first save is a warm-up and left out; the
+  median and the range (min to max) of ``--repeats`` saves are printed, each the slowest process's.
 * resume: the newest sealed checkpoint found, verified (every file's SHA-256, each read by one process) and
   loaded into a fresh state, timed from the listing to the last tensor, ``--repeats`` times after one warm-up.
 
@@ -120,36 +121,60 @@ class _Holder(torch.nn.Module):
             self.register_parameter(f"p{index}", torch.nn.Parameter(value, requires_grad=False))
 
 
-def _local(args: argparse.Namespace, state: dict[str, Any], folder: str) -> tuple[list[float], list[float]]:
+class _Timings:
+    """Per save: ``stage`` (the save call: the step is held), ``seal`` (at the next save or the end: waiting for
+    the upload if it is still running, then sealing), ``upload`` (from the save call to the end of its write);
+    ``resume`` per resume. The first save and the first resume are warm-ups, left out."""
+
+    def __init__(self) -> None:
+        self.stage: list[float] = []
+        self.seal: list[float] = []
+        self.upload: list[float] = []
+        self.resume: list[float] = []
+
+    def uploaded(self, future: Any, started: float) -> None:
+        def done(_: Any) -> None:
+            self.upload.append(time.perf_counter() - started)
+
+        future.add_done_callback(done)
+
+    def result(self) -> dict[str, list[float]]:
+        return {key: values[1:] for key, values in vars(self).items()}
+
+
+def _timed(action: Any) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def _local(args: argparse.Namespace, state: dict[str, Any], folder: str) -> dict[str, list[float]]:
     from training.trainer import checkpoint
 
-    env = _Env()
+    env, times = _Env(), _Timings()
     holder = _Holder(state)
     optimizer = torch.optim.SGD(holder.parameters(), lr=0.0)  # no momentum: no state of its own
     manager = checkpoint.CheckpointManager(folder, args.repeats + 2, env)
-    pauses = []
-    for step in range(args.repeats + 1):
+    for step in range(args.repeats + 2):
+        if step:
+            times.seal.append(_timed(manager.seal_pending))
+        if step > args.repeats:
+            break
         started = time.perf_counter()
-        manager.save(
-            step + 1, holder, optimizer, {"step": step + 1}, background=True
-        )  # seals the previous first
-        pauses.append(time.perf_counter() - started)
+        manager.save(step + 1, holder, optimizer, {"step": step + 1}, background=True)
+        times.stage.append(time.perf_counter() - started)
+        times.uploaded(manager._pending[3], started)
         _busy(args.step_seconds)
-    started = time.perf_counter()
-    manager.seal_pending()
-    pauses[-1] += time.perf_counter() - started
-    resumes = []
     for _ in range(args.repeats + 1):
         fresh = _Holder({k: torch.zeros_like(v) for k, v in state.items()})
         fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.0)
-        started = time.perf_counter()
         again = checkpoint.CheckpointManager(folder, args.repeats + 2, env)
-        assert again.load_latest(fresh, fresh_optimizer) is not None, again.skipped
-        resumes.append(time.perf_counter() - started)
-    return pauses[1:], resumes[1:]
+        times.resume.append(_timed(lambda: again.load_latest(fresh, fresh_optimizer)))  # noqa: B023
+        assert again.loaded is not None, again.skipped
+    return times.result()
 
 
-def _s3(args: argparse.Namespace, state: dict[str, Any], uri: str) -> tuple[list[float], list[float]]:
+def _s3(args: argparse.Namespace, state: dict[str, Any], uri: str) -> dict[str, list[float]]:
     from training.trainer.s3_checkpoints import S3Checkpoints
     from training.trainer.s3_dcp import Tuning
 
@@ -157,31 +182,33 @@ def _s3(args: argparse.Namespace, state: dict[str, Any], uri: str) -> tuple[list
     tuning = Tuning(throughput_gbps=args.throughput_gbps, part_size=args.part_mb * 1024 * 1024)
     store = S3Checkpoints(uri, rank, world, torch.distributed.new_group(backend="gloo"), tuning)
     facts = {"world_size": world, "data_parallel": [1, world], "model_shape": None, "job": None}
-    pauses, pending = [], None
-    for step in range(args.repeats + 1):
-        started = time.perf_counter()
+    times, pending = _Timings(), None
+    for step in range(args.repeats + 2):
         if pending is not None:
-            store.seal(pending, {**facts, "step": step})  # waits for the previous upload, then seals it
+            times.seal.append(_timed(lambda: store.seal(pending, {**facts, "step": step})))  # noqa: B023
+        if step > args.repeats:
+            break
+        started = time.perf_counter()
         pending = store.begin(step + 1, {**facts, "step": step + 1})
         store.write(pending, {"state": state}, pickle.dumps({"step": step + 1}), background=True)
-        pauses.append(time.perf_counter() - started)
+        times.stage.append(time.perf_counter() - started)
+        times.uploaded(store._future, started)
         _busy(args.step_seconds)
-    started = time.perf_counter()
-    store.seal(pending, {**facts, "step": args.repeats + 1})
-    pauses[-1] += time.perf_counter() - started
-    resumes = []
     for _ in range(args.repeats + 1):
         fresh = {"state": {k: torch.zeros_like(v) for k, v in state.items()}}
-        started = time.perf_counter()
-        listing = store.listing()
-        name = listing.sealed()[-1]
-        marker = store.marker(name)
-        problem = store.verify(name, marker, listing.checkpoints[name])
-        assert problem is None, problem
-        store.load(name, fresh)
-        pickle.loads(store.read_state(name, marker))
-        resumes.append(time.perf_counter() - started)
-    return pauses[1:], resumes[1:]
+        times.resume.append(_timed(lambda: _s3_resume(store, fresh)))  # noqa: B023
+    return times.result()
+
+
+def _s3_resume(store: Any, fresh: dict[str, Any]) -> None:
+    """What a resume does: the listing, the newest sealed checkpoint verified, loaded, its trainer state read."""
+    listing = store.listing()
+    name = listing.sealed()[-1]
+    marker = store.marker(name)
+    problem = store.verify(name, marker, listing.checkpoints[name])
+    assert problem is None, problem
+    store.load(name, fresh)
+    pickle.loads(store.read_state(name, marker))
 
 
 def _spread(values: list[float]) -> str:
@@ -208,9 +235,16 @@ def _worker(args: argparse.Namespace) -> None:
         print(f"state: preset {args.preset}, {args.state}, {total:.2f} GB over {len(sizes)} processes; "
               f"a step of {args.step_seconds:g} s between saves; warm-up save and resume excluded")  # fmt: skip
         for backend in ("local", "s3"):
-            pauses = [max(p) for p in zip(*(g[backend][0] for g in gathered), strict=True)]
-            resumes = [max(r) for r in zip(*(g[backend][1] for g in gathered), strict=True)]
-            print(f"{backend:6s} save pause {_spread(pauses)}   resume {_spread(resumes)}")
+            worst = {  # each save's and resume's slowest process: the step waits for every rank
+                key: [max(values) for values in zip(*(g[backend][key] for g in gathered), strict=True)]
+                for key in ("stage", "seal", "upload", "resume")
+            }
+            print(f"{backend}: step held by the save call {_spread(worst['stage'])}")
+            print(
+                f"{backend}: held at the next save (the upload's rest, then the seal) {_spread(worst['seal'])}"
+            )
+            print(f"{backend}: upload, behind the steps {_spread(worst['upload'])}")
+            print(f"{backend}: resume (find, verify, load) {_spread(worst['resume'])}")
     torch.distributed.destroy_process_group()
 
 
