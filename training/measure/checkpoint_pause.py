@@ -49,9 +49,10 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--step-seconds", type=float, default=2.0)
-    parser.add_argument("--part-mb", type=int, default=128, help="S3 part size (the connector's default: 8)")
+    parser.add_argument("--part-mb", type=int, default=64, help="S3 part size (the connector's default: 8)")
+    parser.add_argument("--threads", type=int, default=4, help="DCP writer threads (objects) per process")
     parser.add_argument(
-        "--throughput-gbps", type=float, default=2.0, help="the connector's target (default 10)"
+        "--throughput-gbps", type=float, default=1.0, help="the connector's target (default 10)"
     )
     parser.add_argument(
         "--folder", default=None, help="where the local checkpoints go (default: a temporary one)"
@@ -179,7 +180,7 @@ def _s3(args: argparse.Namespace, state: dict[str, Any], uri: str) -> dict[str, 
     from training.trainer.s3_dcp import Tuning
 
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    tuning = Tuning(throughput_gbps=args.throughput_gbps, part_size=args.part_mb * 1024 * 1024)
+    tuning = Tuning(args.throughput_gbps, args.part_mb * 1024 * 1024, writer_threads=args.threads)
     store = S3Checkpoints(uri, rank, world, torch.distributed.new_group(backend="gloo"), tuning)
     facts = {"world_size": world, "data_parallel": [1, world], "model_shape": None, "job": None}
     times, pending = _Timings(), None

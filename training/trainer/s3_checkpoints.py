@@ -132,7 +132,7 @@ class S3Checkpoints:
                 self._future.result()
                 self._receipt(name)  # its callback may not have run yet (a second creation changes nothing)
             except BaseException as err:  # noqa: BLE001 (DCP's CheckpointException is a BaseException)
-                failure = f"rank {self.rank}: upload failed: {type(err).__name__}: {str(err)[:300]}"
+                failure = f"rank {self.rank}: upload failed: {_root_cause(err, self.rank)}"
         self._future = None
         failure = self.agree(failure)
         if failure is not None:
@@ -249,3 +249,13 @@ def _json(value: Any) -> bytes:
 
 def _digest(data: bytes) -> tuple[int, str]:
     return len(data), hashlib.sha256(data).hexdigest()
+
+
+def _root_cause(err: BaseException, rank: int) -> str:
+    """``Type: first line`` of an error; for DCP's CheckpointException, of the error it caught on ``rank``."""
+    failures = getattr(err, "failures", None)
+    if isinstance(failures, dict) and failures:
+        inner = failures.get(rank, next(iter(failures.values())))
+        err = inner[0] if isinstance(inner, tuple) else inner
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {text[:300]}"

@@ -59,13 +59,16 @@ class Tuning:
 
     throughput_gbps: float = 10.0
     part_size: int = 8 * 1024 * 1024
+    writer_threads: int = 1
+    """DCP's writer threads per rank: each writes objects of its own (``__<rank>_<n>.distcp``), so a rank's share
+    is cut into this many objects, uploaded at once."""
 
 
 DEFAULT_TUNING = Tuning()
 
 
 def client_config(tuning: Tuning = DEFAULT_TUNING) -> S3ClientConfig:
-    """The connector's settings: ``tuning``, and path-style addressing when an endpoint is given (an
+    """The connector's settings: ``tuning``'s rate and part size, and path-style addressing when an endpoint is given (an
     S3-compatible server has no bucket sub-domains)."""
     return S3ClientConfig(
         throughput_target_gbps=tuning.throughput_gbps, part_size=tuning.part_size,
@@ -167,8 +170,9 @@ class HashingS3Writer(S3StorageWriter):
     shards there; ``digests`` holds ``{name: (size, sha256)}`` of what this rank uploaded (rank 0 also
     ``.metadata``, once every rank's shards are written)."""
 
-    def __init__(self, uri: str, tuning: Tuning = DEFAULT_TUNING, thread_count: int = 1):
-        super().__init__(region(), uri, s3client_config=client_config(tuning), thread_count=thread_count)
+    def __init__(self, uri: str, tuning: Tuning = DEFAULT_TUNING):
+        threads = tuning.writer_threads
+        super().__init__(region(), uri, s3client_config=client_config(tuning), thread_count=threads)
         self.fs: _HashingFileSystem = _HashingFileSystem(uri, tuning)  # type: ignore[assignment]
         self.path = self.fs.init_path(uri)
 

@@ -223,9 +223,9 @@ class S3Store:
             batch = [{"Key": key} for key in keys[start : start + 1000]]
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
 
-    def writer(self, name: str, thread_count: int = 1) -> s3_dcp.HashingS3Writer:
+    def writer(self, name: str) -> s3_dcp.HashingS3Writer:
         """DCP's writer of this rank's shards of the checkpoint ``name``."""
-        return s3_dcp.HashingS3Writer(self.uri(name), self.tuning, thread_count=thread_count)
+        return s3_dcp.HashingS3Writer(self.uri(name), self.tuning)
 
     def reader(self, name: str) -> Any:
         """DCP's reader of the checkpoint ``name`` (each rank fetches the ranges its state needs)."""
