@@ -27,3 +27,9 @@ def test_the_rows_cover_8b_and_70b_on_one_and_two_instances_and_name_their_sourc
     assert len(lines) == 5 and lines[1].startswith("8B") and lines[4].startswith("70B")
     for source in ("PCI-SIG", "148.8 s", "throughput_target_gbps", "3,500 PUT", "CheckpointConfig"):
         assert source in checkpoint_time.SOURCES
+
+
+def test_the_folder_backend_holds_the_step_to_hash_its_files_where_s3_direct_hashes_behind_it():
+    one = checkpoint_time.checkpoint_times(8.03e9, 1)
+    assert one.folder_seal == pytest.approx(96.36 / 8 / 0.65)
+    assert one.folder_seal > 10 * one.pause
