@@ -10,9 +10,11 @@ weight matrix at its real size, FSDP2-sharded over the processes; ``--state weig
 
 * saving: a step-like loop (``--step-seconds`` of matrix products per step) saves in the background every
   step. Printed separately: how long the save call holds the step (staging the state into host memory, the plan,
-  the trainer-state object), how long the next save is held (the rest of the previous upload, if it still runs,
-  then the seal), and how long the upload took behind the steps. The first save is a warm-up and left out; the
-  median and the range (min to max) of ``--repeats`` saves are printed, each the slowest process's.
+  the trainer-state object), how long the next save is held by the rest of the previous upload (if it still
+  runs) and then by its seal (the folder hashes every file on the training thread; S3 direct gathers the digests
+  taken during the upload and writes its marker), and how long the upload took behind the steps. The first save
+  is a warm-up and left out; the median and the range (min to max) of ``--repeats`` saves are printed, each the
+  slowest process's.
 * resume: the newest sealed checkpoint found, verified (every file's SHA-256, each read by one process) and
   loaded into a fresh state, timed from the listing to the last tensor, ``--repeats`` times after one warm-up.
 
@@ -123,12 +125,13 @@ class _Holder(torch.nn.Module):
 
 
 class _Timings:
-    """Per save: ``stage`` (the save call: the step is held), ``seal`` (at the next save or the end: waiting for
-    the upload if it is still running, then sealing), ``upload`` (from the save call to the end of its write);
-    ``resume`` per resume. The first save and the first resume are warm-ups, left out."""
+    """Per save: ``stage`` (the save call: the step is held), ``wait`` (at the next save or the end: the rest of
+    the upload, if it still runs), ``seal`` (then the seal itself), ``upload`` (from the save call to the end of
+    its write); ``resume`` per resume. The first save and the first resume are warm-ups, left out."""
 
     def __init__(self) -> None:
         self.stage: list[float] = []
+        self.wait: list[float] = []
         self.seal: list[float] = []
         self.upload: list[float] = []
         self.resume: list[float] = []
@@ -158,7 +161,8 @@ def _local(args: argparse.Namespace, state: dict[str, Any], folder: str) -> dict
     manager = checkpoint.CheckpointManager(folder, args.repeats + 2, env)
     for step in range(args.repeats + 2):
         if step:
-            times.seal.append(_timed(manager.seal_pending))
+            times.wait.append(_timed(manager._pending[3].result))  # the upload's rest
+            times.seal.append(_timed(manager.seal_pending))  # hashing every file, the marker, the rename
         if step > args.repeats:
             break
         started = time.perf_counter()
@@ -186,6 +190,7 @@ def _s3(args: argparse.Namespace, state: dict[str, Any], uri: str) -> dict[str, 
     times, pending = _Timings(), None
     for step in range(args.repeats + 2):
         if pending is not None:
+            times.wait.append(_timed(store._future.result))  # the upload's rest
             times.seal.append(_timed(lambda: store.seal(pending, {**facts, "step": step})))  # noqa: B023
         if step > args.repeats:
             break
@@ -238,12 +243,11 @@ def _worker(args: argparse.Namespace) -> None:
         for backend in ("local", "s3"):
             worst = {  # each save's and resume's slowest process: the step waits for every rank
                 key: [max(values) for values in zip(*(g[backend][key] for g in gathered), strict=True)]
-                for key in ("stage", "seal", "upload", "resume")
+                for key in ("stage", "wait", "seal", "upload", "resume")
             }
             print(f"{backend}: step held by the save call {_spread(worst['stage'])}")
-            print(
-                f"{backend}: held at the next save (the upload's rest, then the seal) {_spread(worst['seal'])}"
-            )
+            print(f"{backend}: held at the next save by the upload's rest {_spread(worst['wait'])}")
+            print(f"{backend}: held at the next save by the seal {_spread(worst['seal'])}")
             print(f"{backend}: upload, behind the steps {_spread(worst['upload'])}")
             print(f"{backend}: resume (find, verify, load) {_spread(worst['resume'])}")
     torch.distributed.destroy_process_group()
