@@ -18,7 +18,7 @@ weight matrix at its real size, FSDP2-sharded over the processes; ``--state weig
 * resume: the newest sealed checkpoint found, verified (every file's SHA-256, each read by one process) and
   loaded into a fresh state, timed from the listing to the last tensor, ``--repeats`` times after one warm-up.
 
-Local: today's backend (``training.trainer.checkpoint.CheckpointManager``: a folder, DCP's FileSystemWriter,
+Local: today's backend (``training.trainer.checkpoint.checkpoint.CheckpointManager``: a folder, DCP's FileSystemWriter,
 the files hashed when sealed). S3: ``training.trainer.s3_checkpoints`` through s3torchconnector to the server.
 It prints numbers and asserts nothing about speed.
 """
@@ -39,14 +39,14 @@ from typing import Any
 
 import torch
 
-from training.request import contract
+from training.contract import shapes
 
 SERVER_READY_SECONDS = 60
 
 
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="1b", choices=sorted(contract.MODEL_PRESETS))
+    parser.add_argument("--preset", default="1b", choices=sorted(shapes.MODEL_PRESETS))
     parser.add_argument("--state", default="weights", choices=["weights", "full"])
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
@@ -65,7 +65,7 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _shapes(preset: str) -> dict[str, tuple[int, ...]]:
     """Every weight of a Llama-style decoder of the preset's shape, by name."""
-    shape = contract.MODEL_PRESETS[preset]
+    shape = shapes.MODEL_PRESETS[preset]
     h, kv = shape.hidden_size, shape.kv_heads * (shape.hidden_size // shape.num_heads)
     found: dict[str, tuple[int, ...]] = {"embed": (shape.vocab_size, h), "norm": (h,)}
     if not shape.tie_embeddings:
@@ -153,7 +153,7 @@ def _timed(action: Any) -> float:
 
 
 def _local(args: argparse.Namespace, state: dict[str, Any], folder: str) -> dict[str, list[float]]:
-    from training.trainer import checkpoint
+    from training.trainer.checkpoint import checkpoint
 
     env, times = _Env(), _Timings()
     holder = _Holder(state)

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.request import contract
+from training.contract import container
 from training.trainer import s3_dcp
 
 MARKER = "COMPLETE"
@@ -32,12 +32,12 @@ RECEIPT = ".receipt"
 """``rank_00000.receipt``: what one rank uploaded into a checkpoint, ``{name: [size, sha256]}`` (JSON), created
 when its upload completed, so that a save every rank finished can be sealed later even when the run ended before
 its marker was written."""
-ASIDE = contract.SET_ASIDE_SUFFIX
+ASIDE = container.SET_ASIDE_SUFFIX
 
 
 def step_order(name: str) -> tuple[int, int] | None:
     """(step, generation) of a checkpoint name (``step_00000100``, ``step_00000100-2``), or None."""
-    match = contract.CHECKPOINT_DIR_NAME.match(name)
+    match = container.CHECKPOINT_DIR_NAME.match(name)
     return (int(match.group(1)), int(match.group(2) or 1)) if match else None
 
 
