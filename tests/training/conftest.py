@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from tests.training.checkpoint_places import FolderPlace, S3Place
 from tests.training.runner import reference_settings, run_trainer
+from tests.training.s3_server import s3_bucket, s3_server  # noqa: F401 (fixtures of the trainer's tests)
 from training.trainer.distributed import parallel
 
 
@@ -29,3 +31,14 @@ def process_group(monkeypatch):
     environment = parallel.init_distributed()
     yield environment
     dist.destroy_process_group()
+
+
+@pytest.fixture(params=["folder", "s3"])
+def place(request, tmp_path):
+    """Where the test's run keeps its checkpoints, once per backend: a folder (``tmp_path/ckpt``), or a run's prefix
+    in a fresh bucket on the session's S3 server (its endpoint and test credentials in this process's environment,
+    which the trainer's child processes inherit)."""
+    if request.param == "folder":
+        return FolderPlace(tmp_path / "ckpt")
+    server, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
+    return S3Place(server.client(), bucket)

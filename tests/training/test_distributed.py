@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.training.agreement import assert_same_printed, assert_same_weights
+from tests.training.checkpoint_places import complete, copy_in
 from tests.training.runner import (
     REFERENCE_STEPS,
     ROOT,
@@ -24,7 +25,8 @@ from tests.training.runner import (
     torchrun_cmd,
 )
 from training.contract import container, metric_lines
-from training.trainer.checkpoint.checkpoint import complete_checkpoints
+from training.trainer.checkpoint.folder import complete_checkpoints
+from training.trainer.checkpoint.names import step_dir_name
 
 pytestmark = pytest.mark.slow
 STEPS = REFERENCE_STEPS
@@ -66,18 +68,24 @@ def test_chunked_loss_gives_the_same_training(reference, tmp_path):
     )
 
 
-def resume_from_step_6(reference, tmp_path: Path, name: str) -> tuple[str, Path]:
+def resume_from_step_6(reference, tmp_path: Path, name: str, place=None) -> tuple[str, Path]:
+    """A run that finds the reference's step-6 checkpoint in its own folder (or ``place``) and trains to the end."""
     ref_dir, _ = reference
     ckpt = tmp_path / f"ckpt_{name}"
-    ckpt.mkdir(exist_ok=True)
-    shutil.copytree(ref_dir / "ckpt_ref" / "step_00000006", ckpt / "step_00000006")
-    return run_trainer(settings(tmp_path, name)), ckpt
+    if place is None:
+        ckpt.mkdir(exist_ok=True)
+        shutil.copytree(ref_dir / "ckpt_ref" / "step_00000006", ckpt / "step_00000006")
+        return run_trainer(settings(tmp_path, name)), ckpt
+    copy_in(place, ref_dir / "ckpt_ref" / "step_00000006", "step_00000006")
+    return run_trainer(settings(tmp_path, name, checkpoint_dir=place.setting)), ckpt
 
 
-def test_resume_continues_bit_for_bit(reference, tmp_path):
+def test_resume_continues_bit_for_bit(reference, tmp_path, place):
+    """From a folder and from a run's S3 prefix alike: the losses, learning rates and gradient norms of the
+    uninterrupted run, and its final weights bit for bit."""
     ref_dir, ref_output = reference
-    output, _ = resume_from_step_6(reference, tmp_path, "resume")
-    assert "at step 6" in output
+    output, _ = resume_from_step_6(reference, tmp_path, "resume", place)
+    assert "at step 6" in output and str(place.where("step_00000006")) in output
     assert sorted(step_lines(output)) == list(range(7, STEPS + 1))
     for step in range(7, STEPS + 1):
         # loss, lr and grad_norm as printed; throughput fields differ by nature
@@ -89,6 +97,7 @@ def test_resume_continues_bit_for_bit(reference, tmp_path):
     assert resumed.keys() == uninterrupted.keys()
     for name, tensor in resumed.items():
         assert torch.equal(tensor, uninterrupted[name]), name
+    assert complete(place) == ["step_00000006", "step_00000012"]
 
 
 def test_metric_definitions_read_real_trainer_output(reference):
@@ -156,18 +165,22 @@ def run_until_sigterm(cfg: dict[str, str], after_step_seen: int) -> str:
     return "".join(seen) + rest
 
 
-def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path):
-    cfg = settings(tmp_path, "term", max_steps="100000", checkpoint_interval="0")
+def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path, place):
+    """SIGTERM with an asynchronous save (the default): the save of the step it stopped at is sealed before the
+    processes end, in a folder and in a run's S3 prefix alike, and the next start resumes there."""
+    cfg = settings(
+        tmp_path, "term", max_steps="100000", checkpoint_interval="0", checkpoint_dir=place.setting
+    )
     first = run_until_sigterm(cfg, after_step_seen=3)
     assert "stopping at step" in first, first
     stopped_at = max(step_lines(first))
-    assert [step for step, _ in complete_checkpoints(cfg["checkpoint_dir"])] == [stopped_at]
+    assert complete(place) == [step_dir_name(stopped_at)]
     assert not Path(cfg["model_dir"], "model.pt").exists()  # stopped early: no final model
 
     second = run_until_sigterm(cfg, after_step_seen=2)
     assert f"at step {stopped_at}" in second
     assert min(step_lines(second)) == stopped_at + 1
-    assert max(step for step, _ in complete_checkpoints(cfg["checkpoint_dir"])) == max(step_lines(second))
+    assert complete(place)[-1] == step_dir_name(max(step_lines(second)))
 
 
 def test_an_earlier_runs_checkpoint_in_the_resume_channel_is_continued_and_left_alone(reference, tmp_path):

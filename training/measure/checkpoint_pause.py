@@ -18,16 +18,15 @@ weight matrix at its real size, FSDP2-sharded over the processes; ``--state weig
 * resume: the newest sealed checkpoint found, verified (every file's SHA-256, each read by one process) and
   loaded into a fresh state, timed from the listing to the last tensor, ``--repeats`` times after one warm-up.
 
-Local: today's backend (``training.trainer.checkpoint.checkpoint.CheckpointManager``: a folder, DCP's FileSystemWriter,
-the files hashed when sealed). S3: ``training.trainer.s3_checkpoints`` through s3torchconnector to the server.
-It prints numbers and asserts nothing about speed.
+Both through the trainer's own ``training.trainer.checkpoint.manager.CheckpointManager``: local is the folder backend
+(DCP's FileSystemWriter, the files hashed when sealed), S3 the S3 backend (``training.trainer.checkpoint.s3``,
+through s3torchconnector to the server, hashed as the bytes go). It prints numbers and asserts nothing about speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import shutil
 import socket
 import statistics
@@ -152,69 +151,49 @@ def _timed(action: Any) -> float:
     return time.perf_counter() - started
 
 
-def _local(args: argparse.Namespace, state: dict[str, Any], folder: str) -> dict[str, list[float]]:
-    from training.trainer.checkpoint import checkpoint
-
-    env, times = _Env(), _Timings()
+def _measure(args: argparse.Namespace, state: dict[str, Any], manager_of: Any) -> dict[str, list[float]]:
+    """Background saves every step, then resumes into a fresh state, through the trainer's own
+    ``CheckpointManager`` (``manager_of()`` makes one on the backend measured)."""
+    times = _Timings()
     holder = _Holder(state)
     optimizer = torch.optim.SGD(holder.parameters(), lr=0.0)  # no momentum: no state of its own
-    manager = checkpoint.CheckpointManager(folder, args.repeats + 2, env)
+    manager = manager_of()
     for step in range(args.repeats + 2):
         if step:
-            times.wait.append(_timed(manager._pending[3].result))  # the upload's rest
-            times.seal.append(_timed(manager.seal_pending))  # hashing every file, the marker, the rename
+            times.wait.append(_timed(manager._pending.future.result))  # the upload's rest
+            times.seal.append(
+                _timed(manager.seal_pending)
+            )  # the folder hashes its files; S3 writes its marker
         if step > args.repeats:
             break
         started = time.perf_counter()
         manager.save(step + 1, holder, optimizer, {"step": step + 1}, background=True)
         times.stage.append(time.perf_counter() - started)
-        times.uploaded(manager._pending[3], started)
+        times.uploaded(manager._pending.future, started)
         _busy(args.step_seconds)
     for _ in range(args.repeats + 1):
         fresh = _Holder({k: torch.zeros_like(v) for k, v in state.items()})
         fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.0)
-        again = checkpoint.CheckpointManager(folder, args.repeats + 2, env)
+        again = manager_of()
         times.resume.append(_timed(lambda: again.load_latest(fresh, fresh_optimizer)))  # noqa: B023
         assert again.loaded is not None, again.skipped
     return times.result()
 
 
-def _s3(args: argparse.Namespace, state: dict[str, Any], uri: str) -> dict[str, list[float]]:
-    from training.trainer.s3_checkpoints import S3Checkpoints
-    from training.trainer.s3_dcp import Tuning
+def _managers(args: argparse.Namespace, env: _Env) -> dict[str, Any]:
+    """Makers of a ``CheckpointManager`` on each backend: the folder, and S3 direct with the measurement's tuning."""
+    from training.trainer.checkpoint import manager as checkpoint_manager
+    from training.trainer.checkpoint.s3 import S3Storage
+    from training.trainer.checkpoint.s3_dcp import Tuning
 
-    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     tuning = Tuning(args.throughput_gbps, args.part_mb * 1024 * 1024, writer_threads=args.threads)
-    store = S3Checkpoints(uri, rank, world, torch.distributed.new_group(backend="gloo"), tuning)
-    facts = {"world_size": world, "data_parallel": [1, world], "model_shape": None, "job": None}
-    times, pending = _Timings(), None
-    for step in range(args.repeats + 2):
-        if pending is not None:
-            times.wait.append(_timed(store._future.result))  # the upload's rest
-            times.seal.append(_timed(lambda: store.seal(pending, {**facts, "step": step})))  # noqa: B023
-        if step > args.repeats:
-            break
-        started = time.perf_counter()
-        pending = store.begin(step + 1, {**facts, "step": step + 1})
-        store.write(pending, {"state": state}, pickle.dumps({"step": step + 1}), background=True)
-        times.stage.append(time.perf_counter() - started)
-        times.uploaded(store._future, started)
-        _busy(args.step_seconds)
-    for _ in range(args.repeats + 1):
-        fresh = {"state": {k: torch.zeros_like(v) for k, v in state.items()}}
-        times.resume.append(_timed(lambda: _s3_resume(store, fresh)))  # noqa: B023
-    return times.result()
-
-
-def _s3_resume(store: Any, fresh: dict[str, Any]) -> None:
-    """What a resume does: the listing, the newest sealed checkpoint verified, loaded, its trainer state read."""
-    listing = store.listing()
-    name = listing.sealed()[-1]
-    marker = store.marker(name)
-    problem = store.verify(name, marker, listing.checkpoints[name])
-    assert problem is None, problem
-    store.load(name, fresh)
-    pickle.loads(store.read_state(name, marker))
+    folder, uri, keep = os.environ["PAUSE_LOCAL_FOLDER"], os.environ["PAUSE_S3_URI"], args.repeats + 2
+    return {
+        "local": lambda: checkpoint_manager.CheckpointManager(folder, keep, env),
+        "s3": lambda: checkpoint_manager.CheckpointManager(
+            uri, keep, env, storage=S3Storage(uri, env, tuning)
+        ),
+    }
 
 
 def _spread(values: list[float]) -> str:
@@ -230,10 +209,8 @@ def _worker(args: argparse.Namespace) -> None:
     size = sum(v.to_local().numel() * v.to_local().element_size() for v in state.values())
     sizes: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(sizes, size)
-    results = {
-        "local": _local(args, state, os.environ["PAUSE_LOCAL_FOLDER"]),
-        "s3": _s3(args, state, os.environ["PAUSE_S3_URI"]),
-    }
+    env = _Env()
+    results = {backend: _measure(args, state, make) for backend, make in _managers(args, env).items()}
     gathered: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(gathered, results)
     if rank == 0:

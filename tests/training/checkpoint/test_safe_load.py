@@ -17,8 +17,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from training.trainer.checkpoint import checkpoint, export_hf, safe_load
-from training.trainer.checkpoint.checkpoint import MARKER
+from training.trainer.checkpoint import export_hf, model_file, safe_load
+from training.trainer.checkpoint import folder as folder_storage
+from training.trainer.checkpoint import manager as checkpoint_manager
+from training.trainer.checkpoint.names import MARKER
 
 
 class Payload:
@@ -57,9 +59,9 @@ def test_a_model_file_of_quantized_weights_is_saved_as_plain_tensors_and_loads_w
 
     weight = torch.ones(2, 3).as_subclass(Quantized)
     monkeypatch.setattr(
-        checkpoint, "get_model_state_dict", lambda *_a, **_k: {"w": weight, "b": torch.ones(3)}
+        model_file, "get_model_state_dict", lambda *_a, **_k: {"w": weight, "b": torch.ones(3)}
     )
-    saved = checkpoint.save_model(None, str(tmp_path), 3, {"precision": "fp8"}, rank=0)
+    saved = model_file.save_model(None, str(tmp_path), 3, {"precision": "fp8"}, rank=0)
     loaded = export_hf.load_model_file(saved)
     assert type(loaded["state_dict"]["w"]) is torch.Tensor and torch.equal(
         loaded["state_dict"]["w"], weight * 2
@@ -90,14 +92,16 @@ def reseal(folder: Path) -> None:
 def saved_checkpoint(root: Path, env) -> tuple[Path, torch.nn.Module, torch.optim.Optimizer]:
     net = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(net.parameters())
-    manager = checkpoint.CheckpointManager(str(root), 3, env)
+    manager = checkpoint_manager.CheckpointManager(str(root), 3, env)
     folder = manager.save(4, net, optimizer, {"step": 4, "data": {"position": 4}})
     return folder, net, optimizer
 
 
 def test_a_checkpoints_trainer_state_loads_weights_only(one_rank, tmp_path):
     folder, net, optimizer = saved_checkpoint(tmp_path / "ckpt", one_rank)
-    state = checkpoint.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank).load_latest(net, optimizer)
+    state = checkpoint_manager.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank).load_latest(
+        net, optimizer
+    )
     assert state is not None and state["step"] == 4 and state["data"] == {"position": 4}
     assert optimizer.param_groups[0]["lr"] == 0.001  # DCP's non-tensor values (bytes), loaded weights-only
 
@@ -137,7 +141,7 @@ def test_a_checkpoint_file_carrying_code_is_set_aside_naming_it_and_its_code_nev
     ran = tmp_path / "ran"
     name = tamper(folder, ran)
     reseal(folder)
-    manager = checkpoint.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank)
+    manager = checkpoint_manager.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank)
     assert manager.load_latest(net, optimizer) is None
     assert not ran.exists()
     ((skipped, reason),) = manager.set_aside
@@ -157,7 +161,7 @@ def test_an_unsealed_saves_metadata_carrying_code_is_not_run_when_the_next_start
     (folder / MARKER).unlink()
     tmp = folder.rename(folder.with_name(folder.name + ".tmp"))
     tamper_metadata(tmp, ran)
-    view = checkpoint._node_view(tmp, folder)
+    view = folder_storage.node_view(tmp, folder)
     assert view["listed"] is None and not ran.exists()
 
 

@@ -6,19 +6,23 @@ overwriting."""
 from __future__ import annotations
 
 import json
-import pickle
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from training.trainer import s3_store
-from training.trainer.s3_checkpoints import S3Checkpoints
-from training.trainer.s3_store import S3Store
+from tests.training.runner import ROOT, env
+from training.trainer.checkpoint import marker
+from training.trainer.checkpoint.s3 import S3Storage
+from training.trainer.checkpoint.s3_store import S3Store
 
-from ..runner import ROOT, env
+PROBE = "tests.training.checkpoint.s3_probe"
 
-PROBE = "tests.training.checkpoint_s3.probe"
+
+def one_rank(uri: str, rank: int = 0, world_size: int = 1) -> S3Storage:
+    """The backend as rank ``rank`` of ``world_size`` sees it (collectives on the test's one-process group)."""
+    return S3Storage(uri, SimpleNamespace(rank=rank, world_size=world_size, local_rank=rank, cpu_group=None))
 
 
 def _torchrun(nproc: int, *args: str, server, timeout: float = 180) -> subprocess.Popen:
@@ -105,11 +109,10 @@ def _copy_checkpoint(s3_server, uri: str, bucket: str, prefix: str) -> None:
 
 
 def _verdict(uri: str, process_group) -> tuple[str, str | None]:
-    store = S3Checkpoints(uri, 0, 1)
-    listing = store.listing()
-    name = listing.sealed()[-1]
-    marker = store.marker(name)
-    return name, store.verify(name, marker, listing.checkpoints[name])
+    store = one_rank(uri)
+    name = store.find().sealed[-1]
+    found, problem = store.read_marker(name)
+    return name, problem if found is None else store.verify(name, found)
 
 
 def test_a_missing_shard_is_named(saved, s3_server, s3_bucket, process_group):
@@ -140,22 +143,23 @@ def test_a_changed_shard_of_the_same_size_fails_its_checksum(saved, s3_server, s
 
 def test_each_object_is_checked_by_one_rank_its_writer_first():
     names = [".metadata", "STARTED", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "rank_00000.pt"]
-    shares = [S3Checkpoints("s3://bucket/run/", rank, 2).share(names) for rank in (0, 1)]
+    shares = [one_rank("s3://bucket/run/", rank, 2).share(names) for rank in (0, 1)]
     assert shares[0] == ["__0_0.distcp", "__2_0.distcp", ".metadata", "rank_00000.pt"]
     assert shares[1] == ["__1_0.distcp", "STARTED"]
 
 
 def test_a_set_aside_checkpoint_is_left_as_it_is_and_skipped(saved, s3_server, s3_bucket, process_group):
     _copy_checkpoint(s3_server, saved[0], s3_bucket, "run/")
-    store = S3Checkpoints(f"s3://{s3_bucket}/run/", 0, 1)
-    before = store.listing().checkpoints["step_00000001"]
+    store = one_rank(f"s3://{s3_bucket}/run/")
+    before = store.store.listing().checkpoints["step_00000001"]
     store.set_aside("step_00000001", "a test's reason", "job-1")
     store.set_aside("step_00000001", "a second reason", "job-2")  # the first record stays
-    after = store.listing()
+    after = store.store.listing()
     assert after.sealed() == [] and after.set_aside == {"step_00000001"}
     assert after.checkpoints["step_00000001"] == before
     assert json.loads(store.store.read("step_00000001.unusable"))["reason"] == "a test's reason"
-    assert store.begin(1, {"world_size": 1}) == "step_00000001-2"  # a new save never writes there
+    assert store.find().set_aside == [("step_00000001", "a test's reason")]
+    assert store.begin(1, {"world_size": 1}).name == "step_00000001-2"  # a new save never writes there
 
 
 def test_a_kill_during_an_upload_leaves_an_incomplete_checkpoint_never_sealed(
@@ -169,12 +173,15 @@ def test_a_kill_during_an_upload_leaves_an_incomplete_checkpoint_never_sealed(
     assert listing.sealed() == [] and listing.incomplete() == ["step_00000001"]
     objects = listing.checkpoints["step_00000001"]
     assert set(objects) == {"STARTED", "rank_00000.pt"}  # the shard's upload never completed: no object
-    store = S3Checkpoints(uri, 0, 1)
+    store = one_rank(uri)
     assert (
-        store.adopt("step_00000001", objects)
+        store._adopt("step_00000001", objects)
         == "rank_00000.receipt is missing: rank 0's upload did not finish"
     )
-    assert store.begin(1, {"world_size": 1}) == "step_00000001-2"
+    assert store.adopt_written() == [] and store.find().incomplete == [
+        ("step_00000001", "no COMPLETE marker, ")
+    ]
+    assert store.begin(1, {"world_size": 1}).name == "step_00000001-2"
 
 
 def test_control_objects_are_created_once_never_overwritten(s3_bucket, process_group):
@@ -184,16 +191,18 @@ def test_control_objects_are_created_once_never_overwritten(s3_bucket, process_g
     assert store.read("step_00000001/COMPLETE") == b"first"
 
 
-def test_pruning_deletes_the_marker_first_and_only_the_names_given(
+def test_pruning_deletes_the_marker_first_and_only_this_runs_beyond_keep(
     saved, s3_server, s3_bucket, process_group
 ):
     _copy_checkpoint(s3_server, saved[0], s3_bucket, "run/")
     client = s3_server.client()
     for key in ("run/step_00000007/COMPLETE", "run/step_00000007/__0_0.distcp", "run/notes.txt"):
         client.put_object(Bucket=s3_bucket, Key=key, Body=b"x")
-    store = S3Checkpoints(f"s3://{s3_bucket}/run/", 0, 1)
-    store.prune(["step_00000001"], store.listing())
-    left = store.listing()
+    store = one_rank(f"s3://{s3_bucket}/run/")
+    store.prune(1, {"step_00000001"}, None)  # the only one of this run: kept
+    assert store.store.listing().sealed() == ["step_00000001", "step_00000007"]
+    store.prune(1, {"step_00000001", "step_00000007"}, None)
+    left = store.store.listing()
     assert "step_00000001" not in left.checkpoints and left.sealed() == ["step_00000007"]
     assert left.others == ["notes.txt"]
 
@@ -201,12 +210,17 @@ def test_pruning_deletes_the_marker_first_and_only_the_names_given(
 def test_a_receipt_set_from_every_rank_seals_a_save_later(saved, s3_server, s3_bucket, process_group):
     _copy_checkpoint(s3_server, saved[0], s3_bucket, "run/")
     s3_server.client().delete_object(Bucket=s3_bucket, Key="run/step_00000001/COMPLETE")
-    store = S3Checkpoints(f"s3://{s3_bucket}/run/", 0, 1)
-    listing = store.listing()
-    assert listing.incomplete() == ["step_00000001"]
-    assert store.adopt("step_00000001", listing.checkpoints["step_00000001"]) is None
-    listing = store.listing()
-    name = listing.sealed()[-1]
-    marker = store.marker(name)
-    assert s3_store.size_problem(marker, listing.checkpoints[name]) is None
-    assert pickle.loads(store.read_state(name, marker)) == {"step": 1, "rank": 0}
+    store = one_rank(f"s3://{s3_bucket}/run/")
+    assert store.store.listing().incomplete() == ["step_00000001"]
+    assert store.adopt_written() == [("step_00000001", "step_00000001")]
+    name = store.find().sealed[-1]
+    found, problem = store.read_marker(name)
+    assert problem is None and store.verify(name, found) is None
+    original = json.loads(client_get(s3_server, saved[0], "step_00000001/COMPLETE"))
+    assert marker.parse(store.store.read(f"{name}/COMPLETE"))[0]["sha256"] == original["sha256"]
+    assert store.read_trainer_state(name, "rank_00000.pt") == {"step": 1, "rank": 0}
+
+
+def client_get(s3_server, uri: str, key: str) -> bytes:
+    bucket, prefix = uri[5:].split("/", 1)
+    return s3_server.client().get_object(Bucket=bucket, Key=prefix + key)["Body"].read()

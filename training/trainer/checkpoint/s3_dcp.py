@@ -28,6 +28,8 @@ from s3torchconnector._s3client import (
 )
 from s3torchconnector.dcp import S3FileSystem, S3StorageReader, S3StorageWriter
 
+from training.trainer.checkpoint import safe_load
+
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 """The environment variables the AWS SDKs read for a custom S3 endpoint, in their order of precedence."""
 
@@ -48,7 +50,7 @@ def region() -> str:
 
         found = boto3.session.Session().region_name
     if not found:
-        raise ValueError("checkpoint_uri: no AWS region is set (AWS_REGION); S3 checkpoints need one")
+        raise ValueError("checkpoint_dir: no AWS region is set (AWS_REGION); S3 checkpoints need one")
     return found
 
 
@@ -181,10 +183,15 @@ class HashingS3Writer(S3StorageWriter):
         return dict(self.fs.digests)
 
 
+class _SafeS3Reader(safe_load.SafeMetadata, S3StorageReader):
+    """The connector's reader, its ``.metadata`` read without unpickling anything but DCP's metadata classes."""
+
+
 def reader(uri: str, tuning: Tuning = DEFAULT_TUNING) -> S3StorageReader:
     """DCP's reader for the checkpoint at ``uri``: each rank fetches only the byte ranges of the shards its own
-    state needs (the connector's DCP-optimized reader, ranges coalesced)."""
-    storage = S3StorageReader(region(), uri, s3client_config=client_config(tuning))
+    state needs (the connector's DCP-optimized reader, ranges coalesced); its ``.metadata`` read by
+    ``safe_load.SafeMetadata``."""
+    storage = _SafeS3Reader(region(), uri, s3client_config=client_config(tuning))
     constructor = storage._reader_constructor
     storage.fs = S3FileSystem(region(), s3_client=s3_client(tuning), reader_constructor=constructor)
     storage.path = storage.fs.init_path(uri)

@@ -23,30 +23,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.contract import container
-from training.trainer import s3_dcp
-
-MARKER = "COMPLETE"
-STARTED = "STARTED"
-RECEIPT = ".receipt"
-"""``rank_00000.receipt``: what one rank uploaded into a checkpoint, ``{name: [size, sha256]}`` (JSON), created
-when its upload completed, so that a save every rank finished can be sealed later even when the run ended before
-its marker was written."""
-ASIDE = container.SET_ASIDE_SUFFIX
-
-
-def step_order(name: str) -> tuple[int, int] | None:
-    """(step, generation) of a checkpoint name (``step_00000100``, ``step_00000100-2``), or None."""
-    match = container.CHECKPOINT_DIR_NAME.match(name)
-    return (int(match.group(1)), int(match.group(2) or 1)) if match else None
-
-
-def receipt_name(rank: int) -> str:
-    return f"rank_{rank:05d}{RECEIPT}"
-
-
-def state_name(rank: int) -> str:
-    return f"rank_{rank:05d}.pt"
+from training.trainer.checkpoint import s3_dcp
+from training.trainer.checkpoint.names import ASIDE, MARKER, METADATA, STARTED, order, receipt_name
 
 
 @dataclass
@@ -63,7 +41,7 @@ class Listing:
         names = [
             n for n, objects in self.checkpoints.items() if MARKER in objects and n not in self.set_aside
         ]
-        return sorted(names, key=lambda n: step_order(n) or (0, 0))
+        return sorted(names, key=lambda n: order(n) or (0, 0))
 
     def incomplete(self) -> list[str]:
         """Checkpoints without a marker (an upload that never finished, or was never sealed), not set aside."""
@@ -77,42 +55,6 @@ class Listing:
         return name in self.checkpoints or name in self.set_aside
 
 
-def size_problem(marker: dict[str, Any] | None, objects: dict[str, int]) -> str | None:
-    """Why a sealed checkpoint holding ``objects`` fails the checks made from a listing: an unreadable marker, a
-    listed object missing or of another size, an object the marker does not list. None when it passes."""
-    if marker is None:
-        return f"unreadable {MARKER} marker"
-    for name, size in marker["files"].items():
-        if name not in objects:
-            return f"{name} is missing"
-        if objects[name] != size:
-            return f"{name} has {objects[name]} bytes, {MARKER} lists {size}"
-    for name in sorted(objects):
-        if name != MARKER and name not in marker["files"]:
-            return f"{name} is not listed in {MARKER}"
-    return None
-
-
-def parse_marker(data: bytes) -> dict[str, Any] | None:
-    """A marker's content when it is a marker (a map of file names to sizes, and their SHA-256), else None."""
-    try:
-        marker = json.loads(data)
-        files, sums = marker["files"], marker["sha256"]
-        if not isinstance(files, dict) or not all(isinstance(size, int) for size in files.values()):
-            return None
-        return marker if isinstance(sums, dict) and set(sums) == set(files) else None
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def marker_text(digests: dict[str, tuple[int, str]], facts: dict[str, Any]) -> bytes:
-    """``COMPLETE``: ``facts`` (world size, layout, step, model shape, job), every object's size and SHA-256."""
-    files = {name: size for name, (size, _) in sorted(digests.items())}
-    sums = {name: digest for name, (_, digest) in sorted(digests.items())}
-    marker = {key: facts.get(key) for key in ("world_size", "data_parallel", "step", "model_shape", "job")}
-    return json.dumps({**marker, "files": files, "sha256": sums}).encode()
-
-
 def written_whole(objects: dict[str, int], receipts: dict[int, dict[str, Any]], started: Any) -> str | None:
     """Why an unsealed checkpoint holding ``objects`` is not a whole save, or None when it is: a readable
     ``STARTED``; DCP's ``.metadata``; a receipt from every rank of the world size ``STARTED`` records; every object
@@ -123,7 +65,7 @@ def written_whole(objects: dict[str, int], receipts: dict[int, dict[str, Any]], 
     if missing:
         return f"{receipt_name(missing[0])} is missing: rank {missing[0]}'s upload did not finish"
     listed = {name: entry for receipt in receipts.values() for name, entry in receipt.items()}
-    if ".metadata" not in listed:
+    if METADATA not in listed:
         return "no .metadata: DCP's write did not finish"
     for name, (size, _) in sorted(listed.items()):
         if objects.get(name) != size:
@@ -176,9 +118,9 @@ class S3Store:
             for entry in page.get("Contents", []):
                 relative = entry["Key"][len(self.prefix) :]
                 top, _, rest = relative.partition("/")
-                if rest and step_order(top) is not None:
+                if rest and order(top) is not None:
                     found.checkpoints.setdefault(top, {})[rest] = int(entry["Size"])
-                elif not rest and top.endswith(ASIDE) and step_order(top.removesuffix(ASIDE)) is not None:
+                elif not rest and top.endswith(ASIDE) and order(top.removesuffix(ASIDE)) is not None:
                     found.set_aside.add(top.removesuffix(ASIDE))
                 else:
                     found.others.append(relative)

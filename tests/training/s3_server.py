@@ -1,4 +1,4 @@
-"""A real S3-compatible server on loopback for the checkpoint tests: moto's server mode in a process of its own,
+"""A real S3-compatible server on loopback for the checkpoint tests (fixtures, through ``tests/training/conftest.py``): moto's server mode in a process of its own,
 started once per test session; each test gets a bucket of its own and the environment (endpoint, region, test
 credentials) that the trainer's S3 clients and the test's child processes read."""
 

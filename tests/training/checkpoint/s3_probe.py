@@ -1,5 +1,5 @@
 """Run under torchrun (gloo) by the S3 checkpoint tests: a small FSDP2 model and its Adam state, saved to and
-resumed from a run's prefix on the test's S3 server through ``S3Checkpoints``.
+resumed from a run's prefix on the test's S3 server through the S3 backend (``S3Storage``) step by step.
 
 ``save``: one step, a background save, one more step while the upload runs, the seal; then every rank verifies
 and loads it into a fresh model and optimizer. Each rank writes what it expects (the full model state gathered,
@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import signal
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -28,8 +28,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from training.trainer import s3_dcp
-from training.trainer.s3_checkpoints import S3Checkpoints
+from training.trainer.checkpoint import s3_dcp
+from training.trainer.checkpoint.names import state_name
+from training.trainer.checkpoint.s3 import S3Storage
 
 
 def model_and_optimizer(world: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -61,18 +62,18 @@ def state_of(model, optimizer) -> dict:
     return {"model": model_sd, "optim": optim_sd}
 
 
-def resume(store: S3Checkpoints, model, optimizer) -> dict:
+def resume(store: S3Storage, model, optimizer) -> dict:
     """Verify and load the newest sealed checkpoint: what a resume does, by hand."""
-    listing = store.listing()
-    name = listing.sealed()[-1]
-    marker = store.marker(name)
+    name = store.find().sealed[-1]
+    found, problem = store.read_marker(name)
     state = state_of(model, optimizer)
-    problem = store.verify(name, marker, listing.checkpoints[name])
+    problem = store.collective.agree(problem if found is None else store.verify(name, found))
     if problem is not None:
         return {"problem": problem, "name": name}
     store.load(name, state)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    trainer = pickle.loads(store.read_state(name, marker))
+    same = found["world_size"] == store.world_size
+    trainer = store.read_trainer_state(name, state_name(store.rank if same else 0))
     return {"name": name, "trainer": trainer, "needed": store.shards_needed(name, state_of(model, optimizer))}
 
 
@@ -95,7 +96,10 @@ def main() -> None:
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    store = S3Checkpoints(args.uri, rank, world, dist.new_group(backend="gloo"))
+    env = SimpleNamespace(
+        rank=rank, world_size=world, local_rank=rank, cpu_group=dist.new_group(backend="gloo")
+    )
+    store = S3Storage(args.uri, env)
     model, optimizer = model_and_optimizer(world)
     out = Path(args.out)
     facts = {"world_size": world, "data_parallel": [1, world], "step": 1, "model_shape": None, "job": None}
@@ -107,14 +111,13 @@ def main() -> None:
         return
     step(model, optimizer, 1)
     expected = full_model(model)
-    name = store.begin(1, facts)
+    pending = store.begin(1, facts)
     if args.mode == "kill" and rank == 0:
         killed_after_first_bytes()
-    trainer_state = pickle.dumps({"step": 1, "rank": rank})
-    store.write(name, state_of(model, optimizer), trainer_state, background=True)
-    overlapped = store.written() is False  # the upload is still running while the next step starts
+    store.write(pending, state_of(model, optimizer), {"step": 1, "rank": rank}, background=True)
+    overlapped = store.written(pending) is False  # the upload is still running while the next step starts
     step(model, optimizer, 2)  # the step goes on; its updates must not reach the checkpoint
-    store.seal(name, facts)
+    store.seal(pending)
     fresh, fresh_optimizer = model_and_optimizer(world)
     result = resume(store, fresh, fresh_optimizer)
     result |= {"expected": expected, "model": full_model(fresh), "overlapped": overlapped}

@@ -8,36 +8,32 @@ import json
 
 import pytest
 
-from training.trainer import s3_dcp, s3_store
+from training.trainer.checkpoint import marker, s3_dcp, s3_store
 
 
 def _marker(files: dict[str, int]) -> dict:
     return {"world_size": 2, "files": files, "sha256": {name: "0" * 64 for name in files}}
 
 
-def test_a_marker_must_list_sizes_and_a_checksum_for_each_file():
+def test_a_marker_must_list_a_size_for_each_file():
     good = _marker({"a": 1})
-    assert s3_store.parse_marker(json.dumps(good).encode()) == good
-    for bad in (b"not json", b"[]", json.dumps({"files": {"a": "1"}, "sha256": {"a": "x"}}).encode(),
-                json.dumps({"files": {"a": 1}, "sha256": {}}).encode()):  # fmt: skip
-        assert s3_store.parse_marker(bad) is None
+    assert marker.parse(json.dumps(good).encode()) == (good, None)
+    for bad in (b"not json", b"[]", json.dumps({"files": {"a": "1"}, "sha256": {"a": "x"}}).encode()):
+        found, problem = marker.parse(bad)
+        assert found is None and problem.startswith("unreadable COMPLETE marker (")
 
 
 @pytest.mark.parametrize(
     ("objects", "problem"),
     [
-        ({"COMPLETE": 9, "a": 1, "b": 2}, None),
-        ({"COMPLETE": 9, "a": 1}, "b is missing"),
-        ({"COMPLETE": 9, "a": 1, "b": 3}, "b has 3 bytes, COMPLETE lists 2"),
-        ({"COMPLETE": 9, "a": 1, "b": 2, "c": 5}, "c is not listed in COMPLETE"),
+        ({"a": 1, "b": 2}, None),
+        ({"a": 1}, "b is missing"),
+        ({"a": 1, "b": 3}, "b has 3 bytes, COMPLETE lists 2"),
+        ({"a": 1, "b": 2, "c": 5}, "c is not listed in COMPLETE"),
     ],
 )
 def test_the_listing_is_checked_against_the_marker(objects, problem):
-    assert s3_store.size_problem(_marker({"a": 1, "b": 2}), objects) == problem
-
-
-def test_an_unreadable_marker_is_named():
-    assert s3_store.size_problem(None, {"COMPLETE": 3}) == "unreadable COMPLETE marker"
+    assert marker.size_problem(_marker({"a": 1, "b": 2}), objects) == problem
 
 
 def test_a_save_is_whole_only_with_every_ranks_receipt_and_every_object_they_list():
