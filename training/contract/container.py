@@ -73,6 +73,24 @@ on each node's disk (in a job ``/opt/ml/checkpoints``, which SageMaker's ``Check
 prefix, and back to every instance when a job starts); ``auto``: :func:`job_checkpoint_backend` for a workflow's job,
 and for the trainer itself the scheme of ``checkpoint_dir`` (an ``s3://`` URI is S3 direct)."""
 S3_SCHEME = "s3://"
+S3_CHECKPOINT_ACTIONS: dict[str, tuple[str, ...]] = {
+    "s3:ListBucket": ("ListObjectsV2: a run's prefix listed (the bucket, conditioned on the prefix)",),
+    "s3:GetObject": (
+        "GetObject, ranged too (markers, receipts, trainer states, shards verified and read)",
+        "HeadObject (the connector's existence check)",
+        "CopyObject's source (DCP's rename of .metadata.tmp)",
+    ),
+    "s3:PutObject": (
+        "PutObject with If-None-Match (every control object and trainer state, created only when absent)",
+        "CreateMultipartUpload, UploadPart, CompleteMultipartUpload (each rank's shards)",
+        "CopyObject's target (DCP's rename of .metadata.tmp)",
+    ),
+    "s3:AbortMultipartUpload": ("AbortMultipartUpload (the connector's clean-up of a failed upload)",),
+    "s3:DeleteObject": ("DeleteObject, DeleteObjects (pruning by keep_checkpoints; the rename's source)",),
+}
+"""The IAM actions an S3-direct run's execution role needs on its prefix, and the S3 calls each covers (read in
+the trainer's ``checkpoint/s3_store.py`` and s3torchconnector 1.5.0's ``S3FileSystem``); the execution role grants
+exactly these under the bucket's checkpoint prefix (``tests/constructs/identity/test_execution_role.py``)."""
 
 
 def job_checkpoint_backend(setting: str, instance_count: int, tuning: bool = False) -> str:
