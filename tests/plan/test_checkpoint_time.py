@@ -31,8 +31,8 @@ def test_the_prefix_request_rate_caps_the_upload_of_many_instances():
 
 
 def test_the_rows_cover_8b_and_70b_on_one_and_two_instances_and_name_their_sources():
-    lines = checkpoint_time.rows()
-    assert len(lines) == 5 and lines[1].startswith("8B") and lines[4].startswith("70B")
+    lines = checkpoint_time.table(checkpoint_time.parse_args([])).splitlines()
+    assert len(lines) == 6 and lines[2].startswith("| 8B") and lines[5].startswith("| 70B")
     for source in (
         "PCI-SIG",
         "148.8 s",

@@ -43,7 +43,7 @@ from training.contract import shapes
 SERVER_READY_SECONDS = 60
 
 
-def _parse(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="1b", choices=sorted(shapes.MODEL_PRESETS))
     parser.add_argument("--state", default="weights", choices=["weights", "full"])
@@ -250,7 +250,7 @@ def _start_server(folder: str) -> tuple[subprocess.Popen, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+    args = parse_args(argv)
     if args.worker:
         _worker(args)
         return 0

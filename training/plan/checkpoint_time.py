@@ -27,6 +27,7 @@ Every rate is an assumption with its source (none can be measured here: no GPU, 
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,23 +141,31 @@ def line(d: dict[str, Any]) -> str:
     )
 
 
-def rows(models: dict[str, float] | None = None, keep: int = 3) -> list[str]:
-    """The table: each model on one and two instances, both backends side by side."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="The plan's checkpoint figures, both backends side by side.")
+    parser.add_argument("--keep", type=int, default=3, help="keep_checkpoints (the folder copies every kept one)")
+    return parser.parse_args(argv)
+
+
+def table(args: argparse.Namespace, models: dict[str, float] | None = None) -> str:
+    """The docs' table (Markdown): each model on one and two instances, both backends side by side."""
     lines = [
-        f"{'model':16s} {'inst':>4s} {'state':>7s}   {'S3 direct: pause':>16s} {'upload':>7s} {'resume':>7s}"
-        f"   {'folder: pause':>13s} {'resume':>7s}"
+        "| model | instances | state | S3 direct: step held | S3 direct: upload behind the steps | "
+        "S3 direct: resume | folder: step held | folder: resume |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for name, parameters in (models or MODELS).items():
         for instances in (1, 2):
-            s3 = checkpoint_times(parameters, instances, "s3", keep=keep)
-            folder = checkpoint_times(parameters, instances, "folder", keep=keep)
+            s3 = checkpoint_times(parameters, instances, "s3", keep=args.keep)
+            folder = checkpoint_times(parameters, instances, "folder", keep=args.keep)
             lines.append(
-                f"{name:16s} {instances:>4d} {s3.state_gb:>5.0f}GB   {s3.pause:>15.1f}s {s3.upload:>6.0f}s "
-                f"{s3.resume:>6.0f}s   {folder.pause:>12.1f}s {folder.resume:>6.0f}s"
+                f"| {name} | {instances} | {s3.state_gb:.0f} GB | {s3.pause:.1f} s | {s3.upload:.0f} s | "
+                f"{s3.resume:.0f} s | {folder.pause:.1f} s | {folder.resume:.0f} s |"
             )
-    return lines
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print("\n".join(rows()))
-    print(f"keep_checkpoints=3; {SOURCES}")
+    arguments = parse_args()
+    print(table(arguments))
+    print(f"keep_checkpoints={arguments.keep}; {SOURCES}")
