@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import shutil
 import signal
 import subprocess
@@ -11,7 +14,7 @@ import pytest
 import torch
 
 from tests.training.agreement import assert_same_printed, assert_same_weights
-from tests.training.checkpoint_places import complete, copy_in
+from tests.training.checkpoint_places import FolderPlace, S3Place, complete, copy_in
 from tests.training.runner import (
     REFERENCE_STEPS,
     ROOT,
@@ -165,9 +168,10 @@ def run_until_sigterm(cfg: dict[str, str], after_step_seen: int) -> str:
     return "".join(seen) + rest
 
 
-def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path, place):
+def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path):
     """SIGTERM with an asynchronous save (the default): the save of the step it stopped at is sealed before the
-    processes end, in a folder and in a run's S3 prefix alike, and the next start resumes there."""
+    processes end, and the next start resumes there (S3 direct: the second run of the SIGKILL test below)."""
+    place = FolderPlace(tmp_path / "ckpt_term")
     cfg = settings(
         tmp_path, "term", max_steps="100000", checkpoint_interval="0", checkpoint_dir=place.setting
     )
@@ -181,6 +185,75 @@ def test_sigterm_saves_a_complete_checkpoint_and_the_next_start_resumes(tmp_path
     assert f"at step {stopped_at}" in second
     assert min(step_lines(second)) == stopped_at + 1
     assert complete(place)[-1] == step_dir_name(max(step_lines(second)))
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts each worker in a session of its own, so no process group
+    holds them all)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def run_until_killed(cfg: dict[str, str], seals_seen: int) -> str:
+    """Start the trainer; once it has printed ``seals_seen`` sealed checkpoints, SIGKILL torchrun and every worker
+    at once (no process gets to finish anything); return the output."""
+    proc = subprocess.Popen(
+        torchrun_cmd(cfg), env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen: list[str] = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if sum("checkpoint saved to " in x for x in seen) >= seals_seen:
+                for pid in [*_descendants(proc.pid), proc.pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                break
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return "".join(seen) + rest
+
+
+def test_a_run_killed_with_sigkill_resumes_from_its_newest_sealed_s3_checkpoint(
+    tmp_path, s3_server, s3_bucket
+):
+    """S3 direct, the trainer under torchrun on gloo against moto's server on loopback: every process SIGKILLed
+    right after its second sealed save (the next one may be uploading). Nothing is set aside; a save the kill cut
+    short is reported incomplete and left as it is (or, when every rank's upload had completed, sealed from the
+    receipts); the next start resumes from the newest sealed checkpoint at the step after it, and the SIGTERM that
+    ends it seals the save of the step it stopped at before the processes end."""
+    place = S3Place(s3_server.client(), s3_bucket)
+    cfg = settings(
+        tmp_path, "killed", max_steps="100000", checkpoint_interval="2", checkpoint_dir=place.setting
+    )
+    first = run_until_killed(cfg, seals_seen=2)
+    sealed_before = complete(place)
+    assert len(sealed_before) >= 2, first[-3000:]
+
+    second = run_until_sigterm(cfg, after_step_seen=2)
+    resumed = re.search(r"resumed from (\S+) at step (\d+)", second)
+    assert resumed is not None, second[-3000:]
+    step = int(resumed.group(2))
+    assert resumed.group(1) == place.where(step_dir_name(step))
+    assert step >= int(sealed_before[-1].removeprefix("step_")) and min(step_lines(second)) == step + 1
+    assert not any(name.endswith(".unusable") for name in place.names())  # a kill is never damage
+    sealed = complete(place)
+    for name in place.names():
+        if name not in sealed:
+            assert f"{name} (incomplete: no COMPLETE marker, an interrupted write; left as it is)" in second
+    assert sealed[-1] == step_dir_name(max(step_lines(second)))
 
 
 def test_an_earlier_runs_checkpoint_in_the_resume_channel_is_continued_and_left_alone(reference, tmp_path):
