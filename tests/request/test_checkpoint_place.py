@@ -46,7 +46,9 @@ def test_a_tuning_run_asking_for_s3_checkpoints_is_refused_naming_the_setting():
     problems = decide_request(
         {"hyperparameters": {"checkpoint_backend": "s3"}, "tune": {}}, RULES, execution="run-7"
     ).problems
-    assert any(p.startswith("hyperparameters.checkpoint_backend: a tuning run keeps") for p in problems), problems
+    assert any(p.startswith("hyperparameters.checkpoint_backend: a tuning run keeps") for p in problems), (
+        problems
+    )
 
 
 def test_an_unknown_backend_is_refused_with_the_choices():

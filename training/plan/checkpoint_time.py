@@ -143,7 +143,9 @@ def line(d: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="The plan's checkpoint figures, both backends side by side.")
-    parser.add_argument("--keep", type=int, default=3, help="keep_checkpoints (the folder copies every kept one)")
+    parser.add_argument(
+        "--keep", type=int, default=3, help="keep_checkpoints (the folder copies every kept one)"
+    )
     return parser.parse_args(argv)
 
 
