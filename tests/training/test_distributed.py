@@ -253,7 +253,8 @@ def test_a_run_killed_with_sigkill_resumes_from_its_newest_sealed_s3_checkpoint(
     for name in place.names():
         if name not in sealed:
             assert f"{name} (incomplete: no COMPLETE marker, an interrupted write; left as it is)" in second
-    assert sealed[-1] == step_dir_name(max(step_lines(second)))
+    # the SIGTERM save, under the next free name when the killed run's cut-short save holds the step's own
+    assert sealed[-1].split("-")[0] == step_dir_name(max(step_lines(second)))
 
 
 def test_an_earlier_runs_checkpoint_in_the_resume_channel_is_continued_and_left_alone(reference, tmp_path):
