@@ -224,3 +224,18 @@ def test_a_receipt_set_from_every_rank_seals_a_save_later(saved, s3_server, s3_b
 def client_get(s3_server, uri: str, key: str) -> bytes:
     bucket, prefix = uri[5:].split("/", 1)
     return s3_server.client().get_object(Bucket=bucket, Key=prefix + key)["Body"].read()
+
+
+def test_a_save_with_a_foreign_started_or_receipt_is_left_unsealed_never_a_crash(s3_bucket, process_group):
+    """An unsealed save whose STARTED records no world size, or whose receipt is not one, is not whole: the next
+    start leaves it an interrupted write (found when the trainer's damage test wrote STARTED as ``{}``)."""
+    store = one_rank(f"s3://{s3_bucket}/run/")
+    store.store.create("step_00000001/STARTED", b"{}")
+    store.store.create("step_00000002/STARTED", b'{"world_size": 1}')
+    store.store.create("step_00000002/rank_00000.receipt", b'["not", "a receipt"]')
+    store.store.create("step_00000002/.metadata", b"x")
+    assert store.adopt_written() == []
+    assert store.find().incomplete == [
+        ("step_00000001", "no COMPLETE marker, "),
+        ("step_00000002", "no COMPLETE marker, "),
+    ]

@@ -90,18 +90,30 @@ class S3Storage(Storage):
         adopted = None
         if self.rank == 0:
             listing = self.store.listing()
-            adopted = [(n, n) for n in listing.incomplete() if self._adopt(n, listing.checkpoints[n]) is None]
+            adopted = [(n, n) for n in listing.incomplete() if self._adopted(n, listing.checkpoints[n])]
         return self.collective.shared(adopted)
+
+    def _adopted(self, name: str, objects: dict[str, int]) -> bool:
+        """Rank 0: whether ``_adopt`` sealed ``name``; a read that fails leaves it unsealed (reported incomplete by
+        the resume, never a crash of rank 0 while the others wait)."""
+        try:
+            return self._adopt(name, objects) is None
+        except Exception:  # noqa: BLE001 (botocore's errors: the checkpoint stays an interrupted write)
+            return False
 
     def _adopt(self, name: str, objects: dict[str, int]) -> str | None:
         """Rank 0: seal the unsealed checkpoint ``name`` from its receipts when they show a whole save; why it is
         not whole otherwise."""
         started = self.store.read_json(f"{name}/{STARTED}") if STARTED in objects else None
+        world = started.get("world_size") if isinstance(started, dict) else None
         receipts = {}
-        for rank in range(started["world_size"] if isinstance(started, dict) else 0):
+        for rank in range(world if isinstance(world, int) else 0):  # a STARTED without one: not whole, below
             if receipt_name(rank) in objects:
                 body = self.store.read_json(f"{name}/{receipt_name(rank)}")
-                receipts[rank] = {k: (int(v[0]), str(v[1])) for k, v in (body or {}).items()}
+                try:
+                    receipts[rank] = {str(k): (int(v[0]), str(v[1])) for k, v in body.items()}
+                except (AttributeError, TypeError, ValueError, IndexError):  # not a receipt: as if missing
+                    continue
         problem = s3_store.written_whole(objects, receipts, started)
         if problem is not None:
             return problem
