@@ -24,7 +24,7 @@ def reference(tmp_path_factory) -> tuple[Path, str]:
 @pytest.fixture
 def process_group(monkeypatch):
     """This process as a world of one (gloo, a free port): the ``parallel.DistEnv`` that ``loop.build``,
-    ``checkpoint.save_model`` and the benchmark's loops run on; destroyed afterwards."""
+    ``model_file.save_model`` and the benchmark's loops run on; destroyed afterwards."""
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))

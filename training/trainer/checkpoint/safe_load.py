@@ -40,7 +40,7 @@ class UnsafeFileError(pickle.UnpicklingError):
             f"{path} was not loaded: it holds more than tensors and plain values ({refused}): changed, or not "
             "written by this trainer; nothing in it was run"
         )
-        self.path, self.refused = Path(path), refused
+        self.path, self.refused = path, refused  # a path, or an S3 URI (which Path would turn into s3:/)
 
     def __reduce__(self) -> tuple:  # DCP gathers a rank's exception to every rank (pickled)
         return (type(self), (self.path, self.refused))
