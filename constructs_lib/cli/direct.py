@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from constructs_lib.cli.errors import InvalidRequest, OperatorError
 from constructs_lib.cli.records import Job, Run
 from constructs_lib.cli.request import new_run_name
+from training.request.job import job_checkpoint_uri
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -166,7 +167,7 @@ def direct_run(runs: TrainingRuns, run: str) -> Run | None:
             return None
         raise
     runs_uri = runs.rules.runs_uri()
-    checkpoint = (described.get("CheckpointConfig") or {}).get("S3Uri")
+    checkpoint = job_checkpoint_uri(described)
     tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags", [])
     launched_as = next((t["Value"] for t in tags if t.get("Key") == EXECUTION_TAG), None)
     if (
@@ -342,7 +343,11 @@ def _trainer_from_fields(train: Any, fields: Mapping[str, Any], session: Any) ->
         ),
         stopping_condition=shapes.StoppingCondition(**fields["stopping_condition"]),
         output_data_config=shapes.OutputDataConfig(**fields["output_data_config"]),
-        checkpoint_config=shapes.CheckpointConfig(**fields["checkpoint_config"]),
+        checkpoint_config=(  # none for S3-direct checkpoints: the trainer writes the run's prefix itself
+            shapes.CheckpointConfig(**fields["checkpoint_config"])
+            if fields.get("checkpoint_config")
+            else None
+        ),
         input_data_config=[shapes.Channel(**c) for c in fields.get("input_data_config") or []] or None,
         hyperparameters=dict(fields.get("hyper_parameters") or {}),
         environment=dict(fields.get("environment") or {}),

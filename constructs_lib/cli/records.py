@@ -13,6 +13,7 @@ from constructs_lib._shared.console_links import run_links
 from constructs_lib.cli.progress import Progress
 from training.contract.container import EVALUATE_ENTRY_POINT, PROGRAM_ENV
 from training.contract.hardware import estimate_cost_usd
+from training.request import job
 
 JOB_ENDED = frozenset({"Completed", "Failed", "Stopped"})
 
@@ -73,7 +74,7 @@ class Job:
             program = (described.get("Environment") or {}).get(PROGRAM_ENV)
             self.kind = "evaluation" if program == EVALUATE_ENTRY_POINT else "training"
         self.model_artifacts = (described.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
-        self.checkpoint_uri = (described.get("CheckpointConfig") or {}).get("S3Uri", self.checkpoint_uri)
+        self.checkpoint_uri = job.job_checkpoint_uri(described) or self.checkpoint_uri
         self.keep_alive_seconds = int(resources.get("KeepAlivePeriodInSeconds") or self.keep_alive_seconds)
         if "RemoteDebugConfig" in described:  # moto's DescribeTrainingJob leaves it out
             self.remote_debug = bool(described["RemoteDebugConfig"].get("EnableRemoteDebug"))

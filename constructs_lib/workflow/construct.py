@@ -541,12 +541,14 @@ class TrainingWorkflow(Construct):
         then = sfn.Choice(self, "Evaluate after training?")
         then.when(sfn.Condition.is_null("$.evaluation"), sfn.Succeed(self, "Training job completed"))
         then.otherwise(evaluation.after_training)
+        checkpoint_uri = launch_params["CheckpointConfig"]["S3Uri.$"]  # the run's prefix, for both backends
         loop = launch_loop(
             self,
             launch_params,
             retries=retries,
             retry_wait=retry_wait,
-            after=training_summary(self).next(then),
+            after=training_summary(self, checkpoint_uri).next(then),
+            s3_checkpoints=True,
         )
         self.launch: sfn.CustomState = loop.launch
         self.launch_without_data: sfn.CustomState = loop.launch_without_data

@@ -34,6 +34,13 @@ def resource_config(*, volume_size_gb: int, volume_kms_key_arn: str | None = Non
     return config
 
 
+def run_checkpoint_uri(bucket_name: str, checkpoint_prefix: str) -> str:
+    """The run's checkpoint prefix, ``s3://<bucket>/<checkpoint_prefix><execution name>/``, as an intrinsic of the
+    execution's name: the folder backend's ``CheckpointConfig.S3Uri``, and the prefix an S3-direct trainer writes
+    (``training.request.job.with_checkpoint_place`` puts the same in its ``checkpoint_dir``)."""
+    return f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
+
+
 def training_job_request(
     *,
     role_arn: str,
@@ -69,7 +76,7 @@ def training_job_request(
         experiment ``mlflow_experiment`` and run = the execution name (the trainer's own MLflow variables join
         ``$.request.Environment``: ``training.request.job.job_fields``). Default: no MLflow.
     """
-    checkpoint_uri = f"States.Format('s3://{bucket_name}/{checkpoint_prefix}{{}}/', $$.Execution.Name)"
+    checkpoint_uri = run_checkpoint_uri(bucket_name, checkpoint_prefix)
     output_config: dict[str, Any] = {"S3OutputPath": f"s3://{bucket_name}/{output_prefix}"}
     if output_kms_key_arn is not None:
         output_config["KmsKeyId"] = output_kms_key_arn

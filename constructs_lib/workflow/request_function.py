@@ -49,6 +49,7 @@ import training.contract.tuning
 import training.models
 import training.plan.advice
 import training.plan.band
+import training.plan.checkpoint_time
 import training.plan.estimate
 import training.plan.inputs
 import training.plan.measured
@@ -116,6 +117,7 @@ ASSET_FILES = {
     "training/contract/tuning.py": Path(training.contract.tuning.__file__),
     "training/plan/advice.py": Path(training.plan.advice.__file__),
     "training/plan/band.py": Path(training.plan.band.__file__),
+    "training/plan/checkpoint_time.py": Path(training.plan.checkpoint_time.__file__),
     "training/plan/estimate.py": Path(training.plan.estimate.__file__),
     "training/plan/inputs.py": Path(training.plan.inputs.__file__),
     "training/plan/measured.py": Path(training.plan.measured.__file__),

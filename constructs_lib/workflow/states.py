@@ -133,29 +133,41 @@ TUNING = JobKind("tuning", " (tuning)")
 
 @dataclass(frozen=True)
 class LaunchLoop:
-    """What :func:`launch_loop` built: its entry and its two launch states."""
+    """What :func:`launch_loop` built: its entry and its launch states."""
 
     entry: sfn.Choice
-    """``Input data?``: picks ``launch`` or ``launch_without_data``."""
+    """``Input data?`` (picks ``launch`` or ``launch_without_data``), or, with S3-direct checkpoints, ``Checkpoint
+    backend?`` before it."""
     launch: sfn.CustomState
     """``createTrainingJob.sync`` with ``InputDataConfig`` from ``$.channels``."""
     launch_without_data: sfn.CustomState
     """The same without ``InputDataConfig`` (SageMaker refuses an empty one)."""
+    s3_launches: tuple[sfn.CustomState, ...] = ()
+    """With S3-direct checkpoints: the two launches without ``CheckpointConfig`` (with and without input data)."""
+
+
+S3_CHECKPOINTS = sfn.Condition.and_(
+    sfn.Condition.is_present("$.hyperparameters.checkpoint_backend"),
+    sfn.Condition.string_equals("$.hyperparameters.checkpoint_backend", "s3"),
+)
+"""The decided request keeps its checkpoints in S3 directly (``training.request.job.with_checkpoint_place``): its
+trainer writes to the run's prefix itself, so the request has no ``CheckpointConfig``."""
 
 
 TRAINING_CARRY = ("config", "launch_count", "resume", "plan", "evaluation")
 """What training's ``Normalize result`` keeps beside the job for its summary."""
 
 
-def job_summary(workflow: Construct) -> dict[str, Any]:
+def job_summary(workflow: Construct, checkpoint_uri: str) -> dict[str, Any]:
     """The summary fields of any job that ran through the launch loop: its name, status, times, checkpoint
-    folder, metrics, image, instances, launches and console links."""
+    prefix (``checkpoint_uri``: the run's, the same for both checkpoint backends), metrics, image, instances,
+    launches and console links."""
     return {
         "job_name.$": "$.job.TrainingJobName",
         "status.$": "$.job.TrainingJobStatus",
         "training_seconds.$": "$.job.TrainingTimeInSeconds",
         "billable_seconds.$": "$.job.BillableTimeInSeconds",
-        "checkpoint_uri.$": "$.job.CheckpointConfig.S3Uri",
+        "checkpoint_uri.$": checkpoint_uri,
         "final_metrics.$": "$.job.FinalMetricDataList",
         "image_uri.$": "$.job.AlgorithmSpecification.TrainingImage",
         "instance_type.$": "$.config.instance_type",
@@ -165,15 +177,16 @@ def job_summary(workflow: Construct) -> dict[str, Any]:
     }
 
 
-def training_summary(workflow: Construct) -> sfn.Pass:
+def training_summary(workflow: Construct, checkpoint_uri: str) -> sfn.Pass:
     """``Summarize``: a training job's compact, readable result (the execution's output when nothing follows);
-    ``evaluation`` is the evaluation still to run (its decided parts), or null."""
+    ``evaluation`` is the evaluation still to run (its decided parts), or null. ``checkpoint_uri``: the run's
+    checkpoint prefix (an intrinsic of the execution's name: ``request.run_checkpoint_uri``)."""
     return sfn.Pass(
         workflow,
         "Summarize",
         comment="A compact, readable result.",
         parameters={
-            **job_summary(workflow),
+            **job_summary(workflow, checkpoint_uri),
             "model_artifacts.$": "$.job.ModelArtifacts.S3ModelArtifacts",
             # the trainer's Hugging Face export inside that archive (position_encoding=rope, the default)
             "hugging_face_model": {
@@ -197,9 +210,12 @@ def launch_loop(
     after: sfn.IChainable,
     kind: JobKind = TRAINING,
     carry: tuple[str, ...] = TRAINING_CARRY,
+    s3_checkpoints: bool = False,
 ) -> LaunchLoop:
-    """The launch loop of one kind of job: ``Input data?`` picks the launch with or without ``InputDataConfig``;
-    then relaunch (at most ``retries`` capacity relaunches, ``retry_wait`` seconds apart) and failure states; a
+    """The launch loop of one kind of job: ``Input data?`` picks the launch with or without ``InputDataConfig``
+    (``s3_checkpoints``: first ``Checkpoint backend?``, for a request whose trainer keeps its checkpoints in S3
+    directly, the same two launches without ``CheckpointConfig``); then relaunch (at most ``retries`` capacity
+    relaunches, ``retry_wait`` seconds apart) and failure states; a
     job that completes goes through ``Normalize result`` (its description over the result defaults, with the
     ``carry`` fields of the state) to ``after``. The state it starts from holds ``config``, ``hyperparameters``,
     ``channels``, ``request``, the launch counters and the result and failure defaults (``prepare_state``)."""
@@ -212,7 +228,7 @@ def launch_loop(
         },
     ).next(after)
 
-    def launch_state(name: str, channels: bool) -> sfn.CustomState:
+    def launch_state(name: str, channels: bool, params: dict[str, Any] = launch_params) -> sfn.CustomState:
         return sfn.CustomState(
             workflow,
             name,
@@ -220,7 +236,7 @@ def launch_loop(
                 "Type": "Task",
                 "Comment": "CreateTrainingJob and wait for it to end (stopping the execution stops the job).",
                 "Resource": CREATE_TRAINING_JOB_SYNC,
-                "Parameters": {**launch_params, **({"InputDataConfig.$": "$.channels"} if channels else {})},
+                "Parameters": {**params, **({"InputDataConfig.$": "$.channels"} if channels else {})},
                 "ResultPath": "$.job",
             },
         )
@@ -232,6 +248,29 @@ def launch_loop(
     )
     launch_data.when(sfn.Condition.is_present("$.channels[0]"), with_data)
     launch_data.otherwise(without_data)
+    launches, entry = [with_data, without_data], launch_data
+    s3_launches: tuple[sfn.CustomState, ...] = ()
+    if s3_checkpoints:
+        direct = {k: v for k, v in launch_params.items() if k != "CheckpointConfig"}
+        s3_data = launch_state(f"Run {kind.label} job (S3 checkpoints)", True, direct)
+        s3_no_data = launch_state(f"Run {kind.label} job (S3 checkpoints, no input data)", False, direct)
+        s3_launch_data = sfn.Choice(
+            workflow,
+            kind.name("Input data? (S3 checkpoints)"),
+            comment="SageMaker refuses an empty InputDataConfig.",
+        )
+        s3_launch_data.when(sfn.Condition.is_present("$.channels[0]"), s3_data)
+        s3_launch_data.otherwise(s3_no_data)
+        entry = sfn.Choice(
+            workflow,
+            kind.name("Checkpoint backend?"),
+            comment="S3-direct checkpoints: each rank writes to the run's prefix itself, so no CheckpointConfig "
+            "(SageMaker would copy the whole prefix to every instance at start).",
+        )
+        entry.when(S3_CHECKPOINTS, s3_launch_data)
+        entry.otherwise(launch_data)
+        s3_launches = (s3_data, s3_no_data)
+        launches += s3_launches
     launch_failed = sfn.Fail(
         workflow,
         kind.name("Launch failed"),
@@ -239,7 +278,7 @@ def launch_loop(
         error="LaunchFailed",
         cause_path=format_intrinsic("{}: {}", "$.failure.Error", "$.failure.Cause"),
     )
-    failure = _failure_states(workflow, kind, retries=retries, retry_wait=retry_wait, relaunch=launch_data)
+    failure = _failure_states(workflow, kind, retries=retries, retry_wait=retry_wait, relaunch=entry)
     inspect_failure = sfn.Choice(workflow, kind.name("Job description in cause?"))
     inspect_failure.when(
         sfn.Condition.and_(
@@ -250,15 +289,15 @@ def launch_loop(
     )
     inspect_failure.otherwise(launch_failed)
     refused = launch_retry.api_error_states(
-        workflow, relaunch=launch_data, launch_failed=launch_failed, suffix=kind.suffix
+        workflow, relaunch=entry, launch_failed=launch_failed, suffix=kind.suffix
     )
-    for launch in (with_data, without_data):
+    for launch in launches:
         launch_retry.add_quota_retry(launch)
         launch.add_catch(refused, errors=[launch_retry.API_ERROR], result_path="$.failure")
         launch.add_catch(inspect_failure, errors=["States.TaskFailed"], result_path="$.failure")
         launch.add_catch(launch_failed, errors=["States.ALL"], result_path="$.failure")
         launch.next(normalize_result)
-    return LaunchLoop(entry=launch_data, launch=with_data, launch_without_data=without_data)
+    return LaunchLoop(entry, with_data, without_data, s3_launches)
 
 
 def _failure_states(

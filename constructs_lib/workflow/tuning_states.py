@@ -122,7 +122,7 @@ def _after_job(workflow: Construct, storage: TuningStorage) -> sfn.IChainable:
         TUNING.name("Summarize"),
         comment="The tuning job's result: where its report is, the winner, where its measurements were stored.",
         parameters={
-            **job_summary(workflow),
+            **job_summary(workflow, "$.job.CheckpointConfig.S3Uri"),  # a tuning job keeps the folder backend
             "tune": {
                 "outcome.$": "$.outcome.text",
                 "report_uri.$": "$.tune.report_uri",

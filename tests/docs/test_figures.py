@@ -117,6 +117,7 @@ RECOMPUTED: dict[str, Callable[[ModuleType, list[str], Table], list[str]]] = {
     "training.measure.preset_plans": check_preset_plans,
     "training.plan.layouts": check_layouts,
     "training.prepare.plan": check_preparation_costs,
+    "training.plan.checkpoint_time": check_layouts,  # closed form only too: the whole table
 }
 """Commands whose tables are (partly) closed form, and their checks. Others (timed, traced) are only parsed."""
 

@@ -2,7 +2,7 @@
 resuming a full fine-tuning run's checkpoint, a full run resuming a LoRA run's, and a LoRA run whose rank, alpha or
 targets differ from its checkpoint's are refused by the request check with the sentence the trainer says at its
 start (``training.contract.checkpoint_identity``, one set of words for both). The checkpoint's ``COMPLETE`` marker
-is the one the trainer writes (``checkpoint.model_identity`` of the earlier run's decided settings), in an S3 bucket
+is the one the trainer writes (``identity.model_identity`` of the earlier run's decided settings), in an S3 bucket
 (moto); the trainer's own start check (``preflight.check_checkpoint_shape``) reads a local copy of the same folder as
 its resume channel."""
 
@@ -18,7 +18,7 @@ from training.request.decision import decide_request
 from training.request.reads import Reads
 from training.request.rules import RequestRules
 from training.trainer import preflight
-from training.trainer.checkpoint import checkpoint
+from training.trainer.checkpoint import identity, names
 from training.trainer.config import config_from_mapping
 
 REGION = "us-west-2"
@@ -60,7 +60,7 @@ def earlier_run(s3, name: str, hyperparameters: dict[str, str], tmp: Path) -> tu
     ``COMPLETE`` marker as the trainer writes it, in S3 and in a local copy; returns (S3 URI, local folder)."""
     decision = decide(s3, dict(hyperparameters), execution=name)
     assert decision.problems == [], decision.problems
-    shape = checkpoint.model_identity(trainer_config(decision, tmp / name))
+    shape = identity.model_identity(trainer_config(decision, tmp / name))
     marker = {
         "world_size": 8,
         "step": 100,
@@ -70,7 +70,7 @@ def earlier_run(s3, name: str, hyperparameters: dict[str, str], tmp: Path) -> tu
     key = f"{RULES.checkpoint_prefix}W/{name}/step_00000100/"
     local = tmp / name / "step_00000100"
     local.mkdir(parents=True)
-    for file, body in {**FILES, checkpoint.MARKER: json.dumps(marker).encode()}.items():
+    for file, body in {**FILES, names.MARKER: json.dumps(marker).encode()}.items():
         s3.put_object(Bucket=RULES.bucket_name, Key=key + file, Body=body)
         (local / file).write_bytes(body)
     return f"s3://{RULES.bucket_name}/{key}", local
@@ -114,7 +114,7 @@ def test_a_checkpoint_the_trainer_would_refuse_is_refused_before_launch_in_its_w
     assert trainer is not None and words in trainer, trainer
     assert decision.problems == [trainer.replace(str(local), uri)]
     assert decision.problems[0].startswith(f"resume_from: {uri} holds ")
-    assert decision.problems[0].endswith(checkpoint.REMEDY["resume_from"])
+    assert decision.problems[0].endswith(identity.REMEDY["resume_from"])
 
 
 def test_a_checkpoint_of_the_same_adapters_resumes(s3, tmp_path, monkeypatch):

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from tests.training.checkpoint_places import FolderPlace, S3Place
 from tests.training.runner import reference_settings, run_trainer
+from tests.training.s3_server import s3_bucket, s3_server  # noqa: F401 (fixtures of the trainer's tests)
 from training.trainer.distributed import parallel
 
 
@@ -22,10 +24,21 @@ def reference(tmp_path_factory) -> tuple[Path, str]:
 @pytest.fixture
 def process_group(monkeypatch):
     """This process as a world of one (gloo, a free port): the ``parallel.DistEnv`` that ``loop.build``,
-    ``checkpoint.save_model`` and the benchmark's loops run on; destroyed afterwards."""
+    ``model_file.save_model`` and the benchmark's loops run on; destroyed afterwards."""
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
     environment = parallel.init_distributed()
     yield environment
     dist.destroy_process_group()
+
+
+@pytest.fixture(params=["folder", "s3"])
+def place(request, tmp_path):
+    """Where the test's run keeps its checkpoints, once per backend: a folder (``tmp_path/ckpt``), or a run's prefix
+    in a fresh bucket on the session's S3 server (its endpoint and test credentials in this process's environment,
+    which the trainer's child processes inherit)."""
+    if request.param == "folder":
+        return FolderPlace(tmp_path / "ckpt")
+    server, bucket = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_bucket")
+    return S3Place(server.client(), bucket)

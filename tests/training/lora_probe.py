@@ -4,7 +4,7 @@ sharded by FSDP2, the base imported or generated, the adapters initialized), the
 every adapter values that name the rank and the row (``1000 x (rank + 1) + local row + column / 1000``: B's zeros
 and A's seeded values would hide a slice taken from the wrong rank), gathers each adapter's full tensor
 (``DTensor.full_tensor``, an all-gather independent of the save path), and then saves as the trainer does
-(``checkpoint.save_model``: ``model.pt``) and exports the peft folder (``export_peft.export``). Rank 0 saves the
+(``model_file.save_model``: ``model.pt``) and exports the peft folder (``export_peft.export``). Rank 0 saves the
 gathered tensors and each rank's local row counts to OUT_DIR/gathered.pt."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from training.trainer import config, loop
 from training.trainer.__main__ import exit_now
-from training.trainer.checkpoint import checkpoint, export_peft
+from training.trainer.checkpoint import export_peft, model_file
 from training.trainer.distributed import parallel, precision
 from training.trainer.model import lora
 
@@ -39,7 +39,7 @@ def main(out: str, argv: list[str]) -> None:
             gathered[lora.peft_key(name)] = param.full_tensor()
     all_rows: list = [None] * env.world_size
     dist.all_gather_object(all_rows, rows)
-    saved = checkpoint.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank)
+    saved = model_file.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank)
     if env.is_main:
         assert saved is not None
         export_peft.export(saved, Path(out) / "adapter")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.runner import ROOT, TINY, step_lines, toolkit_job
-from training.trainer.checkpoint.checkpoint import complete_checkpoints
+from training.trainer.checkpoint.folder import complete_checkpoints
 
 pytestmark = pytest.mark.slow
 

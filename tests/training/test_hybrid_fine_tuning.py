@@ -20,7 +20,8 @@ from tests.training.chat_models import model_folder
 from tests.training.runner import fields, run_trainer, step_lines
 from training.contract import metric_lines
 from training.prepare import chat
-from training.trainer.checkpoint import checkpoint, export_peft
+from training.trainer.checkpoint import export_peft, names
+from training.trainer.checkpoint import folder as checkpoint_folder
 from training.trainer.model import lora
 
 pytestmark = pytest.mark.slow
@@ -87,9 +88,9 @@ def test_lora_on_packed_conversations_trains_alike_under_replicate_2_x_shard_2_a
 
 def test_the_hybrid_runs_checkpoints_hold_adapters_only_and_its_peft_export_every_row(runs):
     tmp, _ = runs
-    ((step, folder),) = checkpoint.complete_checkpoints(str(tmp / "ckpt_hybrid"))[-1:]
+    ((step, folder),) = checkpoint_folder.complete_checkpoints(str(tmp / "ckpt_hybrid"))[-1:]
     assert step == 4
-    marker = json.loads((folder / checkpoint.MARKER).read_text())
+    marker = json.loads((folder / names.MARKER).read_text())
     assert marker["data_parallel"] == [2, 2]
     saved = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
     model_keys = {k.removeprefix("model.") for k in saved if k.startswith("model.")}

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.training import checkpoint_places as places
 from tests.training.runner import (
     ROOT,
     TINY,
@@ -30,15 +31,18 @@ from tests.training.runner import (
 )
 from training.contract import container, metric_lines, settings_table
 from training.prepare import corpus
-from training.trainer.checkpoint import checkpoint
-from training.trainer.checkpoint.checkpoint import complete_checkpoints
+from training.trainer.checkpoint import names as checkpoint_names
+from training.trainer.checkpoint.folder import complete_checkpoints
 
 pytestmark = pytest.mark.slow
 
 
-def settings(tmp: Path, **extra: str) -> dict[str, str]:
-    return {**reference_settings(tmp, "x", **extra), "checkpoint_dir": str(tmp / "ckpt"),
-            "model_dir": str(tmp / "model")}  # fmt: skip
+def settings(
+    tmp: Path, place: places.FolderPlace | places.S3Place | None = None, **extra: str
+) -> dict[str, str]:
+    """The reference run's settings, its checkpoints in ``place`` (default: the folder ``tmp/ckpt``)."""
+    ckpt = place.setting if place is not None else str(tmp / "ckpt")
+    return {**reference_settings(tmp, "x", **extra), "checkpoint_dir": ckpt, "model_dir": str(tmp / "model")}
 
 
 def damage(path: Path) -> None:
@@ -49,26 +53,12 @@ def damage(path: Path) -> None:
     path.write_bytes(bytes(raw))
 
 
-def copy_checkpoint(reference, step: int, ckpt: Path, as_step: int) -> Path:
-    target = ckpt / checkpoint.step_dir_name(as_step)
-    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(step), target)
-    if as_step != step:  # a copy under another step number: its trainer state still says `step`
-        marker = json.loads((target / checkpoint.MARKER).read_text())
-        (target / checkpoint.MARKER).write_text(json.dumps({**marker, "step": as_step}))
-    return target
-
-
-def truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-
-def reseal(folder: Path) -> None:
-    """Rewrite COMPLETE with the files' present sizes and checksums: damage no check sees, only the load."""
-    marker = json.loads((folder / checkpoint.MARKER).read_text())
-    names = [p.name for p in folder.iterdir() if p.name != checkpoint.MARKER]
-    marker["files"] = {name: (folder / name).stat().st_size for name in names}
-    marker["sha256"] = {name: checkpoint.file_sha256(folder / name) for name in names}
-    (folder / checkpoint.MARKER).write_text(json.dumps(marker))
+def copy_checkpoint(reference, step: int, place: places.FolderPlace | places.S3Place, as_step: int) -> str:
+    """The reference run's checkpoint of ``step`` into ``place`` as that of ``as_step`` (its marker says so; its
+    trainer state still says ``step``); returns its name."""
+    source = reference[0] / "ckpt_ref" / checkpoint_names.step_dir_name(step)
+    name = checkpoint_names.step_dir_name(as_step)
+    return places.copy_in(place, source, name, None if as_step == step else as_step)
 
 
 def contents(root: Path) -> dict[str, bytes]:
@@ -83,35 +73,39 @@ def skipped_line(output: str) -> str:
 
 
 def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_the_previous_one_resumes(
-    reference, tmp_path
+    reference, tmp_path, place
 ):
     """One run, each damage mode on a newer checkpoint than the good one at step 6: every one is set aside on
     every rank and named with its reason in one line, the incomplete folders are reported and left as they are,
     the run resumes at step 6 exactly, its step-12 checkpoint goes to a free name, and keep_checkpoints=1 prunes
-    only the checkpoints this run loaded or wrote."""
-    ckpt = tmp_path / "ckpt"
-    copy_checkpoint(reference, 6, ckpt, 3)  # older than the one loaded: not this run's, never pruned
-    copy_checkpoint(reference, 6, ckpt, 6)
+    only the checkpoints this run loaded or wrote. In a folder and in a run's S3 prefix alike (S3 has no ``.tmp``
+    stage: its interrupted write is the checkpoint without a marker)."""
+    copy_checkpoint(reference, 6, place, 3)  # older than the one loaded: not this run's, never pruned
+    copy_checkpoint(reference, 6, place, 6)
     size = {p.name: p.stat().st_size for p in (reference[0] / "ckpt_ref" / "step_00000012").iterdir()}
-    newer = {step: copy_checkpoint(reference, 12, ckpt, step) for step in (7, 8, 9, 10, 11, 13, 14, 15)}
-    truncate(newer[7] / "__1_0.distcp")
-    truncate(newer[8] / ".metadata")
-    truncate(newer[9] / "rank_00001.pt")
+    newer = {step: copy_checkpoint(reference, 12, place, step) for step in (7, 8, 9, 10, 11, 13, 14, 15)}
+    places.truncate(place, f"{newer[7]}/__1_0.distcp")
+    places.truncate(place, f"{newer[8]}/.metadata")
+    places.truncate(place, f"{newer[9]}/rank_00001.pt")
     # rank 1 hashes rank_00001.pt: the local ranks take turns over the sorted names (.metadata, STARTED,
-    # __0_0.distcp, __1_0.distcp, rank_00000.pt, rank_00001.pt)
-    damage(newer[10] / "rank_00001.pt")
-    (newer[11] / "__0_0.distcp").unlink()
-    (newer[13] / checkpoint.MARKER).write_text('{"world_size": 2, "files": {".meta')
-    truncate(newer[14] / "rank_00001.pt")  # sealed with its new size and checksum: only rank 1's load fails
-    reseal(newer[14])
-    damage(newer[15] / ".metadata")  # rank 0 hashes .metadata
-    unsealed = copy_checkpoint(reference, 12, ckpt, 12)
-    (
-        unsealed / checkpoint.MARKER
-    ).unlink()  # an interrupted write (or a partial sync) at the step the run saves
-    shutil.copytree(reference[0] / "ckpt_ref" / "step_00000012", ckpt / "step_00000012.tmp")
-    before = contents(ckpt)
-    output = run_trainer(settings(tmp_path, keep_checkpoints="1"))
+    # __0_0.distcp, __1_0.distcp, rank_00000.pt, rank_00001.pt); on S3 each rank its own shards, then the rest
+    # in turns (.metadata, STARTED, rank_00000.pt, rank_00001.pt)
+    places.damage(place, f"{newer[10]}/rank_00001.pt")
+    place.delete(f"{newer[11]}/__0_0.distcp")
+    place.write(f"{newer[13]}/{checkpoint_names.MARKER}", b'{"world_size": 2, "files": {".meta')
+    places.truncate(
+        place, f"{newer[14]}/rank_00001.pt"
+    )  # sealed with its new size and checksum: rank 1's load fails
+    places.reseal(place, newer[14])
+    places.damage(place, f"{newer[15]}/.metadata")  # rank 0 hashes .metadata
+    unsealed = copy_checkpoint(reference, 12, place, 12)
+    place.delete(
+        f"{unsealed}/{checkpoint_names.MARKER}"
+    )  # an interrupted write (or a partial sync) at the step the run saves
+    if place.kind == "folder":
+        shutil.copytree(reference[0] / "ckpt_ref" / "step_00000012", tmp_path / "ckpt" / "step_00000012.tmp")
+    before = place.contents()
+    output = run_trainer(settings(tmp_path, place, keep_checkpoints="1"))
     line = skipped_line(output)
     reasons = {
         7: f"__1_0.distcp has {size['__1_0.distcp'] // 2} bytes, COMPLETE lists {size['__1_0.distcp']}",
@@ -124,7 +118,7 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
         15: "rank 0: checksum mismatch in .metadata",
     }
     for step, reason in reasons.items():
-        name = checkpoint.step_dir_name(step)
+        name = checkpoint_names.step_dir_name(step)
         assert (
             f"{name} ({reason}" in line and f"set aside, left as it is: {name}.unusable says why)" in line
         ), (
@@ -133,73 +127,89 @@ def test_each_damage_to_the_newest_checkpoint_is_set_aside_with_its_reason_and_t
         )
     assert "load failed on rank 0" not in line
     assert "step_00000012 (incomplete: no COMPLETE marker, an interrupted write; left as it is)" in line
-    assert "step_00000012.tmp (incomplete: an interrupted write; left as it is)" in line
-    assert line.endswith("resuming from " + str(ckpt / "step_00000006"))
+    if place.kind == "folder":
+        assert "step_00000012.tmp (incomplete: an interrupted write; left as it is)" in line
+    assert line.endswith(f"resuming from {place.where('step_00000006')}")
     assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
-    assert f"checkpoint saved to {ckpt / 'step_00000012-2'}" in output
+    assert f"checkpoint saved to {place.where('step_00000012-2')}" in output
     summary = next(x for x in output.splitlines() if x.startswith("summary "))
     assert "restarted_from" not in summary and "unusable_checkpoints" not in summary  # it resumed
-    damaged = {checkpoint.step_dir_name(step) for step in reasons}
-    assert sorted(p.name for p in ckpt.iterdir()) == sorted(
-        ["step_00000003", "step_00000012", "step_00000012.tmp", "step_00000012-2"]
+    damaged = {checkpoint_names.step_dir_name(step) for step in reasons}
+    tmp = ["step_00000012.tmp"] if place.kind == "folder" else []
+    assert place.names() == sorted(
+        ["step_00000003", "step_00000012", "step_00000012-2", *tmp]
         + [*damaged, *(f"{name}.unusable" for name in damaged)]
     )  # step 6 (loaded) pruned by keep_checkpoints=1; step 3 was not this run's
-    after = contents(ckpt)
+    after = place.contents()
     kept = {key: value for key, value in before.items() if not key.startswith("step_00000006/")}
     assert {key: after.get(key) for key in kept} == kept  # set aside and left exactly as they were
     for step, reason in reasons.items():
-        record = json.loads(after[f"{checkpoint.step_dir_name(step)}.unusable"])
-        assert record["reason"].startswith(reason) and record["folder"] == checkpoint.step_dir_name(step)
-    assert [p.name for _, p in complete_checkpoints(ckpt)] == ["step_00000003", "step_00000012-2"]
+        record = json.loads(after[f"{checkpoint_names.step_dir_name(step)}.unusable"])
+        assert record["reason"].startswith(reason) and record["folder"] == checkpoint_names.step_dir_name(
+            step
+        )
+    assert places.complete(place) == ["step_00000003", "step_00000012-2"]
 
 
 def test_when_no_checkpoint_loads_one_line_says_why_training_starts_at_step_0_and_nothing_is_lost(
-    reference, tmp_path
+    reference, tmp_path, place
 ):
-    ckpt = tmp_path / "ckpt"
-    damage(next(copy_checkpoint(reference, 12, ckpt, 12).glob("__1_*.distcp")))
+    damage_name = copy_checkpoint(reference, 12, place, 12)
+    places.damage(place, f"{damage_name}/__1_0.distcp")
     # written before checksums existed: only its load can fail (an unpicklable .metadata), after it has
     # touched nothing or part of the model; the run must start from a clean model all the same
-    legacy = copy_checkpoint(reference, 6, ckpt, 6)
-    marker = json.loads((legacy / checkpoint.MARKER).read_text())
-    (legacy / checkpoint.MARKER).write_text(json.dumps({k: v for k, v in marker.items() if k != "sha256"}))
-    damage(legacy / ".metadata")
-    (ckpt / "step_00000006.tmp").mkdir()  # an interrupted write at a step the new run saves
-    before = contents(ckpt)
-    output = run_trainer(settings(tmp_path, keep_checkpoints="1"))
+    legacy = copy_checkpoint(reference, 6, place, 6)
+    marker = json.loads(place.read(f"{legacy}/{checkpoint_names.MARKER}"))
+    place.write(
+        f"{legacy}/{checkpoint_names.MARKER}",
+        json.dumps({k: v for k, v in marker.items() if k != "sha256"}).encode(),
+    )
+    places.damage(place, f"{legacy}/.metadata")
+    # an interrupted write at a step the new run saves (a folder: an empty .tmp; S3: a second save's STARTED)
+    interrupted = "step_00000006.tmp" if place.kind == "folder" else "step_00000006-2"
+    if place.kind == "folder":
+        (tmp_path / "ckpt" / interrupted).mkdir()
+    else:
+        place.write(f"{interrupted}/STARTED", b"{}")
+    before = place.contents()
+    output = run_trainer(settings(tmp_path, place, keep_checkpoints="1"))
     line = skipped_line(output)
     assert line.endswith("no usable checkpoint: starting from step 0"), output
     assert "checksum mismatch in __1_0.distcp" in line and "step_00000006 (load failed on rank" in line
-    assert "step_00000006.tmp (incomplete: an interrupted write; left as it is)" in line
+    why = "" if place.kind == "folder" else "no COMPLETE marker, "
+    assert f"{interrupted} (incomplete: {why}an interrupted write; left as it is)" in line
     assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output  # DCP logs its own
     assert losses(output) == losses(reference[1])  # from scratch, exactly as the first run
     summary = next(x for x in output.splitlines() if x.startswith("summary "))
     assert summary.endswith(" unusable_checkpoints=3 restarted_from: none (3 checkpoints unusable)")
     assert metric_lines.parse_metric_line(summary)["final:unusable_checkpoints"] == 3
+    saved_6 = "step_00000006-2" if place.kind == "folder" else "step_00000006-3"
     assert (
-        f"checkpoint saved to {ckpt / 'step_00000006-2'}" in output
+        f"checkpoint saved to {place.where(saved_6)}" in output
     )  # the folder and the .tmp's names are taken
     assert (
-        f"checkpoint saved to {ckpt / 'step_00000012-2'}" in output
+        f"checkpoint saved to {place.where('step_00000012-2')}" in output
     )  # a set-aside folder is never written into
-    assert sorted(p.name for p in ckpt.iterdir()) == [
-        "step_00000006",
-        "step_00000006.tmp",
-        "step_00000006.unusable",
-        "step_00000012",
-        "step_00000012-2",
-        "step_00000012.unusable",
-    ]  # fmt: skip  (step_00000006-2 pruned by keep_checkpoints=1: this run wrote it)
-    after = contents(ckpt)
+    assert place.names() == sorted(
+        [
+            "step_00000006",
+            interrupted,
+            "step_00000006.unusable",
+            "step_00000012",
+            "step_00000012-2",
+            "step_00000012.unusable",
+        ]
+    )  # fmt: skip  (step_00000006-2 (-3 on S3) pruned by keep_checkpoints=1: this run wrote it)
+    after = place.contents()
     assert {key: after.get(key) for key in before} == before  # set aside and left exactly as they were
 
 
-def test_a_different_model_shape_is_refused_with_one_line_naming_both(reference, tmp_path):
-    copy_checkpoint(reference, 12, tmp_path / "ckpt", 12)
-    status, output = run_single(settings(tmp_path, num_layers="3", max_steps="20"))
+def test_a_different_model_shape_is_refused_with_one_line_naming_both(reference, tmp_path, place):
+    copy_checkpoint(reference, 12, place, 12)
+    status, output = run_single(settings(tmp_path, place, num_layers="3", max_steps="20"))
     assert status == 2, output
     assert output.strip().splitlines() == [
-        f"error: invalid setting checkpoint_dir: {tmp_path / 'ckpt' / 'step_00000012'} holds a model of shape "
+        f"error: invalid setting checkpoint_dir: {place.where('step_00000012')} holds a model of shape "
         "(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256), but this run's shape is "
         "(num_layers=3, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256); use another "
         "checkpoint_dir or the checkpoint's model settings"
@@ -211,7 +221,7 @@ def test_a_nope_checkpoint_from_before_rope_resumes_with_position_encoding_none_
     first = {**settings(tmp_path, max_steps="4", checkpoint_interval="4"), "position_encoding": "none"}
     status, output = run_single(first)
     assert status == 0 and "Hugging Face export skipped: position_encoding=none" in output, output
-    marker_path = tmp_path / "ckpt" / "step_00000004" / checkpoint.MARKER
+    marker_path = tmp_path / "ckpt" / "step_00000004" / checkpoint_names.MARKER
     marker = json.loads(marker_path.read_text())
     assert marker["model_shape"]["position_encoding"] == "none" and "rope_theta" not in marker["model_shape"]
     old_shape = {k: v for k, v in marker["model_shape"].items() if k in settings_table.MODEL_DIM_NAMES}
@@ -238,16 +248,17 @@ def listing(root: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def test_a_finished_run_says_so_writes_nothing_and_exits_0(reference, tmp_path):
-    shutil.copytree(reference[0] / "ckpt_ref", tmp_path / "ckpt")
+def test_a_finished_run_says_so_writes_nothing_and_exits_0(reference, tmp_path, place):
+    for step in (6, 12):
+        copy_checkpoint(reference, step, place, step)
     shutil.copytree(reference[0] / "model_ref", tmp_path / "model")
-    before = listing(tmp_path)
-    status, output = run_single(settings(tmp_path))
+    before, kept = listing(tmp_path), place.contents()
+    status, output = run_single(settings(tmp_path, place))
     assert status == 0, output
     assert "run already complete: the newest checkpoint is at step 12 and max_steps=12" in output
     assert "nothing trained, nothing written" in output
     assert "summary" not in output and "nan" not in output
-    assert listing(tmp_path) == before
+    assert listing(tmp_path) == before and place.contents() == kept
 
 
 def test_a_finished_run_with_an_empty_model_folder_writes_the_checkpoints_model(reference, tmp_path):
@@ -288,10 +299,10 @@ def test_an_end_of_run_export_interrupted_by_sigkill_is_completed_by_a_rerun(ref
     assert listing(tmp_path) == before
 
 
-def test_raising_max_steps_continues_the_schedule_at_its_floor_and_says_so(reference, tmp_path):
-    copy_checkpoint(reference, 12, tmp_path / "ckpt", 12)
+def test_raising_max_steps_continues_the_schedule_at_its_floor_and_says_so(reference, tmp_path, place):
+    copy_checkpoint(reference, 12, place, 12)
     status, output = run_single(
-        settings(tmp_path, max_steps="15", log_interval="3", throughput_warmup_steps="5")
+        settings(tmp_path, place, max_steps="15", log_interval="3", throughput_warmup_steps="5")
     )
     assert status == 0, output
     assert (
@@ -341,7 +352,7 @@ def test_a_model_trained_on_real_text_beats_the_unigram_entropy_on_held_out_text
 def resume_channel(reference, tmp_path: Path, step: int) -> Path:
     """An earlier run's checkpoint as the workflow hands it over: the read-only ``resume`` input channel."""
     channel = tmp_path / "input" / "data" / container.RESUME_CHANNEL
-    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(step), channel)
+    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint_names.step_dir_name(step), channel)
     return channel
 
 
@@ -358,21 +369,21 @@ def run_with_channel(cfg: dict[str, str], channel: Path) -> str:
 
 
 def test_when_the_runs_own_checkpoints_all_fail_the_resume_channel_is_tried_and_never_renamed(
-    reference, tmp_path
+    reference, tmp_path, place
 ):
-    ckpt = tmp_path / "ckpt"
-    damage(copy_checkpoint(reference, 12, ckpt, 10) / ".metadata")
+    places.damage(place, f"{copy_checkpoint(reference, 12, place, 10)}/.metadata")
     channel = resume_channel(reference, tmp_path, 6)
     before = {p.name: p.read_bytes() for p in channel.iterdir()}
-    output = run_with_channel(settings(tmp_path), channel)
+    output = run_with_channel(settings(tmp_path, place), channel)
     skipped = [line for line in output.splitlines() if line.startswith("checkpoints skipped")]
     assert len(skipped) == 1, output
     assert "step_00000010 (rank 0: checksum mismatch in .metadata; set aside, left as it is:" in skipped[0]
     assert f"resumed from {channel} at step 6" in output
     assert losses(output) == {s: v for s, v in losses(reference[1]).items() if s > 6}
     assert {p.name: p.read_bytes() for p in channel.iterdir()} == before  # read-only input, as it was
-    assert (ckpt / "step_00000010.unusable").is_file() and (ckpt / "step_00000010" / ".metadata").is_file()
-    assert [step for step, _ in complete_checkpoints(ckpt)] == [12]
+    left = place.contents()
+    assert "step_00000010.unusable" in left and "step_00000010/.metadata" in left
+    assert places.complete(place) == ["step_00000012"]
 
 
 def test_a_damaged_resume_channel_is_skipped_with_its_reason_and_left_as_it_is(reference, tmp_path):
@@ -393,7 +404,7 @@ def test_an_earlier_runs_checkpoint_of_another_shape_is_refused_naming_resume_fr
     """The workflow's resume_from with other model settings than the earlier run: one line naming resume_from and
     both shapes, exit 2 before any process group, the earlier run's checkpoint untouched."""
     channel = tmp_path / "input" / "data" / container.RESUME_CHANNEL
-    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(12), channel)
+    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint_names.step_dir_name(12), channel)
     before = listing(channel)
     proc = subprocess.run(
         [sys.executable, "-m", "training.trainer", *cli_args(settings(tmp_path, num_layers="3", max_steps="20"))],

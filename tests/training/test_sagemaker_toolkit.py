@@ -11,7 +11,7 @@ import pytest
 
 from tests.training.runner import TINY, container_command, fields, toolkit_job
 from training.contract import container
-from training.trainer.checkpoint import checkpoint
+from training.trainer.checkpoint import names
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def test_a_start_up_refusal_becomes_the_jobs_failure_reason(reference, tmp_path)
     """The issue's case: resume_from an earlier run of another model shape. train.sh's check refuses it before
     torchrun; the trainer's line, not the toolkit's bare exit code, is what SageMaker reads as FailureReason."""
     channel = tmp_path / "opt_ml" / "input" / "data" / container.RESUME_CHANNEL
-    shutil.copytree(reference[0] / "ckpt_ref" / checkpoint.step_dir_name(12), channel)
+    shutil.copytree(reference[0] / "ckpt_ref" / names.step_dir_name(12), channel)
     hyperparameters = {**TINY, "num_layers": "3", "max_steps": "20", "checkpoint_dir": str(tmp_path / "ckpt"),
                        "model_dir": str(tmp_path / "model")}  # fmt: skip
     command, child_env = toolkit_job(tmp_path, hyperparameters)
@@ -84,7 +84,7 @@ def test_on_unusable_checkpoints_fail_exits_before_step_1_with_the_line_as_the_f
     ckpt = tmp_path / "ckpt"
     shutil.copytree(reference[0] / "ckpt_ref", ckpt)
     (ckpt / "step_00000012" / "__0_0.distcp").unlink()
-    marker = ckpt / "step_00000006" / checkpoint.MARKER
+    marker = ckpt / "step_00000006" / names.MARKER
     marker.write_text(marker.read_text()[:-10])
     with pytest.raises(json.JSONDecodeError) as unreadable:
         json.loads(marker.read_text())

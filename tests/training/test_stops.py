@@ -21,7 +21,8 @@ from tests.training.hf_models import tiny_llama
 from tests.training.runner import ROOT, TINY, cli_args, env
 from training.contract import metric_lines
 from training.trainer import preflight
-from training.trainer.checkpoint import checkpoint
+from training.trainer.checkpoint import folder as checkpoint_folder
+from training.trainer.checkpoint import names
 from training.trainer.data import packing, token_files
 
 pytestmark = pytest.mark.slow
@@ -96,7 +97,7 @@ def bad_id_stop_line(path: Path, at: int, ckpt: Path) -> str:
 
 def unseal(folder: Path) -> None:
     """What a save written whole but never sealed leaves (a run killed before its seal)."""
-    (folder / checkpoint.MARKER).unlink()
+    (folder / names.MARKER).unlink()
     folder.rename(folder.with_name(folder.name + ".tmp"))
 
 
@@ -118,7 +119,7 @@ def test_a_bad_token_id_past_the_checks_sample_stops_every_rank_in_one_line_and_
     assert "step=5/10" in output and "step=6/10" not in output
     assert "token ids sampled" in output  # the check before training read a sample
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000005"]
-    assert checkpoint.complete_checkpoints(ckpt)[0][0] == 5 and nothing_exported(tmp_path / "model")
+    assert checkpoint_folder.complete_checkpoints(ckpt)[0][0] == 5 and nothing_exported(tmp_path / "model")
     before = checksums(ckpt)
 
     unseal(ckpt / "step_00000005")
@@ -175,12 +176,12 @@ def diverges_and_keeps_every_good_checkpoint(
     )
     assert match, line
     bad = int(match.group(1))
-    assert earliest <= bad <= 16 and match.group(3) == str(ckpt / checkpoint.step_dir_name(bad - 1)), line
+    assert earliest <= bad <= 16 and match.group(3) == str(ckpt / names.step_dir_name(bad - 1)), line
     assert "Traceback" not in output and "FAILED" not in output
     assert f"step={bad}/16" in output and f"step={bad + 1}/16" not in output
-    saved = checkpoint.complete_checkpoints(ckpt)
+    saved = checkpoint_folder.complete_checkpoints(ckpt)
     assert [step for step, _ in saved] == list(range(1, bad))
-    assert sorted(p.name for p in ckpt.iterdir()) == [checkpoint.step_dir_name(s) for s in range(1, bad)]
+    assert sorted(p.name for p in ckpt.iterdir()) == [names.step_dir_name(s) for s in range(1, bad)]
     for step, folder in saved:
         assert finite(folder, tmp_path / f"state_{step}.pt"), folder
     assert nothing_exported(Path(settings["model_dir"]))  # no model.pt, no hf/, no adapter/
@@ -188,7 +189,7 @@ def diverges_and_keeps_every_good_checkpoint(
 
     status, rerun = train_sh(settings)
     assert status == 1 and errors(rerun) == [line], rerun
-    assert f"resumed from {ckpt / checkpoint.step_dir_name(bad - 1)} at step {bad - 1}" in rerun
+    assert f"resumed from {ckpt / names.step_dir_name(bad - 1)} at step {bad - 1}" in rerun
     assert checksums(ckpt) == before and nothing_exported(Path(settings["model_dir"]))
     return output, saved
 
@@ -318,4 +319,4 @@ def test_a_lora_run_that_diverges_stops_before_saving_and_keeps_its_adapter_only
     )
     assert "lora rank=4" in output
     for _, folder in saved:
-        assert json.loads((folder / checkpoint.MARKER).read_text())["model_shape"]["lora"]["lora_rank"] == 4
+        assert json.loads((folder / names.MARKER).read_text())["model_shape"]["lora"]["lora_rank"] == 4

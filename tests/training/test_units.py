@@ -10,7 +10,7 @@ import torch
 
 from training.contract import hardware, metric_lines, settings_table, shapes
 from training.trainer import loop, optimizer_step
-from training.trainer.checkpoint import checkpoint, weights
+from training.trainer.checkpoint import folder, model_file, names, weights
 from training.trainer.data import token_files
 from training.trainer.model import decoder
 from training.trainer.observe import metrics
@@ -143,7 +143,7 @@ def fake_checkpoint(root, name: str, complete: bool = True):
     path.mkdir(parents=True)
     (path / "shard").write_bytes(b"x" * 10)
     if complete:
-        (path / checkpoint.MARKER).write_text(json.dumps({"world_size": 1, "files": {"shard": 10}}))
+        (path / names.MARKER).write_text(json.dumps({"world_size": 1, "files": {"shard": 10}}))
     return path
 
 
@@ -154,8 +154,8 @@ def test_only_complete_checkpoints_count(tmp_path):
     truncated = fake_checkpoint(tmp_path, "step_00000008")
     (truncated / "shard").write_bytes(b"x")
     fake_checkpoint(tmp_path, "notes")
-    assert [step for step, _ in checkpoint.complete_checkpoints(tmp_path)] == [2]
-    assert checkpoint.complete_checkpoints(tmp_path / "missing") == []
+    assert [step for step, _ in folder.complete_checkpoints(tmp_path)] == [2]
+    assert folder.complete_checkpoints(tmp_path / "missing") == []
 
 
 def test_flops_formula():
@@ -201,10 +201,10 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor():
 
 def test_save_model_never_overwrites(tmp_path):
     net = tiny_model()
-    first = checkpoint.save_model(net, str(tmp_path), step=5, config={"num_layers": 2}, rank=0)
+    first = model_file.save_model(net, str(tmp_path), step=5, config={"num_layers": 2}, rank=0)
     assert first == tmp_path / "model.pt"
     before = first.read_bytes()
-    second = checkpoint.save_model(net, str(tmp_path), step=9, config={"num_layers": 2}, rank=0)
+    second = model_file.save_model(net, str(tmp_path), step=9, config={"num_layers": 2}, rank=0)
     assert second == tmp_path / "model_step_00000009.pt"
     assert first.read_bytes() == before
     saved = torch.load(second, weights_only=False)

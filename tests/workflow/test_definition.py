@@ -52,15 +52,33 @@ def _states(definition):
 
 
 def test_two_launch_states_with_sync_integration_retry_and_catch(definition):
-    """With and without InputDataConfig (SageMaker refuses an empty list); the same retry and catch policy."""
+    """With and without InputDataConfig (SageMaker refuses an empty list); training has the same two again without
+    CheckpointConfig, for S3-direct checkpoints, chosen by ``Checkpoint backend?``; the same retry and catch policy."""
     launches = {n: s for n, s in _states(definition).items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
     kinds = ("evaluation", "training", "tuning")
-    assert sorted(launches) == [
-        f"Run {kind} job{tail}" for kind in kinds for tail in ("", " (no input data)")
-    ]
+    s3_tails = (" (S3 checkpoints)", " (S3 checkpoints, no input data)")
+    assert sorted(launches) == sorted(
+        [f"Run {kind} job{tail}" for kind in kinds for tail in ("", " (no input data)")]
+        + [f"Run training job{tail}" for tail in s3_tails]
+    )
     for kind in kinds:
         assert launches[f"Run {kind} job"]["Parameters"]["InputDataConfig.$"] == "$.channels"
         assert "InputDataConfig" not in json.dumps(launches[f"Run {kind} job (no input data)"]["Parameters"])
+    assert launches["Run training job"]["Parameters"]["CheckpointConfig"]
+    for tail in s3_tails:
+        parameters = launches[f"Run training job{tail}"]["Parameters"]
+        assert "CheckpointConfig" not in parameters
+        assert {k: v for k, v in parameters.items() if k != "InputDataConfig.$"} == {
+            k: v for k, v in launches["Run training job"]["Parameters"].items()
+            if k not in ("CheckpointConfig", "InputDataConfig.$")
+        }  # fmt: skip
+    backend = _states(definition)["Checkpoint backend?"]
+    assert backend["Choices"] == [
+        {"And": [{"Variable": "$.hyperparameters.checkpoint_backend", "IsPresent": True},
+                 {"Variable": "$.hyperparameters.checkpoint_backend", "StringEquals": "s3"}],
+         "Next": "Input data? (S3 checkpoints)"}
+    ]  # fmt: skip
+    assert backend["Default"] == "Input data?"
     for launch in launches.values():
         (retry,) = launch["Retry"]
         assert retry["ErrorEquals"] == list(launch_retry.QUOTA_ERRORS)

@@ -466,6 +466,51 @@ def test_capacity_error_relaunches_with_a_new_name_and_the_same_checkpoints(work
     assert sorted(workflow.jobs(prefix)) == sorted(r["TrainingJobName"] for r in requests)
 
 
+def test_several_instances_keep_checkpoints_in_s3_directly_across_relaunches(workflow, synthesized):
+    """instance_count=2 decides S3-direct checkpoints: every launch (the first and the capacity relaunch) has no
+    CheckpointConfig (SageMaker would copy the whole prefix to each instance at start) and gives the trainer the
+    run's prefix itself as checkpoint_dir, the same prefix the folder backend's CheckpointConfig names; the summary
+    names it too."""
+    prefix = _prefix()
+    name = f"exec-{prefix}"
+    OUTCOMES.plan(prefix, capacity_error(1), Outcome())
+    result = _run(workflow, {"job_name_prefix": prefix, "instance_count": 2, "use_spot": True}, name)
+    assert result["status"] == "SUCCEEDED", result
+    bucket = "fake-" + logical_id(synthesized[0].bucket).lower()
+    run_prefix = f"s3://{bucket}/checkpoints/Test-Workflow/{name}/"
+    requests = OUTCOMES.requests[prefix]
+    assert len(requests) == 2 and len({r["TrainingJobName"] for r in requests}) == 2
+    for request in requests:
+        assert "CheckpointConfig" not in request
+        assert request["HyperParameters"]["checkpoint_backend"] == "s3"
+        assert request["HyperParameters"]["checkpoint_dir"] == run_prefix
+        assert request["ResourceConfig"]["InstanceCount"] == 2
+    assert result["summary"]["checkpoint_uri"] == run_prefix and result["summary"]["launches"] == 2
+
+
+def test_one_instance_asking_for_s3_checkpoints_gets_them(workflow):
+    """checkpoint_backend=s3 on one instance: S3 direct as asked (no CheckpointConfig); folder on two instances:
+    SageMaker's CheckpointConfig and /opt/ml/checkpoints as asked."""
+    prefix, other = _prefix(), _prefix()
+    assert (
+        _run(workflow, {"job_name_prefix": prefix, "hyperparameters": {"checkpoint_backend": "s3"}})["status"]
+        == "SUCCEEDED"
+    )
+    (direct,) = OUTCOMES.requests[prefix]
+    assert "CheckpointConfig" not in direct and direct["HyperParameters"]["checkpoint_dir"].startswith(
+        "s3://"
+    )
+    folder_input = {
+        "job_name_prefix": other,
+        "instance_count": 2,
+        "hyperparameters": {"checkpoint_backend": "folder"},
+    }
+    assert _run(workflow, folder_input)["status"] == "SUCCEEDED"
+    (copied,) = OUTCOMES.requests[other]
+    assert copied["CheckpointConfig"]["LocalPath"] == CHECKPOINT_LOCAL_PATH
+    assert copied["HyperParameters"]["checkpoint_dir"] == CHECKPOINT_LOCAL_PATH
+
+
 def test_capacity_error_gives_up_after_the_bound(workflow):
     prefix = _prefix()
     OUTCOMES.plan(prefix, capacity_error())

@@ -66,6 +66,43 @@ SET_ASIDE_SUFFIX = ".unusable"
 rename is a deletion of the S3 prefix plus a full re-upload. A folder with that file is never loaded, counted by
 ``keep_checkpoints``, written into or deleted, and ``resume_from`` never picks it."""
 
+CHECKPOINT_BACKENDS: tuple[str, ...] = ("auto", "s3", "folder")
+"""``checkpoint_backend``: where a run keeps its checkpoints. ``s3``: every rank writes its own shards straight to
+the run's S3 prefix and reads back only the byte ranges it needs (s3torchconnector); ``folder``: ``checkpoint_dir``
+on each node's disk (in a job ``/opt/ml/checkpoints``, which SageMaker's ``CheckpointConfig`` copies to the run's S3
+prefix, and back to every instance when a job starts); ``auto``: :func:`job_checkpoint_backend` for a workflow's job,
+and for the trainer itself the scheme of ``checkpoint_dir`` (an ``s3://`` URI is S3 direct)."""
+S3_SCHEME = "s3://"
+S3_CHECKPOINT_ACTIONS: dict[str, tuple[str, ...]] = {
+    "s3:ListBucket": ("ListObjectsV2: a run's prefix listed (the bucket, conditioned on the prefix)",),
+    "s3:GetObject": (
+        "GetObject, ranged too (markers, receipts, trainer states, shards verified and read)",
+        "HeadObject (the connector's existence check)",
+        "CopyObject's source (DCP's rename of .metadata.tmp)",
+    ),
+    "s3:PutObject": (
+        "PutObject with If-None-Match (every control object and trainer state, created only when absent)",
+        "CreateMultipartUpload, UploadPart, CompleteMultipartUpload (each rank's shards)",
+        "CopyObject's target (DCP's rename of .metadata.tmp)",
+    ),
+    "s3:AbortMultipartUpload": ("AbortMultipartUpload (the connector's clean-up of a failed upload)",),
+    "s3:DeleteObject": ("DeleteObject, DeleteObjects (pruning by keep_checkpoints; the rename's source)",),
+}
+"""The IAM actions an S3-direct run's execution role needs on its prefix, and the S3 calls each covers (read in
+the trainer's ``checkpoint/s3_store.py`` and s3torchconnector 1.5.0's ``S3FileSystem``); the execution role grants
+exactly these under the bucket's checkpoint prefix (``tests/constructs/identity/test_execution_role.py``)."""
+
+
+def job_checkpoint_backend(setting: str, instance_count: int, tuning: bool = False) -> str:
+    """The backend a workflow's job uses for ``checkpoint_backend`` = ``setting``: ``auto`` is S3 direct on several
+    instances (no instance downloads the whole prefix before it starts, and every node's shards reach S3 from
+    their own rank) and the folder on one instance (where both resume alike and SageMaker's copy needs no request
+    from the trainer); a tuning run keeps its report in the folder, so the folder."""
+    if setting != "auto":
+        return setting
+    return "s3" if instance_count > 1 and not tuning else "folder"
+
+
 UNUSABLE_CHECKPOINT_ACTIONS: tuple[str, ...] = ("restart", "fail")
 """``on_unusable_checkpoints``: what the trainer does when ``checkpoint_dir`` holds checkpoints and none is usable."""
 HF_EXPORT_DIR = "hf"

@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from training.contract.container import CHECKPOINT_LOCAL_PATH, MODEL_DIR, UNUSABLE_CHECKPOINT_ACTIONS
+from training.contract.container import (
+    CHECKPOINT_BACKENDS,
+    CHECKPOINT_LOCAL_PATH,
+    MODEL_DIR,
+    UNUSABLE_CHECKPOINT_ACTIONS,
+)
 from training.contract.hardware import FP8_RECIPES, PRECISIONS
 from training.contract.shapes import (
     LLAMA3_ROPE_SETTINGS,
@@ -567,7 +572,20 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         choices=UNUSABLE_CHECKPOINT_ACTIONS,
     ),
     Hyperparameter(
-        "checkpoint_dir", "str", CHECKPOINT_LOCAL_PATH, "Where checkpoints are written and resumed."
+        "checkpoint_dir",
+        "str",
+        CHECKPOINT_LOCAL_PATH,
+        "Where checkpoints are written and resumed: a folder, or the run's S3 prefix (s3://bucket/prefix/).",
+    ),
+    Hyperparameter(
+        "checkpoint_backend",
+        "choice",
+        "auto",
+        "Where checkpoints are kept: s3 (each rank writes its shards straight to the run's S3 prefix and reads "
+        "back only what it needs), folder (checkpoint_dir on each node's disk; in a job SageMaker copies it to "
+        "S3, and back to every instance when a job starts), auto (a workflow's job: s3 on several instances, "
+        "folder on one; the trainer: s3 when checkpoint_dir is an s3:// URI).",
+        choices=CHECKPOINT_BACKENDS,
     ),
     Hyperparameter("model_dir", "str", MODEL_DIR, "Where the final model is saved."),
 )

@@ -93,7 +93,7 @@ def peft_difference(family: str, env, folder: Path) -> float:
 
     from tests.training.checkpoint.test_families_hf import _ids, _source
     from training.trainer import config, loop
-    from training.trainer.checkpoint import checkpoint, export_hf, export_peft
+    from training.trainer.checkpoint import export_hf, export_peft, model_file
     from training.trainer.distributed import precision
     from training.trainer.model import lora
 
@@ -109,7 +109,7 @@ def peft_difference(family: str, env, folder: Path) -> float:
         for _, param in lora.adapters(net):
             local = param.to_local() if hasattr(param, "to_local") else param
             local.copy_(torch.randn(local.shape, generator=generator) * 0.1)
-    saved = checkpoint.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank, export_hf.data_info(cfg))
+    saved = model_file.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank, export_hf.data_info(cfg))
     export_hf.export_after_training(saved, cfg)
     export_peft.export_after_training(saved, cfg)
     with torch.no_grad():

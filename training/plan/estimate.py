@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from training.contract import hardware
-from training.plan import measured
+from training.plan import checkpoint_time, measured
 from training.plan.advice import advice
 from training.plan.inputs import parse_request, setup_from_request
-from training.plan.memory import Setup, estimate_memory
+from training.plan.memory import Setup, estimate_memory, lora_block_parameters
 from training.plan.memory_terms import GIB, Memory
 from training.plan.preference import dpo_timing, preference_plan
 from training.plan.timing import Timing, estimate_time
@@ -70,6 +70,8 @@ class Plan:
     preference: dict[str, Any] | None = None
     """Preference tuning (``objective`` dpo): its reference, the step's and the run's time with it, the memory a
     kept reference would take (``training.plan.preference``); None for a next-token run."""
+    checkpoint: checkpoint_time.CheckpointTimes | None = None
+    """The checkpoints' size, save pause, upload and resume time on the request's backend (``checkpoint_time``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (what the CLI's --json prints and the execution's summary carries)."""
@@ -104,6 +106,7 @@ class Plan:
             "instance_count": s.instance_count,
             **({"data": self.data} if self.data is not None else {}),
             **({"preference": self.preference} if self.preference is not None else {}),
+            **({"checkpoint": self.checkpoint.to_dict()} if self.checkpoint is not None else {}),
         }
 
 
@@ -168,7 +171,10 @@ def plan_of(
         if measurements and check_memory
         else None
     )
-    return Plan(s, memory, estimate_time(s, record), hints, record, check)
+    gpus = hardware.GPU_INSTANCE_TYPES[s.instance_type].gpus
+    saved = trained_parameters(s)
+    checkpoint = checkpoint_time.plan_times(values, saved, s.instance_count, gpus)
+    return Plan(s, memory, estimate_time(s, record), hints, record, check, checkpoint=checkpoint)
 
 
 def with_preference(
@@ -179,3 +185,10 @@ def with_preference(
     s = estimate.setup
     part = preference_plan(s, values, estimate.timing, windows=windows, answers=answers)
     return replace(estimate, timing=dpo_timing(s, estimate.timing, part), preference=part.to_dict())
+
+
+def trained_parameters(s: Setup) -> int:
+    """The parameters a checkpoint saves with their optimizer state: every weight, or a LoRA run's adapters."""
+    if s.lora_rank:
+        return s.shape.num_layers * lora_block_parameters(s)
+    return s.shape.parameter_count()

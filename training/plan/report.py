@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from training.contract import metric_lines
+from training.plan import checkpoint_time
 from training.plan.estimate import Plan, make_plan
 
 
@@ -78,6 +79,8 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"data: {d['data']['summary']}")
     if d.get("preference"):
         lines.append(f"preference tuning (dpo): {d['preference']['summary']}")
+    if d.get("checkpoint"):
+        lines.append(checkpoint_time.line(d["checkpoint"]))
     if d["warning"]:
         lines.append(f"warning: {d['warning']}")
     if d["advice"]:

@@ -91,6 +91,7 @@ def estimated_state_bytes(request: Request, fields: Fields, rules: RequestRules)
         "evaluation_only": False,
     }
     size = len(json.dumps(parts)) + PLAN_BYTES
+    size += len(json.dumps(job.with_checkpoint_place({}, "s3", rules, LONGEST_EXECUTION_NAME)))  # S3 direct's
     size += TUNE_BYTES if request.tune is not None else 0
     return size + (RESUME_BYTES if fields.resume_from is not None else 0)
 

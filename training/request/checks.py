@@ -177,3 +177,15 @@ def execution_name_problems(execution: str | None, rules: RequestRules) -> list[
         f"execution name: must be 1 to {most} characters of a-z, A-Z, 0-9, _ and - (it names the run's checkpoint "
         f"folder, and resume_from names runs by it); got {show(execution)}"
     ]
+
+
+def checkpoint_backend_problems(request: Request) -> list[str]:
+    """``checkpoint_backend=s3`` for a tuning run: its report and its trials' checkpoints stay in its folder
+    (``/opt/ml/checkpoints``, which SageMaker copies to the run's prefix)."""
+    if request.tune is None or request.settings.each.get("checkpoint_backend") != "s3":
+        return []
+    return [
+        "hyperparameters.checkpoint_backend: a tuning run keeps its report and its trials' checkpoints in its folder "
+        "(/opt/ml/checkpoints, copied to S3 by SageMaker); s3 is for training runs; leave it auto (or folder); "
+        "got 's3'"
+    ]

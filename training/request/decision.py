@@ -130,6 +130,7 @@ def decide_request(
     problems += checks.cross_field_problems(request, rules)
     problems += evaluate_block.input_problems(request, rules)
     problems += checks.tune_with_evaluate(request)
+    problems += checks.checkpoint_backend_problems(request)
     problems += checks.execution_name_problems(execution, rules)
     problems += request.settings.problems
     problems += fine_tuning.problems(request)  # conversation data against init_from and the settings
@@ -139,6 +140,13 @@ def decide_request(
     decision = Decision(problems, request, fields)
     if not problems:
         _job_and_plan(decision, request, rules, reads, tune)
+        if (
+            decision.hyperparameters and tune is None
+        ):  # a tuning run keeps its folder (``job.checkpoint_backend``)
+            backend = job.checkpoint_backend(request.settings.each, fields.instance_count, tuning=False)
+            decision.hyperparameters = job.with_checkpoint_place(
+                decision.hyperparameters, backend, rules, execution
+            )
     decision.problems[:0] = request.read_problems  # the init_from folder's first, then every other one
     if decision.valid:  # the state stays well under Step Functions' limit, offline as in the workflow
         decision.problems += bounds.size_problems(request, fields, rules)

@@ -60,7 +60,7 @@ from training.contract.settings_table import HYPERPARAMETERS_BY_NAME, ContractEr
 from training.contract.tuning import TUNE_TRIALS
 from training.request import read_limits
 from training.request.fields import EVALUATE_DEFAULTS, data_uri_ok
-from training.request.job import channel
+from training.request.job import channel, job_checkpoint_uri
 from training.request.reads import Reads, read_init_from
 from training.request.rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 from training.request.value import EvaluateBlock, Fields, Request
@@ -384,7 +384,7 @@ def training_job_facts(sagemaker: Any, job: str, rules: RequestRules) -> tuple[d
                         f"{rules.workflow_path})"]  # fmt: skip
         return {}, [f"evaluate.training_job: no training job {job} in this account and region"]
     runs_uri = rules.runs_uri() or ""
-    checkpoints = (described.get("CheckpointConfig") or {}).get("S3Uri", "")
+    checkpoints = job_checkpoint_uri(described) or ""
     run = checkpoints[len(runs_uri) :].strip("/") if checkpoints.startswith(runs_uri) and runs_uri else ""
     if not run or "/" in run:
         return {}, [f"evaluate.training_job: {job} is not a training job of this workflow (its checkpoints are not "

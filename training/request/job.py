@@ -1,21 +1,26 @@
 """The parts of a training job's ``CreateTrainingJob`` request that the decision gives per execution (the workflow's
 template takes each from its state): the job's ``Tags``, ``Environment``, ``InfraCheckConfig`` and
-``RemoteDebugConfig`` (:func:`job_fields`), and its ``InputDataConfig`` (:func:`channels`, :func:`channel`). Each is
-a function of the request's decided fields (``value.Fields``) and the workflow's rules.
+``RemoteDebugConfig`` (:func:`job_fields`), its ``InputDataConfig`` (:func:`channels`, :func:`channel`) and where its
+checkpoints go (:func:`checkpoint_backend`, :func:`with_checkpoint_place`: S3 direct puts the run's prefix in the
+trainer's ``checkpoint_dir``, and the workflow then leaves ``CheckpointConfig`` out of the request). Each is a
+function of the request's decided fields (``value.Fields``) and the workflow's rules.
 
 Pure Python, standard library only; part of the request check's Lambda asset.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from training.contract.container import (
+    CHECKPOINT_LOCAL_PATH,
     MLFLOW_EXPERIMENT_ENV,
     MLFLOW_RUN_NAME_ENV,
     MLFLOW_TRACKING_URI_ENV,
     TRAIN_CHANNEL,
     WEIGHTS_CHANNEL,
+    job_checkpoint_backend,
 )
 from training.request.rules import EXECUTION_TAG, WORKFLOW_TAG, RequestRules
 
@@ -70,3 +75,47 @@ def channel(name: str, uri: str, mode: str) -> dict[str, Any]:
         },
         "InputMode": mode,
     }
+
+
+def checkpoint_backend(settings: Mapping[str, Any], instance_count: int, *, tuning: bool) -> str:
+    """The backend the job keeps its checkpoints with: ``checkpoint_backend`` as given in ``hyperparameters``
+    (each parsed on its own: ``value.TrainerSettings.each``), ``auto`` decided by the instance count
+    (``container.job_checkpoint_backend``: S3 direct on several instances, the folder on one; a tuning run's report
+    is in its folder)."""
+    return job_checkpoint_backend(str(settings.get("checkpoint_backend", "auto")), instance_count, tuning)
+
+
+def run_checkpoint_uri(rules: RequestRules, execution: str | None) -> str:
+    """The run's checkpoint prefix, ``s3://<bucket>/<checkpoint_prefix><segment>/<execution>/`` (SageMaker's
+    ``CheckpointConfig.S3Uri`` for the folder backend, the trainer's ``checkpoint_dir`` for S3 direct); ``<bucket>``
+    and ``<execution>`` where the decision does not know them (offline)."""
+    runs = rules.runs_uri()
+    if runs is None:
+        segment = f"{rules.workflow_segment}/" if rules.workflow_segment else ""
+        runs = f"s3://<bucket>/{rules.checkpoint_prefix}{segment}"
+    return f"{runs}{execution or '<execution>'}/"
+
+
+def with_checkpoint_place(
+    hyperparameters: Mapping[str, str], backend: str, rules: RequestRules, execution: str | None
+) -> dict[str, str]:
+    """The job's ``HyperParameters`` for ``backend``: S3 direct sets ``checkpoint_backend`` and the run's prefix as
+    ``checkpoint_dir`` (the workflow leaves ``CheckpointConfig`` out of such a request); the folder keeps
+    ``/opt/ml/checkpoints``, which SageMaker copies to the same prefix."""
+    if backend != "s3":
+        return {**hyperparameters, "checkpoint_dir": CHECKPOINT_LOCAL_PATH}
+    return {
+        **hyperparameters,
+        "checkpoint_backend": "s3",
+        "checkpoint_dir": run_checkpoint_uri(rules, execution),
+    }
+
+
+def job_checkpoint_uri(described: Mapping[str, Any]) -> str | None:
+    """Where a training job (its ``DescribeTrainingJob``) kept its checkpoints: ``CheckpointConfig.S3Uri`` (the
+    folder backend), or its ``checkpoint_dir`` when that is an ``s3://`` prefix (S3 direct); None otherwise."""
+    configured = (described.get("CheckpointConfig") or {}).get("S3Uri")
+    if configured:
+        return configured
+    direct = (described.get("HyperParameters") or {}).get("checkpoint_dir", "")
+    return direct if direct.startswith("s3://") else None

@@ -33,7 +33,7 @@ from training.request.fields import DEFAULT_INPUT, INPUT_FIELDS, MAX_RUNTIME_SEC
 INVALID_INPUT_ERROR = "InvalidInput"
 MEASUREMENTS_FOLDER = "measurements"
 CHECKPOINT_MARKER = "COMPLETE"
-"""The file the trainer writes last into a finished checkpoint (``training/trainer/checkpoint/checkpoint.py``)."""
+"""The file the trainer writes last into a finished checkpoint (``training/trainer/checkpoint/names.py``)."""
 
 PLATFORM_HYPERPARAMETERS: Mapping[str, str] = MappingProxyType(
     {"checkpoint_dir": CHECKPOINT_LOCAL_PATH, "model_dir": MODEL_DIR}

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.contract import settings_parse, settings_table
+from training.contract import container, settings_parse, settings_table
 from training.models import settings as model_settings
 from training.models.config import ModelConfig
 from training.request import hf_config
@@ -51,7 +51,7 @@ LOCAL_OUTPUT_DIR = "trainer-output"
 """Outside SageMaker, each run's checkpoints and model go under a folder of its own in this folder of the working
 directory by default: ``trainer-output/<run>/checkpoints`` and ``.../model`` (:func:`run_folder`)."""
 _LOCAL_DIRS = {"checkpoint_dir": "checkpoints", "model_dir": "model"}
-SAME_RUN_SETTINGS = ("checkpoint_dir", "model_dir", "max_steps")
+SAME_RUN_SETTINGS = ("checkpoint_dir", "checkpoint_backend", "model_dir", "max_steps")
 """Settings whose change continues the same run (its folder): the output folders themselves, and ``max_steps``
 (raising it trains on from the run's checkpoints, as docs/trainer.md says)."""
 
@@ -136,6 +136,7 @@ class TrainConfig:
     checkpoint_dir: str
     model_dir: str
     on_unusable_checkpoints: str
+    checkpoint_backend: str = "auto"
     activation_checkpointing_interval: int = 1
     grad_accum_steps: int = 1
     compile: str = "auto"
@@ -285,7 +286,33 @@ def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
         spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
         for spec in TRAINER_ONLY_SETTINGS
     }
-    return TrainConfig(**settings_parse.parse_hyperparameters(raw, init_from_architecture(raw)), **extras)
+    values = settings_parse.parse_hyperparameters(raw, init_from_architecture(raw))
+    check_checkpoint_place(values["checkpoint_dir"], values["checkpoint_backend"])
+    return TrainConfig(**values, **extras)
+
+
+S3_DIR = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(?:[^/]+/)*$")
+"""An S3 checkpoint place: ``s3://bucket/`` or ``s3://bucket/prefix/`` (a bucket's name, key segments)."""
+
+
+def check_checkpoint_place(checkpoint_dir: str, backend: str) -> None:
+    """``checkpoint_dir`` fits ``checkpoint_backend``: an ``s3://bucket/prefix/`` URI for ``s3`` (and for ``auto``
+    when it is one), a folder for ``folder``; raises ``settings_table.ContractError`` naming the setting."""
+    is_uri = checkpoint_dir.startswith(container.S3_SCHEME)
+    if backend == "folder" and is_uri:
+        raise settings_table.ContractError(
+            "checkpoint_dir", f"checkpoint_backend=folder needs a folder, not an S3 URI; got {checkpoint_dir}"
+        )
+    if backend == "s3" and not is_uri:
+        raise settings_table.ContractError(
+            "checkpoint_dir",
+            f"checkpoint_backend=s3 needs the run's S3 prefix, s3://bucket/prefix/; got {checkpoint_dir}",
+        )
+    if is_uri and not S3_DIR.match(checkpoint_dir.rstrip("/") + "/"):
+        raise settings_table.ContractError(
+            "checkpoint_dir",
+            f"must be s3://bucket/prefix/ (a bucket's name, then key segments); got {checkpoint_dir}",
+        )
 
 
 def init_from_architecture(raw: dict[str, Any]) -> dict[str, Any] | None:

@@ -16,7 +16,9 @@ from torch.distributed.tensor import DTensor
 
 from training.contract import hardware, metric_lines, settings_checks, settings_table
 from training.trainer import config, guard, objective, refusal, sagemaker_job
-from training.trainer.checkpoint import checkpoint, export_hf, export_peft, weights
+from training.trainer.checkpoint import export_hf, export_peft, folder, identity, model_file, weights
+from training.trainer.checkpoint import manager as checkpoint_manager
+from training.trainer.checkpoint import stop as stop_flag
 from training.trainer.config import TrainConfig
 from training.trainer.data import packing, token_files
 from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
@@ -123,7 +125,7 @@ def _resume(
     cfg: TrainConfig,
     env: parallel.DistEnv,
     plan: precision.PrecisionPlan,
-    manager: checkpoint.CheckpointManager,
+    manager: checkpoint_manager.CheckpointManager,
     dataset: Any,
     say: Callable[[str], None],
 ) -> tuple[_State, bool]:
@@ -138,7 +140,7 @@ def _resume(
         if (
             resumed is None and cfg.on_unusable_checkpoints == "fail"
         ):  # the reason first: FailureReason keeps 1024
-            raise checkpoint.UnusableCheckpointsError(
+            raise checkpoint_manager.UnusableCheckpointsError(
                 f"on_unusable_checkpoints=fail: no usable checkpoint in {cfg.checkpoint_dir}, "
                 f"{len(manager.skipped)} skipped, not training: {skipped}"
             )
@@ -212,7 +214,7 @@ def _finished_already(
     done = (
         f"run already complete: the newest checkpoint is at step {state.step} and max_steps={cfg.max_steps}"
     )
-    if checkpoint.model_files(cfg.model_dir):
+    if model_file.model_files(cfg.model_dir):
         exports = [(export_hf.export_after_training, "Hugging Face export", export_hf.HF_DIR)]
         if cfg.lora_rank:
             exports.append((export_peft.export_after_training, "peft adapter folder", export_peft.PEFT_DIR))
@@ -244,7 +246,7 @@ def _export(saved, cfg: TrainConfig, say: Callable[[str], None]) -> None:
 def _save_model(cfg: TrainConfig, env: parallel.DistEnv, state: _State):
     """``model.pt`` with what the Hugging Face export needs to know about the data (a collective)."""
     data_info = export_hf.data_info(cfg) if env.is_main else None
-    return checkpoint.save_model(state.net, cfg.model_dir, state.step, cfg.as_dict(), env.rank, data_info)
+    return model_file.save_model(state.net, cfg.model_dir, state.step, cfg.as_dict(), env.rank, data_info)
 
 
 def run(
@@ -282,9 +284,14 @@ def run(
     goal = objective.of(cfg, env)  # what the run minimizes: next-token or preference (DPO)
     dataset = goal.make_dataset(step_batch, env.rank, env.world_size, grad_accum_steps=cfg.grad_accum_steps)
     validation = goal.make_validation(cfg, env.rank, env.world_size)
-    shape = checkpoint.model_identity(cfg)
-    manager = checkpoint.CheckpointManager(
-        cfg.checkpoint_dir, cfg.keep_checkpoints, env, shape, resume_dir=checkpoint.resume_channel_dir()
+    shape = identity.model_identity(cfg)
+    manager = checkpoint_manager.CheckpointManager(
+        cfg.checkpoint_dir,
+        cfg.keep_checkpoints,
+        env,
+        shape,
+        resume_dir=folder.resume_channel_dir(),
+        backend=cfg.checkpoint_backend,
     )
     state, complete = _resume(cfg, env, plan, manager, dataset, say)
     if cfg.lora_rank:
@@ -436,7 +443,7 @@ def _train(
         cfg.shape, cfg.seq_length, tokens_per_step, warmup, env.device, cfg.precision, adapters
     )
     progress = Progress(state.step, cfg.max_steps, env.world_size)
-    stop = checkpoint.StopFlag(env.cpu_group)
+    stop = stop_flag.StopFlag(env.cpu_group)
     net, optimizer, scheduler, scaler = state.net, state.optimizer, state.scheduler, state.scaler
     params = [p for p in net.parameters() if p.requires_grad]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf

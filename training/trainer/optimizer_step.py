@@ -14,7 +14,7 @@ import torch
 
 from training.trainer import guard, refusal
 from training.trainer import loss as loss_module
-from training.trainer.checkpoint import checkpoint
+from training.trainer.checkpoint import stop as stop_flag
 from training.trainer.data import token_files
 from training.trainer.model import doc_mask
 
@@ -104,7 +104,7 @@ def train_step(net: Any, optimizer: Any, scaler: Any, plan: Any, micro: list, sh
 
 
 def _boundary(
-    stop: checkpoint.StopFlag, manager: Any, watch: guard.Guard, read: bool, last: bool
+    stop: stop_flag.StopFlag, manager: Any, watch: guard.Guard, read: bool, last: bool
 ) -> tuple[bool, bool, list]:
     """The step boundary's agreement (``StopFlag.agreed``): (SIGTERM stop, background save written, every rank's
     problem). ``read``: the loop waits for the device here anyway (a log line, a checkpoint), so the loss and

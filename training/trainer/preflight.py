@@ -1,10 +1,10 @@
 """Checks before step 1, before any process group, creating nothing: the ``init_from`` model's weights (its
 safetensors headers: ``weights.check_init_from``), output folders writable (probed without creating them; the run
-creates them when it first writes), the checkpoint to resume of the run's model shape, every data file the run will
-read readable as tokens and consistent with the settings and its metadata (each file's SHA-256 and each split's
-counts as ``prepare`` recorded them: ``data.checksums``; token ids below the vocabulary: read in
-full, or sampled when the data is large), enough tokens for one optimizer step (``grad_accum_steps`` micro-batches
-on every process) and one validation batch.
+creates them when it first writes) or an S3 checkpoint prefix reachable, the checkpoint to resume of the run's
+model shape, every data file the run will read readable as tokens and consistent with the settings and its metadata
+(each file's SHA-256 and each split's counts as ``prepare`` recorded them: ``data.checksums``; token ids below the
+vocabulary: read in full, or sampled when the data is large), enough tokens for one optimizer step
+(``grad_accum_steps`` micro-batches on every process) and one validation batch.
 
 Each check raises ``settings_table.ContractError`` naming the setting (and the file) and what is allowed, so a bad run
 fails in seconds instead of at its first checkpoint or mid-run.
@@ -21,7 +21,7 @@ import numpy as np
 
 from training.contract import settings_table, token_data
 from training.trainer import objective
-from training.trainer.checkpoint import checkpoint, weights
+from training.trainer.checkpoint import folder, identity, manager, weights
 from training.trainer.data import checksums, packing, pairs, token_files
 
 SCAN_CHUNK = 1 << 24
@@ -40,8 +40,11 @@ def check(cfg, world_size: int) -> list[str]:
     """Every check, for a run of ``world_size`` processes; returns notes on what was checked (how much of the data
     was read), for ``--check-only`` to print."""
     weights.check_init_from(cfg)
-    for field in ("checkpoint_dir", "model_dir"):
-        check_writable(getattr(cfg, field), field)
+    if manager.backend_of(cfg.checkpoint_dir, cfg.checkpoint_backend) == "s3":
+        check_reachable(cfg.checkpoint_dir, "checkpoint_dir")
+    else:
+        check_writable(cfg.checkpoint_dir, "checkpoint_dir")
+    check_writable(cfg.model_dir, "model_dir")
     check_checkpoint_shape(cfg)
     objective.check(cfg)
     if cfg.dataset == "channel":
@@ -52,18 +55,43 @@ def check(cfg, world_size: int) -> list[str]:
 def check_checkpoint_shape(cfg) -> None:
     """The checkpoint the run would resume holds a model of the run's shape and position encoding (a checkpoint
     that does not record one was NoPE, ``position_encoding=none``): the newest complete one of
-    ``checkpoint_dir``, or, when there is none, the earlier run's in the resume channel (the workflow's
-    ``resume_from``)."""
-    shape = checkpoint.model_identity(cfg)
-    found = checkpoint.complete_checkpoints(cfg.checkpoint_dir)
-    if found:
-        field, path = "checkpoint_dir", found[-1][1]
+    ``checkpoint_dir`` (a folder, or the run's S3 prefix), or, when there is none, the earlier run's in the resume
+    channel (the workflow's ``resume_from``)."""
+    shape = identity.model_identity(cfg)
+    if manager.backend_of(cfg.checkpoint_dir, cfg.checkpoint_backend) == "s3":
+        from training.trainer.checkpoint import s3  # imports s3torchconnector: only for S3 checkpoints
+
+        newest = s3.newest_sealed(cfg.checkpoint_dir)
+        if newest is not None:
+            where, found = newest
+            message = identity.mismatch(
+                where, found.get("model_shape"), shape, identity.REMEDY["checkpoint_dir"]
+            )
+            if message:
+                raise settings_table.ContractError("checkpoint_dir", message)
+            return
     else:
-        field, path = "resume_from", checkpoint.resume_channel_dir()
-    if path is not None:
-        message = checkpoint.shape_mismatch(Path(path), shape, checkpoint.REMEDY[field])
+        found_here = folder.complete_checkpoints(cfg.checkpoint_dir)
+        if found_here:
+            message = folder.shape_mismatch(found_here[-1][1], shape, identity.REMEDY["checkpoint_dir"])
+            if message:
+                raise settings_table.ContractError("checkpoint_dir", message)
+            return
+    channel = folder.resume_channel_dir()
+    if channel is not None:
+        message = folder.shape_mismatch(Path(channel), shape, identity.REMEDY["resume_from"])
         if message:
-            raise settings_table.ContractError(field, message)
+            raise settings_table.ContractError("resume_from", message)
+
+
+def check_reachable(uri: str, field: str) -> None:
+    """The S3 prefix ``uri`` can be listed with this process's credentials (nothing is written: a grant to write
+    is the job's role's, checked by the first save)."""
+    from training.trainer.checkpoint import s3  # imports s3torchconnector: only for S3 checkpoints
+
+    problem = s3.reach_problem(uri)
+    if problem is not None:
+        raise settings_table.ContractError(field, problem)
 
 
 def check_writable(directory: str, field: str) -> None:

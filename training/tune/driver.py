@@ -30,7 +30,7 @@ from typing import Any
 
 from training.contract import container, hardware, settings_parse, settings_table, tuning
 from training.trainer import config, refusal, sagemaker_job
-from training.trainer.checkpoint.checkpoint import PID_DIR_ENV
+from training.trainer.checkpoint.stop import PID_DIR_ENV
 from training.tune import runner, stability
 from training.tune.hosts import Hosts
 from training.tune.outcome import TrialResult, classify

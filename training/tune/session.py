@@ -18,7 +18,7 @@ from typing import Any
 
 from training.contract import hardware, settings_parse, settings_table, tuning
 from training.trainer import sagemaker_job
-from training.trainer.checkpoint.checkpoint import PID_DIR_ENV
+from training.trainer.checkpoint.stop import PID_DIR_ENV
 from training.tune import charts, convergence, report, runner
 from training.tune.driver import Job, run_trial, say, scratch_root, where
 from training.tune.hosts import Hosts

@@ -17,6 +17,7 @@ from constructs_lib.identity.execution_role import IMMUTABLE_ROLE_WARNING, SageM
 from constructs_lib.image.repository import TrainingImageRepository
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
 from tests.cdk_helpers import as_list, statements, synth_with_nag, template_of
+from training.contract.container import S3_CHECKPOINT_ACTIONS
 
 
 def _build(stack: cdk.Stack, **props) -> SageMakerExecutionRole:
@@ -105,6 +106,26 @@ def test_s3_access_by_prefix(template):
     )
     reads = [s for s in found if as_list(s["Action"]) == ["s3:GetObject"]]
     assert any("/data/*" in json.dumps(s["Resource"]) for s in reads)
+
+
+def test_s3_direct_checkpoints_need_no_more_than_the_checkpoint_prefix_grant(template):
+    """Every action an S3-direct run calls on its prefix is granted on the checkpoint prefix's objects (listing:
+    on the bucket, only for that prefix); none of them on the bucket's other keys beyond the output prefix."""
+    found = statements(template)
+    on_checkpoints = [s for s in found if "/checkpoints/*" in json.dumps(s["Resource"])]
+    object_actions = {a for s in on_checkpoints for a in as_list(s["Action"])}
+    assert set(S3_CHECKPOINT_ACTIONS) - {"s3:ListBucket"} == object_actions
+    (listing,) = [s for s in found if "s3:ListBucket" in as_list(s["Action"])
+                  and "checkpoints/" in json.dumps(s.get("Condition", {}))]  # fmt: skip
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["checkpoints/", "checkpoints/*"]}}
+    for statement in found:
+        resources = json.dumps(statement["Resource"])
+        if set(as_list(statement["Action"])) & (
+            set(S3_CHECKPOINT_ACTIONS) - {"s3:GetObject", "s3:ListBucket"}
+        ):
+            assert "/checkpoints/*" in resources or "/output/*" in resources, (
+                statement
+            )  # writes: those two only
 
 
 def test_logs_limited_to_training_job_log_group(template):

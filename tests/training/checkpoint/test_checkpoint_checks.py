@@ -12,12 +12,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.training import checkpoint_places as places
 from tests.training.runner import TINY, cli_args
 from training.contract import metric_lines, settings_table
 from training.trainer import config, refusal, sagemaker_job
 from training.trainer.__main__ import main
-from training.trainer.checkpoint import checkpoint
-from training.trainer.checkpoint.checkpoint import MARKER, checksum_problem, size_problem
+from training.trainer.checkpoint import folder as checkpoint_folder
+from training.trainer.checkpoint import manager as checkpoint_manager
+from training.trainer.checkpoint import names
+from training.trainer.checkpoint.folder import checksum_problem, size_problem
+from training.trainer.checkpoint.names import MARKER
 
 FILES = {
     ".metadata": b"m" * 40,
@@ -71,8 +75,8 @@ def test_every_damage_to_a_sealed_checkpoint_fails_its_checks_with_its_reason(tm
     assert size_problem(folder) is None and checksum_problem(folder, sorted(FILES)) is None
     damage(folder)
     assert (size_problem(folder) or "").startswith(reason)
-    assert not checkpoint.complete_checkpoints(tmp_path)
-    assert not checkpoint.incomplete_folders(tmp_path)  # sealed: damaged, not an interrupted write
+    assert not checkpoint_folder.complete_checkpoints(tmp_path)
+    assert not checkpoint_folder.incomplete_folders(tmp_path)  # sealed: damaged, not an interrupted write
 
 
 def test_a_checksum_mismatch_is_found_by_the_rank_whose_share_holds_the_file(tmp_path):
@@ -102,13 +106,13 @@ def test_folders_by_kind_and_order(tmp_path):
     (tmp_path / "step_00000030.unusable").write_text(json.dumps({"reason": "rank 1: checksum mismatch in x"}))
     (tmp_path / "step_00000035").mkdir()  # set aside with an unreadable record (and, here, no COMPLETE)
     (tmp_path / "step_00000035.unusable").write_text("{")
-    assert [(s, p.name) for s, p in checkpoint.complete_checkpoints(tmp_path)] == [
+    assert [(s, p.name) for s, p in checkpoint_folder.complete_checkpoints(tmp_path)] == [
         (5, "step_00000005"), (10, "step_00000010"), (10, "step_00000010-2")
     ]  # fmt: skip
-    assert [p.name for p in checkpoint.incomplete_folders(tmp_path)] == [
+    assert [p.name for p in checkpoint_folder.incomplete_folders(tmp_path)] == [
         "step_00000015", "step_00000020.tmp", "step_00000025-2.tmp"
     ]  # fmt: skip
-    assert checkpoint.set_aside_folders(tmp_path) == [
+    assert checkpoint_folder.set_aside_folders(tmp_path) == [
         ("step_00000030", "rank 1: checksum mismatch in x"),
         ("step_00000035", "its record step_00000035.unusable is unreadable (JSONDecodeError)"),
     ]
@@ -121,9 +125,9 @@ def test_folders_by_kind_and_order(tmp_path):
      ("step_00000007.unusable", None), ("step_7", None)],
 )  # fmt: skip
 def test_checkpoint_folder_names(name, order):
-    assert checkpoint._order(name) == order
+    assert names.order(name) == order
     if order is not None:
-        assert checkpoint.step_dir_name(*order) == name
+        assert names.step_dir_name(*order) == name
 
 
 def test_on_unusable_checkpoints_is_a_setting_with_two_values():
@@ -216,106 +220,123 @@ def one_rank(tmp_path):
         dist.destroy_process_group()
 
 
-def test_a_set_aside_folder_and_its_record_are_never_reused_counted_or_pruned(one_rank, tmp_path):
-    root = tmp_path / "ckpt"
-    aside = sealed(root / "step_00000004")
-    (root / "step_00000004.unusable").write_text(json.dumps({"reason": "rank 0: checksum mismatch in x"}))
-    (root / "step_00000008.unusable").write_text("{}")  # a record whose folder is gone: its name stays taken
-    before = {p.name: p.read_bytes() for p in aside.iterdir()}
+def base_name(where) -> str:
+    """The checkpoint's name in what ``save`` returned (a folder, or a URI)."""
+    return str(where).rstrip("/").rsplit("/", 1)[-1]
+
+
+def test_a_set_aside_folder_and_its_record_are_never_reused_counted_or_pruned(one_rank, place, tmp_path):
+    aside = places.copy_in(place, sealed(tmp_path / "files" / "step_00000004"), "step_00000004")
+    place.write("step_00000004.unusable", json.dumps({"reason": "rank 0: checksum mismatch in x"}).encode())
+    place.write("step_00000008.unusable", b"{}")  # a record whose folder is gone: its name stays taken
+    before = {k: v for k, v in place.contents().items() if k.startswith(f"{aside}/")}
     net = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(net.parameters())
-    manager = checkpoint.CheckpointManager(str(root), 1, one_rank)
+    manager = checkpoint_manager.CheckpointManager(place.setting, 1, one_rank)
     assert manager.load_latest(net, optimizer) is None  # nothing to load: the earlier set-aside one is named
     assert manager.skipped == [("step_00000004", "set aside earlier: rank 0: checksum mismatch in x")]
-    saved = [manager.save(step, net, optimizer, {"step": step}).name for step in (4, 8, 12)]
+    saved = [base_name(manager.save(step, net, optimizer, {"step": step})) for step in (4, 8, 12)]
     assert saved == ["step_00000004-2", "step_00000008-2", "step_00000012"]
-    assert sorted(p.name for p in root.iterdir()) == [
+    assert place.names() == [
         "step_00000004",
         "step_00000004.unusable",
         "step_00000008.unusable",
         "step_00000012",
     ]  # fmt: skip  (keep_checkpoints=1 pruned this run's -2 folders only)
-    assert {p.name: p.read_bytes() for p in aside.iterdir()} == before
-    assert [p.name for _, p in checkpoint.complete_checkpoints(root)] == ["step_00000012"]
+    assert {k: v for k, v in place.contents().items() if k.startswith(f"{aside}/")} == before
+    assert places.complete(place) == ["step_00000012"]
 
 
-def test_a_folder_that_appears_while_a_save_is_written_is_never_replaced(one_rank, tmp_path, monkeypatch):
-    root = tmp_path / "ckpt"
+def test_a_folder_that_appears_while_a_save_is_written_is_never_replaced(one_rank, place, monkeypatch):
+    """A folder of the save's name (a folder), or its ``COMPLETE`` (S3), that appears while the save is written
+    is never replaced: the save raises on every rank, naming it."""
     net = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(net.parameters())
-    manager = checkpoint.CheckpointManager(str(root), 3, one_rank)
-    hashing = manager._node_digests
+    manager = checkpoint_manager.CheckpointManager(place.setting, 3, one_rank)
+    storage = manager.storage
+    if place.kind == "folder":
+        hashing, root = storage._node_digests, Path(place.setting)
 
-    def meanwhile(path: Path):
-        (root / "step_00000004").mkdir()
-        (root / "step_00000004" / "theirs").write_text("x")
-        return hashing(path)
+        def meanwhile(path: Path):
+            (root / "step_00000004").mkdir()
+            (root / "step_00000004" / "theirs").write_text("x")
+            return hashing(path)
 
-    monkeypatch.setattr(manager, "_node_digests", meanwhile)
-    with pytest.raises(
-        FileExistsError, match=r"step_00000004 appeared while .*step_00000004\.tmp was written"
-    ):
+        monkeypatch.setattr(storage, "_node_digests", meanwhile)
+        match = r"step_00000004 appeared while .*step_00000004\.tmp was written"
+    else:
+        digests = storage._digests
+
+        def meanwhile(pending):  # type: ignore[misc]
+            if "step_00000004/COMPLETE" not in place.listed():
+                place.write("step_00000004/COMPLETE", b"theirs")
+            return digests(pending)
+
+        monkeypatch.setattr(storage, "_digests", meanwhile)
+        match = r"step_00000004/COMPLETE appeared meanwhile; not replacing it"
+    with pytest.raises(FileExistsError, match=match):
         manager.save(4, net, optimizer, {"step": 4})
-    assert [p.name for p in (root / "step_00000004").iterdir()] == ["theirs"]
-    assert (root / "step_00000004.tmp" / MARKER).is_file()  # the new one is kept, sealed, under its .tmp name
+    if place.kind == "folder":
+        root = Path(place.setting)
+        assert [p.name for p in (root / "step_00000004").iterdir()] == ["theirs"]
+        assert (
+            root / "step_00000004.tmp" / MARKER
+        ).is_file()  # the new one is kept, sealed, under its .tmp name
+    else:
+        assert place.read("step_00000004/COMPLETE") == b"theirs"
 
 
-def folder_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+def place_bytes(place, name: str) -> dict[str, bytes]:
+    return {k.split("/", 1)[1]: v for k, v in place.contents().items() if k.startswith(f"{name}/")}
 
 
-def unseal(folder: Path) -> Path:
-    """What a save written whole but never sealed leaves (the run ended before its seal): no COMPLETE, the
-    ``.tmp`` name."""
-    (folder / MARKER).unlink()
-    return folder.rename(folder.with_name(folder.name + ".tmp"))
-
-
-def test_a_background_save_of_a_run_that_fails_is_sealed_once_its_files_are_written(one_rank, tmp_path):
+def test_a_background_save_of_a_run_that_fails_is_sealed_once_its_files_are_written(one_rank, place):
     """An exception ends the run while a background save is written: ``close`` (the run's ``finally``) waits for
-    it and, the world being this node, seals it, as the next step boundary would have."""
-    root = tmp_path / "ckpt"
+    it and, the world being this node (S3: every rank's receipt being there), seals it, as the next step boundary
+    would have."""
     net, reference = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(net.parameters())
-    manager = checkpoint.CheckpointManager(str(root), 3, one_rank)
-    assert manager.save(4, net, optimizer, {"step": 4}, background=True).name == "step_00000004.tmp"
+    manager = checkpoint_manager.CheckpointManager(place.setting, 3, one_rank)
+    written = manager.save(4, net, optimizer, {"step": 4}, background=True)
+    assert base_name(written) == ("step_00000004.tmp" if place.kind == "folder" else "step_00000004")
     manager.close()
-    assert [p.name for p in root.iterdir()] == ["step_00000004"]
-    assert size_problem(root / "step_00000004") is None
-    files = sorted(name for name in folder_bytes(root / "step_00000004") if name != MARKER)
-    assert checksum_problem(root / "step_00000004", files) is None
-    marker = json.loads((root / "step_00000004" / MARKER).read_text())
-    assert (marker["step"], marker["world_size"]) == (4, 1)
-    loader = checkpoint.CheckpointManager(str(root), 3, one_rank)
+    assert place.names() == ["step_00000004"]
+    assert places.complete(place) == ["step_00000004"]
+    found = json.loads(place.read(f"step_00000004/{MARKER}"))
+    files = place_bytes(place, "step_00000004")
+    assert found["sha256"] == {k: hashlib.sha256(v).hexdigest() for k, v in files.items() if k != MARKER}
+    assert (found["step"], found["world_size"]) == (4, 1)
+    loader = checkpoint_manager.CheckpointManager(place.setting, 3, one_rank)
     state = loader.load_latest(reference, torch.optim.AdamW(reference.parameters()))
     assert state is not None and state["step"] == 4 and torch.equal(reference.weight, net.weight)
 
 
 def test_a_save_written_whole_but_unsealed_is_sealed_at_the_next_start_and_an_unfinished_one_left(
-    one_rank, tmp_path
+    one_rank, place
 ):
-    """The next start seals a ``.tmp`` holding a whole save (``COMPLETE`` the same bytes a seal had written, every
-    file unchanged) and resumes from it; a ``.tmp`` whose DCP write did not finish (no ``.metadata``) or lost a
-    file it lists stays an interrupted write, reported and left exactly as it is."""
-    root = tmp_path / "ckpt"
+    """The next start seals a save written whole but never sealed (``COMPLETE`` the same bytes a seal had
+    written, every file unchanged; a folder's ``.tmp`` renamed) and resumes from it; one whose DCP write did not
+    finish (no ``.metadata``) or lost a file it lists stays an interrupted write, reported and left exactly as it
+    is."""
     net = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(net.parameters())
-    writer = checkpoint.CheckpointManager(str(root), 5, one_rank)
-    whole = writer.save(4, net, optimizer, {"step": 4})
-    sealed_bytes = folder_bytes(whole)
-    unseal(whole)
-    unfinished = unseal(writer.save(8, net, optimizer, {"step": 8}))
-    (unfinished / ".metadata").unlink()
-    lost = unseal(writer.save(12, net, optimizer, {"step": 12}))
-    (lost / "__0_0.distcp").unlink()
-    left = {p.name: folder_bytes(p) for p in (unfinished, lost)}
-    manager = checkpoint.CheckpointManager(str(root), 5, one_rank)
+    writer = checkpoint_manager.CheckpointManager(place.setting, 5, one_rank)
+    whole = base_name(writer.save(4, net, optimizer, {"step": 4}))
+    sealed_bytes = place_bytes(place, whole)
+    found_as = place.unseal(whole)
+    unfinished = place.unseal(base_name(writer.save(8, net, optimizer, {"step": 8})))
+    place.delete(f"{unfinished}/.metadata")
+    lost = place.unseal(base_name(writer.save(12, net, optimizer, {"step": 12})))
+    place.delete(f"{lost}/__0_0.distcp")
+    left = {name: place_bytes(place, name) for name in (unfinished, lost)}
+    manager = checkpoint_manager.CheckpointManager(place.setting, 5, one_rank)
     state = manager.load_latest(net, optimizer)
     assert state is not None and state["step"] == 4
-    assert manager.adopted == [("step_00000004.tmp", "step_00000004")]
-    assert folder_bytes(root / "step_00000004") == sealed_bytes
-    assert [name for name, _ in manager.incomplete] == ["step_00000008.tmp", "step_00000012.tmp"]
-    assert {p.name: folder_bytes(p) for p in (unfinished, lost)} == left
-    assert checkpoint.written_whole([checkpoint._node_view(lost, root / "step_00000012")]) == (
-        "__0_0.distcp is missing or cut short"
-    )
+    assert manager.adopted == [(found_as, "step_00000004")]
+    assert place_bytes(place, "step_00000004") == sealed_bytes
+    assert [name for name, _ in manager.incomplete] == [unfinished, lost]
+    assert {name: place_bytes(place, name) for name in (unfinished, lost)} == left
+    if place.kind == "folder":
+        root = Path(place.setting)
+        view = checkpoint_folder.node_view(root / lost, root / "step_00000012")
+        assert checkpoint_folder.written_whole([view]) == "__0_0.distcp is missing or cut short"

@@ -19,7 +19,8 @@ from tests.training.runner import TINY, fields, run_single, run_trainer, step_li
 from training.contract import settings_table, shapes
 from training.prepare import corpus
 from training.trainer import config, loop
-from training.trainer.checkpoint import checkpoint, export_hf
+from training.trainer.checkpoint import export_hf
+from training.trainer.checkpoint import model_file as checkpoint_model_file
 from training.trainer.data import token_files as data
 from training.trainer.distributed import parallel, precision
 from training.trainer.model import decoder, rotary
@@ -327,12 +328,14 @@ def test_a_model_imported_then_trained_on_synthetic_tokens_has_a_truthful_card(t
 
 def exported_by_the_trainer(cfg: config.TrainConfig, env: parallel.DistEnv) -> tuple[Path, Path, str]:
     """What a run of 0 steps does at its end, on its real path: ``loop.build`` (FSDP2-sharded, the weights
-    imported or generated), ``checkpoint.save_model`` (the full state dict gathered, ``model.pt`` with the data's
+    imported or generated), ``checkpoint_model_file.save_model`` (the full state dict gathered, ``model.pt`` with the data's
     info, as ``loop`` saves it), then ``export_hf.export_after_training`` into ``hf/`` next to it. Returns the
     model file, the Hugging Face folder and the line the run prints."""
     plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
     net = loop.build(cfg, env, plan)
-    saved = checkpoint.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank, export_hf.data_info(cfg))
+    saved = checkpoint_model_file.save_model(
+        net, cfg.model_dir, 0, cfg.as_dict(), env.rank, export_hf.data_info(cfg)
+    )
     assert saved is not None
     return saved, saved.parent / export_hf.HF_DIR, export_hf.export_after_training(saved, cfg)
 
@@ -467,12 +470,14 @@ def test_after_a_raised_max_steps_a_model_file_whose_export_never_started_is_exp
     net = loop.build(
         cfg, process_group, precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
     )
-    first = checkpoint.save_model(net, cfg.model_dir, 12, cfg.as_dict(), 0)
+    first = checkpoint_model_file.save_model(net, cfg.model_dir, 12, cfg.as_dict(), 0)
     lines = [export_hf.export_after_training(first, cfg)]
     if cfg.lora_rank:
         lines.append(export_peft.export_after_training(first, cfg))
     assert all(" exported to " in line for line in lines), lines
-    raised = checkpoint.save_model(net, cfg.model_dir, 15, cfg.as_dict(), 0)  # killed before its export
+    raised = checkpoint_model_file.save_model(
+        net, cfg.model_dir, 15, cfg.as_dict(), 0
+    )  # killed before its export
     assert raised == tmp_path / "model" / "model_step_00000015.pt"
     before = {
         p.name: sorted(q.name for q in p.iterdir()) for p in (tmp_path / "model").iterdir() if p.is_dir()

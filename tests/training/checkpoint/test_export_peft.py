@@ -16,7 +16,7 @@ import torch
 from tests.training.hf_models import tiny_llama, tokens
 from tests.training.runner import ROOT, env
 from training.trainer import config, loop
-from training.trainer.checkpoint import checkpoint, export_hf, export_peft
+from training.trainer.checkpoint import export_hf, export_peft, model_file
 from training.trainer.distributed import parallel, precision
 from training.trainer.model import lora
 
@@ -33,7 +33,7 @@ def saved_lora_model(folder: Path, **extra: str) -> Path:
     ):  # B starts at zero: give the adapters values, so that the adapter changes the logits
         for _, param in lora.adapters(net):
             param.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
-    saved = checkpoint.save_model(net, cfg.model_dir, 3, cfg.as_dict(), 0, export_hf.data_info(cfg))
+    saved = model_file.save_model(net, cfg.model_dir, 3, cfg.as_dict(), 0, export_hf.data_info(cfg))
     assert saved is not None
     return saved
 

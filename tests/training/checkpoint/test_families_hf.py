@@ -22,7 +22,7 @@ from tests.training.model.test_decoder_families import _hf_model
 from tests.training.runner import losses, run_single
 from training.models import registry
 from training.trainer import config
-from training.trainer.checkpoint import checkpoint, export_hf, export_peft
+from training.trainer.checkpoint import export_hf, export_peft, model_file
 from training.trainer.model import decoder, lora
 
 FAMILIES = list(registry.FAMILIES)
@@ -121,7 +121,7 @@ def test_lora_adapters_load_in_peft_and_give_the_merged_exports_logits(tmp_path,
     net.unshard() if hasattr(net, "unshard") else None
     with torch.no_grad():
         ours = net.logits(_ids().to(process_group.device)).cpu()
-    saved = checkpoint.save_model(
+    saved = model_file.save_model(
         net, cfg.model_dir, 0, cfg.as_dict(), process_group.rank, export_hf.data_info(cfg)
     )
     merged_line = export_hf.export_after_training(saved, cfg)

@@ -5,8 +5,7 @@ create a file when unpickled). One process, no torchrun."""
 
 from __future__ import annotations
 
-import hashlib
-import json
+import io
 import os
 import pickle
 from pathlib import Path
@@ -17,8 +16,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from training.trainer.checkpoint import checkpoint, export_hf, safe_load
-from training.trainer.checkpoint.checkpoint import MARKER
+from tests.training import checkpoint_places
+from training.trainer.checkpoint import export_hf, model_file, safe_load
+from training.trainer.checkpoint import folder as folder_storage
+from training.trainer.checkpoint import manager as checkpoint_manager
+from training.trainer.checkpoint.names import MARKER
 
 
 class Payload:
@@ -57,9 +59,9 @@ def test_a_model_file_of_quantized_weights_is_saved_as_plain_tensors_and_loads_w
 
     weight = torch.ones(2, 3).as_subclass(Quantized)
     monkeypatch.setattr(
-        checkpoint, "get_model_state_dict", lambda *_a, **_k: {"w": weight, "b": torch.ones(3)}
+        model_file, "get_model_state_dict", lambda *_a, **_k: {"w": weight, "b": torch.ones(3)}
     )
-    saved = checkpoint.save_model(None, str(tmp_path), 3, {"precision": "fp8"}, rank=0)
+    saved = model_file.save_model(None, str(tmp_path), 3, {"precision": "fp8"}, rank=0)
     loaded = export_hf.load_model_file(saved)
     assert type(loaded["state_dict"]["w"]) is torch.Tensor and torch.equal(
         loaded["state_dict"]["w"], weight * 2
@@ -77,87 +79,82 @@ def one_rank(tmp_path):
         dist.destroy_process_group()
 
 
-def reseal(folder: Path) -> None:
-    """Record the folder's files as they are now in its ``COMPLETE`` (what someone who can write the bucket does
-    after changing a file: the checksums then pass)."""
-    marker = json.loads((folder / MARKER).read_text())
-    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != MARKER}
-    marker["files"] = {name: len(content) for name, content in files.items()}
-    marker["sha256"] = {name: hashlib.sha256(content).hexdigest() for name, content in files.items()}
-    (folder / MARKER).write_text(json.dumps(marker))
-
-
-def saved_checkpoint(root: Path, env) -> tuple[Path, torch.nn.Module, torch.optim.Optimizer]:
+def saved_checkpoint(where: str, env) -> tuple[str, torch.nn.Module, torch.optim.Optimizer]:
+    """One checkpoint at step 4 in ``where`` (a folder or an S3 prefix); its name, the model and optimizer."""
     net = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(net.parameters())
-    manager = checkpoint.CheckpointManager(str(root), 3, env)
-    folder = manager.save(4, net, optimizer, {"step": 4, "data": {"position": 4}})
-    return folder, net, optimizer
+    manager = checkpoint_manager.CheckpointManager(where, 3, env)
+    manager.save(4, net, optimizer, {"step": 4, "data": {"position": 4}})
+    return "step_00000004", net, optimizer
 
 
-def test_a_checkpoints_trainer_state_loads_weights_only(one_rank, tmp_path):
-    folder, net, optimizer = saved_checkpoint(tmp_path / "ckpt", one_rank)
-    state = checkpoint.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank).load_latest(net, optimizer)
+def test_a_checkpoints_trainer_state_loads_weights_only(one_rank, place):
+    _, net, optimizer = saved_checkpoint(place.setting, one_rank)
+    state = checkpoint_manager.CheckpointManager(place.setting, 3, one_rank).load_latest(net, optimizer)
     assert state is not None and state["step"] == 4 and state["data"] == {"position": 4}
     assert optimizer.param_groups[0]["lr"] == 0.001  # DCP's non-tensor values (bytes), loaded weights-only
 
 
-def tamper_rank_file(folder: Path, ran: Path) -> str:
-    state = torch.load(folder / "rank_00000.pt", weights_only=True)
-    torch.save({**state, "data": Payload(ran)}, folder / "rank_00000.pt")
+def tamper_rank_file(place, name: str, ran: Path, scratch: Path) -> str:
+    state = torch.load(io.BytesIO(place.read(f"{name}/rank_00000.pt")), weights_only=True)
+    buffer = io.BytesIO()
+    torch.save({**state, "data": Payload(ran)}, buffer)
+    place.write(f"{name}/rank_00000.pt", buffer.getvalue())
     return "rank_00000.pt"
 
 
-def tamper_metadata(folder: Path, ran: Path) -> str:
-    (folder / ".metadata").write_bytes(pickle.dumps(Payload(ran)))
+def tamper_metadata(place, name: str, ran: Path, scratch: Path) -> str:
+    place.write(f"{name}/.metadata", pickle.dumps(Payload(ran)))
     return ".metadata"
 
 
-def tamper_stored_value(folder: Path, ran: Path) -> str:
-    """Rewrite the checkpoint with DCP itself, its optimizer's learning rate (a value DCP stores as bytes) replaced
-    by the payload."""
+def tamper_stored_value(place, name: str, ran: Path, scratch: Path) -> str:
+    """Rewrite the checkpoint's DCP files with DCP itself, its optimizer's learning rate (a value DCP stores as
+    bytes) replaced by the payload."""
     net = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(net.parameters())
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(net, optimizer)
     optim_sd["param_groups"][0]["lr"] = Payload(ran)
-    for path in folder.glob("*.distcp"):
-        path.unlink()
-    (folder / ".metadata").unlink()
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder))
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(scratch))
+    for key in [k for k in place.contents() if k.startswith(f"{name}/") and k.endswith(".distcp")]:
+        place.delete(key)
+    for path in scratch.iterdir():
+        place.write(f"{name}/{path.name}", path.read_bytes())
     return "__0_0.distcp"
 
 
 @pytest.mark.parametrize("tamper", [tamper_rank_file, tamper_metadata, tamper_stored_value])
 def test_a_checkpoint_file_carrying_code_is_set_aside_naming_it_and_its_code_never_runs(
-    one_rank, tmp_path, tamper
+    one_rank, tmp_path, place, tamper
 ):
-    folder, net, optimizer = saved_checkpoint(tmp_path / "ckpt", one_rank)
+    """In a folder and under a run's S3 prefix alike (``checkpoint_backend``)."""
+    name, net, optimizer = saved_checkpoint(place.setting, one_rank)
     ran = tmp_path / "ran"
-    name = tamper(folder, ran)
-    reseal(folder)
-    manager = checkpoint.CheckpointManager(str(tmp_path / "ckpt"), 3, one_rank)
+    file = tamper(place, name, ran, tmp_path / "scratch")
+    checkpoint_places.reseal(place, name)
+    manager = checkpoint_manager.CheckpointManager(place.setting, 3, one_rank)
     assert manager.load_latest(net, optimizer) is None
     assert not ran.exists()
     ((skipped, reason),) = manager.set_aside
-    assert skipped == folder.name and "\n" not in reason
+    assert skipped == name and "\n" not in reason
     assert (
-        f"{folder / name}" in reason
+        f"{place.where(name)}/{file}" in reason
         and "was not loaded: it holds more than tensors and plain values" in reason
-    )
-    assert (folder.parent / f"{folder.name}.unusable").is_file()
+    ), reason
+    assert f"{name}.unusable" in place.names()
 
 
 def test_an_unsealed_saves_metadata_carrying_code_is_not_run_when_the_next_start_looks_at_it(
     one_rank, tmp_path
 ):
-    folder, _, _ = saved_checkpoint(tmp_path / "ckpt", one_rank)
-    ran = tmp_path / "ran"
+    name, _, _ = saved_checkpoint(str(tmp_path / "ckpt"), one_rank)
+    folder, ran = tmp_path / "ckpt" / name, tmp_path / "ran"
     (folder / MARKER).unlink()
     tmp = folder.rename(folder.with_name(folder.name + ".tmp"))
-    tamper_metadata(tmp, ran)
-    view = checkpoint._node_view(tmp, folder)
+    (tmp / ".metadata").write_bytes(pickle.dumps(Payload(ran)))
+    view = folder_storage.node_view(tmp, folder)
     assert view["listed"] is None and not ran.exists()
 
 

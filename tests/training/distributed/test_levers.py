@@ -16,7 +16,9 @@ from tests.training.agreement import assert_same_printed, assert_same_weights
 from tests.training.runner import TINY, losses, reference_settings, run_trainer, step_lines
 from training.contract import shapes
 from training.trainer import config, loop, optimizer_step
-from training.trainer.checkpoint import checkpoint
+from training.trainer.checkpoint import folder as checkpoint_folder
+from training.trainer.checkpoint import manager as checkpoint_manager
+from training.trainer.checkpoint import names
 from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
 from training.trainer.distributed import compile as compiling
 from training.trainer.model import attention, decoder, rotary
@@ -44,7 +46,7 @@ def train(
     cfg: config.TrainConfig,
     env: parallel.DistEnv,
     steps: int,
-    manager: checkpoint.CheckpointManager | None = None,
+    manager: checkpoint_manager.CheckpointManager | None = None,
     save_at: int | None = None,
     built: tuple | None = None,
 ) -> tuple[list[float], decoder.Transformer]:
@@ -134,8 +136,8 @@ def test_accumulating_micro_batches_equals_one_larger_batch_also_after_a_resume(
     # more (AdamW divides the round-off of near-zero gradients by their own running scale): the slow end-to-end
     # test compares them as tests/training/agreement.py says.
     reference, _ = train(larger, env, 6)
-    first, _ = train(micro, env, 3, checkpoint.CheckpointManager(str(tmp_path), 2, env), save_at=3)
-    second, _ = train(micro, env, 3, checkpoint.CheckpointManager(str(tmp_path), 2, env))
+    first, _ = train(micro, env, 3, checkpoint_manager.CheckpointManager(str(tmp_path), 2, env), save_at=3)
+    second, _ = train(micro, env, 3, checkpoint_manager.CheckpointManager(str(tmp_path), 2, env))
     assert first + second == pytest.approx(reference, rel=1e-6)
     assert second != pytest.approx(first, rel=1e-3)  # it went on from step 3, not from the start
 
@@ -386,7 +388,7 @@ def digests(folder: Path) -> dict[str, str]:
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(folder.iterdir())
-        if p.name not in (".metadata", checkpoint.MARKER)
+        if p.name not in (".metadata", names.MARKER)
     }
 
 
@@ -397,7 +399,7 @@ def test_an_async_save_writes_the_files_a_synchronous_one_does(env, tmp_path):
     state = {"step": 2}
     folders = {}
     for name, background in (("sync", False), ("async", True)):
-        manager = checkpoint.CheckpointManager(str(tmp_path / name), 3, env)
+        manager = checkpoint_manager.CheckpointManager(str(tmp_path / name), 3, env)
         torch.manual_seed(0)  # the RNG state each rank file records
         started = manager.save(2, net, optimizer, state, background=background)
         assert manager.pending == background
@@ -410,7 +412,7 @@ def test_an_async_save_writes_the_files_a_synchronous_one_does(env, tmp_path):
                 for p in net.parameters():
                     p.sub_(1.0)
         folders[name] = started
-        assert checkpoint.size_problem(started) is None
+        assert checkpoint_folder.size_problem(started) is None
     assert folders["async"].name == folders["sync"].name == "step_00000002"
     assert digests(folders["async"]) == digests(folders["sync"])
     assert sorted(p.name for p in folders["async"].iterdir()) == sorted(
@@ -448,7 +450,9 @@ def test_sigterm_during_async_saves_ends_sealed_and_the_resume_continues_bit_for
     first = run_until_sigterm(cfg, after_step_seen=3)
     assert "stopping at step" in first, first
     stopped_at = max(step_lines(first))
-    assert max(step for step, _ in checkpoint.complete_checkpoints(cfg["checkpoint_dir"])) == stopped_at
+    assert (
+        max(step for step, _ in checkpoint_folder.complete_checkpoints(cfg["checkpoint_dir"])) == stopped_at
+    )
     assert not list(Path(cfg["checkpoint_dir"]).glob("*.tmp"))
     second = run_trainer(cfg)
     assert f"at step {stopped_at}" in second

@@ -24,7 +24,9 @@ from tests.training.runner import ROOT, cli_args, env, fields, losses, run_train
 from training.contract import settings_checks, settings_parse, settings_table, shapes
 from training.contract import tuning as contract_tuning
 from training.trainer import config
-from training.trainer.checkpoint import checkpoint, export_hf, export_peft, weights
+from training.trainer.checkpoint import export_hf, export_peft, names, weights
+from training.trainer.checkpoint import folder as checkpoint_folder
+from training.trainer.checkpoint import identity as checkpoint_identity
 from training.trainer.distributed import parallel
 from training.trainer.model import decoder, lora, rotary
 
@@ -278,7 +280,7 @@ def test_compiled_lora_blocks_train_like_eager_ones_with_every_graph_compiled_in
 
 def marker(folder: Path, identity: dict) -> Path:
     folder.mkdir(parents=True)
-    (folder / checkpoint.MARKER).write_text(json.dumps({"model_shape": identity, "files": {}}))
+    (folder / names.MARKER).write_text(json.dumps({"model_shape": identity, "files": {}}))
     return folder
 
 
@@ -286,18 +288,18 @@ def test_a_checkpoint_of_other_adapters_another_base_or_full_fine_tuning_is_refu
     source = tmp_path / "source"
     tiny_llama(source, tied=False)
     cfg = config.config_from_mapping({**TINY_LLAMA, "init_from": str(source), **LORA_TINY})
-    ours = checkpoint.model_identity(cfg)
+    ours = checkpoint_identity.model_identity(cfg)
     assert ours["lora"] == {"lora_rank": 4, "lora_alpha": 8.0, "lora_targets": "q_proj,v_proj,o_proj,gate_proj,down_proj",
                             "base": {"init_from": str(source), "sha256": lora.fingerprint(source)}}  # fmt: skip
     same = marker(tmp_path / "same", ours)
-    assert checkpoint.shape_mismatch(same, ours) is None
+    assert checkpoint_folder.shape_mismatch(same, ours) is None
     full = {key: value for key, value in ours.items() if key != "lora"}
-    message = checkpoint.shape_mismatch(marker(tmp_path / "full", full), ours)
+    message = checkpoint_folder.shape_mismatch(marker(tmp_path / "full", full), ours)
     assert "holds a full fine-tuning run (every weight), but this run trains LoRA adapters" in message
-    message = checkpoint.shape_mismatch(same, full)
+    message = checkpoint_folder.shape_mismatch(same, full)
     assert "holds LoRA adapters (lora_rank > 0), but this run is full fine-tuning (lora_rank=0)" in message
     other_rank = {**ours, "lora": {**ours["lora"], "lora_rank": 8}}
-    message = checkpoint.shape_mismatch(marker(tmp_path / "rank", other_rank), ours)
+    message = checkpoint_folder.shape_mismatch(marker(tmp_path / "rank", other_rank), ours)
     assert (
         "holds LoRA adapters of lora_rank=8, lora_alpha=8.0" in message
         and "this run has lora_rank=4" in message
@@ -305,13 +307,13 @@ def test_a_checkpoint_of_other_adapters_another_base_or_full_fine_tuning_is_refu
     base = ours["lora"]["base"]
     moved = {**ours, "lora": {**ours["lora"], "base": {**base, "init_from": "/elsewhere/llama"}}}
     assert (
-        checkpoint.shape_mismatch(marker(tmp_path / "moved", moved), ours) is None
+        checkpoint_folder.shape_mismatch(marker(tmp_path / "moved", moved), ours) is None
     )  # the same files elsewhere
     changed = {**ours, "lora": {**ours["lora"], "base": {**base, "sha256": "0" * 64}}}
-    message = checkpoint.shape_mismatch(marker(tmp_path / "changed", changed), ours)
+    message = checkpoint_folder.shape_mismatch(marker(tmp_path / "changed", changed), ours)
     assert "another frozen base (init_from=" in message and "sampled SHA-256 0000000000000000" in message
     other_base = {**ours, "lora": {**ours["lora"], "base": {"seed": 1234}}}
-    message = checkpoint.shape_mismatch(marker(tmp_path / "base", other_base), ours)
+    message = checkpoint_folder.shape_mismatch(marker(tmp_path / "base", other_base), ours)
     assert (
         "trained on another frozen base (a generated base of seed=1234) than this run's (init_from="
         in message
@@ -430,13 +432,13 @@ def test_a_lora_checkpoint_holds_only_adapters_and_a_sigterm_then_resume_is_bit_
     first = run_until_sigterm({**cfg, "activation_checkpointing": "full"}, after_step_seen=3)
     assert "stopping at step" in first, first
     stopped_at = max(step_lines(first))
-    ((step, folder),) = checkpoint.complete_checkpoints(cfg["checkpoint_dir"])
+    ((step, folder),) = checkpoint_folder.complete_checkpoints(cfg["checkpoint_dir"])
     assert step == stopped_at < 8
     saved = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
     model_keys = {k.removeprefix("model.") for k in saved if k.startswith("model.")}
     assert model_keys and all(lora.is_adapter(k) for k in model_keys), sorted(model_keys)[:5]
     assert len(model_keys) == 2 * 5 * 2  # 5 projections x 2 layers, A and B
-    identity = json.loads((folder / checkpoint.MARKER).read_text())["model_shape"]["lora"]
+    identity = json.loads((folder / names.MARKER).read_text())["model_shape"]["lora"]
     assert identity["base"] == {"init_from": str(source), "sha256": lora.fingerprint(source)}
     second = run_trainer({**cfg, "activation_checkpointing": "selective"})
     assert f"at step {stopped_at}" in second

@@ -233,12 +233,12 @@ def test_the_ipo_and_length_normalised_losses_agree_with_trl_for_five_steps(llam
 def initial_adapter(root: Path, env, **lora: str) -> Path:
     """Our LoRA model at step 0 (``loop.build``: the adapters as the trainer initializes them), saved and exported
     as a peft folder (``export_peft``), for TRL to start from the same values."""
-    from training.trainer.checkpoint import checkpoint, export_peft
+    from training.trainer.checkpoint import export_peft, model_file
 
     cfg = config.config_from_mapping(settings(root, "lora_start", **lora))
     plan = precision.plan(cfg.precision, cfg.fp8_recipe, cfg.quantized_model_init)
     net = loop.build(cfg, env, plan, packed=False)
-    saved = checkpoint.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank)
+    saved = model_file.save_model(net, cfg.model_dir, 0, cfg.as_dict(), env.rank)
     assert saved is not None
     export_peft.export(saved, root / "lora_start" / "adapter")
     return root / "lora_start" / "adapter"

@@ -2,7 +2,7 @@
 ``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Gemma3ForCausalLM``):
 ``python -m training.trainer.checkpoint.export_hf MODEL_DIR OUT_DIR``.
 
-Reads ``model.pt`` (``checkpoint.save_model``: ``{"config", "step", "state_dict", "data"}``) and writes into
+Reads ``model.pt`` (``model_file.save_model``: ``{"config", "step", "state_dict", "data"}``) and writes into
 ``OUT_DIR`` (which must not exist, or be empty; nothing is overwritten):
 
 * ``config.json``: the family's config (``training.models.<family>``: sizes, heads, ``num_key_value_heads``,
@@ -529,7 +529,7 @@ def export_after_training(model_file: Path, cfg) -> str:
 
 def export_folder(model_file: Path, prefix: str = HF_DIR) -> Path:
     """Where ``model_file``'s export goes: ``hf/`` beside ``model.pt``, ``hf_step_XXXXXXXX/`` beside
-    ``model_step_XXXXXXXX.pt`` (the model file of a run that continued a finished one: ``checkpoint.save_model``).
+    ``model_step_XXXXXXXX.pt`` (the model file of a run that continued a finished one: ``model_file.save_model``).
     ``prefix``: the export's kind (``export_peft.PEFT_DIR``: a LoRA run's adapter folder)."""
     return model_file.parent / (prefix + model_file.stem.removeprefix("model"))
 

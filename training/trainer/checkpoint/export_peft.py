@@ -1,6 +1,6 @@
 """A LoRA run's adapter as a peft folder: ``python -m training.trainer.checkpoint.export_peft MODEL_DIR OUT_DIR``.
 
-Reads ``model.pt`` (``checkpoint.save_model``: every rank's shard of every tensor gathered, so every row of every
+Reads ``model.pt`` (``model_file.save_model``: every rank's shard of every tensor gathered, so every row of every
 adapter) of a run with ``lora_rank`` > 0 and writes into ``OUT_DIR`` (new or empty; nothing is overwritten):
 
 * ``adapter_config.json``: peft's own ``LoraConfig`` (``task_type`` CAUSAL_LM, ``r``, ``lora_alpha``,

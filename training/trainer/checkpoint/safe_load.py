@@ -7,7 +7,7 @@ A pickle can name any importable function and call it while it is read, so a fil
 values) or, for DCP's ``.metadata`` (a plain ``pickle.dump`` of its ``Metadata``), by an unpickler that resolves
 only the classes DCP's metadata is made of. What this trainer writes needs nothing more: its trainer state holds
 tensors (the RNG state), numbers, strings and containers; ``model.pt`` tensors (Transformer Engine's quantized
-weights written as their values: ``checkpoint.save_model``), numbers, strings, bytes and containers; DCP's byte
+weights written as their values: ``model_file.save_model``), numbers, strings, bytes and containers; DCP's byte
 values are the optimizer's hyperparameters. So nothing is added to torch's allow-list
 (``torch.serialization.add_safe_globals``). A file that holds more is refused with one line naming it
 (``UnsafeFileError``), and nothing in it runs.
@@ -40,7 +40,7 @@ class UnsafeFileError(pickle.UnpicklingError):
             f"{path} was not loaded: it holds more than tensors and plain values ({refused}): changed, or not "
             "written by this trainer; nothing in it was run"
         )
-        self.path, self.refused = Path(path), refused
+        self.path, self.refused = path, refused  # a path, or an S3 URI (which Path would turn into s3:/)
 
     def __reduce__(self) -> tuple:  # DCP gathers a rank's exception to every rank (pickled)
         return (type(self), (self.path, self.refused))
@@ -114,9 +114,10 @@ class _MetadataUnpickler(pickle.Unpickler):
         return found
 
 
-class Reader(FileSystemReader):
-    """DCP's folder reader, its ``.metadata`` unpickled by ``_MetadataUnpickler`` (DCP's own reader calls
-    ``pickle.load``)."""
+class SafeMetadata:
+    """A mixin for a subclass of DCP's ``FileSystemReader`` (the folder's ``Reader`` here, the S3 connector's
+    ``S3StorageReader`` in ``s3_dcp``, which inherits DCP's ``read_metadata``): its ``.metadata`` unpickled by
+    ``_MetadataUnpickler`` (DCP's own reader calls ``pickle.load``)."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
@@ -133,19 +134,25 @@ class Reader(FileSystemReader):
         return metadata
 
 
+class Reader(SafeMetadata, FileSystemReader):
+    """DCP's folder reader, its ``.metadata`` read by ``SafeMetadata``."""
+
+
 class Planner(DefaultLoadPlanner):
-    """DCP's default load planner for the checkpoint ``folder``, its byte values (what is not a tensor) read
-    weights-only (DCP's own planner reads them with ``weights_only=False``); a refusal names the file the value
-    was stored in."""
+    """DCP's default load planner for the checkpoint ``folder`` (a path, or an S3 prefix's URI), its byte values
+    (what is not a tensor) read weights-only (DCP's own planner reads them with ``weights_only=False``); a refusal
+    names the file the value was stored in."""
 
     def __init__(self, folder: str | Path, **kwargs: Any):
         super().__init__(**kwargs)
-        self.folder = Path(folder)
+        self.folder = folder
 
     def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
         fqn = read_item.dest_index.fqn
         stored = self.metadata.storage_data.get(read_item.storage_index) if self.metadata else None
-        where = self.folder / stored.relative_path if stored is not None else self.folder
+        where = (
+            f"{str(self.folder).rstrip('/')}/{stored.relative_path}" if stored is not None else self.folder
+        )
         loaded = load(value, name=f"{where} (its value {fqn})")
         if self.flatten_state_dict:
             # as DCP's planner does (the same function in 2.9 and 2.13)
