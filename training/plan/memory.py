@@ -65,6 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from training.contract import hardware, shapes
+from training.models.config import ModelConfig
 from training.plan.memory_attention import (
     document_mask_bytes,
     family_saved_bytes,
@@ -96,7 +97,9 @@ from training.plan.memory_terms import (
 class Setup:
     """What the estimate needs from a request (its merged, parsed settings)."""
 
-    shape: shapes.ModelShape
+    shape: shapes.ModelShape | ModelConfig
+    """The model's dimensions: a Llama-style ``ModelShape``, or another family's ``ModelConfig`` (the same names,
+    with its own ``head_dim`` and query width), as ``settings_parse.model_shape`` gives them."""
     precision: str
     quantized_model_init: bool
     batch_size: int

@@ -142,6 +142,11 @@ class FileDigest(str):
     """The SHA-256 (hex) of a file the check only hashes, read in chunks (``sft_data.sha256`` returns it as is)."""
 
 
+FileContent = bytes | FileDigest
+"""What the check holds of a file it read: its bytes, or its :class:`FileDigest` when it is one of ``HASHED_FILES``
+(``Reads.folder_files``)."""
+
+
 def object_sha256(s3: Any, bucket: str, key: str) -> FileDigest:
     """The SHA-256 of an object of at most ``MAX_HASHED_BYTES``, read in ``CHUNK_BYTES`` chunks."""
     got = s3.get_object(Bucket=bucket, Key=key)

@@ -138,7 +138,7 @@ class Reads:
 
     def folder_files(
         self, uri: str, names: Sequence[str], copy: Path | None, listing: Mapping[str, int] | None = None
-    ) -> dict[str, bytes]:
+    ) -> dict[str, read_limits.FileContent]:
         """The objects named ``names`` directly in the folder ``uri`` that exist (name -> content), from its local
         ``copy`` or S3 (its ``listing``, :meth:`folder_listing` when not given, then one ``GetObject`` per name
         found: only what exists is read, so a missing object is never mistaken for a refused one). One larger than

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeGuard
 
 from training.contract.token_data import TOKEN_DTYPES
 from training.request import read_limits
@@ -68,20 +68,20 @@ def model_template(files: Mapping[str, bytes], where: str = "the model folder") 
     """The chat template a model folder's files give transformers, and the file it came from; None without one.
     ``files``: file name -> content, for the names in ``TEMPLATE_FILES`` that exist. A ``chat_template.jinja``
     that is not UTF-8 is a :class:`TemplateError` naming it in ``where`` (transformers reads it as UTF-8)."""
-    if files.get("chat_template.jinja"):
-        raw = files["chat_template.jinja"]
+    jinja = files.get("chat_template.jinja")
+    if jinja:
         try:
-            return raw.decode("utf-8"), "chat_template.jinja"
+            return jinja.decode("utf-8"), "chat_template.jinja"
         except UnicodeDecodeError as err:
             raise TemplateError(
                 f"{joined(where, 'chat_template.jinja')} is not UTF-8 text (byte {err.start}: "
-                f"{raw[err.start : err.start + 4]!r}); transformers reads a template as UTF-8: save it as UTF-8"
+                f"{jinja[err.start : err.start + 4]!r}); transformers reads a template as UTF-8: save it as UTF-8"
             ) from None
-    raw = files.get("tokenizer_config.json")
-    if raw is None:
+    config = files.get("tokenizer_config.json")
+    if config is None:
         return None
     try:
-        template = json.loads(raw).get("chat_template")
+        template = json.loads(config).get("chat_template")
     except (ValueError, AttributeError, RecursionError):
         return None
     if isinstance(template, list):  # named templates: apply_chat_template uses "default"
@@ -92,17 +92,22 @@ def model_template(files: Mapping[str, bytes], where: str = "the model folder") 
 
 
 def check_against_model(
-    meta: Mapping[str, Any], files: Mapping[str, bytes], config: Mapping[str, Any] | None, where: str
+    meta: Mapping[str, Any],
+    files: Mapping[str, read_limits.FileContent],
+    config: Mapping[str, Any] | None,
+    where: str,
 ) -> list[str]:
     """What does not match between conversation data's ``meta`` and a model folder (``files``: its
-    ``TEMPLATE_FILES`` and ``tokenizer.json`` that exist, by name; ``config``: its config.json, or None), each a
-    sentence naming ``where`` (the folder) and what to do; empty when they match or the data is not conversations."""
+    ``TEMPLATE_FILES`` and ``tokenizer.json`` that exist, by name, each its bytes or, for a file only hashed, its
+    ``read_limits.FileDigest``; ``config``: its config.json, or None), each a sentence naming ``where`` (the
+    folder) and what to do; empty when they match or the data is not conversations."""
     if meta.get("kind") not in TEMPLATE_KINDS:
         return []
     problems = []
     recorded = meta.get("chat_template") or {}
+    templates = {name: raw for name in TEMPLATE_FILES if isinstance(raw := files.get(name), bytes)}
     try:
-        found = model_template(files, where)
+        found = model_template(templates, where)
     except TemplateError as err:
         return [str(err)]
     if found is None:
@@ -257,7 +262,8 @@ MAX_TEXT_CHARS = 1024
 """The most characters a text of ``metadata.json`` that the request shows (``truncation.too_long``) may take."""
 
 
-def _is_count(value: Any, least: int = 0) -> bool:
+def _is_count(value: Any, least: int = 0) -> TypeGuard[int]:
+    """An integer (not a bool) of at least ``least``."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
