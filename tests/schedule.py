@@ -22,7 +22,7 @@ SECONDS = {
     # in that run and keep an earlier run's figure
     "tests/docs/test_runs.py::test_every_command_of_the_first_run": 323,  # 127 of 194 s at load 4
     "tests/docs/test_runs.py::test_an_opening_run_apart_runs_as_printed": 170,  # 67 of 194 s
-    "tests/docs/test_open_weights_first_runs.py::test_each_familys_first_run": 280,
+    "tests/docs/test_open_weights_first_runs.py::test_each_familys_first_run": 56,  # 5 of 280 s, one unit
     "tests/training/distributed/test_compile_cache.py::test_a_half_written_precompiled_header": 176,
     "tests/training/test_fine_tuning.py::test_trained_locally_as_the_page_shows": 152,
     "tests/training/test_fine_tuning.py::test_through_train_sh_under_the_sagemaker_toolkit": 120,  # earlier
