@@ -26,7 +26,7 @@ SECONDS = {
     "tests/training/distributed/test_compile_cache.py::test_a_half_written_precompiled_header": 176,
     "tests/training/test_fine_tuning.py::test_trained_locally_as_the_page_shows": 152,
     "tests/training/test_fine_tuning.py::test_through_train_sh_under_the_sagemaker_toolkit": 120,  # earlier
-    "tests/tune/test_tune_toolkit.py::test_a_tuning_job_under_the_toolkit_ranks_its_trials": 151,
+    "tests/tune/test_tune_toolkit.py::test_a_tuning_job_under_the_toolkit_ranks_its_trials": 183,  # load 5, its own timeout
     "tests/training/test_stops.py::test_a_bad_token_id_in_packed_conversations": 122,
     "tests/training/test_stops.py::test_a_bad_token_id_past_the_checks_sample": 113,
     "tests/training/test_stops.py::test_a_run_that_diverges": 109,
