@@ -357,10 +357,11 @@ class Runner:
                 return False
         return True
 
-    def every_aws_command(self, pages: list[Page]) -> None:
-        """Every page's ``blackwell-training`` commands that need AWS and were not run above, each run by the CLI's
-        own entry point in one Python process (a command of shell syntax, ``$VAR`` or ``$(...)``, is left out)."""
-        checked = {(c.page, c.line) for c in self.outcome.aws_checked}
+    def every_aws_command(self, pages: list[Page], elsewhere: set[tuple[str, int]] = frozenset()) -> None:
+        """Every page's ``blackwell-training`` commands that need AWS and were not run above (nor are in
+        ``elsewhere``: the parts another test runs), each run by the CLI's own entry point in one Python process (a
+        command of shell syntax, ``$VAR`` or ``$(...)``, is left out)."""
+        checked = {(c.page, c.line) for c in self.outcome.aws_checked} | elsewhere
         todo = []
         for page in pages:
             for block in page.blocks:
@@ -403,9 +404,22 @@ def _saves(block: Block) -> str | None:
     return next((f.removeprefix("save=") for f in block.flags if f.startswith("save=")), None)
 
 
-def run_pages(pages: list[Page], root: Path, scratch: Path) -> Outcome:
+def part_lines(page: Page, blocks: list[Block]) -> set[tuple[str, int]]:
+    """(page, line) of every command line of a part's shell blocks."""
+    return {
+        (page.name, block.line + 1 + offset)
+        for block in blocks
+        if block.language in SHELL_LANGUAGES - {"console"}
+        for offset, _ in _logical_lines(block.text)
+    }
+
+
+def run_pages(
+    pages: list[Page], root: Path, scratch: Path, *, only: tuple[str, ...] = (), apart: tuple[str, ...] = ()
+) -> Outcome:
     """Copy ``root`` (a checkout) into ``scratch``, run the pages there, check every page's AWS commands, check
-    that nothing tracked changed."""
+    that nothing tracked changed. ``only``: run these pages' parts alone (no other page's AWS commands); ``apart``:
+    leave these pages' parts out, to a run of their own (``only``), their AWS commands with them."""
     copy = scratch / "checkout"
     copy.mkdir(parents=True)
     tracked = copy_checkout(root, copy)
@@ -413,9 +427,14 @@ def run_pages(pages: list[Page], root: Path, scratch: Path) -> Outcome:
     present = set(files_in(copy))
     runner = Runner(copy, scratch)
     copied = [Page.read(copy / p.name, p.name) for p in pages]
+    elsewhere: set[tuple[str, int]] = set()  # the apart parts' lines: their own run checks their AWS commands
     for page, start, blocks in to_run(copied):
-        runner.page(page, start, blocks)
-    runner.every_aws_command(copied)
+        if page.name in apart:
+            elsewhere |= part_lines(page, blocks)
+        elif not only or page.name in only:
+            runner.page(page, start, blocks)
+    if not only:
+        runner.every_aws_command(copied, elsewhere)
     changed = [name for name, value in digest(copy, tracked).items() if before.get(name) != value]
     changed += [name for name in before if not (copy / name).exists()]
     if changed:

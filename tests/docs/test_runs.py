@@ -12,10 +12,16 @@ import pytest
 from tests.docs import runs
 from tests.docs.pages import ROOT, Page
 
+APART = ("docs/evaluation.md",)
+"""Openings run by a test of their own, in a copy of their own, so that pytest-xdist's two workers share the pages
+(docs/evaluation.md's: 64 of the pages' 170 s on the 2-core development machine, README.md's first run another 64
+s): each makes and uses only files of its own (in a fresh copy any use of another page's would fail), and no other
+page reads them (the pages below run without them)."""
+
 
 @pytest.mark.slow
 def test_every_command_of_the_first_run_and_of_each_opening_runs_as_printed(pages, tmp_path):
-    outcome = runs.run_pages(pages, ROOT, tmp_path)
+    outcome = runs.run_pages(pages, ROOT, tmp_path, apart=APART)
     print(outcome.summary())
     for command in outcome.commands:
         if command.kind != "run":
@@ -27,8 +33,19 @@ def test_every_command_of_the_first_run_and_of_each_opening_runs_as_printed(page
     assert len(outcome.aws_checked) >= 25  # every page's, not only the openings'
     assert {c.text.split()[0] for c in outcome.commands if c.kind == "suite"} <= {"make", ".venv/bin/python"}
     ran = {c.page for c in outcome.commands if c.kind == "run"}
-    assert {"README.md", "docs/evaluation.md", "docs/trainer.md", "docs/exit-status.md", "docs/plan.md",
-            "docs/using-the-model.md", "docs/tuning.md", "docs/performance.md"} <= ran  # fmt: skip
+    assert {"README.md", "docs/trainer.md", "docs/exit-status.md", "docs/plan.md", "docs/using-the-model.md",
+            "docs/tuning.md", "docs/performance.md"} <= ran  # fmt: skip
+    assert not ran & set(APART)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", APART)
+def test_an_opening_run_apart_runs_as_printed_in_a_copy_of_its_own(pages, name, tmp_path):
+    outcome = runs.run_pages(pages, ROOT, tmp_path, only=(name,))
+    print(outcome.summary())
+    assert not outcome.failures, f"{name}'s commands do not run as printed:\n" + "\n".join(outcome.failures)
+    assert {c.page for c in outcome.commands} == {name} and outcome.count("run") >= 8
+    assert outcome.count("aws") == len(outcome.aws_checked)  # its own AWS commands, checked in its run
 
 
 def test_the_openings_run_elsewhere_are_run_there():

@@ -215,6 +215,18 @@ def test_trial_lists_refuse_settings_a_trial_may_not_change():
         contract_tuning.parse_trials("")
 
 
+def test_a_trial_may_carry_its_own_timeout_within_the_jobs_bounds():
+    trials = contract_tuning.parse_trials("batch_size=2,timeout_seconds=30;batch_size=8")
+    assert trials == [{"batch_size": 2, "timeout_seconds": 30}, {"batch_size": 8}]
+    assert contract_tuning.trial_overrides(trials[0]) == {"batch_size": 2}
+    assert contract_tuning.parse_trials(contract_tuning.format_trials(trials)) == trials
+    for bad in ("2", "1.5", "forever", "100000"):
+        with pytest.raises(
+            settings_table.ContractError, match=r"tune_trials: trial 1: timeout_seconds must be .*5.*86400"
+        ):
+            contract_tuning.parse_trials(f"timeout_seconds={bad},batch_size=2")
+
+
 def test_a_candidate_keeps_the_requests_tokens_per_optimizer_step_by_accumulation():
     base = {**BASE, "batch_size": 8, "hyperparameters": {"grad_accum_steps": 2}}  # 16 sequences per step
     found = tuning.candidates(*inputs.parse_request(base), {"batch_size": (1, 4, 16, 32)})

@@ -13,7 +13,7 @@ from tests.training.runner import ROOT, env
 from training.contract import container, settings_parse, settings_table
 from training.tune import driver, stability
 
-ARGS = ["--tune_trials", "batch_size=4,activation_checkpointing=true;batch_size=8,probe=true", "--precision", "bf16",
+ARGS = ["--tune_trials", "batch_size=4,activation_checkpointing=true;batch_size=8,probe=true,timeout_seconds=60", "--precision", "bf16",
         "--max_steps", "500", "--tune_cv_target", "0.05", "--tune-window-steps", "6", "--deterministic", "true"]  # fmt: skip
 
 
@@ -21,7 +21,7 @@ def test_the_arguments_split_into_tune_options_base_settings_and_trials():
     job = driver.parse_args(ARGS)
     assert job.trials == [
         {"batch_size": 4, "activation_checkpointing": "full"},  # the trainer's name for true
-        {"batch_size": 8, "probe": True},
+        {"batch_size": 8, "probe": True, "timeout_seconds": 60},  # its own limit, in place of the job's
     ]
     assert job.options["tune_cv_target"] == 0.05 and job.options["tune_window_steps"] == 6
     assert job.options["tune_trial_timeout_seconds"] == 900  # the contract's default
@@ -49,7 +49,8 @@ def test_bad_settings_are_refused_naming_the_field(args, field):
 def test_a_trial_runs_the_base_with_its_own_settings_and_the_trials_mechanics(tmp_path, monkeypatch):
     job = driver.parse_args(ARGS)
     settings = driver.trial_settings(job, job.trials[1], tmp_path, steps=33, warmup=3, save=True)
-    assert settings["batch_size"] == "8" and "probe" not in settings and settings["precision"] == "bf16"
+    assert settings["batch_size"] == "8" and settings["precision"] == "bf16"
+    assert "probe" not in settings and "timeout_seconds" not in settings
     assert (settings["max_steps"], settings["throughput_warmup_steps"], settings["log_interval"]) == (
         "33",
         "3",

@@ -51,6 +51,12 @@ TUNE_REQUEST_FILE = "winning_request.json"
 TRIAL_PROBE = "probe"
 """``probe=true`` in a trial: the plan predicts it does not fit (just past the memory edge); it is run to test that
 edge, and never chosen as the winner unless it ran ``ok``."""
+TRIAL_TIMEOUT = "timeout_seconds"
+"""``timeout_seconds=N`` in a trial: that trial's own hard limit, in place of the job's
+``tune_trial_timeout_seconds`` (same bounds): a longer one for a trial known to start slowly, a shorter one for a
+trial that risks a hang, so that it does not hold the job for the common limit."""
+TRIAL_MARKS = (TRIAL_PROBE, TRIAL_TIMEOUT)
+"""The keys of a trial that are about running it, not trainer settings."""
 
 TUNE_HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(TUNE_TRIALS, "str", None, "The ordered trials: settings=values, separated by ';'."),
@@ -144,19 +150,36 @@ def parse_trials(text: str) -> list[dict[str, Any]]:
         for item in filter(None, part.split(",")):
             key, sep, value = item.partition("=")
             name = normalize_name(key)
-            if not sep or (name not in allowed and name != TRIAL_PROBE):
+            if not sep or (name not in allowed and name not in TRIAL_MARKS):
                 raise ContractError(
                     TUNE_TRIALS,
-                    f"trial {number}: {item!r} is not setting=value of one of {', '.join((*allowed, TRIAL_PROBE))}",
+                    f"trial {number}: {item!r} is not setting=value of one of {', '.join((*allowed, *TRIAL_MARKS))}",
                 )
             if name == TRIAL_PROBE:
                 trial[name] = _parse_bool(value)
+            elif name == TRIAL_TIMEOUT:
+                trial[name] = _parse_trial_timeout(number, value)
             else:
                 trial[name] = HYPERPARAMETERS_BY_NAME[name].parse(value)
         if not trial:
             raise ContractError(TUNE_TRIALS, f"trial {number} is empty")
         trials.append(trial)
     return trials
+
+
+def _parse_trial_timeout(number: int, value: str) -> int:
+    rule = TUNE_HYPERPARAMETERS_BY_NAME["tune_trial_timeout_seconds"]
+    try:
+        return rule.parse(value)
+    except ContractError:
+        raise ContractError(
+            TUNE_TRIALS, f"trial {number}: {TRIAL_TIMEOUT} must be {rule.allowed()}; got {value!r}"
+        ) from None
+
+
+def trial_overrides(trial: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's trainer settings: the trial without its :data:`TRIAL_MARKS`."""
+    return {k: v for k, v in trial.items() if k not in TRIAL_MARKS}
 
 
 MEASUREMENT_KEY_SETTINGS: tuple[str, ...] = (

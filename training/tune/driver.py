@@ -125,7 +125,7 @@ def trial_settings(job: Job, overrides: Mapping[str, Any], folder: Path, *, step
     per line, its one checkpoint save at the end unless it stops early and saves then, its own folders)."""
     settings = dict(job.base)
     settings.update(
-        {k: settings_parse.format_setting(v) for k, v in overrides.items() if k != tuning.TRIAL_PROBE}
+        {k: settings_parse.format_setting(v) for k, v in tuning.trial_overrides(overrides).items()}
     )
     settings.update(
         max_steps=str(steps),
@@ -161,10 +161,13 @@ def run_trial(job: Job, index: int, overrides: Mapping[str, Any], logs: Path, *,
     """Run one trial (or, with ``convergence``, one fixed-length convergence run) and classify it. ``save``
     False leaves out a trial's one checkpoint save (a measurement that only times steps: the GPU report)."""
     options = job.options
-    result = TrialResult(index, {k: v for k, v in overrides.items() if k != tuning.TRIAL_PROBE},
-                         probe=bool(overrides.get(tuning.TRIAL_PROBE)))  # fmt: skip
+    result = TrialResult(
+        index, tuning.trial_overrides(overrides), probe=bool(overrides.get(tuning.TRIAL_PROBE))
+    )
     timeout = float(
-        options["tune_convergence_timeout_seconds" if convergence else "tune_trial_timeout_seconds"]
+        options["tune_convergence_timeout_seconds"]
+        if convergence
+        else overrides.get(tuning.TRIAL_TIMEOUT, options["tune_trial_timeout_seconds"])
     )
     if job.deadline is not None:
         left = job.deadline - time.monotonic()

@@ -218,7 +218,7 @@ def tokens_per_step_notes(
 
 def describe(settings: Mapping[str, Any]) -> str:
     return " ".join(
-        f"{k}={settings_parse.format_setting(v)}" for k, v in settings.items() if k != tuning.TRIAL_PROBE
+        f"{k}={settings_parse.format_setting(v)}" for k, v in tuning.trial_overrides(settings).items()
     )
 
 

@@ -92,7 +92,8 @@ def run_trials(job: Job, logs: Path, gpu_memory_gb: float | None) -> list[TrialR
     results = []
     for index, trial in enumerate(job.trials, start=1):
         probe = " (probe past the predicted memory edge)" if trial.get(tuning.TRIAL_PROBE) else ""
-        say(f"trial {index}/{len(job.trials)}: {report.describe(trial)}{probe}")
+        own = f" (its own timeout: {trial[tuning.TRIAL_TIMEOUT]} s)" if tuning.TRIAL_TIMEOUT in trial else ""
+        say(f"trial {index}/{len(job.trials)}: {report.describe(trial)}{probe}{own}")
         result = run_trial(job, index, trial, logs, gpu_memory_gb=gpu_memory_gb)
         results.append(result)
         say(said(result))
