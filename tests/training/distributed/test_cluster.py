@@ -5,7 +5,9 @@ across layouts. Fast: no torchrun (the two-agent runs are tests/training/test_mu
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import threading
 from pathlib import Path
 
@@ -129,29 +131,128 @@ def test_the_launcher_adds_node_options_unless_given_and_on_one_host_runs_standa
     assert len(errors) == 1 and errors[0].startswith("error: host localhost did not join at 127.0.0.1:")
 
 
-def test_stale_variables_are_reported_never_set(tmp_path):
+def test_every_stale_variable_is_warned_about_and_left_as_the_docs_say():
     hosts = cluster.Hosts(("algo-1", "algo-2"), "algo-1")
-    lines = cluster.network_report(
-        hosts, {"NCCL_PROTO": "simple", "RDMAV_FORK_SAFE": "1", "RDMAV_HUGEPAGES_SAFE": "1"}
-    )
+    stale = {
+        **{name: "1" for name in cluster.STALE_VARIABLES},
+        "NCCL_PROTO": "simple",
+        "RDMAV_HUGEPAGES_SAFE": "1",
+    }
+    environ = {**stale, "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_DEBUG": "INFO"}  # advised or harmless: no word
+    lines = cluster.network_report(hosts, environ)
     assert lines[0].startswith("network: NCCL ") and "EFA devices: none" in lines[0]
-    assert any(
-        line.startswith("warning: NCCL_PROTO=simple is set") and "aws-ofi-nccl 1.5" in line for line in lines
+    warned = {line.split()[1].split("=")[0] for line in lines if line.startswith("warning: ")}
+    assert warned == set(stale) and len(lines) == 1 + len(stale)
+    assert (
+        "warning: NCCL_PROTO=simple is set in the environment: only for aws-ofi-nccl 1.5 and older"
+        in lines[1 + sorted(stale).index("NCCL_PROTO")]
     )
-    assert any(line.startswith("warning: RDMAV_FORK_SAFE=1 is set") for line in lines)
-    assert any("RDMAV_HUGEPAGES_SAFE set" in line for line in lines)
-    assert not any(
-        line.startswith("warning") for line in cluster.network_report(hosts, {})
-    )  # no GPU: no EFA warning
+    assert all(line.endswith("; left as set") for line in lines[1:])
+    assert environ == {**stale, "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_DEBUG": "INFO"}  # nothing cleaned
+    # no GPU: no EFA warning either
+    assert not any(line.startswith("warning") for line in cluster.network_report(hosts, {}))
+    # the page lists every variable the code warns of
+    page = (Path(__file__).resolve().parents[3] / "docs" / "multi-node.md").read_text()
+    assert all(f"`{name}" in page for name in cluster.STALE_VARIABLES)
 
 
-def test_efa_devices_are_the_rdma_devices_whose_driver_is_efa(tmp_path):
-    for name, driver in (("rdmap16s27", "efa"), ("rdmap32s27", "efa"), ("mlx5_0", "mlx5_core")):
-        (tmp_path / "drivers" / driver).mkdir(parents=True, exist_ok=True)
-        (tmp_path / "class" / name / "device").mkdir(parents=True)
-        (tmp_path / "class" / name / "device" / "driver").symlink_to(tmp_path / "drivers" / driver)
-    assert cluster.efa_devices(tmp_path / "class") == ["rdmap16s27", "rdmap32s27"]
-    assert cluster.efa_devices(tmp_path / "none") == []
+@pytest.mark.parametrize(
+    ("preset", "warned"),
+    [("eth0", False), ("eth", False), ("=eth0", False), ("^lo,docker", False), ("eth9", True), ("=eth", True),
+     ("^eth", True), ("^=eth0", True), ("lo,docker0", True)],
+)  # fmt: skip
+def test_a_preset_socket_interface_is_kept_with_a_warning_when_it_misses_sagemakers(preset, warned):
+    hosts = cluster.Hosts(("algo-1", "algo-2"), "algo-1", interface="eth0")
+    assert cluster.socket_interface(hosts, {}) == (
+        "eth0", "NCCL_SOCKET_IFNAME=eth0 (resourceconfig.json's network interface)"
+    )  # fmt: skip
+    value, line = cluster.socket_interface(hosts, {"NCCL_SOCKET_IFNAME": preset})
+    assert value is None  # never overridden
+    assert (line is not None) == warned
+    if warned:
+        assert line == (
+            f"warning: NCCL_SOCKET_IFNAME={preset} is set in the environment and does not select resourceconfig.json's "
+            "network interface eth0: NCCL's bootstrap and socket traffic between hosts use what it names; left as set"
+        )
+    assert cluster.socket_interface(cluster.Hosts(("algo-1",), "algo-1", interface="eth0"), {}) == (
+        None,
+        None,
+    )
+
+
+class _Pipe(io.RawIOBase):
+    """One pipe both streams write into, as the toolkit reads a child's stdout and stderr."""
+
+    def __init__(self, chunks: list[bytes]):
+        self.chunks = chunks
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
+def test_the_launchers_lines_come_before_its_error_when_both_streams_are_a_pipe(tmp_path, monkeypatch):
+    chunks: list[bytes] = []
+    # Python's streams on a pipe: stdout block-buffered, stderr line-buffered
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(_Pipe(chunks))))
+    monkeypatch.setattr(
+        sys, "stderr", io.TextIOWrapper(io.BufferedWriter(_Pipe(chunks)), line_buffering=True)
+    )
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    write_config(tmp_path, ["127.0.0.1", "localhost"], "127.0.0.1", network_interface_name="lo")
+    monkeypatch.setenv("HOST_JOIN_TIMEOUT", "0.3")
+    monkeypatch.setenv("MASTER_PORT", str(free_ports()))
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    assert launch.main(["--nproc-per-node=1", "-m", "training.trainer"]) == 1
+    sys.stdout.flush()
+    text = b"".join(chunks).decode()
+    lines = [
+        line for line in text.splitlines() if "NCCL_SOCKET_IFNAME=lo" in line or line.startswith("error:")
+    ]
+    assert (
+        len(lines) == 2
+        and lines[0] == "train.sh: NCCL_SOCKET_IFNAME=lo (resourceconfig.json's network interface)"
+    )
+
+
+def test_a_current_host_missing_from_the_host_list_is_named_once_and_becomes_the_failure_reason(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    # a SageMaker job, as the toolkit runs train.sh
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    path = write_config(tmp_path, ["algo-1", "algo-2"], "algo-3")
+    assert cluster.main(["--count"]) == 2
+    line = f"{path}: current_host 'algo-3' is not one of its hosts ['algo-1', 'algo-2']"
+    assert capsys.readouterr().err == f"error: {line}\n"
+    assert (tmp_path / "output" / "failure").read_text() == line + "\n"
+    path.write_text("{not json")
+    (tmp_path / "output" / "failure").unlink()
+    assert cluster.main(["--count"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: cannot be read as JSON: ") and err.count(str(path)) == 1
+
+
+def test_a_join_timeout_that_is_no_bound_is_refused_naming_the_variable(tmp_path, monkeypatch, capsys):
+    allowed = "HOST_JOIN_TIMEOUT must be a number of seconds above 0 and at most 86400 (default 600)"
+    for value in ("abc", "nan", "inf", "0", "-5", "86401"):
+        with pytest.raises(cluster.SettingError) as refused:
+            cluster.join_timeout({"HOST_JOIN_TIMEOUT": value})
+        assert str(refused.value) == f"{allowed}; got {value!r}"
+    assert cluster.join_timeout({"HOST_JOIN_TIMEOUT": "2.5"}) == 2.5 and cluster.join_timeout({}) == 600
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    write_config(tmp_path, ["127.0.0.1", "localhost"], "127.0.0.1")
+    monkeypatch.setenv("HOST_JOIN_TIMEOUT", "nan")
+    monkeypatch.setenv("MASTER_PORT", str(free_ports()))
+    assert launch.main(["--nproc-per-node=1", "-m", "training.trainer"]) == 2  # refused, before the roll call
+    assert capsys.readouterr().err == f"error: {allowed}; got 'nan'\n"
+    assert (tmp_path / "output" / "failure").read_text() == f"{allowed}; got 'nan'\n"
 
 
 def tiny(**settings) -> config.TrainConfig:
