@@ -10,9 +10,9 @@
 #   MASTER_PORT=29500               several hosts: torchrun's rendezvous port on the first host of SageMaker's
 #                                   resourceconfig.json (the roll call before it: this port + 1); one host runs
 #                                   torchrun --standalone (a free local port)
-#   HOST_JOIN_TIMEOUT=600           seconds a host waits for every host name to resolve and for every host to
-#                                   answer the roll call; then one error line names the host, exit 1 (above 0,
-#                                   at most 86400)
+#   HOST_JOIN_TIMEOUT=600           seconds a host waits for every host name to resolve, for every host to
+#                                   answer the roll call, and (each worker) for every host's workers to meet;
+#                                   then one error line names the host, exit 1 (above 0, at most 86400)
 #   train.sh --tune_trials ... ...  a tuning job: runs the tuning driver (python -m training.tune), which runs
 #                                   each trial as a fresh `train.sh` with TRAINER_MODULE=training.tune.trial
 #   TRAINER_MODULE                  what torchrun starts: training.trainer (default) or training.tune.trial

@@ -9,13 +9,15 @@ import io
 import json
 import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
 from tests.training.runner import TINY, free_ports
 from training.contract import settings_table
-from training.trainer import config
+from training.trainer import config, refusal
 from training.trainer.data import token_files
 from training.trainer.distributed import cluster, launch, parallel
 
@@ -253,6 +255,107 @@ def test_a_join_timeout_that_is_no_bound_is_refused_naming_the_variable(tmp_path
     assert launch.main(["--nproc-per-node=1", "-m", "training.trainer"]) == 2  # refused, before the roll call
     assert capsys.readouterr().err == f"error: {allowed}; got 'nan'\n"
     assert (tmp_path / "output" / "failure").read_text() == f"{allowed}; got 'nan'\n"
+
+
+def agent_store():
+    """A store as torchrun's agent on the first host holds it (the test's port)."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+
+
+def test_the_workers_meet_once_all_have_come_and_name_the_host_whose_workers_never_do():
+    server = agent_store()
+    hosts = {0: "127.0.0.1", 1: "127.0.0.1", 2: "localhost", 3: "localhost"}
+    errors: dict[int, str | None] = {}
+
+    def worker(rank: int, bound: float, attempt: str) -> None:
+        store = dist.TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False)
+        try:
+            cluster.workers_meet(store, cluster.Hosts(HOSTS, hosts[rank]), rank, 4, 2, bound, attempt)
+            errors[rank] = None
+        except cluster.JoinError as err:
+            errors[rank] = str(err)
+
+    def run(ranks, bound, attempt):
+        threads = [threading.Thread(target=worker, args=(rank, bound, attempt)) for rank in ranks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+
+    run(range(4), 30.0, "0")
+    assert errors == dict.fromkeys(range(4))
+    errors.clear()
+    run([0, 1], 0.5, "1")  # a restart's attempt: the first attempt's keys do not count
+    line = (
+        "host localhost (ranks 2-3) was lost after the roll call: its workers did not meet this host's within 0.5 s "
+        "(HOST_JOIN_TIMEOUT; this is 127.0.0.1)"
+    )
+    assert errors == {0: line, 1: line}
+
+
+HOSTS = ("127.0.0.1", "localhost")
+
+
+def init_in_thread(monkeypatch, tmp_path, rank: int, port: int) -> BaseException | None:
+    """``parallel.init_distributed`` as torchrun starts rank ``rank`` of 2 (one per host) in this process, in a
+    thread that may take at most 30 s (a guard: the bound is 1 s); what it raised."""
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    write_config(tmp_path, list(HOSTS), HOSTS[rank])
+    for name, value in {"RANK": rank, "LOCAL_RANK": 0, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 1, "MASTER_PORT": port,
+                        "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                        "HOST_JOIN_TIMEOUT": "1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, str(value))
+    raised: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            parallel.init_distributed()
+        except BaseException as err:  # noqa: BLE001 (the test looks at it)
+            raised.append(err)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "init_distributed still waits: the lost host was not bounded"
+    assert not dist.is_initialized()
+    return raised[0] if raised else None
+
+
+def test_a_host_lost_after_the_roll_call_is_named_by_the_other_within_the_bound(tmp_path, monkeypatch):
+    server = agent_store()  # the first host's agent; the second host's worker never comes
+    err = init_in_thread(monkeypatch, tmp_path, 0, server.port)
+    assert isinstance(err, cluster.JoinError) and str(err) == (
+        "host localhost (rank 1) was lost after the roll call: its workers did not meet this host's within 1 s "
+        "(HOST_JOIN_TIMEOUT; this is 127.0.0.1)"
+    )
+    # the first host gone: nothing holds the store
+    err = init_in_thread(monkeypatch, tmp_path, 1, free_ports())
+    assert isinstance(err, cluster.JoinError) and str(err).startswith(
+        "host 127.0.0.1 (rank 0) (the first host, whose torchrun agent holds the workers' store) was lost after "
+        "the roll call"
+    )
+
+
+def test_a_worker_that_finds_a_host_lost_says_it_once_as_the_jobs_failure(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    monkeypatch.setenv(refusal.FAILURE_MARKER_ENV, str(tmp_path / "failed"))
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    assert refusal.fail_before_group("host localhost (rank 1) was lost after the roll call") == refusal.FAILED
+    assert capsys.readouterr().err == "error: host localhost (rank 1) was lost after the roll call\n"
+    reason = (tmp_path / "output" / "failure").read_text()
+    assert reason == "host localhost (rank 1) was lost after the roll call\n"
+    assert refusal.refused(refusal.FAILURE_MARKER_ENV) is not None  # the launcher then adds nothing
+
+
+def test_efa_devices_are_the_rdma_devices_whose_driver_is_efa(tmp_path):
+    for name, driver in (("rdmap16s27", "efa"), ("rdmap32s27", "efa"), ("mlx5_0", "mlx5_core")):
+        (tmp_path / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "class" / name / "device").mkdir(parents=True)
+        (tmp_path / "class" / name / "device" / "driver").symlink_to(tmp_path / "drivers" / driver)
+    assert cluster.efa_devices(tmp_path / "class") == ["rdmap16s27", "rdmap32s27"]
+    assert cluster.efa_devices(tmp_path / "none") == []
 
 
 def tiny(**settings) -> config.TrainConfig:

@@ -2,8 +2,9 @@
 the instance type, the network interface), every host name resolving (retried within a bound, as host names of
 a starting cluster resolve late), a roll call at the first host that every host must answer within the bound (a
 host that never comes is named in one line), torchrun's node arguments (the first host is the master, node ranks
-in the file's order), and a report of the network stack this host has (NCCL, libfabric, the EFA installer,
-aws-ofi-nccl, the EFA devices) with every stale variable found in the environment.
+in the file's order), the workers' own meeting on torchrun's store once they start (a host lost after the roll
+call is named within the same bound), and a report of the network stack this host has (NCCL, libfabric, the EFA
+installer, aws-ofi-nccl, the EFA devices) with every stale variable found in the environment.
 
 What the launcher sets: ``NCCL_SOCKET_IFNAME`` to the interface SageMaker names (when unset; a value already set is
 kept, with a warning when it does not select that interface), nothing else. The sagemaker-training toolkit's own
@@ -29,7 +30,9 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from training.trainer import sagemaker_job
 
@@ -39,12 +42,15 @@ RESOURCE_CONFIG = "input/config/resourceconfig.json"
 
 JOIN_TIMEOUT_ENV = "HOST_JOIN_TIMEOUT"
 JOIN_TIMEOUT_SECONDS = 600.0
-"""How long a host waits for every host name to resolve, and then for every host to answer the roll call."""
+"""How long a host waits for every host name to resolve, then for every host to answer the roll call, then (each
+worker) for every host's workers to meet on torchrun's store."""
 JOIN_TIMEOUT_MAX_SECONDS = 86400.0
 """The largest bound accepted (a day): a bound, not a way to wait forever."""
 ROLL_CALL_PORT_OFFSET = 1
 """The roll call listens on the first host at torchrun's rendezvous port plus this."""
 DEFAULT_MASTER_PORT = 29500
+WORKERS_MEET_PREFIX = "blackwell-training/workers-meet"
+"""The keys on torchrun's store (the first host's agent's) under which each worker checks in."""
 SOCKET_IFNAME_ENV = "NCCL_SOCKET_IFNAME"
 
 STALE_VARIABLES = {
@@ -68,7 +74,7 @@ STALE_PREFIX = "RDMAV_"
 
 
 class JoinError(RuntimeError):
-    """A host did not resolve or join within the bound (the message names it)."""
+    """A host did not resolve or join within the bound, or was lost after the roll call (the message names it)."""
 
 
 class SettingError(ValueError):
@@ -272,6 +278,50 @@ def torchrun_node_args(hosts: Hosts, port: int) -> list[str]:
         return ["--standalone"]
     return [f"--nnodes={hosts.count}", f"--node-rank={hosts.rank}", f"--master-addr={hosts.master}",
             f"--master-port={port}"]  # fmt: skip
+
+
+def workers_meet(store: Any, hosts: Hosts, rank: int, world: int, local_world: int, bound: float,
+                 attempt: str = "0") -> None:  # fmt: skip
+    """Each worker checks in on torchrun's store (held by the first host's agent) and waits, at most ``bound``
+    seconds, until every rank of every host has: the roll call proved the hosts were there, this proves their
+    workers started. Without it, a host lost in between leaves the others' workers waiting in
+    ``init_process_group`` for torch's process-group timeout (10 minutes with NCCL, 30 with gloo), saying nothing.
+    :class:`JoinError` names the hosts whose workers did not come (node ``r`` holds ranks ``r * local_world`` on,
+    as torchrun numbers them), or the first host when its store is gone. ``store`` is a
+    ``torch.distributed.Store`` (``set``, ``wait``, ``check``); ``attempt`` keeps a restarted attempt's keys
+    apart."""
+    key = f"{WORKERS_MEET_PREFIX}/{attempt}/{{}}".format
+    try:
+        store.set(key(rank), hosts.current)
+        store.wait([key(r) for r in range(world)], timedelta(seconds=bound))
+        return
+    except RuntimeError:  # torch's DistStoreError (timeout), DistNetworkError (the store's host is gone)
+        pass
+    try:
+        nodes = sorted({r // local_world for r in range(world) if not store.check([key(r)])})
+    except RuntimeError:
+        nodes = [0]
+    if not nodes:
+        return  # the last one arrived as the wait ran out
+    raise JoinError(lost_after_roll_call(hosts, nodes, world, local_world, bound))
+
+
+def lost_after_roll_call(
+    hosts: Hosts, nodes: Sequence[int], world: int, local_world: int, bound: float
+) -> str:
+    """The line naming the hosts (node ranks ``nodes``) whose workers did not meet the others' within ``bound``."""
+    named = hosts.count * local_world == world
+    lost = ", ".join(f"{hosts.names[n] if named else f'node {n}'} ({_ranks(n, local_world)})" for n in nodes)
+    first = " (the first host, whose torchrun agent holds the workers' store)" if nodes == [0] else ""
+    return (
+        f"host {lost}{first} was lost after the roll call: its workers did not meet this host's within {bound:g} s "
+        f"({JOIN_TIMEOUT_ENV}; this is {hosts.current})"
+    )
+
+
+def _ranks(node: int, local_world: int) -> str:
+    first = node * local_world
+    return f"rank {first}" if local_world == 1 else f"ranks {first}-{first + local_world - 1}"
 
 
 # ------------------------------------------------------------------------------------------------------------------

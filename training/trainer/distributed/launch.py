@@ -7,8 +7,9 @@ Without node options of its own (``--standalone``, ``--nnodes``), it adds them f
 ``resourceconfig.json`` (``training.trainer.distributed.cluster``): ``--standalone`` on one host; on several, after every
 host name resolves and every host has answered the roll call at the first host (each within
 ``HOST_JOIN_TIMEOUT`` seconds, else one ``error:`` line naming the host, exit 1 and the job's failure reason), a
-static rendezvous at the first host (``MASTER_PORT``, default 29500) with this host's rank in the file's order.
-A ``HOST_JOIN_TIMEOUT`` that is no bound is refused (exit 2). It logs the
+static rendezvous at the first host (``MASTER_PORT``, default 29500) with this host's rank in the file's order
+(the workers then meet on torchrun's store within the same bound before their process group:
+``parallel.meet_the_other_hosts``). A ``HOST_JOIN_TIMEOUT`` that is no bound is refused (exit 2). It logs the
 network stack found (NCCL, libfabric, EFA), sets ``NCCL_SOCKET_IFNAME`` when unset, and warns of every stale
 variable set (and of a set ``NCCL_SOCKET_IFNAME`` that misses SageMaker's interface), leaving them as set.
 
