@@ -298,12 +298,12 @@ HOSTS = ("127.0.0.1", "localhost")
 
 def init_in_thread(monkeypatch, tmp_path, rank: int, port: int) -> BaseException | None:
     """``parallel.init_distributed`` as torchrun starts rank ``rank`` of 2 (one per host) in this process, in a
-    thread that may take at most 30 s (a guard: the bound is 1 s); what it raised."""
+    thread that may take at most 30 s (a guard: the bound is 0.5 s); what it raised."""
     monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
     write_config(tmp_path, list(HOSTS), HOSTS[rank])
     for name, value in {"RANK": rank, "LOCAL_RANK": 0, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 1, "MASTER_PORT": port,
                         "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_USE_AGENT_STORE": "True",
-                        "HOST_JOIN_TIMEOUT": "1"}.items():  # fmt: skip
+                        "HOST_JOIN_TIMEOUT": "0.5"}.items():  # fmt: skip
         monkeypatch.setenv(name, str(value))
     raised: list[BaseException] = []
 
@@ -325,7 +325,7 @@ def test_a_host_lost_after_the_roll_call_is_named_by_the_other_within_the_bound(
     server = agent_store()  # the first host's agent; the second host's worker never comes
     err = init_in_thread(monkeypatch, tmp_path, 0, server.port)
     assert isinstance(err, cluster.JoinError) and str(err) == (
-        "host localhost (rank 1) was lost after the roll call: its workers did not meet this host's within 1 s "
+        "host localhost (rank 1) was lost after the roll call: its workers did not meet this host's within 0.5 s "
         "(HOST_JOIN_TIMEOUT; this is 127.0.0.1)"
     )
     # the first host gone: nothing holds the store
