@@ -10,8 +10,9 @@
 #   MASTER_PORT=29500               several hosts: torchrun's rendezvous port on the first host of SageMaker's
 #                                   resourceconfig.json (the roll call before it: this port + 1); one host runs
 #                                   torchrun --standalone (a free local port)
-#   HOST_JOIN_TIMEOUT=600           seconds a host waits for every host name to resolve and for every host to
-#                                   answer the roll call; then one error line names the host, exit 1
+#   HOST_JOIN_TIMEOUT=600           seconds a host waits for every host name to resolve, for every host to
+#                                   answer the roll call, and (each worker) for every host's workers to meet;
+#                                   then one error line names the host, exit 1 (above 0, at most 86400)
 #   train.sh --tune_trials ... ...  a tuning job: runs the tuning driver (python -m training.tune), which runs
 #                                   each trial as a fresh `train.sh` with TRAINER_MODULE=training.tune.trial
 #   TRAINER_MODULE                  what torchrun starts: training.trainer (default) or training.tune.trial
@@ -75,7 +76,7 @@ WORLD_SIZE=$((nnodes * nproc)) LOCAL_WORLD_SIZE=$nproc "$python" -m training.tra
 
 # torchrun, through training.trainer.distributed.launch: it adds the node options from resourceconfig.json (--standalone on
 # one host; on several, once every host resolves and answers the roll call at the first host: a static rendezvous
-# there, node ranks in the file's order), logs the network stack, and sets none of the stale EFA variables. A
+# there, node ranks in the file's order), logs the network stack, and warns of every stale EFA variable set. A
 # refusal the workers can only make once they run together (a checkpoint that does not load,
 # on_unusable_checkpoints=fail) exits 2 with their one `error:` line, where torchrun alone would exit 1 after its
 # failure report; a failure during training exits 1 (docs/exit-status.md), as does a host that never joins.

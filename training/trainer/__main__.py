@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from training.contract import settings_table
 from training.trainer import config, loop, preflight, refusal, sagemaker_job
-from training.trainer.distributed import cpu_threads, parallel, precision
+from training.trainer.distributed import cluster, cpu_threads, parallel, precision
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         env = parallel.init_distributed(replicate)
         loop.run(cfg, env)
+    except cluster.JoinError as err:  # before the process group: a host lost after the roll call, named
+        return refusal.fail_before_group(str(err))
     except refusal.Refusal as err:  # raised on every rank together, so the process group exists
         return _leave_together(str(err), env, refusal.REFUSED)
     except refusal.TrainingFailure as err:  # raised on every rank together, after training began

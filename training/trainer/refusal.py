@@ -127,6 +127,16 @@ def fail(message: str, *, report: bool) -> int:
     return FAILED
 
 
+def fail_before_group(message: str) -> int:
+    """A failure each worker finds alone before the process group exists (a host lost after the roll call,
+    ``cluster.JoinError``): as :func:`fail`, spoken by the node's first worker; the others wait for it as for a
+    refusal (torchrun stops them once it has exited), so that the line, the failure file and the launcher's record
+    are written once and torchrun's root cause is the worker that wrote them."""
+    if not speaking_process():
+        time.sleep(QUIET_WAIT_SECONDS)
+    return fail(message, report=True)
+
+
 def failure_reason(err: BaseException) -> str:
     """One line for the job's failure reason: which rank (``RANK``) and what failed (the traceback stays on
     stderr)."""

@@ -5,15 +5,19 @@ across layouts. Fast: no torchrun (the two-agent runs are tests/training/test_mu
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
 from tests.training.runner import TINY, free_ports
 from training.contract import settings_table
-from training.trainer import config
+from training.trainer import config, refusal
 from training.trainer.data import token_files
 from training.trainer.distributed import cluster, launch, parallel
 
@@ -129,20 +133,220 @@ def test_the_launcher_adds_node_options_unless_given_and_on_one_host_runs_standa
     assert len(errors) == 1 and errors[0].startswith("error: host localhost did not join at 127.0.0.1:")
 
 
-def test_stale_variables_are_reported_never_set(tmp_path):
+def test_every_stale_variable_is_warned_about_and_left_as_the_docs_say():
     hosts = cluster.Hosts(("algo-1", "algo-2"), "algo-1")
-    lines = cluster.network_report(
-        hosts, {"NCCL_PROTO": "simple", "RDMAV_FORK_SAFE": "1", "RDMAV_HUGEPAGES_SAFE": "1"}
-    )
+    stale = {
+        **{name: "1" for name in cluster.STALE_VARIABLES},
+        "NCCL_PROTO": "simple",
+        "RDMAV_HUGEPAGES_SAFE": "1",
+    }
+    environ = {**stale, "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_DEBUG": "INFO"}  # advised or harmless: no word
+    lines = cluster.network_report(hosts, environ)
     assert lines[0].startswith("network: NCCL ") and "EFA devices: none" in lines[0]
-    assert any(
-        line.startswith("warning: NCCL_PROTO=simple is set") and "aws-ofi-nccl 1.5" in line for line in lines
+    warned = {line.split()[1].split("=")[0] for line in lines if line.startswith("warning: ")}
+    assert warned == set(stale) and len(lines) == 1 + len(stale)
+    assert (
+        "warning: NCCL_PROTO=simple is set in the environment: only for aws-ofi-nccl 1.5 and older"
+        in lines[1 + sorted(stale).index("NCCL_PROTO")]
     )
-    assert any(line.startswith("warning: RDMAV_FORK_SAFE=1 is set") for line in lines)
-    assert any("RDMAV_HUGEPAGES_SAFE set" in line for line in lines)
-    assert not any(
-        line.startswith("warning") for line in cluster.network_report(hosts, {})
-    )  # no GPU: no EFA warning
+    assert all(line.endswith("; left as set") for line in lines[1:])
+    assert environ == {**stale, "FI_EFA_USE_HUGE_PAGE": "0", "NCCL_DEBUG": "INFO"}  # nothing cleaned
+    # no GPU: no EFA warning either
+    assert not any(line.startswith("warning") for line in cluster.network_report(hosts, {}))
+    # the page lists every variable the code warns of
+    page = (Path(__file__).resolve().parents[3] / "docs" / "multi-node.md").read_text()
+    assert all(f"`{name}" in page for name in cluster.STALE_VARIABLES)
+
+
+@pytest.mark.parametrize(
+    ("preset", "warned"),
+    [("eth0", False), ("eth", False), ("=eth0", False), ("^lo,docker", False), ("eth9", True), ("=eth", True),
+     ("^eth", True), ("^=eth0", True), ("lo,docker0", True)],
+)  # fmt: skip
+def test_a_preset_socket_interface_is_kept_with_a_warning_when_it_misses_sagemakers(preset, warned):
+    hosts = cluster.Hosts(("algo-1", "algo-2"), "algo-1", interface="eth0")
+    assert cluster.socket_interface(hosts, {}) == (
+        "eth0", "NCCL_SOCKET_IFNAME=eth0 (resourceconfig.json's network interface)"
+    )  # fmt: skip
+    value, line = cluster.socket_interface(hosts, {"NCCL_SOCKET_IFNAME": preset})
+    assert value is None  # never overridden
+    assert (line is not None) == warned
+    if warned:
+        assert line == (
+            f"warning: NCCL_SOCKET_IFNAME={preset} is set in the environment and does not select resourceconfig.json's "
+            "network interface eth0: NCCL's bootstrap and socket traffic between hosts use what it names; left as set"
+        )
+    assert cluster.socket_interface(cluster.Hosts(("algo-1",), "algo-1", interface="eth0"), {}) == (
+        None,
+        None,
+    )
+
+
+class _Pipe(io.RawIOBase):
+    """One pipe both streams write into, as the toolkit reads a child's stdout and stderr."""
+
+    def __init__(self, chunks: list[bytes]):
+        self.chunks = chunks
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
+def test_the_launchers_lines_come_before_its_error_when_both_streams_are_a_pipe(tmp_path, monkeypatch):
+    chunks: list[bytes] = []
+    # Python's streams on a pipe: stdout block-buffered, stderr line-buffered
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(_Pipe(chunks))))
+    monkeypatch.setattr(
+        sys, "stderr", io.TextIOWrapper(io.BufferedWriter(_Pipe(chunks)), line_buffering=True)
+    )
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    write_config(tmp_path, ["127.0.0.1", "localhost"], "127.0.0.1", network_interface_name="lo")
+    monkeypatch.setenv("HOST_JOIN_TIMEOUT", "0.3")
+    monkeypatch.setenv("MASTER_PORT", str(free_ports()))
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    assert launch.main(["--nproc-per-node=1", "-m", "training.trainer"]) == 1
+    sys.stdout.flush()
+    text = b"".join(chunks).decode()
+    lines = [
+        line for line in text.splitlines() if "NCCL_SOCKET_IFNAME=lo" in line or line.startswith("error:")
+    ]
+    assert (
+        len(lines) == 2
+        and lines[0] == "train.sh: NCCL_SOCKET_IFNAME=lo (resourceconfig.json's network interface)"
+    )
+
+
+def test_a_current_host_missing_from_the_host_list_is_named_once_and_becomes_the_failure_reason(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    # a SageMaker job, as the toolkit runs train.sh
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    path = write_config(tmp_path, ["algo-1", "algo-2"], "algo-3")
+    assert cluster.main(["--count"]) == 2
+    line = f"{path}: current_host 'algo-3' is not one of its hosts ['algo-1', 'algo-2']"
+    assert capsys.readouterr().err == f"error: {line}\n"
+    assert (tmp_path / "output" / "failure").read_text() == line + "\n"
+    path.write_text("{not json")
+    (tmp_path / "output" / "failure").unlink()
+    assert cluster.main(["--count"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: cannot be read as JSON: ") and err.count(str(path)) == 1
+
+
+def test_a_join_timeout_that_is_no_bound_is_refused_naming_the_variable(tmp_path, monkeypatch, capsys):
+    allowed = "HOST_JOIN_TIMEOUT must be a number of seconds above 0 and at most 86400 (default 600)"
+    for value in ("abc", "nan", "inf", "0", "-5", "86401"):
+        with pytest.raises(cluster.SettingError) as refused:
+            cluster.join_timeout({"HOST_JOIN_TIMEOUT": value})
+        assert str(refused.value) == f"{allowed}; got {value!r}"
+    assert cluster.join_timeout({"HOST_JOIN_TIMEOUT": "2.5"}) == 2.5 and cluster.join_timeout({}) == 600
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    write_config(tmp_path, ["127.0.0.1", "localhost"], "127.0.0.1")
+    monkeypatch.setenv("HOST_JOIN_TIMEOUT", "nan")
+    monkeypatch.setenv("MASTER_PORT", str(free_ports()))
+    assert launch.main(["--nproc-per-node=1", "-m", "training.trainer"]) == 2  # refused, before the roll call
+    assert capsys.readouterr().err == f"error: {allowed}; got 'nan'\n"
+    assert (tmp_path / "output" / "failure").read_text() == f"{allowed}; got 'nan'\n"
+
+
+def agent_store():
+    """A store as torchrun's agent on the first host holds it (the test's port)."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+
+
+def test_the_workers_meet_once_all_have_come_and_name_the_host_whose_workers_never_do():
+    server = agent_store()
+    hosts = {0: "127.0.0.1", 1: "127.0.0.1", 2: "localhost", 3: "localhost"}
+    errors: dict[int, str | None] = {}
+
+    def worker(rank: int, bound: float, attempt: str) -> None:
+        store = dist.TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False)
+        try:
+            cluster.workers_meet(store, cluster.Hosts(HOSTS, hosts[rank]), rank, 4, 2, bound, attempt)
+            errors[rank] = None
+        except cluster.JoinError as err:
+            errors[rank] = str(err)
+
+    def run(ranks, bound, attempt):
+        threads = [threading.Thread(target=worker, args=(rank, bound, attempt)) for rank in ranks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+
+    run(range(4), 30.0, "0")
+    assert errors == dict.fromkeys(range(4))
+    errors.clear()
+    run([0, 1], 0.5, "1")  # a restart's attempt: the first attempt's keys do not count
+    line = (
+        "host localhost (ranks 2-3) was lost after the roll call: its workers did not meet this host's within 0.5 s "
+        "(HOST_JOIN_TIMEOUT; this is 127.0.0.1)"
+    )
+    assert errors == {0: line, 1: line}
+
+
+HOSTS = ("127.0.0.1", "localhost")
+
+
+def init_in_thread(monkeypatch, tmp_path, rank: int, port: int) -> BaseException | None:
+    """``parallel.init_distributed`` as torchrun starts rank ``rank`` of 2 (one per host) in this process, in a
+    thread that may take at most 30 s (a guard: the bound is 0.5 s); what it raised."""
+    monkeypatch.setenv(cluster.BASE_DIR_ENV, str(tmp_path))
+    write_config(tmp_path, list(HOSTS), HOSTS[rank])
+    for name, value in {"RANK": rank, "LOCAL_RANK": 0, "WORLD_SIZE": 2, "LOCAL_WORLD_SIZE": 1, "MASTER_PORT": port,
+                        "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                        "HOST_JOIN_TIMEOUT": "0.5"}.items():  # fmt: skip
+        monkeypatch.setenv(name, str(value))
+    raised: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            parallel.init_distributed()
+        except BaseException as err:  # noqa: BLE001 (the test looks at it)
+            raised.append(err)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "init_distributed still waits: the lost host was not bounded"
+    assert not dist.is_initialized()
+    return raised[0] if raised else None
+
+
+def test_a_host_lost_after_the_roll_call_is_named_by_the_other_within_the_bound(tmp_path, monkeypatch):
+    server = agent_store()  # the first host's agent; the second host's worker never comes
+    err = init_in_thread(monkeypatch, tmp_path, 0, server.port)
+    assert isinstance(err, cluster.JoinError) and str(err) == (
+        "host localhost (rank 1) was lost after the roll call: its workers did not meet this host's within 0.5 s "
+        "(HOST_JOIN_TIMEOUT; this is 127.0.0.1)"
+    )
+    # the first host gone: nothing holds the store
+    err = init_in_thread(monkeypatch, tmp_path, 1, free_ports())
+    assert isinstance(err, cluster.JoinError) and str(err).startswith(
+        "host 127.0.0.1 (rank 0) (the first host, whose torchrun agent holds the workers' store) was lost after "
+        "the roll call"
+    )
+
+
+def test_a_worker_that_finds_a_host_lost_says_it_once_as_the_jobs_failure(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path / "model"))
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path / "output"))
+    monkeypatch.setenv(refusal.FAILURE_MARKER_ENV, str(tmp_path / "failed"))
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    assert refusal.fail_before_group("host localhost (rank 1) was lost after the roll call") == refusal.FAILED
+    assert capsys.readouterr().err == "error: host localhost (rank 1) was lost after the roll call\n"
+    reason = (tmp_path / "output" / "failure").read_text()
+    assert reason == "host localhost (rank 1) was lost after the roll call\n"
+    assert refusal.refused(refusal.FAILURE_MARKER_ENV) is not None  # the launcher then adds nothing
 
 
 def test_efa_devices_are_the_rdma_devices_whose_driver_is_efa(tmp_path):

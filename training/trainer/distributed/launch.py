@@ -7,8 +7,11 @@ Without node options of its own (``--standalone``, ``--nnodes``), it adds them f
 ``resourceconfig.json`` (``training.trainer.distributed.cluster``): ``--standalone`` on one host; on several, after every
 host name resolves and every host has answered the roll call at the first host (each within
 ``HOST_JOIN_TIMEOUT`` seconds, else one ``error:`` line naming the host, exit 1 and the job's failure reason), a
-static rendezvous at the first host (``MASTER_PORT``, default 29500) with this host's rank in the file's order.
-It logs the network stack found (NCCL, libfabric, EFA) and warns of stale variables, setting none of them.
+static rendezvous at the first host (``MASTER_PORT``, default 29500) with this host's rank in the file's order
+(the workers then meet on torchrun's store within the same bound before their process group:
+``parallel.meet_the_other_hosts``). A ``HOST_JOIN_TIMEOUT`` that is no bound is refused (exit 2). It logs the
+network stack found (NCCL, libfabric, EFA), sets ``NCCL_SOCKET_IFNAME`` when unset, and warns of every stale
+variable set (and of a set ``NCCL_SOCKET_IFNAME`` that misses SageMaker's interface), leaving them as set.
 
 It runs torch's own torchrun program in this process (``torch.distributed.run.main``, unchanged: the same options,
 agent and worker environment) and changes only how the end is reported. torchrun ends every failed run the same
@@ -34,6 +37,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from torch.distributed import run as torchrun
@@ -92,22 +96,23 @@ def _nproc(options: list[str]) -> int:
     return 1
 
 
-def node_arguments(argv: list[str], environ: dict[str, str] | None = None) -> list[str]:
+def node_arguments(argv: list[str], environ: MutableMapping[str, str] | None = None) -> list[str]:
     """``argv`` with the node options of the job's hosts in front (unless it names its own): the hosts have
-    resolved and answered the roll call. Raises ``cluster.JoinError``."""
-    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    resolved and answered the roll call. Raises ``cluster.JoinError``, or ``cluster.SettingError`` for a bad
+    ``HOST_JOIN_TIMEOUT``."""
+    environ = os.environ if environ is None else environ
     options = argv[: argv.index("-m")] if "-m" in argv else argv
     if any(option.split("=", 1)[0] in NODE_OPTIONS for option in options):
         return argv
     hosts = cluster.Hosts.read()
-    for line in cluster.network_report(hosts, environ):
-        print(f"train.sh: {line}", flush=True)
+    bound = cluster.join_timeout(environ) if hosts.count > 1 else cluster.JOIN_TIMEOUT_SECONDS
+    interface, said = cluster.socket_interface(hosts, environ)
+    if interface:
+        environ[cluster.SOCKET_IFNAME_ENV] = interface
+    for line in [*cluster.network_report(hosts, environ), *([said] if said else [])]:
+        print(f"train.sh: {line}", flush=True)  # flushed: before any error line on stderr
     port = int(environ.get("MASTER_PORT") or cluster.DEFAULT_MASTER_PORT)
     if hosts.count > 1:
-        if hosts.interface and "NCCL_SOCKET_IFNAME" not in environ:
-            environ["NCCL_SOCKET_IFNAME"] = hosts.interface
-            print(f"train.sh: NCCL_SOCKET_IFNAME={hosts.interface} (resourceconfig.json's network interface)")
-        bound = cluster.join_timeout(environ)
         cluster.resolve(hosts.names, bound)
         cluster.roll_call(hosts, port + cluster.ROLL_CALL_PORT_OFFSET, bound, _nproc(options))
         print(f"train.sh: {hosts.count} hosts joined ({', '.join(hosts.names)}); this is {hosts.current}, node "
@@ -132,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         argv = node_arguments(argv)
+    except cluster.SettingError as err:  # a bad launch variable: refused before anything runs
+        return refusal.refuse(str(err), report=True)
     except cluster.JoinError as err:  # a host never came: a failure of the job, named in one line
         print(f"error: {err}", file=sys.stderr, flush=True)
         sagemaker_job.write_failure(str(err))

@@ -18,6 +18,7 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -75,6 +76,7 @@ def init_distributed(replicate: int = 1) -> DistEnv:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     local_rank = int(os.environ["LOCAL_RANK"])
+    meet_the_other_hosts()
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
@@ -89,6 +91,30 @@ def init_distributed(replicate: int = 1) -> DistEnv:
         mesh = init_device_mesh(device.type, (replicate, world // replicate), mesh_dim_names=MESH_DIMS)
     cpu_group = dist.new_group(backend="gloo") if device.type == "cuda" else dist.group.WORLD
     return DistEnv(dist.get_rank(), world, local_rank, device, mesh, cpu_group, replicate)
+
+
+def meet_the_other_hosts() -> None:
+    """On several hosts under torchrun, every worker checks in on torchrun's store before the process group, so
+    that a host lost after the roll call is named within ``HOST_JOIN_TIMEOUT`` (``cluster.workers_meet``) instead
+    of leaving the others in ``init_process_group`` for torch's process-group timeout. Raises
+    ``cluster.JoinError``. Nothing to do on one host, or outside torchrun's agent store."""
+    world = int(os.environ["WORLD_SIZE"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+    if world == local_world or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    hosts = cluster.Hosts.read()
+    bound = cluster.join_timeout()
+    try:
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+            timeout=timedelta(seconds=bound), wait_for_workers=False,
+        )  # fmt: skip
+    except RuntimeError:  # torch's DistNetworkError: the first host's agent does not answer within the bound
+        raise cluster.JoinError(cluster.lost_after_roll_call(hosts, [0], world, local_world, bound)) from None
+    cluster.workers_meet(
+        store, hosts, int(os.environ["RANK"]), world, local_world, bound,
+        os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
+    )  # fmt: skip
 
 
 def data_parallel_replicate(cfg, world_size: int, local_world_size: int) -> tuple[int, str]:
