@@ -184,6 +184,28 @@ def measurement_key_settings() -> tuple[str, ...]:
     return MEASUREMENT_KEY_SETTINGS
 
 
+def dpo_reference(values: Mapping[str, Any]) -> str:
+    """``dpo_reference`` resolved as the trainer resolves it (``preference.losses.DpoSettings.of``): auto is
+    ``adapter_off`` with LoRA adapters, ``precomputed`` without."""
+    chosen = values.get("dpo_reference") or "auto"
+    if chosen == "auto":
+        return "adapter_off" if values.get("lora_rank") else "precomputed"
+    return str(chosen)
+
+
+def measured_step(values: Mapping[str, Any], objective: str | None = None) -> dict[str, str]:
+    """What a measurement's key adds to :data:`MEASUREMENT_KEY_SETTINGS` to say which step was timed: nothing for
+    the next-token step (the key every record had before preference tuning, so those records keep standing), and
+    for a DPO step ``objective`` dpo with its resolved ``dpo_reference`` (``adapter_off`` runs the model once more
+    in every micro-batch: its step is about 1.5x the next-token step's, which a plan must not apply again).
+    ``objective``: the run's objective resolved from its data (``auto`` on preference pairs is dpo); default: the
+    settings' own, auto counting as next_token."""
+    chosen = objective or values.get("objective") or "auto"
+    if chosen != "dpo":
+        return {}
+    return {"objective": "dpo", "dpo_reference": dpo_reference(values)}
+
+
 def image_tag(image_uri: str) -> str:
     """The tag (or ``sha256:`` digest) of an image URI ``registry/repo:tag`` / ``registry/repo@sha256:...``; the
     project tags its image with the content hash of ``training/``, so a tag names one image."""

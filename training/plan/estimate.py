@@ -147,13 +147,16 @@ def plan_of(
     image_tag: str | None = None,
     versions: Mapping[str, str | None] | None = None,
     check_memory: bool = True,
+    objective: str | None = None,
 ) -> Plan:
     """The plan of the setup ``s`` of parsed settings ``values`` (advice only when it does not fit).
     ``measurements``: stored tuning records (:mod:`training.plan.measured`); the one that stands for these
     settings on the image ``image_tag`` (and ``versions``) gives the throughput instead of the estimate,
     and, with ``check_memory``, all of that instance and image check the memory estimate (each record re-planned:
     :func:`memory_check`; False, e.g. for each of a tuning run's candidates, which would re-plan every record once per
-    candidate)."""
+    candidate). ``objective``: the run's, resolved from its data (``auto`` on preference pairs is dpo): a DPO run
+    takes the record of a DPO step before a next-token one (``measured.find``; :func:`with_preference` then makes
+    the plan the DPO run's)."""
     memory = estimate_memory(s)
     hints = (
         [] if memory.fits else advice(s, max_instance_count=max_instance_count, instance_types=instance_types)
@@ -165,6 +168,7 @@ def plan_of(
         instance_count=s.instance_count,
         image_tag=image_tag,
         versions=versions,
+        objective=objective,
     )
     check = (
         memory_check(s, measurements, image_tag=image_tag, this=record)
@@ -180,10 +184,14 @@ def plan_of(
 def with_preference(
     estimate: Plan, values: Mapping[str, Any], *, windows: int | None = None, answers: int | None = None
 ) -> Plan:
-    """``estimate`` (a next-token plan of these settings) as the DPO run's: its timing (``preference.dpo_timing``) and
-    the DPO part (``preference.preference_plan``: training.plan.preference)."""
+    """``estimate`` (the plan of these settings from :func:`plan_of` with objective dpo: a next-token step's time, or
+    a measured DPO step's) as the DPO run's: its timing (``preference.dpo_timing``: the reference's cost applied once)
+    and the DPO part (``preference.preference_plan``: training.plan.preference)."""
     s = estimate.setup
-    part = preference_plan(s, values, estimate.timing, windows=windows, answers=answers)
+    step_measured = estimate.measured is not None and measured.dpo_step(estimate.measured)
+    part = preference_plan(
+        s, values, estimate.timing, windows=windows, answers=answers, step_measured=step_measured
+    )
     return replace(estimate, timing=dpo_timing(s, estimate.timing, part), preference=part.to_dict())
 
 

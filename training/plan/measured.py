@@ -3,7 +3,10 @@ that decide whether a record stands for a request.
 
 A record (JSON, one per trial, ``training.tune`` writes them) holds the key (every trainer setting that changes
 throughput or memory, :func:`training.contract.tuning.measurement_key_settings`; the instance type and count; the
-image tag and the torch and Transformer Engine versions in that image), what was measured and where. A record
+image tag and the torch and Transformer Engine versions in that image), what was measured and where. The key's
+settings say which step was timed (``tuning.measured_step``): a DPO step's record (``objective`` dpo and its
+reference) stands for DPO runs only, its time already holding the reference's forward; a DPO run without one takes
+the next-token record of its settings (the plan then scales it, ``training.plan.preference``). A record
 stands for a request only when every part of the key is equal, it was measured on the GPU of the request's
 instance type (never a CPU run), and it comes from the image the request would run:
 
@@ -35,9 +38,18 @@ THROUGHPUT_STATUSES = ("ok", "near-oom")
 """Records whose throughput stands (a run that ended with its summary)."""
 
 
-def key_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The key's trainer settings from parsed settings (``settings_parse.parse_hyperparameters``' output)."""
-    return {name: values[name] for name in tuning.measurement_key_settings()}
+def key_settings(values: Mapping[str, Any], objective: str | None = None) -> dict[str, Any]:
+    """The key's trainer settings from parsed settings (``settings_parse.parse_hyperparameters``' output) and the
+    step they time (``objective``: the run's, resolved from its data; ``tuning.measured_step``)."""
+    return {
+        **{name: values[name] for name in tuning.measurement_key_settings()},
+        **tuning.measured_step(values, objective),
+    }
+
+
+def dpo_step(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` timed a DPO step (its key says ``objective`` dpo): its time holds the reference's."""
+    return ((record.get("key") or {}).get("settings") or {}).get("objective") == "dpo"
 
 
 def make_key(
@@ -48,10 +60,12 @@ def make_key(
     image_tag: str,
     torch_version: str | None,
     te_version: str | None,
+    objective: str | None = None,
 ) -> dict[str, Any]:
-    """A record's key: the parsed trainer settings that matter, the hardware and the image."""
+    """A record's key: the parsed trainer settings that matter and the step they time (``objective``: the run's,
+    resolved from its data), the hardware and the image."""
     return {
-        "settings": key_settings(values),
+        "settings": key_settings(values, objective),
         "instance_type": instance_type,
         "instance_count": instance_count,
         "image_tag": image_tag,
@@ -144,24 +158,33 @@ def find(
     instance_count: int,
     image_tag: str | None,
     versions: Mapping[str, str | None] | None = None,
+    objective: str | None = None,
 ) -> dict[str, Any] | None:
     """The newest record that stands for parsed settings ``values`` on ``instance_count`` x ``instance_type`` with
     the image ``image_tag`` and ``versions`` (``{"torch": ..., "transformer_engine": ...}``; default: those of the
-    tag's newest record); None when there is none, or ``image_tag`` is None or mutable (nothing can be matched)."""
+    tag's newest record); None when there is none, or ``image_tag`` is None or mutable (nothing can be matched).
+    ``objective``: the run's, resolved from its data (default: the settings' own); a DPO run takes a DPO step's
+    record of its reference, else the next-token record of its settings (:func:`dpo_step` tells them apart)."""
     if not matchable_tag(image_tag):
         return None
     assert image_tag is not None
     records = list(records)
     if versions is None:
         versions = image_versions(records, image_tag)
-    settings = key_settings(values)
-    found = [
-        dict(r)
-        for r in records
-        if _matches(r, settings, instance_type, instance_count, image_tag, versions)
-        and (r.get("measured") or {}).get("status") in THROUGHPUT_STATUSES
-    ]
-    return max(found, key=lambda r: str(r["where"].get("measured_at", ""))) if found else None
+    wanted = key_settings(values, objective)
+    keys = [wanted] + (
+        [key_settings(values, "next_token")] if dpo_step({"key": {"settings": wanted}}) else []
+    )
+    for settings in keys:
+        found = [
+            dict(r)
+            for r in records
+            if _matches(r, settings, instance_type, instance_count, image_tag, versions)
+            and (r.get("measured") or {}).get("status") in THROUGHPUT_STATUSES
+        ]
+        if found:
+            return max(found, key=lambda r: str(r["where"].get("measured_at", "")))
+    return None
 
 
 def same_hardware(

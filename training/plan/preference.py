@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from training.contract import hardware, shapes
+from training.contract import hardware, shapes, tuning
 from training.plan.memory import Setup
 from training.plan.memory_terms import GIB
 from training.plan.timing import Timing, work_flops_per_token
@@ -39,11 +39,8 @@ REFERENCE_BYTES_PER_ANSWER = 4
 
 
 def reference_of(values: Mapping[str, Any]) -> str:
-    """``dpo_reference`` resolved as the trainer resolves it (``losses.DpoSettings.of``)."""
-    chosen = values.get("dpo_reference") or "auto"
-    if chosen == "auto":
-        return "adapter_off" if values.get("lora_rank") else "precomputed"
-    return str(chosen)
+    """``dpo_reference`` resolved as the trainer resolves it (``tuning.dpo_reference``)."""
+    return tuning.dpo_reference(values)
 
 
 def forward_flops_per_token(s: Setup) -> float:
@@ -69,13 +66,18 @@ class PreferencePlan:
     sharded as the trained ones): held by neither reference."""
     loss: str
     beta: float
+    step_measured: bool = False
+    """Whether the step time the plan started from was measured on a DPO step (a tuning run's record of objective
+    dpo, ``measured.dpo_step``): it holds the reference's forward already, so ``step_factor`` is not applied again."""
 
     def to_dict(self) -> dict[str, Any]:
         note = (
             f"reference {self.reference}: "
             + (
                 "the same model with its LoRA adapters switched off, one forward without gradients per "
-                f"micro-batch (x{self.step_factor:.2f} a step's time); nothing stored"
+                f"micro-batch (x{self.step_factor:.2f} a step's time"
+                + ("; in the measured DPO step's time already" if self.step_measured else "")
+                + "); nothing stored"
                 if self.reference == "adapter_off"
                 else "one forward of the initial model over "
                 + (f"{self.reference_windows} windows" if self.reference_windows is not None else "the data")
@@ -95,6 +97,7 @@ class PreferencePlan:
             "dpo_beta": self.beta,
             "reference": self.reference,
             "step_factor": round(self.step_factor, 3),
+            "step_measured": self.step_measured,
             "reference_pass_seconds": None
             if self.reference_pass_seconds is None
             else float(f"{self.reference_pass_seconds:.4g}"),
@@ -112,10 +115,11 @@ def preference_plan(
     *,
     windows: int | None = None,
     answers: int | None = None,
+    step_measured: bool = False,
 ) -> PreferencePlan:
-    """The DPO part for the setup ``s`` of the parsed settings ``values`` at the next-token step's ``timing``;
-    ``windows``: the training and validation windows the reference pass scores, ``answers``: their answers (two per
-    pair), when the data is known."""
+    """The DPO part for the setup ``s`` of the parsed settings ``values`` at the step's ``timing`` (a next-token
+    step's, or with ``step_measured`` a measured DPO step's); ``windows``: the training and validation windows the
+    reference pass scores, ``answers``: their answers (two per pair), when the data is known."""
     reference = reference_of(values)
     share = forward_flops_per_token(s) / work_flops_per_token(s)
     factor = 1.0 + share if reference == "adapter_off" else 1.0
@@ -135,14 +139,17 @@ def preference_plan(
         kept_copy_gib=params * s.compute_bytes / s.shard_size / GIB,
         loss=str(values.get("dpo_loss") or "sigmoid"),
         beta=float(values.get("dpo_beta") or 0.1),
+        step_measured=step_measured,
     )
 
 
 def dpo_timing(s: Setup, timing: Timing, part: PreferencePlan) -> Timing:
     """``timing`` (a next-token step's) for the DPO run: each step ``part.step_factor`` as long (the throughput in
-    trained windows' tokens that much lower), the reference pass added to the run once, the cost and the time-limit
-    warning of that run."""
-    factor, extra = part.step_factor, part.reference_pass_seconds or 0.0
+    trained windows' tokens that much lower; not when ``timing`` is a measured DPO step's, ``part.step_measured``,
+    which holds it already), the reference pass added to the run once, the cost and the time-limit warning of that
+    run."""
+    factor = 1.0 if part.step_measured else part.step_factor
+    extra = part.reference_pass_seconds or 0.0
     step = timing.step_seconds * factor
     run = step * s.max_steps + extra
     cost = hardware.estimate_cost_usd(s.instance_type, s.instance_count, run)

@@ -272,6 +272,7 @@ def _job_and_plan(
         instance_types=rules.allowed_instance_types,
         measurements=reads.measurements(rules),
         image_tag=rules.image_tag(),
+        objective=fine_tuning.objective(request),
     )
     estimate = fine_tuning.with_data_plan(estimate, request)
     decision.estimate = estimate

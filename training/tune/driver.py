@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from training.contract import container, hardware, settings_parse, settings_table, tuning
-from training.trainer import config, refusal, sagemaker_job
+from training.trainer import config, objective, refusal, sagemaker_job
 from training.trainer.checkpoint.stop import PID_DIR_ENV
 from training.tune import runner, stability
 from training.tune.hosts import Hosts
@@ -70,7 +70,11 @@ class Job:
 
 
 def parse_args(argv: list[str]) -> Job:
-    """``--key value`` (or ``--key=value``) pairs into a :class:`Job`; raises ``settings_table.ContractError``."""
+    """``--key value`` (or ``--key=value``) pairs into a :class:`Job`; raises ``settings_table.ContractError``.
+    The objective is decided once, here, as the trainer decides it (``objective.check``: an objective that does not
+    fit the data is refused before any trial); on preference data the base names ``objective`` dpo, so that every
+    trial's plan, its measurement record's key (``tuning.measured_step``) and the winning request say that a DPO
+    step was timed."""
     raw: dict[str, str] = {}
     items = iter(argv)
     for item in items:
@@ -84,7 +88,9 @@ def parse_args(argv: list[str]) -> Job:
     }
     trials = tuning.parse_trials(options[tuning.TUNE_TRIALS] or "")
     base = config.local_defaults(raw, kind="tune", salt=options)  # a folder of its own, never a run's
-    config.config_from_mapping(base)  # every base setting checked by the trainer's own rules
+    checked = config.config_from_mapping(base)  # every base setting checked by the trainer's own rules
+    if objective.check(checked) == "dpo":
+        base["objective"] = "dpo"  # auto on preference data, named: see :func:`parse_args`
     return Job(base, options, trials, config.init_from_architecture(base))
 
 

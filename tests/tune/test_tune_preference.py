@@ -1,0 +1,129 @@
+"""A tuning run of preference tuning (``objective`` dpo, or auto on preference pairs): the driver decides the
+objective from the data as the trainer does and names it in the base settings, so a trial's row is planned as a DPO
+step and its measurement record says it timed one (``tuning.measured_step``: dpo and its reference); such a record
+stands for DPO runs only, and a plan built on it applies the reference's cost once, not on top of the measured step
+(the adapter-off forward is in it already); a next-token record of the same settings stands for a DPO run scaled
+once. Before launch, the tuning plan ranks and costs DPO candidates as DPO steps, each trial with its own reference
+pass over the data. Pure Python: the trials' measurements are written here as a tuning job's report writes them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from tests.request.test_fine_tuning_request import REQUEST, RULES
+from tests.request.test_preference_request import PAIRS
+from tests.request.test_preference_request import folders as preference_folders  # noqa: F401 - the fixture
+from training.contract import hardware
+from training.plan import measured
+from training.prepare import chat
+from training.request.decision import decide_request
+from training.request.reads import Reads
+from training.tune import driver, report
+from training.tune.outcome import TrialResult
+from training.tune.stability import Spread
+
+B200 = "ml.p6-b200.48xlarge"
+TAGGED = dataclasses.replace(RULES, image_uri="012345678901.dkr.ecr.us-west-2.amazonaws.com/training:abc123")
+STEP_SECONDS = 0.5
+"""The median step time of the measured trial: 512 tokens a step per GPU, so 1,024 tokens/s per GPU."""
+CHATS = "s3://b/data/more-chats/"
+
+
+@pytest.fixture(scope="module")
+def folders(preference_folders, tmp_path_factory):  # noqa: F811 - the imported fixture, extended
+    """The preference request's model and pairs, and conversations with enough held-out windows of 512 tokens for
+    one global batch of 8 GPUs (a next-token run of the same settings)."""
+    root = tmp_path_factory.mktemp("tune_preference")
+    rng = random.Random(1)
+    lines = [
+        {"prompt": "x" * rng.randint(20, 80), "completion": "y" * rng.randint(10, 40)} for _ in range(400)
+    ]
+    (root / "chats.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    chat.prepare_chat([root / "chats.jsonl"], str(root / "chats"), str(preference_folders["model"]),
+                      validation_fraction=0.1)  # fmt: skip
+    return {**preference_folders, CHATS: root / "chats"}
+
+
+def decide(folders, data: str = PAIRS, records=(), tune=None, **hyperparameters: str):
+    raw = {**REQUEST, "train_data_uri": data, "seq_length": 512,
+           "hyperparameters": {"max_steps": "100", **hyperparameters}}  # fmt: skip
+    if tune is not None:
+        raw["tune"] = tune
+    reads = Reads(
+        local_init_from=folders["model"], local_train_data=folders[data], measurements=list(records)
+    )
+    decision = decide_request(raw, TAGGED, reads=reads)
+    assert decision.problems == [], decision.problems
+    return decision
+
+
+def tuning_job(folders, data: str, **settings: str) -> driver.Job:
+    """The tuning job's driver as ``train.sh`` starts it on the request's data and model (one trial: the request's
+    own micro-batch)."""
+    argv = ["--tune_trials", "batch_size=1", "--dataset", "channel", "--data_dir", str(folders[data]),
+            "--init_from", str(folders["model"]), "--seq_length", "512", "--precision", "bf16", "--max_steps", "100"]  # fmt: skip
+    for name, value in settings.items():
+        argv += [f"--{name}", value]
+    return driver.parse_args(argv)
+
+
+def measured_records(job: driver.Job) -> tuple[report.Row, list[dict]]:
+    """The job's one trial as measured on the instance's GPUs and the records its report writes."""
+    where = report.Where(B200, 1, "cuda", hardware.GPU_INSTANCE_TYPES[B200].gpu, 8, "abc123", "2.9.0", "2.11.0",
+                         "tune-job", "2026-11-29T12:00:00+00:00", "algo-1")  # fmt: skip
+    times = [STEP_SECONDS] * 10
+    result = TrialResult(1, {"batch_size": 1}, status="ok", step_times=times, spread=Spread.of(times),
+                         summary={"max_allocated_gb": 20.0, "max_reserved_gb": 24.0})  # fmt: skip
+    base = {k: v for k, v in job.base.items() if k in driver.settings_table.HYPERPARAMETERS_BY_NAME}
+    row = report.make_row(result, base, where, job.architecture)
+    return row, report.records([row], base, where, job.architecture)
+
+
+def test_a_dpo_trials_record_says_so_and_a_plan_on_it_applies_the_adapter_off_cost_once(folders):
+    job = tuning_job(folders, PAIRS, lora_rank="8")
+    row, records = measured_records(job)
+    assert row.measured_tokens_per_sec == pytest.approx(512 / STEP_SECONDS)
+    decision = decide(folders, records=records, lora_rank="8")
+    timing, part = decision.estimate.timing, decision.plan["preference"]
+    # the measured DPO step is the plan's step: the adapter-off forward is not added to it a second time
+    assert timing.basis == "measured" and part["step_factor"] > 1.3
+    assert timing.step_seconds == pytest.approx(STEP_SECONDS)
+    assert timing.run_seconds == pytest.approx(100 * STEP_SECONDS)
+    assert part["step_measured"] is True and "in the measured DPO step's time already" in part["summary"]
+    assert job.base["objective"] == "dpo"  # auto on preference pairs, named for the trials and the records
+    (record,) = records
+    settings = record["key"]["settings"]
+    assert (settings["objective"], settings["dpo_reference"], settings["lora_rank"]) == (
+        "dpo",
+        "adapter_off",
+        8,
+    )
+    assert measured.dpo_step(record)
+    # the same settings training the next-token loss do not take a DPO step's figure
+    assert decide(folders, CHATS, records=records, lora_rank="8").estimate.timing.basis == "estimate"
+
+
+def test_a_next_token_record_stands_for_a_dpo_run_scaled_once(folders):
+    job = tuning_job(folders, CHATS, lora_rank="8")
+    assert "objective" not in job.base  # conversations: the next-token loss, as given
+    _, records = measured_records(job)
+    assert not measured.dpo_step(records[0]) and "objective" not in records[0]["key"]["settings"]
+    decision = decide(folders, records=records, lora_rank="8")
+    part = decision.plan["preference"]
+    assert decision.estimate.timing.basis == "measured" and part["step_measured"] is False
+    assert decision.estimate.timing.step_seconds == pytest.approx(
+        STEP_SECONDS * part["step_factor"], rel=1e-3
+    )
+
+
+def test_a_dpo_trials_row_predicts_the_dpo_step(folders):
+    dpo, _ = measured_records(tuning_job(folders, PAIRS, lora_rank="8"))
+    next_token, _ = measured_records(tuning_job(folders, CHATS, lora_rank="8"))
+    factor = decide(folders, lora_rank="8").plan["preference"]["step_factor"]
+    assert next_token.predicted_tokens_per_sec / dpo.predicted_tokens_per_sec == pytest.approx(
+        factor, rel=1e-3
+    )
