@@ -20,6 +20,7 @@ from tests.request.test_preference_request import folders as preference_folders 
 from training.contract import hardware
 from training.plan import measured
 from training.prepare import chat
+from training.request import tuning, tuning_plan
 from training.request.decision import decide_request
 from training.request.reads import Reads
 from training.tune import driver, report
@@ -127,3 +128,24 @@ def test_a_dpo_trials_row_predicts_the_dpo_step(folders):
     assert next_token.predicted_tokens_per_sec / dpo.predicted_tokens_per_sec == pytest.approx(
         factor, rel=1e-3
     )
+
+
+def test_dpo_candidates_are_ranked_and_costed_as_dpo_steps_each_with_its_own_reference_pass(folders):
+    block = {"search_space": {"batch_size": [1]}, "max_trials": 1, "probe_memory_edge": False}
+    defaults = tuning.TuneSettings(search_space={})
+    steps = defaults.warmup_steps + defaults.max_measured_steps
+    for lora, reference in (({"lora_rank": "8"}, "adapter_off"), ({}, "precomputed")):
+        run = decide(
+            folders, **lora
+        )  # the request's own plan: a DPO run's (tests/request/test_preference_request.py)
+        (trial,) = decide(folders, tune=block, **lora).tune["plan"]["trials"]
+        step, part, s = run.estimate.timing, run.plan["preference"], run.estimate.setup
+        assert part["reference"] == reference
+        assert trial["predicted_tokens_per_sec_per_gpu"] == round(step.tokens_per_sec_per_gpu)
+        reference_pass = (
+            part["reference_pass_seconds"] or 0.0
+        )  # precomputed: each trial scores the data again
+        assert (reference_pass > 0) == (reference == "precomputed")
+        save = 12.0 * s.shape.parameter_count() / s.world_size / 1e9 / tuning_plan.SAVE_GB_PER_SECOND_PER_GPU
+        expected = tuning_plan.TRIAL_START_SECONDS + reference_pass + steps * step.step_seconds + save
+        assert trial["expected_seconds"] == pytest.approx(expected, abs=1)

@@ -214,13 +214,14 @@ def data_plan(chat: ChatData, values: Mapping[str, Any], world: int) -> dict[str
     }
 
 
-def with_data_plan(estimate: Plan, request: Request) -> Plan:
+def with_data_plan(estimate: Plan, request: Request, values: Mapping[str, Any] | None = None) -> Plan:
     """``estimate`` with the data's part (:func:`data_plan`) when the request trains on conversation or preference
     data, and as a DPO run's (``training.plan.preference``: the reference's pass over the data's windows, or the
-    adapters switched off every step) when it runs the objective dpo."""
+    adapters switched off every step) when it runs the objective dpo. ``values``: the settings ``estimate`` was
+    planned for (a tuning candidate's; default: the request's own)."""
     from dataclasses import replace  # noqa: PLC0415 - dataclasses is cheap; kept next to its one use
 
-    values, chat = request.settings.values, request.chat
+    values, chat = values or request.settings.values, request.chat
     if values is None:
         return estimate
     if chat is not None:
@@ -234,6 +235,15 @@ def with_data_plan(estimate: Plan, request: Request) -> Plan:
         windows = sum(chat.windows(split, values["seq_length"], packing)[0] for split in splits)
         answers = sum(2 * int(chat.split(split).get("examples") or 0) for split in splits)
     return with_preference(estimate, values, windows=windows, answers=answers)
+
+
+def candidate_plan(request: Request) -> Callable[[Plan, Mapping[str, Any]], Plan] | None:
+    """For a tuning run of the objective dpo: a candidate's plan (of its own settings) made the DPO run's as the
+    request's is (:func:`with_data_plan`: its step with the reference's cost applied once, its reference pass over
+    the windows of its own ``seq_length``); None for any other run."""
+    if objective(request) != "dpo":
+        return None
+    return lambda planned, settings: with_data_plan(planned, request, settings)
 
 
 def candidate_check(request: Request) -> Callable[[Mapping[str, Any], int], str | None] | None:

@@ -71,6 +71,8 @@ def decide_tune(
         max_instance_count=rules.max_instance_count,
         instance_types=rules.allowed_instance_types,
         data_check=fine_tuning.candidate_check(request),  # conversation data: seq_length, windows per batch
+        objective=fine_tuning.objective(request),
+        finish=fine_tuning.candidate_plan(request),  # a DPO run's: the reference's cost, once
     )
     if tuned.problems:
         return TuneDecision(tuned.problems)

@@ -341,12 +341,18 @@ def candidates(
     measurements: Sequence[Mapping[str, Any]] = (),
     image_tag: str | None = None,
     data_check: Callable[[Mapping[str, Any], int], str | None] | None = None,
+    objective: str | None = None,
+    finish: Callable[[estimate.Plan, Mapping[str, Any]], estimate.Plan] | None = None,
 ) -> Candidates:
     """Every combination of ``space`` over the request whose parsed settings are ``values`` and whose setup (instance
     type and count, time limit, packed documents) is ``setup``, planned and ranked. Each candidate is the
     request's settings with its own (``settings_parse.override_settings``: the trainer's cross-setting rules checked
     again); nothing is parsed from the request again. ``data_check``: why a candidate's settings (on the setup's
-    world size) cannot run on the request's data, or None (``fine_tuning.candidate_check``: conversation data)."""
+    world size) cannot run on the request's data, or None (``fine_tuning.candidate_check``: conversation data).
+    ``objective``: the run's, resolved from its data (dpo on preference pairs: a DPO step's measurement is looked
+    for first); ``finish``: the request's plan made whole for a candidate's plan and settings
+    (``fine_tuning.candidate_plan``: a DPO run's reference, its cost applied once), so candidates are ranked and
+    costed on the step they will time."""
     names = list(space)
     sm = hardware.GPU_INSTANCE_TYPES[setup.instance_type].sm
     fitting: list[Candidate] = []
@@ -379,9 +385,10 @@ def candidates(
         )
         # no memory check: a candidate's plan shows none (the request's own plan does), and it would re-plan every
         # stored record once per candidate
-        planned = estimate.plan_of(
-            trial, settings, measurements=measurements, image_tag=image_tag, check_memory=False
-        )
+        planned = estimate.plan_of(trial, settings, measurements=measurements, image_tag=image_tag,
+                                   check_memory=False, objective=objective)  # fmt: skip
+        if finish is not None:
+            planned = finish(planned, settings)
         (fitting if planned.memory.fits else not_fitting).append(Candidate(overrides, planned))
     fitting.sort(key=lambda c: (-c.tokens_per_sec, c.plan.memory.peak_gib))
     not_fitting.sort(key=lambda c: c.plan.memory.peak_gib / c.plan.memory.limit_gib)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from training.contract import hardware, settings_table, tuning
-from training.plan import memory
+from training.plan import estimate, memory
 from training.request.tuning import (
     DOES_NOT_DIVIDE,
     LISTED_REFUSALS,
@@ -36,25 +36,41 @@ REPORT_SECONDS = 120.0
 
 
 def trial_seconds(candidate: Candidate, settings: TuneSettings) -> float:
-    """Expected seconds of one trial: its start-up, warm-up and timed steps at the predicted step time (the cap:
-    a trial that settles early ends sooner) and its one checkpoint save (fp32 parameters and AdamW's two moments,
-    12 bytes per parameter, spread over the ranks)."""
+    """Expected seconds of one trial: its start-up, a DPO run's reference pass over the data before step 1 (each
+    trial is a fresh run: ``dpo_reference`` precomputed scores every window again), warm-up and timed steps at the
+    predicted step time (the cap: a trial that settles early ends sooner) and its one checkpoint save (fp32
+    parameters and AdamW's two moments, 12 bytes per parameter, spread over the ranks)."""
     s = candidate.plan.setup
     steps = settings.warmup_steps + settings.max_measured_steps
     save = 12.0 * s.shape.parameter_count() / s.world_size / 1e9 / SAVE_GB_PER_SECOND_PER_GPU
-    return TRIAL_START_SECONDS + steps * candidate.step_seconds() + save
+    return TRIAL_START_SECONDS + reference_pass_seconds(candidate) + steps * candidate.step_seconds() + save
+
+
+def reference_pass_seconds(candidate: Candidate) -> float:
+    """A DPO candidate's reference pass before its first step (its plan's ``preference`` part); 0 for any
+    other, and for ``adapter_off`` (its reference is in every step's time)."""
+    part = candidate.plan.preference or {}
+    return float(part.get("reference_pass_seconds") or 0.0)
 
 
 def convergence_seconds(candidate: Candidate, convergence: Convergence) -> float:
-    """Expected seconds of the convergence runs on ``candidate`` (the reference and each precision)."""
+    """Expected seconds of the convergence runs on ``candidate`` (the reference and each precision; each a fresh
+    run, a DPO one with its own reference pass)."""
     runs = 1 + len(convergence.precisions)
-    return runs * (TRIAL_START_SECONDS + convergence.steps * candidate.step_seconds())
+    one = (
+        TRIAL_START_SECONDS + reference_pass_seconds(candidate) + convergence.steps * candidate.step_seconds()
+    )
+    return runs * one
 
 
 def convergence_timeout(candidate: Candidate, settings: TuneSettings) -> int:
     """Hard limit of one convergence run: three times its expected time, at least a trial's timeout."""
     assert settings.convergence is not None
-    one = TRIAL_START_SECONDS + settings.convergence.steps * candidate.step_seconds()
+    one = (
+        TRIAL_START_SECONDS
+        + reference_pass_seconds(candidate)
+        + settings.convergence.steps * candidate.step_seconds()
+    )
     return int(max(settings.trial_timeout_seconds, 3 * one))
 
 
@@ -213,13 +229,15 @@ def plan_tuning(
     max_instance_count: int | None = None,
     instance_types: Sequence[str] = (),
     data_check: Callable[[Mapping[str, Any], int], str | None] | None = None,
+    objective: str | None = None,
+    finish: Callable[[estimate.Plan, Mapping[str, Any]], estimate.Plan] | None = None,
 ) -> TunePlan:
     """The tuning run of the request whose parsed settings are ``values`` on ``setup`` under ``settings``;
     ``problems`` lists what refuses it (no candidate fits, a cost bound below one trial, a trial list too long).
     ``max_instance_count`` and ``instance_types``: what the workflow allows, for the advice when nothing fits
-    (default: the request's own count and type); ``data_check``: :func:`candidates`'."""
+    (default: the request's own count and type); ``data_check``, ``objective`` and ``finish``: :func:`candidates`'."""
     found = candidates(values, setup, settings.search_space, measurements=measurements, image_tag=image_tag,
-                       data_check=data_check)  # fmt: skip
+                       data_check=data_check, objective=objective, finish=finish)  # fmt: skip
     chosen = found.ranked[: settings.max_trials]
     if settings.probe_memory_edge and found.edge is not None and chosen:
         chosen.append(found.edge)
