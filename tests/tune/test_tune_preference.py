@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import sys
 
 import pytest
 
@@ -149,3 +150,42 @@ def test_dpo_candidates_are_ranked_and_costed_as_dpo_steps_each_with_its_own_ref
         save = 12.0 * s.shape.parameter_count() / s.world_size / 1e9 / tuning_plan.SAVE_GB_PER_SECOND_PER_GPU
         expected = tuning_plan.TRIAL_START_SECONDS + reference_pass + steps * step.step_seconds + save
         assert trial["expected_seconds"] == pytest.approx(expected, abs=1)
+
+
+@pytest.mark.slow
+def test_a_lora_dpo_tuning_job_runs_its_trial_as_a_dpo_run_and_records_a_dpo_step(tmp_path, monkeypatch):
+    """The driver, for real on this machine (one trial: a fresh train.sh and torchrun, one process, 1 warm-up and 3
+    timed steps): a LoRA base on preference pairs with objective auto trains DPO with the adapters switched off in
+    every step, so its timed steps are DPO steps; the report's record, row and winning request say so."""
+    from tests.training.chat_models import model_folder
+    from tests.training.preference.test_trl_agreement import records as pair_records
+    from training.contract import tuning as contract_tuning
+    from training.prepare import pairs as prepare_pairs
+    from training.tune import hosts, session
+
+    model_folder(tmp_path / "model", "llama3.1", with_weights=True, layers=2, hidden=64)
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pair_records()))
+    prepare_pairs.prepare_pairs([tmp_path / "pairs.jsonl"], str(tmp_path / "data"), str(tmp_path / "model"),
+                                validation_fraction=0)  # fmt: skip
+    monkeypatch.setenv(driver.SCRATCH_ENV, str(tmp_path / "scratch"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHON", sys.executable)
+    monkeypatch.delenv("SM_MODEL_DIR", raising=False)
+    job = driver.parse_args(["--tune_trials", "batch_size=2", "--dataset", "channel", "--data_dir", str(tmp_path / "data"),
+                             "--init_from", str(tmp_path / "model"), "--seq_length", "512", "--precision", "fp32",
+                             "--lora_rank", "4", "--max_steps", "100", "--tune_warmup_steps", "1",
+                             "--tune_max_measured_steps", "3", "--tune_window_steps", "3", "--tune_cv_target", "0",
+                             "--tune_instance_type", B200, "--checkpoint_dir", str(tmp_path / "ckpt")])  # fmt: skip
+    assert session.run(job, hosts.Hosts(("localhost",), "localhost"), share_port=47_631) == 0
+    folder = tmp_path / "ckpt" / contract_tuning.TUNE_REPORT_FOLDER
+    (row,) = json.loads((folder / contract_tuning.TUNE_REPORT_FILE).read_text())["rows"]
+    assert row["status"] == "ok", row
+    log = (folder / "trials" / "trial-01.log").read_text()
+    assert "objective dpo loss=sigmoid beta=0.1 sft_weight=0 reference=adapter_off" in log
+    steps = [line for line in log.splitlines() if line.startswith("step=")]
+    # every timed step a DPO step
+    assert len(steps) == 4 and all("reward_accuracy=" in line for line in steps)
+    (record,) = json.loads((folder / contract_tuning.TUNE_RECORDS_FILE).read_text())["records"]
+    assert measured.dpo_step(record) and record["key"]["settings"]["dpo_reference"] == "adapter_off"
+    winning = json.loads((folder / contract_tuning.TUNE_REQUEST_FILE).read_text())
+    assert winning["hyperparameters"]["objective"] == "dpo" and winning["hyperparameters"]["lora_rank"] == "4"
