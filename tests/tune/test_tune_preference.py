@@ -122,6 +122,12 @@ def test_a_next_token_record_stands_for_a_dpo_run_scaled_once(folders):
     )
 
 
+def test_a_tuning_job_whose_objective_does_not_fit_its_data_is_refused_before_any_trial():
+    with pytest.raises(driver.settings_table.ContractError) as refused:
+        driver.parse_args(["--tune_trials", "batch_size=1", "--objective", "dpo"])  # synthetic data
+    assert refused.value.field == "objective" and "synthetic data is not; got dpo" in str(refused.value)
+
+
 def test_a_dpo_trials_row_predicts_the_dpo_step(folders):
     dpo, _ = measured_records(tuning_job(folders, PAIRS, lora_rank="8"))
     next_token, _ = measured_records(tuning_job(folders, CHATS, lora_rank="8"))

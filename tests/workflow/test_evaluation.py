@@ -310,3 +310,55 @@ def test_evaluating_a_job_that_did_not_complete_or_is_not_this_workflows_is_refu
         )
         assert (result["status"], result["error"]) == ("FAILED", "InvalidInput")
         assert words in result["cause"], result["cause"]
+
+
+def _upload_folder(s3, base: str, key: str, folder) -> str:
+    bucket = base[5:].rstrip("/")
+    for path in sorted(folder.iterdir()):
+        s3.put_object(Bucket=bucket, Key=f"{key}{path.name}", Body=path.read_bytes())
+    return f"{base}{key}"
+
+
+def test_a_preference_tuning_run_names_its_objective_and_is_evaluated_as_a_fine_tuning_run(
+    deployed, tmp_path
+):
+    """docs/preference-tuning.md's execution input (``hyperparameters.objective`` dpo on prepared pairs, from a model
+    folder) with an evaluation: the request check reads the pairs' metadata.json against the model, the training
+    job runs the objective the input names and is planned as a DPO run, and its model.tar.gz is evaluated as any
+    run's is (the refusals of an objective that does not fit the data: tests/request/test_preference_request.py)."""
+    from tests.training.chat_models import model_folder
+    from training.prepare import pairs as prepare_pairs
+
+    workflow, base = deployed
+    shape = settings_parse.parse_hyperparameters({"model_preset": "custom", "num_layers": "2", "hidden_size": "64",
+                                                  "num_heads": "4", "num_kv_heads": "2", "ffn_hidden_size": "128",
+                                                  "vocab_size": "336"})  # fmt: skip
+    folder = model_folder(tmp_path / "model", "llama3.1")
+    (folder / "config.json").write_text(json.dumps(hf_config.to_config(shape)))
+    (folder / "model.safetensors").write_bytes(b"x")  # the check reads no weights
+    model = _upload_folder(workflow.s3, base, "data/dpo-model/", folder)
+    pairs = [{"prompt": f"name a number after {n}", "chosen": f"The next number is {n + 1}.", "rejected": str(n + 1)}
+             for n in range(100)]  # fmt: skip
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    prepare_pairs.prepare_pairs(
+        [tmp_path / "pairs.jsonl"], str(tmp_path / "pairs"), str(folder), validation_fraction=0.1
+    )
+    data = _upload_folder(workflow.s3, base, "data/dpo-pairs/", tmp_path / "pairs")
+    prefix = _prefix()
+    OUTCOMES.plan(prefix, Outcome(), Outcome(final_metrics=SCORES))
+    hyperparameters = {"objective": "dpo", "dpo_beta": "0.1", "max_steps": "100", "learning_rate": "5e-7"}
+    execution_input = {"job_name_prefix": prefix, "init_from": model, "train_data_uri": data, "seq_length": 512,
+                       "batch_size": 1, "hyperparameters": hyperparameters, "evaluate": _evaluate(base)}  # fmt: skip
+    result = _run(workflow, execution_input, f"run-{prefix}")
+    assert result["status"] == "SUCCEEDED", result
+    train, evaluation = OUTCOMES.requests[prefix]
+    assert train["HyperParameters"]["objective"] == "dpo" and train["HyperParameters"]["dpo_beta"] == "0.1"
+    assert {c["ChannelName"] for c in train["InputDataConfig"]} == {TRAIN_CHANNEL, container.WEIGHTS_CHANNEL}
+    plan = result["summary"]["plan"]
+    assert plan["data"]["kind"] == "preference" and plan["preference"]["reference"] == "precomputed"
+    model_tar = f"{base}output/{train['TrainingJobName']}/output/model.tar.gz"
+    assert {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in evaluation["InputDataConfig"]} == {
+        TASKS_CHANNEL: f"{base}data/tasks/", MODEL_CHANNEL: model_tar}  # fmt: skip
+    assert evaluation["HyperParameters"] == {"tasks": "piqa,hellaswag", "batch_size": "32"}
+    assert {m["MetricName"]: m["Value"] for m in result["summary"]["evaluation"]["scores"]} == dict(SCORES)
+    assert len(workflow.jobs(prefix)) == 2  # the training and its evaluation: nothing more
