@@ -25,7 +25,7 @@ SECONDS = {
     "tests/docs/test_open_weights_first_runs.py::test_each_familys_first_run": 56,  # 5 of 280 s, one unit
     "tests/training/distributed/test_compile_cache.py::test_a_half_written_precompiled_header": 176,
     "tests/training/test_fine_tuning.py::test_trained_locally_as_the_page_shows": 152,
-    "tests/training/test_fine_tuning.py::test_through_train_sh_under_the_sagemaker_toolkit": 120,  # earlier
+    "tests/training/test_fine_tuning.py::test_through_train_sh_under_the_sagemaker_toolkit": 72,  # load 6.5, 100 steps
     "tests/tune/test_tune_toolkit.py::test_a_tuning_job_under_the_toolkit_ranks_its_trials": 183,  # load 5, its own timeout
     "tests/training/test_stops.py::test_a_bad_token_id_in_packed_conversations": 122,
     "tests/training/test_stops.py::test_a_bad_token_id_past_the_checks_sample": 113,
@@ -80,7 +80,7 @@ SECONDS = {
 SLOW_SECONDS = 20
 FAST_SECONDS = 1
 
-SPLIT = ("tests/training/test_fine_tuning.py",)
+SPLIT: tuple[str, ...] = ()
 """Modules whose module-scoped fixture is cheaper than keeping its tests on one worker (each worker makes it)."""
 
 

@@ -74,7 +74,8 @@ def test_any_other_way_of_running_keeps_pytests_order(dist, reorder):
     assert not any(item.marks for item in ordered)
 
 
-def test_a_module_named_in_split_runs_its_tests_as_units_of_their_own():
-    item = Item(f"{schedule.SPLIT[0]}::test_x", scope="module")
+def test_a_module_named_in_split_runs_its_tests_as_units_of_their_own(monkeypatch):
+    monkeypatch.setattr(schedule, "SPLIT", ("tests/d/test_cheap_fixture.py",))
+    item = Item("tests/d/test_cheap_fixture.py::test_x", scope="module")
     assert not schedule.shared_module_fixture(item)
     assert schedule.shared_module_fixture(Item("tests/b/test_stack.py::test_synth", scope="module"))

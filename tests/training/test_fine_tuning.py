@@ -54,16 +54,29 @@ def page_training_args(folder: Path) -> list[str]:
     return [arg.replace("example/", f"{folder}/", 1) if arg.startswith("example/") else arg for arg in args]
 
 
-def test_trained_locally_as_the_page_shows_the_export_answers_held_out_prompts_and_stops(prepared):
-    """The page's training command as printed (plus ``deterministic``): at least 9 of the 10 held-out numbers get
-    the next number, every answer a number that ends at ``<|eot_id|>``; and the page's ``transformers`` snippet,
-    run as printed on that trained model, prints what the page shows (one model trained for both)."""
-    args = [*page_training_args(prepared), "--deterministic", "true", "--validation_batches", "2"]
+RESUME_STEP = 300
+"""The local run's checkpoint the SageMaker job's test continues from (its last 100 steps on 2 processes)."""
+
+
+@pytest.fixture(scope="module")
+def local_run(prepared) -> str:
+    """The page's training command as printed (plus ``deterministic``, and a checkpoint every 100 steps, which
+    changes no step); its output."""
+    args = [*page_training_args(prepared), "--deterministic", "true", "--validation_batches", "2",
+            "--checkpoint_interval", "100", "--keep_checkpoints", "4"]  # fmt: skip
     assert args[args.index("--data_dir") + 1] == str(prepared / "data")
     proc = subprocess.run([sys.executable, "-m", "training.trainer", *args], env=env(), cwd=ROOT,
                           capture_output=True, text=True, timeout=1500)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
+    return output
+
+
+def test_trained_locally_as_the_page_shows_the_export_answers_held_out_prompts_and_stops(prepared, local_run):
+    """The page's training command as printed (plus ``deterministic``): at least 9 of the 10 held-out numbers get
+    the next number, every answer a number that ends at ``<|eot_id|>``; and the page's ``transformers`` snippet,
+    run as printed on that trained model, prints what the page shows (one model trained for both)."""
+    output = local_run
     validation = [
         metric_lines.parse_validation_line(line)
         for line in output.splitlines()
@@ -156,13 +169,20 @@ def page_hyperparameters(folder: Path, processes: int) -> dict[str, str]:
     return settings
 
 
-def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_channels(prepared, tmp_path):
-    """The page's run as a SageMaker job on 2 processes (the global batch kept): the export answers the held-out
-    prompts as the local run's does, every answer stopping."""
-    hyperparameters = {**page_hyperparameters(prepared, 2), "log_interval": "20", "validation_batches": "2",
+def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_channels(
+    prepared, local_run, tmp_path
+):
+    """The page's run as a SageMaker job on 2 processes (the global batch kept), continuing the local run's
+    checkpoint of step 300 (the job's checkpoint folder holds it, as a relaunch finds its own): its steps 301-400
+    give the local run's losses (the same global batches, summed in another order: the same training), and its
+    export answers the held-out prompts as the local run's does, every answer stopping. (It trained all 400 steps
+    itself before, some 87 CPU s; now 42.)"""
+    hyperparameters = {**page_hyperparameters(prepared, 2), "validation_batches": "2",
                        "checkpoint_interval": "0", "validation_interval": "200",
                        "init_from": str(tmp_path / "opt_ml" / "input" / "data" / container.WEIGHTS_CHANNEL),
                        "checkpoint_dir": str(tmp_path / "checkpoints"), "model_dir": str(tmp_path / "model")}  # fmt: skip
+    name = f"step_{RESUME_STEP:08d}"
+    shutil.copytree(prepared / "checkpoints" / name, tmp_path / "checkpoints" / name)
     command, child_env = toolkit_job(tmp_path, hyperparameters)
     data = tmp_path / "opt_ml" / "input" / "data"
     shutil.copytree(prepared / "data", data / container.TRAIN_CHANNEL)
@@ -178,11 +198,19 @@ def test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_ch
     assert (
         fields(next(line for line in output.splitlines() if line.startswith("config ")))["world_size"] == "2"
     )
+    assert f"resumed from {tmp_path / 'checkpoints' / name} at step {RESUME_STEP}" in output, output[-3000:]
     steps = [metric_lines.parse_step_line(line) for line in output.splitlines() if line.startswith("step=")]
     assert steps and all(
         0 < s[1]["trained_tokens"] < 8 * 256 and 0 <= s[1]["padding"] < 1 for s in steps if s
     )
-    assert "validation step=200/400 val_loss=" in output and " val_accuracy=" in output
+    # each step line's loss: the mean of its 10 steps (log_interval's default, in both runs)
+    local = {s[0]: s[1]["loss"] for s in map(metric_lines.parse_step_line, local_run.splitlines()) if s}
+    job = {s[0]: s[1]["loss"] for s in steps if s}
+    print(f"losses, local vs the job: {[(step, local[step], loss) for step, loss in job.items()]}")
+    assert sorted(job) == list(range(RESUME_STEP + 10, 401, 10))
+    # measured: equal to the 6 digits printed, or 1 in the last (1e-8 of losses near 0.005)
+    assert all(loss == pytest.approx(local[step], rel=1e-4) for step, loss in job.items()), output
+    assert "validation step=400/400 val_loss=" in output and " val_accuracy=" in output
     hf = tmp_path / "model" / export_hf.HF_DIR
     assert json.loads((hf / "tokenizer_config.json").read_text())["chat_template"] == example.template(
         "llama3.1"
