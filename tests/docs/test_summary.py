@@ -9,6 +9,7 @@ from typing import Any
 import aws_cdk as cdk
 
 from constructs_lib.workflow.evaluation_states import evaluation_summary
+from constructs_lib.workflow.request import run_checkpoint_uri
 from constructs_lib.workflow.states import training_summary
 from tests.cdk_helpers import DEFAULT_ENV
 from tests.docs.pages import Page
@@ -23,7 +24,8 @@ def _keys(parameters: dict[str, Any]) -> list[str]:
 def summary_fields() -> dict[str, list[str]]:
     """The output's fields as the ``Summarize`` and ``Summarize (evaluation)`` states write them."""
     stack = cdk.Stack(cdk.App(), "Summary", env=DEFAULT_ENV)
-    training = stack.resolve(training_summary(stack).to_state_json())["Parameters"]
+    checkpoint_uri = run_checkpoint_uri("bucket", "checkpoints/")
+    training = stack.resolve(training_summary(stack, checkpoint_uri).to_state_json())["Parameters"]
     evaluation = stack.resolve(evaluation_summary(stack).start_state.to_state_json())["Parameters"]
     return {"summary": _keys(training), "evaluation": _keys(evaluation["part"]["evaluation"])}
 
