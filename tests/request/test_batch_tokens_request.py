@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 
 from tests.request.test_fine_tuning_request import MODEL, REQUEST, RULES, folders  # noqa: F401 - the fixture
+from training.contract import settings_parse
+from training.contract import tuning as contract_tuning
+from training.contract.settings_table import HYPERPARAMETERS_BY_NAME
 from training.plan import estimate, report
 from training.request.decision import decide_request
 from training.request.reads import Reads
@@ -103,3 +106,18 @@ def test_a_plain_plan_says_the_step_and_that_every_token_trains():
         "100,000 / (seq_length 1,024 x 16 GPUs x grad_accum_steps 1) = batch_size 6 (rounded down from 6.104: whole "
         "windows per GPU, never more tokens than asked); on plain token data every token trains"
     )
+
+
+def test_a_tuning_runs_base_gets_the_batch_size_batch_tokens_made_so_that_its_trials_set_their_own():
+    raw = {"instance_type": "ml.p6-b200.48xlarge", "precision": "bf16", "seq_length": 8192,
+           "hyperparameters": {"max_steps": 1000, "batch_tokens": 64 * 8192 * 8}, "tune": {"max_trials": 3}}  # fmt: skip
+    decision = decide_request(raw, RequestRules())
+    assert decision.problems == [] and decision.tune is not None
+    base = decision.hyperparameters
+    assert base["batch_size"] == "64" and "batch_tokens" not in base
+    for trial in contract_tuning.parse_trials(base[contract_tuning.TUNE_TRIALS]):
+        settings = {k: v for k, v in {**base, **trial}.items() if k in HYPERPARAMETERS_BY_NAME}
+        values = settings_parse.parse_hyperparameters(
+            settings, world_size=8
+        )  # as the trainer parses a trial's
+        assert values["batch_size"] * values["grad_accum_steps"] == 64  # the base's tokens per step kept
