@@ -121,3 +121,12 @@ def test_a_tuning_runs_base_gets_the_batch_size_batch_tokens_made_so_that_its_tr
             settings, world_size=8
         )  # as the trainer parses a trial's
         assert values["batch_size"] * values["grad_accum_steps"] == 64  # the base's tokens per step kept
+
+
+def test_too_few_windows_for_the_batch_batch_tokens_made_names_batch_tokens(folders):  # noqa: F811
+    decision = decide(folders, {**BASE, "hyperparameters": {"max_steps": "100", "batch_tokens": "8192"}})
+    assert decision.problems == [
+        "hyperparameters.batch_tokens: the validation split of s3://b/data/chats/ makes 16 windows of seq_length 256 "
+        "(20 examples, packed); one global batch (batch_size 4 x 8 GPUs, from batch_tokens 8,192) needs 32: lower "
+        "batch_tokens or seq_length, or add data; got 8192"
+    ]

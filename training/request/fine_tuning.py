@@ -128,6 +128,13 @@ def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -
             f"raise seq_length, or prepare the data again with --max-tokens {seq}; got {seq}"
         ]
     accumulate = int(values.get(tuning.GRAD_ACCUM_SETTING) or 1)
+    tokens = values.get("batch_tokens")  # the batch given in tokens: batch_size is what it made
+    field, lower, got = (
+        ("batch_size", "batch_size", values["batch_size"])
+        if tokens is None
+        else ("hyperparameters.batch_tokens", "batch_tokens", tokens)
+    )
+    made = "" if tokens is None else f", from batch_tokens {tokens:,}"
     found = []
     for split, batch in (("train", values["batch_size"] * accumulate), ("validation", values["batch_size"])):
         if not chat.split(split):
@@ -135,11 +142,10 @@ def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -
         windows, exact = chat.windows(split, seq, packing)
         if exact and windows < world * batch:
             found.append(
-                f"batch_size: the {split} split of {chat.uri} makes {windows} windows of seq_length {seq} "
+                f"{field}: the {split} split of {chat.uri} makes {windows} windows of seq_length {seq} "
                 f"({chat.split(split).get('examples')} examples, {'packed' if packing else 'one per window'}); one "
                 f"global batch (batch_size {values['batch_size']}{f' x grad_accum_steps {accumulate}' if split == 'train' and accumulate > 1 else ''} "
-                f"x {world} GPUs) needs {world * batch}: lower batch_size or seq_length, or add data; got "
-                f"{values['batch_size']}"
+                f"x {world} GPUs{made}) needs {world * batch}: lower {lower} or seq_length, or add data; got {got}"
             )
     return found
 
