@@ -97,3 +97,13 @@ def test_the_first_line_says_the_batch_and_what_the_steps_hold(prepared):
     plain = step_counts.step_line(cfg, object(), 2, 0)
     assert plain == f"step: {said}; every token of a window is a target (plain token data)"
     assert step_counts.step_line(cfg, data, 2, 7) == f"step: {said}"  # nothing left to train
+
+
+def test_a_long_run_on_little_data_counts_its_first_steps_and_says_so(prepared):
+    data = ranks_of(prepared, 1, 2, True)[0]
+    figures = step_counts.step_figures(data, 0, 2, 10**9)
+    assert figures["counted"] == step_counts.MAX_EPOCHS * len(data.windows) // 2 and figures["steps"] == 10**9
+    cfg = SimpleNamespace(max_steps=10**9, as_dict=lambda: {"batch_size": 2, "seq_length": 512})
+    assert f"over its first {figures['counted']:,} of 1,000,000,000 steps" in step_counts.step_line(
+        cfg, data, 1, 0
+    )

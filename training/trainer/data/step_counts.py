@@ -21,6 +21,8 @@ from training.trainer.data.pairs import PreferencePairs
 
 MAX_WINDOWS = 1 << 22
 """The most windows counted (about 0.1 s and 100 MB): a longer run's first steps that hold that many."""
+MAX_EPOCHS = 100
+"""The most epochs counted (one permutation each): a long run on little data, its first steps over that many."""
 
 
 def unit_counts(data: Conversations | PreferencePairs) -> tuple[np.ndarray, np.ndarray]:
@@ -56,8 +58,10 @@ def window_order(data: Any, first: int, count: int) -> np.ndarray:
 
 def step_figures(data: Any, first: int, step_windows: int, steps: int) -> dict[str, Any]:
     """Each of ``steps`` steps of ``step_windows`` windows from global sample ``first``: the mean, least and most
-    units and trained tokens (``counted``: the steps counted, at most :data:`MAX_WINDOWS` windows' worth)."""
-    counted = max(1, min(steps, MAX_WINDOWS // step_windows))
+    units and trained tokens (``counted``: the steps counted, at most :data:`MAX_WINDOWS` windows' and
+    :data:`MAX_EPOCHS` epochs' worth)."""
+    epochs = MAX_EPOCHS * len(data.windows) // step_windows
+    counted = max(1, min(steps, MAX_WINDOWS // step_windows, epochs))
     examples, targets = unit_counts(data)
     order = window_order(data, first, counted * step_windows).reshape(counted, step_windows)
     per_step = {"examples": examples[order].sum(axis=1), "trained": targets[order].sum(axis=1)}
