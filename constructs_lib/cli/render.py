@@ -164,7 +164,7 @@ def print_plan(out: Any, planned: dict[str, Any]) -> None:
     records = planned.get("records")
     if records is not None:
         say(out, records_line(planned, records))
-    for key, label in (("data", "data"), ("preference", "preference tuning (dpo)")):  # each part's summary
+    for key, label in (("step", "step"), ("data", "data"), ("preference", "preference tuning (dpo)")):
         if planned.get(key):
             say(out, f"{label}: {planned[key]['summary']}")
     check = planned.get("memory_check")

@@ -729,7 +729,10 @@ def test_validate_and_plan_read_local_copies_of_a_fine_tuning_requests_folders(d
     assert deployed_too.status == 2 and "--init-from, --data-folder: offline only" in deployed_too.err
     planned = json.loads(cli("plan", "-", "--json", *folders, stdin=request).out)
     assert planned["data"]["examples"] == 270 and planned["data"]["windows_exact"]
-    assert "data: 270 training examples in " in cli("plan", "-", *folders, stdin=request).out
+    printed = cli("plan", "-", *folders, stdin=request).out
+    assert "data: 270 training examples in " in printed
+    assert "step: 8 windows of 256 tokens (batch_size 1 x grad_accum_steps 1 x 8 GPUs) = 2,048 tokens; holding " \
+           "about" in " ".join(printed.split())  # fmt: skip
     from tests.request.test_fine_tuning_request import weightless
 
     other = weightless(tmp_path / "other", "{{ messages[0]['content'] }}")

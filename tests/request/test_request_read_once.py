@@ -116,9 +116,9 @@ def parses(monkeypatch) -> Counter[str]:
     counted: Counter[str] = Counter()
     real = settings_parse.parse_hyperparameters
 
-    def counting(raw, architecture=None, *, sm=None):
+    def counting(raw, architecture=None, **keywords):
         counted["calls"] += 1
-        return real(raw, architecture, sm=sm)
+        return real(raw, architecture, **keywords)
 
     monkeypatch.setattr(settings_parse, "parse_hyperparameters", counting)
     return counted

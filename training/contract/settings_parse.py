@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from training.contract import batch
 from training.contract.settings_checks import check_consistency, lora_target_modules
 from training.contract.settings_table import (
     ARCHITECTURE_NAMES,
@@ -49,6 +50,7 @@ def parse_hyperparameters(
     architecture: Mapping[str, Any] | None = None,
     *,
     sm: tuple[int, int] | None = None,
+    world_size: int | None = None,
 ) -> dict[str, Any]:
     """Parse and cross-check raw settings (names in either spelling); return every setting with defaults filled.
 
@@ -57,7 +59,9 @@ def parse_hyperparameters(
     model's config.json gives (``training.request.hf_config.architecture``); they replace the preset's, and an
     explicit setting (or preset) that contradicts them is refused, naming it and the folder's value. ``sm``: the
     compute capability of the GPU the run will have (the request check knows it from the instance type), for the
-    rules that depend on it (``check_dims``).
+    rules that depend on it (``check_dims``). ``world_size``: the run's GPUs (every one a data-parallel rank), which
+    turn a ``batch_tokens`` into the ``batch_size`` it means (``batch.resolve``; needed only with ``batch_tokens``,
+    which must not come with ``batch_size``).
     """
     values: dict[str, Any] = {}
     for key, value in raw.items():
@@ -66,6 +70,7 @@ def parse_hyperparameters(
         if spec is None:
             raise ContractError(name, f"unknown setting; allowed: {', '.join(HYPERPARAMETERS_BY_NAME)}")
         values[name] = spec.parse(value)
+    batch.check_exclusive(values)
     if architecture is not None:
         _take_architecture(values, architecture)
     preset = values.get("model_preset") or HYPERPARAMETERS_BY_NAME["model_preset"].default
@@ -85,6 +90,7 @@ def parse_hyperparameters(
         values["tie_embeddings"] = bool(shaped and shaped.tie_embeddings)
     if values["lora_alpha"] is None and values["lora_rank"]:
         values["lora_alpha"] = 2.0 * values["lora_rank"]  # the documented default: 2 x rank
+    batch.resolve(values, world_size)
     check_consistency(values, sm)
     return values
 

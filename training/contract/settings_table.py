@@ -452,6 +452,16 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("seq_length", "int", 8192, "Tokens per sequence.", 8, 1_048_576),
     Hyperparameter("batch_size", "int", 1, "Micro-batch size per GPU (sequences).", 1, 4096),
     Hyperparameter(
+        "batch_tokens",
+        "int",
+        None,
+        "The batch in tokens instead of batch_size: tokens per optimizer step over every GPU, converted once at "
+        "start into batch_size = batch_tokens / (seq_length x GPUs x grad_accum_steps), rounded down to whole "
+        "windows (at least one per GPU; the plan and the run's first lines say the result). Not with batch_size.",
+        1,
+        10**12,
+    ),
+    Hyperparameter(
         "activation_checkpointing",
         "choice",
         "none",

@@ -16,6 +16,7 @@ from training.plan.inputs import parse_request, setup_from_request
 from training.plan.memory import Setup, estimate_memory, lora_block_parameters
 from training.plan.memory_terms import GIB, Memory
 from training.plan.preference import dpo_timing, preference_plan
+from training.plan.step_batch import step_plan
 from training.plan.timing import Timing, estimate_time
 
 
@@ -72,6 +73,9 @@ class Plan:
     kept reference would take (``training.plan.preference``); None for a next-token run."""
     checkpoint: checkpoint_time.CheckpointTimes | None = None
     """The checkpoints' size, save pause, upload and resume time on the request's backend (``checkpoint_time``)."""
+    step: dict[str, Any] | None = None
+    """What one optimizer step holds: its windows and tokens, and the examples and trained tokens in them
+    (``training.plan.step_batch``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (what the CLI's --json prints and the execution's summary carries)."""
@@ -104,6 +108,7 @@ class Plan:
             "network_note": t.network_note,
             "instance_type": s.instance_type,
             "instance_count": s.instance_count,
+            **({"step": self.step} if self.step is not None else {}),
             **({"data": self.data} if self.data is not None else {}),
             **({"preference": self.preference} if self.preference is not None else {}),
             **({"checkpoint": self.checkpoint.to_dict()} if self.checkpoint is not None else {}),
@@ -178,7 +183,16 @@ def plan_of(
     gpus = hardware.GPU_INSTANCE_TYPES[s.instance_type].gpus
     saved = trained_parameters(s)
     checkpoint = checkpoint_time.plan_times(values, saved, s.instance_count, gpus)
-    return Plan(s, memory, estimate_time(s, record), hints, record, check, checkpoint=checkpoint)
+    return Plan(
+        s,
+        memory,
+        estimate_time(s, record),
+        hints,
+        record,
+        check,
+        checkpoint=checkpoint,
+        step=step_plan(s, values),
+    )
 
 
 def with_preference(

@@ -42,11 +42,13 @@ def parse_request(
         raise settings_table.ContractError(
             "instance_type", f"must be one of {', '.join(hardware.GPU_INSTANCE_TYPES)}; got {instance_type!r}"
         )
-    sm = hardware.GPU_INSTANCE_TYPES[instance_type].sm
-    values = settings_parse.parse_hyperparameters(trainer_settings(request), architecture, sm=sm)
+    gpu = hardware.GPU_INSTANCE_TYPES[instance_type]
     count = request.get("instance_count") or 1
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise settings_table.ContractError("instance_count", f"must be an integer >= 1; got {count!r}")
+    values = settings_parse.parse_hyperparameters(
+        trainer_settings(request), architecture, sm=gpu.sm, world_size=count * gpu.gpus
+    )
     replicate_setting(values, count, instance_type)
     setup = setup_from_values(
         values,

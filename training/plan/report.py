@@ -75,6 +75,8 @@ def format_plan(plan: Plan) -> str:
     net = network_line(d)
     if net:
         lines.append(net)
+    if d.get("step"):
+        lines.append(f"step: {d['step']['summary']}")
     if d.get("data"):
         lines.append(f"data: {d['data']['summary']}")
     if d.get("preference"):

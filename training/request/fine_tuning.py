@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from training.contract import hardware, settings_table, tuning
+from training.plan import step_batch
 from training.plan.estimate import with_preference
 from training.request import sft_data
 from training.request.sft_data import ChatData
@@ -127,6 +128,13 @@ def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -
             f"raise seq_length, or prepare the data again with --max-tokens {seq}; got {seq}"
         ]
     accumulate = int(values.get(tuning.GRAD_ACCUM_SETTING) or 1)
+    tokens = values.get("batch_tokens")  # the batch given in tokens: batch_size is what it made
+    field, lower, got = (
+        ("batch_size", "batch_size", values["batch_size"])
+        if tokens is None
+        else ("hyperparameters.batch_tokens", "batch_tokens", tokens)
+    )
+    made = "" if tokens is None else f", from batch_tokens {tokens:,}"
     found = []
     for split, batch in (("train", values["batch_size"] * accumulate), ("validation", values["batch_size"])):
         if not chat.split(split):
@@ -134,11 +142,10 @@ def constraint_problems(chat: ChatData, values: Mapping[str, Any], world: int) -
         windows, exact = chat.windows(split, seq, packing)
         if exact and windows < world * batch:
             found.append(
-                f"batch_size: the {split} split of {chat.uri} makes {windows} windows of seq_length {seq} "
+                f"{field}: the {split} split of {chat.uri} makes {windows} windows of seq_length {seq} "
                 f"({chat.split(split).get('examples')} examples, {'packed' if packing else 'one per window'}); one "
                 f"global batch (batch_size {values['batch_size']}{f' x grad_accum_steps {accumulate}' if split == 'train' and accumulate > 1 else ''} "
-                f"x {world} GPUs) needs {world * batch}: lower batch_size or seq_length, or add data; got "
-                f"{values['batch_size']}"
+                f"x {world} GPUs{made}) needs {world * batch}: lower {lower} or seq_length, or add data; got {got}"
             )
     return found
 
@@ -214,6 +221,27 @@ def data_plan(chat: ChatData, values: Mapping[str, Any], world: int) -> dict[str
     }
 
 
+def step_of_data(
+    step: Mapping[str, Any] | None, chat: ChatData, values: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The plan's step (``step_batch.step_plan``) with the examples and trained tokens its windows hold on average,
+    from the train split's ``metadata.json`` (its examples and trained tokens over the windows it makes)."""
+    if step is None:
+        return None
+    packing = bool(values.get("packing", True))
+    entry = chat.split("train")
+    windows, exact = chat.windows("train", values["seq_length"], packing)
+    return step_batch.with_examples(
+        step,
+        examples=int(entry.get("examples") or 0),
+        windows=windows,
+        trained=int(entry.get("trained_tokens") or 0),
+        packing=packing,
+        exact=exact,
+        what=_examples(chat),
+    )
+
+
 def with_data_plan(estimate: Plan, request: Request, values: Mapping[str, Any] | None = None) -> Plan:
     """``estimate`` with the data's part (:func:`data_plan`) when the request trains on conversation or preference
     data, and as a DPO run's (``training.plan.preference``: the reference's pass over the data's windows, or the
@@ -225,7 +253,11 @@ def with_data_plan(estimate: Plan, request: Request, values: Mapping[str, Any] |
     if values is None:
         return estimate
     if chat is not None:
-        estimate = replace(estimate, data=data_plan(chat, values, estimate.setup.world_size))
+        estimate = replace(
+            estimate,
+            data=data_plan(chat, values, estimate.setup.world_size),
+            step=step_of_data(estimate.step, chat, values),
+        )
     if objective(request) != "dpo":
         return estimate
     windows = answers = None

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.contract import batch
 from training.request import fine_tuning, tuning_plan
 from training.request.rules import RequestRules, size_problems
 from training.request.value import Request
@@ -80,7 +81,7 @@ def decide_tune(
         tuned, instance_type=fields.instance_type, image_uri=rules.image_uri
     )
     paths = rules.tuning_paths(execution) if execution else {}
-    hyperparameters = {**request.settings.hyperparameters, **extra}
+    hyperparameters = {**_batch_in_windows(request), **extra}
     return TuneDecision(
         size_problems(hyperparameters, rules),
         hyperparameters,
@@ -88,3 +89,14 @@ def decide_tune(
         {**paths, "plan": tuned.to_dict()},
         list(tuned.found.refused),
     )
+
+
+def _batch_in_windows(request: Request) -> dict[str, str]:
+    """The request's ``HyperParameters`` with a batch given in tokens as the ``batch_size`` it made on the job's GPUs
+    (``batch.resolve``, in the request's settings): the tuning job's trials set their own ``batch_size`` (and
+    ``grad_accum_steps``, keeping the base's tokens per step), which ``batch_tokens`` may not come with."""
+    settings = dict(request.settings.hyperparameters)
+    if settings.pop(batch.TOKENS, None) is not None:
+        assert request.settings.values is not None
+        settings[batch.WINDOWS] = str(request.settings.values[batch.WINDOWS])
+    return settings

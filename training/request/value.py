@@ -22,12 +22,12 @@ flow through this value with no edit here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from training.contract import container, hardware, settings_parse, settings_table, token_data
+from training.contract import batch, container, hardware, settings_parse, settings_table, token_data
 from training.plan import inputs, memory
 from training.request import sft_data, tuning
 from training.request.fields import EVALUATE_DEFAULTS, INPUT_FIELDS, check_field, suggest
@@ -162,8 +162,10 @@ def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | Non
     )
     defaults = rules.full_defaults()
     resolved = {name: (raw[name] if name in raw else defaults[name]) for name in INPUT_FIELDS}
-    if isinstance(raw.get("hyperparameters"), Mapping):  # the input's settings over the workflow's defaults
-        resolved["hyperparameters"] = {**defaults["hyperparameters"], **raw["hyperparameters"]}
+    if isinstance(
+        raw.get("hyperparameters", {}), Mapping
+    ):  # the input's settings over the workflow's defaults
+        resolved["hyperparameters"] = _merged_settings(raw, defaults["hyperparameters"])
     field_problems = tuple(
         problem for name in INPUT_FIELDS if (problem := check_field(name, resolved[name], rules)) is not None
     )
@@ -178,7 +180,14 @@ def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | Non
         fields=fields,
         unknown=unknown,
         field_problems=field_problems,
-        settings=read_settings(fields, field_problems, rules, architecture, train.token_dtype),
+        settings=read_settings(
+            fields,
+            field_problems,
+            rules,
+            architecture,
+            train.token_dtype,
+            left_out=set(INPUT_FIELDS) - set(raw),
+        ),
         evaluate=_evaluate_block(fields.evaluate),
         tune=_tune_block(fields, field_problems),
         architecture=architecture,
@@ -188,12 +197,28 @@ def read_request(raw: Mapping[str, Any], rules: RequestRules, reads: Reads | Non
     )
 
 
+def _merged_settings(raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The input's ``hyperparameters`` over the workflow's: a default ``batch_tokens`` gives way to the input's
+    ``batch_size`` (top-level or among its settings), the batch being given once."""
+    settings = raw.get("hyperparameters") or {}
+    own = {settings_parse.normalize_name(str(key)) for key in settings}
+    gives_windows = batch.WINDOWS in raw or batch.WINDOWS in own
+    kept = {
+        key: value
+        for key, value in defaults.items()
+        if not (gives_windows and settings_parse.normalize_name(str(key)) == batch.TOKENS)
+    }
+    return {**kept, **settings}
+
+
 def read_settings(
     fields: Fields,
     field_problems: Sequence[str],
     rules: RequestRules,
     architecture: Mapping[str, Any] | None,
     data_dtype: str | None = None,
+    *,
+    left_out: Collection[str] = (),
 ) -> TrainerSettings:
     """THE one place the request's trainer settings are parsed: each setting of ``hyperparameters`` on its own
     (known, not the platform's, by the trainer's own parser: every problem at once, even when other fields have
@@ -203,14 +228,16 @@ def read_settings(
     GPU, the data-parallel layout (``data_parallel_replicate``) against the job's GPUs (``inputs.replicate_setting``),
     and rendered as the ``HyperParameters`` map within SageMaker's sizes. ``data_dtype``: the dtype the data's
     ``.bin`` token files were written in (its metadata.json): it is the job's ``token_dtype``, and a contradicting
-    one is refused in the trainer's words (``token_data.token_dtype_refusal``)."""
+    one is refused in the trainer's words (``token_data.token_dtype_refusal``). ``left_out``: the input fields the
+    input left out (the workflow's defaults): a default ``batch_size`` gives way to the input's ``batch_tokens``."""
     if field_problems and any(p.startswith("hyperparameters") for p in field_problems):
         return _settings({}, {}, None, {}, [])  # not an object of settings: its field's problem says so
     given, each, problems = _each_setting(fields.hyperparameters)
     if field_problems:  # the rest needs the other fields valid
         return _settings(given, each, None, {}, problems)
     for name in TOP_LEVEL_HYPERPARAMETERS:
-        if getattr(fields, name) is not None:
+        defaulted_batch = name == batch.WINDOWS and name in left_out and given.get(batch.TOKENS) is not None
+        if getattr(fields, name) is not None and not defaulted_batch:
             given[name] = getattr(fields, name)
     if fields.init_from is not None:
         given["init_from"] = container.WEIGHTS_CHANNEL_DIR
@@ -240,7 +267,10 @@ def read_settings(
     try:
         if fields.init_from is None or architecture is not None:
             gpu = hardware.GPU_INSTANCE_TYPES.get(fields.instance_type)
-            values = settings_parse.parse_hyperparameters(given, architecture, sm=gpu.sm if gpu else None)
+            world = gpu.gpus * fields.instance_count if gpu else None
+            values = settings_parse.parse_hyperparameters(
+                given, architecture, sm=gpu.sm if gpu else None, world_size=world
+            )
             if gpu is not None:  # the data-parallel layout against the job's GPUs, checked here once
                 inputs.replicate_setting(values, fields.instance_count, fields.instance_type)
     except settings_table.ContractError as err:

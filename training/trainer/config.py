@@ -11,6 +11,7 @@ import argparse
 import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -117,6 +118,7 @@ class TrainConfig:
     rope_original_max_position_embeddings: int | None
     seq_length: int
     batch_size: int
+    """Windows per GPU per micro-batch: as given, or what ``batch_tokens`` makes on this run's GPUs."""
     activation_checkpointing: str
     loss_chunk_tokens: int
     max_steps: int
@@ -165,6 +167,8 @@ class TrainConfig:
     """The model's ``ModelConfig.summary()`` when the flat settings do not describe it whole (another family than
     Llama, from ``init_from`` or a named size: ``training.models.settings``); None for a Llama of its settings."""
     init_from_source: str | None = None
+    batch_tokens: int | None = None
+    """The batch as given in tokens per optimizer step (``batch_size`` is what it made); None: ``batch_size`` given."""
 
     @functools.cached_property
     def shape(self) -> ModelConfig:
@@ -278,15 +282,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_mapping(raw: dict[str, Any]) -> TrainConfig:
+def config_from_mapping(raw: dict[str, Any], world_size: int | None = None) -> TrainConfig:
     """Validate raw settings (strings or typed values) into a TrainConfig; raises settings_table.ContractError. With
-    ``init_from``, the model's shape and RoPE settings come from that folder's config.json."""
+    ``init_from``, the model's shape and RoPE settings come from that folder's config.json. ``world_size``: the
+    run's processes, which turn a ``batch_tokens`` into its ``batch_size`` (default: ``WORLD_SIZE``, which
+    ``torchrun`` and ``train.sh``'s check set for every process; 1 alone)."""
     raw = dict(raw)
     extras = {
         spec.name: spec.parse(raw.pop(spec.name)) if spec.name in raw else spec.default
         for spec in TRAINER_ONLY_SETTINGS
     }
-    values = settings_parse.parse_hyperparameters(raw, init_from_architecture(raw))
+    world = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+    values = settings_parse.parse_hyperparameters(raw, init_from_architecture(raw), world_size=world)
     check_checkpoint_place(values["checkpoint_dir"], values["checkpoint_backend"])
     return TrainConfig(**values, **extras)
 

@@ -20,7 +20,7 @@ from training.trainer.checkpoint import export_hf, export_peft, folder, identity
 from training.trainer.checkpoint import manager as checkpoint_manager
 from training.trainer.checkpoint import stop as stop_flag
 from training.trainer.config import TrainConfig
-from training.trainer.data import packing, token_files
+from training.trainer.data import packing, step_counts, token_files
 from training.trainer.distributed import activation_checkpoint, levers, parallel, precision
 from training.trainer.distributed import compile as compiling
 from training.trainer.model import attention, decoder, lora
@@ -305,6 +305,8 @@ def run(
     if complete:
         _finished_already(cfg, env, state, say)
         return {}
+    if env.is_main:  # what each step holds: its windows, examples and trained tokens, counted from the data
+        say(step_counts.step_line(cfg, dataset, env.world_size, state.step))
     if goal.describe():
         say(goal.describe())
     goal.prepare(state.net, state.step, lambda: build(cfg, env, plan, packing.packs(cfg)), plan, say)
