@@ -6,12 +6,14 @@ pair (every rank the same number)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.training.chat_models import model_folder
+from training.contract import settings_table
 from training.prepare import pairs as prepare_pairs
 from training.trainer.data import pairs
 from training.trainer.loss import IGNORE_INDEX
@@ -77,3 +79,38 @@ def test_validation_scores_every_window_once_and_pads_the_last_batch_with_no_pai
         padding = [row for rank in batches for batch in rank for row in range(len(batch[3]))
                    if (batch[3][row] < 0).all()]  # fmt: skip
         assert len(padding) == len(batches[0]) * world - shares[0].window_count
+
+
+def sharded(data: Path, into: Path, cut: int) -> Path:
+    """A copy of ``data`` whose train split is two shards (tokens, mask and offsets each), cut before pair ``cut``,
+    as a sharded preparation lists them."""
+    shutil.copytree(data, into)
+    tokens = np.fromfile(into / "train.bin", dtype=np.uint16)
+    mask = np.fromfile(into / "train.mask", dtype=np.uint8)
+    offsets = np.fromfile(into / "train.docs", dtype=np.int64)
+    at = int(offsets[2 * cut])
+    for index, (begin, end) in enumerate(((0, at), (at, len(tokens)))):
+        tokens[begin:end].tofile(into / f"train-{index}.bin")
+        mask[begin:end].tofile(into / f"train-{index}.mask")
+    offsets[: 2 * cut + 1].tofile(into / "train-0.docs")
+    (offsets[2 * cut :] - at).tofile(into / "train-1.docs")
+    meta = json.loads((into / "metadata.json").read_text())
+    meta["splits"]["train"].update({key: [f"train-0.{suffix}", f"train-1.{suffix}"] for key, suffix in
+                                    (("files", "bin"), ("masks", "mask"), ("documents", "docs"))})  # fmt: skip
+    (into / "metadata.json").write_text(json.dumps(meta))
+    return into
+
+
+def test_a_token_id_past_vocab_size_is_refused_naming_the_shard_holding_it_and_its_place(data, tmp_path):
+    folder = sharded(data, tmp_path / "sharded", cut=5)
+    whole, parts = split(data, "train", packing=False), split(folder, "train", packing=False)
+    assert np.array_equal(parts.tokens, whole.tokens) and np.array_equal(parts.offsets, whole.offsets)
+    # pair 7's chosen sequence, in the second shard
+    begin, end = int(parts.offsets[14]), int(parts.offsets[15])
+    ids = np.asarray(parts.tokens[begin:end])
+    peak, at = int(ids.max()), begin + int(np.argmax(ids)) - int(parts.offsets[10])
+    refusing = split(folder, "train", packing=False, vocab_size=peak)
+    with pytest.raises(settings_table.ContractError) as refused:
+        refusing.window(7)
+    assert refused.value.field == "vocab_size"
+    assert f"{folder / 'train-1.bin'} holds id {peak} (token {at}), got {peak}" in str(refused.value)

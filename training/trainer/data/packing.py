@@ -105,8 +105,7 @@ class Conversations(token_files._PositionedBatches):
         grad_accum_steps: int = 1,
     ):
         self.tokens, self.mask, self.offsets = read_split(directory, split, token_dtype)
-        listed = token_files.split_files(directory, split)
-        self.token_file = listed[0] if len(listed) == 1 else f"the {split} split of {directory}"
+        self.directory, self.split, self.token_dtype = directory, split, token_dtype
         self.vocab_size = vocab_size
         lengths = np.diff(self.offsets)
         where = f"{directory}/{token_files.METADATA_FILE}"
@@ -162,10 +161,13 @@ class Conversations(token_files._PositionedBatches):
             length = end - begin
             ids_of = np.asarray(self.tokens[begin:end], dtype=np.int64)
             if self.vocab_size is not None and int(ids_of.max()) >= self.vocab_size:
+                path, position = token_place(
+                    self.directory, self.split, self.token_dtype, begin + int(np.argmax(ids_of))
+                )
                 raise settings_table.ContractError(
                     "vocab_size",
-                    f"must be above every token id in the data; {self.token_file} holds id {int(ids_of.max())} "
-                    f"(token {begin + int(np.argmax(ids_of))}), got {self.vocab_size}",
+                    f"must be above every token id in the data; {path} holds id {int(ids_of.max())} (token "
+                    f"{position}), got {self.vocab_size}",
                 )
             trained = np.asarray(self.mask[begin + 1 : end], dtype=bool)
             tokens[at : at + length] = ids_of
@@ -214,6 +216,17 @@ def read_split(
     )
     return (np.concatenate([tokens for tokens, _, _ in parts]), np.concatenate([mask for _, mask, _ in parts]),
             offsets.astype(np.int64))  # fmt: skip
+
+
+def token_place(directory: str | Path, split: str, token_dtype: str, position: int) -> tuple[Path, int]:
+    """Where token ``position`` of ``read_split``'s stream is: its file and its position in that file (the files
+    are opened, memory-mapped, only to tell their lengths: for an error message)."""
+    for path in token_files.split_files(directory, split):
+        count = len(token_files.open_tokens(path, token_dtype))
+        if position < count:
+            return path, position
+        position -= count
+    raise IndexError(f"token {position} is past the {split} split of {directory}")
 
 
 def _shard(directory: str | Path, names: tuple[str, str, str], token_dtype: str, split: str) -> tuple:

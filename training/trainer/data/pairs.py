@@ -62,9 +62,7 @@ class PreferencePairs(token_files._PositionedBatches):
         grad_accum_steps: int = 1,
     ):
         self.tokens, self.mask, self.offsets = _read(directory, split, token_dtype)
-        self.token_file = token_files.split_files(directory, split)[
-            0
-        ]  # confined to the folder, as read_split
+        self.directory, self.split, self.token_dtype = directory, split, token_dtype
         self.vocab_size = vocab_size
         sides = np.diff(self.offsets)
         lengths = sides[0::2] + sides[1::2]
@@ -135,11 +133,7 @@ class PreferencePairs(token_files._PositionedBatches):
                 length = end - begin
                 ids_of = np.asarray(self.tokens[begin:end], dtype=np.int64)
                 if self.vocab_size is not None and int(ids_of.max()) >= self.vocab_size:
-                    raise settings_table.ContractError(
-                        "vocab_size",
-                        f"must be above every token id in the data; {self.token_file} holds id {int(ids_of.max())} "
-                        f"(token {begin + int(np.argmax(ids_of))}), got {self.vocab_size}",
-                    )
+                    self._refuse_token(ids_of, begin)
                 trained = np.asarray(self.mask[begin + 1 : end], dtype=bool)
                 tokens[at : at + length] = ids_of
                 targets[at : at + length - 1] = np.where(trained, ids_of[1:], IGNORE_INDEX)
@@ -147,6 +141,17 @@ class PreferencePairs(token_files._PositionedBatches):
                 sequences[at : at + length] = sequence
                 at += length
         return tokens, targets, ids, sequences
+
+    def _refuse_token(self, ids_of: np.ndarray, begin: int) -> None:
+        """Refuse ``vocab_size``, naming the file holding the largest of ``ids_of`` (a sequence from stream position
+        ``begin``) and its position there."""
+        at = begin + int(np.argmax(ids_of))
+        path, position = packing.token_place(self.directory, self.split, self.token_dtype, at)
+        raise settings_table.ContractError(
+            "vocab_size",
+            f"must be above every token id in the data; {path} holds id {int(ids_of.max())} (token {position}), got "
+            f"{self.vocab_size}",
+        )
 
     def _batch(self, first_sample: int) -> tuple[torch.Tensor, ...]:
         return self.rows([self._window_index(first_sample + j) for j in range(self.batch_size)])

@@ -6,7 +6,8 @@ The loss of a step is the mean over **every pair of the step**, across ranks and
 loss is the sum of its pairs' losses (``losses.pair_losses``) x world size / the step's pairs over every rank
 (counted on the host and summed in one all-reduce before the forwards, as the next-token loss counts its targets),
 and FSDP2's reduce-scatter averages the ranks' gradients, so the gradient is that of the mean over the global
-step's pairs whatever the split into ranks and micro-batches. The optional SFT term (``dpo_sft_weight``) is the
+step's pairs whatever the split into ranks and micro-batches (a pair a step holds twice, across an epoch boundary,
+counts twice wherever its copies land: ``batches``). The optional SFT term (``dpo_sft_weight``) is the
 mean next-token loss over the step's chosen answers' trained tokens, weighted the same way by tokens.
 
 The reference: ``precomputed`` (full fine-tuning's default) reads each answer's log-probability from the arrays

@@ -40,7 +40,10 @@ IDENTITY_FILE = "identity.json"
 def identity(cfg: Any, splits: dict[str, int]) -> dict[str, Any]:
     """What stored log-probabilities must have been computed from to serve this run: the data (its
     ``metadata.json``'s SHA-256 and each split's sequences), the initial model (``lora.base_reference``: the
-    ``init_from`` folder's sampled SHA-256, or the seed of a generated model) and the precision."""
+    ``init_from`` folder's sampled SHA-256, or the seed of a generated model) and the precision. The tokenizer is
+    not named on its own: ``prepare`` records its SHA-256 and the template's in ``metadata.json``, so data rendered
+    with another one has another ``data_metadata_sha256``. ``loss_chunk_tokens`` is not either: it only cuts the same
+    computation of the log-probabilities into pieces."""
     meta = Path(token_files.channel_dir(cfg)) / container.DATA_METADATA_FILE
     return {
         "data_metadata_sha256": hashlib.sha256(meta.read_bytes()).hexdigest(),
