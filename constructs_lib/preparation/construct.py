@@ -204,9 +204,9 @@ class DataPreparation(Construct):
                        "BackoffRate": 2}],
         })  # fmt: skip
         failed = sfn.Fail(self, "Preparation failed", error="PreparationFailed",
-                          cause="The processing job failed: its FailureReason and the log line of the bad record "
-                          "(object and line) are in the job's CloudWatch logs; fix the input and start the same name "
-                          "again (complete shards are kept)")  # fmt: skip
+                          cause="The processing job failed: its ExitMessage (DescribeProcessingJob, the CLI's "
+                          "prepare-status) and its CloudWatch logs give the error line (for a bad record: the object "
+                          "and line); fix the input and start the same name again (complete shards are kept)")  # fmt: skip
         run.add_catch(failed, errors=["States.ALL"], result_path="$.error")
         check = tasks.CallAwsService(self, "Read the manifest", service="s3", action="headObject",
                                      iam_action="s3:GetObject", iam_resources=[self.bucket.arn_for_objects(f"{self.output_prefix}*")],

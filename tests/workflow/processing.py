@@ -50,25 +50,31 @@ from training.prepare import job
 REQUESTS: list[dict[str, Any]] = []
 
 
-def run_instances(params: dict[str, Any]) -> tuple[str, str | None]:
-    """Run the job's script as its instances; (status, failure reason)."""
+def run_instances(params: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    """Run the job's script as its instances; (status, failure reason, exit message)."""
     args = list(params["AppSpecification"]["ContainerArguments"])
     inputs = {i["InputName"]: i["S3Input"] for i in params["ProcessingInputs"]}
     count = int(params["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
     s3 = boto3.client("s3", region_name="us-west-2")
+    status, reason = "Completed", None
     with tempfile.TemporaryDirectory(prefix="processing-") as tmp:
         model = _download(s3, inputs["model"]["S3Uri"], Path(tmp) / "model", 0, 1)
+        messages = []
         for index in range(count):
             data = _download(s3, inputs["data"]["S3Uri"], Path(tmp) / f"algo-{index + 1}", index, count)
             here = [*args]
             here[here.index("--local-input") + 1] = str(data)
             here[here.index("--model") + 1] = str(model)
-            errors = io.StringIO()
-            with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            messages.append(Path(tmp) / f"algo-{index + 1}-output" / "message")
+            here[here.index("--exit-message") + 1] = str(messages[-1])
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 code = job.main([*here, "--workers", "1"])
             if code:
-                return "Failed", f"AlgorithmError: {errors.getvalue().strip()}"
-    return "Completed", None
+                reason = f"AlgorithmError: See job logs for more information (exit code {code})"
+                status = "Failed"
+                break
+        written = b"".join(m.read_bytes() for m in messages if m.is_file())
+    return status, reason, written[:1024].decode("utf-8", "ignore") or None
 
 
 def _download(s3: Any, uri: str, folder: Path, index: int, count: int) -> Path:
@@ -100,12 +106,13 @@ class ProcessingSync(StateTaskServiceUnsupported):
                                  state_credentials=state_credentials)  # fmt: skip
         accepted = {k: v for k, v in params.items() if k not in ("Environment",)}
         client.create_processing_job(**accepted)
-        status, reason = run_instances(params)
+        status, reason, message = run_instances(params)
         described = sagemaker_backends[ACCOUNT][resource_runtime_part.region].processing_jobs[
             params["ProcessingJobName"]
         ]
         described.processing_job_status = status
         described.failure_reason = reason
+        described.exit_message = message
         env.stack.append({"ProcessingJobName": params["ProcessingJobName"]})
 
     def _build_sync_resolver(self, env, resource_runtime_part, normalised_parameters, state_credentials):

@@ -16,6 +16,7 @@ from tests.training.chat_models import tokenizer_json
 from tests.training.input_formats import write_corpus
 from tests.workflow import processing
 from tests.workflow.harness import definition_of
+from training.prepare import job
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +94,13 @@ def test_a_bad_record_fails_the_execution_and_writes_no_manifest(prepared):
     workflow.s3.put_object(Bucket=bucket, Key="data/bad/x.jsonl", Body=b'{"text": "fine"}\n{"text": 7}\n')
     done = workflow.run(given(bucket, name="bad", input_uri=f"s3://{bucket}/data/bad/"), timeout=300)
     assert done["status"] == "FAILED" and done["error"] == "PreparationFailed", done
-    reason = processing.REQUESTS and workflow.sagemaker.describe_processing_job(
-        ProcessingJobName=processing.REQUESTS[-1]["ProcessingJobName"])  # fmt: skip
-    assert "x.jsonl:2: field 'text' is not a string" in json.dumps(reason, default=str)
+    request = processing.REQUESTS[-1]
+    args = request["AppSpecification"]["ContainerArguments"]
+    # where SageMaker reads ExitMessage from
+    assert args[args.index("--exit-message") + 1] == job.EXIT_MESSAGE
+    described = workflow.sagemaker.describe_processing_job(ProcessingJobName=request["ProcessingJobName"])
+    # the object by its key below input_uri
+    assert described["ExitMessage"] == "error: x.jsonl:2: field 'text' is not a string"
+    assert "x.jsonl" not in described["FailureReason"]  # SageMaker's own: the line reaches ExitMessage only
     listed = workflow.s3.list_objects_v2(Bucket=bucket, Prefix="data/prepared/bad/").get("Contents", [])
     assert "data/prepared/bad/metadata.json" not in {o["Key"] for o in listed}

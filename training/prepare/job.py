@@ -55,6 +55,11 @@ from training.request.data_manifest import MANIFEST_FILE, ManifestError
 SETTINGS_FILE = "prepare.json"
 PROCESSING_INPUT = "/opt/ml/processing/input/data"
 """Where a Processing job puts this instance's share of the input objects."""
+EXIT_MESSAGE = "/opt/ml/output/message"
+"""What a Processing container hands back: SageMaker returns the first 1 KB of this file (UTF-8) as the job's
+``ExitMessage`` (DescribeProcessingJob), concatenated over the instances; its ``FailureReason`` is SageMaker's own
+(AWS docs: "Save and Access Metadata Information About Your Processing Job")."""
+MESSAGE_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -321,10 +326,29 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers or os.cpu_count() or 1,
             say=lambda s: print(s, flush=True),
         )
-    except (ShardError, KindError, ManifestError, StoreError) as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+    except (ShardError, KindError, ManifestError, StoreError, *_s3_errors()) as err:
+        refuse(f"error: {err}", args.exit_message)
         return 2
     return 0
+
+
+def _s3_errors() -> tuple[type[Exception], ...]:
+    """botocore's errors (S3 refused or could not be reached), when botocore is there (not for a local run)."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+    except ImportError:
+        return ()
+    return (ClientError, BotoCoreError)
+
+
+def refuse(line: str, message_file: str | None) -> None:
+    """The one error line on stderr (the job's log) and, in a Processing job, as its ``ExitMessage`` (the first
+    ``MESSAGE_BYTES`` of ``message_file``, cut at a whole UTF-8 character)."""
+    print(line, file=sys.stderr, flush=True)
+    if message_file:
+        path = Path(message_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(line.encode("utf-8")[:MESSAGE_BYTES].decode("utf-8", "ignore").encode("utf-8"))
 
 
 def main_local(args: argparse.Namespace) -> int:
@@ -415,6 +439,9 @@ def _parser() -> argparse.ArgumentParser:
         help=f"The longest one rendering of the chat template may take (chat; default {TEMPLATE_SECONDS:g}).",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, help="Processes (default: one per core).")
+    parser.add_argument(
+        "--exit-message", help=f"Where an error line also goes (a Processing job: {EXIT_MESSAGE})."
+    )
     return parser
 
 

@@ -8,7 +8,9 @@ that already exists with the same SHA-256 counts as written (a rerun writing the
 it is ``StoreError``: nothing is ever replaced.
 
 ``head`` gives ``(bytes, sha256)`` of an object (S3: its stored checksum, no download), ``get`` its bytes,
-``listing`` every name under a prefix with its size.
+``listing`` every name under a prefix with its size. In S3 whether an object is there is always asked by listing it
+(``S3Store.exists``), never by a 404: the job's role may list only its prefixes, and S3 answers a reader without
+``s3:ListBucket`` for the request 403 for a missing key.
 """
 
 from __future__ import annotations
@@ -94,30 +96,27 @@ class S3Store:
         self.bucket, _, self.prefix = uri[5:].partition("/")
         self.client, self.where = client, uri
 
-    def head(self, name: str) -> tuple[int, str | None] | None:
-        from botocore.exceptions import ClientError  # noqa: PLC0415 - with boto3, where S3 is used
+    def exists(self, name: str) -> bool:
+        """Whether the object ``name`` is there, by listing it (``ListObjectsV2`` with its key as the prefix: the
+        role's ``s3:ListBucket`` is granted under an ``s3:prefix`` condition, which a listing carries and
+        ``HeadObject``/``GetObject`` do not, so S3 answers those 403, not 404, for a missing key). A key is the
+        first of the keys it prefixes, so one listed key answers."""
+        key = self.prefix + name
+        found = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+        return bool(found) and found[0]["Key"] == key
 
-        try:
-            found = self.client.head_object(
-                Bucket=self.bucket, Key=self.prefix + name, ChecksumMode="ENABLED"
-            )
-        except ClientError as err:
-            if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
-                return None
-            raise
+    def head(self, name: str) -> tuple[int, str | None] | None:
+        if not self.exists(name):
+            return None
+        found = self.client.head_object(Bucket=self.bucket, Key=self.prefix + name, ChecksumMode="ENABLED")
         checksum = found.get("ChecksumSHA256")
         digest = base64.b64decode(checksum).hex() if checksum and "-" not in checksum else None
         return int(found["ContentLength"]), digest
 
     def get(self, name: str) -> bytes | None:
-        from botocore.exceptions import ClientError  # noqa: PLC0415
-
-        try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read()
-        except ClientError as err:
-            if err.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
-                return None
-            raise
+        if not self.exists(name):
+            return None
+        return self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read()
 
     def put(self, name: str, path: Path, sha256: str) -> bool:
         from botocore.exceptions import ClientError  # noqa: PLC0415
