@@ -16,8 +16,9 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
+from constructs_lib.preparation import construct, job_request
 from tests.training.input_formats import write_corpus
-from training.prepare import job
+from training.prepare import job, kinds
 from training.prepare.kinds import file_sha256
 from training.prepare.store import S3Store
 from training.request import data_manifest as manifest
@@ -100,3 +101,26 @@ def test_an_s3_refusal_is_one_error_line_and_the_exit_message(endpoint, tmp_path
     line = capsys.readouterr().err.strip()
     assert code == 2 and line.startswith("error: ") and "NoSuchBucket" in line and "\n" not in line
     assert message.read_text() == line
+
+
+def test_shards_are_written_under_the_scratch_given(endpoint, tmp_path):
+    corpus, scratch, seen = tmp_path / "corpus", tmp_path / "volume" / "scratch", []
+    write_corpus(corpus)
+    here = job.local_inputs(corpus)
+    store = S3Store(f"s3://{BUCKET}/prepared/scratch/", role_client(endpoint))
+    say = lambda line: seen.extend(p.name for p in scratch.glob("prepare-*"))  # noqa: E731
+    job.run(
+        job.Options(validation_fraction=0.2),
+        store,
+        sorted(here),
+        here,
+        workers=1,
+        say=say,
+        scratch=str(scratch),
+    )
+    assert seen and list(scratch.iterdir()) == []  # used while preparing, emptied after
+
+
+def test_the_state_machines_paths_are_the_scripts():
+    assert job_request.EXIT_MESSAGE == job.EXIT_MESSAGE and job_request.SCRATCH == job.PROCESSING_SCRATCH
+    assert tuple(kinds.KINDS) == construct.KINDS and construct.TOO_LONG == kinds.TOO_LONG

@@ -5,8 +5,11 @@ subclasses moto internals, as ``harness.SageMakerSync`` does for training jobs):
 job in moto's SageMaker backend, then runs what the job would run: ``python -m training.prepare.job`` with the
 request's ``ContainerArguments``, once per instance of ``ProcessingResources.ClusterConfig.InstanceCount``, each
 instance given its share of the input prefix's objects (as ``ShardedByS3Key`` hands them out) and the whole model
-folder (``FullyReplicated``) in a folder of its own, against moto's S3. The job ends ``Completed``, or ``Failed``
-with the script's error line as ``FailureReason``; the sync integration then polls ``DescribeProcessingJob``.
+folder (``FullyReplicated``) in a folder of its own (its ``/opt/ml/processing`` paths, the scratch included, moved
+under the instance's folder), against moto's S3. The job ends ``Completed``, or ``Failed`` with SageMaker's own
+generic ``FailureReason`` and, as SageMaker does, the first 1 KB of what the instances wrote to
+``/opt/ml/output/message`` (here each instance's own file) as ``ExitMessage``; the sync integration then polls
+``DescribeProcessingJob``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ def run_instances(params: dict[str, Any]) -> tuple[str, str | None, str | None]:
             here[here.index("--model") + 1] = str(model)
             messages.append(Path(tmp) / f"algo-{index + 1}-output" / "message")
             here[here.index("--exit-message") + 1] = str(messages[-1])
+            scratch = here[here.index("--scratch") + 1]
+            assert scratch.startswith("/opt/ml/processing/"), scratch  # on the job's volume
+            here[here.index("--scratch") + 1] = str(Path(tmp) / f"algo-{index + 1}-volume" / "scratch")
             with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 code = job.main([*here, "--workers", "1"])
             if code:

@@ -71,18 +71,28 @@ def test_a_preparation_runs_on_its_instances_and_ends_with_its_manifest(prepared
 @pytest.mark.parametrize(
     ("fields", "cause"),
     [
-        ({"instance_count": 5}, "instance_count: must be a number from 1 to 4"),
+        ({"instance_count": 5}, "instance_count: must be a whole number from 1 to 4"),
+        ({"instance_count": 2.5}, "instance_count: must be a whole number from 1 to 4"),
+        ({"instance_count": "2"}, "instance_count: must be a whole number from 1 to 4"),
+        ({"input_uri": "s3://elsewhere/data/raw/"}, "input_uri: must be a folder s3://{bucket}/<prefix>/"),
+        ({"input_uri": "-"}, "input_uri: must be a folder s3://{bucket}/<prefix>/ (ending in /)"),
         (
-            {"input_uri": "s3://elsewhere/data/raw/"},
-            "input_uri: must be s3://{bucket}/<prefix>/ under one of data/",
+            {"input_uri": "s3://BUCKET/data/raw"},
+            "input_uri: must be a folder s3://{bucket}/<prefix>/ (ending in /)",
         ),
-        ({"kind": "pairs"}, "kind: must be text or chat"),
+        ({"model_uri": "-"}, "model_uri: must be a folder (ending in /)"),
+        ({"name": ""}, "name: must be given, a non-empty string without '/'"),
+        ({"name": "a/b"}, "name: must be given, a non-empty string without '/'"),
+        ({"name": ".."}, "name: must be given, a non-empty string without '/'"),
+        ({"kind": "pairs"}, "kind: must be one of text, chat"),
+        ({"too_long": "cut"}, "too_long: must be one of drop, truncate"),
         ({"instance_type": "ml.p5.48xlarge"}, "instance_type: must be one of"),
     ],
 )
 def test_what_is_not_allowed_is_refused_by_field_before_any_job(prepared, fields, cause):
     workflow, bucket = prepared
     before = len(processing.REQUESTS)
+    fields = {k: v.replace("BUCKET", bucket) if isinstance(v, str) else v for k, v in fields.items()}
     done = workflow.run(given(bucket, **fields))
     assert done["status"] == "FAILED" and done["error"] == "InvalidInput"
     assert done["cause"].startswith(cause)

@@ -60,6 +60,9 @@ EXIT_MESSAGE = "/opt/ml/output/message"
 ``ExitMessage`` (DescribeProcessingJob), concatenated over the instances; its ``FailureReason`` is SageMaker's own
 (AWS docs: "Save and Access Metadata Information About Your Processing Job")."""
 MESSAGE_BYTES = 1024
+PROCESSING_SCRATCH = "/opt/ml/processing/scratch"
+"""Where a Processing job's workers write a shard's files before upload: on the volume SageMaker mounts for
+``/opt/ml/processing`` (``VolumeSizeInGB``), not the container's root file system."""
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,10 @@ def complete_record(store: Store, key: str, settings_hash: str) -> dict[str, Any
 
 
 def run(options: Options, store: Store, all_keys: list[str], here: dict[str, Path], *, workers: int,
-        say: Callable[[str], None] = print) -> Outcome:  # fmt: skip
+        say: Callable[[str], None] = print, scratch: str | None = None) -> Outcome:  # fmt: skip
     """Prepare the objects ``here`` (key -> local file; this instance's share of ``all_keys``) into ``store``,
-    then write the manifest when every shard of ``all_keys`` is complete."""
+    then write the manifest when every shard of ``all_keys`` is complete. Shards are written in a folder made
+    under ``scratch`` (default: the system's temporary folder) and removed once uploaded."""
     options.check()
     kind = make_kind(options.kind, **asdict(options))
     settings = {**kind.settings(), "validation_fraction": options.validation_fraction}
@@ -164,9 +168,11 @@ def run(options: Options, store: Store, all_keys: list[str], here: dict[str, Pat
             outcome.skipped += 1
     say(f"{len(here)} input objects here ({len(all_keys)} in all): {outcome.skipped} already complete, "
         f"{len(todo)} to prepare with {workers} processes")  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="prepare-") as scratch:
+    if scratch:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="prepare-", dir=scratch) as folder:
         for record in _prepare_all(
-            options, store, scratch, [(k, str(here[k])) for k in todo], digest, workers
+            options, store, folder, [(k, str(here[k])) for k in todo], digest, workers
         ):
             outcome.prepared += 1
             outcome.tokens += sum(e["tokens"] for e in record["splits"].values())
@@ -325,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             here,
             workers=args.workers or os.cpu_count() or 1,
             say=lambda s: print(s, flush=True),
+            scratch=args.scratch,
         )
     except (ShardError, KindError, ManifestError, StoreError, *_s3_errors()) as err:
         refuse(f"error: {err}", args.exit_message)
@@ -439,6 +446,9 @@ def _parser() -> argparse.ArgumentParser:
         help=f"The longest one rendering of the chat template may take (chat; default {TEMPLATE_SECONDS:g}).",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, help="Processes (default: one per core).")
+    parser.add_argument(
+        "--scratch", help=f"Where shards are written before upload (a Processing job: {PROCESSING_SCRATCH})."
+    )
     parser.add_argument(
         "--exit-message", help=f"Where an error line also goes (a Processing job: {EXIT_MESSAGE})."
     )
