@@ -20,7 +20,7 @@ from constructs_lib.preparation import construct, job_request
 from tests.training.input_formats import write_corpus
 from training.prepare import job, kinds
 from training.prepare.kinds import file_sha256
-from training.prepare.store import S3Store
+from training.prepare.store import S3Store, StoreError
 from training.request import data_manifest as manifest
 
 BUCKET = "data"
@@ -124,3 +124,21 @@ def test_shards_are_written_under_the_scratch_given(endpoint, tmp_path):
 def test_the_state_machines_paths_are_the_scripts():
     assert job_request.EXIT_MESSAGE == job.EXIT_MESSAGE and job_request.SCRATCH == job.PROCESSING_SCRATCH
     assert tuple(kinds.KINDS) == construct.KINDS and construct.TOO_LONG == kinds.TOO_LONG
+
+
+def test_a_file_above_the_multipart_size_goes_up_in_parts_and_is_never_overwritten(endpoint, tmp_path):
+    """S3's single PUT stops at 5 GB: a big shard file goes up through s3transfer's managed multipart upload (here
+    with the threshold lowered to 8 MiB and 5 MiB parts, S3's smallest), completed only where no object is."""
+    client, parts = role_client(endpoint), []
+    client.meta.events.register("before-call.s3.UploadPart", lambda **_: parts.append(1))
+    store = S3Store(f"s3://{BUCKET}/out/big/", client, multipart_bytes=8 << 20, part_bytes=5 << 20)
+    big, other = tmp_path / "train.bin", tmp_path / "other.bin"
+    big.write_bytes(bytes(range(256)) * (12 << 12))  # 12 MiB
+    other.write_bytes(b"\1" * (12 << 20))
+    assert store.put("train.bin", big, file_sha256(big))
+    assert len(parts) == 3
+    assert store.head("train.bin") == (12 << 20, file_sha256(big))  # a rerun's check of a complete shard
+    assert store.put("train.bin", big, file_sha256(big)) is False  # the same bytes: nothing to do
+    with pytest.raises(StoreError, match="already exists with other bytes"):
+        store.put("train.bin", other, file_sha256(other))
+    assert store.get("train.bin") == big.read_bytes()
