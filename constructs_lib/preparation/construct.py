@@ -43,6 +43,9 @@ from training.prepare.plan import DEFAULT_INSTANCE_TYPE, PROCESSING_INSTANCE_TYP
 
 CREATE_PROCESSING_JOB_SYNC = "arn:aws:states:::sagemaker:createProcessingJob.sync"
 MANIFEST = "metadata.json"
+KINDS = ("text", "chat")
+"""The kinds an execution may ask for (``training.prepare.kinds.KINDS``; a test keeps the two equal)."""
+TOO_LONG = ("drop", "truncate")
 TEMPLATE_SECONDS = 10.0
 """The default bound on one rendering of a chat template: ``training.prepare.chat_data.TEMPLATE_SECONDS`` (not
 imported: that module loads numpy, which a synth does not need; a test keeps the two equal)."""
@@ -204,9 +207,9 @@ class DataPreparation(Construct):
                        "BackoffRate": 2}],
         })  # fmt: skip
         failed = sfn.Fail(self, "Preparation failed", error="PreparationFailed",
-                          cause="The processing job failed: its FailureReason and the log line of the bad record "
-                          "(object and line) are in the job's CloudWatch logs; fix the input and start the same name "
-                          "again (complete shards are kept)")  # fmt: skip
+                          cause="The processing job failed: its ExitMessage (DescribeProcessingJob, the CLI's "
+                          "prepare-status) and its CloudWatch logs give the error line (for a bad record: the object "
+                          "and line); fix the input and start the same name again (complete shards are kept)")  # fmt: skip
         run.add_catch(failed, errors=["States.ALL"], result_path="$.error")
         check = tasks.CallAwsService(self, "Read the manifest", service="s3", action="headObject",
                                      iam_action="s3:GetObject", iam_resources=[self.bucket.arn_for_objects(f"{self.output_prefix}*")],
@@ -224,30 +227,50 @@ class DataPreparation(Construct):
         bucket = self.bucket.bucket_name
 
         def under(path: str) -> sfn.Condition:
-            return sfn.Condition.or_(*[sfn.Condition.string_matches(path, f"s3://{bucket}/{p}*")
-                                       for p in self.read_prefixes], sfn.Condition.string_equals(path, "-"))  # fmt: skip
+            """A folder (ending in /) under one of the read prefixes."""
+            return sfn.Condition.and_(
+                sfn.Condition.is_present(path), sfn.Condition.is_string(path), sfn.Condition.string_matches(path, "*/"),
+                sfn.Condition.or_(*[sfn.Condition.string_matches(path, f"s3://{bucket}/{p}*") for p in self.read_prefixes]),
+            )  # fmt: skip
 
+        def one_of(path: str, allowed: Sequence[str]) -> sfn.Condition:
+            return sfn.Condition.and_(sfn.Condition.is_string(path),
+                                      sfn.Condition.or_(*[sfn.Condition.string_equals(path, a) for a in allowed]))  # fmt: skip
+
+        name = "$.request.name"
+        count = "$.request.instance_count"
         checks = [
-            ("name", sfn.Condition.and_(sfn.Condition.is_present("$.request.name"), sfn.Condition.is_string("$.request.name")),
-             "name: must be given, a string: the folder <output_prefix><name>/ the data is prepared into"),
-            ("input_uri", sfn.Condition.and_(sfn.Condition.is_present("$.request.input_uri"), under("$.request.input_uri")),
-             f"input_uri: must be s3://{{bucket}}/<prefix>/ under one of {', '.join(self.read_prefixes)}"),
-            ("model_uri", sfn.Condition.and_(sfn.Condition.is_present("$.request.model_uri"), under("$.request.model_uri")),
-             f"model_uri: must be a folder with tokenizer.json (or a chat model's files) under one of "
+            ("name", sfn.Condition.and_(sfn.Condition.is_present(name), sfn.Condition.is_string(name),
+                                        *[sfn.Condition.not_(c) for c in (
+                                            sfn.Condition.string_equals(name, ""), sfn.Condition.string_equals(name, "."),
+                                            sfn.Condition.string_equals(name, ".."), sfn.Condition.string_matches(name, "*/*"),
+                                            sfn.Condition.string_matches(name, "* *"))]),
+             "name: must be given, a non-empty string without '/' or spaces, not '.' or '..': the folder "
+             "<output_prefix><name>/ the data is prepared into"),
+            ("input_uri", under("$.request.input_uri"),
+             f"input_uri: must be a folder s3://{{bucket}}/<prefix>/ (ending in /) under one of {', '.join(self.read_prefixes)}"),
+            ("model_uri", under("$.request.model_uri"),
+             f"model_uri: must be a folder (ending in /) with tokenizer.json (or a chat model's files) under one of "
              f"{', '.join(self.read_prefixes)}"),
-            ("kind", sfn.Condition.or_(sfn.Condition.string_equals("$.request.kind", "text"),
-                                       sfn.Condition.string_equals("$.request.kind", "chat")),
-             "kind: must be text or chat"),
-            ("instance_type", sfn.Condition.or_(*[sfn.Condition.string_equals("$.request.instance_type", t)
-                                                  for t in self.instance_types]),
+            ("kind", one_of("$.request.kind", KINDS), f"kind: must be one of {', '.join(KINDS)}"),
+            ("too_long", one_of("$.request.too_long", TOO_LONG), f"too_long: must be one of {', '.join(TOO_LONG)}"),
+            ("instance_type", one_of("$.request.instance_type", self.instance_types),
              f"instance_type: must be one of {', '.join(self.instance_types)}"),
-            ("instance_count", sfn.Condition.and_(sfn.Condition.is_numeric("$.request.instance_count"),
-                                                  sfn.Condition.number_greater_than_equals("$.request.instance_count", 1),
-                                                  sfn.Condition.number_less_than_equals("$.request.instance_count",
-                                                                                        self.max_instance_count)),
-             f"instance_count: must be a number from 1 to {self.max_instance_count}"),
+            ("instance_count", sfn.Condition.and_(sfn.Condition.is_numeric(count),
+                                                  sfn.Condition.number_greater_than_equals(count, 1),
+                                                  sfn.Condition.number_less_than_equals(count, self.max_instance_count)),
+             f"instance_count: must be a whole number from 1 to {self.max_instance_count}"),
         ]  # fmt: skip
-        chain = accepted
+        text = "$.checks.instance_count"  # a whole number's JSON text has no '.' nor exponent
+        whole = sfn.Choice(self, "Check instance_count is whole")
+        whole.when(sfn.Condition.and_(*[sfn.Condition.not_(sfn.Condition.string_matches(text, p))
+                                        for p in ("*.*", "*e*", "*E*")]), accepted)  # fmt: skip
+        whole.otherwise(
+            sfn.Fail(self, "Refuse instance_count fraction", error="InvalidInput", cause=checks[-1][2])
+        )
+        as_text: sfn.IChainable = sfn.Pass(self, "instance_count as text", result_path="$.checks",
+                            parameters={"instance_count.$": "States.Format('{}', $.request.instance_count)"}).next(whole)  # fmt: skip
+        chain = as_text
         for field, ok, cause in reversed(checks):
             choice = sfn.Choice(self, f"Check {field}")
             choice.when(ok, chain)

@@ -13,6 +13,12 @@ from typing import Any
 
 DATA_PATH = "/opt/ml/processing/input/data"
 MODEL_PATH = "/opt/ml/processing/input/model"
+EXIT_MESSAGE = "/opt/ml/output/message"
+"""Where the script writes its error line: SageMaker returns it as the job's ``ExitMessage``
+(``training.prepare.job.EXIT_MESSAGE``; a test keeps the two equal)."""
+SCRATCH = "/opt/ml/processing/scratch"
+"""Where the workers write shards before upload: the job's volume (``VolumeSizeInGB``), not the root file system
+(``training.prepare.job.PROCESSING_SCRATCH``; a test keeps the two equal)."""
 ENTRY_POINT = ["python3", "-m", "training.prepare.job"]
 """What the container runs (its working folder and PYTHONPATH are the image's /opt/ml/code)."""
 
@@ -25,7 +31,8 @@ def processing_job_request(*, role_arn: str, image_uri: str, volume_size_gb: int
         "States.Array('--input', $.request.input_uri, '--output', $.job.output_uri, '--local-input', "
         f"'{DATA_PATH}', '--model', '{MODEL_PATH}', '--kind', $.request.kind, '--text-field', $.request.text_field, "
         "'--validation-fraction', $.job.validation_fraction, '--max-tokens', $.job.max_tokens, '--too-long', "
-        "$.request.too_long, '--template-seconds', $.job.template_seconds)"
+        "$.request.too_long, '--template-seconds', $.job.template_seconds, "
+        f"'--exit-message', '{EXIT_MESSAGE}', '--scratch', '{SCRATCH}')"
     )
     return {
         "ProcessingJobName.$": "$.job.name",

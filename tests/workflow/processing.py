@@ -5,8 +5,11 @@ subclasses moto internals, as ``harness.SageMakerSync`` does for training jobs):
 job in moto's SageMaker backend, then runs what the job would run: ``python -m training.prepare.job`` with the
 request's ``ContainerArguments``, once per instance of ``ProcessingResources.ClusterConfig.InstanceCount``, each
 instance given its share of the input prefix's objects (as ``ShardedByS3Key`` hands them out) and the whole model
-folder (``FullyReplicated``) in a folder of its own, against moto's S3. The job ends ``Completed``, or ``Failed``
-with the script's error line as ``FailureReason``; the sync integration then polls ``DescribeProcessingJob``.
+folder (``FullyReplicated``) in a folder of its own (its ``/opt/ml/processing`` paths, the scratch included, moved
+under the instance's folder), against moto's S3. The job ends ``Completed``, or ``Failed`` with SageMaker's own
+generic ``FailureReason`` and, as SageMaker does, the first 1 KB of what the instances wrote to
+``/opt/ml/output/message`` (here each instance's own file) as ``ExitMessage``; the sync integration then polls
+``DescribeProcessingJob``.
 """
 
 from __future__ import annotations
@@ -50,25 +53,34 @@ from training.prepare import job
 REQUESTS: list[dict[str, Any]] = []
 
 
-def run_instances(params: dict[str, Any]) -> tuple[str, str | None]:
-    """Run the job's script as its instances; (status, failure reason)."""
+def run_instances(params: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    """Run the job's script as its instances; (status, failure reason, exit message)."""
     args = list(params["AppSpecification"]["ContainerArguments"])
     inputs = {i["InputName"]: i["S3Input"] for i in params["ProcessingInputs"]}
     count = int(params["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
     s3 = boto3.client("s3", region_name="us-west-2")
+    status, reason = "Completed", None
     with tempfile.TemporaryDirectory(prefix="processing-") as tmp:
         model = _download(s3, inputs["model"]["S3Uri"], Path(tmp) / "model", 0, 1)
+        messages = []
         for index in range(count):
             data = _download(s3, inputs["data"]["S3Uri"], Path(tmp) / f"algo-{index + 1}", index, count)
             here = [*args]
             here[here.index("--local-input") + 1] = str(data)
             here[here.index("--model") + 1] = str(model)
-            errors = io.StringIO()
-            with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            messages.append(Path(tmp) / f"algo-{index + 1}-output" / "message")
+            here[here.index("--exit-message") + 1] = str(messages[-1])
+            scratch = here[here.index("--scratch") + 1]
+            assert scratch.startswith("/opt/ml/processing/"), scratch  # on the job's volume
+            here[here.index("--scratch") + 1] = str(Path(tmp) / f"algo-{index + 1}-volume" / "scratch")
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
                 code = job.main([*here, "--workers", "1"])
             if code:
-                return "Failed", f"AlgorithmError: {errors.getvalue().strip()}"
-    return "Completed", None
+                reason = f"AlgorithmError: See job logs for more information (exit code {code})"
+                status = "Failed"
+                break
+        written = b"".join(m.read_bytes() for m in messages if m.is_file())
+    return status, reason, written[:1024].decode("utf-8", "ignore") or None
 
 
 def _download(s3: Any, uri: str, folder: Path, index: int, count: int) -> Path:
@@ -100,12 +112,13 @@ class ProcessingSync(StateTaskServiceUnsupported):
                                  state_credentials=state_credentials)  # fmt: skip
         accepted = {k: v for k, v in params.items() if k not in ("Environment",)}
         client.create_processing_job(**accepted)
-        status, reason = run_instances(params)
+        status, reason, message = run_instances(params)
         described = sagemaker_backends[ACCOUNT][resource_runtime_part.region].processing_jobs[
             params["ProcessingJobName"]
         ]
         described.processing_job_status = status
         described.failure_reason = reason
+        described.exit_message = message
         env.stack.append({"ProcessingJobName": params["ProcessingJobName"]})
 
     def _build_sync_resolver(self, env, resource_runtime_part, normalised_parameters, state_credentials):

@@ -16,6 +16,7 @@ from tests.training.chat_models import tokenizer_json
 from tests.training.input_formats import write_corpus
 from tests.workflow import processing
 from tests.workflow.harness import definition_of
+from training.prepare import job
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +71,28 @@ def test_a_preparation_runs_on_its_instances_and_ends_with_its_manifest(prepared
 @pytest.mark.parametrize(
     ("fields", "cause"),
     [
-        ({"instance_count": 5}, "instance_count: must be a number from 1 to 4"),
+        ({"instance_count": 5}, "instance_count: must be a whole number from 1 to 4"),
+        ({"instance_count": 2.5}, "instance_count: must be a whole number from 1 to 4"),
+        ({"instance_count": "2"}, "instance_count: must be a whole number from 1 to 4"),
+        ({"input_uri": "s3://elsewhere/data/raw/"}, "input_uri: must be a folder s3://{bucket}/<prefix>/"),
+        ({"input_uri": "-"}, "input_uri: must be a folder s3://{bucket}/<prefix>/ (ending in /)"),
         (
-            {"input_uri": "s3://elsewhere/data/raw/"},
-            "input_uri: must be s3://{bucket}/<prefix>/ under one of data/",
+            {"input_uri": "s3://BUCKET/data/raw"},
+            "input_uri: must be a folder s3://{bucket}/<prefix>/ (ending in /)",
         ),
-        ({"kind": "pairs"}, "kind: must be text or chat"),
+        ({"model_uri": "-"}, "model_uri: must be a folder (ending in /)"),
+        ({"name": ""}, "name: must be given, a non-empty string without '/'"),
+        ({"name": "a/b"}, "name: must be given, a non-empty string without '/'"),
+        ({"name": ".."}, "name: must be given, a non-empty string without '/'"),
+        ({"kind": "pairs"}, "kind: must be one of text, chat"),
+        ({"too_long": "cut"}, "too_long: must be one of drop, truncate"),
         ({"instance_type": "ml.p5.48xlarge"}, "instance_type: must be one of"),
     ],
 )
 def test_what_is_not_allowed_is_refused_by_field_before_any_job(prepared, fields, cause):
     workflow, bucket = prepared
     before = len(processing.REQUESTS)
+    fields = {k: v.replace("BUCKET", bucket) if isinstance(v, str) else v for k, v in fields.items()}
     done = workflow.run(given(bucket, **fields))
     assert done["status"] == "FAILED" and done["error"] == "InvalidInput"
     assert done["cause"].startswith(cause)
@@ -93,8 +104,13 @@ def test_a_bad_record_fails_the_execution_and_writes_no_manifest(prepared):
     workflow.s3.put_object(Bucket=bucket, Key="data/bad/x.jsonl", Body=b'{"text": "fine"}\n{"text": 7}\n')
     done = workflow.run(given(bucket, name="bad", input_uri=f"s3://{bucket}/data/bad/"), timeout=300)
     assert done["status"] == "FAILED" and done["error"] == "PreparationFailed", done
-    reason = processing.REQUESTS and workflow.sagemaker.describe_processing_job(
-        ProcessingJobName=processing.REQUESTS[-1]["ProcessingJobName"])  # fmt: skip
-    assert "x.jsonl:2: field 'text' is not a string" in json.dumps(reason, default=str)
+    request = processing.REQUESTS[-1]
+    args = request["AppSpecification"]["ContainerArguments"]
+    # where SageMaker reads ExitMessage from
+    assert args[args.index("--exit-message") + 1] == job.EXIT_MESSAGE
+    described = workflow.sagemaker.describe_processing_job(ProcessingJobName=request["ProcessingJobName"])
+    # the object by its key below input_uri
+    assert described["ExitMessage"] == "error: x.jsonl:2: field 'text' is not a string"
+    assert "x.jsonl" not in described["FailureReason"]  # SageMaker's own: the line reaches ExitMessage only
     listed = workflow.s3.list_objects_v2(Bucket=bucket, Prefix="data/prepared/bad/").get("Contents", [])
     assert "data/prepared/bad/metadata.json" not in {o["Key"] for o in listed}

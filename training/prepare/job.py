@@ -55,6 +55,14 @@ from training.request.data_manifest import MANIFEST_FILE, ManifestError
 SETTINGS_FILE = "prepare.json"
 PROCESSING_INPUT = "/opt/ml/processing/input/data"
 """Where a Processing job puts this instance's share of the input objects."""
+EXIT_MESSAGE = "/opt/ml/output/message"
+"""What a Processing container hands back: SageMaker returns the first 1 KB of this file (UTF-8) as the job's
+``ExitMessage`` (DescribeProcessingJob), concatenated over the instances; its ``FailureReason`` is SageMaker's own
+(AWS docs: "Save and Access Metadata Information About Your Processing Job")."""
+MESSAGE_BYTES = 1024
+PROCESSING_SCRATCH = "/opt/ml/processing/scratch"
+"""Where a Processing job's workers write a shard's files before upload: on the volume SageMaker mounts for
+``/opt/ml/processing`` (``VolumeSizeInGB``), not the container's root file system."""
 
 
 @dataclass(frozen=True)
@@ -139,9 +147,10 @@ def complete_record(store: Store, key: str, settings_hash: str) -> dict[str, Any
 
 
 def run(options: Options, store: Store, all_keys: list[str], here: dict[str, Path], *, workers: int,
-        say: Callable[[str], None] = print) -> Outcome:  # fmt: skip
+        say: Callable[[str], None] = print, scratch: str | None = None) -> Outcome:  # fmt: skip
     """Prepare the objects ``here`` (key -> local file; this instance's share of ``all_keys``) into ``store``,
-    then write the manifest when every shard of ``all_keys`` is complete."""
+    then write the manifest when every shard of ``all_keys`` is complete. Shards are written in a folder made
+    under ``scratch`` (default: the system's temporary folder) and removed once uploaded."""
     options.check()
     kind = make_kind(options.kind, **asdict(options))
     settings = {**kind.settings(), "validation_fraction": options.validation_fraction}
@@ -159,9 +168,11 @@ def run(options: Options, store: Store, all_keys: list[str], here: dict[str, Pat
             outcome.skipped += 1
     say(f"{len(here)} input objects here ({len(all_keys)} in all): {outcome.skipped} already complete, "
         f"{len(todo)} to prepare with {workers} processes")  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="prepare-") as scratch:
+    if scratch:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="prepare-", dir=scratch) as folder:
         for record in _prepare_all(
-            options, store, scratch, [(k, str(here[k])) for k in todo], digest, workers
+            options, store, folder, [(k, str(here[k])) for k in todo], digest, workers
         ):
             outcome.prepared += 1
             outcome.tokens += sum(e["tokens"] for e in record["splits"].values())
@@ -320,11 +331,31 @@ def main(argv: list[str] | None = None) -> int:
             here,
             workers=args.workers or os.cpu_count() or 1,
             say=lambda s: print(s, flush=True),
+            scratch=args.scratch,
         )
-    except (ShardError, KindError, ManifestError, StoreError) as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+    except (ShardError, KindError, ManifestError, StoreError, *_s3_errors()) as err:
+        refuse(f"error: {err}", args.exit_message)
         return 2
     return 0
+
+
+def _s3_errors() -> tuple[type[Exception], ...]:
+    """botocore's errors (S3 refused or could not be reached), when botocore is there (not for a local run)."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
+    except ImportError:
+        return ()
+    return (ClientError, BotoCoreError)
+
+
+def refuse(line: str, message_file: str | None) -> None:
+    """The one error line on stderr (the job's log) and, in a Processing job, as its ``ExitMessage`` (the first
+    ``MESSAGE_BYTES`` of ``message_file``, cut at a whole UTF-8 character)."""
+    print(line, file=sys.stderr, flush=True)
+    if message_file:
+        path = Path(message_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(line.encode("utf-8")[:MESSAGE_BYTES].decode("utf-8", "ignore").encode("utf-8"))
 
 
 def main_local(args: argparse.Namespace) -> int:
@@ -415,6 +446,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"The longest one rendering of the chat template may take (chat; default {TEMPLATE_SECONDS:g}).",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, help="Processes (default: one per core).")
+    parser.add_argument(
+        "--scratch", help=f"Where shards are written before upload (a Processing job: {PROCESSING_SCRATCH})."
+    )
+    parser.add_argument(
+        "--exit-message", help=f"Where an error line also goes (a Processing job: {EXIT_MESSAGE})."
+    )
     return parser
 
 
