@@ -48,6 +48,30 @@ def test_a_family_folder_is_reached_only_through_the_registry():
                 assert family not in registry.FAMILIES, f"{path} imports {module}"
 
 
+def test_the_trainer_builds_only_from_a_model_config():
+    """The trainer's code never sees the contract's Llama ``ModelShape`` (``training.contract.shapes``): a run's
+    settings become a ``ModelConfig`` once (``TrainConfig.shape``, through the flat settings' family folder), and
+    the model, its layout, LoRA, the exports and the meters take that config only."""
+    trainer = PACKAGE.parent / "trainer"
+    for path in trainer.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                modules = []
+            assert "training.contract.shapes" not in modules, f"{path} imports training.contract.shapes"
+            name = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else None
+            )
+            assert name != "ModelShape", f"{path}:{node.lineno} uses ModelShape"
+
+
 def test_named_sizes_are_unique_across_families():
     names = [name for family in registry.FAMILIES.values() for name in family.sizes]
     assert len(names) == len(set(names)) == len(registry.SIZES)

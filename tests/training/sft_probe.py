@@ -108,8 +108,7 @@ def reference_gradients(state: dict, cfg, naive: bool = False) -> dict[str, torc
     batch loss gives."""
     shape = cfg.shape
     rope = rotary.Rope.from_settings(cfg.as_dict())
-    net = decoder.Transformer(shape, [decoder.TorchBlock(shape, cfg.rms_norm_eps) for _ in range(shape.num_layers)],
-                            rope=rope, norm_eps=cfg.rms_norm_eps)  # fmt: skip
+    net = decoder.Transformer(shape, [decoder.TorchBlock(shape) for _ in range(shape.num_layers)], rope=rope)
     net.load_state_dict(state)
     sums, counts = [], []
     for rank in LAYOUTS:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from training.contract.shapes import ModelShape
+from tests.training.llama import llama
 from training.trainer.checkpoint import weights
 from training.trainer.distributed import activation_checkpoint, parallel
 from training.trainer.loss import IGNORE_INDEX, linear_cross_entropy
@@ -144,7 +144,7 @@ def test_loss_memory_is_bounded_by_the_chunk_not_the_micro_batch():
 # 2 processes, gloo, FSDP2: the trainer's model with the chunked loss against the unchunked one
 # -------------------------------------------------------------------------------------------------------------
 
-SHAPE = ModelShape(num_layers=2, hidden_size=32, num_heads=4, ffn_hidden_size=64, vocab_size=96)
+SHAPE = llama(num_layers=2, hidden_size=32, num_heads=4, ffn_hidden_size=64, vocab_size=96)
 
 
 def _fsdp_step(mesh, dtype, ac: bool, chunk: int, rank: int):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.training.llama import llama
 from training.contract import hardware, metric_lines, settings_table, shapes
 from training.trainer import loop, optimizer_step
 from training.trainer.checkpoint import folder, model_file, names, weights
@@ -15,7 +16,8 @@ from training.trainer.data import token_files
 from training.trainer.model import decoder
 from training.trainer.observe import metrics
 
-SHAPE = shapes.ModelShape(num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256)
+DIMS = {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 128, "vocab_size": 256}
+SHAPE = llama(**DIMS)
 
 
 def tiny_model() -> decoder.Transformer:
@@ -30,7 +32,8 @@ def tiny_model() -> decoder.Transformer:
 
 
 def test_torch_model_matches_the_contract_parameter_count():
-    assert sum(p.numel() for p in tiny_model().parameters()) == SHAPE.parameter_count()
+    counted = sum(p.numel() for p in tiny_model().parameters())
+    assert counted == SHAPE.parameter_count() == shapes.ModelShape(**DIMS).parameter_count()
 
 
 def test_the_torch_model_is_built_on_the_meta_device_blocks_included():
@@ -42,9 +45,10 @@ def test_the_torch_model_is_built_on_the_meta_device_blocks_included():
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_grouped_query_attention_and_tied_models_match_the_contract_parameter_count(tied):
-    shape = shapes.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
+    shape = llama(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
     net = decoder.build_model(shape, use_te=False, te_params_dtype=torch.float32)
-    assert sum(p.numel() for p in net.parameters()) == shape.parameter_count()
+    contract = shapes.ModelShape(2, 64, 4, 128, 256, num_kv_heads=2, tie_embeddings=tied)
+    assert sum(p.numel() for p in net.parameters()) == shape.parameter_count() == contract.parameter_count()
     assert ("head.weight" in dict(net.named_parameters())) is not tied
 
 

@@ -14,8 +14,9 @@ import time
 
 import torch
 
-from training.contract import settings_table, shapes
+from training.contract import settings_table
 from training.measure.benchmark import TINY
+from training.models import settings as model_settings
 from training.trainer.checkpoint import weights
 from training.trainer.distributed import activation_checkpoint
 from training.trainer.model import decoder
@@ -25,7 +26,7 @@ CHUNKS = (0, settings_table.LOSS_CHUNK_TOKENS_DEFAULT, 32)
 
 
 def median_step_seconds(chunk: int, batch: int, ac: bool, steps: int = 60, skip: int = 5) -> float:
-    shape = shapes.ModelShape(**{dim: TINY[dim] for dim in settings_table.MODEL_DIM_NAMES})
+    shape = model_settings.model_config(TINY)  # the Llama of these flat settings, as the trainer builds it
     torch.manual_seed(0)
     net = decoder.build_model(
         shape,

@@ -77,7 +77,7 @@ def build(
         with attention.plan(cfg.attention_backend, env.device, cfg.deterministic).context():
             compiling.warm_up(cfg.shape, variants, batch=cfg.batch_size, seq=cfg.seq_length, dtype=plan.dtype,
                               device=env.device, rope=net.rope, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                              mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype), norm_eps=cfg.rms_norm_eps,
+                              mesh=env.mesh, policy=parallel.mixed_precision(plan.dtype),
                               adapt=None if adapters is None else functools.partial(
                                   lora.apply_to_block, shape=cfg.shape, settings=adapters))  # fmt: skip
     if cfg.precision == "nvfp4":

@@ -15,6 +15,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from tests.prepare.test_prepare import DOCS, tiny_tokenizer_json, write_inputs
 from tests.training.hf_models import TOKENIZER_FILES, tiny_llama, tokens
+from tests.training.llama import llama
 from tests.training.runner import TINY, fields, run_single, run_trainer, step_lines
 from training.contract import settings_table, shapes
 from training.prepare import corpus
@@ -52,9 +53,8 @@ def trainer_model(model_file: Path) -> decoder.Transformer:
     config = saved["config"]
     shape = export_hf.shape_of(config)
     rope = rotary.Rope(shape.head_dim, config["rope_theta"], rotary.Llama3Scaling.from_settings(config))
-    eps = config.get("rms_norm_eps", decoder.NORM_EPS)
-    blocks = [decoder.TorchBlock(shape, eps) for _ in range(shape.num_layers)]
-    net = decoder.Transformer(shape, blocks, rope=rope, norm_eps=eps)
+    blocks = [decoder.TorchBlock(shape) for _ in range(shape.num_layers)]
+    net = decoder.Transformer(shape, blocks, rope=rope)
     net.load_state_dict(saved["state_dict"])
     return net.eval()
 
@@ -76,7 +76,7 @@ def test_a_finished_run_holds_the_hf_folder_and_transformers_gives_the_trainers_
     )
     ours = trainer_model(model_dir / "model.pt")
     hf = LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
-    assert hf.config.rope_parameters["rope_theta"] == 5000.0 and hf.config.rms_norm_eps == decoder.NORM_EPS
+    assert hf.config.rope_parameters["rope_theta"] == 5000.0 and hf.config.rms_norm_eps == shapes.NORM_EPS
     targets = TOKENS.roll(-1, dims=1)
     with torch.no_grad():
         our_logits = ours.logits(TOKENS)
@@ -169,7 +169,7 @@ def test_nothing_is_overwritten(trained, tmp_path, capsys):
 # Transformer Engine's layout (names and shapes of TE 2.11's TransformerLayer, fuse_qkv_params=True)
 # ---------------------------------------------------------------------------------------------------------------
 
-SHAPE = shapes.ModelShape(num_layers=2, hidden_size=32, num_heads=4, ffn_hidden_size=48, vocab_size=40)
+SHAPE = llama(num_layers=2, hidden_size=32, num_heads=4, ffn_hidden_size=48, vocab_size=40)
 
 
 def te_state_dict(generator: torch.Generator) -> dict[str, torch.Tensor]:

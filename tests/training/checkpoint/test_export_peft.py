@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.training.hf_models import tiny_llama, tokens
+from tests.training.llama import llama
 from tests.training.runner import ROOT, env
 from training.trainer import config, loop
 from training.trainer.checkpoint import export_hf, export_peft, model_file
@@ -135,12 +136,7 @@ def test_init_from_source_is_a_setting_only_with_init_from():
 
 
 def test_a_lora_rank_no_targeted_projection_can_use_is_said_before_training():
-    from training.contract import settings_parse
-
-    shape = settings_parse.model_shape(
-        {"model_preset": "custom", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_kv_heads": 2,
-         "ffn_hidden_size": 128, "vocab_size": 256}
-    )  # fmt: skip
+    shape = llama(2, 64, 4, 128, 256, num_kv_heads=2)
     assert lora.rank_note(shape, lora.LoraSettings(16, 32.0, 0.0, ("q_proj", "k_proj"))) is None
     note = lora.rank_note(shape, lora.LoraSettings(48, 96.0, 0.0, ("q_proj", "k_proj", "v_proj")))
     assert note == (

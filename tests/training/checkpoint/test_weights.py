@@ -27,15 +27,18 @@ from torch.distributed.tensor import DTensor
 from transformers import LlamaForCausalLM
 
 from tests.training.hf_models import ORIGINAL_MAX_POSITIONS, tiny_llama, tokens
+from tests.training.llama import llama as llama_config
 from tests.training.runner import ROOT, cli_args, env
 from training.contract import settings_parse, settings_table
 from training.contract import shapes as contract_shapes
+from training.models import settings as model_settings
+from training.models.config import ModelConfig
 from training.request import hf_config
 from training.trainer.checkpoint import export_hf, weights
 from training.trainer.distributed import levers, master_weights, parallel
 from training.trainer.model import decoder, layout, rotary
 
-SHAPE = contract_shapes.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
+SHAPE = llama_config(2, 32, 4, 48, 42, num_kv_heads=2)
 """42 vocabulary rows and 64-row fused QKV: uneven shards at world size 4 (11, 11, 11, 9 rows)."""
 CPU = torch.device("cpu")
 
@@ -66,7 +69,7 @@ def gathered(build: Callable[[], decoder.Transformer], world: int, **init) -> di
     return {name: torch.cat(parts) for name, parts in pieces.items()}
 
 
-def torch_model(shape: contract_shapes.ModelShape = SHAPE) -> decoder.Transformer:
+def torch_model(shape: ModelConfig = SHAPE) -> decoder.Transformer:
     return decoder.build_model(shape, use_te=False, te_params_dtype=torch.float32)
 
 
@@ -127,7 +130,7 @@ class FakeTEBlock(nn.Module):
     + 2 * kv_heads * head_dim`` rows), ``self_attention.proj.weight``, ``layernorm_mlp.{layer_norm_weight,
     fc1_weight, fc2_weight}``."""
 
-    def __init__(self, shape: contract_shapes.ModelShape, quantized: bool = False):
+    def __init__(self, shape: ModelConfig, quantized: bool = False):
         super().__init__()
         h, f, kv = shape.hidden_size, shape.ffn_hidden_size, shape.kv_heads * shape.head_dim
         self.self_attention = nn.Module()
@@ -140,7 +143,7 @@ class FakeTEBlock(nn.Module):
         )
 
 
-def te_model(shape: contract_shapes.ModelShape = SHAPE, quantized: bool = False) -> decoder.Transformer:
+def te_model(shape: ModelConfig = SHAPE, quantized: bool = False) -> decoder.Transformer:
     blocks = [FakeTEBlock(shape, quantized) for _ in range(shape.num_layers)]
     with torch.device("meta"):
         return decoder.Transformer(shape, blocks)
@@ -251,15 +254,8 @@ def imported(folder, shape_changes: dict | None = None) -> tuple[decoder.Transfo
     values = settings_parse.parse_hyperparameters(
         {"precision": "fp32", "seq_length": 48}, hf_config.architecture(hf_config.read_local(folder))
     )
-    shape = settings_parse.model_shape(values)
-    net = decoder.build_model(
-        shape,
-        use_te=False,
-        te_params_dtype=torch.float32,
-        rope_theta=values["rope_theta"],
-        rope_scaling=rotary.Llama3Scaling.from_settings(values),
-        norm_eps=values["rms_norm_eps"],
-    )
+    shape = model_settings.model_config(values)  # as the trainer's TrainConfig.shape
+    net = decoder.build_model(shape, use_te=False, te_params_dtype=torch.float32)
     net.to_empty(device=CPU)
     weights.initialize(net, seed=0, init_from=str(folder))
     return net.eval(), values
@@ -307,7 +303,7 @@ def test_an_imported_llamas_rms_norm_eps_is_its_config_jsons_or_transformers_def
 
 def test_te_named_modules_import_the_same_tensors_for_world_sizes_1_and_2(tmp_path):
     reference = tiny_llama(tmp_path, tied=False)
-    shape = contract_shapes.ModelShape(2, 64, 4, 96, 96, num_kv_heads=2)
+    shape = llama_config(2, 64, 4, 96, 96, num_kv_heads=2)
     folder = str(tmp_path)
     for world in (1, 2):
         state = gathered(lambda: te_model(shape), world, seed=0, init_from=folder)
@@ -318,7 +314,7 @@ def test_te_named_modules_import_the_same_tensors_for_world_sizes_1_and_2(tmp_pa
 def test_interleaving_is_what_te_attention_reads_as_query_key_and_value():
     """TE 2.11 MultiheadAttention.forward: ``[.., ng * (np/ng + 2) * hn] -> [.., ng, (np/ng + 2), hn]``, split
     ``(np/ng, 1, 1)``; query head g * np/ng + i must use key/value head g, as Llama's repeat_kv."""
-    shape = contract_shapes.ModelShape(1, 32, 4, 48, 10, num_kv_heads=2)
+    shape = llama_config(1, 32, 4, 48, 10, num_kv_heads=2)
     q, k, v = torch.randn(32, 32), torch.randn(16, 32), torch.randn(16, 32)
     parts = layout.parts("layers.0.self_attention.layernorm_qkv.weight", shape)
     fused = layout.fuse(parts, [q, k, v], shape)

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from tests.training.chat_models import model_folder
+from tests.training.llama import llama
 from tests.training.runner import ROOT, cli_args, env
-from training.contract import settings_table, shapes
+from training.contract import settings_table
 from training.prepare import chat
 from training.trainer.data import packing, token_files
 from training.trainer.loss import IGNORE_INDEX
@@ -152,8 +153,8 @@ class _FakeTELayer(torch.nn.Module):
     def __init__(self, **kwargs):
         super().__init__()
         _FakeTELayer.built.append(kwargs)
-        shape = shapes.ModelShape(1, kwargs["hidden_size"], kwargs["num_attention_heads"], kwargs["ffn_hidden_size"],
-                                    8, kwargs["num_gqa_groups"])  # fmt: skip
+        shape = llama(1, kwargs["hidden_size"], kwargs["num_attention_heads"], kwargs["ffn_hidden_size"], 8,
+                      kwargs["num_gqa_groups"])  # fmt: skip
         self.inner = decoder.TorchBlock(shape)
 
     def forward(self, x, rotary_pos_emb=None, cu_seqlens_q=None, max_seqlen_q=None):
@@ -174,7 +175,7 @@ def test_the_transformer_engine_path_gets_thd_cu_seqlens_and_gives_the_torch_pat
     te.TransformerLayer = _FakeTELayer
     monkeypatch.setitem(sys.modules, "transformer_engine", types.ModuleType("transformer_engine"))
     monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", te)
-    shape = shapes.ModelShape(2, 64, 4, 128, 96, 2)
+    shape = llama(2, 64, 4, 128, 96, 2)
     rope = rotary.Rope(shape.head_dim, 10000.0)
     torch.manual_seed(0)
     reference = decoder.Transformer(shape, [decoder.TorchBlock(shape) for _ in range(2)], rope=rope)

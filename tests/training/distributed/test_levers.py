@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from tests.training.agreement import assert_same_printed, assert_same_weights
+from tests.training.llama import llama
 from tests.training.runner import TINY, losses, reference_settings, run_trainer, step_lines
-from training.contract import shapes
 from training.trainer import config, loop, optimizer_step
 from training.trainer.checkpoint import folder as checkpoint_folder
 from training.trainer.checkpoint import manager as checkpoint_manager
@@ -184,7 +184,7 @@ def test_the_attention_kernel_is_pinned_per_gpu_generation_and_the_one_in_effect
         "math"
     ]
     cpu = torch.device("cpu")
-    probe = (shapes.ModelShape(2, 64, 4, 128, num_kv_heads=2), 2, 32, torch.float32, cpu)
+    probe = (llama(2, 64, 4, 128, num_kv_heads=2), 2, 32, torch.float32, cpu)
     assert attention.plan("auto", cpu).in_effect(*probe) == "flash"  # torch's CPU flash kernel, GQA included
     assert attention.plan("math", cpu).in_effect(*probe) == "math"  # sdpa_kernel(set_priority=True) applied
     with attention.plan("math", cpu).context():

@@ -20,6 +20,7 @@ from torch.distributed.tensor import DTensor
 
 from tests.training.checkpoint.test_weights import CPU, fake_rank
 from tests.training.hf_models import tiny_llama, tokens
+from tests.training.llama import llama
 from tests.training.runner import ROOT, cli_args, env, fields, losses, run_trainer, step_lines
 from training.contract import settings_checks, settings_parse, settings_table, shapes
 from training.contract import tuning as contract_tuning
@@ -94,7 +95,7 @@ def test_impossible_lora_settings_are_refused_naming_the_field(settings, field, 
 # The adapters
 # ---------------------------------------------------------------------------------------------------------------
 
-SHAPE = shapes.ModelShape(2, 32, 4, 48, 42, num_kv_heads=2)
+SHAPE = llama(2, 32, 4, 48, 42, num_kv_heads=2)
 
 
 def filled_block(settings: lora.LoraSettings, seed: int = 0) -> decoder.TorchBlock:
@@ -128,7 +129,7 @@ def test_a_fused_linear_adds_each_targeted_projections_scaled_b_a_in_its_own_row
                          "down.lora_a_down_proj", "down.lora_b_down_proj"}  # fmt: skip
     # merging gives a plain linear layer of the same outputs
     state = {f"layers.0.{k}": v for k, v in block.state_dict().items()}
-    merged = lora.merged_state(state, settings, shapes.ModelShape(1, 32, 4, 48, 42, num_kv_heads=2))
+    merged = lora.merged_state(state, settings, llama(1, 32, 4, 48, 42, num_kv_heads=2))
     assert not any(lora.is_adapter(name) for name in merged)
     torch.testing.assert_close(x @ merged["layers.0.qkv.weight"].T, out)
     torch.testing.assert_close(merged["layers.0.gate_up.weight"], state["layers.0.gate_up.weight"])
@@ -351,8 +352,8 @@ def trainer_model(model_file: Path) -> decoder.Transformer:
     shape = export_hf.shape_of(cfg)
     rope = rotary.Rope(shape.head_dim, cfg["rope_theta"], rotary.Llama3Scaling.from_settings(cfg))
     with torch.device("meta"):
-        blocks = [decoder.TorchBlock(shape, cfg["rms_norm_eps"]) for _ in range(shape.num_layers)]
-        net = decoder.Transformer(shape, blocks, rope=rope, norm_eps=cfg["rms_norm_eps"])
+        blocks = [decoder.TorchBlock(shape) for _ in range(shape.num_layers)]
+        net = decoder.Transformer(shape, blocks, rope=rope)
     lora.apply(net, lora.LoraSettings.of(cfg))
     net.load_state_dict(saved["state_dict"], assign=True)
     return net.eval()

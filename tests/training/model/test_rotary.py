@@ -8,7 +8,7 @@ import torch.distributed as dist
 from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama
 
-from training.contract.shapes import ModelShape
+from tests.training.llama import llama
 from training.trainer.checkpoint import weights
 from training.trainer.distributed import activation_checkpoint, parallel
 from training.trainer.model import decoder, rotary
@@ -56,7 +56,7 @@ def test_attention_scores_depend_only_on_the_distance_between_positions():
 
 def test_a_rope_block_sees_the_order_of_earlier_tokens_and_a_nope_block_does_not():
     torch.manual_seed(0)
-    shape = ModelShape(num_layers=1, hidden_size=32, num_heads=2, ffn_hidden_size=64, vocab_size=16)
+    shape = llama(num_layers=1, hidden_size=32, num_heads=2, ffn_hidden_size=64, vocab_size=16)
     block = decoder.TorchBlock(shape)
     rope = rotary.Rope(16, 10000.0).__call__(4, torch.device("cpu"))
     a, b, c, last = torch.randn(4, 32)
@@ -70,13 +70,8 @@ def test_a_rope_block_sees_the_order_of_earlier_tokens_and_a_nope_block_does_not
 
 
 def test_bad_settings_are_refused_before_anything_is_built():
-    with pytest.raises(ValueError, match="position_encoding must be one of"):
-        decoder.build_model(
-            ModelShape(1, 32, 2, 64, 16),
-            use_te=False,
-            te_params_dtype=torch.float32,
-            position_encoding="alibi",
-        )
+    with pytest.raises(ValueError, match="position_encoding must be one of rope, none; got 'alibi'"):
+        llama(1, 32, 2, 64, 16, position_encoding="alibi")
     with pytest.raises(ValueError, match="head_dim must be even"):
         rotary.Rope(15, 10000.0)
 
@@ -89,7 +84,7 @@ def test_blocks_get_fp32_frequencies_under_a_bf16_fsdp_policy(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", str(parallel._free_port()))
     env = parallel.init_distributed()
     try:
-        shape = ModelShape(num_layers=2, hidden_size=32, num_heads=2, ffn_hidden_size=64, vocab_size=16)
+        shape = llama(num_layers=2, hidden_size=32, num_heads=2, ffn_hidden_size=64, vocab_size=16)
         net = decoder.build_model(shape, use_te=False, te_params_dtype=torch.float32)
         activation_checkpoint.apply(net.layers, "full")
         parallel.shard_model(net, env.mesh, parallel.mixed_precision(torch.bfloat16), env.device)

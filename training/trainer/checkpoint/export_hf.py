@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from training.contract import container, settings_table, shapes
+from training.contract import container, settings_table
 from training.models import registry
 from training.models import settings as model_settings
 from training.models.config import ModelConfig
@@ -123,9 +123,7 @@ def _value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def to_hf_state_dict(
-    state: dict[str, torch.Tensor], shape: ModelConfig | shapes.ModelShape
-) -> dict[str, torch.Tensor]:
+def to_hf_state_dict(state: dict[str, torch.Tensor], shape: ModelConfig) -> dict[str, torch.Tensor]:
     """The trainer's state dict (torch or Transformer Engine blocks) under its Hugging Face class's names
     (``layout``: the family's).
 
@@ -155,9 +153,9 @@ def to_hf_state_dict(
     return {name: out[name] for name in names}
 
 
-def _family(shape: ModelConfig | shapes.ModelShape) -> Family:
-    """The family of the model of ``shape`` (the contract's ``ModelShape``: the family of the flat settings)."""
-    return registry.family(getattr(shape, "family", model_settings.FLAT_FAMILY))
+def _family(shape: ModelConfig) -> Family:
+    """The family of the model of ``shape``."""
+    return registry.family(shape.family)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import torch
 
 from training.contract import container, settings_table
 from training.trainer.checkpoint import export_hf
-from training.trainer.model import decoder, lora
+from training.trainer.model import lora
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -53,7 +53,7 @@ def adapter_settings(config: dict[str, Any], path: Path) -> lora.LoraSettings:
 def check_adapters(tensors: dict[str, torch.Tensor], settings: lora.LoraSettings, shape) -> None:
     """Every targeted projection of every block has its two matrices at their full shapes (``rank x in`` and
     ``out x rank``): a file that holds one rank's slice of an adapter is refused, not written."""
-    dims = decoder.as_config(shape).projection_shapes()
+    dims = shape.projection_shapes()
     for layer in range(shape.num_layers):
         for projection in settings.targets:
             out_rows, in_cols = dims[projection]

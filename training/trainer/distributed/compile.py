@@ -50,7 +50,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from training.contract.shapes import ModelShape
+from training.models.config import ModelConfig
 from training.trainer import loss as loss_module
 from training.trainer.distributed import activation_checkpoint, parallel
 from training.trainer.model import decoder
@@ -279,7 +279,7 @@ def apply(layers: nn.ModuleList, *, loss_chunks: bool = True) -> None:
 
 
 def warm_up(
-    shape: ModelShape,
+    shape: ModelConfig,
     checkpointing: list[str],
     *,
     batch: int,
@@ -290,12 +290,12 @@ def warm_up(
     loss_chunk_tokens: int,
     mesh: DeviceMesh,
     policy: MixedPrecisionPolicy,
-    norm_eps: float,
     adapt: Callable[[nn.Module], None] | None = None,
 ) -> None:
     """Compile now, forward and backward, what the run will compile: for each activation checkpointing variant
     in ``checkpointing`` (``none``, ``full``, ``selective``: those the model's blocks have), a stand-in block of
-    ``shape`` (RMSNorm epsilon ``norm_eps``) with that variant, compiled as ``apply`` compiles the model's and sharded on ``mesh`` with
+    ``shape`` (the model's ``ModelConfig``) with that variant, compiled as ``apply`` compiles the model's and sharded on
+    ``mesh`` with
     ``policy`` as ``parallel.shard_model`` shards them, run on a ``[batch, seq]`` micro-batch in ``dtype`` on
     ``device``, then an LM head and the loss (the compiled loss chunks ``apply`` set), then backward. A collective
     on every rank of ``mesh``. A compile error in either pass (``compile_errors``) switches everything to eager with
@@ -310,7 +310,7 @@ def warm_up(
     kwargs = {} if rope is None else {"rotary_pos_emb": rope(seq, device)}
     for mode in checkpointing:
         with torch.device("meta"):
-            block = decoder.TorchBlock(shape, norm_eps)
+            block = decoder.TorchBlock(shape)
         if adapt is not None:
             adapt(block)
         stand_in = nn.ModuleList([block])

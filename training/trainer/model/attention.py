@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from training.contract.shapes import ModelShape
+from training.models.config import ModelConfig
 from training.trainer import refusal
 from training.trainer.model import decoder
 from training.trainer.model.rotary import Rope
@@ -74,7 +74,7 @@ class AttentionPlan:
 
     def in_effect(
         self,
-        shape: ModelShape,
+        shape: ModelConfig,
         batch: int,
         seq: int,
         dtype: torch.dtype,
@@ -111,7 +111,7 @@ class BackendUnavailable(refusal.Refusal):
 
 
 def unavailable(
-    setting: str, chosen: str, shape: ModelShape, seq: int, dtype: torch.dtype, device: torch.device
+    setting: str, chosen: str, shape: ModelConfig, seq: int, dtype: torch.dtype, device: torch.device
 ) -> str | None:
     """Why a named ``setting`` cannot serve when SDPA would run ``chosen`` instead (None: it can, or ``auto``)."""
     if setting == "auto" or chosen == setting:

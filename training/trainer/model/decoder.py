@@ -37,21 +37,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.contract.shapes import NORM_EPS, POSITION_ENCODINGS, ModelShape
-from training.models import settings as model_settings
 from training.models.config import ModelConfig
 from training.models.te_support import te_refusal
 from training.trainer.loss import linear_cross_entropy, token_log_probs, token_statistics
 from training.trainer.model import doc_mask
-from training.trainer.model.rotary import Llama3Scaling, Rope, apply_rotary
+from training.trainer.model.rotary import Rope, apply_rotary
 
 __all__ = [
-    "NORM_EPS",
     "TorchBlock",
     "Transformer",
     "UnitOffsetRMSNorm",
     "attention_inputs",
-    "as_config",
     "attention_mask",
     "build_model",
     "causal_attention",
@@ -108,48 +104,6 @@ def make_norm(config: ModelConfig, dim: int) -> nn.Module:
     return nn.RMSNorm(dim, eps=config.norm_eps)
 
 
-def as_config(
-    shape: ModelConfig | ModelShape,
-    *,
-    position_encoding: str = "rope",
-    rope_theta: float = 10000.0,
-    rope_scaling: Llama3Scaling | None = None,
-    norm_eps: float | None = None,
-) -> ModelConfig:
-    """``shape`` as a ``ModelConfig``: a config as it is (the other arguments left at their defaults; ``norm_eps``
-    may repeat the config's), or the
-    contract's Llama ``ModelShape`` with the run's position encoding, RoPE and RMSNorm epsilon (the Llama model
-    this module has always built from them)."""
-    if isinstance(shape, ModelConfig):
-        if (position_encoding, rope_theta, rope_scaling) != ("rope", 10000.0, None) or norm_eps not in (
-            None,
-            shape.norm_eps,
-        ):
-            raise ValueError("a ModelConfig carries its own position encoding, RoPE and norm epsilon")
-        return shape
-    if position_encoding not in POSITION_ENCODINGS:
-        raise ValueError(f"position_encoding must be one of {POSITION_ENCODINGS}; got {position_encoding!r}")
-    values = {
-        name: getattr(shape, name) for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size")
-    }
-    values |= {
-        "vocab_size": shape.vocab_size,
-        "num_kv_heads": shape.kv_heads,
-        "tie_embeddings": shape.tie_embeddings,
-    }
-    values |= {
-        "position_encoding": position_encoding,
-        "rope_theta": rope_theta,
-        "rms_norm_eps": norm_eps or NORM_EPS,
-    }
-    if rope_scaling is not None:
-        values |= {"rope_scaling": "llama3", "rope_scaling_factor": rope_scaling.factor,
-                   "rope_low_freq_factor": rope_scaling.low_freq_factor,
-                   "rope_high_freq_factor": rope_scaling.high_freq_factor,
-                   "rope_original_max_position_embeddings": rope_scaling.original_max_position_embeddings}  # fmt: skip
-    return model_settings.model_config(values)
-
-
 class TorchBlock(nn.Module):
     """The family's transformer block in plain PyTorch. Parameters (``training.models.names``):
     ``attention_norm``, ``qkv`` (``[q; k; v]``: ``num_heads * head_dim`` query rows, then ``num_kv_heads *
@@ -157,11 +111,10 @@ class TorchBlock(nn.Module):
     ``k_norm`` (query/key norm), ``out_proj``, ``post_attention_norm`` (sandwich), ``ffn_norm``, ``gate_up``
     (``[gate; up]``), ``down``, ``post_ffn_norm`` (sandwich)."""
 
-    def __init__(self, config: ModelConfig | ModelShape, norm_eps: float | None = None):
+    def __init__(self, config: ModelConfig):
         """``config``: the model's (every block of a model is the same; a layer's window and RoPE come with its
-        forward's arguments); the contract's Llama ``ModelShape`` with ``norm_eps`` builds Llama's block."""
+        forward's arguments)."""
         super().__init__()
-        config = as_config(config, norm_eps=norm_eps)
         h, f, hd = config.hidden_size, config.ffn_hidden_size, config.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, hd
         self.scale = config.attention_scale if config.query_pre_attn_scalar is not None else None
@@ -282,10 +235,9 @@ def causal_attention(
 
 
 def te_block(
-    config: ModelConfig | ModelShape,
+    config: ModelConfig,
     layer_number: int,
     params_dtype: torch.dtype,
-    norm_eps: float | None = None,
     packed: bool = False,
 ) -> nn.Module:
     """The same block as ``TorchBlock`` from Transformer Engine (batch-first input, causal mask, RMSNorm, the gated
@@ -306,7 +258,6 @@ def te_block(
     ``packed``: several documents per window, in TE's packed-sequence format: ``attn_input_format="thd"`` and
     ``padding_causal`` attention within each sequence that ``forward(..., cu_seqlens_q=, max_seqlen_q=)``
     delimits (``doc_mask.te_arguments``; TE rotates each sequence from position 0)."""
-    config = as_config(config, norm_eps=norm_eps)
     problem = te_refusal(config)
     if problem is not None:
         raise ValueError(problem)
@@ -348,21 +299,14 @@ class Transformer(nn.Module):
 
     def __init__(
         self,
-        config: ModelConfig | ModelShape,
+        config: ModelConfig,
         blocks: list[nn.Module],
         rope: Rope | None | str = "config",
         loss_chunk_tokens: int = 0,
-        norm_eps: float | None = None,
     ):
-        """``config``: the model's; the contract's Llama ``ModelShape`` with ``rope`` (its rotary frequencies,
-        None: NoPE) and ``norm_eps`` builds Llama's. ``rope``: ``"config"`` (each kind of layer gets its own
-        from the config), or the frequencies every block gets."""
+        """``config``: the model's. ``rope``: ``"config"`` (each kind of layer gets its own from the config), or
+        the frequencies every block gets (None: none, NoPE)."""
         super().__init__()
-        if not isinstance(config, ModelConfig):
-            scaling = None if rope is None or isinstance(rope, str) else rope.scaling
-            theta = 10000.0 if rope is None or isinstance(rope, str) else rope.theta
-            config = as_config(config, position_encoding="none" if rope is None else "rope", rope_theta=theta,
-                               rope_scaling=scaling, norm_eps=norm_eps)  # fmt: skip
         self.loss_chunk_tokens = loss_chunk_tokens
         self.shape = self.config = config
         self.layer_kinds = config.layer_types
@@ -475,15 +419,11 @@ class Transformer(nn.Module):
 
 
 def build_model(
-    config: ModelConfig | ModelShape,
+    config: ModelConfig,
     *,
     use_te: bool,
     te_params_dtype: torch.dtype,
-    position_encoding: str = "rope",
-    rope_theta: float = 10000.0,
     loss_chunk_tokens: int = 0,
-    rope_scaling: Llama3Scaling | None = None,
-    norm_eps: float | None = None,
     packed: bool = False,
 ) -> Transformer:
     """Build the model on the meta device (no memory until FSDP2 has sharded it; then
@@ -491,10 +431,8 @@ def build_model(
     ``loss_chunk_tokens``: the contract's setting (0: the LM head and loss unchunked). Activation checkpointing
     and ``torch.compile`` are applied to the blocks afterwards (``activation_checkpoint``, ``compile``).
     ``packed``: the batches hold several documents per window (Transformer Engine blocks are then built for its
-    packed format; torch blocks take the mask at run time). ``config``: the model's; the contract's Llama
-    ``ModelShape`` with ``position_encoding``, ``rope_theta``, ``rope_scaling`` and ``norm_eps`` builds Llama's."""
-    config = as_config(config, position_encoding=position_encoding, rope_theta=rope_theta,
-                       rope_scaling=rope_scaling, norm_eps=norm_eps)  # fmt: skip
+    packed format; torch blocks take the mask at run time). ``config``: the model's (its family, position
+    encoding, RoPE and norm epsilon)."""
     blocks: list[nn.Module]
     if use_te:
         blocks = [te_block(config, i + 1, te_params_dtype, packed=packed) for i in range(config.num_layers)]

@@ -29,11 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
-from training.contract.shapes import ModelShape
 from training.models import registry
 from training.models.config import ModelConfig
 from training.models.names import NameMap
-from training.trainer.model import decoder
 
 TE_BLOCK = {
     "self_attention.layernorm_qkv.layer_norm_weight": "attention_norm.weight",
@@ -71,9 +69,9 @@ def torch_name(name: str) -> tuple[str, bool]:
     return name, False
 
 
-def names_of(config: ModelConfig | ModelShape) -> NameMap:
-    """The family's name map of ``config``'s model (the contract's Llama ``ModelShape``: the Llama it describes)."""
-    return _names(decoder.as_config(config))
+def names_of(config: ModelConfig) -> NameMap:
+    """The family's name map of ``config``'s model."""
+    return _names(config)
 
 
 @functools.lru_cache(maxsize=16)
@@ -81,7 +79,7 @@ def _names(config: ModelConfig) -> NameMap:
     return registry.family(config.family).names(config)
 
 
-def parts(name: str, config: ModelConfig | ModelShape) -> Parts | None:
+def parts(name: str, config: ModelConfig) -> Parts | None:
     """The Hugging Face tensors our parameter ``name`` (torch or TE naming) holds; None for a name the model has
     no counterpart of."""
     ours, interleaved = torch_name(name)
@@ -89,20 +87,19 @@ def parts(name: str, config: ModelConfig | ModelShape) -> Parts | None:
     return None if names is None else Parts(names, interleaved)
 
 
-def hf_tensors(config: ModelConfig | ModelShape) -> dict[str, tuple[int, ...]]:
+def hf_tensors(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor of the model's Hugging Face class (what its safetensors hold; a tied model has no
     ``lm_head``) and its shape."""
     return names_of(config).tensors()
 
 
-def dims_of(name: str, config: ModelConfig | ModelShape) -> tuple[int, ...]:
+def dims_of(name: str, config: ModelConfig) -> tuple[int, ...]:
     """The shape of the Hugging Face tensor ``name`` in the model of ``config``."""
     return names_of(config).dims(name)
 
 
-def fuse(layout: Parts, tensors: list[torch.Tensor], config: ModelConfig | ModelShape) -> torch.Tensor:
+def fuse(layout: Parts, tensors: list[torch.Tensor], config: ModelConfig) -> torch.Tensor:
     """Our parameter from its Hugging Face tensors (in ``layout.names`` order)."""
-    config = decoder.as_config(config)
     if len(tensors) == 1:
         return tensors[0]
     if not layout.interleaved:
@@ -121,9 +118,8 @@ def fuse(layout: Parts, tensors: list[torch.Tensor], config: ModelConfig | Model
     return grouped.reshape(-1, hidden)
 
 
-def split(layout: Parts, tensor: torch.Tensor, config: ModelConfig | ModelShape) -> dict[str, torch.Tensor]:
+def split(layout: Parts, tensor: torch.Tensor, config: ModelConfig) -> dict[str, torch.Tensor]:
     """Our parameter's value as its Hugging Face tensors (the inverse of :func:`fuse`)."""
-    config = decoder.as_config(config)
     if len(layout.names) == 1:
         return {layout.names[0]: tensor}
     if layout.interleaved:

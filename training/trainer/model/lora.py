@@ -36,10 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from training.contract import checkpoint_identity, settings_checks, settings_table, shapes
+from training.contract import checkpoint_identity, settings_checks, settings_table
 from training.models.config import ModelConfig
 from training.trainer.checkpoint import weights
-from training.trainer.model import decoder
 
 PEFT_PREFIX = "base_model.model."
 """peft's ``PeftModelForCausalLM`` prefix before the module names of the family's Hugging Face class
@@ -151,18 +150,17 @@ BLOCK_LINEARS: dict[str, tuple[str, ...]] = {
 ``training.models``: ``training.trainer.model.layout``'s fusion)."""
 
 
-def rank_note(shape: ModelConfig | shapes.ModelShape, settings: LoraSettings) -> str | None:
+def rank_note(shape: ModelConfig, settings: LoraSettings) -> str | None:
     """A note when ``lora_rank`` is above what a targeted projection can use: an adapter ``B A`` of an
     ``out x in`` weight has rank at most ``min(out, in)``, so a larger rank adds parameters and memory but nothing
     to learn (above the hidden size, no projection of a block can use it). None when every targeted projection
     can."""
-    model = decoder.as_config(shape)
-    dims = model.projection_shapes()
+    dims = shape.projection_shapes()
     over = [(name, dims[name]) for name in settings.targets if settings.rank > min(dims[name])]
     if not over:
         return None
     named = " and ".join(f"{name} ({rows} x {cols})" for name, (rows, cols) in over)
-    hidden = f"the hidden size {model.hidden_size} and " if settings.rank > model.hidden_size else ""
+    hidden = f"the hidden size {shape.hidden_size} and " if settings.rank > shape.hidden_size else ""
     them = "it" if len(over) == 1 else "them"
     return (
         f"note: lora_rank {settings.rank} is above {hidden}what {named} can use: an adapter's B A has rank at most "
@@ -171,17 +169,17 @@ def rank_note(shape: ModelConfig | shapes.ModelShape, settings: LoraSettings) ->
     )
 
 
-def block_parts(shape: ModelConfig | shapes.ModelShape) -> dict[str, tuple[tuple[str, int], ...]]:
+def block_parts(shape: ModelConfig) -> dict[str, tuple[tuple[str, int], ...]]:
     """The torch block's linear layers (``qkv``, ``out_proj``, ``gate_up``, ``down``) -> their projections and
-    rows (``ModelConfig.projection_shapes``; the contract's Llama ``ModelShape`` as the Llama it describes)."""
-    shapes_of = decoder.as_config(shape).projection_shapes()
+    rows (``ModelConfig.projection_shapes``)."""
+    shapes_of = shape.projection_shapes()
     return {
         linear: tuple((projection, shapes_of[projection][0]) for projection in projections)
         for linear, projections in BLOCK_LINEARS.items()
     }
 
 
-def apply_to_block(block: nn.Module, shape: ModelConfig | shapes.ModelShape, settings: LoraSettings) -> None:
+def apply_to_block(block: nn.Module, shape: ModelConfig, settings: LoraSettings) -> None:
     """Swap ``block``'s linear layers that hold a targeted projection for ``LoRALinear`` (same device, so on meta
     before sharding) and freeze the block's other parameters."""
     for attr, parts in block_parts(shape).items():
@@ -295,7 +293,7 @@ def adapter_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def merged_state(
-    state: dict[str, torch.Tensor], settings: LoraSettings, shape: ModelConfig | shapes.ModelShape
+    state: dict[str, torch.Tensor], settings: LoraSettings, shape: ModelConfig
 ) -> dict[str, torch.Tensor]:
     """The trainer state dict with every adapter merged into its base weight, ``W + (alpha / rank) B A`` in fp32
     per projection (rows of a fused weight with no adapter unchanged), and the adapters left out: the model a

@@ -8,7 +8,7 @@ N: parameters taking part in matmuls (all but the input embedding, a lookup; the
 L layers, H hidden size, S sequence length: the second term is attention's QK^T and AV matmuls (2 * 2 * S * H
 multiply-adds per token per layer, x3 for training), counted in full although the causal mask skips about half.
 A LoRA run computes no weight gradient of its frozen weights: ``4 * N + 6 * Na + 12 * L * H * S`` with Na the
-adapters' parameters (``shapes.flops_per_token``).
+adapters' parameters (``ModelConfig.flops_per_token``).
 
 MFU = achieved TFLOP/s per GPU / peak dense TFLOP/s of the GPU at the run's precision (hardware.PEAK_TFLOPS);
 left out (not printed as 0) on a CPU or an unknown GPU, which have no peak to divide by. A low-precision run is
@@ -27,7 +27,8 @@ import time
 import torch
 import torch.distributed
 
-from training.contract import hardware, shapes
+from training.contract import hardware
+from training.models.config import ModelConfig
 
 
 def gpu_name(device: torch.device) -> str | None:
@@ -77,7 +78,7 @@ class Throughput:
 
     def __init__(
         self,
-        shape: shapes.ModelShape,
+        shape: ModelConfig,
         seq_length: int,
         tokens_per_step: int,
         warmup_steps: int,
@@ -87,7 +88,7 @@ class Throughput:
     ):
         """``lora_parameters``: the LoRA adapters' parameters (0: every weight trains)."""
         self.tokens_per_step, self.warmup_steps, self.device = tokens_per_step, warmup_steps, device
-        self.flops_per_token = shapes.flops_per_token(shape, seq_length, lora_parameters)
+        self.flops_per_token = shape.flops_per_token(seq_length, lora_parameters)
         self.peak = peak_tflops(device, precision)
         self.bf16_peak = peak_tflops(device, "bf16") if precision in hardware.TE_PRECISIONS else None
         self.interval_start = 0.0
