@@ -1,6 +1,7 @@
 """Data preparation from the operator's side (boto3; no aws_cdk import): the plan before launch (the input's
 objects and bytes from one listing, then ``training.prepare.plan``), the start of a ``DataPreparation`` execution,
-and its progress (complete shards against input objects, the manifest, the execution's status).
+and its progress (complete shards against input objects, the manifest, the execution's status and, for a failed
+one, its Processing job's ``ExitMessage``: the script's error line).
 """
 
 from __future__ import annotations
@@ -58,11 +59,13 @@ class Progress:
     objects: int
     manifest: bool
     output_uri: str
+    exit_message: str | None = None
 
     def line(self) -> str:
         share = f"{100 * self.complete / self.objects:.0f}%" if self.objects else "-"
         done = f"manifest {self.output_uri}{manifest.MANIFEST_FILE}" if self.manifest else "no manifest yet"
-        return f"{self.status}: {self.complete} of {self.objects} shards complete ({share}); {done}"
+        said = f"; the job said: {self.exit_message}" if self.exit_message else ""
+        return f"{self.status}: {self.complete} of {self.objects} shards complete ({share}); {done}{said}"
 
 
 def progress(s3: Any, sfn: Any, execution_arn: str | None, input_uri: str, output_uri: str) -> Progress:
@@ -77,4 +80,20 @@ def progress(s3: Any, sfn: Any, execution_arn: str | None, input_uri: str, outpu
             complete += name.startswith(manifest.SHARDS) and name.endswith("/" + RECORD_FILE)
             has_manifest = has_manifest or name == manifest.MANIFEST_FILE
     status = sfn.describe_execution(executionArn=execution_arn)["status"] if execution_arn else "-"
-    return Progress(status, complete, objects, has_manifest, output_uri)
+    said = exit_message(sfn, execution_arn) if execution_arn and status == "FAILED" else None
+    return Progress(status, complete, objects, has_manifest, output_uri, said)
+
+
+def exit_message(sfn: Any, execution_arn: str) -> str | None:
+    """A failed execution's Processing job ``ExitMessage`` (what the script wrote to ``/opt/ml/output/message``):
+    from the task failure's cause, the ``DescribeProcessingJob`` answer the sync integration hands back."""
+    history = sfn.get_execution_history(executionArn=execution_arn, reverseOrder=True, maxResults=100)
+    for event in history["events"]:
+        cause = (event.get("taskFailedEventDetails") or {}).get("cause") or ""
+        try:
+            described = json.loads(cause)
+        except ValueError:
+            continue
+        if isinstance(described, dict) and described.get("ExitMessage"):
+            return str(described["ExitMessage"])
+    return None

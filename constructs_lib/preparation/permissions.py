@@ -27,7 +27,8 @@ def grant_job_role(scope: Construct, role: iam.IRole, *, bucket: s3.IBucket, rea
                    output_prefix: str, repository: ecr.IRepository | None) -> None:  # fmt: skip
     """The Processing jobs' role: list and read ``read_prefixes`` (inputs, tokenizers, model folders); list, read
     (a rerun checks complete shards) and create objects under ``output_prefix`` (no delete: shards are never
-    removed or replaced); pull from ``repository``; write the processing-job log group."""
+    removed or replaced; a failed multipart upload's parts may be aborted); pull from ``repository``; write the
+    processing-job log group."""
     prefixes = [*read_prefixes, output_prefix]
     role.add_to_principal_policy(
         iam.PolicyStatement(
@@ -43,7 +44,11 @@ def grant_job_role(scope: Construct, role: iam.IRole, *, bucket: s3.IBucket, rea
     )
     writes = bucket.arn_for_objects(f"{output_prefix}*")
     role.add_to_principal_policy(
-        iam.PolicyStatement(sid="WriteShards", actions=["s3:PutObject"], resources=[writes])
+        # PutObject creates (conditional writes; a multipart upload's parts and completion); AbortMultipartUpload
+        # only drops the parts of an upload that failed: no complete object is ever deleted or replaced
+        iam.PolicyStatement(
+            sid="WriteShards", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=[writes]
+        )
     )
     if bucket.encryption_key is not None:
         bucket.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey")

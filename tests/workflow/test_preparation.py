@@ -8,6 +8,7 @@ import json
 import aws_cdk as cdk
 import pytest
 
+from constructs_lib.cli import preparation
 from constructs_lib.image.repository import TrainingImageRepository
 from constructs_lib.preparation.construct import DataPreparation
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
@@ -112,5 +113,10 @@ def test_a_bad_record_fails_the_execution_and_writes_no_manifest(prepared):
     # the object by its key below input_uri
     assert described["ExitMessage"] == "error: x.jsonl:2: field 'text' is not a string"
     assert "x.jsonl" not in described["FailureReason"]  # SageMaker's own: the line reaches ExitMessage only
+    state = preparation.progress(workflow.s3, workflow.sfn, done["executionArn"], f"s3://{bucket}/data/bad/",
+                                 f"s3://{bucket}/data/prepared/bad/")  # fmt: skip
+    assert state.line().endswith(
+        "; the job said: error: x.jsonl:2: field 'text' is not a string"
+    )  # prepare-status
     listed = workflow.s3.list_objects_v2(Bucket=bucket, Prefix="data/prepared/bad/").get("Contents", [])
     assert "data/prepared/bad/metadata.json" not in {o["Key"] for o in listed}

@@ -47,7 +47,7 @@ def test_the_jobs_role_reads_the_prefixes_and_only_creates_shards(nagged):
     assert statements["ListDataPrefixes"]["Condition"] == {
         "StringLike": {"s3:prefix": ["data/*", "corpora/*", "data/prepared/*"]}
     }
-    assert statements["WriteShards"]["Action"] == "s3:PutObject"
+    assert statements["WriteShards"]["Action"] == ["s3:PutObject", "s3:AbortMultipartUpload"]
     assert "data/prepared/*" in str(statements["WriteShards"]["Resource"])
     actions = {
         a
