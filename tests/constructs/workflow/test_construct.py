@@ -376,12 +376,15 @@ def test_network_isolation_is_off_by_default_for_training_and_always_on_for_eval
     _, template = plain
     request = definition_of(template.to_json())["States"]
     launches = {name: s for name, s in request.items() if s.get("Resource") == CREATE_TRAINING_JOB_SYNC}
-    for kind in ("training", "tuning"):
-        for name in (f"Run {kind} job", f"Run {kind} job (no input data)"):
-            assert "EnableNetworkIsolation" not in launches[name]["Parameters"]
+    training = [
+        f"Run {kind} job{variant}" for kind in ("training", "tuning") for variant in ("", " (no input data)")
+    ]
+    training += ["Run training job (S3 checkpoints)", "Run training job (S3 checkpoints, no input data)"]
+    for name in training:
+        assert "EnableNetworkIsolation" not in launches[name]["Parameters"]
     for name in ("Run evaluation job", "Run evaluation job (no input data)"):
         assert launches[name]["Parameters"]["EnableNetworkIsolation"] is True
-    assert len(launches) == 6
+    assert len(launches) == 8
 
 
 def test_the_evaluation_job_gets_the_task_channel_and_the_trained_model_read_only(plain):

@@ -185,17 +185,19 @@ def test_the_dashboard_can_be_turned_off():
 
 
 def _launches(template: dict, kind: str = "training") -> list[dict]:
-    """The ``Parameters`` of the launch states of ``kind`` (training or evaluation)."""
+    """The ``Parameters`` of the launch states of ``kind``: evaluation (the states named ``Run evaluation job...``)
+    or training (every other: training and tuning, with CheckpointConfig or S3-direct checkpoints)."""
     states = definition_of(template)["States"]
     found = []
 
     def walk(node):
         if isinstance(node, dict):
-            if str(node.get("Resource", "")).startswith("arn:aws:states:::sagemaker:createTrainingJob") and (
-                "CheckpointConfig" in node["Parameters"]
-            ) == (kind == "training"):
-                found.append(node["Parameters"])
-            for value in node.values():
+            for name, value in node.items():
+                launch = isinstance(value, dict) and str(value.get("Resource", "")).startswith(
+                    "arn:aws:states:::sagemaker:createTrainingJob"
+                )
+                if launch and name.startswith("Run evaluation job") == (kind == "evaluation"):
+                    found.append(value["Parameters"])
                 walk(value)
         elif isinstance(node, list):
             for value in node:
