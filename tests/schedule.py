@@ -35,7 +35,7 @@ SECONDS = {
     "tests/cli/test_commands.py::test_submit_wait_follows_the_run_to_success": 87,
     "tests/cli/test_commands.py::test_submit_wait_reports_the_failure_reason": 73,
     "tests/training/test_multinode.py::test_a_checkpoint_resumes_from_four_processes": 86,  # earlier
-    "tests/training/model/test_lora.py::test_compiled_lora_blocks_train_like_eager_ones": 68,
+    "tests/training/model/test_lora.py::test_compiled_lora_blocks_train_like_eager_ones": 56,  # 68 x 70.2/84.6 CPU s
     "tests/training/test_hybrid_fine_tuning.py::test_lora_on_packed_conversations_trains_alike": 66,
     "tests/measure/test_gpu_report.py::test_the_smoke_run_writes_every_file": 65,
     "tests/training/distributed/test_levers.py::test_accumulation_resumed_mid_run": 61,
