@@ -86,11 +86,11 @@ def bad_id_where_step_reads(folder: Path, settings: dict[str, str], step: int) -
 
 
 def bad_id_stop_line(path: Path, at: int, ckpt: Path) -> str:
-    """The one line every rank stops with when the batch of step 6 holds id 300 at token ``at`` of ``path``."""
+    """The one line every rank stops with when the batch of step 3 holds id 300 at token ``at`` of ``path``."""
     return (
         f"error: vocab_size: must be above every token id in the data; {path} holds id 300 (token {at}), got 256, "
-        "in the batch of step 6: the check before training reads a sample of large data; stopped after step 5: "
-        f"the newest checkpoint, {ckpt / 'step_00000005'}, is kept; fix or remove that file, then run again to "
+        "in the batch of step 3: the check before training reads a sample of large data; stopped after step 2: "
+        f"the newest checkpoint, {ckpt / 'step_00000002'}, is kept; fix or remove that file, then run again to "
         "continue from there"
     )
 
@@ -102,35 +102,35 @@ def unseal(folder: Path) -> None:
 
 
 def test_a_bad_token_id_past_the_checks_sample_stops_every_rank_in_one_line_and_reruns_resume_there(tmp_path):
-    """The id is in a batch of step 6 (past the sample the check before training read). With asynchronous saves
-    (the default) and checkpoint_interval 5: the run stops after step 5 with one line naming the file and the
-    position, its step-5 save sealed; a rerun that finds that save written whole but unsealed (a run killed before
+    """The id is in a batch of step 3 (past the sample the check before training read). With asynchronous saves
+    (the default) and checkpoint_interval 2: the run stops after step 2 with one line naming the file and the
+    position, its step-2 save sealed; a rerun that finds that save written whole but unsealed (a run killed before
     its seal) seals it, resumes there and stops there again, changing nothing. (A rerun from the sealed save: the
     packed conversations' test below.)"""
     ckpt = tmp_path / "ckpt"
     settings = {**TINY, "dataset": "channel", "data_dir": str(tmp_path / "data"), "max_steps": "10",
-                "checkpoint_interval": "5", "checkpoint_dir": str(ckpt), "model_dir": str(tmp_path / "model")}  # fmt: skip
-    path, at = bad_id_where_step_reads(tmp_path / "data", settings, 6)
+                "checkpoint_interval": "2", "checkpoint_dir": str(ckpt), "model_dir": str(tmp_path / "model")}  # fmt: skip
+    path, at = bad_id_where_step_reads(tmp_path / "data", settings, 3)
     line = bad_id_stop_line(path, at, ckpt)
     status, output = train_sh(settings)
     assert status == 1, output
     assert errors(output) == [line], output
     assert "Traceback" not in output and "FAILED" not in output  # no worker's traceback, no torchrun block
-    assert "step=5/10" in output and "step=6/10" not in output
+    assert "step=2/10" in output and "step=3/10" not in output
     assert "token ids sampled" in output  # the check before training read a sample
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000005"]
-    assert checkpoint_folder.complete_checkpoints(ckpt)[0][0] == 5 and nothing_exported(tmp_path / "model")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000002"]
+    assert checkpoint_folder.complete_checkpoints(ckpt)[0][0] == 2 and nothing_exported(tmp_path / "model")
     before = checksums(ckpt)
 
-    unseal(ckpt / "step_00000005")
+    unseal(ckpt / "step_00000002")
     status, output = train_sh(settings)
     assert status == 1 and errors(output) == [line], output
-    assert "checkpoint step_00000005.tmp: every file of its save was written" in output
+    assert "checkpoint step_00000002.tmp: every file of its save was written" in output
     assert (
-        "sealed now as step_00000005" in output
-        and f"resumed from {ckpt / 'step_00000005'} at step 5" in output
+        "sealed now as step_00000002" in output
+        and f"resumed from {ckpt / 'step_00000002'} at step 2" in output
     )
-    assert "step=6/10" not in output
+    assert "step=3/10" not in output
     assert checksums(ckpt) == before  # COMPLETE included: the same bytes the first seal wrote
 
 
@@ -280,29 +280,29 @@ def test_a_bad_token_id_in_packed_conversations_past_the_checks_sample_stops_in_
     tmp_path,
 ):
     """Packed conversation data read two micro-batches a step (grad_accum_steps 2): the id is in an example of a
-    window of step 6; the run stops after step 5 in one line naming the token file and the position, its step-5
+    window of step 3; the run stops after step 2 in one line naming the token file and the position, its step-2
     save sealed and kept; a rerun resumes there and stops again, changing nothing."""
     ckpt = tmp_path / "ckpt"
     settings = {**TINY, "dataset": "channel", "data_dir": str(tmp_path / "data"), "seq_length": "2048",
-                "batch_size": "1", "grad_accum_steps": "2", "max_steps": "10", "checkpoint_interval": "5",
+                "batch_size": "1", "grad_accum_steps": "2", "max_steps": "10", "checkpoint_interval": "2",
                 "checkpoint_dir": str(ckpt), "model_dir": str(tmp_path / "model")}  # fmt: skip
-    path, at = packed_chat_with_a_bad_id(tmp_path / "data", settings, 6)
+    path, at = packed_chat_with_a_bad_id(tmp_path / "data", settings, 3)
     line = bad_id_stop_line(path, at, ckpt)
     status, output = train_sh(settings)
     assert status == 1, output
     assert errors(output) == [line], output
     assert "Traceback" not in output and "FAILED" not in output
     assert "token ids sampled" in output and "packed, best-fit decreasing" in output  # the check (preflight)
-    assert "step=5/10" in output and "step=6/10" not in output
+    assert "step=2/10" in output and "step=3/10" not in output
     steps = [metric_lines.parse_step_line(row) for row in output.splitlines() if row.startswith("step=")]
     assert all(s[1]["trained_tokens"] > 0 for s in steps if s)  # the marked answers trained
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000005"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000002"]
     assert nothing_exported(tmp_path / "model")
     before = checksums(ckpt)
 
     status, output = train_sh(settings)
     assert status == 1 and errors(output) == [line], output
-    assert f"resumed from {ckpt / 'step_00000005'} at step 5" in output and "step=6/10" not in output
+    assert f"resumed from {ckpt / 'step_00000002'} at step 2" in output and "step=3/10" not in output
     assert checksums(ckpt) == before
 
 

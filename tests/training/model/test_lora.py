@@ -250,13 +250,19 @@ def test_lora_trains_the_adapters_alone_alike_under_every_activation_checkpointi
 
 @pytest.mark.slow
 def test_compiled_lora_blocks_train_like_eager_ones_with_every_graph_compiled_in_the_warm_up(process_group):
+    """LoRA's compiled blocks under selective activation checkpointing (the recompute inside the compiled graph), two
+    micro-batches a step, the chunked loss on a frozen LM head: 3 steps give eager's losses, and the warm-up compiled
+    every graph the model then runs: the first block's (its frozen embedding gives its input no gradient) and the
+    second's, each forward and backward, and the loss chunk's. The fewest graphs that prove it: every block
+    checkpointed (one variant) and chunks of one size (48 of 64 tokens would compile each loss graph twice, the
+    second time with a dynamic size); a mix of variants and a shorter last chunk are test_levers.py's compiled test."""
     from torch._dynamo.utils import counters
 
     from tests.training.distributed.test_levers import SETTINGS, fresh, train
     from training.trainer.distributed import compile as compiling
 
-    base = {**SETTINGS, **LORA_TINY, "lora_dropout": "0", "loss_chunk_tokens": "48",
-            "activation_checkpointing": "selective", "activation_checkpointing_interval": "2", "num_layers": "3",
+    base = {**SETTINGS, **LORA_TINY, "lora_dropout": "0", "loss_chunk_tokens": "32",
+            "activation_checkpointing": "selective", "activation_checkpointing_interval": "1",
             "grad_accum_steps": "2", "batch_size": "2"}  # fmt: skip
     torch.use_deterministic_algorithms(True)
     try:
@@ -270,6 +276,7 @@ def test_compiled_lora_blocks_train_like_eager_ones_with_every_graph_compiled_in
     finally:
         torch.use_deterministic_algorithms(False)
         compiling.reset()
+    assert warmed_up[0]["unique_graphs"] > 0
     assert compiled == pytest.approx(eager, rel=1e-5)
     assert (dict(counters["stats"]), dict(counters["aot_autograd"])) == warmed_up  # nothing new at step 1
 
