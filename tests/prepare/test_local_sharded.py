@@ -241,6 +241,14 @@ def test_preference_pairs_sharded_are_local_prepares_pairs_and_the_trainer_reads
     for index in range(read["local"].window_count):
         for mine, theirs in zip(read["sharded"].window(index), read["local"].window(index), strict=True):
             assert np.array_equal(mine, theirs)
+    raw = {**TINY, "vocab_size": str(meta["vocab_size"]), "seq_length": "264", "batch_size": "2", "dataset": "channel",
+           "data_dir": str(tmp_path / "sharded"), "checkpoint_dir": str(tmp_path / "ckpt"),
+           "model_dir": str(tmp_path / "out-model")}  # fmt: skip
+    note = preflight.check_data(config.config_from_mapping(raw), 1)  # as the trainer checks it before a step
+    assert (
+        note.startswith(f"data ok: 3 files of {meta['tokens']} tokens")
+        and "preference pairs: 24 training pairs" in note
+    )
 
 
 def test_a_refused_run_keeps_its_complete_shards_for_the_same_command_to_go_on(tmp_path, capsys):
