@@ -9,7 +9,7 @@ names the prepared folder, whose manifest its request check reads).
 
 Execution input (JSONPath): ``name`` (the output folder ``<output_prefix><name>/``), ``input_uri`` (an
 ``s3://bucket/prefix/`` under ``read_prefixes``), ``model_uri`` (a folder holding ``tokenizer.json``, or for
-``kind`` ``chat`` the model's tokenizer and chat template files), and optionally ``kind`` (``text``),
+``kind`` ``chat`` or ``pairs`` the model's tokenizer and chat template files), and optionally ``kind`` (``text``),
 ``text_field`` (``text``), ``validation_fraction`` (0.01), ``max_tokens``, ``too_long`` (``drop``),
 ``template_seconds`` (10: the longest one rendering of a chat template may take), ``instance_type`` and
 ``instance_count`` (the construct's defaults). The states: merge the defaults, refuse what
@@ -43,7 +43,7 @@ from training.prepare.plan import DEFAULT_INSTANCE_TYPE, PROCESSING_INSTANCE_TYP
 
 CREATE_PROCESSING_JOB_SYNC = "arn:aws:states:::sagemaker:createProcessingJob.sync"
 MANIFEST = "metadata.json"
-KINDS = ("text", "chat")
+KINDS = ("text", "chat", "pairs")
 """The kinds an execution may ask for (``training.prepare.kinds.KINDS``; a test keeps the two equal)."""
 TOO_LONG = ("drop", "truncate")
 TEMPLATE_SECONDS = 10.0

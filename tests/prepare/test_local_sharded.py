@@ -153,12 +153,11 @@ def test_a_template_that_loops_without_end_is_stopped_by_template_seconds_as_loc
     assert capsys.readouterr().err.startswith("error: template-seconds: must be above 0; got 0.0")
 
 
-def test_conversations_are_read_as_local_prepare_reads_them_preference_pairs_refused_by_name(
+def test_conversations_are_read_as_local_prepare_reads_them_a_pair_among_them_refused_by_name(
     tmp_path, capsys
 ):
     """Issue 55 item 2: conversations "as prepare reads them locally" (TRL's forms: chat_data's in both); a
-    preference pair, which local prepare reads since issue 54, is refused naming the object, the line and the local
-    command, until the sharded pairs kind exists."""
+    preference pair among conversations is refused naming the object, the line and the kind that prepares it."""
     from tests.training.chat_models import model_folder
 
     folder = model_folder(tmp_path / "model", "qwen2.5")
@@ -170,17 +169,86 @@ def test_conversations_are_read_as_local_prepare_reads_them_preference_pairs_ref
             "--output", str(tmp_path / "o3"), "--validation-fraction", "0"]  # fmt: skip
     assert corpus.main(argv) == 2
     said = capsys.readouterr().err.strip()
-    assert said.startswith(
-        "error: chats.jsonl:2: a preference pair ('chosen' and 'rejected'): the sharded "
-    ), said
-    assert "python -m training.prepare FILE --init-from MODEL (without --sharded" in said
-    assert (
-        len(said.splitlines()) == 1 and not (tmp_path / "o3").exists()
-    )  # refused before any shard: nothing left
+    assert said.startswith("error: chats.jsonl:2: a preference pair ('chosen' and 'rejected') among conversations: "
+                           "prepare pairs on their own, with --kind pairs"), said  # fmt: skip
+    assert len(said.splitlines()) == 1 and not (tmp_path / "o3").exists()  # refused before any shard
     (tmp_path / "in" / "chats.jsonl").write_text(json.dumps(good) + "\n")
     assert corpus.main(argv) == 0
     meta = json.loads((tmp_path / "o3" / manifest.MANIFEST_FILE).read_text())
     assert meta["input_format"] == "conversations" and meta["examples"] == 1
+
+
+def write_pairs(folder: Path, files: int = 3, per_file: int = 8) -> list[Path]:
+    """Preference pairs in TRL's three forms, ``files`` JSON Lines files (sorted names)."""
+    folder.mkdir(parents=True)
+    paths = []
+    for f in range(files):
+        lines = []
+        for i in range(per_file):
+            q, a, b = f"question {f}.{i}", f"a good answer {i}" + " more" * (i % 4), f"a bad answer {f}"
+            lines.append([{"prompt": q, "chosen": a, "rejected": b},
+                          {"prompt": [{"role": "user", "content": q}], "chosen": [{"role": "assistant", "content": a}],
+                           "rejected": [{"role": "assistant", "content": b}]},
+                          {"chosen": [{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                           "rejected": [{"role": "user", "content": q}, {"role": "assistant", "content": b}]}][i % 3])  # fmt: skip
+        paths.append(folder / f"pairs-{f}.jsonl")
+        paths[-1].write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return paths
+
+
+def test_preference_pairs_sharded_are_local_prepares_pairs_and_the_trainer_reads_every_shard(
+    tmp_path, capsys
+):
+    """Issue 55 items 1-3 for preference pairs: ``--sharded`` of pairs (told by the first record, as local prepare
+    tells them) renders each pair as local ``prepare`` does, one shard per file; the Processing script's ``--kind
+    pairs`` writes the same bytes; the manifest says ``kind: preference`` with pair histograms, the request check's
+    reader accepts it; and the trainer's ``PreferencePairs`` reads every shard of a split, not the first."""
+    from tests.training.chat_models import model_folder
+    from training.prepare import pairs
+    from training.request import sft_data
+    from training.trainer.data.pairs import PreferencePairs
+
+    model = model_folder(tmp_path / "model", "qwen2.5")
+    files = write_pairs(tmp_path / "in")
+    argv = [str(tmp_path / "in"), "--sharded", "--init-from", str(model), "--validation-fraction", "0", "--workers",
+            "1", "--max-tokens", "258", "--too-long", "truncate"]  # fmt: skip
+    assert corpus.main([*argv, "--output", str(tmp_path / "sharded")]) == 0
+    out = capsys.readouterr().out
+    assert "train with: --dataset channel" in out and f"--init_from {model}" in out
+    assert job.main(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "job"), "--kind", "pairs", "--model",
+                     str(model), "--validation-fraction", "0", "--workers", "2", "--max-tokens", "258", "--too-long",
+                     "truncate"]) == 0  # fmt: skip
+    assert written(tmp_path / "sharded") == written(tmp_path / "job")
+    local = pairs.prepare_pairs(files, str(tmp_path / "local"), str(model), validation_fraction=0, max_tokens=258,
+                                too_long="truncate")  # fmt: skip
+    meta = json.loads((tmp_path / "sharded" / manifest.MANIFEST_FILE).read_text())
+    train = meta["splits"]["train"]
+    assert meta["kind"] == "preference" and len(train["files"]) == 3 and len(meta["shards"]) == 3
+    for name in ("pairs", "examples", "tokens", "trained_tokens", "max_example_tokens", "max_sequence_tokens",
+                 "input_format", "token_dtype"):  # fmt: skip
+        assert meta[name] == local[name], name
+    assert meta["counts"] == local["counts"] and meta["counts"]["truncated"] > 0
+    assert train["lengths"] == local["splits"]["train"]["lengths"] and train["sequences"] == 48
+    assert sft_data.meta_problems(meta) == []
+    for key, suffix in (("files", ".bin"), ("masks", ".mask")):
+        stream = b"".join((tmp_path / "sharded" / name).read_bytes() for name in train[key])
+        assert stream == (tmp_path / "local" / f"train{suffix}").read_bytes()
+    read = {name: PreferencePairs(tmp_path / name, "train", token_dtype=meta["token_dtype"], seq_length=264,
+                                  batch_size=1, seed=0, rank=0, world_size=1, shuffle=False)
+            for name in ("sharded", "local")}  # fmt: skip
+    assert read["sharded"].pairs == read["local"].pairs == 24
+    assert np.array_equal(read["sharded"].offsets, read["local"].offsets)
+    for index in range(read["local"].window_count):
+        for mine, theirs in zip(read["sharded"].window(index), read["local"].window(index), strict=True):
+            assert np.array_equal(mine, theirs)
+    raw = {**TINY, "vocab_size": str(meta["vocab_size"]), "seq_length": "264", "batch_size": "2", "dataset": "channel",
+           "data_dir": str(tmp_path / "sharded"), "checkpoint_dir": str(tmp_path / "ckpt"),
+           "model_dir": str(tmp_path / "out-model")}  # fmt: skip
+    note = preflight.check_data(config.config_from_mapping(raw), 1)  # as the trainer checks it before a step
+    assert (
+        note.startswith(f"data ok: 3 files of {meta['tokens']} tokens")
+        and "preference pairs: 24 training pairs" in note
+    )
 
 
 def test_a_refused_run_keeps_its_complete_shards_for_the_same_command_to_go_on(tmp_path, capsys):

@@ -42,25 +42,27 @@ def s3(tmp_path_factory):
     server.stop()
 
 
-def instances(tmp: Path, client, count: int) -> list[Path]:
-    """``count`` instance folders, each with its share of ``raw/``'s objects under opt/ml/processing/input/data
+def instances(tmp: Path, client, count: int, prefix: str = "raw/") -> list[Path]:
+    """``count`` instance folders, each with its share of ``prefix``'s objects under opt/ml/processing/input/data
     (every ``count``-th key, starting from a different one than SageMaker might: the output must not care)."""
-    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="raw/")["Contents"])[::-1]
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"])[::-1]
     folders = []
     for index in range(count):
         data = tmp / f"algo-{index + 1}" / "opt/ml/processing/input/data"
         data.mkdir(parents=True)
         for key in keys[index::count]:
-            target = data / key.removeprefix("raw/")
+            target = data / key.removeprefix(prefix)
             target.parent.mkdir(parents=True, exist_ok=True)
             client.download_file(BUCKET, key, str(target))
         folders.append(data)
     return folders
 
 
-def launch(env: dict[str, str], output: str, local_input: Path, workers: int = 1) -> subprocess.Popen:
-    command = [sys.executable, "-m", "training.prepare.job", "--input", f"s3://{BUCKET}/raw/", "--output", output,
-               "--local-input", str(local_input), "--validation-fraction", FRACTION, "--workers", str(workers)]  # fmt: skip
+def launch(env: dict[str, str], output: str, local_input: Path, workers: int = 1, prefix: str = "raw/",
+           extra: tuple[str, ...] = ()) -> subprocess.Popen:  # fmt: skip
+    command = [sys.executable, "-m", "training.prepare.job", "--input", f"s3://{BUCKET}/{prefix}", "--output", output,
+               "--local-input", str(local_input), "--validation-fraction", FRACTION, "--workers", str(workers),
+               *extra]  # fmt: skip
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
@@ -95,3 +97,27 @@ def test_one_instance_and_four_and_a_local_run_write_the_same_bytes(s3, tmp_path
     assert [p.returncode for p in again] == [0] * 4, "\n".join(logs)
     assert all(", 0 to prepare" in log for log in logs)
     assert objects(client, "prepared/four/") == four
+
+
+def test_preference_pairs_on_one_instance_and_three_are_the_same_bytes(s3, tmp_path):
+    """Issue 55 item 3 for preference pairs (``--kind pairs``, the model folder as the model channel): one instance
+    and three, each with its share of the objects, write the same objects (a local ``--sharded`` run writes the
+    Processing script's bytes: test_local_sharded's test of pairs)."""
+    from tests.prepare.test_local_sharded import write_pairs
+    from tests.training.chat_models import model_folder
+
+    client, env, _ = s3
+    model = model_folder(tmp_path / "model", "qwen2.5")
+    for path in write_pairs(tmp_path / "pairs"):
+        client.upload_file(str(path), BUCKET, f"raw-pairs/{path.name}")
+    extra = ("--kind", "pairs", "--model", str(model), "--max-tokens", "258", "--too-long", "truncate")
+    runs = {
+        n: instances(tmp_path / n, client, count, "raw-pairs/") for n, count in (("one", 1), ("three", 3))
+    }
+    started = [launch(env, f"s3://{BUCKET}/pairs/{name}/", folder, prefix="raw-pairs/", extra=extra)
+               for name, folders in runs.items() for folder in folders]  # fmt: skip
+    logs = [process.communicate(timeout=600)[0] for process in started]
+    assert [p.returncode for p in started] == [0] * 4, "\n".join(logs)
+    one, three = objects(client, "pairs/one/"), objects(client, "pairs/three/")
+    assert b'"kind": "preference"' in one[manifest.MANIFEST_FILE]
+    assert len([n for n in one if n.endswith("record.json")]) == 3 and one == three

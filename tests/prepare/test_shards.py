@@ -228,3 +228,67 @@ def test_the_request_check_refuses_a_prepared_folder_unfinished_or_disagreeing_w
         assert found.startswith(
             "train_data_uri: s3://data-bucket/data/ready/ holds 7 complete shards but no metadata"
         )
+
+
+def test_preference_pairs_make_the_preference_manifest_the_request_check_reads(tmp_path):
+    """Issue 55 items 1, 2 and 4 for preference pairs: ``kind`` pairs splits each pair by its own hash, writes two
+    sequences per pair (offsets in ``documents``), a manifest with ``kind: preference``, pair histograms (both
+    sequences) and ``max_sequence_tokens``, which the request check reads as a sharded conversation manifest; a bad
+    pair or a conversation among pairs is one line naming the object and the line."""
+    import boto3
+    from moto import mock_aws
+
+    from training.prepare.kinds import stable_fraction as fraction_of
+    from training.request import sft_data
+    from training.request.reads import prepared_problems
+
+    model = model_folder(tmp_path / "model", "llama3.1")
+    (tmp_path / "in").mkdir()
+    for part in range(2):
+        lines = [{"prompt": f"q{part} {i}", "chosen": f"yes {i}", "rejected": "no"} for i in range(20)]
+        (tmp_path / "in" / f"pairs-{part}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    prepare(tmp_path / "in", tmp_path / "out", kind="pairs", init_from=str(model))
+    meta = json.loads((tmp_path / "out" / manifest.MANIFEST_FILE).read_text())
+    assert meta["kind"] == "preference" and meta["input_format"] == "standard" and meta["pairs"] == 40
+    assert meta["counts"] == {"read": 40, "truncated": 0, "dropped_for_length": 0, "examples": 40}
+    assert meta["chat_template"]["end_of_turn"] == ["<|eot_id|>"] and meta["max_sequence_tokens"] > 0
+    held = sum(
+        fraction_of(json.dumps(x, sort_keys=True, separators=(",", ":")).encode()) < FRACTION
+        for part in range(2)
+        for x in ({"prompt": f"q{part} {i}", "chosen": f"yes {i}", "rejected": "no"} for i in range(20))
+    )
+    assert (
+        meta["splits"]["validation"]["examples"] == held > 0
+        and meta["splits"]["train"]["examples"] == 40 - held
+    )
+    assert sft_data.meta_problems(meta) == []
+    files = {name: (model / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")}
+    assert sft_data.check_against_model(meta, files, None, str(model)) == []
+    for split, entry in meta["splits"].items():
+        _, _, offsets = packing.read_split(tmp_path / "out", split, meta["token_dtype"])
+        sides = np.diff(offsets)
+        assert len(sides) == entry["sequences"] == 2 * entry["examples"]
+        pair_lengths = (sides[0::2] + sides[1::2]).tolist()
+        assert sorted(pair_lengths) == sorted(n for n, c in entry["lengths"] for _ in range(c))
+        assert max(sides) <= meta["max_sequence_tokens"] and max(pair_lengths) <= meta["max_example_tokens"]
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="data-bucket")
+        for name in LocalStore(tmp_path / "out").listing():
+            s3.upload_file(str(tmp_path / "out" / name), "data-bucket", f"pairs/{name}")
+        assert prepared_problems(s3, "s3://data-bucket/pairs/") == []
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "p.jsonl").write_text(
+        json.dumps({"prompt": "q", "chosen": "a", "rejected": "a"}) + "\n"
+    )
+    with pytest.raises(job.ShardError, match=r"^p\.jsonl:1: 'chosen' and 'rejected' are the same answer"):
+        prepare(tmp_path / "bad", tmp_path / "out-bad", kind="pairs", init_from=str(model))
+    (tmp_path / "bad" / "p.jsonl").write_text(
+        json.dumps({"prompt": "q", "chosen": "a", "rejected": "b"}) + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "q"}]}) + "\n"
+    )  # fmt: skip
+    with pytest.raises(
+        job.ShardError, match=r"^p\.jsonl:2: a preference pair is a JSON object with 'chosen'"
+    ):
+        prepare(tmp_path / "bad", tmp_path / "out-bad2", kind="pairs", init_from=str(model))
+    assert not list((tmp_path / "out-bad2").rglob("*.bin"))

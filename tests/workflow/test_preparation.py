@@ -85,7 +85,7 @@ def test_a_preparation_runs_on_its_instances_and_ends_with_its_manifest(prepared
         ({"name": ""}, "name: must be given, a non-empty string without '/'"),
         ({"name": "a/b"}, "name: must be given, a non-empty string without '/'"),
         ({"name": ".."}, "name: must be given, a non-empty string without '/'"),
-        ({"kind": "pairs"}, "kind: must be one of text, chat"),
+        ({"kind": "dpo"}, "kind: must be one of text, chat, pairs"),
         ({"too_long": "cut"}, "too_long: must be one of drop, truncate"),
         ({"instance_type": "ml.p5.48xlarge"}, "instance_type: must be one of"),
     ],
@@ -120,3 +120,30 @@ def test_a_bad_record_fails_the_execution_and_writes_no_manifest(prepared):
     )  # prepare-status
     listed = workflow.s3.list_objects_v2(Bucket=bucket, Prefix="data/prepared/bad/").get("Contents", [])
     assert "data/prepared/bad/metadata.json" not in {o["Key"] for o in listed}
+
+
+def test_preference_pairs_are_prepared_by_the_state_machine_as_kind_pairs(prepared, tmp_path):
+    """Issue 55 item 2 for preference pairs through the workflow: ``kind`` pairs with a chat model's folder as
+    ``model_uri``, two instances, ends with a ``kind: preference`` manifest and the model's template files."""
+    from tests.prepare.test_local_sharded import write_pairs
+    from tests.training.chat_models import model_folder
+
+    workflow, bucket = prepared
+    model = model_folder(tmp_path / "model", "qwen2.5")
+    for path in sorted(p for p in model.iterdir() if p.is_file()):
+        workflow.s3.upload_file(str(path), bucket, f"data/qwen/{path.name}")
+    for path in write_pairs(tmp_path / "pairs"):
+        workflow.s3.upload_file(str(path), bucket, f"data/pairs/{path.name}")
+    fields = {"name": "pairs", "input_uri": f"s3://{bucket}/data/pairs/", "model_uri": f"s3://{bucket}/data/qwen/",
+              "kind": "pairs", "instance_count": 2, "validation_fraction": 0.2}  # fmt: skip
+    done = workflow.run(given(bucket, **fields), timeout=300)
+    assert done["status"] == "SUCCEEDED", done
+    args = processing.REQUESTS[-1]["AppSpecification"]["ContainerArguments"]
+    assert args[args.index("--kind") + 1] == "pairs"
+    listed = workflow.s3.list_objects_v2(Bucket=bucket, Prefix="data/prepared/pairs/")["Contents"]
+    assert "data/prepared/pairs/tokenizer_config.json" in {o["Key"] for o in listed}
+    meta = json.loads(
+        workflow.s3.get_object(Bucket=bucket, Key="data/prepared/pairs/metadata.json")["Body"].read()
+    )
+    assert meta["kind"] == "preference" and len(meta["shards"]) == 3 and meta["pairs"] == 24
+    assert all(entry["sequences"] == 2 * entry["examples"] for entry in meta["splits"].values())

@@ -281,6 +281,21 @@ def input_keys(inputs: list[str]) -> dict[str, Path]:
     return found
 
 
+def local_kind(inputs: list[str], init_from: str | None) -> str:
+    """The kind a local ``--sharded`` run prepares, as local ``prepare`` tells it: ``text`` without
+    ``--init-from``; with it ``pairs`` when the first input object's first record has ``chosen`` and ``rejected``
+    (preference pairs), else ``chat``."""
+    if not init_from:
+        return "text"
+    here = input_keys(inputs)
+    key = min(here)
+    try:
+        first = next(sources.records(here[key], key, text_field=None), (None, None))[1]
+    except sources.SourceError:
+        return "chat"  # the run names the object and the line
+    return "pairs" if isinstance(first, dict) and {"chosen", "rejected"} <= first.keys() else "chat"
+
+
 def prepare_local(inputs: list[str], output: str, options: Options, *, workers: int,
                   say: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """``python -m training.prepare --sharded``: the Processing job's run on this machine, every input here, into
@@ -310,11 +325,11 @@ def s3_keys(uri: str, client: Any) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.model:  # a Processing job's model channel: the tokenizer (text) or the model folder (chat)
+    if args.model:  # a Processing job's model channel: the tokenizer (text) or the model folder (chat, pairs)
         args.tokenizer = args.tokenizer or (
             str(Path(args.model) / "tokenizer.json") if args.kind == "text" else None
         )
-        args.init_from = args.init_from or (args.model if args.kind == "chat" else None)
+        args.init_from = args.init_from or (args.model if args.kind != "text" else None)
     options = Options(kind=args.kind, tokenizer=args.tokenizer, text_field=args.text_field, init_from=args.init_from,
                       max_tokens=args.max_tokens, too_long=args.too_long,
                       validation_fraction=args.validation_fraction, template_seconds=args.template_seconds)  # fmt: skip
@@ -367,10 +382,11 @@ def main_local(args: argparse.Namespace) -> int:
         print(f"error: {', '.join(refused)}: not with --sharded (the split is by each record's hash: "
               "--validation-fraction)", file=sys.stderr)  # fmt: skip
         return 2
-    options = Options(kind="chat" if args.init_from else "text", tokenizer=args.tokenizer, text_field=args.text_field,
-                      init_from=args.init_from, max_tokens=args.max_tokens, too_long=args.too_long,
-                      validation_fraction=args.validation_fraction, template_seconds=args.template_seconds)  # fmt: skip
     try:
+        kind = local_kind(args.inputs, args.init_from)
+        options = Options(kind=kind, tokenizer=args.tokenizer, text_field=args.text_field, init_from=args.init_from,
+                          max_tokens=args.max_tokens, too_long=args.too_long,
+                          validation_fraction=args.validation_fraction, template_seconds=args.template_seconds)  # fmt: skip
         meta = prepare_local(args.inputs, args.output, options, workers=args.workers or os.cpu_count() or 1,
                              say=lambda s: print(s, flush=True))  # fmt: skip
     except (ShardError, KindError, ManifestError, StoreError) as err:
@@ -379,7 +395,10 @@ def main_local(args: argparse.Namespace) -> int:
     splits = ", ".join(f"{name} {entry['tokens']:,} tokens" for name, entry in meta["splits"].items())
     print(f"prepared {len(meta['shards'])} input objects into {args.output} (sharded, split by hash): {splits}; "
           f"tokenizer {meta['tokenizer']['name']}, vocab_size {meta['vocab_size']}, token_dtype {meta['token_dtype']}")  # fmt: skip
-    if options.kind == "chat":
+    if options.kind == "pairs":
+        print(f"train with: --dataset channel --data_dir {args.output} --init_from {args.init_from} --token_dtype "
+              f"{meta['token_dtype']} --seq_length {max(8, -(-meta['max_example_tokens'] // 8) * 8)} (at least)")  # fmt: skip
+    elif options.kind == "chat":
         from training.prepare.chat import seq_length_advice  # noqa: PLC0415 - conversations only
 
         print(f"train with: --dataset channel --data_dir {args.output} --init_from {args.init_from} --token_dtype "
@@ -424,19 +443,24 @@ def _parser() -> argparse.ArgumentParser:
         "--local-input", default=PROCESSING_INPUT, help="This instance's share of an S3 input."
     )
     parser.add_argument(
-        "--kind", default="text", choices=("text", "chat"), help="What the records are (default text)."
+        "--kind",
+        default="text",
+        choices=("text", "chat", "pairs"),
+        help="What the records are (default text).",
     )
     parser.add_argument("--tokenizer", help="A local tokenizer.json (text; default byte-level).")
     parser.add_argument(
         "--text-field", default="text", help="JSON Lines field / Parquet column of a document."
     )
-    parser.add_argument("--init-from", help="A model folder with its chat template (chat).")
-    parser.add_argument("--model", help="A folder with tokenizer.json (text) or a chat model's files (chat).")
+    parser.add_argument("--init-from", help="A model folder with its chat template (chat, pairs).")
     parser.add_argument(
-        "--max-tokens", type=_limit, help="Longest example kept (chat; default none: no limit)."
+        "--model", help="A folder with tokenizer.json (text) or a chat model's files (chat, pairs)."
     )
     parser.add_argument(
-        "--too-long", default="drop", choices=("drop", "truncate"), help="Above --max-tokens (chat)."
+        "--max-tokens", type=_limit, help="Longest example kept (chat; pairs: both sequences; default none)."
+    )
+    parser.add_argument(
+        "--too-long", default="drop", choices=("drop", "truncate"), help="Above --max-tokens (chat, pairs)."
     )
     parser.add_argument(
         "--validation-fraction", type=float, default=0.01, help="Share held out by hash (0.01)."

@@ -7,8 +7,13 @@
   transformers' ``apply_chat_template``), its loss mask and its place among the split's examples: ``<split>.bin``,
   ``<split>.mask``, ``<split>.docs``, and each split's example lengths as a histogram.
 
-A kind is chosen by name (``KINDS``); preference pairs (``pairs``) will be one more entry: a reader of the record's
-fields, an ``encode`` giving its arrays by file key, its files and the fields its manifest adds. Every kind says
+* ``pairs`` (preference tuning): a preference pair in TRL's forms, checked and rendered as local ``prepare`` does
+  (``training.prepare.pairs``: ``pair_of``, ``render_pair``, ``fit_pair``), written as conversation data's files, two
+  sequences per pair (the chosen conversation, then the rejected one); its manifest's ``kind`` is ``preference`` and
+  its histograms count pairs by the tokens of both sequences, as local ``prepare``'s ``metadata.json``.
+
+A kind is chosen by name (``KINDS``): a reader of the record's fields, an ``encode`` giving its arrays by file key,
+its files and the fields its manifest adds. Every kind says
 what it was made with (``settings``: tokenizer and template hashes, token dtype, the options), and a shard or a
 manifest made with other settings is never mixed with these.
 
@@ -54,6 +59,9 @@ class Example:
     arrays: dict[str, np.ndarray]
     tokens: int
     trained: int
+    sequences: tuple[int, ...] = ()
+    """The lengths of its sequences when it is more than one (a preference pair: chosen, rejected); each gets its own
+    entry in ``<split>.docs``."""
 
 
 def stable_fraction(data: bytes) -> float:
@@ -215,9 +223,8 @@ class ChatKind:
             counts["read"] += 1
             if isinstance(record, dict) and {"chosen", "rejected"} <= record.keys():
                 raise KindError(
-                    f"{where}: a preference pair ('chosen' and 'rejected'): the sharded preparation does not prepare "
-                    "pairs yet; prepare them with python -m training.prepare FILE --init-from MODEL (without "
-                    "--sharded; docs/preference-tuning.md)"
+                    f"{where}: a preference pair ('chosen' and 'rejected') among conversations: prepare pairs on "
+                    "their own, with --kind pairs (docs/preference-tuning.md)"
                 )
             try:
                 messages, shape = chat_data.messages_of(record, where)
@@ -246,8 +253,62 @@ class ChatKind:
         return {"end_of_turn": tokens, "end_of_turn_ids": ids}
 
 
-KINDS = {"text": TextKind, "chat": ChatKind}
-"""Kinds by name (``--kind``); ``pairs`` (preference pairs) joins here."""
+@dataclass
+class PairsKind(ChatKind):
+    """Preference pairs: as ``ChatKind`` (the model folder's template, ``max_tokens`` and ``too_long``), each pair
+    checked, rendered and fitted as local ``prepare`` does (``training.prepare.pairs``); ``max_tokens`` bounds a
+    pair's two sequences together."""
+
+    name: str = sft_data.PREFERENCE_KIND
+    longest_sequence: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 4:
+            raise KindError(
+                f"max-tokens: must be at least 4 for pairs (two sequences); got {self.max_tokens}"
+            )
+        super().__post_init__()
+
+    def settings(self) -> dict[str, Any]:
+        from training.prepare import pairs  # noqa: PLC0415
+
+        return {**super().settings(), "truncation": {"max_tokens": self.max_tokens, "too_long": self.too_long,
+                                                     "how": pairs._how(self.max_tokens, self.too_long)}}  # fmt: skip
+
+    def encode(self, records: list[tuple[str, Any]], counts: Counter) -> list[Example | None]:
+        from training.prepare import pairs  # noqa: PLC0415
+
+        out: list[Example | None] = []
+        for where, record in records:
+            counts["read"] += 1
+            try:
+                pair = pairs.pair_of(record, where)
+                sides = pairs.fit_pair(
+                    pairs.render_pair(self.renderer, pair, where), self.max_tokens, self.too_long, counts
+                )
+            except chat_data.ChatDataError as err:
+                raise KindError(str(err)) from None
+            if sides is None:
+                out.append(None)
+                continue
+            counts[f"shape:{pair.shape}"] += 1
+            lengths = tuple(len(ids) for ids, _ in sides)
+            self.longest_sequence = max(self.longest_sequence, *lengths)
+            ids = np.concatenate([ids for ids, _ in sides])
+            mask = np.concatenate([mask for _, mask in sides]).astype(np.uint8)
+            out.append(Example({"files": ids, "masks": mask}, len(ids), int(mask.sum()), lengths))
+        return out
+
+    def begin_shard(self) -> None:
+        super().begin_shard()
+        self.longest_sequence = 0
+
+    def extra(self) -> dict[str, Any]:
+        return {**super().extra(), "max_sequence_tokens": self.longest_sequence}
+
+
+KINDS = {"text": TextKind, "chat": ChatKind, "pairs": PairsKind}
+"""Kinds by name (``--kind``)."""
 
 
 def make_kind(name: str, **options: Any) -> TextKind | ChatKind:
@@ -258,11 +319,10 @@ def make_kind(name: str, **options: Any) -> TextKind | ChatKind:
     if name == "text":
         return TextKind(tokenizer=options.get("tokenizer"), text_field=options.get("text_field") or "text")
     if not options.get("init_from"):
-        raise KindError("init-from: the chat kind needs a model folder with a chat template")
+        raise KindError(f"init-from: the {name} kind needs a model folder with a chat template")
     seconds = options.get("template_seconds", chat_data.TEMPLATE_SECONDS)
-    return ChatKind(
-        options["init_from"], options.get("max_tokens"), options.get("too_long") or "drop", seconds
-    )
+    made = PairsKind if name == "pairs" else ChatKind
+    return made(options["init_from"], options.get("max_tokens"), options.get("too_long") or "drop", seconds)
 
 
 def single_threaded() -> None:

@@ -87,11 +87,12 @@ class _Split:
         self._write("files", example.arrays["files"].astype(self.kind.dtype).tobytes())
         if "masks" in self.kind.file_keys:
             self._write("masks", example.arrays["masks"].astype(np.uint8).tobytes())
+        if "documents" in self.kind.file_keys:  # one offset per sequence (a preference pair has two)
+            ends = self.tokens + np.cumsum(example.sequences or (example.tokens,), dtype=np.int64)
+            self._write("documents", ends.tobytes())
         self.tokens += example.tokens
         self.trained += example.trained
         self.examples += 1
-        if "documents" in self.kind.file_keys:
-            self._write("documents", np.array([self.tokens], dtype=np.int64).tobytes())
         if self.kind.histograms:
             self.lengths[example.tokens] += 1
 

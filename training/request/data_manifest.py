@@ -6,8 +6,9 @@ byte, whichever instances made the shards. It says: the kind, token dtype, vocab
 template's SHA-256 for conversations), every split's files in order (``files``; for conversations also ``masks`` and
 ``documents``, one of each per shard) with each file's SHA-256 (``sha256``: name -> hex digest, the field a local
 preparation writes, for the trainer to verify), its tokens, trained tokens and examples, the example lengths as a
-histogram (conversations, and pairs later), the counts (records read, dropped, truncated), and ``shards``: each
-input key with its files' sizes and SHA-256. A folder holding it is what ``train_data_uri`` names: the trainer reads
+histogram (conversations; preference pairs: each pair's two sequences together, as local ``prepare`` counts them),
+the counts (records read, dropped, truncated), and ``shards``: each input key with its files' sizes and SHA-256. A
+folder holding it is what ``train_data_uri`` names: the trainer reads
 the listed files in order (the split's token stream is their concatenation).
 
 ``listing_problems`` is the request check's side: a manifest missing (shards but no manifest: the preparation has
@@ -29,6 +30,8 @@ SHARDS = "shards/"
 RECORD_FILE = "record.json"
 """A shard's record (its counts and files), written last: its presence marks the shard complete."""
 SHOWN = 5
+PREFERENCE_KIND = "preference"
+"""A manifest's ``kind`` for preference pairs (``training.request.sft_data.PREFERENCE_KIND``; json only here)."""
 """At most this many problems are named one by one."""
 
 
@@ -104,8 +107,19 @@ def _chat_fields(meta: dict[str, Any], ordered: Sequence[Mapping[str, Any]], cou
     meta["examples"] = examples
     meta["trained_tokens"] = sum(entry["trained_tokens"] for entry in meta["splits"].values())
     meta["max_example_tokens"] = max(int(r.get("max_example_tokens") or 0) for r in ordered)
-    base = dict.fromkeys(("read", "no_assistant_turn", "truncated", "dropped_for_length"), 0)
-    meta["counts"] = {**base, **{k: int(v) for k, v in counts.items()}, "examples": examples}
+    preference = meta.get("kind") == PREFERENCE_KIND
+    kept = ("read", "truncated", "dropped_for_length") if preference else ("read", "no_assistant_turn", "truncated",
+                                                                           "dropped_for_length")  # fmt: skip
+    meta["counts"] = {
+        **dict.fromkeys(kept, 0),
+        **{k: int(v) for k, v in counts.items()},
+        "examples": examples,
+    }
+    if preference:  # as local prepare's pairs metadata: two sequences per pair
+        meta["pairs"] = examples
+        meta["max_sequence_tokens"] = max(int(r.get("max_sequence_tokens") or 0) for r in ordered)
+        for entry in meta["splits"].values():
+            entry["sequences"] = 2 * entry["examples"]
 
 
 def _shard_entry(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def register(sub: Any, parents: Parents) -> dict[str, Any]:
         "--model", required=True, dest="model_uri", help="s3://... folder with tokenizer.json"
     )
     started.add_argument("--state-machine", required=True, help="the DataPreparation state machine's ARN")
-    started.add_argument("--kind", choices=("text", "chat"), help="default text")
+    started.add_argument("--kind", choices=("text", "chat", "pairs"), help="default text")
     started.add_argument("--text-field", dest="text_field", help="default text")
     started.add_argument("--validation-fraction", dest="validation_fraction", type=float, help="default 0.01")
     started.add_argument("--template-seconds", dest="template_seconds", type=float,
