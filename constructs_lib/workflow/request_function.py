@@ -35,6 +35,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+import training.contract.batch
 import training.contract.checkpoint_identity
 import training.contract.container
 import training.contract.evaluation
@@ -59,6 +60,7 @@ import training.plan.memory_terms
 import training.plan.network
 import training.plan.preference
 import training.plan.refusal
+import training.plan.step_batch
 import training.plan.timing
 import training.request.bounds
 import training.request.checks
@@ -104,6 +106,7 @@ data's template, tokenizer and lengths), and an ``init_from`` model's chat templ
 (``chat_template.jinja``, ``tokenizer_config.json``, ``tokenizer.json``: conversation data is checked against them)."""
 ASSET_FILES = {
     "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
+    "training/contract/batch.py": Path(training.contract.batch.__file__),
     "training/contract/checkpoint_identity.py": Path(training.contract.checkpoint_identity.__file__),
     "training/contract/container.py": Path(training.contract.container.__file__),
     "training/contract/evaluation.py": Path(training.contract.evaluation.__file__),
@@ -127,6 +130,7 @@ ASSET_FILES = {
     "training/plan/network.py": Path(training.plan.network.__file__),
     "training/plan/preference.py": Path(training.plan.preference.__file__),
     "training/plan/refusal.py": Path(training.plan.refusal.__file__),
+    "training/plan/step_batch.py": Path(training.plan.step_batch.__file__),
     "training/plan/timing.py": Path(training.plan.timing.__file__),
     "training/request/data_manifest.py": Path(training.request.data_manifest.__file__),
     "training/request/bounds.py": Path(training.request.bounds.__file__),

@@ -469,7 +469,7 @@ def test_on_two_gloo_ranks_an_imported_llama_gives_transformers_logits_and_loss(
         their_loss = torch.nn.functional.cross_entropy(theirs.reshape(-1, 96), targets.reshape(-1))
     torch.testing.assert_close(result["logits"], theirs, rtol=0, atol=1e-5)
     torch.testing.assert_close(result["loss"], their_loss, rtol=0, atol=1e-5)
-    llama = export_hf.to_hf_state_dict(result["state"], settings_parse.model_shape(reference_settings(tied)))
+    llama = export_hf.to_hf_state_dict(result["state"], model_settings.model_config(reference_settings(tied)))
     assert all(
         torch.equal(llama[name], value) for name, value in reference.state_dict().items() if name in llama
     )
