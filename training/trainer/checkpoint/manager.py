@@ -35,7 +35,7 @@ from training.trainer.checkpoint import trainer_state
 from training.trainer.checkpoint.folder import FolderStorage
 from training.trainer.checkpoint.identity import REMEDY, mismatch
 from training.trainer.checkpoint.names import INCOMPLETE, MARKER, set_aside_name, state_name
-from training.trainer.checkpoint.storage import Collective, Pending, Storage
+from training.trainer.checkpoint.storage import Collective, Pending, Storage, error_line
 from training.trainer.refusal import Refusal
 
 S3_SCHEME = "s3://"
@@ -246,7 +246,7 @@ class CheckpointManager:
         try:
             state, failure = self._load(storage, name, found, model, optimizer), None
         except (Exception, CheckpointException) as err:  # any load failure on any rank: agreed on below
-            state, failure = None, f"load failed on rank {self.rank}: {_one_line(err, self.rank)}"
+            state, failure = None, f"load failed on rank {self.rank}: {error_line(err, self.rank)}"
         reason = self.collective.agree(failure)
         if reason is not None:
             self.touched_model = True  # a partial load may have written into the model or optimizer
@@ -267,13 +267,3 @@ class CheckpointManager:
         loaded["path"], loaded["same_world_size"] = str(storage.where(name)), same
         loaded["layout"] = found.get("data_parallel") or [1, saved_world]
         return loaded
-
-
-def _one_line(err: BaseException, rank: int) -> str:
-    """``Type: first line`` of an error; for DCP's CheckpointException, of the error on ``rank`` itself."""
-    failures = getattr(err, "failures", None)
-    if isinstance(failures, dict) and failures:
-        inner = failures.get(rank, next(iter(failures.values())))
-        err = inner[0] if isinstance(inner, tuple) else inner
-    text = (str(err).strip().splitlines() or [""])[0]
-    return f"{type(err).__name__}: {text[:300]}"

@@ -42,7 +42,7 @@ from training.trainer.checkpoint.names import (
 )
 from training.trainer.checkpoint.s3_dcp import DEFAULT_TUNING, Tuning
 from training.trainer.checkpoint.s3_store import Listing, S3Store
-from training.trainer.checkpoint.storage import Found, Pending, Storage
+from training.trainer.checkpoint.storage import Found, Pending, Storage, error_line
 
 SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
 """A DCP shard object: ``__<rank>_<n>.distcp``, written by that rank."""
@@ -183,7 +183,7 @@ class S3Storage(Storage):
                     pending
                 )  # its callback may not have run yet (a second creation changes nothing)
             except BaseException as err:  # noqa: BLE001 (DCP's CheckpointException is a BaseException)
-                failure = f"rank {self.rank}: upload failed: {_root_cause(err, self.rank)}"
+                failure = f"rank {self.rank}: upload failed: {error_line(err, self.rank)}"
         failure = self.collective.agree(failure)
         if failure is not None:
             raise RuntimeError(f"checkpoint {self.store.uri(name)} not sealed: {failure}")
@@ -335,13 +335,3 @@ def _json(value: Any) -> bytes:
 
 def _digest(data: bytes) -> tuple[int, str]:
     return len(data), hashlib.sha256(data).hexdigest()
-
-
-def _root_cause(err: BaseException, rank: int) -> str:
-    """``Type: first line`` of an error; for DCP's CheckpointException, of the error it caught on ``rank``."""
-    failures = getattr(err, "failures", None)
-    if isinstance(failures, dict) and failures:
-        inner = failures.get(rank, next(iter(failures.values())))
-        err = inner[0] if isinstance(inner, tuple) else inner
-    text = (str(err).strip().splitlines() or [""])[0]
-    return f"{type(err).__name__}: {text[:300]}"

@@ -156,3 +156,14 @@ class Storage(ABC):
     def set_aside(self, name: str, reason: str, job: str | None) -> None:
         """Write ``step_N.unusable`` beside the checkpoint (why, which job); the checkpoint itself is left as it
         is, never written into, loaded, counted or deleted again."""
+
+
+def error_line(err: BaseException, rank: int) -> str:
+    """``Type: first line`` of an error; for DCP's CheckpointException, of the error it caught on ``rank`` (every
+    backend's and the manager's one line for a failed save or load)."""
+    failures = getattr(err, "failures", None)
+    if isinstance(failures, dict) and failures:
+        inner = failures.get(rank, next(iter(failures.values())))
+        err = inner[0] if isinstance(inner, tuple) else inner
+    text = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {text[:300]}"
