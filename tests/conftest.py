@@ -27,9 +27,14 @@ def pytest_report_header() -> str:
     return f"run folder (caches, temporary files, tmp_path): {RUN_FOLDER}"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks it adds
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """The longest first, before pytest-xdist's own hook reads the ``xdist_group`` marks it adds; after that hook,
+    the groups it wrote carried into the node ids (tests/schedule.py)."""
     schedule.longest_first(config, items)
+    result = yield
+    schedule.carry_groups(items)
+    return result
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

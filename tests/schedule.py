@@ -7,6 +7,13 @@ unit of its own, handed to whichever worker is free next, but the tests of a mod
 fixture (a synthesized stack, a multi-process run several tests read) form one unit, so that the fixture is made
 once, on one worker. Any other way of running the suite keeps pytest's own order.
 
+The order is made where the tests are collected: in each pytest-xdist worker (the controller collects nothing and
+hands out the units in the order its workers collected them). A worker does not see ``--dist loadgroup`` as
+``dist``: pytest-xdist sets its ``dist`` to ``"no"`` and its ``loadgroup`` to true before it collects
+(``xdist.remote.setup_config``), so ``loadgroup`` is what ``in_effect`` reads. A group reaches the controller as a
+suffix of its tests' node ids (``<node id>@<group>``) that pytest-xdist's own hook writes after ``longest_first``;
+``carry_groups`` makes that write take under pytest 9.2.
+
 ``SECONDS`` is what the longest tests took (``pytest --durations=0``, docs/measurements.md): only their order
 comes from it, never a verdict. A test missing from it counts ``SLOW_SECONDS`` when marked ``slow``, else
 ``FAST_SECONDS``; a stale entry only changes the order.
@@ -103,11 +110,16 @@ def shared_module_fixture(item: pytest.Item) -> bool:
     )
 
 
+def in_effect(config: pytest.Config) -> bool:
+    """Whether ``config`` is a pytest-xdist worker's of a ``--dist loadgroup --no-loadscope-reorder`` run."""
+    return bool(config.getoption("loadgroup", False)) and not config.getoption("loadscopereorder", True)
+
+
 def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup --no-loadscope-reorder``: mark the tests sharing a module-scoped fixture as one
-    group per module, and order the units (a group, or a test) by their summed ``seconds``, longest first (pytest's
-    order kept among equals and within a unit)."""
-    if config.getoption("dist", "no") != "loadgroup" or config.getoption("loadscopereorder", True):
+    """In a worker of ``--dist loadgroup --no-loadscope-reorder``: mark the tests sharing a module-scoped fixture as
+    one group per module, and order the units (a group, or a test) by their summed ``seconds``, longest first
+    (pytest's order kept among equals and within a unit)."""
+    if not in_effect(config):
         return
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
@@ -119,3 +131,15 @@ def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
         units.setdefault(group, []).append(item)
     ordered = sorted(units.values(), key=lambda unit: -sum(seconds(item) for item in unit))
     items[:] = [item for unit in ordered for item in unit]
+
+
+def carry_groups(items: list[pytest.Item]) -> None:
+    """After pytest-xdist's own ``pytest_collection_modifyitems``: put the group it wrote for a grouped test into the
+    test's node id, where its write did not take. pytest-xdist 3.8.0 writes ``item._nodeid`` (``xdist.remote``);
+    pytest 9.2 keeps the node id in ``item._id`` and never reads ``_nodeid``, so without this the controller sees
+    no group and hands a module's tests to both workers, each making the module's fixture (pytest-xdist issue
+    1386, open). A no-op where the write took (an earlier pytest) or where pytest-xdist writes no ``_nodeid``."""
+    for item in items:
+        written = vars(item).get("_nodeid")
+        if written is not None and written != item.nodeid:
+            item._id = type(item._id).parse(written)
