@@ -1,14 +1,14 @@
 """``RequestValidator``: the Lambda function that decides a training workflow's request before anything launches.
 
 It runs :func:`constructs_lib.workflow.request_check.handler` (see that module for why a Lambda function). Its asset
-holds exactly what the handler imports, copied from the installed packages at synth time (so it works from a
-wheel as well as from a checkout): ``constructs_lib/workflow/request_check.py`` and what decides a request,
+holds exactly what the handler imports: ``constructs_lib/workflow/request_check.py`` and every module of
+``constructs_lib`` and ``training`` it imports, directly or through another, found in their source at synth time
+(``constructs_lib/_shared/imports.py``) and copied from the installed packages (so it works from a wheel as well as
+from a checkout), with an empty ``__init__.py`` in each of their folders (a package's own only where a module
+imports the package itself). Today that is what decides a request: ``training/request/`` (the decision and its checks),
 ``training/contract/`` (the contract between the workflow and the trainer), ``training/plan/`` (the memory, time
-and cost plan, its network term and the measurements' rules, without its command line) and ``training/request/``
-(the decision, the fields' table, the rules, the request read once, the checks, the evaluate and tune blocks, the
-reads, the job's request fields, a model folder's config.json, the tuning candidates, conversation data against its
-model and the decision's size bound; standard library only), the manifest check of prepared data (``training/request/data_manifest.py``) and an empty ``__init__.py`` in each of their folders
-(the real package ``__init__`` files are not needed there). Its role may write its own log group, read, under the workflow's
+and cost plan, without its command line) and ``training/models/`` (the families' config.json reading); standard
+library only. A module a new import brings travels by itself. Its role may write its own log group, read, under the workflow's
 checkpoint prefix only, the listing and the ``COMPLETE`` markers that decide ``resume_from``, list the allowed data
 prefixes (a ``train_data_uri`` must hold an object, an ``init_from`` folder its files), read there only objects
 named exactly ``config.json`` (an ``init_from`` model's architecture), ``metadata.json`` (prepared data's tokenizer,
@@ -35,50 +35,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-import training.contract.batch
-import training.contract.checkpoint_identity
-import training.contract.container
-import training.contract.evaluation
-import training.contract.hardware
-import training.contract.metric_lines
-import training.contract.settings_checks
-import training.contract.settings_parse
-import training.contract.settings_table
-import training.contract.shapes
-import training.contract.token_data
-import training.contract.tuning
-import training.models
-import training.plan.advice
-import training.plan.band
-import training.plan.checkpoint_time
-import training.plan.estimate
-import training.plan.inputs
-import training.plan.measured
-import training.plan.memory
-import training.plan.memory_attention
-import training.plan.memory_terms
-import training.plan.network
-import training.plan.preference
-import training.plan.refusal
-import training.plan.step_batch
-import training.plan.timing
-import training.request.bounds
-import training.request.checks
-import training.request.data_manifest
-import training.request.decision
-import training.request.evaluate_block
-import training.request.fields
-import training.request.fine_tuning
-import training.request.hf_config
-import training.request.job
 import training.request.read_limits
-import training.request.reads
-import training.request.rules
-import training.request.sft_data
-import training.request.tune_block
-import training.request.tuning
-import training.request.tuning_plan
-import training.request.value
+from constructs_lib._shared.imports import source_files
 from constructs_lib._shared.log_keys import keyed_log_group
 from constructs_lib._shared.nag import (
     NIST_800_53_R5,
@@ -88,15 +46,12 @@ from constructs_lib._shared.nag import (
     policy_scope,
     rendered,
 )
-from constructs_lib.workflow import request_check
 from training.contract.container import DATA_METADATA_FILE
 from training.request.hf_config import CONFIG_FILE
 from training.request.rules import CHECKPOINT_MARKER
 from training.request.sft_data import MODEL_FILES
 
 HANDLER = "constructs_lib.workflow.request_check.handler"
-MODELS_DIR = Path(training.models.__file__).parent
-"""``training/models``: the family registry the decision reads an ``init_from`` config.json with."""
 TASK_FILE_SUFFIXES = (".yaml", ".yml")
 """Endings of the task files the check may read under a data prefix (an evaluation's task names: any file name)."""
 NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE, *MODEL_FILES)
@@ -104,69 +59,28 @@ NAMED_FILES = (CONFIG_FILE, DATA_METADATA_FILE, *MODEL_FILES)
 ``init_from`` model's ``config.json``, prepared data's ``metadata.json`` (an evaluated model's tokenizer; conversation
 data's template, tokenizer and lengths), and an ``init_from`` model's chat template and tokenizer files
 (``chat_template.jinja``, ``tokenizer_config.json``, ``tokenizer.json``: conversation data is checked against them)."""
-ASSET_FILES = {
-    "constructs_lib/workflow/request_check.py": Path(request_check.__file__),
-    "training/contract/batch.py": Path(training.contract.batch.__file__),
-    "training/contract/checkpoint_identity.py": Path(training.contract.checkpoint_identity.__file__),
-    "training/contract/container.py": Path(training.contract.container.__file__),
-    "training/contract/evaluation.py": Path(training.contract.evaluation.__file__),
-    "training/contract/hardware.py": Path(training.contract.hardware.__file__),
-    "training/contract/metric_lines.py": Path(training.contract.metric_lines.__file__),
-    "training/contract/settings_checks.py": Path(training.contract.settings_checks.__file__),
-    "training/contract/settings_parse.py": Path(training.contract.settings_parse.__file__),
-    "training/contract/settings_table.py": Path(training.contract.settings_table.__file__),
-    "training/contract/shapes.py": Path(training.contract.shapes.__file__),
-    "training/contract/token_data.py": Path(training.contract.token_data.__file__),
-    "training/contract/tuning.py": Path(training.contract.tuning.__file__),
-    "training/plan/advice.py": Path(training.plan.advice.__file__),
-    "training/plan/band.py": Path(training.plan.band.__file__),
-    "training/plan/checkpoint_time.py": Path(training.plan.checkpoint_time.__file__),
-    "training/plan/estimate.py": Path(training.plan.estimate.__file__),
-    "training/plan/inputs.py": Path(training.plan.inputs.__file__),
-    "training/plan/measured.py": Path(training.plan.measured.__file__),
-    "training/plan/memory.py": Path(training.plan.memory.__file__),
-    "training/plan/memory_attention.py": Path(training.plan.memory_attention.__file__),
-    "training/plan/memory_terms.py": Path(training.plan.memory_terms.__file__),
-    "training/plan/network.py": Path(training.plan.network.__file__),
-    "training/plan/preference.py": Path(training.plan.preference.__file__),
-    "training/plan/refusal.py": Path(training.plan.refusal.__file__),
-    "training/plan/step_batch.py": Path(training.plan.step_batch.__file__),
-    "training/plan/timing.py": Path(training.plan.timing.__file__),
-    "training/request/data_manifest.py": Path(training.request.data_manifest.__file__),
-    "training/request/bounds.py": Path(training.request.bounds.__file__),
-    "training/request/checks.py": Path(training.request.checks.__file__),
-    "training/request/decision.py": Path(training.request.decision.__file__),
-    "training/request/evaluate_block.py": Path(training.request.evaluate_block.__file__),
-    "training/request/fields.py": Path(training.request.fields.__file__),
-    "training/request/fine_tuning.py": Path(training.request.fine_tuning.__file__),
-    "training/request/hf_config.py": Path(training.request.hf_config.__file__),
-    "training/request/job.py": Path(training.request.job.__file__),
-    "training/request/read_limits.py": Path(training.request.read_limits.__file__),
-    "training/request/reads.py": Path(training.request.reads.__file__),
-    "training/request/rules.py": Path(training.request.rules.__file__),
-    "training/request/sft_data.py": Path(training.request.sft_data.__file__),
-    "training/request/tune_block.py": Path(training.request.tune_block.__file__),
-    "training/request/tuning.py": Path(training.request.tuning.__file__),
-    "training/request/tuning_plan.py": Path(training.request.tuning_plan.__file__),
-    "training/request/value.py": Path(training.request.value.__file__),
-    # The model families (pure Python: each family's config.json reading, names and sizes), every module of them.
-    **{
-        f"training/models/{path.relative_to(MODELS_DIR).as_posix()}": path
-        for path in sorted(MODELS_DIR.rglob("*.py"))
-        if path.name != "__init__.py"  # each package's __init__ is made empty, as the others'
-    },
-}
+ASSET_PACKAGES = ("constructs_lib", "training")
+"""The packages whose modules the handler's asset carries (the Lambda runtime has only the standard library and
+boto3 besides)."""
+
+
+def asset_files() -> dict[str, Path]:
+    """``path in the asset: source file`` of the handler's module and of every module of ``ASSET_PACKAGES`` it
+    imports, directly or through another (``constructs_lib/_shared/imports.py``), from the installed packages."""
+    return source_files(HANDLER.rpartition(".")[0], ASSET_PACKAGES)
 
 
 def build_asset() -> Path:
-    """A folder with only the handler's files (content-addressed, so unchanged sources give the same asset)."""
+    """A folder with only the handler's files, each package's ``__init__.py`` empty unless the handler imports
+    the package itself (content-addressed: unchanged sources give the same asset, the same folder)."""
+    files = asset_files()
     digest = hashlib.sha256()
-    for name, source in sorted(ASSET_FILES.items()):
+    for name, source in files.items():
         digest.update(name.encode() + b"\0" + source.read_bytes())
     folder = Path(tempfile.gettempdir()) / f"request-validator-{digest.hexdigest()[:16]}"
-    if not all((folder / name).exists() for name in ASSET_FILES):
+    if not all((folder / name).exists() for name in files):
         staging = Path(tempfile.mkdtemp(prefix="request-validator-"))
-        for name, source in ASSET_FILES.items():
+        for name, source in files.items():
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)

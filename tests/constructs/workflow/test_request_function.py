@@ -13,7 +13,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from constructs_lib.storage.checkpoint_bucket import CheckpointBucket
-from constructs_lib.workflow.request_function import HANDLER, RequestValidator, build_asset
+from constructs_lib.workflow.request_function import HANDLER, RequestValidator, asset_files, build_asset
 from tests.cdk_helpers import DEFAULT_ENV, synth_with_nag
 from tests.test_import_cycles import _graph
 from tests.workflow.harness import definition_of
@@ -52,18 +52,26 @@ def _handler_imports() -> set[str]:
 
 
 def test_asset_holds_only_what_the_handler_imports():
-    """Every module the handler imports (what decides a request: a module added to ``training/request/`` that the
-    decision imports is named here, with the one edit it needs), and nothing else; each package's ``__init__``
-    empty."""
+    """Every module the handler imports, found in the source at synth time (``asset_files``) and held here against
+    the project's import graph, which also counts imports by literal name: a module a new import brings is in the
+    asset with no edit. Nothing else; each package's ``__init__`` empty unless the handler imports the package."""
     folder = build_asset()
     files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    sources = {name for name in files if name.endswith(".py") and not name.endswith("/__init__.py")}
-    modules = {name[: -len(".py")].replace("/", ".") for name in sources}
+    assert files >= set(asset_files())
+    inits = {name for name in files if name.endswith("__init__.py")}
+    packages = {name for name in inits if (folder / name).read_text()}
+    modules = {name.removesuffix("/__init__.py").removesuffix(".py").replace("/", ".") for name in packages}
+    modules |= {name[: -len(".py")].replace("/", ".") for name in files - inits}
     imported = _handler_imports()
-    assert not imported - modules, f"the handler imports {sorted(imported - modules)}: add to ASSET_FILES"
+    assert not imported - modules, f"the handler imports {sorted(imported - modules)}, not in the asset"
     assert not modules - imported, f"the handler never imports {sorted(modules - imported)}: leave it out"
-    assert {"training.request.decision", "training.contract.settings_table"} < modules
-    assert files - sources == {f"{name.rsplit('/', 1)[0]}/__init__.py" for name in files}  # and nothing else
+    assert {
+        "training.request.decision",
+        "training.contract.settings_table",
+        "training.models.registry",
+    } < modules
+    assert all(name.endswith(".py") for name in files)
+    assert inits == {f"{name.rsplit('/', 1)[0]}/__init__.py" for name in files}  # a package: every folder
     for package in ("constructs_lib", "constructs_lib/workflow", "training", "training/request"):
         assert (folder / package / "__init__.py").read_text() == "", f"{package}/__init__.py is not empty"
 
@@ -304,8 +312,10 @@ def test_runs_prefix_must_be_a_key_prefix(prefix):
 
 
 def test_asset_is_content_addressed():
+    """The folder (and so the asset's hash) is named by the files' paths and bytes, in path order."""
     assert build_asset() == build_asset()
     assert Path(build_asset()).name.startswith("request-validator-")
+    assert list(asset_files()) == sorted(asset_files())
 
 
 def test_role_lists_and_reads_only_the_stored_tuning_measurements():
