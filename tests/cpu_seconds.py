@@ -31,13 +31,19 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def collected_id(nodeid: str) -> str:
+    """``nodeid`` as collected, the key of tests/schedule.py's ``SECONDS``: without the ``@<group>`` pytest-xdist
+    adds to a grouped test's id (its own rule: an ``@`` after the parameters' ``]``)."""
+    return nodeid.rpartition("@")[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     path = item.config.getoption("cpu_seconds")
     wall, cpu, load = time.monotonic(), _cpu(), os.getloadavg()[0]
     yield
     if path:
-        row = {"test": item.nodeid, "wall": round(time.monotonic() - wall, 2), "cpu": round(_cpu() - cpu, 2),
+        row = {"test": collected_id(item.nodeid), "wall": round(time.monotonic() - wall, 2), "cpu": round(_cpu() - cpu, 2),
                "load": round(load, 1), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}  # fmt: skip
         with open(path, "a") as handle:  # one short line per write: workers' lines never interleave
             handle.write(json.dumps(row) + "\n")

@@ -28,8 +28,8 @@ SECONDS = {
     # `make test` with `-p tests.cpu_seconds` on the 2-core machine with nothing else running (load 1 to 6.5 from the
     # suite's own processes), 2,388 tests in 25 min 1 s; every test over 8 s, rounded. In that run the order was
     # pytest's and a module's tests could run on both workers, so a module fixture's set-up counts in the first test
-    # of that module on each worker. Node ids as collected: in a newer run's file, a grouped test's id ends in
-    # pytest-xdist's "@<module>", which is not part of the key.
+    # of that module on each worker. Node ids as collected (tests/cpu_seconds.py writes them so: without the
+    # "@<module>" pytest-xdist adds to a grouped test's id).
     "tests/training/test_fine_tuning.py::test_through_train_sh_under_the_sagemaker_toolkit_with_the_data_and_model_channels": 107,
     "tests/training/test_multinode.py::test_a_checkpoint_resumes_from_four_processes_on_two_and_back": 102,
     "tests/training/preference/test_toy_task.py::test_the_pages_commands_teach_the_preferred_style_and_answers_still_stop": 101,

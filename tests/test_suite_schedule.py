@@ -5,6 +5,7 @@ in a real pytest-xdist run with the options of the Makefile's ``test`` target, t
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -140,7 +141,7 @@ def make_test_options() -> list[str]:
 def test_under_make_tests_options_the_two_longest_start_first_and_a_module_fixture_is_made_once(tmp_path):
     """pytest-xdist hands the first unit to one worker and the second to the other: with the longest first, each
     worker starts with one of the two longest, whichever is quicker; the module fixture's two users run on one
-    worker, one after the other."""
+    worker, one after the other; tests/cpu_seconds.py records each test under the id ``SECONDS`` is keyed by."""
     for name, text in RUN.items():
         (tmp_path / name).write_text(textwrap.dedent(text).lstrip())
     env = {
@@ -149,13 +150,11 @@ def test_under_make_tests_options_the_two_longest_start_first_and_a_module_fixtu
         if not name.startswith(("PYTEST_XDIST", "PYTEST_CURR"))
     }
     env.update(PYTHONPATH=str(ROOT), STARTS=str(tmp_path / "starts"))
+    rows = tmp_path / "rows.jsonl"
+    command = [sys.executable, "-m", "pytest", *make_test_options(), "-p", "no:cacheprovider", "-q"]
+    record = ["-p", "tests.cpu_seconds", f"--cpu-seconds={rows}"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", *make_test_options(), "-p", "no:cacheprovider", "-q"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [*command, *record], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
     runs: dict[str, list[str]] = {}
@@ -167,3 +166,9 @@ def test_under_make_tests_options_the_two_longest_start_first_and_a_module_fixtu
     shared = [names for names in runs.values() if "test_one" in names]
     assert len(shared) == 1 and "test_two" in shared[0], runs
     assert shared[0].index("test_two") == shared[0].index("test_one") + 1, runs
+    recorded = {json.loads(line)["test"] for line in rows.read_text().splitlines()}
+    collected = [f"test_order.py::test_{name}" for name in "abcyz"] + [
+        "test_shared.py::test_one",
+        "test_shared.py::test_two",
+    ]
+    assert recorded == set(collected)  # as SECONDS is keyed: no "@test_shared.py" of the group
