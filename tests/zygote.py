@@ -70,13 +70,14 @@ def _patch_torchrun() -> None:
 
     def _popen(self, args, env):  # noqa: ANN001, ANN202 (torch's signature)
         argv = [str(arg) for arg in args[1:]]
-        if args[0] == sys.executable and zygote_shim.served(argv, env, os.getcwd()):
+        server = zygote_shim.served(argv, env, os.getcwd()) if args[0] == sys.executable else None
+        if server is not None:
             fds = (
                 0,
                 self._stdout.fileno() if self._stdout else 1,
                 self._stderr.fileno() if self._stderr else 2,
             )
-            return zygote_shim.ForkedProcess(argv, env, os.getcwd(), fds)
+            return zygote_shim.ForkedProcess(server, argv, env, os.getcwd(), fds)
         return original(self, args, env)
 
     subprocess_handler.SubprocessHandler._popen = _popen
@@ -278,19 +279,32 @@ def _reap(children: dict, selector: selectors.BaseSelector) -> None:
 
 # ----- the test process's side -----
 
-_server: dict[str, object] = {}
+_servers: dict[Path, str] = {}  # the package folder: its server's socket
+_shims: list[Path] = []
 
 
-def _start() -> dict[str, str]:
-    """Start this process's server and its shim folder; the variables that point a child at them."""
-    folder = Path(tempfile.mkdtemp(prefix="zygote-"))
-    shim = (ROOT / "tests" / "zygote_shim.py").read_text()
-    for name in SHIMS:
-        path = folder / name
-        path.write_text(f"#!{sys.executable} -S\n{shim}")
-        path.chmod(0o755)
-    socket_path = str(folder / "socket")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+def _shim_folder() -> Path:
+    """This process's folder of shims (tests/zygote_shim.py as ``SHIMS``), made once."""
+    if not _shims:
+        folder = Path(tempfile.mkdtemp(prefix="zygote-"))
+        shim = (ROOT / "tests" / "zygote_shim.py").read_text()
+        for name in SHIMS:
+            path = folder / name
+            path.write_text(f"#!{sys.executable} -S\n{shim}")
+            path.chmod(0o755)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _shims.append(folder)
+    return _shims[0]
+
+
+def _start(package_root: Path) -> str:
+    """Start a server importing ``package_root``'s ``training`` package; its socket."""
+    socket_path = str(_shim_folder() / f"socket-{len(_servers)}")
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys((str(package_root), str(ROOT)))),
+    }
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.zygote", socket_path],
         env=env,
@@ -300,28 +314,31 @@ def _start() -> dict[str, str]:
     )
     if process.stdout is None or process.stdout.readline().strip() != "ready":
         process.kill()
-        raise RuntimeError("the fork server for trainer runs did not start (tests/zygote.py)")
-    atexit.register(_stop, process, folder)
-    _server.update(process=process)
-    return {zygote_shim.SOCKET_ENV: socket_path, zygote_shim.ROOT_ENV: str(ROOT), "_SHIMS": str(folder)}
+        raise RuntimeError(f"the fork server for {package_root}'s trainer did not start (tests/zygote.py)")
+    atexit.register(_stop, process)
+    return socket_path
 
 
-def _stop(process: subprocess.Popen, folder: Path) -> None:
+def _stop(process: subprocess.Popen) -> None:
     process.terminate()
     try:
         process.wait(10)
     except subprocess.TimeoutExpired:
         process.kill()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
-def environment(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the fork server of this process (started on first use) serving the Python commands it can."""
-    if "variables" not in _server:
-        _server["variables"] = _start()
-    variables = dict(_server["variables"])  # type: ignore[arg-type]
-    shims = variables.pop("_SHIMS")
-    return {**env, **variables, "PATH": f"{shims}{os.pathsep}{env.get('PATH', '')}"}
+def environment(env: dict[str, str], package_root: Path = ROOT) -> dict[str, str]:
+    """``env`` with the fork servers of this process serving the Python commands they can: the repository's and,
+    when it is another, ``package_root``'s (a folder holding a copy of ``training/``), each started on first use."""
+    for folder in dict.fromkeys((ROOT, package_root)):
+        if folder not in _servers:
+            _servers[folder] = _start(folder)
+    sockets = os.pathsep.join(f"{folder}={socket_path}" for folder, socket_path in _servers.items())
+    return {
+        **env,
+        zygote_shim.SOCKETS_ENV: sockets,
+        "PATH": f"{_shim_folder()}{os.pathsep}{env.get('PATH', '')}",
+    }
 
 
 if __name__ == "__main__":

@@ -20,40 +20,48 @@ import socket
 import struct
 import sys
 
-SOCKET_ENV = "TESTS_ZYGOTE_SOCKET"
-"""The fork server's socket: set in the environment of the processes a test starts, absent when it serves nothing."""
-ROOT_ENV = "TESTS_ZYGOTE_ROOT"
-"""The folder whose ``training`` package the fork server has imported: a command that would import another copy
-(the container's /opt/ml/code laid out by a test) runs in a real interpreter."""
+SOCKETS_ENV = "TESTS_ZYGOTE_SOCKETS"
+"""``FOLDER=SOCKET`` pairs (``os.pathsep`` between them), set in the environment of the processes a test starts: the
+fork server listening on SOCKET has imported the ``training`` package of FOLDER (the repository's, the first; or
+the container's code laid out by the toolkit tests). A command that would import another copy runs in a real
+interpreter."""
 SERVED_MODULES = ("training.", "torch.distributed.run")
 """``-m`` modules the fork server runs (itself and what starts below it); any other runs in a real interpreter."""
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def served(argv: list[str], env: dict[str, str], cwd: str) -> bool:
-    """Whether the interpreter arguments ``argv`` (``-u -m training.trainer ...``, ``script.py ...``) can be run by
-    the fork server for a process with ``env`` in ``cwd``."""
-    root = env.get(ROOT_ENV)
-    if not root or not env.get(SOCKET_ENV):
-        return False
+def servers(env: dict[str, str]) -> dict[str, str]:
+    """The real path of each fork server's ``training`` package: its socket (the repository's first)."""
+    pairs = (entry.partition("=") for entry in env.get(SOCKETS_ENV, "").split(os.pathsep) if entry)
+    return {
+        os.path.realpath(os.path.join(folder, "training")): socket_path for folder, _, socket_path in pairs
+    }
+
+
+def served(argv: list[str], env: dict[str, str], cwd: str) -> str | None:
+    """The socket of the fork server that can run the interpreter arguments ``argv`` (``-u -m training.trainer
+    ...``, ``script.py ...``) for a process with ``env`` in ``cwd``; None when a real interpreter must."""
+    known = servers(env)
+    if not known:
+        return None
     rest = [arg for arg in argv if arg != "-u"]
     if not rest or (rest[0].startswith("-") and rest[0] != "-m"):
-        return False
+        return None
+    path = [*filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     if rest[0] == "-m":
         if len(rest) < 2 or not (rest[1] + ".").startswith(SERVED_MODULES):
-            return False
-        search = [cwd, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+            return None
+        search = [cwd, *path]
     else:
-        script = os.path.join(cwd, rest[0])
-        if not script.endswith(".py") or not os.path.realpath(script).startswith(
-            os.path.join(root, "tests", "")
-        ):
-            return False
-        search = [os.path.dirname(script), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        script = os.path.realpath(os.path.join(cwd, rest[0]))
+        repository = os.path.dirname(next(iter(known)))
+        if not script.endswith(".py") or not script.startswith(os.path.join(repository, "tests", "")):
+            return None
+        search = [os.path.dirname(script), *path]
     for folder in search:  # where a fresh interpreter would find the training package first
         if os.path.isfile(os.path.join(folder, "training", "__init__.py")):
-            return os.path.realpath(folder) == os.path.realpath(root)
-    return True  # the installed (editable) package: the repository's
+            return known.get(os.path.realpath(os.path.join(folder, "training")))
+    return next(iter(known.values()))  # the installed (editable) package: the repository's
 
 
 class Answers:
@@ -75,10 +83,18 @@ class Answers:
         return line.decode("ascii")
 
 
-def request(argv: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int], kill_on_close: bool):
-    """Ask the fork server to run ``argv``; returns its answers and the pid of the process it started."""
+def request(
+    server: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    fds: tuple[int, int, int],
+    kill_on_close: bool,
+):
+    """Ask the fork server listening on ``server`` to run ``argv``; returns its answers and the pid of the process
+    it started."""
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.connect(env[SOCKET_ENV])
+    connection.connect(server)
     body = json.dumps({"argv": argv, "env": env, "cwd": cwd, "kill_on_close": kill_on_close}).encode()
     payload = struct.pack("!I", len(body)) + body
     sent = connection.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
@@ -101,8 +117,10 @@ class ForkedProcess:
     """What ``subprocess.Popen`` offers torchrun's agent (``pid``, ``poll``, ``wait``, ``returncode``, signals) for a
     process the fork server started."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int]):
-        self._answers, self.pid = request(argv, env, cwd, fds, kill_on_close=False)
+    def __init__(
+        self, server: str, argv: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int]
+    ):
+        self._answers, self.pid = request(server, argv, env, cwd, fds, kill_on_close=False)
         self.returncode: int | None = None
         self.args = argv
 
@@ -143,9 +161,10 @@ def main() -> None:
     if os.path.basename(sys.argv[0]) == "torchrun":
         argv = ["-m", "torch.distributed.run", *argv]
     env, cwd = dict(os.environ), os.getcwd()
-    if not served(argv, env, cwd):
+    server = served(argv, env, cwd)
+    if server is None:
         os.execv(sys.executable, [sys.executable, *argv])
-    answers, pid = request(argv, env, cwd, (0, 1, 2), kill_on_close=True)
+    answers, pid = request(server, argv, env, cwd, (0, 1, 2), kill_on_close=True)
     for sig in FORWARDED:
         signal.signal(sig, lambda number, _frame: os.kill(pid, number))
     code = return_code(answers.line() or "")

@@ -118,15 +118,27 @@ def build_context() -> Path:
     return outdir / f"asset.{tag}"
 
 
+@functools.cache
+def shared_code() -> Path:
+    """The image's ``training/`` package (the build context less Dockerfile and .dockerignore), once per test
+    process: every laid-out /opt/ml/code links to it, so one fork server (tests/zygote.py) serves them all."""
+    folder = Path(tempfile.mkdtemp(prefix="image-code-"))
+    shutil.copytree(
+        build_context(), folder / "training", ignore=shutil.ignore_patterns("Dockerfile", ".dockerignore")
+    )
+    return folder
+
+
 def container_code_dir(code: Path) -> None:
     """Lay out /opt/ml/code as the image does (training/Dockerfile's COPY lines): the build context in training/
-    (no Dockerfile or .dockerignore: Docker keeps those out), train.sh, evaluate.sh and entrypoint.sh beside it. So
-    a job run from here fails as the image would when .dockerignore leaves out something it needs."""
+    (no Dockerfile or .dockerignore: Docker keeps those out; a link to ``shared_code``), train.sh, evaluate.sh and
+    entrypoint.sh beside it. So a job run from here fails as the image would when .dockerignore leaves out something
+    it needs."""
     code.mkdir(parents=True)
     context = build_context()
     for script in (container.ENTRY_POINT, container.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
         shutil.copy2(context / script, code / script)
-    shutil.copytree(context, code / "training", ignore=shutil.ignore_patterns("Dockerfile", ".dockerignore"))
+    (code / "training").symlink_to(shared_code() / "training", target_is_directory=True)
 
 
 def toolkit_job(
@@ -154,7 +166,7 @@ def toolkit_command(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """The toolkit's ``train`` command and its environment for the /opt/ml that ``toolkit_job`` laid out under
     ``tmp_path``."""
     base = tmp_path / "opt_ml"
-    child_env = env()
+    child_env = env() if os.environ.get(FRESH_ENV) else zygote.environment(env(), shared_code())
     child_env.pop("PYTHONPATH")  # train.sh must find its package by itself
     child_env.update(
         SAGEMAKER_BASE_DIR=str(base),
