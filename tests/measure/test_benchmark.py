@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.training.runner import GUARD_SECONDS, ROOT, TINY, env
+from tests.training.runner import GUARD_SECONDS, PYTHON, ROOT, TINY, env
 from training.contract import settings_parse, shapes
 from training.measure import benchmark, external_baseline
 from training.trainer import config
@@ -23,7 +22,7 @@ LEVERS = ("grad_accum_steps", "async_checkpoint")  # measured by the summary's t
 
 def test_benchmark_prints_every_loop_of_each_cell_and_each_levers_effect():
     proc = subprocess.run(
-        [sys.executable, "-m", "training.measure.benchmark", "--steps", "3", "--warmup", "1", "--repeats", "1",
+        [PYTHON, "-m", "training.measure.benchmark", "--steps", "3", "--warmup", "1", "--repeats", "1",
          "--seq-length", "16", "--batch-sizes", "1", "--lever-repeats", "1", "--levers", ",".join(LEVERS)],
         env=env(), cwd=ROOT, capture_output=True, text=True, timeout=GUARD_SECONDS,
     )  # fmt: skip
@@ -57,7 +56,7 @@ def test_under_torchrun_every_rank_checkpoints_into_one_folder_rank_0_made(tmp_p
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        ["torchrun", "--standalone", "--nproc-per-node=2",
          "-m", "training.measure.benchmark", "--batch-sizes", "1", "--steps", "10", "--warmup", "3", "--repeats",
          "1", "--lever-repeats", "1", "--levers", "async_checkpoint"],
         env={**env(), "TMPDIR": str(scratch)}, cwd=ROOT, capture_output=True, text=True, timeout=300,

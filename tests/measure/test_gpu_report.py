@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tests.training.runner import ROOT, env
+from tests.training.runner import PYTHON, ROOT, env
 from training.measure.gpu_report import (
     budget,
     cli,
@@ -183,7 +182,7 @@ def test_the_smoke_run_writes_every_file_of_the_report_through_the_same_path(tmp
     the kernel checks and the convergence runs, then every file. A budget no loaded machine reaches, so the verdict
     never depends on its speed (the cut of a phase is tested above, on a fake clock)."""
     out = tmp_path / "report"
-    done = subprocess.run([sys.executable, "-m", "training.measure.gpu_report", "--smoke", "--out", str(out),
+    done = subprocess.run([PYTHON, "-m", "training.measure.gpu_report", "--smoke", "--out", str(out),
                            "--max-trials", "1", "--budget-seconds", "3000"],
                           cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1500)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests import zygote
 from training.contract import container, hardware
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,19 +40,27 @@ def cli_args(settings: dict[str, str]) -> list[str]:
     return [part for key, value in settings.items() for part in (f"--{key}", str(value))]
 
 
+FRESH_ENV = "TESTS_NO_ZYGOTE"
+"""Set (to anything) for every trainer process a test starts to be a new interpreter (tests/zygote.py not used)."""
+PYTHON = "python"
+"""The Python of the commands the trainer tests start with ``env()``: the fork server's shim, first on its PATH
+(tests/zygote.py), else the venv's."""
+
+
 def env() -> dict[str, str]:
-    """Environment for child processes: the venv first on PATH, the repository importable, one thread each."""
+    """Environment for child processes: the venv first on PATH, the repository importable, one thread each; the
+    Python commands the trainer runs (``python -m training...``, torchrun and its workers) forked from this test
+    process's fork server (tests/zygote.py) unless ``FRESH_ENV`` is set."""
     out = dict(os.environ)
     out["PATH"] = f"{VENV_BIN}{os.pathsep}{out.get('PATH', '')}"
     out["PYTHONPATH"] = str(ROOT)
     out["OMP_NUM_THREADS"] = "1"
-    return out
+    return out if os.environ.get(FRESH_ENV) else zygote.environment(out)
 
 
 def torchrun_cmd(settings: dict[str, str], nproc: int = 2) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        "-m", "training.trainer", *cli_args(settings),
+        "torchrun", "--standalone", f"--nproc-per-node={nproc}", "-m", "training.trainer", *cli_args(settings),
     ]  # fmt: skip
 
 
@@ -73,7 +82,7 @@ def run_trainer(settings: dict[str, str], nproc: int = 2, timeout: float = GUARD
 def run_single(settings: dict[str, str], timeout: float = GUARD_SECONDS) -> tuple[int, str]:
     """Run the trainer as one process without torchrun (world size 1); return (exit status, stdout+stderr)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "training.trainer", *cli_args(settings)],
+        [PYTHON, "-m", "training.trainer", *cli_args(settings)],
         env=env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     return proc.returncode, proc.stdout + proc.stderr
@@ -109,15 +118,27 @@ def build_context() -> Path:
     return outdir / f"asset.{tag}"
 
 
+@functools.cache
+def shared_code() -> Path:
+    """The image's ``training/`` package (the build context less Dockerfile and .dockerignore), once per test
+    process: every laid-out /opt/ml/code links to it, so one fork server (tests/zygote.py) serves them all."""
+    folder = Path(tempfile.mkdtemp(prefix="image-code-"))
+    shutil.copytree(
+        build_context(), folder / "training", ignore=shutil.ignore_patterns("Dockerfile", ".dockerignore")
+    )
+    return folder
+
+
 def container_code_dir(code: Path) -> None:
     """Lay out /opt/ml/code as the image does (training/Dockerfile's COPY lines): the build context in training/
-    (no Dockerfile or .dockerignore: Docker keeps those out), train.sh, evaluate.sh and entrypoint.sh beside it. So
-    a job run from here fails as the image would when .dockerignore leaves out something it needs."""
+    (no Dockerfile or .dockerignore: Docker keeps those out; a link to ``shared_code``), train.sh, evaluate.sh and
+    entrypoint.sh beside it. So a job run from here fails as the image would when .dockerignore leaves out something
+    it needs."""
     code.mkdir(parents=True)
     context = build_context()
     for script in (container.ENTRY_POINT, container.EVALUATE_ENTRY_POINT, "entrypoint.sh"):
         shutil.copy2(context / script, code / script)
-    shutil.copytree(context, code / "training", ignore=shutil.ignore_patterns("Dockerfile", ".dockerignore"))
+    (code / "training").symlink_to(shared_code() / "training", target_is_directory=True)
 
 
 def toolkit_job(
@@ -145,7 +166,7 @@ def toolkit_command(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """The toolkit's ``train`` command and its environment for the /opt/ml that ``toolkit_job`` laid out under
     ``tmp_path``."""
     base = tmp_path / "opt_ml"
-    child_env = env()
+    child_env = env() if os.environ.get(FRESH_ENV) else zygote.environment(env(), shared_code())
     child_env.pop("PYTHONPATH")  # train.sh must find its package by itself
     child_env.update(
         SAGEMAKER_BASE_DIR=str(base),

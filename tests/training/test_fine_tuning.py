@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.pages import Page
-from tests.training.runner import ROOT, cli_args, env, fields, toolkit_job
+from tests.training.runner import PYTHON, ROOT, cli_args, env, fields, toolkit_job
 from training.contract import container, metric_lines
 from training.prepare import chat
 from training.trainer.checkpoint import export_hf
@@ -65,7 +65,7 @@ def local_run(prepared) -> str:
     args = [*page_training_args(prepared), "--deterministic", "true", "--validation_batches", "2",
             "--checkpoint_interval", "100", "--keep_checkpoints", "4"]  # fmt: skip
     assert args[args.index("--data_dir") + 1] == str(prepared / "data")
-    proc = subprocess.run([sys.executable, "-m", "training.trainer", *args], env=env(), cwd=ROOT,
+    proc = subprocess.run([PYTHON, "-m", "training.trainer", *args], env=env(), cwd=ROOT,
                           capture_output=True, text=True, timeout=1500)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
@@ -236,7 +236,7 @@ def test_lora_on_packed_conversations_trains_and_exports_an_adapter_peft_loads(p
                 "learning_rate": "0.02", "lr_warmup_steps": "5", "lora_rank": "8",
                 "data_dir": str(prepared / "data"), "init_from": str(prepared / "model"),
                 "checkpoint_dir": str(tmp_path / "ckpt"), "model_dir": str(tmp_path / "trained")}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "training.trainer", *cli_args(settings)], env=env(), cwd=ROOT,
+    proc = subprocess.run([PYTHON, "-m", "training.trainer", *cli_args(settings)], env=env(), cwd=ROOT,
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output

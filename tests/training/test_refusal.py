@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from tests.training.runner import TINY, cli_args, env, torchrun_cmd
+from tests.training.runner import PYTHON, TINY, cli_args, env, torchrun_cmd
 from training.trainer import refusal
 from training.trainer.__main__ import main
 from training.trainer.distributed import launch
@@ -136,7 +135,7 @@ def test_the_launcher_keeps_torchruns_report_and_exit_1_for_a_failure(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text("import os, sys\nsys.exit(1 if os.environ['RANK'] == '1' else 0)\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "training.trainer.distributed.launch", "--standalone", "--nproc-per-node=2", str(script)],
+        [PYTHON, "-m", "training.trainer.distributed.launch", "--standalone", "--nproc-per-node=2", str(script)],
         env=env(), cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr

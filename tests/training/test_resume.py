@@ -7,7 +7,6 @@ import json
 import math
 import shutil
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 
 from tests.training import checkpoint_places as places
 from tests.training.runner import (
+    PYTHON,
     ROOT,
     TINY,
     cli_args,
@@ -407,7 +407,7 @@ def test_an_earlier_runs_checkpoint_of_another_shape_is_refused_naming_resume_fr
     shutil.copytree(reference[0] / "ckpt_ref" / checkpoint_names.step_dir_name(12), channel)
     before = listing(channel)
     proc = subprocess.run(
-        [sys.executable, "-m", "training.trainer", *cli_args(settings(tmp_path, num_layers="3", max_steps="20"))],
+        [PYTHON, "-m", "training.trainer", *cli_args(settings(tmp_path, num_layers="3", max_steps="20"))],
         env={**env(), f"SM_CHANNEL_{container.RESUME_CHANNEL.upper()}": str(channel)},
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -26,7 +25,7 @@ def one_rank(uri: str, rank: int = 0, world_size: int = 1) -> S3Storage:
 
 
 def _torchrun(nproc: int, *args: str, server, timeout: float = 180) -> subprocess.Popen:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    command = ["torchrun", "--standalone", f"--nproc-per-node={nproc}",
                "-m", PROBE, *args]  # fmt: skip
     return subprocess.Popen(
         command,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -450,7 +449,7 @@ PROBE_SETTINGS = {"precision": "fp32", "seq_length": "32", "deterministic": "tru
 def probe(tmp_path, settings: dict[str, str], nproc: int) -> dict:
     """``weights_probe`` under torchrun with ``nproc`` gloo ranks: rank 0's saved state, logits and loss."""
     out = tmp_path / f"probe_{nproc}.pt"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    command = ["torchrun", "--standalone", f"--nproc-per-node={nproc}",
                str(Path(__file__).parent.with_name("weights_probe.py")), str(out), *cli_args(settings)]  # fmt: skip
     proc = subprocess.run(command, env=env(), cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -217,7 +217,7 @@ def test_on_two_ranks_packed_logits_equal_alone_and_the_gradient_is_the_mean_ove
     tmp_path,
 ):
     out = tmp_path / "probe.pt"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+    command = ["torchrun", "--standalone", "--nproc-per-node=2",
                str(Path(__file__).parent.with_name("sft_probe.py")), str(out), *cli_args(PROBE)]  # fmt: skip
     proc = subprocess.run(command, env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -505,7 +504,7 @@ def test_every_ranks_slice_of_every_adapter_is_in_the_saved_adapter(tmp_path):
     settings = {**TINY_LLAMA, "init_from": str(tmp_path / "source"), "lora_rank": "2",
                 "model_dir": str(tmp_path / "model"), "checkpoint_dir": str(tmp_path / "ckpt")}  # fmt: skip
     tiny_llama(tmp_path / "source", tied=True)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    command = ["torchrun", "--standalone", f"--nproc-per-node={nproc}",
                str(ROOT / "tests" / "training" / "lora_probe.py"), str(tmp_path), *cli_args(settings)]  # fmt: skip
     proc = subprocess.run(command, env=env(), cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
