@@ -170,3 +170,5 @@ def test_a_refusal_under_a_bare_torchrun_is_one_line_and_torchruns_report_names_
     assert output.count("Traceback (most recent call last)") == 1  # torchrun's own; no worker's
     errors = [line for line in output.splitlines() if "error:" in line]
     assert errors == [f"error: {reason}"]  # not one per rank
+    # the silent worker ended by torchrun's SIGTERM, not by its SIGKILL after the close timeout
+    assert launch.KILLED_RECORD not in output

@@ -24,6 +24,7 @@ from training.trainer import preflight
 from training.trainer.checkpoint import folder as checkpoint_folder
 from training.trainer.checkpoint import names
 from training.trainer.data import packing, token_files
+from training.trainer.distributed import launch
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +35,10 @@ and, as zeros of a sparse file, nothing to write or store."""
 
 
 def train_sh(settings: dict[str, str]) -> tuple[int, str]:
+    """``train.sh`` with 2 processes: its exit status and output. Every worker of a run that stops together ends
+    when torchrun stops it: the silent one (local rank 1, waiting for the first to exit) by torchrun's SIGTERM,
+    never by the SIGKILL torchrun sends after waiting its whole close timeout (30 s) for a worker that outlived
+    its SIGTERM; the launcher shows torchrun's record of such a kill (``launch.KILLED_RECORD``)."""
     environment = {**env(), "NPROC_PER_NODE": "2"}
     environment.pop("PYTHONPATH")  # train.sh finds its package by itself
     proc = subprocess.run(
@@ -43,7 +48,9 @@ def train_sh(settings: dict[str, str]) -> tuple[int, str]:
         text=True,
         timeout=600,  # a guard: one call took ~40-60 s on the loaded 2-core machine
     )
-    return proc.returncode, proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert launch.KILLED_RECORD not in output, output
+    return proc.returncode, output
 
 
 def checksums(root: Path) -> dict[str, str]:

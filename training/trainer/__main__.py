@@ -27,13 +27,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 from training.contract import settings_table
 from training.trainer import config, loop, preflight, refusal, sagemaker_job
+from training.trainer.checkpoint import stop
 from training.trainer.distributed import cluster, cpu_threads, parallel, precision
 
 
@@ -80,8 +80,8 @@ def _leave_together(message: str, env: parallel.DistEnv, code: int) -> int:
     """A refusal (``code`` 2) or a training failure (1) every rank raised: rank 0 prints it, each node's local
     rank 0 writes its failure file and records it for the launcher and torchrun; nobody leaves before all of that
     is done (torchrun stops the other workers as soon as one exits). The other local ranks then wait for their
-    node's first worker to exit first (torchrun stops them), so that torchrun's root cause is the worker that
-    recorded the reason (``training.trainer.refusal``)."""
+    node's first worker to exit first (torchrun stops them: SIGTERM ends them at once, ``stop.wait_for_sigterm``),
+    so that torchrun's root cause is the worker that recorded the reason (``training.trainer.refusal``)."""
     if env.local_rank == 0:
         if code == refusal.REFUSED:
             refusal.refuse(message, report=env.is_main)
@@ -91,7 +91,7 @@ def _leave_together(message: str, env: parallel.DistEnv, code: int) -> int:
         dist.barrier(group=env.cpu_group)
     dist.destroy_process_group()
     if env.local_rank != 0:
-        time.sleep(refusal.QUIET_WAIT_SECONDS)
+        stop.wait_for_sigterm(refusal.QUIET_WAIT_SECONDS)
     return code
 
 

@@ -51,8 +51,9 @@ FAILURE_MARKER_ENV = "TRAINER_FAILURE_FILE"
 
 QUIET_WAIT_SECONDS = 60.0
 """How long a worker that stays silent waits for its node's first worker to print the line and exit (torchrun then
-stops it at once). Only a first worker that never gets there (it hung) makes the wait run out; it is long so that a
-first worker slowed by a busy machine still speaks first."""
+stops it at once with SIGTERM: before the process group nothing has replaced SIGTERM's default action; after it,
+``checkpoint.stop.wait_for_sigterm`` restores it for the wait). Only a first worker that never gets there (it hung)
+makes the wait run out; it is long so that a first worker slowed by a busy machine still speaks first."""
 
 
 class TrainingFailure(Exception):

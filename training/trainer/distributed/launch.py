@@ -22,7 +22,7 @@ way, whatever its workers' exit statuses: ``launch_agent`` raises ``ChildFailedE
 * the workers refused: they recorded the reason in ``$TRAINER_REFUSAL_FILE`` (set here unless the container's
   entry point set it) and exited 2, and torchrun stopped any still running (SIGTERM, then SIGKILL). Exit 2 and
   print nothing more: one worker printed the ``error:`` line, and torchrun's log lines about stopping the workers
-  are dropped once a refusal is recorded;
+  are dropped once a refusal is recorded (but for the one saying a worker outlived its SIGTERM and was killed);
 * the workers stopped together on a failure during training (``refusal.TrainingFailure``: a bad token id, a
   non-finite loss): rank 0 recorded it in ``$TRAINER_FAILURE_FILE`` (set here) and printed its ``error:`` line, every
   failed worker exited 1 or was stopped by torchrun. Exit 1 and print nothing more, as for a refusal;
@@ -59,10 +59,19 @@ STOPPED_BY_TORCHRUN = frozenset({-signal.SIGTERM, -signal.SIGKILL})
 """Exit codes torchrun records for the workers it stopped after the first one failed."""
 
 
+KILLED_RECORD = "Unable to shutdown process"
+"""How the agent's record begins when a worker outlived its SIGTERM for the whole close timeout (30 s) and had to be
+killed (``torch.distributed.elastic.multiprocessing.api``: "Unable to shutdown process %s via %s, forcefully
+exiting via %s")."""
+
+
 class _QuietAfterRefusal(logging.Filter):
-    """Drops the agent's records once a worker has recorded a refusal (its line already says everything)."""
+    """Drops the agent's records once a worker has recorded a refusal (its line already says everything), except
+    that a worker had to be killed: the run's end waited for it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(KILLED_RECORD):
+            return True
         return refusal.refused() is None and refusal.refused(refusal.FAILURE_MARKER_ENV) is None
 
 
