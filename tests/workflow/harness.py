@@ -16,6 +16,9 @@
   can share one state machine and run executions concurrently).
 * :class:`TrainingPlans`: the account's training plans as ``DescribeTrainingPlan`` describes them (moto 5.2.5 has
   no training plans; the request check describes the plan a request names): a test adds the plans it names.
+* Wait states go on at once (:func:`_no_wait`): moto's engine waits their seconds in real time (1 s before each
+  capacity relaunch or launch retry in these tests, the construct's least); the history still has each Wait state
+  with its input, and the seconds are the definition's (tests/workflow/test_definition.py).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_unsupported import (
     StateTaskServiceUnsupported,
 )
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
@@ -419,12 +423,20 @@ def moto_workflow(definition: dict[str, Any]) -> Iterator[Workflow]:
         yield workflows["training-workflow"]
 
 
+_original_wait_interval = WaitFunction._wait_interval
+
+
+def _no_wait(self, env, wait_seconds: int) -> None:
+    """A Wait state's wait, not waited (see the module doc)."""
+
+
 @contextmanager
 def moto_workflows(definitions: dict[str, dict[str, Any]]) -> Iterator[dict[str, Workflow]]:
     """Several workflows (by name) in one moto account, sharing its S3 and SageMaker."""
     state_task_factory.state_task_service_for = _service_for
     AmazonStateLanguageParser.parse = staticmethod(_cached_parse)
     SageMakerResponse.describe_training_plan = _describe_training_plan  # type: ignore[attr-defined]
+    WaitFunction._wait_interval = _no_wait  # type: ignore[method-assign]
     try:
         with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
             yield {name: Workflow(definition, name) for name, definition in definitions.items()}
@@ -432,6 +444,7 @@ def moto_workflows(definitions: dict[str, dict[str, Any]]) -> Iterator[dict[str,
         state_task_factory.state_task_service_for = _original_service_for
         AmazonStateLanguageParser.parse = staticmethod(_original_parse)
         del SageMakerResponse.describe_training_plan  # type: ignore[attr-defined]
+        WaitFunction._wait_interval = _original_wait_interval  # type: ignore[method-assign]
 
 
 class Workflow:

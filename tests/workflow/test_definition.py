@@ -173,6 +173,17 @@ def test_training_and_evaluation_share_the_launch_loop_under_their_own_names(def
     assert states["Evaluate after training?"]["Choices"][0]["IsNull"] is True
 
 
+def test_every_wait_state_waits_what_the_construct_was_given(definition):
+    """The seconds of each Wait state (tests/workflow/harness.py runs them without waiting): ``capacity_retry_wait``
+    (default 10 minutes) before a capacity relaunch, the execution's ``launch_backoff`` (from ``launch_retry_backoff``,
+    doubled at each retry: test_requests.py) before a retried launch; nothing else waits."""
+    waits = {name: state for name, state in _states(definition).items() if state["Type"] == "Wait"}
+    for kind in ("", " (evaluation)", " (tuning)"):
+        assert waits.pop(f"Wait for capacity{kind}")["Seconds"] == 600
+        assert waits.pop(f"Back off before relaunch{kind}")["SecondsPath"] == "$.launch_backoff"
+    assert waits == {}
+
+
 def test_timeout_bounds_every_execution(definition):
     assert definition["TimeoutSeconds"] == 7 * 86400
 
