@@ -55,7 +55,7 @@ def test_names_are_retried_until_they_resolve_and_those_that_never_do_are_named(
         if name == "algo-3":
             raise OSError("never")
 
-    cluster.resolve(["algo-1", "algo-2"], 30.0, lookup)
+    cluster.resolve(["algo-1", "algo-2"], 30.0, lookup, every=0.01)
     assert tries["algo-2"] == 2
     with pytest.raises(cluster.JoinError) as refused:
         cluster.resolve(["algo-1", "algo-3"], 0.2, lookup)

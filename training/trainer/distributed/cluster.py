@@ -156,10 +156,13 @@ def join_timeout(environ: Mapping[str, str] | None = None) -> float:
 
 
 def resolve(
-    names: Sequence[str], bound: float, lookup: Callable[[str], object] = socket.gethostbyname
+    names: Sequence[str],
+    bound: float,
+    lookup: Callable[[str], object] = socket.gethostbyname,
+    every: float = 1.0,
 ) -> None:
-    """Wait until every name resolves (SageMaker's host names may resolve late), at most ``bound`` seconds;
-    :class:`JoinError` names those that did not."""
+    """Wait until every name resolves (SageMaker's host names may resolve late), at most ``bound`` seconds, trying
+    the names still unresolved ``every`` seconds; :class:`JoinError` names those that did not."""
     deadline = time.monotonic() + bound
     pending = list(dict.fromkeys(names))
     while True:
@@ -174,7 +177,7 @@ def resolve(
                 f"host {', '.join(pending)} did not resolve within {bound:g} s ({JOIN_TIMEOUT_ENV}; the job's hosts: "
                 f"{', '.join(names)})"
             )
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
 def _send(connection: socket.socket, message: Mapping[str, object]) -> None:
