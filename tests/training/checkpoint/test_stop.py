@@ -31,12 +31,17 @@ def waiting_worker(when: str) -> subprocess.Popen:
 
 def test_a_worker_waiting_to_be_stopped_ends_by_sigterm_even_with_the_stop_flags_handler():
     before, during = waiting_worker("before"), waiting_worker("during")
-    assert during.stdout.readline() == "waiting\n", during.communicate()
-    during.send_signal(signal.SIGTERM)
-    for proc in (before, during):
-        out, err = proc.communicate(timeout=300)  # a guard: the wait itself is 600 s
-        assert proc.returncode == -signal.SIGTERM, (out, err)  # ended by the signal, not by a handler
-        assert "the wait ran out" not in out
+    try:
+        assert during.stdout.readline() == "waiting\n", during.communicate()
+        during.send_signal(signal.SIGTERM)
+        for proc in (before, during):
+            out, err = proc.communicate(timeout=300)  # a guard: the wait itself is 600 s
+            assert proc.returncode == -signal.SIGTERM, (out, err)  # ended by the signal, not by a handler
+            assert "the wait ran out" not in out
+    finally:
+        for proc in (before, during):
+            proc.kill()  # nothing left waiting when the test fails
+            proc.communicate()
 
 
 def test_without_a_sigterm_the_wait_returns_and_the_stop_flags_handler_is_back():
