@@ -280,6 +280,7 @@ def _reap(children: dict, selector: selectors.BaseSelector) -> None:
 # ----- the test process's side -----
 
 _servers: dict[Path, str] = {}  # the package folder: its server's socket
+_processes: list[subprocess.Popen] = []
 _shims: list[Path] = []
 
 
@@ -316,6 +317,7 @@ def _start(package_root: Path) -> str:
         process.kill()
         raise RuntimeError(f"the fork server for {package_root}'s trainer did not start (tests/zygote.py)")
     atexit.register(_stop, process)
+    _processes.append(process)
     return socket_path
 
 
@@ -325,6 +327,11 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(10)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+def pids() -> list[int]:
+    """The process ids of this process's fork servers (tests/cpu_seconds.py adds their CPU time to a test's)."""
+    return [process.pid for process in _processes if process.poll() is None]
 
 
 def environment(env: dict[str, str], package_root: Path = ROOT) -> dict[str, str]:
