@@ -21,33 +21,45 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-seconds", metavar="FILE", help="append each test's wall and CPU seconds to FILE")
 
 
 def _cpu() -> float:
-    """This process's CPU seconds, with its ended children's and its fork servers' (tests/zygote.py: the trainer
-    processes they forked are theirs, not this process's children)."""
+    """CPU seconds of this process, of its children it has waited for, and of every descendant still running with
+    the children each of those has waited for: the fork servers of tests/zygote.py (the trainer processes they
+    forked) and jsii's Node runtime (CDK's synths) live as long as the worker."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (
-        own.ru_utime
-        + own.ru_stime
-        + children.ru_utime
-        + children.ru_stime
-        + sum(map(_server_cpu, zygote.pids()))
-    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _descendants_cpu(os.getpid())
 
 
-def _server_cpu(pid: int) -> float:
-    """CPU seconds of the running process ``pid`` and of its children it has reaped (``/proc/PID/stat``)."""
+def _descendants_cpu(pid: int) -> float:
+    """``/proc``'s CPU ticks of the running descendants of ``pid``, each with its waited-for children, in seconds."""
+    ticks, pending = 0, _children(pid)
+    while pending:
+        child = pending.pop()
+        try:
+            fields = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        ticks += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+        pending.extend(_children(child))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
-        return 0.0
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        return []
+    found: list[int] = []
+    for task in tasks:
+        try:
+            found.extend(int(child) for child in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
 
 
 def collected_id(nodeid: str) -> str:
