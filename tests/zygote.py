@@ -12,9 +12,10 @@ workers with SIGTERM then SIGKILL), ``train.sh``, the trainer's code and its exi
 process starts from the server's imported modules (the server is started with ``OMP_NUM_THREADS=1`` and has run no
 torch operator, so no thread pool is copied), a module run with ``-m`` is imported afresh (as ``python -m`` does);
 the Python of ``train.sh``'s steps and of torchrun's workers is the shim (tests/zygote_shim.py), which hands
-everything else to the real interpreter. Tests that need a fresh interpreter (the container's own copy of the code
-under the SageMaker toolkit, a command the shim does not know) get one, without the server. CPU time of forked
-processes is the server's, not the test's (tests/cpu_seconds.py does not see it).
+everything else to the real interpreter. A command the shim does not know, or one that would import another copy of
+``training`` than a server holds, gets a new interpreter; the toolkit tests' /opt/ml/code links one staged copy of
+the image's code, served by a server of its own (``environment(env, package_root)``). CPU time of forked processes
+is the server's (tests/cpu_seconds.py counts the running descendants of a test's process).
 
 ``environment(env)`` starts the server on first use (one per test process, ended with it) and returns ``env``
 pointing at it.
@@ -280,6 +281,7 @@ def _reap(children: dict, selector: selectors.BaseSelector) -> None:
 # ----- the test process's side -----
 
 _servers: dict[Path, str] = {}  # the package folder: its server's socket
+_processes: list[subprocess.Popen] = []
 _shims: list[Path] = []
 
 
@@ -316,6 +318,7 @@ def _start(package_root: Path) -> str:
         process.kill()
         raise RuntimeError(f"the fork server for {package_root}'s trainer did not start (tests/zygote.py)")
     atexit.register(_stop, process)
+    _processes.append(process)
     return socket_path
 
 
@@ -325,6 +328,11 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(10)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+def pids() -> list[int]:
+    """The process ids of this process's running fork servers."""
+    return [process.pid for process in _processes if process.poll() is None]
 
 
 def environment(env: dict[str, str], package_root: Path = ROOT) -> dict[str, str]:
