@@ -229,8 +229,9 @@ def test_a_large_but_reasonable_request_stays_valid(rules, s3):
     assert state["valid"], state["cause"]
 
 
-def test_the_largest_decisions_measured():
-    """Prints the largest decision each test above measured (run with -s to see them)."""
+def test_the_largest_decisions_measured(rules):
+    """Prints the largest decision each test above measured (run with -s to see them). It takes the module's
+    fixture so that ``make test`` hands it to the same worker as the tests above, after them (tests/schedule.py)."""
     assert LARGEST, "run with the tests above"
     for test, size in sorted(LARGEST.items(), key=lambda item: -item[1]):
         print(f"{size / 1024:7.1f} KiB  {test}")
