@@ -40,6 +40,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from pathlib import Path
 
@@ -156,11 +157,8 @@ def _run_python(argv: list[str]) -> int:
     except BaseException:  # noqa: BLE001 (what the interpreter does with any uncaught exception)
         traceback.print_exc()
         code = 1
-    import atexit as _atexit
-    import threading
-
     threading._shutdown()  # what interpreter shutdown does first: wait for non-daemon threads
-    _atexit._run_exitfuncs()
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
@@ -194,10 +192,6 @@ def _child(request: dict, fds: list[int], closing: list[socket.socket]) -> None:
         os._exit(70)
 
 
-def _status_code(status: int) -> int:
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
-
-
 def serve(path: str) -> None:
     """Import ``PRELOAD``, listen on ``path``, say ``ready`` on stdout, then fork a process per request until the
     process that started this one ends."""
@@ -210,9 +204,8 @@ def serve(path: str) -> None:
     listener.listen(64)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
-    children: dict[
-        int, tuple[socket.socket | None, bool]
-    ] = {}  # pid: (its client's connection, kill_on_close)
+    # pid: (its client's connection, kill_on_close)
+    children: dict[int, tuple[socket.socket | None, bool]] = {}
     asked_by: dict[int, int] = {}  # pid: the pid of the process that asked for it (torchrun's, for a worker)
     print("ready", flush=True)
     while os.getppid() == parent:
@@ -274,7 +267,7 @@ def _reap(children: dict, selector: selectors.BaseSelector) -> None:
         if connection is not None:
             selector.unregister(connection)
             with contextlib.suppress(OSError):
-                connection.sendall(f"exit {_status_code(status)}\n".encode())
+                connection.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
             connection.close()
 
 

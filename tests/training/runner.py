@@ -47,15 +47,16 @@ PYTHON = "python"
 (tests/zygote.py), else the venv's."""
 
 
-def env() -> dict[str, str]:
+def env(package_root: Path = ROOT) -> dict[str, str]:
     """Environment for child processes: the venv first on PATH, the repository importable, one thread each; the
     Python commands the trainer runs (``python -m training...``, torchrun and its workers) forked from this test
-    process's fork server (tests/zygote.py) unless ``FRESH_ENV`` is set."""
+    process's fork servers (tests/zygote.py: the repository's, and ``package_root``'s when it holds another copy of
+    ``training/``) unless ``FRESH_ENV`` is set."""
     out = dict(os.environ)
     out["PATH"] = f"{VENV_BIN}{os.pathsep}{out.get('PATH', '')}"
     out["PYTHONPATH"] = str(ROOT)
     out["OMP_NUM_THREADS"] = "1"
-    return out if os.environ.get(FRESH_ENV) else zygote.environment(out)
+    return out if os.environ.get(FRESH_ENV) else zygote.environment(out, package_root)
 
 
 def torchrun_cmd(settings: dict[str, str], nproc: int = 2) -> list[str]:
@@ -166,7 +167,7 @@ def toolkit_command(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """The toolkit's ``train`` command and its environment for the /opt/ml that ``toolkit_job`` laid out under
     ``tmp_path``."""
     base = tmp_path / "opt_ml"
-    child_env = env() if os.environ.get(FRESH_ENV) else zygote.environment(env(), shared_code())
+    child_env = env(shared_code())
     child_env.pop("PYTHONPATH")  # train.sh must find its package by itself
     child_env.update(
         SAGEMAKER_BASE_DIR=str(base),
